@@ -1,0 +1,99 @@
+//! The `Backend` trait: one small boundary between the agent and every model provider.
+//!
+//! A backend turns a [`Session`] into a [`Reply`], streaming what it produces
+//! into an [`EventSink`] as it goes. Backends never evict and never run tools:
+//! a context overflow comes back as [`BackendError::ContextOverflow`] and tool
+//! calls come back in [`Reply::tool_calls`]; the agent decides what happens next.
+
+use serde_json::Value;
+
+use crate::core::{BackendError, EventSink, FinishReason, Message, Session, ToolCall};
+
+pub mod estimate;
+
+/// A tool as offered to the model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    /// JSON schema of the arguments object.
+    pub parameters: Value,
+}
+
+/// Whether and which tool the model must call.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum ToolChoice {
+    #[default]
+    Auto,
+    None,
+    Required,
+    Named(String),
+}
+
+/// Sampling and length settings for one generation. `None` means "the provider's default".
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Sampling {
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    pub top_k: Option<u32>,
+    pub max_tokens: Option<u32>,
+    pub stop: Vec<String>,
+    pub seed: Option<u64>,
+}
+
+/// What the agent asks of a backend for one generation.
+#[derive(Debug, Clone, Copy)]
+pub struct GenerateRequest<'a> {
+    pub tools: &'a [ToolSpec],
+    pub tool_choice: &'a ToolChoice,
+    pub sampling: &'a Sampling,
+    /// Stream deltas as they arrive; when false the sink gets the whole text once.
+    pub stream: bool,
+}
+
+/// Token usage reported by the provider (or measured by a local backend).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+}
+
+/// The result of one generation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reply {
+    /// Visible assistant text (tool-call markup and reasoning removed).
+    pub content: String,
+    /// Reasoning text, empty when there was none.
+    pub thinking: String,
+    pub tool_calls: Vec<ToolCall>,
+    pub finish: FinishReason,
+    pub usage: Option<Usage>,
+}
+
+/// How a backend describes itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackendInfo {
+    /// The backend type, e.g. `openai`.
+    pub kind: &'static str,
+    pub model: String,
+    /// Context window in tokens, 0 when unknown.
+    pub context_size: u64,
+    /// True for in-process models, false for remote APIs.
+    pub local: bool,
+}
+
+/// A model provider.
+pub trait Backend: Send {
+    fn info(&self) -> BackendInfo;
+
+    /// Generates the next assistant message for `session`.
+    fn generate(
+        &mut self,
+        session: &Session,
+        request: &GenerateRequest<'_>,
+        sink: &mut dyn EventSink,
+    ) -> Result<Reply, BackendError>;
+
+    /// Estimates the tokens `message` occupies, for eviction decisions.
+    fn count_tokens(&self, message: &Message) -> u32;
+}

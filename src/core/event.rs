@@ -1,0 +1,124 @@
+//! The one closed event enum that flows from backends and the agent to front-ends.
+//!
+//! Every wire format is converted into [`Event`] in exactly one place (its
+//! backend), and every front-end renders from it. Reasoning and tool calls
+//! never travel inside [`Event::Content`].
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::error::ErrorKind;
+use super::message::ToolCall;
+
+/// Why a generation (or a whole agent turn) ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    Stop,
+    Length,
+    ToolCalls,
+    Cancelled,
+    Error,
+}
+
+impl FinishReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::ToolCalls => "tool_calls",
+            FinishReason::Cancelled => "cancelled",
+            FinishReason::Error => "error",
+        }
+    }
+}
+
+/// Performance and context figures for one generation.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Stats {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    /// Prompt tokens per second, when the backend can measure it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefill_tps: Option<f64>,
+    /// Generated tokens per second, when the backend can measure it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decode_tps: Option<f64>,
+    /// Tokens the conversation occupies in the context after this generation.
+    pub context_used: u64,
+    /// The context window size, 0 when unknown.
+    pub context_size: u64,
+}
+
+/// A finished tool run, as shown to front-ends.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolResultEvent {
+    pub id: String,
+    pub name: String,
+    pub success: bool,
+    /// One line for display.
+    pub summary: String,
+    /// The full text handed to the model.
+    pub content: String,
+}
+
+/// Everything a front-end can be told.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// Assistant text outside code blocks.
+    Content(String),
+    /// Reasoning text.
+    Thinking(String),
+    /// Text inside a fenced code block (fences and language tag stripped).
+    CodeBlock(String),
+    /// The model asked for a tool.
+    ToolCall(ToolCall),
+    /// A tool finished.
+    ToolResult(ToolResultEvent),
+    /// The user's prompt, echoed for observers.
+    UserPrompt(String),
+    /// A notice from shepherd itself (eviction, retries, provider switches).
+    System(String),
+    /// Something failed; the turn may still continue (e.g. a retry) or stop.
+    Error { kind: ErrorKind, message: String },
+    /// The turn is over.
+    Stop(FinishReason),
+    /// Figures for the generation that just ended.
+    Stats(Stats),
+}
+
+impl Event {
+    /// The arguments of a tool call event as JSON, for renderers.
+    pub fn tool_arguments(&self) -> Option<&Value> {
+        match self {
+            Event::ToolCall(call) => Some(&call.arguments),
+            _ => None,
+        }
+    }
+}
+
+/// What a sink tells the producer after each event: the seeds' callback returning `false`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    Continue,
+    Cancel,
+}
+
+/// Receives events. Returning [`Flow::Cancel`] asks the producer to stop as soon as it can.
+pub trait EventSink {
+    fn emit(&mut self, event: Event) -> Flow;
+}
+
+impl<F: FnMut(Event) -> Flow> EventSink for F {
+    fn emit(&mut self, event: Event) -> Flow {
+        self(event)
+    }
+}
+
+/// A sink that collects events, handy for tests and for non-streaming callers.
+impl EventSink for Vec<Event> {
+    fn emit(&mut self, event: Event) -> Flow {
+        self.push(event);
+        Flow::Continue
+    }
+}

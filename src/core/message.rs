@@ -1,0 +1,95 @@
+//! Conversation messages and tool calls, independent of any provider's wire shape.
+//!
+//! These types derive `Serialize`/`Deserialize` only because shepherd persists
+//! sessions in its own format; backends never serialise them directly but build
+//! their own request structs from them.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Who said a message. The system prompt is kept apart in [`crate::core::Session`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+    Tool,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Tool => "tool",
+        }
+    }
+}
+
+/// A request from the model to run one tool.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// Provider-assigned (or synthesised) id; a tool result answers it with the same id.
+    pub id: String,
+    pub name: String,
+    /// The arguments as a JSON value (an object for every well-formed call).
+    pub arguments: Value,
+}
+
+/// One message of the conversation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    pub role: Role,
+    pub content: String,
+    /// Tool calls the assistant asked for in this message.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// For a `Tool` message: the id of the call it answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// For a `Tool` message: the name of the tool that produced it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_name: Option<String>,
+    /// Reasoning text the model produced before its answer (never sent back as content).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<String>,
+    /// Token count of this message, estimated or measured.
+    #[serde(default)]
+    pub tokens: u32,
+}
+
+impl Message {
+    fn with_role(role: Role, content: impl Into<String>) -> Self {
+        Message {
+            role,
+            content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            tool_name: None,
+            thinking: None,
+            tokens: 0,
+        }
+    }
+
+    pub fn user(content: impl Into<String>) -> Self {
+        Self::with_role(Role::User, content)
+    }
+
+    pub fn system(content: impl Into<String>) -> Self {
+        Self::with_role(Role::System, content)
+    }
+
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Self::with_role(Role::Assistant, content)
+    }
+
+    /// A tool result answering the call `call`.
+    pub fn tool_result(call: &ToolCall, content: impl Into<String>) -> Self {
+        let mut message = Self::with_role(Role::Tool, content);
+        message.tool_call_id = Some(call.id.clone());
+        message.tool_name = Some(call.name.clone());
+        message
+    }
+}

@@ -1,0 +1,16 @@
+//! The core vocabulary of shepherd: messages, the session, the event stream and
+//! the typed errors shared by every layer.
+//!
+//! Nothing in here does I/O or knows a wire format. Backends convert these types
+//! to and from their provider's JSON in their own modules; front-ends render the
+//! [`Event`]s; the agent owns the [`Session`].
+
+pub mod error;
+pub mod event;
+pub mod message;
+pub mod session;
+
+pub use error::{BackendError, ErrorKind};
+pub use event::{Event, EventSink, FinishReason, Flow, Stats, ToolResultEvent};
+pub use message::{Message, Role, ToolCall};
+pub use session::{EvictionPlan, Session};

@@ -1,0 +1,21 @@
+//! shepherd: an LLM chat client, in-process inference host, tool-running agent
+//! and the servers around it, in one synchronous, thread-based binary.
+//!
+//! `main` parses the command line, resolves the configuration, and hands over
+//! to one front-end. See `docs/ARCHITECTURE.md` for the map.
+
+mod agent;
+mod args;
+mod backend;
+mod commands;
+mod config;
+mod core;
+mod frontend;
+mod log;
+mod stream;
+mod sys;
+mod tools;
+
+fn main() {
+    std::process::exit(frontend::run_main());
+}
