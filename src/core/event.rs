@@ -107,6 +107,12 @@ pub enum Flow {
 /// Receives events. Returning [`Flow::Cancel`] asks the producer to stop as soon as it can.
 pub trait EventSink {
     fn emit(&mut self, event: Event) -> Flow;
+
+    /// Whether the consumer wants the producer to stop, asked while nothing is
+    /// being emitted (e.g. while waiting to retry or while a tool runs).
+    fn cancelled(&self) -> bool {
+        false
+    }
 }
 
 impl<F: FnMut(Event) -> Flow> EventSink for F {

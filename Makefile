@@ -1,0 +1,36 @@
+# shepherd: `make` builds the release binary, `make test` runs every check CI runs.
+# Missing system packages are installed (apt) only when absent; downloads are cached
+# under $(CACHE), outside git.
+
+CARGO ?= cargo
+CACHE ?= $(HOME)/.cache/shepherd
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+APT_PACKAGES ?=
+
+.PHONY: all build deps test fmt clippy clean
+
+all: build
+
+build: deps
+	$(CARGO) build --release
+	@echo "built target/release/shepherd"
+
+# Installs the Debian packages the build needs, only those that are missing.
+deps:
+	@missing=""; for p in $(APT_PACKAGES); do \
+	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+
+test: deps
+	$(CARGO) fmt --check
+	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) test
+
+fmt:
+	$(CARGO) fmt
+
+clean:
+	$(CARGO) clean
