@@ -94,6 +94,35 @@ impl Session {
         })
     }
 
+    /// Plans the removal of everything that may go, for when estimates and the
+    /// provider disagree; `None` when nothing may be evicted.
+    pub fn plan_full_eviction(&self) -> Option<EvictionPlan> {
+        let total = self.estimated_tokens();
+        self.plan_eviction(total.max(1)).or_else(|| {
+            let current_user = self.last_index_of(Role::User);
+            let last_assistant = self.last_index_of(Role::Assistant);
+            let mut ranges = old_turns(&self.messages, current_user);
+            ranges.extend(current_turn_pairs(
+                &self.messages,
+                current_user,
+                last_assistant,
+            ));
+            if ranges.is_empty() {
+                return None;
+            }
+            ranges.sort_by_key(|r| r.start);
+            let tokens_freed = ranges
+                .iter()
+                .flat_map(|r| self.messages[r.clone()].iter())
+                .map(|m| u64::from(m.tokens))
+                .sum();
+            Some(EvictionPlan {
+                ranges,
+                tokens_freed,
+            })
+        })
+    }
+
     /// Removes the planned ranges and fixes the token totals.
     pub fn evict(&mut self, plan: &EvictionPlan) {
         for range in plan.ranges.iter().rev() {
@@ -230,6 +259,16 @@ mod tests {
         let s = session(&[(U, 5), (A, 5), (T, 5), (T, 5), (A, 5), (T, 5), (A, 5)]);
         let plan = s.plan_eviction(1).unwrap();
         assert_eq!(plan.ranges, vec![1..4]);
+    }
+
+    #[test]
+    fn full_eviction_takes_everything_evictable() {
+        let s = session(&[(U, 10), (A, 10), (U, 5), (A, 5), (T, 5), (A, 5)]);
+        assert_eq!(s.plan_eviction(1000), None);
+        let plan = s.plan_full_eviction().unwrap();
+        assert_eq!(plan.ranges, vec![0..2, 3..5]);
+        assert_eq!(plan.tokens_freed, 30);
+        assert_eq!(session(&[(U, 10)]).plan_full_eviction(), None);
     }
 
     #[test]

@@ -1,0 +1,294 @@
+//! Plain-terminal rendering of agent events, shared by the one-shot and line modes.
+//!
+//! Answer text goes to stdout as it streams; tool calls and results are one
+//! line each; notices, errors and `--stats` lines go to stderr so a pipe
+//! receives only the conversation. Colours are used only on a terminal and
+//! never when `NO_COLOR` is set or `TERM=dumb`.
+
+use std::io::{self, Write};
+
+use serde_json::Value;
+
+use crate::core::{Event, Stats, ToolCall, ToolResultEvent};
+
+/// Longest argument value shown in a tool-call line before it is cut.
+const MAX_ARG_CHARS: usize = 47;
+
+/// What to show and how.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RenderOptions {
+    pub colors: bool,
+    pub show_thinking: bool,
+    pub stats: bool,
+}
+
+/// Writes events as text.
+pub struct Renderer<O: Write, E: Write> {
+    out: O,
+    err: E,
+    options: RenderOptions,
+    /// Whether the last byte written to `out` ended a line.
+    at_line_start: bool,
+    in_thinking: bool,
+}
+
+const GREEN: &str = "\x1b[32m";
+const RED: &str = "\x1b[31m";
+const YELLOW: &str = "\x1b[33m";
+const CYAN: &str = "\x1b[36m";
+const GRAY: &str = "\x1b[90m";
+const RESET: &str = "\x1b[0m";
+
+impl<O: Write, E: Write> Renderer<O, E> {
+    pub fn new(out: O, err: E, options: RenderOptions) -> Self {
+        Renderer {
+            out,
+            err,
+            options,
+            at_line_start: true,
+            in_thinking: false,
+        }
+    }
+
+    /// Renders one event. Write errors (a closed pipe) are returned to the caller.
+    pub fn render(&mut self, event: &Event) -> io::Result<()> {
+        if self.in_thinking && !matches!(event, Event::Thinking(_)) {
+            self.in_thinking = false;
+            self.end_line()?;
+        }
+        match event {
+            Event::Content(text) => self.text(text, None)?,
+            Event::CodeBlock(text) => self.text(text, Some(CYAN))?,
+            Event::Thinking(text) if self.options.show_thinking => {
+                self.in_thinking = true;
+                self.text(text, Some(GRAY))?;
+            }
+            Event::Thinking(_) | Event::UserPrompt(_) => {}
+            Event::ToolCall(call) => {
+                let line = format!("* {}", tool_call_line(call));
+                self.line(&line, YELLOW)?;
+            }
+            Event::ToolResult(result) => {
+                let (mark, color) = if result.success {
+                    ("✓", GREEN)
+                } else {
+                    ("✗", RED)
+                };
+                self.line(&format!("  {mark} {}", result_line(result)), color)?;
+            }
+            Event::System(text) => self.note(&format!("[{text}]"), GRAY)?,
+            Event::Error { message, .. } => self.note(&format!("error: {message}"), RED)?,
+            Event::Stats(stats) if self.options.stats => self.note(&stats_line(stats), GRAY)?,
+            Event::Stats(_) => {}
+            Event::Stop(_) => {
+                self.end_line()?;
+            }
+        }
+        self.out.flush()
+    }
+
+    fn paint(&self, text: &str, color: Option<&str>) -> String {
+        match color {
+            Some(c) if self.options.colors => format!("{c}{text}{RESET}"),
+            _ => text.to_string(),
+        }
+    }
+
+    fn text(&mut self, text: &str, color: Option<&str>) -> io::Result<()> {
+        if text.is_empty() {
+            return Ok(());
+        }
+        let painted = self.paint(text, color);
+        self.out.write_all(painted.as_bytes())?;
+        self.at_line_start = text.ends_with('\n');
+        Ok(())
+    }
+
+    fn end_line(&mut self) -> io::Result<()> {
+        if !self.at_line_start {
+            self.out.write_all(b"\n")?;
+            self.at_line_start = true;
+        }
+        Ok(())
+    }
+
+    fn line(&mut self, text: &str, color: &str) -> io::Result<()> {
+        self.end_line()?;
+        let painted = self.paint(text, Some(color));
+        writeln!(self.out, "{painted}")
+    }
+
+    fn note(&mut self, text: &str, color: &str) -> io::Result<()> {
+        self.end_line()?;
+        self.out.flush()?;
+        let painted = self.paint(text, Some(color));
+        writeln!(self.err, "{painted}")
+    }
+}
+
+/// `name(key=value, ...)` with long values cut.
+pub fn tool_call_line(call: &ToolCall) -> String {
+    let args = match &call.arguments {
+        Value::Object(map) => map
+            .iter()
+            .map(|(k, v)| format!("{k}={}", cut(&value_text(v), MAX_ARG_CHARS)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        Value::Null => String::new(),
+        other => cut(&other.to_string(), MAX_ARG_CHARS),
+    };
+    format!("{}({args})", call.name)
+}
+
+fn value_text(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The first line of `text`, at most `max` characters, with `...` when cut.
+fn cut(text: &str, max: usize) -> String {
+    let first = text.lines().next().unwrap_or("");
+    let multi_line = first.len() < text.trim_end().len();
+    if first.chars().count() > max {
+        let kept: String = first.chars().take(max).collect();
+        format!("{kept}...")
+    } else if multi_line {
+        format!("{first}...")
+    } else {
+        first.to_string()
+    }
+}
+
+fn result_line(result: &ToolResultEvent) -> String {
+    if result.summary.is_empty() {
+        cut(&result.content, 100)
+    } else {
+        cut(&result.summary, 200)
+    }
+}
+
+fn stats_line(stats: &Stats) -> String {
+    let speed = |tps: Option<f64>| tps.map_or(String::new(), |t| format!(", {t:.1} t/s"));
+    let context = if stats.context_size > 0 {
+        format!("{}/{}", stats.context_used, stats.context_size)
+    } else {
+        stats.context_used.to_string()
+    };
+    format!(
+        "[Prefill: {} tokens{}, context: {context}] [Decode: {} tokens{}]",
+        stats.prompt_tokens,
+        speed(stats.prefill_tps),
+        stats.completion_tokens,
+        speed(stats.decode_tps)
+    )
+}
+
+/// Whether colours are wanted on a stream that is (or is not) a terminal.
+pub fn colors_wanted(is_terminal: bool, no_colors_flag: bool) -> bool {
+    let no_color_env = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    let dumb = std::env::var("TERM").is_ok_and(|t| t == "dumb");
+    is_terminal && !no_colors_flag && !no_color_env && !dumb
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::FinishReason;
+    use serde_json::json;
+
+    fn render(events: &[Event], options: RenderOptions) -> (String, String) {
+        let mut out = Vec::new();
+        let mut err = Vec::new();
+        {
+            let mut r = Renderer::new(&mut out, &mut err, options);
+            for e in events {
+                r.render(e).unwrap();
+            }
+        }
+        (
+            String::from_utf8(out).unwrap(),
+            String::from_utf8(err).unwrap(),
+        )
+    }
+
+    #[test]
+    fn tool_lines_start_on_their_own_line() {
+        let call = ToolCall {
+            id: "c1".into(),
+            name: "read".into(),
+            arguments: json!({"file_path": "a.txt"}),
+        };
+        let result = ToolResultEvent {
+            id: "c1".into(),
+            name: "read".into(),
+            success: true,
+            summary: "3 lines".into(),
+            content: "x".into(),
+        };
+        let (out, _) = render(
+            &[
+                Event::Content("Let me look".into()),
+                Event::ToolCall(call),
+                Event::ToolResult(result),
+                Event::Content("Done.".into()),
+                Event::Stop(FinishReason::Stop),
+            ],
+            RenderOptions::default(),
+        );
+        assert_eq!(
+            out,
+            "Let me look\n* read(file_path=a.txt)\n  ✓ 3 lines\nDone.\n"
+        );
+    }
+
+    #[test]
+    fn long_and_multi_line_values_are_cut() {
+        let call = ToolCall {
+            id: "c".into(),
+            name: "write".into(),
+            arguments: json!({"content": "x".repeat(60), "file_path": "f"}),
+        };
+        assert_eq!(
+            tool_call_line(&call),
+            format!("write(content={}..., file_path=f)", "x".repeat(47))
+        );
+        let call = ToolCall {
+            id: "c".into(),
+            name: "bash".into(),
+            arguments: json!({"command": "echo 1\necho 2"}),
+        };
+        assert_eq!(tool_call_line(&call), "bash(command=echo 1...)");
+    }
+
+    #[test]
+    fn thinking_hidden_unless_asked_and_notices_go_to_stderr() {
+        let events = [
+            Event::Thinking("hmm".into()),
+            Event::Content("hi".into()),
+            Event::Error {
+                kind: crate::core::ErrorKind::Http,
+                message: "boom".into(),
+            },
+        ];
+        let (out, err) = render(&events, RenderOptions::default());
+        assert_eq!(out, "hi\n");
+        assert_eq!(err, "error: boom\n");
+        let shown = RenderOptions {
+            show_thinking: true,
+            ..RenderOptions::default()
+        };
+        let (out, _) = render(&events, shown);
+        assert_eq!(out, "hmm\nhi\n");
+    }
+
+    #[test]
+    fn no_escape_codes_without_colors() {
+        let (out, _) = render(
+            &[Event::CodeBlock("let x = 1;\n".into())],
+            RenderOptions::default(),
+        );
+        assert!(!out.contains('\x1b'));
+    }
+}

@@ -1,0 +1,122 @@
+//! Runs the built binary in an isolated home and working directory, with a deadline.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+/// No test run of the binary may take longer than this.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// A temporary directory removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        static COUNTER: AtomicU32 = AtomicU32::new(0);
+        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+        let path = std::env::temp_dir().join(format!(
+            "shepherd-it-{tag}-{}-{n}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).expect("create temp dir");
+        TempDir(path)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// What a run of the binary produced.
+pub struct Run {
+    pub status: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    fn from(output: Output) -> Run {
+        Run {
+            status: output.status.code(),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+
+    /// Every stdout line parsed as JSON (panics with the line if one is not).
+    pub fn json_lines(&self) -> Vec<serde_json::Value> {
+        self.stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l:?}")))
+            .collect()
+    }
+}
+
+/// A sandbox for one run: its own HOME, config dir and working directory.
+pub struct Sandbox {
+    pub root: TempDir,
+}
+
+impl Sandbox {
+    pub fn new(tag: &str) -> Sandbox {
+        let root = TempDir::new(tag);
+        for dir in ["home", "config", "work"] {
+            std::fs::create_dir_all(root.path().join(dir)).expect("sandbox dir");
+        }
+        Sandbox { root }
+    }
+
+    pub fn work(&self) -> PathBuf {
+        self.root.path().join("work")
+    }
+
+    pub fn config_dir(&self) -> PathBuf {
+        self.root.path().join("config")
+    }
+
+    /// Runs `shepherd args...` with `stdin` as input and waits at most [`DEADLINE`].
+    pub fn run(&self, args: &[&str], stdin: &str) -> Run {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_shepherd"))
+            .args(args)
+            .current_dir(self.work())
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", self.root.path().join("home"))
+            .env("XDG_CONFIG_HOME", self.config_dir())
+            .env("XDG_STATE_HOME", self.root.path().join("home/state"))
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn shepherd");
+        let mut input = child.stdin.take().expect("stdin");
+        let stdin = stdin.to_string();
+        let writer = std::thread::spawn(move || {
+            let _ = input.write_all(stdin.as_bytes());
+        });
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let pid = child.id();
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait_with_output());
+        });
+        let output = match rx.recv_timeout(DEADLINE) {
+            Ok(output) => output.expect("wait for shepherd"),
+            Err(_) => {
+                let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+                panic!("shepherd {args:?} did not finish within {DEADLINE:?}");
+            }
+        };
+        let _ = writer.join();
+        Run::from(output)
+    }
+}

@@ -1,0 +1,6 @@
+//! The one integration-test binary: drives the built `shepherd` binary against
+//! real HTTP servers on 127.0.0.1:0 that replay recorded streams.
+
+mod cli;
+mod fake_openai;
+mod harness;
