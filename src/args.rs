@@ -640,7 +640,10 @@ pub fn help_text() -> String {
 
 /// `-m, --model MODEL` as shown in the help's left column.
 fn flag_label(f: &Flag) -> String {
-    let short = f.short.map(|c| format!("-{c}, ")).unwrap_or_default();
+    // Long-only flags are indented so every `--name` starts in the same column.
+    let short = f
+        .short
+        .map_or_else(|| "    ".to_string(), |c| format!("-{c}, "));
     let alias = f.alias.map(|a| format!(", --{a}")).unwrap_or_default();
     let value = match f.takes {
         Takes::Nothing => String::new(),
