@@ -1,0 +1,891 @@
+//! Stage two of the command line: layers built-in defaults, config.json,
+//! `SHEPHERD_*` variables and flags (lowest to highest) into [`Settings`].
+//!
+//! [`Settings`] is a plain record of values the front-ends, the agent and the
+//! backend factory read; nothing here opens a connection. The environment is
+//! passed in as a lookup function so tests never touch the process environment.
+
+use std::path::{Path, PathBuf};
+
+use super::{
+    load, locate, ConfigError, ConfigFile, EnvLookup, ProviderConfig, ProviderKind, SYSTEM_CONFIG,
+};
+use crate::args::{self, LowArgs, Subcommand, MAX_TOKEN_COUNT};
+use crate::backend::Sampling;
+use crate::log::Category;
+
+/// Used when no flag, variable or config key gives a system prompt.
+pub const DEFAULT_SYSTEM_PROMPT: &str = "You are shepherd, a capable assistant running on the \
+user's own machine. You can call tools to read and change files and to run commands; file tools \
+operate in the current working directory, and relative paths are resolved against it. Use a tool \
+when it gives a more reliable answer than guessing, check results before relying on them, and say \
+plainly when something failed. Keep answers concise.";
+
+const DEFAULT_MAX_ROUNDS: u32 = 50;
+const DEFAULT_TIMEOUT_SECS: u64 = 300;
+const DEFAULT_HOST: &str = "127.0.0.1";
+const DEFAULT_PORT: u16 = 8000;
+/// The name of the provider built from `--backend`/`--api-base` when no `-p` is given.
+pub const CMDLINE_PROVIDER: &str = "cmdline";
+
+/// What shepherd was asked to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mode {
+    Chat,
+    JsonLines,
+    CliServer,
+    ApiServer,
+    /// `shepherd provider ...`, with the words after `provider`.
+    Provider(Vec<String>),
+    /// `shepherd config ...`, with the words after `config`.
+    Config(Vec<String>),
+    Version,
+    Help,
+}
+
+/// The reply-length request: `--max-tokens -1`, `0` or a count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MaxTokens {
+    /// Let the backend choose (usually what fits in the context).
+    #[default]
+    Auto,
+    /// As many as the model allows.
+    Max,
+    Limit(u32),
+}
+
+impl MaxTokens {
+    fn from_count(n: i64) -> MaxTokens {
+        match n {
+            -1 => MaxTokens::Max,
+            n if n > 0 => MaxTokens::Limit(n.min(MAX_TOKEN_COUNT as i64) as u32),
+            _ => MaxTokens::Auto,
+        }
+    }
+
+    fn limit(self) -> Option<u32> {
+        match self {
+            MaxTokens::Limit(n) => Some(n),
+            _ => None,
+        }
+    }
+}
+
+/// Where the servers listen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerSettings {
+    pub host: String,
+    pub port: u16,
+}
+
+/// Knobs for the in-process llama.cpp backend, as typed.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LocalSettings {
+    pub model_path: Option<PathBuf>,
+    pub gpu_layers: Option<i32>,
+    pub threads: Option<u32>,
+    pub n_batch: Option<u32>,
+    pub ubatch: Option<u32>,
+    pub cache_type: Option<String>,
+    pub flash_attn: bool,
+}
+
+/// Sampling values from one layer; `None` means "this layer says nothing".
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+struct SamplingLayer {
+    temperature: Option<f32>,
+    top_p: Option<f32>,
+    top_k: Option<u32>,
+    max_tokens: Option<i64>,
+    context_size: Option<u64>,
+}
+
+impl SamplingLayer {
+    /// `self` with every value that `top` sets replaced by `top`'s.
+    fn under(self, top: SamplingLayer) -> SamplingLayer {
+        SamplingLayer {
+            temperature: top.temperature.or(self.temperature),
+            top_p: top.top_p.or(self.top_p),
+            top_k: top.top_k.or(self.top_k),
+            max_tokens: top.max_tokens.or(self.max_tokens),
+            context_size: top.context_size.or(self.context_size),
+        }
+    }
+
+    fn of_file(file: &ConfigFile) -> SamplingLayer {
+        SamplingLayer {
+            temperature: file.temperature,
+            top_p: file.top_p,
+            top_k: file.top_k,
+            max_tokens: file.max_tokens,
+            context_size: file.context_size,
+        }
+    }
+
+    fn of_provider(p: &ProviderConfig) -> SamplingLayer {
+        SamplingLayer {
+            temperature: p.temperature,
+            top_p: p.top_p,
+            top_k: p.top_k,
+            max_tokens: p.max_tokens,
+            context_size: p.context_size,
+        }
+    }
+
+    fn to_sampling(self) -> Sampling {
+        Sampling {
+            temperature: self.temperature,
+            top_p: self.top_p,
+            top_k: self.top_k,
+            max_tokens: self
+                .max_tokens
+                .map(MaxTokens::from_count)
+                .and_then(MaxTokens::limit),
+            ..Sampling::default()
+        }
+    }
+}
+
+/// Everything the front-ends need, resolved to plain values.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    pub mode: Mode,
+    /// The failover chain, first choice first. Empty when nothing is configured.
+    pub providers: Vec<ProviderConfig>,
+    pub system_prompt: String,
+    /// Sampling from config.json, environment and flags; see [`Settings::sampling_for`].
+    pub sampling: Sampling,
+    pub max_tokens: MaxTokens,
+    pub context_size: Option<u64>,
+    pub stream: bool,
+    pub tools_enabled: bool,
+    pub enable_tools: Vec<String>,
+    /// config.json's `disabled_tools` followed by `--disable-tools`.
+    pub disable_tools: Vec<String>,
+    pub max_rounds: u32,
+    pub prompt: Option<String>,
+    pub show_thinking: bool,
+    pub stats: bool,
+    pub timeout_secs: u64,
+    pub debug: Vec<Category>,
+    /// The file `provider`/`config` commands and saves write to.
+    pub config_path: PathBuf,
+    pub server: ServerSettings,
+    pub local: LocalSettings,
+    /// `Some` when `--tui`/`--no-tui` was given; always `Some(false)` outside chat mode.
+    pub tui: Option<bool>,
+    pub colors: bool,
+    pub continue_session: bool,
+    pub reasoning: Option<String>,
+    pub mcp_enabled: bool,
+    file_layer: SamplingLayer,
+    override_layer: SamplingLayer,
+}
+
+impl Settings {
+    /// Sampling for one provider: config.json < the provider's own values < environment < flags.
+    pub fn sampling_for(&self, provider: &ProviderConfig) -> Sampling {
+        self.layers_for(provider).to_sampling()
+    }
+
+    pub fn max_tokens_for(&self, provider: &ProviderConfig) -> MaxTokens {
+        let layer = self.layers_for(provider);
+        layer
+            .max_tokens
+            .map(MaxTokens::from_count)
+            .unwrap_or_default()
+    }
+
+    /// The context size to use with `provider`; `None` means the model's own.
+    pub fn context_size_for(&self, provider: &ProviderConfig) -> Option<u64> {
+        self.layers_for(provider).context_size.filter(|n| *n > 0)
+    }
+
+    fn layers_for(&self, provider: &ProviderConfig) -> SamplingLayer {
+        self.file_layer
+            .under(SamplingLayer::of_provider(provider))
+            .under(self.override_layer)
+    }
+}
+
+/// Values from `SHEPHERD_*` variables, checked.
+#[derive(Debug, Default)]
+struct EnvLayer {
+    provider: Option<String>,
+    model: Option<String>,
+    backend: Option<String>,
+    api_base: Option<String>,
+    api_key: Option<String>,
+    system_prompt: Option<String>,
+    max_tokens: Option<i64>,
+    temperature: Option<f32>,
+    context_size: Option<u64>,
+    debug: Option<Vec<Category>>,
+}
+
+fn read_env(env: EnvLookup) -> Result<EnvLayer, ConfigError> {
+    // An empty variable counts as unset, as shells make `VAR=` easy to leave behind.
+    let get = |name: &str| env(name).filter(|v| !v.is_empty());
+    Ok(EnvLayer {
+        provider: get("SHEPHERD_PROVIDER"),
+        model: get("SHEPHERD_MODEL"),
+        backend: env_number("SHEPHERD_BACKEND", get, |r| {
+            Ok(backend_kind(r)?.as_str().into())
+        })?,
+        api_base: get("SHEPHERD_API_BASE"),
+        api_key: get("SHEPHERD_API_KEY"),
+        system_prompt: get("SHEPHERD_SYSTEM_PROMPT"),
+        max_tokens: env_number("SHEPHERD_MAX_TOKENS", get, args::max_tokens)?,
+        temperature: env_number("SHEPHERD_TEMPERATURE", get, |r| {
+            args::parse_unit_float(r, 2.0)
+        })?,
+        context_size: env_number("SHEPHERD_CONTEXT_SIZE", get, context_size)?,
+        debug: env_number("SHEPHERD_DEBUG", get, env_debug)?,
+    })
+}
+
+fn env_number<T>(
+    name: &str,
+    get: impl Fn(&str) -> Option<String>,
+    parse: impl Fn(&str) -> Result<T, String>,
+) -> Result<Option<T>, ConfigError> {
+    get(name)
+        .map(|raw| parse(&raw).map_err(|e| env_error(name, &raw, &e)))
+        .transpose()
+}
+
+fn env_error(name: &str, raw: &str, expected: &str) -> ConfigError {
+    ConfigError::invalid(
+        format!("environment variable {name}"),
+        format!("'{raw}' is not valid, expected {expected}"),
+    )
+}
+
+fn backend_kind(raw: &str) -> Result<ProviderKind, String> {
+    ProviderKind::parse(raw).ok_or_else(|| format!("one of {}", args::BACKEND_NAMES.join(", ")))
+}
+
+fn context_size(raw: &str) -> Result<u64, String> {
+    match raw.trim().parse::<u64>() {
+        Ok(n) if n <= MAX_TOKEN_COUNT => Ok(n),
+        _ => Err(format!("a whole number up to {MAX_TOKEN_COUNT}")),
+    }
+}
+
+/// `SHEPHERD_DEBUG`: `0`/`false`/`off` turn it off, `1`/`true`/`on` mean all, else a list.
+fn env_debug(raw: &str) -> Result<Vec<Category>, String> {
+    match raw.trim() {
+        "0" | "false" | "off" => Ok(Vec::new()),
+        "1" | "true" | "on" => Ok(Category::ALL.to_vec()),
+        list => args::debug_categories(list),
+    }
+}
+
+/// Provider selection after flags have been laid over the environment.
+#[derive(Debug, Default)]
+struct Selection {
+    provider: Option<(String, &'static str)>,
+    model: Option<String>,
+    backend: Option<ProviderKind>,
+    api_base: Option<String>,
+    api_key: Option<String>,
+}
+
+fn selection(low: &LowArgs, env: &EnvLayer) -> Selection {
+    let provider = match (&low.provider, &env.provider) {
+        (Some(name), _) => Some((name.clone(), "-p")),
+        (None, Some(name)) => Some((name.clone(), "SHEPHERD_PROVIDER")),
+        (None, None) => None,
+    };
+    let backend = low.backend.as_deref().or(env.backend.as_deref());
+    Selection {
+        provider,
+        model: low.model.clone().or_else(|| env.model.clone()),
+        // Both layers were checked against the same names when they were parsed.
+        backend: backend.and_then(ProviderKind::parse),
+        api_base: low.api_base.clone().or_else(|| env.api_base.clone()),
+        api_key: low.api_key.clone().or_else(|| env.api_key.clone()),
+    }
+}
+
+/// Builds the failover chain from the configured providers and the selection.
+fn provider_chain(
+    file: &ConfigFile,
+    sel: &Selection,
+    env: EnvLookup,
+) -> Result<Vec<ProviderConfig>, ConfigError> {
+    let mut chain = if let Some((name, origin)) = &sel.provider {
+        let chosen = file
+            .provider(name)
+            .ok_or_else(|| unknown_provider(file, name, origin))?;
+        vec![overridden(chosen.clone(), sel)]
+    } else if sel.backend.is_some() || sel.api_base.is_some() {
+        vec![cmdline_provider(file, sel)]
+    } else if sel.model.is_some() || sel.api_key.is_some() {
+        // A model or key alone is meant for the preferred provider.
+        match file.providers.first() {
+            Some(first) => vec![overridden(first.clone(), sel)],
+            None => vec![cmdline_provider(file, sel)],
+        }
+    } else {
+        file.providers.clone()
+    };
+    chain.iter_mut().for_each(|p| fill_api_key(p, env));
+    Ok(chain)
+}
+
+fn unknown_provider(file: &ConfigFile, name: &str, origin: &str) -> ConfigError {
+    let known = if file.providers.is_empty() {
+        "no providers are configured (see `shepherd provider add`)".to_string()
+    } else {
+        format!("known providers: {}", file.provider_names().join(", "))
+    };
+    ConfigError::invalid(origin, format!("unknown provider '{name}'; {known}"))
+}
+
+fn overridden(mut p: ProviderConfig, sel: &Selection) -> ProviderConfig {
+    if let Some(kind) = sel.backend {
+        p.kind = kind;
+    }
+    if let Some(model) = &sel.model {
+        p.model = Some(model.clone());
+    }
+    if let Some(base) = &sel.api_base {
+        p.base_url = Some(base.clone());
+    }
+    if let Some(key) = &sel.api_key {
+        p.api_key = Some(key.clone());
+    }
+    p
+}
+
+/// The one-off provider for `--backend`/`--api-base` without `-p`.
+fn cmdline_provider(file: &ConfigFile, sel: &Selection) -> ProviderConfig {
+    let kind = sel
+        .backend
+        .or_else(|| file.providers.first().map(|p| p.kind))
+        .unwrap_or_default();
+    let mut p = overridden(ProviderConfig::new(CMDLINE_PROVIDER, kind), sel);
+    p.priority = 0;
+    p
+}
+
+/// Takes the key from the provider's usual variable (e.g. `OPENAI_API_KEY`) when it has none.
+fn fill_api_key(p: &mut ProviderConfig, env: EnvLookup) {
+    if p.api_key.as_deref().is_some_and(|k| !k.is_empty()) {
+        return;
+    }
+    let from_env = p
+        .kind
+        .key_env_vars()
+        .iter()
+        .find_map(|name| env(name).filter(|v| !v.is_empty()));
+    if from_env.is_some() {
+        p.api_key = from_env;
+    }
+}
+
+/// The system prompt: flag text, flag file, environment, config.json, built-in default.
+fn system_prompt(low: &LowArgs, env: &EnvLayer, file: &ConfigFile) -> Result<String, ConfigError> {
+    if let Some(text) = &low.system_prompt {
+        return Ok(text.clone());
+    }
+    if let Some(path) = &low.system_prompt_file {
+        return std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+            path: path.clone(),
+            message: e.to_string(),
+        });
+    }
+    let configured = env
+        .system_prompt
+        .clone()
+        .or_else(|| file.system_prompt.clone());
+    Ok(configured.unwrap_or_else(|| DEFAULT_SYSTEM_PROMPT.to_string()))
+}
+
+fn mode(low: &LowArgs) -> Mode {
+    if low.help {
+        return Mode::Help;
+    }
+    if low.version {
+        return Mode::Version;
+    }
+    match &low.subcommand {
+        Some(Subcommand::Provider(rest)) => Mode::Provider(rest.clone()),
+        Some(Subcommand::Config(rest)) => Mode::Config(rest.clone()),
+        None if low.json => Mode::JsonLines,
+        None if low.cliserver => Mode::CliServer,
+        None if low.server => Mode::ApiServer,
+        None => Mode::Chat,
+    }
+}
+
+/// Locates and loads config.json, reads the process-independent `env`, and resolves.
+///
+/// Help, version and the `provider`/`config` commands do not read the file here:
+/// help must work with a broken config, and the commands load it themselves.
+pub fn resolve(low: &LowArgs, env: EnvLookup) -> Result<Settings, ConfigError> {
+    let location = locate(low.config.as_deref(), env, Path::new(SYSTEM_CONFIG));
+    match mode(low) {
+        Mode::Chat | Mode::JsonLines | Mode::CliServer | Mode::ApiServer => {
+            let file = load(&location.read_from)?;
+            resolve_with(low, &file, location.path, env)
+        }
+        _ => resolve_with(low, &ConfigFile::default(), location.path, &|_| None),
+    }
+}
+
+/// Resolves `low` over an already-loaded `file`; `config_path` is recorded as is.
+pub fn resolve_with(
+    low: &LowArgs,
+    file: &ConfigFile,
+    config_path: PathBuf,
+    env: EnvLookup,
+) -> Result<Settings, ConfigError> {
+    let env_layer = read_env(env)?;
+    let mode = mode(low);
+    let providers = provider_chain(file, &selection(low, &env_layer), env)?;
+    let file_layer = SamplingLayer::of_file(file);
+    let override_layer = overrides(low, &env_layer);
+    let merged = file_layer.under(override_layer);
+    let interactive = mode == Mode::Chat;
+    Ok(Settings {
+        providers,
+        system_prompt: system_prompt(low, &env_layer, file)?,
+        sampling: merged.to_sampling(),
+        max_tokens: merged
+            .max_tokens
+            .map(MaxTokens::from_count)
+            .unwrap_or_default(),
+        context_size: merged.context_size.filter(|n| *n > 0),
+        stream: !low.no_stream && file.streaming.unwrap_or(true),
+        tools_enabled: !low.no_tools && file.tools_enabled.unwrap_or(true),
+        enable_tools: low.enable_tools.clone(),
+        disable_tools: [file.disabled_tools.as_slice(), &low.disable_tools].concat(),
+        max_rounds: low
+            .max_rounds
+            .or(file.max_rounds)
+            .unwrap_or(DEFAULT_MAX_ROUNDS),
+        prompt: low.prompt.clone(),
+        show_thinking: low.thinking || file.thinking.unwrap_or(false),
+        stats: low.stats || file.stats.unwrap_or(false),
+        timeout_secs: file.timeout.unwrap_or(DEFAULT_TIMEOUT_SECS),
+        debug: low.debug.clone().or(env_layer.debug).unwrap_or_default(),
+        config_path,
+        server: server(low),
+        local: local(low),
+        tui: if interactive { low.tui } else { Some(false) },
+        colors: !low.no_colors && env("NO_COLOR").is_none_or(|v| v.is_empty()),
+        continue_session: low.continue_session,
+        reasoning: low.reasoning.clone(),
+        mcp_enabled: !low.no_mcp,
+        mode,
+        file_layer,
+        override_layer,
+    })
+}
+
+/// The environment's sampling values with the flags laid over them.
+fn overrides(low: &LowArgs, env: &EnvLayer) -> SamplingLayer {
+    SamplingLayer {
+        temperature: low.temperature.or(env.temperature),
+        top_p: low.top_p,
+        top_k: low.top_k,
+        max_tokens: low.max_tokens.or(env.max_tokens),
+        context_size: low.context_size.or(env.context_size),
+    }
+}
+
+fn server(low: &LowArgs) -> ServerSettings {
+    ServerSettings {
+        host: low.host.clone().unwrap_or_else(|| DEFAULT_HOST.to_string()),
+        port: low.port.unwrap_or(DEFAULT_PORT),
+    }
+}
+
+fn local(low: &LowArgs) -> LocalSettings {
+    LocalSettings {
+        model_path: low.model_path.clone(),
+        gpu_layers: low.gpu_layers,
+        threads: low.threads,
+        n_batch: low.n_batch,
+        ubatch: low.ubatch,
+        cache_type: low.cache_type.clone(),
+        flash_attn: low.flash_attn,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::parse;
+    use super::super::test_support::temp_dir;
+    use super::*;
+
+    const FILE: &str = r#"{
+        "temperature": 0.5, "top_p": 0.8, "max_tokens": 1000, "context_size": 8192,
+        "max_rounds": 20, "streaming": false, "system_prompt": "from file",
+        "disabled_tools": ["bash"], "timeout": 60, "thinking": true,
+        "providers": [
+            {"name": "local", "type": "ollama", "model": "qwen", "priority": 10},
+            {"name": "cloud", "model": "gpt-x", "priority": 20, "temperature": 0.9, "max_tokens": 4000},
+            {"name": "claude", "type": "anthropic", "model": "c", "priority": 30, "api_key": "own"}
+        ]
+    }"#;
+
+    fn file() -> ConfigFile {
+        parse(FILE, Path::new("t.json")).expect("the fixture is valid")
+    }
+
+    fn low(argv: &[&str]) -> LowArgs {
+        args::parse(argv).expect("test argv is valid")
+    }
+
+    fn env_map(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let owned: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |name| {
+            owned
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+        }
+    }
+
+    fn settings(argv: &[&str], env: &[(&str, &str)], file: &ConfigFile) -> Settings {
+        resolve_with(&low(argv), file, PathBuf::from("c.json"), &env_map(env))
+            .unwrap_or_else(|e| panic!("{argv:?} / {env:?} should resolve: {e}"))
+    }
+
+    fn resolve_err(argv: &[&str], env: &[(&str, &str)]) -> String {
+        match resolve_with(&low(argv), &file(), PathBuf::from("c.json"), &env_map(env)) {
+            Ok(s) => panic!("should fail: {s:?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    fn names(s: &Settings) -> Vec<&str> {
+        s.providers.iter().map(|p| p.name.as_str()).collect()
+    }
+
+    #[test]
+    fn defaults_without_file_env_or_flags() {
+        let s = settings(&[], &[], &ConfigFile::default());
+        assert_eq!(s.mode, Mode::Chat);
+        assert!(s.providers.is_empty());
+        assert_eq!(s.system_prompt, DEFAULT_SYSTEM_PROMPT);
+        assert!(s.system_prompt.contains("working directory"));
+        assert_eq!(s.sampling, Sampling::default());
+        assert_eq!(s.max_tokens, MaxTokens::Auto);
+        assert!(s.stream && s.tools_enabled && s.colors && !s.stats && !s.show_thinking);
+        assert_eq!((s.max_rounds, s.timeout_secs), (50, 300));
+        assert_eq!(
+            s.server,
+            ServerSettings {
+                host: "127.0.0.1".into(),
+                port: 8000
+            }
+        );
+        assert!(s.debug.is_empty());
+    }
+
+    #[test]
+    fn file_values_beat_defaults() {
+        let s = settings(&[], &[], &file());
+        assert_eq!(names(&s), ["local", "cloud", "claude"]);
+        assert_eq!(s.sampling.temperature, Some(0.5));
+        assert_eq!(s.sampling.top_p, Some(0.8));
+        assert_eq!(s.sampling.max_tokens, Some(1000));
+        assert_eq!(s.context_size, Some(8192));
+        assert_eq!((s.max_rounds, s.timeout_secs), (20, 60));
+        assert!(!s.stream && s.show_thinking);
+        assert_eq!(s.system_prompt, "from file");
+        assert_eq!(s.disable_tools, ["bash"]);
+    }
+
+    #[test]
+    fn env_beats_file_and_flags_beat_env() {
+        let env = [
+            ("SHEPHERD_TEMPERATURE", "1.5"),
+            ("SHEPHERD_MAX_TOKENS", "-1"),
+            ("SHEPHERD_CONTEXT_SIZE", "4096"),
+            ("SHEPHERD_SYSTEM_PROMPT", "from env"),
+            ("SHEPHERD_DEBUG", "tools"),
+        ];
+        let s = settings(&[], &env, &file());
+        assert_eq!(s.sampling.temperature, Some(1.5));
+        assert_eq!(
+            (s.max_tokens, s.sampling.max_tokens),
+            (MaxTokens::Max, None)
+        );
+        assert_eq!(s.context_size, Some(4096));
+        assert_eq!(s.system_prompt, "from env");
+        assert_eq!(s.debug, [Category::Tools]);
+
+        let argv = [
+            "--temperature",
+            "0.1",
+            "--max-tokens",
+            "77",
+            "--context-size",
+            "2048",
+            "--system-prompt",
+            "from flag",
+            "-d",
+            "--max-rounds",
+            "3",
+            "--nostream",
+        ];
+        let s = settings(&argv, &env, &file());
+        assert_eq!(s.sampling.temperature, Some(0.1));
+        assert_eq!(
+            (s.max_tokens, s.sampling.max_tokens),
+            (MaxTokens::Limit(77), Some(77))
+        );
+        assert_eq!(s.context_size, Some(2048));
+        assert_eq!(s.system_prompt, "from flag");
+        assert_eq!(s.debug, Category::ALL);
+        assert_eq!(s.max_rounds, 3);
+        assert!(!s.stream);
+    }
+
+    #[test]
+    fn provider_values_sit_between_file_and_env() {
+        let f = file();
+        let cloud = f.provider("cloud").expect("in fixture");
+        let s = settings(&[], &[], &f);
+        assert_eq!(s.sampling_for(cloud).temperature, Some(0.9));
+        assert_eq!(
+            s.sampling_for(cloud).top_p,
+            Some(0.8),
+            "file value shows through"
+        );
+        assert_eq!(s.max_tokens_for(cloud), MaxTokens::Limit(4000));
+        let s = settings(&[], &[("SHEPHERD_TEMPERATURE", "0.3")], &f);
+        assert_eq!(s.sampling_for(cloud).temperature, Some(0.3));
+        let s = settings(
+            &["--temperature", "0", "--top-k", "5", "--max-tokens", "0"],
+            &[],
+            &f,
+        );
+        assert_eq!(s.sampling_for(cloud).temperature, Some(0.0));
+        assert_eq!(s.sampling_for(cloud).top_k, Some(5));
+        assert_eq!(s.max_tokens_for(cloud), MaxTokens::Auto);
+        assert_eq!(s.context_size_for(cloud), Some(8192));
+    }
+
+    #[test]
+    fn bad_env_values_name_the_variable() {
+        let cases = [
+            ("SHEPHERD_TEMPERATURE", "hot"),
+            ("SHEPHERD_TEMPERATURE", "NaN"),
+            ("SHEPHERD_MAX_TOKENS", "-5"),
+            ("SHEPHERD_CONTEXT_SIZE", "big"),
+            ("SHEPHERD_BACKEND", "grok"),
+            ("SHEPHERD_DEBUG", "net"),
+        ];
+        for (name, value) in cases {
+            let msg = resolve_err(&[], &[(name, value)]);
+            assert!(msg.contains(name) && msg.contains(value), "{msg}");
+        }
+    }
+
+    #[test]
+    fn provider_flag_selects_and_overrides() {
+        let s = settings(
+            &[
+                "-p",
+                "cloud",
+                "-m",
+                "other",
+                "--api-base",
+                "http://b",
+                "--api-key",
+                "k",
+            ],
+            &[],
+            &file(),
+        );
+        assert_eq!(names(&s), ["cloud"]);
+        let p = &s.providers[0];
+        assert_eq!(p.model.as_deref(), Some("other"));
+        assert_eq!(p.base_url.as_deref(), Some("http://b"));
+        assert_eq!(p.api_key.as_deref(), Some("k"));
+        let s = settings(
+            &[],
+            &[("SHEPHERD_PROVIDER", "claude"), ("SHEPHERD_MODEL", "m2")],
+            &file(),
+        );
+        assert_eq!(names(&s), ["claude"]);
+        assert_eq!(s.providers[0].model.as_deref(), Some("m2"));
+        let s = settings(
+            &["-p", "local"],
+            &[("SHEPHERD_PROVIDER", "claude")],
+            &file(),
+        );
+        assert_eq!(names(&s), ["local"], "the flag beats the variable");
+    }
+
+    #[test]
+    fn unknown_provider_lists_known_names() {
+        let msg = resolve_err(&["-p", "nope"], &[]);
+        assert!(
+            msg.contains("'nope'") && msg.contains("local, cloud, claude"),
+            "{msg}"
+        );
+        assert!(msg.starts_with("-p: "), "{msg}");
+        let msg = resolve_err(&[], &[("SHEPHERD_PROVIDER", "nope")]);
+        assert!(msg.starts_with("SHEPHERD_PROVIDER: "), "{msg}");
+        let empty = ConfigFile::default();
+        let err = resolve_with(&low(&["-p", "x"]), &empty, PathBuf::new(), &|_| None);
+        assert!(err
+            .map_err(|e| e.to_string())
+            .unwrap_err()
+            .contains("no providers are configured"));
+    }
+
+    #[test]
+    fn backend_or_api_base_builds_a_cmdline_provider() {
+        let s = settings(&["--backend", "ollama", "-m", "llama3"], &[], &file());
+        assert_eq!(names(&s), ["cmdline"]);
+        let p = &s.providers[0];
+        assert_eq!(
+            (p.kind, p.model.as_deref(), p.priority),
+            (ProviderKind::Ollama, Some("llama3"), 0)
+        );
+        // Without --backend the type comes from the preferred provider.
+        let s = settings(&["--api-base", "http://x"], &[], &file());
+        assert_eq!(s.providers[0].kind, ProviderKind::Ollama);
+        assert_eq!(s.providers[0].base_url.as_deref(), Some("http://x"));
+        // ...or is openai when nothing is configured.
+        let s = settings(&["--api-base", "http://x"], &[], &ConfigFile::default());
+        assert_eq!(s.providers[0].kind, ProviderKind::Openai);
+        let s = settings(
+            &[],
+            &[
+                ("SHEPHERD_BACKEND", "gemini"),
+                ("SHEPHERD_API_BASE", "http://g"),
+            ],
+            &file(),
+        );
+        assert_eq!(
+            (names(&s), s.providers[0].kind),
+            (vec!["cmdline"], ProviderKind::Gemini)
+        );
+    }
+
+    #[test]
+    fn model_alone_applies_to_the_preferred_provider() {
+        let s = settings(&["-m", "qwen3"], &[], &file());
+        assert_eq!(names(&s), ["local"]);
+        assert_eq!(s.providers[0].model.as_deref(), Some("qwen3"));
+        let s = settings(&["-m", "gpt-y"], &[], &ConfigFile::default());
+        assert_eq!(names(&s), ["cmdline"]);
+    }
+
+    #[test]
+    fn api_keys_come_from_the_usual_variables() {
+        let env = [
+            ("OPENAI_API_KEY", "sk-env"),
+            ("ANTHROPIC_API_KEY", "ant-env"),
+        ];
+        let s = settings(&[], &env, &file());
+        let key = |name: &str| {
+            s.providers
+                .iter()
+                .find(|p| p.name == name)
+                .and_then(|p| p.api_key.clone())
+        };
+        assert_eq!(key("cloud").as_deref(), Some("sk-env"));
+        assert_eq!(
+            key("claude").as_deref(),
+            Some("own"),
+            "a configured key wins"
+        );
+        assert_eq!(key("local"), None, "ollama takes no key");
+        let s = settings(
+            &["--backend", "gemini"],
+            &[("GOOGLE_API_KEY", "g")],
+            &file(),
+        );
+        assert_eq!(s.providers[0].api_key.as_deref(), Some("g"));
+        let s = settings(
+            &["--backend", "gemini"],
+            &[("GEMINI_API_KEY", "a"), ("GOOGLE_API_KEY", "g")],
+            &file(),
+        );
+        assert_eq!(s.providers[0].api_key.as_deref(), Some("a"));
+    }
+
+    #[test]
+    fn system_prompt_file_is_read_and_missing_file_named() {
+        let dir = temp_dir("sysprompt");
+        let path = dir.join("sp.txt");
+        std::fs::write(&path, "from a file").expect("writable");
+        let argv = [
+            "--system-prompt-file",
+            path.to_str().expect("utf-8 temp path"),
+        ];
+        assert_eq!(
+            settings(&argv, &[("SHEPHERD_SYSTEM_PROMPT", "env")], &file()).system_prompt,
+            "from a file"
+        );
+        let missing = dir.join("gone.txt");
+        let msg = resolve_err(
+            &["--system-prompt-file", missing.to_str().expect("utf-8")],
+            &[],
+        );
+        assert!(msg.contains("gone.txt"), "{msg}");
+    }
+
+    #[test]
+    fn modes_and_switches() {
+        let check =
+            |argv: &[&str], expect: Mode| assert_eq!(settings(argv, &[], &file()).mode, expect);
+        check(&["--json"], Mode::JsonLines);
+        check(&["--cliserver"], Mode::CliServer);
+        check(&["--server"], Mode::ApiServer);
+        check(&["-v", "--json"], Mode::Version);
+        check(&["-h", "-v"], Mode::Help);
+        check(&["provider", "list"], Mode::Provider(vec!["list".into()]));
+        check(&["config"], Mode::Config(vec![]));
+        let s = settings(
+            &["--server", "--tui", "--port", "9000", "--host", "0.0.0.0"],
+            &[],
+            &file(),
+        );
+        assert_eq!(
+            (s.tui, s.server.port, s.server.host.as_str()),
+            (Some(false), 9000, "0.0.0.0")
+        );
+        let s = settings(
+            &[
+                "--notools",
+                "--disable-tools",
+                "web*",
+                "--enable-tools",
+                "read",
+            ],
+            &[("NO_COLOR", "1")],
+            &file(),
+        );
+        assert!(!s.tools_enabled && !s.colors);
+        assert_eq!(s.disable_tools, ["bash", "web*"]);
+        assert_eq!(s.enable_tools, ["read"]);
+    }
+
+    #[test]
+    fn help_works_with_a_broken_config_file() {
+        let dir = temp_dir("broken");
+        let path = dir.join("config.json");
+        std::fs::write(&path, "{ nope").expect("writable");
+        let path_arg = path.to_str().expect("utf-8");
+        let s = resolve(&low(&["-c", path_arg, "-h"]), &|_| None).expect("help ignores the file");
+        assert_eq!((s.mode, s.config_path), (Mode::Help, path.clone()));
+        let err = resolve(&low(&["-c", path_arg]), &|_| None).map_err(|e| e.to_string());
+        assert!(err
+            .unwrap_err()
+            .starts_with(&format!("{}:1:3: ", path.display())));
+    }
+}
