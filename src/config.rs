@@ -74,7 +74,11 @@ impl fmt::Display for ConfigError {
                 line,
                 column,
                 message,
-            } => write!(f, "{}:{line}:{column}: {message}", path.display()),
+            } => write!(
+                f,
+                "{}: line {line}, column {column}: {message}",
+                path.display()
+            ),
             ConfigError::Read { path, message } => {
                 write!(f, "cannot read {}: {message}", path.display())
             }
@@ -559,7 +563,7 @@ mod tests {
             other => panic!("expected a parse error, got {other:?}"),
         }
         let msg = parse_err("{\n  \"streaming\": true,\n  \"max_rounds\": ,\n}");
-        assert!(msg.starts_with("/x/c.json:3:17: "), "{msg}");
+        assert!(msg.starts_with("/x/c.json: line 3, column 17: "), "{msg}");
         assert!(!msg.contains(" at line "), "{msg}");
     }
 

@@ -1,5 +1,150 @@
-//! Front-ends (in progress).
+//! Front-ends and the program's entry: arguments in, one front-end run, an exit code out.
+//!
+//! This is the one place that maps errors to exit codes: 0 for success, 1 for
+//! a runtime failure (a provider error, an unreachable API), 2 for a usage or
+//! configuration error. Everything below returns typed errors.
 
+mod connect;
+mod json;
+mod line;
+mod render;
+
+use std::io::{self, IsTerminal};
+use std::path::PathBuf;
+
+use crate::agent::{AgentConfig, AgentHandle};
+use crate::args::{self, USAGE};
+use crate::commands;
+use crate::config::resolve::{self, Mode, Settings};
+use crate::config::{self};
+use crate::log;
+use crate::tools::ToolRegistry;
+
+use render::RenderOptions;
+
+/// Exit codes, one meaning each.
+const EXIT_OK: i32 = 0;
+const EXIT_FAILURE: i32 = 1;
+const EXIT_USAGE: i32 = 2;
+
+/// Parses the command line and runs the chosen front-end; returns the exit code.
 pub fn run_main() -> i32 {
-    0
+    let low = match args::parse_env() {
+        Ok(low) => low,
+        Err(error) => {
+            eprintln!("shepherd: {error}\n{USAGE}\nTry 'shepherd --help' for more.");
+            return EXIT_USAGE;
+        }
+    };
+    let settings = match resolve::resolve(&low, &config::process_env) {
+        Ok(settings) => settings,
+        Err(error) => {
+            eprintln!("shepherd: {error}");
+            return EXIT_USAGE;
+        }
+    };
+    log::enable(&settings.debug);
+    match &settings.mode {
+        Mode::Help => {
+            print!("{}", args::help_text());
+            EXIT_OK
+        }
+        Mode::Version => {
+            println!("{}", version_text());
+            EXIT_OK
+        }
+        Mode::Provider(words) => subcommand(commands::run_provider(
+            words,
+            &settings.config_path,
+            &mut io::stdout(),
+        )),
+        Mode::Config(words) => subcommand(commands::run_config(
+            words,
+            &settings.config_path,
+            &mut io::stdout(),
+        )),
+        Mode::CliServer | Mode::ApiServer => {
+            eprintln!("shepherd: server modes are not available in this build yet");
+            EXIT_USAGE
+        }
+        Mode::Chat | Mode::JsonLines => chat(&settings),
+    }
+}
+
+fn subcommand(result: Result<(), commands::CommandError>) -> i32 {
+    match result {
+        Ok(()) => EXIT_OK,
+        Err(error) => {
+            eprintln!("shepherd: {error}");
+            error.exit_code()
+        }
+    }
+}
+
+/// `shepherd VERSION (git REV)` and the compiled-in features.
+pub fn version_text() -> String {
+    format!(
+        "shepherd {} (git {})",
+        env!("CARGO_PKG_VERSION"),
+        env!("SHEPHERD_GIT_REV")
+    )
+}
+
+/// Runs the chat front-ends: `-e`, piped lines, or `--json`.
+fn chat(settings: &Settings) -> i32 {
+    let (backend, provider) = match connect::open_backend(settings) {
+        Ok(opened) => opened,
+        Err(connect::OpenError::Usage(message)) => {
+            eprintln!("shepherd: {message}");
+            return EXIT_USAGE;
+        }
+    };
+    log::debug(log::Category::Llm, || {
+        format!("provider {} ({})", provider.name, provider.kind.as_str())
+    });
+    let mut tools = ToolRegistry::builtin();
+    for glob in &settings.disable_tools {
+        tools.disable(glob);
+    }
+    for glob in &settings.enable_tools {
+        tools.enable(glob);
+    }
+    let agent_config = AgentConfig {
+        system_prompt: settings.system_prompt.clone(),
+        sampling: settings.sampling_for(&provider),
+        stream: settings.stream,
+        max_rounds: settings.max_rounds,
+        tools_enabled: settings.tools_enabled,
+    };
+    let root = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let agent = match AgentHandle::spawn(backend, tools, root, agent_config) {
+        Ok(agent) => agent,
+        Err(error) => {
+            eprintln!("shepherd: cannot start the agent thread: {error}");
+            return EXIT_FAILURE;
+        }
+    };
+    let ok = run_front_end(&agent, settings);
+    agent.shutdown();
+    if ok {
+        EXIT_OK
+    } else {
+        EXIT_FAILURE
+    }
+}
+
+fn run_front_end(agent: &AgentHandle, settings: &Settings) -> bool {
+    let stdin = io::stdin();
+    if settings.mode == Mode::JsonLines {
+        return json::run(agent, settings.prompt.clone(), stdin.lock());
+    }
+    let options = RenderOptions {
+        colors: render::colors_wanted(io::stdout().is_terminal(), !settings.colors),
+        show_thinking: settings.show_thinking,
+        stats: settings.stats,
+    };
+    match &settings.prompt {
+        Some(prompt) => line::run_once(agent, prompt.clone(), options),
+        None => line::run_lines(agent, stdin.lock(), options),
+    }
 }
