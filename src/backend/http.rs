@@ -93,13 +93,11 @@ pub fn transport_error(error: ureq::Error, url: &str) -> BackendError {
 /// its own errors, timeouts included, inside `io::Error`).
 pub fn io_error(error: io::Error, url: &str) -> BackendError {
     use io::ErrorKind as K;
-    if let Some(inner) = error
+    if let Some(ureq::Error::Timeout(which)) = error
         .get_ref()
         .and_then(|e| e.downcast_ref::<ureq::Error>())
     {
-        if let ureq::Error::Timeout(which) = inner {
-            return BackendError::Timeout(format!("{url}: {which}"));
-        }
+        return BackendError::Timeout(format!("{url}: {which}"));
     }
     match error.kind() {
         K::TimedOut | K::WouldBlock => BackendError::Timeout(format!("{url}: {error}")),
@@ -659,7 +657,7 @@ mod tests {
                 "attempt {attempt}: {got}"
             );
         }
-        assert_eq!(policy.delay(20, None) <= Duration::from_secs(10), true);
+        assert!(policy.delay(20, None) <= Duration::from_secs(10));
         assert_eq!(
             policy.delay(0, Some(Duration::from_secs(99))),
             MAX_RETRY_AFTER
