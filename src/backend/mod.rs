@@ -10,6 +10,8 @@ use serde_json::Value;
 use crate::core::{BackendError, EventSink, FinishReason, Message, Session, ToolCall};
 
 pub mod estimate;
+pub mod http;
+pub mod openai;
 
 /// A tool as offered to the model.
 #[derive(Debug, Clone, PartialEq)]

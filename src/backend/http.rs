@@ -1,0 +1,766 @@
+//! HTTP plumbing shared by the API backends: ureq agents with timeouts, the
+//! mapping of transport failures and provider error bodies to
+//! [`BackendError`], the one context-overflow classifier, and the retry loop.
+//!
+//! Backends (`openai`, later `anthropic`, `gemini`, `ollama`) build their
+//! requests and parse their streams themselves; everything about failing and
+//! retrying lives here so it behaves the same for every provider.
+
+// Wired into main by the integration step.
+#![allow(dead_code)]
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::io;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+
+use crate::core::{BackendError, Event, EventSink, Flow};
+
+/// Timeouts for one backend's requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// Connection setup, TLS included.
+    pub connect: Duration,
+    /// Longest silence between two reads; on a stream, the longest pause between tokens.
+    pub per_read: Duration,
+    /// The whole request, body included.
+    pub overall: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            connect: Duration::from_secs(10),
+            per_read: Duration::from_secs(120),
+            overall: Duration::from_secs(600),
+        }
+    }
+}
+
+/// An agent for requests to `url`. Error statuses come back as responses so
+/// their bodies and `Retry-After` can be read; loopback hosts bypass any
+/// proxy from the environment (ureq honours `HTTP(S)_PROXY` by default).
+pub fn build_agent(url: &str, timeouts: &Timeouts) -> ureq::Agent {
+    let builder = ureq::Agent::config_builder()
+        .timeout_connect(Some(timeouts.connect))
+        .timeout_per_read(Some(timeouts.per_read))
+        .timeout_global(Some(timeouts.overall))
+        .http_status_as_error(false);
+    let builder = if is_loopback_url(url) {
+        builder.proxy(None)
+    } else {
+        builder
+    };
+    ureq::Agent::new_with_config(builder.build())
+}
+
+/// The host part of an `http(s)://host[:port]/…` URL.
+pub fn url_host(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or(rest);
+    let authority = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    if let Some(bracketed) = authority.strip_prefix('[') {
+        return bracketed.split(']').next().unwrap_or(bracketed);
+    }
+    authority.split(':').next().unwrap_or(authority)
+}
+
+pub fn is_loopback_url(url: &str) -> bool {
+    let host = url_host(url).to_ascii_lowercase();
+    host == "localhost" || host == "::1" || host.starts_with("127.") || host.ends_with(".localhost")
+}
+
+/// Maps a failure to send a request or read its head.
+pub fn transport_error(error: ureq::Error, url: &str) -> BackendError {
+    match error {
+        ureq::Error::Timeout(which) => BackendError::Timeout(format!("{url}: {which}")),
+        ureq::Error::Io(e) => io_error(e, url),
+        ureq::Error::ConnectionFailed | ureq::Error::HostNotFound | ureq::Error::Tls(_) => {
+            BackendError::Connect(format!("{url}: {error}"))
+        }
+        ureq::Error::BadUri(_) | ureq::Error::InvalidProxyUrl => {
+            BackendError::Config(format!("bad URL {url}: {error}"))
+        }
+        other => BackendError::Protocol(format!("{url}: {other}")),
+    }
+}
+
+/// Maps an I/O failure, also one while reading a streamed body (ureq wraps
+/// its own errors, timeouts included, inside `io::Error`).
+pub fn io_error(error: io::Error, url: &str) -> BackendError {
+    use io::ErrorKind as K;
+    if let Some(ureq::Error::Timeout(which)) = error
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<ureq::Error>())
+    {
+        return BackendError::Timeout(format!("{url}: {which}"));
+    }
+    match error.kind() {
+        K::TimedOut | K::WouldBlock => BackendError::Timeout(format!("{url}: {error}")),
+        K::ConnectionRefused
+        | K::ConnectionReset
+        | K::ConnectionAborted
+        | K::NotConnected
+        | K::AddrNotAvailable => BackendError::Connect(format!("{url}: {error}")),
+        _ => BackendError::Protocol(format!("{url}: {error}")),
+    }
+}
+
+/// The parts of a provider's error object that matter.
+#[derive(Debug, Default, PartialEq)]
+struct ErrorParts {
+    message: String,
+    code: String,
+    kind: String,
+    /// llama-server's `n_prompt_tokens` and `n_ctx`.
+    n_prompt_tokens: Option<u64>,
+    n_ctx: Option<u64>,
+}
+
+/// Turns an error response into a typed error: an overflow when the
+/// classifier says so, otherwise `Http` with the provider's message.
+pub fn error_from_body(status: u16, body: &str, retry_after: Option<Duration>) -> BackendError {
+    let parts = match serde_json::from_str::<Value>(body) {
+        Ok(value) => error_parts(&value),
+        Err(_) => ErrorParts {
+            message: body.trim().chars().take(500).collect(),
+            ..ErrorParts::default()
+        },
+    };
+    typed_error(status, parts, retry_after)
+}
+
+/// The same for an error object that arrived inside a stream (`data: {"error":…}`),
+/// where the HTTP status was already 200; `status` is the object's own code when numeric.
+pub fn error_from_value(value: &Value) -> BackendError {
+    let parts = error_parts(value);
+    let status = value
+        .get("error")
+        .and_then(|e| e.get("code"))
+        .and_then(Value::as_u64)
+        .and_then(|c| u16::try_from(c).ok())
+        .filter(|c| (400..600).contains(c))
+        .unwrap_or(500);
+    typed_error(status, parts, None)
+}
+
+fn typed_error(status: u16, parts: ErrorParts, retry_after: Option<Duration>) -> BackendError {
+    if let Some(overflow) = classify_overflow(status, &parts) {
+        return overflow;
+    }
+    let message = if parts.message.is_empty() {
+        format!("status {status}")
+    } else {
+        parts.message
+    };
+    let code = if parts.kind.is_empty() {
+        parts.code
+    } else {
+        parts.kind
+    };
+    BackendError::Http {
+        status,
+        code,
+        message,
+        retry_after,
+    }
+}
+
+/// Reads `{"error":{message,type,code}}`, `{"error":"text"}`, the Azure
+/// array form and a root-level `message`.
+fn error_parts(value: &Value) -> ErrorParts {
+    let value = match value {
+        Value::Array(items) => items.first().unwrap_or(&Value::Null),
+        other => other,
+    };
+    let object = match value.get("error") {
+        Some(Value::String(message)) => {
+            return ErrorParts {
+                message: message.clone(),
+                ..ErrorParts::default()
+            }
+        }
+        Some(inner @ Value::Object(_)) => inner,
+        _ => value,
+    };
+    ErrorParts {
+        message: text_field(object, "message"),
+        code: text_field(object, "code"),
+        // Gemini puts its symbolic code in `status`.
+        kind: match text_field(object, "type") {
+            kind if kind.is_empty() => text_field(object, "status"),
+            kind => kind,
+        },
+        n_prompt_tokens: object.get("n_prompt_tokens").and_then(Value::as_u64),
+        n_ctx: object.get("n_ctx").and_then(Value::as_u64),
+    }
+}
+
+fn text_field(object: &Value, key: &str) -> String {
+    match object.get(key) {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Number(n)) => n.to_string(),
+        _ => String::new(),
+    }
+}
+
+const OVERFLOW_CODES: [&str; 2] = ["context_length_exceeded", "exceed_context_size_error"];
+
+/// The §3.6 phrases, plus Anthropic's "exceed context limit".
+const OVERFLOW_PHRASES: [&str; 7] = [
+    "context length",
+    "context limit",
+    "context window",
+    "prompt is too long",
+    "input token count",
+    "exceeds the available context",
+    "maximum context length",
+];
+
+/// The one context-overflow classifier (wire-formats §3.6).
+fn classify_overflow(status: u16, parts: &ErrorParts) -> Option<BackendError> {
+    let lower = parts.message.to_ascii_lowercase();
+    let by_code = matches!(status, 400 | 413 | 500)
+        && OVERFLOW_CODES
+            .iter()
+            .any(|c| parts.code == *c || parts.kind == *c);
+    let by_message = OVERFLOW_PHRASES.iter().any(|p| lower.contains(p));
+    if !by_code && !by_message {
+        return None;
+    }
+    let (prompt_tokens, limit) = match (parts.n_prompt_tokens, parts.n_ctx) {
+        (Some(prompt), Some(limit)) => (Some(prompt), Some(limit)),
+        _ => overflow_counts(&lower),
+    };
+    Some(BackendError::ContextOverflow {
+        message: parts.message.clone(),
+        prompt_tokens,
+        limit,
+    })
+}
+
+/// Token counts (needed, limit) from the overflow messages providers write.
+pub fn overflow_counts(message: &str) -> (Option<u64>, Option<u64>) {
+    let m = message.to_ascii_lowercase();
+    let pairs: [(&str, &str); 5] = [
+        ("resulted in", "maximum context length is"),
+        ("you requested", "maximum context length is"),
+        ("request (", "context size ("),
+        ("input token count (", "tokens allowed ("),
+        ("would need", "limit is"),
+    ];
+    for (needed, limit) in pairs {
+        if let (Some(n), Some(l)) = (number_after(&m, needed), number_after(&m, limit)) {
+            return (Some(n), Some(l));
+        }
+    }
+    anthropic_counts(&m)
+}
+
+/// Anthropic: "prompt is too long: N tokens > M maximum" and "…: a + b > c".
+fn anthropic_counts(m: &str) -> (Option<u64>, Option<u64>) {
+    if let Some(at) = m.find("prompt is too long:") {
+        let numbers = numbers_in(&m[at..]);
+        if let [needed, limit, ..] = numbers[..] {
+            return (Some(needed), Some(limit));
+        }
+    }
+    if let Some(at) = m.find("context limit:") {
+        let numbers = numbers_in(&m[at..]);
+        if let [a, b, limit, ..] = numbers[..] {
+            return (Some(a.saturating_add(b)), Some(limit));
+        }
+    }
+    (None, None)
+}
+
+/// The first number after `marker`, skipping spaces, `(` and `:`.
+fn number_after(text: &str, marker: &str) -> Option<u64> {
+    let at = text.find(marker)? + marker.len();
+    let rest = text[at..].trim_start_matches([' ', '(', ':']);
+    leading_number(rest)
+}
+
+/// Digits at the start of `text`, allowing thousands separators (`128,000`).
+fn leading_number(text: &str) -> Option<u64> {
+    let bytes = text.as_bytes();
+    let mut value: u64 = 0;
+    let mut digits = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        let separator = b == b',' && digits > 0 && bytes.get(i + 1).is_some_and(u8::is_ascii_digit);
+        if b.is_ascii_digit() {
+            value = value.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+            digits += 1;
+        } else if !separator {
+            break;
+        }
+        i += 1;
+    }
+    (digits > 0).then_some(value)
+}
+
+/// Every number in `text`, in order.
+fn numbers_in(text: &str) -> Vec<u64> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find(|c: char| c.is_ascii_digit()) {
+        rest = &rest[start..];
+        let end = rest
+            .find(|c: char| !c.is_ascii_digit() && c != ',')
+            .unwrap_or(rest.len());
+        if let Some(n) = leading_number(&rest[..end]) {
+            out.push(n);
+        }
+        rest = &rest[end..];
+    }
+    out
+}
+
+/// Longest wait a provider's `Retry-After` may impose.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(30);
+
+/// Parses `Retry-After` (delay-seconds or an HTTP date), capped at [`MAX_RETRY_AFTER`].
+pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
+    let value = value.trim();
+    let delay = match value.parse::<f64>() {
+        Ok(seconds) if seconds.is_finite() && seconds >= 0.0 => {
+            Duration::from_secs_f64(seconds.min(MAX_RETRY_AFTER.as_secs_f64()))
+        }
+        Ok(_) => return None,
+        Err(_) => {
+            let at = UNIX_EPOCH + Duration::from_secs(parse_http_date(value)?);
+            at.duration_since(now).unwrap_or(Duration::ZERO)
+        }
+    };
+    Some(delay.min(MAX_RETRY_AFTER))
+}
+
+/// Seconds since the epoch of an IMF-fixdate such as `Sun, 06 Nov 1994 08:49:37 GMT`.
+fn parse_http_date(value: &str) -> Option<u64> {
+    let fields: Vec<&str> = value.split_whitespace().collect();
+    let [_, day, month, year, time, "GMT"] = fields[..] else {
+        return None;
+    };
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let month = MONTHS.iter().position(|m| *m == month)? as u64 + 1;
+    let day: u64 = day.parse().ok()?;
+    let year: u64 = year.parse().ok()?;
+    let mut hms = time.split(':').map(|p| p.parse::<u64>().ok());
+    let (h, m, s) = (hms.next()??, hms.next()??, hms.next()??);
+    Some(days_from_civil(year, month, day)? * 86_400 + h * 3600 + m * 60 + s)
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn days_from_civil(year: u64, month: u64, day: u64) -> Option<u64> {
+    let y = if month <= 2 {
+        year.checked_sub(1)?
+    } else {
+        year
+    };
+    let era = y / 400;
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day.checked_sub(1)?;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    (era * 146_097 + doe).checked_sub(719_468)
+}
+
+/// How often and how long to retry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    pub max_retries: u32,
+    /// The first backoff; each further one doubles, jittered by ±25 %.
+    pub base_delay: Duration,
+    pub max_delay: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_retries: 3,
+            base_delay: Duration::from_millis(250),
+            max_delay: Duration::from_secs(8),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The wait before retry number `attempt` (0-based): the provider's
+    /// `retry_after` when it gave one, else jittered exponential backoff.
+    pub fn delay(&self, attempt: u32, retry_after: Option<Duration>) -> Duration {
+        if let Some(wait) = retry_after {
+            return wait.min(MAX_RETRY_AFTER);
+        }
+        let exponential = self
+            .base_delay
+            .saturating_mul(1u32 << attempt.min(16))
+            .min(self.max_delay);
+        exponential.mul_f64(0.75 + 0.5 * jitter_fraction(attempt))
+    }
+}
+
+/// A number in [0, 1) that differs between calls, from std's randomly keyed hasher.
+fn jitter_fraction(attempt: u32) -> f64 {
+    let mut hasher = RandomState::new().build_hasher();
+    hasher.write_u32(attempt);
+    (hasher.finish() >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// Passes events on and remembers whether anything reached the user, which
+/// makes a retry unsafe (the user would see the text twice).
+struct ShownSink<'a> {
+    inner: &'a mut dyn EventSink,
+    shown: bool,
+}
+
+impl EventSink for ShownSink<'_> {
+    fn emit(&mut self, event: Event) -> Flow {
+        self.shown = true;
+        self.inner.emit(event)
+    }
+
+    fn cancelled(&self) -> bool {
+        self.inner.cancelled()
+    }
+}
+
+/// Runs `attempt` until it succeeds, fails for good, or `policy` runs out.
+/// A retryable error is retried only when the failed attempt showed nothing;
+/// before each wait a `System` notice says why; a cancel during the wait
+/// ends with [`BackendError::Cancelled`].
+pub fn with_retries<T>(
+    policy: &RetryPolicy,
+    sink: &mut dyn EventSink,
+    mut attempt: impl FnMut(&mut dyn EventSink) -> Result<T, BackendError>,
+) -> Result<T, BackendError> {
+    let mut retries = 0;
+    loop {
+        let mut shown = ShownSink {
+            inner: &mut *sink,
+            shown: false,
+        };
+        let error = match attempt(&mut shown) {
+            Ok(value) => return Ok(value),
+            Err(error) => error,
+        };
+        if shown.shown || !error.is_retryable() || retries >= policy.max_retries {
+            return Err(error);
+        }
+        let retry_after = match &error {
+            BackendError::Http { retry_after, .. } => *retry_after,
+            _ => None,
+        };
+        let delay = policy.delay(retries, retry_after);
+        let notice = format!("retrying in {:.1}s: {error}", delay.as_secs_f64());
+        if sink.emit(Event::System(notice)) == Flow::Cancel || !wait_unless_cancelled(delay, sink) {
+            return Err(BackendError::Cancelled);
+        }
+        retries += 1;
+    }
+}
+
+/// Waits `delay` in small slices so a cancel is noticed promptly; false when cancelled.
+pub fn wait_unless_cancelled(delay: Duration, sink: &dyn EventSink) -> bool {
+    const SLICE: Duration = Duration::from_millis(50);
+    let deadline = Instant::now() + delay;
+    loop {
+        if sink.cancelled() {
+            return false;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return true;
+        }
+        std::thread::sleep(SLICE.min(deadline - now));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    fn overflow(prompt: Option<u64>, limit: Option<u64>) -> (Option<u64>, Option<u64>) {
+        (prompt, limit)
+    }
+
+    fn check_overflow(status: u16, body: &str, expected: Option<(Option<u64>, Option<u64>)>) {
+        let got = match error_from_body(status, body, None) {
+            BackendError::ContextOverflow {
+                prompt_tokens,
+                limit,
+                ..
+            } => Some((prompt_tokens, limit)),
+            _ => None,
+        };
+        assert_eq!(got, expected, "body {body}");
+    }
+
+    #[test]
+    fn overflow_messages_of_every_provider() {
+        check_overflow(
+            400,
+            r#"{"error":{"message":"This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#,
+            Some(overflow(Some(9000), Some(8192))),
+        );
+        check_overflow(
+            400,
+            r#"{"error":{"message":"This model's maximum context length is 4,097 tokens, however you requested 5,000 tokens (4000 in the messages, 1000 in the completion).","code":null}}"#,
+            Some(overflow(Some(5000), Some(4097))),
+        );
+        check_overflow(
+            400,
+            r#"{"error":{"code":400,"message":"request (9000 tokens) exceeds the available context size (8192 tokens), try increasing it","type":"exceed_context_size_error","n_prompt_tokens":9001,"n_ctx":8192}}"#,
+            Some(overflow(Some(9001), Some(8192))),
+        );
+        check_overflow(
+            500,
+            r#"{"error":{"message":"request (300 tokens) exceeds the available context size (256 tokens), try increasing it","type":"exceed_context_size_error"}}"#,
+            Some(overflow(Some(300), Some(256))),
+        );
+        check_overflow(
+            400,
+            r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 208310 tokens > 200000 maximum"}}"#,
+            Some(overflow(Some(208310), Some(200000))),
+        );
+        check_overflow(
+            400,
+            r#"{"type":"error","error":{"type":"invalid_request_error","message":"input length and `max_tokens` exceed context limit: 195000 + 8192 > 200000, decrease input length or `max_tokens` and try again"}}"#,
+            Some(overflow(Some(203192), Some(200000))),
+        );
+        check_overflow(
+            400,
+            r#"{"error":{"code":400,"message":"The input token count (1200000) exceeds the maximum number of tokens allowed (1048576).","status":"INVALID_ARGUMENT"}}"#,
+            Some(overflow(Some(1200000), Some(1048576))),
+        );
+        check_overflow(
+            400,
+            r#"{"error":{"message":"Your input exceeds the context window of this model.","code":"context_length_exceeded"}}"#,
+            Some(overflow(None, None)),
+        );
+        check_overflow(
+            400,
+            r#"{"error":{"message":"Invalid value for temperature","code":"invalid_value"}}"#,
+            None,
+        );
+        check_overflow(429, r#"{"error":{"message":"Rate limit reached"}}"#, None);
+    }
+
+    fn check_http(body: &str, status: u16, code: &str, message: &str) {
+        let expected = BackendError::Http {
+            status,
+            code: code.into(),
+            message: message.into(),
+            retry_after: None,
+        };
+        assert_eq!(error_from_body(status, body, None), expected, "body {body}");
+    }
+
+    #[test]
+    fn error_body_shapes() {
+        check_http(
+            r#"{"error":{"message":"bad key","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}"#,
+            401,
+            "invalid_request_error",
+            "bad key",
+        );
+        check_http(r#"{"error":"model not found"}"#, 404, "", "model not found");
+        check_http(
+            r#"[{"error":{"code":"429","message":"slow down"}}]"#,
+            429,
+            "429",
+            "slow down",
+        );
+        check_http(
+            r#"{"object":"error","message":"vllm says no","type":"BadRequestError","code":400}"#,
+            400,
+            "BadRequestError",
+            "vllm says no",
+        );
+        check_http(
+            r#"{"error":{"code":503,"message":"overloaded","status":"UNAVAILABLE"}}"#,
+            503,
+            "UNAVAILABLE",
+            "overloaded",
+        );
+        check_http(
+            "<html>Bad Gateway</html>",
+            502,
+            "",
+            "<html>Bad Gateway</html>",
+        );
+        check_http("", 500, "", "status 500");
+    }
+
+    #[test]
+    fn mid_stream_error_objects() {
+        let value: Value =
+            serde_json::from_str(r#"{"error":{"message":"overloaded","type":"server_error"}}"#)
+                .expect("valid JSON");
+        assert!(matches!(
+            error_from_value(&value),
+            BackendError::Http { status: 500, .. }
+        ));
+        let value: Value = serde_json::from_str(r#"{"error":{"message":"maximum context length is 10 tokens. However, your messages resulted in 12 tokens","code":400}}"#).expect("valid JSON");
+        assert_eq!(error_from_value(&value).tokens_over(), Some(2));
+    }
+
+    #[test]
+    fn retry_after_seconds_dates_and_caps() {
+        let now = UNIX_EPOCH + Duration::from_secs(784_111_777); // Sun, 06 Nov 1994 08:49:37 GMT
+        let check = |value: &str, expected: Option<Duration>| {
+            assert_eq!(parse_retry_after(value, now), expected, "{value}");
+        };
+        check("1", Some(Duration::from_secs(1)));
+        check(" 2.5 ", Some(Duration::from_millis(2500)));
+        check("3600", Some(MAX_RETRY_AFTER));
+        check(
+            "Sun, 06 Nov 1994 08:49:47 GMT",
+            Some(Duration::from_secs(10)),
+        );
+        check("Sun, 06 Nov 1994 08:49:00 GMT", Some(Duration::ZERO));
+        check("-1", None);
+        check("soon", None);
+        check("Sun, 06 Foo 1994 08:49:47 GMT", None);
+    }
+
+    #[test]
+    fn hosts_and_loopback() {
+        for (url, host, loopback) in [
+            ("http://127.0.0.1:8080/v1", "127.0.0.1", true),
+            ("http://localhost/v1", "localhost", true),
+            ("http://[::1]:11434", "::1", true),
+            ("https://api.openai.com/v1", "api.openai.com", false),
+            ("https://user:pw@example.com:8443/x?y", "example.com", false),
+        ] {
+            assert_eq!(url_host(url), host, "{url}");
+            assert_eq!(is_loopback_url(url), loopback, "{url}");
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_with_jitter_and_honours_retry_after() {
+        let policy = RetryPolicy::default();
+        for attempt in 0..4 {
+            let nominal = 250.0 * f64::from(1u32 << attempt);
+            let got = policy.delay(attempt, None).as_secs_f64() * 1000.0;
+            assert!(
+                got >= nominal * 0.75 && got < nominal * 1.25,
+                "attempt {attempt}: {got}"
+            );
+        }
+        assert!(policy.delay(20, None) <= Duration::from_secs(10));
+        assert_eq!(
+            policy.delay(0, Some(Duration::from_secs(99))),
+            MAX_RETRY_AFTER
+        );
+    }
+
+    fn fast_policy() -> RetryPolicy {
+        RetryPolicy {
+            max_retries: 2,
+            base_delay: Duration::from_millis(1),
+            max_delay: Duration::from_millis(2),
+        }
+    }
+
+    fn busy() -> BackendError {
+        BackendError::Http {
+            status: 503,
+            code: String::new(),
+            message: "busy".into(),
+            retry_after: None,
+        }
+    }
+
+    #[test]
+    fn retries_until_success_with_notices() {
+        let mut events = Vec::new();
+        let calls = Cell::new(0);
+        let result = with_retries(&fast_policy(), &mut events, |_| {
+            calls.set(calls.get() + 1);
+            if calls.get() < 3 {
+                Err(busy())
+            } else {
+                Ok(7)
+            }
+        });
+        assert_eq!(result, Ok(7));
+        assert_eq!(calls.get(), 3);
+        let notices = events
+            .iter()
+            .filter(|e| matches!(e, Event::System(m) if m.starts_with("retrying in")))
+            .count();
+        assert_eq!(notices, 2);
+    }
+
+    #[test]
+    fn gives_up_after_max_retries_and_on_permanent_errors() {
+        let calls = Cell::new(0);
+        let result: Result<(), _> = with_retries(&fast_policy(), &mut Vec::new(), |_| {
+            calls.set(calls.get() + 1);
+            Err(busy())
+        });
+        assert_eq!(result, Err(busy()));
+        assert_eq!(calls.get(), 3);
+        calls.set(0);
+        let result: Result<(), _> = with_retries(&fast_policy(), &mut Vec::new(), |_| {
+            calls.set(calls.get() + 1);
+            Err(BackendError::Protocol("bad".into()))
+        });
+        assert!(result.is_err());
+        assert_eq!(calls.get(), 1);
+    }
+
+    #[test]
+    fn no_retry_once_output_was_shown() {
+        let calls = Cell::new(0);
+        let result: Result<(), _> = with_retries(&fast_policy(), &mut Vec::new(), |sink| {
+            calls.set(calls.get() + 1);
+            sink.emit(Event::Content("partial".into()));
+            Err(busy())
+        });
+        assert_eq!(result, Err(busy()));
+        assert_eq!(calls.get(), 1);
+    }
+
+    struct CancelledSink;
+
+    impl EventSink for CancelledSink {
+        fn emit(&mut self, _event: Event) -> Flow {
+            Flow::Continue
+        }
+        fn cancelled(&self) -> bool {
+            true
+        }
+    }
+
+    #[test]
+    fn cancel_during_the_wait_ends_promptly() {
+        let policy = RetryPolicy {
+            base_delay: Duration::from_secs(5),
+            ..RetryPolicy::default()
+        };
+        let started = Instant::now();
+        let result: Result<(), _> = with_retries(&policy, &mut CancelledSink, |_| Err(busy()));
+        assert_eq!(result, Err(BackendError::Cancelled));
+        assert!(started.elapsed() < Duration::from_secs(2));
+    }
+
+    #[test]
+    fn numbers() {
+        assert_eq!(leading_number("128,000 tokens"), Some(128_000));
+        assert_eq!(leading_number("12, and"), Some(12));
+        assert_eq!(leading_number("x"), None);
+        assert_eq!(leading_number("99999999999999999999999"), None);
+        assert_eq!(numbers_in("a 1 + 2 > 3,000."), vec![1, 2, 3000]);
+    }
+}

@@ -1,0 +1,1264 @@
+//! The OpenAI-compatible backend: Chat Completions over HTTP, streamed (SSE)
+//! or not, for OpenAI, Azure, vLLM, SGLang, llama-server and friends.
+//!
+//! Its wire structs live here and are converted from the core types in one
+//! place ([`build_request`]); responses are turned into [`Event`]s through the
+//! shared stream layer: the SSE decoder, the tool-call accumulator and the
+//! output filter (for text-written tool calls and `<think>` tags). Failing and
+//! retrying is [`super::http`]'s job.
+//!
+//! Decisions worth knowing:
+//! - A sink that answers [`Flow::Cancel`] ends the read; the reply comes back
+//!   `Ok` with `finish: Cancelled` and the partial text, so nothing shown is lost.
+//! - A stream that ends without `[DONE]` is accepted when a `finish_reason`
+//!   arrived (some servers omit the marker); otherwise it is a `Protocol`
+//!   error, because the reply was cut off.
+//! - The backend emits content, thinking, code, `System` notices and one
+//!   `Stats`; tool calls come back in [`Reply::tool_calls`] and the agent
+//!   announces them, as it also emits `Stop`.
+
+// Wired into main by the integration step.
+#![allow(dead_code)]
+
+use std::io::{BufReader, Read};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::estimate::TokenEstimator;
+use super::http::{self, RetryPolicy, Timeouts};
+use super::{Backend, BackendInfo, GenerateRequest, Reply, ToolChoice, Usage};
+use crate::core::{
+    BackendError, Event, EventSink, FinishReason, Flow, Message, Role, Session, Stats, ToolCall,
+};
+use crate::log::{self, Category};
+use crate::stream::filter::OutputFilter;
+use crate::stream::sse::SseDecoder;
+use crate::stream::toolcall::{ensure_ids, ToolCallAccumulator, ToolCallDelta};
+
+/// Largest error or non-streamed body read into memory.
+const MAX_BODY_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Which request field carries the answer's length limit (newer OpenAI models
+/// reject `max_tokens`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MaxTokensParam {
+    #[default]
+    MaxTokens,
+    MaxCompletionTokens,
+}
+
+/// An Azure OpenAI deployment: changes the URL and the key header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AzureDeployment {
+    pub deployment: String,
+    pub api_version: String,
+}
+
+/// Everything the backend needs, passed as a value.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpenAiConfig {
+    /// Conventionally ends in `/v1`; `/chat/completions` is appended.
+    pub base_url: String,
+    pub api_key: Option<String>,
+    pub model: String,
+    /// Context window in tokens, 0 when unknown.
+    pub context_size: u64,
+    pub extra_headers: Vec<(String, String)>,
+    pub timeouts: Timeouts,
+    pub max_retries: u32,
+    pub azure: Option<AzureDeployment>,
+    pub max_tokens_param: MaxTokensParam,
+}
+
+impl OpenAiConfig {
+    pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> Self {
+        OpenAiConfig {
+            base_url: base_url.into(),
+            api_key: None,
+            model: model.into(),
+            context_size: 0,
+            extra_headers: Vec::new(),
+            timeouts: Timeouts::default(),
+            max_retries: RetryPolicy::default().max_retries,
+            azure: None,
+            max_tokens_param: MaxTokensParam::default(),
+        }
+    }
+}
+
+/// A Chat Completions endpoint.
+pub struct OpenAiBackend {
+    config: OpenAiConfig,
+    agent: ureq::Agent,
+    estimator: TokenEstimator,
+}
+
+impl OpenAiBackend {
+    pub fn new(config: OpenAiConfig) -> Self {
+        let agent = http::build_agent(&config.base_url, &config.timeouts);
+        OpenAiBackend {
+            config,
+            agent,
+            estimator: TokenEstimator::default(),
+        }
+    }
+
+    /// The URL requests go to.
+    pub fn endpoint(&self) -> String {
+        let base = self.config.base_url.trim_end_matches('/');
+        match &self.config.azure {
+            Some(azure) => format!(
+                "{base}/openai/deployments/{}/chat/completions?api-version={}",
+                azure.deployment, azure.api_version
+            ),
+            None => format!("{base}/chat/completions"),
+        }
+    }
+
+    /// Hosted OpenAI (and Azure) reject parameters other servers accept.
+    fn strict_host(&self) -> bool {
+        self.config.azure.is_some() || http::url_host(&self.config.base_url).ends_with("openai.com")
+    }
+
+    fn attempt(
+        &self,
+        url: &str,
+        body: &[u8],
+        request: &GenerateRequest<'_>,
+        sink: &mut dyn EventSink,
+    ) -> Result<Reply, BackendError> {
+        let started = Instant::now();
+        let response = self.post(url, request.stream).send(body);
+        let response = response.map_err(|e| http::transport_error(e, url))?;
+        let status = response.status().as_u16();
+        log::debug(Category::Http, || {
+            format!("POST {url} -> {status} after {:?}", started.elapsed())
+        });
+        if !(200..300).contains(&status) {
+            return Err(error_response(response, status));
+        }
+        let names = request.tools.iter().map(|t| t.name.clone()).collect();
+        let turn = Turn::new(OutputFilter::new(names), self.config.context_size);
+        let reader = BufReader::new(response.into_body().into_reader());
+        if request.stream {
+            read_stream(reader, turn, sink, url)
+        } else {
+            read_whole(reader, turn, sink, url)
+        }
+    }
+
+    fn post(&self, url: &str, stream: bool) -> ureq::RequestBuilder<ureq::typestate::WithBody> {
+        let mut builder = self
+            .agent
+            .post(url)
+            .header("Content-Type", "application/json")
+            .header(
+                "Accept",
+                if stream {
+                    "text/event-stream"
+                } else {
+                    "application/json"
+                },
+            );
+        if let Some(key) = &self.config.api_key {
+            builder = match self.config.azure {
+                Some(_) => builder.header("api-key", key),
+                None => builder.header("Authorization", format!("Bearer {key}")),
+            };
+        }
+        for (name, value) in &self.config.extra_headers {
+            builder = builder.header(name, value);
+        }
+        builder
+    }
+}
+
+impl Backend for OpenAiBackend {
+    fn info(&self) -> BackendInfo {
+        BackendInfo {
+            kind: "openai",
+            model: self.config.model.clone(),
+            context_size: self.config.context_size,
+            local: false,
+        }
+    }
+
+    fn generate(
+        &mut self,
+        session: &Session,
+        request: &GenerateRequest<'_>,
+        sink: &mut dyn EventSink,
+    ) -> Result<Reply, BackendError> {
+        let wire = build_request(&self.config, self.strict_host(), session, request);
+        let body = serde_json::to_vec(&wire)
+            .map_err(|e| BackendError::Protocol(format!("cannot encode request: {e}")))?;
+        let url = self.endpoint();
+        log::debug(Category::Llm, || {
+            format!(
+                "request: {} messages, {} bytes",
+                wire.messages.len(),
+                body.len()
+            )
+        });
+        if let Some(key) = &self.config.api_key {
+            log::debug(Category::Http, || {
+                format!("POST {url} with key {}", log::redact(key))
+            });
+        }
+        let policy = RetryPolicy {
+            max_retries: self.config.max_retries,
+            ..RetryPolicy::default()
+        };
+        let reply = http::with_retries(&policy, sink, |sink| {
+            self.attempt(&url, &body, request, sink)
+        })?;
+        if let Some(usage) = reply.usage {
+            self.estimator
+                .calibrate(prompt_chars(session), usage.prompt_tokens);
+        }
+        Ok(reply)
+    }
+
+    fn count_tokens(&self, message: &Message) -> u32 {
+        self.estimator.count_message(message)
+    }
+}
+
+/// Characters of everything sent as the prompt, for calibrating the estimator.
+fn prompt_chars(session: &Session) -> usize {
+    let messages: usize = session
+        .messages
+        .iter()
+        .map(|m| {
+            let calls: usize = m
+                .tool_calls
+                .iter()
+                .map(|c| c.name.len() + c.arguments.to_string().chars().count())
+                .sum();
+            m.content.chars().count() + calls
+        })
+        .sum();
+    session.system_prompt.chars().count() + messages
+}
+
+/// Reads an error response into a typed error.
+fn error_response(response: ureq::http::Response<ureq::Body>, status: u16) -> BackendError {
+    let retry_after = response
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| http::parse_retry_after(v, std::time::SystemTime::now()));
+    let mut text = String::new();
+    let mut reader = response.into_body().into_reader().take(MAX_BODY_BYTES);
+    // A body that cannot be read still leaves the status to report.
+    let _ = reader.read_to_string(&mut text);
+    log::debug(Category::Http, || format!("error body: {text}"));
+    http::error_from_body(status, &text, retry_after)
+}
+
+// ---- request wire structs ----
+
+#[derive(Debug, Serialize)]
+struct ChatRequest<'a> {
+    model: &'a str,
+    messages: Vec<WireMessage<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<WireTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<WireToolChoice<'a>>,
+    stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<StreamOptions>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_completion_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_p: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_k: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seed: Option<u64>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    stop: &'a [String],
+}
+
+#[derive(Debug, Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct WireMessage<'a> {
+    role: &'static str,
+    /// `null` for an assistant message that only calls tools.
+    content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tool_calls: Vec<WireToolCall<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_call_id: Option<&'a str>,
+}
+
+#[derive(Debug, Serialize)]
+struct WireToolCall<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireFunctionCall<'a>,
+}
+
+#[derive(Debug, Serialize)]
+struct WireFunctionCall<'a> {
+    name: &'a str,
+    /// The arguments as a JSON string, as the API wants them.
+    arguments: String,
+}
+
+#[derive(Debug, Serialize)]
+struct WireTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireFunctionSpec<'a>,
+}
+
+#[derive(Debug, Serialize)]
+struct WireFunctionSpec<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Value,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+enum WireToolChoice<'a> {
+    Mode(&'static str),
+    Named {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        function: WireName<'a>,
+    },
+}
+
+#[derive(Debug, Serialize)]
+struct WireName<'a> {
+    name: &'a str,
+}
+
+/// Converts the session and request into the wire request: the one place
+/// core types meet OpenAI's request shape.
+fn build_request<'a>(
+    config: &'a OpenAiConfig,
+    strict_host: bool,
+    session: &'a Session,
+    request: &GenerateRequest<'a>,
+) -> ChatRequest<'a> {
+    let sampling = request.sampling;
+    let (max_tokens, max_completion_tokens) = match config.max_tokens_param {
+        MaxTokensParam::MaxTokens => (sampling.max_tokens, None),
+        MaxTokensParam::MaxCompletionTokens => (None, sampling.max_tokens),
+    };
+    ChatRequest {
+        model: &config.model,
+        messages: wire_messages(session),
+        tools: request.tools.iter().map(wire_tool).collect(),
+        tool_choice: (!request.tools.is_empty()).then(|| wire_tool_choice(request.tool_choice)),
+        stream: request.stream,
+        stream_options: request.stream.then_some(StreamOptions {
+            include_usage: true,
+        }),
+        max_tokens,
+        max_completion_tokens,
+        temperature: sampling.temperature,
+        top_p: sampling.top_p,
+        top_k: sampling.top_k.filter(|_| !strict_host),
+        seed: sampling.seed,
+        stop: &sampling.stop,
+    }
+}
+
+fn wire_messages(session: &Session) -> Vec<WireMessage<'_>> {
+    let system = (!session.system_prompt.is_empty()).then(|| WireMessage {
+        role: "system",
+        content: Some(&session.system_prompt),
+        tool_calls: Vec::new(),
+        tool_call_id: None,
+    });
+    system
+        .into_iter()
+        .chain(session.messages.iter().map(wire_message))
+        .collect()
+}
+
+fn wire_message(message: &Message) -> WireMessage<'_> {
+    let tool_calls: Vec<WireToolCall<'_>> = message.tool_calls.iter().map(wire_tool_call).collect();
+    let content = if message.content.is_empty() && !tool_calls.is_empty() {
+        None
+    } else {
+        Some(message.content.as_str())
+    };
+    WireMessage {
+        role: message.role.as_str(),
+        content,
+        tool_calls,
+        tool_call_id: match message.role {
+            Role::Tool => Some(message.tool_call_id.as_deref().unwrap_or_default()),
+            _ => None,
+        },
+    }
+}
+
+fn wire_tool_call(call: &ToolCall) -> WireToolCall<'_> {
+    let arguments = match &call.arguments {
+        // Malformed arguments were kept as the raw text; send them back as written.
+        Value::String(raw) => raw.clone(),
+        other => other.to_string(),
+    };
+    WireToolCall {
+        id: &call.id,
+        kind: "function",
+        function: WireFunctionCall {
+            name: &call.name,
+            arguments,
+        },
+    }
+}
+
+fn wire_tool(spec: &super::ToolSpec) -> WireTool<'_> {
+    WireTool {
+        kind: "function",
+        function: WireFunctionSpec {
+            name: &spec.name,
+            description: &spec.description,
+            parameters: &spec.parameters,
+        },
+    }
+}
+
+fn wire_tool_choice(choice: &ToolChoice) -> WireToolChoice<'_> {
+    match choice {
+        ToolChoice::Auto => WireToolChoice::Mode("auto"),
+        ToolChoice::None => WireToolChoice::Mode("none"),
+        ToolChoice::Required => WireToolChoice::Mode("required"),
+        ToolChoice::Named(name) => WireToolChoice::Named {
+            kind: "function",
+            function: WireName { name },
+        },
+    }
+}
+
+// ---- response wire structs ----
+
+/// A streamed chunk or a whole completion; every field optional, since
+/// compatible servers differ in what they send.
+#[derive(Debug, Default, Deserialize)]
+struct WireResponse {
+    #[serde(default)]
+    choices: Option<Vec<WireChoice>>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+    #[serde(default)]
+    timings: Option<WireTimings>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct WireChoice {
+    /// Streamed chunks carry `delta`, whole completions `message`; both have the same fields.
+    #[serde(default, alias = "message")]
+    delta: Option<WireDelta>,
+    #[serde(default)]
+    finish_reason: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct WireDelta {
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    reasoning_content: Option<String>,
+    #[serde(default)]
+    reasoning: Option<String>,
+    #[serde(default)]
+    tool_calls: Option<Vec<WireToolCallDelta>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct WireToolCallDelta {
+    #[serde(default)]
+    index: Option<usize>,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    function: Option<WireFunctionDelta>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct WireFunctionDelta {
+    #[serde(default)]
+    name: Option<String>,
+    /// A string fragment normally; a few servers send an object.
+    #[serde(default)]
+    arguments: Option<Value>,
+}
+
+#[derive(Debug, Default, Clone, Copy, Deserialize)]
+struct WireUsage {
+    #[serde(default)]
+    prompt_tokens: u64,
+    #[serde(default)]
+    completion_tokens: u64,
+}
+
+/// llama-server's per-request timings.
+#[derive(Debug, Default, Clone, Copy, Deserialize)]
+struct WireTimings {
+    #[serde(default)]
+    prompt_n: Option<u64>,
+    #[serde(default)]
+    prompt_per_second: Option<f64>,
+    #[serde(default)]
+    predicted_n: Option<u64>,
+    #[serde(default)]
+    predicted_per_second: Option<f64>,
+}
+
+/// What one generation has produced so far.
+struct Turn {
+    filter: OutputFilter,
+    calls: ToolCallAccumulator,
+    /// Reasoning that arrived in its own field (not as `<think>` text).
+    reasoning: String,
+    finish: Option<FinishReason>,
+    usage: Option<WireUsage>,
+    timings: Option<WireTimings>,
+    context_size: u64,
+}
+
+impl Turn {
+    fn new(filter: OutputFilter, context_size: u64) -> Self {
+        Turn {
+            filter,
+            calls: ToolCallAccumulator::new(),
+            reasoning: String::new(),
+            finish: None,
+            usage: None,
+            timings: None,
+            context_size,
+        }
+    }
+
+    /// Applies one chunk (or a whole completion).
+    fn apply(
+        &mut self,
+        response: WireResponse,
+        sink: &mut dyn EventSink,
+    ) -> Result<Flow, BackendError> {
+        if let Some(error) = response.error.filter(|e| !e.is_null()) {
+            return Err(http::error_from_value(
+                &serde_json::json!({ "error": error }),
+            ));
+        }
+        self.usage = response.usage.or(self.usage);
+        self.timings = response.timings.or(self.timings);
+        for choice in response.choices.unwrap_or_default() {
+            if let Some(reason) = choice.finish_reason.as_deref() {
+                self.finish = Some(self.map_finish(reason, sink));
+            }
+            if let Some(delta) = choice.delta {
+                if self.apply_delta(delta, sink) == Flow::Cancel {
+                    return Ok(Flow::Cancel);
+                }
+            }
+        }
+        Ok(Flow::Continue)
+    }
+
+    fn apply_delta(&mut self, delta: WireDelta, sink: &mut dyn EventSink) -> Flow {
+        for reasoning in [delta.reasoning_content, delta.reasoning]
+            .into_iter()
+            .flatten()
+        {
+            if reasoning.is_empty() {
+                continue;
+            }
+            self.reasoning.push_str(&reasoning);
+            if sink.emit(Event::Thinking(reasoning)) == Flow::Cancel {
+                return Flow::Cancel;
+            }
+        }
+        for call in delta.tool_calls.unwrap_or_default() {
+            self.push_call(call);
+        }
+        match delta.content {
+            Some(text) if !text.is_empty() => self.filter.push(&text, sink),
+            _ => Flow::Continue,
+        }
+    }
+
+    /// A call without an index but with a new id (whole calls in a
+    /// non-streamed reply) starts a new call in the accumulator.
+    fn push_call(&mut self, call: WireToolCallDelta) {
+        let function = call.function.unwrap_or_default();
+        let arguments = match function.arguments {
+            Some(Value::String(s)) => Some(s),
+            Some(Value::Null) | None => None,
+            Some(other) => Some(other.to_string()),
+        };
+        self.calls.push(ToolCallDelta {
+            index: call.index,
+            id: call.id.as_deref(),
+            name: function.name.as_deref(),
+            arguments: arguments.as_deref(),
+        });
+    }
+
+    fn map_finish(&self, reason: &str, sink: &mut dyn EventSink) -> FinishReason {
+        match reason {
+            "length" => FinishReason::Length,
+            "tool_calls" | "function_call" => FinishReason::ToolCalls,
+            "content_filter" => {
+                let note = "the provider's content filter stopped the reply".to_string();
+                sink.emit(Event::System(note));
+                FinishReason::Stop
+            }
+            _ => FinishReason::Stop,
+        }
+    }
+
+    /// The partial reply after a cancel: what was shown so far.
+    fn cancelled(self) -> Reply {
+        let thinking = self.reasoning + self.filter.thinking();
+        Reply {
+            content: self.filter.content().to_string(),
+            thinking,
+            tool_calls: Vec::new(),
+            finish: FinishReason::Cancelled,
+            usage: None,
+        }
+    }
+
+    /// Flushes the filter, emits `Stats` and builds the reply.
+    fn complete(mut self, sink: &mut dyn EventSink) -> Reply {
+        if self.filter.finish(sink) == Flow::Cancel {
+            return self.cancelled();
+        }
+        let mut tool_calls = std::mem::take(&mut self.calls).finish();
+        // Text-parsed calls are numbered again after the native ones, so ids stay unique and stable.
+        tool_calls.extend(self.filter.take_tool_calls().into_iter().map(|mut call| {
+            call.id.clear();
+            call
+        }));
+        ensure_ids(&mut tool_calls);
+        let usage = self.usage().map(|u| Usage {
+            prompt_tokens: u.prompt_tokens,
+            completion_tokens: u.completion_tokens,
+        });
+        sink.emit(Event::Stats(self.stats()));
+        let finish = match self.finish {
+            _ if !tool_calls.is_empty() => FinishReason::ToolCalls,
+            // Calls that were announced but did not survive parsing are no calls.
+            Some(FinishReason::ToolCalls) | None => FinishReason::Stop,
+            Some(finish) => finish,
+        };
+        Reply {
+            content: self.filter.content().to_string(),
+            thinking: self.reasoning.clone() + self.filter.thinking(),
+            tool_calls,
+            finish,
+            usage,
+        }
+    }
+
+    /// Usage as reported, or as llama-server's timings count it.
+    fn usage(&self) -> Option<WireUsage> {
+        self.usage.or_else(|| {
+            let t = self.timings?;
+            Some(WireUsage {
+                prompt_tokens: t.prompt_n?,
+                completion_tokens: t.predicted_n?,
+            })
+        })
+    }
+
+    fn stats(&self) -> Stats {
+        let usage = self.usage().unwrap_or_default();
+        let timings = self.timings.unwrap_or_default();
+        Stats {
+            prompt_tokens: usage.prompt_tokens,
+            completion_tokens: usage.completion_tokens,
+            prefill_tps: timings.prompt_per_second,
+            decode_tps: timings.predicted_per_second,
+            context_used: usage.prompt_tokens + usage.completion_tokens,
+            context_size: self.context_size,
+        }
+    }
+}
+
+fn parse_json(text: &str) -> Result<WireResponse, BackendError> {
+    serde_json::from_str(text).map_err(|e| {
+        let start: String = text.chars().take(200).collect();
+        BackendError::Protocol(format!("bad JSON from the server ({e}): {start}"))
+    })
+}
+
+/// Reads an SSE stream until `[DONE]` (see the module docs for a missing one).
+fn read_stream(
+    reader: impl std::io::BufRead,
+    mut turn: Turn,
+    sink: &mut dyn EventSink,
+    url: &str,
+) -> Result<Reply, BackendError> {
+    let mut done = false;
+    for event in SseDecoder::new(reader) {
+        let event = event.map_err(|e| http::io_error(e, url))?;
+        let data = event.data.trim();
+        if data == "[DONE]" {
+            done = true;
+            break;
+        }
+        if data.is_empty() {
+            continue;
+        }
+        if turn.apply(parse_json(data)?, sink)? == Flow::Cancel || sink.cancelled() {
+            return Ok(turn.cancelled());
+        }
+    }
+    if !done && turn.finish.is_none() {
+        return Err(BackendError::Protocol(format!(
+            "{url}: the stream ended before the reply was complete"
+        )));
+    }
+    Ok(turn.complete(sink))
+}
+
+/// Reads a whole `chat.completion` body.
+fn read_whole(
+    reader: impl Read,
+    mut turn: Turn,
+    sink: &mut dyn EventSink,
+    url: &str,
+) -> Result<Reply, BackendError> {
+    let mut text = String::new();
+    reader
+        .take(MAX_BODY_BYTES)
+        .read_to_string(&mut text)
+        .map_err(|e| http::io_error(e, url))?;
+    if turn.apply(parse_json(&text)?, sink)? == Flow::Cancel {
+        return Ok(turn.cancelled());
+    }
+    Ok(turn.complete(sink))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::{Sampling, ToolSpec};
+    use crate::stream::tests_support::sse_fixture;
+    use crossbeam_channel::{Receiver, Sender};
+    use serde_json::json;
+    use std::thread::JoinHandle;
+
+    /// A response the fake server will give.
+    struct Canned {
+        status: u16,
+        headers: Vec<(&'static str, &'static str)>,
+        body: Vec<u8>,
+    }
+
+    fn sse(name: &str) -> Canned {
+        Canned {
+            status: 200,
+            headers: vec![("Content-Type", "text/event-stream")],
+            body: sse_fixture(name),
+        }
+    }
+
+    fn json_response(status: u16, body: Value) -> Canned {
+        Canned {
+            status,
+            headers: vec![("Content-Type", "application/json")],
+            body: body.to_string().into_bytes(),
+        }
+    }
+
+    /// A request the fake server received.
+    #[derive(Debug, Clone, PartialEq)]
+    struct Recorded {
+        url: String,
+        headers: Vec<(String, String)>,
+        body: Value,
+    }
+
+    impl Recorded {
+        fn header(&self, name: &str) -> Option<&str> {
+            self.headers
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.as_str())
+        }
+    }
+
+    /// A real HTTP server on 127.0.0.1:0 that answers with `responses` in
+    /// order, recording every request, then stops.
+    struct FakeServer {
+        base_url: String,
+        requests: Receiver<Recorded>,
+        thread: Option<JoinHandle<()>>,
+    }
+
+    impl FakeServer {
+        fn start(responses: Vec<Canned>) -> Self {
+            let server = tiny_http::Server::http("127.0.0.1:0").expect("bind loopback");
+            let addr = server.server_addr().to_ip().expect("an IP listener");
+            let (tx, rx) = crossbeam_channel::unbounded();
+            let thread = std::thread::Builder::new()
+                .name("fake-openai".into())
+                .spawn(move || serve(server, responses, tx))
+                .expect("spawn server thread");
+            FakeServer {
+                base_url: format!("http://{addr}/v1"),
+                requests: rx,
+                thread: Some(thread),
+            }
+        }
+
+        /// Every request received, once the server answered them all.
+        fn finish(mut self) -> Vec<Recorded> {
+            if let Some(thread) = self.thread.take() {
+                thread.join().expect("server thread");
+            }
+            self.requests.try_iter().collect()
+        }
+    }
+
+    fn serve(server: tiny_http::Server, responses: Vec<Canned>, tx: Sender<Recorded>) {
+        for canned in responses {
+            let Ok(mut request) = server.recv() else {
+                return;
+            };
+            let mut body = String::new();
+            request
+                .as_reader()
+                .read_to_string(&mut body)
+                .expect("request body");
+            let headers = request
+                .headers()
+                .iter()
+                .map(|h| (h.field.to_string(), h.value.to_string()))
+                .collect();
+            let recorded = Recorded {
+                url: request.url().to_string(),
+                headers,
+                body: serde_json::from_str(&body).unwrap_or(Value::Null),
+            };
+            tx.send(recorded).expect("test still listening");
+            let mut response =
+                tiny_http::Response::from_data(canned.body).with_status_code(canned.status);
+            for (name, value) in canned.headers {
+                let header = tiny_http::Header::from_bytes(name, value).expect("valid header");
+                response.add_header(header);
+            }
+            // The client may have gone (e.g. after a cancel); that is not the server's failure.
+            let _ = request.respond(response);
+        }
+    }
+
+    fn backend(base_url: &str) -> OpenAiBackend {
+        let mut config = OpenAiConfig::new(base_url, "test-model");
+        config.api_key = Some("sk-test-123".into());
+        config.context_size = 4096;
+        OpenAiBackend::new(config)
+    }
+
+    fn session() -> Session {
+        let mut session = Session::new("Be brief.");
+        session.messages.push(Message::user("hi"));
+        session
+    }
+
+    fn tools() -> Vec<ToolSpec> {
+        ["read", "bash"]
+            .map(|name| ToolSpec {
+                name: name.into(),
+                description: format!("the {name} tool"),
+                parameters: json!({"type":"object"}),
+            })
+            .to_vec()
+    }
+
+    fn generate(
+        server: &FakeServer,
+        stream: bool,
+        events: &mut Vec<Event>,
+    ) -> Result<Reply, BackendError> {
+        let tools = tools();
+        let sampling = Sampling {
+            max_tokens: Some(100),
+            temperature: Some(0.5),
+            ..Sampling::default()
+        };
+        let request = GenerateRequest {
+            tools: &tools,
+            tool_choice: &ToolChoice::Auto,
+            sampling: &sampling,
+            stream,
+        };
+        backend(&server.base_url).generate(&session(), &request, events)
+    }
+
+    fn text_of(events: &[Event], pick: fn(&Event) -> Option<&str>) -> String {
+        events.iter().filter_map(pick).collect()
+    }
+
+    fn content(event: &Event) -> Option<&str> {
+        match event {
+            Event::Content(text) => Some(text),
+            _ => None,
+        }
+    }
+
+    fn thinking(event: &Event) -> Option<&str> {
+        match event {
+            Event::Thinking(text) => Some(text),
+            _ => None,
+        }
+    }
+
+    fn stats(events: &[Event]) -> Vec<&Stats> {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Stats(stats) => Some(stats),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn plain_text_stream_with_usage_and_a_well_formed_request() {
+        let server = FakeServer::start(vec![sse("text.sse")]);
+        let mut events = Vec::new();
+        let reply = generate(&server, true, &mut events).expect("reply");
+        assert_eq!(reply.content, "héllo ✓ 日本 🦀");
+        assert_eq!(text_of(&events, content), "héllo ✓ 日本 🦀");
+        assert_eq!(reply.finish, FinishReason::Stop);
+        assert_eq!(
+            reply.usage,
+            Some(Usage {
+                prompt_tokens: 12,
+                completion_tokens: 5
+            })
+        );
+        let stats = stats(&events);
+        assert_eq!(stats.len(), 1);
+        assert_eq!((stats[0].context_used, stats[0].context_size), (17, 4096));
+        let requests = server.finish();
+        assert_eq!(requests.len(), 1);
+        let request = &requests[0];
+        assert_eq!(request.url, "/v1/chat/completions");
+        assert_eq!(request.header("Authorization"), Some("Bearer sk-test-123"));
+        assert_eq!(request.body["model"], "test-model");
+        assert_eq!(
+            request.body["messages"],
+            json!([{"role":"system","content":"Be brief."},{"role":"user","content":"hi"}])
+        );
+        assert_eq!(request.body["stream"], true);
+        assert_eq!(
+            request.body["stream_options"],
+            json!({"include_usage": true})
+        );
+        assert_eq!(request.body["max_tokens"], 100);
+        assert_eq!(request.body["temperature"], 0.5);
+        assert_eq!(request.body["tool_choice"], "auto");
+        assert_eq!(request.body["tools"][1]["function"]["name"], "bash");
+        assert!(request.body.get("top_p").is_none() && request.body.get("stop").is_none());
+    }
+
+    #[test]
+    fn reasoning_deltas_and_think_tags_become_thinking() {
+        let server = FakeServer::start(vec![sse("reasoning.sse")]);
+        let mut events = Vec::new();
+        let reply = generate(&server, true, &mut events).expect("reply");
+        assert_eq!(text_of(&events, thinking), "Let me think about ✓ it.inline");
+        assert_eq!(reply.thinking, "Let me think about ✓ it.inline");
+        assert_eq!(reply.content, "Answer: 42");
+        // llama-server timings stand in for usage.
+        assert_eq!(
+            reply.usage,
+            Some(Usage {
+                prompt_tokens: 20,
+                completion_tokens: 8
+            })
+        );
+        assert_eq!(stats(&events)[0].decode_tps, Some(40.25));
+        server.finish();
+    }
+
+    #[test]
+    fn parallel_tool_calls_split_across_chunks() {
+        let server = FakeServer::start(vec![sse("tool_calls.sse")]);
+        let mut events = Vec::new();
+        let reply = generate(&server, true, &mut events).expect("reply");
+        assert_eq!(reply.content, "Checking both.");
+        assert_eq!(reply.finish, FinishReason::ToolCalls);
+        let calls: Vec<(&str, &str, &Value)> = reply
+            .tool_calls
+            .iter()
+            .map(|c| (c.id.as_str(), c.name.as_str(), &c.arguments))
+            .collect();
+        assert_eq!(
+            calls,
+            [
+                ("call_Ab12", "read", &json!({"path": "日本.txt"})),
+                ("call_Cd34", "bash", &json!({"command": "ls"})),
+            ]
+        );
+        assert_eq!(
+            reply.usage,
+            Some(Usage {
+                prompt_tokens: 40,
+                completion_tokens: 30
+            })
+        );
+        server.finish();
+    }
+
+    #[test]
+    fn mid_stream_error_is_typed_and_not_retried_after_output() {
+        let server = FakeServer::start(vec![sse("midstream_error.sse")]);
+        let mut events = Vec::new();
+        let error = generate(&server, true, &mut events).expect_err("an error");
+        assert!(
+            matches!(&error, BackendError::Http { message, .. } if message == "The server is overloaded")
+        );
+        assert_eq!(text_of(&events, content), "partial");
+        assert_eq!(server.finish().len(), 1);
+    }
+
+    #[test]
+    fn stream_without_done_but_with_finish_is_accepted() {
+        let server = FakeServer::start(vec![sse("no_done.sse")]);
+        let reply = generate(&server, true, &mut Vec::new()).expect("reply");
+        assert_eq!(
+            (reply.content.as_str(), reply.finish),
+            ("no done marker", FinishReason::Length)
+        );
+        server.finish();
+    }
+
+    #[test]
+    fn truncated_stream_is_a_protocol_error() {
+        let truncated = Canned {
+            status: 200,
+            headers: vec![("Content-Type", "text/event-stream")],
+            body: b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"cut\"}}]}\n\n"
+                .to_vec(),
+        };
+        let server = FakeServer::start(vec![truncated]);
+        let error = generate(&server, true, &mut Vec::new()).expect_err("an error");
+        assert!(matches!(error, BackendError::Protocol(_)), "{error:?}");
+        server.finish();
+    }
+
+    #[test]
+    fn rate_limit_is_retried_after_retry_after_with_the_same_request() {
+        let limited = Canned {
+            status: 429,
+            headers: vec![("Content-Type", "application/json"), ("Retry-After", "1")],
+            body: br#"{"error":{"message":"Rate limit reached","type":"rate_limit_error"}}"#
+                .to_vec(),
+        };
+        let server = FakeServer::start(vec![limited, sse("text.sse")]);
+        let mut events = Vec::new();
+        let started = Instant::now();
+        let reply = generate(&server, true, &mut events).expect("reply after retry");
+        assert!(started.elapsed() >= std::time::Duration::from_millis(900));
+        assert_eq!(reply.content, "héllo ✓ 日本 🦀");
+        let notices: Vec<&Event> = events
+            .iter()
+            .filter(|e| matches!(e, Event::System(_)))
+            .collect();
+        assert!(
+            matches!(notices[..], [Event::System(ref m)] if m.starts_with("retrying in 1.0s: HTTP 429")),
+            "{notices:?}"
+        );
+        let requests = server.finish();
+        assert_eq!(requests.len(), 2);
+        assert_eq!(requests[0], requests[1]);
+    }
+
+    #[test]
+    fn context_overflow_carries_token_counts() {
+        let body = json!({"error": {
+            "message": "This model's maximum context length is 4096 tokens. However, your messages resulted in 5000 tokens.",
+            "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}});
+        let server = FakeServer::start(vec![json_response(400, body)]);
+        let error = generate(&server, true, &mut Vec::new()).expect_err("an error");
+        assert!(
+            matches!(
+                error,
+                BackendError::ContextOverflow {
+                    prompt_tokens: Some(5000),
+                    limit: Some(4096),
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+        assert_eq!(error.tokens_over(), Some(904));
+        assert_eq!(server.finish().len(), 1);
+    }
+
+    #[test]
+    fn closed_port_is_a_connect_error_naming_the_url() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("address").port();
+        drop(listener);
+        let mut config = OpenAiConfig::new(format!("http://127.0.0.1:{port}/v1"), "m");
+        config.max_retries = 0;
+        let tools = tools();
+        let request = GenerateRequest {
+            tools: &tools,
+            tool_choice: &ToolChoice::Auto,
+            sampling: &Sampling::default(),
+            stream: true,
+        };
+        let error = OpenAiBackend::new(config)
+            .generate(&session(), &request, &mut Vec::new())
+            .expect_err("nothing listens");
+        match error {
+            BackendError::Connect(message) => {
+                assert!(message.contains(&format!("127.0.0.1:{port}")), "{message}")
+            }
+            other => panic!("expected a connect error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn non_streaming_completion_with_native_and_text_calls() {
+        let body = json!({"object": "chat.completion", "choices": [{"index": 0, "finish_reason": "tool_calls",
+            "message": {"role": "assistant", "reasoning_content": "hmm",
+                "content": "Sure.\n<tool_call>{\"name\": \"bash\", \"arguments\": {\"command\": \"pwd\"}}</tool_call>",
+                "tool_calls": [{"id": "call_x", "type": "function", "function": {"name": "read", "arguments": "{\"path\":\"a\"}"}}]}}],
+            "usage": {"prompt_tokens": 9, "completion_tokens": 4, "total_tokens": 13}});
+        let server = FakeServer::start(vec![json_response(200, body)]);
+        let mut events = Vec::new();
+        let reply = generate(&server, false, &mut events).expect("reply");
+        assert_eq!(reply.content, "Sure.\n");
+        assert_eq!(reply.thinking, "hmm");
+        let calls: Vec<(&str, &str)> = reply
+            .tool_calls
+            .iter()
+            .map(|c| (c.id.as_str(), c.name.as_str()))
+            .collect();
+        assert_eq!(calls, [("call_x", "read"), ("call_1", "bash")]);
+        assert_eq!(reply.tool_calls[1].arguments, json!({"command": "pwd"}));
+        let requests = server.finish();
+        assert_eq!(requests[0].body["stream"], false);
+        assert!(requests[0].body.get("stream_options").is_none());
+    }
+
+    #[test]
+    fn cancel_keeps_the_partial_text() {
+        let server = FakeServer::start(vec![sse("text.sse")]);
+        let tools = tools();
+        let request = GenerateRequest {
+            tools: &tools,
+            tool_choice: &ToolChoice::Auto,
+            sampling: &Sampling::default(),
+            stream: true,
+        };
+        let mut sink = |_event: Event| Flow::Cancel;
+        let reply = backend(&server.base_url)
+            .generate(&session(), &request, &mut sink)
+            .expect("a cancelled reply");
+        assert_eq!(
+            (reply.content.as_str(), reply.finish),
+            ("héllo ✓ ", FinishReason::Cancelled)
+        );
+        server.finish();
+    }
+
+    #[test]
+    fn history_with_tool_calls_and_results_on_the_wire() {
+        let mut session = session();
+        let call = ToolCall {
+            id: "call_9".into(),
+            name: "read".into(),
+            arguments: json!({"path": "x"}),
+        };
+        let mut assistant = Message::assistant("");
+        assistant.tool_calls.push(call.clone());
+        session.messages.push(assistant);
+        session
+            .messages
+            .push(Message::tool_result(&call, "contents"));
+        let config = OpenAiConfig::new("https://api.openai.com/v1", "gpt");
+        let sampling = Sampling {
+            top_k: Some(5),
+            stop: vec!["END".into()],
+            ..Sampling::default()
+        };
+        let request = GenerateRequest {
+            tools: &[],
+            tool_choice: &ToolChoice::Required,
+            sampling: &sampling,
+            stream: false,
+        };
+        let wire = serde_json::to_value(build_request(&config, true, &session, &request))
+            .expect("serialisable");
+        assert_eq!(
+            wire["messages"][2],
+            json!({"role": "assistant", "content": null,
+            "tool_calls": [{"id": "call_9", "type": "function", "function": {"name": "read", "arguments": "{\"path\":\"x\"}"}}]})
+        );
+        assert_eq!(
+            wire["messages"][3],
+            json!({"role": "tool", "content": "contents", "tool_call_id": "call_9"})
+        );
+        assert!(
+            wire.get("top_k").is_none()
+                && wire.get("tools").is_none()
+                && wire.get("tool_choice").is_none()
+        );
+        assert_eq!(wire["stop"], json!(["END"]));
+        let named = ToolChoice::Named("bash".into());
+        assert_eq!(
+            serde_json::to_value(wire_tool_choice(&named)).expect("serialisable"),
+            json!({"type": "function", "function": {"name": "bash"}})
+        );
+    }
+
+    #[test]
+    fn azure_endpoint_and_key_header() {
+        let mut config = OpenAiConfig::new("https://res.openai.azure.com/", "gpt");
+        config.azure = Some(AzureDeployment {
+            deployment: "dep1".into(),
+            api_version: "2024-06-01".into(),
+        });
+        config.max_tokens_param = MaxTokensParam::MaxCompletionTokens;
+        let backend = OpenAiBackend::new(config.clone());
+        assert_eq!(backend.endpoint(), "https://res.openai.azure.com/openai/deployments/dep1/chat/completions?api-version=2024-06-01");
+        let sampling = Sampling {
+            max_tokens: Some(7),
+            ..Sampling::default()
+        };
+        let request = GenerateRequest {
+            tools: &[],
+            tool_choice: &ToolChoice::Auto,
+            sampling: &sampling,
+            stream: true,
+        };
+        let wire = serde_json::to_value(build_request(&config, true, &session(), &request))
+            .expect("serialisable");
+        assert_eq!(
+            (wire.get("max_tokens"), &wire["max_completion_tokens"]),
+            (None, &json!(7))
+        );
+    }
+}
