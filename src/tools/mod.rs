@@ -1,1 +1,368 @@
-//! (in progress)
+//! Tools the model can call, and the registry that offers and runs them.
+//!
+//! The agent asks [`ToolRegistry::specs`] for what to offer a backend, and
+//! hands every [`crate::core::ToolCall`] the model makes to
+//! [`ToolRegistry::run`]. The registry checks the call against the tool's
+//! JSON schema in one place, so each tool can assume its required arguments
+//! exist with the right types. Results are [`ToolOutput`]s; the agent shortens
+//! them with [`truncate`] before they enter the session.
+//!
+//! **Architecture Invariant:** a tool never panics on model input and never
+//! reaches outside [`ToolContext::root`] (files) or onto private networks
+//! (unless [`NetPolicy::allow_private`]).
+// Wired into main by the integration step.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::backend::ToolSpec;
+use crate::core::ToolCall;
+
+pub mod args;
+pub mod bash;
+pub mod fs;
+pub mod grep;
+pub mod paths;
+pub mod pattern;
+pub mod regex;
+pub mod time;
+pub mod truncate;
+pub mod web;
+
+/// One tool the model may call.
+pub trait Tool: Send + Sync {
+    fn name(&self) -> &str;
+    fn description(&self) -> &str;
+    /// JSON schema of the arguments: `{"type":"object","properties":{..},"required":[..]}`.
+    fn parameters(&self) -> Value;
+    /// Runs the tool. `args` is an object already checked against [`Tool::parameters`].
+    fn run(&self, args: &Value, ctx: &ToolContext) -> ToolOutput;
+}
+
+/// What a tool run produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolOutput {
+    /// The text handed to the model (also when the run failed).
+    pub content: String,
+    /// One line for display.
+    pub summary: String,
+    /// True when the run failed.
+    pub error: bool,
+}
+
+impl ToolOutput {
+    pub fn ok(content: impl Into<String>, summary: impl Into<String>) -> Self {
+        ToolOutput {
+            content: content.into(),
+            summary: summary.into(),
+            error: false,
+        }
+    }
+
+    /// A failure whose message is both the content and the summary.
+    pub fn fail(message: impl Into<String>) -> Self {
+        let content = message.into();
+        let summary = content.lines().next().unwrap_or("").to_string();
+        ToolOutput {
+            content,
+            summary,
+            error: true,
+        }
+    }
+}
+
+/// Which network destinations the web tools may reach.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NetPolicy {
+    /// Allows loopback, private, link-local and metadata addresses (off by default).
+    pub allow_private: bool,
+}
+
+/// Everything a tool run may depend on besides its arguments.
+#[derive(Debug, Clone)]
+pub struct ToolContext {
+    /// File tools stay inside this directory; `bash` starts in it.
+    pub root: PathBuf,
+    /// Set by anyone to make running tools stop as soon as they can.
+    pub cancel: Arc<AtomicBool>,
+    pub net: NetPolicy,
+    /// `bash` timeout when the call gives none.
+    pub bash_timeout: Duration,
+    /// Most bytes of process output a tool keeps.
+    pub output_cap: usize,
+}
+
+impl ToolContext {
+    pub const DEFAULT_BASH_TIMEOUT: Duration = Duration::from_secs(120);
+    pub const DEFAULT_OUTPUT_CAP: usize = 256 * 1024;
+
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        ToolContext {
+            root: root.into(),
+            cancel: Arc::new(AtomicBool::new(false)),
+            net: NetPolicy::default(),
+            bash_timeout: Self::DEFAULT_BASH_TIMEOUT,
+            output_cap: Self::DEFAULT_OUTPUT_CAP,
+        }
+    }
+
+    pub fn cancelled(&self) -> bool {
+        self.cancel.load(Ordering::Relaxed)
+    }
+}
+
+/// The tools on offer, with the user's enable/disable globs applied.
+pub struct ToolRegistry {
+    tools: Vec<Box<dyn Tool>>,
+    disabled: Vec<String>,
+    enabled: Vec<String>,
+}
+
+impl Default for ToolRegistry {
+    fn default() -> Self {
+        Self::empty()
+    }
+}
+
+impl ToolRegistry {
+    pub fn empty() -> Self {
+        ToolRegistry {
+            tools: Vec::new(),
+            disabled: Vec::new(),
+            enabled: Vec::new(),
+        }
+    }
+
+    /// Every built-in tool, all enabled.
+    pub fn builtin() -> Self {
+        let mut registry = Self::empty();
+        for tool in fs::tools() {
+            registry.register(tool);
+        }
+        registry.register(Box::new(grep::Grep));
+        registry.register(Box::new(bash::Bash));
+        registry.register(Box::new(web::WebFetch));
+        registry.register(Box::new(web::HttpRequest));
+        registry.register(Box::new(time::GetTime));
+        registry
+    }
+
+    /// Adds a tool; a tool with the same (case-insensitive) name is replaced.
+    pub fn register(&mut self, tool: Box<dyn Tool>) {
+        self.tools
+            .retain(|t| !t.name().eq_ignore_ascii_case(tool.name()));
+        self.tools.push(tool);
+    }
+
+    /// Disables the tools whose names match `glob` (fnmatch style, case-insensitive).
+    pub fn disable(&mut self, glob: &str) {
+        self.disabled.push(glob.to_ascii_lowercase());
+    }
+
+    /// Re-enables matching tools. Enable globs win over disable globs whatever
+    /// the call order, as `--disable-tools` is applied before `--enable-tools`.
+    pub fn enable(&mut self, glob: &str) {
+        self.enabled.push(glob.to_ascii_lowercase());
+    }
+
+    fn is_enabled(&self, name: &str) -> bool {
+        let name = name.to_ascii_lowercase();
+        let any = |globs: &[String]| globs.iter().any(|g| pattern::fnmatch(g, &name));
+        !any(&self.disabled) || any(&self.enabled)
+    }
+
+    fn enabled_tools(&self) -> impl Iterator<Item = &dyn Tool> {
+        self.tools
+            .iter()
+            .map(|t| t.as_ref())
+            .filter(|t| self.is_enabled(t.name()))
+    }
+
+    /// Names of the enabled tools, in registration order.
+    pub fn names(&self) -> Vec<String> {
+        self.enabled_tools().map(|t| t.name().to_string()).collect()
+    }
+
+    /// The enabled tools as offered to a backend.
+    pub fn specs(&self) -> Vec<ToolSpec> {
+        self.enabled_tools()
+            .map(|t| ToolSpec {
+                name: t.name().to_string(),
+                description: t.description().to_string(),
+                parameters: t.parameters(),
+            })
+            .collect()
+    }
+
+    /// The enabled tool called `name` (case-insensitive).
+    pub fn get(&self, name: &str) -> Option<&dyn Tool> {
+        self.enabled_tools()
+            .find(|t| t.name().eq_ignore_ascii_case(name.trim()))
+    }
+
+    /// Runs one call. Every failure (unknown tool, bad arguments, the tool's own
+    /// errors) comes back as an error output the model can read and react to.
+    pub fn run(&self, call: &ToolCall, ctx: &ToolContext) -> ToolOutput {
+        let Some(tool) = self.get(&call.name) else {
+            return ToolOutput::fail(format!(
+                "Error: tool '{}' does not exist. Available tools: {}",
+                call.name,
+                self.names().join(", ")
+            ));
+        };
+        if let Err(message) = args::validate(&tool.parameters(), &call.arguments) {
+            return ToolOutput::fail(format!(
+                "Error: invalid arguments for '{}': {message}",
+                tool.name()
+            ));
+        }
+        crate::log::debug(crate::log::Category::Tools, || {
+            format!("run {} {}", tool.name(), call.arguments)
+        });
+        tool.run(&call.arguments, ctx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn call(name: &str, arguments: Value) -> ToolCall {
+        ToolCall {
+            id: "call_1".into(),
+            name: name.into(),
+            arguments,
+        }
+    }
+
+    fn ctx() -> ToolContext {
+        ToolContext::new(std::env::temp_dir())
+    }
+
+    #[test]
+    fn builtin_has_the_reference_names() {
+        let names = ToolRegistry::builtin().names();
+        for expected in [
+            "read",
+            "write",
+            "edit",
+            "list_directory",
+            "glob",
+            "grep",
+            "bash",
+            "webfetch",
+            "http_request",
+            "get_time",
+        ] {
+            assert!(names.iter().any(|n| n == expected), "missing {expected}");
+        }
+    }
+
+    #[test]
+    fn specs_have_object_schemas() {
+        for spec in ToolRegistry::builtin().specs() {
+            assert_eq!(spec.parameters["type"], "object", "{}", spec.name);
+            assert!(spec.parameters["properties"].is_object(), "{}", spec.name);
+            assert!(!spec.description.is_empty(), "{}", spec.name);
+        }
+    }
+
+    #[test]
+    fn disable_then_enable() {
+        let mut registry = ToolRegistry::builtin();
+        registry.enable("webfetch");
+        registry.disable("*");
+        assert_eq!(registry.names(), vec!["webfetch".to_string()]);
+        registry.disable("web*");
+        assert_eq!(registry.names(), vec!["webfetch".to_string()]);
+        assert_eq!(registry.specs().len(), 1);
+    }
+
+    #[test]
+    fn disable_with_class_glob() {
+        let mut registry = ToolRegistry::builtin();
+        registry.disable("[rw]*");
+        let names = registry.names();
+        assert!(!names
+            .iter()
+            .any(|n| n == "read" || n == "write" || n == "webfetch"));
+        assert!(names.iter().any(|n| n == "edit"));
+    }
+
+    #[test]
+    fn unknown_tool_lists_available_names() {
+        let mut registry = ToolRegistry::builtin();
+        registry.disable("bash");
+        for name in ["nope", "bash"] {
+            let out = registry.run(&call(name, json!({"command": "true"})), &ctx());
+            assert!(out.error);
+            assert!(out.content.contains("does not exist"), "{}", out.content);
+            assert!(out.content.contains("get_time"), "{}", out.content);
+        }
+    }
+
+    #[test]
+    fn lookup_is_case_insensitive() {
+        let out = ToolRegistry::builtin().run(&call("GET_Time", json!({})), &ctx());
+        assert!(!out.error, "{}", out.content);
+    }
+
+    #[test]
+    fn non_object_arguments_are_refused() {
+        let out = ToolRegistry::builtin().run(
+            &call("read", Value::String("{\"file_path\": ".into())),
+            &ctx(),
+        );
+        assert!(out.error);
+        assert!(out.content.contains("not a JSON object"), "{}", out.content);
+    }
+
+    #[test]
+    fn missing_and_mistyped_arguments_are_refused() {
+        let registry = ToolRegistry::builtin();
+        let out = registry.run(&call("read", json!({})), &ctx());
+        assert!(
+            out.content
+                .contains("missing required argument 'file_path'"),
+            "{}",
+            out.content
+        );
+        let out = registry.run(&call("read", json!({"file_path": 3})), &ctx());
+        assert!(
+            out.content.contains("'file_path' must be a string"),
+            "{}",
+            out.content
+        );
+        assert!(out.error);
+    }
+
+    struct Echo;
+    impl Tool for Echo {
+        fn name(&self) -> &str {
+            "echo"
+        }
+        fn description(&self) -> &str {
+            "Echoes its text."
+        }
+        fn parameters(&self) -> Value {
+            json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]})
+        }
+        fn run(&self, args: &Value, _ctx: &ToolContext) -> ToolOutput {
+            ToolOutput::ok(args["text"].as_str().unwrap_or_default(), "echoed")
+        }
+    }
+
+    #[test]
+    fn registered_tools_run() {
+        let mut registry = ToolRegistry::empty();
+        registry.register(Box::new(Echo));
+        let out = registry.run(&call("Echo", json!({"text": "hi"})), &ctx());
+        assert_eq!(out, ToolOutput::ok("hi", "echoed"));
+    }
+}

@@ -1,0 +1,717 @@
+//! File tools: `read`, `write`, `edit`, `list_directory` and `glob`.
+//!
+//! Every path goes through [`super::paths::resolve`], so these tools never
+//! touch anything outside [`super::ToolContext::root`]. Writes are atomic
+//! (temp file in the same directory, fsync, rename, fsync of the directory):
+//! an interrupted write leaves the old file, never half a new one.
+
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use serde_json::{json, Value};
+
+use super::{args, paths, pattern, Tool, ToolContext, ToolOutput};
+
+/// Lines `read` returns when the call gives no limit.
+pub const DEFAULT_READ_LINES: usize = 2000;
+/// Files larger than this are not read whole (`read` of a log file must not eat the memory).
+const MAX_READ_BYTES: u64 = 64 * 1024 * 1024;
+/// Entries `glob` lists at most.
+const MAX_GLOB_RESULTS: usize = 1000;
+
+pub fn tools() -> Vec<Box<dyn Tool>> {
+    vec![
+        Box::new(Read),
+        Box::new(WriteFile),
+        Box::new(Edit),
+        Box::new(ListDirectory),
+        Box::new(Glob),
+    ]
+}
+
+/// Resolves a path argument or explains why not.
+fn resolve(ctx: &ToolContext, requested: &str) -> Result<PathBuf, ToolOutput> {
+    paths::resolve(&ctx.root, requested).map_err(|e| ToolOutput::fail(format!("Error: {e}")))
+}
+
+pub struct Read;
+
+impl Tool for Read {
+    fn name(&self) -> &str {
+        "read"
+    }
+
+    fn description(&self) -> &str {
+        "Reads a file in the workspace. Returns its text (no line numbers), at most 2000 lines unless \
+         'limit' says otherwise (-1 = the whole file); 'offset' is the 1-based line to start at. \
+         Binary files come back as base64."
+    }
+
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "file_path": {"type": "string", "description": "Path of the file, relative to the workspace or absolute inside it"},
+                "offset": {"type": "integer", "description": "1-based line number to start at"},
+                "limit": {"type": "integer", "description": "Number of lines to read; -1 reads everything"}
+            },
+            "required": ["file_path"]
+        })
+    }
+
+    fn run(&self, args: &Value, ctx: &ToolContext) -> ToolOutput {
+        let requested = args::string(args, "file_path");
+        let path = match resolve(ctx, requested) {
+            Ok(path) => path,
+            Err(out) => return out,
+        };
+        match read_bytes(&path) {
+            Ok(bytes) => match String::from_utf8(bytes) {
+                Ok(text) if !text.contains('\0') => read_lines(&text, args),
+                Ok(text) => binary(requested, text.into_bytes(), ctx.output_cap),
+                Err(e) => binary(requested, e.into_bytes(), ctx.output_cap),
+            },
+            Err(e) => ToolOutput::fail(format!("Error: cannot read {requested}: {e}")),
+        }
+    }
+}
+
+fn read_bytes(path: &Path) -> io::Result<Vec<u8>> {
+    let meta = fs::metadata(path)?;
+    if meta.is_dir() {
+        return Err(io::Error::other("it is a directory (use list_directory)"));
+    }
+    if meta.len() > MAX_READ_BYTES {
+        return Err(io::Error::other(format!(
+            "file is {} bytes, more than the {MAX_READ_BYTES} bytes read allows; use bash (head, sed -n) or grep",
+            meta.len()
+        )));
+    }
+    fs::read(path)
+}
+
+/// Picks the requested window of lines and says how to get the rest.
+fn read_lines(text: &str, args: &Value) -> ToolOutput {
+    let lines: Vec<&str> = text.lines().collect();
+    let start = args::opt_i64(args, "offset").unwrap_or(1).max(1) as usize - 1;
+    let limit = match args::opt_i64(args, "limit") {
+        Some(n) if n < 0 => usize::MAX,
+        Some(n) => n as usize,
+        None => DEFAULT_READ_LINES,
+    };
+    let end = start.saturating_add(limit).min(lines.len());
+    let start = start.min(end);
+    let mut content = lines[start..end].join("\n");
+    if end < lines.len() {
+        content.push_str(&format!(
+            "\n[Showing lines {}-{end} of {}. Use offset={} to read more, or limit=-1 for everything.]",
+            start + 1,
+            lines.len(),
+            end + 1
+        ));
+    }
+    let summary = format!("{} lines", end - start);
+    ToolOutput::ok(content, summary)
+}
+
+fn binary(requested: &str, mut bytes: Vec<u8>, cap: usize) -> ToolOutput {
+    let total = bytes.len();
+    // base64 grows by 4/3; keep the encoded text within the output cap.
+    let keep = cap / 4 * 3;
+    bytes.truncate(keep);
+    let mut content = format!("[{requested} is a binary file of {total} bytes; base64 follows]\n");
+    content.push_str(&base64(&bytes));
+    if total > bytes.len() {
+        content.push_str(&format!(
+            "\n[base64 covers the first {} of {total} bytes]",
+            bytes.len()
+        ));
+    }
+    ToolOutput::ok(content, format!("binary, {total} bytes"))
+}
+
+/// Standard base64 with padding.
+pub fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+pub struct WriteFile;
+
+impl Tool for WriteFile {
+    fn name(&self) -> &str {
+        "write"
+    }
+
+    fn description(&self) -> &str {
+        "Writes a file in the workspace, replacing it if it exists and creating missing parent directories."
+    }
+
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "file_path": {"type": "string", "description": "Path of the file, relative to the workspace or absolute inside it"},
+                "content": {"type": "string", "description": "The complete new content"}
+            },
+            "required": ["file_path", "content"]
+        })
+    }
+
+    fn run(&self, args: &Value, ctx: &ToolContext) -> ToolOutput {
+        let requested = args::string(args, "file_path");
+        let content = args::string(args, "content");
+        let path = match resolve(ctx, requested) {
+            Ok(path) => path,
+            Err(out) => return out,
+        };
+        if let Some(parent) = path.parent() {
+            if let Err(e) = fs::create_dir_all(parent) {
+                return ToolOutput::fail(format!(
+                    "Error: cannot create the directory for {requested}: {e}"
+                ));
+            }
+        }
+        match write_atomic(&path, content.as_bytes()) {
+            Ok(()) => ToolOutput::ok(
+                format!("Wrote {} bytes to {requested}", content.len()),
+                format!("{} lines, {} bytes", content.lines().count(), content.len()),
+            ),
+            Err(e) => ToolOutput::fail(format!("Error: cannot write {requested}: {e}")),
+        }
+    }
+}
+
+/// Replaces `path` with `data` so that readers see the old or the new file, never a mix.
+pub fn write_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    if path.is_dir() {
+        return Err(io::Error::other("it is a directory"));
+    }
+    let dir = path
+        .parent()
+        .ok_or_else(|| io::Error::other("no parent directory"))?;
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let temp = dir.join(format!(".{name}.shepherd-{}-{n}.tmp", std::process::id()));
+    let result = write_and_rename(&temp, path, data);
+    if result.is_err() {
+        let _ = fs::remove_file(&temp);
+    }
+    result?;
+    // The rename itself is only durable once the directory is synced.
+    fs::File::open(dir)?.sync_all()
+}
+
+fn write_and_rename(temp: &Path, path: &Path, data: &[u8]) -> io::Result<()> {
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(temp)?;
+    file.write_all(data)?;
+    if let Ok(meta) = fs::metadata(path) {
+        // Keep an existing file's mode (an edited script stays executable).
+        file.set_permissions(meta.permissions())?;
+    }
+    file.sync_all()?;
+    fs::rename(temp, path)
+}
+
+pub struct Edit;
+
+impl Tool for Edit {
+    fn name(&self) -> &str {
+        "edit"
+    }
+
+    fn description(&self) -> &str {
+        "Replaces exact text in a file. 'old_string' must occur exactly once unless 'replace_all' is true; \
+         include enough surrounding lines to make it unique."
+    }
+
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "file_path": {"type": "string", "description": "Path of the file to edit"},
+                "old_string": {"type": "string", "description": "Exact text to replace"},
+                "new_string": {"type": "string", "description": "Replacement text"},
+                "replace_all": {"type": "boolean", "description": "Replace every occurrence (default false)"}
+            },
+            "required": ["file_path", "old_string", "new_string"]
+        })
+    }
+
+    fn run(&self, args: &Value, ctx: &ToolContext) -> ToolOutput {
+        let requested = args::string(args, "file_path");
+        let path = match resolve(ctx, requested) {
+            Ok(path) => path,
+            Err(out) => return out,
+        };
+        let text = match read_bytes(&path).map(String::from_utf8) {
+            Ok(Ok(text)) => text,
+            Ok(Err(_)) => {
+                return ToolOutput::fail(format!("Error: {requested} is not a text file"))
+            }
+            Err(e) => return ToolOutput::fail(format!("Error: cannot read {requested}: {e}")),
+        };
+        let edited = match replace(&text, args) {
+            Ok(edited) => edited,
+            Err(message) => return ToolOutput::fail(format!("Error: {message} in {requested}")),
+        };
+        match write_atomic(&path, edited.text.as_bytes()) {
+            Ok(()) => ToolOutput::ok(
+                format!(
+                    "Edited {requested}: replaced {} occurrence(s)",
+                    edited.count
+                ),
+                format!("replaced {} occurrence(s)", edited.count),
+            ),
+            Err(e) => ToolOutput::fail(format!("Error: cannot write {requested}: {e}")),
+        }
+    }
+}
+
+struct Edited {
+    text: String,
+    count: usize,
+}
+
+fn replace(text: &str, args: &Value) -> Result<Edited, String> {
+    let old = args::string(args, "old_string");
+    let new = args::string(args, "new_string");
+    if old.is_empty() {
+        return Err("old_string is empty".into());
+    }
+    if old == new {
+        return Err("old_string and new_string are the same".into());
+    }
+    let count = text.matches(old).count();
+    match count {
+        0 => Err("old_string was not found".into()),
+        1 => Ok(Edited { text: text.replacen(old, new, 1), count }),
+        _ if args::flag(args, "replace_all", false) => Ok(Edited { text: text.replace(old, new), count }),
+        _ => Err(format!(
+            "old_string occurs {count} times; add surrounding text to make it unique, or set replace_all"
+        )),
+    }
+}
+
+pub struct ListDirectory;
+
+impl Tool for ListDirectory {
+    fn name(&self) -> &str {
+        "list_directory"
+    }
+
+    fn description(&self) -> &str {
+        "Lists a directory of the workspace: entries sorted by name, directories marked with '/', files with their size."
+    }
+
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "Directory to list (default: the workspace root)"}
+            },
+            "required": []
+        })
+    }
+
+    fn run(&self, args: &Value, ctx: &ToolContext) -> ToolOutput {
+        let requested = args::opt_string(args, "path").unwrap_or(".");
+        let path = match resolve(ctx, requested) {
+            Ok(path) => path,
+            Err(out) => return out,
+        };
+        match list(&path) {
+            Ok(lines) if lines.is_empty() => ToolOutput::ok("(empty directory)", "0 entries"),
+            Ok(lines) => {
+                let summary = format!("{} entries", lines.len());
+                ToolOutput::ok(lines.join("\n"), summary)
+            }
+            Err(e) => ToolOutput::fail(format!("Error: cannot list {requested}: {e}")),
+        }
+    }
+}
+
+fn list(dir: &Path) -> io::Result<Vec<String>> {
+    let mut entries: Vec<(String, String)> = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let line = describe_entry(&entry, &name);
+        entries.push((name, line));
+    }
+    entries.sort();
+    Ok(entries.into_iter().map(|(_, line)| line).collect())
+}
+
+fn describe_entry(entry: &fs::DirEntry, name: &str) -> String {
+    match entry.file_type() {
+        Ok(t) if t.is_dir() => format!("{name}/"),
+        Ok(t) if t.is_symlink() => match fs::read_link(entry.path()) {
+            Ok(target) => format!("{name}@ -> {}", target.display()),
+            Err(_) => format!("{name}@"),
+        },
+        _ => match entry.metadata() {
+            Ok(meta) => format!("{name}  ({} bytes)", meta.len()),
+            Err(_) => name.to_string(),
+        },
+    }
+}
+
+pub struct Glob;
+
+impl Tool for Glob {
+    fn name(&self) -> &str {
+        "glob"
+    }
+
+    fn description(&self) -> &str {
+        "Finds files whose path (relative to 'path') matches a glob: '*' and '?' within a name, \
+         '[abc]' classes, '**' for any number of directories (e.g. '**/*.rs'). Skips .git."
+    }
+
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "pattern": {"type": "string", "description": "Glob pattern, e.g. 'src/**/*.rs'"},
+                "path": {"type": "string", "description": "Directory to search (default: the workspace root)"}
+            },
+            "required": ["pattern"]
+        })
+    }
+
+    fn run(&self, args: &Value, ctx: &ToolContext) -> ToolOutput {
+        let glob = args::string(args, "pattern");
+        let requested = args::opt_string(args, "path").unwrap_or(".");
+        let base = match resolve(ctx, requested) {
+            Ok(path) => path,
+            Err(out) => return out,
+        };
+        let mut found = Vec::new();
+        walk(&base, ctx, &mut |path, rel| {
+            if pattern::path_match(glob, rel) {
+                found.push(paths::display(&ctx.root, path));
+            }
+            found.len() <= MAX_GLOB_RESULTS
+        });
+        glob_output(found, ctx.cancelled())
+    }
+}
+
+fn glob_output(mut found: Vec<String>, cancelled: bool) -> ToolOutput {
+    if cancelled {
+        return ToolOutput::fail("Error: cancelled");
+    }
+    if found.is_empty() {
+        return ToolOutput::ok("No files matched.", "0 files");
+    }
+    found.sort();
+    let mut content = found
+        .iter()
+        .take(MAX_GLOB_RESULTS)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join("\n");
+    if found.len() > MAX_GLOB_RESULTS {
+        content.push_str(&format!(
+            "\n[More than {MAX_GLOB_RESULTS} matches; narrow the pattern.]"
+        ));
+    }
+    let summary = format!("{} files", found.len().min(MAX_GLOB_RESULTS));
+    ToolOutput::ok(content, summary)
+}
+
+/// Visits every file and directory under `base` (not `base` itself), depth first,
+/// giving the path and its `/`-separated path relative to `base`. Symlinked
+/// directories are not entered (no loops, no escapes); `.git` is skipped.
+/// `visit` returns false to stop the walk.
+pub fn walk(base: &Path, ctx: &ToolContext, visit: &mut dyn FnMut(&Path, &str) -> bool) {
+    let mut stack = vec![(base.to_path_buf(), String::new())];
+    while let Some((dir, rel)) = stack.pop() {
+        let Ok(entries) = fs::read_dir(&dir) else {
+            continue;
+        };
+        let mut entries: Vec<fs::DirEntry> = entries.flatten().collect();
+        entries.sort_by_key(|e| std::cmp::Reverse(e.file_name()));
+        for entry in entries {
+            if ctx.cancelled() {
+                return;
+            }
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let child_rel = if rel.is_empty() {
+                name.clone()
+            } else {
+                format!("{rel}/{name}")
+            };
+            if !visit(&entry.path(), &child_rel) {
+                return;
+            }
+            let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+            if is_dir && name != ".git" {
+                stack.push((entry.path(), child_rel));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::ToolCall;
+    use crate::tools::paths::tests::TempDir;
+    use crate::tools::ToolRegistry;
+
+    fn run(ctx: &ToolContext, name: &str, arguments: Value) -> ToolOutput {
+        let call = ToolCall {
+            id: "1".into(),
+            name: name.into(),
+            arguments,
+        };
+        ToolRegistry::builtin().run(&call, ctx)
+    }
+
+    fn setup(label: &str) -> (TempDir, ToolContext) {
+        let dir = TempDir::new(label);
+        let ctx = ToolContext::new(&dir.0);
+        (dir, ctx)
+    }
+
+    #[test]
+    fn write_then_read() {
+        let (dir, ctx) = setup("fs-rw");
+        let out = run(
+            &ctx,
+            "write",
+            json!({"file_path": "a/b/c.txt", "content": "one\ntwo\nthree\n"}),
+        );
+        assert!(!out.error, "{}", out.content);
+        assert_eq!(
+            fs::read_to_string(dir.0.join("a/b/c.txt")).unwrap(),
+            "one\ntwo\nthree\n"
+        );
+        let out = run(&ctx, "read", json!({"file_path": "a/b/c.txt"}));
+        assert_eq!(out.content, "one\ntwo\nthree");
+        assert_eq!(out.summary, "3 lines");
+        let out = run(
+            &ctx,
+            "read",
+            json!({"file_path": "a/b/c.txt", "offset": 2, "limit": 1}),
+        );
+        assert!(
+            out.content
+                .starts_with("two\n[Showing lines 2-2 of 3. Use offset=3"),
+            "{}",
+            out.content
+        );
+        let no_temp_left = fs::read_dir(dir.0.join("a/b")).unwrap().count() == 1;
+        assert!(no_temp_left);
+    }
+
+    #[test]
+    fn read_limits_long_files_by_default() {
+        let (dir, ctx) = setup("fs-long");
+        let text: String = (1..=2500).map(|i| format!("line {i}\n")).collect();
+        fs::write(dir.0.join("long.txt"), &text).unwrap();
+        let out = run(&ctx, "read", json!({"file_path": "long.txt"}));
+        assert_eq!(out.summary, "2000 lines");
+        assert!(out
+            .content
+            .contains("line 2000\n[Showing lines 1-2000 of 2500. Use offset=2001"));
+        let out = run(&ctx, "read", json!({"file_path": "long.txt", "limit": -1}));
+        assert_eq!(out.summary, "2500 lines");
+        assert!(out.content.ends_with("line 2500"));
+    }
+
+    #[test]
+    fn read_binary_as_base64() {
+        let (dir, ctx) = setup("fs-bin");
+        fs::write(dir.0.join("b.bin"), [0u8, 159, 146, 150]).unwrap();
+        let out = run(&ctx, "read", json!({"file_path": "b.bin"}));
+        assert!(!out.error);
+        assert!(
+            out.content.contains("binary file of 4 bytes"),
+            "{}",
+            out.content
+        );
+        assert!(out.content.ends_with("AJ+Slg=="), "{}", out.content);
+    }
+
+    #[test]
+    fn base64_vectors() {
+        for (input, expected) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foobar", "Zm9vYmFy"),
+        ] {
+            assert_eq!(base64(input.as_bytes()), expected);
+        }
+    }
+
+    #[test]
+    fn read_errors() {
+        let (dir, ctx) = setup("fs-read-err");
+        fs::create_dir(dir.0.join("d")).unwrap();
+        assert!(run(&ctx, "read", json!({"file_path": "missing.txt"})).error);
+        let out = run(&ctx, "read", json!({"file_path": "d"}));
+        assert!(
+            out.error && out.content.contains("directory"),
+            "{}",
+            out.content
+        );
+    }
+
+    #[test]
+    fn file_tools_stay_inside_the_root() {
+        let (dir, ctx) = setup("fs-escape");
+        std::os::unix::fs::symlink("/etc", dir.0.join("out")).unwrap();
+        std::os::unix::fs::symlink("/tmp/shepherd-never-created", dir.0.join("dangling")).unwrap();
+        for path in [
+            "../x",
+            "/etc/passwd",
+            "out/passwd",
+            "out/new-file",
+            "dangling",
+        ] {
+            let read = run(&ctx, "read", json!({"file_path": path}));
+            assert!(
+                read.error && read.content.contains("Error"),
+                "read {path}: {}",
+                read.content
+            );
+            let write = run(&ctx, "write", json!({"file_path": path, "content": "x"}));
+            assert!(write.error, "write {path}: {}", write.content);
+        }
+        assert!(!Path::new("/tmp/shepherd-never-created").exists());
+        assert!(run(&ctx, "list_directory", json!({"path": ".."})).error);
+        assert!(run(&ctx, "glob", json!({"pattern": "*", "path": "/etc"})).error);
+    }
+
+    #[test]
+    fn absolute_paths_inside_the_root_work() {
+        let (dir, ctx) = setup("fs-abs");
+        let path = dir.0.join("x.txt").display().to_string();
+        assert!(!run(&ctx, "write", json!({"file_path": path, "content": "hi"})).error);
+        assert_eq!(run(&ctx, "read", json!({"file_path": path})).content, "hi");
+    }
+
+    #[test]
+    fn edit_requires_unique_match() {
+        let (dir, ctx) = setup("fs-edit");
+        fs::write(dir.0.join("e.txt"), "a = 1\nb = 1\n").unwrap();
+        let out = run(
+            &ctx,
+            "edit",
+            json!({"file_path": "e.txt", "old_string": "= 1", "new_string": "= 2"}),
+        );
+        assert!(
+            out.error && out.content.contains("occurs 2 times"),
+            "{}",
+            out.content
+        );
+        let out = run(
+            &ctx,
+            "edit",
+            json!({"file_path": "e.txt", "old_string": "zzz", "new_string": "y"}),
+        );
+        assert!(
+            out.error && out.content.contains("not found"),
+            "{}",
+            out.content
+        );
+        let out = run(
+            &ctx,
+            "edit",
+            json!({"file_path": "e.txt", "old_string": "a = 1", "new_string": "a = 3"}),
+        );
+        assert!(!out.error, "{}", out.content);
+        assert_eq!(
+            fs::read_to_string(dir.0.join("e.txt")).unwrap(),
+            "a = 3\nb = 1\n"
+        );
+        let out = run(
+            &ctx,
+            "edit",
+            json!({"file_path": "e.txt", "old_string": " = ", "new_string": ": ", "replace_all": true}),
+        );
+        assert_eq!(out.summary, "replaced 2 occurrence(s)");
+        assert_eq!(
+            fs::read_to_string(dir.0.join("e.txt")).unwrap(),
+            "a: 3\nb: 1\n"
+        );
+    }
+
+    #[test]
+    fn edit_keeps_permissions() {
+        use std::os::unix::fs::PermissionsExt;
+        let (dir, ctx) = setup("fs-perm");
+        let path = dir.0.join("s.sh");
+        fs::write(&path, "echo hi\n").unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
+        run(
+            &ctx,
+            "edit",
+            json!({"file_path": "s.sh", "old_string": "hi", "new_string": "ho"}),
+        );
+        assert_eq!(
+            fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o755
+        );
+    }
+
+    #[test]
+    fn list_directory_sorted_and_marked() {
+        let (dir, ctx) = setup("fs-list");
+        fs::create_dir(dir.0.join("sub")).unwrap();
+        fs::write(dir.0.join("b.txt"), "12345").unwrap();
+        fs::write(dir.0.join("a.txt"), "").unwrap();
+        let out = run(&ctx, "list_directory", json!({}));
+        assert_eq!(out.content, "a.txt  (0 bytes)\nb.txt  (5 bytes)\nsub/");
+        assert_eq!(out.summary, "3 entries");
+    }
+
+    #[test]
+    fn glob_with_double_star() {
+        let (dir, ctx) = setup("fs-glob");
+        for file in [
+            "main.rs",
+            "src/lib.rs",
+            "src/tools/fs.rs",
+            "src/notes.md",
+            ".git/x.rs",
+        ] {
+            let path = dir.0.join(file);
+            fs::create_dir_all(path.parent().unwrap()).unwrap();
+            fs::write(path, "").unwrap();
+        }
+        let out = run(&ctx, "glob", json!({"pattern": "**/*.rs"}));
+        assert_eq!(out.content, "main.rs\nsrc/lib.rs\nsrc/tools/fs.rs");
+        let out = run(&ctx, "glob", json!({"pattern": "*.rs", "path": "src"}));
+        assert_eq!(out.content, "src/lib.rs");
+        let out = run(&ctx, "glob", json!({"pattern": "*.none"}));
+        assert_eq!(out.summary, "0 files");
+    }
+}
