@@ -20,8 +20,7 @@ use crossbeam_channel::{Receiver, Sender};
 
 use crate::backend::{Backend, GenerateRequest, Reply, Sampling, ToolChoice, ToolSpec, Usage};
 use crate::core::{
-    BackendError, Event, EventSink, FinishReason, Flow, Message, Session, ToolCall,
-    ToolResultEvent,
+    BackendError, Event, EventSink, FinishReason, Flow, Message, Session, ToolCall, ToolResultEvent,
 };
 use crate::log::{self, Category};
 use crate::tools::{truncate, ToolContext, ToolOutput, ToolRegistry};
@@ -95,11 +94,6 @@ impl AgentHandle {
     /// Queues an operation. Returns false when the agent thread is gone.
     pub fn send(&self, op: Op) -> bool {
         self.ops.as_ref().is_some_and(|tx| tx.send(op).is_ok())
-    }
-
-    /// The stream of events from the agent.
-    pub fn events(&self) -> &Receiver<Event> {
-        &self.events
     }
 
     /// Asks the running prompt to stop as soon as possible.

@@ -13,7 +13,6 @@
 //! is kept verbatim for `commands`, which parses it itself.
 
 // Wired into main by the integration step.
-#![allow(dead_code)]
 
 use std::ffi::OsString;
 use std::fmt;

@@ -7,7 +7,6 @@
 //! the same functions for their `/provider` and `/config` slash commands.
 
 // Wired into main by the integration step.
-#![allow(dead_code)]
 
 use std::fmt;
 use std::io::{self, Write};

@@ -10,7 +10,6 @@
 //! file through [`load`] and [`save`]; sessions reuse [`write_atomic`].
 
 // Wired into main by the integration step.
-#![allow(dead_code)]
 
 use std::collections::BTreeMap;
 use std::fmt;

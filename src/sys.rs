@@ -4,7 +4,6 @@
 //! `unsafe`. The tool runner (`tools::bash`) uses it to kill a whole process
 //! group, so that children a command put in the background die with it.
 // Wired into main by the integration step.
-#![allow(dead_code)]
 
 use std::io;
 

@@ -26,6 +26,7 @@ impl Default for TokenEstimator {
 const MESSAGE_OVERHEAD: u32 = 4;
 
 impl TokenEstimator {
+    #[cfg(test)]
     pub fn chars_per_token(&self) -> f64 {
         self.chars_per_token
     }

@@ -7,7 +7,6 @@
 //! retrying lives here so it behaves the same for every provider.
 
 // Wired into main by the integration step.
-#![allow(dead_code)]
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};

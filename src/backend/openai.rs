@@ -18,7 +18,6 @@
 //!   announces them, as it also emits `Stop`.
 
 // Wired into main by the integration step.
-#![allow(dead_code)]
 
 use std::io::{BufReader, Read};
 use std::time::Instant;

@@ -188,6 +188,7 @@ impl Settings {
         self.layers_for(provider).to_sampling()
     }
 
+    #[cfg(test)]
     pub fn max_tokens_for(&self, provider: &ProviderConfig) -> MaxTokens {
         let layer = self.layers_for(provider);
         layer

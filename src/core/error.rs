@@ -18,10 +18,8 @@ pub enum ErrorKind {
     Connect,
     Timeout,
     Protocol,
-    Tool,
     Config,
     Cancelled,
-    Internal,
 }
 
 impl ErrorKind {
@@ -33,10 +31,8 @@ impl ErrorKind {
             ErrorKind::Connect => "connect_error",
             ErrorKind::Timeout => "timeout",
             ErrorKind::Protocol => "protocol_error",
-            ErrorKind::Tool => "tool_error",
             ErrorKind::Config => "config_error",
             ErrorKind::Cancelled => "cancelled",
-            ErrorKind::Internal => "internal_error",
         }
     }
 }
@@ -81,11 +77,6 @@ impl BackendError {
             BackendError::Http { status, .. } => matches!(status, 408 | 409 | 429 | 500..=599),
             _ => false,
         }
-    }
-
-    /// Whether another provider might succeed where this one failed (used for failover).
-    pub fn is_transient(&self) -> bool {
-        self.is_retryable()
     }
 
     pub fn kind(&self) -> ErrorKind {

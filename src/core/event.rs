@@ -4,11 +4,9 @@
 //! backend), and every front-end renders from it. Reasoning and tool calls
 //! never travel inside [`Event::Content`].
 
-use serde::Serialize;
-use serde_json::Value;
-
 use super::error::ErrorKind;
 use super::message::ToolCall;
+use serde::Serialize;
 
 /// Why a generation (or a whole agent turn) ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -85,16 +83,6 @@ pub enum Event {
     Stop(FinishReason),
     /// Figures for the generation that just ended.
     Stats(Stats),
-}
-
-impl Event {
-    /// The arguments of a tool call event as JSON, for renderers.
-    pub fn tool_arguments(&self) -> Option<&Value> {
-        match self {
-            Event::ToolCall(call) => Some(&call.arguments),
-            _ => None,
-        }
-    }
 }
 
 /// What a sink tells the producer after each event: the seeds' callback returning `false`.

@@ -10,7 +10,7 @@ pub mod event;
 pub mod message;
 pub mod session;
 
-pub use error::{BackendError, ErrorKind};
+pub use error::BackendError;
 pub use event::{Event, EventSink, FinishReason, Flow, Stats, ToolResultEvent};
 pub use message::{Message, Role, ToolCall};
-pub use session::{EvictionPlan, Session};
+pub use session::Session;

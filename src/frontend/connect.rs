@@ -42,7 +42,10 @@ pub fn open_backend(settings: &Settings) -> Result<(Box<dyn Backend>, ProviderCo
     Ok((backend, provider.clone()))
 }
 
-fn openai_config(settings: &Settings, provider: &ProviderConfig) -> Result<OpenAiConfig, OpenError> {
+fn openai_config(
+    settings: &Settings,
+    provider: &ProviderConfig,
+) -> Result<OpenAiConfig, OpenError> {
     let model = provider.model.clone().ok_or_else(|| {
         OpenError::Usage(format!(
             "provider '{}' has no model; set one with -m MODEL or 'shepherd provider {} set model MODEL'",
@@ -53,13 +56,16 @@ fn openai_config(settings: &Settings, provider: &ProviderConfig) -> Result<OpenA
         .base_url
         .clone()
         .unwrap_or_else(|| OPENAI_BASE.to_string());
-    let azure = provider.deployment_name.clone().map(|deployment| AzureDeployment {
-        deployment,
-        api_version: provider
-            .api_version
-            .clone()
-            .unwrap_or_else(|| "2024-10-21".to_string()),
-    });
+    let azure = provider
+        .deployment_name
+        .clone()
+        .map(|deployment| AzureDeployment {
+            deployment,
+            api_version: provider
+                .api_version
+                .clone()
+                .unwrap_or_else(|| "2024-10-21".to_string()),
+        });
     let max_tokens_param = match provider.max_tokens_param_name.as_deref() {
         Some("max_completion_tokens") => MaxTokensParam::MaxCompletionTokens,
         _ => MaxTokensParam::MaxTokens,
@@ -69,9 +75,7 @@ fn openai_config(settings: &Settings, provider: &ProviderConfig) -> Result<OpenA
         ..Timeouts::default()
     };
     Ok(OpenAiConfig {
-        base_url,
         api_key: provider.api_key.clone(),
-        model,
         context_size: settings.context_size_for(provider).unwrap_or(0),
         extra_headers: provider
             .extra_headers
@@ -82,5 +86,6 @@ fn openai_config(settings: &Settings, provider: &ProviderConfig) -> Result<OpenA
         max_retries: 3,
         azure,
         max_tokens_param,
+        ..OpenAiConfig::new(base_url, model)
     })
 }

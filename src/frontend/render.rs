@@ -268,7 +268,7 @@ mod tests {
             Event::Thinking("hmm".into()),
             Event::Content("hi".into()),
             Event::Error {
-                kind: crate::core::ErrorKind::Http,
+                kind: crate::core::error::ErrorKind::Http,
                 message: "boom".into(),
             },
         ];

@@ -158,6 +158,7 @@ impl OutputFilter {
     }
 
     /// Calls parsed out of the text; ids are final after [`Self::finish`].
+    #[cfg(test)]
     pub fn tool_calls(&self) -> &[ToolCall] {
         &self.tool_calls
     }
@@ -504,7 +505,8 @@ impl JsonScan {
     }
 }
 
-/// Everything the filter produced, for callers that want it in one piece.
+/// Everything the filter produced, in one piece (for tests).
+#[cfg(test)]
 #[derive(Debug, Clone, PartialEq)]
 pub struct FilterOutput {
     pub content: String,
@@ -512,6 +514,7 @@ pub struct FilterOutput {
     pub tool_calls: Vec<ToolCall>,
 }
 
+#[cfg(test)]
 impl OutputFilter {
     pub fn into_output(self) -> FilterOutput {
         FilterOutput {

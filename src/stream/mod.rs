@@ -8,7 +8,6 @@
 //! Nothing here does network I/O; everything works on any `BufRead`.
 
 // Wired into main by the integration step.
-#![allow(dead_code)]
 
 pub mod filter;
 pub mod ndjson;

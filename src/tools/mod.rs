@@ -11,7 +11,6 @@
 //! reaches outside [`ToolContext::root`] (files) or onto private networks
 //! (unless [`NetPolicy::allow_private`]).
 // Wired into main by the integration step.
-#![allow(dead_code)]
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -9,7 +9,14 @@ use crate::fake_openai::{
 use crate::harness::Sandbox;
 
 fn args<'a>(fake: &'a FakeOpenAi, extra: &[&'a str]) -> Vec<&'a str> {
-    let mut all = vec!["--backend", "openai", "--api-base", &fake.base_url, "-m", "test"];
+    let mut all = vec![
+        "--backend",
+        "openai",
+        "--api-base",
+        &fake.base_url,
+        "-m",
+        "test",
+    ];
     all.extend_from_slice(extra);
     all
 }
@@ -29,12 +36,20 @@ fn joined_text(lines: &[Value]) -> String {
 fn plain_text_streams_to_stdout() {
     let fake = FakeOpenAi::start(vec![Canned::sse(&text_stream(&["Hello", ", wor", "ld ✓"]))]);
     let sandbox = Sandbox::new("plain");
-    let run = sandbox.run(&args(&fake, &["-e", "hi there"]), "");
+    let run = sandbox.run(
+        &args(&fake, &["--api-key", "sk-secret-1", "-e", "hi there"]),
+        "",
+    );
     assert_eq!(run.status, Some(0), "stderr: {}", run.stderr);
     assert_eq!(run.stdout, "Hello, world ✓\n");
     let requests = fake.requests();
     assert_eq!(requests.len(), 1);
+    assert_eq!(
+        requests[0].header("authorization"),
+        Some("Bearer sk-secret-1")
+    );
     let body = &requests[0].body;
+    assert_eq!(requests[0].method, "POST");
     assert_eq!(requests[0].path, "/v1/chat/completions");
     assert_eq!(body["model"], "test");
     assert_eq!(body["stream"], true);
@@ -47,15 +62,29 @@ fn plain_text_streams_to_stdout() {
         .iter()
         .map(|t| t["function"]["name"].as_str().unwrap())
         .collect();
-    for expected in ["read", "write", "edit", "list_directory", "glob", "grep", "bash"] {
-        assert!(tools.contains(&expected), "{expected} missing from {tools:?}");
+    for expected in [
+        "read",
+        "write",
+        "edit",
+        "list_directory",
+        "glob",
+        "grep",
+        "bash",
+    ] {
+        assert!(
+            tools.contains(&expected),
+            "{expected} missing from {tools:?}"
+        );
     }
 }
 
 #[test]
 fn reasoning_deltas_become_thinking_events() {
     let chunks = vec![
-        chunk(json!({"role": "assistant", "reasoning_content": "Let me "}), None),
+        chunk(
+            json!({"role": "assistant", "reasoning_content": "Let me "}),
+            None,
+        ),
         chunk(json!({"reasoning_content": "think."}), None),
         chunk(json!({"content": "42"}), None),
         chunk(json!({}), Some("stop")),
@@ -134,7 +163,10 @@ fn usage_chunk_sets_token_totals() {
     assert_eq!(end[0]["total_tokens"], 123);
     assert_eq!(end[0]["prompt_tokens"], 120);
     assert_eq!(end[0]["completion_tokens"], 3);
-    assert_eq!(fake.requests()[0].body["stream_options"]["include_usage"], true);
+    assert_eq!(
+        fake.requests()[0].body["stream_options"]["include_usage"],
+        true
+    );
 }
 
 #[test]
@@ -151,7 +183,10 @@ fn mid_stream_error_is_reported_and_exit_code_is_one() {
     let lines = run.json_lines();
     let errors = of_type(&lines, "error");
     assert_eq!(errors.len(), 1);
-    assert!(errors[0]["message"].as_str().unwrap().contains("upstream exploded"));
+    assert!(errors[0]["message"]
+        .as_str()
+        .unwrap()
+        .contains("upstream exploded"));
     assert_eq!(of_type(&lines, "end_turn")[0]["finish_reason"], "error");
     // Output was already shown, so the request must not have been retried.
     assert_eq!(fake.requests().len(), 1);
@@ -199,16 +234,27 @@ fn context_overflow_evicts_old_turns_and_retries_once() {
     ]);
     let sandbox = Sandbox::new("overflow");
     let input = "first question\nsecond question\nthird question\n";
-    let run = sandbox.run(&args(&fake, &["--json"]), &input
-        .lines()
-        .map(|l| json!({"type": "user", "content": l}).to_string() + "\n")
-        .collect::<String>());
-    assert_eq!(run.status, Some(0), "stdout: {}\nstderr: {}", run.stdout, run.stderr);
+    let run = sandbox.run(
+        &args(&fake, &["--json"]),
+        &input
+            .lines()
+            .map(|l| json!({"type": "user", "content": l}).to_string() + "\n")
+            .collect::<String>(),
+    );
+    assert_eq!(
+        run.status,
+        Some(0),
+        "stdout: {}\nstderr: {}",
+        run.stdout,
+        run.stderr
+    );
     let lines = run.json_lines();
     assert!(joined_text(&lines).ends_with("third answer"));
     let notices = of_type(&lines, "system");
     assert!(
-        notices.iter().any(|n| n["content"].as_str().unwrap().contains("evicted")),
+        notices
+            .iter()
+            .any(|n| n["content"].as_str().unwrap().contains("evicted")),
         "{notices:?}"
     );
     let requests = fake.requests();
@@ -218,14 +264,21 @@ fn context_overflow_evicts_old_turns_and_retries_once() {
     let retried_messages = retried.body["messages"].as_array().unwrap();
     assert!(retried_messages.len() < failed.body["messages"].as_array().unwrap().len());
     assert_eq!(retried_messages[0]["role"], "system");
-    assert_eq!(retried_messages.last().unwrap()["content"], "third question");
+    assert_eq!(
+        retried_messages.last().unwrap()["content"],
+        "third question"
+    );
     assert!(!retried.body.to_string().contains("first question"));
 }
 
 #[test]
 fn end_to_end_tool_use_shows_call_and_answer() {
     let fake = FakeOpenAi::start(vec![
-        Canned::sse(&tool_call_stream("call_ls", "list_directory", json!({"path": "."}))),
+        Canned::sse(&tool_call_stream(
+            "call_ls",
+            "list_directory",
+            json!({"path": "."}),
+        )),
         Canned::sse(&text_stream(&["There are two files: a.txt and b.txt."])),
     ]);
     let sandbox = Sandbox::new("e2e");
@@ -245,17 +298,28 @@ fn end_to_end_tool_use_shows_call_and_answer() {
     assert_eq!(tool["role"], "tool");
     assert_eq!(tool["tool_call_id"], "call_ls");
     let listing = tool["content"].as_str().unwrap();
-    assert!(listing.contains("a.txt") && listing.contains("b.txt"), "{listing}");
+    assert!(
+        listing.contains("a.txt") && listing.contains("b.txt"),
+        "{listing}"
+    );
 
     // The same conversation in --json mode: one valid JSON object per line.
     let fake = FakeOpenAi::start(vec![
-        Canned::sse(&tool_call_stream("call_ls", "list_directory", json!({"path": "."}))),
+        Canned::sse(&tool_call_stream(
+            "call_ls",
+            "list_directory",
+            json!({"path": "."}),
+        )),
         Canned::sse(&text_stream(&["Two files."])),
     ]);
     let run = sandbox.run(&args(&fake, &["--json", "-e", "what files are here?"]), "");
     assert_eq!(run.status, Some(0), "stderr: {}", run.stderr);
     let lines = run.json_lines();
-    let kinds: Vec<&str> = lines.iter().map(|l| l["type"].as_str().unwrap()).collect();
+    let kinds: Vec<&str> = lines
+        .iter()
+        .map(|l| l["type"].as_str().unwrap())
+        .filter(|k| *k != "stats")
+        .collect();
     assert_eq!(kinds.first(), Some(&"tool_use"));
     assert_eq!(kinds.last(), Some(&"end_turn"));
     assert!(kinds.contains(&"tool_result") && kinds.contains(&"text"));
@@ -275,15 +339,25 @@ fn piped_stdin_runs_one_prompt_per_line() {
     assert_eq!(requests.len(), 2);
     // The second prompt continues the same conversation.
     let messages = requests[1].body["messages"].as_array().unwrap();
-    let contents: Vec<&str> = messages.iter().filter_map(|m| m["content"].as_str()).collect();
-    assert!(contents.ends_with(&["first", "one", "second"]), "{contents:?}");
+    let contents: Vec<&str> = messages
+        .iter()
+        .filter_map(|m| m["content"].as_str())
+        .collect();
+    assert!(
+        contents.ends_with(&["first", "one", "second"]),
+        "{contents:?}"
+    );
 }
 
 #[test]
 fn malformed_config_names_file_and_line_and_exits_two() {
     let sandbox = Sandbox::new("badconfig");
     let path = sandbox.work().join("bad.json");
-    std::fs::write(&path, "{\n  \"providers\": [\n    {\"name\": \"x\",,}\n  ]\n}\n").unwrap();
+    std::fs::write(
+        &path,
+        "{\n  \"providers\": [\n    {\"name\": \"x\",,}\n  ]\n}\n",
+    )
+    .unwrap();
     let run = sandbox.run(&["-c", path.to_str().unwrap(), "-e", "hi"], "");
     assert_eq!(run.status, Some(2));
     assert!(run.stderr.contains("bad.json"), "{}", run.stderr);
@@ -296,7 +370,11 @@ fn unknown_flag_exits_two_with_usage() {
     let run = sandbox.run(&["--bogus-flag"], "");
     assert_eq!(run.status, Some(2));
     assert!(run.stderr.contains("--bogus-flag"), "{}", run.stderr);
-    assert!(run.stderr.to_lowercase().contains("usage"), "{}", run.stderr);
+    assert!(
+        run.stderr.to_lowercase().contains("usage"),
+        "{}",
+        run.stderr
+    );
 }
 
 #[test]
@@ -309,10 +387,26 @@ fn unreachable_api_base_is_a_clear_error_and_exit_one() {
         .port();
     let base = format!("http://127.0.0.1:{port}/v1");
     let sandbox = Sandbox::new("unreachable");
-    let run = sandbox.run(&["--backend", "openai", "--api-base", &base, "-m", "t", "-e", "hi"], "");
+    let run = sandbox.run(
+        &[
+            "--backend",
+            "openai",
+            "--api-base",
+            &base,
+            "-m",
+            "t",
+            "-e",
+            "hi",
+        ],
+        "",
+    );
     assert_eq!(run.status, Some(1));
     assert!(run.stderr.contains("cannot connect"), "{}", run.stderr);
-    assert!(run.stderr.contains(&format!("127.0.0.1:{port}")), "{}", run.stderr);
+    assert!(
+        run.stderr.contains(&format!("127.0.0.1:{port}")),
+        "{}",
+        run.stderr
+    );
     assert!(!run.stderr.contains("panicked"));
 }
 
@@ -333,10 +427,18 @@ fn hostile_input_never_panics() {
     ];
     for case in cases {
         let run = sandbox.run(&case, "");
-        assert!(matches!(run.status, Some(1 | 2)), "{case:?} -> {:?} {}", run.status, run.stderr);
+        assert!(
+            matches!(run.status, Some(1 | 2)),
+            "{case:?} -> {:?} {}",
+            run.status,
+            run.stderr
+        );
         assert!(!run.stderr.contains("panicked"), "{case:?}: {}", run.stderr);
     }
-    let run = sandbox.run(&args(&fake, &["--json"]), "garbage\n{\"type\":\"user\"}\n\u{0}\u{7f}\n{\"type\":\"user\",\"content\":\"x\"}\n");
+    let run = sandbox.run(
+        &args(&fake, &["--json"]),
+        "garbage\n{\"type\":\"user\"}\n\u{0}\u{7f}\n{\"type\":\"user\",\"content\":\"x\"}\n",
+    );
     assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
     for line in run.json_lines() {
         assert!(line["type"].is_string());

@@ -130,7 +130,8 @@ fn serve(server: &tiny_http::Server, script: Vec<Canned>, requests: &Mutex<Vec<R
                 json!({"error": {"message": "fake server: script exhausted", "type": "server_error"}}),
             )
         });
-        let mut response = tiny_http::Response::from_data(canned.body).with_status_code(canned.status);
+        let mut response =
+            tiny_http::Response::from_data(canned.body).with_status_code(canned.status);
         for (name, value) in canned.headers {
             if let Ok(header) = tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes()) {
                 response.add_header(header);
@@ -217,7 +218,10 @@ pub fn assert_tool_results_answer_calls(body: &Value) {
             Some("tool") => {
                 let id = message["tool_call_id"].as_str().unwrap_or_default();
                 let pos = open.iter().position(|o| o == id);
-                assert!(pos.is_some(), "tool result {id} answers no open call in {body}");
+                assert!(
+                    pos.is_some(),
+                    "tool result {id} answers no open call in {body}"
+                );
                 open.remove(pos.unwrap_or(0));
             }
             _ => assert!(open.is_empty(), "unanswered tool calls {open:?} in {body}"),
