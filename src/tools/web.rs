@@ -324,15 +324,24 @@ fn is_text(content_type: &str) -> bool {
             .any(|t| content_type.contains(t))
 }
 
+/// How a text body is shown to the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Render {
+    /// HTML reduced to readable text (`webfetch`).
+    Readable,
+    /// Exactly as received (`http_request`).
+    Raw,
+}
+
 /// The body as text for the model, or a one-line description of binary content.
-fn body_text(fetched: &Fetched, html_to_readable: bool) -> String {
+fn body_text(fetched: &Fetched, render: Render) -> String {
     let content_type = fetched.content_type();
     let mut text = if !is_text(&content_type) {
         format!(
             "[binary content: {content_type}, {} bytes, not shown]",
             fetched.body.len()
         )
-    } else if html_to_readable && content_type.contains("html") {
+    } else if render == Render::Readable && content_type.contains("html") {
         html_to_text(&String::from_utf8_lossy(&fetched.body))
     } else {
         String::from_utf8_lossy(&fetched.body).into_owned()
@@ -350,9 +359,12 @@ pub fn html_to_text(html: &str) -> String {
     let mut rest = html;
     while let Some(open) = rest.find('<') {
         out.push_str(&decode_entities(&rest[..open]));
-        let tag_end = rest[open..].find('>').map_or(rest.len(), |i| open + i + 1);
-        let tag = rest[open + 1..tag_end.saturating_sub(1).max(open + 1)].to_ascii_lowercase();
-        rest = &rest[tag_end..];
+        let (tag, after) = match rest[open..].find('>') {
+            Some(i) => (&rest[open + 1..open + i], &rest[open + i + 1..]),
+            None => (&rest[open + 1..], ""),
+        };
+        let tag = tag.to_ascii_lowercase();
+        rest = after;
         let name: String = tag
             .trim_start_matches('/')
             .chars()
@@ -455,7 +467,7 @@ impl Tool for WebFetch {
         };
         match fetch(call, policy_check(ctx.net.allow_private)) {
             Ok(fetched) => {
-                let text = body_text(&fetched, true);
+                let text = body_text(&fetched, Render::Readable);
                 let summary = format!("HTTP {}, {} bytes", fetched.status, fetched.body.len());
                 let error = fetched.status >= 400;
                 let content = if error {
@@ -536,7 +548,7 @@ fn raw_output(fetched: &Fetched) -> ToolOutput {
         content.push_str(&format!("{name}: {value}\n"));
     }
     content.push('\n');
-    content.push_str(&body_text(fetched, false));
+    content.push_str(&body_text(fetched, Render::Raw));
     ToolOutput {
         content,
         summary: format!("HTTP {}, {} bytes", fetched.status, fetched.body.len()),
@@ -607,6 +619,22 @@ mod tests {
     }
 
     #[test]
+    fn odd_html_does_not_panic() {
+        for html in [
+            "<",
+            "<p",
+            "é<é",
+            "<script>é",
+            "<<>>",
+            "&amp",
+            "<scrIPT>x</SCRIPT>é",
+        ] {
+            let _ = html_to_text(html);
+        }
+        assert_eq!(html_to_text("a<b>é</b"), "a é");
+    }
+
+    #[test]
     fn html_becomes_text() {
         let html = "<html><head><title>T</title><style>p{}</style><script>var a = '<p>';</script></head>\
                     <body><h1>Hello &amp; welcome</h1><p>one <b>two</b></p><ul><li>x</li></ul></body></html>";
@@ -652,18 +680,20 @@ mod tests {
     fn serve(
         ip: &str,
         respond: impl Fn(&str) -> tiny_http::Response<io::Cursor<Vec<u8>>> + Send + 'static,
-    ) -> (String, Arc<tiny_http::Server>) {
-        let server =
-            Arc::new(tiny_http::Server::http(format!("{ip}:0")).expect("bind test server"));
+    ) -> (String, crossbeam_channel::Receiver<String>) {
+        let server = tiny_http::Server::http(format!("{ip}:0")).expect("bind test server");
         let addr = server.server_addr().to_ip().expect("ip address");
-        let worker = server.clone();
+        let (seen_tx, seen_rx) = crossbeam_channel::unbounded();
+        // The thread lives as long as the test binary; no test waits for it.
         thread::spawn(move || {
-            for request in worker.incoming_requests() {
+            for request in server.incoming_requests() {
+                // Recorded before answering, so a client that got an answer was seen.
+                let _ = seen_tx.send(request.url().to_string());
                 let response = respond(request.url());
                 let _ = request.respond(response);
             }
         });
-        (format!("http://{addr}"), server)
+        (format!("http://{addr}"), seen_rx)
     }
 
     fn redirect_to(location: &str) -> tiny_http::Response<io::Cursor<Vec<u8>>> {
@@ -677,10 +707,10 @@ mod tests {
     fn redirects_are_followed_and_rechecked_per_hop() {
         // The second server is on another loopback address; the check allows only
         // 127.0.0.1, so the redirect must be refused at the second hop.
-        let (second_url, second) =
+        let (second_url, second_seen) =
             serve("127.0.0.2", |_| tiny_http::Response::from_string("secret"));
         let target = format!("{second_url}/secret");
-        let (first_url, first) = serve("127.0.0.1", move |path| match path {
+        let (first_url, first_seen) = serve("127.0.0.1", move |path| match path {
             "/same" => redirect_to("/final"),
             "/final" => tiny_http::Response::from_string("arrived"),
             _ => redirect_to(&target),
@@ -706,11 +736,12 @@ mod tests {
         );
         let err = fetch(call("/elsewhere"), only_first).unwrap_err();
         assert!(err.contains("refused to connect to 127.0.0.2"), "{err}");
+        let first_paths: Vec<String> = first_seen.try_iter().collect();
+        assert_eq!(first_paths, ["/same", "/final", "/elsewhere"]);
         assert!(
-            second.try_recv().expect("server alive").is_none(),
+            second_seen.try_recv().is_err(),
             "the second hop was contacted"
         );
-        drop(first);
     }
 
     #[test]
