@@ -7,7 +7,7 @@ CACHE ?= $(HOME)/.cache/shepherd
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES ?=
 
-.PHONY: all build deps test fmt clippy clean
+.PHONY: all build deps test fmt clippy clean no-async-runtime
 
 all: build
 
@@ -24,10 +24,15 @@ deps:
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
 
-test: deps
+test: deps no-async-runtime
 	$(CARGO) fmt --check
 	$(CARGO) clippy --all-targets -- -D warnings
 	$(CARGO) test
+
+# Architecture invariant: no async runtime anywhere in the dependency graph.
+no-async-runtime:
+	@if grep -qE '^name = "(tokio|async-std|smol|futures-executor|async-executor)"$$' Cargo.lock; then \
+	  echo "Cargo.lock contains an async runtime; shepherd is synchronous by design" >&2; exit 1; fi
 
 fmt:
 	$(CARGO) fmt

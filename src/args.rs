@@ -12,8 +12,6 @@
 //! The first `provider` or `config` word is a subcommand: everything after it
 //! is kept verbatim for `commands`, which parses it itself.
 
-// Wired into main by the integration step.
-
 use std::ffi::OsString;
 use std::fmt;
 use std::path::PathBuf;

@@ -6,8 +6,6 @@
 //! keeps keys this version does not know. The interactive front-ends can call
 //! the same functions for their `/provider` and `/config` slash commands.
 
-// Wired into main by the integration step.
-
 use std::fmt;
 use std::io::{self, Write};
 use std::path::Path;
@@ -838,7 +836,7 @@ mod tests {
         assert_eq!(err.exit_code(), 2);
         assert!(
             err.to_string()
-                .starts_with(&format!("{}:1:", path.display())),
+                .starts_with(&format!("{}: line 1,", path.display())),
             "{err}"
         );
     }

@@ -9,8 +9,6 @@
 //! file, `SHEPHERD_*` variables and flags into [`resolve::Settings`]. `commands` edits the
 //! file through [`load`] and [`save`]; sessions reuse [`write_atomic`].
 
-// Wired into main by the integration step.
-
 use std::collections::BTreeMap;
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
@@ -568,8 +566,8 @@ mod tests {
 
     #[test]
     fn wrong_types_and_ranges_are_errors() {
-        assert!(parse_err(r#"{"streaming": "yes"}"#).starts_with("/x/c.json:1:"));
-        assert!(parse_err(r#"{"top_k": -1}"#).contains("/x/c.json:1:"));
+        assert!(parse_err(r#"{"streaming": "yes"}"#).starts_with("/x/c.json: line 1,"));
+        assert!(parse_err(r#"{"top_k": -1}"#).contains("/x/c.json: line 1,"));
         assert!(parse_err(r#"{"providers": [{"name": "a", "type": "grok"}]}"#).contains("grok"));
         let cases = [
             (r#"{"temperature": 3}"#, "temperature is 3"),

@@ -3,7 +3,6 @@
 //! This is the only file outside the llama.cpp bindings allowed to hold
 //! `unsafe`. The tool runner (`tools::bash`) uses it to kill a whole process
 //! group, so that children a command put in the background die with it.
-// Wired into main by the integration step.
 
 use std::io;
 
@@ -11,6 +10,7 @@ const SIGKILL: i32 = 9;
 
 extern "C" {
     fn kill(pid: i32, sig: i32) -> i32;
+    #[cfg(test)]
     fn getpgid(pid: i32) -> i32;
 }
 
@@ -36,6 +36,7 @@ pub fn kill_process_group(pgid: u32) -> io::Result<()> {
 }
 
 /// The process group of `pid`, or `None` when no such process exists.
+#[cfg(test)]
 pub fn process_group_of(pid: u32) -> Option<u32> {
     let pid = checked_pid(pid).ok()?;
     // SAFETY: `getpgid` takes a plain integer and only reads kernel state.

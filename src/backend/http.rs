@@ -6,8 +6,6 @@
 //! requests and parse their streams themselves; everything about failing and
 //! retrying lives here so it behaves the same for every provider.
 
-// Wired into main by the integration step.
-
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::io;

@@ -17,8 +17,6 @@
 //!   `Stats`; tool calls come back in [`Reply::tool_calls`] and the agent
 //!   announces them, as it also emits `Stop`.
 
-// Wired into main by the integration step.
-
 use std::io::{BufReader, Read};
 use std::time::Instant;
 

@@ -887,6 +887,6 @@ mod tests {
         let err = resolve(&low(&["-c", path_arg]), &|_| None).map_err(|e| e.to_string());
         assert!(err
             .unwrap_err()
-            .starts_with(&format!("{}:1:3: ", path.display())));
+            .starts_with(&format!("{}: line 1, column 3: ", path.display())));
     }
 }

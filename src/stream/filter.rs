@@ -157,12 +157,6 @@ impl OutputFilter {
         &self.thinking
     }
 
-    /// Calls parsed out of the text; ids are final after [`Self::finish`].
-    #[cfg(test)]
-    pub fn tool_calls(&self) -> &[ToolCall] {
-        &self.tool_calls
-    }
-
     pub fn take_tool_calls(&mut self) -> Vec<ToolCall> {
         std::mem::take(&mut self.tool_calls)
     }

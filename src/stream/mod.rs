@@ -7,8 +7,6 @@
 //! tool-call markup (parsed by [`textcalls`]) into typed [`crate::core::Event`]s.
 //! Nothing here does network I/O; everything works on any `BufRead`.
 
-// Wired into main by the integration step.
-
 pub mod filter;
 pub mod ndjson;
 pub mod sse;

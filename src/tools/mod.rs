@@ -10,7 +10,6 @@
 //! **Architecture Invariant:** a tool never panics on model input and never
 //! reaches outside [`ToolContext::root`] (files) or onto private networks
 //! (unless [`NetPolicy::allow_private`]).
-// Wired into main by the integration step.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -165,6 +165,7 @@ pub struct Fetched {
     pub body: Vec<u8>,
     /// True when the body was cut at [`MAX_BODY`].
     pub truncated: bool,
+    /// Where the body came from, after redirects.
     pub url: String,
 }
 
@@ -471,9 +472,9 @@ impl Tool for WebFetch {
                 let summary = format!("HTTP {}, {} bytes", fetched.status, fetched.body.len());
                 let error = fetched.status >= 400;
                 let content = if error {
-                    format!("HTTP {}\n{text}", fetched.status)
+                    format!("HTTP {} from {}\n{text}", fetched.status, fetched.url)
                 } else {
-                    text
+                    format!("Fetched {}\n\n{text}", fetched.url)
                 };
                 ToolOutput {
                     content,
@@ -768,10 +769,17 @@ mod tests {
             }
         });
         let out = WebFetch.run(&json!({"url": format!("{url}/page")}), &tool_ctx(true));
-        assert_eq!((out.content.as_str(), out.error), ("Hi there", false));
+        let expected = format!("Fetched {url}/page\n\nHi there");
+        assert_eq!(
+            (out.content.as_str(), out.error),
+            (expected.as_str(), false)
+        );
         let out = WebFetch.run(&json!({"url": format!("{url}/missing")}), &tool_ctx(true));
         assert!(
-            out.error && out.content.starts_with("HTTP 404"),
+            out.error
+                && out
+                    .content
+                    .starts_with(&format!("HTTP 404 from {url}/missing")),
             "{}",
             out.content
         );

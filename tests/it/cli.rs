@@ -444,3 +444,23 @@ fn hostile_input_never_panics() {
         assert!(line["type"].is_string());
     }
 }
+
+#[test]
+fn nostream_sends_a_plain_request_and_prints_the_answer() {
+    let fake = FakeOpenAi::start(vec![Canned::json(
+        200,
+        json!({
+            "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "test",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "whole answer"},
+                         "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11},
+        }),
+    )]);
+    let sandbox = Sandbox::new("nostream");
+    let run = sandbox.run(&args(&fake, &["--nostream", "-e", "x"]), "");
+    assert_eq!(run.status, Some(0), "stderr: {}", run.stderr);
+    assert_eq!(run.stdout, "whole answer\n");
+    let body = &fake.requests()[0].body;
+    assert!(body.get("stream").is_none_or(|s| s == false), "{body}");
+    assert!(body.get("stream_options").is_none(), "{body}");
+}
