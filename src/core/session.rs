@@ -64,6 +64,19 @@ impl Session {
     /// Plans the removal of at least `tokens_needed` tokens, or `None` when even
     /// evicting everything that may go would not free that much.
     pub fn plan_eviction(&self, tokens_needed: u64) -> Option<EvictionPlan> {
+        let plan = self.plan_up_to(tokens_needed)?;
+        (plan.tokens_freed >= tokens_needed).then_some(plan)
+    }
+
+    /// Plans the removal of everything that may go, for when estimates and the
+    /// provider disagree; `None` when nothing may be evicted.
+    pub fn plan_full_eviction(&self) -> Option<EvictionPlan> {
+        self.plan_up_to(u64::MAX)
+    }
+
+    /// Takes evictable ranges in eviction order until `tokens_needed` are freed
+    /// or nothing evictable is left.
+    fn plan_up_to(&self, tokens_needed: u64) -> Option<EvictionPlan> {
         let current_user = self.last_index_of(Role::User);
         let last_assistant = self.last_index_of(Role::Assistant);
         let mut candidates = old_turns(&self.messages, current_user);
@@ -84,42 +97,13 @@ impl Session {
                 .sum::<u64>();
             ranges.push(range);
         }
-        if tokens_freed < tokens_needed || ranges.is_empty() {
+        if ranges.is_empty() {
             return None;
         }
         ranges.sort_by_key(|r| r.start);
         Some(EvictionPlan {
             ranges,
             tokens_freed,
-        })
-    }
-
-    /// Plans the removal of everything that may go, for when estimates and the
-    /// provider disagree; `None` when nothing may be evicted.
-    pub fn plan_full_eviction(&self) -> Option<EvictionPlan> {
-        let total = self.estimated_tokens();
-        self.plan_eviction(total.max(1)).or_else(|| {
-            let current_user = self.last_index_of(Role::User);
-            let last_assistant = self.last_index_of(Role::Assistant);
-            let mut ranges = old_turns(&self.messages, current_user);
-            ranges.extend(current_turn_pairs(
-                &self.messages,
-                current_user,
-                last_assistant,
-            ));
-            if ranges.is_empty() {
-                return None;
-            }
-            ranges.sort_by_key(|r| r.start);
-            let tokens_freed = ranges
-                .iter()
-                .flat_map(|r| self.messages[r.clone()].iter())
-                .map(|m| u64::from(m.tokens))
-                .sum();
-            Some(EvictionPlan {
-                ranges,
-                tokens_freed,
-            })
         })
     }
 
