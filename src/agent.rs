@@ -51,6 +51,8 @@ pub struct AgentHandle {
     ops: Option<Sender<Op>>,
     events: Receiver<Event>,
     cancel: Arc<AtomicBool>,
+    /// True while a prompt is being processed.
+    busy: Arc<AtomicBool>,
     thread: Option<JoinHandle<Session>>,
 }
 
@@ -65,6 +67,7 @@ impl AgentHandle {
         let (op_tx, op_rx) = crossbeam_channel::unbounded();
         let (event_tx, event_rx) = crossbeam_channel::unbounded();
         let cancel = Arc::new(AtomicBool::new(false));
+        let busy = Arc::new(AtomicBool::new(false));
         let mut tool_ctx = ToolContext::new(tool_root);
         tool_ctx.cancel = cancel.clone();
         let mut agent = Agent {
@@ -75,6 +78,7 @@ impl AgentHandle {
             config,
             events: event_tx,
             cancel: cancel.clone(),
+            busy: busy.clone(),
         };
         let thread = std::thread::Builder::new()
             .name("shepherd-agent".into())
@@ -87,6 +91,7 @@ impl AgentHandle {
             ops: Some(op_tx),
             events: event_rx,
             cancel,
+            busy,
             thread: Some(thread),
         })
     }
@@ -99,6 +104,16 @@ impl AgentHandle {
     /// Asks the running prompt to stop as soon as possible.
     pub fn cancel(&self) {
         self.cancel.store(true, Ordering::SeqCst);
+    }
+
+    /// The cancel flag itself, for threads that must cancel without holding the handle.
+    pub fn cancel_flag(&self) -> Arc<AtomicBool> {
+        self.cancel.clone()
+    }
+
+    /// A flag that is true while the agent is processing a prompt.
+    pub fn busy_flag(&self) -> Arc<AtomicBool> {
+        self.busy.clone()
     }
 
     /// Runs one prompt, handing every event to `on_event` until the turn's
@@ -149,6 +164,7 @@ struct Agent {
     config: AgentConfig,
     events: Sender<Event>,
     cancel: Arc<AtomicBool>,
+    busy: Arc<AtomicBool>,
 }
 
 /// Forwards backend events to the front-end and reports cancellation.
@@ -192,8 +208,10 @@ impl Agent {
         for op in ops {
             match op {
                 Op::Prompt(prompt) => {
+                    self.busy.store(true, Ordering::SeqCst);
                     self.cancel.store(false, Ordering::SeqCst);
                     let reason = self.run_turn(prompt);
+                    self.busy.store(false, Ordering::SeqCst);
                     self.emit(Event::Stop(reason));
                 }
                 Op::Clear => self.session.clear(),

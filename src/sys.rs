@@ -2,16 +2,86 @@
 //!
 //! This is the only file outside the llama.cpp bindings allowed to hold
 //! `unsafe`. The tool runner (`tools::bash`) uses it to kill a whole process
-//! group, so that children a command put in the background die with it.
+//! group, so that children a command put in the background die with it; the
+//! front-ends use [`interrupt_signals`] so that Ctrl-C or SIGTERM cancels the
+//! running turn (and with it any tool process group) instead of killing
+//! shepherd and orphaning its children.
 
-use std::io;
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::fd::FromRawFd;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::OnceLock;
+
+use crossbeam_channel::Receiver;
 
 const SIGKILL: i32 = 9;
+pub const SIGINT: i32 = 2;
+pub const SIGTERM: i32 = 15;
+
+/// `sighandler_t` for the handler we install.
+type SignalHandler = extern "C" fn(i32);
 
 extern "C" {
     fn kill(pid: i32, sig: i32) -> i32;
     #[cfg(test)]
     fn getpgid(pid: i32) -> i32;
+    fn pipe(fds: *mut i32) -> i32;
+    fn write(fd: i32, buf: *const u8, count: usize) -> isize;
+    fn signal(signum: i32, handler: SignalHandler) -> usize;
+}
+
+/// Write end of the self-pipe the signal handler reports to; -1 until installed.
+static SIGNAL_PIPE: AtomicI32 = AtomicI32::new(-1);
+static SIGNALS: OnceLock<Receiver<i32>> = OnceLock::new();
+
+/// The signal handler: only async-signal-safe work (an atomic load and `write`).
+extern "C" fn on_signal(signum: i32) {
+    let fd = SIGNAL_PIPE.load(Ordering::Relaxed);
+    if fd >= 0 {
+        let byte = u8::try_from(signum).unwrap_or(0);
+        // SAFETY: `byte` lives for the duration of the call and the length is 1;
+        // `write` is async-signal-safe. A full pipe just drops the report.
+        unsafe {
+            write(fd, &byte, 1);
+        }
+    }
+}
+
+/// Routes SIGINT and SIGTERM to a channel (the self-pipe trick) and returns
+/// its receiving end. Installed once per process; later calls return the same
+/// channel.
+pub fn interrupt_signals() -> io::Result<Receiver<i32>> {
+    if let Some(rx) = SIGNALS.get() {
+        return Ok(rx.clone());
+    }
+    let mut fds = [-1i32; 2];
+    // SAFETY: `fds` is a valid, writable array of two ints, as `pipe` requires.
+    if unsafe { pipe(fds.as_mut_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `pipe` just returned this descriptor to us and nothing else owns it.
+    let mut reader = unsafe { File::from_raw_fd(fds[0]) };
+    SIGNAL_PIPE.store(fds[1], Ordering::Relaxed);
+    let (tx, rx) = crossbeam_channel::unbounded();
+    std::thread::Builder::new()
+        .name("shepherd-signals".into())
+        .spawn(move || {
+            let mut byte = [0u8; 1];
+            while reader.read_exact(&mut byte).is_ok() {
+                if tx.send(i32::from(byte[0])).is_err() {
+                    break;
+                }
+            }
+        })?;
+    for signum in [SIGINT, SIGTERM] {
+        // SAFETY: `on_signal` is an `extern "C" fn(i32)` that only performs
+        // async-signal-safe operations, as a signal handler must.
+        unsafe {
+            signal(signum, on_signal);
+        }
+    }
+    Ok(SIGNALS.get_or_init(|| rx).clone())
 }
 
 /// Sends SIGKILL to every process in the group `pgid`.

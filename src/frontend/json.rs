@@ -6,6 +6,7 @@
 //! the end of each prompt, `end_turn` with the finish reason and token totals.
 
 use std::io::{self, BufRead, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -139,7 +140,12 @@ fn parse_input(line: &str) -> Result<String, String> {
 }
 
 /// Runs the JSON protocol over `input` (or the single `prompt`). Returns whether every turn succeeded.
-pub fn run(agent: &AgentHandle, prompt: Option<String>, input: impl BufRead) -> bool {
+pub fn run(
+    agent: &AgentHandle,
+    prompt: Option<String>,
+    input: impl BufRead,
+    stop: &AtomicBool,
+) -> bool {
     let stdout = io::stdout();
     let mut out = stdout.lock();
     let mut totals = Totals::default();
@@ -153,6 +159,9 @@ pub fn run(agent: &AgentHandle, prompt: Option<String>, input: impl BufRead) -> 
     }
     for line in input.lines() {
         let Ok(line) = line else { break };
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
         if line.trim().is_empty() {
             continue;
         }

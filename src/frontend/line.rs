@@ -6,6 +6,7 @@
 //! ended without an error, which `main` turns into the exit code.
 
 use std::io::{self, BufRead, IsTerminal, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::agent::{AgentHandle, Op};
 use crate::core::FinishReason;
@@ -25,8 +26,14 @@ pub fn run_once(agent: &AgentHandle, prompt: String, options: RenderOptions) -> 
     run_prompt(agent, prompt, options) != FinishReason::Error
 }
 
-/// Runs one prompt per line of `input` until EOF or `exit`. Returns whether every turn succeeded.
-pub fn run_lines(agent: &AgentHandle, input: impl BufRead, options: RenderOptions) -> bool {
+/// Runs one prompt per line of `input` until EOF, `exit`, or `stop` is set
+/// (by a signal). Returns whether every turn succeeded.
+pub fn run_lines(
+    agent: &AgentHandle,
+    input: impl BufRead,
+    options: RenderOptions,
+    stop: &AtomicBool,
+) -> bool {
     let interactive = io::stdin().is_terminal() && io::stderr().is_terminal();
     let mut ok = true;
     let mut lines = input.lines();
@@ -36,6 +43,9 @@ pub fn run_lines(agent: &AgentHandle, input: impl BufRead, options: RenderOption
             let _ = io::stderr().flush();
         }
         let Some(Ok(line)) = lines.next() else { break };
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
         let prompt = clean_prompt(&line);
         if prompt.is_empty() {
             continue;
@@ -48,6 +58,9 @@ pub fn run_lines(agent: &AgentHandle, input: impl BufRead, options: RenderOption
             continue;
         }
         ok &= run_prompt(agent, prompt, options) != FinishReason::Error;
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
     }
     ok
 }

@@ -11,6 +11,8 @@ mod render;
 
 use std::io::{self, IsTerminal};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::Arc;
 
 use crate::agent::{AgentConfig, AgentHandle};
 use crate::args::{self, USAGE};
@@ -18,6 +20,7 @@ use crate::commands;
 use crate::config::resolve::{self, Mode, Settings};
 use crate::config::{self};
 use crate::log;
+use crate::sys;
 use crate::tools::ToolRegistry;
 
 use render::RenderOptions;
@@ -124,19 +127,68 @@ fn chat(settings: &Settings) -> i32 {
             return EXIT_FAILURE;
         }
     };
-    let ok = run_front_end(&agent, settings);
+    let interrupted = watch_signals(&agent);
+    let ok = run_front_end(&agent, settings, &interrupted.stop);
     agent.shutdown();
-    if ok {
-        EXIT_OK
-    } else {
-        EXIT_FAILURE
+    match interrupted.signal.load(Ordering::SeqCst) {
+        0 if ok => EXIT_OK,
+        0 => EXIT_FAILURE,
+        signum => 128 + signum,
     }
 }
 
-fn run_front_end(agent: &AgentHandle, settings: &Settings) -> bool {
+/// What the signal watcher tells the front-end.
+struct Interrupted {
+    /// Set on the first signal: take no further input.
+    stop: Arc<AtomicBool>,
+    /// The first signal received, 0 while none.
+    signal: Arc<AtomicI32>,
+}
+
+/// Ctrl-C and SIGTERM cancel the running turn (killing any tool process group)
+/// and stop further input; when no turn is running, or on a second signal,
+/// shepherd exits at once.
+fn watch_signals(agent: &AgentHandle) -> Interrupted {
+    let interrupted = Interrupted {
+        stop: Arc::new(AtomicBool::new(false)),
+        signal: Arc::new(AtomicI32::new(0)),
+    };
+    let signals = match sys::interrupt_signals() {
+        Ok(signals) => signals,
+        Err(error) => {
+            log::debug(log::Category::Tools, || {
+                format!("signal handling unavailable: {error}")
+            });
+            return interrupted;
+        }
+    };
+    let cancel = agent.cancel_flag();
+    let busy = agent.busy_flag();
+    let stop = interrupted.stop.clone();
+    let first = interrupted.signal.clone();
+    let watcher = std::thread::Builder::new()
+        .name("shepherd-interrupt".into())
+        .spawn(move || {
+            for signum in signals.iter() {
+                if first.swap(signum, Ordering::SeqCst) != 0 || !busy.load(Ordering::SeqCst) {
+                    std::process::exit(128 + signum);
+                }
+                stop.store(true, Ordering::SeqCst);
+                cancel.store(true, Ordering::SeqCst);
+            }
+        });
+    if let Err(error) = watcher {
+        log::debug(log::Category::Tools, || {
+            format!("cannot start the signal watcher: {error}")
+        });
+    }
+    interrupted
+}
+
+fn run_front_end(agent: &AgentHandle, settings: &Settings, stop: &AtomicBool) -> bool {
     let stdin = io::stdin();
     if settings.mode == Mode::JsonLines {
-        return json::run(agent, settings.prompt.clone(), stdin.lock());
+        return json::run(agent, settings.prompt.clone(), stdin.lock(), stop);
     }
     let options = RenderOptions {
         colors: render::colors_wanted(io::stdout().is_terminal(), !settings.colors),
@@ -145,6 +197,6 @@ fn run_front_end(agent: &AgentHandle, settings: &Settings) -> bool {
     };
     match &settings.prompt {
         Some(prompt) => line::run_once(agent, prompt.clone(), options),
-        None => line::run_lines(agent, stdin.lock(), options),
+        None => line::run_lines(agent, stdin.lock(), options, stop),
     }
 }

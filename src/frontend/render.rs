@@ -9,7 +9,7 @@ use std::io::{self, Write};
 
 use serde_json::Value;
 
-use crate::core::{Event, Stats, ToolCall, ToolResultEvent};
+use crate::core::{Event, FinishReason, Stats, ToolCall, ToolResultEvent};
 
 /// Longest argument value shown in a tool-call line before it is cut.
 const MAX_ARG_CHARS: usize = 47;
@@ -80,6 +80,7 @@ impl<O: Write, E: Write> Renderer<O, E> {
             Event::Error { message, .. } => self.note(&format!("error: {message}"), RED)?,
             Event::Stats(stats) if self.options.stats => self.note(&stats_line(stats), GRAY)?,
             Event::Stats(_) => {}
+            Event::Stop(FinishReason::Cancelled) => self.note("[Cancelled]", GRAY)?,
             Event::Stop(_) => {
                 self.end_line()?;
             }
@@ -195,7 +196,6 @@ pub fn colors_wanted(is_terminal: bool, no_colors_flag: bool) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::FinishReason;
     use serde_json::json;
 
     fn render(events: &[Event], options: RenderOptions) -> (String, String) {

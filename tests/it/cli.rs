@@ -464,3 +464,47 @@ fn nostream_sends_a_plain_request_and_prints_the_answer() {
     assert!(body.get("stream").is_none_or(|s| s == false), "{body}");
     assert!(body.get("stream_options").is_none(), "{body}");
 }
+
+#[test]
+fn interrupt_during_a_tool_cancels_and_kills_its_process_group() {
+    // A sleep duration unique to this run identifies the tool's process in /proc.
+    let marker = format!("100.{}7", std::process::id());
+    let command = format!("sleep {marker}; echo never");
+    let fake = FakeOpenAi::start(vec![
+        Canned::sse(&tool_call_stream(
+            "call_sleep",
+            "bash",
+            json!({"command": command}),
+        )),
+        Canned::sse(&text_stream(&["should not be asked for"])),
+    ]);
+    let sandbox = Sandbox::new("interrupt");
+    let child = sandbox.spawn(&args(&fake, &["-e", "sleep please"]));
+    let pid = child.id();
+    let collected = crate::harness::collect(child);
+    let needle = format!("sleep {marker}");
+    assert!(
+        crate::harness::poll_until(std::time::Duration::from_secs(20), || {
+            crate::harness::process_running(&needle)
+        }),
+        "the tool never started"
+    );
+    let started = std::time::Instant::now();
+    std::process::Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .expect("kill -INT");
+    let run = crate::harness::finish(collected, std::time::Duration::from_secs(10))
+        .expect("shepherd exits after an interrupt");
+    assert!(started.elapsed() < std::time::Duration::from_secs(2));
+    assert_eq!(run.status, Some(130), "stderr: {}", run.stderr);
+    assert!(run.stderr.contains("[Cancelled]"), "{}", run.stderr);
+    assert!(
+        crate::harness::poll_until(std::time::Duration::from_secs(2), || {
+            !crate::harness::process_running(&needle)
+        }),
+        "the tool's process outlived shepherd"
+    );
+    // Cancelled turns do not go back to the model.
+    assert_eq!(fake.requests().len(), 1);
+}

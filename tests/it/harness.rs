@@ -81,9 +81,14 @@ impl Sandbox {
         self.root.path().join("config")
     }
 
-    /// Runs `shepherd args...` with `stdin` as input and waits at most [`DEADLINE`].
-    pub fn run(&self, args: &[&str], stdin: &str) -> Run {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_shepherd"))
+    /// Starts `shepherd args...` with piped stdio, without waiting.
+    pub fn spawn(&self, args: &[&str]) -> std::process::Child {
+        self.command(args).spawn().expect("spawn shepherd")
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_shepherd"));
+        command
             .args(args)
             .current_dir(self.work())
             .env_clear()
@@ -94,27 +99,75 @@ impl Sandbox {
             .env("NO_COLOR", "1")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn shepherd");
+            .stderr(Stdio::piped());
+        command
+    }
+
+    /// Runs `shepherd args...` with `stdin` as input and waits at most [`DEADLINE`].
+    pub fn run(&self, args: &[&str], stdin: &str) -> Run {
+        let mut child = self.spawn(args);
         let mut input = child.stdin.take().expect("stdin");
         let stdin = stdin.to_string();
         let writer = std::thread::spawn(move || {
             let _ = input.write_all(stdin.as_bytes());
         });
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        let pid = child.id();
-        std::thread::spawn(move || {
-            let _ = tx.send(child.wait_with_output());
-        });
-        let output = match rx.recv_timeout(DEADLINE) {
-            Ok(output) => output.expect("wait for shepherd"),
-            Err(_) => {
-                let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-                panic!("shepherd {args:?} did not finish within {DEADLINE:?}");
-            }
-        };
+        let (rx, pid) = collect(child);
+        let output = wait_output(rx, pid, DEADLINE)
+            .unwrap_or_else(|| panic!("shepherd {args:?} did not finish within {DEADLINE:?}"));
         let _ = writer.join();
-        Run::from(output)
+        output
     }
+}
+
+type OutputReceiver = crossbeam_channel::Receiver<std::io::Result<Output>>;
+
+/// Waits for a child's output on `rx`; kills `pid` and returns `None` after `deadline`.
+fn wait_output(rx: OutputReceiver, pid: u32, deadline: Duration) -> Option<Run> {
+    match rx.recv_timeout(deadline) {
+        Ok(output) => Some(Run::from(output.expect("wait for shepherd"))),
+        Err(_) => {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            None
+        }
+    }
+}
+
+/// Collects a spawned child's output on a thread; see [`wait_output`].
+pub fn collect(child: std::process::Child) -> (OutputReceiver, u32) {
+    let pid = child.id();
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    (rx, pid)
+}
+
+/// Waits at most `deadline` for a child started with [`collect`].
+pub fn finish(collected: (OutputReceiver, u32), deadline: Duration) -> Option<Run> {
+    wait_output(collected.0, collected.1, deadline)
+}
+
+/// Polls `condition` until it holds or `deadline` passes; returns whether it held.
+pub fn poll_until(deadline: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let end = std::time::Instant::now() + deadline;
+    while std::time::Instant::now() < end {
+        if condition() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    condition()
+}
+
+/// Whether any process's command line contains `needle`.
+pub fn process_running(needle: &str) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    entries.flatten().any(|entry| {
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        String::from_utf8_lossy(&cmdline)
+            .replace('\0', " ")
+            .contains(needle)
+    })
 }
