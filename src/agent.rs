@@ -25,13 +25,21 @@ use crate::core::{
 use crate::log::{self, Category};
 use crate::tools::{truncate, ToolContext, ToolOutput, ToolRegistry};
 
-/// What a front-end can ask of the agent.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What a front-end can ask of the agent. Operations run in the order sent.
+// Snapshot, Restore and SetBackend serve the cliserver's `/session`, the REPL's
+// `--continue` and provider switching, which the plain front-ends do not use.
+#[cfg_attr(not(test), allow(dead_code))]
 pub enum Op {
     /// Run one user prompt to completion (tool rounds included).
     Prompt(String),
     /// Forget the conversation, keep the system prompt.
     Clear,
+    /// Send a copy of the session (for display, `/session`, saving).
+    Snapshot(Sender<Session>),
+    /// Replace the conversation (e.g. `--continue`); token counts are re-estimated.
+    Restore(Session),
+    /// Switch to another backend (provider switch or failover), keeping the conversation.
+    SetBackend(Box<dyn Backend>),
 }
 
 /// The agent's own settings, passed as values.
@@ -215,12 +223,36 @@ impl Agent {
                     self.emit(Event::Stop(reason));
                 }
                 Op::Clear => self.session.clear(),
+                Op::Snapshot(reply) => {
+                    let _ = reply.send(self.session.clone());
+                }
+                Op::Restore(session) => self.restore(session),
+                Op::SetBackend(backend) => {
+                    self.backend = backend;
+                    self.recount_tokens();
+                }
             }
         }
     }
 
     fn emit(&self, event: Event) {
         let _ = self.events.send(event);
+    }
+
+    fn restore(&mut self, session: Session) {
+        self.session = session;
+        self.recount_tokens();
+    }
+
+    /// Re-estimates every token count with the current backend's tokenizer or estimator.
+    fn recount_tokens(&mut self) {
+        let system = Message::system(self.session.system_prompt.clone());
+        self.session.system_tokens = self.backend.count_tokens(&system);
+        for index in 0..self.session.messages.len() {
+            let tokens = self.backend.count_tokens(&self.session.messages[index]);
+            self.session.messages[index].tokens = tokens;
+        }
+        self.session.total_tokens = self.session.estimated_tokens();
     }
 
     fn cancelled(&self) -> bool {
@@ -465,3 +497,245 @@ impl Agent {
 const DEFAULT_CONTEXT_ASSUMED: u64 = 32_768;
 /// Conservative characters-per-token ratio for sizing tool output.
 const CHARS_PER_TOKEN: u64 = 3;
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::sync::Mutex;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::backend::BackendInfo;
+    use crate::core::Role;
+
+    type Script = VecDeque<Result<Reply, BackendError>>;
+
+    /// A backend that replays scripted replies and records the sessions it was given.
+    struct Scripted {
+        script: Script,
+        seen: Arc<Mutex<Vec<Session>>>,
+        /// Set during `generate`, to simulate a user cancelling mid-reply.
+        cancel_during: Arc<Mutex<Option<Arc<AtomicBool>>>>,
+    }
+
+    impl Backend for Scripted {
+        fn info(&self) -> BackendInfo {
+            BackendInfo {
+                kind: "scripted",
+                model: "m".into(),
+                context_size: 1000,
+                local: true,
+            }
+        }
+
+        fn generate(
+            &mut self,
+            session: &Session,
+            _request: &GenerateRequest<'_>,
+            sink: &mut dyn EventSink,
+        ) -> Result<Reply, BackendError> {
+            self.seen.lock().unwrap().push(session.clone());
+            if let Some(flag) = self.cancel_during.lock().unwrap().as_ref() {
+                flag.store(true, Ordering::SeqCst);
+            }
+            let reply = self.script.pop_front().expect("script exhausted")?;
+            sink.emit(Event::Content(reply.content.clone()));
+            Ok(reply)
+        }
+
+        fn count_tokens(&self, message: &Message) -> u32 {
+            10 + message.content.len() as u32 / 4
+        }
+    }
+
+    fn text(content: &str) -> Result<Reply, BackendError> {
+        Ok(Reply {
+            content: content.into(),
+            thinking: String::new(),
+            tool_calls: Vec::new(),
+            finish: FinishReason::Stop,
+            usage: None,
+        })
+    }
+
+    fn calls(ids: &[&str]) -> Result<Reply, BackendError> {
+        Ok(Reply {
+            content: String::new(),
+            thinking: String::new(),
+            tool_calls: ids
+                .iter()
+                .map(|id| ToolCall {
+                    id: id.to_string(),
+                    name: "get_time".into(),
+                    arguments: json!({}),
+                })
+                .collect(),
+            finish: FinishReason::ToolCalls,
+            usage: None,
+        })
+    }
+
+    fn overflow() -> Result<Reply, BackendError> {
+        Err(BackendError::ContextOverflow {
+            message: "too long".into(),
+            prompt_tokens: Some(1100),
+            limit: Some(1000),
+        })
+    }
+
+    fn scripted(script: Vec<Result<Reply, BackendError>>) -> (Scripted, Arc<Mutex<Vec<Session>>>) {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let backend = Scripted {
+            script: script.into(),
+            seen: seen.clone(),
+            cancel_during: Arc::default(),
+        };
+        (backend, seen)
+    }
+
+    fn spawn(backend: Scripted, max_rounds: u32) -> AgentHandle {
+        let config = AgentConfig {
+            system_prompt: "sys".into(),
+            sampling: Sampling::default(),
+            stream: true,
+            max_rounds,
+            tools_enabled: true,
+        };
+        AgentHandle::spawn(
+            Box::new(backend),
+            ToolRegistry::builtin(),
+            std::env::temp_dir(),
+            config,
+        )
+        .expect("agent thread")
+    }
+
+    fn run(agent: &AgentHandle, prompt: &str) -> (Vec<Event>, FinishReason) {
+        let mut events = Vec::new();
+        let reason = agent.run_prompt(prompt.into(), |e| {
+            events.push(e.clone());
+            Ok(())
+        });
+        (events, reason)
+    }
+
+    fn snapshot(agent: &AgentHandle) -> Session {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        assert!(agent.send(Op::Snapshot(tx)));
+        rx.recv().expect("snapshot")
+    }
+
+    fn roles(session: &Session) -> Vec<Role> {
+        session.messages.iter().map(|m| m.role).collect()
+    }
+
+    #[test]
+    fn tool_round_trip_emits_call_result_and_answer() {
+        let (backend, seen) = scripted(vec![calls(&["c1"]), text("it is noon")]);
+        let agent = spawn(backend, 10);
+        let (events, reason) = run(&agent, "time?");
+        assert_eq!(reason, FinishReason::Stop);
+        let kinds: Vec<&str> = events
+            .iter()
+            .map(|e| match e {
+                Event::UserPrompt(_) => "prompt",
+                Event::ToolCall(_) => "call",
+                Event::ToolResult(r) if r.success && r.id == "c1" => "result",
+                Event::Content(t) if t.is_empty() => "empty",
+                Event::Content(_) => "content",
+                Event::Stop(_) => "stop",
+                _ => "other",
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            ["prompt", "empty", "call", "result", "content", "stop"]
+        );
+        let second = &seen.lock().unwrap()[1];
+        assert_eq!(roles(second), [Role::User, Role::Assistant, Role::Tool]);
+        assert_eq!(second.messages[2].tool_call_id.as_deref(), Some("c1"));
+    }
+
+    #[test]
+    fn round_cap_stops_a_looping_model() {
+        let (backend, seen) = scripted(vec![calls(&["a"]), calls(&["b"]), calls(&["c"])]);
+        let agent = spawn(backend, 2);
+        let (events, reason) = run(&agent, "loop");
+        assert_eq!(reason, FinishReason::Length);
+        assert_eq!(seen.lock().unwrap().len(), 2);
+        assert!(events
+            .iter()
+            .any(|e| matches!(e, Event::System(s) if s.contains("2 tool rounds"))));
+    }
+
+    #[test]
+    fn overflow_evicts_old_turns_and_retries_once() {
+        let (backend, seen) = scripted(vec![text("one"), text("two"), overflow(), text("three")]);
+        let agent = spawn(backend, 10);
+        run(&agent, "first");
+        run(&agent, "second");
+        let (events, reason) = run(&agent, "third");
+        assert_eq!(reason, FinishReason::Stop);
+        assert!(events
+            .iter()
+            .any(|e| matches!(e, Event::System(s) if s.contains("evicted"))));
+        let seen = seen.lock().unwrap();
+        let (failed, retried) = (&seen[2], &seen[3]);
+        assert!(retried.messages.len() < failed.messages.len());
+        assert_eq!(retried.messages.last().unwrap().content, "third");
+        assert_eq!(retried.system_prompt, "sys");
+    }
+
+    #[test]
+    fn overflow_with_nothing_to_evict_is_an_error() {
+        let (backend, _) = scripted(vec![overflow()]);
+        let agent = spawn(backend, 10);
+        let (events, reason) = run(&agent, "huge");
+        assert_eq!(reason, FinishReason::Error);
+        assert!(events.iter().any(|e| matches!(
+            e,
+            Event::Error {
+                kind: crate::core::error::ErrorKind::ContextOverflow,
+                ..
+            }
+        )));
+    }
+
+    #[test]
+    fn cancel_before_tools_still_answers_every_call() {
+        let (backend, _) = scripted(vec![calls(&["x", "y"])]);
+        let cancel_during = backend.cancel_during.clone();
+        let agent = spawn(backend, 10);
+        // The backend "sees" the user cancel while it produces the tool calls.
+        *cancel_during.lock().unwrap() = Some(agent.cancel_flag());
+        let (events, reason) = run(&agent, "go");
+        assert_eq!(reason, FinishReason::Cancelled);
+        assert!(!events.iter().any(|e| matches!(e, Event::ToolResult(_))));
+        let session = snapshot(&agent);
+        let answered: Vec<&str> = session
+            .messages
+            .iter()
+            .filter_map(|m| m.tool_call_id.as_deref())
+            .collect();
+        assert_eq!(answered, ["x", "y"]);
+    }
+
+    #[test]
+    fn snapshot_clear_restore_and_backend_switch() {
+        let (backend, _) = scripted(vec![text("from a")]);
+        let agent = spawn(backend, 10);
+        run(&agent, "hello");
+        let saved = snapshot(&agent);
+        assert_eq!(roles(&saved), [Role::User, Role::Assistant]);
+        agent.send(Op::Clear);
+        assert!(snapshot(&agent).messages.is_empty());
+        agent.send(Op::Restore(saved.clone()));
+        assert_eq!(snapshot(&agent).messages, saved.messages);
+        let (other, other_seen) = scripted(vec![text("from b")]);
+        agent.send(Op::SetBackend(Box::new(other)));
+        let (events, _) = run(&agent, "again");
+        assert!(events.contains(&Event::Content("from b".into())));
+        assert_eq!(other_seen.lock().unwrap()[0].messages.len(), 3);
+    }
+}
