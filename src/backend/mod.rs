@@ -10,6 +10,7 @@ use serde_json::Value;
 use crate::core::{BackendError, EventSink, FinishReason, Message, Session, ToolCall};
 
 pub mod estimate;
+pub mod llamacpp;
 
 /// A tool as offered to the model.
 #[derive(Debug, Clone, PartialEq)]
