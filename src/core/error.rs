@@ -91,9 +91,7 @@ impl BackendError {
     pub fn kind(&self) -> ErrorKind {
         match self {
             BackendError::ContextOverflow { .. } => ErrorKind::ContextOverflow,
-            BackendError::Http {
-                status: 401 | 403, ..
-            } => ErrorKind::Auth,
+            BackendError::Http { status: 401 | 403, .. } => ErrorKind::Auth,
             BackendError::Http { .. } => ErrorKind::Http,
             BackendError::Connect(_) => ErrorKind::Connect,
             BackendError::Timeout(_) => ErrorKind::Timeout,
