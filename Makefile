@@ -51,6 +51,11 @@ $(MODEL):
 jinja2:
 	@$(PYTHON) -c 'import jinja2' 2>/dev/null || $(PYTHON) -m pip install --quiet jinja2
 
+# llama.cpp's llama-bench (built once from the llama-cpp-python sdist, cached) against
+# shepherd's own loop: pp512/tg128 and their ratios, plus time to first token at turns 1 and 10.
+bench: deps model
+	MODEL=$(MODEL) THREADS=$(THREADS) CACHE=$(CACHE) PYTHON=$(PYTHON) scripts/bench.sh
+
 run: build model
 	./target/release/shepherd -m $(MODEL)
 
