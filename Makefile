@@ -15,7 +15,7 @@ THREADS ?= 2
 CUDA ?=
 CARGO_FEATURES := $(if $(CUDA),--features cuda,)
 
-.PHONY: all build deps test fmt clippy clean model run bench jinja2
+.PHONY: all build deps test fmt clippy clean model run bench jinja2 valgrind
 
 all: build
 
@@ -55,6 +55,12 @@ jinja2:
 # shepherd's own loop: pp512/tg128 and their ratios, plus time to first token at turns 1 and 10.
 bench: deps model
 	MODEL=$(MODEL) THREADS=$(THREADS) CACHE=$(CACHE) PYTHON=$(PYTHON) scripts/bench.sh
+
+# A short generation under valgrind: no invalid reads or writes in the llama wrapper.
+valgrind: deps model
+	$(CARGO) test --no-run
+	SHEPHERD_TEST_MODEL=$(MODEL) valgrind --error-exitcode=99 --errors-for-leak-kinds=none \
+	  $$(ls -t target/debug/deps/shepherd-* | grep -v '\.d$$' | head -1) answers_the_capital --test-threads=1
 
 run: build model
 	./target/release/shepherd -m $(MODEL)
