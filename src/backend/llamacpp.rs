@@ -21,6 +21,10 @@
 //! JSON schemas forces a `{"name", "arguments"}` object, parsed here. Free-form text
 //! goes through [`extract_tool_calls`], the one place the integrator routes through the
 //! stream module's output filter.
+//!
+//! Size: about 1,000 non-test lines, over the 800 guideline, because the handle, the
+//! worker and its two phases share private types; a split into `backend/llamacpp/`
+//! (handle, worker, tool-call text) is the natural next step once this file is wired in.
 // Wired into main by the integration step.
 #![allow(dead_code)]
 
