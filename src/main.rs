@@ -11,9 +11,11 @@ mod commands;
 mod config;
 mod core;
 mod frontend;
+mod llama;
 mod log;
 mod stream;
 mod sys;
+mod template;
 mod tools;
 
 fn main() {

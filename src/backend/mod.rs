@@ -11,6 +11,7 @@ use crate::core::{BackendError, EventSink, FinishReason, Message, Session, ToolC
 
 pub mod estimate;
 pub mod http;
+pub mod llamacpp;
 pub mod openai;
 
 /// A tool as offered to the model.

@@ -1,0 +1,1413 @@
+//! The in-process llama.cpp backend: a [`Backend`] whose model runs inside shepherd.
+//!
+//! **Threading.** llama.cpp state never crosses threads. [`LlamaBackend`] is a small
+//! `Send` handle; it owns one named generation thread (`llama-gen`) that loads the
+//! [`Model`], creates the [`Context`] borrowing it, and then serves [`Job`]s from a
+//! crossbeam channel until the handle is dropped (drop closes the channel and joins).
+//! While generating, the thread hands each event to the caller and waits for the
+//! sink's [`Flow`] answer before decoding the next token, so a cancel stops the loop
+//! within one token.
+//!
+//! **Two phases** (seed 001): [`LlamaBackend::prefill`] renders the conversation,
+//! tokenizes it, checks it fits (prompt plus the answer's reserve, else the typed
+//! [`BackendError::ContextOverflow`] that API backends raise too) and decodes the new
+//! tokens into the KV cache; [`LlamaBackend::generate_prefilled`] then samples.
+//!
+//! **KV prefix reuse.** The thread keeps a mirror of the tokens in the cache. Each turn
+//! renders the whole conversation, keeps the common prefix, removes the rest with
+//! `llama_memory_seq_rm`, and decodes only the new tokens.
+//!
+//! **Tool calls.** With `tool_choice` required or named, a grammar built from the tools'
+//! JSON schemas forces a `{"name", "arguments"}` object, parsed here. Free-form text
+//! goes through [`extract_tool_calls`], the one place the integrator routes through the
+//! stream module's output filter.
+//!
+//! Size: about 1,000 non-test lines, over the 800 guideline, because the handle, the
+//! worker and its two phases share private types; a split into `backend/llamacpp/`
+//! (handle, worker, tool-call text) is the natural next step once this file is wired in.
+// Wired into main by the integration step.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, unbounded, Receiver, RecvTimeoutError, Sender};
+use serde_json::Value;
+
+use super::estimate::TokenEstimator;
+use super::{Backend, BackendInfo, GenerateRequest, Reply, Sampling, ToolChoice, ToolSpec, Usage};
+use crate::core::{
+    BackendError, Event, EventSink, FinishReason, Flow, Message, Role, Session, Stats, ToolCall,
+};
+use crate::llama::{
+    self, Batch, CacheType, Context, ContextParams, Model, ModelParams, Sampler, SamplerParams,
+    Token,
+};
+use crate::template::{self, ChatTemplate, TemplateMessage};
+
+/// The embedded default model's file name (SmolLM2-135M-Instruct, fetched by `make model`).
+pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+/// The default context is the training context, capped so a big model does not exhaust memory.
+pub const DEFAULT_CONTEXT_CAP: u32 = 8192;
+/// The answer's reserve when the request sets no `max_tokens`, at most this share of the context.
+const DEFAULT_RESERVE: u32 = 512;
+
+/// Settings for loading the model and creating its context (`--context-size`, `--gpu-layers`, ...).
+#[derive(Debug, Clone)]
+pub struct LlamaConfig {
+    pub model_path: PathBuf,
+    /// `None`: the training context, capped at [`DEFAULT_CONTEXT_CAP`].
+    pub context_size: Option<u32>,
+    pub gpu_layers: i32,
+    /// `None`: all available cores.
+    pub threads: Option<i32>,
+    pub n_batch: u32,
+    pub ubatch: u32,
+    pub cache_type: CacheType,
+    pub flash_attn: Option<bool>,
+    pub progress: bool,
+}
+
+impl LlamaConfig {
+    pub fn new(model_path: PathBuf) -> Self {
+        LlamaConfig {
+            model_path,
+            context_size: None,
+            gpu_layers: 0,
+            threads: None,
+            n_batch: 512,
+            ubatch: 512,
+            cache_type: CacheType::F16,
+            flash_attn: None,
+            progress: true,
+        }
+    }
+}
+
+/// Where the model cache lives (`$HOME/.cache/shepherd/models`).
+pub fn model_cache_dir() -> PathBuf {
+    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
+    home.join(".cache/shepherd/models")
+}
+
+/// The model file for `-m NAME`: an absolute path as given, else `model_path/NAME`.
+pub fn resolve_model_path(model: &str, model_path: Option<&Path>) -> PathBuf {
+    let given = PathBuf::from(model);
+    if given.is_absolute() {
+        return given;
+    }
+    model_path.map_or(given.clone(), |dir| dir.join(&given))
+}
+
+/// The embedded default model, or a message saying how to get it.
+pub fn default_model() -> Result<PathBuf, BackendError> {
+    let path = model_cache_dir().join(DEFAULT_MODEL_FILE);
+    if path.is_file() {
+        return Ok(path);
+    }
+    Err(BackendError::Config(format!(
+        "no provider configured and no model given; the default model {} is missing: run `make model` (or pass -m FILE.gguf)",
+        path.display()
+    )))
+}
+
+/// What the prefill phase did, for stats and tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PrefillReport {
+    /// Tokens of the whole rendered prompt.
+    pub prompt_tokens: usize,
+    /// Tokens kept from the KV cache of the previous turn.
+    pub reused_tokens: usize,
+    /// Tokens actually decoded this turn.
+    pub decoded_tokens: usize,
+}
+
+/// Benchmark figures in the units llama-bench prints.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct BenchReport {
+    pub pp_tps: f64,
+    pub tg_tps: f64,
+}
+
+enum Job {
+    Prefill(Box<PrefillJob>),
+    Generate(GenerateJob),
+    Count(String, Sender<Option<usize>>),
+    Bench(usize, usize, Sender<Result<BenchReport, BackendError>>),
+}
+
+struct PrefillJob {
+    conversation: Vec<TemplateMessage>,
+    tools: Vec<ToolSpec>,
+    tool_choice: ToolChoice,
+    sampling: Sampling,
+    reply: Sender<Result<PrefillReport, BackendError>>,
+}
+
+struct GenerateJob {
+    stream: bool,
+    events: Sender<WorkerMsg>,
+    flow: Receiver<Flow>,
+}
+
+enum WorkerMsg {
+    Event(Event),
+    Done(Result<Reply, BackendError>),
+}
+
+/// The handle the agent owns; the model lives on its generation thread.
+pub struct LlamaBackend {
+    jobs: Option<Sender<Job>>,
+    worker: Option<JoinHandle<()>>,
+    info: BackendInfo,
+    abort: Arc<AtomicBool>,
+    estimator: TokenEstimator,
+    last_prefill: Option<PrefillReport>,
+}
+
+impl LlamaBackend {
+    /// Loads the model on a new generation thread; returns once it is ready (or failed).
+    pub fn new(config: LlamaConfig) -> Result<LlamaBackend, BackendError> {
+        let (job_tx, job_rx) = unbounded();
+        let (ready_tx, ready_rx) = bounded(1);
+        let abort = Arc::new(AtomicBool::new(false));
+        let thread_abort = Arc::clone(&abort);
+        let worker = std::thread::Builder::new()
+            .name("llama-gen".into())
+            .spawn(move || run_worker(config, thread_abort, ready_tx, job_rx))
+            .map_err(|e| {
+                BackendError::Config(format!("cannot start the generation thread: {e}"))
+            })?;
+        let info = ready_rx.recv().map_err(|_| {
+            BackendError::Config("the generation thread stopped while loading".into())
+        })?;
+        let info = match info {
+            Ok(info) => info,
+            Err(err) => {
+                let _ = worker.join();
+                return Err(err);
+            }
+        };
+        Ok(LlamaBackend {
+            jobs: Some(job_tx),
+            worker: Some(worker),
+            info,
+            abort,
+            estimator: TokenEstimator::default(),
+            last_prefill: None,
+        })
+    }
+
+    fn send(&self, job: Job) -> Result<(), BackendError> {
+        let sender = self.jobs.as_ref().ok_or_else(worker_gone)?;
+        sender.send(job).map_err(|_| worker_gone())
+    }
+
+    /// Phase one: render, check the fit, and decode the new prompt tokens into the cache.
+    pub fn prefill(
+        &mut self,
+        session: &Session,
+        request: &GenerateRequest<'_>,
+    ) -> Result<PrefillReport, BackendError> {
+        self.abort.store(false, Ordering::Relaxed);
+        let (reply, result) = bounded(1);
+        let job = PrefillJob {
+            conversation: template::conversation(&session.system_prompt, &session.messages),
+            tools: request.tools.to_vec(),
+            tool_choice: request.tool_choice.clone(),
+            sampling: request.sampling.clone(),
+            reply,
+        };
+        self.send(Job::Prefill(Box::new(job)))?;
+        let report = result.recv().map_err(|_| worker_gone())??;
+        self.last_prefill = Some(report);
+        Ok(report)
+    }
+
+    /// Phase two: sample the answer into `sink`.
+    pub fn generate_prefilled(
+        &mut self,
+        stream: bool,
+        sink: &mut dyn EventSink,
+    ) -> Result<Reply, BackendError> {
+        let (events_tx, events) = unbounded();
+        let (flow_tx, flow) = bounded(1);
+        self.send(Job::Generate(GenerateJob {
+            stream,
+            events: events_tx,
+            flow,
+        }))?;
+        loop {
+            match events.recv_timeout(Duration::from_millis(50)) {
+                Ok(WorkerMsg::Event(event)) => {
+                    let mut answer = sink.emit(event);
+                    if sink.cancelled() {
+                        answer = Flow::Cancel;
+                    }
+                    let _ = flow_tx.send(answer);
+                }
+                Ok(WorkerMsg::Done(result)) => return result,
+                // Nothing emitted for a while (a long decode): pass on a cancel from the sink.
+                Err(RecvTimeoutError::Timeout) if sink.cancelled() => {
+                    self.abort.store(true, Ordering::Relaxed)
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return Err(worker_gone()),
+            }
+        }
+    }
+
+    /// What the last prefill did (tokens reused and decoded).
+    pub fn last_prefill(&self) -> Option<PrefillReport> {
+        self.last_prefill
+    }
+
+    /// Measures prompt processing of `n_prompt` tokens and generation of `n_gen` tokens
+    /// from an empty cache, like llama-bench's pp/tg tests. Clears the cache.
+    pub fn bench(&mut self, n_prompt: usize, n_gen: usize) -> Result<BenchReport, BackendError> {
+        let (reply, result) = bounded(1);
+        self.send(Job::Bench(n_prompt, n_gen, reply))?;
+        result.recv().map_err(|_| worker_gone())?
+    }
+}
+
+fn worker_gone() -> BackendError {
+    BackendError::Config("the llama.cpp generation thread has stopped".into())
+}
+
+impl Drop for LlamaBackend {
+    fn drop(&mut self) {
+        self.abort.store(true, Ordering::Relaxed);
+        self.jobs.take();
+        if let Some(worker) = self.worker.take() {
+            let _ = worker.join();
+        }
+    }
+}
+
+impl Backend for LlamaBackend {
+    fn info(&self) -> BackendInfo {
+        self.info.clone()
+    }
+
+    fn generate(
+        &mut self,
+        session: &Session,
+        request: &GenerateRequest<'_>,
+        sink: &mut dyn EventSink,
+    ) -> Result<Reply, BackendError> {
+        self.prefill(session, request)?;
+        self.generate_prefilled(request.stream, sink)
+    }
+
+    fn count_tokens(&self, message: &Message) -> u32 {
+        let (reply, result) = bounded(1);
+        let text = message_text(message);
+        let counted = self
+            .send(Job::Count(text, reply))
+            .ok()
+            .and_then(|()| result.recv().ok().flatten());
+        match counted {
+            Some(n) => u32::try_from(n).unwrap_or(u32::MAX).saturating_add(4),
+            None => self.estimator.count_message(message),
+        }
+    }
+}
+
+fn message_text(message: &Message) -> String {
+    let mut text = message.content.clone();
+    for call in &message.tool_calls {
+        text.push_str(&tool_call_json(call));
+    }
+    text
+}
+
+fn tool_call_json(call: &ToolCall) -> String {
+    serde_json::json!({"name": call.name, "arguments": call.arguments}).to_string()
+}
+
+// ---------------------------------------------------------------- generation thread
+
+fn run_worker(
+    config: LlamaConfig,
+    abort: Arc<AtomicBool>,
+    ready: Sender<Result<BackendInfo, BackendError>>,
+    jobs: Receiver<Job>,
+) {
+    let params = ModelParams {
+        gpu_layers: config.gpu_layers,
+        progress: config.progress,
+    };
+    let model = match Model::load(&config.model_path, &params) {
+        Ok(model) => model,
+        Err(err) => {
+            let _ = ready.send(Err(BackendError::Config(err.to_string())));
+            return;
+        }
+    };
+    let mut worker = match Worker::new(&model, &config, abort) {
+        Ok(worker) => worker,
+        Err(err) => {
+            let _ = ready.send(Err(err));
+            return;
+        }
+    };
+    let info = BackendInfo {
+        kind: "llamacpp",
+        model: config.model_path.display().to_string(),
+        context_size: u64::from(worker.ctx.n_ctx()),
+        local: true,
+    };
+    if ready.send(Ok(info)).is_err() {
+        return;
+    }
+    for job in jobs {
+        worker.handle(job);
+    }
+}
+
+/// Settings decided at prefill time and used by the generate phase.
+struct Prepared {
+    sampler: Sampler,
+    max_tokens: usize,
+    stop: Vec<String>,
+    forced_tools: bool,
+    tool_names: Vec<String>,
+    report: PrefillReport,
+    prefill_secs: f64,
+}
+
+/// State owned by the generation thread: the context (borrowing the model) and its cache mirror.
+struct Worker<'m> {
+    ctx: Context<'m>,
+    template: ChatTemplate,
+    /// The tokens in the KV cache, position by position.
+    mirror: Vec<Token>,
+    batch: Batch,
+    abort: Arc<AtomicBool>,
+    prepared: Option<Prepared>,
+}
+
+fn choose_context(requested: Option<u32>, trained: u32) -> u32 {
+    match requested {
+        Some(n) if n > 0 => n,
+        _ if trained == 0 => 2048,
+        _ => trained.min(DEFAULT_CONTEXT_CAP),
+    }
+}
+
+impl<'m> Worker<'m> {
+    fn new(
+        model: &'m Model,
+        config: &LlamaConfig,
+        abort: Arc<AtomicBool>,
+    ) -> Result<Self, BackendError> {
+        let n_ctx = choose_context(config.context_size, model.n_ctx_train());
+        let defaults = ContextParams::default();
+        let n_batch = config.n_batch.min(n_ctx);
+        let params = ContextParams {
+            n_ctx,
+            n_batch,
+            n_ubatch: config.ubatch.min(n_batch),
+            n_threads: config.threads.unwrap_or(defaults.n_threads),
+            cache_type: config.cache_type,
+            flash_attn: config.flash_attn,
+            abort: Arc::clone(&abort),
+        };
+        let ctx = Context::new(model, &params).map_err(|e| BackendError::Config(e.to_string()))?;
+        let batch =
+            Batch::new(ctx.n_batch() as usize).map_err(|e| BackendError::Config(e.to_string()))?;
+        Ok(Worker {
+            template: load_template(model),
+            ctx,
+            mirror: Vec::new(),
+            batch,
+            abort,
+            prepared: None,
+        })
+    }
+
+    fn model(&self) -> &'m Model {
+        self.ctx.model()
+    }
+
+    fn handle(&mut self, job: Job) {
+        match job {
+            Job::Prefill(job) => {
+                let result = self.prefill(&job);
+                let _ = job.reply.send(result);
+            }
+            Job::Generate(job) => {
+                let result = self.generate(&job);
+                let _ = job.events.send(WorkerMsg::Done(result));
+            }
+            Job::Count(text, reply) => {
+                let _ = reply.send(self.model().tokenize(&text, false).ok().map(|t| t.len()));
+            }
+            Job::Bench(n_prompt, n_gen, reply) => {
+                let _ = reply.send(self.bench(n_prompt, n_gen));
+            }
+        }
+    }
+}
+
+fn load_template(model: &Model) -> ChatTemplate {
+    let source = model.chat_template();
+    let (bos, eos) = (model.bos_text(), model.eos_text());
+    match ChatTemplate::new(source.as_deref(), &bos, &eos) {
+        Ok(template) => template,
+        Err(err) => {
+            crate::log::debug(crate::log::Category::Llm, || format!("{err}; using ChatML"));
+            ChatTemplate::new(None, &bos, &eos).expect("the ChatML fallback needs no parsing")
+        }
+    }
+}
+
+// ---------------------------------------------------------------- phase one: prefill
+
+impl Worker<'_> {
+    fn prefill(&mut self, job: &PrefillJob) -> Result<PrefillReport, BackendError> {
+        self.prepared = None;
+        self.ctx.reset_abort();
+        let tools: &[ToolSpec] = if job.tool_choice == ToolChoice::None {
+            &[]
+        } else {
+            &job.tools
+        };
+        let forced = forced_tools(tools, &job.tool_choice)?;
+        let prompt = self.render(&job.conversation, tools)?;
+        let tokens = self.tokenize_prompt(&prompt)?;
+        let n_ctx = self.ctx.n_ctx() as usize;
+        let reserve = job
+            .sampling
+            .max_tokens
+            .unwrap_or(DEFAULT_RESERVE.min(self.ctx.n_ctx() / 4)) as usize;
+        if tokens.len() + reserve > n_ctx {
+            return Err(overflow(tokens.len(), reserve, n_ctx));
+        }
+        let started = Instant::now();
+        let report = self.load_prompt(&tokens)?;
+        let prefill_secs = started.elapsed().as_secs_f64();
+        let sampler_params = sampler_params(&job.sampling, forced.as_deref())?;
+        let sampler = Sampler::new(self.model(), &sampler_params)
+            .map_err(|e| BackendError::Config(e.to_string()))?;
+        let room = n_ctx - tokens.len();
+        self.prepared = Some(Prepared {
+            sampler,
+            max_tokens: job
+                .sampling
+                .max_tokens
+                .map_or(room, |n| (n as usize).min(room)),
+            stop: job
+                .sampling
+                .stop
+                .iter()
+                .filter(|s| !s.is_empty())
+                .cloned()
+                .collect(),
+            forced_tools: forced.is_some(),
+            tool_names: tools.iter().map(|t| t.name.clone()).collect(),
+            report,
+            prefill_secs,
+        });
+        Ok(report)
+    }
+
+    fn render(
+        &self,
+        conversation: &[TemplateMessage],
+        tools: &[ToolSpec],
+    ) -> Result<String, BackendError> {
+        let template_error = |e: template::TemplateError| BackendError::Config(e.to_string());
+        if tools.is_empty() || self.template.handles_tools() {
+            let rendered =
+                self.template
+                    .render(conversation, &template::template_tools(tools), true);
+            return rendered.map_err(template_error);
+        }
+        // The template knows nothing about tools: describe them in the system message.
+        let messages = with_tool_instructions(conversation, tools);
+        self.template
+            .render(&messages, &[], true)
+            .map_err(template_error)
+    }
+
+    fn tokenize_prompt(&self, prompt: &str) -> Result<Vec<Token>, BackendError> {
+        let model = self.model();
+        let bos = model.bos_text();
+        let add_bos = model.adds_bos() && (bos.is_empty() || !prompt.starts_with(&bos));
+        let tokens = model
+            .tokenize(prompt, add_bos)
+            .map_err(|e| BackendError::Config(e.to_string()))?;
+        if tokens.is_empty() {
+            return Err(BackendError::Config("the rendered prompt is empty".into()));
+        }
+        Ok(tokens)
+    }
+
+    /// Makes the cache hold exactly `tokens`, decoding only what it does not already hold.
+    fn load_prompt(&mut self, tokens: &[Token]) -> Result<PrefillReport, BackendError> {
+        let common = common_prefix(&self.mirror, tokens);
+        // At least one token must be decoded so that there are logits to sample from.
+        let mut keep = common.min(tokens.len() - 1);
+        if keep < self.mirror.len() && !self.ctx.truncate_cache(keep) {
+            self.ctx.clear_cache();
+            keep = 0;
+        }
+        self.mirror.truncate(keep);
+        let decoded = tokens.len() - keep;
+        crate::log::debug(crate::log::Category::Llm, || {
+            format!(
+                "prefill: {} prompt tokens, {keep} reused, {decoded} to decode",
+                tokens.len()
+            )
+        });
+        self.decode_tokens(&tokens[keep..])?;
+        Ok(PrefillReport {
+            prompt_tokens: tokens.len(),
+            reused_tokens: keep,
+            decoded_tokens: decoded,
+        })
+    }
+
+    /// Decodes `tokens` after the mirror in batches; only the very last token gets logits.
+    fn decode_tokens(&mut self, tokens: &[Token]) -> Result<(), BackendError> {
+        let chunk = self.batch.capacity();
+        for (i, piece) in tokens.chunks(chunk).enumerate() {
+            let is_last_chunk = (i + 1) * chunk >= tokens.len();
+            self.batch.clear();
+            for (j, &token) in piece.iter().enumerate() {
+                let logits = is_last_chunk && j + 1 == piece.len();
+                let pushed = self.batch.push(token, self.mirror.len() + j, logits);
+                pushed.map_err(|e| BackendError::Config(e.to_string()))?;
+            }
+            if let Err(err) = self.ctx.decode(&self.batch) {
+                return Err(self.decode_failed(err));
+            }
+            self.mirror.extend_from_slice(piece);
+        }
+        Ok(())
+    }
+
+    /// After a failed decode the cache content is unknown: start over next time.
+    fn decode_failed(&mut self, err: llama::DecodeError) -> BackendError {
+        self.ctx.clear_cache();
+        self.mirror.clear();
+        match err {
+            llama::DecodeError::Aborted => BackendError::Cancelled,
+            llama::DecodeError::ContextFull { needed, n_ctx } => overflow(needed, 0, n_ctx),
+            llama::DecodeError::NoKvSlot => {
+                overflow(self.ctx.n_ctx() as usize, 1, self.ctx.n_ctx() as usize)
+            }
+            other => BackendError::Protocol(other.to_string()),
+        }
+    }
+}
+
+fn overflow(prompt: usize, reserve: usize, n_ctx: usize) -> BackendError {
+    BackendError::ContextOverflow {
+        message: format!("the prompt needs {prompt} tokens plus {reserve} for the answer; the context holds {n_ctx}"),
+        prompt_tokens: Some((prompt + reserve) as u64),
+        limit: Some(n_ctx as u64),
+    }
+}
+
+fn common_prefix(a: &[Token], b: &[Token]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// The tools a grammar must force, or `None` when the model may answer freely.
+fn forced_tools(tools: &[ToolSpec], choice: &ToolChoice) -> Result<Option<String>, BackendError> {
+    let selected: Vec<&ToolSpec> = match choice {
+        ToolChoice::Required => tools.iter().collect(),
+        ToolChoice::Named(name) => tools.iter().filter(|t| &t.name == name).collect(),
+        ToolChoice::Auto | ToolChoice::None => return Ok(None),
+    };
+    if selected.is_empty() {
+        return Err(BackendError::Config(format!(
+            "tool_choice {choice:?} names no offered tool"
+        )));
+    }
+    let pairs = selected.iter().map(|t| (t.name.as_str(), &t.parameters));
+    Ok(Some(llama::grammar::tool_call_grammar(pairs)))
+}
+
+fn sampler_params(
+    sampling: &Sampling,
+    grammar: Option<&str>,
+) -> Result<SamplerParams, BackendError> {
+    let defaults = SamplerParams::default();
+    let params = SamplerParams {
+        temperature: sampling.temperature.unwrap_or(defaults.temperature),
+        top_p: sampling.top_p.unwrap_or(defaults.top_p),
+        top_k: sampling
+            .top_k
+            .map_or(defaults.top_k, |k| i32::try_from(k).unwrap_or(i32::MAX)),
+        seed: sampling.seed.map_or(defaults.seed, |s| s as u32),
+        grammar: grammar.map(str::to_string),
+        ..defaults
+    };
+    params
+        .validate()
+        .map_err(|e| BackendError::Config(e.to_string()))?;
+    Ok(params)
+}
+
+/// Adds a tool description to the system message for templates that ignore `tools`,
+/// and writes earlier tool calls as text so the model sees them.
+fn with_tool_instructions(
+    conversation: &[TemplateMessage],
+    tools: &[ToolSpec],
+) -> Vec<TemplateMessage> {
+    let listing: Vec<String> = template::template_tools(tools)
+        .iter()
+        .map(Value::to_string)
+        .collect();
+    let instructions = format!(
+        "You can call tools. To call one, reply with only a JSON object {{\"name\": <tool name>, \"arguments\": <arguments object>}} inside <tool_call></tool_call> tags.\nTools:\n{}",
+        listing.join("\n")
+    );
+    let mut messages: Vec<TemplateMessage> = conversation.iter().map(tool_calls_as_text).collect();
+    match messages.first_mut() {
+        Some(first) if first.role == Role::System.as_str() => {
+            first.content = format!("{}\n\n{instructions}", first.content);
+        }
+        _ => messages.insert(0, TemplateMessage::new("system", &instructions)),
+    }
+    messages
+}
+
+fn tool_calls_as_text(message: &TemplateMessage) -> TemplateMessage {
+    let mut out = message.clone();
+    for call in out.tool_calls.take().unwrap_or_default() {
+        let function = call.get("function").cloned().unwrap_or(Value::Null);
+        out.content
+            .push_str(&format!("<tool_call>{function}</tool_call>"));
+    }
+    out
+}
+
+// ---------------------------------------------------------------- phase two: generate
+
+/// What the token loop produced.
+struct Generated {
+    text: String,
+    n_tokens: usize,
+    finish: FinishReason,
+    decode_secs: f64,
+}
+
+impl Worker<'_> {
+    fn generate(&mut self, job: &GenerateJob) -> Result<Reply, BackendError> {
+        let mut prepared = self.prepared.take().ok_or_else(|| {
+            BackendError::Config("generate called without a successful prefill".into())
+        })?;
+        // A forced tool call is JSON for the agent, never text for the user.
+        let stream_text = job.stream && !prepared.forced_tools;
+        let generated = self.token_loop(&mut prepared, job, stream_text)?;
+        if !job.stream && !prepared.forced_tools && !generated.text.is_empty() {
+            emit(job, Event::Content(generated.text.clone()));
+        }
+        let stats = self.stats(&prepared, &generated);
+        let mut reply = finish_reply(&prepared, generated, job)?;
+        emit(job, Event::Stats(stats.clone()));
+        reply.usage = Some(Usage {
+            prompt_tokens: stats.prompt_tokens,
+            completion_tokens: stats.completion_tokens,
+        });
+        Ok(reply)
+    }
+
+    fn token_loop(
+        &mut self,
+        prepared: &mut Prepared,
+        job: &GenerateJob,
+        stream_text: bool,
+    ) -> Result<Generated, BackendError> {
+        let started = Instant::now();
+        let mut utf8 = llama::utf8::Utf8Stream::default();
+        let mut stops = StopMatcher::new(prepared.stop.clone());
+        let mut out = Generated {
+            text: String::new(),
+            n_tokens: 0,
+            finish: FinishReason::Length,
+            decode_secs: 0.0,
+        };
+        while out.n_tokens < prepared.max_tokens {
+            if self.abort.load(Ordering::Relaxed) {
+                out.finish = FinishReason::Cancelled;
+                break;
+            }
+            let token = prepared
+                .sampler
+                .sample(&mut self.ctx)
+                .map_err(|e| BackendError::Protocol(e.to_string()))?;
+            if self.model().is_eog(token) {
+                out.finish = FinishReason::Stop;
+                break;
+            }
+            out.n_tokens += 1;
+            let bytes = self
+                .model()
+                .piece_bytes(token, false)
+                .map_err(|e| BackendError::Protocol(e.to_string()))?;
+            let (visible, stopped) = stops.push(&utf8.push(&bytes));
+            out.text.push_str(&visible);
+            if stream_text
+                && !visible.is_empty()
+                && emit(job, Event::Content(visible)) == Flow::Cancel
+            {
+                out.finish = FinishReason::Cancelled;
+                break;
+            }
+            if stopped {
+                out.finish = FinishReason::Stop;
+                break;
+            }
+            if self.mirror.len() >= self.ctx.n_ctx() as usize {
+                break;
+            }
+            self.decode_tokens(&[token])?;
+        }
+        if out.finish != FinishReason::Cancelled {
+            let rest = stops.finish(&utf8.finish());
+            out.text.push_str(&rest);
+            if stream_text && !rest.is_empty() {
+                emit(job, Event::Content(rest));
+            }
+        }
+        out.decode_secs = started.elapsed().as_secs_f64();
+        Ok(out)
+    }
+
+    fn stats(&self, prepared: &Prepared, generated: &Generated) -> Stats {
+        let rate = |n: usize, secs: f64| (secs > 0.0 && n > 0).then(|| n as f64 / secs);
+        Stats {
+            prompt_tokens: prepared.report.prompt_tokens as u64,
+            completion_tokens: generated.n_tokens as u64,
+            prefill_tps: rate(prepared.report.decoded_tokens, prepared.prefill_secs),
+            decode_tps: rate(generated.n_tokens, generated.decode_secs),
+            context_used: self.mirror.len() as u64,
+            context_size: u64::from(self.ctx.n_ctx()),
+        }
+    }
+}
+
+/// Sends one event to the caller and waits for the sink's answer.
+fn emit(job: &GenerateJob, event: Event) -> Flow {
+    if job.events.send(WorkerMsg::Event(event)).is_err() {
+        return Flow::Cancel;
+    }
+    job.flow.recv().unwrap_or(Flow::Cancel)
+}
+
+fn finish_reply(
+    prepared: &Prepared,
+    generated: Generated,
+    job: &GenerateJob,
+) -> Result<Reply, BackendError> {
+    let mut reply = Reply {
+        content: String::new(),
+        thinking: String::new(),
+        tool_calls: Vec::new(),
+        finish: generated.finish,
+        usage: None,
+    };
+    if generated.finish == FinishReason::Cancelled {
+        reply.content = generated.text;
+        return Ok(reply);
+    }
+    if prepared.forced_tools {
+        let call = parse_forced_call(&generated.text)?;
+        emit(job, Event::ToolCall(call.clone()));
+        reply.tool_calls.push(call);
+        reply.finish = FinishReason::ToolCalls;
+        return Ok(reply);
+    }
+    let extracted = extract_tool_calls(&generated.text, &prepared.tool_names);
+    for warning in extracted.warnings {
+        emit(job, Event::System(warning));
+    }
+    reply.content = extracted.content;
+    if !extracted.calls.is_empty() {
+        reply.tool_calls = extracted.calls;
+        reply.finish = FinishReason::ToolCalls;
+    }
+    Ok(reply)
+}
+
+/// Parses the grammar-forced `{"name": ..., "arguments": {...}}` object.
+fn parse_forced_call(text: &str) -> Result<ToolCall, BackendError> {
+    let value: Value = serde_json::from_str(text.trim()).map_err(|e| {
+        BackendError::Protocol(format!("forced tool call is not JSON ({e}): {text}"))
+    })?;
+    call_from_json(&value, 0)
+        .ok_or_else(|| BackendError::Protocol(format!("forced tool call has no name: {text}")))
+}
+
+fn call_from_json(value: &Value, index: usize) -> Option<ToolCall> {
+    let name = value.get("name")?.as_str()?.to_string();
+    let arguments = value
+        .get("arguments")
+        .cloned()
+        .unwrap_or_else(|| serde_json::json!({}));
+    let id = format!("call_{}_{index}", std::process::id());
+    Some(ToolCall {
+        id,
+        name,
+        arguments,
+    })
+}
+
+/// Tool calls found in free-form model text.
+#[derive(Debug, Default, PartialEq)]
+pub struct ExtractedCalls {
+    pub content: String,
+    pub calls: Vec<ToolCall>,
+    pub warnings: Vec<String>,
+}
+
+/// THE place where free-form model text is searched for tool calls.
+///
+/// INTEGRATION: route this through `crate::stream::filter::OutputFilter` once it lands;
+/// until then it recognises `<tool_call>{json}</tool_call>` blocks only. Calls naming a
+/// tool that was not offered are dropped with a warning, never silently.
+pub fn extract_tool_calls(text: &str, known_tools: &[String]) -> ExtractedCalls {
+    let mut out = ExtractedCalls::default();
+    let mut rest = text;
+    while let Some(start) = rest.find("<tool_call>") {
+        out.content.push_str(&rest[..start]);
+        let body_start = start + "<tool_call>".len();
+        let (body, after) = match rest[body_start..].find("</tool_call>") {
+            Some(end) => (
+                &rest[body_start..body_start + end],
+                &rest[body_start + end + "</tool_call>".len()..],
+            ),
+            None => (&rest[body_start..], ""),
+        };
+        let call = serde_json::from_str::<Value>(body.trim())
+            .ok()
+            .and_then(|v| call_from_json(&v, out.calls.len()));
+        match call {
+            Some(call) if known_tools.contains(&call.name) => out.calls.push(call),
+            Some(call) => out.warnings.push(format!(
+                "the model called an unknown tool `{}`; ignored",
+                call.name
+            )),
+            None => out
+                .warnings
+                .push("the model wrote a malformed tool call; ignored".into()),
+        }
+        rest = after;
+    }
+    out.content.push_str(rest);
+    out.content = out.content.trim().to_string();
+    out
+}
+
+/// Holds back text that may be the start of a stop string, and cuts at the first stop.
+#[derive(Debug)]
+struct StopMatcher {
+    stops: Vec<String>,
+    pending: String,
+}
+
+impl StopMatcher {
+    fn new(stops: Vec<String>) -> Self {
+        StopMatcher {
+            stops,
+            pending: String::new(),
+        }
+    }
+
+    /// Returns the text that is safe to show and whether a stop string was reached.
+    fn push(&mut self, text: &str) -> (String, bool) {
+        self.pending.push_str(text);
+        let first_stop = self
+            .stops
+            .iter()
+            .filter_map(|s| self.pending.find(s.as_str()))
+            .min();
+        if let Some(at) = first_stop {
+            let visible = self.pending[..at].to_string();
+            self.pending.clear();
+            return (visible, true);
+        }
+        let hold = self.held_suffix();
+        let visible = self.pending[..self.pending.len() - hold].to_string();
+        self.pending.drain(..self.pending.len() - hold);
+        (visible, false)
+    }
+
+    /// Length of the longest tail of `pending` that begins some stop string.
+    fn held_suffix(&self) -> usize {
+        let mut best = 0;
+        for stop in &self.stops {
+            for (i, _) in self.pending.char_indices() {
+                let tail = &self.pending[i..];
+                if tail.len() > best && stop.starts_with(tail) {
+                    best = tail.len();
+                }
+            }
+        }
+        best
+    }
+
+    fn finish(&mut self, text: &str) -> String {
+        let (mut visible, stopped) = self.push(text);
+        if !stopped {
+            visible.push_str(&self.pending);
+        }
+        self.pending.clear();
+        visible
+    }
+}
+
+// ---------------------------------------------------------------- benchmark
+
+impl Worker<'_> {
+    fn bench(&mut self, n_prompt: usize, n_gen: usize) -> Result<BenchReport, BackendError> {
+        let n_vocab = self.model().n_vocab().max(1);
+        // Arbitrary but valid tokens, as llama-bench uses.
+        let tokens: Vec<Token> = (0..n_prompt)
+            .map(|i| ((i * 7919) % n_vocab as usize) as Token)
+            .collect();
+        self.ctx.clear_cache();
+        self.mirror.clear();
+        self.ctx.reset_abort();
+        let started = Instant::now();
+        self.decode_tokens(&tokens)?;
+        let pp_secs = started.elapsed().as_secs_f64();
+        self.ctx.clear_cache();
+        self.mirror.clear();
+        let started = Instant::now();
+        for i in 0..n_gen {
+            self.decode_tokens(&[((i * 104_729) % n_vocab as usize) as Token])?;
+        }
+        let tg_secs = started.elapsed().as_secs_f64();
+        self.ctx.clear_cache();
+        self.mirror.clear();
+        let rate = |n: usize, secs: f64| if secs > 0.0 { n as f64 / secs } else { 0.0 };
+        Ok(BenchReport {
+            pp_tps: rate(n_prompt, pp_secs),
+            tg_tps: rate(n_gen, tg_secs),
+        })
+    }
+}
+
+/// The model the tests use: `SHEPHERD_TEST_MODEL`, else the `make model` cache.
+/// Panics (failing the test) with instructions when the file is missing.
+#[cfg(test)]
+pub fn test_model_path() -> PathBuf {
+    let path = std::env::var_os("SHEPHERD_TEST_MODEL")
+        .map_or_else(|| model_cache_dir().join(DEFAULT_MODEL_FILE), PathBuf::from);
+    assert!(
+        path.is_file(),
+        "test model {} is missing: run `make model`",
+        path.display()
+    );
+    path
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn backend(n_ctx: u32) -> LlamaBackend {
+        let mut config = LlamaConfig::new(test_model_path());
+        config.context_size = Some(n_ctx);
+        config.threads = Some(2);
+        config.progress = false;
+        LlamaBackend::new(config).expect("the test model loads")
+    }
+
+    fn greedy(max_tokens: u32) -> Sampling {
+        Sampling {
+            temperature: Some(0.0),
+            max_tokens: Some(max_tokens),
+            ..Sampling::default()
+        }
+    }
+
+    fn ask(
+        backend: &mut LlamaBackend,
+        session: &Session,
+        sampling: &Sampling,
+    ) -> (Result<Reply, BackendError>, Vec<Event>) {
+        let request = GenerateRequest {
+            tools: &[],
+            tool_choice: &ToolChoice::Auto,
+            sampling,
+            stream: true,
+        };
+        let mut events = Vec::new();
+        let reply = backend.generate(session, &request, &mut events);
+        (reply, events)
+    }
+
+    fn content(events: &[Event]) -> String {
+        events
+            .iter()
+            .filter_map(|e| {
+                if let Event::Content(t) = e {
+                    Some(t.as_str())
+                } else {
+                    None
+                }
+            })
+            .collect()
+    }
+
+    /// A one-question session. shepherd always sends a system prompt; without one,
+    /// SmolLM2's template inserts its own default line, after which the 135M model
+    /// answers this question with nonsense at temperature 0.
+    fn question(text: &str) -> Session {
+        let mut session = Session::new("You are a helpful assistant.");
+        session.messages.push(Message::user(text));
+        session
+    }
+
+    #[test]
+    fn answers_the_capital_of_france_with_paris() {
+        let mut llm = backend(1024);
+        let (reply, events) = ask(
+            &mut llm,
+            &question("What is the capital of France?"),
+            &greedy(24),
+        );
+        let reply = reply.unwrap();
+        assert!(
+            reply.content.contains("Paris"),
+            "reply: {:?}",
+            reply.content
+        );
+        assert_eq!(content(&events), reply.content);
+        assert_eq!(reply.finish, FinishReason::Stop);
+        let stats = events.iter().find_map(|e| {
+            if let Event::Stats(s) = e {
+                Some(s.clone())
+            } else {
+                None
+            }
+        });
+        let stats = stats.expect("a stats event");
+        assert!(stats.decode_tps.unwrap() > 0.0 && stats.prefill_tps.unwrap() > 0.0);
+        assert_eq!(stats.context_size, 1024);
+        assert_eq!(
+            stats.context_used,
+            stats.prompt_tokens + stats.completion_tokens
+        );
+        assert!(llm.info().local && llm.info().context_size == 1024);
+    }
+
+    #[test]
+    fn turn_two_decodes_only_the_new_part_and_matches_a_cold_start() {
+        let mut warm = backend(1024);
+        let mut session = question("What is the capital of France?");
+        let (first, _) = ask(&mut warm, &session, &greedy(16));
+        let turn1 = warm.last_prefill().unwrap();
+        session
+            .messages
+            .push(Message::assistant(first.unwrap().content));
+        session.messages.push(Message::user("And of Italy?"));
+        let (second, _) = ask(&mut warm, &session, &greedy(16));
+        let turn2 = warm.last_prefill().unwrap();
+        assert!(
+            turn2.reused_tokens >= turn1.prompt_tokens,
+            "{turn1:?} then {turn2:?}"
+        );
+        assert_eq!(
+            turn2.decoded_tokens,
+            turn2.prompt_tokens - turn2.reused_tokens
+        );
+        assert!(
+            turn2.decoded_tokens < 20,
+            "only the new messages are decoded: {turn2:?}"
+        );
+        let mut cold = backend(1024);
+        let (cold_reply, _) = ask(&mut cold, &session, &greedy(16));
+        assert_eq!(cold.last_prefill().unwrap().reused_tokens, 0);
+        assert_eq!(second.unwrap().content, cold_reply.unwrap().content);
+    }
+
+    #[test]
+    fn cancelling_stops_within_one_token() {
+        let mut llm = backend(1024);
+        let session = question("Write a long story about a dragon.");
+        let request = GenerateRequest {
+            tools: &[],
+            tool_choice: &ToolChoice::Auto,
+            sampling: &greedy(64),
+            stream: true,
+        };
+        let mut seen = Vec::new();
+        let mut sink = |event: Event| {
+            let is_content = matches!(event, Event::Content(_));
+            seen.push(event);
+            if is_content {
+                Flow::Cancel
+            } else {
+                Flow::Continue
+            }
+        };
+        let reply = llm.generate(&session, &request, &mut sink).unwrap();
+        assert_eq!(reply.finish, FinishReason::Cancelled);
+        let contents = seen
+            .iter()
+            .filter(|e| matches!(e, Event::Content(_)))
+            .count();
+        assert_eq!(contents, 1, "{seen:?}");
+        let stats = seen
+            .iter()
+            .find_map(|e| {
+                if let Event::Stats(s) = e {
+                    Some(s.clone())
+                } else {
+                    None
+                }
+            })
+            .unwrap();
+        assert!(
+            stats.completion_tokens <= 4,
+            "a character may span a few tokens: {stats:?}"
+        );
+    }
+
+    #[test]
+    fn prompt_that_does_not_fit_is_a_typed_overflow_before_any_output() {
+        let mut llm = backend(256);
+        let (reply, events) = ask(
+            &mut llm,
+            &question(&"tell me more ".repeat(200)),
+            &greedy(16),
+        );
+        let err = reply.unwrap_err();
+        assert_eq!(err.kind(), crate::core::ErrorKind::ContextOverflow, "{err}");
+        assert!(err.tokens_over().unwrap() > 0);
+        assert!(events.is_empty());
+    }
+
+    #[test]
+    fn conversation_that_outgrows_the_context_is_evicted_and_continues() {
+        let mut llm = backend(256);
+        let mut session = Session::new("");
+        for turn in 0..12 {
+            session.messages.push(Message::user(format!(
+                "Turn {turn}: say something short about the number {turn}."
+            )));
+            let last = session.messages.len() - 1;
+            session.messages[last].tokens = llm.count_tokens(&session.messages[last]);
+            let (mut reply, _) = ask(&mut llm, &session, &greedy(24));
+            if let Err(err) = &reply {
+                // The agent's path: evict what the error says is over, retry once.
+                let over = err.tokens_over().expect("an overflow says by how much");
+                let plan = session.plan_eviction(over).expect("old turns can go");
+                session.evict(&plan);
+                reply = ask(&mut llm, &session, &greedy(24)).0;
+            }
+            let mut answer = Message::assistant(reply.expect("the retry fits").content);
+            answer.tokens = llm.count_tokens(&answer);
+            session.messages.push(answer);
+        }
+        assert!(session.messages.len() < 24, "something was evicted");
+        assert_eq!(session.messages.last().unwrap().role, Role::Assistant);
+    }
+
+    #[test]
+    fn grammar_forces_a_valid_tool_call() {
+        let mut llm = backend(1024);
+        let tools = [ToolSpec {
+            name: "get_weather".into(),
+            description: "Current weather for a city".into(),
+            parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+        }];
+        let session = question("What is the weather in Paris?");
+        let sampling = greedy(48);
+        let request = GenerateRequest {
+            tools: &tools,
+            tool_choice: &ToolChoice::Required,
+            sampling: &sampling,
+            stream: true,
+        };
+        let mut events = Vec::new();
+        let reply = llm.generate(&session, &request, &mut events).unwrap();
+        assert_eq!(reply.finish, FinishReason::ToolCalls);
+        assert_eq!(reply.tool_calls.len(), 1);
+        assert_eq!(reply.tool_calls[0].name, "get_weather");
+        assert!(
+            reply.tool_calls[0].arguments["city"].is_string(),
+            "{:?}",
+            reply.tool_calls[0]
+        );
+        assert!(
+            content(&events).is_empty(),
+            "tool-call JSON never travels as content"
+        );
+        assert!(events.iter().any(|e| matches!(e, Event::ToolCall(_))));
+    }
+
+    #[test]
+    fn stop_strings_and_max_tokens_end_the_answer() {
+        let mut llm = backend(1024);
+        let session = question("What is the capital of France?");
+        let mut sampling = greedy(24);
+        sampling.stop = vec!["Paris".into()];
+        let (reply, events) = ask(&mut llm, &session, &sampling);
+        let reply = reply.unwrap();
+        assert_eq!(reply.finish, FinishReason::Stop);
+        assert!(
+            !reply.content.contains("Paris") && !content(&events).contains("Paris"),
+            "{reply:?}"
+        );
+        let (reply, _) = ask(&mut llm, &session, &greedy(3));
+        let reply = reply.unwrap();
+        assert_eq!(reply.finish, FinishReason::Length);
+        assert_eq!(reply.usage.unwrap().completion_tokens, 3);
+    }
+
+    fn check_stops(stops: &[&str], pieces: &[&str], expected: (&str, bool)) {
+        let mut matcher = StopMatcher::new(stops.iter().map(|s| s.to_string()).collect());
+        let mut shown = String::new();
+        let mut stopped = false;
+        for piece in pieces {
+            let (text, hit) = matcher.push(piece);
+            shown.push_str(&text);
+            if hit {
+                stopped = true;
+                break;
+            }
+        }
+        if !stopped {
+            shown.push_str(&matcher.finish(""));
+        }
+        assert_eq!((shown.as_str(), stopped), expected);
+    }
+
+    #[test]
+    fn stop_matcher_holds_back_partial_matches() {
+        check_stops(&["END"], &["abc E", "N", "D tail"], ("abc ", true));
+        check_stops(&["END"], &["abc E", "N", "x"], ("abc ENx", false));
+        check_stops(&["</s>", "\n\n"], &["a\n", "\nb"], ("a", true));
+        check_stops(&[], &["é", "z"], ("éz", false));
+    }
+
+    #[test]
+    fn tool_calls_in_text_are_extracted_and_unknown_tools_warned_about() {
+        let known = vec!["read".to_string()];
+        let text = "Sure. <tool_call>{\"name\": \"read\", \"arguments\": {\"path\": \"a\"}}</tool_call><tool_call>{\"name\": \"nope\"}</tool_call>";
+        let out = extract_tool_calls(text, &known);
+        assert_eq!(out.content, "Sure.");
+        assert_eq!(out.calls.len(), 1);
+        assert_eq!(out.calls[0].arguments, json!({"path": "a"}));
+        assert_eq!(out.warnings.len(), 1);
+        assert!(out.warnings[0].contains("nope"));
+        assert_eq!(
+            extract_tool_calls("plain", &known),
+            ExtractedCalls {
+                content: "plain".into(),
+                ..Default::default()
+            }
+        );
+    }
+
+    #[test]
+    fn context_defaults_and_model_paths() {
+        assert_eq!(choose_context(None, 131_072), DEFAULT_CONTEXT_CAP);
+        assert_eq!(choose_context(None, 2048), 2048);
+        assert_eq!(choose_context(Some(512), 8192), 512);
+        assert_eq!(choose_context(None, 0), 2048);
+        assert_eq!(
+            resolve_model_path("/abs/m.gguf", Some(Path::new("/models"))),
+            PathBuf::from("/abs/m.gguf")
+        );
+        assert_eq!(
+            resolve_model_path("m.gguf", Some(Path::new("/models"))),
+            PathBuf::from("/models/m.gguf")
+        );
+    }
+
+    fn env_number(name: &str, default: usize) -> usize {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    }
+
+    /// `make bench` runs this in release with SHEPHERD_BENCH_FULL=1 (pp512/tg128, 3 runs)
+    /// and reads the `SHEPHERD_BENCH` line; plain `cargo test` runs a small version.
+    #[test]
+    fn bench_reports_speeds_and_turn_latency() {
+        let full = std::env::var_os("SHEPHERD_BENCH_FULL").is_some();
+        let (n_prompt, n_gen, runs) = if full { (512, 128, 3) } else { (64, 16, 1) };
+        let mut config = LlamaConfig::new(test_model_path());
+        config.context_size = Some(2048);
+        config.threads = Some(env_number("SHEPHERD_BENCH_THREADS", 2) as i32);
+        config.progress = false;
+        let mut llm = LlamaBackend::new(config).unwrap();
+        let reports: Vec<BenchReport> = (0..runs)
+            .map(|_| llm.bench(n_prompt, n_gen).unwrap())
+            .collect();
+        let mean = |f: fn(&BenchReport) -> f64| reports.iter().map(f).sum::<f64>() / runs as f64;
+        let (pp, tg) = (mean(|r| r.pp_tps), mean(|r| r.tg_tps));
+        assert!(pp > 0.0 && tg > 0.0, "{reports:?}");
+        let (ttft, decoded) = ten_turn_ttft(&mut llm);
+        println!(
+            "SHEPHERD_BENCH {}",
+            json!({"pp_tps": pp, "tg_tps": tg, "ttft_turn1_ms": ttft[0], "ttft_turn10_ms": ttft[9]})
+        );
+        // Timings are noisy on a shared machine, so the test checks the cause instead:
+        // prefix reuse makes every later turn decode about as little as the first.
+        // `make bench` reports the timings against the 1.2x goal.
+        assert!(
+            decoded[1..].iter().all(|&n| n <= decoded[0] + 5),
+            "{decoded:?}"
+        );
+    }
+
+    /// Milliseconds to the first content event in each turn of a scripted 10-turn chat,
+    /// and the prompt tokens each turn decoded.
+    fn ten_turn_ttft(llm: &mut LlamaBackend) -> (Vec<f64>, Vec<usize>) {
+        let mut session = question("Say hello.");
+        let sampling = greedy(16);
+        let request = GenerateRequest {
+            tools: &[],
+            tool_choice: &ToolChoice::Auto,
+            sampling: &sampling,
+            stream: true,
+        };
+        let mut ttft = Vec::new();
+        let mut decoded = Vec::new();
+        for turn in 1..=10 {
+            if turn > 1 {
+                session.messages.push(Message::user(format!(
+                    "Tell me one fact about the number {turn}."
+                )));
+            }
+            let started = Instant::now();
+            let mut first = None;
+            let mut sink = |event: Event| {
+                if first.is_none() && matches!(event, Event::Content(_)) {
+                    first = Some(started.elapsed());
+                }
+                Flow::Continue
+            };
+            let reply = llm.generate(&session, &request, &mut sink).unwrap();
+            ttft.push(first.unwrap_or_else(|| started.elapsed()).as_secs_f64() * 1000.0);
+            decoded.push(llm.last_prefill().map_or(0, |r| r.decoded_tokens));
+            session.messages.push(Message::assistant(reply.content));
+        }
+        (ttft, decoded)
+    }
+
+    #[test]
+    fn missing_model_is_a_config_error() {
+        let err = LlamaBackend::new(LlamaConfig::new(PathBuf::from("/nonexistent.gguf")))
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("not found"), "{err}");
+    }
+}

@@ -1,0 +1,305 @@
+//! An inference context: the KV cache and the compute graph for one model.
+//!
+//! A [`Context`] borrows its [`Model`], so it cannot outlive it, and it is
+//! neither `Send` nor `Sync`: it lives on the generation thread only.
+//! Cancellation reaches llama.cpp through an abort flag checked inside long decodes.
+
+use std::ffi::c_void;
+use std::marker::PhantomData;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use llama_cpp_sys_2 as sys;
+
+use super::batch::Batch;
+use super::error::{DecodeError, InitError, InvalidParam};
+use super::model::Model;
+
+/// Element type of the K and V caches (`--cache-type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CacheType {
+    #[default]
+    F16,
+    F32,
+    Q8_0,
+    Q4_0,
+}
+
+impl CacheType {
+    pub fn parse(name: &str) -> Option<CacheType> {
+        match name {
+            "f16" => Some(CacheType::F16),
+            "f32" => Some(CacheType::F32),
+            "q8_0" => Some(CacheType::Q8_0),
+            "q4_0" => Some(CacheType::Q4_0),
+            _ => None,
+        }
+    }
+
+    fn ggml(self) -> sys::ggml_type {
+        match self {
+            CacheType::F16 => sys::GGML_TYPE_F16,
+            CacheType::F32 => sys::GGML_TYPE_F32,
+            CacheType::Q8_0 => sys::GGML_TYPE_Q8_0,
+            CacheType::Q4_0 => sys::GGML_TYPE_Q4_0,
+        }
+    }
+}
+
+/// How to create a context. Every number is checked by [`ContextParams::validate`].
+#[derive(Debug, Clone)]
+pub struct ContextParams {
+    pub n_ctx: u32,
+    pub n_batch: u32,
+    pub n_ubatch: u32,
+    pub n_threads: i32,
+    pub cache_type: CacheType,
+    /// `None` lets llama.cpp decide (auto).
+    pub flash_attn: Option<bool>,
+    /// Set to true to abort a running decode.
+    pub abort: Arc<AtomicBool>,
+}
+
+impl Default for ContextParams {
+    fn default() -> Self {
+        let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+        ContextParams {
+            n_ctx: 2048,
+            n_batch: 512,
+            n_ubatch: 512,
+            n_threads: i32::try_from(threads.min(16)).unwrap_or(2),
+            cache_type: CacheType::F16,
+            flash_attn: None,
+            abort: Arc::new(AtomicBool::new(false)),
+        }
+    }
+}
+
+/// The largest context shepherd asks for; far beyond what fits in memory on small machines anyway.
+pub const MAX_CONTEXT: u32 = 1 << 20;
+
+impl ContextParams {
+    pub fn validate(&self) -> Result<(), InvalidParam> {
+        check_range("context size", self.n_ctx, 16, MAX_CONTEXT)?;
+        check_range("n_batch", self.n_batch, 1, self.n_ctx)?;
+        check_range("ubatch", self.n_ubatch, 1, self.n_batch)?;
+        check_range("threads", self.n_threads, 1, 512)
+    }
+}
+
+fn check_range<T: PartialOrd + std::fmt::Display>(
+    name: &'static str,
+    value: T,
+    min: T,
+    max: T,
+) -> Result<(), InvalidParam> {
+    if value < min || value > max {
+        let message = format!("{value} is outside {min}..={max}");
+        return Err(InvalidParam::new(name, message));
+    }
+    Ok(())
+}
+
+/// Checked by llama.cpp between graph computations; true stops the decode.
+unsafe extern "C" fn abort_requested(data: *mut c_void) -> bool {
+    if data.is_null() {
+        return false;
+    }
+    // SAFETY: `data` is `Arc::as_ptr` of the `AtomicBool` that the `Context` keeps alive
+    // for as long as the C context exists.
+    unsafe { &*(data as *const AtomicBool) }.load(Ordering::Relaxed)
+}
+
+/// An owned `llama_context` borrowing its model.
+#[derive(Debug)]
+pub struct Context<'m> {
+    raw: NonNull<sys::llama_context>,
+    model: &'m Model,
+    /// Kept alive here because llama.cpp holds a raw pointer to it.
+    abort: Arc<AtomicBool>,
+    n_ctx: u32,
+    n_batch: u32,
+    /// Whether the last decode produced logits a sampler may read.
+    logits_ready: bool,
+    /// Raw pointers make the type `!Send` and `!Sync` on purpose.
+    _not_send: PhantomData<*mut ()>,
+}
+
+impl Drop for Context<'_> {
+    fn drop(&mut self) {
+        // SAFETY: `raw` came from `llama_init_from_model` and is freed exactly once here,
+        // before the borrowed model can be dropped.
+        unsafe { sys::llama_free(self.raw.as_ptr()) };
+    }
+}
+
+impl<'m> Context<'m> {
+    pub fn new(model: &'m Model, params: &ContextParams) -> Result<Context<'m>, InitError> {
+        params.validate().map_err(InitError::Param)?;
+        // SAFETY: returns a plain struct of defaults.
+        let mut raw_params = unsafe { sys::llama_context_default_params() };
+        raw_params.n_ctx = params.n_ctx;
+        raw_params.n_batch = params.n_batch;
+        raw_params.n_ubatch = params.n_ubatch;
+        raw_params.n_seq_max = 1;
+        raw_params.n_threads = params.n_threads;
+        raw_params.n_threads_batch = params.n_threads;
+        raw_params.type_k = params.cache_type.ggml();
+        raw_params.type_v = params.cache_type.ggml();
+        raw_params.flash_attn_type = match params.flash_attn {
+            None => sys::LLAMA_FLASH_ATTN_TYPE_AUTO,
+            Some(true) => sys::LLAMA_FLASH_ATTN_TYPE_ENABLED,
+            Some(false) => sys::LLAMA_FLASH_ATTN_TYPE_DISABLED,
+        };
+        raw_params.abort_callback = Some(abort_requested);
+        raw_params.abort_callback_data = Arc::as_ptr(&params.abort) as *mut c_void;
+        // SAFETY: `model` is valid and outlives the context (borrow `'m`); the abort data
+        // pointer stays valid because the context stores a clone of the `Arc`.
+        let raw = unsafe { sys::llama_init_from_model(model.as_ptr(), raw_params) };
+        let raw = NonNull::new(raw)
+            .ok_or_else(|| InitError::Failed(format!("n_ctx {} (out of memory?)", params.n_ctx)))?;
+        // SAFETY: `raw` is a valid context.
+        let (n_ctx, n_batch) = unsafe {
+            (
+                sys::llama_n_ctx(raw.as_ptr()),
+                sys::llama_n_batch(raw.as_ptr()),
+            )
+        };
+        Ok(Context {
+            raw,
+            model,
+            abort: Arc::clone(&params.abort),
+            n_ctx,
+            n_batch,
+            logits_ready: false,
+            _not_send: PhantomData,
+        })
+    }
+
+    pub fn model(&self) -> &'m Model {
+        self.model
+    }
+
+    pub(crate) fn as_ptr(&self) -> *mut sys::llama_context {
+        self.raw.as_ptr()
+    }
+
+    pub fn n_ctx(&self) -> u32 {
+        self.n_ctx
+    }
+
+    pub fn n_batch(&self) -> u32 {
+        self.n_batch
+    }
+
+    /// Runs the model over `batch`, appending its tokens to the KV cache.
+    pub fn decode(&mut self, batch: &Batch) -> Result<(), DecodeError> {
+        if batch.is_empty() {
+            return Err(DecodeError::BadBatch("empty batch".into()));
+        }
+        let end = batch.last_pos().map_or(0, |p| p as usize + 1);
+        if end > self.n_ctx as usize {
+            let n_ctx = self.n_ctx as usize;
+            return Err(DecodeError::ContextFull { needed: end, n_ctx });
+        }
+        // SAFETY: `raw` is valid; the batch's arrays were allocated by `llama_batch_init`
+        // with room for `n_tokens` entries, which `Batch` guarantees.
+        let code = unsafe { sys::llama_decode(self.raw.as_ptr(), batch.raw()) };
+        self.logits_ready = code == 0 && batch.has_logits();
+        match code {
+            0 => Ok(()),
+            1 => Err(DecodeError::NoKvSlot),
+            2 => Err(DecodeError::Aborted),
+            other => Err(DecodeError::Failed(other)),
+        }
+    }
+
+    /// Removes the cached positions `from..` of sequence 0.
+    pub fn truncate_cache(&mut self, from: usize) -> bool {
+        self.logits_ready = false;
+        let Ok(p0) = i32::try_from(from) else {
+            return true;
+        };
+        // SAFETY: `raw` is valid; the memory handle belongs to it and is used at once.
+        unsafe {
+            let mem = sys::llama_get_memory(self.raw.as_ptr());
+            sys::llama_memory_seq_rm(mem, 0, p0, -1)
+        }
+    }
+
+    /// Empties the KV cache.
+    pub fn clear_cache(&mut self) {
+        self.logits_ready = false;
+        // SAFETY: `raw` is valid; the memory handle belongs to it and is used at once.
+        unsafe {
+            let mem = sys::llama_get_memory(self.raw.as_ptr());
+            sys::llama_memory_clear(mem, true);
+        }
+    }
+
+    pub fn logits_ready(&self) -> bool {
+        self.logits_ready
+    }
+
+    /// Clears a previous abort so the next decode runs.
+    pub fn reset_abort(&self) {
+        self.abort.store(false, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(params: ContextParams, ok: bool) {
+        assert_eq!(params.validate().is_ok(), ok, "{params:?}");
+    }
+
+    #[test]
+    fn parameters_are_range_checked() {
+        check(ContextParams::default(), true);
+        check(
+            ContextParams {
+                n_ctx: 0,
+                ..Default::default()
+            },
+            false,
+        );
+        check(
+            ContextParams {
+                n_ctx: MAX_CONTEXT + 1,
+                ..Default::default()
+            },
+            false,
+        );
+        check(
+            ContextParams {
+                n_batch: 4096,
+                ..Default::default()
+            },
+            false,
+        );
+        check(
+            ContextParams {
+                n_ubatch: 1024,
+                ..Default::default()
+            },
+            false,
+        );
+        check(
+            ContextParams {
+                n_threads: 0,
+                ..Default::default()
+            },
+            false,
+        );
+    }
+
+    #[test]
+    fn cache_types_parse() {
+        assert_eq!(CacheType::parse("q8_0"), Some(CacheType::Q8_0));
+        assert_eq!(CacheType::parse("f16"), Some(CacheType::F16));
+        assert_eq!(CacheType::parse("q2"), None);
+    }
+}

@@ -1,0 +1,84 @@
+//! The safe wrapper around llama.cpp (through `llama-cpp-sys-2`): the only `unsafe` in shepherd.
+//!
+//! Each C object is an owned handle (`NonNull` plus `Drop`): [`Model`], [`Context`]
+//! (which borrows its model, so it can never outlive it), [`Batch`] and [`Sampler`].
+//! Every numeric parameter is range-checked before it reaches C, and each C operation
+//! has its own error type in [`error`]. None of the handles is `Send`: the model and
+//! its context are created and used on one generation thread (see
+//! `crate::backend::llamacpp`), so C state never crosses threads.
+//!
+//! Pure-Rust helpers that the token loop needs but that touch no C code live here too:
+//! [`utf8`] (streaming detokenisation) and [`grammar`] (JSON schema to GBNF).
+// Wired into main by the integration step.
+#![allow(dead_code)]
+
+pub mod batch;
+pub mod context;
+pub mod error;
+pub mod grammar;
+pub mod model;
+pub mod sampler;
+pub mod utf8;
+
+use std::ffi::{c_char, c_void, CStr};
+use std::sync::Once;
+
+use llama_cpp_sys_2 as sys;
+
+pub use batch::Batch;
+pub use context::{CacheType, Context, ContextParams};
+pub use error::DecodeError;
+pub use model::{Model, ModelParams, Token};
+pub use sampler::{Sampler, SamplerParams};
+
+static BACKEND_INIT: Once = Once::new();
+
+/// Initialises llama.cpp once per process and routes its logging to shepherd's log.
+pub fn init() {
+    BACKEND_INIT.call_once(|| {
+        // SAFETY: `llama_log_set` stores a plain function pointer and a null user pointer;
+        // `forward_log` is a valid `extern "C"` function for the whole program.
+        unsafe { sys::llama_log_set(Some(forward_log), std::ptr::null_mut()) };
+        // SAFETY: `llama_backend_init` has no preconditions; `Once` runs it exactly once.
+        unsafe { sys::llama_backend_init() };
+    });
+}
+
+/// llama.cpp's own log lines go to the `llm` debug category, so they are quiet by default.
+unsafe extern "C" fn forward_log(_level: sys::ggml_log_level, text: *const c_char, _: *mut c_void) {
+    if text.is_null() || !crate::log::enabled(crate::log::Category::Llm) {
+        return;
+    }
+    // SAFETY: llama.cpp passes a NUL-terminated string that lives for the duration of the call.
+    let line = unsafe { CStr::from_ptr(text) }.to_string_lossy();
+    let line = line.trim_end();
+    if !line.is_empty() {
+        crate::log::debug(crate::log::Category::Llm, || format!("llama.cpp: {line}"));
+    }
+}
+
+/// llama.cpp's build and CPU feature summary, for `--version`.
+pub fn system_info() -> String {
+    init();
+    // SAFETY: returns a pointer to a static NUL-terminated buffer inside llama.cpp (or null).
+    let info = unsafe { sys::llama_print_system_info() };
+    if info.is_null() {
+        return String::new();
+    }
+    // SAFETY: non-null and NUL-terminated as checked above; copied out at once.
+    unsafe { CStr::from_ptr(info) }
+        .to_string_lossy()
+        .trim()
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn system_info_names_the_cpu_backend() {
+        let info = system_info();
+        assert!(info.contains("CPU"), "unexpected system info: {info}");
+    }
+}

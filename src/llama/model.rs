@@ -1,0 +1,357 @@
+//! The loaded GGUF model: tokenizer, detokenizer, chat template and metadata.
+//!
+//! A [`Model`] is created on the generation thread and borrowed by its
+//! [`super::Context`]; it is neither `Send` nor `Sync` because the thread that
+//! loads it is the only one that uses it.
+
+use std::ffi::{c_char, c_void, CStr, CString};
+use std::io::{IsTerminal, Write};
+use std::path::Path;
+use std::ptr::NonNull;
+
+use llama_cpp_sys_2 as sys;
+
+use super::error::{InvalidParam, LoadError, TemplateError, TokenizeError};
+
+/// A token id of the model's vocabulary.
+pub type Token = sys::llama_token;
+
+/// How to load a model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelParams {
+    /// Layers to offload to the GPU; -1 means all of them.
+    pub gpu_layers: i32,
+    /// Draw a progress bar on stderr while loading, when stderr is a terminal.
+    pub progress: bool,
+}
+
+impl Default for ModelParams {
+    fn default() -> Self {
+        ModelParams {
+            gpu_layers: 0,
+            progress: true,
+        }
+    }
+}
+
+/// An owned `llama_model`.
+#[derive(Debug)]
+pub struct Model {
+    raw: NonNull<sys::llama_model>,
+    vocab: NonNull<sys::llama_vocab>,
+}
+
+impl Drop for Model {
+    fn drop(&mut self) {
+        // SAFETY: `raw` came from `llama_model_load_from_file`, is freed exactly once here,
+        // and no context can outlive it because contexts borrow the model.
+        unsafe { sys::llama_model_free(self.raw.as_ptr()) };
+    }
+}
+
+/// Draws the loading progress on stderr; returning true tells llama.cpp to go on.
+unsafe extern "C" fn draw_progress(progress: f32, _: *mut c_void) -> bool {
+    let width = 30usize;
+    let filled = ((progress.clamp(0.0, 1.0) * width as f32) as usize).min(width);
+    let bar = format!("{}{}", "#".repeat(filled), ".".repeat(width - filled));
+    let end = if filled == width { "\r\x1b[K" } else { "" };
+    let mut err = std::io::stderr();
+    let _ = write!(
+        err,
+        "\rloading model [{bar}] {:3.0}%{end}",
+        progress * 100.0
+    );
+    let _ = err.flush();
+    true
+}
+
+impl Model {
+    /// Loads a GGUF file.
+    pub fn load(path: &Path, params: &ModelParams) -> Result<Model, LoadError> {
+        super::init();
+        if params.gpu_layers < -1 {
+            let message = "must be -1 (all) or a layer count";
+            return Err(LoadError::Param(InvalidParam::new("gpu_layers", message)));
+        }
+        if !path.is_file() {
+            return Err(LoadError::NotFound(path.display().to_string()));
+        }
+        let c_path = path
+            .to_str()
+            .and_then(|p| CString::new(p).ok())
+            .ok_or_else(|| LoadError::InvalidPath(path.display().to_string()))?;
+        // SAFETY: returns a plain struct of defaults; no pointers are dereferenced.
+        let mut raw_params = unsafe { sys::llama_model_default_params() };
+        raw_params.n_gpu_layers = if params.gpu_layers == -1 {
+            i32::MAX
+        } else {
+            params.gpu_layers
+        };
+        if params.progress && std::io::stderr().is_terminal() {
+            raw_params.progress_callback = Some(draw_progress);
+        }
+        // SAFETY: `c_path` is a valid NUL-terminated string that outlives the call, and
+        // `raw_params` holds either null or valid pointers (defaults plus a static callback).
+        let raw = unsafe { sys::llama_model_load_from_file(c_path.as_ptr(), raw_params) };
+        let raw = NonNull::new(raw).ok_or_else(|| LoadError::Failed(path.display().to_string()))?;
+        // SAFETY: `raw` is a valid model; the vocab it returns lives as long as the model.
+        let vocab = unsafe { sys::llama_model_get_vocab(raw.as_ptr()) };
+        match NonNull::new(vocab.cast_mut()) {
+            Some(vocab) => Ok(Model { raw, vocab }),
+            None => {
+                // SAFETY: `raw` is valid and not yet owned by a `Model`, so it is freed once here.
+                unsafe { sys::llama_model_free(raw.as_ptr()) };
+                Err(LoadError::Failed(format!(
+                    "{} has no vocabulary",
+                    path.display()
+                )))
+            }
+        }
+    }
+
+    pub(crate) fn as_ptr(&self) -> *mut sys::llama_model {
+        self.raw.as_ptr()
+    }
+
+    pub(crate) fn vocab_ptr(&self) -> *const sys::llama_vocab {
+        self.vocab.as_ptr()
+    }
+
+    /// The context length the model was trained with.
+    pub fn n_ctx_train(&self) -> u32 {
+        // SAFETY: `raw` is a valid model for the lifetime of `self`.
+        let n = unsafe { sys::llama_model_n_ctx_train(self.raw.as_ptr()) };
+        u32::try_from(n).unwrap_or(0)
+    }
+
+    pub fn n_vocab(&self) -> i32 {
+        // SAFETY: `vocab` is valid for the lifetime of `self`.
+        unsafe { sys::llama_vocab_n_tokens(self.vocab.as_ptr()) }
+    }
+
+    /// A one-line description such as `llama 135M Q4_1`.
+    pub fn description(&self) -> String {
+        let mut buf = vec![0u8; 256];
+        // SAFETY: `buf` is writable for `buf.len()` bytes and llama.cpp NUL-terminates within it.
+        let n =
+            unsafe { sys::llama_model_desc(self.raw.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        let n = usize::try_from(n).unwrap_or(0).min(buf.len());
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    }
+
+    /// Whether `token` ends a generation (end of sequence, end of turn, ...).
+    pub fn is_eog(&self, token: Token) -> bool {
+        // SAFETY: `vocab` is valid; llama.cpp checks the token id against its own tables.
+        unsafe { sys::llama_vocab_is_eog(self.vocab.as_ptr(), token) }
+    }
+
+    /// Whether the tokenizer expects a beginning-of-sequence token in front of a prompt.
+    pub fn adds_bos(&self) -> bool {
+        // SAFETY: `vocab` is valid for the lifetime of `self`.
+        unsafe { sys::llama_vocab_get_add_bos(self.vocab.as_ptr()) }
+    }
+
+    /// The text of the beginning-of-sequence token, empty when the model has none.
+    pub fn bos_text(&self) -> String {
+        // SAFETY: `vocab` is valid for the lifetime of `self`.
+        let bos = unsafe { sys::llama_vocab_bos(self.vocab.as_ptr()) };
+        self.special_text(bos)
+    }
+
+    /// The text of the end-of-sequence token, empty when the model has none.
+    pub fn eos_text(&self) -> String {
+        // SAFETY: `vocab` is valid for the lifetime of `self`.
+        let eos = unsafe { sys::llama_vocab_eos(self.vocab.as_ptr()) };
+        self.special_text(eos)
+    }
+
+    fn special_text(&self, token: Token) -> String {
+        if token < 0 || token >= self.n_vocab() {
+            return String::new();
+        }
+        self.piece_bytes(token, true)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default()
+    }
+
+    /// Tokenizes `text`, parsing special-token markup such as `<|im_start|>`.
+    pub fn tokenize(&self, text: &str, add_bos: bool) -> Result<Vec<Token>, TokenizeError> {
+        let len = i32::try_from(text.len()).map_err(|_| TokenizeError::TooLong(text.len()))?;
+        let mut tokens: Vec<Token> = vec![0; text.len() + 2];
+        let mut n = self.tokenize_into(text, len, add_bos, &mut tokens)?;
+        if n < 0 {
+            tokens.resize(n.unsigned_abs() as usize, 0);
+            n = self.tokenize_into(text, len, add_bos, &mut tokens)?;
+        }
+        let n = usize::try_from(n).map_err(|_| TokenizeError::Failed(n))?;
+        tokens.truncate(n);
+        Ok(tokens)
+    }
+
+    fn tokenize_into(
+        &self,
+        text: &str,
+        len: i32,
+        add_bos: bool,
+        out: &mut [Token],
+    ) -> Result<i32, TokenizeError> {
+        let cap = i32::try_from(out.len()).map_err(|_| TokenizeError::TooLong(out.len()))?;
+        // SAFETY: `text` is readable for `len` bytes (no NUL needed: the length is passed),
+        // `out` is writable for `cap` tokens, and `vocab` is valid.
+        let n = unsafe {
+            sys::llama_tokenize(
+                self.vocab.as_ptr(),
+                text.as_ptr().cast::<c_char>(),
+                len,
+                out.as_mut_ptr(),
+                cap,
+                add_bos,
+                true,
+            )
+        };
+        if n == i32::MIN {
+            return Err(TokenizeError::Failed(n));
+        }
+        Ok(n)
+    }
+
+    /// The bytes of one token (not necessarily valid UTF-8 on their own).
+    /// Special tokens are rendered only when `special` is true.
+    pub fn piece_bytes(&self, token: Token, special: bool) -> Result<Vec<u8>, TokenizeError> {
+        let mut buf = vec![0u8; 32];
+        let mut n = self.piece_into(token, special, &mut buf);
+        if n < 0 {
+            buf.resize(n.unsigned_abs() as usize, 0);
+            n = self.piece_into(token, special, &mut buf);
+        }
+        let n = usize::try_from(n).map_err(|_| TokenizeError::Failed(n))?;
+        buf.truncate(n);
+        Ok(buf)
+    }
+
+    fn piece_into(&self, token: Token, special: bool, buf: &mut [u8]) -> i32 {
+        let len = i32::try_from(buf.len()).unwrap_or(i32::MAX);
+        // SAFETY: `buf` is writable for `len` bytes; llama.cpp writes at most `len` bytes
+        // and returns the negated size needed when the buffer is too small.
+        unsafe {
+            sys::llama_token_to_piece(
+                self.vocab.as_ptr(),
+                token,
+                buf.as_mut_ptr().cast(),
+                len,
+                0,
+                special,
+            )
+        }
+    }
+
+    /// The Jinja chat template stored in the GGUF file, if any.
+    pub fn chat_template(&self) -> Option<String> {
+        // SAFETY: a null name asks for the default template; the returned pointer is owned
+        // by the model's metadata (or null) and valid while the model lives.
+        let tmpl = unsafe { sys::llama_model_chat_template(self.raw.as_ptr(), std::ptr::null()) };
+        if tmpl.is_null() {
+            return None;
+        }
+        // SAFETY: non-null, NUL-terminated, and copied out at once.
+        Some(
+            unsafe { CStr::from_ptr(tmpl) }
+                .to_string_lossy()
+                .into_owned(),
+        )
+    }
+}
+
+/// Renders messages with llama.cpp's built-in (non-Jinja) template heuristics.
+/// `template` is a template source or a name such as `chatml`.
+pub fn apply_builtin_template(
+    template: &str,
+    messages: &[(&str, &str)],
+    add_generation_prompt: bool,
+) -> Result<String, TemplateError> {
+    let to_c = |s: &str| CString::new(s).map_err(|_| TemplateError::Failed("NUL in text".into()));
+    let tmpl = to_c(template)?;
+    let owned: Vec<(CString, CString)> = messages
+        .iter()
+        .map(|(role, content)| Ok((to_c(role)?, to_c(content)?)))
+        .collect::<Result<_, TemplateError>>()?;
+    let chat: Vec<sys::llama_chat_message> = owned
+        .iter()
+        .map(|(role, content)| sys::llama_chat_message {
+            role: role.as_ptr(),
+            content: content.as_ptr(),
+        })
+        .collect();
+    let total: usize = messages.iter().map(|(r, c)| r.len() + c.len()).sum();
+    let mut buf = vec![0u8; total * 2 + 256];
+    let mut n = builtin_into(&tmpl, &chat, add_generation_prompt, &mut buf)?;
+    if n > buf.len() {
+        buf.resize(n, 0);
+        n = builtin_into(&tmpl, &chat, add_generation_prompt, &mut buf)?;
+    }
+    buf.truncate(n.min(buf.len()));
+    String::from_utf8(buf).map_err(|_| TemplateError::Failed("template output is not UTF-8".into()))
+}
+
+fn builtin_into(
+    tmpl: &CStr,
+    chat: &[sys::llama_chat_message],
+    add_ass: bool,
+    buf: &mut [u8],
+) -> Result<usize, TemplateError> {
+    let len =
+        i32::try_from(buf.len()).map_err(|_| TemplateError::Failed("prompt too long".into()))?;
+    // SAFETY: `tmpl` and every role/content pointer in `chat` are NUL-terminated strings
+    // owned by the caller for the duration of the call; `buf` is writable for `len` bytes.
+    let n = unsafe {
+        sys::llama_chat_apply_template(
+            tmpl.as_ptr(),
+            chat.as_ptr(),
+            chat.len(),
+            add_ass,
+            buf.as_mut_ptr().cast(),
+            len,
+        )
+    };
+    usize::try_from(n)
+        .map_err(|_| TemplateError::Failed("template not supported by llama.cpp".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_chatml_fallback_renders_roles_and_generation_prompt() {
+        let out = apply_builtin_template("chatml", &[("user", "hi")], true).unwrap();
+        assert_eq!(
+            out,
+            "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+        );
+    }
+
+    #[test]
+    fn unknown_builtin_template_is_an_error() {
+        let out = apply_builtin_template("no-such-template-name", &[("user", "hi")], true);
+        assert!(out.is_err());
+    }
+
+    #[test]
+    fn missing_model_file_is_not_found() {
+        let err = Model::load(
+            Path::new("/nonexistent/model.gguf"),
+            &ModelParams::default(),
+        );
+        assert!(matches!(err, Err(LoadError::NotFound(_))));
+    }
+
+    #[test]
+    fn gpu_layers_below_minus_one_are_rejected_before_c() {
+        let params = ModelParams {
+            gpu_layers: -2,
+            progress: false,
+        };
+        let err = Model::load(Path::new("/nonexistent/model.gguf"), &params);
+        assert!(matches!(err, Err(LoadError::Param(_))));
+    }
+}

@@ -1,0 +1,257 @@
+//! The sampling chain: grammar, penalties, top-k, top-p, min-p, temperature, then
+//! a seeded random draw, or greedy at temperature 0.
+//!
+//! A [`Sampler`] reads the logits of the last decode of a [`Context`]; it keeps the
+//! penalty history, so one sampler serves one generation.
+
+use std::ffi::CString;
+use std::ptr::NonNull;
+
+use llama_cpp_sys_2 as sys;
+
+use super::context::Context;
+use super::error::{InvalidParam, SamplerError};
+use super::model::{Model, Token};
+
+/// Sampling settings; [`SamplerParams::validate`] checks every number.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplerParams {
+    /// 0 (or less) means greedy.
+    pub temperature: f32,
+    /// 0 disables top-k.
+    pub top_k: i32,
+    /// 1 disables top-p.
+    pub top_p: f32,
+    /// 0 disables min-p.
+    pub min_p: f32,
+    /// 1 disables the repetition penalty.
+    pub repeat_penalty: f32,
+    pub frequency_penalty: f32,
+    pub presence_penalty: f32,
+    /// How many recent tokens the penalties look at.
+    pub penalty_last_n: i32,
+    pub seed: u32,
+    /// A GBNF grammar (root rule `root`) that constrains the output.
+    pub grammar: Option<String>,
+}
+
+impl Default for SamplerParams {
+    fn default() -> Self {
+        SamplerParams {
+            temperature: 0.7,
+            top_k: 40,
+            top_p: 0.95,
+            min_p: 0.05,
+            repeat_penalty: 1.0,
+            frequency_penalty: 0.0,
+            presence_penalty: 0.0,
+            penalty_last_n: 64,
+            seed: 0xFFFF_FFFF,
+            grammar: None,
+        }
+    }
+}
+
+impl SamplerParams {
+    pub fn validate(&self) -> Result<(), InvalidParam> {
+        let finite = [
+            ("temperature", self.temperature),
+            ("top_p", self.top_p),
+            ("min_p", self.min_p),
+            ("repeat_penalty", self.repeat_penalty),
+            ("frequency_penalty", self.frequency_penalty),
+            ("presence_penalty", self.presence_penalty),
+        ];
+        if let Some((name, _)) = finite.iter().find(|(_, v)| !v.is_finite()) {
+            return Err(InvalidParam::new(name, "must be a finite number"));
+        }
+        check(
+            "temperature",
+            (0.0..=100.0).contains(&self.temperature.max(0.0)),
+        )?;
+        check("top_k", self.top_k >= 0)?;
+        check("top_p", (0.0..=1.0).contains(&self.top_p))?;
+        check("min_p", (0.0..=1.0).contains(&self.min_p))?;
+        check(
+            "repeat_penalty",
+            (0.0..=10.0).contains(&self.repeat_penalty),
+        )?;
+        check(
+            "frequency_penalty",
+            (-2.0..=2.0).contains(&self.frequency_penalty),
+        )?;
+        check(
+            "presence_penalty",
+            (-2.0..=2.0).contains(&self.presence_penalty),
+        )?;
+        check(
+            "penalty_last_n",
+            (-1..=1 << 20).contains(&self.penalty_last_n),
+        )
+    }
+
+    pub fn is_greedy(&self) -> bool {
+        self.temperature <= 0.0
+    }
+}
+
+fn check(name: &'static str, ok: bool) -> Result<(), InvalidParam> {
+    if ok {
+        Ok(())
+    } else {
+        Err(InvalidParam::new(name, "out of range"))
+    }
+}
+
+/// An owned sampler chain.
+#[derive(Debug)]
+pub struct Sampler {
+    raw: NonNull<sys::llama_sampler>,
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        // SAFETY: `raw` is the chain from `llama_sampler_chain_init`; freeing the chain
+        // frees every sampler added to it, exactly once.
+        unsafe { sys::llama_sampler_free(self.raw.as_ptr()) };
+    }
+}
+
+impl Sampler {
+    pub fn new(model: &Model, params: &SamplerParams) -> Result<Sampler, SamplerError> {
+        params.validate().map_err(SamplerError::Param)?;
+        // SAFETY: plain struct of defaults, then a fresh chain (null on allocation failure).
+        let chain =
+            unsafe { sys::llama_sampler_chain_init(sys::llama_sampler_chain_default_params()) };
+        let mut sampler = Sampler {
+            raw: NonNull::new(chain).ok_or(SamplerError::Failed("chain"))?,
+        };
+        if let Some(grammar) = &params.grammar {
+            sampler.add(grammar_sampler(model, grammar)?)?;
+        }
+        sampler.add_stages(model, params)?;
+        Ok(sampler)
+    }
+
+    fn add_stages(&mut self, model: &Model, p: &SamplerParams) -> Result<(), SamplerError> {
+        let penalties_on =
+            p.repeat_penalty != 1.0 || p.frequency_penalty != 0.0 || p.presence_penalty != 0.0;
+        if penalties_on {
+            // SAFETY: plain constructor with range-checked arguments.
+            self.add(unsafe {
+                sys::llama_sampler_init_penalties(
+                    model.n_vocab(),
+                    p.penalty_last_n,
+                    p.repeat_penalty,
+                    p.frequency_penalty,
+                    p.presence_penalty,
+                )
+            })?;
+        }
+        if p.is_greedy() {
+            // SAFETY: plain constructor.
+            return self.add(unsafe { sys::llama_sampler_init_greedy() });
+        }
+        if p.top_k > 0 {
+            // SAFETY: plain constructor with a positive k.
+            self.add(unsafe { sys::llama_sampler_init_top_k(p.top_k) })?;
+        }
+        // SAFETY: plain constructors with arguments checked by `validate`.
+        unsafe {
+            self.add(sys::llama_sampler_init_top_p(p.top_p, 1))?;
+            self.add(sys::llama_sampler_init_min_p(p.min_p, 1))?;
+            self.add(sys::llama_sampler_init_temp(p.temperature))?;
+            self.add(sys::llama_sampler_init_dist(p.seed))
+        }
+    }
+
+    /// Takes ownership of `stage` (which may be null when its constructor failed).
+    fn add(&mut self, stage: *mut sys::llama_sampler) -> Result<(), SamplerError> {
+        if stage.is_null() {
+            return Err(SamplerError::Failed("stage"));
+        }
+        // SAFETY: `raw` is a valid chain and `stage` a valid, unowned sampler; the chain
+        // takes ownership of it.
+        unsafe { sys::llama_sampler_chain_add(self.raw.as_ptr(), stage) };
+        Ok(())
+    }
+
+    /// Samples the next token from the last logits of `ctx` and records it for penalties.
+    pub fn sample(&mut self, ctx: &mut Context<'_>) -> Result<Token, SamplerError> {
+        if !ctx.logits_ready() {
+            return Err(SamplerError::Failed("sample: no logits (decode first)"));
+        }
+        // SAFETY: `ctx` holds logits for its last decoded token (checked above); idx -1
+        // selects them. The call also accepts the token into the chain's state.
+        Ok(unsafe { sys::llama_sampler_sample(self.raw.as_ptr(), ctx.as_ptr(), -1) })
+    }
+}
+
+fn grammar_sampler(model: &Model, grammar: &str) -> Result<*mut sys::llama_sampler, SamplerError> {
+    let text = CString::new(grammar).map_err(|_| SamplerError::Grammar("NUL in grammar".into()))?;
+    let root = CString::new("root").map_err(|_| SamplerError::Failed("grammar root"))?;
+    // SAFETY: the vocab is valid while `model` lives; both strings are NUL-terminated and
+    // outlive the call (llama.cpp copies what it keeps).
+    let raw =
+        unsafe { sys::llama_sampler_init_grammar(model.vocab_ptr(), text.as_ptr(), root.as_ptr()) };
+    if raw.is_null() {
+        return Err(SamplerError::Grammar(grammar.chars().take(200).collect()));
+    }
+    Ok(raw)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check_params(params: SamplerParams, ok: bool) {
+        assert_eq!(params.validate().is_ok(), ok, "{params:?}");
+    }
+
+    #[test]
+    fn sampling_numbers_are_range_checked() {
+        check_params(SamplerParams::default(), true);
+        check_params(
+            SamplerParams {
+                temperature: 0.0,
+                ..Default::default()
+            },
+            true,
+        );
+        check_params(
+            SamplerParams {
+                temperature: f32::NAN,
+                ..Default::default()
+            },
+            false,
+        );
+        check_params(
+            SamplerParams {
+                top_p: 1.5,
+                ..Default::default()
+            },
+            false,
+        );
+        check_params(
+            SamplerParams {
+                top_k: -1,
+                ..Default::default()
+            },
+            false,
+        );
+        check_params(
+            SamplerParams {
+                min_p: -0.1,
+                ..Default::default()
+            },
+            false,
+        );
+        check_params(
+            SamplerParams {
+                presence_penalty: 3.0,
+                ..Default::default()
+            },
+            false,
+        );
+    }
+}

@@ -1,0 +1,562 @@
+//! Chat templates: turns a conversation into the exact prompt text a model was trained on.
+//!
+//! The GGUF file's Jinja template is rendered with minijinja the way Hugging Face
+//! transformers renders it (trim/lstrip blocks, loop controls, Python string and dict
+//! methods from minijinja-contrib's pycompat), plus three compatibility shims measured
+//! against real templates: a `tojson` filter identical to Python's `json.dumps`,
+//! insertion-ordered maps (the `preserve_order` features), and stripping the
+//! `{% generation %}` tags that only training code understands. `raise_exception` and
+//! `strftime_now` are registered like transformers does.
+//!
+//! When a model has no template, llama.cpp's built-in ChatML is the fallback.
+//! `crate::backend::llamacpp` calls [`ChatTemplate::render`] for every turn.
+// Wired into main by the integration step.
+#![allow(dead_code)]
+
+use minijinja::value::{Kwargs, Serde, Value as JinjaValue};
+use minijinja::{Environment, Error, ErrorKind};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::backend::ToolSpec;
+use crate::core::{Message, Role};
+
+const TEMPLATE_NAME: &str = "chat";
+
+/// Why a prompt could not be rendered.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TemplateError(pub String);
+
+impl std::fmt::Display for TemplateError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "chat template cannot render: {}", self.0)
+    }
+}
+
+impl std::error::Error for TemplateError {}
+
+/// A message in the shape Hugging Face templates expect.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct TemplateMessage {
+    pub role: String,
+    pub content: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<Value>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+impl TemplateMessage {
+    pub fn new(role: &str, content: &str) -> Self {
+        TemplateMessage {
+            role: role.to_string(),
+            content: content.to_string(),
+            tool_calls: None,
+            tool_call_id: None,
+            name: None,
+        }
+    }
+
+    fn from_message(message: &Message) -> Self {
+        let mut out = TemplateMessage::new(message.role.as_str(), &message.content);
+        if !message.tool_calls.is_empty() {
+            let calls = message.tool_calls.iter().map(|c| {
+                serde_json::json!({
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.arguments},
+                })
+            });
+            out.tool_calls = Some(calls.collect());
+        }
+        if message.role == Role::Tool {
+            out.tool_call_id.clone_from(&message.tool_call_id);
+            out.name.clone_from(&message.tool_name);
+        }
+        out
+    }
+}
+
+/// Tools in the OpenAI function shape that templates iterate over.
+pub fn template_tools(tools: &[ToolSpec]) -> Vec<Value> {
+    let tool = |t: &ToolSpec| {
+        serde_json::json!({
+            "type": "function",
+            "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+        })
+    };
+    tools.iter().map(tool).collect()
+}
+
+/// The system prompt (when not empty) followed by the session's messages.
+pub fn conversation(system_prompt: &str, messages: &[Message]) -> Vec<TemplateMessage> {
+    let system = (!system_prompt.is_empty()).then(|| TemplateMessage::new("system", system_prompt));
+    system
+        .into_iter()
+        .chain(messages.iter().map(TemplateMessage::from_message))
+        .collect()
+}
+
+/// A parsed chat template ready to render.
+pub struct ChatTemplate {
+    env: Option<Environment<'static>>,
+    /// Whether the Jinja source looks at `tools`; if not, tools must be described in the system prompt.
+    handles_tools: bool,
+    bos_token: String,
+    eos_token: String,
+}
+
+impl std::fmt::Debug for ChatTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatTemplate")
+            .field("jinja", &self.env.is_some())
+            .finish()
+    }
+}
+
+impl ChatTemplate {
+    /// Parses a Jinja template; `None` selects the ChatML fallback.
+    pub fn new(
+        source: Option<&str>,
+        bos_token: &str,
+        eos_token: &str,
+    ) -> Result<Self, TemplateError> {
+        let env = source.map(jinja_environment).transpose()?;
+        Ok(ChatTemplate {
+            env,
+            handles_tools: source.is_some_and(|s| s.contains("tools")),
+            bos_token: bos_token.to_string(),
+            eos_token: eos_token.to_string(),
+        })
+    }
+
+    pub fn handles_tools(&self) -> bool {
+        self.handles_tools
+    }
+
+    /// Renders `messages`; `tools` empty renders as `tools: none` like transformers does.
+    pub fn render(
+        &self,
+        messages: &[TemplateMessage],
+        tools: &[Value],
+        add_generation_prompt: bool,
+    ) -> Result<String, TemplateError> {
+        match &self.env {
+            Some(env) => self.render_jinja(env, messages, tools, add_generation_prompt),
+            None => render_chatml(messages, add_generation_prompt),
+        }
+    }
+
+    fn render_jinja(
+        &self,
+        env: &Environment<'static>,
+        messages: &[TemplateMessage],
+        tools: &[Value],
+        add_generation_prompt: bool,
+    ) -> Result<String, TemplateError> {
+        let template = env.get_template(TEMPLATE_NAME).map_err(describe)?;
+        let tools = if tools.is_empty() { None } else { Some(tools) };
+        let ctx = minijinja::context! {
+            messages => JinjaValue::from(Serde(messages)),
+            tools => JinjaValue::from(Serde(tools)),
+            add_generation_prompt => add_generation_prompt,
+            bos_token => &self.bos_token,
+            eos_token => &self.eos_token,
+        };
+        template.render(ctx).map_err(describe)
+    }
+}
+
+/// ChatML through llama.cpp's built-in template code (the fallback when a model has none).
+fn render_chatml(
+    messages: &[TemplateMessage],
+    add_generation_prompt: bool,
+) -> Result<String, TemplateError> {
+    let pairs: Vec<(&str, &str)> = messages
+        .iter()
+        .map(|m| (m.role.as_str(), m.content.as_str()))
+        .collect();
+    crate::llama::model::apply_builtin_template("chatml", &pairs, add_generation_prompt)
+        .map_err(|e| TemplateError(e.to_string()))
+}
+
+fn describe(err: Error) -> TemplateError {
+    let mut text = err.to_string();
+    let mut source = std::error::Error::source(&err);
+    while let Some(inner) = source {
+        text.push_str(&format!(": {inner}"));
+        source = inner.source();
+    }
+    TemplateError(text)
+}
+
+fn jinja_environment(source: &str) -> Result<Environment<'static>, TemplateError> {
+    let mut env = Environment::new();
+    let syntax = minijinja::syntax::SyntaxConfig::builder()
+        .trim_blocks(true)
+        .lstrip_blocks(true)
+        .build()
+        .map_err(describe)?;
+    env.set_syntax(syntax);
+    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    env.add_filter("tojson", tojson);
+    env.add_function("raise_exception", raise_exception);
+    env.add_function("strftime_now", strftime_now);
+    env.add_template_owned(TEMPLATE_NAME, strip_generation_tags(source))
+        .map_err(describe)?;
+    Ok(env)
+}
+
+/// Removes `{% generation %}` / `{% endgeneration %}` (with any whitespace control).
+pub fn strip_generation_tags(source: &str) -> String {
+    let mut out = String::with_capacity(source.len());
+    let mut rest = source;
+    while let Some(start) = rest.find("{%") {
+        let Some(len) = rest[start..].find("%}") else {
+            break;
+        };
+        let tag = &rest[start..start + len + 2];
+        let word = tag
+            .trim_start_matches("{%")
+            .trim_end_matches("%}")
+            .trim_matches(['-', '+', ' ', '\t', '\n']);
+        out.push_str(&rest[..start]);
+        if word != "generation" && word != "endgeneration" {
+            out.push_str(tag);
+        }
+        rest = &rest[start + len + 2..];
+    }
+    out.push_str(rest);
+    out
+}
+
+fn raise_exception(message: String) -> Result<JinjaValue, Error> {
+    Err(Error::new(ErrorKind::InvalidOperation, message))
+}
+
+/// transformers passes the current local time; format with a fixed, explicit subset of strftime.
+fn strftime_now(format: String) -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    format_date(secs, &format)
+}
+
+fn format_date(unix_secs: u64, format: &str) -> String {
+    const MONTHS: [&str; 12] = [
+        "January",
+        "February",
+        "March",
+        "April",
+        "May",
+        "June",
+        "July",
+        "August",
+        "September",
+        "October",
+        "November",
+        "December",
+    ];
+    let (year, month, day) = civil_from_days((unix_secs / 86_400) as i64);
+    let month_name = MONTHS[(month - 1) as usize];
+    let mut out = String::new();
+    let mut chars = format.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('d') => out.push_str(&format!("{day:02}")),
+            Some('m') => out.push_str(&format!("{month:02}")),
+            Some('Y') => out.push_str(&year.to_string()),
+            Some('B') => out.push_str(month_name),
+            Some('b') => out.push_str(&month_name[..3]),
+            Some('%') => out.push('%'),
+            Some(other) => {
+                out.push('%');
+                out.push(other);
+            }
+            None => out.push('%'),
+        }
+    }
+    out
+}
+
+/// Days since 1970-01-01 to (year, month, day), Howard Hinnant's algorithm.
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+/// Python's `json.dumps(value, ensure_ascii=False, indent=indent)`: `", "` and `": "`
+/// separators (`","` between items when indenting), no HTML escaping. `ensure_ascii`,
+/// `sort_keys` and `separators` are accepted and ignored, as the measured templates need.
+fn tojson(value: JinjaValue, kwargs: Kwargs) -> Result<JinjaValue, Error> {
+    let indent: Option<usize> = kwargs.get("indent")?;
+    for ignored in ["ensure_ascii", "sort_keys", "separators"] {
+        let _: Option<JinjaValue> = kwargs.get(ignored)?;
+    }
+    kwargs.assert_all_used()?;
+    let json = serde_json::to_value(&value)
+        .map_err(|e| Error::new(ErrorKind::InvalidOperation, format!("tojson: {e}")))?;
+    let mut out = String::new();
+    write_python_json(&json, indent, 0, &mut out);
+    Ok(JinjaValue::from_safe_string(out))
+}
+
+fn write_python_json(value: &Value, indent: Option<usize>, depth: usize, out: &mut String) {
+    match value {
+        Value::Array(items) if !items.is_empty() => {
+            let parts = items.iter().map(|v| {
+                let mut s = String::new();
+                write_python_json(v, indent, depth + 1, &mut s);
+                s
+            });
+            write_container(('[', ']'), parts.collect(), indent, depth, out);
+        }
+        Value::Object(map) if !map.is_empty() => {
+            let parts = map.iter().map(|(k, v)| {
+                let mut s = Value::String(k.clone()).to_string();
+                s.push_str(": ");
+                write_python_json(v, indent, depth + 1, &mut s);
+                s
+            });
+            write_container(('{', '}'), parts.collect(), indent, depth, out);
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+fn write_container(
+    brackets: (char, char),
+    parts: Vec<String>,
+    indent: Option<usize>,
+    depth: usize,
+    out: &mut String,
+) {
+    out.push(brackets.0);
+    match indent {
+        None => out.push_str(&parts.join(", ")),
+        Some(width) => {
+            let inner = " ".repeat(width * (depth + 1));
+            let sep = format!(",\n{inner}");
+            out.push('\n');
+            out.push_str(&inner);
+            out.push_str(&parts.join(&sep));
+            out.push('\n');
+            out.push_str(&" ".repeat(width * depth));
+        }
+    }
+    out.push(brackets.1);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+
+    /// Renders with the Python jinja2 reference (scripts/render_template.py).
+    fn python_render(
+        source: &str,
+        messages: &[TemplateMessage],
+        tools: &[Value],
+        add_gen: bool,
+    ) -> String {
+        let request = json!({
+            "template": source,
+            "messages": messages,
+            "tools": if tools.is_empty() { Value::Null } else { json!(tools) },
+            "add_generation_prompt": add_gen,
+            "bos_token": "<s>",
+            "eos_token": "</s>",
+        });
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/render_template.py");
+        let mut child = Command::new("python3")
+            .arg(script)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("python3 is needed for the template reference tests (run `make jinja2`)");
+        let mut stdin = child.stdin.take().expect("stdin was piped");
+        stdin
+            .write_all(request.to_string().as_bytes())
+            .expect("write to python");
+        drop(stdin);
+        let output = child.wait_with_output().expect("python3 ran");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            output.status.success(),
+            "python reference failed (run `make jinja2`): {stderr}"
+        );
+        String::from_utf8(output.stdout).expect("python output is UTF-8")
+    }
+
+    /// Renders `source` with minijinja and with Python's jinja2 and demands identical bytes.
+    fn check(source: &str, messages: &[TemplateMessage], tools: &[Value], add_gen: bool) -> String {
+        let template = ChatTemplate::new(Some(source), "<s>", "</s>").unwrap();
+        let ours = template.render(messages, tools, add_gen).unwrap();
+        assert_eq!(
+            ours,
+            python_render(source, messages, tools, add_gen),
+            "template:\n{source}"
+        );
+        ours
+    }
+
+    fn chat() -> Vec<TemplateMessage> {
+        let mut messages = conversation(
+            "You are terse.",
+            &[
+                Message::user("Hi <b> & \"you\""),
+                Message::assistant("Héllo!"),
+            ],
+        );
+        messages.push(TemplateMessage::new("user", "What is 2+2?"));
+        messages
+    }
+
+    fn tools() -> Vec<Value> {
+        let parameters = json!({"type": "object", "properties": {"zeta": {"type": "string"}, "alpha": {"type": "integer"}}, "required": ["zeta"]});
+        let spec = ToolSpec {
+            name: "lookup".into(),
+            description: "Finds <things> & stuff: ünïcode".into(),
+            parameters,
+        };
+        template_tools(&[spec])
+    }
+
+    /// The GGUF template of the test model (SmolLM2: ChatML with a default system line).
+    fn smollm2_template() -> String {
+        let path = crate::backend::llamacpp::test_model_path();
+        let params = crate::llama::ModelParams {
+            gpu_layers: 0,
+            progress: false,
+        };
+        let model = crate::llama::Model::load(&path, &params).expect("test model loads");
+        model
+            .chat_template()
+            .expect("SmolLM2 ships a chat template")
+    }
+
+    #[test]
+    fn smollm2_template_renders_like_transformers() {
+        let source = smollm2_template();
+        let out = check(&source, &chat(), &[], true);
+        assert!(out.ends_with("<|im_start|>assistant\n"), "{out}");
+        check(&source, &chat(), &[], false);
+        let no_system = conversation("", &[Message::user("Hi")]);
+        let out = check(&source, &no_system, &[], true);
+        assert!(
+            out.starts_with("<|im_start|>system\n"),
+            "SmolLM2 adds its default system line: {out}"
+        );
+    }
+
+    #[test]
+    fn tojson_matches_python_json_dumps() {
+        let out = check(
+            "{{ tools | tojson }}|{{ tools[0] | tojson(ensure_ascii=False, sort_keys=False) }}",
+            &chat(),
+            &tools(),
+            false,
+        );
+        assert!(
+            out.contains("<things> & stuff: ünïcode"),
+            "no HTML escaping, no ASCII escaping: {out}"
+        );
+        assert!(
+            out.contains("\"type\": \"function\", "),
+            "Python separators: {out}"
+        );
+        check("{{ tools | tojson(indent=2) }}\n{{ messages[0] | tojson(indent=4) }}{{ [] | tojson }}{{ {} | tojson(indent=2) }}", &chat(), &tools(), false);
+    }
+
+    #[test]
+    fn maps_keep_insertion_order() {
+        let out = check(
+            "{% for k, v in tools[0].function.parameters.properties.items() %}{{ k }};{% endfor %}",
+            &chat(),
+            &tools(),
+            false,
+        );
+        assert_eq!(out, "zeta;alpha;");
+    }
+
+    #[test]
+    fn generation_tags_are_stripped() {
+        let source = "{% for m in messages %}{% if m.role == 'assistant' %}{%- generation -%}{{ m.content }}{%- endgeneration -%}{% else %}[{{ m.content }}]{% endif %}{% endfor %}";
+        let out = check(source, &chat(), &[], false);
+        assert!(
+            out.contains("Héllo!") && !out.contains("generation"),
+            "{out}"
+        );
+        assert_eq!(
+            strip_generation_tags("a{% generation %}b{%- endgeneration %}c"),
+            "abc"
+        );
+    }
+
+    #[test]
+    fn no_tools_is_none_and_loop_controls_and_python_methods_work() {
+        check(
+            "{% if tools is none %}none{% else %}{{ tools | length }}{% endif %}",
+            &chat(),
+            &[],
+            false,
+        );
+        check(
+            "{% if tools is none %}none{% else %}{{ tools | length }}{% endif %}",
+            &chat(),
+            &tools(),
+            false,
+        );
+        check("{% for m in messages %}{% if loop.index > 2 %}{% break %}{% endif %}{% if m.role == 'system' %}{% continue %}{% endif %}{{ m.content.strip().upper() }}|{{ m.get('name', 'x') }}{% endfor %}", &chat(), &[], true);
+    }
+
+    #[test]
+    fn raise_exception_is_a_clear_error() {
+        let template = ChatTemplate::new(
+            Some("{{ raise_exception('System role not supported') }}"),
+            "",
+            "",
+        )
+        .unwrap();
+        let err = template.render(&chat(), &[], true).unwrap_err();
+        assert!(
+            err.to_string().contains("System role not supported"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn missing_template_falls_back_to_chatml() {
+        let template = ChatTemplate::new(None, "", "").unwrap();
+        let out = template
+            .render(&conversation("S", &[Message::user("U")]), &[], true)
+            .unwrap();
+        assert_eq!(out, "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n");
+    }
+
+    #[test]
+    fn strftime_now_formats_dates() {
+        // 2024-02-29 is day 19782 since the epoch.
+        assert_eq!(
+            format_date(19_782 * 86_400, "%d %B %Y (%b, %m) %%"),
+            "29 February 2024 (Feb, 02) %"
+        );
+    }
+}
