@@ -10,8 +10,6 @@
 //!
 //! When a model has no template, llama.cpp's built-in ChatML is the fallback.
 //! `crate::backend::llamacpp` calls [`ChatTemplate::render`] for every turn.
-// Wired into main by the integration step.
-#![allow(dead_code)]
 
 use minijinja::value::{Kwargs, Serde, Value as JinjaValue};
 use minijinja::{Environment, Error, ErrorKind};

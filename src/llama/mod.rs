@@ -9,8 +9,6 @@
 //!
 //! Pure-Rust helpers that the token loop needs but that touch no C code live here too:
 //! [`utf8`] (streaming detokenisation) and [`grammar`] (JSON schema to GBNF).
-// Wired into main by the integration step.
-#![allow(dead_code)]
 
 pub mod batch;
 pub mod context;

@@ -340,7 +340,16 @@ impl OutputFilter {
                 self.tool_calls.extend(calls);
                 Flow::Continue
             }
-            None => self.show(markup, sink),
+            None => {
+                // Tool-call markup that names no offered tool (or does not parse) is a
+                // failed call the user should hear about, not silently plain text.
+                let notice = "the model wrote a tool call that names no available tool \
+                              or could not be parsed; it is shown as text";
+                if sink.emit(Event::System(notice.into())) == Flow::Cancel {
+                    return Flow::Cancel;
+                }
+                self.show(markup, sink)
+            }
         }
     }
 
@@ -670,10 +679,20 @@ mod tests {
 
     #[test]
     fn unknown_or_broken_markup_is_shown_as_text() {
+        let warned = |text: &str| {
+            vec![
+                Event::System(
+                    "the model wrote a tool call that names no available tool or could not \
+                     be parsed; it is shown as text"
+                        .into(),
+                ),
+                c(text),
+            ]
+        };
         let unknown = "<tool_call>{\"name\":\"rm\"}</tool_call>";
-        check(unknown, &[c(unknown)], &[]);
-        let broken = "<tool_call>not json</tool_call> ok";
-        check(broken, &[c(broken)], &[]);
+        check(unknown, &warned(unknown), &[]);
+        let broken = "<tool_call>not json</tool_call>";
+        check(broken, &warned(broken), &[]);
     }
 
     #[test]
