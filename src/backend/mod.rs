@@ -7,10 +7,16 @@
 
 use serde_json::Value;
 
-use crate::core::{BackendError, EventSink, FinishReason, Message, Session, ToolCall};
+use crate::core::{Artefact, BackendError, EventSink, FinishReason, Message, Session, ToolCall};
 
+pub mod anthropic;
 pub mod estimate;
+#[cfg(test)]
+mod fake;
+pub mod failover;
+pub mod gemini;
 pub mod http;
+pub mod ollama;
 pub mod openai;
 
 /// A tool as offered to the model.
@@ -73,6 +79,8 @@ pub struct Reply {
     pub tool_calls: Vec<ToolCall>,
     pub finish: FinishReason,
     pub usage: Option<Usage>,
+    /// Reasoning artefacts to store on the assistant message and send back later.
+    pub artefacts: Vec<Artefact>,
 }
 
 /// How a backend describes itself.

@@ -1,0 +1,1 @@
+//! Gemini backend (in progress).

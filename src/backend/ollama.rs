@@ -1,0 +1,1 @@
+//! Ollama backend (in progress).
