@@ -709,16 +709,9 @@ fn map_stop(reason: &str, sink: &mut dyn EventSink) -> FinishReason {
     }
 }
 
-fn parse_value(text: &str) -> Result<Value, BackendError> {
-    serde_json::from_str(text).map_err(|e| {
-        let start: String = text.chars().take(200).collect();
-        BackendError::Protocol(format!("bad JSON from the server ({e}): {start}"))
-    })
-}
-
 /// One event's data: an `error` event becomes its typed error.
 fn parse_event(data: &str) -> Result<StreamEvent, BackendError> {
-    let value = parse_value(data)?;
+    let value = http::parse_json(data)?;
     if value["type"] == "error" {
         return Err(http::error_from_value(&value));
     }
@@ -762,7 +755,7 @@ fn read_whole(
     url: &str,
 ) -> Result<Reply, BackendError> {
     let text = http::read_text(reader, url)?;
-    let message: WireMessage = serde_json::from_value(parse_value(&text)?)
+    let message: WireMessage = serde_json::from_value(http::parse_json(&text)?)
         .map_err(|e| BackendError::Protocol(format!("{url}: bad message ({e})")))?;
     let stop_reason = message.stop_reason.clone();
     let mut events = vec![StreamEvent::MessageStart {

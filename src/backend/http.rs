@@ -225,6 +225,14 @@ pub fn read_text(reader: impl Read, url: &str) -> Result<String, BackendError> {
     Ok(text)
 }
 
+/// Parses a JSON body or stream payload; bad JSON is a `Protocol` error quoting its start.
+pub fn parse_json(text: &str) -> Result<Value, BackendError> {
+    serde_json::from_str(text).map_err(|e| {
+        let start: String = text.chars().take(200).collect();
+        BackendError::Protocol(format!("bad JSON from the server ({e}): {start}"))
+    })
+}
+
 /// The HTTP status a provider's symbolic error type stands for, for error
 /// objects that arrive inside a 200 stream (Anthropic `error` events, Gemini statuses).
 fn status_for_type(kind: &str) -> Option<u16> {

@@ -87,17 +87,6 @@ pub enum Artefact {
     },
 }
 
-impl Artefact {
-    /// The backend kind (`anthropic`, `gemini`) that issued the artefact.
-    pub fn origin(&self) -> &str {
-        match self {
-            Artefact::Thinking { origin, .. }
-            | Artefact::RedactedThinking { origin, .. }
-            | Artefact::Signature { origin, .. } => origin,
-        }
-    }
-}
-
 impl Message {
     fn with_role(role: Role, content: impl Into<String>) -> Self {
         Message {
