@@ -123,6 +123,8 @@ impl AnthropicBackend {
     }
 
     /// The model ids `/v1/models` lists.
+    // Served by `--list-models` once that flag exists; tested against the fakes.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub fn list_models(&self) -> Result<Vec<String>, BackendError> {
         let url = self.url("models");
         let value = http::get_json(self.authorised(self.agent.get(&url)), &url)?;
@@ -131,6 +133,7 @@ impl AnthropicBackend {
 }
 
 /// The string field `key` of every object in `list`.
+#[cfg_attr(not(test), allow(dead_code))]
 pub(super) fn ids_in(list: &Value, key: &str) -> Vec<String> {
     list.as_array()
         .map(|items| {
@@ -163,7 +166,11 @@ impl Backend for AnthropicBackend {
             .map_err(|e| BackendError::Protocol(format!("cannot encode request: {e}")))?;
         let url = self.url("messages");
         log::debug(Category::Llm, || {
-            format!("request: {} turns, {} bytes", wire.messages.len(), body.len())
+            format!(
+                "request: {} turns, {} bytes",
+                wire.messages.len(),
+                body.len()
+            )
         });
         let reply = http::with_retries(&self.config.api.policy(), sink, |sink| {
             self.attempt(&url, &body, request, sink)
@@ -450,10 +457,18 @@ enum WireBlockStart {
 #[derive(Debug, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum WireDelta {
-    TextDelta { text: String },
-    InputJsonDelta { partial_json: String },
-    ThinkingDelta { thinking: String },
-    SignatureDelta { signature: String },
+    TextDelta {
+        text: String,
+    },
+    InputJsonDelta {
+        partial_json: String,
+    },
+    ThinkingDelta {
+        thinking: String,
+    },
+    SignatureDelta {
+        signature: String,
+    },
     #[serde(other)]
     Other,
 }
@@ -521,7 +536,9 @@ impl Turn {
                 index,
                 content_block,
             } => return self.start_block(index, content_block, sink),
-            StreamEvent::ContentBlockDelta { index, delta } => return self.delta(index, delta, sink),
+            StreamEvent::ContentBlockDelta { index, delta } => {
+                return self.delta(index, delta, sink)
+            }
             StreamEvent::ContentBlockStop { index } => self.stop_block(index),
             StreamEvent::MessageDelta { delta, usage } => {
                 self.usage(usage);
@@ -546,7 +563,12 @@ impl Turn {
         self.completion_tokens = usage.output_tokens.or(self.completion_tokens);
     }
 
-    fn start_block(&mut self, index: usize, block: WireBlockStart, sink: &mut dyn EventSink) -> Flow {
+    fn start_block(
+        &mut self,
+        index: usize,
+        block: WireBlockStart,
+        sink: &mut dyn EventSink,
+    ) -> Flow {
         match block {
             WireBlockStart::Text { text } => return self.text(&text, sink),
             WireBlockStart::ToolUse { id, name, input } => {
@@ -855,7 +877,10 @@ mod tests {
             json!([{"role": "user", "content": [{"type": "text", "text": "hi"}]}])
         );
         assert_eq!(request.body["max_tokens"], 100);
-        assert_eq!(request.body["tools"][1]["input_schema"], json!({"type": "object"}));
+        assert_eq!(
+            request.body["tools"][1]["input_schema"],
+            json!({"type": "object"})
+        );
         assert_eq!(request.body["tool_choice"], json!({"type": "auto"}));
     }
 
@@ -995,7 +1020,9 @@ mod tests {
         ];
         session.messages.push(assistant);
         for call in &calls {
-            session.messages.push(Message::tool_result(call, "contents"));
+            session
+                .messages
+                .push(Message::tool_result(call, "contents"));
         }
         session.messages.push(Message::user("and now?"));
         session
@@ -1026,7 +1053,10 @@ mod tests {
                 {"type": "text", "text": "and now?"}]})
         );
         assert_eq!(wire["messages"].as_array().map(Vec::len), Some(3));
-        assert_eq!(wire["thinking"], json!({"type": "enabled", "budget_tokens": 8192}));
+        assert_eq!(
+            wire["thinking"],
+            json!({"type": "enabled", "budget_tokens": 8192})
+        );
         assert_eq!(wire["max_tokens"], 8192 + 1024);
         assert!(!wire.to_string().contains("gemini-only"));
     }
@@ -1045,7 +1075,10 @@ mod tests {
         let reply = backend(&server, None)
             .generate(&fake::session(), &request, &mut Vec::new())
             .expect("reply");
-        assert_eq!((reply.content.as_str(), reply.thinking.as_str()), ("Sure.", "hm"));
+        assert_eq!(
+            (reply.content.as_str(), reply.thinking.as_str()),
+            ("Sure.", "hm")
+        );
         assert_eq!(reply.tool_calls[0].arguments, json!({"command": "pwd"}));
         assert_eq!(reply.finish, FinishReason::ToolCalls);
         assert_eq!(server.finish()[0].body["stream"], false);

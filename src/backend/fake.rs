@@ -166,7 +166,12 @@ where
             let split = run(ChunkReader::split_at(&bytes, at));
             assert_eq!(split, whole, "{} split at {at}", path.display());
         }
-        assert_eq!(run(ChunkReader::bytewise(&bytes)), whole, "{}", path.display());
+        assert_eq!(
+            run(ChunkReader::bytewise(&bytes)),
+            whole,
+            "{}",
+            path.display()
+        );
     }
 }
 
@@ -180,7 +185,11 @@ pub fn tools() -> Vec<ToolSpec> {
         .to_vec()
 }
 
-pub fn request<'a>(tools: &'a [ToolSpec], sampling: &'a Sampling, stream: bool) -> GenerateRequest<'a> {
+pub fn request<'a>(
+    tools: &'a [ToolSpec],
+    sampling: &'a Sampling,
+    stream: bool,
+) -> GenerateRequest<'a> {
     GenerateRequest {
         tools,
         tool_choice: &ToolChoice::Auto,

@@ -114,6 +114,8 @@ impl GeminiBackend {
     }
 
     /// The model names `models` lists, without their `models/` prefix.
+    // Served by `--list-models` once that flag exists; tested against the fakes.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub fn list_models(&self) -> Result<Vec<String>, BackendError> {
         let url = format!("{}/models", self.config.api.base());
         let value = http::get_json(self.authorised(self.agent.get(&url)), &url)?;
@@ -146,7 +148,11 @@ impl Backend for GeminiBackend {
             .map_err(|e| BackendError::Protocol(format!("cannot encode request: {e}")))?;
         let url = self.url(request.stream);
         log::debug(Category::Llm, || {
-            format!("request: {} contents, {} bytes", wire.contents.len(), body.len())
+            format!(
+                "request: {} contents, {} bytes",
+                wire.contents.len(),
+                body.len()
+            )
         });
         let reply = http::with_retries(&self.config.api.policy(), sink, |sink| {
             self.attempt(&url, &body, request, sink)
@@ -367,14 +373,17 @@ fn wire_contents(session: &Session) -> Vec<WireContent<'_>> {
 
 /// The signature Gemini attached to the part of `call_id` (`None`: the text part).
 fn signature_for<'a>(message: &'a Message, call_id: Option<&str>) -> Option<&'a str> {
-    message.artefacts.iter().find_map(|artefact| match artefact {
-        Artefact::Signature {
-            origin,
-            call_id: id,
-            signature,
-        } if origin == KIND && id.as_deref() == call_id => Some(signature.as_str()),
-        _ => None,
-    })
+    message
+        .artefacts
+        .iter()
+        .find_map(|artefact| match artefact {
+            Artefact::Signature {
+                origin,
+                call_id: id,
+                signature,
+            } if origin == KIND && id.as_deref() == call_id => Some(signature.as_str()),
+            _ => None,
+        })
 }
 
 fn model_parts(message: &Message) -> Vec<WirePart<'_>> {
@@ -580,13 +589,17 @@ impl Turn {
             })
             .into_iter()
             .collect();
-        artefacts.extend(self.call_signatures.drain(..).filter_map(|(at, signature)| {
-            Some(Artefact::Signature {
-                origin: KIND.into(),
-                call_id: Some(tool_calls.get(at)?.id.clone()),
-                signature,
-            })
-        }));
+        artefacts.extend(
+            self.call_signatures
+                .drain(..)
+                .filter_map(|(at, signature)| {
+                    Some(Artefact::Signature {
+                        origin: KIND.into(),
+                        call_id: Some(tool_calls.get(at)?.id.clone()),
+                        signature,
+                    })
+                }),
+        );
         tool_calls.extend(self.filter.take_tool_calls().into_iter().map(|mut call| {
             call.id.clear();
             call
@@ -918,12 +931,21 @@ mod tests {
             let reply = backend
                 .generate(&fake::session(), &request, &mut Vec::new())
                 .expect("reply");
-            assert_eq!((reply.content.as_str(), reply.finish), ("Done.", FinishReason::Length));
+            assert_eq!(
+                (reply.content.as_str(), reply.finish),
+                ("Done.", FinishReason::Length)
+            );
             backend
         };
-        assert_eq!(backend.list_models().expect("models"), ["gemini-a", "gemini-b"]);
+        assert_eq!(
+            backend.list_models().expect("models"),
+            ["gemini-a", "gemini-b"]
+        );
         let requests = server.finish();
-        assert_eq!(requests[0].url, "/v1beta/models/gemini-test:generateContent");
+        assert_eq!(
+            requests[0].url,
+            "/v1beta/models/gemini-test:generateContent"
+        );
         assert_eq!(requests[1].url, "/v1beta/models");
     }
 }

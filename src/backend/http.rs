@@ -172,6 +172,7 @@ pub fn send(
 }
 
 /// `GET url` and parse its JSON body (model lists, model details).
+#[cfg_attr(not(test), allow(dead_code))]
 pub fn get_json(
     builder: ureq::RequestBuilder<ureq::typestate::WithoutBody>,
     url: &str,

@@ -11,9 +11,9 @@ use crate::core::{Artefact, BackendError, EventSink, FinishReason, Message, Sess
 
 pub mod anthropic;
 pub mod estimate;
+pub mod failover;
 #[cfg(test)]
 mod fake;
-pub mod failover;
 pub mod gemini;
 pub mod http;
 pub mod ollama;

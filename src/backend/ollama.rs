@@ -144,6 +144,8 @@ impl OllamaBackend {
     }
 
     /// The model names `/api/tags` lists.
+    // Served by `--list-models` once that flag exists; tested against the fakes.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub fn list_models(&self) -> Result<Vec<String>, BackendError> {
         let url = self.url("tags");
         let value = http::get_json(self.config.api.with_headers(self.agent.get(&url)), &url)?;
@@ -152,7 +154,11 @@ impl OllamaBackend {
 }
 
 /// Refuses a session that cannot fit, so the agent evicts instead of Ollama truncating.
-fn check_fits(session: &Session, num_ctx: u64, max_tokens: Option<u32>) -> Result<(), BackendError> {
+fn check_fits(
+    session: &Session,
+    num_ctx: u64,
+    max_tokens: Option<u32>,
+) -> Result<(), BackendError> {
     let reserve = u64::from(max_tokens.unwrap_or(0)).min(num_ctx / 4);
     let needed = session.estimated_tokens() + reserve;
     if needed <= num_ctx {
@@ -190,7 +196,11 @@ impl Backend for OllamaBackend {
             .map_err(|e| BackendError::Protocol(format!("cannot encode request: {e}")))?;
         let url = self.url("chat");
         log::debug(Category::Llm, || {
-            format!("request: {} messages, {} bytes", wire.messages.len(), body.len())
+            format!(
+                "request: {} messages, {} bytes",
+                wire.messages.len(),
+                body.len()
+            )
         });
         let reply = http::with_retries(&self.config.api.policy(), sink, |sink| {
             self.attempt(&url, &body, request, sink)
@@ -433,7 +443,8 @@ impl Turn {
                     return Flow::Cancel;
                 }
             }
-            if !message.content.is_empty() && self.filter.push(&message.content, sink) == Flow::Cancel
+            if !message.content.is_empty()
+                && self.filter.push(&message.content, sink) == Flow::Cancel
             {
                 return Flow::Cancel;
             }
@@ -473,10 +484,11 @@ impl Turn {
                 self.num_ctx
             )));
         }
-        let usage = (done.prompt_eval_count.is_some() || done.eval_count.is_some()).then(|| Usage {
-            prompt_tokens: prompt,
-            completion_tokens: done.eval_count.unwrap_or(0),
-        });
+        let usage =
+            (done.prompt_eval_count.is_some() || done.eval_count.is_some()).then(|| Usage {
+                prompt_tokens: prompt,
+                completion_tokens: done.eval_count.unwrap_or(0),
+            });
         sink.emit(Event::Stats(stats(&done, self.num_ctx)));
         let finish = match done.done_reason.as_deref() {
             _ if !tool_calls.is_empty() => FinishReason::ToolCalls,
@@ -593,7 +605,8 @@ mod tests {
 
     #[test]
     fn text_stats_and_a_well_formed_request_with_context_from_show() {
-        let show = json!({"model_info": {"general.architecture": "qwen3", "qwen3.context_length": 40960}});
+        let show =
+            json!({"model_info": {"general.architecture": "qwen3", "qwen3.context_length": 40960}});
         let server = FakeServer::start(vec![Canned::json(200, show), stream("text.ndjson")]);
         let mut backend = backend(&server, 0);
         let mut events = Vec::new();
@@ -626,13 +639,17 @@ mod tests {
             json!({"num_ctx": NUM_CTX_CAP, "num_predict": 100, "temperature": 0.5})
         );
         assert_eq!(body["think"], true);
-        assert_eq!(body["messages"][0], json!({"role": "system", "content": "Be brief."}));
+        assert_eq!(
+            body["messages"][0],
+            json!({"role": "system", "content": "Be brief."})
+        );
         assert_eq!(body["tools"][0]["function"]["name"], "read");
     }
 
     #[test]
     fn thinking_and_whole_tool_calls() {
-        let server = FakeServer::start(vec![stream("thinking.ndjson"), stream("tool_calls.ndjson")]);
+        let server =
+            FakeServer::start(vec![stream("thinking.ndjson"), stream("tool_calls.ndjson")]);
         let mut backend = backend(&server, 8192);
         let mut events = Vec::new();
         let reply = generate(&mut backend, &fake::session(), &mut events).expect("reply");
@@ -666,7 +683,9 @@ mod tests {
         let mut assistant = Message::assistant("");
         assistant.tool_calls.push(call.clone());
         session.messages.push(assistant);
-        session.messages.push(Message::tool_result(&call, "contents"));
+        session
+            .messages
+            .push(Message::tool_result(&call, "contents"));
         let server = FakeServer::start(vec![stream("text.ndjson")]);
         generate(&mut backend(&server, 8192), &session, &mut Vec::new()).expect("reply");
         let body = &server.finish()[0].body;
@@ -693,11 +712,12 @@ mod tests {
         );
         assert_eq!(fake::content(&events), "partial");
         server.finish();
-        let limited = Canned::json(429, json!({"error": "too many requests"})).with_header("Retry-After", "0");
+        let limited = Canned::json(429, json!({"error": "too many requests"}))
+            .with_header("Retry-After", "0");
         let server = FakeServer::start(vec![limited, stream("text.ndjson")]);
         let mut events = Vec::new();
-        let reply = generate(&mut backend(&server, 8192), &fake::session(), &mut events)
-            .expect("reply");
+        let reply =
+            generate(&mut backend(&server, 8192), &fake::session(), &mut events).expect("reply");
         assert_eq!(reply.content, "héllo ✓ 日本 🦀");
         assert_eq!(fake::notices(&events).len(), 1);
         assert_eq!(server.finish().len(), 2);
@@ -708,8 +728,8 @@ mod tests {
         let mut session = fake::session();
         session.messages[0].tokens = 950;
         let server = FakeServer::start(Vec::new());
-        let error = generate(&mut backend(&server, 1000), &session, &mut Vec::new())
-            .expect_err("overflow");
+        let error =
+            generate(&mut backend(&server, 1000), &session, &mut Vec::new()).expect_err("overflow");
         assert_eq!(error.tokens_over(), Some(950 + 100 - 1000));
         assert!(server.finish().is_empty());
     }
@@ -720,7 +740,9 @@ mod tests {
         let mut events = Vec::new();
         generate(&mut backend(&server, 12), &fake::session(), &mut events).expect("reply");
         assert!(
-            fake::notices(&events).iter().any(|n| n.contains("num_ctx 12")),
+            fake::notices(&events)
+                .iter()
+                .any(|n| n.contains("num_ctx 12")),
             "{events:?}"
         );
         server.finish();
