@@ -421,6 +421,7 @@ impl Agent {
         if !reply.thinking.is_empty() {
             message.thinking = Some(reply.thinking);
         }
+        message.artefacts = reply.artefacts;
         if let Some(usage) = reply.usage {
             message.tokens = u32::try_from(usage.completion_tokens.max(1)).unwrap_or(u32::MAX);
         }
@@ -556,6 +557,7 @@ mod tests {
             tool_calls: Vec::new(),
             finish: FinishReason::Stop,
             usage: None,
+            artefacts: Vec::new(),
         })
     }
 
@@ -573,6 +575,7 @@ mod tests {
                 .collect(),
             finish: FinishReason::ToolCalls,
             usage: None,
+            artefacts: Vec::new(),
         })
     }
 

@@ -8,12 +8,16 @@
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
-use std::io;
+use std::io::{self, Read};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
 use crate::core::{BackendError, Event, EventSink, Flow};
+use crate::log::{self, Category};
+
+/// Largest error or non-streamed body read into memory.
+pub const MAX_BODY_BYTES: u64 = 64 * 1024 * 1024;
 
 /// Timeouts for one backend's requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,6 +37,55 @@ impl Default for Timeouts {
             per_read: Duration::from_secs(120),
             overall: Duration::from_secs(600),
         }
+    }
+}
+
+/// What every remote API backend but OpenAI's (which has its own, older
+/// struct) needs to reach its provider.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiSettings {
+    pub base_url: String,
+    pub api_key: Option<String>,
+    pub model: String,
+    /// Context window in tokens, 0 when unknown.
+    pub context_size: u64,
+    pub extra_headers: Vec<(String, String)>,
+    pub timeouts: Timeouts,
+    pub max_retries: u32,
+}
+
+impl ApiSettings {
+    pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> Self {
+        ApiSettings {
+            base_url: base_url.into(),
+            api_key: None,
+            model: model.into(),
+            context_size: 0,
+            extra_headers: Vec::new(),
+            timeouts: Timeouts::default(),
+            max_retries: RetryPolicy::default().max_retries,
+        }
+    }
+
+    /// The retry policy these settings ask for.
+    pub fn policy(&self) -> RetryPolicy {
+        RetryPolicy {
+            max_retries: self.max_retries,
+            ..RetryPolicy::default()
+        }
+    }
+
+    /// `base_url` without a trailing slash.
+    pub fn base(&self) -> &str {
+        self.base_url.trim_end_matches('/')
+    }
+
+    /// Adds the configured extra headers to a request.
+    pub fn with_headers<B>(&self, mut builder: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
+        for (name, value) in &self.extra_headers {
+            builder = builder.header(name, value);
+        }
+        builder
     }
 }
 
@@ -107,6 +160,98 @@ pub fn io_error(error: io::Error, url: &str) -> BackendError {
     }
 }
 
+/// Sends `body`; a 2xx response comes back for reading, anything else as its typed error.
+pub fn send(
+    builder: ureq::RequestBuilder<ureq::typestate::WithBody>,
+    body: &[u8],
+    url: &str,
+) -> Result<ureq::http::Response<ureq::Body>, BackendError> {
+    let started = Instant::now();
+    let response = builder.send(body).map_err(|e| transport_error(e, url))?;
+    checked(response, url, started)
+}
+
+/// `GET url` and parse its JSON body (model lists, model details).
+#[cfg_attr(not(test), allow(dead_code))]
+pub fn get_json(
+    builder: ureq::RequestBuilder<ureq::typestate::WithoutBody>,
+    url: &str,
+) -> Result<Value, BackendError> {
+    let started = Instant::now();
+    let response = builder.call().map_err(|e| transport_error(e, url))?;
+    let response = checked(response, url, started)?;
+    let text = read_text(response.into_body().into_reader(), url)?;
+    serde_json::from_str(&text)
+        .map_err(|e| BackendError::Protocol(format!("{url}: bad JSON ({e})")))
+}
+
+fn checked(
+    response: ureq::http::Response<ureq::Body>,
+    url: &str,
+    started: Instant,
+) -> Result<ureq::http::Response<ureq::Body>, BackendError> {
+    let status = response.status().as_u16();
+    log::debug(Category::Http, || {
+        format!("{url} -> {status} after {:?}", started.elapsed())
+    });
+    if (200..300).contains(&status) {
+        Ok(response)
+    } else {
+        Err(error_response(response, status))
+    }
+}
+
+/// Reads an error response into a typed error, honouring `Retry-After`.
+pub fn error_response(response: ureq::http::Response<ureq::Body>, status: u16) -> BackendError {
+    let retry_after = response
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| parse_retry_after(v, SystemTime::now()));
+    let mut text = String::new();
+    let mut reader = response.into_body().into_reader().take(MAX_BODY_BYTES);
+    // A body that cannot be read still leaves the status to report.
+    let _ = reader.read_to_string(&mut text);
+    log::debug(Category::Http, || format!("error body: {text}"));
+    error_from_body(status, &text, retry_after)
+}
+
+/// Reads a whole (non-streamed) body, at most [`MAX_BODY_BYTES`].
+pub fn read_text(reader: impl Read, url: &str) -> Result<String, BackendError> {
+    let mut text = String::new();
+    reader
+        .take(MAX_BODY_BYTES)
+        .read_to_string(&mut text)
+        .map_err(|e| io_error(e, url))?;
+    Ok(text)
+}
+
+/// Parses a JSON body or stream payload; bad JSON is a `Protocol` error quoting its start.
+pub fn parse_json(text: &str) -> Result<Value, BackendError> {
+    serde_json::from_str(text).map_err(|e| {
+        let start: String = text.chars().take(200).collect();
+        BackendError::Protocol(format!("bad JSON from the server ({e}): {start}"))
+    })
+}
+
+/// The HTTP status a provider's symbolic error type stands for, for error
+/// objects that arrive inside a 200 stream (Anthropic `error` events, Gemini statuses).
+fn status_for_type(kind: &str) -> Option<u16> {
+    Some(match kind {
+        "invalid_request_error" | "INVALID_ARGUMENT" | "FAILED_PRECONDITION" => 400,
+        "authentication_error" | "UNAUTHENTICATED" => 401,
+        "permission_error" | "PERMISSION_DENIED" => 403,
+        "not_found_error" | "NOT_FOUND" => 404,
+        "request_too_large" => 413,
+        "rate_limit_error" | "RESOURCE_EXHAUSTED" => 429,
+        "api_error" | "INTERNAL" => 500,
+        "UNAVAILABLE" => 503,
+        "DEADLINE_EXCEEDED" => 504,
+        "overloaded_error" => 529,
+        _ => return None,
+    })
+}
+
 /// The parts of a provider's error object that matter.
 #[derive(Debug, Default, PartialEq)]
 struct ErrorParts {
@@ -141,6 +286,7 @@ pub fn error_from_value(value: &Value) -> BackendError {
         .and_then(Value::as_u64)
         .and_then(|c| u16::try_from(c).ok())
         .filter(|c| (400..600).contains(c))
+        .or_else(|| status_for_type(&parts.kind))
         .unwrap_or(500);
     typed_error(status, parts, None)
 }

@@ -7,11 +7,17 @@
 
 use serde_json::Value;
 
-use crate::core::{BackendError, EventSink, FinishReason, Message, Session, ToolCall};
+use crate::core::{Artefact, BackendError, EventSink, FinishReason, Message, Session, ToolCall};
 
+pub mod anthropic;
 pub mod estimate;
+pub mod failover;
+#[cfg(test)]
+mod fake;
+pub mod gemini;
 pub mod http;
 pub mod llamacpp;
+pub mod ollama;
 pub mod openai;
 
 /// A tool as offered to the model.
@@ -74,6 +80,8 @@ pub struct Reply {
     pub tool_calls: Vec<ToolCall>,
     pub finish: FinishReason,
     pub usage: Option<Usage>,
+    /// Reasoning artefacts to store on the assistant message and send back later.
+    pub artefacts: Vec<Artefact>,
 }
 
 /// How a backend describes itself.

@@ -34,9 +34,6 @@ use crate::stream::filter::OutputFilter;
 use crate::stream::sse::SseDecoder;
 use crate::stream::toolcall::{ensure_ids, ToolCallAccumulator, ToolCallDelta};
 
-/// Largest error or non-streamed body read into memory.
-const MAX_BODY_BYTES: u64 = 64 * 1024 * 1024;
-
 /// Which request field carries the answer's length limit (newer OpenAI models
 /// reject `max_tokens`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -134,7 +131,7 @@ impl OpenAiBackend {
             format!("POST {url} -> {status} after {:?}", started.elapsed())
         });
         if !(200..300).contains(&status) {
-            return Err(error_response(response, status));
+            return Err(http::error_response(response, status));
         }
         let names = request.tools.iter().map(|t| t.name.clone()).collect();
         let turn = Turn::new(OutputFilter::new(names), self.config.context_size);
@@ -224,7 +221,7 @@ impl Backend for OpenAiBackend {
 }
 
 /// Characters of everything sent as the prompt, for calibrating the estimator.
-fn prompt_chars(session: &Session) -> usize {
+pub(super) fn prompt_chars(session: &Session) -> usize {
     let messages: usize = session
         .messages
         .iter()
@@ -238,21 +235,6 @@ fn prompt_chars(session: &Session) -> usize {
         })
         .sum();
     session.system_prompt.chars().count() + messages
-}
-
-/// Reads an error response into a typed error.
-fn error_response(response: ureq::http::Response<ureq::Body>, status: u16) -> BackendError {
-    let retry_after = response
-        .headers()
-        .get("retry-after")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| http::parse_retry_after(v, std::time::SystemTime::now()));
-    let mut text = String::new();
-    let mut reader = response.into_body().into_reader().take(MAX_BODY_BYTES);
-    // A body that cannot be read still leaves the status to report.
-    let _ = reader.read_to_string(&mut text);
-    log::debug(Category::Http, || format!("error body: {text}"));
-    http::error_from_body(status, &text, retry_after)
 }
 
 // ---- request wire structs ----
@@ -636,6 +618,7 @@ impl Turn {
             tool_calls: Vec::new(),
             finish: FinishReason::Cancelled,
             usage: None,
+            artefacts: Vec::new(),
         }
     }
 
@@ -668,6 +651,7 @@ impl Turn {
             tool_calls,
             finish,
             usage,
+            artefacts: Vec::new(),
         }
     }
 
@@ -742,7 +726,7 @@ fn read_whole(
 ) -> Result<Reply, BackendError> {
     let mut text = String::new();
     reader
-        .take(MAX_BODY_BYTES)
+        .take(http::MAX_BODY_BYTES)
         .read_to_string(&mut text)
         .map_err(|e| http::io_error(e, url))?;
     if turn.apply(parse_json(&text)?, sink)? == Flow::Cancel {

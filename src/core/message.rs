@@ -55,9 +55,36 @@ pub struct Message {
     /// Reasoning text the model produced before its answer (never sent back as content).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thinking: Option<String>,
+    /// Opaque reasoning artefacts the provider wants back unchanged on later
+    /// turns (Anthropic thinking signatures, Gemini thought signatures).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub artefacts: Vec<Artefact>,
     /// Token count of this message, estimated or measured.
     #[serde(default)]
     pub tokens: u32,
+}
+
+/// A reasoning artefact, tagged with the backend kind that issued it so a
+/// provider switch never sends it to a provider that would reject it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Artefact {
+    /// An Anthropic `thinking` block: its text and the `signature` that proves it.
+    Thinking {
+        origin: String,
+        text: String,
+        signature: String,
+    },
+    /// An Anthropic `redacted_thinking` block, opaque.
+    RedactedThinking { origin: String, data: String },
+    /// A Gemini `thoughtSignature`: on the `functionCall` part of `call_id`,
+    /// or on the first text part when `call_id` is `None`.
+    Signature {
+        origin: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        call_id: Option<String>,
+        signature: String,
+    },
 }
 
 impl Message {
@@ -69,6 +96,7 @@ impl Message {
             tool_call_id: None,
             tool_name: None,
             thinking: None,
+            artefacts: Vec::new(),
             tokens: 0,
         }
     }

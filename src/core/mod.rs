@@ -12,5 +12,5 @@ pub mod session;
 
 pub use error::BackendError;
 pub use event::{Event, EventSink, FinishReason, Flow, Stats, ToolResultEvent};
-pub use message::{Message, Role, ToolCall};
+pub use message::{Artefact, Message, Role, ToolCall};
 pub use session::Session;

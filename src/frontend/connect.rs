@@ -1,15 +1,23 @@
-//! Builds the backend for the first provider of the configured chain.
+//! Builds the backend: every provider of the configured chain, in priority
+//! order, wrapped in a [`FailoverBackend`] when there is more than one.
 //!
 //! Each backend gets its own small config struct; this module is where the
 //! resolved [`Settings`] and a [`ProviderConfig`] are turned into one.
+//! Providers of a type this build cannot run are left out of the chain (with a
+//! debug note); only when none can run is that an error.
 
 use std::time::Duration;
 
-use crate::backend::http::Timeouts;
+use crate::backend::anthropic::{self, AnthropicBackend, AnthropicConfig};
+use crate::backend::failover::{FailoverBackend, Provider};
+use crate::backend::gemini::{self, GeminiBackend, GeminiConfig};
+use crate::backend::http::{ApiSettings, Timeouts};
+use crate::backend::ollama::{self, OllamaBackend, OllamaConfig};
 use crate::backend::openai::{AzureDeployment, MaxTokensParam, OpenAiBackend, OpenAiConfig};
 use crate::backend::Backend;
 use crate::config::resolve::Settings;
 use crate::config::{ProviderConfig, ProviderKind};
+use crate::log;
 
 /// Why no backend could be built. All of these are configuration problems (exit 2).
 pub enum OpenError {
@@ -19,9 +27,10 @@ pub enum OpenError {
 /// Default OpenAI endpoint when a provider names none.
 const OPENAI_BASE: &str = "https://api.openai.com/v1";
 
-/// Opens the first provider of the chain.
+/// Opens the provider chain; the returned config is the first provider's,
+/// whose sampling settings the agent uses.
 pub fn open_backend(settings: &Settings) -> Result<(Box<dyn Backend>, ProviderConfig), OpenError> {
-    let Some(provider) = settings.providers.first() else {
+    let Some(first) = settings.providers.first() else {
         return Err(OpenError::Usage(
             "no provider configured. Add one with \
              'shepherd provider add NAME --type openai --base-url URL --model MODEL', \
@@ -29,8 +38,55 @@ pub fn open_backend(settings: &Settings) -> Result<(Box<dyn Backend>, ProviderCo
                 .into(),
         ));
     };
-    let backend: Box<dyn Backend> = match provider.kind {
+    let mut chain = Vec::new();
+    let mut first_error = None;
+    for provider in &settings.providers {
+        match open_one(settings, provider) {
+            Ok(backend) => chain.push(Provider {
+                name: provider.name.clone(),
+                backend,
+            }),
+            Err(OpenError::Usage(message)) => {
+                log::debug(log::Category::Llm, || {
+                    format!("skipping provider: {message}")
+                });
+                first_error.get_or_insert(OpenError::Usage(message));
+            }
+        }
+    }
+    let first_config = settings
+        .providers
+        .iter()
+        .find(|p| chain.first().is_some_and(|c| c.name == p.name))
+        .unwrap_or(first)
+        .clone();
+    if chain.len() == 1 {
+        let only = chain.remove(0);
+        return Ok((only.backend, first_config));
+    }
+    match FailoverBackend::new(chain) {
+        Some(failover) => Ok((Box::new(failover), first_config)),
+        None => Err(first_error.unwrap_or_else(|| OpenError::Usage("no usable provider".into()))),
+    }
+}
+
+/// Builds one provider's backend; connecting happens on the first request.
+fn open_one(settings: &Settings, provider: &ProviderConfig) -> Result<Box<dyn Backend>, OpenError> {
+    let reasoning = settings.reasoning.as_deref();
+    Ok(match provider.kind {
         ProviderKind::Openai => Box::new(OpenAiBackend::new(openai_config(settings, provider)?)),
+        ProviderKind::Anthropic => Box::new(AnthropicBackend::new(AnthropicConfig {
+            api: api_settings(settings, provider, ANTHROPIC_BASE)?,
+            thinking_budget: anthropic::thinking_budget(reasoning),
+        })),
+        ProviderKind::Gemini => Box::new(GeminiBackend::new(GeminiConfig {
+            api: api_settings(settings, provider, GEMINI_BASE)?,
+            thinking_budget: gemini::thinking_budget(reasoning),
+        })),
+        ProviderKind::Ollama => Box::new(OllamaBackend::new(OllamaConfig {
+            api: api_settings(settings, provider, OLLAMA_BASE)?,
+            think: ollama::think(reasoning),
+        })),
         other => {
             return Err(OpenError::Usage(format!(
                 "provider '{}' has type '{}', which this build does not support yet",
@@ -38,20 +94,54 @@ pub fn open_backend(settings: &Settings) -> Result<(Box<dyn Backend>, ProviderCo
                 other.as_str()
             )))
         }
-    };
-    Ok((backend, provider.clone()))
+    })
+}
+
+const ANTHROPIC_BASE: &str = "https://api.anthropic.com";
+const GEMINI_BASE: &str = "https://generativelanguage.googleapis.com/v1beta";
+const OLLAMA_BASE: &str = "http://localhost:11434";
+
+fn model_of(provider: &ProviderConfig) -> Result<String, OpenError> {
+    provider.model.clone().ok_or_else(|| {
+        OpenError::Usage(format!(
+            "provider '{}' has no model; set one with -m MODEL or 'shepherd provider {} set model MODEL'",
+            provider.name, provider.name
+        ))
+    })
+}
+
+fn timeouts(settings: &Settings) -> Timeouts {
+    Timeouts {
+        overall: Duration::from_secs(settings.timeout_secs),
+        ..Timeouts::default()
+    }
+}
+
+/// The settings every non-OpenAI API backend shares.
+fn api_settings(
+    settings: &Settings,
+    provider: &ProviderConfig,
+    default_base: &str,
+) -> Result<ApiSettings, OpenError> {
+    let base = provider.base_url.as_deref().unwrap_or(default_base);
+    Ok(ApiSettings {
+        api_key: provider.api_key.clone(),
+        context_size: settings.context_size_for(provider).unwrap_or(0),
+        extra_headers: provider
+            .extra_headers
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        timeouts: timeouts(settings),
+        ..ApiSettings::new(base, model_of(provider)?)
+    })
 }
 
 fn openai_config(
     settings: &Settings,
     provider: &ProviderConfig,
 ) -> Result<OpenAiConfig, OpenError> {
-    let model = provider.model.clone().ok_or_else(|| {
-        OpenError::Usage(format!(
-            "provider '{}' has no model; set one with -m MODEL or 'shepherd provider {} set model MODEL'",
-            provider.name, provider.name
-        ))
-    })?;
+    let model = model_of(provider)?;
     let base_url = provider
         .base_url
         .clone()
@@ -70,10 +160,6 @@ fn openai_config(
         Some("max_completion_tokens") => MaxTokensParam::MaxCompletionTokens,
         _ => MaxTokensParam::MaxTokens,
     };
-    let timeouts = Timeouts {
-        overall: Duration::from_secs(settings.timeout_secs),
-        ..Timeouts::default()
-    };
     Ok(OpenAiConfig {
         api_key: provider.api_key.clone(),
         context_size: settings.context_size_for(provider).unwrap_or(0),
@@ -82,7 +168,7 @@ fn openai_config(
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
-        timeouts,
+        timeouts: timeouts(settings),
         max_retries: 3,
         azure,
         max_tokens_param,

@@ -1,0 +1,1110 @@
+//! The Anthropic Messages backend (`POST /v1/messages`), streamed (SSE with
+//! named events) or whole; also what llama.cpp, Ollama and mistral.rs serve
+//! under the same path.
+//!
+//! Mirrors [`super::openai`]: its own wire structs, converted from the core
+//! types in one place ([`build_request`]); bodies read through the shared SSE
+//! decoder, tool-call accumulator and output filter; failing and retrying is
+//! [`super::http`]'s job.
+//!
+//! Decisions worth knowing:
+//! - The system prompt is the top-level `system` field; tool results travel
+//!   as `tool_result` blocks in the user turn after the `tool_use` turn, and
+//!   consecutive same-role turns are merged, since the API wants them alternating.
+//! - `thinking` blocks (with their `signature`) and `redacted_thinking` blocks
+//!   are kept as [`Artefact`]s on the assistant message and sent back unchanged,
+//!   but only to an `anthropic` backend; another kind's artefacts are dropped.
+//! - A stream must end with `message_stop`; without it the reply was cut off
+//!   and that is a `Protocol` error. `ping` and unknown events are ignored.
+//! - `stop_reason: model_context_window_exceeded` means the *answer* ran into
+//!   the window after output was shown: it ends the reply as `Length` with a
+//!   notice rather than an overflow error, which would re-run shown text.
+
+use std::io::{BufRead, BufReader};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::estimate::TokenEstimator;
+use super::http::{self, ApiSettings};
+use super::{Backend, BackendInfo, GenerateRequest, Reply, ToolChoice, ToolSpec, Usage};
+use crate::core::{
+    Artefact, BackendError, Event, EventSink, FinishReason, Flow, Message, Role, Session, Stats,
+};
+use crate::log::{self, Category};
+use crate::stream::filter::OutputFilter;
+use crate::stream::sse::SseDecoder;
+use crate::stream::toolcall::{ToolCallAccumulator, ToolCallDelta};
+
+/// The backend kind, also the origin tag of the artefacts it stores.
+pub const KIND: &str = "anthropic";
+/// The API version header every request carries.
+const API_VERSION: &str = "2023-06-01";
+/// `max_tokens` is required; this is used when nothing else was asked for.
+const DEFAULT_MAX_TOKENS: u32 = 8192;
+
+/// Everything the backend needs, passed as a value.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AnthropicConfig {
+    /// `https://api.anthropic.com` (with or without `/v1`).
+    pub api: ApiSettings,
+    /// Thinking budget in tokens (`--reasoning`); `None` leaves thinking off.
+    pub thinking_budget: Option<u32>,
+}
+
+/// The thinking budget for a `--reasoning` level; `off` (or nothing) is none.
+pub fn thinking_budget(level: Option<&str>) -> Option<u32> {
+    match level? {
+        "low" => Some(2048),
+        "medium" => Some(8192),
+        "high" => Some(24_576),
+        _ => None,
+    }
+}
+
+/// A Messages endpoint.
+pub struct AnthropicBackend {
+    config: AnthropicConfig,
+    agent: ureq::Agent,
+    estimator: TokenEstimator,
+}
+
+impl AnthropicBackend {
+    pub fn new(config: AnthropicConfig) -> Self {
+        let agent = http::build_agent(&config.api.base_url, &config.api.timeouts);
+        AnthropicBackend {
+            config,
+            agent,
+            estimator: TokenEstimator::default(),
+        }
+    }
+
+    /// `{base}/v1/<path>`, whether or not the base already ends in `/v1`.
+    fn url(&self, path: &str) -> String {
+        let base = self.config.api.base();
+        match base.strip_suffix("/v1") {
+            Some(root) => format!("{root}/v1/{path}"),
+            None => format!("{base}/v1/{path}"),
+        }
+    }
+
+    /// Adds the key (OAuth tokens as bearer, API keys as `x-api-key`) and the version.
+    fn authorised<B>(&self, builder: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
+        let builder = builder.header("anthropic-version", API_VERSION);
+        let builder = match self.config.api.api_key.as_deref() {
+            Some(key) if key.starts_with("sk-ant-oat") => {
+                builder.header("Authorization", format!("Bearer {key}"))
+            }
+            Some(key) => builder.header("x-api-key", key),
+            None => builder,
+        };
+        self.config.api.with_headers(builder)
+    }
+
+    fn attempt(
+        &self,
+        url: &str,
+        body: &[u8],
+        request: &GenerateRequest<'_>,
+        sink: &mut dyn EventSink,
+    ) -> Result<Reply, BackendError> {
+        let builder = self
+            .authorised(self.agent.post(url))
+            .header("Content-Type", "application/json");
+        let response = http::send(builder, body, url)?;
+        let names = request.tools.iter().map(|t| t.name.clone()).collect();
+        let turn = Turn::new(OutputFilter::new(names), self.config.api.context_size);
+        let reader = BufReader::new(response.into_body().into_reader());
+        if request.stream {
+            read_stream(reader, turn, sink, url)
+        } else {
+            read_whole(reader, turn, sink, url)
+        }
+    }
+
+    /// The model ids `/v1/models` lists.
+    // Served by `--list-models` once that flag exists; tested against the fakes.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub fn list_models(&self) -> Result<Vec<String>, BackendError> {
+        let url = self.url("models");
+        let value = http::get_json(self.authorised(self.agent.get(&url)), &url)?;
+        Ok(ids_in(&value["data"], "id"))
+    }
+}
+
+/// The string field `key` of every object in `list`.
+#[cfg_attr(not(test), allow(dead_code))]
+pub(super) fn ids_in(list: &Value, key: &str) -> Vec<String> {
+    list.as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|m| m[key].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+impl Backend for AnthropicBackend {
+    fn info(&self) -> BackendInfo {
+        BackendInfo {
+            kind: KIND,
+            model: self.config.api.model.clone(),
+            context_size: self.config.api.context_size,
+            local: false,
+        }
+    }
+
+    fn generate(
+        &mut self,
+        session: &Session,
+        request: &GenerateRequest<'_>,
+        sink: &mut dyn EventSink,
+    ) -> Result<Reply, BackendError> {
+        let wire = build_request(&self.config, session, request);
+        let body = serde_json::to_vec(&wire)
+            .map_err(|e| BackendError::Protocol(format!("cannot encode request: {e}")))?;
+        let url = self.url("messages");
+        log::debug(Category::Llm, || {
+            format!(
+                "request: {} turns, {} bytes",
+                wire.messages.len(),
+                body.len()
+            )
+        });
+        let reply = http::with_retries(&self.config.api.policy(), sink, |sink| {
+            self.attempt(&url, &body, request, sink)
+        })?;
+        if let Some(usage) = reply.usage {
+            self.estimator
+                .calibrate(super::openai::prompt_chars(session), usage.prompt_tokens);
+        }
+        Ok(reply)
+    }
+
+    fn count_tokens(&self, message: &Message) -> u32 {
+        self.estimator.count_message(message)
+    }
+}
+
+// ---- request wire structs ----
+
+#[derive(Debug, Serialize)]
+struct MessagesRequest<'a> {
+    model: &'a str,
+    max_tokens: u32,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    system: &'a str,
+    messages: Vec<WireTurn<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<WireTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<WireToolChoice<'a>>,
+    stream: bool,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    stop_sequences: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_p: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_k: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    thinking: Option<WireThinking>,
+}
+
+#[derive(Debug, Serialize)]
+struct WireThinking {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    budget_tokens: u32,
+}
+
+#[derive(Debug, Serialize)]
+struct WireTurn<'a> {
+    role: &'static str,
+    content: Vec<WireBlock<'a>>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum WireBlock<'a> {
+    Text {
+        text: &'a str,
+    },
+    Thinking {
+        thinking: &'a str,
+        signature: &'a str,
+    },
+    RedactedThinking {
+        data: &'a str,
+    },
+    ToolUse {
+        id: &'a str,
+        name: &'a str,
+        input: Value,
+    },
+    ToolResult {
+        tool_use_id: &'a str,
+        content: &'a str,
+    },
+}
+
+#[derive(Debug, Serialize)]
+struct WireTool<'a> {
+    name: &'a str,
+    description: &'a str,
+    input_schema: &'a Value,
+}
+
+#[derive(Debug, Serialize)]
+struct WireToolChoice<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<&'a str>,
+}
+
+/// Converts the session and request into the wire request: the one place
+/// core types meet Anthropic's request shape.
+fn build_request<'a>(
+    config: &'a AnthropicConfig,
+    session: &'a Session,
+    request: &GenerateRequest<'a>,
+) -> MessagesRequest<'a> {
+    let sampling = request.sampling;
+    let budget = config.thinking_budget;
+    let asked = sampling.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
+    // The budget counts inside max_tokens, which must leave room for the answer.
+    let max_tokens = budget.map_or(asked, |b| asked.max(b + 1024));
+    MessagesRequest {
+        model: &config.api.model,
+        max_tokens,
+        system: &session.system_prompt,
+        messages: wire_turns(session),
+        tools: request.tools.iter().map(wire_tool).collect(),
+        tool_choice: (!request.tools.is_empty()).then(|| wire_tool_choice(request.tool_choice)),
+        stream: request.stream,
+        stop_sequences: &sampling.stop,
+        // Extended thinking accepts neither a temperature nor top_k.
+        temperature: sampling.temperature.filter(|_| budget.is_none()),
+        top_p: sampling.top_p,
+        top_k: sampling.top_k.filter(|_| budget.is_none()),
+        thinking: budget.map(|budget_tokens| WireThinking {
+            kind: "enabled",
+            budget_tokens,
+        }),
+    }
+}
+
+/// The history as alternating turns: tool results join the user turn that follows the calls.
+fn wire_turns(session: &Session) -> Vec<WireTurn<'_>> {
+    let mut turns: Vec<WireTurn<'_>> = Vec::new();
+    for message in &session.messages {
+        let (role, blocks) = match message.role {
+            Role::Assistant => ("assistant", assistant_blocks(message)),
+            Role::Tool => ("user", vec![tool_result_block(message)]),
+            Role::User | Role::System => ("user", text_blocks(&message.content)),
+        };
+        if blocks.is_empty() {
+            continue;
+        }
+        match turns.last_mut() {
+            Some(last) if last.role == role => last.content.extend(blocks),
+            _ => turns.push(WireTurn {
+                role,
+                content: blocks,
+            }),
+        }
+    }
+    turns
+}
+
+/// The API rejects empty text blocks.
+fn text_blocks(text: &str) -> Vec<WireBlock<'_>> {
+    if text.is_empty() {
+        Vec::new()
+    } else {
+        vec![WireBlock::Text { text }]
+    }
+}
+
+/// Thinking first (as the API requires), then text, then the calls.
+fn assistant_blocks(message: &Message) -> Vec<WireBlock<'_>> {
+    let mut blocks: Vec<WireBlock<'_>> = message
+        .artefacts
+        .iter()
+        .filter_map(|artefact| match artefact {
+            Artefact::Thinking {
+                origin,
+                text,
+                signature,
+            } if origin == KIND => Some(WireBlock::Thinking {
+                thinking: text,
+                signature,
+            }),
+            Artefact::RedactedThinking { origin, data } if origin == KIND => {
+                Some(WireBlock::RedactedThinking { data })
+            }
+            _ => None,
+        })
+        .collect();
+    blocks.extend(text_blocks(&message.content));
+    blocks.extend(message.tool_calls.iter().map(|call| WireBlock::ToolUse {
+        id: &call.id,
+        name: &call.name,
+        // `input` must be an object; malformed arguments were kept as text.
+        input: match &call.arguments {
+            object @ Value::Object(_) => object.clone(),
+            _ => Value::Object(serde_json::Map::new()),
+        },
+    }));
+    blocks
+}
+
+fn tool_result_block(message: &Message) -> WireBlock<'_> {
+    WireBlock::ToolResult {
+        tool_use_id: message.tool_call_id.as_deref().unwrap_or_default(),
+        content: &message.content,
+    }
+}
+
+fn wire_tool(spec: &ToolSpec) -> WireTool<'_> {
+    WireTool {
+        name: &spec.name,
+        description: &spec.description,
+        input_schema: &spec.parameters,
+    }
+}
+
+fn wire_tool_choice(choice: &ToolChoice) -> WireToolChoice<'_> {
+    let (kind, name) = match choice {
+        ToolChoice::Auto => ("auto", None),
+        ToolChoice::None => ("none", None),
+        ToolChoice::Required => ("any", None),
+        ToolChoice::Named(name) => ("tool", Some(name.as_str())),
+    };
+    WireToolChoice { kind, name }
+}
+
+// ---- response wire structs ----
+
+/// One streamed event, by its `type`.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum StreamEvent {
+    MessageStart {
+        message: WireMessage,
+    },
+    ContentBlockStart {
+        index: usize,
+        content_block: WireBlockStart,
+    },
+    ContentBlockDelta {
+        index: usize,
+        delta: WireDelta,
+    },
+    ContentBlockStop {
+        index: usize,
+    },
+    MessageDelta {
+        delta: WireMessageDelta,
+        #[serde(default)]
+        usage: Option<WireUsage>,
+    },
+    MessageStop,
+    #[serde(other)]
+    Ignored,
+}
+
+/// `message_start`'s message, and a whole non-streamed reply.
+#[derive(Debug, Default, Deserialize)]
+struct WireMessage {
+    #[serde(default)]
+    content: Vec<WireBlockStart>,
+    #[serde(default)]
+    stop_reason: Option<String>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum WireBlockStart {
+    Text {
+        #[serde(default)]
+        text: String,
+    },
+    ToolUse {
+        id: String,
+        name: String,
+        #[serde(default)]
+        input: Value,
+    },
+    Thinking {
+        #[serde(default)]
+        thinking: String,
+        #[serde(default)]
+        signature: String,
+    },
+    RedactedThinking {
+        data: String,
+    },
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum WireDelta {
+    TextDelta {
+        text: String,
+    },
+    InputJsonDelta {
+        partial_json: String,
+    },
+    ThinkingDelta {
+        thinking: String,
+    },
+    SignatureDelta {
+        signature: String,
+    },
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct WireMessageDelta {
+    #[serde(default)]
+    stop_reason: Option<String>,
+}
+
+#[derive(Debug, Default, Clone, Copy, Deserialize)]
+struct WireUsage {
+    #[serde(default)]
+    input_tokens: Option<u64>,
+    #[serde(default)]
+    cache_creation_input_tokens: Option<u64>,
+    #[serde(default)]
+    cache_read_input_tokens: Option<u64>,
+    #[serde(default)]
+    output_tokens: Option<u64>,
+}
+
+/// A thinking block being streamed.
+#[derive(Debug, Default)]
+struct OpenThinking {
+    index: usize,
+    text: String,
+    signature: String,
+}
+
+/// What one generation has produced so far.
+struct Turn {
+    filter: OutputFilter,
+    calls: ToolCallAccumulator,
+    thinking: String,
+    open: Vec<OpenThinking>,
+    artefacts: Vec<Artefact>,
+    finish: Option<FinishReason>,
+    prompt_tokens: Option<u64>,
+    completion_tokens: Option<u64>,
+    stopped: bool,
+    context_size: u64,
+}
+
+impl Turn {
+    fn new(filter: OutputFilter, context_size: u64) -> Self {
+        Turn {
+            filter,
+            calls: ToolCallAccumulator::new(),
+            thinking: String::new(),
+            open: Vec::new(),
+            artefacts: Vec::new(),
+            finish: None,
+            prompt_tokens: None,
+            completion_tokens: None,
+            stopped: false,
+            context_size,
+        }
+    }
+
+    fn apply(&mut self, event: StreamEvent, sink: &mut dyn EventSink) -> Flow {
+        match event {
+            StreamEvent::MessageStart { message } => self.usage(message.usage),
+            StreamEvent::ContentBlockStart {
+                index,
+                content_block,
+            } => return self.start_block(index, content_block, sink),
+            StreamEvent::ContentBlockDelta { index, delta } => {
+                return self.delta(index, delta, sink)
+            }
+            StreamEvent::ContentBlockStop { index } => self.stop_block(index),
+            StreamEvent::MessageDelta { delta, usage } => {
+                self.usage(usage);
+                if let Some(reason) = delta.stop_reason {
+                    self.finish = Some(map_stop(&reason, sink));
+                }
+            }
+            StreamEvent::MessageStop => self.stopped = true,
+            StreamEvent::Ignored => {}
+        }
+        Flow::Continue
+    }
+
+    fn usage(&mut self, usage: Option<WireUsage>) {
+        let Some(usage) = usage else { return };
+        if let Some(input) = usage.input_tokens {
+            let cached = usage.cache_creation_input_tokens.unwrap_or(0)
+                + usage.cache_read_input_tokens.unwrap_or(0);
+            self.prompt_tokens = Some(input + cached);
+        }
+        // `output_tokens` is cumulative, so the last one counts.
+        self.completion_tokens = usage.output_tokens.or(self.completion_tokens);
+    }
+
+    fn start_block(
+        &mut self,
+        index: usize,
+        block: WireBlockStart,
+        sink: &mut dyn EventSink,
+    ) -> Flow {
+        match block {
+            WireBlockStart::Text { text } => return self.text(&text, sink),
+            WireBlockStart::ToolUse { id, name, input } => {
+                // Streamed calls start with `input: {}` and send the JSON as deltas.
+                let whole = input.as_object().is_some_and(|o| !o.is_empty());
+                let arguments = whole.then(|| input.to_string());
+                self.calls.push(ToolCallDelta {
+                    index: Some(index),
+                    id: Some(&id),
+                    name: Some(&name),
+                    arguments: arguments.as_deref(),
+                });
+            }
+            WireBlockStart::Thinking {
+                thinking,
+                signature,
+            } => {
+                self.open.push(OpenThinking {
+                    index,
+                    text: String::new(),
+                    signature,
+                });
+                return self.think(index, thinking, sink);
+            }
+            WireBlockStart::RedactedThinking { data } => {
+                self.artefacts.push(Artefact::RedactedThinking {
+                    origin: KIND.into(),
+                    data,
+                })
+            }
+            WireBlockStart::Other => {}
+        }
+        Flow::Continue
+    }
+
+    fn delta(&mut self, index: usize, delta: WireDelta, sink: &mut dyn EventSink) -> Flow {
+        match delta {
+            WireDelta::TextDelta { text } => return self.text(&text, sink),
+            WireDelta::InputJsonDelta { partial_json } => self.calls.push(ToolCallDelta {
+                index: Some(index),
+                arguments: Some(&partial_json),
+                ..ToolCallDelta::default()
+            }),
+            WireDelta::ThinkingDelta { thinking } => return self.think(index, thinking, sink),
+            WireDelta::SignatureDelta { signature } => {
+                if let Some(open) = self.open.iter_mut().find(|o| o.index == index) {
+                    open.signature.push_str(&signature);
+                }
+            }
+            WireDelta::Other => {}
+        }
+        Flow::Continue
+    }
+
+    fn text(&mut self, text: &str, sink: &mut dyn EventSink) -> Flow {
+        if text.is_empty() {
+            return Flow::Continue;
+        }
+        self.filter.push(text, sink)
+    }
+
+    fn think(&mut self, index: usize, text: String, sink: &mut dyn EventSink) -> Flow {
+        if text.is_empty() {
+            return Flow::Continue;
+        }
+        if let Some(open) = self.open.iter_mut().find(|o| o.index == index) {
+            open.text.push_str(&text);
+        }
+        self.thinking.push_str(&text);
+        sink.emit(Event::Thinking(text))
+    }
+
+    /// A finished thinking block becomes an artefact; other blocks need nothing.
+    fn stop_block(&mut self, index: usize) {
+        if let Some(at) = self.open.iter().position(|o| o.index == index) {
+            let open = self.open.remove(at);
+            self.artefacts.push(Artefact::Thinking {
+                origin: KIND.into(),
+                text: open.text,
+                signature: open.signature,
+            });
+        }
+    }
+
+    fn reply_usage(&self) -> Option<Usage> {
+        if self.prompt_tokens.is_none() && self.completion_tokens.is_none() {
+            return None;
+        }
+        Some(Usage {
+            prompt_tokens: self.prompt_tokens.unwrap_or(0),
+            completion_tokens: self.completion_tokens.unwrap_or(0),
+        })
+    }
+
+    fn cancelled(self) -> Reply {
+        Reply {
+            content: self.filter.content().to_string(),
+            thinking: self.thinking + self.filter.thinking(),
+            tool_calls: Vec::new(),
+            finish: FinishReason::Cancelled,
+            usage: None,
+            artefacts: Vec::new(),
+        }
+    }
+
+    /// Flushes the filter, emits `Stats` and builds the reply.
+    fn complete(mut self, sink: &mut dyn EventSink) -> Reply {
+        if self.filter.finish(sink) == Flow::Cancel {
+            return self.cancelled();
+        }
+        let mut tool_calls = std::mem::take(&mut self.calls).finish();
+        tool_calls.extend(self.filter.take_tool_calls().into_iter().map(|mut call| {
+            call.id.clear();
+            call
+        }));
+        crate::stream::toolcall::ensure_ids(&mut tool_calls);
+        let usage = self.reply_usage();
+        let counted = usage.unwrap_or_default();
+        sink.emit(Event::Stats(Stats {
+            prompt_tokens: counted.prompt_tokens,
+            completion_tokens: counted.completion_tokens,
+            context_used: counted.prompt_tokens + counted.completion_tokens,
+            context_size: self.context_size,
+            ..Stats::default()
+        }));
+        let finish = match self.finish {
+            _ if !tool_calls.is_empty() => FinishReason::ToolCalls,
+            Some(FinishReason::ToolCalls) | None => FinishReason::Stop,
+            Some(finish) => finish,
+        };
+        Reply {
+            content: self.filter.content().to_string(),
+            thinking: self.thinking.clone() + self.filter.thinking(),
+            tool_calls,
+            finish,
+            usage,
+            artefacts: self.artefacts,
+        }
+    }
+}
+
+/// Maps `stop_reason`, telling the user about the unusual ones.
+fn map_stop(reason: &str, sink: &mut dyn EventSink) -> FinishReason {
+    let note = match reason {
+        "end_turn" | "stop_sequence" | "pause_turn" => return FinishReason::Stop,
+        "tool_use" => return FinishReason::ToolCalls,
+        "max_tokens" => return FinishReason::Length,
+        "model_context_window_exceeded" => "the reply filled the model's context window",
+        "refusal" => "the model declined to answer",
+        other => {
+            log::debug(Category::Llm, || format!("unknown stop_reason {other}"));
+            return FinishReason::Stop;
+        }
+    };
+    sink.emit(Event::System(note.into()));
+    if reason == "refusal" {
+        FinishReason::Stop
+    } else {
+        FinishReason::Length
+    }
+}
+
+/// One event's data: an `error` event becomes its typed error.
+fn parse_event(data: &str) -> Result<StreamEvent, BackendError> {
+    let value = http::parse_json(data)?;
+    if value["type"] == "error" {
+        return Err(http::error_from_value(&value));
+    }
+    serde_json::from_value(value)
+        .map_err(|e| BackendError::Protocol(format!("bad event from the server ({e})")))
+}
+
+/// Reads an SSE stream until `message_stop`.
+fn read_stream(
+    reader: impl BufRead,
+    mut turn: Turn,
+    sink: &mut dyn EventSink,
+    url: &str,
+) -> Result<Reply, BackendError> {
+    for event in SseDecoder::new(reader) {
+        let event = event.map_err(|e| http::io_error(e, url))?;
+        let data = event.data.trim();
+        if data.is_empty() {
+            continue;
+        }
+        if turn.apply(parse_event(data)?, sink) == Flow::Cancel || sink.cancelled() {
+            return Ok(turn.cancelled());
+        }
+        if turn.stopped {
+            break;
+        }
+    }
+    if !turn.stopped {
+        return Err(BackendError::Protocol(format!(
+            "{url}: the stream ended before message_stop"
+        )));
+    }
+    Ok(turn.complete(sink))
+}
+
+/// Reads a whole message by replaying it as the events a stream would have carried.
+fn read_whole(
+    reader: impl std::io::Read,
+    mut turn: Turn,
+    sink: &mut dyn EventSink,
+    url: &str,
+) -> Result<Reply, BackendError> {
+    let text = http::read_text(reader, url)?;
+    let message: WireMessage = serde_json::from_value(http::parse_json(&text)?)
+        .map_err(|e| BackendError::Protocol(format!("{url}: bad message ({e})")))?;
+    let stop_reason = message.stop_reason.clone();
+    let mut events = vec![StreamEvent::MessageStart {
+        message: WireMessage {
+            usage: message.usage,
+            ..WireMessage::default()
+        },
+    }];
+    for (index, block) in message.content.into_iter().enumerate() {
+        events.push(StreamEvent::ContentBlockStart {
+            index,
+            content_block: block,
+        });
+        events.push(StreamEvent::ContentBlockStop { index });
+    }
+    events.push(StreamEvent::MessageDelta {
+        delta: WireMessageDelta { stop_reason },
+        usage: None,
+    });
+    for event in events {
+        if turn.apply(event, sink) == Flow::Cancel {
+            return Ok(turn.cancelled());
+        }
+    }
+    Ok(turn.complete(sink))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::fake::{self, Canned, FakeServer};
+    use crate::backend::Sampling;
+    use crate::core::ToolCall;
+    use serde_json::json;
+
+    fn backend(server: &FakeServer, budget: Option<u32>) -> AnthropicBackend {
+        let mut api = ApiSettings::new(&server.base_url, "claude-test");
+        api.api_key = Some("sk-ant-test".into());
+        api.context_size = 200_000;
+        api.max_retries = 2;
+        AnthropicBackend::new(AnthropicConfig {
+            api,
+            thinking_budget: budget,
+        })
+    }
+
+    fn generate(
+        server: &FakeServer,
+        session: &Session,
+        events: &mut Vec<Event>,
+    ) -> Result<Reply, BackendError> {
+        let tools = fake::tools();
+        let sampling = Sampling {
+            max_tokens: Some(100),
+            temperature: Some(0.5),
+            ..Sampling::default()
+        };
+        let request = fake::request(&tools, &sampling, true);
+        backend(server, None).generate(session, &request, events)
+    }
+
+    fn stream(name: &str) -> Canned {
+        Canned::sse(fake::fixture("anthropic", name))
+    }
+
+    #[test]
+    fn every_fixture_decodes_the_same_split_at_every_offset() {
+        fake::check_splits("anthropic", "sse", |reader, sink| {
+            let turn = Turn::new(OutputFilter::new(vec!["read".into()]), 0);
+            read_stream(reader, turn, sink, "test")
+        });
+    }
+
+    #[test]
+    fn text_with_usage_and_a_well_formed_request() {
+        let server = FakeServer::start(vec![stream("text.sse")]);
+        let mut events = Vec::new();
+        let reply = generate(&server, &fake::session(), &mut events).expect("reply");
+        assert_eq!(reply.content, "héllo ✓ 日本 🦀");
+        assert_eq!(fake::content(&events), "héllo ✓ 日本 🦀");
+        assert_eq!(reply.finish, FinishReason::Stop);
+        assert_eq!(
+            reply.usage,
+            Some(Usage {
+                prompt_tokens: 25 + 3,
+                completion_tokens: 7
+            })
+        );
+        let requests = server.finish();
+        let request = &requests[0];
+        assert_eq!(request.url, "/v1/messages");
+        assert_eq!(request.header("x-api-key"), Some("sk-ant-test"));
+        assert_eq!(request.header("anthropic-version"), Some(API_VERSION));
+        assert_eq!(request.body["system"], "Be brief.");
+        assert_eq!(
+            request.body["messages"],
+            json!([{"role": "user", "content": [{"type": "text", "text": "hi"}]}])
+        );
+        assert_eq!(request.body["max_tokens"], 100);
+        assert_eq!(
+            request.body["tools"][1]["input_schema"],
+            json!({"type": "object"})
+        );
+        assert_eq!(request.body["tool_choice"], json!({"type": "auto"}));
+    }
+
+    #[test]
+    fn thinking_is_streamed_and_its_signature_kept() {
+        let server = FakeServer::start(vec![stream("thinking.sse")]);
+        let mut events = Vec::new();
+        let reply = generate(&server, &fake::session(), &mut events).expect("reply");
+        assert_eq!(fake::thinking(&events), "Let me think ✓.");
+        assert_eq!(reply.content, "42");
+        assert_eq!(
+            reply.artefacts,
+            [
+                Artefact::Thinking {
+                    origin: KIND.into(),
+                    text: "Let me think ✓.".into(),
+                    signature: "EqQBCgIYAh==".into()
+                },
+                Artefact::RedactedThinking {
+                    origin: KIND.into(),
+                    data: "opaque-bytes".into()
+                }
+            ]
+        );
+        server.finish();
+    }
+
+    #[test]
+    fn two_tool_calls_with_fragmented_arguments() {
+        let server = FakeServer::start(vec![stream("tool_calls.sse")]);
+        let reply = generate(&server, &fake::session(), &mut Vec::new()).expect("reply");
+        assert_eq!(reply.content, "Checking both.");
+        assert_eq!(reply.finish, FinishReason::ToolCalls);
+        let calls: Vec<(&str, &str, &Value)> = reply
+            .tool_calls
+            .iter()
+            .map(|c| (c.id.as_str(), c.name.as_str(), &c.arguments))
+            .collect();
+        assert_eq!(
+            calls,
+            [
+                ("toolu_01", "read", &json!({"path": "日本.txt"})),
+                ("toolu_02", "bash", &json!({"command": "ls"})),
+            ]
+        );
+        server.finish();
+    }
+
+    #[test]
+    fn mid_stream_error_is_typed_and_not_retried_after_output() {
+        let server = FakeServer::start(vec![stream("midstream_error.sse")]);
+        let mut events = Vec::new();
+        let error = generate(&server, &fake::session(), &mut events).expect_err("error");
+        assert!(
+            matches!(&error, BackendError::Http { status: 529, code, .. } if code == "overloaded_error"),
+            "{error:?}"
+        );
+        assert!(error.is_retryable());
+        assert_eq!(fake::content(&events), "partial");
+        assert_eq!(server.finish().len(), 1);
+    }
+
+    #[test]
+    fn overloaded_before_output_is_retried() {
+        let overloaded = Canned::json(
+            529,
+            json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
+        );
+        let limited = Canned::json(
+            429,
+            json!({"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}),
+        )
+        .with_header("retry-after", "0");
+        let server = FakeServer::start(vec![overloaded, limited, stream("text.sse")]);
+        let mut events = Vec::new();
+        let reply = generate(&server, &fake::session(), &mut events).expect("reply");
+        assert_eq!(reply.content, "héllo ✓ 日本 🦀");
+        assert_eq!(fake::notices(&events).len(), 2);
+        let requests = server.finish();
+        assert_eq!(requests.len(), 3);
+        assert_eq!(requests[0].body, requests[2].body);
+    }
+
+    #[test]
+    fn overflow_and_auth_errors_are_typed() {
+        let too_long = Canned::json(
+            400,
+            json!({"type": "error", "error": {"type": "invalid_request_error",
+                "message": "prompt is too long: 208310 tokens > 200000 maximum"}}),
+        );
+        let server = FakeServer::start(vec![too_long]);
+        let error = generate(&server, &fake::session(), &mut Vec::new()).expect_err("error");
+        assert_eq!(error.tokens_over(), Some(8310));
+        server.finish();
+        let denied = Canned::json(
+            401,
+            json!({"type": "error", "error": {"type": "authentication_error", "message": "invalid x-api-key"}}),
+        );
+        let server = FakeServer::start(vec![denied]);
+        let error = generate(&server, &fake::session(), &mut Vec::new()).expect_err("error");
+        assert_eq!(error.kind(), crate::core::error::ErrorKind::Auth);
+        assert_eq!(server.finish().len(), 1);
+    }
+
+    #[test]
+    fn truncated_stream_is_a_protocol_error_and_ping_is_ignored() {
+        let body = "event: ping\ndata: {\"type\":\"ping\"}\n\nevent: whatever\ndata: {\"type\":\"future_event\"}\n\n";
+        let server = FakeServer::start(vec![Canned::sse(body.as_bytes().to_vec())]);
+        let error = generate(&server, &fake::session(), &mut Vec::new()).expect_err("error");
+        assert!(matches!(error, BackendError::Protocol(_)), "{error:?}");
+        server.finish();
+    }
+
+    fn history() -> Session {
+        let mut session = fake::session();
+        let calls: Vec<ToolCall> = ["toolu_a", "toolu_b"]
+            .iter()
+            .map(|id| ToolCall {
+                id: id.to_string(),
+                name: "read".into(),
+                arguments: json!({"path": id}),
+            })
+            .collect();
+        let mut assistant = Message::assistant("");
+        assistant.tool_calls = calls.clone();
+        assistant.artefacts = vec![
+            Artefact::Thinking {
+                origin: KIND.into(),
+                text: "plan".into(),
+                signature: "sig-1".into(),
+            },
+            Artefact::Signature {
+                origin: "gemini".into(),
+                call_id: None,
+                signature: "gemini-only".into(),
+            },
+        ];
+        session.messages.push(assistant);
+        for call in &calls {
+            session
+                .messages
+                .push(Message::tool_result(call, "contents"));
+        }
+        session.messages.push(Message::user("and now?"));
+        session
+    }
+
+    #[test]
+    fn tool_results_answer_every_tool_use_in_the_next_user_turn() {
+        let sampling = Sampling::default();
+        let config = AnthropicConfig {
+            api: ApiSettings::new("http://x", "m"),
+            thinking_budget: thinking_budget(Some("medium")),
+        };
+        let session = history();
+        let request = fake::request(&[], &sampling, false);
+        let wire = serde_json::to_value(build_request(&config, &session, &request)).expect("json");
+        assert_eq!(
+            wire["messages"][1],
+            json!({"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "plan", "signature": "sig-1"},
+                {"type": "tool_use", "id": "toolu_a", "name": "read", "input": {"path": "toolu_a"}},
+                {"type": "tool_use", "id": "toolu_b", "name": "read", "input": {"path": "toolu_b"}}]})
+        );
+        assert_eq!(
+            wire["messages"][2],
+            json!({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_a", "content": "contents"},
+                {"type": "tool_result", "tool_use_id": "toolu_b", "content": "contents"},
+                {"type": "text", "text": "and now?"}]})
+        );
+        assert_eq!(wire["messages"].as_array().map(Vec::len), Some(3));
+        assert_eq!(
+            wire["thinking"],
+            json!({"type": "enabled", "budget_tokens": 8192})
+        );
+        assert_eq!(wire["max_tokens"], 8192 + 1024);
+        assert!(!wire.to_string().contains("gemini-only"));
+    }
+
+    #[test]
+    fn whole_reply_without_streaming() {
+        let body = json!({"id": "msg_1", "type": "message", "role": "assistant",
+            "content": [{"type": "thinking", "thinking": "hm", "signature": "s"},
+                        {"type": "text", "text": "Sure."},
+                        {"type": "tool_use", "id": "toolu_9", "name": "bash", "input": {"command": "pwd"}}],
+            "stop_reason": "tool_use", "usage": {"input_tokens": 9, "output_tokens": 4}});
+        let server = FakeServer::start(vec![Canned::json(200, body)]);
+        let tools = fake::tools();
+        let sampling = Sampling::default();
+        let request = fake::request(&tools, &sampling, false);
+        let reply = backend(&server, None)
+            .generate(&fake::session(), &request, &mut Vec::new())
+            .expect("reply");
+        assert_eq!(
+            (reply.content.as_str(), reply.thinking.as_str()),
+            ("Sure.", "hm")
+        );
+        assert_eq!(reply.tool_calls[0].arguments, json!({"command": "pwd"}));
+        assert_eq!(reply.finish, FinishReason::ToolCalls);
+        assert_eq!(server.finish()[0].body["stream"], false);
+    }
+
+    #[test]
+    fn cancel_keeps_the_partial_text() {
+        let server = FakeServer::start(vec![stream("text.sse")]);
+        let tools = fake::tools();
+        let sampling = Sampling::default();
+        let request = fake::request(&tools, &sampling, true);
+        let mut sink = |_event: Event| Flow::Cancel;
+        let reply = backend(&server, None)
+            .generate(&fake::session(), &request, &mut sink)
+            .expect("cancelled reply");
+        assert_eq!(reply.finish, FinishReason::Cancelled);
+        assert_eq!(reply.content, "héllo ✓ ");
+        server.finish();
+    }
+
+    #[test]
+    fn models_are_listed() {
+        let body = json!({"data": [{"type": "model", "id": "claude-a"}, {"type": "model", "id": "claude-b"}], "has_more": false});
+        let server = FakeServer::start(vec![Canned::json(200, body)]);
+        let models = backend(&server, None).list_models().expect("models");
+        assert_eq!(models, ["claude-a", "claude-b"]);
+        assert_eq!(server.finish()[0].url, "/v1/models");
+    }
+}

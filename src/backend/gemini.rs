@@ -1,0 +1,951 @@
+//! The Gemini backend: `models/{model}:streamGenerateContent?alt=sse` (or
+//! `:generateContent` when not streaming) with an `x-goog-api-key`.
+//!
+//! Mirrors [`super::openai`]: its own wire structs, converted from the core
+//! types in one place ([`build_request`]); bodies read through the shared SSE
+//! decoder, tool-call accumulator and output filter; failing and retrying is
+//! [`super::http`]'s job.
+//!
+//! Decisions worth knowing:
+//! - `functionCall` parts arrive whole, often without an id; ids are
+//!   synthesised by position (`call_0`, …), so the same reply always gets the same ids.
+//! - Every `thoughtSignature` is kept as an [`Artefact::Signature`] on the
+//!   assistant message (tied to its call id, or to the first text part) and
+//!   echoed unchanged on the same part later: Gemini 3 rejects history
+//!   without it. Signatures of other kinds are never sent here, nor these elsewhere.
+//! - The stream has no terminator; a stream that ends without any
+//!   `finishReason` was cut off and is a `Protocol` error.
+//! - Thought-summary parts (`thought: true`) become thinking, and are not sent back.
+
+use std::io::{BufRead, BufReader};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::estimate::TokenEstimator;
+use super::http::{self, ApiSettings};
+use super::{Backend, BackendInfo, GenerateRequest, Reply, ToolChoice, ToolSpec, Usage};
+use crate::core::{
+    Artefact, BackendError, Event, EventSink, FinishReason, Flow, Message, Role, Session, Stats,
+};
+use crate::log::{self, Category};
+use crate::stream::filter::OutputFilter;
+use crate::stream::sse::SseDecoder;
+use crate::stream::toolcall::ToolCallAccumulator;
+
+/// The backend kind, also the origin tag of the artefacts it stores.
+pub const KIND: &str = "gemini";
+
+/// Everything the backend needs, passed as a value.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GeminiConfig {
+    /// E.g. `https://generativelanguage.googleapis.com/v1beta`.
+    pub api: ApiSettings,
+    /// Thinking budget in tokens (`--reasoning`; 0 turns thinking off); `None` is the model's default.
+    pub thinking_budget: Option<u32>,
+}
+
+/// The thinking budget for a `--reasoning` level.
+pub fn thinking_budget(level: Option<&str>) -> Option<u32> {
+    match level? {
+        "off" => Some(0),
+        "low" => Some(1024),
+        "medium" => Some(8192),
+        "high" => Some(24_576),
+        _ => None,
+    }
+}
+
+/// A Gemini API endpoint.
+pub struct GeminiBackend {
+    config: GeminiConfig,
+    agent: ureq::Agent,
+    estimator: TokenEstimator,
+}
+
+impl GeminiBackend {
+    pub fn new(config: GeminiConfig) -> Self {
+        let agent = http::build_agent(&config.api.base_url, &config.api.timeouts);
+        GeminiBackend {
+            config,
+            agent,
+            estimator: TokenEstimator::default(),
+        }
+    }
+
+    fn url(&self, stream: bool) -> String {
+        let base = self.config.api.base();
+        let model = self.config.api.model.trim_start_matches("models/");
+        if stream {
+            format!("{base}/models/{model}:streamGenerateContent?alt=sse")
+        } else {
+            format!("{base}/models/{model}:generateContent")
+        }
+    }
+
+    fn authorised<B>(&self, builder: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
+        let builder = match self.config.api.api_key.as_deref() {
+            Some(key) => builder.header("x-goog-api-key", key),
+            None => builder,
+        };
+        self.config.api.with_headers(builder)
+    }
+
+    fn attempt(
+        &self,
+        url: &str,
+        body: &[u8],
+        request: &GenerateRequest<'_>,
+        sink: &mut dyn EventSink,
+    ) -> Result<Reply, BackendError> {
+        let builder = self
+            .authorised(self.agent.post(url))
+            .header("Content-Type", "application/json");
+        let response = http::send(builder, body, url)?;
+        let names = request.tools.iter().map(|t| t.name.clone()).collect();
+        let turn = Turn::new(OutputFilter::new(names), self.config.api.context_size);
+        let reader = BufReader::new(response.into_body().into_reader());
+        if request.stream {
+            read_stream(reader, turn, sink, url)
+        } else {
+            let text = http::read_text(reader, url)?;
+            read_whole(&text, turn, sink)
+        }
+    }
+
+    /// The model names `models` lists, without their `models/` prefix.
+    // Served by `--list-models` once that flag exists; tested against the fakes.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub fn list_models(&self) -> Result<Vec<String>, BackendError> {
+        let url = format!("{}/models", self.config.api.base());
+        let value = http::get_json(self.authorised(self.agent.get(&url)), &url)?;
+        let names = super::anthropic::ids_in(&value["models"], "name");
+        Ok(names
+            .into_iter()
+            .map(|n| n.trim_start_matches("models/").to_string())
+            .collect())
+    }
+}
+
+impl Backend for GeminiBackend {
+    fn info(&self) -> BackendInfo {
+        BackendInfo {
+            kind: KIND,
+            model: self.config.api.model.clone(),
+            context_size: self.config.api.context_size,
+            local: false,
+        }
+    }
+
+    fn generate(
+        &mut self,
+        session: &Session,
+        request: &GenerateRequest<'_>,
+        sink: &mut dyn EventSink,
+    ) -> Result<Reply, BackendError> {
+        let wire = build_request(&self.config, session, request);
+        let body = serde_json::to_vec(&wire)
+            .map_err(|e| BackendError::Protocol(format!("cannot encode request: {e}")))?;
+        let url = self.url(request.stream);
+        log::debug(Category::Llm, || {
+            format!(
+                "request: {} contents, {} bytes",
+                wire.contents.len(),
+                body.len()
+            )
+        });
+        let reply = http::with_retries(&self.config.api.policy(), sink, |sink| {
+            self.attempt(&url, &body, request, sink)
+        })?;
+        if let Some(usage) = reply.usage {
+            self.estimator
+                .calibrate(super::openai::prompt_chars(session), usage.prompt_tokens);
+        }
+        Ok(reply)
+    }
+
+    fn count_tokens(&self, message: &Message) -> u32 {
+        self.estimator.count_message(message)
+    }
+}
+
+// ---- request wire structs ----
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct GenerateContentRequest<'a> {
+    contents: Vec<WireContent<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    system_instruction: Option<WireSystem<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<WireTools<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_config: Option<WireToolConfig<'a>>,
+    generation_config: WireGenerationConfig<'a>,
+}
+
+#[derive(Debug, Serialize)]
+struct WireSystem<'a> {
+    parts: Vec<WirePart<'a>>,
+}
+
+#[derive(Debug, Serialize)]
+struct WireContent<'a> {
+    role: &'static str,
+    parts: Vec<WirePart<'a>>,
+}
+
+#[derive(Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct WirePart<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    text: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    function_call: Option<WireFunctionCall<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    function_response: Option<WireFunctionResponse<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    thought_signature: Option<&'a str>,
+}
+
+#[derive(Debug, Serialize)]
+struct WireFunctionCall<'a> {
+    id: &'a str,
+    name: &'a str,
+    args: Value,
+}
+
+#[derive(Debug, Serialize)]
+struct WireFunctionResponse<'a> {
+    id: &'a str,
+    name: &'a str,
+    response: WireToolOutput<'a>,
+}
+
+/// `response` must be an object; the tool's text goes under `result`.
+#[derive(Debug, Serialize)]
+struct WireToolOutput<'a> {
+    result: &'a str,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct WireTools<'a> {
+    function_declarations: Vec<WireDeclaration<'a>>,
+}
+
+#[derive(Debug, Serialize)]
+struct WireDeclaration<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Value,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct WireToolConfig<'a> {
+    function_calling_config: WireCallingConfig<'a>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct WireCallingConfig<'a> {
+    mode: &'static str,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    allowed_function_names: Vec<&'a str>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct WireGenerationConfig<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_output_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_p: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_k: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seed: Option<u64>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    stop_sequences: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    thinking_config: Option<WireThinkingConfig>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct WireThinkingConfig {
+    thinking_budget: u32,
+    include_thoughts: bool,
+}
+
+/// Converts the session and request into the wire request: the one place
+/// core types meet Gemini's request shape.
+fn build_request<'a>(
+    config: &'a GeminiConfig,
+    session: &'a Session,
+    request: &GenerateRequest<'a>,
+) -> GenerateContentRequest<'a> {
+    let sampling = request.sampling;
+    let declarations: Vec<WireDeclaration<'a>> = request
+        .tools
+        .iter()
+        .map(|spec: &'a ToolSpec| WireDeclaration {
+            name: &spec.name,
+            description: &spec.description,
+            parameters: &spec.parameters,
+        })
+        .collect();
+    let tools = if declarations.is_empty() {
+        Vec::new()
+    } else {
+        vec![WireTools {
+            function_declarations: declarations,
+        }]
+    };
+    GenerateContentRequest {
+        contents: wire_contents(session),
+        system_instruction: (!session.system_prompt.is_empty()).then(|| WireSystem {
+            parts: vec![text_part(&session.system_prompt, None)],
+        }),
+        tool_config: (!tools.is_empty()).then(|| wire_tool_config(request.tool_choice)),
+        tools,
+        generation_config: WireGenerationConfig {
+            max_output_tokens: sampling.max_tokens,
+            temperature: sampling.temperature,
+            top_p: sampling.top_p,
+            top_k: sampling.top_k,
+            seed: sampling.seed,
+            stop_sequences: &sampling.stop,
+            thinking_config: config.thinking_budget.map(|budget| WireThinkingConfig {
+                thinking_budget: budget,
+                include_thoughts: budget > 0,
+            }),
+        },
+    }
+}
+
+fn wire_tool_config(choice: &ToolChoice) -> WireToolConfig<'_> {
+    let (mode, allowed) = match choice {
+        ToolChoice::Auto => ("AUTO", Vec::new()),
+        ToolChoice::None => ("NONE", Vec::new()),
+        ToolChoice::Required => ("ANY", Vec::new()),
+        ToolChoice::Named(name) => ("ANY", vec![name.as_str()]),
+    };
+    WireToolConfig {
+        function_calling_config: WireCallingConfig {
+            mode,
+            allowed_function_names: allowed,
+        },
+    }
+}
+
+fn text_part<'a>(text: &'a str, signature: Option<&'a str>) -> WirePart<'a> {
+    WirePart {
+        text: Some(text),
+        thought_signature: signature,
+        ..WirePart::default()
+    }
+}
+
+/// The history as `user`/`model` contents; consecutive same-role ones merge.
+fn wire_contents(session: &Session) -> Vec<WireContent<'_>> {
+    let mut contents: Vec<WireContent<'_>> = Vec::new();
+    for message in &session.messages {
+        let (role, parts) = match message.role {
+            Role::Assistant => ("model", model_parts(message)),
+            Role::Tool => ("user", vec![function_response(message)]),
+            Role::User | Role::System if message.content.is_empty() => continue,
+            Role::User | Role::System => ("user", vec![text_part(&message.content, None)]),
+        };
+        if parts.is_empty() {
+            continue;
+        }
+        match contents.last_mut() {
+            Some(last) if last.role == role => last.parts.extend(parts),
+            _ => contents.push(WireContent { role, parts }),
+        }
+    }
+    contents
+}
+
+/// The signature Gemini attached to the part of `call_id` (`None`: the text part).
+fn signature_for<'a>(message: &'a Message, call_id: Option<&str>) -> Option<&'a str> {
+    message
+        .artefacts
+        .iter()
+        .find_map(|artefact| match artefact {
+            Artefact::Signature {
+                origin,
+                call_id: id,
+                signature,
+            } if origin == KIND && id.as_deref() == call_id => Some(signature.as_str()),
+            _ => None,
+        })
+}
+
+fn model_parts(message: &Message) -> Vec<WirePart<'_>> {
+    let mut parts = Vec::new();
+    if !message.content.is_empty() {
+        parts.push(text_part(&message.content, signature_for(message, None)));
+    }
+    parts.extend(message.tool_calls.iter().map(|call| WirePart {
+        function_call: Some(WireFunctionCall {
+            id: &call.id,
+            name: &call.name,
+            args: match &call.arguments {
+                object @ Value::Object(_) => object.clone(),
+                _ => Value::Object(serde_json::Map::new()),
+            },
+        }),
+        thought_signature: signature_for(message, Some(&call.id)),
+        ..WirePart::default()
+    }));
+    parts
+}
+
+fn function_response(message: &Message) -> WirePart<'_> {
+    WirePart {
+        function_response: Some(WireFunctionResponse {
+            id: message.tool_call_id.as_deref().unwrap_or_default(),
+            name: message.tool_name.as_deref().unwrap_or_default(),
+            response: WireToolOutput {
+                result: &message.content,
+            },
+        }),
+        ..WirePart::default()
+    }
+}
+
+// ---- response wire structs ----
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireResponse {
+    #[serde(default)]
+    candidates: Vec<WireCandidate>,
+    #[serde(default)]
+    usage_metadata: Option<WireUsage>,
+    #[serde(default)]
+    prompt_feedback: Option<WirePromptFeedback>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireCandidate {
+    #[serde(default)]
+    content: Option<WireReplyContent>,
+    #[serde(default)]
+    finish_reason: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct WireReplyContent {
+    #[serde(default)]
+    parts: Vec<WireReplyPart>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireReplyPart {
+    #[serde(default)]
+    text: Option<String>,
+    #[serde(default)]
+    thought: bool,
+    #[serde(default)]
+    function_call: Option<WireReplyCall>,
+    #[serde(default)]
+    thought_signature: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct WireReplyCall {
+    #[serde(default)]
+    id: Option<String>,
+    name: String,
+    #[serde(default)]
+    args: Value,
+}
+
+#[derive(Debug, Default, Clone, Copy, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireUsage {
+    #[serde(default)]
+    prompt_token_count: u64,
+    #[serde(default)]
+    candidates_token_count: u64,
+    #[serde(default)]
+    thoughts_token_count: u64,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WirePromptFeedback {
+    #[serde(default)]
+    block_reason: Option<String>,
+}
+
+/// What one generation has produced so far.
+struct Turn {
+    filter: OutputFilter,
+    calls: ToolCallAccumulator,
+    /// Signatures by call position (in arrival order), resolved to ids at the end.
+    call_signatures: Vec<(usize, String)>,
+    call_count: usize,
+    text_signature: Option<String>,
+    thinking: String,
+    finish: Option<FinishReason>,
+    usage: Option<WireUsage>,
+    context_size: u64,
+}
+
+impl Turn {
+    fn new(filter: OutputFilter, context_size: u64) -> Self {
+        Turn {
+            filter,
+            calls: ToolCallAccumulator::new(),
+            call_signatures: Vec::new(),
+            call_count: 0,
+            text_signature: None,
+            thinking: String::new(),
+            finish: None,
+            usage: None,
+            context_size,
+        }
+    }
+
+    fn apply(&mut self, response: WireResponse, sink: &mut dyn EventSink) -> Flow {
+        self.usage = response.usage_metadata.or(self.usage);
+        if let Some(reason) = response.prompt_feedback.and_then(|f| f.block_reason) {
+            sink.emit(Event::System(format!("the prompt was blocked ({reason})")));
+            self.finish = Some(FinishReason::Stop);
+        }
+        for candidate in response.candidates.into_iter().take(1) {
+            if let Some(reason) = candidate.finish_reason.as_deref() {
+                self.finish = Some(map_finish(reason, sink));
+            }
+            for part in candidate.content.map(|c| c.parts).unwrap_or_default() {
+                if self.part(part, sink) == Flow::Cancel {
+                    return Flow::Cancel;
+                }
+            }
+        }
+        Flow::Continue
+    }
+
+    fn part(&mut self, part: WireReplyPart, sink: &mut dyn EventSink) -> Flow {
+        if let Some(call) = part.function_call {
+            if let Some(signature) = part.thought_signature {
+                self.call_signatures.push((self.call_count, signature));
+            }
+            self.call_count += 1;
+            self.calls
+                .push_whole(call.id.as_deref(), &call.name, &call.args);
+            return Flow::Continue;
+        }
+        let text = part.text.unwrap_or_default();
+        if part.thought {
+            if text.is_empty() {
+                return Flow::Continue;
+            }
+            self.thinking.push_str(&text);
+            return sink.emit(Event::Thinking(text));
+        }
+        if let Some(signature) = part.thought_signature {
+            self.text_signature.get_or_insert(signature);
+        }
+        if text.is_empty() {
+            return Flow::Continue;
+        }
+        self.filter.push(&text, sink)
+    }
+
+    fn cancelled(self) -> Reply {
+        Reply {
+            content: self.filter.content().to_string(),
+            thinking: self.thinking + self.filter.thinking(),
+            tool_calls: Vec::new(),
+            finish: FinishReason::Cancelled,
+            usage: None,
+            artefacts: Vec::new(),
+        }
+    }
+
+    /// Flushes the filter, emits `Stats` and builds the reply.
+    fn complete(mut self, sink: &mut dyn EventSink) -> Reply {
+        if self.filter.finish(sink) == Flow::Cancel {
+            return self.cancelled();
+        }
+        let mut tool_calls = std::mem::take(&mut self.calls).finish();
+        let mut artefacts: Vec<Artefact> = self
+            .text_signature
+            .take()
+            .map(|signature| Artefact::Signature {
+                origin: KIND.into(),
+                call_id: None,
+                signature,
+            })
+            .into_iter()
+            .collect();
+        artefacts.extend(
+            self.call_signatures
+                .drain(..)
+                .filter_map(|(at, signature)| {
+                    Some(Artefact::Signature {
+                        origin: KIND.into(),
+                        call_id: Some(tool_calls.get(at)?.id.clone()),
+                        signature,
+                    })
+                }),
+        );
+        tool_calls.extend(self.filter.take_tool_calls().into_iter().map(|mut call| {
+            call.id.clear();
+            call
+        }));
+        crate::stream::toolcall::ensure_ids(&mut tool_calls);
+        let usage = self.usage.map(|u| Usage {
+            prompt_tokens: u.prompt_token_count,
+            completion_tokens: u.candidates_token_count + u.thoughts_token_count,
+        });
+        let counted = usage.unwrap_or_default();
+        sink.emit(Event::Stats(Stats {
+            prompt_tokens: counted.prompt_tokens,
+            completion_tokens: counted.completion_tokens,
+            context_used: counted.prompt_tokens + counted.completion_tokens,
+            context_size: self.context_size,
+            ..Stats::default()
+        }));
+        let finish = match self.finish {
+            _ if !tool_calls.is_empty() => FinishReason::ToolCalls,
+            Some(finish) => finish,
+            None => FinishReason::Stop,
+        };
+        Reply {
+            content: self.filter.content().to_string(),
+            thinking: self.thinking.clone() + self.filter.thinking(),
+            tool_calls,
+            finish,
+            usage,
+            artefacts,
+        }
+    }
+}
+
+/// Maps `finishReason`, telling the user about the ones that cut a reply short.
+fn map_finish(reason: &str, sink: &mut dyn EventSink) -> FinishReason {
+    match reason {
+        "STOP" | "FINISH_REASON_UNSPECIFIED" => FinishReason::Stop,
+        "MAX_TOKENS" => FinishReason::Length,
+        other => {
+            sink.emit(Event::System(format!("Gemini stopped the reply ({other})")));
+            FinishReason::Stop
+        }
+    }
+}
+
+/// One payload: an error object becomes its typed error.
+fn parse_response(data: &str) -> Result<WireResponse, BackendError> {
+    let value = http::parse_json(data)?;
+    if value.get("error").is_some_and(|e| !e.is_null()) {
+        return Err(http::error_from_value(&value));
+    }
+    serde_json::from_value(value)
+        .map_err(|e| BackendError::Protocol(format!("bad response from the server ({e})")))
+}
+
+/// Reads an SSE stream to its end (Gemini sends no terminator).
+fn read_stream(
+    reader: impl BufRead,
+    mut turn: Turn,
+    sink: &mut dyn EventSink,
+    url: &str,
+) -> Result<Reply, BackendError> {
+    for event in SseDecoder::new(reader) {
+        let event = event.map_err(|e| http::io_error(e, url))?;
+        let data = event.data.trim();
+        if data.is_empty() {
+            continue;
+        }
+        if turn.apply(parse_response(data)?, sink) == Flow::Cancel || sink.cancelled() {
+            return Ok(turn.cancelled());
+        }
+    }
+    if turn.finish.is_none() {
+        return Err(BackendError::Protocol(format!(
+            "{url}: the stream ended before a finishReason"
+        )));
+    }
+    Ok(turn.complete(sink))
+}
+
+/// Reads a whole `generateContent` response.
+fn read_whole(text: &str, mut turn: Turn, sink: &mut dyn EventSink) -> Result<Reply, BackendError> {
+    if turn.apply(parse_response(text)?, sink) == Flow::Cancel {
+        return Ok(turn.cancelled());
+    }
+    Ok(turn.complete(sink))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::fake::{self, Canned, FakeServer};
+    use crate::backend::Sampling;
+    use crate::core::ToolCall;
+    use serde_json::json;
+
+    fn backend(server: &FakeServer) -> GeminiBackend {
+        let mut api = ApiSettings::new(format!("{}/v1beta", server.base_url), "gemini-test");
+        api.api_key = Some("g-key".into());
+        api.max_retries = 2;
+        GeminiBackend::new(GeminiConfig {
+            api,
+            thinking_budget: thinking_budget(Some("low")),
+        })
+    }
+
+    fn generate(
+        server: &FakeServer,
+        session: &Session,
+        events: &mut Vec<Event>,
+    ) -> Result<Reply, BackendError> {
+        let tools = fake::tools();
+        let sampling = Sampling {
+            max_tokens: Some(100),
+            top_k: Some(3),
+            ..Sampling::default()
+        };
+        let request = fake::request(&tools, &sampling, true);
+        backend(server).generate(session, &request, events)
+    }
+
+    fn stream(name: &str) -> Canned {
+        Canned::sse(fake::fixture("gemini", name))
+    }
+
+    #[test]
+    fn every_fixture_decodes_the_same_split_at_every_offset() {
+        fake::check_splits("gemini", "sse", |reader, sink| {
+            let turn = Turn::new(OutputFilter::new(vec!["read".into()]), 0);
+            read_stream(reader, turn, sink, "test")
+        });
+    }
+
+    #[test]
+    fn text_with_usage_and_a_well_formed_request() {
+        let server = FakeServer::start(vec![stream("text.sse")]);
+        let mut events = Vec::new();
+        let reply = generate(&server, &fake::session(), &mut events).expect("reply");
+        assert_eq!(reply.content, "héllo ✓ 日本 🦀");
+        assert_eq!(fake::content(&events), reply.content);
+        assert_eq!(
+            reply.usage,
+            Some(Usage {
+                prompt_tokens: 12,
+                completion_tokens: 5
+            })
+        );
+        let requests = server.finish();
+        let request = &requests[0];
+        assert_eq!(
+            request.url,
+            "/v1beta/models/gemini-test:streamGenerateContent?alt=sse"
+        );
+        assert_eq!(request.header("x-goog-api-key"), Some("g-key"));
+        assert_eq!(
+            request.body["systemInstruction"],
+            json!({"parts": [{"text": "Be brief."}]})
+        );
+        assert_eq!(
+            request.body["contents"],
+            json!([{"role": "user", "parts": [{"text": "hi"}]}])
+        );
+        assert_eq!(
+            request.body["tools"][0]["functionDeclarations"][1]["name"],
+            "bash"
+        );
+        assert_eq!(
+            request.body["generationConfig"],
+            json!({"maxOutputTokens": 100, "topK": 3,
+                "thinkingConfig": {"thinkingBudget": 1024, "includeThoughts": true}})
+        );
+        assert_eq!(
+            request.body["toolConfig"],
+            json!({"functionCallingConfig": {"mode": "AUTO"}})
+        );
+    }
+
+    #[test]
+    fn thought_parts_are_thinking_and_signatures_are_kept() {
+        let server = FakeServer::start(vec![stream("thinking.sse")]);
+        let mut events = Vec::new();
+        let reply = generate(&server, &fake::session(), &mut events).expect("reply");
+        assert_eq!(fake::thinking(&events), "Pondering ✓.");
+        assert_eq!(reply.content, "42");
+        assert_eq!(
+            reply.artefacts,
+            [Artefact::Signature {
+                origin: KIND.into(),
+                call_id: None,
+                signature: "c2lnLXRleHQ=".into()
+            }]
+        );
+        server.finish();
+    }
+
+    #[test]
+    fn whole_function_calls_get_stable_ids_and_their_signatures() {
+        let server = FakeServer::start(vec![stream("tool_calls.sse")]);
+        let reply = generate(&server, &fake::session(), &mut Vec::new()).expect("reply");
+        let calls: Vec<(&str, &str, &Value)> = reply
+            .tool_calls
+            .iter()
+            .map(|c| (c.id.as_str(), c.name.as_str(), &c.arguments))
+            .collect();
+        assert_eq!(
+            calls,
+            [
+                ("call_0", "read", &json!({"path": "日本.txt"})),
+                ("call_1", "bash", &json!({"command": "ls"})),
+            ]
+        );
+        assert_eq!(reply.finish, FinishReason::ToolCalls);
+        assert_eq!(
+            reply.artefacts,
+            [Artefact::Signature {
+                origin: KIND.into(),
+                call_id: Some("call_0".into()),
+                signature: "c2lnLWNhbGw=".into()
+            }]
+        );
+        server.finish();
+    }
+
+    #[test]
+    fn function_responses_and_signatures_go_back_unchanged() {
+        let mut session = fake::session();
+        let calls: Vec<ToolCall> = ["call_0", "call_1"]
+            .iter()
+            .map(|id| ToolCall {
+                id: id.to_string(),
+                name: "read".into(),
+                arguments: json!({"path": id}),
+            })
+            .collect();
+        let mut assistant = Message::assistant("Reading.");
+        assistant.tool_calls = calls.clone();
+        assistant.artefacts = vec![
+            Artefact::Signature {
+                origin: KIND.into(),
+                call_id: Some("call_0".into()),
+                signature: "sig-A".into(),
+            },
+            Artefact::Thinking {
+                origin: "anthropic".into(),
+                text: "t".into(),
+                signature: "anthropic-only".into(),
+            },
+        ];
+        session.messages.push(assistant);
+        for call in &calls {
+            session.messages.push(Message::tool_result(call, "data"));
+        }
+        let server = FakeServer::start(vec![stream("text.sse")]);
+        generate(&server, &session, &mut Vec::new()).expect("reply");
+        let body = &server.finish()[0].body;
+        assert_eq!(
+            body["contents"][1],
+            json!({"role": "model", "parts": [
+                {"text": "Reading."},
+                {"functionCall": {"id": "call_0", "name": "read", "args": {"path": "call_0"}}, "thoughtSignature": "sig-A"},
+                {"functionCall": {"id": "call_1", "name": "read", "args": {"path": "call_1"}}}]})
+        );
+        assert_eq!(
+            body["contents"][2],
+            json!({"role": "user", "parts": [
+                {"functionResponse": {"id": "call_0", "name": "read", "response": {"result": "data"}}},
+                {"functionResponse": {"id": "call_1", "name": "read", "response": {"result": "data"}}}]})
+        );
+        assert!(!body.to_string().contains("anthropic-only"));
+    }
+
+    #[test]
+    fn mid_stream_error_is_typed() {
+        let server = FakeServer::start(vec![stream("midstream_error.sse")]);
+        let mut events = Vec::new();
+        let error = generate(&server, &fake::session(), &mut events).expect_err("error");
+        assert!(
+            matches!(&error, BackendError::Http { status: 503, code, .. } if code == "UNAVAILABLE"),
+            "{error:?}"
+        );
+        assert_eq!(fake::content(&events), "partial");
+        assert_eq!(server.finish().len(), 1);
+    }
+
+    #[test]
+    fn rate_limit_then_success_and_overflow_is_typed() {
+        let limited = Canned::json(
+            429,
+            json!({"error": {"code": 429, "message": "Resource exhausted", "status": "RESOURCE_EXHAUSTED"}}),
+        )
+        .with_header("Retry-After", "0");
+        let server = FakeServer::start(vec![limited, stream("text.sse")]);
+        let mut events = Vec::new();
+        let reply = generate(&server, &fake::session(), &mut events).expect("reply");
+        assert_eq!(reply.content, "héllo ✓ 日本 🦀");
+        assert_eq!(fake::notices(&events).len(), 1);
+        assert_eq!(server.finish().len(), 2);
+        let overflow = Canned::json(
+            400,
+            json!({"error": {"code": 400, "status": "INVALID_ARGUMENT",
+                "message": "The input token count (1200000) exceeds the maximum number of tokens allowed (1048576)."}}),
+        );
+        let server = FakeServer::start(vec![overflow]);
+        let error = generate(&server, &fake::session(), &mut Vec::new()).expect_err("error");
+        assert_eq!(error.tokens_over(), Some(1_200_000 - 1_048_576));
+        server.finish();
+    }
+
+    #[test]
+    fn cut_off_stream_is_a_protocol_error() {
+        let body = "data: {\"candidates\":[{\"content\":{\"role\":\"model\",\"parts\":[{\"text\":\"cut\"}]}}]}\n\n";
+        let server = FakeServer::start(vec![Canned::sse(body.as_bytes().to_vec())]);
+        let error = generate(&server, &fake::session(), &mut Vec::new()).expect_err("error");
+        assert!(matches!(error, BackendError::Protocol(_)), "{error:?}");
+        server.finish();
+    }
+
+    #[test]
+    fn whole_response_and_model_list() {
+        let body = json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "Done."}]}, "finishReason": "MAX_TOKENS"}],
+            "usageMetadata": {"promptTokenCount": 3, "candidatesTokenCount": 2}});
+        let models = json!({"models": [{"name": "models/gemini-a"}, {"name": "models/gemini-b"}]});
+        let server = FakeServer::start(vec![Canned::json(200, body), Canned::json(200, models)]);
+        let tools = fake::tools();
+        let sampling = Sampling::default();
+        let request = fake::request(&tools, &sampling, false);
+        let backend = {
+            let mut backend = backend(&server);
+            let reply = backend
+                .generate(&fake::session(), &request, &mut Vec::new())
+                .expect("reply");
+            assert_eq!(
+                (reply.content.as_str(), reply.finish),
+                ("Done.", FinishReason::Length)
+            );
+            backend
+        };
+        assert_eq!(
+            backend.list_models().expect("models"),
+            ["gemini-a", "gemini-b"]
+        );
+        let requests = server.finish();
+        assert_eq!(
+            requests[0].url,
+            "/v1beta/models/gemini-test:generateContent"
+        );
+        assert_eq!(requests[1].url, "/v1beta/models");
+    }
+}

@@ -1,0 +1,334 @@
+//! End-to-end tests of the Anthropic, Gemini and Ollama backends and of the
+//! provider failover chain, through the built binary.
+//!
+//! The upstreams are the same real tiny_http server as `fake_openai` (it
+//! replays whatever bytes it is given and records requests); the streams
+//! here are written from each provider's documented wire format.
+
+use serde_json::{json, Value};
+
+use crate::fake_openai::{text_stream, Canned, FakeOpenAi};
+use crate::harness::Sandbox;
+
+/// A named-event Anthropic SSE body.
+fn anthropic_sse(events: &[Value]) -> Canned {
+    let body: String = events
+        .iter()
+        .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or("")))
+        .collect();
+    Canned::sse_raw(&body)
+}
+
+fn anthropic_tool_call(id: &str, name: &str, args: &str) -> Canned {
+    let (head, tail) = args.split_at(args.len() / 2);
+    anthropic_sse(&[
+        json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant", "content": [], "usage": {"input_tokens": 50, "output_tokens": 1}}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": head}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": tail}}),
+        json!({"type": "content_block_stop", "index": 0}),
+        json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 20}}),
+        json!({"type": "message_stop"}),
+    ])
+}
+
+fn anthropic_text(text: &str, input_tokens: u64) -> Canned {
+    anthropic_sse(&[
+        json!({"type": "message_start", "message": {"id": "msg_2", "type": "message", "role": "assistant", "content": [], "usage": {"input_tokens": input_tokens, "output_tokens": 1}}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        json!({"type": "ping"}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}),
+        json!({"type": "content_block_stop", "index": 0}),
+        json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 40}}),
+        json!({"type": "message_stop"}),
+    ])
+}
+
+/// A Gemini SSE body: bare `data:` lines, ended by EOF.
+fn gemini_sse(chunks: &[Value]) -> Canned {
+    let body: String = chunks
+        .iter()
+        .map(|c| format!("data: {c}\r\n\r\n"))
+        .collect();
+    Canned::sse_raw(&body)
+}
+
+fn gemini_parts(parts: Value, prompt_tokens: u64) -> Canned {
+    gemini_sse(&[json!({
+        "candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}],
+        "usageMetadata": {"promptTokenCount": prompt_tokens, "candidatesTokenCount": 40, "totalTokenCount": prompt_tokens + 40}
+    })])
+}
+
+fn ollama_ndjson(lines: &[Value]) -> Canned {
+    let body: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    Canned {
+        status: 200,
+        headers: vec![("Content-Type".into(), "application/x-ndjson".into())],
+        body: body.into_bytes(),
+    }
+}
+
+fn ollama_done() -> Value {
+    json!({"model": "test", "message": {"role": "assistant", "content": ""}, "done": true, "done_reason": "stop",
+        "prompt_eval_count": 50, "prompt_eval_duration": 1_000_000, "eval_count": 10, "eval_duration": 2_000_000})
+}
+
+fn args<'a>(kind: &'a str, fake: &'a FakeOpenAi, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut all = vec![
+        "--backend",
+        kind,
+        "--api-base",
+        &fake.base_url,
+        "-m",
+        "test",
+        "--api-key",
+        "k-123",
+        "--context-size",
+        "8192",
+    ];
+    all.extend_from_slice(extra);
+    all
+}
+
+/// The foundation's end-to-end tool-use test, on another wire format:
+/// returns the second request's body for wire checks.
+fn list_directory_round_trip(kind: &str, script: Vec<Canned>) -> Value {
+    let fake = FakeOpenAi::start(script);
+    let sandbox = Sandbox::new(kind);
+    std::fs::write(sandbox.work().join("a.txt"), "a").unwrap();
+    std::fs::write(sandbox.work().join("b.txt"), "b").unwrap();
+    let run = sandbox.run(&args(kind, &fake, &["-e", "what files are here?"]), "");
+    assert_eq!(run.status, Some(0), "stderr: {}", run.stderr);
+    let mut lines = run.stdout.lines();
+    assert_eq!(lines.next(), Some("* list_directory(path=.)"));
+    assert!(lines.next().unwrap().starts_with("  ✓ "));
+    assert_eq!(lines.next(), Some("There are two files: a.txt and b.txt."));
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 2, "{requests:?}");
+    requests[1].body.clone()
+}
+
+const ANSWER: &str = "There are two files: a.txt and b.txt.";
+
+#[test]
+fn anthropic_agent_loop_with_tool_results_in_the_next_user_turn() {
+    let body = list_directory_round_trip(
+        "anthropic",
+        vec![
+            anthropic_tool_call("toolu_ls", "list_directory", r#"{"path": "."}"#),
+            anthropic_text(ANSWER, 80),
+        ],
+    );
+    let messages = body["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 3);
+    assert_eq!(
+        messages[1]["content"],
+        json!([{"type": "tool_use", "id": "toolu_ls", "name": "list_directory", "input": {"path": "."}}])
+    );
+    let result = &messages[2]["content"][0];
+    assert_eq!(
+        (&messages[2]["role"], &result["type"]),
+        (&json!("user"), &json!("tool_result"))
+    );
+    assert_eq!(result["tool_use_id"], "toolu_ls");
+    assert!(result["content"].as_str().unwrap().contains("b.txt"));
+    assert!(body["system"].as_str().is_some_and(|s| !s.is_empty()));
+}
+
+#[test]
+fn gemini_agent_loop_echoes_the_thought_signature() {
+    let call = json!([{"functionCall": {"name": "list_directory", "args": {"path": "."}}, "thoughtSignature": "U0lH"}]);
+    let body = list_directory_round_trip(
+        "gemini",
+        vec![
+            gemini_parts(call, 50),
+            gemini_parts(json!([{"text": ANSWER}]), 80),
+        ],
+    );
+    let contents = body["contents"].as_array().unwrap();
+    assert_eq!(
+        contents[1],
+        json!({"role": "model", "parts": [{"functionCall": {"id": "call_0", "name": "list_directory", "args": {"path": "."}}, "thoughtSignature": "U0lH"}]})
+    );
+    let response = &contents[2]["parts"][0]["functionResponse"];
+    assert_eq!(
+        (&response["id"], &response["name"]),
+        (&json!("call_0"), &json!("list_directory"))
+    );
+    assert!(response["response"]["result"]
+        .as_str()
+        .unwrap()
+        .contains("a.txt"));
+}
+
+#[test]
+fn ollama_agent_loop_sends_argument_objects() {
+    let call = json!({"model": "test", "message": {"role": "assistant", "content": "",
+        "tool_calls": [{"function": {"name": "list_directory", "arguments": {"path": "."}}}]}, "done": false});
+    let text = json!({"model": "test", "message": {"role": "assistant", "content": ANSWER}, "done": false});
+    let body = list_directory_round_trip(
+        "ollama",
+        vec![
+            ollama_ndjson(&[call, ollama_done()]),
+            ollama_ndjson(&[text, ollama_done()]),
+        ],
+    );
+    let messages = body["messages"].as_array().unwrap();
+    let assistant = &messages[messages.len() - 2];
+    assert_eq!(
+        assistant["tool_calls"],
+        json!([{"function": {"name": "list_directory", "arguments": {"path": "."}}}])
+    );
+    let tool = messages.last().unwrap();
+    assert_eq!(
+        (&tool["role"], &tool["tool_name"]),
+        (&json!("tool"), &json!("list_directory"))
+    );
+    assert_eq!(body["options"]["num_ctx"], 8192);
+}
+
+/// Three questions; the third overflows once, is evicted and retried.
+fn overflow_then_retry(kind: &str, answers: Vec<Canned>, overflow: Canned) -> Vec<Value> {
+    let mut script = answers;
+    let last = script.pop().expect("three answers");
+    script.push(overflow);
+    script.push(last);
+    let fake = FakeOpenAi::start(script);
+    let sandbox = Sandbox::new(kind);
+    let input: String = ["first question", "second question", "third question"]
+        .iter()
+        .map(|l| json!({"type": "user", "content": l}).to_string() + "\n")
+        .collect();
+    let run = sandbox.run(&args(kind, &fake, &["--json", "--notools"]), &input);
+    assert_eq!(run.status, Some(0), "stderr: {}", run.stderr);
+    let lines = run.json_lines();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["type"] == "system" && l["content"].as_str().unwrap().contains("evicted")),
+        "{lines:?}"
+    );
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 4);
+    assert!(requests[3].body_len < requests[2].body_len);
+    assert!(!requests[3].body.to_string().contains("first question"));
+    assert!(requests[3].body.to_string().contains("third question"));
+    lines
+}
+
+#[test]
+fn anthropic_overflow_evicts_and_retries() {
+    let overflow = Canned::json(
+        400,
+        json!({"type": "error", "error": {"type": "invalid_request_error", "message": "prompt is too long: 8300 tokens > 8192 maximum"}}),
+    );
+    let answers = ["one", "two", "three"]
+        .iter()
+        .map(|t| anthropic_text(t, 100))
+        .collect();
+    overflow_then_retry("anthropic", answers, overflow);
+}
+
+#[test]
+fn gemini_overflow_evicts_and_retries() {
+    let overflow = Canned::json(
+        400,
+        json!({"error": {"code": 400, "status": "INVALID_ARGUMENT", "message": "The input token count (8300) exceeds the maximum number of tokens allowed (8192)."}}),
+    );
+    let answers = ["one", "two", "three"]
+        .iter()
+        .map(|t| gemini_parts(json!([{"text": t}]), 100))
+        .collect();
+    overflow_then_retry("gemini", answers, overflow);
+}
+
+#[test]
+fn ollama_overflow_error_evicts_and_retries() {
+    let overflow = Canned::json(
+        400,
+        json!({"error": "the input length exceeds the context length"}),
+    );
+    let answers = ["one", "two", "three"]
+        .iter()
+        .map(|t| {
+            let line = json!({"model": "test", "message": {"role": "assistant", "content": t}, "done": false});
+            ollama_ndjson(&[line, ollama_done()])
+        })
+        .collect();
+    overflow_then_retry("ollama", answers, overflow);
+}
+
+/// Writes a config.json with `providers` to the sandbox.
+fn write_config(sandbox: &Sandbox, providers: Value) {
+    let dir = sandbox.config_dir().join("shepherd");
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = json!({"providers": providers});
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+}
+
+fn closed_port_url() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    format!("http://127.0.0.1:{port}/v1")
+}
+
+#[test]
+fn a_refused_provider_fails_over_to_the_next_and_says_so() {
+    let fake = FakeOpenAi::start(vec![Canned::sse(&text_stream(&["answered by B"]))]);
+    let sandbox = Sandbox::new("failover");
+    write_config(
+        &sandbox,
+        json!([
+            {"name": "A", "type": "anthropic", "model": "m", "api_key": "k", "base_url": closed_port_url(), "priority": 1},
+            {"name": "B", "type": "openai", "model": "test", "base_url": fake.base_url, "priority": 2},
+        ]),
+    );
+    let run = sandbox.run(&["--notools", "-e", "hello"], "");
+    assert_eq!(run.status, Some(0), "stderr: {}", run.stderr);
+    assert_eq!(run.stdout, "answered by B\n");
+    assert!(
+        run.stderr.contains("provider A failed (cannot connect")
+            && run.stderr.contains("switching to B"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(fake.requests().len(), 1);
+}
+
+#[test]
+fn an_auth_error_does_not_fail_over_and_says_why() {
+    let denied = FakeOpenAi::start(vec![Canned::json(
+        401,
+        json!({"type": "error", "error": {"type": "authentication_error", "message": "invalid x-api-key"}}),
+    )]);
+    let spare = FakeOpenAi::start(vec![Canned::sse(&text_stream(&["should not be used"]))]);
+    let sandbox = Sandbox::new("noauth");
+    write_config(
+        &sandbox,
+        json!([
+            {"name": "A", "type": "anthropic", "model": "m", "api_key": "k-secret-77", "base_url": denied.base_url, "priority": 1},
+            {"name": "B", "type": "openai", "model": "test", "base_url": spare.base_url, "priority": 2},
+        ]),
+    );
+    let run = sandbox.run(&["--notools", "-e", "hello"], "");
+    assert_eq!(run.status, Some(1), "stderr: {}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("not switching to B: authentication errors are not transient"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        !run.stderr.contains("k-secret-77"),
+        "the key must not be shown: {}",
+        run.stderr
+    );
+    assert_eq!(denied.requests().len(), 1);
+    assert_eq!(
+        denied.requests()[0].header("x-api-key"),
+        Some("k-secret-77")
+    );
+    assert!(spare.requests().is_empty());
+}
