@@ -5,7 +5,7 @@
 CARGO ?= cargo
 CACHE ?= $(HOME)/.cache/shepherd
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-APT_PACKAGES ?=
+APT_PACKAGES ?= tmux
 
 .PHONY: all build deps test fmt clippy clean no-async-runtime
 

@@ -1,4 +1,5 @@
-//! Builds the backend for the first provider of the configured chain.
+//! Builds the backend for the first provider of the configured chain, or for
+//! any one provider when the interactive front-ends switch.
 //!
 //! Each backend gets its own small config struct; this module is where the
 //! resolved [`Settings`] and a [`ProviderConfig`] are turned into one.
@@ -29,17 +30,25 @@ pub fn open_backend(settings: &Settings) -> Result<(Box<dyn Backend>, ProviderCo
                 .into(),
         ));
     };
-    let backend: Box<dyn Backend> = match provider.kind {
-        ProviderKind::Openai => Box::new(OpenAiBackend::new(openai_config(settings, provider)?)),
-        other => {
-            return Err(OpenError::Usage(format!(
-                "provider '{}' has type '{}', which this build does not support yet",
-                provider.name,
-                other.as_str()
-            )))
-        }
-    };
-    Ok((backend, provider.clone()))
+    Ok((open_provider(settings, provider)?, provider.clone()))
+}
+
+/// Opens one given provider: the first of the chain at start, another for
+/// the REPL's `/provider use|next` and `/model NAME`.
+pub fn open_provider(
+    settings: &Settings,
+    provider: &ProviderConfig,
+) -> Result<Box<dyn Backend>, OpenError> {
+    match provider.kind {
+        ProviderKind::Openai => Ok(Box::new(OpenAiBackend::new(openai_config(
+            settings, provider,
+        )?))),
+        other => Err(OpenError::Usage(format!(
+            "provider '{}' has type '{}', which this build does not support yet",
+            provider.name,
+            other.as_str()
+        ))),
+    }
 }
 
 fn openai_config(

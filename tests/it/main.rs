@@ -4,3 +4,4 @@
 mod cli;
 mod fake_openai;
 mod harness;
+mod terminal;
