@@ -432,3 +432,38 @@ fn tui_shows_status_bar_and_answers_queued_input_next() {
     tmux.key("C-d");
     tmux.wait_for("the TUI to leave", |s| !s.contains("cmdline | test"));
 }
+
+#[test]
+fn continue_restores_the_last_session_in_this_directory() {
+    let fake = FakeOpenAi::start(vec![
+        Canned::sse(&text_stream(&["Noted."])),
+        Canned::sse(&text_stream(&["You said remember me."])),
+    ]);
+    let sandbox = Sandbox::new("continue");
+    let args = fake_args(&fake.base_url, &["--continue"]);
+    {
+        let tmux = Tmux::start(&sandbox, &args);
+        tmux.wait_for("the prompt", |s| s.trim_end().ends_with('>'));
+        tmux.type_text("remember me");
+        tmux.key("Enter");
+        tmux.wait_text("Noted.");
+        tmux.key("C-d");
+        tmux.wait_for("shepherd to exit", |s| s.is_empty());
+    }
+    let tmux = Tmux::start(&sandbox, &args);
+    tmux.wait_text("[Continuing: 2 messages restored]");
+    tmux.type_text("what did I say?");
+    tmux.key("Enter");
+    tmux.wait_text("You said remember me.");
+    let requests = fake.requests();
+    let contents: Vec<&str> = requests[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["content"].as_str())
+        .collect();
+    assert!(
+        contents.contains(&"remember me") && contents.contains(&"Noted."),
+        "{contents:?}"
+    );
+}
