@@ -5,7 +5,7 @@
 CARGO ?= cargo
 CACHE ?= $(HOME)/.cache/shepherd
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-APT_PACKAGES ?= cmake clang libclang-dev
+APT_PACKAGES ?= cmake clang libclang-dev tmux
 PYTHON ?= python3
 MODEL_DIR ?= $(CACHE)/models
 MODEL_NAME := SmolLM2-135M-Instruct.Q4_1.gguf

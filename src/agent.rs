@@ -26,9 +26,6 @@ use crate::log::{self, Category};
 use crate::tools::{truncate, ToolContext, ToolOutput, ToolRegistry};
 
 /// What a front-end can ask of the agent. Operations run in the order sent.
-// Snapshot, Restore and SetBackend serve the cliserver's `/session`, the REPL's
-// `--continue` and provider switching, which the plain front-ends do not use.
-#[cfg_attr(not(test), allow(dead_code))]
 pub enum Op {
     /// Run one user prompt to completion (tool rounds included).
     Prompt(String),
@@ -40,6 +37,15 @@ pub enum Op {
     Restore(Session),
     /// Switch to another backend (provider switch or failover), keeping the conversation.
     SetBackend(Box<dyn Backend>),
+    /// Change which tools are offered (`/tools`); replies with the enabled names.
+    Tools(ToolsOp, Sender<Vec<String>>),
+}
+
+/// A change to the set of offered tools.
+pub enum ToolsOp {
+    List,
+    Enable(String),
+    Disable(String),
 }
 
 /// The agent's own settings, passed as values.
@@ -107,6 +113,12 @@ impl AgentHandle {
     /// Queues an operation. Returns false when the agent thread is gone.
     pub fn send(&self, op: Op) -> bool {
         self.ops.as_ref().is_some_and(|tx| tx.send(op).is_ok())
+    }
+
+    /// The event stream, for front-ends that `select!` over it together with
+    /// their own input instead of calling [`AgentHandle::run_prompt`].
+    pub fn events(&self) -> &Receiver<Event> {
+        &self.events
     }
 
     /// Asks the running prompt to stop as soon as possible.
@@ -230,6 +242,14 @@ impl Agent {
                 Op::SetBackend(backend) => {
                     self.backend = backend;
                     self.recount_tokens();
+                }
+                Op::Tools(change, reply) => {
+                    match change {
+                        ToolsOp::List => {}
+                        ToolsOp::Enable(glob) => self.tools.enable(&glob),
+                        ToolsOp::Disable(glob) => self.tools.disable(&glob),
+                    }
+                    let _ = reply.send(self.tools.names());
                 }
             }
         }

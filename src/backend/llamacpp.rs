@@ -857,6 +857,7 @@ fn finish_reply(prepared: &Prepared, generated: Generated) -> Result<Reply, Back
         tool_calls: Vec::new(),
         finish: generated.finish,
         usage: None,
+        artefacts: Vec::new(),
     };
     if generated.finish == FinishReason::Cancelled {
         reply.content = generated.text;

@@ -1,5 +1,6 @@
 //! Builds the backend: every provider of the configured chain, in priority
-//! order, wrapped in a [`FailoverBackend`] when there is more than one.
+//! order, wrapped in a [`FailoverBackend`] when there is more than one; and
+//! any single provider when the interactive front-ends switch.
 //!
 //! Each backend gets its own small config struct; this module is where the
 //! resolved [`Settings`] and a [`ProviderConfig`] are turned into one.
@@ -41,7 +42,7 @@ pub fn open_backend(settings: &Settings) -> Result<(Box<dyn Backend>, ProviderCo
     let mut chain = Vec::new();
     let mut first_error = None;
     for provider in &settings.providers {
-        match open_one(settings, provider) {
+        match open_provider(settings, provider) {
             Ok(backend) => chain.push(Provider {
                 name: provider.name.clone(),
                 backend,
@@ -70,8 +71,10 @@ pub fn open_backend(settings: &Settings) -> Result<(Box<dyn Backend>, ProviderCo
     }
 }
 
-/// Builds one provider's backend; connecting happens on the first request.
-fn open_one(settings: &Settings, provider: &ProviderConfig) -> Result<Box<dyn Backend>, OpenError> {
+/// Builds one provider's backend (connecting happens on the first request):
+/// each provider of the chain at start, another for the REPL's
+/// `/provider use|next` and `/model NAME`.
+pub fn open_provider(settings: &Settings, provider: &ProviderConfig) -> Result<Box<dyn Backend>, OpenError> {
     let reasoning = settings.reasoning.as_deref();
     Ok(match provider.kind {
         ProviderKind::Openai => Box::new(OpenAiBackend::new(openai_config(settings, provider)?)),

@@ -5,9 +5,14 @@
 //! configuration error. Everything below returns typed errors.
 
 mod connect;
+mod editor;
 mod json;
 mod line;
 mod render;
+mod repl;
+mod slash;
+mod terminal;
+mod tui;
 
 use std::io::{self, IsTerminal};
 use std::path::PathBuf;
@@ -127,6 +132,9 @@ fn chat(settings: &Settings) -> i32 {
             return EXIT_FAILURE;
         }
     };
+    if interactive(settings) {
+        return run_interactive(&agent, settings, provider);
+    }
     let interrupted = watch_signals(&agent);
     let ok = run_front_end(&agent, settings, &interrupted.stop);
     agent.shutdown();
@@ -134,6 +142,36 @@ fn chat(settings: &Settings) -> i32 {
         0 if ok => EXIT_OK,
         0 => EXIT_FAILURE,
         signum => 128 + signum,
+    }
+}
+
+/// The REPL or TUI runs when both ends are terminals and no `-e`/`--json` was given.
+fn interactive(settings: &Settings) -> bool {
+    settings.mode == Mode::Chat
+        && settings.prompt.is_none()
+        && io::stdin().is_terminal()
+        && io::stdout().is_terminal()
+}
+
+/// Runs the REPL (or `--tui`). They watch signals themselves: in raw mode
+/// Ctrl-C is a key, and a SIGTERM must leave the terminal restored.
+fn run_interactive(
+    agent: &AgentHandle,
+    settings: &Settings,
+    provider: config::ProviderConfig,
+) -> i32 {
+    let result = if settings.tui == Some(true) {
+        tui::run(agent, settings, provider)
+    } else {
+        repl::run(agent, settings, provider)
+    };
+    match result {
+        Ok(true) => EXIT_OK,
+        Ok(false) => EXIT_FAILURE,
+        Err(error) => {
+            eprintln!("shepherd: terminal error: {error}");
+            EXIT_FAILURE
+        }
     }
 }
 

@@ -30,6 +30,11 @@ pub struct Renderer<O: Write, E: Write> {
     /// Whether the last byte written to `out` ended a line.
     at_line_start: bool,
     in_thinking: bool,
+    in_code: bool,
+    /// Markdown table lines held back until the table ends, so columns can be aligned.
+    table: Vec<String>,
+    /// A table line still being streamed.
+    table_line: Option<String>,
 }
 
 const GREEN: &str = "\x1b[32m";
@@ -47,6 +52,9 @@ impl<O: Write, E: Write> Renderer<O, E> {
             options,
             at_line_start: true,
             in_thinking: false,
+            in_code: false,
+            table: Vec::new(),
+            table_line: None,
         }
     }
 
@@ -56,8 +64,16 @@ impl<O: Write, E: Write> Renderer<O, E> {
             self.in_thinking = false;
             self.end_line()?;
         }
+        if !matches!(event, Event::Content(_)) {
+            self.flush_table()?;
+        }
+        // A code block starts and ends on a line of its own.
+        if self.in_code != matches!(event, Event::CodeBlock(_)) {
+            self.in_code = !self.in_code;
+            self.end_line()?;
+        }
         match event {
-            Event::Content(text) => self.text(text, None)?,
+            Event::Content(text) => self.content(text)?,
             Event::CodeBlock(text) => self.text(text, Some(CYAN))?,
             Event::Thinking(text) if self.options.show_thinking => {
                 self.in_thinking = true;
@@ -86,6 +102,40 @@ impl<O: Write, E: Write> Renderer<O, E> {
             }
         }
         self.out.flush()
+    }
+
+    /// Answer text, with markdown table lines held back for alignment.
+    fn content(&mut self, text: &str) -> io::Result<()> {
+        for piece in text.split_inclusive('\n') {
+            let starts_table = self.at_line_start && piece.starts_with('|');
+            if self.table_line.is_none() && !starts_table {
+                if self.at_line_start {
+                    self.flush_table()?;
+                }
+                self.text(piece, None)?;
+                continue;
+            }
+            let line = self.table_line.get_or_insert_with(String::new);
+            line.push_str(piece.trim_end_matches('\n'));
+            if piece.ends_with('\n') {
+                let done = self.table_line.take().unwrap_or_default();
+                self.table.push(done);
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the held table with its columns aligned.
+    fn flush_table(&mut self) -> io::Result<()> {
+        self.table.extend(self.table_line.take());
+        if self.table.is_empty() {
+            return Ok(());
+        }
+        let rows = std::mem::take(&mut self.table);
+        for line in align_table(&rows) {
+            self.text(&(line + "\n"), None)?;
+        }
+        Ok(())
     }
 
     fn paint(&self, text: &str, color: Option<&str>) -> String {
@@ -125,6 +175,50 @@ impl<O: Write, E: Write> Renderer<O, E> {
         let painted = self.paint(text, Some(color));
         writeln!(self.err, "{painted}")
     }
+}
+
+/// Markdown table rows with every column padded to its widest cell;
+/// separator rows (`|---|:--:|`) become dashes of the column's width.
+pub fn align_table(rows: &[String]) -> Vec<String> {
+    let cells: Vec<Vec<String>> = rows.iter().map(|r| table_cells(r)).collect();
+    let columns = cells.iter().map(Vec::len).max().unwrap_or(0);
+    // Three is the narrowest a separator (`---`) can be.
+    let mut widths = vec![3usize; columns];
+    for row in cells.iter().filter(|r| !is_separator(r)) {
+        for (index, cell) in row.iter().enumerate() {
+            widths[index] = widths[index].max(cell.chars().count());
+        }
+    }
+    cells
+        .iter()
+        .map(|row| {
+            let separator = is_separator(row);
+            let padded: Vec<String> = (0..columns)
+                .map(|index| {
+                    let cell = row.get(index).map_or("", String::as_str);
+                    match separator {
+                        true => "-".repeat(widths[index]),
+                        false => {
+                            format!("{cell}{}", " ".repeat(widths[index] - cell.chars().count()))
+                        }
+                    }
+                })
+                .collect();
+            format!("| {} |", padded.join(" | "))
+        })
+        .collect()
+}
+
+fn table_cells(row: &str) -> Vec<String> {
+    let inner = row.trim().trim_start_matches('|');
+    let inner = inner.strip_suffix('|').unwrap_or(inner);
+    inner.split('|').map(|c| c.trim().to_string()).collect()
+}
+
+fn is_separator(cells: &[String]) -> bool {
+    cells
+        .iter()
+        .all(|c| !c.is_empty() && c.chars().all(|ch| matches!(ch, '-' | ':')))
 }
 
 /// `name(key=value, ...)` with long values cut.
@@ -281,6 +375,45 @@ mod tests {
         };
         let (out, _) = render(&events, shown);
         assert_eq!(out, "hmm\nhi\n");
+    }
+
+    #[test]
+    fn tables_are_aligned_even_when_streamed_in_pieces() {
+        let text = "Here:\n| a | bb |\n|---|:-:|\n| ccc ✓ | d |\nDone.";
+        let expected = "Here:\n| a     | bb  |\n| ----- | --- |\n| ccc ✓ | d   |\nDone.\n";
+        let chars: Vec<char> = text.chars().collect();
+        for split in 0..=chars.len() {
+            let first: String = chars[..split].iter().collect();
+            let second: String = chars[split..].iter().collect();
+            let events = [
+                Event::Content(first),
+                Event::Content(second),
+                Event::Stop(FinishReason::Stop),
+            ];
+            let (out, _) = render(&events, RenderOptions::default());
+            assert_eq!(out, expected, "split at {split}");
+        }
+        // A table at the very end is written when the turn stops.
+        let events = [
+            Event::Content("| x | y |".into()),
+            Event::Stop(FinishReason::Stop),
+        ];
+        assert_eq!(
+            render(&events, RenderOptions::default()).0,
+            "| x   | y   |\n"
+        );
+    }
+
+    #[test]
+    fn code_blocks_are_set_apart() {
+        let events = [
+            Event::Content("Run".into()),
+            Event::CodeBlock("ls -l".into()),
+            Event::Content("then".into()),
+            Event::Stop(FinishReason::Stop),
+        ];
+        let (out, _) = render(&events, RenderOptions::default());
+        assert_eq!(out, "Run\nls -l\nthen\n");
     }
 
     #[test]

@@ -5,3 +5,4 @@ mod backends;
 mod cli;
 mod fake_openai;
 mod harness;
+mod terminal;

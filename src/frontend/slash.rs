@@ -1,0 +1,424 @@
+//! Slash commands of the interactive front-ends, and the sessions they save.
+//!
+//! [`parse`] turns a typed line into a [`Command`]; [`Conversation`] holds
+//! what the REPL and the TUI share (the agent, the current provider, the
+//! queue of text typed while the model answers) and runs commands, prompts
+//! and queued input the same way for both. Commands talk to the agent only
+//! through [`Op`]s; provider switches build the new backend with
+//! `connect.rs`. Saved sessions and the `--continue` file live under the XDG
+//! state directory and are written atomically.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::agent::{AgentHandle, Op, ToolsOp};
+use crate::commands;
+use crate::config::resolve::Settings;
+use crate::config::{self, ProviderConfig};
+use crate::core::Session;
+
+use super::connect::{self, OpenError};
+
+/// How long a command waits for the agent to answer a query.
+const AGENT_REPLY_TIMEOUT: Duration = Duration::from_secs(5);
+
+const HELP: &str = "\
+Commands:
+  /help                         this list
+  /clear                        forget the conversation
+  /provider [list|use NAME|next] show or switch providers
+  /model [list|NAME]            show or switch the model
+  /tools [list|enable GLOB|disable GLOB]
+  /config [KEY [VALUE]]         show or change config.json
+  /save [NAME]                  save the conversation
+  /load NAME                    load a saved conversation
+  /quit, exit, quit             leave
+Keys: Esc or Ctrl-C cancels a reply, Esc Esc clears the line, Up/Down recall, Ctrl-D exits.";
+
+/// A parsed slash command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    Help,
+    Clear,
+    ProviderList,
+    ProviderUse(String),
+    ProviderNext,
+    Model(Option<String>),
+    Tools(ToolsChange),
+    Config(Vec<String>),
+    Save(Option<String>),
+    Load(String),
+    Quit,
+}
+
+/// `/tools` arguments, kept apart from the agent's [`ToolsOp`] so parsing stays pure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolsChange {
+    List,
+    Enable(String),
+    Disable(String),
+}
+
+/// Parses a line: `None` when it is a prompt, not a command.
+pub fn parse(line: &str) -> Option<Result<Command, String>> {
+    let line = line.trim();
+    if line == "exit" || line == "quit" {
+        return Some(Ok(Command::Quit));
+    }
+    let rest = line.strip_prefix('/')?;
+    let words: Vec<&str> = rest.split_whitespace().collect();
+    Some(parse_words(&words))
+}
+
+fn parse_words(words: &[&str]) -> Result<Command, String> {
+    let owned = |w: &&str| w.to_string();
+    Ok(match words {
+        ["help"] | ["?"] => Command::Help,
+        ["clear"] => Command::Clear,
+        ["provider"] | ["provider", "list"] => Command::ProviderList,
+        ["provider", "next"] => Command::ProviderNext,
+        ["provider", "use", name] => Command::ProviderUse(name.to_string()),
+        ["model"] | ["model", "list"] => Command::Model(None),
+        ["model", name] => Command::Model(Some(name.to_string())),
+        ["tools"] | ["tools", "list"] => Command::Tools(ToolsChange::List),
+        ["tools", "enable", glob] => Command::Tools(ToolsChange::Enable(glob.to_string())),
+        ["tools", "disable", glob] => Command::Tools(ToolsChange::Disable(glob.to_string())),
+        ["config", args @ ..] if args.len() <= 2 => {
+            Command::Config(args.iter().map(owned).collect())
+        }
+        ["save"] => Command::Save(None),
+        ["save", name] => Command::Save(Some(name.to_string())),
+        ["load", name] => Command::Load(name.to_string()),
+        ["quit"] | ["exit"] => Command::Quit,
+        [] => return Err("empty command; /help lists them".into()),
+        [name, ..] => {
+            return Err(format!(
+                "unknown or malformed command '/{name}'; /help lists them"
+            ))
+        }
+    })
+}
+
+/// What starting a line led to, for the front-end to show.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Started {
+    /// A prompt went to the agent; its events follow.
+    Prompt,
+    /// A command ran; these lines are its output.
+    Output(Vec<String>),
+    Quit,
+}
+
+/// The state the REPL and TUI share.
+pub struct Conversation<'a> {
+    pub agent: &'a AgentHandle,
+    pub settings: &'a Settings,
+    pub provider: ProviderConfig,
+    /// Lines typed while the model answered, sent in order afterwards.
+    pub queue: VecDeque<String>,
+    pub busy: bool,
+}
+
+impl<'a> Conversation<'a> {
+    pub fn new(agent: &'a AgentHandle, settings: &'a Settings, provider: ProviderConfig) -> Self {
+        Conversation {
+            agent,
+            settings,
+            provider,
+            queue: VecDeque::new(),
+            busy: false,
+        }
+    }
+
+    /// Starts a line now (the agent is idle): a command, or a prompt.
+    pub fn start(&mut self, line: &str) -> Started {
+        match parse(line) {
+            Some(Ok(Command::Quit)) => Started::Quit,
+            Some(Ok(command)) => Started::Output(self.run(command)),
+            Some(Err(message)) => Started::Output(vec![message]),
+            None => {
+                self.busy = self.agent.send(Op::Prompt(line.to_string()));
+                Started::Prompt
+            }
+        }
+    }
+
+    /// The next queued line, once the agent is idle.
+    pub fn next_queued(&mut self) -> Option<String> {
+        if self.busy {
+            return None;
+        }
+        self.queue.pop_front()
+    }
+
+    fn run(&mut self, command: Command) -> Vec<String> {
+        let result = match command {
+            Command::Help => Ok(HELP.lines().map(String::from).collect()),
+            Command::Clear => {
+                self.agent.send(Op::Clear);
+                Ok(vec!["[Conversation cleared]".into()])
+            }
+            Command::ProviderList => Ok(self.provider_list()),
+            Command::ProviderUse(name) => self.use_provider_named(&name),
+            Command::ProviderNext => self.use_next_provider(),
+            Command::Model(None) => Ok(self.model_lines()),
+            Command::Model(Some(model)) => self.use_model(model),
+            Command::Tools(change) => self.tools(change),
+            Command::Config(words) => self.config(&words),
+            Command::Save(name) => self.save(name.as_deref().unwrap_or("default")),
+            Command::Load(name) => self.load(&name),
+            Command::Quit => Ok(Vec::new()),
+        };
+        result.unwrap_or_else(|message| vec![format!("error: {message}")])
+    }
+
+    fn provider_list(&self) -> Vec<String> {
+        let current = &self.provider.name;
+        self.settings
+            .providers
+            .iter()
+            .map(|p| {
+                let mark = if &p.name == current { "*" } else { " " };
+                let model = p.model.as_deref().unwrap_or("?");
+                format!("{mark} {} ({}, {model})", p.name, p.kind.as_str())
+            })
+            .collect()
+    }
+
+    fn use_provider_named(&mut self, name: &str) -> Result<Vec<String>, String> {
+        let provider = self
+            .settings
+            .providers
+            .iter()
+            .find(|p| p.name == name)
+            .ok_or_else(|| format!("no provider named '{name}'; /provider list shows them"))?;
+        self.switch_to(provider.clone())
+    }
+
+    fn use_next_provider(&mut self) -> Result<Vec<String>, String> {
+        let providers = &self.settings.providers;
+        let index = providers.iter().position(|p| p.name == self.provider.name);
+        let next = index.map_or(0, |i| (i + 1) % providers.len().max(1));
+        let provider = providers
+            .get(next)
+            .ok_or("no providers configured")?
+            .clone();
+        self.switch_to(provider)
+    }
+
+    fn use_model(&mut self, model: String) -> Result<Vec<String>, String> {
+        let mut provider = self.provider.clone();
+        provider.model = Some(model);
+        self.switch_to(provider)
+    }
+
+    /// Builds the provider's backend and hands it to the agent; the conversation stays.
+    fn switch_to(&mut self, provider: ProviderConfig) -> Result<Vec<String>, String> {
+        let backend = connect::open_provider(self.settings, &provider)
+            .map_err(|OpenError::Usage(message)| message)?;
+        if !self.agent.send(Op::SetBackend(backend)) {
+            return Err("the agent has stopped".into());
+        }
+        self.provider = provider;
+        Ok(vec![format!("[Switched to {}]", self.status_left())])
+    }
+
+    fn model_lines(&self) -> Vec<String> {
+        vec![format!(
+            "model: {} (switch with /model NAME)",
+            self.provider.model.as_deref().unwrap_or("?")
+        )]
+    }
+
+    fn tools(&self, change: ToolsChange) -> Result<Vec<String>, String> {
+        let op = match change {
+            ToolsChange::List => ToolsOp::List,
+            ToolsChange::Enable(glob) => ToolsOp::Enable(glob),
+            ToolsChange::Disable(glob) => ToolsOp::Disable(glob),
+        };
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        self.agent.send(Op::Tools(op, tx));
+        let names = rx
+            .recv_timeout(AGENT_REPLY_TIMEOUT)
+            .map_err(|_| "the agent did not answer")?;
+        Ok(vec![format!("enabled tools: {}", names.join(", "))])
+    }
+
+    fn config(&self, words: &[String]) -> Result<Vec<String>, String> {
+        let mut out = Vec::new();
+        commands::run_config(words, &self.settings.config_path, &mut out)
+            .map_err(|e| e.to_string())?;
+        Ok(String::from_utf8_lossy(&out)
+            .lines()
+            .map(String::from)
+            .collect())
+    }
+
+    fn save(&self, name: &str) -> Result<Vec<String>, String> {
+        let path = named_session_path(name)?;
+        let session = snapshot(self.agent).ok_or("the agent did not answer")?;
+        save_session(&path, &session)
+            .map_err(|e| format!("cannot save {}: {e}", path.display()))?;
+        Ok(vec![format!("[Saved to {}]", path.display())])
+    }
+
+    fn load(&self, name: &str) -> Result<Vec<String>, String> {
+        let path = named_session_path(name)?;
+        let session = load_session(&path)?;
+        let count = session.messages.len();
+        self.agent.send(Op::Restore(session));
+        Ok(vec![format!("[Loaded {name}: {count} messages]")])
+    }
+
+    /// `provider | model`, the left of the TUI's status bar.
+    pub fn status_left(&self) -> String {
+        format!(
+            "{} | {}",
+            self.provider.name,
+            self.provider.model.as_deref().unwrap_or("?")
+        )
+    }
+}
+
+/// A copy of the agent's session, once the queued operations before it ran.
+pub fn snapshot(agent: &AgentHandle) -> Option<Session> {
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    agent.send(Op::Snapshot(tx));
+    rx.recv_timeout(AGENT_REPLY_TIMEOUT).ok()
+}
+
+/// `$XDG_STATE_HOME/shepherd`, else `~/.local/state/shepherd`.
+pub fn state_dir() -> PathBuf {
+    let xdg = std::env::var_os("XDG_STATE_HOME").map(PathBuf::from);
+    match xdg {
+        // The XDG spec says relative values are invalid and must be ignored.
+        Some(dir) if dir.is_absolute() => dir.join("shepherd"),
+        _ => {
+            let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
+            home.join(".local/state/shepherd")
+        }
+    }
+}
+
+/// Where `/save NAME` writes; the name must be a plain file name.
+fn named_session_path(name: &str) -> Result<PathBuf, String> {
+    let plain = name
+        .chars()
+        .all(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if name.is_empty() || name.starts_with('.') || !plain {
+        return Err(format!(
+            "'{name}' is not a session name (letters, digits, '-', '_', '.')"
+        ));
+    }
+    Ok(state_dir().join("sessions").join(format!("{name}.json")))
+}
+
+/// The `--continue` file for a working directory: one per directory.
+pub fn continue_path(cwd: &Path) -> PathBuf {
+    let name = format!(
+        "last-{:016x}.json",
+        fnv1a(cwd.as_os_str().as_encoded_bytes())
+    );
+    state_dir().join("sessions").join(name)
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, b| {
+        (hash ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+pub fn save_session(path: &Path, session: &Session) -> std::io::Result<()> {
+    let bytes = serde_json::to_vec_pretty(session).map_err(std::io::Error::other)?;
+    config::write_atomic(path, &bytes)
+}
+
+pub fn load_session(path: &Path) -> Result<Session, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    serde_json::from_str(&text)
+        .map_err(|e| format!("{} is not a saved session: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(line: &str, expected: Option<Result<Command, String>>) {
+        assert_eq!(parse(line), expected, "parsing {line:?}");
+    }
+
+    #[test]
+    fn commands_parse() {
+        use Command::*;
+        check("/help", Some(Ok(Help)));
+        check(" /clear ", Some(Ok(Clear)));
+        check("/provider", Some(Ok(ProviderList)));
+        check("/provider list", Some(Ok(ProviderList)));
+        check("/provider next", Some(Ok(ProviderNext)));
+        check("/provider use local", Some(Ok(ProviderUse("local".into()))));
+        check("/model", Some(Ok(Model(None))));
+        check("/model gpt-4o", Some(Ok(Model(Some("gpt-4o".into())))));
+        check(
+            "/tools disable web*",
+            Some(Ok(Tools(ToolsChange::Disable("web*".into())))),
+        );
+        check(
+            "/tools enable bash",
+            Some(Ok(Tools(ToolsChange::Enable("bash".into())))),
+        );
+        check("/config", Some(Ok(Config(vec![]))));
+        check(
+            "/config stats true",
+            Some(Ok(Config(vec!["stats".into(), "true".into()]))),
+        );
+        check("/save", Some(Ok(Save(None))));
+        check("/load mine", Some(Ok(Load("mine".into()))));
+        check("/quit", Some(Ok(Quit)));
+        check("exit", Some(Ok(Quit)));
+        check("quit", Some(Ok(Quit)));
+    }
+
+    #[test]
+    fn prompts_and_bad_commands() {
+        check("hello /help", None);
+        check("exit now", None);
+        assert!(matches!(parse("/bogus"), Some(Err(m)) if m.contains("/bogus")));
+        assert!(matches!(parse("/provider use"), Some(Err(_))));
+        assert!(matches!(parse("/"), Some(Err(_))));
+    }
+
+    #[test]
+    fn session_names_cannot_leave_the_sessions_dir() {
+        for bad in ["", "../x", ".hidden", "a/b", "a b"] {
+            assert!(named_session_path(bad).is_err(), "{bad:?}");
+        }
+        let path = named_session_path("my-chat_1.v2").unwrap();
+        assert!(path.ends_with("sessions/my-chat_1.v2.json"));
+    }
+
+    #[test]
+    fn continue_file_differs_per_directory() {
+        let a = continue_path(Path::new("/work/a"));
+        let b = continue_path(Path::new("/work/b"));
+        assert_ne!(a, b);
+        assert_eq!(a, continue_path(Path::new("/work/a")));
+    }
+
+    #[test]
+    fn sessions_round_trip_and_bad_files_are_errors() {
+        let dir = crate::config::test_support::temp_dir("slash");
+        let path = dir.join("s.json");
+        let mut session = Session::new("sys");
+        session.messages.push(crate::core::Message::user("hi ✓"));
+        save_session(&path, &session).unwrap();
+        let loaded = load_session(&path).unwrap();
+        assert_eq!(loaded.messages[0].content, "hi ✓");
+        std::fs::write(&path, "not json").unwrap();
+        assert!(load_session(&path)
+            .unwrap_err()
+            .contains("not a saved session"));
+        assert!(load_session(&dir.join("missing.json")).is_err());
+    }
+}
