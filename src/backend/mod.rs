@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use crate::core::{BackendError, EventSink, FinishReason, Message, Session, ToolCall};
 
+pub mod cli;
 pub mod estimate;
 pub mod http;
 pub mod openai;

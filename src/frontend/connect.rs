@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use crate::backend::cli::{CliBackend, CliConfig};
 use crate::backend::http::Timeouts;
 use crate::backend::openai::{AzureDeployment, MaxTokensParam, OpenAiBackend, OpenAiConfig};
 use crate::backend::Backend;
@@ -15,6 +16,9 @@ use crate::config::{ProviderConfig, ProviderKind};
 pub enum OpenError {
     Usage(String),
 }
+
+/// Default CLI server when a `cli` provider names none.
+const CLI_BASE: &str = "http://localhost:8000";
 
 /// Default OpenAI endpoint when a provider names none.
 const OPENAI_BASE: &str = "https://api.openai.com/v1";
@@ -31,6 +35,7 @@ pub fn open_backend(settings: &Settings) -> Result<(Box<dyn Backend>, ProviderCo
     };
     let backend: Box<dyn Backend> = match provider.kind {
         ProviderKind::Openai => Box::new(OpenAiBackend::new(openai_config(settings, provider)?)),
+        ProviderKind::Cli => Box::new(CliBackend::new(cli_config(settings, provider))),
         other => {
             return Err(OpenError::Usage(format!(
                 "provider '{}' has type '{}', which this build does not support yet",
@@ -88,4 +93,23 @@ fn openai_config(
         max_tokens_param,
         ..OpenAiConfig::new(base_url, model)
     })
+}
+
+/// A `cli` provider needs no model: the server decides.
+fn cli_config(settings: &Settings, provider: &ProviderConfig) -> CliConfig {
+    CliConfig {
+        base_url: provider
+            .base_url
+            .clone()
+            .unwrap_or_else(|| CLI_BASE.to_string()),
+        api_key: provider.api_key.clone(),
+        model: provider
+            .model
+            .clone()
+            .unwrap_or_else(|| "remote".to_string()),
+        timeouts: Timeouts {
+            per_read: Duration::from_secs(settings.timeout_secs.max(30)),
+            ..Timeouts::default()
+        },
+    }
 }

@@ -2,5 +2,6 @@
 //! real HTTP servers on 127.0.0.1:0 that replay recorded streams.
 
 mod cli;
+mod cli_server;
 mod fake_openai;
 mod harness;
