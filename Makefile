@@ -7,7 +7,7 @@ CACHE ?= $(HOME)/.cache/shepherd
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES ?=
 
-.PHONY: all build deps test fmt clippy clean no-async-runtime
+.PHONY: all build deps test fmt clippy clean no-async-runtime bench-cliserver
 
 all: build
 
@@ -36,6 +36,10 @@ no-async-runtime:
 
 fmt:
 	$(CARGO) fmt
+
+# Fan-out benchmark of --cliserver (not a test): events/s and latency with 64 /updates subscribers.
+bench-cliserver: build
+	python3 scripts/bench_cliserver.py target/release/shepherd
 
 clean:
 	$(CARGO) clean

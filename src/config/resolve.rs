@@ -949,4 +949,36 @@ mod tests {
             .unwrap_err()
             .starts_with(&format!("{}: line 1, column 3: ", path.display())));
     }
+
+    #[test]
+    fn server_token_layers_and_never_prints() {
+        let with_token = ConfigFile {
+            auth_token: Some("from-file".into()),
+            cors_origins: vec!["https://a.example".into()],
+            ..ConfigFile::default()
+        };
+        let env = [("SHEPHERD_AUTH_TOKEN", "from-env")];
+        let token = |argv: &[&str], env: &[(&str, &str)]| {
+            settings(argv, env, &with_token).server_auth.token
+        };
+        assert_eq!(token(&[], &[]).as_deref(), Some("from-file"));
+        assert_eq!(token(&[], &env).as_deref(), Some("from-env"));
+        assert_eq!(
+            token(&["--auth-token", "flag"], &env).as_deref(),
+            Some("flag")
+        );
+        let dir = super::super::test_support::temp_dir("token");
+        let path = dir.join("token");
+        std::fs::write(&path, "  from-token-file \nignored\n").unwrap();
+        let argv = ["--auth-token-file", path.to_str().unwrap()];
+        assert_eq!(token(&argv, &env).as_deref(), Some("from-token-file"));
+        let auth = settings(&["--cors-origin", "https://b.example"], &env, &with_token).server_auth;
+        assert_eq!(
+            auth.cors_origins,
+            ["https://a.example", "https://b.example"]
+        );
+        assert!(!format!("{auth:?}").contains("from-env"));
+        std::fs::write(&path, "\n").unwrap();
+        assert!(resolve_with(&low(&argv), &with_token, PathBuf::new(), &|_| None).is_err());
+    }
 }

@@ -20,6 +20,9 @@
 //!   non-streaming request runs to the end even if its client left.
 //! - `POST /cancel` is the emergency stop: it cancels the running request and
 //!   empties the queue (queued requests are answered as cancelled).
+//!
+//! The file is longer than most because the serde twin structs of all seven
+//! routes live beside the handlers that fill them.
 
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
