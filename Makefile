@@ -15,7 +15,7 @@ THREADS ?= 2
 CUDA ?=
 CARGO_FEATURES := $(if $(CUDA),--features cuda,)
 
-.PHONY: all build deps test fmt clippy clean no-async-runtime model run bench jinja2 valgrind
+.PHONY: all build deps test fmt clippy clean no-async-runtime model run bench jinja2  valgrind bench-cliserver
 
 all: build
 
@@ -74,6 +74,10 @@ no-async-runtime:
 
 fmt:
 	$(CARGO) fmt
+
+# Fan-out benchmark of --cliserver (not a test): events/s and latency with 64 /updates subscribers.
+bench-cliserver: build
+	python3 scripts/bench_cliserver.py target/release/shepherd
 
 clean:
 	$(CARGO) clean

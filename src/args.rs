@@ -114,6 +114,9 @@ pub enum FlagId {
     Server,
     Host,
     Port,
+    AuthToken,
+    AuthTokenFile,
+    CorsOrigin,
     Tui,
     NoTui,
     NoColors,
@@ -204,7 +207,10 @@ pub const FLAGS: &[Flag] = &[
     flag(FlagId::CliServer, "cliserver", None, Nothing, S::Modes, "Serve one shared session over HTTP for `--backend cli` clients"),
     flag(FlagId::Server, "server", None, Nothing, S::Modes, "Serve an OpenAI-compatible API"),
     flag(FlagId::Host, "host", None, Val("ADDR"), S::Modes, "Address the servers listen on"),
-    flag(FlagId::Port, "port", None, Val("PORT"), S::Modes, "Port the servers listen on, 1 to 65535"),
+    flag(FlagId::Port, "port", None, Val("PORT"), S::Modes, "Port the servers listen on, 1 to 65535 (0 = any free port)"),
+    flag(FlagId::AuthToken, "auth-token", None, Val("TOKEN"), S::Modes, "Token the servers require (prefer --auth-token-file: argv is visible in ps)"),
+    flag(FlagId::AuthTokenFile, "auth-token-file", None, Val("FILE"), S::Modes, "Read the servers' token from FILE"),
+    flag(FlagId::CorsOrigin, "cors-origin", None, Val("ORIGIN"), S::Modes, "Web origin allowed to call the servers (repeatable)"),
     flag(FlagId::Continue, "continue", None, Nothing, S::Modes, "Continue the last saved session in this directory"),
     aliased(flag(FlagId::ModelPath, "model-path", None, Val("PATH"), S::Local, "GGUF model file or directory"), "model_path"),
     flag(FlagId::GpuLayers, "gpu-layers", None, Val("N"), S::Local, "Layers on the GPU (-1 = all)"),
@@ -260,6 +266,9 @@ pub struct LowArgs {
     pub server: bool,
     pub host: Option<String>,
     pub port: Option<u16>,
+    pub auth_token: Option<String>,
+    pub auth_token_file: Option<PathBuf>,
+    pub cors_origins: Vec<String>,
     pub continue_session: bool,
     pub model_path: Option<PathBuf>,
     pub gpu_layers: Option<i32>,
@@ -395,7 +404,7 @@ fn missing(flag: &Flag, value_name: &str) -> UsageError {
 fn is_path_flag(id: FlagId) -> bool {
     matches!(
         id,
-        FlagId::Config | FlagId::SystemPromptFile | FlagId::ModelPath
+        FlagId::Config | FlagId::SystemPromptFile | FlagId::ModelPath | FlagId::AuthTokenFile
     )
 }
 
@@ -403,6 +412,7 @@ fn set_path(low: &mut LowArgs, id: FlagId, path: PathBuf) {
     match id {
         FlagId::Config => low.config = Some(path),
         FlagId::SystemPromptFile => low.system_prompt_file = Some(path),
+        FlagId::AuthTokenFile => low.auth_token_file = Some(path),
         _ => low.model_path = Some(path),
     }
 }
@@ -450,6 +460,8 @@ fn set_value(low: &mut LowArgs, flag: &Flag, raw: &str) -> Result<(), UsageError
             low.cache_type = Some(choice(flag, raw, &["f16", "f32", "q8_0", "q4_0"])?)
         }
         FlagId::Host => low.host = text(),
+        FlagId::AuthToken => low.auth_token = text(),
+        FlagId::CorsOrigin => low.cors_origins.push(raw.to_string()),
         FlagId::EnableTools => low.enable_tools.extend(split_globs(raw)),
         FlagId::DisableTools => low.disable_tools.extend(split_globs(raw)),
         FlagId::Debug => low.debug = Some(debug_categories(raw).map_err(|e| bad(flag, raw, &e))?),
@@ -470,7 +482,7 @@ fn set_number(low: &mut LowArgs, flag: &Flag, raw: &str) -> Result<(), UsageErro
         FlagId::MaxRounds => {
             low.max_rounds = Some(max_rounds(raw).map_err(|e| bad(flag, raw, &e))?)
         }
-        FlagId::Port => low.port = Some(ranged(flag, raw, 1, 65535)? as u16),
+        FlagId::Port => low.port = Some(ranged(flag, raw, 0, 65535)? as u16),
         FlagId::GpuLayers => low.gpu_layers = Some(gpu_layers(flag, raw)?),
         FlagId::Threads => low.threads = Some(ranged(flag, raw, 1, 1024)? as u32),
         FlagId::NBatch => low.n_batch = Some(ranged(flag, raw, 1, 1 << 20)? as u32),
@@ -761,7 +773,7 @@ mod tests {
             &["--max-rounds", "'0'", "1 to 1000"],
         );
         check_err(&["--max-rounds", "1001"], &["--max-rounds", "1001"]);
-        check_err(&["--port", "0"], &["--port", "'0'", "1 to 65535"]);
+        check_err(&["--port", "-1"], &["--port", "'-1'", "0 to 65535"]);
         check_err(&["--port", "65536"], &["--port", "65536"]);
         check_err(&["--gpu-layers", "-2"], &["--gpu-layers", "-2"]);
         check_err(&["--threads", "0"], &["--threads"]);

@@ -245,6 +245,12 @@ pub struct ConfigFile {
     /// Seconds an API request may take.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<u64>,
+    /// The token the servers require (`--auth-token`, `SHEPHERD_AUTH_TOKEN`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth_token: Option<String>,
+    /// Web origins the servers send CORS headers to.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cors_origins: Vec<String>,
     /// Keys this version does not know, written back as they were.
     #[serde(flatten)]
     pub extra: Map<String, Value>,

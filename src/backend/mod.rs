@@ -10,6 +10,7 @@ use serde_json::Value;
 use crate::core::{Artefact, BackendError, EventSink, FinishReason, Message, Session, ToolCall};
 
 pub mod anthropic;
+pub mod cli;
 pub mod estimate;
 pub mod failover;
 #[cfg(test)]

@@ -78,6 +78,24 @@ pub struct ServerSettings {
     pub port: u16,
 }
 
+/// Who may use the servers: the token (flag, flag file, `SHEPHERD_AUTH_TOKEN`,
+/// config.json, in that order) and the web origins that get CORS headers.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct ServerAuth {
+    pub token: Option<String>,
+    pub cors_origins: Vec<String>,
+}
+
+/// Never prints the token.
+impl std::fmt::Debug for ServerAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerAuth")
+            .field("token", &self.token.as_ref().map(|_| "***"))
+            .field("cors_origins", &self.cors_origins)
+            .finish()
+    }
+}
+
 /// Knobs for the in-process llama.cpp backend, as typed.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct LocalSettings {
@@ -171,6 +189,7 @@ pub struct Settings {
     /// The file `provider`/`config` commands and saves write to.
     pub config_path: PathBuf,
     pub server: ServerSettings,
+    pub server_auth: ServerAuth,
     pub local: LocalSettings,
     /// `Some` when `--tui`/`--no-tui` was given; always `Some(false)` outside chat mode.
     pub tui: Option<bool>,
@@ -474,6 +493,7 @@ pub fn resolve_with(
         debug: low.debug.clone().or(env_layer.debug).unwrap_or_default(),
         config_path,
         server: server(low),
+        server_auth: server_auth(low, env, file)?,
         local: local(low),
         tui: if interactive { low.tui } else { Some(false) },
         colors: !low.no_colors && env("NO_COLOR").is_none_or(|v| v.is_empty()),
@@ -502,6 +522,46 @@ fn server(low: &LowArgs) -> ServerSettings {
         host: low.host.clone().unwrap_or_else(|| DEFAULT_HOST.to_string()),
         port: low.port.unwrap_or(DEFAULT_PORT),
     }
+}
+
+fn server_auth(
+    low: &LowArgs,
+    env: EnvLookup,
+    file: &ConfigFile,
+) -> Result<ServerAuth, ConfigError> {
+    let from_file = match &low.auth_token_file {
+        Some(path) => Some(read_token_file(path)?),
+        None => None,
+    };
+    let token = low
+        .auth_token
+        .clone()
+        .or(from_file)
+        .or_else(|| env("SHEPHERD_AUTH_TOKEN"))
+        .or_else(|| file.auth_token.clone())
+        .filter(|t| !t.trim().is_empty());
+    let mut cors_origins = file.cors_origins.clone();
+    cors_origins.extend(low.cors_origins.iter().cloned());
+    Ok(ServerAuth {
+        token,
+        cors_origins,
+    })
+}
+
+/// The first line of a token file, trimmed.
+fn read_token_file(path: &Path) -> Result<String, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    let token = text.lines().next().unwrap_or("").trim().to_string();
+    if token.is_empty() {
+        return Err(ConfigError::invalid(
+            format!("--auth-token-file {}", path.display()),
+            "the file holds no token",
+        ));
+    }
+    Ok(token)
 }
 
 fn local(low: &LowArgs) -> LocalSettings {
@@ -888,5 +948,37 @@ mod tests {
         assert!(err
             .unwrap_err()
             .starts_with(&format!("{}: line 1, column 3: ", path.display())));
+    }
+
+    #[test]
+    fn server_token_layers_and_never_prints() {
+        let with_token = ConfigFile {
+            auth_token: Some("from-file".into()),
+            cors_origins: vec!["https://a.example".into()],
+            ..ConfigFile::default()
+        };
+        let env = [("SHEPHERD_AUTH_TOKEN", "from-env")];
+        let token = |argv: &[&str], env: &[(&str, &str)]| {
+            settings(argv, env, &with_token).server_auth.token
+        };
+        assert_eq!(token(&[], &[]).as_deref(), Some("from-file"));
+        assert_eq!(token(&[], &env).as_deref(), Some("from-env"));
+        assert_eq!(
+            token(&["--auth-token", "flag"], &env).as_deref(),
+            Some("flag")
+        );
+        let dir = super::super::test_support::temp_dir("token");
+        let path = dir.join("token");
+        std::fs::write(&path, "  from-token-file \nignored\n").unwrap();
+        let argv = ["--auth-token-file", path.to_str().unwrap()];
+        assert_eq!(token(&argv, &env).as_deref(), Some("from-token-file"));
+        let auth = settings(&["--cors-origin", "https://b.example"], &env, &with_token).server_auth;
+        assert_eq!(
+            auth.cors_origins,
+            ["https://a.example", "https://b.example"]
+        );
+        assert!(!format!("{auth:?}").contains("from-env"));
+        std::fs::write(&path, "\n").unwrap();
+        assert!(resolve_with(&low(&argv), &with_token, PathBuf::new(), &|_| None).is_err());
     }
 }

@@ -14,6 +14,7 @@ use crate::backend::failover::{FailoverBackend, Provider};
 use crate::backend::gemini::{self, GeminiBackend, GeminiConfig};
 use crate::backend::http::{ApiSettings, Timeouts};
 use crate::backend::ollama::{self, OllamaBackend, OllamaConfig};
+use crate::backend::cli::{CliBackend, CliConfig};
 use crate::backend::openai::{AzureDeployment, MaxTokensParam, OpenAiBackend, OpenAiConfig};
 use crate::backend::Backend;
 use crate::config::resolve::Settings;
@@ -24,6 +25,9 @@ use crate::log;
 pub enum OpenError {
     Usage(String),
 }
+
+/// Default CLI server when a `cli` provider names none.
+const CLI_BASE: &str = "http://localhost:8000";
 
 /// Default OpenAI endpoint when a provider names none.
 const OPENAI_BASE: &str = "https://api.openai.com/v1";
@@ -90,6 +94,7 @@ pub fn open_provider(settings: &Settings, provider: &ProviderConfig) -> Result<B
             api: api_settings(settings, provider, OLLAMA_BASE)?,
             think: ollama::think(reasoning),
         })),
+        ProviderKind::Cli => Box::new(CliBackend::new(cli_config(settings, provider))),
         other => {
             return Err(OpenError::Usage(format!(
                 "provider '{}' has type '{}', which this build does not support yet",
@@ -177,4 +182,23 @@ fn openai_config(
         max_tokens_param,
         ..OpenAiConfig::new(base_url, model)
     })
+}
+
+/// A `cli` provider needs no model: the server decides.
+fn cli_config(settings: &Settings, provider: &ProviderConfig) -> CliConfig {
+    CliConfig {
+        base_url: provider
+            .base_url
+            .clone()
+            .unwrap_or_else(|| CLI_BASE.to_string()),
+        api_key: provider.api_key.clone(),
+        model: provider
+            .model
+            .clone()
+            .unwrap_or_else(|| "remote".to_string()),
+        timeouts: Timeouts {
+            per_read: Duration::from_secs(settings.timeout_secs.max(30)),
+            ..Timeouts::default()
+        },
+    }
 }

@@ -4,8 +4,10 @@
 //! a runtime failure (a provider error, an unreachable API), 2 for a usage or
 //! configuration error. Everything below returns typed errors.
 
+mod cli_server;
 mod connect;
 mod editor;
+mod http;
 mod json;
 mod line;
 mod render;
@@ -71,7 +73,8 @@ pub fn run_main() -> i32 {
             &settings.config_path,
             &mut io::stdout(),
         )),
-        Mode::CliServer | Mode::ApiServer => {
+        Mode::CliServer => cli_server_mode(&settings),
+        Mode::ApiServer => {
             eprintln!("shepherd: server modes are not available in this build yet");
             EXIT_USAGE
         }
@@ -100,11 +103,53 @@ pub fn version_text() -> String {
 
 /// Runs the chat front-ends: `-e`, piped lines, or `--json`.
 fn chat(settings: &Settings) -> i32 {
+    let (agent, provider) = match start_agent(settings) {
+        Ok(started) => started,
+        Err(code) => return code,
+    };
+    if interactive(settings) {
+        return run_interactive(&agent, settings, provider);
+    }
+    let interrupted = watch_signals(&agent);
+    let ok = run_front_end(&agent, settings, &interrupted.stop);
+    agent.shutdown();
+    match interrupted.signal.load(Ordering::SeqCst) {
+        0 if ok => EXIT_OK,
+        0 => EXIT_FAILURE,
+        signum => 128 + signum,
+    }
+}
+
+/// `--cliserver`: the access policy is checked before anything starts, so a
+/// refused bind exits before listening.
+fn cli_server_mode(settings: &Settings) -> i32 {
+    let policy = match cli_server::policy(&settings.server, &settings.server_auth) {
+        Ok(policy) => policy,
+        Err(message) => {
+            eprintln!("shepherd: {message}");
+            return EXIT_USAGE;
+        }
+    };
+    let (agent, provider) = match start_agent(settings) {
+        Ok(started) => started,
+        Err(code) => return code,
+    };
+    let model = provider
+        .model
+        .clone()
+        .unwrap_or_else(|| provider.name.clone());
+    let context_size = settings.context_size_for(&provider).unwrap_or(0);
+    let config = cli_server::CliServerConfig::new(model, context_size);
+    cli_server::run(&settings.server, policy, agent, config)
+}
+
+/// Opens the first provider and starts the agent with the configured tools.
+fn start_agent(settings: &Settings) -> Result<(AgentHandle, config::ProviderConfig), i32> {
     let (backend, provider) = match connect::open_backend(settings) {
         Ok(opened) => opened,
         Err(connect::OpenError::Usage(message)) => {
             eprintln!("shepherd: {message}");
-            return EXIT_USAGE;
+            return Err(EXIT_USAGE);
         }
     };
     log::debug(log::Category::Llm, || {
@@ -125,23 +170,12 @@ fn chat(settings: &Settings) -> i32 {
         tools_enabled: settings.tools_enabled,
     };
     let root = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-    let agent = match AgentHandle::spawn(backend, tools, root, agent_config) {
-        Ok(agent) => agent,
+    match AgentHandle::spawn(backend, tools, root, agent_config) {
+        Ok(agent) => Ok((agent, provider)),
         Err(error) => {
             eprintln!("shepherd: cannot start the agent thread: {error}");
-            return EXIT_FAILURE;
+            Err(EXIT_FAILURE)
         }
-    };
-    if interactive(settings) {
-        return run_interactive(&agent, settings, provider);
-    }
-    let interrupted = watch_signals(&agent);
-    let ok = run_front_end(&agent, settings, &interrupted.stop);
-    agent.shutdown();
-    match interrupted.signal.load(Ordering::SeqCst) {
-        0 if ok => EXIT_OK,
-        0 => EXIT_FAILURE,
-        signum => 128 + signum,
     }
 }
 

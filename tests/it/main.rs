@@ -3,6 +3,7 @@
 
 mod backends;
 mod cli;
+mod cli_server;
 mod fake_openai;
 mod harness;
 mod terminal;

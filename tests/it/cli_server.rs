@@ -1,0 +1,652 @@
+//! End-to-end tests of `shepherd --cliserver` (and the `cli` client backend):
+//! the real binary against the fake OpenAI upstream, checked with a plain
+//! HTTP client and raw sockets.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::Child;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::fake_openai::{text_stream, tool_call_stream, Canned, FakeOpenAi};
+use crate::harness::{poll_until, process_running, Sandbox};
+
+/// A running `shepherd --cliserver`, killed on drop.
+struct CliServer {
+    child: Child,
+    base: String,
+    addr: String,
+    log: Arc<Mutex<String>>,
+    sandbox: Sandbox,
+}
+
+impl CliServer {
+    fn start(fake: &FakeOpenAi, extra: &[&str]) -> CliServer {
+        let sandbox = Sandbox::new("cliserver");
+        let mut args = vec![
+            "--cliserver",
+            "--port",
+            "0",
+            "--backend",
+            "openai",
+            "--api-base",
+            &fake.base_url,
+            "-m",
+            "test",
+        ];
+        args.extend_from_slice(extra);
+        let mut child = sandbox.spawn(&args);
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let stderr = child.stderr.take().expect("stderr");
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(at) = line.find("listening on http://") {
+                    let _ = tx.try_send(line[at + "listening on http://".len()..].to_string());
+                }
+                sink.lock().unwrap().push_str(&(line + "\n"));
+            }
+        });
+        let addr = rx
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("no listening line; log: {}", log.lock().unwrap()));
+        CliServer {
+            child,
+            base: format!("http://{addr}"),
+            addr,
+            log,
+            sandbox,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+}
+
+impl Drop for CliServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn agent() -> ureq::Agent {
+    let config = ureq::Agent::config_builder()
+        .proxy(None)
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(60)))
+        .build();
+    ureq::Agent::new_with_config(config)
+}
+
+fn post(server: &CliServer, path: &str, body: &str) -> (u16, Value) {
+    let response = agent()
+        .post(&server.url(path))
+        .header("Content-Type", "application/json")
+        .send(body)
+        .expect("post");
+    let status = response.status().as_u16();
+    let text = response.into_body().read_to_string().expect("body");
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+fn get(server: &CliServer, path: &str) -> (u16, Value) {
+    let response = agent().get(&server.url(path)).call().expect("get");
+    let status = response.status().as_u16();
+    let text = response.into_body().read_to_string().expect("body");
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+/// The `data:` objects of an SSE body, read until `stop` says so.
+struct Events {
+    reader: Box<dyn BufRead + Send>,
+}
+
+impl Events {
+    fn next(&mut self) -> Option<Value> {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if self.reader.read_line(&mut line).ok()? == 0 {
+                return None;
+            }
+            if let Some(data) = line.trim_end().strip_prefix("data: ") {
+                return Some(serde_json::from_str(data).expect("event JSON"));
+            }
+        }
+    }
+
+    /// Events up to and including the `response_complete` of `count` requests.
+    fn until_complete(&mut self, count: usize) -> Vec<Value> {
+        let mut out = Vec::new();
+        let mut done = 0;
+        while done < count {
+            let event = self.next().expect("stream ended early");
+            done += usize::from(event["type"] == "response_complete");
+            out.push(event);
+        }
+        out
+    }
+}
+
+fn stream_request(server: &CliServer, prompt: &str) -> Events {
+    let body = json!({"prompt": prompt, "stream": true}).to_string();
+    let response = agent()
+        .post(&server.url("/request"))
+        .send(&body)
+        .expect("post");
+    assert_eq!(response.status().as_u16(), 200);
+    Events {
+        reader: Box::new(BufReader::new(response.into_body().into_reader())),
+    }
+}
+
+/// Connects an observer and returns it with its `connected` event.
+fn observe(server: &CliServer) -> (Events, Value) {
+    let response = agent()
+        .get(&server.url("/updates"))
+        .call()
+        .expect("updates");
+    assert_eq!(response.status().as_u16(), 200);
+    let mut events = Events {
+        reader: Box::new(BufReader::new(response.into_body().into_reader())),
+    };
+    let connected = events.next().expect("connected event");
+    assert_eq!(connected["type"], "connected");
+    (events, connected)
+}
+
+/// A tool round (bash `echo hi`) and then the answer.
+fn tool_script() -> Vec<Canned> {
+    vec![
+        Canned::sse(&tool_call_stream(
+            "call_1",
+            "bash",
+            json!({"command": "echo hi"}),
+        )),
+        Canned::sse(&text_stream(&["The tool ", "said hi."])),
+    ]
+}
+
+/// The events with empty deltas and stats left out, as `type` names.
+fn kinds(events: &[Value]) -> Vec<String> {
+    events
+        .iter()
+        .filter(|e| !(e["type"] == "delta" && e["content"] == "") && e["type"] != "stats")
+        .map(|e| e["type"].as_str().unwrap_or("?").to_string())
+        .collect()
+}
+
+#[test]
+fn streamed_tool_prompt_sends_typed_events_in_order() {
+    let fake = FakeOpenAi::start(tool_script());
+    let server = CliServer::start(&fake, &[]);
+    let events = stream_request(&server, "say hi with a tool").until_complete(1);
+    assert_eq!(
+        kinds(&events),
+        [
+            "user_prompt",
+            "tool_call",
+            "tool_result",
+            "delta",
+            "delta",
+            "response_complete"
+        ],
+        "{events:#?}"
+    );
+    let call = events.iter().find(|e| e["type"] == "tool_call").unwrap();
+    assert_eq!(
+        (&call["name"], &call["args"], &call["id"]),
+        (
+            &json!("bash"),
+            &json!({"command": "echo hi"}),
+            &json!("call_1")
+        )
+    );
+    let result = events.iter().find(|e| e["type"] == "tool_result").unwrap();
+    assert_eq!(
+        (&result["name"], &result["id"], &result["success"]),
+        (&json!("bash"), &json!("call_1"), &json!(true))
+    );
+    assert!(
+        result["content"].as_str().unwrap().contains("hi"),
+        "{result}"
+    );
+    assert_eq!(events.last().unwrap()["finish_reason"], "stop");
+    assert!(events.iter().any(|e| e["type"] == "stats"));
+    let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
+    // The tool ran here, and the model got its result.
+    let second = &fake.requests()[1].body;
+    let last = second["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (last["role"].as_str(), last["tool_call_id"].as_str()),
+        (Some("tool"), Some("call_1"))
+    );
+}
+
+#[test]
+fn tool_call_markup_never_reaches_delta() {
+    let markup = "Checking.<tool_call>{\"name\": \"get_time\", \"arguments\": {}}</tool_call>";
+    let pieces: Vec<String> = markup
+        .chars()
+        .collect::<Vec<_>>()
+        .chunks(7)
+        .map(|c| c.iter().collect())
+        .collect();
+    let refs: Vec<&str> = pieces.iter().map(String::as_str).collect();
+    let fake = FakeOpenAi::start(vec![
+        Canned::sse(&text_stream(&refs)),
+        Canned::sse(&text_stream(&["Done."])),
+    ]);
+    let server = CliServer::start(&fake, &[]);
+    let events = stream_request(&server, "time?").until_complete(1);
+    let text: String = events
+        .iter()
+        .filter(|e| e["type"] == "delta")
+        .map(|e| e["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(text, "Checking.Done.", "{events:#?}");
+    assert!(events
+        .iter()
+        .any(|e| e["type"] == "tool_call" && e["name"] == "get_time"));
+}
+
+#[test]
+fn non_streaming_request_answers_once() {
+    let fake = FakeOpenAi::start(vec![
+        Canned::sse(&text_stream(&["Hello", " there"])),
+        Canned::sse(&text_stream(&["Plain"])),
+    ]);
+    let server = CliServer::start(&fake, &[]);
+    let (status, body) = post(&server, "/request", r#"{"prompt": "hi"}"#);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        (&body["response"], &body["success"]),
+        (&json!("Hello there"), &json!(true))
+    );
+    // A body that is not JSON is the prompt.
+    let response = agent()
+        .post(&server.url("/request"))
+        .header("Content-Type", "text/plain")
+        .send("just words")
+        .unwrap();
+    let body: Value =
+        serde_json::from_str(&response.into_body().read_to_string().unwrap()).unwrap();
+    assert_eq!(body["response"], "Plain");
+    assert_eq!(
+        fake.requests()[1].body["messages"]
+            .as_array()
+            .unwrap()
+            .last()
+            .unwrap()["content"],
+        "just words"
+    );
+    let (status, body) = post(&server, "/request", r#"{"stream": false}"#);
+    assert_eq!(
+        (status, body["error"]["type"].as_str()),
+        (400, Some("invalid_request_error"))
+    );
+    let (_, session) = get(&server, "/session");
+    let roles: Vec<&str> = session["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["user", "assistant", "user", "assistant"]);
+    assert_eq!(session["model"], "test");
+}
+
+#[test]
+fn two_observers_see_every_event_in_the_same_order() {
+    let fake = FakeOpenAi::start(tool_script());
+    let server = CliServer::start(&fake, &[]);
+    let (mut first, hello_first) = observe(&server);
+    let (mut second, hello_second) = observe(&server);
+    assert_ne!(hello_first["client_id"], hello_second["client_id"]);
+    let own = stream_request(&server, "go").until_complete(1);
+    let a = first.until_complete(1);
+    let b = second.until_complete(1);
+    assert_eq!(a, b);
+    assert_eq!(a, own, "observers see exactly what the requester saw");
+    let start = hello_first["seq"].as_u64().unwrap();
+    for (i, event) in a.iter().enumerate() {
+        assert_eq!(
+            event["seq"].as_u64(),
+            Some(start + 1 + i as u64),
+            "gap at {i}"
+        );
+    }
+}
+
+#[test]
+fn async_prompts_are_queued_and_run_in_order() {
+    let fake = FakeOpenAi::start(vec![
+        Canned::sse(&text_stream(&["one"])),
+        Canned::sse(&text_stream(&["two"])),
+        Canned::sse(&text_stream(&["three"])),
+    ]);
+    let server = CliServer::start(&fake, &[]);
+    let (mut observer, _) = observe(&server);
+    let mut ids = Vec::new();
+    for prompt in ["p1", "p2", "p3"] {
+        let (status, body) = post(
+            &server,
+            "/request",
+            &json!({"prompt": prompt, "async": true}).to_string(),
+        );
+        assert_eq!(status, 200);
+        assert_eq!(
+            (&body["success"], &body["queued"]),
+            (&json!(true), &json!(true))
+        );
+        assert!(body["queue_position"].as_u64().is_some());
+        ids.push(body["request_id"].as_u64().unwrap());
+    }
+    let events = observer.until_complete(3);
+    let answers: Vec<(u64, &str)> = events
+        .iter()
+        .filter(|e| e["type"] == "delta" && e["content"] != "")
+        .map(|e| {
+            (
+                e["request_id"].as_u64().unwrap(),
+                e["content"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        answers,
+        [(ids[0], "one"), (ids[1], "two"), (ids[2], "three")]
+    );
+    let prompts: Vec<String> = fake
+        .requests()
+        .iter()
+        .map(|r| r.body["messages"].as_array().unwrap().last().unwrap()["content"].clone())
+        .map(|content| content.as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(prompts, ["p1", "p2", "p3"]);
+    assert!(poll_until(Duration::from_secs(5), || get(
+        &server, "/status"
+    )
+    .1["requests_served"]
+        == 3));
+}
+
+/// A tool round running `sleep 100` with a unique marker in its command line.
+fn sleeping_tool(marker: &str) -> Vec<Canned> {
+    vec![Canned::sse(&tool_call_stream(
+        "call_s",
+        "bash",
+        json!({"command": format!("sleep 100 && echo {marker}")}),
+    ))]
+}
+
+/// Starts a streamed request whose tool sleeps, and waits until the sleep runs.
+fn start_sleep(server: &CliServer, marker: &str) -> Events {
+    let mut events = stream_request(server, "sleep");
+    loop {
+        let event = events.next().expect("events before the tool");
+        if event["type"] == "tool_call" {
+            break;
+        }
+    }
+    assert!(poll_until(Duration::from_secs(10), || process_running(
+        marker
+    )));
+    events
+}
+
+#[test]
+fn cancel_stops_a_running_tool_within_a_second() {
+    let marker = format!("cs-cancel-{}", std::process::id());
+    let fake = FakeOpenAi::start(sleeping_tool(&marker));
+    let server = CliServer::start(&fake, &[]);
+    let mut events = start_sleep(&server, &marker);
+    let started = Instant::now();
+    let (status, body) = post(&server, "/cancel", "");
+    assert_eq!((status, &body["cancelled_running"]), (200, &json!(true)));
+    let rest = events.until_complete(1);
+    assert_eq!(rest.last().unwrap()["finish_reason"], "cancelled");
+    assert!(poll_until(Duration::from_secs(1), || !process_running(
+        &marker
+    )));
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(get(&server, "/status").1["processing"], false);
+}
+
+#[test]
+fn closing_a_streaming_client_cancels_its_request() {
+    let marker = format!("cs-close-{}", std::process::id());
+    let fake = FakeOpenAi::start(sleeping_tool(&marker));
+    let server = CliServer::start(&fake, &[]);
+    let events = start_sleep(&server, &marker);
+    drop(events);
+    let started = Instant::now();
+    assert!(
+        poll_until(Duration::from_secs(1), || !process_running(&marker)),
+        "tool still running"
+    );
+    assert!(started.elapsed() < Duration::from_secs(1));
+    assert!(poll_until(Duration::from_secs(2), || get(
+        &server, "/status"
+    )
+    .1["processing"]
+        == false));
+}
+
+/// A raw request and the status of its answer.
+fn raw_status(addr: &str, request: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let status = answer
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, answer)
+}
+
+#[test]
+fn auth_matrix_over_every_route() {
+    let fake = FakeOpenAi::start(Vec::new());
+    let token = "tok-cs-7f3a9c";
+    let sandbox = Sandbox::new("token");
+    let token_file = sandbox.work().join("token");
+    std::fs::write(&token_file, format!("{token}\n")).unwrap();
+    let path = token_file.to_string_lossy().into_owned();
+    let server = CliServer::start(&fake, &["--auth-token-file", &path]);
+    let routes = [
+        ("GET", "/status", ""),
+        ("GET", "/session", ""),
+        ("POST", "/clear", ""),
+        ("POST", "/cancel", ""),
+        ("POST", "/request", "{\"prompt\":\"x\",\"async\":true}"),
+        ("GET", "/updates", ""),
+    ];
+    let credentials = [
+        ("none", String::new(), 401),
+        ("wrong", "Authorization: Bearer nope\r\n".to_string(), 401),
+        (
+            "wrong scheme",
+            format!("Authorization: Basic {token}\r\n"),
+            401,
+        ),
+        ("right", format!("Authorization: Bearer {token}\r\n"), 200),
+        ("api key", format!("X-Api-Key: {token}\r\n"), 200),
+    ];
+    for (method, route, body) in routes {
+        for (name, header, expected) in &credentials {
+            let request = format!(
+                "{method} {route} HTTP/1.1\r\nHost: {}\r\n{header}Content-Length: {}\r\n\r\n{body}",
+                server.addr,
+                body.len()
+            );
+            let mut stream = TcpStream::connect(&server.addr).unwrap();
+            stream
+                .set_read_timeout(Some(Duration::from_secs(10)))
+                .unwrap();
+            stream.write_all(request.as_bytes()).unwrap();
+            let mut head = [0u8; 12];
+            stream.read_exact(&mut head).unwrap();
+            let status: u16 = String::from_utf8_lossy(&head[9..12]).parse().unwrap();
+            assert_eq!(
+                status, *expected,
+                "{method} {route} with {name} credentials"
+            );
+        }
+    }
+    let (status, answer) = raw_status(
+        &server.addr,
+        &format!("GET /health HTTP/1.1\r\nHost: {}\r\n\r\n", server.addr),
+    );
+    assert_eq!(status, 200, "/health is public: {answer}");
+    let (status, answer) = raw_status(&server.addr, "GET /status HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(
+        answer.contains("\"authentication_error\"") || status == 403,
+        "{answer}"
+    );
+    assert!(
+        !server.log.lock().unwrap().contains(token),
+        "the token must never be logged"
+    );
+    assert!(server.log.lock().unwrap().contains("GET /status 401"));
+}
+
+#[test]
+fn non_loopback_bind_without_a_token_is_refused_before_listening() {
+    let sandbox = Sandbox::new("bind");
+    let run = sandbox.run(
+        &[
+            "--cliserver",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "0",
+            "--backend",
+            "openai",
+            "--api-base",
+            "http://127.0.0.1:9/v1",
+            "-m",
+            "m",
+        ],
+        "",
+    );
+    assert_eq!(run.status, Some(2), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("without an auth token"),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("listening"), "{}", run.stderr);
+}
+
+#[test]
+fn bad_input_gets_json_errors_and_idle_connections_do_not_block() {
+    let fake = FakeOpenAi::start(Vec::new());
+    let server = CliServer::start(&fake, &[]);
+    let (status, body) = post(&server, "/request", "{\"prompt\": ");
+    assert_eq!(status, 400);
+    assert_eq!(body["error"]["type"], "invalid_request_error");
+    assert!(body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("invalid JSON"));
+    // A 20 MB body is refused from its Content-Length, before it is read.
+    let mut stream = TcpStream::connect(&server.addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let head = format!(
+        "POST /request HTTP/1.1\r\nHost: {}\r\nContent-Length: {}\r\n\r\n",
+        server.addr,
+        20 * 1024 * 1024
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    let _ = stream.write_all(&vec![b'x'; 64 * 1024]);
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(answer.contains("\"request_too_large\""), "{answer}");
+    // 300 idle connections do not stop a new client from being served.
+    let idle: Vec<TcpStream> = (0..300)
+        .map(|_| TcpStream::connect(&server.addr).unwrap())
+        .collect();
+    let started = Instant::now();
+    assert_eq!(get(&server, "/health").0, 200);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    drop(idle);
+    assert_eq!(get(&server, "/health").0, 200);
+}
+
+#[test]
+fn cli_client_prints_what_a_local_run_prints() {
+    let sandbox = Sandbox::new("local");
+    let local_fake = FakeOpenAi::start(tool_script());
+    let local = sandbox.run(
+        &[
+            "--backend",
+            "openai",
+            "--api-base",
+            &local_fake.base_url,
+            "-m",
+            "test",
+            "-e",
+            "say hi",
+        ],
+        "",
+    );
+    assert_eq!(local.status, Some(0), "{}", local.stderr);
+    let fake = FakeOpenAi::start(tool_script());
+    let server = CliServer::start(&fake, &[]);
+    let remote = server.sandbox.run(
+        &[
+            "--backend",
+            "cli",
+            "--api-base",
+            &server.base,
+            "-e",
+            "say hi",
+        ],
+        "",
+    );
+    assert_eq!(remote.status, Some(0), "{}", remote.stderr);
+    assert_eq!(remote.stdout, local.stdout);
+    assert!(
+        remote.stdout.contains("* bash(command=echo hi)"),
+        "{}",
+        remote.stdout
+    );
+    assert!(
+        remote.stdout.ends_with("The tool said hi.\n"),
+        "{}",
+        remote.stdout
+    );
+    // The tool ran on the server: its model saw the result.
+    assert_eq!(fake.requests().len(), 2);
+    let (_, session) = get(&server, "/session");
+    assert_eq!(session["messages"].as_array().unwrap().len(), 4);
+}
