@@ -125,7 +125,9 @@ pub struct PrefillReport {
     pub decoded_tokens: usize,
 }
 
-/// Benchmark figures in the units llama-bench prints.
+/// Benchmark figures in the units llama-bench prints (`make bench` runs the
+/// benchmark through the test binary in release mode).
+#[cfg(test)]
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct BenchReport {
     pub pp_tps: f64,
@@ -136,6 +138,7 @@ enum Job {
     Prefill(Box<PrefillJob>),
     Generate(GenerateJob),
     Count(String, Sender<Option<usize>>),
+    #[cfg(test)]
     Bench(usize, usize, Sender<Result<BenchReport, BackendError>>),
 }
 
@@ -221,9 +224,8 @@ impl LlamaBackend {
             request.tool_choice,
             ToolChoice::Required | ToolChoice::Named(_)
         ) && !request.tools.is_empty();
-        self.filter = (!forced).then(|| {
-            OutputFilter::new(request.tools.iter().map(|t| t.name.clone()).collect())
-        });
+        self.filter = (!forced)
+            .then(|| OutputFilter::new(request.tools.iter().map(|t| t.name.clone()).collect()));
         let (reply, result) = bounded(1);
         let job = PrefillJob {
             conversation: template::conversation(&session.system_prompt, &session.messages),
@@ -273,12 +275,14 @@ impl LlamaBackend {
     }
 
     /// What the last prefill did (tokens reused and decoded).
+    #[cfg(test)]
     pub fn last_prefill(&self) -> Option<PrefillReport> {
         self.last_prefill
     }
 
     /// Measures prompt processing of `n_prompt` tokens and generation of `n_gen` tokens
     /// from an empty cache, like llama-bench's pp/tg tests. Clears the cache.
+    #[cfg(test)]
     pub fn bench(&mut self, n_prompt: usize, n_gen: usize) -> Result<BenchReport, BackendError> {
         let (reply, result) = bounded(1);
         self.send(Job::Bench(n_prompt, n_gen, reply))?;
@@ -396,6 +400,13 @@ fn run_worker(
             return;
         }
     };
+    crate::log::debug(crate::log::Category::Llm, || {
+        format!(
+            "loaded {} ({})",
+            config.model_path.display(),
+            model.description()
+        )
+    });
     let mut worker = match Worker::new(&model, &config, abort) {
         Ok(worker) => worker,
         Err(err) => {
@@ -494,6 +505,7 @@ impl<'m> Worker<'m> {
             Job::Count(text, reply) => {
                 let _ = reply.send(self.model().tokenize(&text, false).ok().map(|t| t.len()));
             }
+            #[cfg(test)]
             Job::Bench(n_prompt, n_gen, reply) => {
                 let _ = reply.send(self.bench(n_prompt, n_gen));
             }
@@ -956,6 +968,7 @@ impl StopMatcher {
 
 // ---------------------------------------------------------------- benchmark
 
+#[cfg(test)]
 impl Worker<'_> {
     fn bench(&mut self, n_prompt: usize, n_gen: usize) -> Result<BenchReport, BackendError> {
         let n_vocab = self.model().n_vocab().max(1);
@@ -1174,7 +1187,11 @@ mod tests {
             &greedy(16),
         );
         let err = reply.unwrap_err();
-        assert_eq!(err.kind(), crate::core::error::ErrorKind::ContextOverflow, "{err}");
+        assert_eq!(
+            err.kind(),
+            crate::core::error::ErrorKind::ContextOverflow,
+            "{err}"
+        );
         assert!(err.tokens_over().unwrap() > 0);
         assert!(events.is_empty());
     }

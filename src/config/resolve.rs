@@ -339,7 +339,7 @@ fn provider_chain(
             .provider(name)
             .ok_or_else(|| unknown_provider(file, name, origin))?;
         vec![overridden(chosen.clone(), sel)]
-    } else if sel.backend.is_some() || sel.api_base.is_some() {
+    } else if sel.backend.is_some() || sel.api_base.is_some() || names_gguf(sel) {
         vec![cmdline_provider(file, sel)]
     } else if sel.model.is_some() || sel.api_key.is_some() {
         // A model or key alone is meant for the preferred provider.
@@ -379,10 +379,20 @@ fn overridden(mut p: ProviderConfig, sel: &Selection) -> ProviderConfig {
     p
 }
 
+/// `-m FILE.gguf` with no API base means the in-process model.
+fn names_gguf(sel: &Selection) -> bool {
+    sel.api_base.is_none()
+        && sel
+            .model
+            .as_deref()
+            .is_some_and(|m| m.to_ascii_lowercase().ends_with(".gguf"))
+}
+
 /// The one-off provider for `--backend`/`--api-base` without `-p`.
 fn cmdline_provider(file: &ConfigFile, sel: &Selection) -> ProviderConfig {
     let kind = sel
         .backend
+        .or_else(|| names_gguf(sel).then_some(ProviderKind::Llamacpp))
         .or_else(|| file.providers.first().map(|p| p.kind))
         .unwrap_or_default();
     let mut p = overridden(ProviderConfig::new(CMDLINE_PROVIDER, kind), sel);
@@ -843,6 +853,21 @@ mod tests {
         assert_eq!(s.providers[0].model.as_deref(), Some("qwen3"));
         let s = settings(&["-m", "gpt-y"], &[], &ConfigFile::default());
         assert_eq!(names(&s), ["cmdline"]);
+    }
+
+    #[test]
+    fn a_gguf_model_file_means_the_in_process_backend() {
+        for config in [file(), ConfigFile::default()] {
+            let s = settings(&["-m", "/models/Small.GGUF"], &[], &config);
+            assert_eq!(names(&s), ["cmdline"]);
+            assert_eq!(s.providers[0].kind, ProviderKind::Llamacpp);
+        }
+        let s = settings(
+            &["-m", "x.gguf", "--api-base", "http://h/v1"],
+            &[],
+            &ConfigFile::default(),
+        );
+        assert_eq!(s.providers[0].kind, ProviderKind::Openai);
     }
 
     #[test]

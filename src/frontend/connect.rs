@@ -7,18 +7,21 @@
 //! Providers of a type this build cannot run are left out of the chain (with a
 //! debug note); only when none can run is that an error.
 
+use std::io::IsTerminal;
 use std::time::Duration;
 
 use crate::backend::anthropic::{self, AnthropicBackend, AnthropicConfig};
+use crate::backend::cli::{CliBackend, CliConfig};
 use crate::backend::failover::{FailoverBackend, Provider};
 use crate::backend::gemini::{self, GeminiBackend, GeminiConfig};
 use crate::backend::http::{ApiSettings, Timeouts};
+use crate::backend::llamacpp::{self, LlamaBackend, LlamaConfig};
 use crate::backend::ollama::{self, OllamaBackend, OllamaConfig};
-use crate::backend::cli::{CliBackend, CliConfig};
 use crate::backend::openai::{AzureDeployment, MaxTokensParam, OpenAiBackend, OpenAiConfig};
 use crate::backend::Backend;
 use crate::config::resolve::Settings;
 use crate::config::{ProviderConfig, ProviderKind};
+use crate::llama::CacheType;
 use crate::log;
 
 /// Why no backend could be built. All of these are configuration problems (exit 2).
@@ -35,17 +38,15 @@ const OPENAI_BASE: &str = "https://api.openai.com/v1";
 /// Opens the provider chain; the returned config is the first provider's,
 /// whose sampling settings the agent uses.
 pub fn open_backend(settings: &Settings) -> Result<(Box<dyn Backend>, ProviderConfig), OpenError> {
-    let Some(first) = settings.providers.first() else {
-        return Err(OpenError::Usage(
-            "no provider configured. Add one with \
-             'shepherd provider add NAME --type openai --base-url URL --model MODEL', \
-             or pass --backend openai --api-base URL -m MODEL"
-                .into(),
-        ));
+    let providers = if settings.providers.is_empty() {
+        vec![embedded_default()?]
+    } else {
+        settings.providers.clone()
     };
+    let first = &providers[0];
     let mut chain = Vec::new();
     let mut first_error = None;
-    for provider in &settings.providers {
+    for provider in &providers {
         match open_provider(settings, provider) {
             Ok(backend) => chain.push(Provider {
                 name: provider.name.clone(),
@@ -59,8 +60,7 @@ pub fn open_backend(settings: &Settings) -> Result<(Box<dyn Backend>, ProviderCo
             }
         }
     }
-    let first_config = settings
-        .providers
+    let first_config = providers
         .iter()
         .find(|p| chain.first().is_some_and(|c| c.name == p.name))
         .unwrap_or(first)
@@ -78,7 +78,10 @@ pub fn open_backend(settings: &Settings) -> Result<(Box<dyn Backend>, ProviderCo
 /// Builds one provider's backend (connecting happens on the first request):
 /// each provider of the chain at start, another for the REPL's
 /// `/provider use|next` and `/model NAME`.
-pub fn open_provider(settings: &Settings, provider: &ProviderConfig) -> Result<Box<dyn Backend>, OpenError> {
+pub fn open_provider(
+    settings: &Settings,
+    provider: &ProviderConfig,
+) -> Result<Box<dyn Backend>, OpenError> {
     let reasoning = settings.reasoning.as_deref();
     Ok(match provider.kind {
         ProviderKind::Openai => Box::new(OpenAiBackend::new(openai_config(settings, provider)?)),
@@ -95,6 +98,10 @@ pub fn open_provider(settings: &Settings, provider: &ProviderConfig) -> Result<B
             think: ollama::think(reasoning),
         })),
         ProviderKind::Cli => Box::new(CliBackend::new(cli_config(settings, provider))),
+        ProviderKind::Llamacpp => Box::new(
+            LlamaBackend::new(llama_config(settings, provider)?)
+                .map_err(|e| OpenError::Usage(e.to_string()))?,
+        ),
         other => {
             return Err(OpenError::Usage(format!(
                 "provider '{}' has type '{}', which this build does not support yet",
@@ -104,6 +111,55 @@ pub fn open_provider(settings: &Settings, provider: &ProviderConfig) -> Result<B
         }
     })
 }
+
+/// With no provider configured, the embedded default model, when `make model` fetched it.
+fn embedded_default() -> Result<ProviderConfig, OpenError> {
+    let path = llamacpp::default_model().map_err(|e| {
+        OpenError::Usage(format!(
+            "{e}; or configure an API provider: \
+             'shepherd provider add NAME --type openai --base-url URL --model MODEL'"
+        ))
+    })?;
+    let mut provider = ProviderConfig::new("default", ProviderKind::Llamacpp);
+    provider.model = Some(path.display().to_string());
+    Ok(provider)
+}
+
+/// The in-process model's settings: `--model-path`, `--gpu-layers`, threads, batches, cache.
+fn llama_config(settings: &Settings, provider: &ProviderConfig) -> Result<LlamaConfig, OpenError> {
+    let local = &settings.local;
+    let dir = provider
+        .model_path
+        .as_deref()
+        .map(std::path::Path::new)
+        .or(local.model_path.as_deref());
+    let model = llamacpp::resolve_model_path(&model_of(provider)?, dir);
+    let cache_type = match local.cache_type.as_deref() {
+        None => CacheType::F16,
+        Some(name) => CacheType::parse(name).ok_or_else(|| {
+            OpenError::Usage(format!(
+                "--cache-type {name}: expected one of f16, f32, q8_0, q4_0"
+            ))
+        })?,
+    };
+    let defaults = LlamaConfig::new(model.clone());
+    Ok(LlamaConfig {
+        context_size: settings
+            .context_size_for(provider)
+            .map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
+        gpu_layers: local.gpu_layers.unwrap_or(DEFAULT_GPU_LAYERS),
+        threads: local.threads.map(|t| i32::try_from(t).unwrap_or(i32::MAX)),
+        n_batch: local.n_batch.unwrap_or(defaults.n_batch),
+        ubatch: local.ubatch.unwrap_or(defaults.ubatch),
+        cache_type,
+        flash_attn: local.flash_attn.then_some(true),
+        progress: std::io::stderr().is_terminal(),
+        ..defaults
+    })
+}
+
+/// Every layer on the GPU when the build has one; none otherwise.
+const DEFAULT_GPU_LAYERS: i32 = if cfg!(feature = "cuda") { -1 } else { 0 };
 
 const ANTHROPIC_BASE: &str = "https://api.anthropic.com";
 const GEMINI_BASE: &str = "https://generativelanguage.googleapis.com/v1beta";

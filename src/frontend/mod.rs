@@ -92,12 +92,23 @@ fn subcommand(result: Result<(), commands::CommandError>) -> i32 {
     }
 }
 
-/// `shepherd VERSION (git REV)` and the compiled-in features.
+/// `shepherd VERSION (git REV)`, the compiled-in features and llama.cpp's build.
 pub fn version_text() -> String {
+    let features: Vec<&str> = [("cuda", cfg!(feature = "cuda"))]
+        .iter()
+        .filter(|(_, on)| *on)
+        .map(|(name, _)| *name)
+        .collect();
+    let features = if features.is_empty() {
+        "cpu".to_string()
+    } else {
+        features.join(", ")
+    };
     format!(
-        "shepherd {} (git {})",
+        "shepherd {} (git {})\nfeatures: {features}\nllama.cpp: {}",
         env!("CARGO_PKG_VERSION"),
-        env!("SHEPHERD_GIT_REV")
+        env!("SHEPHERD_GIT_REV"),
+        crate::llama::system_info()
     )
 }
 

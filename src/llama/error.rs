@@ -77,7 +77,6 @@ pub enum SamplerError {
 /// A chat template could not be applied.
 #[derive(Debug, Clone, PartialEq)]
 pub enum TemplateError {
-    Render(String),
     Failed(String),
 }
 
@@ -137,7 +136,6 @@ impl fmt::Display for SamplerError {
 impl fmt::Display for TemplateError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            TemplateError::Render(m) => write!(f, "chat template cannot render: {m}"),
             TemplateError::Failed(m) => write!(f, "chat template failed: {m}"),
         }
     }
