@@ -58,6 +58,10 @@ pub struct AgentConfig {
     pub max_rounds: u32,
     /// Whether tools are offered to the model at all.
     pub tools_enabled: bool,
+    /// `tool_choice` for the first generation of each prompt (later rounds use
+    /// `Auto`, so a forced call cannot loop): `Required` or `Named` make local
+    /// models call a tool through a grammar.
+    pub first_tool_choice: ToolChoice,
 }
 
 /// The front-end's side of a running agent.
@@ -291,8 +295,8 @@ impl Agent {
     fn run_turn(&mut self, prompt: String) -> FinishReason {
         self.emit(Event::UserPrompt(prompt.clone()));
         self.push_message(Message::user(prompt));
-        for _ in 0..self.config.max_rounds {
-            let reply = match self.generate_with_eviction() {
+        for round in 0..self.config.max_rounds {
+            let reply = match self.generate_with_eviction(round == 0) {
                 Round::Reply(reply) => reply,
                 Round::Failed(BackendError::Cancelled) => return FinishReason::Cancelled,
                 Round::Failed(error) => {
@@ -323,11 +327,11 @@ impl Agent {
     }
 
     /// One generation, with one eviction-and-retry when the context overflows.
-    fn generate_with_eviction(&mut self) -> Round {
-        match self.generate_once() {
+    fn generate_with_eviction(&mut self, first_round: bool) -> Round {
+        match self.generate_once(first_round) {
             Round::Failed(error @ BackendError::ContextOverflow { .. }) => {
                 if self.evict_for(&error) {
-                    self.generate_once()
+                    self.generate_once(first_round)
                 } else {
                     Round::Failed(error)
                 }
@@ -336,13 +340,17 @@ impl Agent {
         }
     }
 
-    fn generate_once(&mut self) -> Round {
+    fn generate_once(&mut self, first_round: bool) -> Round {
         let specs: Vec<ToolSpec> = if self.config.tools_enabled {
             self.tools.specs()
         } else {
             Vec::new()
         };
-        let choice = ToolChoice::Auto;
+        let choice = if first_round {
+            self.config.first_tool_choice.clone()
+        } else {
+            ToolChoice::Auto
+        };
         let request = GenerateRequest {
             tools: &specs,
             tool_choice: &choice,
@@ -624,6 +632,7 @@ mod tests {
             stream: true,
             max_rounds,
             tools_enabled: true,
+            first_tool_choice: ToolChoice::Auto,
         };
         AgentHandle::spawn(
             Box::new(backend),

@@ -890,17 +890,19 @@ fn parse_forced_call(text: &str) -> Result<ToolCall, BackendError> {
     let value: Value = serde_json::from_str(text.trim()).map_err(|e| {
         BackendError::Protocol(format!("forced tool call is not JSON ({e}): {text}"))
     })?;
-    call_from_json(&value, 0)
+    call_from_json(&value)
         .ok_or_else(|| BackendError::Protocol(format!("forced tool call has no name: {text}")))
 }
 
-fn call_from_json(value: &Value, index: usize) -> Option<ToolCall> {
+fn call_from_json(value: &Value) -> Option<ToolCall> {
+    // Ids must be unique across the whole conversation, not just one reply.
+    static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     let name = value.get("name")?.as_str()?.to_string();
     let arguments = value
         .get("arguments")
         .cloned()
         .unwrap_or_else(|| serde_json::json!({}));
-    let id = format!("call_{}_{index}", std::process::id());
+    let id = format!("call_forced_{}", NEXT_ID.fetch_add(1, Ordering::Relaxed));
     Some(ToolCall {
         id,
         name,
@@ -1252,7 +1254,50 @@ mod tests {
             content(&events).is_empty(),
             "tool-call JSON never travels as content"
         );
-        assert!(events.iter().any(|e| matches!(e, Event::ToolCall(_))));
+        // The agent announces calls; the backend only returns them.
+        assert!(!events.iter().any(|e| matches!(e, Event::ToolCall(_))));
+    }
+
+    #[test]
+    fn the_agent_runs_a_grammar_forced_call() {
+        use crate::agent::{AgentConfig, AgentHandle};
+        use crate::tools::ToolRegistry;
+        let mut tools = ToolRegistry::builtin();
+        tools.disable("*");
+        tools.enable("get_time");
+        let config = AgentConfig {
+            system_prompt: "You are a helpful assistant.".into(),
+            sampling: greedy(48),
+            stream: true,
+            max_rounds: 3,
+            tools_enabled: true,
+            first_tool_choice: ToolChoice::Named("get_time".into()),
+        };
+        let agent =
+            AgentHandle::spawn(Box::new(backend(2048)), tools, std::env::temp_dir(), config)
+                .expect("agent");
+        let mut events = Vec::new();
+        let reason = agent.run_prompt("What time is it?".into(), |e| {
+            events.push(e.clone());
+            Ok(())
+        });
+        let call = events.iter().find_map(|e| match e {
+            Event::ToolCall(call) => Some(call.clone()),
+            _ => None,
+        });
+        let call = call.expect("the forced call is announced");
+        assert_eq!(call.name, "get_time");
+        assert!(
+            events.iter().any(|e| matches!(
+                e,
+                Event::ToolResult(r) if r.success && r.id == call.id && r.content.contains("UTC")
+            )),
+            "{events:?}"
+        );
+        assert!(
+            matches!(reason, FinishReason::Stop | FinishReason::Length),
+            "{reason:?}"
+        );
     }
 
     #[test]

@@ -23,6 +23,7 @@ use std::sync::Arc;
 
 use crate::agent::{AgentConfig, AgentHandle};
 use crate::args::{self, USAGE};
+use crate::backend::ToolChoice;
 use crate::commands;
 use crate::config::resolve::{self, Mode, Settings};
 use crate::config::{self};
@@ -179,6 +180,7 @@ fn start_agent(settings: &Settings) -> Result<(AgentHandle, config::ProviderConf
         stream: settings.stream,
         max_rounds: settings.max_rounds,
         tools_enabled: settings.tools_enabled,
+        first_tool_choice: ToolChoice::Auto,
     };
     let root = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     match AgentHandle::spawn(backend, tools, root, agent_config) {

@@ -35,9 +35,13 @@ impl Tool for GetTime {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs() as i64);
-        let text = match args::opt_string(args, "format") {
-            Some(format) => strftime(format, now),
-            None => format!("{} (Unix time {now})", strftime("%Y-%m-%dT%H:%M:%SZ", now)),
+        // An empty format (small models like to send one) means the default.
+        let text = match args::opt_string(args, "format").filter(|f| !f.trim().is_empty()) {
+            Some(format) => format!("{} (UTC)", strftime(format, now)),
+            None => format!(
+                "{} (UTC; Unix time {now})",
+                strftime("%Y-%m-%dT%H:%M:%SZ", now)
+            ),
         };
         ToolOutput::ok(text.clone(), text)
     }
@@ -161,12 +165,14 @@ mod tests {
         let out = GetTime.run(&json!({}), &ctx);
         let (iso, rest) = out
             .content
-            .split_once(" (Unix time ")
+            .split_once(" (UTC; Unix time ")
             .expect("unix time shown");
         assert_eq!(iso.len(), "2025-01-01T00:00:00Z".len());
         let unix: i64 = rest.trim_end_matches(')').parse().expect("a number");
         assert_eq!(strftime("%Y-%m-%dT%H:%M:%SZ", unix), iso);
+        let empty = GetTime.run(&json!({"format": ""}), &ctx);
+        assert!(empty.content.contains("Unix time"), "{}", empty.content);
         let out = GetTime.run(&json!({"format": "%Y"}), &ctx);
-        assert_eq!(out.content, &iso[..4]);
+        assert_eq!(out.content, format!("{} (UTC)", &iso[..4]));
     }
 }
