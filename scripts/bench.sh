@@ -31,24 +31,37 @@ build_llama_bench() {
 [ -x "$BENCH" ] || build_llama_bench
 [ "${1:-}" = "--build-only" ] && exit 0
 
-echo "llama-bench: $MODEL, $THREADS threads" >&2
-"$BENCH" -m "$MODEL" -t "$THREADS" -p 512 -n 128 -r 3 -o json > "$DIR/llama-bench.json"
+# Timing noise on a shared 2-core VM is ±20% run to run, so the two are measured in
+# interleaved rounds (llama-bench, then shepherd, ROUNDS times) and compared by median.
+ROUNDS=${ROUNDS:-5}
+echo "building shepherd's bench (release test binary)" >&2
+SHEPHERD_TEST_MODEL="$MODEL" cargo test --release --quiet --no-run 2>/dev/null
+: > "$DIR/llama-bench.jsonl"
+: > "$DIR/shepherd-bench.jsonl"
+for round in $(seq "$ROUNDS"); do
+  echo "round $round/$ROUNDS: llama-bench, then shepherd ($MODEL, $THREADS threads)" >&2
+  "$BENCH" -m "$MODEL" -t "$THREADS" -p 512 -n 128 -r 1 -o jsonl >> "$DIR/llama-bench.jsonl"
+  SHEPHERD_TEST_MODEL="$MODEL" SHEPHERD_BENCH_FULL=1 SHEPHERD_BENCH_THREADS="$THREADS" \
+    cargo test --release --quiet bench_reports_speeds_and_turn_latency -- --nocapture 2>/dev/null \
+    | grep '^SHEPHERD_BENCH ' | sed 's/^SHEPHERD_BENCH //' >> "$DIR/shepherd-bench.jsonl"
+done
 
-echo "shepherd bench (release build of the test binary)" >&2
-SHEPHERD_TEST_MODEL="$MODEL" SHEPHERD_BENCH_FULL=1 SHEPHERD_BENCH_THREADS="$THREADS" \
-  cargo test --release --quiet bench_reports_speeds_and_turn_latency -- --nocapture 2>/dev/null \
-  | grep '^SHEPHERD_BENCH ' | sed 's/^SHEPHERD_BENCH //' > "$DIR/shepherd-bench.json"
-
-$PYTHON - "$DIR/llama-bench.json" "$DIR/shepherd-bench.json" <<'PY'
-import json, sys
-ref = json.load(open(sys.argv[1]))
-ours = json.load(open(sys.argv[2]))
-def ref_speed(n_prompt, n_gen):
-    return next(r["avg_ts"] for r in ref if r["n_prompt"] == n_prompt and r["n_gen"] == n_gen)
-rows = [("pp512", ref_speed(512, 0), ours["pp_tps"]), ("tg128", ref_speed(0, 128), ours["tg_tps"])]
+$PYTHON - "$DIR/llama-bench.jsonl" "$DIR/shepherd-bench.jsonl" <<'PY'
+import json, statistics, sys
+ref = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+ours = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
+med = statistics.median
+def ref_speeds(n_prompt, n_gen):
+    return [r["avg_ts"] for r in ref if r["n_prompt"] == n_prompt and r["n_gen"] == n_gen]
+rows = [
+    ("pp512", ref_speeds(512, 0), [o["pp_tps"] for o in ours]),
+    ("tg128", ref_speeds(0, 128), [o["tg_tps"] for o in ours]),
+]
+print(f"medians of {len(ours)} interleaved rounds (tokens/s)")
 print(f"{'test':8} {'llama-bench':>12} {'shepherd':>10} {'ratio':>7}")
 for name, theirs, mine in rows:
-    print(f"{name:8} {theirs:12.1f} {mine:10.1f} {mine / theirs:7.2f}x")
-t1, t10 = ours["ttft_turn1_ms"], ours["ttft_turn10_ms"]
+    print(f"{name:8} {med(theirs):12.1f} {med(mine):10.1f} {med(mine) / med(theirs):7.2f}x")
+t1 = med([o["ttft_turn1_ms"] for o in ours])
+t10 = med([o["ttft_turn10_ms"] for o in ours])
 print(f"TTFT turn 1: {t1:.0f} ms, turn 10: {t10:.0f} ms, ratio {t10 / t1:.2f}")
 PY

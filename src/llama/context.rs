@@ -111,6 +111,23 @@ unsafe extern "C" fn abort_requested(data: *mut c_void) -> bool {
     unsafe { &*(data as *const AtomicBool) }.load(Ordering::Relaxed)
 }
 
+/// Creates a polling CPU thread pool of `n_threads` and attaches it to `ctx` for
+/// both generation and batch work. `None` (ggml's per-call threads) if it cannot.
+fn attach_threadpool(
+    ctx: NonNull<sys::llama_context>,
+    n_threads: i32,
+) -> Option<NonNull<sys::ggml_threadpool>> {
+    // SAFETY: returns a plain struct of defaults for a valid thread count (validated
+    // by `ContextParams::validate` before this is reached).
+    let mut params = unsafe { sys::ggml_threadpool_params_default(n_threads) };
+    // SAFETY: `params` is a valid, initialised struct that outlives the call.
+    let pool = NonNull::new(unsafe { sys::ggml_threadpool_new(&mut params) })?;
+    // SAFETY: `ctx` is a live context and `pool` a live pool; the `Context` that owns
+    // both frees the context before the pool (see `Drop`).
+    unsafe { sys::llama_attach_threadpool(ctx.as_ptr(), pool.as_ptr(), pool.as_ptr()) };
+    Some(pool)
+}
+
 /// An owned `llama_context` borrowing its model.
 #[derive(Debug)]
 pub struct Context<'m> {
@@ -118,6 +135,9 @@ pub struct Context<'m> {
     model: &'m Model,
     /// Kept alive here because llama.cpp holds a raw pointer to it.
     abort: Arc<AtomicBool>,
+    /// A persistent CPU thread pool (as llama-bench and llama-server attach one);
+    /// without it ggml starts and joins its worker threads on every decode.
+    threadpool: Option<NonNull<sys::ggml_threadpool>>,
     n_ctx: u32,
     n_batch: u32,
     /// Whether the last decode produced logits a sampler may read.
@@ -131,6 +151,11 @@ impl Drop for Context<'_> {
         // SAFETY: `raw` came from `llama_init_from_model` and is freed exactly once here,
         // before the borrowed model can be dropped.
         unsafe { sys::llama_free(self.raw.as_ptr()) };
+        if let Some(pool) = self.threadpool.take() {
+            // SAFETY: the pool came from `ggml_threadpool_new`; the context that used it
+            // was freed just above, so nothing references it any more.
+            unsafe { sys::ggml_threadpool_free(pool.as_ptr()) };
+        }
     }
 }
 
@@ -166,10 +191,12 @@ impl<'m> Context<'m> {
                 sys::llama_n_batch(raw.as_ptr()),
             )
         };
+        let threadpool = attach_threadpool(raw, params.n_threads);
         Ok(Context {
             raw,
             model,
             abort: Arc::clone(&params.abort),
+            threadpool,
             n_ctx,
             n_batch,
             logits_ready: false,
