@@ -162,8 +162,7 @@ impl Backend for AnthropicBackend {
         sink: &mut dyn EventSink,
     ) -> Result<Reply, BackendError> {
         let wire = build_request(&self.config, session, request);
-        let body = serde_json::to_vec(&wire)
-            .map_err(|e| BackendError::Protocol(format!("cannot encode request: {e}")))?;
+        let body = http::encode(&wire)?;
         let url = self.url("messages");
         log::debug(Category::Llm, || {
             format!(
@@ -175,10 +174,7 @@ impl Backend for AnthropicBackend {
         let reply = http::with_retries(&self.config.api.policy(), sink, |sink| {
             self.attempt(&url, &body, request, sink)
         })?;
-        if let Some(usage) = reply.usage {
-            self.estimator
-                .calibrate(super::openai::prompt_chars(session), usage.prompt_tokens);
-        }
+        self.estimator.observe(session, &reply);
         Ok(reply)
     }
 

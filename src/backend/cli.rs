@@ -112,8 +112,7 @@ impl CliBackend {
 
     fn post(&self, path: &str, body: &impl Serialize) -> Result<String, BackendError> {
         let url = self.url(path);
-        let bytes = serde_json::to_vec(body)
-            .map_err(|e| BackendError::Protocol(format!("cannot encode request: {e}")))?;
+        let bytes = super::http::encode(body)?;
         let mut builder = self
             .agent
             .post(&url)

@@ -4,7 +4,8 @@
 //! from its length and the ratio is calibrated (an exponential moving average,
 //! accepting only plausible samples) whenever the provider reports usage.
 
-use crate::core::Message;
+use super::Reply;
+use crate::core::{Message, Session};
 
 /// Characters-per-token estimator with usage calibration.
 #[derive(Debug, Clone)]
@@ -46,6 +47,13 @@ impl TokenEstimator {
         tokens
     }
 
+    /// Calibrates from a reply's reported usage for the prompt built from `session`.
+    pub fn observe(&mut self, session: &Session, reply: &Reply) {
+        if let Some(usage) = reply.usage {
+            self.calibrate(prompt_chars(session), usage.prompt_tokens);
+        }
+    }
+
     /// Feeds one observation: `chars` of prompt text were reported as `tokens` tokens.
     pub fn calibrate(&mut self, chars: usize, tokens: u64) {
         if chars == 0 || tokens == 0 {
@@ -59,6 +67,23 @@ impl TokenEstimator {
         let updated = 0.8 * self.chars_per_token + 0.2 * sample;
         self.chars_per_token = updated.clamp(2.0, 5.0);
     }
+}
+
+/// Characters of prompt text a session sends: system prompt, contents, tool calls.
+fn prompt_chars(session: &Session) -> usize {
+    let messages: usize = session
+        .messages
+        .iter()
+        .map(|m| {
+            let calls: usize = m
+                .tool_calls
+                .iter()
+                .map(|c| c.name.len() + c.arguments.to_string().chars().count())
+                .sum();
+            m.content.chars().count() + calls
+        })
+        .sum();
+    session.system_prompt.chars().count() + messages
 }
 
 #[cfg(test)]

@@ -626,6 +626,12 @@ pub fn wait_unless_cancelled(delay: Duration, sink: &dyn EventSink) -> bool {
     }
 }
 
+/// Encodes a wire request once, so retries resend the very same bytes.
+pub fn encode<T: serde::Serialize>(wire: &T) -> Result<Vec<u8>, BackendError> {
+    serde_json::to_vec(wire)
+        .map_err(|e| BackendError::Protocol(format!("cannot encode request: {e}")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -192,8 +192,7 @@ impl Backend for OllamaBackend {
         let num_ctx = self.num_ctx();
         check_fits(session, num_ctx, request.sampling.max_tokens)?;
         let wire = build_request(&self.config, num_ctx, session, request);
-        let body = serde_json::to_vec(&wire)
-            .map_err(|e| BackendError::Protocol(format!("cannot encode request: {e}")))?;
+        let body = http::encode(&wire)?;
         let url = self.url("chat");
         log::debug(Category::Llm, || {
             format!(
@@ -205,10 +204,7 @@ impl Backend for OllamaBackend {
         let reply = http::with_retries(&self.config.api.policy(), sink, |sink| {
             self.attempt(&url, &body, request, sink)
         })?;
-        if let Some(usage) = reply.usage {
-            self.estimator
-                .calibrate(super::openai::prompt_chars(session), usage.prompt_tokens);
-        }
+        self.estimator.observe(session, &reply);
         Ok(reply)
     }
 

@@ -186,8 +186,7 @@ impl Backend for OpenAiBackend {
         sink: &mut dyn EventSink,
     ) -> Result<Reply, BackendError> {
         let wire = build_request(&self.config, self.strict_host(), session, request);
-        let body = serde_json::to_vec(&wire)
-            .map_err(|e| BackendError::Protocol(format!("cannot encode request: {e}")))?;
+        let body = http::encode(&wire)?;
         let url = self.endpoint();
         log::debug(Category::Llm, || {
             format!(
@@ -208,10 +207,7 @@ impl Backend for OpenAiBackend {
         let reply = http::with_retries(&policy, sink, |sink| {
             self.attempt(&url, &body, request, sink)
         })?;
-        if let Some(usage) = reply.usage {
-            self.estimator
-                .calibrate(prompt_chars(session), usage.prompt_tokens);
-        }
+        self.estimator.observe(session, &reply);
         Ok(reply)
     }
 
@@ -221,22 +217,6 @@ impl Backend for OpenAiBackend {
 }
 
 /// Characters of everything sent as the prompt, for calibrating the estimator.
-pub(super) fn prompt_chars(session: &Session) -> usize {
-    let messages: usize = session
-        .messages
-        .iter()
-        .map(|m| {
-            let calls: usize = m
-                .tool_calls
-                .iter()
-                .map(|c| c.name.len() + c.arguments.to_string().chars().count())
-                .sum();
-            m.content.chars().count() + calls
-        })
-        .sum();
-    session.system_prompt.chars().count() + messages
-}
-
 // ---- request wire structs ----
 
 #[derive(Debug, Serialize)]
