@@ -216,7 +216,6 @@ impl Backend for OpenAiBackend {
     }
 }
 
-/// Characters of everything sent as the prompt, for calibrating the estimator.
 // ---- request wire structs ----
 
 #[derive(Debug, Serialize)]
