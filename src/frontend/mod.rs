@@ -93,25 +93,41 @@ fn subcommand(result: Result<(), commands::CommandError>) -> i32 {
     }
 }
 
-/// `shepherd VERSION (git REV)`, the compiled-in features and llama.cpp's build.
+/// `shepherd VERSION (git REV)`, how it was built, the compiled-in features and
+/// llama.cpp's build (ggml version, the crate that pins its sources, CPU features).
 pub fn version_text() -> String {
-    let features: Vec<&str> = [("cuda", cfg!(feature = "cuda"))]
+    let features = COMPILED_FEATURES
         .iter()
-        .filter(|(_, on)| *on)
-        .map(|(name, _)| *name)
-        .collect();
-    let features = if features.is_empty() {
-        "cpu".to_string()
+        .map(|(name, on)| format!("{name} {}", if *on { "yes" } else { "no" }))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let (ggml, commit) = crate::llama::ggml_build();
+    // The crate's sources carry no git metadata, so ggml's commit is usually unknown.
+    let commit = match commit.as_str() {
+        "" | "unknown" => String::new(),
+        known => format!("commit {known}, "),
+    };
+    let linkage = if cfg!(target_feature = "crt-static") {
+        "static"
     } else {
-        features.join(", ")
+        "dynamic"
     };
     format!(
-        "shepherd {} (git {})\nfeatures: {features}\nllama.cpp: {}",
+        "shepherd {} (git {}, {}-{}, {linkage})\nfeatures: {features}\n\
+         llama.cpp: ggml {ggml} ({commit}llama-cpp-sys-2 {})\n{}",
         env!("CARGO_PKG_VERSION"),
         env!("SHEPHERD_GIT_REV"),
+        std::env::consts::ARCH,
+        std::env::consts::OS,
+        env!("SHEPHERD_LLAMA_CRATE"),
         crate::llama::system_info()
     )
 }
+
+/// Optional backends and whether this binary has them. TensorRT has no cargo
+/// feature yet, so no build of this version includes it.
+const COMPILED_FEATURES: [(&str, bool); 2] =
+    [("cuda", cfg!(feature = "cuda")), ("tensorrt", false)];
 
 /// Runs the chat front-ends: `-e`, piped lines, or `--json`.
 fn chat(settings: &Settings) -> i32 {

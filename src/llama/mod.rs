@@ -55,6 +55,26 @@ unsafe extern "C" fn forward_log(_level: sys::ggml_log_level, text: *const c_cha
     }
 }
 
+/// ggml's version and the commit it was built from, as compiled in (`0.26.0`,
+/// commit `unknown` when the crate's sources carried no git metadata).
+pub fn ggml_build() -> (String, String) {
+    // SAFETY: both return pointers to static NUL-terminated strings inside ggml (or null).
+    let (version, commit) = unsafe { (sys::ggml_version(), sys::ggml_commit()) };
+    (static_str(version), static_str(commit))
+}
+
+/// A copy of a static C string; empty for null.
+fn static_str(text: *const c_char) -> String {
+    if text.is_null() {
+        return String::new();
+    }
+    // SAFETY: non-null, NUL-terminated and static as documented by the caller; copied at once.
+    unsafe { CStr::from_ptr(text) }
+        .to_string_lossy()
+        .trim()
+        .to_string()
+}
+
 /// llama.cpp's build and CPU feature summary, for `--version`.
 pub fn system_info() -> String {
     init();
@@ -73,6 +93,15 @@ pub fn system_info() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ggml_build_reports_a_version() {
+        let (version, commit) = ggml_build();
+        let parts: Vec<&str> = version.split('.').collect();
+        assert_eq!(parts.len(), 3, "unexpected ggml version: {version}");
+        assert!(parts.iter().all(|p| p.parse::<u32>().is_ok()), "{version}");
+        assert!(!commit.is_empty());
+    }
 
     #[test]
     fn system_info_names_the_cpu_backend() {

@@ -508,3 +508,50 @@ fn interrupt_during_a_tool_cancels_and_kills_its_process_group() {
     // Cancelled turns do not go back to the model.
     assert_eq!(fake.requests().len(), 1);
 }
+
+/// The version in Cargo.lock of `name` (the build script reads the same file).
+fn locked_version(name: &str) -> String {
+    let lock = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.lock"))
+        .expect("Cargo.lock");
+    let wanted = format!("name = \"{name}\"");
+    let mut lines = lock.lines().skip_while(|l| l.trim() != wanted).skip(1);
+    let line = lines.next().expect("version line");
+    line.trim()
+        .trim_start_matches("version = \"")
+        .trim_end_matches('"')
+        .to_string()
+}
+
+#[test]
+fn version_names_revision_features_and_llama_build() {
+    let run = Sandbox::new("version").run(&["--version"], "");
+    assert_eq!(run.status, Some(0), "{}", run.stderr);
+    let head = format!("shepherd {} (git ", env!("CARGO_PKG_VERSION"));
+    assert!(run.stdout.starts_with(&head), "{}", run.stdout);
+    let git = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output();
+    match git {
+        Ok(out) if out.status.success() => {
+            let rev = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            assert!(
+                run.stdout.contains(&format!("(git {rev}, ")),
+                "{}",
+                run.stdout
+            );
+        }
+        _ => eprintln!("skipping the revision check: git is not available here"),
+    }
+    let cuda = if cfg!(feature = "cuda") { "yes" } else { "no" };
+    assert!(
+        run.stdout
+            .contains(&format!("features: cuda {cuda}, tensorrt no\n")),
+        "{}",
+        run.stdout
+    );
+    let crate_version = format!("llama-cpp-sys-2 {})", locked_version("llama-cpp-sys-2"));
+    assert!(run.stdout.contains("llama.cpp: ggml "), "{}", run.stdout);
+    assert!(run.stdout.contains(&crate_version), "{}", run.stdout);
+    assert!(run.stdout.contains("CPU : "), "{}", run.stdout);
+}

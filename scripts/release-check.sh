@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# Checks the release binary and its packaging; `make static` and `make check-static` run it.
+#
+#   release-check.sh linkage BIN static|cuda MAX_MB
+#       static: `file` says static and nothing is NEEDED (the silent failure of a
+#       +crt-static build without static-stdcxx is a PIE that still needs
+#       libstdc++.so and has no interpreter); at most MAX_MB (10^6 bytes).
+#       cuda: only glibc and the driver (libcuda.so.1) are dynamic.
+#   release-check.sh all BIN MODEL UNIT SAMPLE_CONFIG MAX_MB
+#       linkage as above, then: --version and a one-shot chat inside an empty root
+#       (the binary and the model only); the systemd unit passes `systemd-analyze
+#       verify` and its hardening score; the unit's ExecStart command line, run as an
+#       unprivileged user with no passwd entry (as DynamicUser= gives it) in a network
+#       namespace of its own, serves /health and /status on loopback and nowhere else.
+#
+# Every check says what it proved; the first failure stops with exit status 1.
+set -euo pipefail
+
+# A uid/gid from systemd's DynamicUser= range: unprivileged and owning nothing.
+SERVICE_UID=61184
+DEADLINE_S=120
+
+fail() {
+    echo "release-check: FAIL: $*" >&2
+    exit 1
+}
+ok() { echo "release-check: ok: $*"; }
+
+check_linkage() { # BIN KIND MAX_MB
+    local bin=$1 kind=$2 max_mb=$3 desc needed bytes
+    desc=$(file -b "$bin")
+    needed=$(readelf -d "$bin" | sed -n 's/.*Shared library: \[\(.*\)\]/\1/p')
+    bytes=$(stat -c %s "$bin")
+    case $kind in
+    static)
+        [[ $desc == *"static-pie linked"* || $desc == *"statically linked"* ]] ||
+            fail "$bin is not static: $desc"
+        [[ -z $needed ]] || fail "$bin still needs shared libraries: $(echo "$needed" | tr '\n' ' ')"
+        ((bytes <= max_mb * 1000 * 1000)) || fail "$bin is $bytes bytes, more than $max_mb MB"
+        ok "$bin is static ($(echo "$desc" | grep -o 'static[-a-z]* linked')), $bytes bytes stripped"
+        ;;
+    cuda)
+        local extra
+        extra=$(echo "$needed" | grep -vxE 'libcuda\.so\.1|libc\.so\.6|libm\.so\.6|libgcc_s\.so\.1|libdl\.so\.2|libpthread\.so\.0|librt\.so\.1|ld-linux-x86-64\.so\.2' || true)
+        [[ -z $extra ]] || fail "$bin needs more than glibc and the CUDA driver: $(echo "$extra" | tr '\n' ' ')"
+        ok "$bin needs only glibc and the CUDA driver, $bytes bytes stripped"
+        ;;
+    *) fail "unknown linkage kind $kind" ;;
+    esac
+}
+
+# The binary and the model alone in a directory used as /: no /lib, /etc, /dev, /proc.
+check_empty_root() { # BIN MODEL TMP
+    local bin=$1 model=$2 tmp=$3 root out
+    root=$tmp/root
+    mkdir -p "$root/.cache/shepherd/models"
+    install -m 0755 "$bin" "$root/shepherd"
+    # HOME=/ puts the embedded default model at /.cache/shepherd/models/.
+    ln "$model" "$root/.cache/shepherd/models/" 2>/dev/null || cp "$model" "$root/.cache/shepherd/models/"
+    [[ $(find "$root" -type f | wc -l) == 2 ]] || fail "the empty root holds more than the binary and the model"
+
+    out=$(env -i HOME=/ chroot "$root" /shepherd --version </dev/null 2>"$tmp/version.err") ||
+        fail "--version in the empty root: $(cat "$tmp/version.err")"
+    [[ $out == "shepherd "*"static"* && $out == *"llama.cpp: ggml "* ]] || fail "unexpected --version: $out"
+    ok "--version in an empty root: $(head -1 <<<"$out")"
+
+    out=$(env -i HOME=/ chroot "$root" /shepherd -e "What is the capital of France?" --temperature 0 \
+        </dev/null 2>"$tmp/chat.err") || fail "one-shot chat in the empty root: $(cat "$tmp/chat.err")"
+    grep -qi paris <<<"$out" || fail "the one-shot chat did not answer Paris: $out"
+    ok "one-shot chat on the embedded model in an empty root: $(tr '\n' ' ' <<<"$out" | cut -c1-100)"
+}
+
+# `systemd-analyze verify` checks the unit's syntax, directives and that ExecStart's
+# binary exists and is executable; it needs no running systemd. Hence a copy of the
+# unit with the install path replaced by the binary under test.
+check_unit_file() { # BIN UNIT TMP
+    local bin=$1 unit=$2 tmp=$3 copy out
+    copy=$tmp/$(basename "$unit")
+    sed "s#/usr/local/bin/shepherd#$bin#g" "$unit" >"$copy"
+    out=$(systemd-analyze verify "$copy" 2>&1) || fail "systemd-analyze verify: $out"
+    if grep -F "$(basename "$unit")" <<<"$out"; then fail "systemd-analyze verify complained about the unit"; fi
+    ok "systemd-analyze verify accepts $(basename "$unit")"
+    # Exposure is reported as 0.0-10.0; --threshold takes tenths. 2.9 is the top of "OK".
+    out=$(systemd-analyze security --offline=yes --threshold=29 "$copy" 2>&1) ||
+        fail "the unit's hardening is weaker than it should be: $(tail -1 <<<"$out")"
+    ok "systemd-analyze security: $(grep -o 'exposure level.*' <<<"$out")"
+}
+
+# Runs the unit's ExecStart command line as systemd would (its Environment=HOME and
+# WorkingDirectory=, an unprivileged uid/gid with no supplementary groups and no
+# capabilities), with the sample config as that user's config.
+check_unit_serves() { # BIN MODEL UNIT SAMPLE_CONFIG TMP
+    local bin=$1 model=$2 unit=$3 sample=$4 tmp=$5 cmdline home workdir state
+    cmdline=$(sed -n 's/^ExecStart=//p' "$unit" | head -1)
+    home=$(sed -n 's/^Environment=HOME=//p' "$unit" | head -1)
+    workdir=$(sed -n 's/^WorkingDirectory=//p' "$unit" | head -1)
+    [[ -n $cmdline && -n $home && $workdir == "$home" ]] || fail "unexpected unit layout: ExecStart, HOME, WorkingDirectory"
+    [[ $cmdline == *"--host 127.0.0.1"* ]] || fail "ExecStart does not bind loopback: $cmdline"
+
+    # The state directory (StateDirectory=shepherd) owned by the service's uid, mode 0700.
+    state=$tmp/state
+    mkdir -p "$state/models" "$state/.config/shepherd"
+    install -m 0755 "$bin" "$tmp/shepherd"
+    ln "$model" "$state/models/" 2>/dev/null || cp "$model" "$state/models/"
+    sed "s#$home#$state#g" "$sample" >"$state/.config/shepherd/config.json"
+    chown -R "$SERVICE_UID:$SERVICE_UID" "$state"
+    chmod 0700 "$state"
+    chmod 0755 "$tmp"
+
+    local cmd=${cmdline//\/usr\/local\/bin\/shepherd/$tmp/shepherd}
+    unshare --net "$0" serve "$cmd" "$state" "$tmp/serve.log" || fail "the unit's ExecStart did not serve (log: $(tail -5 "$tmp/serve.log"))"
+}
+
+# Inside a fresh network namespace: only its own loopback exists, so the port is free
+# and whatever listens is visible to `ss` alone.
+serve() { # CMD STATE LOG
+    local cmd=$1 state=$2 log=$3 port pid status uid listeners
+    port=$(grep -o -- '--port [0-9]*' <<<"$cmd" | cut -d' ' -f2)
+    ip link set lo up
+    # Word splitting of $cmd is what systemd does with ExecStart (no quotes in ours).
+    # shellcheck disable=SC2086
+    setpriv --reuid="$SERVICE_UID" --regid="$SERVICE_UID" --clear-groups --no-new-privs \
+        --inh-caps=-all --bounding-set=-all \
+        env -i HOME="$state" PATH=/usr/bin:/bin bash -c 'cd "$1" && shift && exec "$@"' _ "$state" $cmd \
+        </dev/null >"$log" 2>&1 &
+    pid=$!
+    trap 'kill -TERM $pid 2>/dev/null || true; wait $pid 2>/dev/null || true' EXIT
+    local deadline=$((SECONDS + DEADLINE_S))
+    until curl -sf "http://127.0.0.1:$port/health" >/dev/null; do
+        kill -0 "$pid" 2>/dev/null || { echo "the server exited" >>"$log"; return 1; }
+        ((SECONDS < deadline)) || { echo "no /health within ${DEADLINE_S}s" >>"$log"; return 1; }
+        sleep 0.2
+    done
+    status=$(curl -sf "http://127.0.0.1:$port/status")
+    [[ $status == *'"server_type":"cliserver"'* && $status == *SmolLM2* ]] || { echo "unexpected /status: $status" >>"$log"; return 1; }
+    uid=$(awk '/^Uid:/ {print $2}' "/proc/$pid/status")
+    [[ $uid == "$SERVICE_UID" ]] || { echo "runs as uid $uid" >>"$log"; return 1; }
+    listeners=$(ss -ltnH | awk '{print $4}')
+    [[ $listeners == "127.0.0.1:$port" ]] || { echo "listening on: $listeners" >>"$log"; return 1; }
+    ok "the unit's ExecStart serves /health and /status on 127.0.0.1:$port only, as uid $uid: $status"
+}
+
+main() {
+    local mode=${1:-}
+    case $mode in
+    linkage)
+        check_linkage "$2" "$3" "$4"
+        ;;
+    all)
+        local bin model unit sample max_mb tmp
+        bin=$(realpath "$2") model=$(realpath "$3") unit=$(realpath "$4") sample=$(realpath "$5") max_mb=$6
+        tmp=$(mktemp -d "${TMPDIR:-/tmp}/shepherd-release.XXXXXX")
+        trap 'rm -rf "$tmp"' EXIT
+        check_linkage "$bin" static "$max_mb"
+        check_empty_root "$bin" "$model" "$tmp"
+        check_unit_file "$bin" "$unit" "$tmp"
+        check_unit_serves "$bin" "$model" "$unit" "$sample" "$tmp"
+        ;;
+    serve)
+        serve "$2" "$3" "$4"
+        ;;
+    *)
+        echo "usage: $0 linkage BIN static|cuda MAX_MB | all BIN MODEL UNIT SAMPLE_CONFIG MAX_MB" >&2
+        exit 2
+        ;;
+    esac
+}
+
+main "$@"
