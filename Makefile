@@ -107,23 +107,28 @@ DESTDIR ?=
 # (util-linux), ip/ss (iproute2), curl.
 RELEASE_PACKAGES ?= file systemd util-linux iproute2 curl
 
-# Vendored crates live in the cache, outside git, one directory per Cargo.lock: a tree
-# whose lock differs never picks up a stale vendor directory. Builds use it only once
-# `make vendor` has written its config, so a normal checkout builds as before.
+# `make vendor` copies every crate into the tree's build cache (.cache/, ignored by git),
+# one directory per Cargo.lock content: a stale vendor directory is never used after a
+# dependency change (run `make vendor` again). Builds read it only once it is complete,
+# so a fresh checkout builds from the registry as before. The source replacement is
+# passed on the command line with this tree's absolute path, so a tree copied elsewhere
+# (an air-gapped box) still finds its crates. The first build after vendoring rebuilds
+# the dependencies once: cargo sees their source path change.
 LOCK_HASH := $(shell sha256sum Cargo.lock | cut -c1-16)
-VENDOR_DIR := $(CACHE)/vendor/$(LOCK_HASH)
-VENDOR_CONFIG := $(VENDOR_DIR)/config.toml
-VENDORED = $(if $(wildcard $(VENDOR_CONFIG)),--config $(VENDOR_CONFIG) --frozen,)
+VENDOR_DIR := .cache/vendor/$(LOCK_HASH)
+VENDOR_DONE := $(VENDOR_DIR)/complete
+VENDOR_FLAGS := --config 'source.crates-io.replace-with="vendored-sources"' \
+  --config 'source.vendored-sources.directory="$(CURDIR)/$(VENDOR_DIR)/crates"' --frozen
+VENDORED = $(if $(or $(REQUIRE_VENDOR),$(wildcard $(VENDOR_DONE))),$(VENDOR_FLAGS),)
 
-# `cargo vendor` prints the source-replacement config; it is written last, so an
-# interrupted vendoring leaves no config pointing at a half-filled directory.
-vendor: $(VENDOR_CONFIG)
+# The marker is written last, so an interrupted run leaves nothing half-used.
+vendor: $(VENDOR_DONE)
 
-$(VENDOR_CONFIG): Cargo.lock
-	@mkdir -p $(VENDOR_DIR)
-	$(CARGO) vendor --quiet --locked --versioned-dirs $(VENDOR_DIR)/crates > $(VENDOR_CONFIG).tmp
-	@mv $(VENDOR_CONFIG).tmp $(VENDOR_CONFIG)
-	@echo "vendored into $(VENDOR_DIR); make and make static now build offline"
+$(VENDOR_DONE):
+	@find .cache/vendor -mindepth 1 -maxdepth 1 ! -name $(LOCK_HASH) -exec rm -rf {} + 2>/dev/null || true
+	$(CARGO) vendor --quiet --locked --versioned-dirs $(VENDOR_DIR)/crates >/dev/null
+	@touch $(VENDOR_DONE)
+	@echo "vendored into $(VENDOR_DIR): make and make static now build offline"
 
 # dist/shepherd: stripped, and checked that it really is static (a +crt-static build
 # without static-stdcxx links, then segfaults at start; see build-facts §2).
@@ -143,10 +148,10 @@ static: deps release-deps
 OFFLINE_STAMP := $(STATIC_TARGET_DIR)/offline-build.stamp
 offline-static: deps release-deps vendor
 	@if [ ! -f $(OFFLINE_STAMP) ] || [ -n "$$(find Cargo.lock Cargo.toml build.rs -newer $(OFFLINE_STAMP))" ]; then \
-	  echo "dependencies changed since the last offline build: building from a clean target dir"; \
+	  echo "no offline build of these dependencies yet: building from a clean target dir"; \
 	  rm -rf $(STATIC_TARGET_DIR); fi
 	@start=$$(date +%s); \
-	unshare --net $(MAKE) --no-print-directory static CUDA= VENDORED='--config $(VENDOR_CONFIG) --frozen' && \
+	unshare --net $(MAKE) --no-print-directory static CUDA= REQUIRE_VENDOR=1 && \
 	echo "offline static build: $$(( $$(date +%s) - start ))s"
 	@touch $(OFFLINE_STAMP)
 

@@ -53,18 +53,21 @@ check_linkage() { # BIN KIND MAX_MB
 check_empty_root() { # BIN MODEL TMP
     local bin=$1 model=$2 tmp=$3 root out
     root=$tmp/root
+    # env -i clears PATH too, so chroot goes by its full path.
+    local chroot
+    chroot=$(command -v chroot) || fail "chroot is missing"
     mkdir -p "$root/.cache/shepherd/models"
     install -m 0755 "$bin" "$root/shepherd"
     # HOME=/ puts the embedded default model at /.cache/shepherd/models/.
     ln "$model" "$root/.cache/shepherd/models/" 2>/dev/null || cp "$model" "$root/.cache/shepherd/models/"
     [[ $(find "$root" -type f | wc -l) == 2 ]] || fail "the empty root holds more than the binary and the model"
 
-    out=$(env -i HOME=/ chroot "$root" /shepherd --version </dev/null 2>"$tmp/version.err") ||
+    out=$(env -i HOME=/ "$chroot" "$root" /shepherd --version </dev/null 2>"$tmp/version.err") ||
         fail "--version in the empty root: $(cat "$tmp/version.err")"
     [[ $out == "shepherd "*"static"* && $out == *"llama.cpp: ggml "* ]] || fail "unexpected --version: $out"
     ok "--version in an empty root: $(head -1 <<<"$out")"
 
-    out=$(env -i HOME=/ chroot "$root" /shepherd -e "What is the capital of France?" --temperature 0 \
+    out=$(env -i HOME=/ "$chroot" "$root" /shepherd -e "What is the capital of France?" --temperature 0 \
         </dev/null 2>"$tmp/chat.err") || fail "one-shot chat in the empty root: $(cat "$tmp/chat.err")"
     grep -qi paris <<<"$out" || fail "the one-shot chat did not answer Paris: $out"
     ok "one-shot chat on the embedded model in an empty root: $(tr '\n' ' ' <<<"$out" | cut -c1-100)"
@@ -114,7 +117,7 @@ check_unit_serves() { # BIN MODEL UNIT SAMPLE_CONFIG TMP
 # Inside a fresh network namespace: only its own loopback exists, so the port is free
 # and whatever listens is visible to `ss` alone.
 serve() { # CMD STATE LOG
-    local cmd=$1 state=$2 log=$3 port pid status uid listeners
+    local cmd=$1 state=$2 log=$3 port status uid listeners
     port=$(grep -o -- '--port [0-9]*' <<<"$cmd" | cut -d' ' -f2)
     ip link set lo up
     # Word splitting of $cmd is what systemd does with ExecStart (no quotes in ours).
@@ -123,8 +126,9 @@ serve() { # CMD STATE LOG
         --inh-caps=-all --bounding-set=-all \
         env -i HOME="$state" PATH=/usr/bin:/bin bash -c 'cd "$1" && shift && exec "$@"' _ "$state" $cmd \
         </dev/null >"$log" 2>&1 &
-    pid=$!
-    trap 'kill -TERM $pid 2>/dev/null || true; wait $pid 2>/dev/null || true' EXIT
+    SERVER_PID=$!
+    trap 'kill -TERM $SERVER_PID 2>/dev/null || true; wait $SERVER_PID 2>/dev/null || true' EXIT
+    local pid=$SERVER_PID
     local deadline=$((SECONDS + DEADLINE_S))
     until curl -sf "http://127.0.0.1:$port/health" >/dev/null; do
         kill -0 "$pid" 2>/dev/null || { echo "the server exited" >>"$log"; return 1; }
@@ -150,7 +154,9 @@ main() {
         local bin model unit sample max_mb tmp
         bin=$(realpath "$2") model=$(realpath "$3") unit=$(realpath "$4") sample=$(realpath "$5") max_mb=$6
         tmp=$(mktemp -d "${TMPDIR:-/tmp}/shepherd-release.XXXXXX")
-        trap 'rm -rf "$tmp"' EXIT
+        # The trap runs after main returns: it must not name a local.
+        TMP_ROOT=$tmp
+        trap 'rm -rf "$TMP_ROOT"' EXIT
         check_linkage "$bin" static "$max_mb"
         check_empty_root "$bin" "$model" "$tmp"
         check_unit_file "$bin" "$unit" "$tmp"
