@@ -130,6 +130,8 @@ pub enum FlagId {
     FlashAttn,
     Reasoning,
     NoMcp,
+    UseTools,
+    QueueSize,
 }
 
 /// One row of the flag table.
@@ -211,6 +213,8 @@ pub const FLAGS: &[Flag] = &[
     flag(FlagId::AuthToken, "auth-token", None, Val("TOKEN"), S::Modes, "Token the servers require (prefer --auth-token-file: argv is visible in ps)"),
     flag(FlagId::AuthTokenFile, "auth-token-file", None, Val("FILE"), S::Modes, "Read the servers' token from FILE"),
     flag(FlagId::CorsOrigin, "cors-origin", None, Val("ORIGIN"), S::Modes, "Web origin allowed to call the servers (repeatable)"),
+    flag(FlagId::UseTools, "use-tools", None, Nothing, S::Modes, "--server runs shepherd's own tools for its clients"),
+    flag(FlagId::QueueSize, "queue-size", None, Val("N"), S::Modes, "--server: requests that may wait for a slot, 0 to 4096 (default 16)"),
     flag(FlagId::Continue, "continue", None, Nothing, S::Modes, "Continue the last saved session in this directory"),
     aliased(flag(FlagId::ModelPath, "model-path", None, Val("PATH"), S::Local, "GGUF model file or directory"), "model_path"),
     flag(FlagId::GpuLayers, "gpu-layers", None, Val("N"), S::Local, "Layers on the GPU (-1 = all)"),
@@ -264,6 +268,8 @@ pub struct LowArgs {
     pub no_colors: bool,
     pub cliserver: bool,
     pub server: bool,
+    pub use_tools: bool,
+    pub queue_size: Option<u32>,
     pub host: Option<String>,
     pub port: Option<u16>,
     pub auth_token: Option<String>,
@@ -431,6 +437,7 @@ fn set_switch(low: &mut LowArgs, id: FlagId) {
         FlagId::NoColors => low.no_colors = true,
         FlagId::CliServer => low.cliserver = true,
         FlagId::Server => low.server = true,
+        FlagId::UseTools => low.use_tools = true,
         FlagId::Continue => low.continue_session = true,
         FlagId::FlashAttn => low.flash_attn = true,
         FlagId::Version => low.version = true,
@@ -483,6 +490,7 @@ fn set_number(low: &mut LowArgs, flag: &Flag, raw: &str) -> Result<(), UsageErro
             low.max_rounds = Some(max_rounds(raw).map_err(|e| bad(flag, raw, &e))?)
         }
         FlagId::Port => low.port = Some(ranged(flag, raw, 0, 65535)? as u16),
+        FlagId::QueueSize => low.queue_size = Some(ranged(flag, raw, 0, 4096)? as u32),
         FlagId::GpuLayers => low.gpu_layers = Some(gpu_layers(flag, raw)?),
         FlagId::Threads => low.threads = Some(ranged(flag, raw, 1, 1024)? as u32),
         FlagId::NBatch => low.n_batch = Some(ranged(flag, raw, 1, 1 << 20)? as u32),

@@ -37,7 +37,10 @@ use crossbeam_channel::{bounded, unbounded, Receiver, RecvTimeoutError, Sender};
 use serde_json::Value;
 
 use super::estimate::TokenEstimator;
-use super::{Backend, BackendInfo, GenerateRequest, Reply, Sampling, ToolChoice, ToolSpec, Usage};
+use super::{
+    Backend, BackendInfo, GenerateRequest, Reply, ResponseFormat, Sampling, ToolChoice, ToolSpec,
+    Usage,
+};
 use crate::core::{
     BackendError, Event, EventSink, FinishReason, Flow, Message, Role, Session, Stats, ToolCall,
 };
@@ -698,6 +701,18 @@ fn sampler_params(
     grammar: Option<&str>,
 ) -> Result<SamplerParams, BackendError> {
     let defaults = SamplerParams::default();
+    // A forced tool call wins over `response_format`: the call is JSON already.
+    let grammar = grammar.map(str::to_string).or_else(|| {
+        sampling
+            .response_format
+            .as_ref()
+            .map(|format| match format {
+                ResponseFormat::JsonObject => llama::grammar::json_grammar(None),
+                ResponseFormat::JsonSchema { schema, .. } => {
+                    llama::grammar::json_grammar(Some(schema))
+                }
+            })
+    });
     let params = SamplerParams {
         temperature: sampling.temperature.unwrap_or(defaults.temperature),
         top_p: sampling.top_p.unwrap_or(defaults.top_p),
@@ -705,8 +720,16 @@ fn sampler_params(
             .top_k
             .map_or(defaults.top_k, |k| i32::try_from(k).unwrap_or(i32::MAX)),
         seed: sampling.seed.map_or(defaults.seed, |s| s as u32),
-        grammar: grammar.map(str::to_string),
-        ..defaults
+        min_p: sampling.min_p.unwrap_or(defaults.min_p),
+        repeat_penalty: sampling.repeat_penalty.unwrap_or(defaults.repeat_penalty),
+        penalty_last_n: sampling.repeat_last_n.unwrap_or(defaults.penalty_last_n),
+        frequency_penalty: sampling
+            .frequency_penalty
+            .unwrap_or(defaults.frequency_penalty),
+        presence_penalty: sampling
+            .presence_penalty
+            .unwrap_or(defaults.presence_penalty),
+        grammar,
     };
     params
         .validate()
