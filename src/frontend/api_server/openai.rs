@@ -197,12 +197,14 @@ fn messages(f: &Fields<'_>) -> Result<(Option<String>, Vec<Message>), ApiError> 
             }
             "assistant" => out.push(assistant(&m)?),
             "tool" => out.push(tool_result(&m, &out)?),
-            other => return Err(ApiError::invalid(
-                &m.name("role"),
-                format!(
+            other => {
+                return Err(ApiError::invalid(
+                    &m.name("role"),
+                    format!(
                     "unknown role '{other}': expected system, developer, user, assistant or tool"
                 ),
-            )),
+                ))
+            }
         }
     }
     Ok((system, out))
