@@ -12,7 +12,7 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, Sender};
 use serde_json::{json, Value};
 
-use crate::fake_openai::{chunk, text_stream, Canned, FakeOpenAi};
+use crate::fake_openai::{chunk, text_stream, tool_call_stream, Canned, FakeOpenAi};
 use crate::harness::{poll_until, Sandbox};
 
 /// The model the tests use: `SHEPHERD_TEST_MODEL` (set by `make test`), else the `make model` cache.
@@ -588,4 +588,108 @@ fn the_official_openai_client_works_against_smollm2() {
         server.log()
     );
     assert!(stdout.contains("all checks passed"), "{stdout}");
+}
+
+#[test]
+fn reasoning_streams_as_reasoning_content_and_tool_calls_come_back_whole() {
+    let reasoning = vec![
+        chunk(
+            json!({"role": "assistant", "reasoning_content": "think"}),
+            None,
+        ),
+        chunk(json!({"content": "ok"}), None),
+        chunk(json!({}), Some("stop")),
+    ];
+    let fake = FakeOpenAi::start(vec![
+        Canned::sse(&reasoning),
+        Canned::sse(&tool_call_stream("call_9", "lookup", json!({"q": "x"}))),
+    ]);
+    let server = ApiServer::with_fake(&fake.base_url, &[]);
+    let body = json!({"messages": user("hi"), "stream": true});
+    let answer = curl_post(
+        &server.url("/v1/chat/completions"),
+        &body.to_string(),
+        &["-N"],
+    );
+    let chunks: Vec<Value> = sse_events(&answer.body)
+        .iter()
+        .filter_map(|(_, d)| serde_json::from_str(d).ok())
+        .collect();
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let deltas: Vec<&Value> = chunks.iter().map(|c| &c["choices"][0]["delta"]).collect();
+    assert!(
+        deltas.contains(&&json!({"reasoning_content": "think"})),
+        "{deltas:?}"
+    );
+    assert!(deltas.contains(&&json!({"content": "ok"})), "{deltas:?}");
+    let tools = json!([{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]);
+    let (status, whole) = server.post(
+        "/v1/chat/completions",
+        &json!({"messages": user("find x"), "tools": tools, "tool_choice": "required"}),
+    );
+    assert_eq!(status, 200, "{whole}");
+    let choice = &whole["choices"][0];
+    assert_eq!(choice["finish_reason"], "tool_calls");
+    assert_eq!(choice["message"]["content"], Value::Null);
+    let call = &choice["message"]["tool_calls"][0];
+    assert_eq!(call["id"], "call_9");
+    assert_eq!(call["function"]["name"], "lookup");
+    assert_eq!(call["function"]["arguments"], "{\"q\":\"x\"}");
+    let sent = &fake.requests()[1].body;
+    assert_eq!(sent["tool_choice"], "required");
+    assert_eq!(sent["tools"][0]["function"]["name"], "lookup");
+}
+
+#[test]
+fn use_tools_runs_shepherds_tools_and_streams_them_as_content() {
+    let fake = FakeOpenAi::start(vec![
+        Canned::sse(&tool_call_stream("call_1", "get_time", json!({}))),
+        Canned::sse(&text_stream(&["It is late."])),
+    ]);
+    let server = ApiServer::with_fake(&fake.base_url, &["--use-tools"]);
+    let (status, body) = server.post(
+        "/v1/chat/completions",
+        &json!({"messages": user("what time is it?")}),
+    );
+    assert_eq!(status, 200, "{body}");
+    let content = body["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(content.starts_with("get_time({})\n"), "{content}");
+    assert!(content.ends_with("It is late."), "{content}");
+    assert_eq!(body["choices"][0]["finish_reason"], "stop");
+    let second = &fake.requests()[1].body;
+    crate::fake_openai::assert_tool_results_answer_calls(second);
+    let messages = second["messages"].as_array().unwrap();
+    assert_eq!(messages.last().unwrap()["role"], "tool");
+    assert_eq!(messages.last().unwrap()["tool_call_id"], "call_1");
+}
+
+#[test]
+fn a_streaming_client_that_hangs_up_frees_its_slot() {
+    let server = ApiServer::with_model(&["--context-size", "2048"]);
+    let body = json!({"messages": user("Write a very long story about a dragon."),
+                      "stream": true, "max_tokens": 1500, "temperature": 0.8})
+    .to_string();
+    let mut client = TcpStream::connect(server.base.trim_start_matches("http://")).unwrap();
+    let request = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    client.write_all(request.as_bytes()).unwrap();
+    let mut first = [0u8; 256];
+    let n = client.read(&mut first).unwrap();
+    assert!(String::from_utf8_lossy(&first[..n]).starts_with("HTTP/1.1 200"));
+    assert_eq!(server.metric("shepherd_requests_running"), 1.0);
+    drop(client);
+    assert!(
+        poll_until(Duration::from_secs(5), || server
+            .metric("shepherd_requests_running")
+            == 0.0),
+        "the slot is freed"
+    );
+    assert_eq!(server.metric("shepherd_requests_cancelled_total"), 1.0);
+    let (status, answer) = server.post(
+        "/v1/chat/completions",
+        &json!({"messages": user("Say hi."), "max_tokens": 8, "temperature": 0}),
+    );
+    assert_eq!(status, 200, "{answer}");
 }
