@@ -615,3 +615,51 @@ pub fn run(settings: &Settings) -> i32 {
     listener.run(api);
     0
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frontend::http::Policy;
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+
+    fn raw(addr: std::net::SocketAddr, request: &str) -> String {
+        let mut stream = TcpStream::connect(addr).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut out = String::new();
+        let _ = stream.read_to_string(&mut out);
+        out
+    }
+
+    #[test]
+    fn while_loading_health_and_generation_answer_503() {
+        let server =
+            http::Server::bind("127.0.0.1", 0, Limits::default(), Policy::default()).expect("bind");
+        let addr = server.local_addr().unwrap();
+        let api = Arc::new(ApiServer::new());
+        std::thread::spawn(move || server.run(api));
+        let health = raw(addr, "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+        assert!(health.starts_with("HTTP/1.1 503"), "{health}");
+        assert!(health.contains("\"loading\""), "{health}");
+        let body = r#"{"messages":[{"role":"user","content":"hi"}]}"#;
+        let chat = raw(
+            addr,
+            &format!(
+                "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            ),
+        );
+        assert!(chat.starts_with("HTTP/1.1 503"), "{chat}");
+        assert!(chat.contains("Retry-After: 5"), "{chat}");
+        let metrics = raw(addr, "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+        assert!(
+            metrics.contains("shepherd_requests_total{endpoint=\"chat_completions\"} 1"),
+            "{metrics}"
+        );
+        let missing = raw(addr, "GET /nope HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+        assert!(missing.starts_with("HTTP/1.1 404"), "{missing}");
+    }
+}
