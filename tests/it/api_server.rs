@@ -693,3 +693,53 @@ fn a_streaming_client_that_hangs_up_frees_its_slot() {
     );
     assert_eq!(status, 200, "{answer}");
 }
+
+#[test]
+fn with_a_token_every_route_but_health_needs_it() {
+    if !have_curl() {
+        eprintln!("skipped: curl is not installed (make test installs it)");
+        return;
+    }
+    let fake = FakeOpenAi::start(vec![Canned::sse(&text_stream(&["fine"]))]);
+    let server = ApiServer::with_fake(&fake.base_url, &["--auth-token", "s3cret"]);
+    let get = |path: &str, extra: &[&str]| {
+        let output = Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}"])
+            .args(extra)
+            .arg(server.url(path))
+            .output()
+            .expect("curl");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    for path in ["/v1/models", "/v1/models/test", "/metrics"] {
+        assert_eq!(get(path, &[]), "401", "{path}");
+        assert_eq!(
+            get(path, &["-H", "Authorization: Bearer wrong"]),
+            "401",
+            "{path}"
+        );
+        assert_eq!(
+            get(path, &["-H", "Authorization: Bearer s3cret"]),
+            "200",
+            "{path}"
+        );
+    }
+    assert_eq!(get("/health", &[]), "200");
+    let body = json!({"messages": user("hi"), "max_tokens": 5, "model": "m"}).to_string();
+    for path in ["/v1/chat/completions", "/v1/messages"] {
+        let refused = curl_post(&server.url(path), &body, &[]);
+        assert_eq!(refused.status, 401, "{path}");
+    }
+    let allowed = curl_post(
+        &server.url("/v1/messages"),
+        &body,
+        &["-H", "x-api-key: s3cret"],
+    );
+    assert_eq!(allowed.status, 200, "{}", allowed.body);
+    assert_eq!(allowed.json()["content"][0]["text"], "fine");
+    assert_eq!(
+        fake.requests().len(),
+        1,
+        "only the authorised request reached upstream"
+    );
+}
