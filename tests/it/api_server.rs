@@ -743,3 +743,41 @@ fn with_a_token_every_route_but_health_needs_it() {
         "only the authorised request reached upstream"
     );
 }
+
+#[test]
+fn a_request_that_extends_the_previous_one_decodes_only_the_new_tokens() {
+    let server = ApiServer::with_model(&["--context-size", "2048"]);
+    let mut messages = vec![json!({"role": "user", "content": "Name three colors."})];
+    let ask = |messages: &Vec<Value>| {
+        let (status, body) = server.post(
+            "/v1/chat/completions",
+            &json!({"messages": messages, "max_tokens": 24, "temperature": 0}),
+        );
+        assert_eq!(status, 200, "{body}");
+        body
+    };
+    let first = ask(&messages);
+    let first_prompt = first["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert_eq!(first["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+    messages.push(json!({"role": "assistant",
+                         "content": first["choices"][0]["message"]["content"]}));
+    messages.push(json!({"role": "user", "content": "And three fruits?"}));
+    let second = ask(&messages);
+    let prompt = second["usage"]["prompt_tokens"].as_u64().unwrap();
+    let cached = second["usage"]["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        cached >= first_prompt,
+        "the first request's {first_prompt} prompt tokens are reused, got {cached} of {prompt}"
+    );
+    assert!(cached < prompt);
+    assert_eq!(
+        server.metric("shepherd_prompt_tokens_reused_total"),
+        cached as f64
+    );
+    assert_eq!(
+        server.metric("shepherd_prompt_tokens_decoded_total"),
+        (first_prompt + prompt - cached) as f64
+    );
+}

@@ -37,7 +37,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crossbeam_channel::RecvTimeoutError;
 use serde_json::{json, Value};
 
-use crate::backend::{Backend, BackendInfo, Reply, Sampling};
+use crate::backend::{BackendInfo, Reply, Sampling};
 use crate::config::resolve::Settings;
 use crate::core::Stats;
 use crate::tools::ToolRegistry;
@@ -53,7 +53,8 @@ use text::Assembler;
 const TICK: Duration = Duration::from_millis(100);
 /// Longest silence on a stream before a keep-alive comment.
 const KEEPALIVE: Duration = Duration::from_secs(10);
-/// Parallel requests to an API backend when `--parallel` is not given.
+/// Parallel requests to an API backend when `--parallel` is not given (the
+/// in-process model defaults to one slot).
 const DEFAULT_API_PARALLEL: usize = 4;
 
 /// What a request falls back to for the fields it leaves out.
@@ -98,7 +99,7 @@ impl Usage {
         Usage {
             prompt,
             completion,
-            cached: None,
+            cached: stats.map(|s| s.cached_tokens),
             stats: stats.cloned(),
         }
     }
@@ -508,22 +509,19 @@ fn model_id(provider: &crate::config::ProviderConfig) -> String {
     }
 }
 
-/// Opens the backends (one per worker) and starts the pool. An in-process
-/// model is loaded once and serves one request at a time.
+/// Opens the backends (one per worker, `--parallel`) and starts the pool.
 fn load(settings: &Settings) -> Result<Loaded, String> {
-    let (first, provider) = match connect::open_backend(settings) {
+    let parallel = settings.local.parallel.map(|n| n as usize);
+    let wanted = match &settings.providers[..] {
+        [] => parallel.unwrap_or(1),
+        [only] if only.kind == crate::config::ProviderKind::Llamacpp => parallel.unwrap_or(1),
+        _ => parallel.unwrap_or(DEFAULT_API_PARALLEL),
+    };
+    let (backends, provider) = match connect::open_backends(settings, wanted) {
         Ok(opened) => opened,
         Err(connect::OpenError::Usage(message)) => return Err(message),
     };
-    let info = first.info();
-    let parallel = if info.local { 1 } else { DEFAULT_API_PARALLEL };
-    let mut backends: Vec<Box<dyn Backend>> = vec![first];
-    while backends.len() < parallel {
-        match connect::open_backend(settings) {
-            Ok((backend, _)) => backends.push(backend),
-            Err(connect::OpenError::Usage(message)) => return Err(message),
-        }
-    }
+    let info = backends[0].info();
     let tools = settings.use_tools.then(|| {
         let mut registry = ToolRegistry::builtin();
         for glob in &settings.disable_tools {
