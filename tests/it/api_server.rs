@@ -781,3 +781,45 @@ fn a_request_that_extends_the_previous_one_decodes_only_the_new_tokens() {
         (first_prompt + prompt - cached) as f64
     );
 }
+
+#[test]
+fn parallel_slots_on_the_in_process_model_serve_requests_together() {
+    let server = ApiServer::with_model(&[
+        "--context-size",
+        "2048",
+        "--parallel",
+        "2",
+        "--queue-size",
+        "0",
+    ]);
+    assert_eq!(server.metric("shepherd_slots"), 2.0);
+    assert_eq!(server.metric("shepherd_queue_capacity"), 0.0);
+    let url = server.url("/v1/chat/completions");
+    let clients: Vec<_> = ["Name a color.", "Name a fruit."]
+        .iter()
+        .map(|question| {
+            let body = json!({"messages": user(question), "max_tokens": 12, "temperature": 0});
+            let url = url.clone();
+            std::thread::spawn(move || {
+                let response = agent()
+                    .post(&url)
+                    .header("Content-Type", "application/json")
+                    .send(body.to_string())
+                    .expect("post");
+                let status = response.status().as_u16();
+                let text = response.into_body().read_to_string().unwrap_or_default();
+                (status, text)
+            })
+        })
+        .collect();
+    for client in clients {
+        let (status, text) = client.join().unwrap();
+        assert_eq!(status, 200, "{text}");
+        let body: Value = serde_json::from_str(&text).unwrap();
+        assert!(body["usage"]["completion_tokens"].as_u64().unwrap() > 0);
+    }
+    assert_eq!(
+        server.metric("shepherd_requests_rejected_total{reason=\"busy\"}"),
+        0.0
+    );
+}
