@@ -346,7 +346,9 @@ fn tool_choice(f: &Fields<'_>, tools: &[ToolSpec]) -> Result<ToolChoice, ApiErro
             )),
         },
         Some(_) => {
-            let c = f.object("tool_choice")?.expect("present");
+            let Some(c) = f.object("tool_choice")? else {
+                return Ok(ToolChoice::Auto);
+            };
             c.choice("type", &["function"])?;
             let function = c
                 .object("function")?
@@ -654,6 +656,30 @@ mod tests {
         let plain = ok(json!({"messages": user()}));
         assert_eq!(plain.model, "served");
         assert_eq!(plain.work.session.system_prompt, "server prompt");
+    }
+
+    #[test]
+    fn malformed_bodies_are_400s_never_panics() {
+        let valid = json!({"messages": [{"role": "user", "content": "héllo"}],
+                           "tools": [{"type": "function", "function": {"name": "t"}}],
+                           "max_tokens": 5, "stop": ["x"], "stream": true})
+        .to_string();
+        for cut in 0..valid.len() {
+            let result = parse(&valid.as_bytes()[..cut], &defaults());
+            assert_eq!(result.map(|_| ()).unwrap_err().status, 400, "cut at {cut}");
+        }
+        let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+        let bodies = [
+            deep.as_bytes(),
+            b"\xff\xfe{}",
+            b"",
+            br#"{"messages": [{"role": "user", "content": "x"}], "max_tokens": 1e400}"#,
+            br#"{"messages": [{"role": "user", "content": "x"}], "seed": 1e30}"#,
+            br#"{"messages": [{"role": "user", "content": "x"}, {"role": "user"}]}"#,
+        ];
+        for body in bodies {
+            assert_eq!(parse(body, &defaults()).unwrap_err().status, 400);
+        }
     }
 
     #[test]
