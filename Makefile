@@ -5,7 +5,7 @@
 CARGO ?= cargo
 CACHE ?= $(HOME)/.cache/shepherd
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-APT_PACKAGES ?= cmake clang libclang-dev tmux
+APT_PACKAGES ?= cmake clang libclang-dev tmux curl
 PYTHON ?= python3
 MODEL_DIR ?= $(CACHE)/models
 MODEL_NAME := SmolLM2-135M-Instruct.Q4_1.gguf
@@ -15,7 +15,7 @@ THREADS ?= 2
 CUDA ?=
 CARGO_FEATURES := $(if $(CUDA),--features cuda,)
 
-.PHONY: all build deps test fmt clippy clean no-async-runtime model run bench jinja2  valgrind bench-cliserver
+.PHONY: all build deps test fmt clippy clean no-async-runtime model run bench jinja2  valgrind bench-cliserver openai-py
 .PHONY: static vendor dist install uninstall check-static offline-static release-deps
 
 all: build
@@ -33,10 +33,10 @@ deps:
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
 
-test: deps no-async-runtime model jinja2
+test: deps no-async-runtime model jinja2 openai-py
 	$(CARGO) fmt --check
 	$(CARGO) clippy --all-targets $(CARGO_FEATURES) -- -D warnings
-	SHEPHERD_TEST_MODEL=$(MODEL) $(CARGO) test $(CARGO_FEATURES)
+	SHEPHERD_TEST_MODEL=$(MODEL) SHEPHERD_OPENAI_PYTHON=$(PYTHON) $(CARGO) test $(CARGO_FEATURES)
 	$(MAKE) --no-print-directory check-static CUDA=
 
 # The embedded default model: SmolLM2-135M-Instruct Q4_1 (Apache-2.0), shipped inside a
@@ -54,6 +54,10 @@ $(MODEL):
 # The chat-template tests compare against Python's jinja2; install it only when missing.
 jinja2:
 	@$(PYTHON) -c 'import jinja2' 2>/dev/null || $(PYTHON) -m pip install --quiet jinja2
+
+# The API server's acceptance test drives it with the official `openai` package; install it only when missing.
+openai-py:
+	@$(PYTHON) -c 'import openai' 2>/dev/null || $(PYTHON) -m pip install --quiet openai
 
 # llama.cpp's llama-bench (built once from the llama-cpp-python sdist, cached) against
 # shepherd's own loop: pp512/tg128 and their ratios, plus time to first token at turns 1 and 10.

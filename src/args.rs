@@ -128,8 +128,11 @@ pub enum FlagId {
     UBatch,
     CacheType,
     FlashAttn,
+    Parallel,
     Reasoning,
     NoMcp,
+    UseTools,
+    QueueSize,
 }
 
 /// One row of the flag table.
@@ -211,6 +214,8 @@ pub const FLAGS: &[Flag] = &[
     flag(FlagId::AuthToken, "auth-token", None, Val("TOKEN"), S::Modes, "Token the servers require (prefer --auth-token-file: argv is visible in ps)"),
     flag(FlagId::AuthTokenFile, "auth-token-file", None, Val("FILE"), S::Modes, "Read the servers' token from FILE"),
     flag(FlagId::CorsOrigin, "cors-origin", None, Val("ORIGIN"), S::Modes, "Web origin allowed to call the servers (repeatable)"),
+    flag(FlagId::UseTools, "use-tools", None, Nothing, S::Modes, "--server runs shepherd's own tools for its clients"),
+    flag(FlagId::QueueSize, "queue-size", None, Val("N"), S::Modes, "--server: requests that may wait for a slot, 0 to 4096 (default 16)"),
     flag(FlagId::Continue, "continue", None, Nothing, S::Modes, "Continue the last saved session in this directory"),
     aliased(flag(FlagId::ModelPath, "model-path", None, Val("PATH"), S::Local, "GGUF model file or directory"), "model_path"),
     flag(FlagId::GpuLayers, "gpu-layers", None, Val("N"), S::Local, "Layers on the GPU (-1 = all)"),
@@ -219,6 +224,7 @@ pub const FLAGS: &[Flag] = &[
     flag(FlagId::UBatch, "ubatch", None, Val("N"), S::Local, "Physical batch size"),
     flag(FlagId::CacheType, "cache-type", None, Val("TYPE"), S::Local, "KV cache type: f16|f32|q8_0|q4_0"),
     flag(FlagId::FlashAttn, "flash-attn", None, Nothing, S::Local, "Use flash attention"),
+    flag(FlagId::Parallel, "parallel", None, Val("N"), S::Local, "Requests decoded together in one batch (slots), 1 to 64 (default 1)"),
     flag(FlagId::Config, "config", Some('c'), Val("FILE"), S::General, "Read and write FILE instead of the default config.json"),
     flag(FlagId::Debug, "debug", Some('d'), Opt("llm,tools,http"), S::General, "Debug output to stderr for these categories (none given = all)"),
     flag(FlagId::Version, "version", Some('v'), Nothing, S::General, "Print the version and exit"),
@@ -264,6 +270,8 @@ pub struct LowArgs {
     pub no_colors: bool,
     pub cliserver: bool,
     pub server: bool,
+    pub use_tools: bool,
+    pub queue_size: Option<u32>,
     pub host: Option<String>,
     pub port: Option<u16>,
     pub auth_token: Option<String>,
@@ -277,6 +285,7 @@ pub struct LowArgs {
     pub ubatch: Option<u32>,
     pub cache_type: Option<String>,
     pub flash_attn: bool,
+    pub parallel: Option<u32>,
     pub config: Option<PathBuf>,
     /// `Some` when `-d` was given: the categories named, or all of them.
     pub debug: Option<Vec<Category>>,
@@ -287,6 +296,8 @@ pub struct LowArgs {
 /// Largest accepted `--max-tokens` and `--context-size`: well above any real model,
 /// low enough that arithmetic on it cannot overflow.
 pub const MAX_TOKEN_COUNT: u64 = 10_000_000;
+/// Upper bound of `--parallel` (llama.cpp sequences in one context).
+pub const MAX_PARALLEL: u32 = 64;
 /// Upper bound of `--max-rounds`; 0 (unlimited) is refused so a looping model always stops.
 pub const MAX_ROUNDS_LIMIT: u32 = 1000;
 
@@ -431,6 +442,7 @@ fn set_switch(low: &mut LowArgs, id: FlagId) {
         FlagId::NoColors => low.no_colors = true,
         FlagId::CliServer => low.cliserver = true,
         FlagId::Server => low.server = true,
+        FlagId::UseTools => low.use_tools = true,
         FlagId::Continue => low.continue_session = true,
         FlagId::FlashAttn => low.flash_attn = true,
         FlagId::Version => low.version = true,
@@ -483,10 +495,12 @@ fn set_number(low: &mut LowArgs, flag: &Flag, raw: &str) -> Result<(), UsageErro
             low.max_rounds = Some(max_rounds(raw).map_err(|e| bad(flag, raw, &e))?)
         }
         FlagId::Port => low.port = Some(ranged(flag, raw, 0, 65535)? as u16),
+        FlagId::QueueSize => low.queue_size = Some(ranged(flag, raw, 0, 4096)? as u32),
         FlagId::GpuLayers => low.gpu_layers = Some(gpu_layers(flag, raw)?),
         FlagId::Threads => low.threads = Some(ranged(flag, raw, 1, 1024)? as u32),
         FlagId::NBatch => low.n_batch = Some(ranged(flag, raw, 1, 1 << 20)? as u32),
         FlagId::UBatch => low.ubatch = Some(ranged(flag, raw, 1, 1 << 20)? as u32),
+        FlagId::Parallel => low.parallel = Some(ranged(flag, raw, 1, MAX_PARALLEL as u64)? as u32),
         // Every id is handled above or in `set_value`/`set_switch`/`set_path`.
         _ => {
             return Err(UsageError(format!(
@@ -737,6 +751,8 @@ mod tests {
             "512",
             "--ubatch",
             "256",
+            "--parallel",
+            "64",
         ]);
         assert_eq!(low.max_tokens, Some(-1));
         assert_eq!(low.temperature, Some(0.25));
@@ -750,6 +766,7 @@ mod tests {
             (low.threads, low.n_batch, low.ubatch),
             (Some(8), Some(512), Some(256))
         );
+        assert_eq!(low.parallel, Some(64));
         assert_eq!(ok(&["--max-tokens", "0"]).max_tokens, Some(0));
     }
 
@@ -777,6 +794,8 @@ mod tests {
         check_err(&["--port", "65536"], &["--port", "65536"]);
         check_err(&["--gpu-layers", "-2"], &["--gpu-layers", "-2"]);
         check_err(&["--threads", "0"], &["--threads"]);
+        check_err(&["--parallel", "0"], &["--parallel", "'0'", "1 to 64"]);
+        check_err(&["--parallel", "65"], &["--parallel", "65"]);
     }
 
     #[test]

@@ -52,6 +52,29 @@ pub struct Sampling {
     pub max_tokens: Option<u32>,
     pub stop: Vec<String>,
     pub seed: Option<u64>,
+    /// llama.cpp's extra sampling fields (the API server passes them through).
+    pub min_p: Option<f32>,
+    pub repeat_penalty: Option<f32>,
+    /// How many recent tokens the penalties look at (-1 = the whole context).
+    pub repeat_last_n: Option<i32>,
+    pub frequency_penalty: Option<f32>,
+    pub presence_penalty: Option<f32>,
+    /// Constrains the reply to JSON (the API server's `response_format`).
+    pub response_format: Option<ResponseFormat>,
+}
+
+/// A structured-output constraint: local models enforce it with a grammar,
+/// API backends pass it on.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ResponseFormat {
+    /// Any JSON object.
+    JsonObject,
+    /// A JSON value following `schema`.
+    JsonSchema {
+        name: String,
+        schema: Value,
+        strict: bool,
+    },
 }
 
 /// What the agent asks of a backend for one generation.

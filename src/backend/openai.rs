@@ -25,7 +25,7 @@ use serde_json::Value;
 
 use super::estimate::TokenEstimator;
 use super::http::{self, RetryPolicy, Timeouts};
-use super::{Backend, BackendInfo, GenerateRequest, Reply, ToolChoice, Usage};
+use super::{Backend, BackendInfo, GenerateRequest, Reply, ResponseFormat, ToolChoice, Usage};
 use crate::core::{
     BackendError, Event, EventSink, FinishReason, Flow, Message, Role, Session, Stats, ToolCall,
 };
@@ -243,6 +243,19 @@ struct ChatRequest<'a> {
     seed: Option<u64>,
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     stop: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response_format: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    frequency_penalty: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    presence_penalty: Option<f32>,
+    /// llama.cpp's and vLLM's extras, left out for strict hosts like top_k.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    min_p: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    repeat_penalty: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    repeat_last_n: Option<i32>,
 }
 
 #[derive(Debug, Serialize)]
@@ -335,6 +348,26 @@ fn build_request<'a>(
         top_k: sampling.top_k.filter(|_| !strict_host),
         seed: sampling.seed,
         stop: &sampling.stop,
+        response_format: sampling.response_format.as_ref().map(wire_response_format),
+        frequency_penalty: sampling.frequency_penalty,
+        presence_penalty: sampling.presence_penalty,
+        min_p: sampling.min_p.filter(|_| !strict_host),
+        repeat_penalty: sampling.repeat_penalty.filter(|_| !strict_host),
+        repeat_last_n: sampling.repeat_last_n.filter(|_| !strict_host),
+    }
+}
+
+fn wire_response_format(format: &ResponseFormat) -> Value {
+    match format {
+        ResponseFormat::JsonObject => serde_json::json!({"type": "json_object"}),
+        ResponseFormat::JsonSchema {
+            name,
+            schema,
+            strict,
+        } => serde_json::json!({
+            "type": "json_schema",
+            "json_schema": {"name": name, "schema": schema, "strict": strict},
+        }),
     }
 }
 
@@ -655,6 +688,7 @@ impl Turn {
             decode_tps: timings.predicted_per_second,
             context_used: usage.prompt_tokens + usage.completion_tokens,
             context_size: self.context_size,
+            cached_tokens: 0,
         }
     }
 }

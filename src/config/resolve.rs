@@ -106,6 +106,8 @@ pub struct LocalSettings {
     pub ubatch: Option<u32>,
     pub cache_type: Option<String>,
     pub flash_attn: bool,
+    /// `--parallel`: slots decoded together; `None` means one.
+    pub parallel: Option<u32>,
 }
 
 /// Sampling values from one layer; `None` means "this layer says nothing".
@@ -190,6 +192,10 @@ pub struct Settings {
     pub config_path: PathBuf,
     pub server: ServerSettings,
     pub server_auth: ServerAuth,
+    /// `--use-tools`: the API server runs shepherd's tools for its clients.
+    pub use_tools: bool,
+    /// `--queue-size`: API-server requests that may wait for a slot.
+    pub queue_size: usize,
     pub local: LocalSettings,
     /// `Some` when `--tui`/`--no-tui` was given; always `Some(false)` outside chat mode.
     pub tui: Option<bool>,
@@ -504,6 +510,8 @@ pub fn resolve_with(
         config_path,
         server: server(low),
         server_auth: server_auth(low, env, file)?,
+        use_tools: low.use_tools,
+        queue_size: low.queue_size.map_or(DEFAULT_QUEUE_SIZE, |n| n as usize),
         local: local(low),
         tui: if interactive { low.tui } else { Some(false) },
         colors: !low.no_colors && env("NO_COLOR").is_none_or(|v| v.is_empty()),
@@ -526,6 +534,9 @@ fn overrides(low: &LowArgs, env: &EnvLayer) -> SamplingLayer {
         context_size: low.context_size.or(env.context_size),
     }
 }
+
+/// API-server requests that may wait for a slot when `--queue-size` is not given.
+const DEFAULT_QUEUE_SIZE: usize = 16;
 
 fn server(low: &LowArgs) -> ServerSettings {
     ServerSettings {
@@ -583,6 +594,7 @@ fn local(low: &LowArgs) -> LocalSettings {
         ubatch: low.ubatch,
         cache_type: low.cache_type.clone(),
         flash_attn: low.flash_attn,
+        parallel: low.parallel,
     }
 }
 

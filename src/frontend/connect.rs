@@ -75,6 +75,39 @@ pub fn open_backend(settings: &Settings) -> Result<(Box<dyn Backend>, ProviderCo
     }
 }
 
+/// The API server's backends, one per worker: `n` handles on one in-process
+/// model (clones share its generation thread, which decodes their requests
+/// together), or `n` independent API backends. A chain that mixes the
+/// in-process model with API providers gets one worker, so the model is
+/// never loaded twice. The config is the first provider's.
+pub fn open_backends(
+    settings: &Settings,
+    n: usize,
+) -> Result<(Vec<Box<dyn Backend>>, ProviderConfig), OpenError> {
+    let providers = if settings.providers.is_empty() {
+        vec![embedded_default()?]
+    } else {
+        settings.providers.clone()
+    };
+    if let [only] = providers.as_slice() {
+        if only.kind == ProviderKind::Llamacpp {
+            let llama = LlamaBackend::new(llama_config(settings, only)?)
+                .map_err(|e| OpenError::Usage(e.to_string()))?;
+            let backends = (0..n.max(1))
+                .map(|_| Box::new(llama.clone()) as Box<dyn Backend>)
+                .collect();
+            return Ok((backends, only.clone()));
+        }
+    }
+    let local = providers.iter().any(|p| p.kind == ProviderKind::Llamacpp);
+    let (first, config) = open_backend(settings)?;
+    let mut backends = vec![first];
+    while !local && backends.len() < n {
+        backends.push(open_backend(settings)?.0);
+    }
+    Ok((backends, config))
+}
+
 /// Builds one provider's backend (connecting happens on the first request):
 /// each provider of the chain at start, another for the REPL's
 /// `/provider use|next` and `/model NAME`.
@@ -153,6 +186,7 @@ fn llama_config(settings: &Settings, provider: &ProviderConfig) -> Result<LlamaC
         ubatch: local.ubatch.unwrap_or(defaults.ubatch),
         cache_type,
         flash_attn: local.flash_attn.then_some(true),
+        parallel: local.parallel.unwrap_or(defaults.parallel),
         progress: std::io::stderr().is_terminal(),
         ..defaults
     })

@@ -590,6 +590,7 @@ fn reason(status: u16) -> &'static str {
         405 => "Method Not Allowed",
         411 => "Length Required",
         413 => "Content Too Large",
+        429 => "Too Many Requests",
         431 => "Request Header Fields Too Large",
         500 => "Internal Server Error",
         503 => "Service Unavailable",
@@ -645,6 +646,23 @@ impl Responder {
         self.send(status, extra, body.as_bytes());
     }
 
+    /// A plain-text answer (`/metrics`).
+    pub fn text(mut self, status: u16, content_type: &str, body: &str) {
+        self.log.status = status;
+        let Some(stream) = self.stream.take() else {
+            return;
+        };
+        let mut headers = self.base_headers();
+        headers.push(("Content-Type", content_type.to_string()));
+        let mut writer = &stream;
+        let result = write_head(&mut writer, status, &headers, Some(body.len()))
+            .and_then(|()| writer.write_all(body.as_bytes()))
+            .and_then(|()| writer.flush());
+        if result.is_ok() {
+            linger_close(&stream);
+        }
+    }
+
     /// `{"error": {message, type, code}}` with the status.
     pub fn error(self, status: u16, message: &str) {
         self.error_with(status, message, &[]);
@@ -684,6 +702,12 @@ impl Responder {
         }
     }
 
+    /// Whether the client went away before the answer started (a queued or
+    /// prefilling request whose client hung up).
+    pub fn client_gone(&self) -> bool {
+        self.stream.as_ref().is_none_or(peer_closed)
+    }
+
     /// Starts a `text/event-stream` answer.
     pub fn sse(mut self) -> io::Result<SseStream> {
         self.log.status = 200;
@@ -702,6 +726,27 @@ impl Responder {
             _log: self.log,
             last_write: Instant::now(),
         })
+    }
+}
+
+/// Whether the peer closed its side. The request is fully read, so any
+/// readable state means end of stream or an error; a peek with a 1 ms timeout
+/// tells without consuming anything.
+fn peer_closed(stream: &TcpStream) -> bool {
+    if stream
+        .set_read_timeout(Some(Duration::from_millis(1)))
+        .is_err()
+    {
+        return true;
+    }
+    let mut byte = [0u8; 1];
+    match stream.peek(&mut byte) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => !matches!(
+            e.kind(),
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+        ),
     }
 }
 
@@ -764,22 +809,13 @@ impl SseStream {
     /// next event, so peek at the socket (the request is fully read, so any
     /// readable state means end of stream or an error).
     pub fn client_gone(&self) -> bool {
-        if self
-            .stream
-            .set_read_timeout(Some(Duration::from_millis(1)))
-            .is_err()
-        {
-            return true;
-        }
-        let mut byte = [0u8; 1];
-        match self.stream.peek(&mut byte) {
-            Ok(0) => true,
-            Ok(_) => false,
-            Err(e) => !matches!(
-                e.kind(),
-                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
-            ),
-        }
+        peer_closed(&self.stream)
+    }
+
+    /// Sends `event: <name>` and `data: <line>` as one event (Anthropic's named events).
+    pub fn send_event(&mut self, name: &str, data: &str) -> io::Result<()> {
+        let frame = format!("event: {name}\ndata: {data}\n\n");
+        self.chunk(frame.as_bytes())
     }
 
     /// Ends the stream cleanly.

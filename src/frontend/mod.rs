@@ -4,6 +4,7 @@
 //! a runtime failure (a provider error, an unreachable API), 2 for a usage or
 //! configuration error. Everything below returns typed errors.
 
+mod api_server;
 mod cli_server;
 mod connect;
 mod editor;
@@ -75,10 +76,7 @@ pub fn run_main() -> i32 {
             &mut io::stdout(),
         )),
         Mode::CliServer => cli_server_mode(&settings),
-        Mode::ApiServer => {
-            eprintln!("shepherd: server modes are not available in this build yet");
-            EXIT_USAGE
-        }
+        Mode::ApiServer => api_server::run(&settings),
         Mode::Chat | Mode::JsonLines => chat(&settings),
     }
 }

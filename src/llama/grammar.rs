@@ -42,6 +42,22 @@ pub fn tool_call_grammar<'a>(tools: impl IntoIterator<Item = (&'a str, &'a Value
     out
 }
 
+/// A grammar for `response_format`: a value following `schema`, or any JSON
+/// object when there is no schema (`json_object`).
+pub fn json_grammar(schema: Option<&Value>) -> String {
+    let mut builder = Builder::default();
+    let root = match schema {
+        Some(schema) => builder.value("reply", schema),
+        None => "object".to_string(),
+    };
+    let mut out = format!("root ::= ws {root} ws\n");
+    for (name, body) in &builder.rules {
+        out.push_str(&format!("{name} ::= {body}\n"));
+    }
+    out.push_str(JSON_RULES);
+    out
+}
+
 #[derive(Default)]
 struct Builder {
     rules: Vec<(String, String)>,
@@ -197,6 +213,19 @@ mod tests {
             r#"call0-args ::= "{" ws "\"city\"" ws ":" ws string ( ws "," ws "\"unit\"" ws ":" ws string )? ws "}""#
         );
         assert!(grammar.starts_with("root ::= call0\n"));
+    }
+
+    #[test]
+    fn response_format_grammars() {
+        let schema = json!({
+            "type": "object",
+            "properties": {"answer": {"type": "integer"}},
+            "required": ["answer"]
+        });
+        let grammar = json_grammar(Some(&schema));
+        assert!(grammar.starts_with("root ::= ws reply ws\n"), "{grammar}");
+        assert!(grammar.contains(r#"reply ::= "{" ws "\"answer\"" ws ":" ws integer ws "}""#));
+        assert!(json_grammar(None).starts_with("root ::= ws object ws\n"));
     }
 
     #[test]

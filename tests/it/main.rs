@@ -1,6 +1,7 @@
 //! The one integration-test binary: drives the built `shepherd` binary against
 //! real HTTP servers on 127.0.0.1:0 that replay recorded streams.
 
+mod api_server;
 mod backends;
 mod cli;
 mod cli_server;

@@ -1,0 +1,491 @@
+//! `POST /v1/messages`: Anthropic's Messages API over the same pool, so
+//! Anthropic clients work too.
+//!
+//! Request: `system` (string or text blocks), `messages` of `user`/`assistant`
+//! turns whose content is a string or `text`, `tool_use` and `tool_result`
+//! blocks, `tools[{name, description, input_schema}]`, `tool_choice`,
+//! `max_tokens` (required), `stop_sequences`, `temperature`, `top_p`,
+//! `top_k`, `stream`. Answer: a `message`, or the named SSE events
+//! `message_start`, `content_block_start|delta|stop`, `message_delta`,
+//! `message_stop`.
+
+use std::io;
+
+use serde_json::{json, Value};
+
+use super::error::ApiError;
+use super::fields::{stop_list, valid_tool_name, Fields};
+use super::pool::Work;
+use super::text::{Assembler, Piece};
+use super::{Defaults, Usage};
+use crate::backend::{Reply, ToolChoice, ToolSpec};
+use crate::core::{FinishReason, Message, Role, Session, ToolCall};
+use crate::frontend::http::SseStream;
+
+#[derive(Debug)]
+pub struct MessagesRequest {
+    pub work: Work,
+    pub stream: bool,
+    pub model: String,
+}
+
+pub fn parse(body: &[u8], defaults: &Defaults) -> Result<MessagesRequest, ApiError> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::invalid("", format!("the body is not valid JSON: {e}")))?;
+    let f = Fields::of(&value, "")?;
+    let model = f.str("model")?.unwrap_or(&defaults.model).to_string();
+    let max_tokens = f
+        .integer("max_tokens", 1, defaults.max_tokens_limit())?
+        .ok_or_else(|| f.missing("max_tokens", "a positive integer"))?;
+    let system = system(&f)?;
+    let messages = messages(&f)?;
+    let tools = tools(&f)?;
+    let tool_choice = tool_choice(&f, &tools)?;
+    let mut sampling = defaults.sampling.clone();
+    sampling.max_tokens = u32::try_from(max_tokens).ok();
+    if let Some(t) = f.number("temperature", 0.0, 1.0)? {
+        sampling.temperature = Some(t);
+    }
+    if let Some(p) = f.number("top_p", 0.0, 1.0)? {
+        sampling.top_p = Some(p);
+    }
+    if let Some(k) = f.integer("top_k", 0, 1_000_000)? {
+        sampling.top_k = u32::try_from(k).ok();
+    }
+    if f.has("stop_sequences") {
+        sampling.stop = stop_list(&f, "stop_sequences", 16)?;
+    }
+    f.object("metadata")?;
+    let mut session = Session::new(system.unwrap_or_else(|| defaults.system_prompt.clone()));
+    session.messages = messages;
+    Ok(MessagesRequest {
+        work: Work {
+            session,
+            tools,
+            tool_choice,
+            sampling,
+            use_tools: defaults.use_tools,
+        },
+        stream: f.bool("stream")?.unwrap_or(false),
+        model,
+    })
+}
+
+fn system(f: &Fields<'_>) -> Result<Option<String>, ApiError> {
+    match f.get("system") {
+        None => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(Value::Array(blocks)) => {
+            let mut text = String::new();
+            for (i, block) in blocks.iter().enumerate() {
+                let b = Fields::of(block, &format!("system[{i}]"))?;
+                b.choice("type", &["text"])?;
+                text.push_str(b.required_str("text")?);
+            }
+            Ok(Some(text))
+        }
+        Some(_) => Err(ApiError::invalid(
+            "system",
+            "'system' must be a string or an array of text blocks",
+        )),
+    }
+}
+
+fn messages(f: &Fields<'_>) -> Result<Vec<Message>, ApiError> {
+    let items = f
+        .array("messages")?
+        .ok_or_else(|| f.missing("messages", "a non-empty array"))?;
+    if items.is_empty() {
+        return Err(ApiError::invalid(
+            "messages",
+            "'messages' must be a non-empty array",
+        ));
+    }
+    let mut out = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let m = Fields::of(item, &format!("messages[{i}]"))?;
+        let role = m
+            .choice("role", &["user", "assistant"])?
+            .ok_or_else(|| m.missing("role", "user or assistant"))?;
+        match m.get("content") {
+            Some(Value::String(text)) if role == "user" => out.push(Message::user(text.clone())),
+            Some(Value::String(text)) => out.push(Message::assistant(text.clone())),
+            Some(Value::Array(blocks)) => blocks_to_messages(&m, role, blocks, &mut out)?,
+            _ => return Err(m.missing("content", "a string or an array of blocks")),
+        }
+    }
+    Ok(out)
+}
+
+/// One turn's blocks: an assistant turn is one message (text and tool
+/// calls); a user turn gives one tool message per `tool_result`, then its text.
+fn blocks_to_messages(
+    m: &Fields<'_>,
+    role: &str,
+    blocks: &[Value],
+    out: &mut Vec<Message>,
+) -> Result<(), ApiError> {
+    let mut text = String::new();
+    let mut calls = Vec::new();
+    let mut results = Vec::new();
+    for (j, block) in blocks.iter().enumerate() {
+        let b = Fields::of(block, &format!("{}[{j}]", m.name("content")))?;
+        match (b.required_str("type")?, role) {
+            ("text", _) => text.push_str(b.required_str("text")?),
+            ("thinking" | "redacted_thinking", "assistant") => {}
+            ("tool_use", "assistant") => {
+                let input = match b.get("input") {
+                    Some(input @ Value::Object(_)) => input.clone(),
+                    None => json!({}),
+                    Some(_) => return Err(b.missing("input", "an object")),
+                };
+                calls.push(ToolCall {
+                    id: b.required_str("id")?.to_string(),
+                    name: b.required_str("name")?.to_string(),
+                    arguments: input,
+                });
+            }
+            ("tool_result", "user") => {
+                let id = b.required_str("tool_use_id")?;
+                let content = result_text(&b)?;
+                let error = b.bool("is_error")?.unwrap_or(false);
+                let call = out
+                    .iter()
+                    .rev()
+                    .filter(|msg| msg.role == Role::Assistant)
+                    .flat_map(|msg| msg.tool_calls.iter())
+                    .find(|call| call.id == id)
+                    .ok_or_else(|| {
+                        ApiError::invalid(
+                            &b.name("tool_use_id"),
+                            format!("tool_use_id '{id}' answers no earlier tool_use block"),
+                        )
+                    })?;
+                let content = if error {
+                    format!("Error: {content}")
+                } else {
+                    content
+                };
+                results.push(Message::tool_result(call, content));
+            }
+            (other, _) => {
+                return Err(ApiError::invalid(
+                    &b.name("type"),
+                    format!("blocks of type '{other}' are not supported in a {role} turn"),
+                ))
+            }
+        }
+    }
+    if role == "assistant" {
+        let mut message = Message::assistant(text);
+        message.tool_calls = calls;
+        out.push(message);
+    } else {
+        out.extend(results);
+        if !text.is_empty() {
+            out.push(Message::user(text));
+        }
+    }
+    Ok(())
+}
+
+fn result_text(b: &Fields<'_>) -> Result<String, ApiError> {
+    match b.get("content") {
+        None => Ok(String::new()),
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(Value::Array(parts)) => {
+            let mut text = String::new();
+            for (k, part) in parts.iter().enumerate() {
+                let p = Fields::of(part, &format!("{}[{k}]", b.name("content")))?;
+                p.choice("type", &["text"])?;
+                text.push_str(p.required_str("text")?);
+            }
+            Ok(text)
+        }
+        Some(_) => Err(b.missing("content", "a string or text blocks")),
+    }
+}
+
+fn tools(f: &Fields<'_>) -> Result<Vec<ToolSpec>, ApiError> {
+    let mut specs: Vec<ToolSpec> = Vec::new();
+    for (i, item) in f.array("tools")?.into_iter().flatten().enumerate() {
+        let t = Fields::of(item, &format!("tools[{i}]"))?;
+        let name = t.required_str("name")?;
+        if !valid_tool_name(name) || specs.iter().any(|s| s.name == name) {
+            return Err(ApiError::invalid(
+                &t.name("name"),
+                format!("tool name '{name}' is invalid or given twice"),
+            ));
+        }
+        let parameters = match t.get("input_schema") {
+            Some(schema @ Value::Object(_)) => schema.clone(),
+            _ => return Err(t.missing("input_schema", "a JSON schema object")),
+        };
+        specs.push(ToolSpec {
+            name: name.to_string(),
+            description: t.str("description")?.unwrap_or("").to_string(),
+            parameters,
+        });
+    }
+    Ok(specs)
+}
+
+fn tool_choice(f: &Fields<'_>, tools: &[ToolSpec]) -> Result<ToolChoice, ApiError> {
+    let Some(choice) = f.object("tool_choice")? else {
+        return Ok(ToolChoice::Auto);
+    };
+    let kind = choice
+        .choice("type", &["auto", "any", "tool", "none"])?
+        .ok_or_else(|| choice.missing("type", "auto, any, tool or none"))?;
+    choice.bool("disable_parallel_tool_use")?;
+    match kind {
+        "auto" => Ok(ToolChoice::Auto),
+        "none" => Ok(ToolChoice::None),
+        "any" if !tools.is_empty() => Ok(ToolChoice::Required),
+        "tool" => {
+            let name = choice.required_str("name")?;
+            if tools.iter().any(|t| t.name == name) {
+                Ok(ToolChoice::Named(name.to_string()))
+            } else {
+                Err(ApiError::invalid(
+                    "tool_choice.name",
+                    format!("tool_choice names '{name}', which is not in 'tools'"),
+                ))
+            }
+        }
+        _ => Err(ApiError::invalid(
+            "tool_choice",
+            "tool_choice 'any' needs tools",
+        )),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Answers.
+
+pub struct Answer {
+    pub id: String,
+    pub model: String,
+    /// Index of the open content block and its type.
+    open: Option<(usize, &'static str)>,
+    next_index: usize,
+}
+
+fn stop_reason(reply: &Reply) -> &'static str {
+    if !reply.tool_calls.is_empty() {
+        return "tool_use";
+    }
+    match reply.finish {
+        FinishReason::Length => "max_tokens",
+        _ => "end_turn",
+    }
+}
+
+impl Answer {
+    pub fn new(id: String, model: String) -> Answer {
+        Answer {
+            id,
+            model,
+            open: None,
+            next_index: 0,
+        }
+    }
+
+    fn send(sse: &mut SseStream, value: Value) -> io::Result<()> {
+        let name = value["type"].as_str().unwrap_or("ping").to_string();
+        sse.send_event(&name, &value.to_string())
+    }
+
+    pub fn start(&self, sse: &mut SseStream) -> io::Result<()> {
+        Self::send(
+            sse,
+            json!({"type": "message_start", "message": {
+                "id": self.id, "type": "message", "role": "assistant", "content": [],
+                "model": self.model, "stop_reason": null, "stop_sequence": null,
+                "usage": {"input_tokens": 0, "output_tokens": 0},
+            }}),
+        )
+    }
+
+    /// Opens a block of `kind` unless one is open already.
+    fn block(&mut self, sse: &mut SseStream, kind: &'static str) -> io::Result<usize> {
+        if let Some((index, open)) = self.open {
+            if open == kind {
+                return Ok(index);
+            }
+            self.close(sse)?;
+        }
+        let index = self.next_index;
+        self.next_index += 1;
+        let block = match kind {
+            "thinking" => json!({"type": "thinking", "thinking": ""}),
+            _ => json!({"type": "text", "text": ""}),
+        };
+        Self::send(
+            sse,
+            json!({"type": "content_block_start", "index": index, "content_block": block}),
+        )?;
+        self.open = Some((index, kind));
+        Ok(index)
+    }
+
+    fn close(&mut self, sse: &mut SseStream) -> io::Result<()> {
+        if let Some((index, _)) = self.open.take() {
+            Self::send(sse, json!({"type": "content_block_stop", "index": index}))?;
+        }
+        Ok(())
+    }
+
+    pub fn piece(&mut self, sse: &mut SseStream, piece: Piece) -> io::Result<()> {
+        let (kind, delta) = match piece {
+            Piece::Text(text) => ("text", json!({"type": "text_delta", "text": text})),
+            Piece::Reasoning(text) => (
+                "thinking",
+                json!({"type": "thinking_delta", "thinking": text}),
+            ),
+        };
+        let index = self.block(sse, kind)?;
+        Self::send(
+            sse,
+            json!({"type": "content_block_delta", "index": index, "delta": delta}),
+        )
+    }
+
+    pub fn finish(&mut self, sse: &mut SseStream, reply: &Reply, usage: &Usage) -> io::Result<()> {
+        self.close(sse)?;
+        for call in &reply.tool_calls {
+            let index = self.next_index;
+            self.next_index += 1;
+            Self::send(
+                sse,
+                json!({"type": "content_block_start", "index": index, "content_block":
+                    {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}}),
+            )?;
+            Self::send(
+                sse,
+                json!({"type": "content_block_delta", "index": index, "delta":
+                    {"type": "input_json_delta", "partial_json": call.arguments.to_string()}}),
+            )?;
+            Self::send(sse, json!({"type": "content_block_stop", "index": index}))?;
+        }
+        Self::send(
+            sse,
+            json!({"type": "message_delta",
+                "delta": {"stop_reason": stop_reason(reply), "stop_sequence": null},
+                "usage": {"output_tokens": usage.completion}}),
+        )?;
+        Self::send(sse, json!({"type": "message_stop"}))
+    }
+
+    pub fn fail(&self, sse: &mut SseStream, error: &ApiError) -> io::Result<()> {
+        Self::send(sse, error.anthropic_body())
+    }
+
+    pub fn whole(&self, text: &Assembler, reply: &Reply, usage: &Usage) -> Value {
+        let mut content = Vec::new();
+        if !text.reasoning.is_empty() {
+            content.push(json!({"type": "thinking", "thinking": text.reasoning, "signature": ""}));
+        }
+        if !text.text.is_empty() {
+            content.push(json!({"type": "text", "text": text.text}));
+        }
+        for call in &reply.tool_calls {
+            content.push(json!({"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments}));
+        }
+        json!({
+            "id": self.id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": content,
+            "stop_reason": stop_reason(reply),
+            "stop_sequence": null,
+            "usage": {
+                "input_tokens": usage.prompt,
+                "output_tokens": usage.completion,
+                "cache_read_input_tokens": usage.cached.unwrap_or(0),
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn defaults() -> Defaults {
+        Defaults {
+            model: "served".into(),
+            system_prompt: "server prompt".into(),
+            context_size: 2048,
+            ..Defaults::default()
+        }
+    }
+
+    #[test]
+    fn blocks_become_messages_and_bad_ones_are_refused() {
+        let body = json!({
+            "model": "claude", "max_tokens": 50,
+            "system": [{"type": "text", "text": "be brief"}],
+            "messages": [
+                {"role": "user", "content": "weather?"},
+                {"role": "assistant", "content": [
+                    {"type": "text", "text": "checking"},
+                    {"type": "tool_use", "id": "t1", "name": "weather", "input": {"city": "Paris"}}
+                ]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "sunny"}]},
+                    {"type": "text", "text": "thanks"}
+                ]}
+            ],
+            "tools": [{"name": "weather", "input_schema": {"type": "object"}}],
+            "tool_choice": {"type": "any"},
+            "stop_sequences": ["END"],
+            "stream": true
+        });
+        let request = parse(body.to_string().as_bytes(), &defaults()).unwrap();
+        let messages = &request.work.session.messages;
+        assert_eq!(request.work.session.system_prompt, "be brief");
+        assert_eq!(messages.len(), 4);
+        assert_eq!(
+            messages[1].tool_calls[0].arguments,
+            json!({"city": "Paris"})
+        );
+        assert_eq!(messages[2].role, Role::Tool);
+        assert_eq!(messages[2].content, "sunny");
+        assert_eq!(messages[3].content, "thanks");
+        assert_eq!(request.work.tool_choice, ToolChoice::Required);
+        assert_eq!(request.work.sampling.stop, vec!["END".to_string()]);
+        assert!(request.stream);
+        for (bad, param) in [
+            (
+                json!({"messages": [{"role": "user", "content": "x"}]}),
+                "max_tokens",
+            ),
+            (
+                json!({"max_tokens": 5, "messages": [{"role": "system", "content": "x"}]}),
+                "messages[0].role",
+            ),
+            (
+                json!({"max_tokens": -5, "messages": [{"role": "user", "content": "x"}]}),
+                "max_tokens",
+            ),
+            (
+                json!({"max_tokens": 5, "temperature": 1.5, "messages": [{"role": "user", "content": "x"}]}),
+                "temperature",
+            ),
+            (
+                json!({"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image"}]}]}),
+                "messages[0].content[0].type",
+            ),
+        ] {
+            let error = parse(bad.to_string().as_bytes(), &defaults()).unwrap_err();
+            assert_eq!(
+                (error.status, error.param.as_deref()),
+                (400, Some(param)),
+                "{bad}"
+            );
+            assert_eq!(error.anthropic_body()["type"], "error");
+        }
+    }
+}

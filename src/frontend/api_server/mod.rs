@@ -1,0 +1,663 @@
+//! `shepherd --server`: an OpenAI-compatible API (and Anthropic's Messages
+//! API) in front of any backend, stateless: each request brings its whole
+//! conversation.
+//!
+//! Routes: `POST /v1/chat/completions`, `POST /v1/messages`,
+//! `GET /v1/models`, `GET /v1/models/{id}`, `GET /health` (503 while the
+//! model loads, the only public route), `GET /metrics` (Prometheus text).
+//!
+//! Flow of a generation request, on its connection's thread:
+//! 1. The body is checked field by field ([`openai::parse`],
+//!    [`anthropic::parse`]); any fault is a 400 naming the field, and nothing
+//!    reaches a backend.
+//! 2. The [`pool::Pool`] admits it (a free worker or room in the FIFO queue)
+//!    or it gets 503 with `Retry-After`.
+//! 3. The response head is written only when the job's first output
+//!    arrives: an error before any output (context overflow from the prefill,
+//!    an upstream error) becomes a proper status, for every backend.
+//! 4. Until then, and between events, the connection watches its client; one
+//!    that hung up cancels its job (out of the queue, or stopped at the next
+//!    token), so its slot is free within a tick.
+//!
+//! The backends are loaded on a thread after the socket is bound, so
+//! `/health` answers 503 while a model loads.
+
+mod anthropic;
+mod error;
+mod fields;
+mod metrics;
+mod openai;
+mod pool;
+mod text;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crossbeam_channel::RecvTimeoutError;
+use serde_json::{json, Value};
+
+use crate::backend::{BackendInfo, Reply, Sampling};
+use crate::config::resolve::Settings;
+use crate::core::Stats;
+use crate::tools::ToolRegistry;
+
+use super::connect;
+use super::http::{self, Handler, Limits, Request, Responder, SseStream};
+use error::{from_backend, ApiError};
+use metrics::Metrics;
+use pool::{Out, Pool, ServerTools, Ticket, Work};
+use text::Assembler;
+
+/// How often a waiting connection checks whether its client is still there.
+const TICK: Duration = Duration::from_millis(100);
+/// Longest silence on a stream before a keep-alive comment.
+const KEEPALIVE: Duration = Duration::from_secs(10);
+/// Parallel requests to an API backend when `--parallel` is not given (the
+/// in-process model defaults to one slot).
+const DEFAULT_API_PARALLEL: usize = 4;
+
+/// What a request falls back to for the fields it leaves out.
+#[derive(Debug, Clone, Default)]
+pub struct Defaults {
+    /// The model id served (and echoed when a request names none).
+    pub model: String,
+    pub system_prompt: String,
+    pub sampling: Sampling,
+    /// The context window, 0 when unknown.
+    pub context_size: u64,
+    pub use_tools: bool,
+}
+
+impl Defaults {
+    /// The largest `max_tokens` accepted: the context, or a generous cap when unknown.
+    fn max_tokens_limit(&self) -> i64 {
+        match self.context_size {
+            0 => 1 << 24,
+            n => i64::try_from(n).unwrap_or(i64::MAX),
+        }
+    }
+}
+
+/// A finished generation's token figures.
+#[derive(Debug, Clone, Default)]
+pub struct Usage {
+    pub prompt: u64,
+    pub completion: u64,
+    /// Prompt tokens reused from the KV cache, when the backend knows.
+    pub cached: Option<u64>,
+    pub stats: Option<Stats>,
+}
+
+impl Usage {
+    fn of(reply: &Reply, stats: Option<&Stats>) -> Usage {
+        let (prompt, completion) = match (reply.usage, stats) {
+            (Some(usage), _) => (usage.prompt_tokens, usage.completion_tokens),
+            (None, Some(stats)) => (stats.prompt_tokens, stats.completion_tokens),
+            (None, None) => (0, 0),
+        };
+        Usage {
+            prompt,
+            completion,
+            cached: stats.map(|s| s.cached_tokens),
+            stats: stats.cloned(),
+        }
+    }
+}
+
+/// The server once its backends are loaded.
+struct Loaded {
+    pool: Arc<Pool>,
+    defaults: Defaults,
+    info: BackendInfo,
+}
+
+/// The server's shared state.
+pub struct ApiServer {
+    loaded: OnceLock<Loaded>,
+    metrics: Metrics,
+    started: u64,
+    next_id: AtomicU64,
+}
+
+/// One answer in the protocol it was asked in.
+enum Answer {
+    OpenAi(openai::Answer),
+    Anthropic(anthropic::Answer),
+}
+
+impl Answer {
+    fn error(&self, responder: Responder, error: &ApiError) {
+        let body = match self {
+            Answer::OpenAi(_) => error.openai_body(),
+            Answer::Anthropic(_) => error.anthropic_body(),
+        };
+        responder.json_with(error.status, &body, &error.headers());
+    }
+
+    fn start(&mut self, sse: &mut SseStream) -> std::io::Result<()> {
+        match self {
+            Answer::OpenAi(a) => a.start(sse),
+            Answer::Anthropic(a) => a.start(sse),
+        }
+    }
+
+    fn piece(&mut self, sse: &mut SseStream, piece: text::Piece) -> std::io::Result<()> {
+        match self {
+            Answer::OpenAi(a) => a.piece(sse, piece),
+            Answer::Anthropic(a) => a.piece(sse, piece),
+        }
+    }
+
+    fn finish(&mut self, sse: &mut SseStream, reply: &Reply, usage: &Usage) -> std::io::Result<()> {
+        match self {
+            Answer::OpenAi(a) => a.finish(sse, reply, usage),
+            Answer::Anthropic(a) => a.finish(sse, reply, usage),
+        }
+    }
+
+    fn fail(&self, sse: &mut SseStream, error: &ApiError) -> std::io::Result<()> {
+        match self {
+            Answer::OpenAi(a) => a.fail(sse, error),
+            Answer::Anthropic(a) => a.fail(sse, error),
+        }
+    }
+
+    fn whole(&self, text: &Assembler, reply: &Reply, usage: &Usage) -> Value {
+        match self {
+            Answer::OpenAi(a) => a.whole(text, reply, usage),
+            Answer::Anthropic(a) => a.whole(text, reply, usage),
+        }
+    }
+}
+
+/// Cancels its ticket when the connection is done with it, however it ends
+/// (a no-op for a finished job).
+struct Held<'a> {
+    pool: &'a Pool,
+    ticket: Ticket,
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.pool.cancel(&self.ticket);
+    }
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl ApiServer {
+    fn new() -> ApiServer {
+        ApiServer {
+            loaded: OnceLock::new(),
+            metrics: Metrics::default(),
+            started: now_secs(),
+            next_id: AtomicU64::new(1),
+        }
+    }
+
+    /// A fresh id: `<prefix><24 hex>`, unique within this process and run.
+    fn new_id(&self, prefix: &str) -> String {
+        let n = self.next_id.fetch_add(1, Ordering::SeqCst);
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        format!(
+            "{prefix}{:08x}{:08x}{:08x}",
+            self.started as u32, nanos, n as u32
+        )
+    }
+
+    fn loaded(&self, responder: Responder) -> Option<(&Loaded, Responder)> {
+        match self.loaded.get() {
+            Some(loaded) => Some((loaded, responder)),
+            None => {
+                let error = ApiError::busy("the model is still loading", 5);
+                responder.json_with(503, &error.openai_body(), &error.headers());
+                None
+            }
+        }
+    }
+
+    fn health(&self, responder: Responder) {
+        match self.loaded.get() {
+            Some(_) => responder.json(200, &json!({"status": "ok"})),
+            None => responder.json_with(
+                503,
+                &json!({"status": "loading"}),
+                &[("Retry-After", "5".into())],
+            ),
+        }
+    }
+
+    fn model_json(&self, loaded: &Loaded) -> Value {
+        json!({
+            "id": loaded.defaults.model,
+            "object": "model",
+            "created": self.started,
+            "owned_by": "shepherd",
+            "max_model_len": loaded.info.context_size,
+        })
+    }
+
+    fn models(&self, responder: Responder) {
+        let Some((loaded, responder)) = self.loaded(responder) else {
+            return;
+        };
+        responder.json(
+            200,
+            &json!({"object": "list", "data": [self.model_json(loaded)]}),
+        );
+    }
+
+    fn model(&self, id: &str, responder: Responder) {
+        let Some((loaded, responder)) = self.loaded(responder) else {
+            return;
+        };
+        if id == loaded.defaults.model {
+            let mut body = self.model_json(loaded);
+            body["backend"] = json!(loaded.info.kind);
+            responder.json(200, &body);
+        } else {
+            let mut error = ApiError::new(
+                404,
+                "invalid_request_error",
+                format!(
+                    "the model '{id}' does not exist; this server serves '{}'",
+                    loaded.defaults.model
+                ),
+            );
+            error.code = Some("model_not_found".into());
+            responder.json_with(404, &error.openai_body(), &[]);
+        }
+    }
+
+    fn chat(&self, request: &Request, responder: Responder) {
+        self.metrics.chat_requests.fetch_add(1, Ordering::Relaxed);
+        let Some((loaded, responder)) = self.loaded(responder) else {
+            return;
+        };
+        let parsed = match openai::parse(&request.body, &loaded.defaults) {
+            Ok(parsed) => parsed,
+            Err(error) => {
+                self.metrics
+                    .rejected_invalid
+                    .fetch_add(1, Ordering::Relaxed);
+                return responder.json_with(error.status, &error.openai_body(), &error.headers());
+            }
+        };
+        let answer = Answer::OpenAi(openai::Answer {
+            id: self.new_id("chatcmpl-"),
+            created: now_secs(),
+            model: parsed.model,
+            include_usage: parsed.include_usage,
+        });
+        self.serve(loaded, answer, parsed.work, parsed.stream, responder);
+    }
+
+    fn messages(&self, request: &Request, responder: Responder) {
+        self.metrics
+            .messages_requests
+            .fetch_add(1, Ordering::Relaxed);
+        let Some((loaded, responder)) = self.loaded(responder) else {
+            return;
+        };
+        let parsed = match anthropic::parse(&request.body, &loaded.defaults) {
+            Ok(parsed) => parsed,
+            Err(error) => {
+                self.metrics
+                    .rejected_invalid
+                    .fetch_add(1, Ordering::Relaxed);
+                return responder.json_with(
+                    error.status,
+                    &error.anthropic_body(),
+                    &error.headers(),
+                );
+            }
+        };
+        let answer = Answer::Anthropic(anthropic::Answer::new(self.new_id("msg_"), parsed.model));
+        self.serve(loaded, answer, parsed.work, parsed.stream, responder);
+    }
+
+    /// Queues the work and answers from its output (see the module docs).
+    fn serve(
+        &self,
+        loaded: &Loaded,
+        answer: Answer,
+        work: Work,
+        stream: bool,
+        responder: Responder,
+    ) {
+        let Some(ticket) = loaded.pool.submit(work) else {
+            self.metrics.rejected_busy.fetch_add(1, Ordering::Relaxed);
+            let error = ApiError::busy("every slot and the queue are full; retry later", 1);
+            return answer.error(responder, &error);
+        };
+        let held = Held {
+            pool: &loaded.pool,
+            ticket,
+        };
+        let Some(first) = self.first_output(&held.ticket, &responder) else {
+            self.metrics.cancelled.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        if let Out::Done(Err(error)) = &first {
+            self.metrics.failed.fetch_add(1, Ordering::Relaxed);
+            return answer.error(responder, &from_backend(error));
+        }
+        if stream {
+            self.stream(answer, first, &held.ticket, responder);
+        } else {
+            self.whole(answer, first, &held.ticket, responder);
+        }
+    }
+
+    /// Waits for the job's first output; `None` when the client left first.
+    fn first_output(&self, ticket: &Ticket, responder: &Responder) -> Option<Out> {
+        loop {
+            match ticket.events.recv_timeout(TICK) {
+                Ok(out) => return Some(out),
+                Err(RecvTimeoutError::Timeout) if responder.client_gone() => return None,
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Some(Out::Done(Err(crate::core::BackendError::Config(
+                        "the worker stopped".into(),
+                    ))))
+                }
+            }
+        }
+    }
+
+    fn stream(&self, mut answer: Answer, first: Out, ticket: &Ticket, responder: Responder) {
+        let Ok(mut sse) = responder.sse() else {
+            self.metrics.cancelled.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let mut text = Assembler::new();
+        let mut next = Some(first);
+        let result = answer.start(&mut sse).and_then(|()| loop {
+            let out = match next.take() {
+                Some(out) => out,
+                None => match ticket.events.recv_timeout(TICK) {
+                    Ok(out) => out,
+                    Err(RecvTimeoutError::Timeout) => {
+                        if sse.client_gone() {
+                            break Err(std::io::ErrorKind::BrokenPipe.into());
+                        }
+                        if sse.idle() >= KEEPALIVE {
+                            sse.comment("keepalive")?;
+                        }
+                        continue;
+                    }
+                    Err(RecvTimeoutError::Disconnected) => {
+                        break Err(std::io::ErrorKind::BrokenPipe.into())
+                    }
+                },
+            };
+            match out {
+                Out::Event(event) => {
+                    if let Some(piece) = text.push(event) {
+                        answer.piece(&mut sse, piece)?;
+                    }
+                }
+                Out::Done(Ok(reply)) => {
+                    if let Some(piece) = text.finish() {
+                        answer.piece(&mut sse, piece)?;
+                    }
+                    let usage = Usage::of(&reply, text.stats.as_ref());
+                    self.metrics.record(&usage);
+                    break answer.finish(&mut sse, &reply, &usage);
+                }
+                Out::Done(Err(error)) => {
+                    self.metrics.failed.fetch_add(1, Ordering::Relaxed);
+                    break answer.fail(&mut sse, &from_backend(&error));
+                }
+            }
+        });
+        match result {
+            Ok(()) => sse.finish(),
+            Err(_) => {
+                self.metrics.cancelled.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn whole(&self, answer: Answer, first: Out, ticket: &Ticket, responder: Responder) {
+        let mut text = Assembler::new();
+        let mut next = Some(first);
+        loop {
+            let out = match next.take() {
+                Some(out) => out,
+                None => match ticket.events.recv_timeout(TICK) {
+                    Ok(out) => out,
+                    Err(RecvTimeoutError::Timeout) if responder.client_gone() => {
+                        self.metrics.cancelled.fetch_add(1, Ordering::Relaxed);
+                        return;
+                    }
+                    Err(RecvTimeoutError::Timeout) => continue,
+                    Err(RecvTimeoutError::Disconnected) => {
+                        let error = ApiError::new(500, "server_error", "the worker stopped");
+                        return answer.error(responder, &error);
+                    }
+                },
+            };
+            match out {
+                Out::Event(event) => {
+                    text.push(event);
+                }
+                Out::Done(Ok(reply)) => {
+                    text.finish();
+                    let usage = Usage::of(&reply, text.stats.as_ref());
+                    self.metrics.record(&usage);
+                    return responder.json(200, &answer.whole(&text, &reply, &usage));
+                }
+                Out::Done(Err(error)) => {
+                    self.metrics.failed.fetch_add(1, Ordering::Relaxed);
+                    return answer.error(responder, &from_backend(&error));
+                }
+            }
+        }
+    }
+}
+
+impl Handler for ApiServer {
+    fn handle(&self, request: Request, responder: Responder) {
+        let path = request.path.trim_end_matches('/');
+        match (request.method.as_str(), path) {
+            ("GET", "/health" | "/v1/health") => self.health(responder),
+            ("GET", "/metrics") => {
+                let pool = self.loaded.get().map(|l| &*l.pool);
+                responder.text(200, "text/plain; version=0.0.4", &self.metrics.render(pool));
+            }
+            ("GET", "/v1/models") => self.models(responder),
+            ("GET", id) if id.starts_with("/v1/models/") => {
+                self.model(&id["/v1/models/".len()..], responder)
+            }
+            ("POST", "/v1/chat/completions") => self.chat(&request, responder),
+            ("POST", "/v1/messages") => self.messages(&request, responder),
+            (
+                _,
+                "/health" | "/metrics" | "/v1/models" | "/v1/chat/completions" | "/v1/messages",
+            ) => {
+                let error = ApiError::new(405, "invalid_request_error", "method not allowed");
+                responder.json_with(405, &error.openai_body(), &[]);
+            }
+            _ => {
+                let error = ApiError::new(404, "invalid_request_error", "no such route");
+                responder.json_with(404, &error.openai_body(), &[]);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Start-up.
+
+/// The id clients see: the configured model name, or a model file's name.
+fn model_id(provider: &crate::config::ProviderConfig) -> String {
+    let name = provider
+        .model
+        .clone()
+        .unwrap_or_else(|| provider.name.clone());
+    match std::path::Path::new(&name).file_name() {
+        Some(file) if name.contains('/') => file.to_string_lossy().into_owned(),
+        _ => name,
+    }
+}
+
+/// Opens the backends (one per worker, `--parallel`) and starts the pool.
+fn load(settings: &Settings) -> Result<Loaded, String> {
+    let parallel = settings.local.parallel.map(|n| n as usize);
+    let wanted = match &settings.providers[..] {
+        [] => parallel.unwrap_or(1),
+        [only] if only.kind == crate::config::ProviderKind::Llamacpp => parallel.unwrap_or(1),
+        _ => parallel.unwrap_or(DEFAULT_API_PARALLEL),
+    };
+    let (backends, provider) = match connect::open_backends(settings, wanted) {
+        Ok(opened) => opened,
+        Err(connect::OpenError::Usage(message)) => return Err(message),
+    };
+    let info = backends[0].info();
+    let tools = settings.use_tools.then(|| {
+        let mut registry = ToolRegistry::builtin();
+        for glob in &settings.disable_tools {
+            registry.disable(glob);
+        }
+        for glob in &settings.enable_tools {
+            registry.enable(glob);
+        }
+        Arc::new(ServerTools {
+            registry,
+            root: std::env::current_dir().unwrap_or_else(|_| ".".into()),
+            max_rounds: settings.max_rounds,
+        })
+    });
+    let pool = Pool::new(settings.queue_size);
+    for backend in backends {
+        pool.start_worker(backend, tools.clone())
+            .map_err(|e| format!("cannot start a worker thread: {e}"))?;
+    }
+    let defaults = Defaults {
+        model: model_id(&provider),
+        system_prompt: settings.system_prompt.clone(),
+        sampling: settings.sampling_for(&provider),
+        context_size: info.context_size,
+        use_tools: settings.use_tools,
+    };
+    Ok(Loaded {
+        pool,
+        defaults,
+        info,
+    })
+}
+
+/// `--server`: binds (refusing a non-loopback address without a token),
+/// loads the backends in the background and serves until stopped.
+pub fn run(settings: &Settings) -> i32 {
+    let policy = match super::cli_server::policy(&settings.server, &settings.server_auth) {
+        Ok(policy) => policy,
+        Err(message) => {
+            eprintln!("shepherd: {message}");
+            return 2;
+        }
+    };
+    let server = &settings.server;
+    let listener = match http::Server::bind(&server.host, server.port, Limits::default(), policy) {
+        Ok(listener) => listener,
+        Err(error) => {
+            eprintln!(
+                "shepherd: cannot listen on {}:{}: {error}",
+                server.host, server.port
+            );
+            return 1;
+        }
+    };
+    let api = Arc::new(ApiServer::new());
+    let loader = {
+        let api = api.clone();
+        let settings = settings.clone();
+        std::thread::Builder::new()
+            .name("shepherd-load".into())
+            .spawn(move || {
+                let started = Instant::now();
+                match load(&settings) {
+                    Ok(loaded) => {
+                        eprintln!(
+                            "shepherd: serving {} ({} slot(s), queue {}), loaded in {:.1}s",
+                            loaded.defaults.model,
+                            loaded.pool.workers(),
+                            loaded.pool.capacity(),
+                            started.elapsed().as_secs_f64()
+                        );
+                        let _ = api.loaded.set(loaded);
+                    }
+                    Err(message) => {
+                        eprintln!("shepherd: {message}");
+                        std::process::exit(2);
+                    }
+                }
+            })
+    };
+    if let Err(error) = loader {
+        eprintln!("shepherd: cannot start the loader thread: {error}");
+        return 1;
+    }
+    match listener.local_addr() {
+        Ok(addr) => eprintln!("shepherd: API server listening on http://{addr}"),
+        Err(error) => eprintln!("shepherd: API server listening (address unknown: {error})"),
+    }
+    listener.run(api);
+    0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frontend::http::Policy;
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+
+    fn raw(addr: std::net::SocketAddr, request: &str) -> String {
+        let mut stream = TcpStream::connect(addr).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut out = String::new();
+        let _ = stream.read_to_string(&mut out);
+        out
+    }
+
+    #[test]
+    fn while_loading_health_and_generation_answer_503() {
+        let server =
+            http::Server::bind("127.0.0.1", 0, Limits::default(), Policy::default()).expect("bind");
+        let addr = server.local_addr().unwrap();
+        let api = Arc::new(ApiServer::new());
+        std::thread::spawn(move || server.run(api));
+        let health = raw(addr, "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+        assert!(health.starts_with("HTTP/1.1 503"), "{health}");
+        assert!(health.contains("\"loading\""), "{health}");
+        let body = r#"{"messages":[{"role":"user","content":"hi"}]}"#;
+        let chat = raw(
+            addr,
+            &format!(
+                "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            ),
+        );
+        assert!(chat.starts_with("HTTP/1.1 503"), "{chat}");
+        assert!(chat.contains("Retry-After: 5"), "{chat}");
+        let metrics = raw(addr, "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+        assert!(
+            metrics.contains("shepherd_requests_total{endpoint=\"chat_completions\"} 1"),
+            "{metrics}"
+        );
+        let missing = raw(addr, "GET /nope HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+        assert!(missing.starts_with("HTTP/1.1 404"), "{missing}");
+    }
+}

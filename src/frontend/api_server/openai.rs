@@ -1,0 +1,776 @@
+//! `POST /v1/chat/completions`: OpenAI's request checked field by field into
+//! a [`Work`], and the answer written as `chat.completion` or as
+//! `chat.completion.chunk` events.
+//!
+//! Stateless: the request's `messages` are the whole conversation. System
+//! (and developer) messages become the system prompt; without one the
+//! server's `--system-prompt` is used. Only text content is accepted.
+
+use std::collections::HashSet;
+use std::io;
+
+use serde_json::{json, Value};
+
+use super::error::ApiError;
+use super::fields::{stop_list, valid_tool_name, Fields};
+use super::pool::Work;
+use super::text::{Assembler, Piece};
+use super::{Defaults, Usage};
+use crate::backend::{Reply, ResponseFormat, ToolChoice, ToolSpec};
+use crate::core::{FinishReason, Message, Role, Session, ToolCall};
+use crate::frontend::http::SseStream;
+
+/// A checked chat-completions request.
+#[derive(Debug)]
+pub struct ChatRequest {
+    pub work: Work,
+    pub stream: bool,
+    pub include_usage: bool,
+    /// Echoed in every answer.
+    pub model: String,
+}
+
+/// Fields accepted but with no effect here (documented as such).
+const IGNORED: [&str; 7] = [
+    "user",
+    "metadata",
+    "store",
+    "parallel_tool_calls",
+    "reasoning_effort",
+    "service_tier",
+    "cache_prompt",
+];
+
+/// Every field this server reads, so a misspelt one is refused rather than
+/// silently ignored.
+const KNOWN: [&str; 26] = [
+    "model",
+    "messages",
+    "tools",
+    "tool_choice",
+    "stream",
+    "stream_options",
+    "max_tokens",
+    "max_completion_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "repeat_penalty",
+    "repeat_last_n",
+    "frequency_penalty",
+    "presence_penalty",
+    "seed",
+    "stop",
+    "n",
+    "logprobs",
+    "top_logprobs",
+    "response_format",
+    "use_tools",
+    "logit_bias",
+    "modalities",
+    "prediction",
+];
+
+/// Parses and checks the body; nothing reaches a backend unless this succeeds.
+pub fn parse(body: &[u8], defaults: &Defaults) -> Result<ChatRequest, ApiError> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::invalid("", format!("the body is not valid JSON: {e}")))?;
+    let f = Fields::of(&value, "")?;
+    if let Value::Object(map) = &value {
+        if let Some(unknown) = map
+            .keys()
+            .find(|k| !KNOWN.contains(&k.as_str()) && !IGNORED.contains(&k.as_str()))
+        {
+            return Err(ApiError::invalid(
+                unknown,
+                format!("unrecognized request argument supplied: {unknown}"),
+            ));
+        }
+    }
+    let model = f.str("model")?.unwrap_or(&defaults.model).to_string();
+    let (system, messages) = messages(&f)?;
+    let tools = tools(&f)?;
+    let tool_choice = tool_choice(&f, &tools)?;
+    let stream = f.bool("stream")?.unwrap_or(false);
+    let include_usage = stream_options(&f, stream)?;
+    f.integer("n", 1, 1)?;
+    f.unsupported("logprobs", &[json!(false)])?;
+    f.unsupported("top_logprobs", &[])?;
+    f.unsupported("logit_bias", &[json!({})])?;
+    f.unsupported("modalities", &[json!(["text"])])?;
+    f.unsupported("prediction", &[])?;
+    let use_tools = match f.bool("use_tools")? {
+        Some(true) if !defaults.use_tools => {
+            return Err(ApiError::invalid(
+                "use_tools",
+                "'use_tools' needs a server started with --use-tools",
+            ))
+        }
+        Some(wanted) => wanted,
+        None => defaults.use_tools,
+    };
+    let mut sampling = defaults.sampling.clone();
+    let max_len = defaults.max_tokens_limit();
+    let length = f
+        .integer("max_completion_tokens", 1, max_len)?
+        .or(f.integer("max_tokens", 1, max_len)?);
+    if let Some(n) = length {
+        sampling.max_tokens = u32::try_from(n).ok();
+    }
+    if let Some(t) = f.number("temperature", 0.0, 2.0)? {
+        sampling.temperature = Some(t);
+    }
+    if let Some(p) = f.number("top_p", 0.0, 1.0)? {
+        sampling.top_p = Some(p);
+    }
+    if let Some(k) = f.integer("top_k", 0, 1_000_000)? {
+        sampling.top_k = u32::try_from(k).ok();
+    }
+    sampling.min_p = f.number("min_p", 0.0, 1.0)?.or(sampling.min_p);
+    sampling.repeat_penalty = f
+        .number("repeat_penalty", 0.0, 10.0)?
+        .or(sampling.repeat_penalty);
+    sampling.repeat_last_n = f
+        .integer("repeat_last_n", -1, 1 << 20)?
+        .map(|n| n as i32)
+        .or(sampling.repeat_last_n);
+    sampling.frequency_penalty = f
+        .number("frequency_penalty", -2.0, 2.0)?
+        .or(sampling.frequency_penalty);
+    sampling.presence_penalty = f
+        .number("presence_penalty", -2.0, 2.0)?
+        .or(sampling.presence_penalty);
+    if let Some(seed) = f.unsigned("seed")? {
+        sampling.seed = Some(seed);
+    }
+    if f.has("stop") {
+        sampling.stop = stop_list(&f, "stop", 4)?;
+    }
+    sampling.response_format = response_format(&f)?;
+    let mut session = Session::new(system.unwrap_or_else(|| defaults.system_prompt.clone()));
+    session.messages = messages;
+    Ok(ChatRequest {
+        work: Work {
+            session,
+            tools,
+            tool_choice,
+            sampling,
+            use_tools,
+        },
+        stream,
+        include_usage,
+        model,
+    })
+}
+
+/// The system prompt (when the request has one) and the other messages.
+fn messages(f: &Fields<'_>) -> Result<(Option<String>, Vec<Message>), ApiError> {
+    let items = f
+        .array("messages")?
+        .ok_or_else(|| f.missing("messages", "a non-empty array"))?;
+    if items.is_empty() {
+        return Err(ApiError::invalid(
+            "messages",
+            "'messages' must be a non-empty array",
+        ));
+    }
+    let mut system: Option<String> = None;
+    let mut out: Vec<Message> = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let m = Fields::of(item, &format!("messages[{i}]"))?;
+        let role = m.required_str("role")?;
+        match role {
+            "system" | "developer" => {
+                let text = content(&m)?.ok_or_else(|| m.missing("content", "text"))?;
+                match &mut system {
+                    Some(s) => {
+                        s.push_str("\n\n");
+                        s.push_str(&text);
+                    }
+                    None => system = Some(text),
+                }
+            }
+            "user" => {
+                let text = content(&m)?.ok_or_else(|| m.missing("content", "text"))?;
+                out.push(Message::user(text));
+            }
+            "assistant" => out.push(assistant(&m)?),
+            "tool" => out.push(tool_result(&m, &out)?),
+            other => {
+                return Err(ApiError::invalid(
+                    &m.name("role"),
+                    format!(
+                    "unknown role '{other}': expected system, developer, user, assistant or tool"
+                ),
+                ))
+            }
+        }
+    }
+    Ok((system, out))
+}
+
+/// `content` as text: a string or an array of text parts.
+fn content(m: &Fields<'_>) -> Result<Option<String>, ApiError> {
+    let name = m.name("content");
+    match m.get("content") {
+        None => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(Value::Array(parts)) => {
+            let mut text = String::new();
+            for (j, part) in parts.iter().enumerate() {
+                let p = Fields::of(part, &format!("{name}[{j}]"))?;
+                match p.required_str("type")? {
+                    "text" => text.push_str(p.required_str("text")?),
+                    other => {
+                        return Err(ApiError::invalid(
+                            &p.name("type"),
+                            format!("content parts of type '{other}' are not supported; send text"),
+                        ))
+                    }
+                }
+            }
+            Ok(Some(text))
+        }
+        Some(_) => Err(ApiError::invalid(
+            &name,
+            format!("'{name}' must be a string or an array of text parts"),
+        )),
+    }
+}
+
+fn assistant(m: &Fields<'_>) -> Result<Message, ApiError> {
+    let mut message = Message::assistant(content(m)?.unwrap_or_default());
+    if let Some(reasoning) = m.str("reasoning_content")? {
+        message.thinking = Some(reasoning.to_string());
+    }
+    for (j, call) in m.array("tool_calls")?.into_iter().flatten().enumerate() {
+        let c = Fields::of(call, &format!("{}[{j}]", m.name("tool_calls")))?;
+        c.choice("type", &["function"])?;
+        let id = c.required_str("id")?;
+        let function = c
+            .object("function")?
+            .ok_or_else(|| c.missing("function", "an object"))?;
+        let name = function.required_str("name")?;
+        let raw = function.str("arguments")?.unwrap_or("{}");
+        let arguments = match raw.trim() {
+            "" => json!({}),
+            text => serde_json::from_str(text).unwrap_or_else(|_| Value::String(raw.to_string())),
+        };
+        message.tool_calls.push(ToolCall {
+            id: id.to_string(),
+            name: name.to_string(),
+            arguments,
+        });
+    }
+    Ok(message)
+}
+
+/// A tool result must answer a call made earlier in the conversation.
+fn tool_result(m: &Fields<'_>, earlier: &[Message]) -> Result<Message, ApiError> {
+    let id = m.required_str("tool_call_id")?;
+    let text = content(m)?.ok_or_else(|| m.missing("content", "text"))?;
+    let call = earlier
+        .iter()
+        .rev()
+        .filter(|msg| msg.role == Role::Assistant)
+        .flat_map(|msg| msg.tool_calls.iter())
+        .find(|call| call.id == id)
+        .ok_or_else(|| {
+            ApiError::invalid(
+                &m.name("tool_call_id"),
+                format!("tool_call_id '{id}' answers no earlier assistant tool call"),
+            )
+        })?;
+    Ok(Message::tool_result(call, text))
+}
+
+/// `tools`, OpenAI-style (`{type, function:{...}}`) or flat (`{name, ...}`).
+fn tools(f: &Fields<'_>) -> Result<Vec<ToolSpec>, ApiError> {
+    let mut specs = Vec::new();
+    let mut seen = HashSet::new();
+    for (i, item) in f.array("tools")?.into_iter().flatten().enumerate() {
+        let t = Fields::of(item, &format!("tools[{i}]"))?;
+        t.choice("type", &["function"])?;
+        let spec = match t.object("function")? {
+            Some(function) => tool_spec(&function)?,
+            None => tool_spec(&t)?,
+        };
+        if !seen.insert(spec.name.clone()) {
+            return Err(ApiError::invalid(
+                &t.name("function.name"),
+                format!("tool '{}' is defined twice", spec.name),
+            ));
+        }
+        specs.push(spec);
+    }
+    Ok(specs)
+}
+
+fn tool_spec(f: &Fields<'_>) -> Result<ToolSpec, ApiError> {
+    let name = f.required_str("name")?;
+    if !valid_tool_name(name) {
+        return Err(ApiError::invalid(
+            &f.name("name"),
+            "tool names are 1 to 64 of a-z, A-Z, 0-9, '_', '-', '.'",
+        ));
+    }
+    let parameters = match f.get("parameters") {
+        None => json!({"type": "object", "properties": {}}),
+        Some(schema @ Value::Object(_)) => schema.clone(),
+        Some(_) => {
+            return Err(ApiError::invalid(
+                &f.name("parameters"),
+                "'parameters' must be a JSON schema object",
+            ))
+        }
+    };
+    f.bool("strict")?;
+    Ok(ToolSpec {
+        name: name.to_string(),
+        description: f.str("description")?.unwrap_or("").to_string(),
+        parameters,
+    })
+}
+
+fn tool_choice(f: &Fields<'_>, tools: &[ToolSpec]) -> Result<ToolChoice, ApiError> {
+    let choice = match f.get("tool_choice") {
+        None => return Ok(ToolChoice::Auto),
+        Some(Value::String(mode)) => match mode.as_str() {
+            "auto" => ToolChoice::Auto,
+            "none" => ToolChoice::None,
+            "required" => ToolChoice::Required,
+            _ => return Err(ApiError::invalid(
+                "tool_choice",
+                "'tool_choice' must be auto, none, required or {type: function, function: {name}}",
+            )),
+        },
+        Some(_) => {
+            let Some(c) = f.object("tool_choice")? else {
+                return Ok(ToolChoice::Auto);
+            };
+            c.choice("type", &["function"])?;
+            let function = c
+                .object("function")?
+                .ok_or_else(|| c.missing("function", "an object"))?;
+            ToolChoice::Named(function.required_str("name")?.to_string())
+        }
+    };
+    let offered = |name: &str| tools.iter().any(|t| t.name == name);
+    match &choice {
+        ToolChoice::Required if tools.is_empty() => Err(ApiError::invalid(
+            "tool_choice",
+            "'tool_choice' is 'required' but no tools were given",
+        )),
+        ToolChoice::Named(name) if !offered(name) => Err(ApiError::invalid(
+            "tool_choice",
+            format!("'tool_choice' names '{name}', which is not in 'tools'"),
+        )),
+        _ => Ok(choice),
+    }
+}
+
+/// `stream_options.include_usage`; the options need `stream`.
+fn stream_options(f: &Fields<'_>, stream: bool) -> Result<bool, ApiError> {
+    let Some(options) = f.object("stream_options")? else {
+        return Ok(false);
+    };
+    if !stream {
+        return Err(ApiError::invalid(
+            "stream_options",
+            "'stream_options' is only allowed when 'stream' is true",
+        ));
+    }
+    Ok(options.bool("include_usage")?.unwrap_or(false))
+}
+
+fn response_format(f: &Fields<'_>) -> Result<Option<ResponseFormat>, ApiError> {
+    let Some(format) = f.object("response_format")? else {
+        return Ok(None);
+    };
+    let kind = format
+        .choice("type", &["text", "json_object", "json_schema"])?
+        .ok_or_else(|| format.missing("type", "text, json_object or json_schema"))?;
+    Ok(match kind {
+        "text" => None,
+        "json_object" => Some(ResponseFormat::JsonObject),
+        _ => {
+            let spec = format
+                .object("json_schema")?
+                .ok_or_else(|| format.missing("json_schema", "an object"))?;
+            let name = spec.required_str("name")?.to_string();
+            let schema = match spec.get("schema") {
+                Some(schema @ Value::Object(_)) => schema.clone(),
+                None => json!({"type": "object"}),
+                Some(_) => {
+                    return Err(ApiError::invalid(
+                        &spec.name("schema"),
+                        "'schema' must be a JSON schema object",
+                    ))
+                }
+            };
+            let strict = spec.bool("strict")?.unwrap_or(false);
+            Some(ResponseFormat::JsonSchema {
+                name,
+                schema,
+                strict,
+            })
+        }
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Answers.
+
+/// Writes one request's answer; `id`, `created` and `model` are shared by
+/// every chunk.
+pub struct Answer {
+    pub id: String,
+    pub created: u64,
+    pub model: String,
+    pub include_usage: bool,
+}
+
+/// OpenAI's name for how the reply ended.
+pub fn finish_reason(reply: &Reply) -> &'static str {
+    if !reply.tool_calls.is_empty() {
+        return "tool_calls";
+    }
+    match reply.finish {
+        FinishReason::Length => "length",
+        FinishReason::ToolCalls => "tool_calls",
+        _ => "stop",
+    }
+}
+
+fn wire_calls(calls: &[ToolCall], streamed: bool) -> Vec<Value> {
+    calls
+        .iter()
+        .enumerate()
+        .map(|(i, call)| {
+            let arguments = match &call.arguments {
+                Value::String(raw) => raw.clone(),
+                other => other.to_string(),
+            };
+            let mut wire = json!({
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": arguments},
+            });
+            if streamed {
+                wire["index"] = json!(i);
+            }
+            wire
+        })
+        .collect()
+}
+
+fn usage_json(usage: &Usage) -> Value {
+    let mut value = json!({
+        "prompt_tokens": usage.prompt,
+        "completion_tokens": usage.completion,
+        "total_tokens": usage.prompt + usage.completion,
+    });
+    if let Some(cached) = usage.cached {
+        value["prompt_tokens_details"] = json!({"cached_tokens": cached});
+    }
+    value
+}
+
+/// llama.cpp's `timings`, for clients that show speed.
+fn timings_json(usage: &Usage) -> Option<Value> {
+    let stats = usage.stats.as_ref()?;
+    Some(json!({
+        "prompt_n": usage.prompt,
+        "cache_n": usage.cached.unwrap_or(0),
+        "prompt_per_second": stats.prefill_tps,
+        "predicted_n": usage.completion,
+        "predicted_per_second": stats.decode_tps,
+    }))
+}
+
+impl Answer {
+    fn chunk(&self, delta: Value, finish: Option<&str>) -> String {
+        json!({
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": null,
+            "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
+        })
+        .to_string()
+    }
+
+    /// The first chunk: the role.
+    pub fn start(&self, sse: &mut SseStream) -> io::Result<()> {
+        sse.send(&self.chunk(json!({"role": "assistant", "content": ""}), None))
+    }
+
+    pub fn piece(&self, sse: &mut SseStream, piece: Piece) -> io::Result<()> {
+        let delta = match piece {
+            Piece::Text(text) => json!({"content": text}),
+            Piece::Reasoning(text) => json!({"reasoning_content": text}),
+        };
+        sse.send(&self.chunk(delta, None))
+    }
+
+    /// Tool calls (one chunk, whole arguments), the finish reason, the usage
+    /// chunk when asked for, and `[DONE]`.
+    pub fn finish(&self, sse: &mut SseStream, reply: &Reply, usage: &Usage) -> io::Result<()> {
+        if !reply.tool_calls.is_empty() {
+            let calls = wire_calls(&reply.tool_calls, true);
+            sse.send(&self.chunk(json!({"tool_calls": calls}), None))?;
+        }
+        sse.send(&self.chunk(json!({}), Some(finish_reason(reply))))?;
+        if self.include_usage {
+            let mut chunk = json!({
+                "id": self.id,
+                "object": "chat.completion.chunk",
+                "created": self.created,
+                "model": self.model,
+                "choices": [],
+                "usage": usage_json(usage),
+            });
+            if let Some(timings) = timings_json(usage) {
+                chunk["timings"] = timings;
+            }
+            sse.send(&chunk.to_string())?;
+        }
+        sse.send("[DONE]")
+    }
+
+    /// An error after the stream started: OpenAI's error object as an event.
+    pub fn fail(&self, sse: &mut SseStream, error: &ApiError) -> io::Result<()> {
+        sse.send(&error.openai_body().to_string())?;
+        sse.send("[DONE]")
+    }
+
+    /// The whole `chat.completion`.
+    pub fn whole(&self, text: &Assembler, reply: &Reply, usage: &Usage) -> Value {
+        let mut message = json!({"role": "assistant", "content": text.text});
+        if !text.reasoning.is_empty() {
+            message["reasoning_content"] = json!(text.reasoning);
+        }
+        if !reply.tool_calls.is_empty() {
+            message["tool_calls"] = json!(wire_calls(&reply.tool_calls, false));
+            if text.text.is_empty() {
+                message["content"] = Value::Null;
+            }
+        }
+        let mut body = json!({
+            "id": self.id,
+            "object": "chat.completion",
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": null,
+            "choices": [{
+                "index": 0,
+                "message": message,
+                "logprobs": null,
+                "finish_reason": finish_reason(reply),
+            }],
+            "usage": usage_json(usage),
+        });
+        if let Some(timings) = timings_json(usage) {
+            body["timings"] = timings;
+        }
+        body
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn defaults() -> Defaults {
+        Defaults {
+            model: "served".into(),
+            system_prompt: "server prompt".into(),
+            context_size: 2048,
+            ..Defaults::default()
+        }
+    }
+
+    fn ok(body: Value) -> ChatRequest {
+        parse(body.to_string().as_bytes(), &defaults()).expect("valid request")
+    }
+
+    fn err(body: Value) -> ApiError {
+        parse(body.to_string().as_bytes(), &defaults()).expect_err("an invalid request")
+    }
+
+    fn user() -> Value {
+        json!([{"role": "user", "content": "hi"}])
+    }
+
+    #[test]
+    fn a_full_request_becomes_work() {
+        let request = ok(json!({
+            "model": "m",
+            "messages": [
+                {"role": "system", "content": "be brief"},
+                {"role": "user", "content": [{"type": "text", "text": "weather?"}]},
+                {"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": "{\"city\":\"Paris\"}"}}
+                ]},
+                {"role": "tool", "tool_call_id": "c1", "content": "sunny"}
+            ],
+            "tools": [{"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}],
+            "tool_choice": {"type": "function", "function": {"name": "weather"}},
+            "stream": true,
+            "stream_options": {"include_usage": true},
+            "max_completion_tokens": 20,
+            "temperature": 0,
+            "top_k": 5,
+            "min_p": 0.1,
+            "seed": 42,
+            "stop": ["\n\n"],
+            "response_format": {"type": "json_schema", "json_schema": {"name": "r", "schema": {"type": "object"}}}
+        }));
+        let work = &request.work;
+        assert_eq!(request.model, "m");
+        assert!(request.stream && request.include_usage);
+        assert_eq!(work.session.system_prompt, "be brief");
+        assert_eq!(work.session.messages.len(), 3);
+        assert_eq!(
+            work.session.messages[1].tool_calls[0].arguments,
+            json!({"city": "Paris"})
+        );
+        assert_eq!(
+            work.session.messages[2].tool_name.as_deref(),
+            Some("weather")
+        );
+        assert_eq!(work.tool_choice, ToolChoice::Named("weather".into()));
+        assert_eq!(work.sampling.max_tokens, Some(20));
+        assert_eq!(work.sampling.temperature, Some(0.0));
+        assert_eq!(
+            (work.sampling.top_k, work.sampling.seed),
+            (Some(5), Some(42))
+        );
+        assert_eq!(work.sampling.stop, vec!["\n\n".to_string()]);
+        assert!(matches!(
+            work.sampling.response_format,
+            Some(ResponseFormat::JsonSchema { .. })
+        ));
+        let plain = ok(json!({"messages": user()}));
+        assert_eq!(plain.model, "served");
+        assert_eq!(plain.work.session.system_prompt, "server prompt");
+    }
+
+    #[test]
+    fn malformed_bodies_are_400s_never_panics() {
+        let valid = json!({"messages": [{"role": "user", "content": "héllo"}],
+                           "tools": [{"type": "function", "function": {"name": "t"}}],
+                           "max_tokens": 5, "stop": ["x"], "stream": true})
+        .to_string();
+        for cut in 0..valid.len() {
+            let result = parse(&valid.as_bytes()[..cut], &defaults());
+            assert_eq!(result.map(|_| ()).unwrap_err().status, 400, "cut at {cut}");
+        }
+        let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+        let bodies = [
+            deep.as_bytes(),
+            b"\xff\xfe{}",
+            b"",
+            br#"{"messages": [{"role": "user", "content": "x"}], "max_tokens": 1e400}"#,
+            br#"{"messages": [{"role": "user", "content": "x"}], "seed": 1e30}"#,
+            br#"{"messages": [{"role": "user", "content": "x"}, {"role": "user"}]}"#,
+        ];
+        for body in bodies {
+            assert_eq!(parse(body, &defaults()).unwrap_err().status, 400);
+        }
+    }
+
+    #[test]
+    fn every_bad_field_is_a_400_naming_it() {
+        let cases = [
+            (json!({"messages": []}), "messages"),
+            (json!({"messages": "hi"}), "messages"),
+            (json!({"messages": [123]}), "messages[0]"),
+            (json!({"messages": [{}]}), "messages[0].role"),
+            (
+                json!({"messages": [{"role": "wizard", "content": "x"}]}),
+                "messages[0].role",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": 5}]}),
+                "messages[0].content",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}),
+                "messages[0].content[0].type",
+            ),
+            (
+                json!({"messages": [{"role": "tool", "tool_call_id": "x", "content": "r"}]}),
+                "messages[0].tool_call_id",
+            ),
+            (json!({"messages": user(), "max_tokens": -1}), "max_tokens"),
+            (json!({"messages": user(), "max_tokens": 0}), "max_tokens"),
+            (
+                json!({"messages": user(), "max_tokens": 1_000_000_000_000_u64}),
+                "max_tokens",
+            ),
+            (
+                json!({"messages": user(), "max_tokens": "10"}),
+                "max_tokens",
+            ),
+            (json!({"messages": user(), "temperature": 3}), "temperature"),
+            (
+                json!({"messages": user(), "temperature": "hot"}),
+                "temperature",
+            ),
+            (json!({"messages": user(), "top_p": 1.5}), "top_p"),
+            (json!({"messages": user(), "top_k": -1}), "top_k"),
+            (json!({"messages": user(), "seed": -1}), "seed"),
+            (json!({"messages": user(), "n": 2}), "n"),
+            (json!({"messages": user(), "stream": "yes"}), "stream"),
+            (
+                json!({"messages": user(), "stream_options": {"include_usage": true}}),
+                "stream_options",
+            ),
+            (json!({"messages": user(), "stop": [1]}), "stop"),
+            (
+                json!({"messages": user(), "stop": ["a", "b", "c", "d", "e"]}),
+                "stop",
+            ),
+            (
+                json!({"messages": user(), "tool_choice": "required"}),
+                "tool_choice",
+            ),
+            (
+                json!({"messages": user(), "tool_choice": "sometimes"}),
+                "tool_choice",
+            ),
+            (
+                json!({"messages": user(), "tools": [{"type": "function", "function": {"name": "bad name"}}]}),
+                "tools[0].function.name",
+            ),
+            (
+                json!({"messages": user(), "response_format": {"type": "xml"}}),
+                "response_format.type",
+            ),
+            (json!({"messages": user(), "logprobs": true}), "logprobs"),
+            (json!({"messages": user(), "use_tools": true}), "use_tools"),
+            (json!({"messages": user(), "temprature": 1}), "temprature"),
+            (
+                json!({"messages": user(), "repeat_penalty": -1}),
+                "repeat_penalty",
+            ),
+        ];
+        for (body, param) in cases {
+            let error = err(body.clone());
+            assert_eq!(error.status, 400, "{body}");
+            assert_eq!(error.param.as_deref(), Some(param), "{body}: {error:?}");
+            assert_eq!(
+                error.openai_body()["error"]["type"],
+                "invalid_request_error"
+            );
+        }
+        assert_eq!(err(json!(null)).status, 400);
+        let broken = parse(b"{\"messages\": [", &defaults()).unwrap_err();
+        assert_eq!(broken.status, 400);
+        let nan = parse(b"{\"messages\": [], \"temperature\": NaN}", &defaults()).unwrap_err();
+        assert_eq!(nan.status, 400);
+    }
+}

@@ -1,0 +1,429 @@
+//! The worker pool: N worker threads, each owning a [`Backend`], behind one
+//! bounded FIFO queue.
+//!
+//! A request is admitted when a worker is idle or the queue has room;
+//! otherwise [`Pool::submit`] refuses it at once (the caller answers 503 with
+//! `Retry-After`), so at most `workers + capacity` requests are ever held.
+//! Workers take jobs strictly in arrival order. A client that goes away
+//! [`Pool::cancel`]s its ticket: a queued job leaves the queue at once, a
+//! running one sees its cancel flag at the next token (through the sink's
+//! [`Flow`]) and between tools, so its worker is free within one token.
+//! Nothing here is shared between jobs except the queue, so one client's
+//! cancel never touches another's job.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use crossbeam_channel::{Receiver, Sender};
+
+use crate::backend::{Backend, GenerateRequest, Reply, Sampling, ToolChoice, ToolSpec, Usage};
+use crate::core::{
+    BackendError, Event, EventSink, FinishReason, Flow, Message, Session, ToolResultEvent,
+};
+use crate::tools::{truncate, ToolContext, ToolRegistry};
+
+/// One generation request, stateless: the conversation comes with it.
+#[derive(Debug, Clone)]
+pub struct Work {
+    pub session: Session,
+    /// The client's tools: returned to it as calls, never run here.
+    pub tools: Vec<ToolSpec>,
+    pub tool_choice: ToolChoice,
+    pub sampling: Sampling,
+    /// Run the server's own tools (`--use-tools`) through the tool loop.
+    pub use_tools: bool,
+}
+
+/// What a job sends back: its events, then exactly one `Done`.
+#[derive(Debug)]
+pub enum Out {
+    Event(Event),
+    Done(Result<Reply, BackendError>),
+}
+
+/// The server's own tools for `--use-tools`.
+pub struct ServerTools {
+    pub registry: ToolRegistry,
+    pub root: PathBuf,
+    /// Most generations per request; the original's cap is 25.
+    pub max_rounds: u32,
+}
+
+struct Job {
+    id: u64,
+    work: Work,
+    out: Sender<Out>,
+    cancel: Arc<AtomicBool>,
+}
+
+/// A submitted job, held by the connection that waits for it.
+pub struct Ticket {
+    id: u64,
+    pub events: Receiver<Out>,
+    cancel: Arc<AtomicBool>,
+}
+
+#[derive(Default)]
+struct State {
+    queue: VecDeque<Job>,
+    /// Workers waiting for a job.
+    idle: usize,
+}
+
+/// The queue and the workers' shared counters.
+pub struct Pool {
+    state: Mutex<State>,
+    ready: Condvar,
+    capacity: usize,
+    workers: AtomicUsize,
+    running: AtomicUsize,
+    next_id: AtomicU64,
+}
+
+impl Pool {
+    /// A pool whose queue holds at most `capacity` waiting jobs.
+    pub fn new(capacity: usize) -> Arc<Pool> {
+        Arc::new(Pool {
+            state: Mutex::new(State::default()),
+            ready: Condvar::new(),
+            capacity,
+            workers: AtomicUsize::new(0),
+            running: AtomicUsize::new(0),
+            next_id: AtomicU64::new(1),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts one worker thread owning `backend`.
+    pub fn start_worker(
+        self: &Arc<Self>,
+        backend: Box<dyn Backend>,
+        tools: Option<Arc<ServerTools>>,
+    ) -> std::io::Result<()> {
+        let pool = self.clone();
+        let n = self.workers.fetch_add(1, Ordering::SeqCst);
+        let spawned = std::thread::Builder::new()
+            .name(format!("shepherd-slot-{n}"))
+            .spawn(move || {
+                let mut worker = Worker { backend, tools };
+                while let Some(job) = pool.next_job() {
+                    pool.running.fetch_add(1, Ordering::SeqCst);
+                    worker.run(job);
+                    pool.running.fetch_sub(1, Ordering::SeqCst);
+                }
+            });
+        if spawned.is_err() {
+            self.workers.fetch_sub(1, Ordering::SeqCst);
+        }
+        spawned.map(|_| ())
+    }
+
+    /// Queues `work`; `None` when every worker is busy and the queue is full.
+    pub fn submit(&self, work: Work) -> Option<Ticket> {
+        let (out, events) = crossbeam_channel::unbounded();
+        let cancel = Arc::new(AtomicBool::new(false));
+        let id = self.next_id.fetch_add(1, Ordering::SeqCst);
+        let mut state = self.lock();
+        if state.queue.len() >= self.capacity + state.idle {
+            return None;
+        }
+        state.queue.push_back(Job {
+            id,
+            work,
+            out,
+            cancel: cancel.clone(),
+        });
+        drop(state);
+        self.ready.notify_one();
+        Some(Ticket { id, events, cancel })
+    }
+
+    /// Cancels a ticket: out of the queue if it still waits, stopped if it runs.
+    pub fn cancel(&self, ticket: &Ticket) {
+        ticket.cancel.store(true, Ordering::SeqCst);
+        let mut state = self.lock();
+        state.queue.retain(|job| job.id != ticket.id);
+    }
+
+    /// Blocks until a job is there (FIFO).
+    fn next_job(&self) -> Option<Job> {
+        let mut state = self.lock();
+        state.idle += 1;
+        loop {
+            if let Some(job) = state.queue.pop_front() {
+                state.idle -= 1;
+                return Some(job);
+            }
+            state = self.ready.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    pub fn queue_depth(&self) -> usize {
+        self.lock().queue.len()
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    pub fn running(&self) -> usize {
+        self.running.load(Ordering::SeqCst)
+    }
+
+    pub fn workers(&self) -> usize {
+        self.workers.load(Ordering::SeqCst)
+    }
+}
+
+/// Hands a job's events to its connection and answers with its cancel flag.
+struct JobSink<'a> {
+    out: &'a Sender<Out>,
+    cancel: &'a AtomicBool,
+}
+
+impl EventSink for JobSink<'_> {
+    fn emit(&mut self, event: Event) -> Flow {
+        if self.out.send(Out::Event(event)).is_err() {
+            self.cancel.store(true, Ordering::SeqCst);
+        }
+        if self.cancelled() {
+            Flow::Cancel
+        } else {
+            Flow::Continue
+        }
+    }
+
+    fn cancelled(&self) -> bool {
+        self.cancel.load(Ordering::SeqCst)
+    }
+}
+
+struct Worker {
+    backend: Box<dyn Backend>,
+    tools: Option<Arc<ServerTools>>,
+}
+
+impl Worker {
+    fn run(&mut self, job: Job) {
+        if job.cancel.load(Ordering::SeqCst) {
+            return;
+        }
+        let mut sink = JobSink {
+            out: &job.out,
+            cancel: &job.cancel,
+        };
+        let result = match (&self.tools, job.work.use_tools) {
+            (Some(tools), true) => {
+                let tools = tools.clone();
+                self.tool_rounds(&tools, &job.work, &job.cancel, &mut sink)
+            }
+            _ => {
+                let request = GenerateRequest {
+                    tools: &job.work.tools,
+                    tool_choice: &job.work.tool_choice,
+                    sampling: &job.work.sampling,
+                    stream: true,
+                };
+                self.backend
+                    .generate(&job.work.session, &request, &mut sink)
+            }
+        };
+        let _ = job.out.send(Out::Done(result));
+    }
+
+    /// `--use-tools`: generate, run the server's tools the model asked for,
+    /// append the results, generate again; at most `max_rounds` generations.
+    /// Calls to the client's own tools end the loop and go back to the client.
+    fn tool_rounds(
+        &mut self,
+        tools: &ServerTools,
+        work: &Work,
+        cancel: &Arc<AtomicBool>,
+        sink: &mut JobSink<'_>,
+    ) -> Result<Reply, BackendError> {
+        let mut session = work.session.clone();
+        let mut specs = tools.registry.specs();
+        specs.extend(
+            work.tools
+                .iter()
+                .filter(|t| tools.registry.get(&t.name).is_none())
+                .cloned(),
+        );
+        let mut ctx = ToolContext::new(tools.root.clone());
+        ctx.cancel = cancel.clone();
+        let mut usage = Usage::default();
+        for round in 0..tools.max_rounds {
+            let choice = if round == 0 {
+                work.tool_choice.clone()
+            } else {
+                ToolChoice::Auto
+            };
+            let request = GenerateRequest {
+                tools: &specs,
+                tool_choice: &choice,
+                sampling: &work.sampling,
+                stream: true,
+            };
+            let mut reply = self.backend.generate(&session, &request, sink)?;
+            if let Some(u) = reply.usage {
+                usage.prompt_tokens += u.prompt_tokens;
+                usage.completion_tokens += u.completion_tokens;
+            }
+            reply.usage = Some(usage);
+            let (ours, theirs): (Vec<_>, Vec<_>) = reply
+                .tool_calls
+                .iter()
+                .cloned()
+                .partition(|call| tools.registry.get(&call.name).is_some());
+            if ours.is_empty() || reply.finish == FinishReason::Cancelled {
+                return Ok(reply);
+            }
+            let mut assistant = Message::assistant(reply.content.clone());
+            assistant.tool_calls = ours.clone();
+            session.messages.push(assistant);
+            for call in &ours {
+                if sink.cancelled() {
+                    return Err(BackendError::Cancelled);
+                }
+                sink.emit(Event::ToolCall(call.clone()));
+                let output = tools.registry.run(call, &ctx);
+                let limit = self.tool_output_limit();
+                let output = truncate::truncate_output(output, limit);
+                sink.emit(Event::ToolResult(ToolResultEvent {
+                    id: call.id.clone(),
+                    name: call.name.clone(),
+                    success: !output.error,
+                    summary: output.summary.clone(),
+                    content: output.content.clone(),
+                }));
+                session
+                    .messages
+                    .push(Message::tool_result(call, output.content));
+            }
+            if !theirs.is_empty() {
+                reply.tool_calls = theirs;
+                return Ok(reply);
+            }
+        }
+        Ok(Reply {
+            content: String::new(),
+            thinking: String::new(),
+            tool_calls: Vec::new(),
+            finish: FinishReason::Length,
+            usage: Some(usage),
+            artefacts: Vec::new(),
+        })
+    }
+
+    /// Tool output is held to a quarter of the context, in characters.
+    fn tool_output_limit(&self) -> usize {
+        let context = match self.backend.info().context_size {
+            0 => 32_768,
+            n => n,
+        };
+        usize::try_from(context.saturating_mul(3) / 4).unwrap_or(usize::MAX)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::BackendInfo;
+    use std::time::Duration;
+
+    /// Emits one event, then waits until released (or cancelled).
+    struct Gate {
+        release: Receiver<()>,
+    }
+
+    impl Backend for Gate {
+        fn info(&self) -> BackendInfo {
+            BackendInfo {
+                kind: "gate",
+                model: "m".into(),
+                context_size: 100,
+                local: false,
+            }
+        }
+
+        fn generate(
+            &mut self,
+            _session: &Session,
+            _request: &GenerateRequest<'_>,
+            sink: &mut dyn EventSink,
+        ) -> Result<Reply, BackendError> {
+            sink.emit(Event::Content("x".into()));
+            loop {
+                if sink.cancelled() {
+                    return Err(BackendError::Cancelled);
+                }
+                if self.release.recv_timeout(Duration::from_millis(5)).is_ok() {
+                    break;
+                }
+            }
+            Ok(Reply {
+                content: "x".into(),
+                thinking: String::new(),
+                tool_calls: Vec::new(),
+                finish: FinishReason::Stop,
+                usage: None,
+                artefacts: Vec::new(),
+            })
+        }
+
+        fn count_tokens(&self, _message: &Message) -> u32 {
+            1
+        }
+    }
+
+    fn work() -> Work {
+        Work {
+            session: Session::new("s"),
+            tools: Vec::new(),
+            tool_choice: ToolChoice::Auto,
+            sampling: Sampling::default(),
+            use_tools: false,
+        }
+    }
+
+    fn first_event(ticket: &Ticket) -> Out {
+        ticket
+            .events
+            .recv_timeout(Duration::from_secs(10))
+            .expect("an event")
+    }
+
+    #[test]
+    fn admits_workers_plus_queue_then_refuses_and_cancel_frees_an_entry() {
+        let pool = Pool::new(1);
+        let (release, gate) = crossbeam_channel::unbounded();
+        pool.start_worker(Box::new(Gate { release: gate }), None)
+            .unwrap();
+        let running = pool.submit(work()).expect("a worker is idle");
+        assert!(matches!(first_event(&running), Out::Event(_)));
+        let queued = pool.submit(work()).expect("the queue has room");
+        assert_eq!(pool.queue_depth(), 1);
+        assert!(pool.submit(work()).is_none(), "worker and queue are full");
+        pool.cancel(&queued);
+        assert_eq!(pool.queue_depth(), 0);
+        let next = pool.submit(work()).expect("the cancelled entry was freed");
+        release.send(()).unwrap();
+        assert!(matches!(first_event(&running), Out::Done(Ok(_))));
+        // The running job is undisturbed; the next one runs after it.
+        assert!(matches!(first_event(&next), Out::Event(_)));
+        pool.cancel(&next);
+        assert!(matches!(
+            first_event(&next),
+            Out::Done(Err(BackendError::Cancelled))
+        ));
+        assert!(
+            queued.events.try_recv().is_err(),
+            "a cancelled entry never runs"
+        );
+    }
+}
