@@ -10,14 +10,20 @@
 //!
 //! Context overflow reported by a backend triggers the session's two-pass
 //! eviction and one retry; the backend itself never evicts.
+//!
+//! Every tool call passes the [`Gate`] (policy, then the front-end's approver)
+//! before it runs; a refused call gets a tool result saying so, and every call
+//! is written to the audit log.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender};
 
+use crate::approval::{Approvals, Gate};
 use crate::backend::{Backend, GenerateRequest, Reply, Sampling, ToolChoice, ToolSpec, Usage};
 use crate::core::{
     BackendError, Event, EventSink, FinishReason, Flow, Message, Session, ToolCall, ToolResultEvent,
@@ -72,16 +78,32 @@ pub struct AgentHandle {
     /// True while a prompt is being processed.
     busy: Arc<AtomicBool>,
     thread: Option<JoinHandle<Session>>,
+    /// Answers the gate's approval requests, when its approver asks the front-end.
+    approvals: Option<Approvals>,
 }
 
 impl AgentHandle {
-    /// Starts the agent thread.
+    /// Starts the agent thread with no one to ask for approvals: side-effecting
+    /// calls are refused unless a policy allows them (see [`Gate::headless`]).
+    #[cfg_attr(not(test), allow(dead_code))]
     pub fn spawn(
         backend: Box<dyn Backend>,
         tools: ToolRegistry,
         tool_root: PathBuf,
         config: AgentConfig,
     ) -> std::io::Result<AgentHandle> {
+        Self::spawn_gated(backend, tools, tool_root, config, Gate::headless())
+    }
+
+    /// Starts the agent thread; every tool call passes `gate` first.
+    pub fn spawn_gated(
+        backend: Box<dyn Backend>,
+        tools: ToolRegistry,
+        tool_root: PathBuf,
+        config: AgentConfig,
+        gate: Gate,
+    ) -> std::io::Result<AgentHandle> {
+        let approvals = gate.approvals();
         let (op_tx, op_rx) = crossbeam_channel::unbounded();
         let (event_tx, event_rx) = crossbeam_channel::unbounded();
         let cancel = Arc::new(AtomicBool::new(false));
@@ -93,6 +115,7 @@ impl AgentHandle {
             backend,
             tools,
             tool_ctx,
+            gate,
             config,
             events: event_tx,
             cancel: cancel.clone(),
@@ -111,7 +134,13 @@ impl AgentHandle {
             cancel,
             busy,
             thread: Some(thread),
+            approvals,
         })
+    }
+
+    /// The handle for answering approval requests ([`Event::ApprovalRequired`]).
+    pub fn approvals(&self) -> Option<&Approvals> {
+        self.approvals.as_ref()
     }
 
     /// Queues an operation. Returns false when the agent thread is gone.
@@ -185,6 +214,7 @@ struct Agent {
     backend: Box<dyn Backend>,
     tools: ToolRegistry,
     tool_ctx: ToolContext,
+    gate: Gate,
     config: AgentConfig,
     events: Sender<Event>,
     cancel: Arc<AtomicBool>,
@@ -474,7 +504,7 @@ impl Agent {
                 continue;
             }
             self.emit(Event::ToolCall(call.clone()));
-            let output = self.run_tool(call);
+            let output = self.run_gated(call);
             self.emit(Event::ToolResult(ToolResultEvent {
                 id: call.id.clone(),
                 name: call.name.clone(),
@@ -485,6 +515,38 @@ impl Agent {
             self.push_message(Message::tool_result(call, output.content));
         }
         !self.cancelled()
+    }
+
+    /// Runs `call` if the gate lets it, and records it in the audit log.
+    /// A tool that does not exist (or is disabled) needs no approval: the
+    /// registry answers it with an error and runs nothing.
+    fn run_gated(&mut self, call: &ToolCall) -> ToolOutput {
+        let side_effecting = self
+            .tools
+            .get(&call.name)
+            .map(|tool| tool.side_effecting(&call.arguments));
+        let verdict = match side_effecting {
+            Some(side_effecting) => {
+                let events = &self.events;
+                let mut notify = |event: Event| {
+                    let _ = events.send(event);
+                };
+                self.gate
+                    .check(call, side_effecting, &mut notify, &self.cancel)
+            }
+            None => crate::approval::Verdict {
+                allowed: true,
+                by: crate::approval::DecidedBy::Policy,
+            },
+        };
+        let started = Instant::now();
+        let output = if verdict.allowed {
+            self.run_tool(call)
+        } else {
+            verdict.refusal(&call.name)
+        };
+        self.gate.record(call, verdict, started.elapsed(), &output);
+        output
     }
 
     fn run_tool(&self, call: &ToolCall) -> ToolOutput {
