@@ -690,25 +690,28 @@ impl CliServer {
     fn approve(&self, request: &Request, id: &str, responder: Responder) {
         let body = match serde_json::from_slice::<ApproveBody>(&request.body) {
             Ok(body) => body,
-            Err(error) => return responder.error(
-                400,
-                &format!(
+            Err(error) => {
+                return responder.error(
+                    400,
+                    &format!(
                     "invalid JSON body: {error}; expected {{\"decision\": \"allow\" or \"deny\"}}"
                 ),
-            ),
+                )
+            }
         };
-        let answer =
-            match body.decision.as_str() {
-                "allow" => Answer::Allow,
-                "always" => Answer::Always,
-                "deny" => Answer::Deny,
-                other => return responder.error(
+        let answer = match body.decision.as_str() {
+            "allow" => Answer::Allow,
+            "always" => Answer::Always,
+            "deny" => Answer::Deny,
+            other => {
+                return responder.error(
                     400,
                     &format!(
                         "unknown decision '{other}'; expected \"allow\", \"always\" or \"deny\""
                     ),
-                ),
-            };
+                )
+            }
+        };
         let answered = self
             .agent
             .approvals()
