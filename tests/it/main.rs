@@ -1,9 +1,11 @@
 //! The one integration-test binary: drives the built `shepherd` binary against
 //! real HTTP servers on 127.0.0.1:0 that replay recorded streams.
 
+mod approvals;
 mod backends;
 mod cli;
 mod cli_server;
 mod fake_openai;
 mod harness;
 mod terminal;
+mod tool_server;

@@ -467,3 +467,55 @@ fn continue_restores_the_last_session_in_this_directory() {
         "{contents:?}"
     );
 }
+
+#[test]
+fn repl_asks_before_a_write_and_a_denial_reaches_the_model() {
+    let fake = FakeOpenAi::start(vec![
+        Canned::sse(&tool_call_stream(
+            "call_no",
+            "write",
+            json!({"file_path": "denied.txt", "content": "x"}),
+        )),
+        Canned::sse(&text_stream(&["Understood, nothing written."])),
+        Canned::sse(&tool_call_stream(
+            "call_yes",
+            "write",
+            json!({"file_path": "allowed.txt", "content": "fine"}),
+        )),
+        Canned::sse(&text_stream(&["Written."])),
+    ]);
+    let sandbox = Sandbox::new("approve");
+    let tmux = Tmux::start(&sandbox, &fake_args(&fake.base_url, &[]));
+    tmux.wait_for("the prompt", |s| s.trim_end().ends_with('>'));
+    tmux.type_text("write a file");
+    tmux.key("Enter");
+    tmux.wait_text("? allow write? [y]es / [n]o / [a]lways");
+    assert_eq!(fake.requests().len(), 1, "the model waits for the answer");
+    tmux.type_text("n");
+    tmux.wait_text("Understood, nothing written.");
+    assert!(tmux.screen().contains("→ denied"), "{}", tmux.screen());
+    assert!(!sandbox.work().join("denied.txt").exists());
+    let requests = fake.requests();
+    let messages = requests[1].body["messages"].as_array().unwrap();
+    let tool = messages.last().unwrap();
+    assert_eq!(tool["role"], "tool");
+    assert_eq!(tool["tool_call_id"], "call_no");
+    assert!(
+        tool["content"]
+            .as_str()
+            .unwrap()
+            .contains("The user denied this call to 'write'"),
+        "{tool}"
+    );
+
+    tmux.wait_for("a fresh prompt", |_| tmux.last_line() == ">");
+    tmux.type_text("now write it");
+    tmux.key("Enter");
+    tmux.wait_for("the second question", |s| {
+        s.matches("? allow write?").count() == 2
+    });
+    tmux.type_text("y");
+    tmux.wait_text("Written.");
+    let written = std::fs::read_to_string(sandbox.work().join("allowed.txt"));
+    assert_eq!(written.ok().as_deref(), Some("fine"));
+}
