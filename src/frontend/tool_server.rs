@@ -216,13 +216,10 @@ fn serve_connection(stream: TcpStream, shared: &Shared) -> io::Result<()> {
         let line = rpc::read_line(&mut reader, shared.config.max_line)?;
         let reply = match line {
             Line::Eof => return Ok(()),
-            Line::TooLong => Some(Reply::One(Response::err(
-                Value::Null,
-                RpcError::new(
-                    rpc::INVALID_REQUEST,
-                    format!("line longer than {} bytes", shared.config.max_line),
-                ),
-            ))),
+            Line::TooLong => Some(Reply::error(
+                rpc::INVALID_REQUEST,
+                format!("line longer than {} bytes", shared.config.max_line),
+            )),
             Line::Text(bytes) if bytes.iter().all(u8::is_ascii_whitespace) => None,
             Line::Text(bytes) => conn.handle_line(&bytes),
         };
@@ -244,8 +241,18 @@ fn serve_connection(stream: TcpStream, shared: &Shared) -> io::Result<()> {
 
 /// What one line is answered with.
 enum Reply {
-    One(Response),
+    One(Box<Response>),
     Batch(Vec<Response>),
+}
+
+impl Reply {
+    /// An error about the line itself, so without an id.
+    fn error(code: i64, message: String) -> Reply {
+        Reply::One(Box::new(Response::err(
+            Value::Null,
+            RpcError::new(code, message),
+        )))
+    }
 }
 
 impl Connection<'_> {
@@ -254,23 +261,19 @@ impl Connection<'_> {
             Ok(value) => value,
             Err(error) => {
                 let message = format!("parse error: {error}");
-                return Some(Reply::One(Response::err(
-                    Value::Null,
-                    RpcError::new(rpc::PARSE_ERROR, message),
-                )));
+                return Some(Reply::error(rpc::PARSE_ERROR, message));
             }
         };
         match value {
-            Value::Array(items) if items.is_empty() => Some(Reply::One(Response::err(
-                Value::Null,
-                RpcError::new(rpc::INVALID_REQUEST, "empty batch"),
-            ))),
+            Value::Array(items) if items.is_empty() => {
+                Some(Reply::error(rpc::INVALID_REQUEST, "empty batch".into()))
+            }
             Value::Array(items) => {
                 let responses: Vec<Response> =
                     items.into_iter().filter_map(|v| self.handle(v)).collect();
                 (!responses.is_empty()).then_some(Reply::Batch(responses))
             }
-            single => self.handle(single).map(Reply::One),
+            single => self.handle(single).map(|r| Reply::One(Box::new(r))),
         }
     }
 
@@ -278,7 +281,7 @@ impl Connection<'_> {
     fn handle(&mut self, value: Value) -> Option<Response> {
         let request = match parse_request(value) {
             Ok(request) => request,
-            Err((id, error)) => return Some(Response::err(id, error)),
+            Err(response) => return Some(*response),
         };
         let outcome = self.dispatch(&request.method, request.params);
         let id = request.id?;
@@ -418,31 +421,24 @@ struct ParsedRequest {
     params: Value,
 }
 
-/// Checks the JSON-RPC envelope; the error carries the id when it could be read.
-fn parse_request(value: Value) -> Result<ParsedRequest, (Value, RpcError)> {
+/// Checks the JSON-RPC envelope; the error answer carries the id when it could be read.
+fn parse_request(value: Value) -> Result<ParsedRequest, Box<Response>> {
+    let refuse = |id: Value, message: &str| {
+        Box::new(Response::err(
+            id,
+            RpcError::new(rpc::INVALID_REQUEST, message),
+        ))
+    };
     let Value::Object(mut object) = value else {
-        return Err((
-            Value::Null,
-            RpcError::new(rpc::INVALID_REQUEST, "a request must be a JSON object"),
-        ));
+        return Err(refuse(Value::Null, "a request must be a JSON object"));
     };
     let id = object.remove("id");
     let usable_id = match &id {
         None => Value::Null,
         Some(id @ (Value::String(_) | Value::Number(_) | Value::Null)) => id.clone(),
-        Some(_) => {
-            return Err((
-                Value::Null,
-                RpcError::new(rpc::INVALID_REQUEST, "id must be a string, number or null"),
-            ))
-        }
+        Some(_) => return Err(refuse(Value::Null, "id must be a string, number or null")),
     };
-    let invalid = |message: &str| {
-        (
-            usable_id.clone(),
-            RpcError::new(rpc::INVALID_REQUEST, message),
-        )
-    };
+    let invalid = |message: &str| refuse(usable_id.clone(), message);
     if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
         return Err(invalid("jsonrpc must be \"2.0\""));
     }

@@ -194,7 +194,7 @@ impl ToolBackend {
         let answer = conn.read_answer(deadline, cancel)?;
         let response: Response =
             serde_json::from_slice(&answer).map_err(|e| RemoteError::Protocol(e.to_string()))?;
-        if response.id != Value::from(id) {
+        if response.id != id {
             return Err(RemoteError::Protocol(format!(
                 "answer for id {} to request {id}",
                 response.id
