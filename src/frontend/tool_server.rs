@@ -616,6 +616,34 @@ mod tests {
     }
 
     #[test]
+    fn a_connection_over_the_cap_gets_an_answer_then_closes() {
+        use std::io::BufRead;
+        let mut over = shared(None, Policy::default());
+        over.config.max_connections = 0;
+        let over = Arc::new(over);
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (stream, peer) = listener.accept().unwrap();
+        start_connection(stream, peer, &over);
+        let mut reader = std::io::BufReader::new(client);
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        let answer: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(code(&answer), rpc::BUSY, "{answer}");
+        line.clear();
+        assert_eq!(
+            reader.read_line(&mut line).unwrap(),
+            0,
+            "closed after the answer"
+        );
+        assert_eq!(
+            over.active.load(Ordering::SeqCst),
+            0,
+            "the slot is given back"
+        );
+    }
+
+    #[test]
     fn tokens_gate_every_method_but_auth() {
         let shared = shared(Some("s3cret"), Policy::default());
         let mut conn = Connection {
