@@ -199,17 +199,21 @@ struct Connection<'a> {
     authenticated: bool,
     /// Set after a failed `auth`: answer, then hang up.
     close: bool,
+    /// The connection's socket, watched while a tool runs; `None` in unit tests.
+    socket: Option<TcpStream>,
 }
 
 fn serve_connection(stream: TcpStream, shared: &Shared) -> io::Result<()> {
     stream.set_read_timeout(Some(shared.config.idle_timeout))?;
     stream.set_write_timeout(Some(shared.config.write_timeout))?;
     let mut reader = BufReader::new(stream.try_clone()?);
+    let socket = Some(stream.try_clone()?);
     let mut writer = BufWriter::new(stream);
     let mut conn = Connection {
         shared,
         authenticated: shared.config.token.is_none(),
         close: false,
+        socket,
     };
     loop {
         // An idle timeout or a reset ends the connection; there is no request to answer.
@@ -377,12 +381,7 @@ impl Connection<'_> {
         };
         let started = Instant::now();
         let output = if verdict.allowed {
-            let mut ctx = ToolContext::new(self.shared.config.root.clone());
-            ctx.cancel = self.shared.cancel.clone();
-            self.shared.running.fetch_add(1, Ordering::SeqCst);
-            let output = self.shared.tools.run(&call, &ctx);
-            self.shared.running.fetch_sub(1, Ordering::SeqCst);
-            output
+            self.run_watched(&call)
         } else {
             verdict.refusal(&call.name)
         };
@@ -398,6 +397,32 @@ impl Connection<'_> {
         Ok(Value::String(output.content))
     }
 
+    /// Runs an allowed call while a watcher cancels it when the client hangs
+    /// up (or the server is stopped), so its process group does not outlive
+    /// the request.
+    fn run_watched(&self, call: &ToolCall) -> ToolOutput {
+        let cancel = Arc::new(AtomicBool::new(false));
+        let mut ctx = ToolContext::new(self.shared.config.root.clone());
+        ctx.cancel = cancel.clone();
+        let done = AtomicBool::new(false);
+        self.shared.running.fetch_add(1, Ordering::SeqCst);
+        let output = std::thread::scope(|scope| {
+            if let Some(socket) = &self.socket {
+                let stop = &self.shared.cancel;
+                let (cancel, done) = (&cancel, &done);
+                scope.spawn(move || watch_peer(socket, cancel, done, stop));
+            }
+            let output = self.shared.tools.run(call, &ctx);
+            done.store(true, Ordering::SeqCst);
+            output
+        });
+        self.shared.running.fetch_sub(1, Ordering::SeqCst);
+        if let Some(socket) = &self.socket {
+            let _ = socket.set_read_timeout(Some(self.shared.config.idle_timeout));
+        }
+        output
+    }
+
     fn side_effecting(&self, params: Value) -> Result<Value, RpcError> {
         let call = tool_call(params)?;
         match self.shared.tools.get(&call.name) {
@@ -409,6 +434,41 @@ impl Connection<'_> {
     fn audit(&self, call: &ToolCall, verdict: Verdict, took: Duration, output: &ToolOutput) {
         if let Some(audit) = &self.shared.audit {
             audit.append(&AuditRecord::new("toolserver", call, verdict, took, output));
+        }
+    }
+}
+
+/// How often a running call checks whether its client is still there.
+const PEEK_POLL: Duration = Duration::from_millis(100);
+
+/// Sets `cancel` when the peer closes the connection or `stop` is set; ends when `done` is.
+fn watch_peer(socket: &TcpStream, cancel: &AtomicBool, done: &AtomicBool, stop: &AtomicBool) {
+    if socket.set_read_timeout(Some(PEEK_POLL)).is_err() {
+        return;
+    }
+    let mut byte = [0u8; 1];
+    while !done.load(Ordering::SeqCst) {
+        if stop.load(Ordering::SeqCst) {
+            cancel.store(true, Ordering::SeqCst);
+            return;
+        }
+        match socket.peek(&mut byte) {
+            // The client hung up.
+            Ok(0) => {
+                cancel.store(true, Ordering::SeqCst);
+                return;
+            }
+            // The next request is already waiting: the client is there.
+            Ok(_) => std::thread::sleep(PEEK_POLL),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => {
+                cancel.store(true, Ordering::SeqCst);
+                return;
+            }
         }
     }
 }
@@ -544,6 +604,7 @@ mod tests {
             shared: &shared,
             authenticated: true,
             close: false,
+            socket: None,
         };
         let cases = [
             ("{not json", rpc::PARSE_ERROR, Value::Null),
@@ -650,6 +711,7 @@ mod tests {
             shared: &shared,
             authenticated: false,
             close: false,
+            socket: None,
         };
         let list = r#"{"jsonrpc":"2.0","method":"listTools","id":1}"#;
         assert_eq!(code(&check(&mut conn, list)), rpc::UNAUTHORIZED);
@@ -672,6 +734,7 @@ mod tests {
             shared: &shared,
             authenticated: true,
             close: false,
+            socket: None,
         };
         let time = check(
             &mut conn,
@@ -696,6 +759,7 @@ mod tests {
                     shared: &shared,
                     authenticated: true,
                     close: false,
+                    socket: None,
                 },
                 &line,
             )["result"]

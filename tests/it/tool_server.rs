@@ -384,3 +384,34 @@ fn an_unreachable_tool_backend_is_a_clear_error() {
     assert_eq!(run.status, Some(1), "{}", run.stderr);
     assert!(run.stderr.contains("tool backend"), "{}", run.stderr);
 }
+
+#[test]
+fn a_client_that_hangs_up_stops_its_running_tool() {
+    let server = ToolServer::start(&["--approve", "bash"]);
+    let marker = format!("107.{}3", std::process::id());
+    let mut client = Client::connect(&server.addr);
+    let request = json!({
+        "jsonrpc": "2.0",
+        "method": "executeTool",
+        "params": {"name": "bash", "arguments": {"command": format!("sleep {marker}")}},
+        "id": 1,
+    });
+    client.send_raw(request.to_string().as_bytes());
+    let needle = format!("sleep {marker}");
+    assert!(
+        crate::harness::poll_until(Duration::from_secs(20), || {
+            crate::harness::process_running(&needle)
+        }),
+        "the tool never started"
+    );
+    drop(client);
+    assert!(
+        crate::harness::poll_until(Duration::from_secs(10), || {
+            !crate::harness::process_running(&needle)
+        }),
+        "the tool outlived its client"
+    );
+    // The server goes on serving.
+    let mut client = Client::connect(&server.addr);
+    assert!(!names(&client.request(2, "listTools", Value::Null)).is_empty());
+}
