@@ -519,3 +519,44 @@ fn repl_asks_before_a_write_and_a_denial_reaches_the_model() {
     let written = std::fs::read_to_string(sandbox.work().join("allowed.txt"));
     assert_eq!(written.ok().as_deref(), Some("fine"));
 }
+
+#[test]
+fn tui_always_allows_a_tool_for_the_rest_of_the_session() {
+    let fake = FakeOpenAi::start(vec![
+        Canned::sse(&tool_call_stream(
+            "call_1",
+            "write",
+            json!({"file_path": "one.txt", "content": "1"}),
+        )),
+        Canned::sse(&text_stream(&["First written."])),
+        Canned::sse(&tool_call_stream(
+            "call_2",
+            "write",
+            json!({"file_path": "two.txt", "content": "2"}),
+        )),
+        Canned::sse(&text_stream(&["Second written."])),
+    ]);
+    let sandbox = Sandbox::new("tui-approve");
+    let tmux = Tmux::start(&sandbox, &fake_args(&fake.base_url, &["--tui"]));
+    tmux.wait_text("cmdline | test");
+    tmux.type_text("write one");
+    tmux.key("Enter");
+    tmux.wait_text("? allow write?");
+    tmux.type_text("a");
+    tmux.wait_text("First written.");
+    assert!(sandbox.work().join("one.txt").exists());
+    tmux.type_text("write two");
+    tmux.key("Enter");
+    tmux.wait_text("Second written.");
+    assert!(sandbox.work().join("two.txt").exists());
+    let screen = tmux.screen();
+    assert_eq!(screen.matches("? allow write?").count(), 1, "{screen}");
+    let audit =
+        std::fs::read_to_string(sandbox.root.path().join("home/state/shepherd/audit.jsonl"))
+            .expect("audit log");
+    let by: Vec<String> = audit
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["decided_by"].to_string())
+        .collect();
+    assert_eq!(by, ["\"user\"", "\"session\""]);
+}
