@@ -30,6 +30,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crossbeam_channel::{Receiver, RecvTimeoutError};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -404,22 +405,20 @@ impl Connection<'_> {
         let cancel = Arc::new(AtomicBool::new(false));
         let mut ctx = ToolContext::new(self.shared.config.root.clone());
         ctx.cancel = cancel.clone();
-        let done = AtomicBool::new(false);
         self.shared.running.fetch_add(1, Ordering::SeqCst);
         let output = std::thread::scope(|scope| {
+            // Dropping `done` (when the tool returns) ends the watcher at once.
+            let (done, finished) = crossbeam_channel::bounded::<()>(0);
             if let Some(socket) = &self.socket {
                 let stop = &self.shared.cancel;
-                let (cancel, done) = (&cancel, &done);
-                scope.spawn(move || watch_peer(socket, cancel, done, stop));
+                let cancel = &cancel;
+                scope.spawn(move || watch_peer(socket, cancel, &finished, stop));
             }
             let output = self.shared.tools.run(call, &ctx);
-            done.store(true, Ordering::SeqCst);
+            drop(done);
             output
         });
         self.shared.running.fetch_sub(1, Ordering::SeqCst);
-        if let Some(socket) = &self.socket {
-            let _ = socket.set_read_timeout(Some(self.shared.config.idle_timeout));
-        }
         output
     }
 
@@ -441,31 +440,27 @@ impl Connection<'_> {
 /// How often a running call checks whether its client is still there.
 const PEEK_POLL: Duration = Duration::from_millis(100);
 
-/// Sets `cancel` when the peer closes the connection or `stop` is set; ends when `done` is.
-fn watch_peer(socket: &TcpStream, cancel: &AtomicBool, done: &AtomicBool, stop: &AtomicBool) {
-    if socket.set_read_timeout(Some(PEEK_POLL)).is_err() {
-        return;
-    }
+/// Sets `cancel` when the peer closes the connection or `stop` is set; ends
+/// when `finished` closes. The connection thread is inside the tool meanwhile,
+/// so switching the socket to non-blocking for each peek cannot disturb it.
+fn watch_peer(socket: &TcpStream, cancel: &AtomicBool, finished: &Receiver<()>, stop: &AtomicBool) {
     let mut byte = [0u8; 1];
-    while !done.load(Ordering::SeqCst) {
+    while let Err(RecvTimeoutError::Timeout) = finished.recv_timeout(PEEK_POLL) {
         if stop.load(Ordering::SeqCst) {
             cancel.store(true, Ordering::SeqCst);
             return;
         }
-        match socket.peek(&mut byte) {
-            // The client hung up.
-            Ok(0) => {
-                cancel.store(true, Ordering::SeqCst);
-                return;
-            }
-            // The next request is already waiting: the client is there.
-            Ok(_) => std::thread::sleep(PEEK_POLL),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) => {}
-            Err(_) => {
+        if socket.set_nonblocking(true).is_err() {
+            return;
+        }
+        let peeked = socket.peek(&mut byte);
+        let _ = socket.set_nonblocking(false);
+        match peeked {
+            // Data waiting (the next request) means the client is there.
+            Ok(n) if n > 0 => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            // End of stream or a reset: the client hung up.
+            _ => {
                 cancel.store(true, Ordering::SeqCst);
                 return;
             }
