@@ -515,6 +515,20 @@ fn auth_matrix_over_every_route() {
             );
         }
     }
+    // Approving needs the token too (with it, an id nobody waits on is 404).
+    let body = r#"{"decision":"allow"}"#;
+    for (header, expected) in [
+        (String::new(), 401),
+        (format!("Authorization: Bearer {token}\r\n"), 404),
+    ] {
+        let request = format!(
+            "POST /approve/1 HTTP/1.1\r\nHost: {}\r\n{header}Content-Length: {}\r\n\r\n{body}",
+            server.addr,
+            body.len()
+        );
+        let (status, answer) = raw_status(&server.addr, &request);
+        assert_eq!(status, expected, "{answer}");
+    }
     let (status, answer) = raw_status(
         &server.addr,
         &format!("GET /health HTTP/1.1\r\nHost: {}\r\n\r\n", server.addr),
