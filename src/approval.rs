@@ -209,6 +209,8 @@ struct Reply {
 pub struct Approvals {
     replies: Sender<Reply>,
     pending: Arc<Mutex<HashSet<String>>>,
+    /// Set when the front-end can no longer answer (its input ended).
+    closed: Arc<AtomicBool>,
 }
 
 /// `Approvals::answer` for an id nobody is waiting on.
@@ -228,6 +230,13 @@ impl Approvals {
                 answer,
             })
             .map_err(|_| UnknownApproval)
+    }
+
+    /// Says that no more answers will come (e.g. `--json` input ended): the
+    /// waiting request and every later one are refused at once instead of
+    /// waiting for the timeout.
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
     }
 
     /// Whether a request with this id is waiting.
@@ -259,6 +268,7 @@ impl ChannelApprover {
             handle: Approvals {
                 replies: tx,
                 pending: Arc::default(),
+                closed: Arc::default(),
             },
             timeout,
         }
@@ -269,6 +279,9 @@ impl ChannelApprover {
         loop {
             if cancel.load(Ordering::SeqCst) {
                 return Asked::Cancelled;
+            }
+            if self.handle.closed.load(Ordering::SeqCst) {
+                return Asked::NoOne;
             }
             let left = end.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -291,6 +304,9 @@ impl Approver for ChannelApprover {
         notify: &mut dyn FnMut(Event),
         cancel: &AtomicBool,
     ) -> Asked {
+        if self.handle.closed.load(Ordering::SeqCst) {
+            return Asked::NoOne;
+        }
         lock(&self.handle.pending).insert(request.id.clone());
         notify(Event::ApprovalRequired(request.clone()));
         let asked = self.wait(&request.id, cancel);

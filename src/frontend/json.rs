@@ -296,6 +296,10 @@ pub fn run(
             recv(lines) -> line => match line {
                 Ok(line) => protocol.on_line(&line),
                 Err(_) => {
+                    // Nobody is left to answer approvals: refuse them at once.
+                    if let Some(approvals) = agent.approvals() {
+                        approvals.close();
+                    }
                     input_open = false;
                     lines = never();
                     Ok(())

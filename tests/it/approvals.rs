@@ -204,3 +204,31 @@ fn json_mode_asks_with_an_event_and_takes_an_approval_line() {
     );
     assert!(last_message(&fake.requests()[1].body).contains("The user denied"));
 }
+
+#[test]
+fn json_mode_with_input_closed_refuses_at_once() {
+    let fake = FakeOpenAi::start(vec![
+        claim_and_call(
+            "",
+            "c1",
+            "write",
+            json!({"file_path": "x.txt", "content": "x"}),
+        ),
+        Canned::sse(&text_stream(&["Nothing written."])),
+    ]);
+    let sandbox = Sandbox::new("json-closed");
+    // The harness's own deadline (60 s) is far below the approval timeout (300 s).
+    let run = sandbox.run(
+        &args(&fake, &["--json"]),
+        "{\"type\":\"user\",\"content\":\"go\"}\n",
+    );
+    assert_eq!(run.status, Some(0), "{}", run.stderr);
+    let lines = run.json_lines();
+    let result = lines
+        .iter()
+        .find(|l| l["type"] == "tool_result")
+        .expect("a result");
+    assert_eq!(result["success"], false, "{result}");
+    assert!(!sandbox.work().join("x.txt").exists());
+    assert!(last_message(&fake.requests()[1].body).contains("without anyone to ask"));
+}
