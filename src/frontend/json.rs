@@ -10,7 +10,8 @@
 //!
 //! Input is read on its own thread (`shepherd-json-in`) and the loop
 //! `select!`s over input lines and agent events, so an approval can be
-//! answered while a turn waits for it.
+//! answered while a turn waits for it. Once input ends nobody can answer, so
+//! later approval requests are refused at once.
 
 use std::collections::VecDeque;
 use std::io::{self, BufRead, Write};
