@@ -330,7 +330,11 @@ impl Tool for RemoteTool {
 pub fn registry(config: BackendConfig) -> Result<ToolRegistry, RemoteError> {
     let backend = Arc::new(ToolBackend::new(config));
     let mut registry = ToolRegistry::empty();
-    for entry in backend.list()? {
+    for mut entry in backend.list()? {
+        // Servers other than shepherd may leave the schema out.
+        if !entry.parameters.is_object() {
+            entry.parameters = json!({"type": "object", "properties": {}});
+        }
         let backend = backend.clone();
         registry.register(Box::new(RemoteTool { entry, backend }));
     }
