@@ -700,6 +700,57 @@ mod tests {
     }
 
     #[test]
+    fn every_malformed_line_gets_exactly_one_error_and_nothing_panics() {
+        let shared = shared(None, Policy::default());
+        let mut conn = Connection {
+            shared: &shared,
+            authenticated: true,
+            close: false,
+            socket: None,
+        };
+        let valid = r#"{"jsonrpc":"2.0","method":"executeTool","params":{"name":"read","arguments":{"file_path":"x"}},"id":42}"#;
+        let mut corpus: Vec<Vec<u8>> = (1..valid.len())
+            .map(|at| valid.as_bytes()[..at].to_vec())
+            .collect();
+        let nested = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+        for line in [
+            nested.as_str(),
+            r#"{"jsonrpc":"2.0","method":"listTools","id":1e400}"#,
+            r#"{"jsonrpc":2,"method":"listTools","id":1}"#,
+            r#"{"jsonrpc":"2.0","method":7,"id":1}"#,
+            r#"{"jsonrpc":"2.0","method":"executeTool","params":"read","id":1}"#,
+            r#"{"jsonrpc":"2.0","method":"executeTool","params":{"name":3},"id":1}"#,
+            r#"{"jsonrpc":"2.0","method":"executeTool","params":{"name":"read","extra":1},"id":1}"#,
+            "null",
+            "\"listTools\"",
+            "{}",
+        ] {
+            corpus.push(line.as_bytes().to_vec());
+        }
+        corpus.push(vec![0xc3, 0x28, b'{', 0xff]);
+        for line in &corpus {
+            let answer = match conn.handle_line(line) {
+                Some(Reply::One(r)) => serde_json::to_value(r).unwrap(),
+                other => panic!(
+                    "{:?}: expected one answer, got {}",
+                    String::from_utf8_lossy(line),
+                    other.is_some()
+                ),
+            };
+            assert!(
+                answer["error"]["code"].as_i64().is_some_and(|c| c < -32000),
+                "{answer}"
+            );
+        }
+        assert!(!conn.close);
+        let list = check(
+            &mut conn,
+            r#"{"jsonrpc":"2.0","method":"listTools","id":1}"#,
+        );
+        assert!(list["result"].is_array());
+    }
+
+    #[test]
     fn tokens_gate_every_method_but_auth() {
         let shared = shared(Some("s3cret"), Policy::default());
         let mut conn = Connection {
