@@ -133,6 +133,12 @@ pub enum FlagId {
     NoMcp,
     UseTools,
     QueueSize,
+    ToolServer,
+    ToolBackend,
+    ToolBackendToken,
+    Approve,
+    Deny,
+    ApprovalTimeout,
 }
 
 /// One row of the flag table.
@@ -200,6 +206,11 @@ pub const FLAGS: &[Flag] = &[
     flag(FlagId::DisableTools, "disable-tools", None, Val("GLOB[,GLOB]"), S::Tools, "Disable matching tools (repeatable)"),
     flag(FlagId::MaxRounds, "max-rounds", None, Val("N"), S::Tools, "Most model calls per turn, 1 to 1000 (default 50)"),
     flag(FlagId::NoMcp, "nomcp", None, Nothing, S::Tools, "Do not start MCP servers"),
+    flag(FlagId::Approve, "approve", None, Val("GLOB[,GLOB]"), S::Tools, "Run matching tools without asking; 'all' for every tool (repeatable)"),
+    flag(FlagId::Deny, "deny", None, Val("GLOB[,GLOB]"), S::Tools, "Never run matching tools (repeatable; beats --approve)"),
+    flag(FlagId::ApprovalTimeout, "approval-timeout", None, Val("SECS"), S::Tools, "Seconds an approval may take before the call is denied, 1 to 86400 (default 300)"),
+    flag(FlagId::ToolBackend, "tool-backend", None, Val("HOST:PORT"), S::Tools, "Run tools on a `shepherd --toolserver` there instead of here"),
+    flag(FlagId::ToolBackendToken, "tool-backend-token", None, Val("TOKEN"), S::Tools, "Token for --tool-backend (prefer SHEPHERD_TOOL_BACKEND_TOKEN: argv is visible in ps)"),
     flag(FlagId::NoStream, "nostream", None, Nothing, S::Output, "Wait for whole replies instead of streaming"),
     flag(FlagId::Stats, "stats", None, Nothing, S::Output, "Show token counts and speed after each reply"),
     flag(FlagId::Thinking, "thinking", None, Nothing, S::Output, "Show the model's reasoning"),
@@ -209,6 +220,7 @@ pub const FLAGS: &[Flag] = &[
     flag(FlagId::Json, "json", None, Nothing, S::Modes, "JSON lines on stdin and stdout"),
     flag(FlagId::CliServer, "cliserver", None, Nothing, S::Modes, "Serve one shared session over HTTP for `--backend cli` clients"),
     flag(FlagId::Server, "server", None, Nothing, S::Modes, "Serve an OpenAI-compatible API"),
+    flag(FlagId::ToolServer, "toolserver", None, Nothing, S::Modes, "Serve the tools as JSON-RPC lines over TCP (default port 9876)"),
     flag(FlagId::Host, "host", None, Val("ADDR"), S::Modes, "Address the servers listen on"),
     flag(FlagId::Port, "port", None, Val("PORT"), S::Modes, "Port the servers listen on, 1 to 65535 (0 = any free port)"),
     flag(FlagId::AuthToken, "auth-token", None, Val("TOKEN"), S::Modes, "Token the servers require (prefer --auth-token-file: argv is visible in ps)"),
@@ -262,6 +274,14 @@ pub struct LowArgs {
     pub disable_tools: Vec<String>,
     pub max_rounds: Option<u32>,
     pub no_mcp: bool,
+    /// `--approve` globs, in order.
+    pub approve: Vec<String>,
+    /// `--deny` globs, in order.
+    pub deny: Vec<String>,
+    pub approval_timeout: Option<u64>,
+    pub tool_backend: Option<String>,
+    pub tool_backend_token: Option<String>,
+    pub toolserver: bool,
     pub json: bool,
     pub stats: bool,
     pub thinking: bool,
@@ -443,6 +463,7 @@ fn set_switch(low: &mut LowArgs, id: FlagId) {
         FlagId::CliServer => low.cliserver = true,
         FlagId::Server => low.server = true,
         FlagId::UseTools => low.use_tools = true,
+        FlagId::ToolServer => low.toolserver = true,
         FlagId::Continue => low.continue_session = true,
         FlagId::FlashAttn => low.flash_attn = true,
         FlagId::Version => low.version = true,
@@ -476,6 +497,10 @@ fn set_value(low: &mut LowArgs, flag: &Flag, raw: &str) -> Result<(), UsageError
         FlagId::CorsOrigin => low.cors_origins.push(raw.to_string()),
         FlagId::EnableTools => low.enable_tools.extend(split_globs(raw)),
         FlagId::DisableTools => low.disable_tools.extend(split_globs(raw)),
+        FlagId::Approve => low.approve.extend(split_globs(raw)),
+        FlagId::Deny => low.deny.extend(split_globs(raw)),
+        FlagId::ToolBackend => low.tool_backend = Some(host_port(flag, raw)?),
+        FlagId::ToolBackendToken => low.tool_backend_token = text(),
         FlagId::Debug => low.debug = Some(debug_categories(raw).map_err(|e| bad(flag, raw, &e))?),
         _ => set_number(low, flag, raw)?,
     }
@@ -496,6 +521,7 @@ fn set_number(low: &mut LowArgs, flag: &Flag, raw: &str) -> Result<(), UsageErro
         }
         FlagId::Port => low.port = Some(ranged(flag, raw, 0, 65535)? as u16),
         FlagId::QueueSize => low.queue_size = Some(ranged(flag, raw, 0, 4096)? as u32),
+        FlagId::ApprovalTimeout => low.approval_timeout = Some(ranged(flag, raw, 1, 86_400)?),
         FlagId::GpuLayers => low.gpu_layers = Some(gpu_layers(flag, raw)?),
         FlagId::Threads => low.threads = Some(ranged(flag, raw, 1, 1024)? as u32),
         FlagId::NBatch => low.n_batch = Some(ranged(flag, raw, 1, 1 << 20)? as u32),
@@ -617,6 +643,21 @@ pub fn debug_categories(raw: &str) -> Result<Vec<Category>, String> {
     Ok(out)
 }
 
+/// Checks a `HOST:PORT` value (the port part at least); shared with the environment layer.
+pub fn parse_host_port(raw: &str) -> Result<String, String> {
+    let raw = raw.trim();
+    match raw.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0) => {
+            Ok(raw.to_string())
+        }
+        _ => Err("HOST:PORT with a port from 1 to 65535".into()),
+    }
+}
+
+fn host_port(flag: &Flag, raw: &str) -> Result<String, UsageError> {
+    parse_host_port(raw).map_err(|e| bad(flag, raw, &e))
+}
+
 /// Splits `a*,b` into globs, dropping empty pieces.
 pub fn split_globs(raw: &str) -> impl Iterator<Item = String> + '_ {
     raw.split(',')
@@ -636,6 +677,13 @@ fn check_combinations(low: &LowArgs) -> Result<(), UsageError> {
         (low.json && low.server, "--json", "--server"),
         (low.json && low.cliserver, "--json", "--cliserver"),
         (low.server && low.cliserver, "--server", "--cliserver"),
+        (low.toolserver && low.json, "--toolserver", "--json"),
+        (low.toolserver && low.server, "--toolserver", "--server"),
+        (
+            low.toolserver && low.cliserver,
+            "--toolserver",
+            "--cliserver",
+        ),
     ];
     match conflicts.iter().find(|(clash, _, _)| *clash) {
         Some((_, a, b)) => Err(UsageError(format!("{a} and {b} cannot be used together"))),
@@ -866,6 +914,34 @@ mod tests {
         ]);
         assert_eq!(low.enable_tools, ["read_*", "grep", "web*"]);
         assert_eq!(low.disable_tools, ["bash"]);
+    }
+
+    #[test]
+    fn approvals_and_the_tool_backend() {
+        let low = ok(&[
+            "--approve",
+            "read,grep",
+            "--approve=all",
+            "--deny",
+            "bash",
+            "--approval-timeout",
+            "5",
+            "--tool-backend",
+            "[::1]:9876",
+            "--toolserver",
+        ]);
+        assert_eq!(low.approve, ["read", "grep", "all"]);
+        assert_eq!(low.deny, ["bash"]);
+        assert_eq!(low.approval_timeout, Some(5));
+        assert_eq!(low.tool_backend.as_deref(), Some("[::1]:9876"));
+        assert!(low.toolserver);
+        check_err(
+            &["--tool-backend", "localhost"],
+            &["--tool-backend", "HOST:PORT"],
+        );
+        check_err(&["--tool-backend", "h:0"], &["--tool-backend"]);
+        check_err(&["--approval-timeout", "0"], &["--approval-timeout"]);
+        check_err(&["--toolserver", "--json"], &["--toolserver", "--json"]);
     }
 
     #[test]

@@ -251,9 +251,32 @@ pub struct ConfigFile {
     /// Web origins the servers send CORS headers to.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cors_origins: Vec<String>,
+    /// Tool approval rules (`--approve`, `--deny` add to them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approvals: Option<ApprovalsConfig>,
+    /// `HOST:PORT` of a `shepherd --toolserver` that runs the tools (`--tool-backend`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_backend: Option<String>,
+    /// The token that tool server requires.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_backend_token: Option<String>,
     /// Keys this version does not know, written back as they were.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+/// `approvals` in config.json: tool-name globs per decision, and how long to wait.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalsConfig {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ask: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny: Vec<String>,
+    /// Seconds to wait for the user before a call is denied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<u64>,
 }
 
 impl ConfigFile {
@@ -365,6 +388,15 @@ pub fn validate(file: &ConfigFile) -> Result<(), String> {
     }
     if file.timeout == Some(0) {
         return Err("timeout is 0, expected a number of seconds of at least 1".into());
+    }
+    if let Some(n) = file.approvals.as_ref().and_then(|a| a.timeout) {
+        if !(1..=86_400).contains(&n) {
+            return Err(format!("approvals.timeout is {n}, expected 1 to 86400"));
+        }
+    }
+    if let Some(address) = &file.tool_backend {
+        crate::args::parse_host_port(address)
+            .map_err(|e| format!("tool_backend is '{address}', expected {e}"))?;
     }
     file.providers.iter().try_for_each(validate_provider)?;
     check_unique_names(file)

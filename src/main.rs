@@ -5,7 +5,9 @@
 //! to one front-end. See `docs/ARCHITECTURE.md` for the map.
 
 mod agent;
+mod approval;
 mod args;
+mod audit;
 mod backend;
 mod commands;
 mod config;

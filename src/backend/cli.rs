@@ -445,6 +445,11 @@ enum WireEvent {
     ResponseComplete {
         finish_reason: String,
     },
+    /// The server's tool call waits for someone to `POST /approve/{id}`.
+    ApprovalRequired {
+        id: String,
+        name: String,
+    },
     #[serde(other)]
     Unknown,
 }
@@ -490,6 +495,11 @@ fn to_event(event: WireEvent) -> Option<Event> {
             content,
         }),
         WireEvent::System { content } => Event::System(content),
+        // This client cannot answer for the server's user; say where to.
+        WireEvent::ApprovalRequired { id, name } => Event::System(format!(
+            "the server waits for approval of '{name}': POST /approve/{id} with \
+             {{\"decision\": \"allow\"}} or {{\"decision\": \"deny\"}}"
+        )),
         WireEvent::Stats(s) => Event::Stats(Stats {
             prompt_tokens: s.prompt_tokens,
             completion_tokens: s.completion_tokens,
@@ -651,6 +661,17 @@ mod tests {
         assert!(events[5].contains("Content(\"Done ✓\")"));
         assert!(events[6].contains("prompt_tokens: 5"));
         assert_eq!(events[7], "12 complete stop");
+    }
+
+    #[test]
+    fn a_server_approval_request_becomes_a_notice() {
+        let line =
+            r#"{"type":"approval_required","id":"7","name":"write","args":{},"tool_call_id":"c"}"#;
+        let wire: WireEvent = serde_json::from_str(line).unwrap();
+        match to_event(wire) {
+            Some(Event::System(text)) => assert!(text.contains("POST /approve/7"), "{text}"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -6,10 +6,12 @@
 //! passed in as a lookup function so tests never touch the process environment.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use super::{
     load, locate, ConfigError, ConfigFile, EnvLookup, ProviderConfig, ProviderKind, SYSTEM_CONFIG,
 };
+use crate::approval::Policy;
 use crate::args::{self, LowArgs, Subcommand, MAX_TOKEN_COUNT};
 use crate::backend::Sampling;
 use crate::log::Category;
@@ -25,6 +27,9 @@ const DEFAULT_MAX_ROUNDS: u32 = 50;
 const DEFAULT_TIMEOUT_SECS: u64 = 300;
 const DEFAULT_HOST: &str = "127.0.0.1";
 const DEFAULT_PORT: u16 = 8000;
+/// The tool server's port when `--port` is not given (seed 003's default).
+const DEFAULT_TOOLSERVER_PORT: u16 = 9876;
+const DEFAULT_APPROVAL_TIMEOUT_SECS: u64 = 300;
 /// The name of the provider built from `--backend`/`--api-base` when no `-p` is given.
 pub const CMDLINE_PROVIDER: &str = "cmdline";
 
@@ -35,6 +40,8 @@ pub enum Mode {
     JsonLines,
     CliServer,
     ApiServer,
+    /// `--toolserver`: the tools over JSON-RPC, no model.
+    ToolServer,
     /// `shepherd provider ...`, with the words after `provider`.
     Provider(Vec<String>),
     /// `shepherd config ...`, with the words after `config`.
@@ -92,6 +99,31 @@ impl std::fmt::Debug for ServerAuth {
         f.debug_struct("ServerAuth")
             .field("token", &self.token.as_ref().map(|_| "***"))
             .field("cors_origins", &self.cors_origins)
+            .finish()
+    }
+}
+
+/// Which tool calls run without asking, and how long asking may take.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApprovalSettings {
+    /// config.json's `approvals` with `--approve`/`--deny` added.
+    pub policy: Policy,
+    pub timeout: Duration,
+}
+
+/// A tool server to run the tools on (`--tool-backend`, `SHEPHERD_TOOL_BACKEND`, config.json).
+#[derive(Clone, PartialEq, Eq)]
+pub struct ToolBackendSettings {
+    pub address: String,
+    pub token: Option<String>,
+}
+
+/// Never prints the token.
+impl std::fmt::Debug for ToolBackendSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolBackendSettings")
+            .field("address", &self.address)
+            .field("token", &self.token.as_ref().map(|_| "***"))
             .finish()
     }
 }
@@ -203,6 +235,8 @@ pub struct Settings {
     pub continue_session: bool,
     pub reasoning: Option<String>,
     pub mcp_enabled: bool,
+    pub approvals: ApprovalSettings,
+    pub tool_backend: Option<ToolBackendSettings>,
     file_layer: SamplingLayer,
     override_layer: SamplingLayer,
 }
@@ -247,6 +281,8 @@ struct EnvLayer {
     temperature: Option<f32>,
     context_size: Option<u64>,
     debug: Option<Vec<Category>>,
+    tool_backend: Option<String>,
+    tool_backend_token: Option<String>,
 }
 
 fn read_env(env: EnvLookup) -> Result<EnvLayer, ConfigError> {
@@ -267,6 +303,8 @@ fn read_env(env: EnvLookup) -> Result<EnvLayer, ConfigError> {
         })?,
         context_size: env_number("SHEPHERD_CONTEXT_SIZE", get, context_size)?,
         debug: env_number("SHEPHERD_DEBUG", get, env_debug)?,
+        tool_backend: env_number("SHEPHERD_TOOL_BACKEND", get, args::parse_host_port)?,
+        tool_backend_token: get("SHEPHERD_TOOL_BACKEND_TOKEN"),
     })
 }
 
@@ -452,6 +490,7 @@ fn mode(low: &LowArgs) -> Mode {
         None if low.json => Mode::JsonLines,
         None if low.cliserver => Mode::CliServer,
         None if low.server => Mode::ApiServer,
+        None if low.toolserver => Mode::ToolServer,
         None => Mode::Chat,
     }
 }
@@ -463,7 +502,7 @@ fn mode(low: &LowArgs) -> Mode {
 pub fn resolve(low: &LowArgs, env: EnvLookup) -> Result<Settings, ConfigError> {
     let location = locate(low.config.as_deref(), env, Path::new(SYSTEM_CONFIG));
     match mode(low) {
-        Mode::Chat | Mode::JsonLines | Mode::CliServer | Mode::ApiServer => {
+        Mode::Chat | Mode::JsonLines | Mode::CliServer | Mode::ApiServer | Mode::ToolServer => {
             let file = load(&location.read_from)?;
             resolve_with(low, &file, location.path, env)
         }
@@ -506,9 +545,13 @@ pub fn resolve_with(
         show_thinking: low.thinking || file.thinking.unwrap_or(false),
         stats: low.stats || file.stats.unwrap_or(false),
         timeout_secs: file.timeout.unwrap_or(DEFAULT_TIMEOUT_SECS),
-        debug: low.debug.clone().or(env_layer.debug).unwrap_or_default(),
+        debug: low
+            .debug
+            .clone()
+            .or(env_layer.debug.clone())
+            .unwrap_or_default(),
         config_path,
-        server: server(low),
+        server: server(low, &mode),
         server_auth: server_auth(low, env, file)?,
         use_tools: low.use_tools,
         queue_size: low.queue_size.map_or(DEFAULT_QUEUE_SIZE, |n| n as usize),
@@ -518,6 +561,8 @@ pub fn resolve_with(
         continue_session: low.continue_session,
         reasoning: low.reasoning.clone(),
         mcp_enabled: !low.no_mcp,
+        approvals: approvals(low, file),
+        tool_backend: tool_backend(low, &env_layer, file),
         mode,
         file_layer,
         override_layer,
@@ -538,11 +583,48 @@ fn overrides(low: &LowArgs, env: &EnvLayer) -> SamplingLayer {
 /// API-server requests that may wait for a slot when `--queue-size` is not given.
 const DEFAULT_QUEUE_SIZE: usize = 16;
 
-fn server(low: &LowArgs) -> ServerSettings {
+fn server(low: &LowArgs, mode: &Mode) -> ServerSettings {
+    let default_port = match mode {
+        Mode::ToolServer => DEFAULT_TOOLSERVER_PORT,
+        _ => DEFAULT_PORT,
+    };
     ServerSettings {
         host: low.host.clone().unwrap_or_else(|| DEFAULT_HOST.to_string()),
-        port: low.port.unwrap_or(DEFAULT_PORT),
+        port: low.port.unwrap_or(default_port),
     }
+}
+
+/// config.json's rules, then the flags' (`--approve` is an allow rule, `--deny` a deny rule).
+fn approvals(low: &LowArgs, file: &ConfigFile) -> ApprovalSettings {
+    let configured = file.approvals.clone().unwrap_or_default();
+    let timeout = low
+        .approval_timeout
+        .or(configured.timeout)
+        .unwrap_or(DEFAULT_APPROVAL_TIMEOUT_SECS);
+    ApprovalSettings {
+        policy: Policy {
+            allow: [configured.allow.as_slice(), &low.approve].concat(),
+            ask: configured.ask,
+            deny: [configured.deny.as_slice(), &low.deny].concat(),
+        },
+        timeout: Duration::from_secs(timeout),
+    }
+}
+
+/// Flag, environment, config.json; the token from the same layers.
+fn tool_backend(low: &LowArgs, env: &EnvLayer, file: &ConfigFile) -> Option<ToolBackendSettings> {
+    let address = low
+        .tool_backend
+        .clone()
+        .or_else(|| env.tool_backend.clone())
+        .or_else(|| file.tool_backend.clone())?;
+    let token = low
+        .tool_backend_token
+        .clone()
+        .or_else(|| env.tool_backend_token.clone())
+        .or_else(|| file.tool_backend_token.clone())
+        .filter(|t| !t.trim().is_empty());
+    Some(ToolBackendSettings { address, token })
 }
 
 fn server_auth(

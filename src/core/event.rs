@@ -63,6 +63,15 @@ pub struct ToolResultEvent {
     pub content: String,
 }
 
+/// A tool call waiting for the user's decision. Front-ends answer it through
+/// [`crate::approval::Approvals`] with the same `id`; nothing the model or a
+/// tool produces can answer it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApprovalRequest {
+    pub id: String,
+    pub call: ToolCall,
+}
+
 /// Everything a front-end can be told.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
@@ -86,6 +95,8 @@ pub enum Event {
     Stop(FinishReason),
     /// Figures for the generation that just ended.
     Stats(Stats),
+    /// A side-effecting tool call waits for the user's approval.
+    ApprovalRequired(ApprovalRequest),
 }
 
 /// What a sink tells the producer after each event: the seeds' callback returning `false`.

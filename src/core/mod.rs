@@ -11,6 +11,6 @@ pub mod message;
 pub mod session;
 
 pub use error::BackendError;
-pub use event::{Event, EventSink, FinishReason, Flow, Stats, ToolResultEvent};
+pub use event::{ApprovalRequest, Event, EventSink, FinishReason, Flow, Stats, ToolResultEvent};
 pub use message::{Artefact, Message, Role, ToolCall};
 pub use session::Session;

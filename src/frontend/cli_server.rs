@@ -34,6 +34,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::agent::{AgentHandle, Op};
+use crate::approval::Answer;
 use crate::core::{Event, FinishReason, Message, Role, Session, Stats, ToolCall};
 
 use crate::config::resolve::{ServerAuth, ServerSettings};
@@ -123,6 +124,13 @@ enum WireEvent<'a> {
     ResponseComplete {
         finish_reason: &'a str,
     },
+    /// Answer with `POST /approve/{id}`.
+    ApprovalRequired {
+        id: &'a str,
+        name: &'a str,
+        args: &'a Value,
+        tool_call_id: &'a str,
+    },
 }
 
 /// The typed SSE shape of `event`.
@@ -153,6 +161,12 @@ fn wire_event(event: &Event) -> WireEvent<'_> {
         },
         Event::Stop(reason) => WireEvent::ResponseComplete {
             finish_reason: reason.as_str(),
+        },
+        Event::ApprovalRequired(request) => WireEvent::ApprovalRequired {
+            id: &request.id,
+            name: &request.call.name,
+            args: &request.call.arguments,
+            tool_call_id: &request.call.id,
         },
     }
 }
@@ -453,6 +467,12 @@ impl Handler for CliServer {
             ("POST", "/cancel") => self.emergency_stop(responder),
             ("POST", "/request") => self.request(&request, responder),
             ("GET", "/updates") => self.updates(&request, responder),
+            ("POST", path) if path.starts_with("/approve/") => {
+                self.approve(&request, &path["/approve/".len()..], responder)
+            }
+            (_, path) if path.starts_with("/approve/") => {
+                responder.error(405, "method not allowed")
+            }
             (
                 _,
                 "/health" | "/status" | "/session" | "/clear" | "/cancel" | "/request" | "/updates",
@@ -615,6 +635,19 @@ struct ClearBody {
     message: &'static str,
 }
 
+/// `POST /approve/{id}`'s body.
+#[derive(Deserialize)]
+struct ApproveBody {
+    decision: String,
+}
+
+#[derive(Serialize)]
+struct ApprovedBody<'a> {
+    success: bool,
+    id: &'a str,
+    decision: &'a str,
+}
+
 #[derive(Serialize)]
 struct CancelBody {
     success: bool,
@@ -648,6 +681,50 @@ impl CliServer {
             &ClearBody {
                 success: true,
                 message: "session cleared",
+            },
+        );
+    }
+
+    /// Answers a pending `approval_required` event; an id nobody waits on
+    /// (never sent, answered, or timed out) gets `404`.
+    fn approve(&self, request: &Request, id: &str, responder: Responder) {
+        let body = match serde_json::from_slice::<ApproveBody>(&request.body) {
+            Ok(body) => body,
+            Err(error) => {
+                return responder.error(
+                    400,
+                    &format!(
+                    "invalid JSON body: {error}; expected {{\"decision\": \"allow\" or \"deny\"}}"
+                ),
+                )
+            }
+        };
+        let answer = match body.decision.as_str() {
+            "allow" => Answer::Allow,
+            "always" => Answer::Always,
+            "deny" => Answer::Deny,
+            other => {
+                return responder.error(
+                    400,
+                    &format!(
+                        "unknown decision '{other}'; expected \"allow\", \"always\" or \"deny\""
+                    ),
+                )
+            }
+        };
+        let answered = self
+            .agent
+            .approvals()
+            .is_some_and(|approvals| approvals.answer(id, answer).is_ok());
+        if !answered {
+            return responder.error(404, "no approval with this id is pending");
+        }
+        responder.json(
+            200,
+            &ApprovedBody {
+                success: true,
+                id,
+                decision: &body.decision,
             },
         );
     }
@@ -825,7 +902,7 @@ pub fn policy(server: &ServerSettings, auth: &ServerAuth) -> Result<Policy, Stri
     })
 }
 
-fn host_is_loopback(host: &str) -> bool {
+pub(super) fn host_is_loopback(host: &str) -> bool {
     let host = host.trim_start_matches('[').trim_end_matches(']');
     host.eq_ignore_ascii_case("localhost")
         || host

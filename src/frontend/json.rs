@@ -1,17 +1,28 @@
 //! The `--json` line protocol: prompts in as JSON lines, one JSON object per event out.
 //!
-//! Input lines are `{"type":"user","content":"..."}`; anything else gets an
-//! `error` object and is skipped. Output objects are `text`, `thinking`,
-//! `codeblock`, `tool_use`, `tool_result`, `system`, `error`, `stats` and, at
-//! the end of each prompt, `end_turn` with the finish reason and token totals.
+//! Input lines are `{"type":"user","content":"..."}` (prompts, queued while
+//! a turn runs) and `{"type":"approval","id":"...","decision":"allow"|"deny"|"always"}`
+//! (the answer to an `approval_required` event); anything else gets an `error`
+//! object and is skipped. Output objects are `text`, `thinking`, `codeblock`,
+//! `tool_use`, `approval_required`, `tool_result`, `system`, `error`, `stats`
+//! and, at the end of each prompt, `end_turn` with the finish reason and token
+//! totals.
+//!
+//! Input is read on its own thread (`shepherd-json-in`) and the loop
+//! `select!`s over input lines and agent events, so an approval can be
+//! answered while a turn waits for it. Once input ends nobody can answer, so
+//! later approval requests are refused at once.
 
+use std::collections::VecDeque;
 use std::io::{self, BufRead, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crossbeam_channel::{never, select, Receiver};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::agent::AgentHandle;
+use crate::agent::{AgentHandle, Op};
+use crate::approval::Answer;
 use crate::core::{Event, FinishReason, Stats};
 
 /// One output line.
@@ -30,6 +41,13 @@ enum JsonOut<'a> {
     ToolUse {
         name: &'a str,
         id: &'a str,
+        params: &'a Value,
+    },
+    /// Answer with an `approval` input line carrying the same `id`.
+    ApprovalRequired {
+        id: &'a str,
+        name: &'a str,
+        tool_call_id: &'a str,
         params: &'a Value,
     },
     ToolResult {
@@ -63,6 +81,15 @@ struct JsonIn {
     #[serde(rename = "type")]
     kind: String,
     content: Option<String>,
+    id: Option<String>,
+    decision: Option<String>,
+}
+
+/// What an input line asks for.
+#[derive(Debug, PartialEq, Eq)]
+enum Input {
+    Prompt(String),
+    Approval { id: String, answer: Answer },
 }
 
 /// Token totals gathered from the stats events of a session.
@@ -118,68 +145,178 @@ fn event_line(out: &mut impl Write, event: &Event, totals: &mut Totals) -> io::R
                 completion_tokens: totals.completion_tokens,
             }
         }
+        Event::ApprovalRequired(request) => JsonOut::ApprovalRequired {
+            id: &request.id,
+            name: &request.call.name,
+            tool_call_id: &request.call.id,
+            params: &request.call.arguments,
+        },
         Event::UserPrompt(_) => return Ok(()),
     };
     write_line(out, &item)
 }
 
-/// Parses one input line into a prompt, or says what is wrong with it.
-fn parse_input(line: &str) -> Result<String, String> {
+/// Parses one input line, or says what is wrong with it.
+fn parse_input(line: &str) -> Result<Input, String> {
     let input: JsonIn =
         serde_json::from_str(line).map_err(|e| format!("input is not valid JSON: {e}"))?;
-    if input.kind != "user" {
-        return Err(format!(
-            "unsupported input type {:?} (expected \"user\")",
-            input.kind
-        ));
-    }
-    match input.content {
-        Some(content) if !content.trim().is_empty() => Ok(content),
-        _ => Err("input has no \"content\"".into()),
+    match input.kind.as_str() {
+        "user" => match input.content {
+            Some(content) if !content.trim().is_empty() => Ok(Input::Prompt(content)),
+            _ => Err("input has no \"content\"".into()),
+        },
+        "approval" => {
+            let id = input.id.ok_or("approval has no \"id\"")?;
+            let answer = match input.decision.as_deref() {
+                Some("allow") => Answer::Allow,
+                Some("always") => Answer::Always,
+                Some("deny") => Answer::Deny,
+                _ => {
+                    return Err(
+                        "approval needs \"decision\": \"allow\", \"always\" or \"deny\"".into(),
+                    )
+                }
+            };
+            Ok(Input::Approval { id, answer })
+        }
+        other => Err(format!(
+            "unsupported input type {other:?} (expected \"user\" or \"approval\")"
+        )),
     }
 }
 
-/// Runs the JSON protocol over `input` (or the single `prompt`). Returns whether every turn succeeded.
-pub fn run(
-    agent: &AgentHandle,
-    prompt: Option<String>,
-    input: impl BufRead,
-    stop: &AtomicBool,
-) -> bool {
-    let stdout = io::stdout();
-    let mut out = stdout.lock();
-    let mut totals = Totals::default();
-    let mut ok = true;
-    let mut run_one = |prompt: String, out: &mut io::StdoutLock<'_>| {
-        let reason = agent.run_prompt(prompt, |event| event_line(out, event, &mut totals));
-        reason != FinishReason::Error
-    };
-    if let Some(prompt) = prompt {
-        return run_one(prompt, &mut out);
-    }
-    for line in input.lines() {
-        let Ok(line) = line else { break };
-        if stop.load(Ordering::SeqCst) {
-            break;
-        }
-        if line.trim().is_empty() {
-            continue;
-        }
-        match parse_input(&line) {
-            Ok(prompt) => ok &= run_one(prompt, &mut out),
-            Err(message) => {
-                ok = false;
-                let item = JsonOut::Error {
-                    message: &message,
-                    error_type: "invalid_input",
-                };
-                if write_line(&mut out, &item).is_err() {
+/// Reads stdin lines on a thread of their own; the channel closes at end of input.
+pub fn stdin_lines() -> Receiver<String> {
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let spawned = std::thread::Builder::new()
+        .name("shepherd-json-in".into())
+        .spawn(move || {
+            for line in io::stdin().lock().lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
                     break;
                 }
             }
+        });
+    if spawned.is_err() {
+        eprintln!("shepherd: cannot start the input thread");
+    }
+    rx
+}
+
+/// The protocol loop's state.
+struct Protocol<'a, W: Write> {
+    agent: &'a AgentHandle,
+    out: W,
+    totals: Totals,
+    ok: bool,
+    busy: bool,
+    queue: VecDeque<String>,
+}
+
+impl<W: Write> Protocol<'_, W> {
+    fn start(&mut self, prompt: String) {
+        self.busy = self.agent.send(Op::Prompt(prompt));
+        self.ok &= self.busy;
+    }
+
+    fn error(&mut self, message: &str) -> io::Result<()> {
+        self.ok = false;
+        let item = JsonOut::Error {
+            message,
+            error_type: "invalid_input",
+        };
+        write_line(&mut self.out, &item)
+    }
+
+    fn on_line(&mut self, line: &str) -> io::Result<()> {
+        if line.trim().is_empty() {
+            return Ok(());
+        }
+        match parse_input(line) {
+            Ok(Input::Prompt(prompt)) if self.busy => self.queue.push_back(prompt),
+            Ok(Input::Prompt(prompt)) => self.start(prompt),
+            Ok(Input::Approval { id, answer }) => {
+                let answered = self
+                    .agent
+                    .approvals()
+                    .is_some_and(|approvals| approvals.answer(&id, answer).is_ok());
+                if !answered {
+                    return self.error(&format!("no approval with id {id:?} is pending"));
+                }
+            }
+            Err(message) => return self.error(&message),
+        }
+        Ok(())
+    }
+
+    /// Writes the event; at the end of a turn starts the next queued prompt.
+    fn on_event(&mut self, event: &Event) -> io::Result<()> {
+        event_line(&mut self.out, event, &mut self.totals)?;
+        if let Event::Stop(reason) = event {
+            self.ok &= *reason != FinishReason::Error;
+            self.busy = false;
+            if let Some(prompt) = self.queue.pop_front() {
+                self.start(prompt);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs the JSON protocol over `lines` (or the single `prompt`, still taking
+/// approval lines from `lines`). Returns whether every turn succeeded.
+pub fn run(
+    agent: &AgentHandle,
+    prompt: Option<String>,
+    lines: Receiver<String>,
+    stop: &AtomicBool,
+) -> bool {
+    let stdout = io::stdout();
+    let mut protocol = Protocol {
+        agent,
+        out: stdout.lock(),
+        totals: Totals::default(),
+        ok: true,
+        busy: false,
+        queue: VecDeque::new(),
+    };
+    let one_shot = prompt.is_some();
+    if let Some(prompt) = prompt {
+        protocol.start(prompt);
+    }
+    let events = agent.events().clone();
+    let mut lines = lines;
+    let mut input_open = true;
+    loop {
+        let idle = !protocol.busy && protocol.queue.is_empty();
+        if idle && (one_shot || !input_open || stop.load(Ordering::SeqCst)) {
+            return protocol.ok;
+        }
+        let written = select! {
+            recv(lines) -> line => match line {
+                Ok(line) => protocol.on_line(&line),
+                Err(_) => {
+                    // Nobody is left to answer approvals: refuse them at once.
+                    if let Some(approvals) = agent.approvals() {
+                        approvals.close();
+                    }
+                    input_open = false;
+                    lines = never();
+                    Ok(())
+                }
+            },
+            recv(events) -> event => match event {
+                Ok(event) => protocol.on_event(&event),
+                Err(_) => return false,
+            },
+        };
+        // A closed stdout: stop the turn and leave.
+        if written.is_err() {
+            agent.cancel();
+            return false;
         }
     }
-    ok
 }
 
 #[cfg(test)]
@@ -190,7 +327,19 @@ mod tests {
     fn input_lines_are_checked() {
         assert_eq!(
             parse_input(r#"{"type":"user","content":"hi"}"#),
-            Ok("hi".into())
+            Ok(Input::Prompt("hi".into()))
+        );
+        assert_eq!(
+            parse_input(r#"{"type":"approval","id":"7","decision":"deny"}"#),
+            Ok(Input::Approval {
+                id: "7".into(),
+                answer: Answer::Deny
+            })
+        );
+        assert!(
+            parse_input(r#"{"type":"approval","id":"7","decision":"yes please"}"#)
+                .unwrap_err()
+                .contains("decision")
         );
         assert!(parse_input("hi").unwrap_err().contains("not valid JSON"));
         assert!(parse_input(r#"{"type":"bot","content":"x"}"#)

@@ -5,6 +5,7 @@
 //! configuration error. Everything below returns typed errors.
 
 mod api_server;
+mod approve;
 mod cli_server;
 mod connect;
 mod editor;
@@ -15,6 +16,7 @@ mod render;
 mod repl;
 mod slash;
 mod terminal;
+mod tool_server;
 mod tui;
 
 use std::io::{self, IsTerminal};
@@ -23,14 +25,16 @@ use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
 
 use crate::agent::{AgentConfig, AgentHandle};
+use crate::approval::{Approver, ChannelApprover, Gate, Headless};
 use crate::args::{self, USAGE};
+use crate::audit::AuditLog;
 use crate::backend::ToolChoice;
 use crate::commands;
 use crate::config::resolve::{self, Mode, Settings};
 use crate::config::{self};
 use crate::log;
 use crate::sys;
-use crate::tools::ToolRegistry;
+use crate::tools::{remote, ToolRegistry};
 
 use render::RenderOptions;
 
@@ -77,6 +81,7 @@ pub fn run_main() -> i32 {
         )),
         Mode::CliServer => cli_server_mode(&settings),
         Mode::ApiServer => api_server::run(&settings),
+        Mode::ToolServer => tool_server_mode(&settings),
         Mode::Chat | Mode::JsonLines => chat(&settings),
     }
 }
@@ -169,6 +174,73 @@ fn cli_server_mode(settings: &Settings) -> i32 {
     cli_server::run(&settings.server, policy, agent, config)
 }
 
+/// `--toolserver`: the same tools the agent would get, served over TCP.
+fn tool_server_mode(settings: &Settings) -> i32 {
+    let token = settings.server_auth.token.clone();
+    if let Err(message) = tool_server::check_bind(&settings.server.host, token.as_deref()) {
+        eprintln!("shepherd: {message}");
+        return EXIT_USAGE;
+    }
+    let tools = match tool_registry(settings) {
+        Ok(tools) => tools,
+        Err(code) => return code,
+    };
+    let config = tool_server::ToolServerConfig::new(
+        settings.server.host.clone(),
+        settings.server.port,
+        token,
+        settings.approvals.policy.clone(),
+    );
+    tool_server::run(tools, config, AuditLog::open_default())
+}
+
+/// Every tool shepherd offers, with the enable/disable globs applied: the
+/// built-ins, or the tool server's tools with `--tool-backend`. The agent and
+/// the tool server both build their registry here.
+fn tool_registry(settings: &Settings) -> Result<ToolRegistry, i32> {
+    let mut tools = match &settings.tool_backend {
+        None => ToolRegistry::builtin(),
+        Some(backend) => {
+            let config = remote::BackendConfig::new(&backend.address, backend.token.clone());
+            remote::registry(config).map_err(|error| {
+                eprintln!(
+                    "shepherd: cannot list the tools of the tool backend {}: {error}",
+                    backend.address
+                );
+                EXIT_FAILURE
+            })?
+        }
+    };
+    for glob in &settings.disable_tools {
+        tools.disable(glob);
+    }
+    for glob in &settings.enable_tools {
+        tools.enable(glob);
+    }
+    Ok(tools)
+}
+
+/// The approval gate for this mode: front-ends that can ask the user get a
+/// [`ChannelApprover`]; `-e` and piped input have no one to ask.
+fn gate(settings: &Settings) -> Gate {
+    let timeout = settings.approvals.timeout;
+    let (approver, mode): (Box<dyn Approver>, &'static str) = match settings.mode {
+        Mode::Chat if interactive(settings) => {
+            let mode = if settings.tui == Some(true) {
+                "tui"
+            } else {
+                "repl"
+            };
+            (Box::new(ChannelApprover::new(timeout)), mode)
+        }
+        Mode::JsonLines => (Box::new(ChannelApprover::new(timeout)), "json"),
+        Mode::CliServer => (Box::new(ChannelApprover::new(timeout)), "cliserver"),
+        _ => (Box::new(Headless), "headless"),
+    };
+    Gate::new(settings.approvals.policy.clone(), approver, mode)
+        .with_audit(AuditLog::open_default())
+}
+
 /// Opens the first provider and starts the agent with the configured tools.
 fn start_agent(settings: &Settings) -> Result<(AgentHandle, config::ProviderConfig), i32> {
     let (backend, provider) = match connect::open_backend(settings) {
@@ -181,13 +253,7 @@ fn start_agent(settings: &Settings) -> Result<(AgentHandle, config::ProviderConf
     log::debug(log::Category::Llm, || {
         format!("provider {} ({})", provider.name, provider.kind.as_str())
     });
-    let mut tools = ToolRegistry::builtin();
-    for glob in &settings.disable_tools {
-        tools.disable(glob);
-    }
-    for glob in &settings.enable_tools {
-        tools.enable(glob);
-    }
+    let tools = tool_registry(settings)?;
     let agent_config = AgentConfig {
         system_prompt: settings.system_prompt.clone(),
         sampling: settings.sampling_for(&provider),
@@ -197,7 +263,7 @@ fn start_agent(settings: &Settings) -> Result<(AgentHandle, config::ProviderConf
         first_tool_choice: ToolChoice::Auto,
     };
     let root = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-    match AgentHandle::spawn(backend, tools, root, agent_config) {
+    match AgentHandle::spawn_gated(backend, tools, root, agent_config, gate(settings)) {
         Ok(agent) => Ok((agent, provider)),
         Err(error) => {
             eprintln!("shepherd: cannot start the agent thread: {error}");
@@ -287,7 +353,7 @@ fn watch_signals(agent: &AgentHandle) -> Interrupted {
 fn run_front_end(agent: &AgentHandle, settings: &Settings, stop: &AtomicBool) -> bool {
     let stdin = io::stdin();
     if settings.mode == Mode::JsonLines {
-        return json::run(agent, settings.prompt.clone(), stdin.lock(), stop);
+        return json::run(agent, settings.prompt.clone(), json::stdin_lines(), stop);
     }
     let options = RenderOptions {
         colors: render::colors_wanted(io::stdout().is_terminal(), !settings.colors),

@@ -92,6 +92,9 @@ impl<O: Write, E: Write> Renderer<O, E> {
                 };
                 self.line(&format!("  {mark} {}", result_line(result)), color)?;
             }
+            Event::ApprovalRequired(request) => {
+                self.line(&approval_question(&request.call), YELLOW)?;
+            }
             Event::System(text) => self.note(&format!("[{text}]"), GRAY)?,
             Event::Error { message, .. } => self.note(&format!("error: {message}"), RED)?,
             Event::Stats(stats) if self.options.stats => self.note(&stats_line(stats), GRAY)?,
@@ -222,6 +225,14 @@ fn is_separator(cells: &[String]) -> bool {
 }
 
 /// `name(key=value, ...)` with long values cut.
+/// The question the interactive front-ends show for an approval request.
+pub fn approval_question(call: &ToolCall) -> String {
+    format!(
+        "? allow {}? [y]es / [n]o / [a]lways for {} this session",
+        call.name, call.name
+    )
+}
+
 pub fn tool_call_line(call: &ToolCall) -> String {
     let args = match &call.arguments {
         Value::Object(map) => map

@@ -19,6 +19,7 @@ use crate::config::{self, ProviderConfig};
 use crate::core::Event;
 use crate::sys;
 
+use super::approve::PendingApproval;
 use super::editor::{self, Action, Editor, Key};
 use super::render::{self, RenderOptions, Renderer};
 use super::slash::{self, Conversation, Started};
@@ -102,6 +103,7 @@ pub fn run(agent: &AgentHandle, settings: &Settings, provider: ProviderConfig) -
         chat: Conversation::new(agent, settings, provider),
         editor,
         renderer: Renderer::new(Crlf(io::stdout()), Crlf(io::stderr()), options),
+        approval: PendingApproval::default(),
     };
     if let Some(notice) = notice {
         repl.say(&[notice])?;
@@ -121,6 +123,8 @@ struct Repl<'a> {
     chat: Conversation<'a>,
     editor: Editor,
     renderer: Renderer<Crlf<Stdout>, Crlf<Stderr>>,
+    /// A tool call waiting for y / n / a.
+    approval: PendingApproval,
 }
 
 /// Whether the loop goes on.
@@ -151,6 +155,10 @@ impl Repl<'_> {
     }
 
     fn on_key(&mut self, key: Key) -> io::Result<Next> {
+        if let Some(line) = self.approval.on_key(&key, self.chat.agent) {
+            self.say(&[line])?;
+            return Ok(Next::Continue);
+        }
         match self.editor.handle(key) {
             Action::Edited | Action::Scroll(_) => self.redraw_if_idle()?,
             Action::Submit(text) if self.chat.busy => self.chat.queue.push_back(text),
@@ -172,6 +180,7 @@ impl Repl<'_> {
 
     fn on_event(&mut self, event: &Event) -> io::Result<Next> {
         self.renderer.render(event)?;
+        self.approval.on_event(event);
         // An error ends only the turn (the renderer showed it); the REPL goes on.
         if let Event::Stop(_) = event {
             self.chat.busy = false;

@@ -22,6 +22,7 @@ use crate::config::resolve::Settings;
 use crate::config::ProviderConfig;
 use crate::core::{Event, Stats};
 
+use super::approve::PendingApproval;
 use super::editor::{Action, Editor, Key};
 use super::render::{self, RenderOptions, Renderer};
 use super::repl::{self, Interactive};
@@ -194,6 +195,7 @@ pub fn run(agent: &AgentHandle, settings: &Settings, provider: ProviderConfig) -
         scrollback: Scrollback::default(),
         stats: Stats::default(),
         size: terminal::size(),
+        approval: PendingApproval::default(),
     };
     tui.say(notice.as_slice());
     let ok = tui.serve(&keys, &signals);
@@ -215,6 +217,8 @@ struct Tui<'a> {
     /// The last generation's figures, for the status bar.
     stats: Stats,
     size: (u16, u16),
+    /// A tool call waiting for y / n / a.
+    approval: PendingApproval,
 }
 
 impl Tui<'_> {
@@ -246,6 +250,10 @@ impl Tui<'_> {
     }
 
     fn on_key(&mut self, key: Key) -> bool {
+        if let Some(line) = self.approval.on_key(&key, self.chat.agent) {
+            self.say(&[line]);
+            return true;
+        }
         match self.editor.handle(key) {
             Action::Escape if self.chat.busy => self.chat.agent.cancel(),
             Action::Edited | Action::Escape => {}
@@ -286,6 +294,7 @@ impl Tui<'_> {
         }
         let _ = self.renderer.render(event);
         self.flush_buffer();
+        self.approval.on_event(event);
         if let Event::Stop(_) = event {
             self.chat.busy = false;
             return self.start_queued();

@@ -61,6 +61,10 @@ impl Tool for Read {
         })
     }
 
+    fn side_effecting(&self, _args: &Value) -> bool {
+        false
+    }
+
     fn run(&self, args: &Value, ctx: &ToolContext) -> ToolOutput {
         let requested = args::string(args, "file_path");
         let path = match resolve(ctx, requested) {
@@ -336,6 +340,10 @@ impl Tool for ListDirectory {
         })
     }
 
+    fn side_effecting(&self, _args: &Value) -> bool {
+        false
+    }
+
     fn run(&self, args: &Value, ctx: &ToolContext) -> ToolOutput {
         let requested = args::opt_string(args, "path").unwrap_or(".");
         let path = match resolve(ctx, requested) {
@@ -400,6 +408,10 @@ impl Tool for Glob {
             },
             "required": ["pattern"]
         })
+    }
+
+    fn side_effecting(&self, _args: &Value) -> bool {
+        false
     }
 
     fn run(&self, args: &Value, ctx: &ToolContext) -> ToolOutput {

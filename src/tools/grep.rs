@@ -46,6 +46,10 @@ impl Tool for Grep {
         })
     }
 
+    fn side_effecting(&self, _args: &Value) -> bool {
+        false
+    }
+
     fn run(&self, args: &Value, ctx: &ToolContext) -> ToolOutput {
         let options = match Options::from_args(args) {
             Ok(options) => options,

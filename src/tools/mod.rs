@@ -28,6 +28,8 @@ pub mod grep;
 pub mod paths;
 pub mod pattern;
 pub mod regex;
+pub mod remote;
+pub mod rpc;
 pub mod time;
 pub mod truncate;
 pub mod web;
@@ -40,6 +42,11 @@ pub trait Tool: Send + Sync {
     fn parameters(&self) -> Value;
     /// Runs the tool. `args` is an object already checked against [`Tool::parameters`].
     fn run(&self, args: &Value, ctx: &ToolContext) -> ToolOutput;
+    /// True when running the tool with `args` can change something outside shepherd
+    /// (files, processes, remote state); such calls need approval in interactive modes.
+    fn side_effecting(&self, _args: &Value) -> bool {
+        true
+    }
 }
 
 /// What a tool run produced.

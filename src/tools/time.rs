@@ -31,6 +31,10 @@ impl Tool for GetTime {
         })
     }
 
+    fn side_effecting(&self, _args: &Value) -> bool {
+        false
+    }
+
     fn run(&self, args: &Value, _ctx: &ToolContext) -> ToolOutput {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)

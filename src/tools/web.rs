@@ -459,6 +459,10 @@ impl Tool for WebFetch {
         })
     }
 
+    fn side_effecting(&self, _args: &Value) -> bool {
+        false
+    }
+
     fn run(&self, args: &Value, ctx: &ToolContext) -> ToolOutput {
         let call = HttpCall {
             method: "GET".into(),
@@ -509,6 +513,15 @@ impl Tool for HttpRequest {
                 "body": {"type": "string", "description": "Request body"}
             },
             "required": ["url"]
+        })
+    }
+
+    /// GET and HEAD only read; every other method may change remote state.
+    fn side_effecting(&self, args: &Value) -> bool {
+        let method = args.get("method").map_or(Some("GET"), Value::as_str);
+        !method.is_some_and(|m| {
+            let m = m.trim();
+            m.eq_ignore_ascii_case("GET") || m.eq_ignore_ascii_case("HEAD")
         })
     }
 

@@ -479,7 +479,7 @@ fn interrupt_during_a_tool_cancels_and_kills_its_process_group() {
         Canned::sse(&text_stream(&["should not be asked for"])),
     ]);
     let sandbox = Sandbox::new("interrupt");
-    let child = sandbox.spawn(&args(&fake, &["-e", "sleep please"]));
+    let child = sandbox.spawn(&args(&fake, &["--approve", "all", "-e", "sleep please"]));
     let pid = child.id();
     let collected = crate::harness::collect(child);
     let needle = format!("sleep {marker}");

@@ -184,7 +184,7 @@ fn kinds(events: &[Value]) -> Vec<String> {
 #[test]
 fn streamed_tool_prompt_sends_typed_events_in_order() {
     let fake = FakeOpenAi::start(tool_script());
-    let server = CliServer::start(&fake, &[]);
+    let server = CliServer::start(&fake, &["--approve", "all"]);
     let events = stream_request(&server, "say hi with a tool").until_complete(1);
     assert_eq!(
         kinds(&events),
@@ -310,7 +310,7 @@ fn non_streaming_request_answers_once() {
 #[test]
 fn two_observers_see_every_event_in_the_same_order() {
     let fake = FakeOpenAi::start(tool_script());
-    let server = CliServer::start(&fake, &[]);
+    let server = CliServer::start(&fake, &["--approve", "all"]);
     let (mut first, hello_first) = observe(&server);
     let (mut second, hello_second) = observe(&server);
     assert_ne!(hello_first["client_id"], hello_second["client_id"]);
@@ -410,7 +410,7 @@ fn start_sleep(server: &CliServer, marker: &str) -> Events {
 fn cancel_stops_a_running_tool_within_a_second() {
     let marker = format!("cs-cancel-{}", std::process::id());
     let fake = FakeOpenAi::start(sleeping_tool(&marker));
-    let server = CliServer::start(&fake, &[]);
+    let server = CliServer::start(&fake, &["--approve", "all"]);
     let mut events = start_sleep(&server, &marker);
     let started = Instant::now();
     let (status, body) = post(&server, "/cancel", "");
@@ -432,7 +432,7 @@ fn cancel_stops_a_running_tool_within_a_second() {
 fn closing_a_streaming_client_cancels_its_request() {
     let marker = format!("cs-close-{}", std::process::id());
     let fake = FakeOpenAi::start(sleeping_tool(&marker));
-    let server = CliServer::start(&fake, &[]);
+    let server = CliServer::start(&fake, &["--approve", "all"]);
     let events = start_sleep(&server, &marker);
     drop(events);
     let started = Instant::now();
@@ -514,6 +514,20 @@ fn auth_matrix_over_every_route() {
                 "{method} {route} with {name} credentials"
             );
         }
+    }
+    // Approving needs the token too (with it, an id nobody waits on is 404).
+    let body = r#"{"decision":"allow"}"#;
+    for (header, expected) in [
+        (String::new(), 401),
+        (format!("Authorization: Bearer {token}\r\n"), 404),
+    ] {
+        let request = format!(
+            "POST /approve/1 HTTP/1.1\r\nHost: {}\r\n{header}Content-Length: {}\r\n\r\n{body}",
+            server.addr,
+            body.len()
+        );
+        let (status, answer) = raw_status(&server.addr, &request);
+        assert_eq!(status, expected, "{answer}");
     }
     let (status, answer) = raw_status(
         &server.addr,
@@ -614,6 +628,8 @@ fn cli_client_prints_what_a_local_run_prints() {
             &local_fake.base_url,
             "-m",
             "test",
+            "--approve",
+            "all",
             "-e",
             "say hi",
         ],
@@ -621,7 +637,7 @@ fn cli_client_prints_what_a_local_run_prints() {
     );
     assert_eq!(local.status, Some(0), "{}", local.stderr);
     let fake = FakeOpenAi::start(tool_script());
-    let server = CliServer::start(&fake, &[]);
+    let server = CliServer::start(&fake, &["--approve", "all"]);
     let remote = server.sandbox.run(
         &[
             "--backend",
@@ -649,4 +665,156 @@ fn cli_client_prints_what_a_local_run_prints() {
     assert_eq!(fake.requests().len(), 2);
     let (_, session) = get(&server, "/session");
     assert_eq!(session["messages"].as_array().unwrap().len(), 4);
+}
+
+/// A write tool round per prompt, each followed by an answer.
+fn write_script(files: &[&str]) -> Vec<Canned> {
+    files
+        .iter()
+        .enumerate()
+        .flat_map(|(n, file)| {
+            [
+                Canned::sse(&tool_call_stream(
+                    &format!("call_{n}"),
+                    "write",
+                    json!({"file_path": file, "content": "approved content"}),
+                )),
+                Canned::sse(&text_stream(&["Answered."])),
+            ]
+        })
+        .collect()
+}
+
+/// Reads events until the approval request and returns it.
+fn approval_request(events: &mut Events) -> Value {
+    loop {
+        let event = events.next().expect("events before the approval");
+        if event["type"] == "approval_required" {
+            return event;
+        }
+        assert_ne!(event["type"], "tool_result", "ran without asking: {event}");
+    }
+}
+
+/// The `tool_result` event of the rest of the request.
+fn tool_result(events: &mut Events) -> Value {
+    let rest = events.until_complete(1);
+    rest.into_iter()
+        .find(|e| e["type"] == "tool_result")
+        .expect("a tool result")
+}
+
+#[test]
+fn approval_round_trip_allow_deny_and_timeout() {
+    let fake = FakeOpenAi::start(write_script(&["allowed.txt", "denied.txt", "late.txt"]));
+    let server = CliServer::start(&fake, &["--approval-timeout", "2"]);
+    let work = server.sandbox.work();
+
+    let mut events = stream_request(&server, "write allowed");
+    let request = approval_request(&mut events);
+    assert_eq!(request["name"], "write");
+    assert_eq!(request["args"]["file_path"], "allowed.txt");
+    assert_eq!(request["tool_call_id"], "call_0");
+    let id = request["id"].as_str().expect("approval id").to_string();
+    assert!(
+        !work.join("allowed.txt").exists(),
+        "nothing runs before the answer"
+    );
+    let (status, body) = post(
+        &server,
+        &format!("/approve/{id}"),
+        r#"{"decision":"maybe"}"#,
+    );
+    assert_eq!(status, 400, "{body}");
+    let (status, body) = post(&server, &format!("/approve/{id}"), "not json");
+    assert_eq!(
+        (status, body["error"]["message"].is_string()),
+        (400, true),
+        "{body}"
+    );
+    let (status, body) = post(
+        &server,
+        &format!("/approve/{id}"),
+        r#"{"decision":"allow"}"#,
+    );
+    assert_eq!((status, &body["success"]), (200, &json!(true)), "{body}");
+    assert_eq!(tool_result(&mut events)["success"], true);
+    assert!(work.join("allowed.txt").exists());
+    let (status, body) = post(
+        &server,
+        &format!("/approve/{id}"),
+        r#"{"decision":"allow"}"#,
+    );
+    assert_eq!(status, 404, "an answered id is gone: {body}");
+    let (status, body) = post(&server, "/approve/no-such-id", r#"{"decision":"allow"}"#);
+    assert_eq!(
+        (status, body["error"]["message"].is_string()),
+        (404, true),
+        "{body}"
+    );
+
+    let mut events = stream_request(&server, "write denied");
+    let id = approval_request(&mut events)["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (status, _) = post(&server, &format!("/approve/{id}"), r#"{"decision":"deny"}"#);
+    assert_eq!(status, 200);
+    let result = tool_result(&mut events);
+    assert_eq!(result["success"], false, "{result}");
+    assert!(!work.join("denied.txt").exists());
+    let refused = fake.requests()[3].body["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert!(
+        refused["content"]
+            .as_str()
+            .unwrap()
+            .contains("The user denied"),
+        "{refused}"
+    );
+
+    // Nobody answers: after --approval-timeout the call is denied.
+    let mut events = stream_request(&server, "write late");
+    let id = approval_request(&mut events)["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let result = tool_result(&mut events);
+    assert_eq!(result["success"], false, "{result}");
+    assert!(
+        result["content"]
+            .as_str()
+            .unwrap()
+            .contains("arrived in time"),
+        "{result}"
+    );
+    assert!(!work.join("late.txt").exists());
+    let (status, _) = post(
+        &server,
+        &format!("/approve/{id}"),
+        r#"{"decision":"allow"}"#,
+    );
+    assert_eq!(status, 404, "a timed-out id cannot be approved later");
+    assert!(!work.join("late.txt").exists());
+
+    let audit = std::fs::read_to_string(
+        server
+            .sandbox
+            .root
+            .path()
+            .join("home/state/shepherd/audit.jsonl"),
+    )
+    .expect("audit log");
+    let decided: Vec<(String, String)> = audit
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(|l| (l["decision"].to_string(), l["decided_by"].to_string()))
+        .collect();
+    let expected = [("allow", "user"), ("deny", "user"), ("deny", "timeout")]
+        .map(|(d, b)| (format!("\"{d}\""), format!("\"{b}\"")));
+    assert_eq!(decided, expected);
 }

@@ -2,9 +2,11 @@
 //! real HTTP servers on 127.0.0.1:0 that replay recorded streams.
 
 mod api_server;
+mod approvals;
 mod backends;
 mod cli;
 mod cli_server;
 mod fake_openai;
 mod harness;
 mod terminal;
+mod tool_server;

@@ -467,3 +467,96 @@ fn continue_restores_the_last_session_in_this_directory() {
         "{contents:?}"
     );
 }
+
+#[test]
+fn repl_asks_before_a_write_and_a_denial_reaches_the_model() {
+    let fake = FakeOpenAi::start(vec![
+        Canned::sse(&tool_call_stream(
+            "call_no",
+            "write",
+            json!({"file_path": "denied.txt", "content": "x"}),
+        )),
+        Canned::sse(&text_stream(&["Understood, nothing written."])),
+        Canned::sse(&tool_call_stream(
+            "call_yes",
+            "write",
+            json!({"file_path": "allowed.txt", "content": "fine"}),
+        )),
+        Canned::sse(&text_stream(&["Written."])),
+    ]);
+    let sandbox = Sandbox::new("approve");
+    let tmux = Tmux::start(&sandbox, &fake_args(&fake.base_url, &[]));
+    tmux.wait_for("the prompt", |s| s.trim_end().ends_with('>'));
+    tmux.type_text("write a file");
+    tmux.key("Enter");
+    tmux.wait_text("? allow write? [y]es / [n]o / [a]lways");
+    assert_eq!(fake.requests().len(), 1, "the model waits for the answer");
+    tmux.type_text("n");
+    tmux.wait_text("Understood, nothing written.");
+    assert!(tmux.screen().contains("→ denied"), "{}", tmux.screen());
+    assert!(!sandbox.work().join("denied.txt").exists());
+    let requests = fake.requests();
+    let messages = requests[1].body["messages"].as_array().unwrap();
+    let tool = messages.last().unwrap();
+    assert_eq!(tool["role"], "tool");
+    assert_eq!(tool["tool_call_id"], "call_no");
+    assert!(
+        tool["content"]
+            .as_str()
+            .unwrap()
+            .contains("The user denied this call to 'write'"),
+        "{tool}"
+    );
+
+    tmux.wait_for("a fresh prompt", |_| tmux.last_line() == ">");
+    tmux.type_text("now write it");
+    tmux.key("Enter");
+    tmux.wait_for("the second question", |s| {
+        s.matches("? allow write?").count() == 2
+    });
+    tmux.type_text("y");
+    tmux.wait_text("Written.");
+    let written = std::fs::read_to_string(sandbox.work().join("allowed.txt"));
+    assert_eq!(written.ok().as_deref(), Some("fine"));
+}
+
+#[test]
+fn tui_always_allows_a_tool_for_the_rest_of_the_session() {
+    let fake = FakeOpenAi::start(vec![
+        Canned::sse(&tool_call_stream(
+            "call_1",
+            "write",
+            json!({"file_path": "one.txt", "content": "1"}),
+        )),
+        Canned::sse(&text_stream(&["First written."])),
+        Canned::sse(&tool_call_stream(
+            "call_2",
+            "write",
+            json!({"file_path": "two.txt", "content": "2"}),
+        )),
+        Canned::sse(&text_stream(&["Second written."])),
+    ]);
+    let sandbox = Sandbox::new("tui-approve");
+    let tmux = Tmux::start(&sandbox, &fake_args(&fake.base_url, &["--tui"]));
+    tmux.wait_text("cmdline | test");
+    tmux.type_text("write one");
+    tmux.key("Enter");
+    tmux.wait_text("? allow write?");
+    tmux.type_text("a");
+    tmux.wait_text("First written.");
+    assert!(sandbox.work().join("one.txt").exists());
+    tmux.type_text("write two");
+    tmux.key("Enter");
+    tmux.wait_text("Second written.");
+    assert!(sandbox.work().join("two.txt").exists());
+    let screen = tmux.screen();
+    assert_eq!(screen.matches("? allow write?").count(), 1, "{screen}");
+    let audit =
+        std::fs::read_to_string(sandbox.root.path().join("home/state/shepherd/audit.jsonl"))
+            .expect("audit log");
+    let by: Vec<String> = audit
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["decided_by"].to_string())
+        .collect();
+    assert_eq!(by, ["\"user\"", "\"session\""]);
+}

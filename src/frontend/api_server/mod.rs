@@ -534,6 +534,7 @@ fn load(settings: &Settings) -> Result<Loaded, String> {
             registry,
             root: std::env::current_dir().unwrap_or_else(|_| ".".into()),
             max_rounds: settings.max_rounds,
+            policy: settings.approvals.policy.clone(),
         })
     });
     let pool = Pool::new(settings.queue_size);

@@ -15,14 +15,18 @@ use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender};
 
+use crate::approval::{Gate, Headless, Policy};
+use crate::audit::AuditLog;
 use crate::backend::{Backend, GenerateRequest, Reply, Sampling, ToolChoice, ToolSpec, Usage};
 use crate::core::{
-    BackendError, Event, EventSink, FinishReason, Flow, Message, Session, ToolResultEvent,
+    BackendError, Event, EventSink, FinishReason, Flow, Message, Session, ToolCall,
+    ToolResultEvent,
 };
-use crate::tools::{truncate, ToolContext, ToolRegistry};
+use crate::tools::{truncate, ToolContext, ToolOutput, ToolRegistry};
 
 /// One generation request, stateless: the conversation comes with it.
 #[derive(Debug, Clone)]
@@ -49,6 +53,17 @@ pub struct ServerTools {
     pub root: PathBuf,
     /// Most generations per request; the original's cap is 25.
     pub max_rounds: u32,
+    /// The configured approval rules: a server has no one to ask, so a call
+    /// the rules do not allow is refused (and the model told so).
+    pub policy: Policy,
+}
+
+impl ServerTools {
+    /// One request's checkpoint: the rules, nobody to ask, the audit log.
+    fn gate(&self) -> Gate {
+        Gate::new(self.policy.clone(), Box::new(Headless), "server")
+            .with_audit(AuditLog::open_default())
+    }
 }
 
 struct Job {
@@ -257,6 +272,7 @@ impl Worker {
         let mut ctx = ToolContext::new(tools.root.clone());
         ctx.cancel = cancel.clone();
         let mut usage = Usage::default();
+        let mut gate = tools.gate();
         for round in 0..tools.max_rounds {
             let choice = if round == 0 {
                 work.tool_choice.clone()
@@ -291,7 +307,7 @@ impl Worker {
                     return Err(BackendError::Cancelled);
                 }
                 sink.emit(Event::ToolCall(call.clone()));
-                let output = tools.registry.run(call, &ctx);
+                let output = run_gated(tools, &mut gate, call, &ctx, sink);
                 let limit = self.tool_output_limit();
                 let output = truncate::truncate_output(output, limit);
                 sink.emit(Event::ToolResult(ToolResultEvent {
@@ -328,6 +344,33 @@ impl Worker {
         };
         usize::try_from(context.saturating_mul(3) / 4).unwrap_or(usize::MAX)
     }
+}
+
+
+/// Runs `call` if the approval rules let it, and records it in the audit log.
+fn run_gated(
+    tools: &ServerTools,
+    gate: &mut Gate,
+    call: &ToolCall,
+    ctx: &ToolContext,
+    sink: &mut JobSink<'_>,
+) -> ToolOutput {
+    let side_effecting = tools
+        .registry
+        .get(&call.name)
+        .is_none_or(|tool| tool.side_effecting(&call.arguments));
+    let mut notify = |event: Event| {
+        sink.emit(event);
+    };
+    let verdict = gate.check(call, side_effecting, &mut notify, &ctx.cancel);
+    let started = Instant::now();
+    let output = if verdict.allowed {
+        tools.registry.run(call, ctx)
+    } else {
+        verdict.refusal(&call.name)
+    };
+    gate.record(call, verdict, started.elapsed(), &output);
+    output
 }
 
 #[cfg(test)]

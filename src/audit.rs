@@ -1,0 +1,209 @@
+//! The audit log: one JSON line per tool call, appended to
+//! `$XDG_STATE_HOME/shepherd/audit.jsonl` (or `~/.local/state/shepherd/`).
+//!
+//! Every mode that runs tools writes here (REPL, TUI, headless, the servers,
+//! the tool server), so one file answers "what ran on this machine, who
+//! allowed it, how long it took and how it ended". The file is opened with
+//! `O_APPEND` and each record is one `write` of a whole line, so records from
+//! several shepherd processes interleave without tearing. Records hold the
+//! tool's arguments and one-line summary, never its output and never an auth
+//! token.
+//!
+//! The record is our own persisted format: its field names are a
+//! compatibility promise.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::approval::Verdict;
+use crate::core::ToolCall;
+use crate::tools::time::strftime;
+use crate::tools::ToolOutput;
+
+/// `$XDG_STATE_HOME/shepherd/audit.jsonl`, else `$HOME/.local/state/shepherd/audit.jsonl`.
+pub fn default_path() -> PathBuf {
+    let xdg = std::env::var_os("XDG_STATE_HOME").map(PathBuf::from);
+    let dir = match xdg {
+        // The XDG spec says relative values are invalid and must be ignored.
+        Some(dir) if dir.is_absolute() => dir,
+        _ => std::env::var_os("HOME")
+            .map_or_else(|| PathBuf::from("."), PathBuf::from)
+            .join(".local/state"),
+    };
+    dir.join("shepherd").join("audit.jsonl")
+}
+
+/// An open audit log; cheap to clone and shared between threads.
+#[derive(Clone)]
+pub struct AuditLog {
+    file: Arc<Mutex<File>>,
+}
+
+impl AuditLog {
+    /// Opens (creating with mode 0600, its directory 0700) `path` for appending.
+    pub fn open(path: &Path) -> std::io::Result<AuditLog> {
+        if let Some(dir) = path.parent() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)?;
+        }
+        let file = OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .open(path)?;
+        Ok(AuditLog {
+            file: Arc::new(Mutex::new(file)),
+        })
+    }
+
+    /// Opens the default log; a log that cannot be opened is reported once on
+    /// stderr and tool calls go on without it.
+    pub fn open_default() -> Option<AuditLog> {
+        let path = default_path();
+        match AuditLog::open(&path) {
+            Ok(log) => Some(log),
+            Err(error) => {
+                eprintln!(
+                    "shepherd: cannot open the audit log {}: {error}",
+                    path.display()
+                );
+                None
+            }
+        }
+    }
+
+    /// Appends one record as one line in a single write.
+    pub fn append(&self, record: &AuditRecord<'_>) {
+        let Ok(mut line) = serde_json::to_string(record) else {
+            return;
+        };
+        line.push('\n');
+        let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(error) = file.write_all(line.as_bytes()) {
+            crate::log::debug(crate::log::Category::Tools, || {
+                format!("audit log write failed: {error}")
+            });
+        }
+    }
+}
+
+/// One line of the audit log.
+#[derive(Serialize)]
+pub struct AuditRecord<'a> {
+    /// UTC, ISO 8601.
+    pub time: String,
+    pub unix_ms: u128,
+    pub pid: u32,
+    /// Which front-end ran the agent: `repl`, `tui`, `headless`, `json`, `cliserver`, `toolserver`.
+    pub mode: &'a str,
+    pub tool: &'a str,
+    pub call_id: &'a str,
+    pub arguments: &'a Value,
+    /// `allow` or `deny`.
+    pub decision: &'static str,
+    /// `policy`, `user`, `session`, `timeout`, `cancelled` or `no_approver`.
+    pub decided_by: &'static str,
+    pub duration_ms: u128,
+    /// `ok`, `error`, or `not_run` for a refused call.
+    pub outcome: &'static str,
+    pub summary: &'a str,
+}
+
+impl<'a> AuditRecord<'a> {
+    pub fn new(
+        mode: &'a str,
+        call: &'a ToolCall,
+        verdict: Verdict,
+        took: Duration,
+        output: &'a ToolOutput,
+    ) -> AuditRecord<'a> {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        let outcome = match (verdict.allowed, output.error) {
+            (false, _) => "not_run",
+            (true, false) => "ok",
+            (true, true) => "error",
+        };
+        AuditRecord {
+            time: strftime("%Y-%m-%dT%H:%M:%SZ", now.as_secs() as i64),
+            unix_ms: now.as_millis(),
+            pid: std::process::id(),
+            mode,
+            tool: &call.name,
+            call_id: &call.id,
+            arguments: &call.arguments,
+            decision: if verdict.allowed { "allow" } else { "deny" },
+            decided_by: verdict.by.as_str(),
+            duration_ms: took.as_millis(),
+            outcome,
+            summary: &output.summary,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::approval::{DecidedBy, Verdict};
+    use serde_json::json;
+
+    #[test]
+    fn records_are_appended_as_json_lines() {
+        let dir = std::env::temp_dir().join(format!("shepherd-audit-{}", std::process::id()));
+        let path = dir.join("sub/audit.jsonl");
+        let _ = std::fs::remove_dir_all(&dir);
+        let call = ToolCall {
+            id: "c1".into(),
+            name: "write".into(),
+            arguments: json!({"file_path": "a", "content": "line\nbreak"}),
+        };
+        let output = ToolOutput::ok("wrote", "wrote 1 line");
+        let verdicts = [
+            Verdict {
+                allowed: true,
+                by: DecidedBy::User,
+            },
+            Verdict {
+                allowed: false,
+                by: DecidedBy::Timeout,
+            },
+        ];
+        for verdict in verdicts {
+            // Each record reopens, as separate processes would.
+            let log = AuditLog::open(&path).unwrap();
+            log.append(&AuditRecord::new(
+                "repl",
+                &call,
+                verdict,
+                Duration::from_millis(3),
+                &output,
+            ));
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0]["decision"], "allow");
+        assert_eq!(lines[0]["decided_by"], "user");
+        assert_eq!(lines[0]["outcome"], "ok");
+        assert_eq!(lines[0]["arguments"]["content"], "line\nbreak");
+        assert_eq!(lines[1]["decided_by"], "timeout");
+        assert_eq!(lines[1]["outcome"], "not_run");
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

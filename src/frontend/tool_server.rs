@@ -1,0 +1,817 @@
+//! `shepherd --toolserver`: shepherd's tools served over TCP as JSON-RPC 2.0,
+//! one JSON object per line (seed 003; the wire is in [`crate::tools::rpc`]).
+//!
+//! No model runs here: a client (another shepherd with `--tool-backend`, or
+//! anything that writes JSON lines) lists the tools with `listTools` and runs
+//! them with `executeTool`. The registry is the one the agent would get, so
+//! every tool shepherd has is offered.
+//!
+//! Threads and limits: one accept loop (backing off on errors such as EMFILE
+//! instead of dying), one named thread per connection up to
+//! [`ToolServerConfig::max_connections`] (the next one gets a [`rpc::BUSY`]
+//! error and is closed), lines capped at [`ToolServerConfig::max_line`], and a
+//! connection that stays silent for [`ToolServerConfig::idle_timeout`] is
+//! closed. Every request gets an answer: bad JSON a parse error, unknown
+//! methods "method not found", bad parameters "invalid params"; only JSON-RPC
+//! notifications (requests without `id`) are answered with silence, as the
+//! spec requires.
+//!
+//! Security: loopback by default; with a token (required for any other bind)
+//! a connection must first call `auth {token}` (compared in constant time);
+//! a wrong token is answered and the connection closed. Nobody can be asked
+//! here, so calls go through the approval policy with no approver: read-only
+//! tools run, side-effecting ones only when `--approve` (or config) allows
+//! them. Every `executeTool` is written to the audit log.
+
+use std::io::{self, BufReader, BufWriter, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::approval::{DecidedBy, Decision, Policy, Verdict};
+use crate::audit::{AuditLog, AuditRecord};
+use crate::core::ToolCall;
+use crate::tools::rpc::{self, Line, Response, RpcError, ToolEntry};
+use crate::tools::{args, ToolContext, ToolOutput, ToolRegistry};
+
+use super::http::constant_time_eq;
+
+/// The tool server's settings, passed as values.
+pub struct ToolServerConfig {
+    pub host: String,
+    pub port: u16,
+    pub token: Option<String>,
+    pub policy: Policy,
+    /// File tools stay inside it; `bash` starts in it.
+    pub root: PathBuf,
+    pub max_connections: usize,
+    pub max_line: usize,
+    pub idle_timeout: Duration,
+    pub write_timeout: Duration,
+}
+
+impl ToolServerConfig {
+    pub fn new(host: String, port: u16, token: Option<String>, policy: Policy) -> Self {
+        ToolServerConfig {
+            host,
+            port,
+            token,
+            policy,
+            root: std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
+            max_connections: 64,
+            max_line: 4 * 1024 * 1024,
+            idle_timeout: Duration::from_secs(300),
+            write_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// What every connection shares.
+struct Shared {
+    tools: ToolRegistry,
+    config: ToolServerConfig,
+    audit: Option<AuditLog>,
+    /// Open connections, for the cap.
+    active: AtomicUsize,
+    /// Tool runs in progress, for a clean exit on a signal.
+    running: AtomicUsize,
+    /// Set on a signal: running tools stop and kill their process groups.
+    cancel: Arc<AtomicBool>,
+}
+
+/// Refuses a non-loopback bind without a token: the tools run with this user's rights.
+pub fn check_bind(host: &str, token: Option<&str>) -> Result<(), String> {
+    if super::cli_server::host_is_loopback(host) || token.is_some() {
+        return Ok(());
+    }
+    Err(format!(
+        "refusing to serve tools on {host} without an auth token: anyone who can reach it \
+         could run commands as you. Set one with --auth-token-file FILE, 'auth_token' in \
+         config.json or SHEPHERD_AUTH_TOKEN, or listen on 127.0.0.1"
+    ))
+}
+
+/// Serves until the process is stopped. Returns the exit code.
+pub fn run(tools: ToolRegistry, config: ToolServerConfig, audit: Option<AuditLog>) -> i32 {
+    let listener = match TcpListener::bind((config.host.as_str(), config.port)) {
+        Ok(listener) => listener,
+        Err(error) => {
+            eprintln!(
+                "shepherd: cannot listen on {}:{}: {error}",
+                config.host, config.port
+            );
+            return 1;
+        }
+    };
+    match listener.local_addr() {
+        Ok(addr) => eprintln!(
+            "shepherd: toolserver listening on {addr} ({} tools)",
+            tools.names().len()
+        ),
+        Err(error) => eprintln!("shepherd: toolserver listening (address unknown: {error})"),
+    }
+    let shared = Arc::new(Shared {
+        tools,
+        config,
+        audit,
+        active: AtomicUsize::new(0),
+        running: AtomicUsize::new(0),
+        cancel: Arc::new(AtomicBool::new(false)),
+    });
+    stop_on_signals(shared.clone());
+    accept_loop(&listener, &shared);
+    0
+}
+
+fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
+    let mut backoff = Duration::from_millis(10);
+    loop {
+        match listener.accept() {
+            Ok((stream, peer)) => {
+                backoff = Duration::from_millis(10);
+                start_connection(stream, peer, shared);
+            }
+            // EMFILE and friends pass; the listener must not die of them.
+            Err(error) => {
+                crate::log::debug(crate::log::Category::Tools, || {
+                    format!("toolserver accept failed: {error}")
+                });
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+            }
+        }
+    }
+}
+
+/// Holds one slot of the connection cap while it lives.
+struct Slot(Arc<Shared>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn start_connection(stream: TcpStream, peer: SocketAddr, shared: &Arc<Shared>) {
+    let count = shared.active.fetch_add(1, Ordering::SeqCst);
+    let slot = Slot(shared.clone());
+    if count >= shared.config.max_connections {
+        let error = RpcError::new(rpc::BUSY, "too many connections; try again later");
+        let _ = answer_and_close(stream, &Response::err(Value::Null, error));
+        return;
+    }
+    let spawned = std::thread::Builder::new()
+        .name("shepherd-toolconn".into())
+        .spawn(move || {
+            let shared = slot.0.clone();
+            if let Err(error) = serve_connection(stream, &shared) {
+                crate::log::debug(crate::log::Category::Tools, || {
+                    format!("toolserver connection {peer}: {error}")
+                });
+            }
+            drop(slot);
+        });
+    if let Err(error) = spawned {
+        eprintln!("shepherd: cannot start a toolserver connection thread: {error}");
+    }
+}
+
+fn answer_and_close(mut stream: TcpStream, response: &Response) -> io::Result<()> {
+    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
+    write_response(&mut stream, response)
+}
+
+fn write_response(out: &mut impl Write, response: &Response) -> io::Result<()> {
+    let mut line = serde_json::to_vec(response).map_err(io::Error::other)?;
+    line.push(b'\n');
+    out.write_all(&line)?;
+    out.flush()
+}
+
+/// Per-connection state.
+struct Connection<'a> {
+    shared: &'a Shared,
+    authenticated: bool,
+    /// Set after a failed `auth`: answer, then hang up.
+    close: bool,
+    /// The connection's socket, watched while a tool runs; `None` in unit tests.
+    socket: Option<TcpStream>,
+}
+
+fn serve_connection(stream: TcpStream, shared: &Shared) -> io::Result<()> {
+    stream.set_read_timeout(Some(shared.config.idle_timeout))?;
+    stream.set_write_timeout(Some(shared.config.write_timeout))?;
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let socket = Some(stream.try_clone()?);
+    let mut writer = BufWriter::new(stream);
+    let mut conn = Connection {
+        shared,
+        authenticated: shared.config.token.is_none(),
+        close: false,
+        socket,
+    };
+    loop {
+        // An idle timeout or a reset ends the connection; there is no request to answer.
+        let line = rpc::read_line(&mut reader, shared.config.max_line)?;
+        let reply = match line {
+            Line::Eof => return Ok(()),
+            Line::TooLong => Some(Reply::error(
+                rpc::INVALID_REQUEST,
+                format!("line longer than {} bytes", shared.config.max_line),
+            )),
+            Line::Text(bytes) if bytes.iter().all(u8::is_ascii_whitespace) => None,
+            Line::Text(bytes) => conn.handle_line(&bytes),
+        };
+        match reply {
+            Some(Reply::One(response)) => write_response(&mut writer, &response)?,
+            Some(Reply::Batch(responses)) => {
+                let mut line = serde_json::to_vec(&responses).map_err(io::Error::other)?;
+                line.push(b'\n');
+                writer.write_all(&line)?;
+                writer.flush()?;
+            }
+            None => {}
+        }
+        if conn.close {
+            return Ok(());
+        }
+    }
+}
+
+/// What one line is answered with.
+enum Reply {
+    One(Box<Response>),
+    Batch(Vec<Response>),
+}
+
+impl Reply {
+    /// An error about the line itself, so without an id.
+    fn error(code: i64, message: String) -> Reply {
+        Reply::One(Box::new(Response::err(
+            Value::Null,
+            RpcError::new(code, message),
+        )))
+    }
+}
+
+impl Connection<'_> {
+    fn handle_line(&mut self, bytes: &[u8]) -> Option<Reply> {
+        let value: Value = match serde_json::from_slice(bytes) {
+            Ok(value) => value,
+            Err(error) => {
+                let message = format!("parse error: {error}");
+                return Some(Reply::error(rpc::PARSE_ERROR, message));
+            }
+        };
+        match value {
+            Value::Array(items) if items.is_empty() => {
+                Some(Reply::error(rpc::INVALID_REQUEST, "empty batch".into()))
+            }
+            Value::Array(items) => {
+                let responses: Vec<Response> =
+                    items.into_iter().filter_map(|v| self.handle(v)).collect();
+                (!responses.is_empty()).then_some(Reply::Batch(responses))
+            }
+            single => self.handle(single).map(|r| Reply::One(Box::new(r))),
+        }
+    }
+
+    /// Answers one request object; `None` for a notification.
+    fn handle(&mut self, value: Value) -> Option<Response> {
+        let request = match parse_request(value) {
+            Ok(request) => request,
+            Err(response) => return Some(*response),
+        };
+        let outcome = self.dispatch(&request.method, request.params);
+        let id = request.id?;
+        Some(match outcome {
+            Ok(result) => Response::ok(id, result),
+            Err(error) => Response::err(id, error),
+        })
+    }
+
+    fn dispatch(&mut self, method: &str, params: Value) -> Result<Value, RpcError> {
+        if method == "auth" {
+            return self.auth(params);
+        }
+        if !self.authenticated {
+            return Err(RpcError::new(
+                rpc::UNAUTHORIZED,
+                "authentication required: call auth with {\"token\": ...} first",
+            ));
+        }
+        match method {
+            "listTools" => Ok(self.list_tools()),
+            "executeTool" => self.execute(params),
+            "sideEffecting" => self.side_effecting(params),
+            other => Err(RpcError::new(
+                rpc::METHOD_NOT_FOUND,
+                format!(
+                    "method not found: {other} (methods: listTools, executeTool, \
+                     sideEffecting, auth)"
+                ),
+            )),
+        }
+    }
+
+    fn auth(&mut self, params: Value) -> Result<Value, RpcError> {
+        let Some(expected) = &self.shared.config.token else {
+            self.authenticated = true;
+            return Ok(Value::Bool(true));
+        };
+        let given = params.get("token").and_then(Value::as_str).unwrap_or("");
+        if constant_time_eq(given.as_bytes(), expected.as_bytes()) {
+            self.authenticated = true;
+            Ok(Value::Bool(true))
+        } else {
+            self.close = true;
+            Err(RpcError::new(rpc::UNAUTHORIZED, "invalid token"))
+        }
+    }
+
+    fn list_tools(&self) -> Value {
+        let entries: Vec<ToolEntry> = self
+            .shared
+            .tools
+            .specs()
+            .into_iter()
+            .map(|spec| ToolEntry {
+                name: spec.name,
+                description: spec.description,
+                parameters: spec.parameters,
+            })
+            .collect();
+        serde_json::to_value(entries).unwrap_or(Value::Array(Vec::new()))
+    }
+
+    fn execute(&self, params: Value) -> Result<Value, RpcError> {
+        let call = tool_call(params)?;
+        let tool = self.shared.tools.get(&call.name).ok_or_else(|| {
+            invalid_params(format!(
+                "unknown tool '{}' (tools: {})",
+                call.name,
+                self.shared.tools.names().join(", ")
+            ))
+        })?;
+        if let Err(message) = args::validate(&tool.parameters(), &call.arguments) {
+            return Err(invalid_params(format!(
+                "invalid arguments for '{}': {message}",
+                call.name
+            )));
+        }
+        let side_effecting = tool.side_effecting(&call.arguments);
+        let verdict = match self.shared.config.policy.decide(&call.name, side_effecting) {
+            Decision::Allow => Verdict {
+                allowed: true,
+                by: DecidedBy::Policy,
+            },
+            Decision::Deny => Verdict {
+                allowed: false,
+                by: DecidedBy::Policy,
+            },
+            Decision::Ask => Verdict {
+                allowed: false,
+                by: DecidedBy::NoApprover,
+            },
+        };
+        let started = Instant::now();
+        let output = if verdict.allowed {
+            self.run_watched(&call)
+        } else {
+            verdict.refusal(&call.name)
+        };
+        self.audit(&call, verdict, started.elapsed(), &output);
+        if !verdict.allowed {
+            return Err(RpcError::new(rpc::DENIED, output.content));
+        }
+        if output.error {
+            let mut error = RpcError::new(rpc::TOOL_FAILED, "the tool reported a failure");
+            error.data = Some(json!({"content": output.content, "summary": output.summary}));
+            return Err(error);
+        }
+        Ok(Value::String(output.content))
+    }
+
+    /// Runs an allowed call while a watcher cancels it when the client hangs
+    /// up (or the server is stopped), so its process group does not outlive
+    /// the request.
+    fn run_watched(&self, call: &ToolCall) -> ToolOutput {
+        let cancel = Arc::new(AtomicBool::new(false));
+        let mut ctx = ToolContext::new(self.shared.config.root.clone());
+        ctx.cancel = cancel.clone();
+        self.shared.running.fetch_add(1, Ordering::SeqCst);
+        let output = std::thread::scope(|scope| {
+            // Dropping `done` (when the tool returns) ends the watcher at once.
+            let (done, finished) = crossbeam_channel::bounded::<()>(0);
+            if let Some(socket) = &self.socket {
+                let stop = &self.shared.cancel;
+                let cancel = &cancel;
+                scope.spawn(move || watch_peer(socket, cancel, &finished, stop));
+            }
+            let output = self.shared.tools.run(call, &ctx);
+            drop(done);
+            output
+        });
+        self.shared.running.fetch_sub(1, Ordering::SeqCst);
+        output
+    }
+
+    fn side_effecting(&self, params: Value) -> Result<Value, RpcError> {
+        let call = tool_call(params)?;
+        match self.shared.tools.get(&call.name) {
+            Some(tool) => Ok(Value::Bool(tool.side_effecting(&call.arguments))),
+            None => Err(invalid_params(format!("unknown tool '{}'", call.name))),
+        }
+    }
+
+    fn audit(&self, call: &ToolCall, verdict: Verdict, took: Duration, output: &ToolOutput) {
+        if let Some(audit) = &self.shared.audit {
+            audit.append(&AuditRecord::new("toolserver", call, verdict, took, output));
+        }
+    }
+}
+
+/// How often a running call checks whether its client is still there.
+const PEEK_POLL: Duration = Duration::from_millis(100);
+
+/// Sets `cancel` when the peer closes the connection or `stop` is set; ends
+/// when `finished` closes. The connection thread is inside the tool meanwhile,
+/// so switching the socket to non-blocking for each peek cannot disturb it.
+fn watch_peer(socket: &TcpStream, cancel: &AtomicBool, finished: &Receiver<()>, stop: &AtomicBool) {
+    let mut byte = [0u8; 1];
+    while let Err(RecvTimeoutError::Timeout) = finished.recv_timeout(PEEK_POLL) {
+        if stop.load(Ordering::SeqCst) {
+            cancel.store(true, Ordering::SeqCst);
+            return;
+        }
+        if socket.set_nonblocking(true).is_err() {
+            return;
+        }
+        let peeked = socket.peek(&mut byte);
+        let _ = socket.set_nonblocking(false);
+        match peeked {
+            // Data waiting (the next request) means the client is there.
+            Ok(n) if n > 0 => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            // End of stream or a reset: the client hung up.
+            _ => {
+                cancel.store(true, Ordering::SeqCst);
+                return;
+            }
+        }
+    }
+}
+
+/// A request object, checked.
+struct ParsedRequest {
+    /// `None` for a notification.
+    id: Option<Value>,
+    method: String,
+    params: Value,
+}
+
+/// Checks the JSON-RPC envelope; the error answer carries the id when it could be read.
+fn parse_request(value: Value) -> Result<ParsedRequest, Box<Response>> {
+    let refuse = |id: Value, message: &str| {
+        Box::new(Response::err(
+            id,
+            RpcError::new(rpc::INVALID_REQUEST, message),
+        ))
+    };
+    let Value::Object(mut object) = value else {
+        return Err(refuse(Value::Null, "a request must be a JSON object"));
+    };
+    let id = object.remove("id");
+    let usable_id = match &id {
+        None => Value::Null,
+        Some(id @ (Value::String(_) | Value::Number(_) | Value::Null)) => id.clone(),
+        Some(_) => return Err(refuse(Value::Null, "id must be a string, number or null")),
+    };
+    let invalid = |message: &str| refuse(usable_id.clone(), message);
+    if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err(invalid("jsonrpc must be \"2.0\""));
+    }
+    let Some(Value::String(method)) = object.remove("method") else {
+        return Err(invalid("method must be a string"));
+    };
+    let params = object.remove("params").unwrap_or(Value::Null);
+    if !matches!(params, Value::Null | Value::Object(_) | Value::Array(_)) {
+        return Err(invalid("params must be an object or an array"));
+    }
+    Ok(ParsedRequest { id, method, params })
+}
+
+fn invalid_params(message: impl Into<String>) -> RpcError {
+    RpcError::new(rpc::INVALID_PARAMS, message)
+}
+
+/// `{name, arguments}` of `executeTool` and `sideEffecting`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CallParams {
+    name: String,
+    #[serde(default)]
+    arguments: Option<Value>,
+}
+
+fn tool_call(params: Value) -> Result<ToolCall, RpcError> {
+    let params: CallParams = serde_json::from_value(params).map_err(|e| {
+        invalid_params(format!(
+            "expected {{\"name\": string, \"arguments\": object}}: {e}"
+        ))
+    })?;
+    let arguments = match params.arguments {
+        None | Some(Value::Null) => json!({}),
+        Some(object @ Value::Object(_)) => object,
+        Some(_) => return Err(invalid_params("arguments must be an object")),
+    };
+    Ok(ToolCall {
+        id: "toolserver".into(),
+        name: params.name,
+        arguments,
+    })
+}
+
+/// Ctrl-C and SIGTERM cancel the running tools (killing their process
+/// groups), wait a moment for them to wind down, then exit.
+fn stop_on_signals(shared: Arc<Shared>) {
+    let Ok(signals) = crate::sys::interrupt_signals() else {
+        return;
+    };
+    let watcher = std::thread::Builder::new()
+        .name("shepherd-interrupt".into())
+        .spawn(move || {
+            if let Ok(signum) = signals.recv() {
+                shared.cancel.store(true, Ordering::SeqCst);
+                let end = Instant::now() + Duration::from_secs(2);
+                while shared.running.load(Ordering::SeqCst) > 0 && Instant::now() < end {
+                    let _ = signals.recv_timeout(Duration::from_millis(20));
+                }
+                std::process::exit(128 + signum);
+            }
+        });
+    if let Err(error) = watcher {
+        eprintln!("shepherd: cannot start the signal watcher: {error}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shared(token: Option<&str>, policy: Policy) -> Shared {
+        let mut config =
+            ToolServerConfig::new("127.0.0.1".into(), 0, token.map(String::from), policy);
+        config.root = std::env::temp_dir();
+        Shared {
+            tools: ToolRegistry::builtin(),
+            config,
+            audit: None,
+            active: AtomicUsize::new(0),
+            running: AtomicUsize::new(0),
+            cancel: Arc::default(),
+        }
+    }
+
+    /// Sends `line` and returns the answer as JSON (`Null` for no answer).
+    fn check(conn: &mut Connection<'_>, line: &str) -> Value {
+        match conn.handle_line(line.as_bytes()) {
+            Some(Reply::One(r)) => serde_json::to_value(r).unwrap(),
+            Some(Reply::Batch(r)) => serde_json::to_value(r).unwrap(),
+            None => Value::Null,
+        }
+    }
+
+    fn code(answer: &Value) -> i64 {
+        answer["error"]["code"].as_i64().unwrap_or(0)
+    }
+
+    #[test]
+    fn envelope_errors_have_their_codes() {
+        let shared = shared(None, Policy::default());
+        let mut conn = Connection {
+            shared: &shared,
+            authenticated: true,
+            close: false,
+            socket: None,
+        };
+        let cases = [
+            ("{not json", rpc::PARSE_ERROR, Value::Null),
+            ("[]", rpc::INVALID_REQUEST, Value::Null),
+            ("7", rpc::INVALID_REQUEST, Value::Null),
+            (
+                r#"{"jsonrpc":"1.0","method":"listTools","id":1}"#,
+                rpc::INVALID_REQUEST,
+                json!(1),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":"x"}"#,
+                rpc::INVALID_REQUEST,
+                json!("x"),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","method":"listTools","id":{}}"#,
+                rpc::INVALID_REQUEST,
+                Value::Null,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","method":"nope","id":2}"#,
+                rpc::METHOD_NOT_FOUND,
+                json!(2),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","method":"executeTool","id":3}"#,
+                rpc::INVALID_PARAMS,
+                json!(3),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","method":"executeTool","params":{"name":"zz"},"id":4}"#,
+                rpc::INVALID_PARAMS,
+                json!(4),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","method":"executeTool","params":{"name":"read","arguments":[1]},"id":5}"#,
+                rpc::INVALID_PARAMS,
+                json!(5),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","method":"executeTool","params":{"name":"read","arguments":{}},"id":6}"#,
+                rpc::INVALID_PARAMS,
+                json!(6),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","method":"executeTool","params":{"name":"write","arguments":{"file_path":"x","content":"y"}},"id":7}"#,
+                rpc::DENIED,
+                json!(7),
+            ),
+        ];
+        for (line, expected, id) in cases {
+            let answer = check(&mut conn, line);
+            assert_eq!(code(&answer), expected, "{line} → {answer}");
+            assert_eq!(answer["id"], id, "{line} → {answer}");
+            assert_eq!(answer["jsonrpc"], "2.0");
+        }
+        // A notification runs but is not answered; a batch answers its requests.
+        assert_eq!(
+            check(&mut conn, r#"{"jsonrpc":"2.0","method":"listTools"}"#),
+            Value::Null
+        );
+        let batch = check(
+            &mut conn,
+            r#"[{"jsonrpc":"2.0","method":"listTools","id":1},{"jsonrpc":"2.0","method":"x"},5]"#,
+        );
+        assert_eq!(batch.as_array().unwrap().len(), 2, "{batch}");
+        assert!(batch[0]["result"].is_array());
+        assert_eq!(code(&batch[1]), rpc::INVALID_REQUEST);
+    }
+
+    #[test]
+    fn a_connection_over_the_cap_gets_an_answer_then_closes() {
+        use std::io::BufRead;
+        let mut over = shared(None, Policy::default());
+        over.config.max_connections = 0;
+        let over = Arc::new(over);
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (stream, peer) = listener.accept().unwrap();
+        start_connection(stream, peer, &over);
+        let mut reader = std::io::BufReader::new(client);
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        let answer: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(code(&answer), rpc::BUSY, "{answer}");
+        line.clear();
+        assert_eq!(
+            reader.read_line(&mut line).unwrap(),
+            0,
+            "closed after the answer"
+        );
+        assert_eq!(
+            over.active.load(Ordering::SeqCst),
+            0,
+            "the slot is given back"
+        );
+    }
+
+    #[test]
+    fn every_malformed_line_gets_exactly_one_error_and_nothing_panics() {
+        let shared = shared(None, Policy::default());
+        let mut conn = Connection {
+            shared: &shared,
+            authenticated: true,
+            close: false,
+            socket: None,
+        };
+        let valid = r#"{"jsonrpc":"2.0","method":"executeTool","params":{"name":"read","arguments":{"file_path":"x"}},"id":42}"#;
+        let mut corpus: Vec<Vec<u8>> = (1..valid.len())
+            .map(|at| valid.as_bytes()[..at].to_vec())
+            .collect();
+        let nested = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+        for line in [
+            nested.as_str(),
+            r#"{"jsonrpc":"2.0","method":"listTools","id":1e400}"#,
+            r#"{"jsonrpc":2,"method":"listTools","id":1}"#,
+            r#"{"jsonrpc":"2.0","method":7,"id":1}"#,
+            r#"{"jsonrpc":"2.0","method":"executeTool","params":"read","id":1}"#,
+            r#"{"jsonrpc":"2.0","method":"executeTool","params":{"name":3},"id":1}"#,
+            r#"{"jsonrpc":"2.0","method":"executeTool","params":{"name":"read","extra":1},"id":1}"#,
+            "null",
+            "\"listTools\"",
+            "{}",
+        ] {
+            corpus.push(line.as_bytes().to_vec());
+        }
+        corpus.push(vec![0xc3, 0x28, b'{', 0xff]);
+        for line in &corpus {
+            let answer = match conn.handle_line(line) {
+                Some(Reply::One(r)) => serde_json::to_value(r).unwrap(),
+                other => panic!(
+                    "{:?}: expected one answer, got {}",
+                    String::from_utf8_lossy(line),
+                    other.is_some()
+                ),
+            };
+            assert!(
+                answer["error"]["code"].as_i64().is_some_and(|c| c < -32000),
+                "{answer}"
+            );
+        }
+        assert!(!conn.close);
+        let list = check(
+            &mut conn,
+            r#"{"jsonrpc":"2.0","method":"listTools","id":1}"#,
+        );
+        assert!(list["result"].is_array());
+    }
+
+    #[test]
+    fn tokens_gate_every_method_but_auth() {
+        let shared = shared(Some("s3cret"), Policy::default());
+        let mut conn = Connection {
+            shared: &shared,
+            authenticated: false,
+            close: false,
+            socket: None,
+        };
+        let list = r#"{"jsonrpc":"2.0","method":"listTools","id":1}"#;
+        assert_eq!(code(&check(&mut conn, list)), rpc::UNAUTHORIZED);
+        let good = r#"{"jsonrpc":"2.0","method":"auth","params":{"token":"s3cret"},"id":2}"#;
+        assert_eq!(check(&mut conn, good)["result"], true);
+        assert!(check(&mut conn, list)["result"].is_array());
+        let bad = r#"{"jsonrpc":"2.0","method":"auth","params":{"token":"s3cre"},"id":3}"#;
+        assert_eq!(code(&check(&mut conn, bad)), rpc::UNAUTHORIZED);
+        assert!(conn.close, "a wrong token ends the connection");
+    }
+
+    #[test]
+    fn runs_tools_and_reports_failures_and_side_effects() {
+        let policy = Policy {
+            allow: vec!["all".into()],
+            ..Policy::default()
+        };
+        let shared = shared(None, policy);
+        let mut conn = Connection {
+            shared: &shared,
+            authenticated: true,
+            close: false,
+            socket: None,
+        };
+        let time = check(
+            &mut conn,
+            r#"{"jsonrpc":"2.0","method":"executeTool","params":{"name":"get_time","arguments":{"format":"%Y"}},"id":1}"#,
+        );
+        assert!(
+            time["result"].as_str().unwrap().ends_with("(UTC)"),
+            "{time}"
+        );
+        let missing = check(
+            &mut conn,
+            r#"{"jsonrpc":"2.0","method":"executeTool","params":{"name":"read","arguments":{"file_path":"no-such-file-here"}},"id":2}"#,
+        );
+        assert_eq!(code(&missing), rpc::TOOL_FAILED, "{missing}");
+        assert!(missing["error"]["data"]["content"].is_string());
+        let side = |args: &str| {
+            let line = format!(
+                r#"{{"jsonrpc":"2.0","method":"sideEffecting","params":{{"name":"http_request","arguments":{args}}},"id":9}}"#
+            );
+            check(
+                &mut Connection {
+                    shared: &shared,
+                    authenticated: true,
+                    close: false,
+                    socket: None,
+                },
+                &line,
+            )["result"]
+                .clone()
+        };
+        assert_eq!(side(r#"{"url":"http://x","method":"get"}"#), json!(false));
+        assert_eq!(side(r#"{"url":"http://x","method":"POST"}"#), json!(true));
+    }
+}

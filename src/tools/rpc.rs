@@ -1,0 +1,198 @@
+//! The tool server's wire format (seed 003): JSON-RPC 2.0, one JSON object per
+//! line over TCP. Shared by the server (`frontend::tool_server`) and the
+//! client that runs tools through it ([`super::remote`]).
+//!
+//! Methods: `listTools` → `[{name, description, parameters}]`;
+//! `executeTool {name, arguments}` → the tool's text. Two additions of ours:
+//! `auth {token}` opens a connection to a server that requires a token, and
+//! `sideEffecting {name, arguments}` → bool tells a client whether a call
+//! needs its user's approval. A tool that runs and fails answers with the
+//! error [`TOOL_FAILED`] carrying `{content, summary}` in `data`.
+
+use std::io::{self, BufRead};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub const PARSE_ERROR: i64 = -32700;
+pub const INVALID_REQUEST: i64 = -32600;
+pub const METHOD_NOT_FOUND: i64 = -32601;
+pub const INVALID_PARAMS: i64 = -32602;
+/// The connection has not authenticated, or the token is wrong.
+pub const UNAUTHORIZED: i64 = -32001;
+/// Too many connections: the server answers once and closes.
+pub const BUSY: i64 = -32002;
+/// The server's approval policy refuses the call.
+pub const DENIED: i64 = -32003;
+/// The tool ran and reported a failure; `data` holds `{content, summary}`.
+pub const TOOL_FAILED: i64 = -32010;
+
+/// A request as sent by the client.
+#[derive(Serialize)]
+pub struct Request<'a> {
+    pub jsonrpc: &'static str,
+    pub method: &'a str,
+    #[serde(skip_serializing_if = "Value::is_null")]
+    pub params: Value,
+    pub id: u64,
+}
+
+/// A response: exactly one of `result` and `error`.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct Response {
+    pub jsonrpc: String,
+    pub id: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<RpcError>,
+}
+
+impl Response {
+    pub fn ok(id: Value, result: Value) -> Response {
+        Response {
+            jsonrpc: "2.0".into(),
+            id,
+            result: Some(result),
+            error: None,
+        }
+    }
+
+    pub fn err(id: Value, error: RpcError) -> Response {
+        Response {
+            jsonrpc: "2.0".into(),
+            id,
+            result: None,
+            error: Some(error),
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct RpcError {
+    pub code: i64,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
+}
+
+impl RpcError {
+    pub fn new(code: i64, message: impl Into<String>) -> RpcError {
+        RpcError {
+            code,
+            message: message.into(),
+            data: None,
+        }
+    }
+}
+
+/// One entry of `listTools`.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct ToolEntry {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub parameters: Value,
+}
+
+/// `data` of a [`TOOL_FAILED`] error.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct Failure {
+    pub content: String,
+    #[serde(default)]
+    pub summary: String,
+}
+
+/// What reading one line produced.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Line {
+    Text(Vec<u8>),
+    /// The line was longer than the cap; it was read to its end and dropped.
+    TooLong,
+    Eof,
+}
+
+/// Reads one `\n`-terminated line, holding at most `cap` bytes of it in memory.
+/// A final line without `\n` still counts as a line.
+pub fn read_line(reader: &mut impl BufRead, cap: usize) -> io::Result<Line> {
+    let mut line = Vec::new();
+    let mut too_long = false;
+    loop {
+        let buffer = match reader.fill_buf() {
+            Ok(buffer) => buffer,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if buffer.is_empty() {
+            return Ok(match (too_long, line.is_empty()) {
+                (true, _) => Line::TooLong,
+                (false, true) => Line::Eof,
+                (false, false) => Line::Text(line),
+            });
+        }
+        let (piece, done) = match buffer.iter().position(|b| *b == b'\n') {
+            Some(at) => (&buffer[..at], Some(at + 1)),
+            None => (buffer, None),
+        };
+        if !too_long && line.len() + piece.len() <= cap {
+            line.extend_from_slice(piece);
+        } else {
+            too_long = true;
+            line = Vec::new();
+        }
+        let used = done.unwrap_or(buffer.len());
+        reader.consume(used);
+        if done.is_some() {
+            return Ok(if too_long {
+                Line::TooLong
+            } else {
+                Line::Text(line)
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::BufReader;
+
+    #[test]
+    fn lines_are_capped_and_the_stream_stays_usable() {
+        let input = b"{\"a\":1}\r\n0123456789abcdef\nok\nlast";
+        // A tiny buffer makes every line span several reads.
+        let mut reader = BufReader::with_capacity(3, &input[..]);
+        let mut got = Vec::new();
+        loop {
+            match read_line(&mut reader, 10).unwrap() {
+                Line::Eof => break,
+                other => got.push(other),
+            }
+        }
+        assert_eq!(
+            got,
+            [
+                Line::Text(b"{\"a\":1}\r".to_vec()),
+                Line::TooLong,
+                Line::Text(b"ok".to_vec()),
+                Line::Text(b"last".to_vec()),
+            ]
+        );
+    }
+
+    #[test]
+    fn responses_have_result_or_error() {
+        let ok = serde_json::to_value(Response::ok(Value::from(1), Value::from("x"))).unwrap();
+        assert_eq!(
+            ok,
+            serde_json::json!({"jsonrpc": "2.0", "id": 1, "result": "x"})
+        );
+        let err = Response::err(Value::Null, RpcError::new(PARSE_ERROR, "bad"));
+        let err = serde_json::to_value(err).unwrap();
+        assert_eq!(
+            err,
+            serde_json::json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32700, "message": "bad"}})
+        );
+    }
+}

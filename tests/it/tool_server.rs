@@ -1,0 +1,417 @@
+//! End-to-end tests of `shepherd --toolserver` (JSON-RPC lines over TCP) and of
+//! `--tool-backend`: a plain `TcpStream` client, and a second shepherd whose
+//! agent loop runs its tools on the first.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::Child;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::fake_openai::{text_stream, tool_call_stream, Canned, FakeOpenAi};
+use crate::harness::Sandbox;
+
+/// A running `shepherd --toolserver`, killed on drop.
+pub struct ToolServer {
+    child: Child,
+    pub addr: String,
+    pub log: Arc<Mutex<String>>,
+    pub sandbox: Sandbox,
+}
+
+impl ToolServer {
+    pub fn start(extra: &[&str]) -> ToolServer {
+        let sandbox = Sandbox::new("toolserver");
+        let mut args = vec!["--toolserver", "--port", "0"];
+        args.extend_from_slice(extra);
+        let mut child = sandbox.spawn(&args);
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let stderr = child.stderr.take().expect("stderr");
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(at) = line.find("listening on ") {
+                    let rest = &line[at + "listening on ".len()..];
+                    let addr = rest.split_whitespace().next().unwrap_or_default();
+                    let _ = tx.try_send(addr.to_string());
+                }
+                sink.lock().unwrap().push_str(&(line + "\n"));
+            }
+        });
+        let addr = rx
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("no listening line; log: {}", log.lock().unwrap()));
+        ToolServer {
+            child,
+            addr,
+            log,
+            sandbox,
+        }
+    }
+
+    pub fn audit_log(&self) -> PathBuf {
+        self.sandbox
+            .root
+            .path()
+            .join("home/state/shepherd/audit.jsonl")
+    }
+}
+
+impl Drop for ToolServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A plain line client.
+struct Client {
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+}
+
+impl Client {
+    fn connect(addr: &str) -> Client {
+        let stream = TcpStream::connect(addr).expect("connect to the tool server");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("read timeout");
+        Client {
+            reader: BufReader::new(stream.try_clone().expect("clone")),
+            writer: stream,
+        }
+    }
+
+    fn send_raw(&mut self, line: &[u8]) {
+        self.writer.write_all(line).expect("send");
+        self.writer.write_all(b"\n").expect("send");
+    }
+
+    /// The next answer line, `None` when the server closed the connection.
+    fn answer(&mut self) -> Option<Value> {
+        let mut line = String::new();
+        match self.reader.read_line(&mut line) {
+            Ok(0) => None,
+            Ok(_) => Some(serde_json::from_str(&line).expect("answer is JSON")),
+            Err(e) => panic!("no answer: {e}"),
+        }
+    }
+
+    fn call(&mut self, line: &str) -> Value {
+        self.send_raw(line.as_bytes());
+        self.answer().expect("an answer")
+    }
+
+    fn request(&mut self, id: u64, method: &str, params: Value) -> Value {
+        let request = json!({"jsonrpc": "2.0", "method": method, "params": params, "id": id});
+        let answer = self.call(&request.to_string());
+        assert_eq!(answer["jsonrpc"], "2.0", "{answer}");
+        assert_eq!(answer["id"], id, "{answer}");
+        answer
+    }
+}
+
+fn code(answer: &Value) -> i64 {
+    answer["error"]["code"].as_i64().unwrap_or(0)
+}
+
+fn names(list: &Value) -> Vec<String> {
+    list["result"]
+        .as_array()
+        .expect("listTools result is an array")
+        .iter()
+        .map(|t| t["name"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+#[test]
+fn a_plain_tcp_client_lists_runs_and_gets_errors_for_malformed_lines() {
+    let server = ToolServer::start(&[]);
+    let work = server.sandbox.work();
+    std::fs::write(work.join("hello.txt"), "hi from the server\n").unwrap();
+    let mut client = Client::connect(&server.addr);
+
+    let list = client.request(1, "listTools", Value::Null);
+    let tools = names(&list);
+    for expected in [
+        "read",
+        "write",
+        "edit",
+        "bash",
+        "grep",
+        "get_time",
+        "http_request",
+    ] {
+        assert!(
+            tools.iter().any(|n| n == expected),
+            "{expected} in {tools:?}"
+        );
+    }
+    for tool in list["result"].as_array().unwrap() {
+        assert!(tool["description"].as_str().is_some_and(|d| !d.is_empty()));
+        assert_eq!(tool["parameters"]["type"], "object", "{tool}");
+    }
+    let read = client.request(
+        2,
+        "executeTool",
+        json!({"name": "read", "arguments": {"file_path": "hello.txt"}}),
+    );
+    assert!(
+        read["result"]
+            .as_str()
+            .is_some_and(|t| t.contains("hi from the server")),
+        "{read}"
+    );
+
+    // Malformed lines get JSON-RPC errors and the connection stays usable.
+    let cases: [(&str, i64, Value); 6] = [
+        ("{\"jsonrpc\": \"2.0\", \"method\": ", -32700, Value::Null),
+        ("not json at all", -32700, Value::Null),
+        ("[]", -32600, Value::Null),
+        (
+            r#"{"jsonrpc":"2.0","method":"frobnicate","id":3}"#,
+            -32601,
+            json!(3),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","method":"executeTool","id":"four"}"#,
+            -32602,
+            json!("four"),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","method":"executeTool","params":{"name":"nope","arguments":{}},"id":5}"#,
+            -32602,
+            json!(5),
+        ),
+    ];
+    for (line, expected, id) in cases {
+        let answer = client.call(line);
+        assert_eq!(code(&answer), expected, "{line} → {answer}");
+        assert_eq!(answer["id"], id, "{line} → {answer}");
+        assert!(answer["error"]["message"].is_string());
+    }
+    client.send_raw(&[0xff, 0xfe, b'{']);
+    assert_eq!(code(&client.answer().unwrap()), -32700);
+    // A line over the 4 MiB cap is answered and skipped.
+    let huge = vec![b'x'; 5 * 1024 * 1024];
+    client.send_raw(&huge);
+    assert_eq!(code(&client.answer().unwrap()), -32600);
+
+    // Without --approve, nobody can approve a side-effecting call here.
+    let write = client.request(
+        6,
+        "executeTool",
+        json!({"name": "write", "arguments": {"file_path": "nope.txt", "content": "x"}}),
+    );
+    assert_eq!(code(&write), -32003, "{write}");
+    assert!(!work.join("nope.txt").exists());
+
+    let again = client.request(7, "listTools", json!({}));
+    assert_eq!(names(&again), tools);
+}
+
+#[test]
+fn non_loopback_binds_need_a_token_and_tokens_are_checked() {
+    let sandbox = Sandbox::new("toolserver-bind");
+    let run = sandbox.run(&["--toolserver", "--host", "0.0.0.0", "--port", "0"], "");
+    assert_eq!(run.status, Some(2), "{}", run.stderr);
+    assert!(run.stderr.contains("refusing"), "{}", run.stderr);
+
+    let token = "tool-token-7f3a9c";
+    let token_file = sandbox.root.path().join("token");
+    std::fs::write(&token_file, format!("{token}\n")).unwrap();
+    let server = ToolServer::start(&["--auth-token-file", token_file.to_str().unwrap()]);
+    let mut client = Client::connect(&server.addr);
+    let refused = client.request(1, "listTools", Value::Null);
+    assert_eq!(code(&refused), -32001, "{refused}");
+    let wrong = client.request(2, "auth", json!({"token": "tool-token-7f3a9"}));
+    assert_eq!(code(&wrong), -32001, "{wrong}");
+    assert_eq!(client.answer(), None, "a wrong token ends the connection");
+
+    let mut client = Client::connect(&server.addr);
+    assert_eq!(
+        client.request(1, "auth", json!({"token": token}))["result"],
+        true
+    );
+    assert!(!names(&client.request(2, "listTools", Value::Null)).is_empty());
+    let time = client.request(
+        3,
+        "executeTool",
+        json!({"name": "get_time", "arguments": {}}),
+    );
+    assert!(time["result"].is_string(), "{time}");
+    let audit = std::fs::read_to_string(server.audit_log()).expect("audit log");
+    assert!(audit.contains("\"tool\":\"get_time\""), "{audit}");
+    assert!(!audit.contains(token));
+    assert!(!server.log.lock().unwrap().contains(token));
+}
+
+/// Reads the audit log lines of a sandbox.
+fn audit_lines(sandbox: &Sandbox) -> Vec<Value> {
+    let path = sandbox.root.path().join("home/state/shepherd/audit.jsonl");
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("audit line is JSON"))
+        .collect()
+}
+
+#[test]
+fn a_second_shepherd_runs_its_tools_on_the_tool_server() {
+    let server = ToolServer::start(&["--approve", "all"]);
+    let fake = FakeOpenAi::start(vec![
+        Canned::sse(&tool_call_stream(
+            "call_w",
+            "write",
+            json!({"file_path": "remote.txt", "content": "written remotely"}),
+        )),
+        Canned::sse(&text_stream(&["Done."])),
+        Canned::sse(&tool_call_stream(
+            "call_w2",
+            "write",
+            json!({"file_path": "unapproved.txt", "content": "x"}),
+        )),
+        Canned::sse(&text_stream(&["Not done."])),
+    ]);
+    let client = Sandbox::new("toolclient");
+    let base = [
+        "--backend",
+        "openai",
+        "--api-base",
+        &fake.base_url,
+        "-m",
+        "test",
+        "--tool-backend",
+        &server.addr,
+    ];
+    let mut args = base.to_vec();
+    args.extend(["--approve", "write", "-e", "write it"]);
+    let run = client.run(&args, "");
+    assert_eq!(run.status, Some(0), "{}", run.stderr);
+    assert!(run.stdout.ends_with("Done.\n"), "{}", run.stdout);
+
+    // The file is in the tool server's directory, not the client's.
+    let written = server.sandbox.work().join("remote.txt");
+    assert_eq!(
+        std::fs::read_to_string(written).unwrap(),
+        "written remotely"
+    );
+    assert!(!client.work().join("remote.txt").exists());
+    let requests = fake.requests();
+    let offered: Vec<&str> = requests[0].body["tools"]
+        .as_array()
+        .expect("tools offered")
+        .iter()
+        .filter_map(|t| t["function"]["name"].as_str())
+        .collect();
+    assert!(
+        offered.contains(&"write") && offered.contains(&"bash"),
+        "{offered:?}"
+    );
+    let tool_message = requests[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(tool_message["tool_call_id"], "call_w");
+    assert!(
+        !tool_message["content"].as_str().unwrap().contains("Error"),
+        "{tool_message}"
+    );
+
+    // The client's user did not approve the second write: it never reaches the server.
+    let mut args = base.to_vec();
+    args.extend(["-e", "write another"]);
+    let run = client.run(&args, "");
+    assert_eq!(run.status, Some(0), "{}", run.stderr);
+    assert!(!server.sandbox.work().join("unapproved.txt").exists());
+    let refused = fake.requests()[3].body["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert!(
+        refused["content"].as_str().unwrap().contains("not run"),
+        "{refused}"
+    );
+
+    // Both sides audit: the server what it ran, the client what it allowed and refused.
+    let server_side = audit_lines(&server.sandbox);
+    assert_eq!(server_side.len(), 1, "{server_side:?}");
+    assert_eq!(server_side[0]["mode"], "toolserver");
+    assert_eq!(server_side[0]["tool"], "write");
+    assert_eq!(server_side[0]["outcome"], "ok");
+    let client_side = audit_lines(&client);
+    let decisions: Vec<(&str, &str)> = client_side
+        .iter()
+        .map(|l| {
+            (
+                l["decision"].as_str().unwrap(),
+                l["decided_by"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(decisions, [("allow", "policy"), ("deny", "no_approver")]);
+}
+
+#[test]
+fn an_unreachable_tool_backend_is_a_clear_error() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    drop(listener);
+    let sandbox = Sandbox::new("toolclient-down");
+    let run = sandbox.run(
+        &[
+            "--backend",
+            "openai",
+            "--api-base",
+            "http://127.0.0.1:9/v1",
+            "-m",
+            "test",
+            "--tool-backend",
+            &addr,
+            "-e",
+            "hi",
+        ],
+        "",
+    );
+    assert_eq!(run.status, Some(1), "{}", run.stderr);
+    assert!(run.stderr.contains("tool backend"), "{}", run.stderr);
+}
+
+#[test]
+fn a_client_that_hangs_up_stops_its_running_tool() {
+    let server = ToolServer::start(&["--approve", "bash"]);
+    let marker = format!("107.{}3", std::process::id());
+    let mut client = Client::connect(&server.addr);
+    let request = json!({
+        "jsonrpc": "2.0",
+        "method": "executeTool",
+        "params": {"name": "bash", "arguments": {"command": format!("sleep {marker}")}},
+        "id": 1,
+    });
+    client.send_raw(request.to_string().as_bytes());
+    let needle = format!("sleep {marker}");
+    assert!(
+        crate::harness::poll_until(Duration::from_secs(20), || {
+            crate::harness::process_running(&needle)
+        }),
+        "the tool never started"
+    );
+    drop(client);
+    assert!(
+        crate::harness::poll_until(Duration::from_secs(10), || {
+            !crate::harness::process_running(&needle)
+        }),
+        "the tool outlived its client"
+    );
+    // The server goes on serving.
+    let mut client = Client::connect(&server.addr);
+    assert!(!names(&client.request(2, "listTools", Value::Null)).is_empty());
+}
