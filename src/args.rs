@@ -130,6 +130,8 @@ pub enum FlagId {
     FlashAttn,
     Reasoning,
     NoMcp,
+    Profile,
+    Fresh,
 }
 
 /// One row of the flag table.
@@ -197,6 +199,7 @@ pub const FLAGS: &[Flag] = &[
     flag(FlagId::DisableTools, "disable-tools", None, Val("GLOB[,GLOB]"), S::Tools, "Disable matching tools (repeatable)"),
     flag(FlagId::MaxRounds, "max-rounds", None, Val("N"), S::Tools, "Most model calls per turn, 1 to 1000 (default 50)"),
     flag(FlagId::NoMcp, "nomcp", None, Nothing, S::Tools, "Do not start MCP servers"),
+    flag(FlagId::Profile, "profile", None, Val("NAME"), S::Tools, "Use profile NAME: its tools, MCP servers and guidelines"),
     flag(FlagId::NoStream, "nostream", None, Nothing, S::Output, "Wait for whole replies instead of streaming"),
     flag(FlagId::Stats, "stats", None, Nothing, S::Output, "Show token counts and speed after each reply"),
     flag(FlagId::Thinking, "thinking", None, Nothing, S::Output, "Show the model's reasoning"),
@@ -212,6 +215,7 @@ pub const FLAGS: &[Flag] = &[
     flag(FlagId::AuthTokenFile, "auth-token-file", None, Val("FILE"), S::Modes, "Read the servers' token from FILE"),
     flag(FlagId::CorsOrigin, "cors-origin", None, Val("ORIGIN"), S::Modes, "Web origin allowed to call the servers (repeatable)"),
     flag(FlagId::Continue, "continue", None, Nothing, S::Modes, "Continue the last saved session in this directory"),
+    flag(FlagId::Fresh, "fresh", None, Nothing, S::Modes, "CLI server: start with an empty session instead of the saved one"),
     aliased(flag(FlagId::ModelPath, "model-path", None, Val("PATH"), S::Local, "GGUF model file or directory"), "model_path"),
     flag(FlagId::GpuLayers, "gpu-layers", None, Val("N"), S::Local, "Layers on the GPU (-1 = all)"),
     flag(FlagId::Threads, "threads", None, Val("N"), S::Local, "CPU threads for generation"),
@@ -230,6 +234,7 @@ pub const FLAGS: &[Flag] = &[
 pub enum Subcommand {
     Provider(Vec<String>),
     Config(Vec<String>),
+    Profile(Vec<String>),
 }
 
 /// Everything that was typed, checked for syntax and ranges, with no defaults applied.
@@ -270,6 +275,8 @@ pub struct LowArgs {
     pub auth_token_file: Option<PathBuf>,
     pub cors_origins: Vec<String>,
     pub continue_session: bool,
+    pub profile: Option<String>,
+    pub fresh: bool,
     pub model_path: Option<PathBuf>,
     pub gpu_layers: Option<i32>,
     pub threads: Option<u32>,
@@ -352,9 +359,10 @@ fn subcommand(word: OsString, parser: &mut lexopt::Parser) -> Result<Subcommand,
     let make = match word.as_str() {
         "provider" => Subcommand::Provider,
         "config" => Subcommand::Config,
+        "profile" => Subcommand::Profile,
         _ => {
             return Err(UsageError(format!(
-                "unexpected argument '{word}' (commands are 'provider' and 'config'; use -e TEXT for a prompt)"
+                "unexpected argument '{word}' (commands are 'provider', 'config' and 'profile'; use -e TEXT for a prompt)"
             )))
         }
     };
@@ -432,6 +440,7 @@ fn set_switch(low: &mut LowArgs, id: FlagId) {
         FlagId::CliServer => low.cliserver = true,
         FlagId::Server => low.server = true,
         FlagId::Continue => low.continue_session = true,
+        FlagId::Fresh => low.fresh = true,
         FlagId::FlashAttn => low.flash_attn = true,
         FlagId::Version => low.version = true,
         FlagId::Help => low.help = true,
@@ -447,6 +456,7 @@ fn set_value(low: &mut LowArgs, flag: &Flag, raw: &str) -> Result<(), UsageError
     let text = || Some(raw.to_string());
     match flag.id {
         FlagId::Provider => low.provider = text(),
+        FlagId::Profile => low.profile = text(),
         FlagId::Model => low.model = text(),
         FlagId::Backend => low.backend = Some(backend_name(raw)?),
         FlagId::ApiBase => low.api_base = text(),

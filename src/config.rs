@@ -251,6 +251,12 @@ pub struct ConfigFile {
     /// Web origins the servers send CORS headers to.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cors_origins: Vec<String>,
+    /// Named sets of tools, MCP servers and guidelines (`shepherd profile`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub profiles: Vec<crate::profile::Profile>,
+    /// The profile used when `--profile` is not given; unset means `default`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_profile: Option<String>,
     /// Keys this version does not know, written back as they were.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -367,6 +373,7 @@ pub fn validate(file: &ConfigFile) -> Result<(), String> {
         return Err("timeout is 0, expected a number of seconds of at least 1".into());
     }
     file.providers.iter().try_for_each(validate_provider)?;
+    crate::profile::validate(file)?;
     check_unique_names(file)
 }
 

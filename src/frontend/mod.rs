@@ -4,6 +4,7 @@
 //! a runtime failure (a provider error, an unreachable API), 2 for a usage or
 //! configuration error. Everything below returns typed errors.
 
+mod agent_api;
 mod cli_server;
 mod connect;
 mod editor;
@@ -70,6 +71,11 @@ pub fn run_main() -> i32 {
             &mut io::stdout(),
         )),
         Mode::Config(words) => subcommand(commands::run_config(
+            words,
+            &settings.config_path,
+            &mut io::stdout(),
+        )),
+        Mode::Profile(words) => subcommand(crate::profile::run_profile(
             words,
             &settings.config_path,
             &mut io::stdout(),
@@ -151,8 +157,44 @@ fn cli_server_mode(settings: &Settings) -> i32 {
         .clone()
         .unwrap_or_else(|| provider.name.clone());
     let context_size = settings.context_size_for(&provider).unwrap_or(0);
-    let config = cli_server::CliServerConfig::new(model, context_size);
-    cli_server::run(&settings.server, policy, agent, config)
+    let mut config = cli_server::CliServerConfig::new(model, context_size);
+    let persist = cli_server::Persist::for_port(settings.server.port);
+    let prompt = settings.profile.system_prompt(&settings.system_prompt);
+    match persist.restore(&agent, &prompt, settings.fresh_session) {
+        Ok(line) => eprintln!("shepherd: {line}"),
+        Err(message) => {
+            eprintln!("shepherd: {message}");
+            return EXIT_USAGE;
+        }
+    }
+    config.persist = Some(persist);
+    // The cliserver registers itself with the API's emergency stop.
+    let api = agent_api_for(settings);
+    cli_server::run(&settings.server, policy, agent, config, Some(api))
+}
+
+/// Seed 002's endpoints over the configured tools and the active profile.
+fn agent_api_for(settings: &Settings) -> agent_api::AgentApi {
+    let tool_settings = settings.clone();
+    agent_api::AgentApi::new(
+        settings.config_path.clone(),
+        settings.system_prompt.clone(),
+        std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
+        settings.profile.clone(),
+        Box::new(move || tool_registry(&tool_settings)),
+    )
+}
+
+/// The built-in tools with `--disable-tools`/`--enable-tools` applied (no profile yet).
+fn tool_registry(settings: &Settings) -> ToolRegistry {
+    let mut tools = ToolRegistry::builtin();
+    for glob in &settings.disable_tools {
+        tools.disable(glob);
+    }
+    for glob in &settings.enable_tools {
+        tools.enable(glob);
+    }
+    tools
 }
 
 /// Opens the first provider and starts the agent with the configured tools.
@@ -167,15 +209,10 @@ fn start_agent(settings: &Settings) -> Result<(AgentHandle, config::ProviderConf
     log::debug(log::Category::Llm, || {
         format!("provider {} ({})", provider.name, provider.kind.as_str())
     });
-    let mut tools = ToolRegistry::builtin();
-    for glob in &settings.disable_tools {
-        tools.disable(glob);
-    }
-    for glob in &settings.enable_tools {
-        tools.enable(glob);
-    }
+    let mut tools = tool_registry(settings);
+    settings.profile.apply_tools(&mut tools);
     let agent_config = AgentConfig {
-        system_prompt: settings.system_prompt.clone(),
+        system_prompt: settings.profile.system_prompt(&settings.system_prompt),
         sampling: settings.sampling_for(&provider),
         stream: settings.stream,
         max_rounds: settings.max_rounds,
