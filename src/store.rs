@@ -551,11 +551,13 @@ mod tests {
     // seeded RNG and then loads the file.
 
     const LOOP_DIR_ENV: &str = "SHEPHERD_TEST_SAVE_LOOP_DIR";
+    const LOOP_START_ENV: &str = "SHEPHERD_TEST_SAVE_LOOP_START";
     const LOOP_READY: &str = "SHEPHERD-SAVE-LOOP-READY";
     const KILL_ROUNDS: usize = 1000;
-    const BIG_MESSAGES: usize = 1500;
+    const KILL_TEST_BOUND: std::time::Duration = std::time::Duration::from_secs(900);
+    const BIG_MESSAGES: usize = 80;
 
-    /// A session of about 1 MB whose every message names its generation, so
+    /// A session of about 50 KB whose every message names its generation, so
     /// a file mixing two saves, or cut short, is detected.
     fn big_session(generation: u64) -> Session {
         let mut session = Session::new(format!("generation {generation}"));
@@ -614,14 +616,17 @@ mod tests {
     #[test]
     #[ignore = "the child process of sigkill_during_saves_never_leaves_a_broken_file"]
     fn save_loop_child() {
-        let Some(dir) = std::env::var_os(LOOP_DIR_ENV) else {
+        let Some(dir) = std::env::var_os(LOOP_DIR_ENV).map(PathBuf::from) else {
             return;
         };
+        assert!(
+            dir.is_absolute(),
+            "{LOOP_DIR_ENV} must be an absolute directory"
+        );
         let store = Store::at(dir);
-        let start = store
-            .load("big")
+        let start: u64 = std::env::var(LOOP_START_ENV)
             .ok()
-            .and_then(|s| check_big(&s).ok())
+            .and_then(|s| s.parse().ok())
             .unwrap_or(0);
         println!("{LOOP_READY}");
         for generation in start + 1.. {
@@ -632,13 +637,14 @@ mod tests {
     }
 
     /// Starts the child and returns once it has printed that it is about to save.
-    fn start_child(exe: &Path, dir: &Path) -> std::process::Child {
+    fn start_child(exe: &Path, dir: &Path, generation: u64) -> std::process::Child {
         use std::io::BufRead;
         use std::process::{Command, Stdio};
         let mut child = Command::new(exe)
             .args(["--exact", "store::tests::save_loop_child", "--ignored"])
             .args(["--nocapture", "--test-threads=1", "-q"])
             .env(LOOP_DIR_ENV, dir)
+            .env(LOOP_START_ENV, generation.to_string())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -657,6 +663,19 @@ mod tests {
         child
     }
 
+    /// Temp files in `dir`: all of them, and those of process `pid`.
+    fn temp_files(dir: &Path, pid: u32) -> (usize, usize) {
+        let names: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(".big.json.tmp-"))
+            .collect();
+        let mine = format!(".big.json.tmp-{pid}-");
+        let own = names.iter().filter(|n| n.starts_with(&mine)).count();
+        (names.len(), own)
+    }
+
     #[test]
     fn sigkill_during_saves_never_leaves_a_broken_file() {
         use std::time::{Duration, Instant};
@@ -664,34 +683,31 @@ mod tests {
         let dir = temp_dir("store-kill");
         let store = Store::at(&dir);
         store.save_session("big", &big_session(0)).unwrap();
-        // Calibrate: kill delays span a few whole saves, so kills land in
-        // every phase (serialising, writing, fsync, rename).
+        // Calibrate: kill delays span two whole saves, so kills land in
+        // every phase (serialising, writing, fsync, rename, cleanup).
         let timed = Instant::now();
         store.save_session("big", &big_session(0)).unwrap();
         let save_micros = timed.elapsed().as_micros().max(100) as u64;
         let mut rng = Rng(0x5eed_0005);
-        let mut last = 0;
-        let mut advanced = 0;
-        let mut mid_save = 0;
+        let started = Instant::now();
+        eprintln!("one save of the big session takes {save_micros} µs");
+        let (mut last, mut advanced, mut mid_save, mut max_temps) = (0, 0, 0, 0);
         for round in 0..KILL_ROUNDS {
-            let mut child = start_child(&exe, &dir);
-            let delay = Duration::from_micros(rng.next() % (save_micros * 4));
+            // A bound on the whole run, so a wedged child fails the test instead of CI.
+            assert!(
+                started.elapsed() < KILL_TEST_BOUND,
+                "round {round}: over {KILL_TEST_BOUND:?}"
+            );
+            let mut child = start_child(&exe, &dir, last);
+            let delay = Duration::from_micros(rng.next() % (save_micros * 2));
             let until = Instant::now() + delay;
             while Instant::now() < until {
                 std::hint::spin_loop();
             }
             child.kill().expect("SIGKILL");
             let _ = child.wait();
-            let temps = fs::read_dir(&dir)
-                .unwrap()
-                .flatten()
-                .filter(|e| {
-                    e.file_name()
-                        .to_string_lossy()
-                        .starts_with(".big.json.tmp-")
-                })
-                .count();
-            mid_save += usize::from(temps > 0);
+            let (temps, own) = temp_files(&dir, child.id());
+            mid_save += own;
             let saved = store
                 .load("big")
                 .unwrap_or_else(|e| panic!("round {round}: after SIGKILL: {e}"));
@@ -700,14 +716,24 @@ mod tests {
             assert!(generation >= last, "round {round}: went back in time");
             advanced += usize::from(generation > last);
             last = generation;
-            assert!(temps <= 1, "round {round}: stale temp files pile up");
+            // Each killed writer leaves at most one temp file; the next
+            // completed save removes those of dead writers (checked below).
+            assert!(own <= 1, "round {round}: one writer left {own} temp files");
+            max_temps = max_temps.max(temps);
         }
         // The kills must really have hit saves: some mid-write, some after a rename.
         assert!(mid_save > 0, "no kill landed inside a save");
         assert!(advanced > 0, "no save ever completed before a kill");
+        store.save_session("big", &big_session(last + 1)).unwrap();
+        assert_eq!(
+            temp_files(&dir, 0).0,
+            0,
+            "a completed save removes dead writers' temp files"
+        );
         eprintln!(
-            "{KILL_ROUNDS} kills: {mid_save} mid-save, {advanced} after a new version; \
-             one save took {save_micros} µs"
+            "{KILL_ROUNDS} kills in {:?}: {mid_save} mid-save, {advanced} after a new version, \
+             at most {max_temps} temp files at once",
+            started.elapsed()
         );
     }
 }
