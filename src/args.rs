@@ -19,7 +19,8 @@ use std::path::PathBuf;
 use crate::log::Category;
 
 /// The one-line usage shown with every usage error and at the top of `--help`.
-pub const USAGE: &str = "Usage: shepherd [FLAGS] [provider ARGS... | config [KEY [VALUE]]]";
+pub const USAGE: &str =
+    "Usage: shepherd [FLAGS] [provider ARGS... | config [KEY [VALUE]] | profile ARGS...]";
 
 /// A command line that cannot be understood. The front-end prints it with
 /// [`USAGE`] and exits with status 2.
@@ -644,7 +645,8 @@ pub fn help_text() -> String {
     let mut out = format!(
         "shepherd {}: LLM chat client and tool-running agent\n\n{USAGE}\n\n\
          Commands:\n  provider list|add|NAME show|set|use|remove   Manage providers\n  \
-         config [KEY [VALUE]]                         Show or change settings\n",
+         config [KEY [VALUE]]                         Show or change settings\n  \
+         profile list|add|edit|show|use|remove NAME   Manage profiles (tools, MCP servers, guidelines)\n",
         env!("CARGO_PKG_VERSION")
     );
     let width = FLAGS.iter().map(|f| flag_label(f).len()).max().unwrap_or(0);

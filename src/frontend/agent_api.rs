@@ -639,6 +639,39 @@ mod tests {
     }
 
     #[test]
+    fn every_truncated_body_is_a_json_400_and_changes_nothing() {
+        let fx = start(None);
+        let config = fx.dir.join("config.json");
+        let before = std::fs::read(&config).unwrap();
+        let cases = [
+            (
+                "POST",
+                "/v1/profiles",
+                r#"{"name":"cut","tools":["read"],"guidelines":"g"}"#,
+            ),
+            (
+                "PUT",
+                "/v1/profiles/default",
+                r#"{"guidelines":"new","tools":["grep"]}"#,
+            ),
+            (
+                "POST",
+                "/v1/tools/call",
+                r#"{"name":"write","arguments":{"file_path":"cut.txt","content":"x"}}"#,
+            ),
+        ];
+        for (method, path, body) in cases {
+            for end in 0..body.len() {
+                let (status, answer) = call(&fx, method, path, &body[..end]);
+                assert_eq!(status, 400, "{method} {path} {:?}: {answer}", &body[..end]);
+                assert_eq!(answer["error"]["type"], "invalid_request_error", "{answer}");
+            }
+        }
+        assert_eq!(std::fs::read(&config).unwrap(), before, "config untouched");
+        assert!(!fx.dir.join("cut.txt").exists());
+    }
+
+    #[test]
     fn mcp_status_comes_from_the_provider() {
         let fx = start(None);
         let (status, body) = call(&fx, "GET", "/v1/mcp/servers", "");
