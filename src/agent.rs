@@ -45,6 +45,12 @@ pub enum Op {
     SetBackend(Box<dyn Backend>),
     /// Change which tools are offered (`/tools`); replies with the enabled names.
     Tools(ToolsOp, Sender<Vec<String>>),
+    /// Switch profile (`/profile use`, the profiles API): the system prompt
+    /// with its guidelines and the tool globs it offers (empty: all).
+    ApplyProfile {
+        system_prompt: String,
+        tools: Vec<String>,
+    },
 }
 
 /// A change to the set of offered tools.
@@ -284,6 +290,14 @@ impl Agent {
                         ToolsOp::Disable(glob) => self.tools.disable(&glob),
                     }
                     let _ = reply.send(self.tools.names());
+                }
+                Op::ApplyProfile {
+                    system_prompt,
+                    tools,
+                } => {
+                    self.tools.restrict(&tools);
+                    self.session.system_prompt = system_prompt;
+                    self.recount_tokens();
                 }
             }
         }
@@ -1094,5 +1108,24 @@ mod tests {
         let (events, _) = run(&agent, "again");
         assert!(events.contains(&Event::Content("from b".into())));
         assert_eq!(other_seen.lock().unwrap()[0].messages.len(), 3);
+    }
+
+    #[test]
+    fn apply_profile_changes_prompt_and_offered_tools() {
+        let (backend, _) = scripted(vec![]);
+        let agent = spawn(backend, 10);
+        agent.send(Op::ApplyProfile {
+            system_prompt: "sys\n\nGuidelines: read only".into(),
+            tools: vec!["read".into(), "get_*".into()],
+        });
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        agent.send(Op::Tools(ToolsOp::List, tx));
+        assert_eq!(rx.recv().unwrap(), ["read", "get_time"]);
+        let session = snapshot(&agent);
+        assert!(session.system_prompt.ends_with("read only"));
+        assert_eq!(
+            session.system_tokens,
+            10 + session.system_prompt.len() as u32 / 4
+        );
     }
 }

@@ -19,7 +19,8 @@ use std::path::PathBuf;
 use crate::log::Category;
 
 /// The one-line usage shown with every usage error and at the top of `--help`.
-pub const USAGE: &str = "Usage: shepherd [FLAGS] [provider ARGS... | config [KEY [VALUE]]]";
+pub const USAGE: &str =
+    "Usage: shepherd [FLAGS] [provider ARGS... | config [KEY [VALUE]] | profile ARGS...]";
 
 /// A command line that cannot be understood. The front-end prints it with
 /// [`USAGE`] and exits with status 2.
@@ -139,6 +140,8 @@ pub enum FlagId {
     Approve,
     Deny,
     ApprovalTimeout,
+    Profile,
+    Fresh,
 }
 
 /// One row of the flag table.
@@ -211,6 +214,7 @@ pub const FLAGS: &[Flag] = &[
     flag(FlagId::ApprovalTimeout, "approval-timeout", None, Val("SECS"), S::Tools, "Seconds an approval may take before the call is denied, 1 to 86400 (default 300)"),
     flag(FlagId::ToolBackend, "tool-backend", None, Val("HOST:PORT"), S::Tools, "Run tools on a `shepherd --toolserver` there instead of here"),
     flag(FlagId::ToolBackendToken, "tool-backend-token", None, Val("TOKEN"), S::Tools, "Token for --tool-backend (prefer SHEPHERD_TOOL_BACKEND_TOKEN: argv is visible in ps)"),
+    flag(FlagId::Profile, "profile", None, Val("NAME"), S::Tools, "Use profile NAME: its tools, MCP servers and guidelines"),
     flag(FlagId::NoStream, "nostream", None, Nothing, S::Output, "Wait for whole replies instead of streaming"),
     flag(FlagId::Stats, "stats", None, Nothing, S::Output, "Show token counts and speed after each reply"),
     flag(FlagId::Thinking, "thinking", None, Nothing, S::Output, "Show the model's reasoning"),
@@ -229,6 +233,7 @@ pub const FLAGS: &[Flag] = &[
     flag(FlagId::UseTools, "use-tools", None, Nothing, S::Modes, "--server runs shepherd's own tools for its clients"),
     flag(FlagId::QueueSize, "queue-size", None, Val("N"), S::Modes, "--server: requests that may wait for a slot, 0 to 4096 (default 16)"),
     flag(FlagId::Continue, "continue", None, Nothing, S::Modes, "Continue the last saved session in this directory"),
+    flag(FlagId::Fresh, "fresh", None, Nothing, S::Modes, "CLI server: start with an empty session instead of the saved one"),
     aliased(flag(FlagId::ModelPath, "model-path", None, Val("PATH"), S::Local, "GGUF model file or directory"), "model_path"),
     flag(FlagId::GpuLayers, "gpu-layers", None, Val("N"), S::Local, "Layers on the GPU (-1 = all)"),
     flag(FlagId::Threads, "threads", None, Val("N"), S::Local, "CPU threads for generation"),
@@ -248,6 +253,7 @@ pub const FLAGS: &[Flag] = &[
 pub enum Subcommand {
     Provider(Vec<String>),
     Config(Vec<String>),
+    Profile(Vec<String>),
 }
 
 /// Everything that was typed, checked for syntax and ranges, with no defaults applied.
@@ -298,6 +304,8 @@ pub struct LowArgs {
     pub auth_token_file: Option<PathBuf>,
     pub cors_origins: Vec<String>,
     pub continue_session: bool,
+    pub profile: Option<String>,
+    pub fresh: bool,
     pub model_path: Option<PathBuf>,
     pub gpu_layers: Option<i32>,
     pub threads: Option<u32>,
@@ -383,9 +391,10 @@ fn subcommand(word: OsString, parser: &mut lexopt::Parser) -> Result<Subcommand,
     let make = match word.as_str() {
         "provider" => Subcommand::Provider,
         "config" => Subcommand::Config,
+        "profile" => Subcommand::Profile,
         _ => {
             return Err(UsageError(format!(
-                "unexpected argument '{word}' (commands are 'provider' and 'config'; use -e TEXT for a prompt)"
+                "unexpected argument '{word}' (commands are 'provider', 'config' and 'profile'; use -e TEXT for a prompt)"
             )))
         }
     };
@@ -465,6 +474,7 @@ fn set_switch(low: &mut LowArgs, id: FlagId) {
         FlagId::UseTools => low.use_tools = true,
         FlagId::ToolServer => low.toolserver = true,
         FlagId::Continue => low.continue_session = true,
+        FlagId::Fresh => low.fresh = true,
         FlagId::FlashAttn => low.flash_attn = true,
         FlagId::Version => low.version = true,
         FlagId::Help => low.help = true,
@@ -480,6 +490,7 @@ fn set_value(low: &mut LowArgs, flag: &Flag, raw: &str) -> Result<(), UsageError
     let text = || Some(raw.to_string());
     match flag.id {
         FlagId::Provider => low.provider = text(),
+        FlagId::Profile => low.profile = text(),
         FlagId::Model => low.model = text(),
         FlagId::Backend => low.backend = Some(backend_name(raw)?),
         FlagId::ApiBase => low.api_base = text(),
@@ -696,7 +707,8 @@ pub fn help_text() -> String {
     let mut out = format!(
         "shepherd {}: LLM chat client and tool-running agent\n\n{USAGE}\n\n\
          Commands:\n  provider list|add|NAME show|set|use|remove   Manage providers\n  \
-         config [KEY [VALUE]]                         Show or change settings\n",
+         config [KEY [VALUE]]                         Show or change settings\n  \
+         profile list|add|edit|show|use|remove NAME   Manage profiles (tools, MCP servers, guidelines)\n",
         env!("CARGO_PKG_VERSION")
     );
     let width = FLAGS.iter().map(|f| flag_label(f).len()).max().unwrap_or(0);

@@ -260,6 +260,12 @@ pub struct ConfigFile {
     /// The token that tool server requires.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_backend_token: Option<String>,
+    /// Named sets of tools, MCP servers and guidelines (`shepherd profile`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub profiles: Vec<crate::profile::Profile>,
+    /// The profile used when `--profile` is not given; unset means `default`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_profile: Option<String>,
     /// Keys this version does not know, written back as they were.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -399,6 +405,7 @@ pub fn validate(file: &ConfigFile) -> Result<(), String> {
             .map_err(|e| format!("tool_backend is '{address}', expected {e}"))?;
     }
     file.providers.iter().try_for_each(validate_provider)?;
+    crate::profile::validate(file)?;
     check_unique_names(file)
 }
 

@@ -46,6 +46,8 @@ pub enum Mode {
     Provider(Vec<String>),
     /// `shepherd config ...`, with the words after `config`.
     Config(Vec<String>),
+    /// `shepherd profile ...`, with the words after `profile`.
+    Profile(Vec<String>),
     Version,
     Help,
 }
@@ -233,6 +235,10 @@ pub struct Settings {
     pub tui: Option<bool>,
     pub colors: bool,
     pub continue_session: bool,
+    /// The profile in use (`--profile`, `SHEPHERD_PROFILE`, `active_profile`, else `default`).
+    pub profile: crate::profile::Profile,
+    /// `--fresh`: the CLI server ignores its saved session.
+    pub fresh_session: bool,
     pub reasoning: Option<String>,
     pub mcp_enabled: bool,
     pub approvals: ApprovalSettings,
@@ -487,6 +493,7 @@ fn mode(low: &LowArgs) -> Mode {
     match &low.subcommand {
         Some(Subcommand::Provider(rest)) => Mode::Provider(rest.clone()),
         Some(Subcommand::Config(rest)) => Mode::Config(rest.clone()),
+        Some(Subcommand::Profile(rest)) => Mode::Profile(rest.clone()),
         None if low.json => Mode::JsonLines,
         None if low.cliserver => Mode::CliServer,
         None if low.server => Mode::ApiServer,
@@ -559,6 +566,8 @@ pub fn resolve_with(
         tui: if interactive { low.tui } else { Some(false) },
         colors: !low.no_colors && env("NO_COLOR").is_none_or(|v| v.is_empty()),
         continue_session: low.continue_session,
+        profile: profile(low, env, file)?,
+        fresh_session: low.fresh,
         reasoning: low.reasoning.clone(),
         mcp_enabled: !low.no_mcp,
         approvals: approvals(low, file),
@@ -567,6 +576,26 @@ pub fn resolve_with(
         file_layer,
         override_layer,
     })
+}
+
+/// The profile named by `--profile`, `SHEPHERD_PROFILE` or config.json.
+fn profile(
+    low: &LowArgs,
+    env: EnvLookup,
+    file: &ConfigFile,
+) -> Result<crate::profile::Profile, ConfigError> {
+    let (origin, name) = match (
+        &low.profile,
+        env("SHEPHERD_PROFILE").filter(|v| !v.is_empty()),
+    ) {
+        (Some(name), _) => ("--profile", name.clone()),
+        (None, Some(name)) => ("SHEPHERD_PROFILE", name),
+        (None, None) => (
+            "active_profile",
+            crate::profile::active_name(file).to_string(),
+        ),
+    };
+    crate::profile::find(file, &name).map_err(|e| ConfigError::invalid(origin, e.to_string()))
 }
 
 /// The environment's sampling values with the flags laid over them.

@@ -20,6 +20,12 @@
 //!   non-streaming request runs to the end even if its client left.
 //! - `POST /cancel` is the emergency stop: it cancels the running request and
 //!   empties the queue (queued requests are answered as cancelled).
+//! - The shared session survives restarts: it is saved to the session store
+//!   (id `cliserver-<port>`) after every completed request and every
+//!   `/clear`, and loaded at start unless `--fresh` is given. A saved file
+//!   that cannot be read stops the start instead of being overwritten.
+//! - Seed 002's management endpoints ([`super::agent_api`]) are mounted too;
+//!   their emergency stop also empties the queue.
 //!
 //! The file is longer than most because the serde twin structs of all seven
 //! routes live beside the handlers that fill them.
@@ -38,8 +44,11 @@ use crate::approval::Answer;
 use crate::core::{Event, FinishReason, Message, Role, Session, Stats, ToolCall};
 
 use crate::config::resolve::{ServerAuth, ServerSettings};
+use crate::stop::StopGuard;
+use crate::store::{Store, StoreError};
 use crate::sys;
 
+use super::agent_api::{self, AgentApi};
 use super::http::{self, Handler, Limits, Policy, Request, Responder, SseStream};
 
 /// The CLI server's own settings.
@@ -53,6 +62,70 @@ pub struct CliServerConfig {
     pub observer_buffer: usize,
     /// Longest silence on an SSE stream before a keep-alive comment.
     pub keepalive: Duration,
+    /// Where the shared session is saved after each request; `None` keeps it in memory.
+    pub persist: Option<Persist>,
+}
+
+/// The session file of a CLI server.
+#[derive(Debug, Clone)]
+pub struct Persist {
+    pub store: Store,
+    pub id: String,
+}
+
+impl Persist {
+    /// The default place: the user's store, one session per port.
+    pub fn for_port(port: u16) -> Persist {
+        Persist {
+            store: Store::user(),
+            id: format!("cliserver-{port}"),
+        }
+    }
+
+    fn save(&self, session: &Session) {
+        if let Err(error) = self.store.save_session(&self.id, session) {
+            eprintln!("shepherd: cannot save the session: {error}");
+        }
+    }
+
+    /// Loads the saved session into `agent`, unless `fresh`. With `fresh`, a
+    /// file that cannot be read is moved aside (kept, never overwritten).
+    /// Returns a line for the log, or why the server must not start.
+    pub fn restore(
+        &self,
+        agent: &AgentHandle,
+        system_prompt: &str,
+        fresh: bool,
+    ) -> Result<String, String> {
+        let loaded = self.store.load(&self.id);
+        match (loaded, fresh) {
+            (Ok(saved), false) => {
+                let count = saved.session.messages.len();
+                agent.send(Op::Restore(saved.into_session(system_prompt)));
+                Ok(format!("restored session {} ({count} messages)", self.id))
+            }
+            (Err(StoreError::NotFound(_)), _) => Ok(format!("new session {}", self.id)),
+            (Ok(_), true) => Ok(format!(
+                "fresh session {} (replacing the saved one)",
+                self.id
+            )),
+            (Err(error), true) => {
+                let path = self.store.path(&self.id).map_err(|e| e.to_string())?;
+                let aside =
+                    path.with_extension(format!("json.unreadable-{}", crate::store::now_unix()));
+                std::fs::rename(&path, &aside)
+                    .map_err(|e| format!("{error}; moving it aside failed: {e}"))?;
+                Ok(format!(
+                    "fresh session {}; the unreadable file is kept as {}",
+                    self.id,
+                    aside.display()
+                ))
+            }
+            (Err(error), false) => Err(format!(
+                "{error}\nstart with --fresh to begin a new session (the file is then kept aside)"
+            )),
+        }
+    }
 }
 
 impl CliServerConfig {
@@ -63,6 +136,7 @@ impl CliServerConfig {
             queue_limit: 64,
             observer_buffer: 4096,
             keepalive: Duration::from_secs(10),
+            persist: None,
         }
     }
 }
@@ -296,11 +370,19 @@ pub struct CliServer {
     /// The session as of the last finished job, for `/session` during a job.
     session: Mutex<Session>,
     config: CliServerConfig,
+    /// Seed 002's endpoints, when mounted.
+    api: Option<AgentApi>,
+    /// Keeps this server registered with the API's emergency stop.
+    stop_guards: Mutex<Vec<StopGuard>>,
 }
 
 impl CliServer {
     /// Wraps `agent` and starts the worker thread.
-    pub fn start(agent: AgentHandle, config: CliServerConfig) -> io::Result<Arc<CliServer>> {
+    pub fn start(
+        agent: AgentHandle,
+        config: CliServerConfig,
+        api: Option<AgentApi>,
+    ) -> io::Result<Arc<CliServer>> {
         let (jobs, pending) = crossbeam_channel::bounded(config.queue_limit);
         let server = Arc::new(CliServer {
             agent,
@@ -313,7 +395,10 @@ impl CliServer {
             started: Instant::now(),
             session: Mutex::new(Session::default()),
             config,
+            api,
+            stop_guards: Mutex::new(Vec::new()),
         });
+        server.connect_api();
         let worker = server.clone();
         std::thread::Builder::new()
             .name("shepherd-cliserver".into())
@@ -324,6 +409,27 @@ impl CliServer {
                 }
             })?;
         Ok(server)
+    }
+
+    /// Registers with the API's emergency stop and points profile changes at the agent.
+    fn connect_api(self: &Arc<Self>) {
+        let Some(api) = &self.api else { return };
+        let weak = Arc::downgrade(self);
+        let guard = api.stops().register(move || {
+            if let Some(server) = weak.upgrade() {
+                server.stop_everything();
+            }
+        });
+        lock(&self.stop_guards).push(guard);
+        let weak = Arc::downgrade(self);
+        api.set_profile_hook(Box::new(move |profile, prompt| {
+            if let Some(server) = weak.upgrade() {
+                server.agent.send(Op::ApplyProfile {
+                    system_prompt: prompt.to_string(),
+                    tools: profile.tools.clone(),
+                });
+            }
+        }));
     }
 
     /// Asks the running job to stop (the agent kills tool process groups).
@@ -369,6 +475,9 @@ impl CliServer {
         *lock(&self.running) = None;
         self.served.fetch_add(1, Ordering::SeqCst);
         let session = self.refresh_session();
+        if let Some(persist) = &self.config.persist {
+            persist.save(&session);
+        }
         if let JobReply::Whole(tx) = job.reply {
             let _ = tx.send(Outcome {
                 finish,
@@ -477,7 +586,15 @@ impl Handler for CliServer {
                 _,
                 "/health" | "/status" | "/session" | "/clear" | "/cancel" | "/request" | "/updates",
             ) => responder.error(405, "method not allowed"),
-            _ => responder.error(404, "no such route"),
+            _ => {
+                let unrouted = match &self.api {
+                    Some(api) => agent_api::route(&request, responder, api),
+                    None => Some(responder),
+                };
+                if let Some(responder) = unrouted {
+                    responder.error(404, "no such route");
+                }
+            }
         }
     }
 }
@@ -674,6 +791,9 @@ impl CliServer {
     fn clear(&self, responder: Responder) {
         self.agent.send(Op::Clear);
         lock(&self.session).clear();
+        if let Some(persist) = &self.config.persist {
+            persist.save(&lock(&self.session));
+        }
         self.hub
             .publish(0, &Event::System("session cleared".into()));
         responder.json(
@@ -729,13 +849,19 @@ impl CliServer {
         );
     }
 
-    fn emergency_stop(&self, responder: Responder) {
+    /// Cancels the running request and answers every queued one as cancelled.
+    fn stop_everything(&self) -> (bool, usize) {
         let cancelled_running = self.cancel_running();
         let mut dropped_queued = 0;
         while let Ok(job) = self.pending.try_recv() {
             dropped_queued += 1;
             self.answer_cancelled(job);
         }
+        (cancelled_running, dropped_queued)
+    }
+
+    fn emergency_stop(&self, responder: Responder) {
+        let (cancelled_running, dropped_queued) = self.stop_everything();
         responder.json(
             200,
             &CancelBody {
@@ -916,6 +1042,7 @@ pub fn run(
     policy: Policy,
     agent: AgentHandle,
     config: CliServerConfig,
+    api: Option<AgentApi>,
 ) -> i32 {
     let listener = match http::Server::bind(&server.host, server.port, Limits::default(), policy) {
         Ok(listener) => listener,
@@ -927,7 +1054,7 @@ pub fn run(
             return 1;
         }
     };
-    let cli = match CliServer::start(agent, config) {
+    let cli = match CliServer::start(agent, config, api) {
         Ok(cli) => cli,
         Err(error) => {
             eprintln!("shepherd: cannot start the cliserver worker: {error}");

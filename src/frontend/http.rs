@@ -582,12 +582,14 @@ fn error_kind(status: u16) -> &'static str {
 fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
+        201 => "Created",
         204 => "No Content",
         400 => "Bad Request",
         401 => "Unauthorized",
         403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
+        409 => "Conflict",
         411 => "Length Required",
         413 => "Content Too Large",
         429 => "Too Many Requests",
@@ -675,7 +677,10 @@ impl Responder {
 
     fn preflight(self) {
         let extra = [
-            ("Access-Control-Allow-Methods", "GET, POST, OPTIONS".into()),
+            (
+                "Access-Control-Allow-Methods",
+                "GET, POST, PUT, PATCH, DELETE, OPTIONS".into(),
+            ),
             (
                 "Access-Control-Allow-Headers",
                 "Authorization, Content-Type, X-Api-Key".into(),

@@ -4,6 +4,7 @@
 //! a runtime failure (a provider error, an unreachable API), 2 for a usage or
 //! configuration error. Everything below returns typed errors.
 
+mod agent_api;
 mod api_server;
 mod approve;
 mod cli_server;
@@ -75,6 +76,11 @@ pub fn run_main() -> i32 {
             &mut io::stdout(),
         )),
         Mode::Config(words) => subcommand(commands::run_config(
+            words,
+            &settings.config_path,
+            &mut io::stdout(),
+        )),
+        Mode::Profile(words) => subcommand(crate::profile::run_profile(
             words,
             &settings.config_path,
             &mut io::stdout(),
@@ -170,8 +176,46 @@ fn cli_server_mode(settings: &Settings) -> i32 {
         .clone()
         .unwrap_or_else(|| provider.name.clone());
     let context_size = settings.context_size_for(&provider).unwrap_or(0);
-    let config = cli_server::CliServerConfig::new(model, context_size);
-    cli_server::run(&settings.server, policy, agent, config)
+    let mut config = cli_server::CliServerConfig::new(model, context_size);
+    let persist = cli_server::Persist::for_port(settings.server.port);
+    let prompt = settings.profile.system_prompt(&settings.system_prompt);
+    match persist.restore(&agent, &prompt, settings.fresh_session) {
+        Ok(line) => eprintln!("shepherd: {line}"),
+        Err(message) => {
+            eprintln!("shepherd: {message}");
+            return EXIT_USAGE;
+        }
+    }
+    config.persist = Some(persist);
+    // The cliserver registers itself with the API's emergency stop.
+    let api = agent_api_for(settings);
+    cli_server::run(&settings.server, policy, agent, config, Some(api))
+}
+
+/// Seed 002's endpoints over the configured tools and the active profile.
+fn agent_api_for(settings: &Settings) -> agent_api::AgentApi {
+    let tool_settings = settings.clone();
+    let api = agent_api::AgentApi::new(
+        settings.config_path.clone(),
+        settings.system_prompt.clone(),
+        std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
+        settings.profile.clone(),
+        // An unreachable tool backend offers no tools (never the local ones instead).
+        Box::new(move || tool_registry(&tool_settings).unwrap_or_else(|_| ToolRegistry::empty())),
+    );
+    // A direct `POST /v1/tools/call` is the authenticated user's own request, so it
+    // counts as their approval; only the configured deny rules refuse it.
+    let policy = settings.approvals.policy.clone();
+    api.set_gate(Box::new(move |call: &crate::core::ToolCall| {
+        match policy.decide(&call.name.to_ascii_lowercase(), true) {
+            crate::approval::Decision::Deny => Err(format!(
+                "the approval rules deny '{}' (see --deny and config.json's approvals)",
+                call.name
+            )),
+            _ => Ok(()),
+        }
+    }));
+    api
 }
 
 /// `--toolserver`: the same tools the agent would get, served over TCP.
@@ -253,9 +297,10 @@ fn start_agent(settings: &Settings) -> Result<(AgentHandle, config::ProviderConf
     log::debug(log::Category::Llm, || {
         format!("provider {} ({})", provider.name, provider.kind.as_str())
     });
-    let tools = tool_registry(settings)?;
+    let mut tools = tool_registry(settings)?;
+    settings.profile.apply_tools(&mut tools);
     let agent_config = AgentConfig {
-        system_prompt: settings.system_prompt.clone(),
+        system_prompt: settings.profile.system_prompt(&settings.system_prompt),
         sampling: settings.sampling_for(&provider),
         stream: settings.stream,
         max_rounds: settings.max_rounds,

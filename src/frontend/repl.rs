@@ -9,7 +9,7 @@
 //! [`Interactive`] for history and `--continue`.
 
 use std::io::{self, IsTerminal, Stderr, Stdout, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crossbeam_channel::{never, select, Receiver};
 
@@ -17,6 +17,7 @@ use crate::agent::{AgentHandle, Op};
 use crate::config::resolve::Settings;
 use crate::config::{self, ProviderConfig};
 use crate::core::Event;
+use crate::store::{self, Store, StoreError};
 use crate::sys;
 
 use super::approve::PendingApproval;
@@ -31,8 +32,10 @@ const PROMPT: &str = "> ";
 /// input history and the `--continue` session.
 pub struct Interactive {
     history_path: PathBuf,
-    /// Where `--continue` saves on exit; `None` without `--continue`.
-    continue_path: Option<PathBuf>,
+    /// The session id `--continue` saves under on exit; `None` without
+    /// `--continue`, or when the saved file could not be read (so it is
+    /// never overwritten).
+    continue_id: Option<String>,
 }
 
 impl Interactive {
@@ -45,13 +48,15 @@ impl Interactive {
         let history_path = slash::state_dir().join("history");
         let editor = Editor::with_history(editor::load_history(&history_path));
         let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-        let continue_path = settings
-            .continue_session
-            .then(|| slash::continue_path(&cwd));
-        let notice = continue_path.as_ref().and_then(|path| restore(agent, path));
+        let (continue_id, notice) = if settings.continue_session {
+            let prompt = settings.profile.system_prompt(&settings.system_prompt);
+            restore(agent, &Store::user(), &cwd, &prompt)
+        } else {
+            (None, None)
+        };
         let interactive = Interactive {
             history_path,
-            continue_path,
+            continue_id,
         };
         (interactive, editor, notice)
     }
@@ -60,25 +65,42 @@ impl Interactive {
     pub fn finish(&self, agent: &AgentHandle, editor: &Editor) {
         let text = editor::history_text(editor.history());
         let _ = config::write_atomic(&self.history_path, text.as_bytes());
-        if let Some(path) = &self.continue_path {
+        if let Some(id) = &self.continue_id {
             if let Some(session) = slash::snapshot(agent) {
-                let _ = slash::save_session(path, &session);
+                let _ = Store::user().save_session(id, &session);
             }
         }
     }
 }
 
-fn restore(agent: &AgentHandle, path: &std::path::Path) -> Option<String> {
-    if !path.exists() {
-        return None;
-    }
-    match slash::load_session(path) {
-        Ok(session) => {
-            let count = session.messages.len();
-            agent.send(Op::Restore(session));
-            Some(format!("[Continuing: {count} messages restored]"))
+/// Restores this directory's `--continue` session (or the one an older build
+/// left under the state directory). Returns the id to save under on exit,
+/// `None` when an existing file could not be read, and a notice.
+fn restore(
+    agent: &AgentHandle,
+    store: &Store,
+    cwd: &Path,
+    system_prompt: &str,
+) -> (Option<String>, Option<String>) {
+    let id = slash::continue_id(cwd);
+    let legacy = slash::legacy_continue_path(cwd);
+    let loaded = if store.exists(&id) || !legacy.exists() {
+        store.load(&id)
+    } else {
+        store::load_file(&legacy, &id)
+    };
+    match loaded {
+        Ok(saved) => {
+            let count = saved.session.messages.len();
+            agent.send(Op::Restore(saved.into_session(system_prompt)));
+            let notice = format!("[Continuing: {count} messages restored]");
+            (Some(id), Some(notice))
         }
-        Err(message) => Some(format!("error: {message}")),
+        Err(StoreError::NotFound(_)) => (Some(id), None),
+        Err(error) => {
+            let notice = format!("error: {error}; this session will not be saved over it");
+            (None, Some(notice))
+        }
     }
 }
 

@@ -5,8 +5,9 @@
 //! queue of text typed while the model answers) and runs commands, prompts
 //! and queued input the same way for both. Commands talk to the agent only
 //! through [`Op`]s; provider switches build the new backend with
-//! `connect.rs`. Saved sessions and the `--continue` file live under the XDG
-//! state directory and are written atomically.
+//! `connect.rs`. Saved sessions and the `--continue` session live in the
+//! session store (`crate::store`, under the XDG data directory), written
+//! atomically; profiles come from config.json (`crate::profile`).
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -17,6 +18,8 @@ use crate::commands;
 use crate::config::resolve::Settings;
 use crate::config::{self, ProviderConfig};
 use crate::core::Session;
+use crate::profile::{self, Profile};
+use crate::store::{self, Store};
 
 use super::connect::{self, OpenError};
 
@@ -31,8 +34,10 @@ Commands:
   /model [list|NAME]            show or switch the model
   /tools [list|enable GLOB|disable GLOB]
   /config [KEY [VALUE]]         show or change config.json
-  /save [NAME]                  save the conversation
-  /load NAME                    load a saved conversation
+  /save [ID]                    save the conversation (again under its ID)
+  /load ID                      load a saved conversation
+  /sessions [list|delete ID]    list or delete saved conversations
+  /profile [list|use NAME]      list profiles or switch (for this session)
   /quit, exit, quit             leave
 Keys: Esc or Ctrl-C cancels a reply, Esc Esc clears the line, Up/Down recall, Ctrl-D exits.";
 
@@ -49,6 +54,10 @@ pub enum Command {
     Config(Vec<String>),
     Save(Option<String>),
     Load(String),
+    Sessions,
+    DeleteSession(String),
+    Profiles,
+    UseProfile(String),
     Quit,
 }
 
@@ -90,6 +99,10 @@ fn parse_words(words: &[&str]) -> Result<Command, String> {
         ["save"] => Command::Save(None),
         ["save", name] => Command::Save(Some(name.to_string())),
         ["load", name] => Command::Load(name.to_string()),
+        ["sessions"] | ["sessions", "list"] => Command::Sessions,
+        ["sessions", "delete", id] => Command::DeleteSession(id.to_string()),
+        ["profile"] | ["profile", "list"] | ["profiles"] => Command::Profiles,
+        ["profile", "use", name] => Command::UseProfile(name.to_string()),
         ["quit"] | ["exit"] => Command::Quit,
         [] => return Err("empty command; /help lists them".into()),
         [name, ..] => {
@@ -118,6 +131,10 @@ pub struct Conversation<'a> {
     /// Lines typed while the model answered, sent in order afterwards.
     pub queue: VecDeque<String>,
     pub busy: bool,
+    /// The id the conversation was last saved under or loaded from.
+    pub session_id: Option<String>,
+    pub profile: Profile,
+    pub store: Store,
 }
 
 impl<'a> Conversation<'a> {
@@ -128,6 +145,9 @@ impl<'a> Conversation<'a> {
             provider,
             queue: VecDeque::new(),
             busy: false,
+            session_id: None,
+            profile: settings.profile.clone(),
+            store: Store::user(),
         }
     }
 
@@ -166,8 +186,12 @@ impl<'a> Conversation<'a> {
             Command::Model(Some(model)) => self.use_model(model),
             Command::Tools(change) => self.tools(change),
             Command::Config(words) => self.config(&words),
-            Command::Save(name) => self.save(name.as_deref().unwrap_or("default")),
-            Command::Load(name) => self.load(&name),
+            Command::Save(id) => self.save(id),
+            Command::Load(id) => self.load(&id),
+            Command::Sessions => self.sessions(),
+            Command::DeleteSession(id) => self.delete_session(&id),
+            Command::Profiles => self.profiles(),
+            Command::UseProfile(name) => self.use_profile(&name),
             Command::Quit => Ok(Vec::new()),
         };
         result.unwrap_or_else(|message| vec![format!("error: {message}")])
@@ -255,20 +279,92 @@ impl<'a> Conversation<'a> {
             .collect())
     }
 
-    fn save(&self, name: &str) -> Result<Vec<String>, String> {
-        let path = named_session_path(name)?;
+    fn save(&mut self, id: Option<String>) -> Result<Vec<String>, String> {
+        let id = id
+            .or_else(|| self.session_id.clone())
+            .unwrap_or_else(store::new_id);
+        store::check_name("session id", &id)?;
         let session = snapshot(self.agent).ok_or("the agent did not answer")?;
-        save_session(&path, &session)
-            .map_err(|e| format!("cannot save {}: {e}", path.display()))?;
-        Ok(vec![format!("[Saved to {}]", path.display())])
+        let mut saved = store::SavedSession::new(&id, session);
+        saved.provider = Some(self.provider.name.clone());
+        saved.model = self.provider.model.clone();
+        let path = self.store.save(&saved).map_err(|e| e.to_string())?;
+        self.session_id = Some(id.clone());
+        Ok(vec![format!("[Saved as {id} ({})]", path.display())])
     }
 
-    fn load(&self, name: &str) -> Result<Vec<String>, String> {
-        let path = named_session_path(name)?;
-        let session = load_session(&path)?;
-        let count = session.messages.len();
-        self.agent.send(Op::Restore(session));
-        Ok(vec![format!("[Loaded {name}: {count} messages]")])
+    fn load(&mut self, id: &str) -> Result<Vec<String>, String> {
+        let saved = self.store.load(id).map_err(|e| e.to_string())?;
+        let count = saved.session.messages.len();
+        let prompt = self.profile.system_prompt(&self.settings.system_prompt);
+        self.agent.send(Op::Restore(saved.into_session(&prompt)));
+        self.session_id = Some(id.to_string());
+        Ok(vec![format!("[Loaded {id}: {count} messages]")])
+    }
+
+    fn sessions(&self) -> Result<Vec<String>, String> {
+        let (list, errors) = self.store.list().map_err(|e| e.to_string())?;
+        let mut lines: Vec<String> = list
+            .iter()
+            .map(|s| {
+                let when = crate::tools::time::strftime(
+                    "%Y-%m-%d %H:%M",
+                    i64::try_from(s.saved_at).unwrap_or(0),
+                );
+                format!("{}  {when}  {:>4} msgs  {}", s.id, s.messages, s.title)
+            })
+            .collect();
+        lines.extend(errors.iter().map(|e| format!("error: {e}")));
+        if lines.is_empty() {
+            lines.push(format!(
+                "no saved sessions in {}",
+                self.store.dir().display()
+            ));
+        }
+        Ok(lines)
+    }
+
+    fn delete_session(&mut self, id: &str) -> Result<Vec<String>, String> {
+        self.store.delete(id).map_err(|e| e.to_string())?;
+        if self.session_id.as_deref() == Some(id) {
+            self.session_id = None;
+        }
+        Ok(vec![format!("[Deleted {id}]")])
+    }
+
+    fn profiles(&self) -> Result<Vec<String>, String> {
+        let file = config::load(&self.settings.config_path).map_err(|e| e.to_string())?;
+        Ok(profile::all(&file)
+            .iter()
+            .map(|p| {
+                let mark = if p.name == self.profile.name {
+                    "*"
+                } else {
+                    " "
+                };
+                let tools = if p.tools.is_empty() {
+                    "all tools".to_string()
+                } else {
+                    p.tools.join(",")
+                };
+                format!("{mark} {} ({tools})", p.name)
+            })
+            .collect())
+    }
+
+    /// Switches profile for this session; `shepherd profile use` makes it the default.
+    fn use_profile(&mut self, name: &str) -> Result<Vec<String>, String> {
+        let file = config::load(&self.settings.config_path).map_err(|e| e.to_string())?;
+        let chosen = profile::find(&file, name).map_err(|e| e.to_string())?;
+        let op = Op::ApplyProfile {
+            system_prompt: chosen.system_prompt(&self.settings.system_prompt),
+            tools: chosen.tools.clone(),
+        };
+        if !self.agent.send(op) {
+            return Err("the agent has stopped".into());
+        }
+        self.profile = chosen;
+        Ok(vec![format!("[Profile {name}]")])
     }
 
     /// `provider | model`, the left of the TUI's status bar.
@@ -301,44 +397,23 @@ pub fn state_dir() -> PathBuf {
     }
 }
 
-/// Where `/save NAME` writes; the name must be a plain file name.
-fn named_session_path(name: &str) -> Result<PathBuf, String> {
-    let plain = name
-        .chars()
-        .all(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if name.is_empty() || name.starts_with('.') || !plain {
-        return Err(format!(
-            "'{name}' is not a session name (letters, digits, '-', '_', '.')"
-        ));
-    }
-    Ok(state_dir().join("sessions").join(format!("{name}.json")))
+/// The `--continue` session id for a working directory: one per directory.
+pub fn continue_id(cwd: &Path) -> String {
+    format!("last-{:016x}", fnv1a(cwd.as_os_str().as_encoded_bytes()))
 }
 
-/// The `--continue` file for a working directory: one per directory.
-pub fn continue_path(cwd: &Path) -> PathBuf {
-    let name = format!(
-        "last-{:016x}.json",
-        fnv1a(cwd.as_os_str().as_encoded_bytes())
-    );
-    state_dir().join("sessions").join(name)
+/// Where builds before the session store kept the `--continue` file (read
+/// once as a fallback, never written).
+pub fn legacy_continue_path(cwd: &Path) -> PathBuf {
+    state_dir()
+        .join("sessions")
+        .join(format!("{}.json", continue_id(cwd)))
 }
 
 fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, b| {
         (hash ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
     })
-}
-
-pub fn save_session(path: &Path, session: &Session) -> std::io::Result<()> {
-    let bytes = serde_json::to_vec_pretty(session).map_err(std::io::Error::other)?;
-    config::write_atomic(path, &bytes)
-}
-
-pub fn load_session(path: &Path) -> Result<Session, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    serde_json::from_str(&text)
-        .map_err(|e| format!("{} is not a saved session: {e}", path.display()))
 }
 
 #[cfg(test)]
@@ -375,6 +450,11 @@ mod tests {
         );
         check("/save", Some(Ok(Save(None))));
         check("/load mine", Some(Ok(Load("mine".into()))));
+        check("/sessions", Some(Ok(Sessions)));
+        check("/sessions delete x", Some(Ok(DeleteSession("x".into()))));
+        check("/profile", Some(Ok(Profiles)));
+        check("/profile list", Some(Ok(Profiles)));
+        check("/profile use ro", Some(Ok(UseProfile("ro".into()))));
         check("/quit", Some(Ok(Quit)));
         check("exit", Some(Ok(Quit)));
         check("quit", Some(Ok(Quit)));
@@ -390,35 +470,12 @@ mod tests {
     }
 
     #[test]
-    fn session_names_cannot_leave_the_sessions_dir() {
-        for bad in ["", "../x", ".hidden", "a/b", "a b"] {
-            assert!(named_session_path(bad).is_err(), "{bad:?}");
-        }
-        let path = named_session_path("my-chat_1.v2").unwrap();
-        assert!(path.ends_with("sessions/my-chat_1.v2.json"));
-    }
-
-    #[test]
-    fn continue_file_differs_per_directory() {
-        let a = continue_path(Path::new("/work/a"));
-        let b = continue_path(Path::new("/work/b"));
+    fn continue_id_differs_per_directory_and_is_a_valid_id() {
+        let a = continue_id(Path::new("/work/a"));
+        let b = continue_id(Path::new("/work/b"));
         assert_ne!(a, b);
-        assert_eq!(a, continue_path(Path::new("/work/a")));
-    }
-
-    #[test]
-    fn sessions_round_trip_and_bad_files_are_errors() {
-        let dir = crate::config::test_support::temp_dir("slash");
-        let path = dir.join("s.json");
-        let mut session = Session::new("sys");
-        session.messages.push(crate::core::Message::user("hi ✓"));
-        save_session(&path, &session).unwrap();
-        let loaded = load_session(&path).unwrap();
-        assert_eq!(loaded.messages[0].content, "hi ✓");
-        std::fs::write(&path, "not json").unwrap();
-        assert!(load_session(&path)
-            .unwrap_err()
-            .contains("not a saved session"));
-        assert!(load_session(&dir.join("missing.json")).is_err());
+        assert_eq!(a, continue_id(Path::new("/work/a")));
+        assert!(store::check_name("session id", &a).is_ok());
+        assert!(legacy_continue_path(Path::new("/work/a")).ends_with(format!("sessions/{a}.json")));
     }
 }

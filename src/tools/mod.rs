@@ -126,6 +126,8 @@ pub struct ToolRegistry {
     tools: Vec<Box<dyn Tool>>,
     disabled: Vec<String>,
     enabled: Vec<String>,
+    /// A profile's tool globs: when not empty, only matching tools are offered.
+    allowed: Vec<String>,
 }
 
 impl Default for ToolRegistry {
@@ -140,6 +142,7 @@ impl ToolRegistry {
             tools: Vec::new(),
             disabled: Vec::new(),
             enabled: Vec::new(),
+            allowed: Vec::new(),
         }
     }
 
@@ -175,10 +178,18 @@ impl ToolRegistry {
         self.enabled.push(glob.to_ascii_lowercase());
     }
 
+    /// Offers only tools matching one of `globs` (a profile's set); empty
+    /// lifts the restriction. Replaces the previous restriction; the
+    /// enable/disable globs still apply inside it.
+    pub fn restrict(&mut self, globs: &[String]) {
+        self.allowed = globs.iter().map(|g| g.to_ascii_lowercase()).collect();
+    }
+
     fn is_enabled(&self, name: &str) -> bool {
         let name = name.to_ascii_lowercase();
         let any = |globs: &[String]| globs.iter().any(|g| pattern::fnmatch(g, &name));
-        !any(&self.disabled) || any(&self.enabled)
+        let allowed = self.allowed.is_empty() || any(&self.allowed);
+        allowed && (!any(&self.disabled) || any(&self.enabled))
     }
 
     fn enabled_tools(&self) -> impl Iterator<Item = &dyn Tool> {
@@ -287,6 +298,19 @@ mod tests {
         registry.disable("web*");
         assert_eq!(registry.names(), vec!["webfetch".to_string()]);
         assert_eq!(registry.specs().len(), 1);
+    }
+
+    #[test]
+    fn restrict_keeps_only_matching_and_can_be_lifted() {
+        let mut registry = ToolRegistry::builtin();
+        registry.restrict(&["READ".into(), "g*".into()]);
+        assert_eq!(registry.names(), ["read", "glob", "grep", "get_time"]);
+        registry.disable("grep");
+        registry.enable("bash");
+        assert_eq!(registry.names(), ["read", "glob", "get_time"]);
+        assert!(registry.get("write").is_none());
+        registry.restrict(&[]);
+        assert!(registry.names().len() > 4);
     }
 
     #[test]

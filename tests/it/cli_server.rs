@@ -482,6 +482,9 @@ fn auth_matrix_over_every_route() {
         ("POST", "/cancel", ""),
         ("POST", "/request", "{\"prompt\":\"x\",\"async\":true}"),
         ("GET", "/updates", ""),
+        ("GET", "/v1/profiles", ""),
+        ("GET", "/v1/mcp/servers", ""),
+        ("POST", "/v1/emergency-stop", ""),
     ];
     let credentials = [
         ("none", String::new(), 401),

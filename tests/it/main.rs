@@ -8,5 +8,6 @@ mod cli;
 mod cli_server;
 mod fake_openai;
 mod harness;
+mod persist;
 mod terminal;
 mod tool_server;

@@ -450,6 +450,20 @@ fn continue_restores_the_last_session_in_this_directory() {
         tmux.key("C-d");
         tmux.wait_for("shepherd to exit", |s| s.is_empty());
     }
+    // The session lives in the store under the XDG data directory.
+    let sessions = sandbox
+        .root
+        .path()
+        .join("home/.local/share/shepherd/sessions");
+    let saved: Vec<_> = std::fs::read_dir(&sessions)
+        .expect("the sessions directory")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        saved.len() == 1 && saved[0].starts_with("last-") && saved[0].ends_with(".json"),
+        "{saved:?}"
+    );
     let tmux = Tmux::start(&sandbox, &args);
     tmux.wait_text("[Continuing: 2 messages restored]");
     tmux.type_text("what did I say?");
@@ -559,4 +573,55 @@ fn tui_always_allows_a_tool_for_the_rest_of_the_session() {
         .map(|l| serde_json::from_str::<Value>(l).unwrap()["decided_by"].to_string())
         .collect();
     assert_eq!(by, ["\"user\"", "\"session\""]);
+fn save_sessions_and_load_round_trip_in_the_repl() {
+    let fake = FakeOpenAi::start(vec![
+        Canned::sse(&text_stream(&["Hi there."])),
+        Canned::sse(&text_stream(&["Back again."])),
+    ]);
+    let sandbox = Sandbox::new("save-load");
+    let tmux = Tmux::start(&sandbox, &fake_args(&fake.base_url, &[]));
+    tmux.wait_for("the prompt", |s| s.trim_end().ends_with('>'));
+    tmux.type_text("hello");
+    tmux.key("Enter");
+    tmux.wait_text("Hi there.");
+    for (line, expected) in [
+        ("/save ../escape", "session id '../escape' contains '..'"),
+        ("/save mychat", "[Saved as mychat"),
+        ("/clear", "[Conversation cleared]"),
+        ("/sessions", "2 msgs  hello"),
+        ("/load mychat", "[Loaded mychat: 2 messages]"),
+        ("/load nothing", "no saved session 'nothing'"),
+        ("/profile", "* default (all tools)"),
+    ] {
+        tmux.type_text(line);
+        tmux.key("Enter");
+        tmux.wait_text(expected);
+    }
+    tmux.type_text("again");
+    tmux.key("Enter");
+    tmux.wait_text("Back again.");
+    let requests = fake.requests();
+    let contents: Vec<&str> = requests[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["content"].as_str())
+        .collect();
+    assert!(
+        contents.ends_with(&["hello", "Hi there.", "again"]),
+        "the loaded conversation reached the model: {contents:?}"
+    );
+    let file = sandbox
+        .root
+        .path()
+        .join("home/.local/share/shepherd/sessions/mychat.json");
+    let saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
+    assert_eq!(saved["version"], 1);
+    assert_eq!(saved["provider"], "cmdline");
+    assert!(!sandbox
+        .root
+        .path()
+        .join("home/.local/share/shepherd/escape.json")
+        .exists());
 }

@@ -23,8 +23,7 @@ use crate::approval::{Gate, Headless, Policy};
 use crate::audit::AuditLog;
 use crate::backend::{Backend, GenerateRequest, Reply, Sampling, ToolChoice, ToolSpec, Usage};
 use crate::core::{
-    BackendError, Event, EventSink, FinishReason, Flow, Message, Session, ToolCall,
-    ToolResultEvent,
+    BackendError, Event, EventSink, FinishReason, Flow, Message, Session, ToolCall, ToolResultEvent,
 };
 use crate::tools::{truncate, ToolContext, ToolOutput, ToolRegistry};
 
@@ -345,7 +344,6 @@ impl Worker {
         usize::try_from(context.saturating_mul(3) / 4).unwrap_or(usize::MAX)
     }
 }
-
 
 /// Runs `call` if the approval rules let it, and records it in the audit log.
 fn run_gated(
