@@ -573,6 +573,9 @@ fn tui_always_allows_a_tool_for_the_rest_of_the_session() {
         .map(|l| serde_json::from_str::<Value>(l).unwrap()["decided_by"].to_string())
         .collect();
     assert_eq!(by, ["\"user\"", "\"session\""]);
+}
+
+#[test]
 fn save_sessions_and_load_round_trip_in_the_repl() {
     let fake = FakeOpenAi::start(vec![
         Canned::sse(&text_stream(&["Hi there."])),
