@@ -193,7 +193,7 @@ fn cli_server_mode(settings: &Settings) -> i32 {
 }
 
 /// Seed 002's endpoints over the configured tools and the active profile.
-fn agent_api_for(settings: &Settings) -> agent_api::AgentApi {
+pub(super) fn agent_api_for(settings: &Settings) -> agent_api::AgentApi {
     let tool_settings = settings.clone();
     let api = agent_api::AgentApi::new(
         settings.config_path.clone(),
@@ -241,7 +241,7 @@ fn tool_server_mode(settings: &Settings) -> i32 {
 /// Every tool shepherd offers, with the enable/disable globs applied: the
 /// built-ins, or the tool server's tools with `--tool-backend`. The agent and
 /// the tool server both build their registry here.
-fn tool_registry(settings: &Settings) -> Result<ToolRegistry, i32> {
+pub(super) fn tool_registry(settings: &Settings) -> Result<ToolRegistry, i32> {
     let mut tools = match &settings.tool_backend {
         None => ToolRegistry::builtin(),
         Some(backend) => {

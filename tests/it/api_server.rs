@@ -823,3 +823,46 @@ fn parallel_slots_on_the_in_process_model_serve_requests_together() {
         0.0
     );
 }
+
+#[test]
+fn use_tools_obeys_the_approval_rules_and_mounts_the_agent_endpoints() {
+    let fake = FakeOpenAi::start(vec![
+        Canned::sse(&tool_call_stream(
+            "call_w",
+            "write",
+            json!({"file_path": "pwned.txt", "content": "x"}),
+        )),
+        Canned::sse(&text_stream(&["I could not write it."])),
+    ]);
+    let server = ApiServer::with_fake(&fake.base_url, &["--use-tools"]);
+    let (status, body) = server.post(
+        "/v1/chat/completions",
+        &json!({"messages": user("write a file")}),
+    );
+    assert_eq!(status, 200, "{body}");
+    // A server has no one to ask: a side-effecting call the rules do not allow is
+    // refused, and the model is told so in the tool result.
+    assert!(!server._sandbox.work().join("pwned.txt").exists());
+    let second = &fake.requests()[1].body;
+    let result = second["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(result["tool_call_id"], "call_w");
+    let text = result["content"]
+        .as_str()
+        .unwrap_or_default()
+        .to_lowercase();
+    assert!(
+        text.contains("was not run") && text.contains("--approve write"),
+        "{result}"
+    );
+    // Seed 002's endpoints are mounted beside the OpenAI routes.
+    let (status, profiles) = server.get("/v1/profiles");
+    assert_eq!(status, 200, "{profiles}");
+    assert!(profiles.contains("\"default\""), "{profiles}");
+    let (status, stopped) = server.post("/v1/emergency-stop", &json!({}));
+    assert_eq!(status, 200, "{stopped}");
+}

@@ -40,8 +40,8 @@ use serde_json::{json, Value};
 use crate::backend::{BackendInfo, Reply, Sampling};
 use crate::config::resolve::Settings;
 use crate::core::Stats;
-use crate::tools::ToolRegistry;
 
+use super::agent_api::{self, AgentApi};
 use super::connect;
 use super::http::{self, Handler, Limits, Request, Responder, SseStream};
 use error::{from_backend, ApiError};
@@ -115,6 +115,8 @@ struct Loaded {
 /// The server's shared state.
 pub struct ApiServer {
     loaded: OnceLock<Loaded>,
+    /// Seed 002's management endpoints, mounted with `--use-tools`.
+    agent_api: Option<AgentApi>,
     metrics: Metrics,
     started: u64,
     next_id: AtomicU64,
@@ -194,6 +196,7 @@ impl ApiServer {
     fn new() -> ApiServer {
         ApiServer {
             loaded: OnceLock::new(),
+            agent_api: None,
             metrics: Metrics::default(),
             started: now_secs(),
             next_id: AtomicU64::new(1),
@@ -337,6 +340,11 @@ impl ApiServer {
             let error = ApiError::busy("every slot and the queue are full; retry later", 1);
             return answer.error(responder, &error);
         };
+        // The emergency stop (`POST /v1/emergency-stop`) reaches this job too.
+        let _stop = self
+            .agent_api
+            .as_ref()
+            .map(|api| api.stops().register_flag(ticket.cancel_flag()));
         let held = Held {
             pool: &loaded.pool,
             ticket,
@@ -487,6 +495,13 @@ impl Handler for ApiServer {
                 responder.json_with(405, &error.openai_body(), &[]);
             }
             _ => {
+                let responder = match &self.agent_api {
+                    Some(api) => match agent_api::route(&request, responder, api) {
+                        Some(responder) => responder,
+                        None => return,
+                    },
+                    None => responder,
+                };
                 let error = ApiError::new(404, "invalid_request_error", "no such route");
                 responder.json_with(404, &error.openai_body(), &[]);
             }
@@ -522,21 +537,20 @@ fn load(settings: &Settings) -> Result<Loaded, String> {
         Err(connect::OpenError::Usage(message)) => return Err(message),
     };
     let info = backends[0].info();
-    let tools = settings.use_tools.then(|| {
-        let mut registry = ToolRegistry::builtin();
-        for glob in &settings.disable_tools {
-            registry.disable(glob);
-        }
-        for glob in &settings.enable_tools {
-            registry.enable(glob);
-        }
-        Arc::new(ServerTools {
+    let tools = if settings.use_tools {
+        // The agent's own registry (built-ins or `--tool-backend`, MCP), under the profile.
+        let mut registry = super::tool_registry(settings)
+            .map_err(|_| "cannot list the tools of the tool backend".to_string())?;
+        settings.profile.apply_tools(&mut registry);
+        Some(Arc::new(ServerTools {
             registry,
             root: std::env::current_dir().unwrap_or_else(|_| ".".into()),
             max_rounds: settings.max_rounds,
             policy: settings.approvals.policy.clone(),
-        })
-    });
+        }))
+    } else {
+        None
+    };
     let pool = Pool::new(settings.queue_size);
     for backend in backends {
         pool.start_worker(backend, tools.clone())
@@ -577,7 +591,11 @@ pub fn run(settings: &Settings) -> i32 {
             return 1;
         }
     };
-    let api = Arc::new(ApiServer::new());
+    let mut api = ApiServer::new();
+    if settings.use_tools {
+        api.agent_api = Some(super::agent_api_for(settings));
+    }
+    let api = Arc::new(api);
     let loader = {
         let api = api.clone();
         let settings = settings.clone();

@@ -79,6 +79,13 @@ pub struct Ticket {
     cancel: Arc<AtomicBool>,
 }
 
+impl Ticket {
+    /// The flag that stops this job (for the emergency stop).
+    pub fn cancel_flag(&self) -> Arc<AtomicBool> {
+        self.cancel.clone()
+    }
+}
+
 #[derive(Default)]
 struct State {
     queue: VecDeque<Job>,
