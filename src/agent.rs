@@ -248,6 +248,7 @@ impl Agent {
                     self.recount_tokens();
                 }
                 Op::Tools(change, reply) => {
+                    self.tools.refresh();
                     match change {
                         ToolsOp::List => {}
                         ToolsOp::Enable(glob) => self.tools.enable(&glob),
@@ -341,6 +342,7 @@ impl Agent {
     }
 
     fn generate_once(&mut self, first_round: bool) -> Round {
+        self.tools.refresh();
         let specs: Vec<ToolSpec> = if self.config.tools_enabled {
             self.tools.specs()
         } else {

@@ -19,7 +19,8 @@ use std::path::PathBuf;
 use crate::log::Category;
 
 /// The one-line usage shown with every usage error and at the top of `--help`.
-pub const USAGE: &str = "Usage: shepherd [FLAGS] [provider ARGS... | config [KEY [VALUE]]]";
+pub const USAGE: &str =
+    "Usage: shepherd [FLAGS] [provider ARGS... | config [KEY [VALUE]] | mcp ARGS...]";
 
 /// A command line that cannot be understood. The front-end prints it with
 /// [`USAGE`] and exits with status 2.
@@ -230,6 +231,7 @@ pub const FLAGS: &[Flag] = &[
 pub enum Subcommand {
     Provider(Vec<String>),
     Config(Vec<String>),
+    Mcp(Vec<String>),
 }
 
 /// Everything that was typed, checked for syntax and ranges, with no defaults applied.
@@ -352,9 +354,10 @@ fn subcommand(word: OsString, parser: &mut lexopt::Parser) -> Result<Subcommand,
     let make = match word.as_str() {
         "provider" => Subcommand::Provider,
         "config" => Subcommand::Config,
+        "mcp" => Subcommand::Mcp,
         _ => {
             return Err(UsageError(format!(
-                "unexpected argument '{word}' (commands are 'provider' and 'config'; use -e TEXT for a prompt)"
+                "unexpected argument '{word}' (commands are 'provider', 'config' and 'mcp'; use -e TEXT for a prompt)"
             )))
         }
     };

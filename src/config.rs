@@ -22,6 +22,8 @@ use serde_json::{Map, Value};
 
 use crate::args::{MAX_ROUNDS_LIMIT, MAX_TOKEN_COUNT};
 
+/// The `mcp_servers` section.
+pub mod mcp;
 /// Stage two: [`resolve::Settings`] from defaults, this file, the environment and flags.
 pub mod resolve;
 
@@ -251,6 +253,13 @@ pub struct ConfigFile {
     /// Web origins the servers send CORS headers to.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cors_origins: Vec<String>,
+    /// MCP servers by name (`shepherd mcp ...`).
+    #[serde(
+        default,
+        deserialize_with = "mcp::deserialize_servers",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub mcp_servers: mcp::McpServers,
     /// Keys this version does not know, written back as they were.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -367,6 +376,9 @@ pub fn validate(file: &ConfigFile) -> Result<(), String> {
         return Err("timeout is 0, expected a number of seconds of at least 1".into());
     }
     file.providers.iter().try_for_each(validate_provider)?;
+    for (name, server) in &file.mcp_servers {
+        mcp::validate_server(name, server)?;
+    }
     check_unique_names(file)
 }
 

@@ -13,6 +13,7 @@ mod core;
 mod frontend;
 mod llama;
 mod log;
+mod mcp;
 mod stream;
 mod sys;
 mod template;

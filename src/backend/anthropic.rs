@@ -27,6 +27,7 @@ use serde_json::Value;
 
 use super::estimate::TokenEstimator;
 use super::http::{self, ApiSettings};
+use super::toolnames;
 use super::{Backend, BackendInfo, GenerateRequest, Reply, ToolChoice, ToolSpec, Usage};
 use crate::core::{
     Artefact, BackendError, Event, EventSink, FinishReason, Flow, Message, Role, Session, Stats,
@@ -145,6 +146,30 @@ pub(super) fn ids_in(list: &Value, key: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
+impl AnthropicBackend {
+    /// Builds, sends and reads one request (with retries), names already in wire form.
+    fn send(
+        &self,
+        session: &Session,
+        request: &GenerateRequest<'_>,
+        sink: &mut dyn EventSink,
+    ) -> Result<Reply, BackendError> {
+        let wire = build_request(&self.config, session, request);
+        let body = http::encode(&wire)?;
+        let url = self.url("messages");
+        log::debug(Category::Llm, || {
+            format!(
+                "request: {} turns, {} bytes",
+                wire.messages.len(),
+                body.len()
+            )
+        });
+        http::with_retries(&self.config.api.policy(), sink, |sink| {
+            self.attempt(&url, &body, request, sink)
+        })
+    }
+}
+
 impl Backend for AnthropicBackend {
     fn info(&self) -> BackendInfo {
         BackendInfo {
@@ -161,18 +186,8 @@ impl Backend for AnthropicBackend {
         request: &GenerateRequest<'_>,
         sink: &mut dyn EventSink,
     ) -> Result<Reply, BackendError> {
-        let wire = build_request(&self.config, session, request);
-        let body = http::encode(&wire)?;
-        let url = self.url("messages");
-        log::debug(Category::Llm, || {
-            format!(
-                "request: {} turns, {} bytes",
-                wire.messages.len(),
-                body.len()
-            )
-        });
-        let reply = http::with_retries(&self.config.api.policy(), sink, |sink| {
-            self.attempt(&url, &body, request, sink)
+        let reply = toolnames::with_wire_names(session, request, |session, request| {
+            self.send(session, request, sink)
         })?;
         self.estimator.observe(session, &reply);
         Ok(reply)

@@ -24,6 +24,7 @@ use serde_json::Value;
 
 use super::estimate::TokenEstimator;
 use super::http::{self, ApiSettings};
+use super::toolnames;
 use super::{Backend, BackendInfo, GenerateRequest, Reply, ToolChoice, ToolSpec, Usage};
 use crate::core::{
     Artefact, BackendError, Event, EventSink, FinishReason, Flow, Message, Role, Session, Stats,
@@ -127,6 +128,30 @@ impl GeminiBackend {
     }
 }
 
+impl GeminiBackend {
+    /// Builds, sends and reads one request (with retries), names already in wire form.
+    fn send(
+        &self,
+        session: &Session,
+        request: &GenerateRequest<'_>,
+        sink: &mut dyn EventSink,
+    ) -> Result<Reply, BackendError> {
+        let wire = build_request(&self.config, session, request);
+        let body = http::encode(&wire)?;
+        let url = self.url(request.stream);
+        log::debug(Category::Llm, || {
+            format!(
+                "request: {} contents, {} bytes",
+                wire.contents.len(),
+                body.len()
+            )
+        });
+        http::with_retries(&self.config.api.policy(), sink, |sink| {
+            self.attempt(&url, &body, request, sink)
+        })
+    }
+}
+
 impl Backend for GeminiBackend {
     fn info(&self) -> BackendInfo {
         BackendInfo {
@@ -143,18 +168,8 @@ impl Backend for GeminiBackend {
         request: &GenerateRequest<'_>,
         sink: &mut dyn EventSink,
     ) -> Result<Reply, BackendError> {
-        let wire = build_request(&self.config, session, request);
-        let body = http::encode(&wire)?;
-        let url = self.url(request.stream);
-        log::debug(Category::Llm, || {
-            format!(
-                "request: {} contents, {} bytes",
-                wire.contents.len(),
-                body.len()
-            )
-        });
-        let reply = http::with_retries(&self.config.api.policy(), sink, |sink| {
-            self.attempt(&url, &body, request, sink)
+        let reply = toolnames::with_wire_names(session, request, |session, request| {
+            self.send(session, request, sink)
         })?;
         self.estimator.observe(session, &reply);
         Ok(reply)

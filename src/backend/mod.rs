@@ -20,6 +20,7 @@ pub mod http;
 pub mod llamacpp;
 pub mod ollama;
 pub mod openai;
+pub mod toolnames;
 
 /// A tool as offered to the model.
 #[derive(Debug, Clone, PartialEq)]

@@ -39,6 +39,8 @@ pub enum Mode {
     Provider(Vec<String>),
     /// `shepherd config ...`, with the words after `config`.
     Config(Vec<String>),
+    /// `shepherd mcp ...`, with the words after `mcp`.
+    Mcp(Vec<String>),
     Version,
     Help,
 }
@@ -197,6 +199,8 @@ pub struct Settings {
     pub continue_session: bool,
     pub reasoning: Option<String>,
     pub mcp_enabled: bool,
+    /// config.json's `mcp_servers` (empty with `--nomcp`).
+    pub mcp_servers: crate::config::mcp::McpServers,
     file_layer: SamplingLayer,
     override_layer: SamplingLayer,
 }
@@ -443,6 +447,7 @@ fn mode(low: &LowArgs) -> Mode {
     match &low.subcommand {
         Some(Subcommand::Provider(rest)) => Mode::Provider(rest.clone()),
         Some(Subcommand::Config(rest)) => Mode::Config(rest.clone()),
+        Some(Subcommand::Mcp(rest)) => Mode::Mcp(rest.clone()),
         None if low.json => Mode::JsonLines,
         None if low.cliserver => Mode::CliServer,
         None if low.server => Mode::ApiServer,
@@ -510,6 +515,11 @@ pub fn resolve_with(
         continue_session: low.continue_session,
         reasoning: low.reasoning.clone(),
         mcp_enabled: !low.no_mcp,
+        mcp_servers: if low.no_mcp {
+            Default::default()
+        } else {
+            file.mcp_servers.clone()
+        },
         mode,
         file_layer,
         override_layer,

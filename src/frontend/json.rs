@@ -1,7 +1,9 @@
 //! The `--json` line protocol: prompts in as JSON lines, one JSON object per event out.
 //!
-//! Input lines are `{"type":"user","content":"..."}`; anything else gets an
-//! `error` object and is skipped. Output objects are `text`, `thinking`,
+//! Input lines are `{"type":"user","content":"..."}`, or `{"type":"mcp_status"}`
+//! which is answered with an `mcp_status` object listing each MCP server's
+//! state and tool count; anything else gets an `error` object and is skipped.
+//! Output objects are `text`, `thinking`,
 //! `codeblock`, `tool_use`, `tool_result`, `system`, `error`, `stats` and, at
 //! the end of each prompt, `end_turn` with the finish reason and token totals.
 
@@ -48,6 +50,10 @@ enum JsonOut<'a> {
         error_type: &'a str,
     },
     Stats(&'a Stats),
+    /// Each MCP server's state and tool count; answers `{"type":"mcp_status"}`.
+    McpStatus {
+        servers: Vec<crate::mcp::ServerStatus>,
+    },
     EndTurn {
         turns: u64,
         finish_reason: &'a str,
@@ -123,6 +129,11 @@ fn event_line(out: &mut impl Write, event: &Event, totals: &mut Totals) -> io::R
     write_line(out, &item)
 }
 
+/// Whether an input line asks for the MCP status rather than running a prompt.
+fn is_status_request(line: &str) -> bool {
+    serde_json::from_str::<JsonIn>(line).is_ok_and(|input| input.kind == "mcp_status")
+}
+
 /// Parses one input line into a prompt, or says what is wrong with it.
 fn parse_input(line: &str) -> Result<String, String> {
     let input: JsonIn =
@@ -163,6 +174,13 @@ pub fn run(
             break;
         }
         if line.trim().is_empty() {
+            continue;
+        }
+        if is_status_request(&line) {
+            let servers = crate::mcp::statuses();
+            if write_line(&mut out, &JsonOut::McpStatus { servers }).is_err() {
+                break;
+            }
             continue;
         }
         match parse_input(&line) {

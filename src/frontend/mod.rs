@@ -28,6 +28,7 @@ use crate::commands;
 use crate::config::resolve::{self, Mode, Settings};
 use crate::config::{self};
 use crate::log;
+use crate::mcp;
 use crate::sys;
 use crate::tools::ToolRegistry;
 
@@ -39,7 +40,14 @@ const EXIT_FAILURE: i32 = 1;
 const EXIT_USAGE: i32 = 2;
 
 /// Parses the command line and runs the chosen front-end; returns the exit code.
+/// No MCP server outlives it, whichever way the front-end ended.
 pub fn run_main() -> i32 {
+    let code = run_mode();
+    mcp::kill_all();
+    code
+}
+
+fn run_mode() -> i32 {
     let low = match args::parse_env() {
         Ok(low) => low,
         Err(error) => {
@@ -70,6 +78,11 @@ pub fn run_main() -> i32 {
             &mut io::stdout(),
         )),
         Mode::Config(words) => subcommand(commands::run_config(
+            words,
+            &settings.config_path,
+            &mut io::stdout(),
+        )),
+        Mode::Mcp(words) => subcommand(mcp::command::run(
             words,
             &settings.config_path,
             &mut io::stdout(),
@@ -174,6 +187,12 @@ fn start_agent(settings: &Settings) -> Result<(AgentHandle, config::ProviderConf
     for glob in &settings.enable_tools {
         tools.enable(glob);
     }
+    if let Some(hub) = mcp::start(&settings.mcp_servers) {
+        if !interactive(settings) && settings.mode != Mode::CliServer {
+            mcp::wait_started(&hub);
+        }
+        tools.attach(hub);
+    }
     let agent_config = AgentConfig {
         system_prompt: settings.system_prompt.clone(),
         sampling: settings.sampling_for(&provider),
@@ -256,6 +275,7 @@ fn watch_signals(agent: &AgentHandle) -> Interrupted {
         .spawn(move || {
             for signum in signals.iter() {
                 if first.swap(signum, Ordering::SeqCst) != 0 || !busy.load(Ordering::SeqCst) {
+                    mcp::kill_all();
                     std::process::exit(128 + signum);
                 }
                 stop.store(true, Ordering::SeqCst);

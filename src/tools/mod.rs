@@ -40,6 +40,21 @@ pub trait Tool: Send + Sync {
     fn parameters(&self) -> Value;
     /// Runs the tool. `args` is an object already checked against [`Tool::parameters`].
     fn run(&self, args: &Value, ctx: &ToolContext) -> ToolOutput;
+    /// True when running the tool with `args` can change something outside shepherd
+    /// (files, processes, remote state); such calls need approval in interactive modes.
+    fn side_effecting(&self, _args: &Value) -> bool {
+        true
+    }
+}
+
+/// Tools that come and go while shepherd runs (MCP servers starting, crashing,
+/// changing their lists). The registry asks for the current set when
+/// [`ToolRegistry::refresh`] sees a new generation.
+pub trait ToolSource: Send + Sync {
+    /// A number that changes whenever [`ToolSource::tools`] would answer differently.
+    fn generation(&self) -> u64;
+    /// The tools on offer now.
+    fn tools(&self) -> Vec<Box<dyn Tool>>;
 }
 
 /// What a tool run produced.
@@ -119,6 +134,10 @@ pub struct ToolRegistry {
     tools: Vec<Box<dyn Tool>>,
     disabled: Vec<String>,
     enabled: Vec<String>,
+    /// Dynamic tool sources, each with the generation its tools were taken at.
+    sources: Vec<(Arc<dyn ToolSource>, Option<u64>)>,
+    /// The tools the sources offered at the last refresh, after the static ones.
+    dynamic: Vec<Box<dyn Tool>>,
 }
 
 impl Default for ToolRegistry {
@@ -133,6 +152,8 @@ impl ToolRegistry {
             tools: Vec::new(),
             disabled: Vec::new(),
             enabled: Vec::new(),
+            sources: Vec::new(),
+            dynamic: Vec::new(),
         }
     }
 
@@ -157,6 +178,35 @@ impl ToolRegistry {
         self.tools.push(tool);
     }
 
+    /// Adds a source of tools that change at run time; its tools join the
+    /// registry at the next [`ToolRegistry::refresh`].
+    pub fn attach(&mut self, source: Arc<dyn ToolSource>) {
+        self.sources.push((source, None));
+        self.refresh();
+    }
+
+    /// Takes the current tools of every source whose generation changed. Static
+    /// tools win a name clash, so a server cannot shadow a built-in.
+    pub fn refresh(&mut self) {
+        let stale = self
+            .sources
+            .iter()
+            .any(|(source, seen)| *seen != Some(source.generation()));
+        if !stale {
+            return;
+        }
+        self.dynamic.clear();
+        for (source, seen) in &mut self.sources {
+            *seen = Some(source.generation());
+            for tool in source.tools() {
+                let clash = |t: &Box<dyn Tool>| t.name().eq_ignore_ascii_case(tool.name());
+                if !self.tools.iter().any(clash) && !self.dynamic.iter().any(clash) {
+                    self.dynamic.push(tool);
+                }
+            }
+        }
+    }
+
     /// Disables the tools whose names match `glob` (fnmatch style, case-insensitive).
     pub fn disable(&mut self, glob: &str) {
         self.disabled.push(glob.to_ascii_lowercase());
@@ -177,6 +227,7 @@ impl ToolRegistry {
     fn enabled_tools(&self) -> impl Iterator<Item = &dyn Tool> {
         self.tools
             .iter()
+            .chain(&self.dynamic)
             .map(|t| t.as_ref())
             .filter(|t| self.is_enabled(t.name()))
     }
