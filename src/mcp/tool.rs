@@ -16,6 +16,9 @@ use super::client::{McpError, ToolInfo};
 use super::hub::Server;
 use crate::tools::{args, Tool, ToolContext, ToolOutput};
 
+/// Longest wait after a call for the server's notifications (a changed tool list) to be applied.
+const SETTLE_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Most characters of one result kept before the agent's own truncation.
 pub const MAX_RESULT_CHARS: usize = 100_000;
 
@@ -49,12 +52,14 @@ impl Tool for McpTool {
 
     fn run(&self, args: &Value, ctx: &ToolContext) -> ToolOutput {
         let result = self.server.client(&ctx.cancel).and_then(|client| {
-            client.call_tool(
+            let result = client.call_tool(
                 &self.info.name,
                 args,
                 self.server.config.call_timeout(),
                 Some(&ctx.cancel),
-            )
+            );
+            client.settle(SETTLE_LIMIT);
+            result
         });
         match result {
             Ok(result) if result.is_error => {

@@ -6,4 +6,5 @@ mod cli;
 mod cli_server;
 mod fake_openai;
 mod harness;
+mod mcp;
 mod terminal;

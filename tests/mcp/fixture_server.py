@@ -1,7 +1,9 @@
 """An MCP server built with the `mcp` package (FastMCP) for shepherd's tests.
 
-Usage: fixture_server.py stdio
-       fixture_server.py http PORT
+Usage: fixture_server.py stdio [MARKER]
+       fixture_server.py http PORT [MARKER]
+
+MARKER is ignored; tests put a unique word in the argv to find the process.
 
 Tools: echo (read-only), add, fail (raises: an isError result), hang (never
 answers), crash (the process exits), spawn_sleeper (leaves a grandchild behind,
@@ -16,7 +18,8 @@ import time
 from mcp.server.fastmcp import Context, FastMCP
 from mcp.types import ToolAnnotations
 
-server = FastMCP("shepherd-fixture", host="127.0.0.1", port=int(sys.argv[2]) if len(sys.argv) > 2 else 8000)
+PORT = int(sys.argv[2]) if sys.argv[1] == "http" else 8000
+server = FastMCP("shepherd-fixture", host="127.0.0.1", port=PORT)
 
 
 @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
