@@ -224,7 +224,7 @@ mod tests {
         check("files:read_file", "files__read_file");
         check("my-server:do.it", "my-server__do_it");
         check("1st:tool", "_1st__tool");
-        check("ünï:x", "___n___x");
+        check("ünï:x", "__n___x");
     }
 
     #[test]
@@ -250,6 +250,63 @@ mod tests {
             assert!(!wires[..i].contains(wire), "{wires:?}");
             assert_eq!(table.internal(wire), names[i]);
         }
+    }
+
+    #[test]
+    fn requests_go_out_encoded_and_replies_come_back_decoded() {
+        use crate::backend::{Sampling, ToolChoice};
+        use crate::core::{FinishReason, Message, ToolCall};
+        let call = |name: &str| ToolCall {
+            id: "c1".into(),
+            name: name.into(),
+            arguments: serde_json::json!({}),
+        };
+        let spec = |name: &str| ToolSpec {
+            name: name.into(),
+            description: String::new(),
+            parameters: serde_json::json!({}),
+        };
+        let mut session = Session::new("sys");
+        let mut asked = Message::assistant(String::new());
+        asked.tool_calls = vec![call("fs:read")];
+        session.messages.push(asked);
+        session
+            .messages
+            .push(Message::tool_result(&call("fs:read"), "data"));
+        let tools = [spec("read"), spec("fs:read"), spec("web:get")];
+        let choice = ToolChoice::Named("web:get".into());
+        let sampling = Sampling::default();
+        let request = GenerateRequest {
+            tools: &tools,
+            tool_choice: &choice,
+            sampling: &sampling,
+            stream: true,
+        };
+        let reply = with_wire_names(&session, &request, |wire_session, wire_request| {
+            let names: Vec<&str> = wire_request.tools.iter().map(|t| t.name.as_str()).collect();
+            assert_eq!(names, ["read", "fs__read", "web__get"]);
+            assert_eq!(
+                *wire_request.tool_choice,
+                ToolChoice::Named("web__get".into())
+            );
+            assert_eq!(wire_session.messages[0].tool_calls[0].name, "fs__read");
+            assert_eq!(
+                wire_session.messages[1].tool_name.as_deref(),
+                Some("fs__read")
+            );
+            Ok(Reply {
+                content: String::new(),
+                thinking: String::new(),
+                tool_calls: vec![call("web__get"), call("read"), call("nope__x")],
+                finish: FinishReason::ToolCalls,
+                usage: None,
+                artefacts: Vec::new(),
+            })
+        })
+        .unwrap();
+        let names: Vec<&str> = reply.tool_calls.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["web:get", "read", "nope__x"]);
+        assert_eq!(session.messages[0].tool_calls[0].name, "fs:read");
     }
 
     #[test]

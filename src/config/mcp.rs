@@ -177,9 +177,10 @@ mod tests {
             r#"{"mcp_servers": {"a": {"command": "x", "args": ["1"], "call_timeout": 5}}}"#,
         )
         .unwrap();
-        let list: File =
-            serde_json::from_str(r#"{"mcp_servers": [{"name": "a", "command": "x", "args": ["1"], "call_timeout": 5}]}"#)
-                .unwrap();
+        let list: File = serde_json::from_str(
+            r#"{"mcp_servers": [{"name": "a", "command": "x", "args": ["1"], "call_timeout": 5}]}"#,
+        )
+        .unwrap();
         assert_eq!(map.mcp_servers, list.mcp_servers);
         let a = &map.mcp_servers["a"];
         assert_eq!(a.call_timeout(), Duration::from_secs(5));

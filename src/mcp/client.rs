@@ -51,7 +51,11 @@ impl fmt::Display for McpError {
             McpError::Transport(m) => write!(f, "transport error: {m}"),
             McpError::Closed(m) => write!(f, "the server closed the connection: {m}"),
             McpError::Timeout { method, after } => {
-                write!(f, "no answer to {method} within {:.1} s", after.as_secs_f64())
+                write!(
+                    f,
+                    "no answer to {method} within {:.1} s",
+                    after.as_secs_f64()
+                )
             }
             McpError::Cancelled => f.write_str("cancelled"),
             McpError::Rpc { code, message } => write!(f, "server error {code}: {message}"),
@@ -209,7 +213,9 @@ pub struct ServerInfo {
 
 impl ServerInfo {
     pub fn has(&self, capability: &str) -> bool {
-        self.capabilities.get(capability).is_some_and(Value::is_object)
+        self.capabilities
+            .get(capability)
+            .is_some_and(Value::is_object)
     }
 }
 
@@ -394,9 +400,9 @@ impl Client {
                 None => json!({}),
             };
             let result = self.request(method, params, timeout, None)?;
-            let page = result[key]
-                .as_array()
-                .ok_or_else(|| McpError::Protocol(format!("{method} answer has no '{key}' list")))?;
+            let page = result[key].as_array().ok_or_else(|| {
+                McpError::Protocol(format!("{method} answer has no '{key}' list"))
+            })?;
             items.extend(page.iter().cloned());
             match result.get("nextCursor").and_then(Value::as_str) {
                 Some(next) if !next.is_empty() && cursor.as_deref() != Some(next) => {
@@ -561,7 +567,8 @@ mod tests {
             "one\n[image content: image/png, 4 bytes of base64]\ninline"
         );
         assert!(!out.is_error);
-        let failed = call_result(&json!({"content": [{"type":"text","text":"bad"}], "isError": true}));
+        let failed =
+            call_result(&json!({"content": [{"type":"text","text":"bad"}], "isError": true}));
         assert_eq!(
             failed.unwrap(),
             CallResult {
@@ -580,13 +587,15 @@ mod tests {
             object_schema(None),
             json!({"type": "object", "properties": {}})
         );
-        let given = json!({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]});
+        let given =
+            json!({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]});
         assert_eq!(object_schema(Some(&given)), given);
     }
 
     #[test]
     fn unsupported_versions_are_refused() {
-        let ok = server_info(&json!({"protocolVersion": "2024-11-05", "serverInfo": {"name": "s"}}));
+        let ok =
+            server_info(&json!({"protocolVersion": "2024-11-05", "serverInfo": {"name": "s"}}));
         assert_eq!(ok.unwrap().name, "s");
         let err = server_info(&json!({"protocolVersion": "1999-01-01"})).unwrap_err();
         assert!(err.to_string().contains("1999-01-01"), "{err}");
@@ -606,10 +615,7 @@ mod tests {
             "notifications/tools/list_changed"
         );
         router.close("gone");
-        assert_eq!(
-            second.recv().unwrap(),
-            Err(McpError::Closed("gone".into()))
-        );
+        assert_eq!(second.recv().unwrap(), Err(McpError::Closed("gone".into())));
         assert!(ends.ended.recv().is_err());
         assert!(matches!(router.register(3), Err(McpError::Closed(_))));
     }

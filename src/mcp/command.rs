@@ -11,9 +11,9 @@ use std::path::Path;
 use super::hub::Server;
 use super::tool::McpTool;
 use crate::commands::{mask_key, CommandError};
-use crate::tools::Tool;
 use crate::config::mcp::{validate_server, McpServerConfig};
 use crate::config::{self, ConfigFile};
+use crate::tools::Tool;
 
 pub const MCP_USAGE: &str = "\
 Usage: shepherd mcp [list]
@@ -42,7 +42,11 @@ fn action(args: &[String]) -> Result<Action<'_>, CommandError> {
         [] | ["list"] => Action::List,
         ["help"] | ["-h"] | ["--help"] => Action::Help,
         ["add", name, _, ..] => Action::Add(name, &args[2..]),
-        ["add", ..] => return Err(usage(format!("mcp add needs a name and a command or --url\n{MCP_USAGE}"))),
+        ["add", ..] => {
+            return Err(usage(format!(
+                "mcp add needs a name and a command or --url\n{MCP_USAGE}"
+            )))
+        }
         ["show", name] | [name, "show"] | [name] => Action::Show(name),
         ["test", name] | [name, "test"] => Action::Test(name),
         ["enable", name] | [name, "enable"] => Action::Enable(name, true),
@@ -119,7 +123,11 @@ fn list(file: &ConfigFile, out: &mut dyn Write) -> Result<(), CommandError> {
     }
     let width = file.mcp_servers.keys().map(String::len).max().unwrap_or(0);
     for (name, server) in &file.mcp_servers {
-        let state = if server.is_enabled() { "" } else { " (disabled)" };
+        let state = if server.is_enabled() {
+            ""
+        } else {
+            " (disabled)"
+        };
         writeln!(
             out,
             "{name:width$}  {:5}  {}{state}",
@@ -155,7 +163,11 @@ fn show(name: &str, server: &McpServerConfig, out: &mut dyn Write) -> Result<(),
     if let Some(token) = &server.bearer_token {
         writeln!(out, "bearer_token: {}", shown(token))?;
     }
-    writeln!(out, "startup_timeout: {} s", server.startup_timeout().as_secs())?;
+    writeln!(
+        out,
+        "startup_timeout: {} s",
+        server.startup_timeout().as_secs()
+    )?;
     writeln!(out, "call_timeout: {} s", server.call_timeout().as_secs())?;
     writeln!(out, "enabled: {}", server.is_enabled())?;
     Ok(())
@@ -237,7 +249,10 @@ fn parse_add(words: &[String]) -> Result<McpServerConfig, CommandError> {
 
 /// `CMD ARGS... -e K=V -e K2=V2`: the trailing `-e` pairs are environment,
 /// everything before them is the command line.
-fn trailing_env(words: &[String], server: &mut McpServerConfig) -> Result<Vec<String>, CommandError> {
+fn trailing_env(
+    words: &[String],
+    server: &mut McpServerConfig,
+) -> Result<Vec<String>, CommandError> {
     let mut end = words.len();
     while end >= 3 && (words[end - 2] == "-e" || words[end - 2] == "--env") {
         insert_pair(&mut server.env, &words[end - 1])?;
@@ -300,8 +315,12 @@ mod tests {
     #[test]
     fn add_show_disable_remove_round_trip() {
         let path = temp_dir("mcp-cmd").join("config.json");
-        let added = run_words("add files -e TOKEN=abcdefghijklmnop server --root .", &path).unwrap();
-        assert!(added.contains("added MCP server 'files': server --root ."), "{added}");
+        let added =
+            run_words("add files -e TOKEN=abcdefghijklmnop server --root .", &path).unwrap();
+        assert!(
+            added.contains("added MCP server 'files': server --root ."),
+            "{added}"
+        );
         let listed = run_words("list", &path).unwrap();
         assert!(listed.contains("files  stdio  server --root ."), "{listed}");
         let shown = run_words("files show", &path).unwrap();
@@ -312,7 +331,10 @@ mod tests {
         run_words("remove files", &path).unwrap();
         assert!(run_words("list", &path).unwrap().contains("No MCP servers"));
         let err = run_words("nope test", &path).unwrap_err();
-        assert!(err.to_string().contains("unknown MCP server 'nope'"), "{err}");
+        assert!(
+            err.to_string().contains("unknown MCP server 'nope'"),
+            "{err}"
+        );
         assert!(run_words("add bad --url ftp://x", &path).is_err());
     }
 }

@@ -57,7 +57,10 @@ impl HttpTransport {
             .map(|(k, v)| (k.clone(), expand_vars(v, env)))
             .collect();
         if let Some(token) = &config.bearer_token {
-            headers.push(("Authorization".into(), format!("Bearer {}", expand_vars(token, env))));
+            headers.push((
+                "Authorization".into(),
+                format!("Bearer {}", expand_vars(token, env)),
+            ));
         }
         let call = config.call_timeout().max(config.startup_timeout());
         let timeouts = Timeouts {
@@ -124,7 +127,10 @@ impl Transport for HttpTransport {
         let _ = std::thread::Builder::new()
             .name(format!("mcp-{}-delete", self.shared.name))
             .spawn(move || {
-                let request = shared.agent.delete(&shared.url).header("Mcp-Session-Id", &session);
+                let request = shared
+                    .agent
+                    .delete(&shared.url)
+                    .header("Mcp-Session-Id", &session);
                 let _ = shared.with_headers(request).call();
             });
     }
@@ -165,7 +171,9 @@ impl Shared {
         let status = response.status().as_u16();
         if status == 404 && session.is_some() {
             self.router.close("the server ended the session");
-            return Err(McpError::Closed("the server ended the session (404)".into()));
+            return Err(McpError::Closed(
+                "the server ended the session (404)".into(),
+            ));
         }
         if !(200..300).contains(&status) {
             let mut text = String::new();
@@ -185,7 +193,10 @@ impl Shared {
         }
         let is_sse = header(&response, "content-type")
             .is_some_and(|t| t.to_ascii_lowercase().starts_with("text/event-stream"));
-        let reader = response.into_body().into_reader().take(MAX_MESSAGE_BYTES as u64);
+        let reader = response
+            .into_body()
+            .into_reader()
+            .take(MAX_MESSAGE_BYTES as u64);
         if is_sse {
             self.route_sse(BufReader::new(reader))
         } else {
@@ -222,9 +233,7 @@ impl Shared {
             McpError::Protocol(format!("bad JSON from {} ({e}): {start}", self.url))
         })?;
         match value {
-            Value::Array(messages) => messages
-                .into_iter()
-                .for_each(|m| self.router.dispatch(m)),
+            Value::Array(messages) => messages.into_iter().for_each(|m| self.router.dispatch(m)),
             message => self.router.dispatch(message),
         }
         Ok(())

@@ -158,7 +158,10 @@ impl Server {
 
     fn has_resources(&self) -> bool {
         let state = lock(&self.state);
-        state.client.as_ref().is_some_and(|c| c.info.has("resources"))
+        state
+            .client
+            .as_ref()
+            .is_some_and(|c| c.info.has("resources"))
     }
 
     /// The live client, waiting while the server (re)starts, up to its startup
@@ -175,7 +178,10 @@ impl Server {
                 }
                 Phase::Failed | Phase::Disabled => {
                     let why = state.error.clone().unwrap_or_else(|| "not running".into());
-                    return Err(McpError::Closed(format!("{} ({why})", state.phase.as_str())));
+                    return Err(McpError::Closed(format!(
+                        "{} ({why})",
+                        state.phase.as_str()
+                    )));
                 }
                 Phase::Starting | Phase::Restarting => {}
             }
@@ -244,7 +250,9 @@ impl McpHub {
                 .name(format!("mcp-{}", server.name))
                 .spawn(move || supervise(&server, &stop));
             if let Err(e) = spawned {
-                log::debug(Category::Tools, || format!("cannot start an MCP supervisor: {e}"));
+                log::debug(Category::Tools, || {
+                    format!("cannot start an MCP supervisor: {e}")
+                });
             }
         }
         let hub = Arc::new(McpHub {
@@ -443,7 +451,11 @@ fn handle_server_message(server: &Server, client: &Client, message: &Value) {
         match client.list_tools(server.config.call_timeout()) {
             Ok(tools) => {
                 log::debug(Category::Tools, || {
-                    format!("mcp {}: tool list changed, {} tools", server.name, tools.len())
+                    format!(
+                        "mcp {}: tool list changed, {} tools",
+                        server.name,
+                        tools.len()
+                    )
                 });
                 server.update(|s| s.tools = tools);
             }
@@ -451,5 +463,116 @@ fn handle_server_message(server: &Server, client: &Client, message: &Value) {
                 format!("mcp {}: cannot re-list tools: {error}", server.name)
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::tools::ToolContext;
+
+    const RAW: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp/raw_server.py");
+
+    fn raw(mode: &str, startup_secs: u64) -> McpServerConfig {
+        let python = std::env::var("SHEPHERD_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+        McpServerConfig {
+            command: Some(python),
+            args: vec![RAW.into(), mode.into()],
+            startup_timeout: Some(startup_secs),
+            call_timeout: Some(10),
+            ..McpServerConfig::default()
+        }
+    }
+
+    fn run(hub: &McpHub, name: &str, args: serde_json::Value) -> crate::tools::ToolOutput {
+        let tools = hub.tools();
+        let tool = tools
+            .iter()
+            .find(|t| t.name() == name)
+            .unwrap_or_else(|| panic!("{name} not offered"));
+        tool.run(&args, &ToolContext::new(std::env::temp_dir()))
+    }
+
+    #[test]
+    fn pages_junk_lines_server_pings_and_oversized_messages() {
+        let hub = McpHub::start(&[("raw".to_string(), raw("normal", 20))].into());
+        hub.wait_started(Instant::now() + Duration::from_secs(20));
+        let status = &hub.statuses()[0];
+        assert_eq!(
+            (status.state, status.tools),
+            (Phase::Ready, 3),
+            "{status:?}"
+        );
+        let names: Vec<String> = hub.tools().iter().map(|t| t.name().to_string()).collect();
+        assert_eq!(names, ["raw:echo", "raw:big", "raw:pinged"]);
+        let out = run(&hub, "raw:echo", json!({"text": "hi"}));
+        assert_eq!(out.content, "raw echo: hi");
+        assert_eq!(
+            run(&hub, "raw:big", json!({})).content,
+            "after the big line"
+        );
+        assert_eq!(run(&hub, "raw:pinged", json!({})).content, "True");
+    }
+
+    #[test]
+    fn versions_are_negotiated_and_bad_ones_refused() {
+        let (client, _, _ends) = connect("old", &raw("old", 20)).expect("old server connects");
+        assert_eq!(client.info.protocol_version, "2024-11-05");
+        assert_eq!(client.info.instructions.as_deref(), Some("Be nice."));
+        let Err(error) = connect("bad", &raw("bad", 20)) else {
+            panic!("a bad version must be refused")
+        };
+        assert!(error.to_string().contains("1999-01-01"), "{error}");
+    }
+
+    #[test]
+    fn a_silent_server_times_out_at_startup_and_keeps_others_running() {
+        let Err(error) = connect("silent", &raw("silent", 1)) else {
+            panic!("a silent server must time out")
+        };
+        assert!(
+            matches!(error, McpError::Timeout { ref method, .. } if method == "initialize"),
+            "{error}"
+        );
+        let servers = [
+            ("silent".to_string(), raw("silent", 1)),
+            ("ok".to_string(), raw("normal", 20)),
+        ];
+        let hub = McpHub::start(&servers.into());
+        hub.wait_started(Instant::now() + Duration::from_secs(20));
+        let out = run(&hub, "ok:echo", json!({"text": "fine"}));
+        assert_eq!(out.content, "raw echo: fine");
+        let silent = hub
+            .statuses()
+            .into_iter()
+            .find(|s| s.name == "silent")
+            .unwrap();
+        assert_ne!(silent.state, Phase::Ready);
+        assert!(silent.error.unwrap_or_default().contains("initialize"));
+    }
+
+    #[test]
+    fn annotations_decide_what_is_side_effecting() {
+        let server = Arc::new(Server::detached("s", raw("normal", 1)));
+        let tool = |annotations| {
+            let info = ToolInfo {
+                name: "t".into(),
+                description: String::new(),
+                input_schema: json!({"type": "object", "properties": {}}),
+                annotations,
+            };
+            McpTool::new(server.clone(), info)
+        };
+        let args = json!({});
+        assert!(tool(serde_json::Value::Null).side_effecting(&args));
+        assert!(tool(json!({"readOnlyHint": false})).side_effecting(&args));
+        assert!(tool(json!({"destructiveHint": true})).side_effecting(&args));
+        assert!(!tool(json!({"readOnlyHint": true})).side_effecting(&args));
+        assert!(!tool(json!({"destructiveHint": false})).side_effecting(&args));
+        assert_eq!(tool(serde_json::Value::Null).name(), "s:t");
     }
 }

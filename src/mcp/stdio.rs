@@ -100,7 +100,8 @@ impl StdioTransport {
 impl Transport for StdioTransport {
     fn send(&self, message: &Value) -> Result<(), McpError> {
         // serde_json escapes newlines inside strings, so one message is one line.
-        let mut line = serde_json::to_vec(message).map_err(|e| McpError::Protocol(e.to_string()))?;
+        let mut line =
+            serde_json::to_vec(message).map_err(|e| McpError::Protocol(e.to_string()))?;
         line.push(b'\n');
         let mut stdin = lock(&self.stdin);
         let pipe = stdin
@@ -139,7 +140,9 @@ impl Drop for StdioTransport {
 
 fn spawn_thread(name: String, body: impl FnOnce() + Send + 'static) {
     if let Err(e) = thread::Builder::new().name(name.clone()).spawn(body) {
-        log::debug(Category::Tools, || format!("cannot start thread {name}: {e}"));
+        log::debug(Category::Tools, || {
+            format!("cannot start thread {name}: {e}")
+        });
     }
 }
 
@@ -195,7 +198,11 @@ fn read_line_capped(
     loop {
         let buf = reader.fill_buf()?;
         if buf.is_empty() {
-            return Ok(if total == 0 { Line::Eof } else { finished(total, cap) });
+            return Ok(if total == 0 {
+                Line::Eof
+            } else {
+                finished(total, cap)
+            });
         }
         let (chunk, done) = match buf.iter().position(|b| *b == b'\n') {
             Some(i) => (&buf[..i], i + 1),
@@ -230,7 +237,9 @@ fn spawn_stderr_logger(name: &str, stderr: impl Read + Send + 'static) {
             read_line_capped(&mut reader, &mut line, MAX_LOG_LINE)
         {
             let text = String::from_utf8_lossy(&line);
-            log::debug(Category::Tools, || format!("mcp {server} stderr: {}", text.trim_end()));
+            log::debug(Category::Tools, || {
+                format!("mcp {server} stderr: {}", text.trim_end())
+            });
             line.clear();
         }
     });

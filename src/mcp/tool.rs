@@ -152,9 +152,14 @@ impl ResourceTool {
             .iter()
             .map(|r| {
                 let field = |k: &str| r[k].as_str().unwrap_or_default().to_string();
-                format!("{}  {}  {}", field("uri"), field("name"), field("description"))
-                    .trim_end()
-                    .to_string()
+                format!(
+                    "{}  {}  {}",
+                    field("uri"),
+                    field("name"),
+                    field("description")
+                )
+                .trim_end()
+                .to_string()
             })
             .collect();
         Ok(lines.join("\n"))
@@ -179,7 +184,8 @@ impl Tool for ResourceTool {
     }
 
     fn parameters(&self) -> Value {
-        let mut properties = json!({"server": {"type": "string", "description": "The MCP server's name"}});
+        let mut properties =
+            json!({"server": {"type": "string", "description": "The MCP server's name"}});
         let mut required = vec!["server"];
         if self.read {
             properties["uri"] = json!({"type": "string", "description": "The resource URI"});

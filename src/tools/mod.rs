@@ -199,8 +199,12 @@ impl ToolRegistry {
         for (source, seen) in &mut self.sources {
             *seen = Some(source.generation());
             for tool in source.tools() {
-                let clash = |t: &Box<dyn Tool>| t.name().eq_ignore_ascii_case(tool.name());
-                if !self.tools.iter().any(clash) && !self.dynamic.iter().any(clash) {
+                let taken = self
+                    .tools
+                    .iter()
+                    .chain(&self.dynamic)
+                    .any(|t| t.name().eq_ignore_ascii_case(tool.name()));
+                if !taken {
                     self.dynamic.push(tool);
                 }
             }
@@ -405,6 +409,66 @@ mod tests {
         fn run(&self, args: &Value, _ctx: &ToolContext) -> ToolOutput {
             ToolOutput::ok(args["text"].as_str().unwrap_or_default(), "echoed")
         }
+    }
+
+    /// A source whose tool set the test changes.
+    struct Changing {
+        generation: std::sync::atomic::AtomicU64,
+        names: std::sync::Mutex<Vec<&'static str>>,
+    }
+
+    struct Named(&'static str);
+    impl Tool for Named {
+        fn name(&self) -> &str {
+            self.0
+        }
+        fn description(&self) -> &str {
+            "named"
+        }
+        fn parameters(&self) -> Value {
+            json!({"type": "object", "properties": {}})
+        }
+        fn run(&self, _args: &Value, _ctx: &ToolContext) -> ToolOutput {
+            ToolOutput::ok(self.0, self.0)
+        }
+    }
+
+    impl ToolSource for Changing {
+        fn generation(&self) -> u64 {
+            self.generation.load(Ordering::SeqCst)
+        }
+        fn tools(&self) -> Vec<Box<dyn Tool>> {
+            let names = self.names.lock().unwrap().clone();
+            names
+                .into_iter()
+                .map(|n| Box::new(Named(n)) as Box<dyn Tool>)
+                .collect()
+        }
+    }
+
+    #[test]
+    fn sources_join_on_refresh_and_cannot_shadow_builtins() {
+        let source = Arc::new(Changing {
+            generation: Default::default(),
+            names: std::sync::Mutex::new(vec!["s:a", "read"]),
+        });
+        let mut registry = ToolRegistry::builtin();
+        registry.attach(source.clone());
+        assert!(registry.names().contains(&"s:a".to_string()));
+        assert_eq!(registry.names().iter().filter(|n| *n == "read").count(), 1);
+        assert_eq!(registry.run(&call("s:a", json!({})), &ctx()).content, "s:a");
+        *source.names.lock().unwrap() = vec!["s:b"];
+        registry.refresh();
+        assert!(
+            registry.names().contains(&"s:a".to_string()),
+            "no new generation yet"
+        );
+        source.generation.fetch_add(1, Ordering::SeqCst);
+        registry.refresh();
+        let names = registry.names();
+        assert!(names.contains(&"s:b".to_string()) && !names.contains(&"s:a".to_string()));
+        registry.disable("s:*");
+        assert!(!registry.names().iter().any(|n| n.starts_with("s:")));
     }
 
     #[test]

@@ -58,7 +58,14 @@ fn write_config(sandbox: &Sandbox, servers: Value) {
 }
 
 fn args<'a>(fake: &'a FakeOpenAi, extra: &[&'a str]) -> Vec<&'a str> {
-    let mut all = vec!["--backend", "openai", "--api-base", &fake.base_url, "-m", "test"];
+    let mut all = vec![
+        "--backend",
+        "openai",
+        "--api-base",
+        &fake.base_url,
+        "-m",
+        "test",
+    ];
     all.extend_from_slice(extra);
     all
 }
@@ -79,7 +86,12 @@ fn offered_tools(body: &Value) -> Vec<String> {
         .map(|tools| {
             tools
                 .iter()
-                .map(|t| t["function"]["name"].as_str().unwrap_or_default().to_string())
+                .map(|t| {
+                    t["function"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string()
+                })
                 .collect()
         })
         .unwrap_or_default()
@@ -148,22 +160,32 @@ fn mcp_test_lists_tools_over_stdio_and_http() {
         let run = sandbox.run(&["mcp", name, "test"], "");
         assert_eq!(run.status, Some(0), "stderr: {}", run.stderr);
         assert!(
-            run.stdout.contains(&format!("connected to '{name}': shepherd-fixture")),
+            run.stdout
+                .contains(&format!("connected to '{name}': shepherd-fixture")),
             "{}",
             run.stdout
         );
         assert!(
-            run.stdout.contains(&format!("  {name}:echo [read-only]  Returns its text")),
+            run.stdout
+                .contains(&format!("  {name}:echo [read-only]  Returns its text")),
             "{}",
             run.stdout
         );
-        assert!(run.stdout.contains(&format!("  {name}:add  Adds")), "{}", run.stdout);
+        assert!(
+            run.stdout.contains(&format!("  {name}:add  Adds")),
+            "{}",
+            run.stdout
+        );
     }
     let listed = sandbox.run(&["mcp", "list"], "");
     assert!(listed.stdout.contains("web  http"), "{}", listed.stdout);
     let missing = sandbox.run(&["mcp", "nope", "test"], "");
     assert_eq!(missing.status, Some(2));
-    assert!(missing.stderr.contains("known servers: fx, web"), "{}", missing.stderr);
+    assert!(
+        missing.stderr.contains("known servers: fx, web"),
+        "{}",
+        missing.stderr
+    );
 }
 
 #[test]
@@ -187,8 +209,18 @@ fn encoded_tool_names_reach_the_model_and_calls_come_back_to_the_server() {
     let requests = fake.requests();
     assert_eq!(requests.len(), 2);
     let offered = offered_tools(&requests[0].body);
-    for name in ["fx__echo", "fx__add", "web__echo", "web__add", "read", "bash"] {
-        assert!(offered.iter().any(|o| o == name), "{name} not in {offered:?}");
+    for name in [
+        "fx__echo",
+        "fx__add",
+        "web__echo",
+        "web__add",
+        "read",
+        "bash",
+    ] {
+        assert!(
+            offered.iter().any(|o| o == name),
+            "{name} not in {offered:?}"
+        );
     }
     assert!(!offered.iter().any(|o| o.contains(':')), "{offered:?}");
     // Shepherd decoded the calls back to server:tool and ran them on the right servers.
@@ -216,9 +248,16 @@ fn encoded_tool_names_reach_the_model_and_calls_come_back_to_the_server() {
 fn tool_errors_reach_the_model_as_failures() {
     let Some(python) = python() else { return };
     let sandbox = Sandbox::new("mcp-errors");
-    write_config(&sandbox, json!({"fx": stdio_server(&python, &marker("errors"), json!({}))}));
+    write_config(
+        &sandbox,
+        json!({"fx": stdio_server(&python, &marker("errors"), json!({}))}),
+    );
     let fake = FakeOpenAi::start(vec![
-        Canned::sse(&tool_call_stream("call_f", "fx__fail", json!({"message": "disk on fire"}))),
+        Canned::sse(&tool_call_stream(
+            "call_f",
+            "fx__fail",
+            json!({"message": "disk on fire"}),
+        )),
         Canned::sse(&text_stream(&["It failed."])),
     ]);
     let run = sandbox.run(&args(&fake, &["--json", "-e", "try"]), "");
@@ -234,10 +273,17 @@ fn tool_errors_reach_the_model_as_failures() {
 fn a_crashed_server_is_restarted() {
     let Some(python) = python() else { return };
     let sandbox = Sandbox::new("mcp-crash");
-    write_config(&sandbox, json!({"fx": stdio_server(&python, &marker("crash"), json!({}))}));
+    write_config(
+        &sandbox,
+        json!({"fx": stdio_server(&python, &marker("crash"), json!({}))}),
+    );
     let fake = FakeOpenAi::start(vec![
         Canned::sse(&tool_call_stream("call_c", "fx__crash", json!({}))),
-        Canned::sse(&tool_call_stream("call_e", "fx__echo", json!({"text": "back"}))),
+        Canned::sse(&tool_call_stream(
+            "call_e",
+            "fx__echo",
+            json!({"text": "back"}),
+        )),
         Canned::sse(&text_stream(&["Recovered."])),
     ]);
     let input = "{\"type\":\"user\",\"content\":\"crash it\"}\n{\"type\":\"mcp_status\"}\n";
@@ -246,7 +292,10 @@ fn a_crashed_server_is_restarted() {
     let requests = fake.requests();
     assert_eq!(requests.len(), 3);
     let results = tool_results(&requests[2].body);
-    assert!(results[0].1.contains("closed the connection"), "{results:?}");
+    assert!(
+        results[0].1.contains("closed the connection"),
+        "{results:?}"
+    );
     assert_eq!(results[1].1, "echo: back");
     let lines = run.json_lines();
     let status = lines.iter().find(|l| l["type"] == "mcp_status").unwrap();
@@ -279,7 +328,9 @@ fn a_server_that_never_answers_times_out_without_blocking_others() {
     assert_eq!(run.status, Some(0), "stderr: {}", run.stderr);
     let results = tool_results(&fake.requests()[1].body);
     assert!(
-        results[0].1.contains("no answer to tools/call within 2.0 s"),
+        results[0]
+            .1
+            .contains("no answer to tools/call within 2.0 s"),
         "{results:?}"
     );
     assert_eq!(results[1].1, "echo: still here");
@@ -289,7 +340,10 @@ fn a_server_that_never_answers_times_out_without_blocking_others() {
 fn a_changed_tool_list_is_offered_next_round() {
     let Some(python) = python() else { return };
     let sandbox = Sandbox::new("mcp-grow");
-    write_config(&sandbox, json!({"fx": stdio_server(&python, &marker("grow"), json!({}))}));
+    write_config(
+        &sandbox,
+        json!({"fx": stdio_server(&python, &marker("grow"), json!({}))}),
+    );
     let fake = FakeOpenAi::start(vec![
         Canned::sse(&tool_call_stream("call_g", "fx__grow", json!({}))),
         Canned::sse(&tool_call_stream("call_n", "fx__grown", json!({}))),
@@ -309,7 +363,10 @@ fn no_server_process_remains_after_exit() {
     let server_marker = marker("orphans");
     let sleeper_marker = marker("orphans-sleeper");
     let sandbox = Sandbox::new("mcp-orphans");
-    write_config(&sandbox, json!({"fx": stdio_server(&python, &server_marker, json!({}))}));
+    write_config(
+        &sandbox,
+        json!({"fx": stdio_server(&python, &server_marker, json!({}))}),
+    );
     let fake = FakeOpenAi::start(vec![
         Canned::sse(&tool_call_stream(
             "call_s",
@@ -331,5 +388,7 @@ fn no_server_process_remains_after_exit() {
     let fake = FakeOpenAi::start(vec![Canned::sse(&text_stream(&["No tools."]))]);
     let run = sandbox.run(&args(&fake, &["--nomcp", "-e", "hi"]), "");
     assert_eq!(run.status, Some(0), "stderr: {}", run.stderr);
-    assert!(!offered_tools(&fake.requests()[0].body).iter().any(|t| t.starts_with("fx__")));
+    assert!(!offered_tools(&fake.requests()[0].body)
+        .iter()
+        .any(|t| t.starts_with("fx__")));
 }
