@@ -14,7 +14,7 @@ pub mod cli;
 pub mod estimate;
 pub mod failover;
 #[cfg(test)]
-mod fake;
+pub(crate) mod fake;
 pub mod gemini;
 pub mod http;
 pub mod llamacpp;

@@ -601,6 +601,49 @@ mod tests {
         assert!(err.to_string().contains("1999-01-01"), "{err}");
     }
 
+    fn raw_server() -> crate::config::mcp::McpServerConfig {
+        let python = std::env::var("SHEPHERD_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp/raw_server.py");
+        crate::config::mcp::McpServerConfig {
+            command: Some(python),
+            args: vec![script.into(), "normal".into()],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn cancel_and_timeout_send_notifications_cancelled() {
+        let (client, _, _ends) = crate::mcp::hub::connect("raw", &raw_server()).unwrap();
+        let cancel = Arc::new(AtomicBool::new(false));
+        let result = std::thread::scope(|scope| {
+            let call = scope.spawn(|| {
+                client.call_tool("hang", &json!({}), Duration::from_secs(60), Some(&cancel))
+            });
+            // The request is registered before it is sent, so once it is
+            // pending the cancel can only come after it.
+            while lock(&client.router.pending).is_empty() {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            cancel.store(true, Ordering::SeqCst);
+            call.join().unwrap()
+        });
+        assert_eq!(result, Err(McpError::Cancelled));
+        let timed_out = client.call_tool("hang", &json!({}), Duration::from_millis(200), None);
+        assert!(
+            matches!(timed_out, Err(McpError::Timeout { .. })),
+            "{timed_out:?}"
+        );
+        let seen = client
+            .call_tool("cancelled", &json!({}), Duration::from_secs(10), None)
+            .unwrap();
+        let seen: Value = serde_json::from_str(&seen.text).unwrap();
+        // Id 1 was initialize; 2 and 3 were the two pages of tools/list.
+        assert_eq!(
+            seen,
+            json!([[4, "cancelled by the user"], [5, "timed out"]])
+        );
+    }
+
     #[test]
     fn router_matches_ids_and_fails_waiters_on_close() {
         let (router, ends) = Router::new();

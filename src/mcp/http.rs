@@ -2,8 +2,9 @@
 //! is a `POST` to one endpoint; the answer is `202` (notifications), a JSON
 //! body, or an SSE stream carrying notifications and then the response.
 //!
-//! Each message is posted on its own short-lived thread, so a slow answer
-//! never holds up the caller: the client waits on the [`Router`] with its own
+//! Each request is posted on its own short-lived thread, so a slow answer
+//! never holds up the caller (notifications go out in order on the caller's
+//! thread): the client waits on the [`Router`] with its own
 //! deadline and cancel flag, exactly as for stdio. The `Mcp-Session-Id` the
 //! server returns is echoed on every later request with the negotiated
 //! `MCP-Protocol-Version`; a `404` on a session means the server forgot it,
@@ -94,15 +95,19 @@ impl Transport for HttpTransport {
             .get("method")
             .and(message.get("id"))
             .and_then(Value::as_u64);
+        let Some(request_id) = request_id else {
+            // Notifications and our answers are posted in order, on this
+            // thread: `initialized` must reach the server before the next
+            // request does, and the server answers them at once with 202.
+            return self.shared.post(&body);
+        };
         let shared = self.shared.clone();
         let spawned = std::thread::Builder::new()
             .name(format!("mcp-{}-post", self.shared.name))
             .spawn(move || {
                 if let Err(error) = shared.post(&body) {
                     log::debug(Category::Tools, || format!("mcp {}: {error}", shared.name));
-                    if let Some(id) = request_id {
-                        shared.router.fail(id, error);
-                    }
+                    shared.router.fail(request_id, error);
                 }
             });
         spawned
@@ -246,4 +251,84 @@ fn header(response: &ureq::http::Response<ureq::Body>, name: &str) -> Option<Str
         .get(name)
         .and_then(|v| v.to_str().ok())
         .map(str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::backend::fake::{Canned, FakeServer};
+    use crate::mcp::client::Client;
+
+    #[test]
+    fn session_version_and_auth_headers_json_and_sse_answers() {
+        let initialized = json!({"jsonrpc": "2.0", "id": 1, "result": {
+            "protocolVersion": "2025-06-18", "capabilities": {"tools": {}},
+            "serverInfo": {"name": "fake", "version": "1"}}});
+        let page = json!({"jsonrpc": "2.0", "id": 2, "result": {"tools": [{"name": "t", "inputSchema": {}}]}});
+        let log =
+            json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {"data": "hi"}});
+        let sse = format!("event: message\ndata: {log}\n\n: keep-alive\n\ndata: {page}\n\n");
+        let fake = FakeServer::start(vec![
+            Canned::json(200, initialized).with_header("Mcp-Session-Id", "sess-1"),
+            Canned::with_type(Vec::new(), "text/plain").with_status(202),
+            Canned::sse(sse.into_bytes()),
+            Canned::json(404, json!({})),
+        ]);
+        let config = McpServerConfig {
+            url: Some(format!("{}/mcp", fake.base_url)),
+            headers: [("X-Extra".to_string(), "yes".to_string())].into(),
+            bearer_token: Some("tok-123".into()),
+            ..McpServerConfig::default()
+        };
+        let (router, ends) = Router::new();
+        let transport = HttpTransport::connect("fake", &config, router.clone()).unwrap();
+        let client = Client::connect(Box::new(transport), router, Duration::from_secs(10)).unwrap();
+        assert_eq!(client.info.protocol_version, "2025-06-18");
+        let tools = client.list_tools(Duration::from_secs(10)).unwrap();
+        assert_eq!(tools[0].name, "t");
+        assert_eq!(
+            ends.inbox.recv().unwrap()["method"],
+            "notifications/message"
+        );
+        let gone = client.call_tool("t", &json!({}), Duration::from_secs(10), None);
+        assert!(matches!(gone, Err(McpError::Closed(_))), "{gone:?}");
+        assert!(
+            ends.ended.recv().is_err(),
+            "a 404 on the session ends the connection"
+        );
+        let requests = fake.finish();
+        let methods: Vec<&str> = requests
+            .iter()
+            .map(|r| r.body["method"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            methods,
+            [
+                "initialize",
+                "notifications/initialized",
+                "tools/list",
+                "tools/call"
+            ]
+        );
+        for (index, request) in requests.iter().enumerate() {
+            assert_eq!(request.url, "/mcp");
+            assert_eq!(
+                request.header("Accept"),
+                Some("application/json, text/event-stream")
+            );
+            assert_eq!(request.header("Authorization"), Some("Bearer tok-123"));
+            assert_eq!(request.header("X-Extra"), Some("yes"));
+            let (session, version) = if index == 0 {
+                (None, None)
+            } else {
+                (Some("sess-1"), Some("2025-06-18"))
+            };
+            assert_eq!(request.header("Mcp-Session-Id"), session);
+            assert_eq!(request.header("MCP-Protocol-Version"), version);
+        }
+    }
 }

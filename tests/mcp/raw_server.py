@@ -7,14 +7,15 @@ Usage: raw_server.py MODE, MODE one of:
   bad         answers an unsupported protocolVersion
   silent      reads everything and never answers
 Tools (normal mode): echo (text), big (a 17 MiB junk line, then the answer),
-pinged (whether our answer to the server's ping arrived).
+pinged (whether our answer to the server's ping arrived), hang (never
+answers), cancelled (the request ids and reasons of notifications/cancelled).
 """
 
 import json
 import sys
 
 MODE = sys.argv[1]
-state = {"pinged": False}
+state = {"pinged": False, "cancelled": []}
 
 
 def send(message):
@@ -54,6 +55,10 @@ def tools_call(request):
         text = "after the big line"
     elif name == "pinged":
         text = str(state["pinged"])
+    elif name == "hang":
+        return
+    elif name == "cancelled":
+        text = json.dumps(state["cancelled"])
     else:
         text = "raw echo: " + request["params"]["arguments"].get("text", "")
     answer(request, {"content": [{"type": "text", "text": text}], "isError": False})
@@ -67,7 +72,10 @@ for line in sys.stdin:
         state["pinged"] = "result" in message
         continue
     method = message.get("method")
-    if method == "initialize":
+    if method == "notifications/cancelled":
+        params = message["params"]
+        state["cancelled"].append([params["requestId"], params.get("reason")])
+    elif method == "initialize":
         initialize(message)
     elif method == "tools/list":
         tools_list(message)
