@@ -392,3 +392,40 @@ fn no_server_process_remains_after_exit() {
         .iter()
         .any(|t| t.starts_with("fx__")));
 }
+
+#[test]
+fn sigterm_during_a_call_cancels_it_and_leaves_no_server_behind() {
+    let Some(python) = python() else { return };
+    let server_marker = marker("sigterm");
+    let sandbox = Sandbox::new("mcp-sigterm");
+    write_config(
+        &sandbox,
+        json!({"fx": stdio_server(&python, &server_marker, json!({}))}),
+    );
+    let fake = FakeOpenAi::start(vec![
+        Canned::sse(&tool_call_stream("call_h", "fx__hang", json!({}))),
+        Canned::sse(&text_stream(&["should not be asked for"])),
+    ]);
+    let child = sandbox.spawn(&args(&fake, &["-e", "hang"]));
+    let pid = child.id();
+    let collected = crate::harness::collect(child);
+    // The model asked for the call; the server is up and the agent is busy with it.
+    let busy = poll_until(Duration::from_secs(30), || {
+        !fake.requests().is_empty() && process_running(&server_marker)
+    });
+    assert!(busy, "the call never started");
+    Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .expect("kill -TERM");
+    let run = crate::harness::finish(collected, Duration::from_secs(20))
+        .expect("shepherd exits after SIGTERM");
+    assert_eq!(run.status, Some(143), "stderr: {}", run.stderr);
+    let gone = poll_until(Duration::from_secs(5), || !process_running(&server_marker));
+    assert!(gone, "the MCP server outlived shepherd");
+    assert_eq!(
+        fake.requests().len(),
+        1,
+        "a cancelled turn does not go back to the model"
+    );
+}
