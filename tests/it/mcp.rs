@@ -429,3 +429,62 @@ fn sigterm_during_a_call_cancels_it_and_leaves_no_server_behind() {
         "a cancelled turn does not go back to the model"
     );
 }
+
+#[test]
+fn cliserver_status_shows_each_server() {
+    use std::io::{BufRead, BufReader};
+    let Some(python) = python() else { return };
+    let sandbox = Sandbox::new("mcp-status");
+    let config = sandbox.work().join("mcp.json");
+    let servers = json!({"mcp_servers": {
+        "fx": stdio_server(&python, &marker("status"), json!({})),
+        "off": {"command": "true", "enabled": false},
+    }});
+    std::fs::write(&config, servers.to_string()).unwrap();
+    let fake = FakeOpenAi::start(Vec::new());
+    let config = config.to_string_lossy().into_owned();
+    let mut child = sandbox.spawn(&args(&fake, &["--cliserver", "--port", "0", "-c", &config]));
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(at) = line.find("listening on http://") {
+                let _ = tx.try_send(line[at + "listening on http://".len()..].to_string());
+            }
+        }
+    });
+    let addr = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("listening line");
+    let status = || -> Value {
+        let url = format!("http://{addr}/status");
+        let agent: ureq::Agent = ureq::Agent::config_builder().proxy(None).build().into();
+        let body = agent
+            .get(&url)
+            .call()
+            .unwrap()
+            .into_body()
+            .read_to_string()
+            .unwrap();
+        serde_json::from_str(&body).unwrap()
+    };
+    // The server answers at once, while the MCP server may still be starting.
+    let first = status();
+    let state = first["mcp_servers"][0]["state"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(state == "starting" || state == "ready", "{first}");
+    let ready = poll_until(Duration::from_secs(30), || {
+        status()["mcp_servers"][0]["state"] == "ready"
+    });
+    assert!(ready, "fx never became ready");
+    let servers = status()["mcp_servers"].clone();
+    assert_eq!(servers[0]["name"], "fx");
+    assert_eq!(servers[0]["transport"], "stdio");
+    assert_eq!(servers[0]["tools"], 7);
+    assert_eq!(servers[1]["name"], "off");
+    assert_eq!(servers[1]["state"], "disabled");
+    let _ = child.kill();
+    let _ = child.wait();
+}
