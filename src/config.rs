@@ -642,13 +642,13 @@ mod tests {
 
     #[test]
     fn unknown_keys_survive_a_round_trip() {
-        let text = r#"{"mcp_servers": [{"name": "fs"}], "streaming": false,
+        let text = r#"{"smcp_servers": [{"name": "fs"}], "streaming": false,
             "providers": [{"name": "p", "pricing": {"prompt_per_million": 3}, "extra_headers": {"X-A": "1"}}],
             "zeta": 1}"#;
         let file = parse_ok(text);
         assert_eq!(
             file.extra.keys().collect::<Vec<_>>(),
-            ["mcp_servers", "zeta"]
+            ["smcp_servers", "zeta"]
         );
         let saved = serde_json::to_string(&file).expect("a config always serialises");
         let again = parse_ok(&saved);
@@ -656,7 +656,7 @@ mod tests {
         let v: Value = serde_json::from_str(&saved).expect("we wrote JSON");
         assert_eq!(v["providers"][0]["pricing"]["prompt_per_million"], 3);
         assert_eq!(v["providers"][0]["extra_headers"]["X-A"], "1");
-        assert_eq!(v["mcp_servers"][0]["name"], "fs");
+        assert_eq!(v["smcp_servers"][0]["name"], "fs");
         // Defaults are not frozen into the file.
         assert!(v.get("max_rounds").is_none());
         assert!(v["providers"][0].get("priority").is_none());

@@ -190,6 +190,9 @@ fn start_agent(settings: &Settings) -> Result<(AgentHandle, config::ProviderConf
     if let Some(hub) = mcp::start(&settings.mcp_servers) {
         if !interactive(settings) && settings.mode != Mode::CliServer {
             mcp::wait_started(&hub);
+            for line in mcp::not_ready_lines(&hub) {
+                eprintln!("shepherd: MCP server {line}");
+            }
         }
         tools.attach(hub);
     }

@@ -44,6 +44,15 @@ pub fn wait_started(hub: &McpHub) {
     hub.wait_started(Instant::now() + hub.longest_startup());
 }
 
+/// One line for each enabled server that is not ready, for a notice.
+pub fn not_ready_lines(hub: &McpHub) -> Vec<String> {
+    hub.statuses()
+        .iter()
+        .filter(|s| !matches!(s.state, hub::Phase::Ready | hub::Phase::Disabled))
+        .map(ServerStatus::line)
+        .collect()
+}
+
 /// One line per server for `/tools` and the like.
 pub fn status_lines() -> Vec<String> {
     statuses().iter().map(ServerStatus::line).collect()

@@ -488,3 +488,37 @@ fn cliserver_status_shows_each_server() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+#[test]
+fn a_missing_command_is_named_and_the_other_servers_still_work() {
+    let Some(python) = python() else { return };
+    let sandbox = Sandbox::new("mcp-missing");
+    write_config(
+        &sandbox,
+        json!({
+            "gone": {"command": "/nonexistent/mcp-server-binary"},
+            "fx": stdio_server(&python, &marker("missing"), json!({})),
+        }),
+    );
+    let fake = FakeOpenAi::start(vec![
+        Canned::sse(&tool_call_stream(
+            "call_e",
+            "fx__echo",
+            json!({"text": "ok"}),
+        )),
+        Canned::sse(&text_stream(&["Fine."])),
+    ]);
+    let run = sandbox.run(&args(&fake, &["-e", "go"]), "");
+    assert_eq!(run.status, Some(0), "stderr: {}", run.stderr);
+    assert!(
+        run.stderr.contains("MCP server gone (stdio)")
+            && run
+                .stderr
+                .contains("/nonexistent/mcp-server-binary: No such file"),
+        "{}",
+        run.stderr
+    );
+    let requests = fake.requests();
+    assert!(offered_tools(&requests[0].body).contains(&"fx__echo".to_string()));
+    assert_eq!(tool_results(&requests[1].body)[0].1, "echo: ok");
+}
