@@ -855,6 +855,38 @@ mod tests {
     }
 
     #[test]
+    fn mcp_tool_names_are_encoded_on_the_wire_and_decoded_back() {
+        let events = [
+            json!({"type": "message_start", "message": {"id": "m", "type": "message", "role": "assistant", "content": [], "usage": {"input_tokens": 5, "output_tokens": 1}}}),
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "toolu_1", "name": "files__read_file", "input": {}}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "{\"path\": \"a\"}"}}),
+            json!({"type": "content_block_stop", "index": 0}),
+            json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 9}}),
+            json!({"type": "message_stop"}),
+        ];
+        let body: String = events
+            .iter()
+            .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
+            .collect();
+        let server = FakeServer::start(vec![Canned::sse(body.into_bytes())]);
+        let tools = [ToolSpec {
+            name: "files:read_file".into(),
+            description: "reads".into(),
+            parameters: json!({"type": "object", "properties": {}}),
+        }];
+        let sampling = Sampling::default();
+        let request = fake::request(&tools, &sampling, true);
+        let reply = backend(&server, None)
+            .generate(&fake::session(), &request, &mut Vec::<Event>::new())
+            .expect("reply");
+        assert_eq!(reply.tool_calls[0].name, "files:read_file");
+        assert_eq!(
+            server.finish()[0].body["tools"][0]["name"],
+            "files__read_file"
+        );
+    }
+
+    #[test]
     fn every_fixture_decodes_the_same_split_at_every_offset() {
         fake::check_splits("anthropic", "sse", |reader, sink| {
             let turn = Turn::new(OutputFilter::new(vec!["read".into()]), 0);

@@ -807,6 +807,32 @@ mod tests {
     }
 
     #[test]
+    fn mcp_tool_names_are_encoded_on_the_wire_and_decoded_back() {
+        let call = json!({"candidates": [{"content": {"role": "model", "parts": [
+            {"functionCall": {"name": "files__read_file", "args": {"path": "a"}}}]},
+            "finishReason": "STOP"}]});
+        let server = FakeServer::start(vec![Canned::sse(
+            format!("data: {call}\r\n\r\n").into_bytes(),
+        )]);
+        let tools = [ToolSpec {
+            name: "files:read_file".into(),
+            description: "reads".into(),
+            parameters: json!({"type": "object", "properties": {}}),
+        }];
+        let sampling = Sampling::default();
+        let request = fake::request(&tools, &sampling, true);
+        let reply = backend(&server)
+            .generate(&fake::session(), &request, &mut Vec::<Event>::new())
+            .expect("reply");
+        assert_eq!(reply.tool_calls[0].name, "files:read_file");
+        let body = &server.finish()[0].body;
+        assert_eq!(
+            body["tools"][0]["functionDeclarations"][0]["name"],
+            "files__read_file"
+        );
+    }
+
+    #[test]
     fn whole_function_calls_get_stable_ids_and_their_signatures() {
         let server = FakeServer::start(vec![stream("tool_calls.sse")]);
         let reply = generate(&server, &fake::session(), &mut Vec::new()).expect("reply");
