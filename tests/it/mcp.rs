@@ -1,9 +1,10 @@
 //! MCP end to end: real MCP servers (built with the `mcp` package from PyPI,
-//! `tests/mcp/fixture_server.py`) over stdio and streamable HTTP, driven
-//! through the built binary and the fake OpenAI upstream.
+//! `tests/mcp/fixture_server.py`, and the reference "everything" server from
+//! npm) over stdio and streamable HTTP, driven through the built binary and
+//! the fake OpenAI upstream.
 //!
-//! `make test` installs the package and sets `SHEPHERD_TEST_PYTHON`; without
-//! an interpreter that can `import mcp` these tests print why and return.
+//! `make test` installs both and sets `SHEPHERD_TEST_PYTHON` and
+//! `SHEPHERD_TEST_MCP_EVERYTHING`; without them these tests print why and return.
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -521,4 +522,73 @@ fn a_missing_command_is_named_and_the_other_servers_still_work() {
     let requests = fake.requests();
     assert!(offered_tools(&requests[0].body).contains(&"fx__echo".to_string()));
     assert_eq!(tool_results(&requests[1].body)[0].1, "echo: ok");
+}
+
+/// The npm reference server's executable, or `None` (with the reason printed).
+fn everything() -> Option<String> {
+    match std::env::var("SHEPHERD_TEST_MCP_EVERYTHING") {
+        Ok(path) if std::path::Path::new(&path).exists() => Some(path),
+        _ => {
+            eprintln!("skipped: SHEPHERD_TEST_MCP_EVERYTHING is not set (run `make test`)");
+            None
+        }
+    }
+}
+
+#[test]
+fn the_npm_reference_server_works_over_stdio_and_http() {
+    let Some(everything) = everything() else {
+        return;
+    };
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let mut http = Command::new(&everything)
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the everything server");
+    let up = poll_until(Duration::from_secs(30), || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    assert!(up, "the everything server did not start");
+    let sandbox = Sandbox::new("mcp-everything");
+    write_config(
+        &sandbox,
+        json!({
+            "ev": {"command": everything, "args": ["stdio"]},
+            "evh": {"url": format!("http://127.0.0.1:{port}/mcp")},
+        }),
+    );
+    let listed = sandbox.run(&["mcp", "ev", "test"], "");
+    assert_eq!(listed.status, Some(0), "stderr: {}", listed.stderr);
+    assert!(
+        listed.stdout.contains("  ev:get-sum [read-only]"),
+        "{}",
+        listed.stdout
+    );
+    let fake = FakeOpenAi::start(vec![
+        two_calls(
+            ("call_1", "ev__echo", json!({"message": "hello"})),
+            ("call_2", "evh__get-sum", json!({"a": 2, "b": 3})),
+        ),
+        Canned::sse(&text_stream(&["Done."])),
+    ]);
+    let run = sandbox.run(&args(&fake, &["--json", "-e", "use them"]), "");
+    let _ = http.kill();
+    let _ = http.wait();
+    assert_eq!(run.status, Some(0), "stderr: {}", run.stderr);
+    let requests = fake.requests();
+    let offered = offered_tools(&requests[0].body);
+    assert!(offered.contains(&"evh__get-sum".to_string()), "{offered:?}");
+    assert_eq!(
+        tool_results(&requests[1].body),
+        [
+            ("call_1".to_string(), "Echo: hello".to_string()),
+            ("call_2".to_string(), "The sum of 2 and 3 is 5.".to_string())
+        ]
+    );
 }
