@@ -51,10 +51,11 @@ impl Tool for McpTool {
     }
 
     fn run(&self, args: &Value, ctx: &ToolContext) -> ToolOutput {
+        let args = coerced(&self.info.input_schema, args);
         let result = self.server.client(&ctx.cancel).and_then(|client| {
             let result = client.call_tool(
                 &self.info.name,
-                args,
+                &args,
                 self.server.config.call_timeout(),
                 Some(&ctx.cancel),
             );
@@ -81,6 +82,37 @@ impl Tool for McpTool {
         let not_destructive = hints["destructiveHint"].as_bool() == Some(false);
         !(read_only || not_destructive)
     }
+}
+
+/// The arguments with quoted numbers and booleans (`"10"`, `"true"`) turned
+/// into what the schema asks for. The registry's check accepts those slips
+/// from models; strict servers would not.
+fn coerced(schema: &Value, args: &Value) -> Value {
+    let mut args = args.clone();
+    let Some(object) = args.as_object_mut() else {
+        return args;
+    };
+    for (name, value) in object.iter_mut() {
+        let Value::String(text) = value else { continue };
+        let text = text.trim();
+        let fixed = match schema["properties"][name.as_str()]["type"].as_str() {
+            Some("integer") => text.parse::<i64>().ok().map(Value::from),
+            Some("number") => text
+                .parse::<f64>()
+                .ok()
+                .and_then(|f| serde_json::Number::from_f64(f).map(Value::Number)),
+            Some("boolean") => text
+                .to_ascii_lowercase()
+                .parse::<bool>()
+                .ok()
+                .map(Value::Bool),
+            _ => None,
+        };
+        if let Some(fixed) = fixed {
+            *value = fixed;
+        }
+    }
+    args
 }
 
 fn failure(server: &str, tool: &str, error: &McpError) -> ToolOutput {
@@ -235,6 +267,19 @@ mod tests {
         assert!(out.starts_with(&"x".repeat(MAX_RESULT_CHARS)));
         assert!(out.ends_with(&format!("had {} characters]", MAX_RESULT_CHARS + 5)));
         assert_eq!(capped("short".into()), "short");
+    }
+
+    #[test]
+    fn quoted_numbers_and_booleans_follow_the_schema() {
+        let schema = json!({"type": "object", "properties": {
+            "n": {"type": "integer"}, "x": {"type": "number"},
+            "b": {"type": "boolean"}, "s": {"type": "string"}}});
+        let args = json!({"n": "10", "x": " 2.5", "b": "TRUE", "s": "7", "other": "1"});
+        assert_eq!(
+            coerced(&schema, &args),
+            json!({"n": 10, "x": 2.5, "b": true, "s": "7", "other": "1"})
+        );
+        assert_eq!(coerced(&schema, &json!({"n": "ten"})), json!({"n": "ten"}));
     }
 
     #[test]
