@@ -20,7 +20,7 @@ use crate::harness::{poll_until, process_running, Sandbox};
 const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp/fixture_server.py");
 
 /// The Python that has the `mcp` package, or `None` (with the reason printed).
-fn python() -> Option<String> {
+pub fn python() -> Option<String> {
     let python = std::env::var("SHEPHERD_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
     let ok = Command::new(&python)
         .args(["-c", "import mcp.server.fastmcp"])
@@ -37,11 +37,11 @@ fn python() -> Option<String> {
 }
 
 /// A word unique to this test run, put in server argv to find the processes.
-fn marker(tag: &str) -> String {
+pub fn marker(tag: &str) -> String {
     format!("shepherd-mcp-{tag}-{}", std::process::id())
 }
 
-fn stdio_server(python: &str, marker: &str, extra: Value) -> Value {
+pub fn stdio_server(python: &str, marker: &str, extra: Value) -> Value {
     let mut server = json!({"command": python, "args": [FIXTURE, "stdio", marker]});
     if let Value::Object(extra) = extra {
         for (key, value) in extra {
@@ -51,7 +51,7 @@ fn stdio_server(python: &str, marker: &str, extra: Value) -> Value {
     server
 }
 
-fn write_config(sandbox: &Sandbox, servers: Value) {
+pub fn write_config(sandbox: &Sandbox, servers: Value) {
     let dir = sandbox.config_dir().join("shepherd");
     std::fs::create_dir_all(&dir).unwrap();
     let config = json!({"mcp_servers": servers});
