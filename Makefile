@@ -15,7 +15,7 @@ THREADS ?= 2
 CUDA ?=
 CARGO_FEATURES := $(if $(CUDA),--features cuda,)
 
-.PHONY: all build deps test fmt clippy clean no-async-runtime model run bench jinja2  valgrind bench-cliserver openai-py
+.PHONY: all build deps test fmt clippy clean no-async-runtime model run bench jinja2 mcp-servers valgrind bench-cliserver openai-py
 .PHONY: static vendor dist install uninstall check-static offline-static release-deps
 
 all: build
@@ -33,10 +33,11 @@ deps:
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
 
-test: deps no-async-runtime model jinja2 openai-py
+test: deps no-async-runtime model jinja2 openai-py mcp-servers
 	$(CARGO) fmt --check
 	$(CARGO) clippy --all-targets $(CARGO_FEATURES) -- -D warnings
-	SHEPHERD_TEST_MODEL=$(MODEL) SHEPHERD_OPENAI_PYTHON=$(PYTHON) $(CARGO) test $(CARGO_FEATURES)
+	SHEPHERD_TEST_MODEL=$(MODEL) SHEPHERD_OPENAI_PYTHON=$(PYTHON) SHEPHERD_TEST_PYTHON=$(PYTHON) \
+	  SHEPHERD_TEST_MCP_EVERYTHING=$(MCP_EVERYTHING) $(CARGO) test $(CARGO_FEATURES)
 	$(MAKE) --no-print-directory check-static CUDA=
 
 # The embedded default model: SmolLM2-135M-Instruct Q4_1 (Apache-2.0), shipped inside a
@@ -58,6 +59,19 @@ jinja2:
 # The API server's acceptance test drives it with the official `openai` package; install it only when missing.
 openai-py:
 	@$(PYTHON) -c 'import openai' 2>/dev/null || $(PYTHON) -m pip install --quiet openai
+# The MCP tests run real servers: one built with the `mcp` package from PyPI
+# (tests/mcp/fixture_server.py) and the reference "everything" server from npm (cached
+# under $(CACHE)/npm); each installed only when missing, pinned so their tools stay put.
+MCP_EVERYTHING_VERSION := 2026.8.31
+MCP_EVERYTHING := $(CACHE)/npm/everything-$(MCP_EVERYTHING_VERSION)/node_modules/.bin/mcp-server-everything
+mcp-servers: $(MCP_EVERYTHING)
+	@$(PYTHON) -c 'import mcp.server.fastmcp' 2>/dev/null || $(PYTHON) -m pip install --quiet 'mcp==1.27.0'
+
+$(MCP_EVERYTHING):
+	@command -v npm >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq nodejs npm; }
+	npm install --silent --no-audit --no-fund --prefix $(CACHE)/npm/everything-$(MCP_EVERYTHING_VERSION) \
+	  @modelcontextprotocol/server-everything@$(MCP_EVERYTHING_VERSION)
 
 # llama.cpp's llama-bench (built once from the llama-cpp-python sdist, cached) against
 # shepherd's own loop: pp512/tg128 and their ratios, plus time to first token at turns 1 and 10.

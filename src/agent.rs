@@ -284,6 +284,7 @@ impl Agent {
                     self.recount_tokens();
                 }
                 Op::Tools(change, reply) => {
+                    self.tools.refresh();
                     match change {
                         ToolsOp::List => {}
                         ToolsOp::Enable(glob) => self.tools.enable(&glob),
@@ -385,6 +386,7 @@ impl Agent {
     }
 
     fn generate_once(&mut self, first_round: bool) -> Round {
+        self.tools.refresh();
         let specs: Vec<ToolSpec> = if self.config.tools_enabled {
             self.tools.specs()
         } else {

@@ -20,7 +20,7 @@ use crate::log::Category;
 
 /// The one-line usage shown with every usage error and at the top of `--help`.
 pub const USAGE: &str =
-    "Usage: shepherd [FLAGS] [provider ARGS... | config [KEY [VALUE]] | profile ARGS...]";
+    "Usage: shepherd [FLAGS] [provider ARGS... | config [KEY [VALUE]] | profile ARGS... | mcp ARGS...]";
 
 /// A command line that cannot be understood. The front-end prints it with
 /// [`USAGE`] and exits with status 2.
@@ -254,6 +254,7 @@ pub enum Subcommand {
     Provider(Vec<String>),
     Config(Vec<String>),
     Profile(Vec<String>),
+    Mcp(Vec<String>),
 }
 
 /// Everything that was typed, checked for syntax and ranges, with no defaults applied.
@@ -392,9 +393,10 @@ fn subcommand(word: OsString, parser: &mut lexopt::Parser) -> Result<Subcommand,
         "provider" => Subcommand::Provider,
         "config" => Subcommand::Config,
         "profile" => Subcommand::Profile,
+        "mcp" => Subcommand::Mcp,
         _ => {
             return Err(UsageError(format!(
-                "unexpected argument '{word}' (commands are 'provider', 'config' and 'profile'; use -e TEXT for a prompt)"
+                "unexpected argument '{word}' (commands are 'provider', 'config', 'profile' and 'mcp'; use -e TEXT for a prompt)"
             )))
         }
     };

@@ -782,14 +782,14 @@ mod tests {
     #[test]
     fn unknown_keys_survive_provider_edits() {
         let path = fresh("prov-extra");
-        let text = r#"{"mcp_servers": [{"name": "fs", "command": "x"}],
+        let text = r#"{"smcp_servers": [{"name": "fs", "command": "x"}],
             "providers": [{"name": "p", "rate_limits": {"rpm": 5}}]}"#;
         std::fs::write(&path, text).expect("writable");
         provider(&path, "p set model m");
         provider(&path, "add q --type gemini");
         let v: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&path).expect("written")).expect("JSON");
-        assert_eq!(v["mcp_servers"][0]["command"], "x");
+        assert_eq!(v["smcp_servers"][0]["command"], "x");
         assert_eq!(v["providers"][0]["rate_limits"]["rpm"], 5);
         assert_eq!(v["providers"][0]["model"], "m");
         assert!(provider(&path, "p show").contains("rate_limits: {\"rpm\":5}"));

@@ -22,6 +22,8 @@ use serde_json::{Map, Value};
 
 use crate::args::{MAX_ROUNDS_LIMIT, MAX_TOKEN_COUNT};
 
+/// The `mcp_servers` section.
+pub mod mcp;
 /// Stage two: [`resolve::Settings`] from defaults, this file, the environment and flags.
 pub mod resolve;
 
@@ -266,6 +268,13 @@ pub struct ConfigFile {
     /// The profile used when `--profile` is not given; unset means `default`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active_profile: Option<String>,
+    /// MCP servers by name (`shepherd mcp ...`).
+    #[serde(
+        default,
+        deserialize_with = "mcp::deserialize_servers",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub mcp_servers: mcp::McpServers,
     /// Keys this version does not know, written back as they were.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -406,6 +415,9 @@ pub fn validate(file: &ConfigFile) -> Result<(), String> {
     }
     file.providers.iter().try_for_each(validate_provider)?;
     crate::profile::validate(file)?;
+    for (name, server) in &file.mcp_servers {
+        mcp::validate_server(name, server)?;
+    }
     check_unique_names(file)
 }
 
@@ -669,13 +681,13 @@ mod tests {
 
     #[test]
     fn unknown_keys_survive_a_round_trip() {
-        let text = r#"{"mcp_servers": [{"name": "fs"}], "streaming": false,
+        let text = r#"{"smcp_servers": [{"name": "fs"}], "streaming": false,
             "providers": [{"name": "p", "pricing": {"prompt_per_million": 3}, "extra_headers": {"X-A": "1"}}],
             "zeta": 1}"#;
         let file = parse_ok(text);
         assert_eq!(
             file.extra.keys().collect::<Vec<_>>(),
-            ["mcp_servers", "zeta"]
+            ["smcp_servers", "zeta"]
         );
         let saved = serde_json::to_string(&file).expect("a config always serialises");
         let again = parse_ok(&saved);
@@ -683,7 +695,7 @@ mod tests {
         let v: Value = serde_json::from_str(&saved).expect("we wrote JSON");
         assert_eq!(v["providers"][0]["pricing"]["prompt_per_million"], 3);
         assert_eq!(v["providers"][0]["extra_headers"]["X-A"], "1");
-        assert_eq!(v["mcp_servers"][0]["name"], "fs");
+        assert_eq!(v["smcp_servers"][0]["name"], "fs");
         // Defaults are not frozen into the file.
         assert!(v.get("max_rounds").is_none());
         assert!(v["providers"][0].get("priority").is_none());

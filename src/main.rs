@@ -15,6 +15,7 @@ mod core;
 mod frontend;
 mod llama;
 mod log;
+mod mcp;
 mod profile;
 mod stop;
 mod store;

@@ -29,6 +29,7 @@ extern "C" {
     fn pipe(fds: *mut i32) -> i32;
     fn write(fd: i32, buf: *const u8, count: usize) -> isize;
     fn signal(signum: i32, handler: SignalHandler) -> usize;
+    fn prctl(option: i32, ...) -> i32;
 }
 
 /// Write end of the self-pipe the signal handler reports to; -1 until installed.
@@ -102,6 +103,29 @@ pub fn kill_process_group(pgid: u32) -> io::Result<()> {
         Ok(())
     } else {
         Err(err)
+    }
+}
+
+const PR_SET_PDEATHSIG: i32 = 1;
+
+/// Makes the child started by `command` receive SIGTERM when the thread that
+/// spawned it dies, so a server outlives neither a crashed nor a SIGKILLed
+/// shepherd. (Its own children are reached through the process group.)
+pub fn term_with_parent(command: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    let hook = || {
+        // SAFETY: runs in the forked child before exec; `prctl` is
+        // async-signal-safe and takes plain integers, no memory of ours.
+        if unsafe { prctl(PR_SET_PDEATHSIG, SIGTERM as std::ffi::c_ulong) } == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    };
+    // SAFETY: the hook only calls `prctl`, which is safe between fork and
+    // exec: it allocates nothing and takes no locks.
+    unsafe {
+        command.pre_exec(hook);
     }
 }
 

@@ -27,6 +27,7 @@ use serde_json::Value;
 
 use super::estimate::TokenEstimator;
 use super::http::{self, ApiSettings};
+use super::toolnames;
 use super::{Backend, BackendInfo, GenerateRequest, Reply, ToolChoice, ToolSpec, Usage};
 use crate::core::{
     Artefact, BackendError, Event, EventSink, FinishReason, Flow, Message, Role, Session, Stats,
@@ -145,6 +146,30 @@ pub(super) fn ids_in(list: &Value, key: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
+impl AnthropicBackend {
+    /// Builds, sends and reads one request (with retries), names already in wire form.
+    fn send(
+        &self,
+        session: &Session,
+        request: &GenerateRequest<'_>,
+        sink: &mut dyn EventSink,
+    ) -> Result<Reply, BackendError> {
+        let wire = build_request(&self.config, session, request);
+        let body = http::encode(&wire)?;
+        let url = self.url("messages");
+        log::debug(Category::Llm, || {
+            format!(
+                "request: {} turns, {} bytes",
+                wire.messages.len(),
+                body.len()
+            )
+        });
+        http::with_retries(&self.config.api.policy(), sink, |sink| {
+            self.attempt(&url, &body, request, sink)
+        })
+    }
+}
+
 impl Backend for AnthropicBackend {
     fn info(&self) -> BackendInfo {
         BackendInfo {
@@ -161,18 +186,8 @@ impl Backend for AnthropicBackend {
         request: &GenerateRequest<'_>,
         sink: &mut dyn EventSink,
     ) -> Result<Reply, BackendError> {
-        let wire = build_request(&self.config, session, request);
-        let body = http::encode(&wire)?;
-        let url = self.url("messages");
-        log::debug(Category::Llm, || {
-            format!(
-                "request: {} turns, {} bytes",
-                wire.messages.len(),
-                body.len()
-            )
-        });
-        let reply = http::with_retries(&self.config.api.policy(), sink, |sink| {
-            self.attempt(&url, &body, request, sink)
+        let reply = toolnames::with_wire_names(session, request, |session, request| {
+            self.send(session, request, sink)
         })?;
         self.estimator.observe(session, &reply);
         Ok(reply)
@@ -837,6 +852,38 @@ mod tests {
 
     fn stream(name: &str) -> Canned {
         Canned::sse(fake::fixture("anthropic", name))
+    }
+
+    #[test]
+    fn mcp_tool_names_are_encoded_on_the_wire_and_decoded_back() {
+        let events = [
+            json!({"type": "message_start", "message": {"id": "m", "type": "message", "role": "assistant", "content": [], "usage": {"input_tokens": 5, "output_tokens": 1}}}),
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "toolu_1", "name": "files__read_file", "input": {}}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "{\"path\": \"a\"}"}}),
+            json!({"type": "content_block_stop", "index": 0}),
+            json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 9}}),
+            json!({"type": "message_stop"}),
+        ];
+        let body: String = events
+            .iter()
+            .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
+            .collect();
+        let server = FakeServer::start(vec![Canned::sse(body.into_bytes())]);
+        let tools = [ToolSpec {
+            name: "files:read_file".into(),
+            description: "reads".into(),
+            parameters: json!({"type": "object", "properties": {}}),
+        }];
+        let sampling = Sampling::default();
+        let request = fake::request(&tools, &sampling, true);
+        let reply = backend(&server, None)
+            .generate(&fake::session(), &request, &mut Vec::<Event>::new())
+            .expect("reply");
+        assert_eq!(reply.tool_calls[0].name, "files:read_file");
+        assert_eq!(
+            server.finish()[0].body["tools"][0]["name"],
+            "files__read_file"
+        );
     }
 
     #[test]

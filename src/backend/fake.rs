@@ -44,6 +44,11 @@ impl Canned {
         }
     }
 
+    pub fn with_status(mut self, status: u16) -> Canned {
+        self.status = status;
+        self
+    }
+
     pub fn with_header(mut self, name: &str, value: &str) -> Canned {
         self.headers.push((name.into(), value.into()));
         self

@@ -24,6 +24,7 @@ use serde_json::Value;
 
 use super::estimate::TokenEstimator;
 use super::http::{self, ApiSettings};
+use super::toolnames;
 use super::{Backend, BackendInfo, GenerateRequest, Reply, ToolChoice, ToolSpec, Usage};
 use crate::core::{
     Artefact, BackendError, Event, EventSink, FinishReason, Flow, Message, Role, Session, Stats,
@@ -127,6 +128,30 @@ impl GeminiBackend {
     }
 }
 
+impl GeminiBackend {
+    /// Builds, sends and reads one request (with retries), names already in wire form.
+    fn send(
+        &self,
+        session: &Session,
+        request: &GenerateRequest<'_>,
+        sink: &mut dyn EventSink,
+    ) -> Result<Reply, BackendError> {
+        let wire = build_request(&self.config, session, request);
+        let body = http::encode(&wire)?;
+        let url = self.url(request.stream);
+        log::debug(Category::Llm, || {
+            format!(
+                "request: {} contents, {} bytes",
+                wire.contents.len(),
+                body.len()
+            )
+        });
+        http::with_retries(&self.config.api.policy(), sink, |sink| {
+            self.attempt(&url, &body, request, sink)
+        })
+    }
+}
+
 impl Backend for GeminiBackend {
     fn info(&self) -> BackendInfo {
         BackendInfo {
@@ -143,18 +168,8 @@ impl Backend for GeminiBackend {
         request: &GenerateRequest<'_>,
         sink: &mut dyn EventSink,
     ) -> Result<Reply, BackendError> {
-        let wire = build_request(&self.config, session, request);
-        let body = http::encode(&wire)?;
-        let url = self.url(request.stream);
-        log::debug(Category::Llm, || {
-            format!(
-                "request: {} contents, {} bytes",
-                wire.contents.len(),
-                body.len()
-            )
-        });
-        let reply = http::with_retries(&self.config.api.policy(), sink, |sink| {
-            self.attempt(&url, &body, request, sink)
+        let reply = toolnames::with_wire_names(session, request, |session, request| {
+            self.send(session, request, sink)
         })?;
         self.estimator.observe(session, &reply);
         Ok(reply)
@@ -789,6 +804,32 @@ mod tests {
             }]
         );
         server.finish();
+    }
+
+    #[test]
+    fn mcp_tool_names_are_encoded_on_the_wire_and_decoded_back() {
+        let call = json!({"candidates": [{"content": {"role": "model", "parts": [
+            {"functionCall": {"name": "files__read_file", "args": {"path": "a"}}}]},
+            "finishReason": "STOP"}]});
+        let server = FakeServer::start(vec![Canned::sse(
+            format!("data: {call}\r\n\r\n").into_bytes(),
+        )]);
+        let tools = [ToolSpec {
+            name: "files:read_file".into(),
+            description: "reads".into(),
+            parameters: json!({"type": "object", "properties": {}}),
+        }];
+        let sampling = Sampling::default();
+        let request = fake::request(&tools, &sampling, true);
+        let reply = backend(&server)
+            .generate(&fake::session(), &request, &mut Vec::<Event>::new())
+            .expect("reply");
+        assert_eq!(reply.tool_calls[0].name, "files:read_file");
+        let body = &server.finish()[0].body;
+        assert_eq!(
+            body["tools"][0]["functionDeclarations"][0]["name"],
+            "files__read_file"
+        );
     }
 
     #[test]

@@ -14,12 +14,13 @@ pub mod cli;
 pub mod estimate;
 pub mod failover;
 #[cfg(test)]
-mod fake;
+pub(crate) mod fake;
 pub mod gemini;
 pub mod http;
 pub mod llamacpp;
 pub mod ollama;
 pub mod openai;
+pub mod toolnames;
 
 /// A tool as offered to the model.
 #[derive(Debug, Clone, PartialEq)]

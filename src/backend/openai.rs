@@ -25,6 +25,7 @@ use serde_json::Value;
 
 use super::estimate::TokenEstimator;
 use super::http::{self, RetryPolicy, Timeouts};
+use super::toolnames;
 use super::{Backend, BackendInfo, GenerateRequest, Reply, ResponseFormat, ToolChoice, Usage};
 use crate::core::{
     BackendError, Event, EventSink, FinishReason, Flow, Message, Role, Session, Stats, ToolCall,
@@ -143,6 +144,37 @@ impl OpenAiBackend {
         }
     }
 
+    /// Builds, sends and reads one request (with retries), names already in wire form.
+    fn send(
+        &self,
+        session: &Session,
+        request: &GenerateRequest<'_>,
+        sink: &mut dyn EventSink,
+    ) -> Result<Reply, BackendError> {
+        let wire = build_request(&self.config, self.strict_host(), session, request);
+        let body = http::encode(&wire)?;
+        let url = self.endpoint();
+        log::debug(Category::Llm, || {
+            format!(
+                "request: {} messages, {} bytes",
+                wire.messages.len(),
+                body.len()
+            )
+        });
+        if let Some(key) = &self.config.api_key {
+            log::debug(Category::Http, || {
+                format!("POST {url} with key {}", log::redact(key))
+            });
+        }
+        let policy = RetryPolicy {
+            max_retries: self.config.max_retries,
+            ..RetryPolicy::default()
+        };
+        http::with_retries(&policy, sink, |sink| {
+            self.attempt(&url, &body, request, sink)
+        })
+    }
+
     fn post(&self, url: &str, stream: bool) -> ureq::RequestBuilder<ureq::typestate::WithBody> {
         let mut builder = self
             .agent
@@ -185,27 +217,8 @@ impl Backend for OpenAiBackend {
         request: &GenerateRequest<'_>,
         sink: &mut dyn EventSink,
     ) -> Result<Reply, BackendError> {
-        let wire = build_request(&self.config, self.strict_host(), session, request);
-        let body = http::encode(&wire)?;
-        let url = self.endpoint();
-        log::debug(Category::Llm, || {
-            format!(
-                "request: {} messages, {} bytes",
-                wire.messages.len(),
-                body.len()
-            )
-        });
-        if let Some(key) = &self.config.api_key {
-            log::debug(Category::Http, || {
-                format!("POST {url} with key {}", log::redact(key))
-            });
-        }
-        let policy = RetryPolicy {
-            max_retries: self.config.max_retries,
-            ..RetryPolicy::default()
-        };
-        let reply = http::with_retries(&policy, sink, |sink| {
-            self.attempt(&url, &body, request, sink)
+        let reply = toolnames::with_wire_names(session, request, |session, request| {
+            self.send(session, request, sink)
         })?;
         self.estimator.observe(session, &reply);
         Ok(reply)

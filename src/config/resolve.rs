@@ -48,6 +48,8 @@ pub enum Mode {
     Config(Vec<String>),
     /// `shepherd profile ...`, with the words after `profile`.
     Profile(Vec<String>),
+    /// `shepherd mcp ...`, with the words after `mcp`.
+    Mcp(Vec<String>),
     Version,
     Help,
 }
@@ -243,6 +245,8 @@ pub struct Settings {
     pub mcp_enabled: bool,
     pub approvals: ApprovalSettings,
     pub tool_backend: Option<ToolBackendSettings>,
+    /// config.json's `mcp_servers` (empty with `--nomcp`).
+    pub mcp_servers: crate::config::mcp::McpServers,
     file_layer: SamplingLayer,
     override_layer: SamplingLayer,
 }
@@ -494,6 +498,7 @@ fn mode(low: &LowArgs) -> Mode {
         Some(Subcommand::Provider(rest)) => Mode::Provider(rest.clone()),
         Some(Subcommand::Config(rest)) => Mode::Config(rest.clone()),
         Some(Subcommand::Profile(rest)) => Mode::Profile(rest.clone()),
+        Some(Subcommand::Mcp(rest)) => Mode::Mcp(rest.clone()),
         None if low.json => Mode::JsonLines,
         None if low.cliserver => Mode::CliServer,
         None if low.server => Mode::ApiServer,
@@ -572,6 +577,11 @@ pub fn resolve_with(
         mcp_enabled: !low.no_mcp,
         approvals: approvals(low, file),
         tool_backend: tool_backend(low, &env_layer, file),
+        mcp_servers: if low.no_mcp {
+            Default::default()
+        } else {
+            file.mcp_servers.clone()
+        },
         mode,
         file_layer,
         override_layer,

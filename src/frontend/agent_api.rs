@@ -94,7 +94,6 @@ impl AgentApi {
     }
 
     /// Replaces the status source of `GET /v1/mcp/servers` (the MCP manager).
-    #[allow(dead_code)] // wired when the MCP manager is merged
     pub fn set_mcp_status(&self, status: McpStatus) {
         *lock(&self.mcp_status) = status;
     }

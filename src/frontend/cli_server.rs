@@ -626,6 +626,8 @@ struct StatusBody<'a> {
     requests_served: u64,
     observers: usize,
     pid: u32,
+    /// Each MCP server: state (starting, ready, restarting, failed), tool count.
+    mcp_servers: Vec<crate::mcp::ServerStatus>,
 }
 
 #[derive(Serialize)]
@@ -785,6 +787,7 @@ impl CliServer {
             requests_served: self.served.load(Ordering::SeqCst),
             observers: self.hub.observers(),
             pid: std::process::id(),
+            mcp_servers: crate::mcp::statuses(),
         }
     }
 
@@ -1085,6 +1088,7 @@ fn stop_on_signals(cli: Arc<CliServer>) {
                 while cli.busy() && Instant::now() < end {
                     let _ = signals.recv_timeout(TICK);
                 }
+                crate::mcp::kill_all();
                 std::process::exit(128 + signum);
             }
         });

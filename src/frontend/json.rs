@@ -1,9 +1,10 @@
 //! The `--json` line protocol: prompts in as JSON lines, one JSON object per event out.
 //!
 //! Input lines are `{"type":"user","content":"..."}` (prompts, queued while
-//! a turn runs) and `{"type":"approval","id":"...","decision":"allow"|"deny"|"always"}`
-//! (the answer to an `approval_required` event); anything else gets an `error`
-//! object and is skipped. Output objects are `text`, `thinking`, `codeblock`,
+//! a turn runs), `{"type":"approval","id":"...","decision":"allow"|"deny"|"always"}`
+//! (the answer to an `approval_required` event) and `{"type":"mcp_status"}`
+//! (answered at once with an `mcp_status` object listing each MCP server's
+//! state and tool count); anything else gets an `error` object and is skipped. Output objects are `text`, `thinking`, `codeblock`,
 //! `tool_use`, `approval_required`, `tool_result`, `system`, `error`, `stats`
 //! and, at the end of each prompt, `end_turn` with the finish reason and token
 //! totals.
@@ -66,6 +67,10 @@ enum JsonOut<'a> {
         error_type: &'a str,
     },
     Stats(&'a Stats),
+    /// Each MCP server's state and tool count; answers `{"type":"mcp_status"}`.
+    McpStatus {
+        servers: Vec<crate::mcp::ServerStatus>,
+    },
     EndTurn {
         turns: u64,
         finish_reason: &'a str,
@@ -90,6 +95,7 @@ struct JsonIn {
 enum Input {
     Prompt(String),
     Approval { id: String, answer: Answer },
+    McpStatus,
 }
 
 /// Token totals gathered from the stats events of a session.
@@ -179,8 +185,9 @@ fn parse_input(line: &str) -> Result<Input, String> {
             };
             Ok(Input::Approval { id, answer })
         }
+        "mcp_status" => Ok(Input::McpStatus),
         other => Err(format!(
-            "unsupported input type {other:?} (expected \"user\" or \"approval\")"
+            "unsupported input type {other:?} (expected \"user\", \"approval\" or \"mcp_status\")"
         )),
     }
 }
@@ -244,6 +251,10 @@ impl<W: Write> Protocol<'_, W> {
                 if !answered {
                     return self.error(&format!("no approval with id {id:?} is pending"));
                 }
+            }
+            Ok(Input::McpStatus) => {
+                let servers = crate::mcp::statuses();
+                return write_line(&mut self.out, &JsonOut::McpStatus { servers });
             }
             Err(message) => return self.error(&message),
         }

@@ -23,7 +23,7 @@ mod tui;
 use std::io::{self, IsTerminal};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::agent::{AgentConfig, AgentHandle};
 use crate::approval::{Approver, ChannelApprover, Gate, Headless};
@@ -34,6 +34,7 @@ use crate::commands;
 use crate::config::resolve::{self, Mode, Settings};
 use crate::config::{self};
 use crate::log;
+use crate::mcp;
 use crate::sys;
 use crate::tools::{remote, ToolRegistry};
 
@@ -45,7 +46,14 @@ const EXIT_FAILURE: i32 = 1;
 const EXIT_USAGE: i32 = 2;
 
 /// Parses the command line and runs the chosen front-end; returns the exit code.
+/// No MCP server outlives it, whichever way the front-end ended.
 pub fn run_main() -> i32 {
+    let code = run_mode();
+    mcp::kill_all();
+    code
+}
+
+fn run_mode() -> i32 {
     let low = match args::parse_env() {
         Ok(low) => low,
         Err(error) => {
@@ -81,6 +89,11 @@ pub fn run_main() -> i32 {
             &mut io::stdout(),
         )),
         Mode::Profile(words) => subcommand(crate::profile::run_profile(
+            words,
+            &settings.config_path,
+            &mut io::stdout(),
+        )),
+        Mode::Mcp(words) => subcommand(mcp::command::run(
             words,
             &settings.config_path,
             &mut io::stdout(),
@@ -203,6 +216,9 @@ pub(super) fn agent_api_for(settings: &Settings) -> agent_api::AgentApi {
         // An unreachable tool backend offers no tools (never the local ones instead).
         Box::new(move || tool_registry(&tool_settings).unwrap_or_else(|_| ToolRegistry::empty())),
     );
+    api.set_mcp_status(Box::new(|| {
+        serde_json::to_value(mcp::statuses()).unwrap_or(serde_json::Value::Array(Vec::new()))
+    }));
     // A direct `POST /v1/tools/call` is the authenticated user's own request, so it
     // counts as their approval; only the configured deny rules refuse it.
     let policy = settings.approvals.policy.clone();
@@ -261,7 +277,34 @@ pub(super) fn tool_registry(settings: &Settings) -> Result<ToolRegistry, i32> {
     for glob in &settings.enable_tools {
         tools.enable(glob);
     }
+    if let Some(hub) = mcp_hub(settings) {
+        tools.attach(hub);
+    }
     Ok(tools)
+}
+
+/// The MCP servers of this process, started once (in the background) with the
+/// ones the starting profile uses; every registry built later shares them.
+fn mcp_hub(settings: &Settings) -> Option<Arc<mcp::McpHub>> {
+    static HUB: OnceLock<Option<Arc<mcp::McpHub>>> = OnceLock::new();
+    HUB.get_or_init(|| {
+        let servers: config::mcp::McpServers = settings
+            .mcp_servers
+            .iter()
+            .filter(|(name, _)| settings.profile.uses_mcp_server(name))
+            .map(|(name, server)| (name.clone(), server.clone()))
+            .collect();
+        let hub = mcp::start(&servers)?;
+        // Headless runs wait for the servers once: nobody is there to ask again.
+        if !interactive(settings) && settings.mode != Mode::CliServer {
+            mcp::wait_started(&hub);
+            for line in mcp::not_ready_lines(&hub) {
+                eprintln!("shepherd: MCP server {line}");
+            }
+        }
+        Some(hub)
+    })
+    .clone()
 }
 
 /// The approval gate for this mode: front-ends that can ask the user get a
@@ -381,6 +424,7 @@ fn watch_signals(agent: &AgentHandle) -> Interrupted {
         .spawn(move || {
             for signum in signals.iter() {
                 if first.swap(signum, Ordering::SeqCst) != 0 || !busy.load(Ordering::SeqCst) {
+                    mcp::kill_all();
                     std::process::exit(128 + signum);
                 }
                 stop.store(true, Ordering::SeqCst);

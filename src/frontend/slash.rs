@@ -266,7 +266,13 @@ impl<'a> Conversation<'a> {
         let names = rx
             .recv_timeout(AGENT_REPLY_TIMEOUT)
             .map_err(|_| "the agent did not answer")?;
-        Ok(vec![format!("enabled tools: {}", names.join(", "))])
+        let mut lines = vec![format!("enabled tools: {}", names.join(", "))];
+        let servers = crate::mcp::status_lines();
+        if !servers.is_empty() {
+            lines.push("MCP servers:".into());
+            lines.extend(servers.into_iter().map(|line| format!("  {line}")));
+        }
+        Ok(lines)
     }
 
     fn config(&self, words: &[String]) -> Result<Vec<String>, String> {

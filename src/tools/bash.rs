@@ -90,7 +90,7 @@ fn shell() -> &'static str {
 }
 
 /// Whether an environment variable looks like a credential that the child must not see.
-fn is_secret(name: &str) -> bool {
+pub(crate) fn is_secret(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
     ["API_KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD"]
         .iter()

@@ -49,6 +49,16 @@ pub trait Tool: Send + Sync {
     }
 }
 
+/// Tools that come and go while shepherd runs (MCP servers starting, crashing,
+/// changing their lists). The registry asks for the current set when
+/// [`ToolRegistry::refresh`] sees a new generation.
+pub trait ToolSource: Send + Sync {
+    /// A number that changes whenever [`ToolSource::tools`] would answer differently.
+    fn generation(&self) -> u64;
+    /// The tools on offer now.
+    fn tools(&self) -> Vec<Box<dyn Tool>>;
+}
+
 /// What a tool run produced.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolOutput {
@@ -128,6 +138,10 @@ pub struct ToolRegistry {
     enabled: Vec<String>,
     /// A profile's tool globs: when not empty, only matching tools are offered.
     allowed: Vec<String>,
+    /// Dynamic tool sources, each with the generation its tools were taken at.
+    sources: Vec<(Arc<dyn ToolSource>, Option<u64>)>,
+    /// The tools the sources offered at the last refresh, after the static ones.
+    dynamic: Vec<Box<dyn Tool>>,
 }
 
 impl Default for ToolRegistry {
@@ -143,6 +157,8 @@ impl ToolRegistry {
             disabled: Vec::new(),
             enabled: Vec::new(),
             allowed: Vec::new(),
+            sources: Vec::new(),
+            dynamic: Vec::new(),
         }
     }
 
@@ -165,6 +181,39 @@ impl ToolRegistry {
         self.tools
             .retain(|t| !t.name().eq_ignore_ascii_case(tool.name()));
         self.tools.push(tool);
+    }
+
+    /// Adds a source of tools that change at run time; its tools join the
+    /// registry at the next [`ToolRegistry::refresh`].
+    pub fn attach(&mut self, source: Arc<dyn ToolSource>) {
+        self.sources.push((source, None));
+        self.refresh();
+    }
+
+    /// Takes the current tools of every source whose generation changed. Static
+    /// tools win a name clash, so a server cannot shadow a built-in.
+    pub fn refresh(&mut self) {
+        let stale = self
+            .sources
+            .iter()
+            .any(|(source, seen)| *seen != Some(source.generation()));
+        if !stale {
+            return;
+        }
+        self.dynamic.clear();
+        for (source, seen) in &mut self.sources {
+            *seen = Some(source.generation());
+            for tool in source.tools() {
+                let taken = self
+                    .tools
+                    .iter()
+                    .chain(&self.dynamic)
+                    .any(|t| t.name().eq_ignore_ascii_case(tool.name()));
+                if !taken {
+                    self.dynamic.push(tool);
+                }
+            }
+        }
     }
 
     /// Disables the tools whose names match `glob` (fnmatch style, case-insensitive).
@@ -195,6 +244,7 @@ impl ToolRegistry {
     fn enabled_tools(&self) -> impl Iterator<Item = &dyn Tool> {
         self.tools
             .iter()
+            .chain(&self.dynamic)
             .map(|t| t.as_ref())
             .filter(|t| self.is_enabled(t.name()))
     }
@@ -385,6 +435,66 @@ mod tests {
         fn run(&self, args: &Value, _ctx: &ToolContext) -> ToolOutput {
             ToolOutput::ok(args["text"].as_str().unwrap_or_default(), "echoed")
         }
+    }
+
+    /// A source whose tool set the test changes.
+    struct Changing {
+        generation: std::sync::atomic::AtomicU64,
+        names: std::sync::Mutex<Vec<&'static str>>,
+    }
+
+    struct Named(&'static str);
+    impl Tool for Named {
+        fn name(&self) -> &str {
+            self.0
+        }
+        fn description(&self) -> &str {
+            "named"
+        }
+        fn parameters(&self) -> Value {
+            json!({"type": "object", "properties": {}})
+        }
+        fn run(&self, _args: &Value, _ctx: &ToolContext) -> ToolOutput {
+            ToolOutput::ok(self.0, self.0)
+        }
+    }
+
+    impl ToolSource for Changing {
+        fn generation(&self) -> u64 {
+            self.generation.load(Ordering::SeqCst)
+        }
+        fn tools(&self) -> Vec<Box<dyn Tool>> {
+            let names = self.names.lock().unwrap().clone();
+            names
+                .into_iter()
+                .map(|n| Box::new(Named(n)) as Box<dyn Tool>)
+                .collect()
+        }
+    }
+
+    #[test]
+    fn sources_join_on_refresh_and_cannot_shadow_builtins() {
+        let source = Arc::new(Changing {
+            generation: Default::default(),
+            names: std::sync::Mutex::new(vec!["s:a", "read"]),
+        });
+        let mut registry = ToolRegistry::builtin();
+        registry.attach(source.clone());
+        assert!(registry.names().contains(&"s:a".to_string()));
+        assert_eq!(registry.names().iter().filter(|n| *n == "read").count(), 1);
+        assert_eq!(registry.run(&call("s:a", json!({})), &ctx()).content, "s:a");
+        *source.names.lock().unwrap() = vec!["s:b"];
+        registry.refresh();
+        assert!(
+            registry.names().contains(&"s:a".to_string()),
+            "no new generation yet"
+        );
+        source.generation.fetch_add(1, Ordering::SeqCst);
+        registry.refresh();
+        let names = registry.names();
+        assert!(names.contains(&"s:b".to_string()) && !names.contains(&"s:a".to_string()));
+        registry.disable("s:*");
+        assert!(!registry.names().iter().any(|n| n.starts_with("s:")));
     }
 
     #[test]

@@ -8,6 +8,7 @@ mod cli;
 mod cli_server;
 mod fake_openai;
 mod harness;
+mod mcp;
 mod persist;
 mod terminal;
 mod tool_server;

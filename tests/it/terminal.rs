@@ -628,3 +628,28 @@ fn save_sessions_and_load_round_trip_in_the_repl() {
         .join("home/.local/share/shepherd/escape.json")
         .exists());
 }
+
+#[test]
+fn tools_command_shows_each_mcp_server() {
+    let Some(python) = crate::mcp::python() else {
+        return;
+    };
+    let sandbox = Sandbox::new("tmux-mcp");
+    let server = crate::mcp::stdio_server(&python, &crate::mcp::marker("tmux"), json!({}));
+    crate::mcp::write_config(&sandbox, json!({"fx": server}));
+    let fake = FakeOpenAi::start(Vec::new());
+    let tmux = Tmux::start(&sandbox, &fake_args(&fake.base_url, &[]));
+    tmux.wait_for("the prompt", |s| s.trim_end().ends_with('>'));
+    // The server starts in the background: ask until /tools reports it ready.
+    let ready = (0..10).any(|_| {
+        tmux.type_text("/tools");
+        tmux.key("Enter");
+        poll_until(Duration::from_secs(3), || {
+            tmux.screen().contains("fx (stdio): ready, 7 tools")
+        })
+    });
+    let screen = tmux.screen();
+    assert!(ready, "{screen}");
+    assert!(screen.contains("MCP servers:"), "{screen}");
+    assert!(screen.contains("fx:echo"), "{screen}");
+}

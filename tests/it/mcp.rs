@@ -1,0 +1,594 @@
+//! MCP end to end: real MCP servers (built with the `mcp` package from PyPI,
+//! `tests/mcp/fixture_server.py`, and the reference "everything" server from
+//! npm) over stdio and streamable HTTP, driven through the built binary and
+//! the fake OpenAI upstream.
+//!
+//! `make test` installs both and sets `SHEPHERD_TEST_PYTHON` and
+//! `SHEPHERD_TEST_MCP_EVERYTHING`; without them these tests print why and return.
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::fake_openai::{
+    assert_tool_results_answer_calls, chunk, text_stream, tool_call_stream, tool_delta, Canned,
+    FakeOpenAi,
+};
+use crate::harness::{poll_until, process_running, Sandbox};
+
+const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp/fixture_server.py");
+
+/// The Python that has the `mcp` package, or `None` (with the reason printed).
+pub fn python() -> Option<String> {
+    let python = std::env::var("SHEPHERD_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+    let ok = Command::new(&python)
+        .args(["-c", "import mcp.server.fastmcp"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if ok {
+        Some(python)
+    } else {
+        eprintln!("skipped: {python} cannot import the `mcp` package (run `make test`)");
+        None
+    }
+}
+
+/// A word unique to this test run, put in server argv to find the processes.
+pub fn marker(tag: &str) -> String {
+    format!("shepherd-mcp-{tag}-{}", std::process::id())
+}
+
+pub fn stdio_server(python: &str, marker: &str, extra: Value) -> Value {
+    let mut server = json!({"command": python, "args": [FIXTURE, "stdio", marker]});
+    if let Value::Object(extra) = extra {
+        for (key, value) in extra {
+            server[key] = value;
+        }
+    }
+    server
+}
+
+pub fn write_config(sandbox: &Sandbox, servers: Value) {
+    let dir = sandbox.config_dir().join("shepherd");
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = json!({"mcp_servers": servers});
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+}
+
+fn args<'a>(fake: &'a FakeOpenAi, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut all = vec![
+        "--backend",
+        "openai",
+        "--api-base",
+        &fake.base_url,
+        "-m",
+        "test",
+    ];
+    all.extend_from_slice(extra);
+    all
+}
+
+/// Two tool calls in one assistant message.
+fn two_calls(first: (&str, &str, Value), second: (&str, &str, Value)) -> Canned {
+    Canned::sse(&[
+        chunk(json!({"role": "assistant", "content": null}), None),
+        tool_delta(0, Some(first.0), Some(first.1), &first.2.to_string()),
+        tool_delta(1, Some(second.0), Some(second.1), &second.2.to_string()),
+        chunk(json!({}), Some("tool_calls")),
+    ])
+}
+
+fn offered_tools(body: &Value) -> Vec<String> {
+    body["tools"]
+        .as_array()
+        .map(|tools| {
+            tools
+                .iter()
+                .map(|t| {
+                    t["function"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string()
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The `tool` messages of a request, as (call id, content).
+fn tool_results(body: &Value) -> Vec<(String, String)> {
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| {
+            let text = |k: &str| m[k].as_str().unwrap_or_default().to_string();
+            (text("tool_call_id"), text("content"))
+        })
+        .collect()
+}
+
+/// An HTTP fixture server on a free port, killed on drop.
+struct HttpServer {
+    child: Child,
+    url: String,
+}
+
+impl HttpServer {
+    fn start(python: &str, marker: &str) -> HttpServer {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let child = Command::new(python)
+            .args([FIXTURE, "http", &port.to_string(), marker])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the HTTP fixture server");
+        let up = poll_until(Duration::from_secs(30), || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        assert!(up, "the HTTP fixture server did not start");
+        HttpServer {
+            child,
+            url: format!("http://127.0.0.1:{port}/mcp"),
+        }
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn mcp_test_lists_tools_over_stdio_and_http() {
+    let Some(python) = python() else { return };
+    let http = HttpServer::start(&python, &marker("list-http"));
+    let sandbox = Sandbox::new("mcp-list");
+    write_config(
+        &sandbox,
+        json!({"fx": stdio_server(&python, &marker("list"), json!({})), "web": {"url": http.url}}),
+    );
+    for name in ["fx", "web"] {
+        let run = sandbox.run(&["mcp", name, "test"], "");
+        assert_eq!(run.status, Some(0), "stderr: {}", run.stderr);
+        assert!(
+            run.stdout
+                .contains(&format!("connected to '{name}': shepherd-fixture")),
+            "{}",
+            run.stdout
+        );
+        assert!(
+            run.stdout
+                .contains(&format!("  {name}:echo [read-only]  Returns its text")),
+            "{}",
+            run.stdout
+        );
+        assert!(
+            run.stdout.contains(&format!("  {name}:add  Adds")),
+            "{}",
+            run.stdout
+        );
+    }
+    let listed = sandbox.run(&["mcp", "list"], "");
+    assert!(listed.stdout.contains("web  http"), "{}", listed.stdout);
+    let missing = sandbox.run(&["mcp", "nope", "test"], "");
+    assert_eq!(missing.status, Some(2));
+    assert!(
+        missing.stderr.contains("known servers: fx, web"),
+        "{}",
+        missing.stderr
+    );
+}
+
+#[test]
+fn encoded_tool_names_reach_the_model_and_calls_come_back_to_the_server() {
+    let Some(python) = python() else { return };
+    let http = HttpServer::start(&python, &marker("names-http"));
+    let sandbox = Sandbox::new("mcp-names");
+    write_config(
+        &sandbox,
+        json!({"fx": stdio_server(&python, &marker("names"), json!({})), "web": {"url": http.url}}),
+    );
+    let fake = FakeOpenAi::start(vec![
+        two_calls(
+            ("call_1", "fx__echo", json!({"text": "over stdio"})),
+            ("call_2", "web__add", json!({"a": 2, "b": 40})),
+        ),
+        Canned::sse(&text_stream(&["Both worked."])),
+    ]);
+    let run = sandbox.run(&args(&fake, &["--json", "-e", "use the tools"]), "");
+    assert_eq!(run.status, Some(0), "stderr: {}", run.stderr);
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 2);
+    let offered = offered_tools(&requests[0].body);
+    for name in [
+        "fx__echo",
+        "fx__add",
+        "web__echo",
+        "web__add",
+        "read",
+        "bash",
+    ] {
+        assert!(
+            offered.iter().any(|o| o == name),
+            "{name} not in {offered:?}"
+        );
+    }
+    assert!(!offered.iter().any(|o| o.contains(':')), "{offered:?}");
+    // Shepherd decoded the calls back to server:tool and ran them on the right servers.
+    let lines = run.json_lines();
+    let used: Vec<&str> = lines
+        .iter()
+        .filter(|l| l["type"] == "tool_use")
+        .map(|l| l["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(used, ["fx:echo", "web:add"]);
+    assert_tool_results_answer_calls(&requests[1].body);
+    assert_eq!(
+        tool_results(&requests[1].body),
+        [
+            ("call_1".to_string(), "echo: over stdio".to_string()),
+            ("call_2".to_string(), "42".to_string())
+        ]
+    );
+    // The history keeps the wire names, so the model sees what it called.
+    let assistant = &requests[1].body["messages"].as_array().unwrap()[2];
+    assert_eq!(assistant["tool_calls"][0]["function"]["name"], "fx__echo");
+}
+
+#[test]
+fn tool_errors_reach_the_model_as_failures() {
+    let Some(python) = python() else { return };
+    let sandbox = Sandbox::new("mcp-errors");
+    write_config(
+        &sandbox,
+        json!({"fx": stdio_server(&python, &marker("errors"), json!({}))}),
+    );
+    let fake = FakeOpenAi::start(vec![
+        Canned::sse(&tool_call_stream(
+            "call_f",
+            "fx__fail",
+            json!({"message": "disk on fire"}),
+        )),
+        Canned::sse(&text_stream(&["It failed."])),
+    ]);
+    let run = sandbox.run(&args(&fake, &["--json", "-e", "try"]), "");
+    assert_eq!(run.status, Some(0), "stderr: {}", run.stderr);
+    let lines = run.json_lines();
+    let result = lines.iter().find(|l| l["type"] == "tool_result").unwrap();
+    assert_eq!(result["success"], false);
+    let content = &tool_results(&fake.requests()[1].body)[0].1;
+    assert!(content.contains("disk on fire"), "{content}");
+}
+
+#[test]
+fn a_crashed_server_is_restarted() {
+    let Some(python) = python() else { return };
+    let sandbox = Sandbox::new("mcp-crash");
+    write_config(
+        &sandbox,
+        json!({"fx": stdio_server(&python, &marker("crash"), json!({}))}),
+    );
+    let fake = FakeOpenAi::start(vec![
+        Canned::sse(&tool_call_stream("call_c", "fx__crash", json!({}))),
+        Canned::sse(&tool_call_stream(
+            "call_e",
+            "fx__echo",
+            json!({"text": "back"}),
+        )),
+        Canned::sse(&text_stream(&["Recovered."])),
+    ]);
+    let input = "{\"type\":\"user\",\"content\":\"crash it\"}\n{\"type\":\"mcp_status\"}\n";
+    let run = sandbox.run(&args(&fake, &["--json"]), input);
+    assert_eq!(run.status, Some(0), "stderr: {}", run.stderr);
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 3);
+    let results = tool_results(&requests[2].body);
+    assert!(
+        results[0].1.contains("closed the connection"),
+        "{results:?}"
+    );
+    assert_eq!(results[1].1, "echo: back");
+    let lines = run.json_lines();
+    let status = lines.iter().find(|l| l["type"] == "mcp_status").unwrap();
+    let server = &status["servers"][0];
+    assert_eq!(server["name"], "fx");
+    assert_eq!(server["state"], "ready");
+    assert_eq!(server["tools"], 7);
+    assert!(server["restarts"].as_u64().unwrap() >= 1, "{status}");
+}
+
+#[test]
+fn a_server_that_never_answers_times_out_without_blocking_others() {
+    let Some(python) = python() else { return };
+    let sandbox = Sandbox::new("mcp-hang");
+    write_config(
+        &sandbox,
+        json!({
+            "slow": stdio_server(&python, &marker("hang"), json!({"call_timeout": 2})),
+            "fx": stdio_server(&python, &marker("hang-other"), json!({})),
+        }),
+    );
+    let fake = FakeOpenAi::start(vec![
+        two_calls(
+            ("call_h", "slow__hang", json!({})),
+            ("call_e", "fx__echo", json!({"text": "still here"})),
+        ),
+        Canned::sse(&text_stream(&["One timed out."])),
+    ]);
+    let run = sandbox.run(&args(&fake, &["--json", "-e", "go"]), "");
+    assert_eq!(run.status, Some(0), "stderr: {}", run.stderr);
+    let results = tool_results(&fake.requests()[1].body);
+    assert!(
+        results[0]
+            .1
+            .contains("no answer to tools/call within 2.0 s"),
+        "{results:?}"
+    );
+    assert_eq!(results[1].1, "echo: still here");
+}
+
+#[test]
+fn a_changed_tool_list_is_offered_next_round() {
+    let Some(python) = python() else { return };
+    let sandbox = Sandbox::new("mcp-grow");
+    write_config(
+        &sandbox,
+        json!({"fx": stdio_server(&python, &marker("grow"), json!({}))}),
+    );
+    let fake = FakeOpenAi::start(vec![
+        Canned::sse(&tool_call_stream("call_g", "fx__grow", json!({}))),
+        Canned::sse(&tool_call_stream("call_n", "fx__grown", json!({}))),
+        Canned::sse(&text_stream(&["Grown."])),
+    ]);
+    let run = sandbox.run(&args(&fake, &["--json", "-e", "grow"]), "");
+    assert_eq!(run.status, Some(0), "stderr: {}", run.stderr);
+    let requests = fake.requests();
+    assert!(!offered_tools(&requests[0].body).contains(&"fx__grown".to_string()));
+    assert!(offered_tools(&requests[1].body).contains(&"fx__grown".to_string()));
+    assert_eq!(tool_results(&requests[2].body)[1].1, "grown");
+}
+
+#[test]
+fn no_server_process_remains_after_exit() {
+    let Some(python) = python() else { return };
+    let server_marker = marker("orphans");
+    let sleeper_marker = marker("orphans-sleeper");
+    let sandbox = Sandbox::new("mcp-orphans");
+    write_config(
+        &sandbox,
+        json!({"fx": stdio_server(&python, &server_marker, json!({}))}),
+    );
+    let fake = FakeOpenAi::start(vec![
+        Canned::sse(&tool_call_stream(
+            "call_s",
+            "fx__spawn_sleeper",
+            json!({"marker": sleeper_marker}),
+        )),
+        Canned::sse(&text_stream(&["Started."])),
+    ]);
+    let run = sandbox.run(&args(&fake, &["--json", "-e", "start a sleeper"]), "");
+    assert_eq!(run.status, Some(0), "stderr: {}", run.stderr);
+    assert_eq!(tool_results(&fake.requests()[1].body)[0].1, "started");
+    // shepherd has exited; its server and the server's child must be gone too.
+    let gone = poll_until(Duration::from_secs(5), || {
+        !process_running(&server_marker) && !process_running(&sleeper_marker)
+    });
+    assert!(gone, "an MCP process outlived shepherd");
+
+    // --nomcp starts nothing at all.
+    let fake = FakeOpenAi::start(vec![Canned::sse(&text_stream(&["No tools."]))]);
+    let run = sandbox.run(&args(&fake, &["--nomcp", "-e", "hi"]), "");
+    assert_eq!(run.status, Some(0), "stderr: {}", run.stderr);
+    assert!(!offered_tools(&fake.requests()[0].body)
+        .iter()
+        .any(|t| t.starts_with("fx__")));
+}
+
+#[test]
+fn sigterm_during_a_call_cancels_it_and_leaves_no_server_behind() {
+    let Some(python) = python() else { return };
+    let server_marker = marker("sigterm");
+    let sandbox = Sandbox::new("mcp-sigterm");
+    write_config(
+        &sandbox,
+        json!({"fx": stdio_server(&python, &server_marker, json!({}))}),
+    );
+    let fake = FakeOpenAi::start(vec![
+        Canned::sse(&tool_call_stream("call_h", "fx__hang", json!({}))),
+        Canned::sse(&text_stream(&["should not be asked for"])),
+    ]);
+    let child = sandbox.spawn(&args(&fake, &["-e", "hang"]));
+    let pid = child.id();
+    let collected = crate::harness::collect(child);
+    // The model asked for the call; the server is up and the agent is busy with it.
+    let busy = poll_until(Duration::from_secs(30), || {
+        !fake.requests().is_empty() && process_running(&server_marker)
+    });
+    assert!(busy, "the call never started");
+    Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .expect("kill -TERM");
+    let run = crate::harness::finish(collected, Duration::from_secs(20))
+        .expect("shepherd exits after SIGTERM");
+    assert_eq!(run.status, Some(143), "stderr: {}", run.stderr);
+    let gone = poll_until(Duration::from_secs(5), || !process_running(&server_marker));
+    assert!(gone, "the MCP server outlived shepherd");
+    assert_eq!(
+        fake.requests().len(),
+        1,
+        "a cancelled turn does not go back to the model"
+    );
+}
+
+#[test]
+fn cliserver_status_shows_each_server() {
+    use std::io::{BufRead, BufReader};
+    let Some(python) = python() else { return };
+    let sandbox = Sandbox::new("mcp-status");
+    let config = sandbox.work().join("mcp.json");
+    let servers = json!({"mcp_servers": {
+        "fx": stdio_server(&python, &marker("status"), json!({})),
+        "off": {"command": "true", "enabled": false},
+    }});
+    std::fs::write(&config, servers.to_string()).unwrap();
+    let fake = FakeOpenAi::start(Vec::new());
+    let config = config.to_string_lossy().into_owned();
+    let mut child = sandbox.spawn(&args(&fake, &["--cliserver", "--port", "0", "-c", &config]));
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(at) = line.find("listening on http://") {
+                let _ = tx.try_send(line[at + "listening on http://".len()..].to_string());
+            }
+        }
+    });
+    let addr = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("listening line");
+    let status = || -> Value {
+        let url = format!("http://{addr}/status");
+        let agent: ureq::Agent = ureq::Agent::config_builder().proxy(None).build().into();
+        let body = agent
+            .get(&url)
+            .call()
+            .unwrap()
+            .into_body()
+            .read_to_string()
+            .unwrap();
+        serde_json::from_str(&body).unwrap()
+    };
+    // The server answers at once, while the MCP server may still be starting.
+    let first = status();
+    let state = first["mcp_servers"][0]["state"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(state == "starting" || state == "ready", "{first}");
+    let ready = poll_until(Duration::from_secs(30), || {
+        status()["mcp_servers"][0]["state"] == "ready"
+    });
+    assert!(ready, "fx never became ready");
+    let servers = status()["mcp_servers"].clone();
+    assert_eq!(servers[0]["name"], "fx");
+    assert_eq!(servers[0]["transport"], "stdio");
+    assert_eq!(servers[0]["tools"], 7);
+    assert_eq!(servers[1]["name"], "off");
+    assert_eq!(servers[1]["state"], "disabled");
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[test]
+fn a_missing_command_is_named_and_the_other_servers_still_work() {
+    let Some(python) = python() else { return };
+    let sandbox = Sandbox::new("mcp-missing");
+    write_config(
+        &sandbox,
+        json!({
+            "gone": {"command": "/nonexistent/mcp-server-binary"},
+            "fx": stdio_server(&python, &marker("missing"), json!({})),
+        }),
+    );
+    let fake = FakeOpenAi::start(vec![
+        Canned::sse(&tool_call_stream(
+            "call_e",
+            "fx__echo",
+            json!({"text": "ok"}),
+        )),
+        Canned::sse(&text_stream(&["Fine."])),
+    ]);
+    let run = sandbox.run(&args(&fake, &["-e", "go"]), "");
+    assert_eq!(run.status, Some(0), "stderr: {}", run.stderr);
+    assert!(
+        run.stderr.contains("MCP server gone (stdio)")
+            && run
+                .stderr
+                .contains("/nonexistent/mcp-server-binary: No such file"),
+        "{}",
+        run.stderr
+    );
+    let requests = fake.requests();
+    assert!(offered_tools(&requests[0].body).contains(&"fx__echo".to_string()));
+    assert_eq!(tool_results(&requests[1].body)[0].1, "echo: ok");
+}
+
+/// The npm reference server's executable, or `None` (with the reason printed).
+fn everything() -> Option<String> {
+    match std::env::var("SHEPHERD_TEST_MCP_EVERYTHING") {
+        Ok(path) if std::path::Path::new(&path).exists() => Some(path),
+        _ => {
+            eprintln!("skipped: SHEPHERD_TEST_MCP_EVERYTHING is not set (run `make test`)");
+            None
+        }
+    }
+}
+
+#[test]
+fn the_npm_reference_server_works_over_stdio_and_http() {
+    let Some(everything) = everything() else {
+        return;
+    };
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let mut http = Command::new(&everything)
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the everything server");
+    let up = poll_until(Duration::from_secs(30), || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    assert!(up, "the everything server did not start");
+    let sandbox = Sandbox::new("mcp-everything");
+    write_config(
+        &sandbox,
+        json!({
+            "ev": {"command": everything, "args": ["stdio"]},
+            "evh": {"url": format!("http://127.0.0.1:{port}/mcp")},
+        }),
+    );
+    let listed = sandbox.run(&["mcp", "ev", "test"], "");
+    assert_eq!(listed.status, Some(0), "stderr: {}", listed.stderr);
+    assert!(
+        listed.stdout.contains("  ev:get-sum [read-only]"),
+        "{}",
+        listed.stdout
+    );
+    let fake = FakeOpenAi::start(vec![
+        two_calls(
+            ("call_1", "ev__echo", json!({"message": "hello"})),
+            ("call_2", "evh__get-sum", json!({"a": 2, "b": 3})),
+        ),
+        Canned::sse(&text_stream(&["Done."])),
+    ]);
+    let run = sandbox.run(&args(&fake, &["--json", "-e", "use them"]), "");
+    let _ = http.kill();
+    let _ = http.wait();
+    assert_eq!(run.status, Some(0), "stderr: {}", run.stderr);
+    let requests = fake.requests();
+    let offered = offered_tools(&requests[0].body);
+    assert!(offered.contains(&"evh__get-sum".to_string()), "{offered:?}");
+    assert_eq!(
+        tool_results(&requests[1].body),
+        [
+            ("call_1".to_string(), "Echo: hello".to_string()),
+            ("call_2".to_string(), "The sum of 2 and 3 is 5.".to_string())
+        ]
+    );
+}
