@@ -218,7 +218,15 @@ struct Protocol<'a, W: Write> {
     totals: Totals,
     ok: bool,
     busy: bool,
-    queue: VecDeque<String>,
+    /// Input that waits for the running turn, answered in the order it came.
+    queue: VecDeque<Queued>,
+}
+
+/// An input line that waits while a turn runs.
+enum Queued {
+    Prompt(String),
+    /// Answered in order, so it reports the state after the turns before it.
+    McpStatus,
 }
 
 impl<W: Write> Protocol<'_, W> {
@@ -241,7 +249,7 @@ impl<W: Write> Protocol<'_, W> {
             return Ok(());
         }
         match parse_input(line) {
-            Ok(Input::Prompt(prompt)) if self.busy => self.queue.push_back(prompt),
+            Ok(Input::Prompt(prompt)) if self.busy => self.queue.push_back(Queued::Prompt(prompt)),
             Ok(Input::Prompt(prompt)) => self.start(prompt),
             Ok(Input::Approval { id, answer }) => {
                 let answered = self
@@ -252,10 +260,8 @@ impl<W: Write> Protocol<'_, W> {
                     return self.error(&format!("no approval with id {id:?} is pending"));
                 }
             }
-            Ok(Input::McpStatus) => {
-                let servers = crate::mcp::statuses();
-                return write_line(&mut self.out, &JsonOut::McpStatus { servers });
-            }
+            Ok(Input::McpStatus) if self.busy => self.queue.push_back(Queued::McpStatus),
+            Ok(Input::McpStatus) => return self.mcp_status(),
             Err(message) => return self.error(&message),
         }
         Ok(())
@@ -267,11 +273,22 @@ impl<W: Write> Protocol<'_, W> {
         if let Event::Stop(reason) = event {
             self.ok &= *reason != FinishReason::Error;
             self.busy = false;
-            if let Some(prompt) = self.queue.pop_front() {
-                self.start(prompt);
+            while let Some(queued) = self.queue.pop_front() {
+                match queued {
+                    Queued::McpStatus => self.mcp_status()?,
+                    Queued::Prompt(prompt) => {
+                        self.start(prompt);
+                        break;
+                    }
+                }
             }
         }
         Ok(())
+    }
+
+    fn mcp_status(&mut self) -> io::Result<()> {
+        let servers = crate::mcp::statuses();
+        write_line(&mut self.out, &JsonOut::McpStatus { servers })
     }
 }
 

@@ -58,8 +58,11 @@ pub fn write_config(sandbox: &Sandbox, servers: Value) {
     std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
 }
 
+/// These tests are about MCP, not approvals: every tool is allowed explicitly.
 fn args<'a>(fake: &'a FakeOpenAi, extra: &[&'a str]) -> Vec<&'a str> {
     let mut all = vec![
+        "--approve",
+        "all",
         "--backend",
         "openai",
         "--api-base",
