@@ -16,7 +16,7 @@ CUDA ?=
 CARGO_FEATURES := $(if $(CUDA),--features cuda,)
 
 .PHONY: all build deps test fmt clippy clean no-async-runtime model run bench jinja2 mcp-servers valgrind bench-cliserver openai-py
-.PHONY: static vendor dist install uninstall check-static offline-static release-deps
+.PHONY: static vendor dist install uninstall check-static check-install offline-static release-deps
 
 all: build
 
@@ -179,6 +179,15 @@ offline-static: deps release-deps vendor
 check-static: offline-static model
 	scripts/release-check.sh all dist/shepherd $(MODEL) packaging/shepherd-cliserver.service \
 	  packaging/config.sample.json $(MAX_STATIC_MB)
+	$(MAKE) --no-print-directory check-install
+
+# install then uninstall into a scratch DESTDIR: the unit points at PREFIX, nothing is left.
+check-install:
+	@stage=$$(mktemp -d) && $(MAKE) -s install DESTDIR=$$stage PREFIX=/usr && \
+	  test -x $$stage/usr/bin/shepherd && \
+	  grep -q '^ExecStart=/usr/bin/shepherd ' $$stage/usr/lib/systemd/system/shepherd-cliserver.service && \
+	  $(MAKE) -s uninstall DESTDIR=$$stage PREFIX=/usr && left=$$(find $$stage -type f) && \
+	  rm -rf $$stage && test -z "$$left" && echo "make install/uninstall: ok"
 
 release-deps:
 	@missing=""; for p in $(RELEASE_PACKAGES); do \

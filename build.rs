@@ -29,9 +29,15 @@ fn main() {
     println!("cargo:rustc-env=SHEPHERD_LLAMA_CRATE={llama}");
 }
 
-/// `git rev-parse --short=12 HEAD`, re-run when HEAD or a branch moves. In a worktree
-/// `.git` is a file, so the paths to watch come from git itself.
+/// `git rev-parse --short=12 HEAD` of this tree's own repository, re-run when HEAD or
+/// its branch moves. In a worktree `.git` is a file, so the paths to watch come from git.
 fn git_revision() -> Option<String> {
+    // A source tarball unpacked inside some other repository must not report its HEAD.
+    let top = PathBuf::from(git(&["rev-parse", "--show-toplevel"])?);
+    let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR")?);
+    if top.canonicalize().ok()? != manifest.canonicalize().ok()? {
+        return None;
+    }
     let revision = git(&["rev-parse", "--short=12", "HEAD"])?;
     // HEAD, the branch it names (absent when detached) and packed-refs, where a branch
     // moves after `git pack-refs`; not all of refs/heads, which other worktrees move.
