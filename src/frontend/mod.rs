@@ -187,7 +187,12 @@ fn start_agent(settings: &Settings) -> Result<(AgentHandle, config::ProviderConf
     for glob in &settings.enable_tools {
         tools.enable(glob);
     }
-    if let Some(hub) = mcp::start(&settings.mcp_servers) {
+    let servers = if settings.tools_enabled {
+        &settings.mcp_servers
+    } else {
+        &Default::default()
+    };
+    if let Some(hub) = mcp::start(servers) {
         if !interactive(settings) && settings.mode != Mode::CliServer {
             mcp::wait_started(&hub);
             for line in mcp::not_ready_lines(&hub) {
