@@ -291,6 +291,8 @@ fn mcp_hub(settings: &Settings) -> Option<Arc<mcp::McpHub>> {
         let servers: config::mcp::McpServers = settings
             .mcp_servers
             .iter()
+            // `--notools` starts no MCP servers.
+            .filter(|_| settings.tools_enabled)
             .filter(|(name, _)| settings.profile.uses_mcp_server(name))
             .map(|(name, server)| (name.clone(), server.clone()))
             .collect();
