@@ -20,6 +20,8 @@ pub mod http;
 pub mod llamacpp;
 pub mod ollama;
 pub mod openai;
+#[cfg(feature = "tensorrt")]
+pub mod tensorrt;
 
 /// A tool as offered to the model.
 #[derive(Debug, Clone, PartialEq)]

@@ -18,6 +18,8 @@ use crate::backend::http::{ApiSettings, Timeouts};
 use crate::backend::llamacpp::{self, LlamaBackend, LlamaConfig};
 use crate::backend::ollama::{self, OllamaBackend, OllamaConfig};
 use crate::backend::openai::{AzureDeployment, MaxTokensParam, OpenAiBackend, OpenAiConfig};
+#[cfg(feature = "tensorrt")]
+use crate::backend::tensorrt::{TensorRtBackend, TensorRtConfig};
 use crate::backend::Backend;
 use crate::config::resolve::Settings;
 use crate::config::{ProviderConfig, ProviderKind};
@@ -102,11 +104,17 @@ pub fn open_provider(
             LlamaBackend::new(llama_config(settings, provider)?)
                 .map_err(|e| OpenError::Usage(e.to_string()))?,
         ),
-        other => {
+        #[cfg(feature = "tensorrt")]
+        ProviderKind::Tensorrt => Box::new(
+            TensorRtBackend::new(tensorrt_config(settings, provider)?)
+                .map_err(|e| OpenError::Usage(e.to_string()))?,
+        ),
+        #[cfg(not(feature = "tensorrt"))]
+        ProviderKind::Tensorrt => {
             return Err(OpenError::Usage(format!(
-                "provider '{}' has type '{}', which this build does not support yet",
-                provider.name,
-                other.as_str()
+                "provider '{}' has type 'tensorrt', but this build has no TensorRT-LLM backend: \
+                 build with `make TENSORRT=1 TRTLLM_ROOT=...` (docs/tensorrt.md)",
+                provider.name
             )))
         }
     })
@@ -155,6 +163,27 @@ fn llama_config(settings: &Settings, provider: &ProviderConfig) -> Result<LlamaC
         flash_attn: local.flash_attn.then_some(true),
         progress: std::io::stderr().is_terminal(),
         ..defaults
+    })
+}
+
+/// `--backend tensorrt -m ENGINE_DIR`: the engine directory (relative to
+/// `--model-path` like a GGUF file) and the context cap.
+#[cfg(feature = "tensorrt")]
+fn tensorrt_config(
+    settings: &Settings,
+    provider: &ProviderConfig,
+) -> Result<TensorRtConfig, OpenError> {
+    let dir = provider
+        .model_path
+        .as_deref()
+        .map(std::path::Path::new)
+        .or(settings.local.model_path.as_deref());
+    let engine_dir = llamacpp::resolve_model_path(&model_of(provider)?, dir);
+    Ok(TensorRtConfig {
+        context_size: settings
+            .context_size_for(provider)
+            .map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
+        ..TensorRtConfig::new(engine_dir)
     })
 }
 
