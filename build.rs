@@ -94,10 +94,19 @@ mod trtllm {
                  `tensorrt-testlib` feature.\n\n"
             );
         };
-        let include = first_existing(&root, &["include", "cpp/include"], "tensorrt_llm/executor/executor.h");
-        let lib_dir = first_existing(&root, &["libs", "lib", "cpp/build/tensorrt_llm"], "libtensorrt_llm.so");
+        let include = first_existing(
+            &root,
+            &["include", "cpp/include"],
+            "tensorrt_llm/executor/executor.h",
+        );
+        let lib_dir = first_existing(
+            &root,
+            &["libs", "lib", "cpp/build/tensorrt_llm"],
+            "libtensorrt_llm.so",
+        );
         let abi = cxx11_abi(&lib_dir.join("libtensorrt_llm.so"));
-        let cuda = env::var_os("CUDA_HOME").map_or_else(|| PathBuf::from("/usr/local/cuda"), PathBuf::from);
+        let cuda = env::var_os("CUDA_HOME")
+            .map_or_else(|| PathBuf::from("/usr/local/cuda"), PathBuf::from);
         cc::Build::new()
             .cpp(true)
             .std("c++17")

@@ -145,7 +145,9 @@ fn last_error() -> String {
 fn to_c_tokens(tokens: &[u32]) -> Result<Vec<i32>, FfiError> {
     tokens
         .iter()
-        .map(|&t| i32::try_from(t).map_err(|_| FfiError::Invalid(format!("token id {t} too large"))))
+        .map(|&t| {
+            i32::try_from(t).map_err(|_| FfiError::Invalid(format!("token id {t} too large")))
+        })
         .collect()
 }
 
@@ -175,7 +177,9 @@ impl Executor {
         let dir = CString::new(engine_dir.as_os_str().as_encoded_bytes())
             .map_err(|_| FfiError::Create("the engine path contains a NUL byte".into()))?;
         let c_options = sys::shp_trt_options {
-            kv_cache_free_gpu_memory_fraction: options.kv_cache_free_gpu_memory_fraction.unwrap_or(0.0),
+            kv_cache_free_gpu_memory_fraction: options
+                .kv_cache_free_gpu_memory_fraction
+                .unwrap_or(0.0),
             kv_cache_max_tokens: options
                 .kv_cache_max_tokens
                 .map_or(0, |n| i32::try_from(n).unwrap_or(i32::MAX)),
@@ -193,7 +197,11 @@ impl Executor {
     }
 
     /// Enqueues `tokens` as a new request.
-    pub fn enqueue(&mut self, tokens: &[u32], options: &RequestOptions) -> Result<RequestId, FfiError> {
+    pub fn enqueue(
+        &mut self,
+        tokens: &[u32],
+        options: &RequestOptions,
+    ) -> Result<RequestId, FfiError> {
         let c_tokens = to_c_tokens(tokens)?;
         let stops = to_c_tokens(&options.stop_token_ids)?;
         let signed = |v: Option<u32>| v.map_or(-1, |n| i32::try_from(n).unwrap_or(i32::MAX));
@@ -207,7 +215,11 @@ impl Executor {
             end_id: signed(options.end_id),
             pad_id: -1,
             streaming: i32::from(options.streaming),
-            stop_token_ids: if stops.is_empty() { std::ptr::null() } else { stops.as_ptr() },
+            stop_token_ids: if stops.is_empty() {
+                std::ptr::null()
+            } else {
+                stops.as_ptr()
+            },
             n_stop_token_ids: stops.len(),
         };
         let mut id = 0u64;
@@ -230,7 +242,11 @@ impl Executor {
     }
 
     /// Waits at most `timeout` for the next response of `id`.
-    pub fn await_response(&mut self, id: RequestId, timeout: Duration) -> Result<Awaited, FfiError> {
+    pub fn await_response(
+        &mut self,
+        id: RequestId,
+        timeout: Duration,
+    ) -> Result<Awaited, FfiError> {
         let timeout_ms = u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX);
         let mut out = sys::shp_trt_response {
             request_id: 0,
@@ -256,7 +272,9 @@ impl Executor {
             let ids = unsafe { std::slice::from_raw_parts(out.tokens, out.n_tokens) };
             ids.iter().map(|&t| t.max(0) as u32).collect()
         };
-        let finish = (out.is_final != 0).then(|| finish_from(out.finish_reason)).flatten();
+        let finish = (out.is_final != 0)
+            .then(|| finish_from(out.finish_reason))
+            .flatten();
         Ok(Awaited::Response(Response { tokens, finish }))
     }
 

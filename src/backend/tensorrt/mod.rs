@@ -96,8 +96,11 @@ pub fn engine_limits(dir: &Path) -> Result<EngineLimits, BackendError> {
             .and_then(Value::as_u64)
             .and_then(|n| u32::try_from(n).ok())
     };
-    let max_input_len = number("/build_config/max_input_len").or(number("/builder_config/max_input_len"));
-    let old_style = number("/builder_config/max_output_len").zip(max_input_len).map(|(o, i)| o + i);
+    let max_input_len =
+        number("/build_config/max_input_len").or(number("/builder_config/max_input_len"));
+    let old_style = number("/builder_config/max_output_len")
+        .zip(max_input_len)
+        .map(|(o, i)| o + i);
     let max_seq_len = number("/build_config/max_seq_len")
         .or(old_style)
         .or(number("/pretrained_config/max_position_embeddings"))
@@ -125,6 +128,7 @@ pub struct Prepared {
 
 impl Prepared {
     /// Tokens of the rendered prompt.
+    #[cfg(test)]
     pub fn prompt_tokens(&self) -> usize {
         self.tokens.len()
     }
@@ -146,7 +150,9 @@ impl TensorRtBackend {
     pub fn new(config: TensorRtConfig) -> Result<TensorRtBackend, BackendError> {
         let dir = &config.engine_dir;
         let limits = engine_limits(dir)?;
-        let n_ctx = config.context_size.map_or(limits.max_seq_len, |n| n.min(limits.max_seq_len));
+        let n_ctx = config
+            .context_size
+            .map_or(limits.max_seq_len, |n| n.min(limits.max_seq_len));
         let tokenizer = EngineTokenizer::load(dir)?;
         let template = load_template(&tokenizer);
         let options = ExecutorOptions {
@@ -154,7 +160,8 @@ impl TensorRtBackend {
             kv_cache_max_tokens: None,
             disable_block_reuse: false,
         };
-        let executor = Executor::create(dir, &options).map_err(|e| BackendError::Config(e.to_string()))?;
+        let executor =
+            Executor::create(dir, &options).map_err(|e| BackendError::Config(e.to_string()))?;
         Ok(TensorRtBackend {
             executor,
             tokenizer,
@@ -172,7 +179,11 @@ impl TensorRtBackend {
     }
 
     /// Phase one: render, tokenize and check the fit; nothing reaches the executor.
-    pub fn prepare(&self, session: &Session, request: &GenerateRequest<'_>) -> Result<Prepared, BackendError> {
+    pub fn prepare(
+        &self,
+        session: &Session,
+        request: &GenerateRequest<'_>,
+    ) -> Result<Prepared, BackendError> {
         let tools = if *request.tool_choice == ToolChoice::None {
             &[][..]
         } else {
@@ -188,27 +199,44 @@ impl TensorRtBackend {
         Ok(Prepared {
             options: self.request_options(max_tokens, request.sampling),
             tokens,
-            stops: request.sampling.stop.iter().filter(|s| !s.is_empty()).cloned().collect(),
+            stops: request
+                .sampling
+                .stop
+                .iter()
+                .filter(|s| !s.is_empty())
+                .cloned()
+                .collect(),
             tool_names: tools.iter().map(|t| t.name.clone()).collect(),
             stream: request.stream,
         })
     }
 
-    fn render(&self, conversation: &[TemplateMessage], tools: &[super::ToolSpec]) -> Result<String, BackendError> {
+    fn render(
+        &self,
+        conversation: &[TemplateMessage],
+        tools: &[super::ToolSpec],
+    ) -> Result<String, BackendError> {
         let template_error = |e: template::TemplateError| BackendError::Config(e.to_string());
         if tools.is_empty() || self.template.handles_tools() {
             let tools = template::template_tools(tools);
-            return self.template.render(conversation, &tools, true).map_err(template_error);
+            return self
+                .template
+                .render(conversation, &tools, true)
+                .map_err(template_error);
         }
         // The template knows nothing about tools: describe them in the system message.
         let messages = with_tool_instructions(conversation, tools);
-        self.template.render(&messages, &[], true).map_err(template_error)
+        self.template
+            .render(&messages, &[], true)
+            .map_err(template_error)
     }
 
     /// The request's `max_tokens` once the prompt and the answer's reserve fit the context.
     fn check_fit(&self, n_prompt: usize, sampling: &Sampling) -> Result<u32, BackendError> {
         let n_ctx = self.n_ctx as usize;
-        let reserve = sampling.max_tokens.unwrap_or(DEFAULT_RESERVE.min(self.n_ctx / 4).max(1)) as usize;
+        let reserve = sampling
+            .max_tokens
+            .unwrap_or(DEFAULT_RESERVE.min(self.n_ctx / 4).max(1)) as usize;
         if n_prompt + reserve > n_ctx {
             return Err(overflow(n_prompt, reserve, n_ctx));
         }
@@ -239,8 +267,15 @@ impl TensorRtBackend {
     }
 
     /// Phase two: enqueue and stream the answer into `sink`.
-    pub fn generate_prepared(&mut self, prepared: Prepared, sink: &mut dyn EventSink) -> Result<Reply, BackendError> {
-        let id = self.executor.enqueue(&prepared.tokens, &prepared.options).map_err(ffi_error)?;
+    pub fn generate_prepared(
+        &mut self,
+        prepared: Prepared,
+        sink: &mut dyn EventSink,
+    ) -> Result<Reply, BackendError> {
+        let id = self
+            .executor
+            .enqueue(&prepared.tokens, &prepared.options)
+            .map_err(ffi_error)?;
         let mut turn = Turn::new(&prepared);
         let result = self.stream(id, &mut turn, sink);
         if let Some(stats) = self.executor.iteration_stats() {
@@ -251,7 +286,12 @@ impl TensorRtBackend {
     }
 
     /// Awaits responses until the request ends, handing text to `turn`.
-    fn stream(&mut self, id: RequestId, turn: &mut Turn, sink: &mut dyn EventSink) -> Result<(), BackendError> {
+    fn stream(
+        &mut self,
+        id: RequestId,
+        turn: &mut Turn,
+        sink: &mut dyn EventSink,
+    ) -> Result<(), BackendError> {
         loop {
             if sink.cancelled() {
                 turn.finish = FinishReason::Cancelled;
@@ -350,7 +390,12 @@ impl Turn {
 
     /// Takes one response's tokens; true when the turn ended here (end-of-turn id,
     /// stop string, or the sink cancelled).
-    fn take(&mut self, tokenizer: &EngineTokenizer, tokens: &[u32], sink: &mut dyn EventSink) -> bool {
+    fn take(
+        &mut self,
+        tokenizer: &EngineTokenizer,
+        tokens: &[u32],
+        sink: &mut dyn EventSink,
+    ) -> bool {
         let end_at = tokens.iter().position(|id| tokenizer.end_ids.contains(id));
         let tokens = &tokens[..end_at.unwrap_or(tokens.len())];
         self.n_tokens += tokens.len();
@@ -385,7 +430,13 @@ impl Turn {
     }
 
     /// Flushes what is held back, emits the stats and builds the reply.
-    fn into_reply(mut self, tokenizer: &EngineTokenizer, n_prompt: usize, n_ctx: u32, sink: &mut dyn EventSink) -> Reply {
+    fn into_reply(
+        mut self,
+        tokenizer: &EngineTokenizer,
+        n_prompt: usize,
+        n_ctx: u32,
+        sink: &mut dyn EventSink,
+    ) -> Reply {
         if self.finish != FinishReason::Cancelled {
             // After a stop string, whatever was held back lies beyond it.
             if !self.cut {
@@ -452,7 +503,9 @@ impl Backend for TensorRtBackend {
 
     fn count_tokens(&self, message: &Message) -> u32 {
         match self.tokenizer.encode(&message_text(message)) {
-            Ok(ids) => u32::try_from(ids.len()).unwrap_or(u32::MAX).saturating_add(4),
+            Ok(ids) => u32::try_from(ids.len())
+                .unwrap_or(u32::MAX)
+                .saturating_add(4),
             Err(_) => self.estimator.count_message(message),
         }
     }

@@ -20,8 +20,7 @@ const CHATML: &str = "{% for message in messages %}{{'<|im_start|>' + message['r
 
 /// Words that become whole tokens (with their `▁` space) in the fixture vocabulary.
 const WORDS: [&str; 12] = [
-    "▁Hello", "▁world", "▁how", "▁are", "▁you", "▁It", "▁is", "▁noon", "▁abc", "▁h", "llo",
-    "▁tell",
+    "▁Hello", "▁world", "▁how", "▁are", "▁you", "▁It", "▁is", "▁noon", "▁abc", "▁h", "llo", "▁tell",
 ];
 
 const SPECIALS: [&str; 5] = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"];
@@ -90,8 +89,25 @@ fn tokenizer_json() -> Value {
     })
 }
 
+/// A test's engine directory, removed when the test ends.
+struct EngineDir(PathBuf);
+
+impl std::ops::Deref for EngineDir {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for EngineDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// A fresh engine directory playing `script`.
-fn engine(name: &str, script: &str) -> PathBuf {
+fn engine(name: &str, script: &str) -> EngineDir {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     let dir = std::env::temp_dir().join(format!(
         "shepherd-trt-{}-{}-{name}",
@@ -114,7 +130,7 @@ fn engine(name: &str, script: &str) -> PathBuf {
         &json!({"build_config": {"max_seq_len": 256, "max_input_len": 220}, "pretrained_config": {}}),
     );
     std::fs::write(dir.join("testlib.script"), script).unwrap();
-    dir
+    EngineDir(dir)
 }
 
 fn backend(dir: &Path) -> TensorRtBackend {
@@ -152,7 +168,10 @@ fn log(dir: &Path) -> Vec<String> {
 
 fn field<'a>(line: &'a str, name: &str) -> &'a str {
     let key = format!(" {name}=");
-    let start = line.find(&key).unwrap_or_else(|| panic!("{name} in {line}")) + key.len();
+    let start = line
+        .find(&key)
+        .unwrap_or_else(|| panic!("{name} in {line}"))
+        + key.len();
     line[start..].split(' ').next().unwrap()
 }
 
@@ -170,7 +189,11 @@ fn sampling(max_tokens: u32, stop: &[&str]) -> Sampling {
     }
 }
 
-fn ask(llm: &mut TensorRtBackend, sampling: &Sampling, sink: &mut dyn EventSink) -> Result<Reply, BackendError> {
+fn ask(
+    llm: &mut TensorRtBackend,
+    sampling: &Sampling,
+    sink: &mut dyn EventSink,
+) -> Result<Reply, BackendError> {
     let request = GenerateRequest {
         tools: &[],
         tool_choice: &ToolChoice::Auto,
@@ -216,23 +239,43 @@ fn streamed_reply_keeps_spaces_at_chunk_boundaries() {
     let mut events = Vec::new();
     let reply = ask(&mut llm, &sampling(64, &[]), &mut events).unwrap();
     assert_eq!(contents(&events).concat(), "Hello world, how are you?");
-    assert!(contents(&events).len() > 3, "streamed, not one block: {events:?}");
+    assert!(
+        contents(&events).len() > 3,
+        "streamed, not one block: {events:?}"
+    );
     assert_eq!(reply.content, "Hello world, how are you?");
     assert_eq!(reply.finish, FinishReason::Stop);
-    let enqueued = log(&dir).into_iter().find(|l| l.starts_with("enqueue")).unwrap();
+    let enqueued = log(&dir)
+        .into_iter()
+        .find(|l| l.starts_with("enqueue"))
+        .unwrap();
     assert_eq!(field(&enqueued, "end_id"), "4");
     assert_eq!(field(&enqueued, "stop_token_ids"), "2");
     assert_eq!(field(&enqueued, "streaming"), "1");
     assert_eq!(field(&enqueued, "max_tokens"), "64");
     let n_prompt: u64 = field(&enqueued, "n_tokens").parse().unwrap();
-    let prompt_start = field(&enqueued, "tokens").split(',').next().unwrap().to_string();
-    assert_eq!(prompt_start, "3", "the ChatML template's <|im_start|> comes first");
+    let prompt_start = field(&enqueued, "tokens")
+        .split(',')
+        .next()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        prompt_start, "3",
+        "the ChatML template's <|im_start|> comes first"
+    );
     let stats = stats(&events);
     assert_eq!(stats.prompt_tokens, n_prompt);
-    assert_eq!(stats.completion_tokens, reply_ids.len() as u64, "the end id is not counted");
+    assert_eq!(
+        stats.completion_tokens,
+        reply_ids.len() as u64,
+        "the end id is not counted"
+    );
     assert_eq!(stats.context_used, n_prompt + reply_ids.len() as u64);
     assert_eq!(stats.context_size, 256);
-    assert_eq!(reply.usage.unwrap().completion_tokens, reply_ids.len() as u64);
+    assert_eq!(
+        reply.usage.unwrap().completion_tokens,
+        reply_ids.len() as u64
+    );
 }
 
 #[test]
@@ -260,7 +303,6 @@ fn multibyte_characters_split_across_responses_come_out_whole() {
         assert_eq!(shown.concat(), text, "cut at {cut}: {shown:?}");
         assert!(!shown.concat().contains('\u{FFFD}'), "cut at {cut}");
         assert_eq!(reply.content, text);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }
 
@@ -280,7 +322,11 @@ fn stop_string_spanning_tokens_ends_the_reply_and_the_request() {
     assert_eq!(contents(&events).concat(), "abc ");
     assert_eq!(reply.finish, FinishReason::Stop);
     assert!(!reply.content.contains('E'), "{reply:?}");
-    assert!(log(&dir).iter().any(|l| l == "cancel id=1"), "{:?}", log(&dir));
+    assert!(
+        log(&dir).iter().any(|l| l == "cancel id=1"),
+        "{:?}",
+        log(&dir)
+    );
 }
 
 #[test]
@@ -289,7 +335,10 @@ fn end_of_turn_token_inside_a_chunk_ends_the_reply() {
     let mut chunk = ids(&probe, "It is noon");
     chunk.push(2); // `</s>`: an end id from generation_config.json, not the executor's end id
     chunk.extend(ids(&probe, "garbage"));
-    let dir = engine("eot", &format!("request\n{}wait_cancel\n", line("chunk", &chunk)));
+    let dir = engine(
+        "eot",
+        &format!("request\n{}wait_cancel\n", line("chunk", &chunk)),
+    );
     let mut llm = backend(&dir);
     let mut events = Vec::new();
     let reply = ask(&mut llm, &sampling(64, &[]), &mut events).unwrap();
@@ -302,7 +351,10 @@ fn end_of_turn_token_inside_a_chunk_ends_the_reply() {
 fn max_tokens_cuts_the_reply_with_length() {
     let probe = engine("probe", "");
     let reply_ids = ids(&probe, "Hello world how are you");
-    let dir = engine("length", &format!("request\n{}", line("final end_id", &reply_ids)));
+    let dir = engine(
+        "length",
+        &format!("request\n{}", line("final end_id", &reply_ids)),
+    );
     let mut llm = backend(&dir);
     let mut events = Vec::new();
     let reply = ask(&mut llm, &sampling(2, &[]), &mut events).unwrap();
@@ -366,7 +418,10 @@ impl EventSink for CancelAfterText {
 fn cancel_while_the_executor_is_silent_is_seen_between_responses() {
     let probe = engine("probe", "");
     let first = ids(&probe, "Hello");
-    let dir = engine("silent", &format!("request\n{}wait_cancel\n", line("chunk", &first)));
+    let dir = engine(
+        "silent",
+        &format!("request\n{}wait_cancel\n", line("chunk", &first)),
+    );
     let mut llm = backend(&dir);
     let mut sink = CancelAfterText {
         events: Vec::new(),
@@ -400,7 +455,13 @@ fn slow_responses_are_waited_for() {
 fn executor_errors_are_typed_and_keep_their_message() {
     let probe = engine("probe", "");
     let first = ids(&probe, "Hello");
-    let dir = engine("error", &format!("request\n{}error CUDA out of memory\n", line("chunk", &first)));
+    let dir = engine(
+        "error",
+        &format!(
+            "request\n{}error CUDA out of memory\n",
+            line("chunk", &first)
+        ),
+    );
     let mut llm = backend(&dir);
     let err = ask(&mut llm, &sampling(64, &[]), &mut Vec::new()).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Protocol, "{err}");
@@ -412,7 +473,9 @@ fn executor_errors_are_typed_and_keep_their_message() {
     assert!(err.to_string().contains("queue is full"), "{err}");
 
     let dir = engine("create-error", "create_error no CUDA device\n");
-    let err = TensorRtBackend::new(TensorRtConfig::new(dir)).err().unwrap();
+    let err = TensorRtBackend::new(TensorRtConfig::new(dir.to_path_buf()))
+        .err()
+        .unwrap();
     assert_eq!(err.kind(), ErrorKind::Config);
     assert!(err.to_string().contains("no CUDA device"), "{err}");
 }
@@ -430,7 +493,11 @@ fn prompt_that_does_not_fit_is_a_typed_overflow_before_enqueueing() {
     let mut events = Vec::new();
     // Each word is several tokens here: far over the 256-token context.
     let err = llm
-        .generate(&question(&"tell me more ".repeat(60)), &request, &mut events)
+        .generate(
+            &question(&"tell me more ".repeat(60)),
+            &request,
+            &mut events,
+        )
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::ContextOverflow, "{err}");
     assert!(err.tokens_over().unwrap() > 0);
@@ -445,7 +512,11 @@ fn prompt_that_does_not_fit_is_a_typed_overflow_before_enqueueing() {
     };
     let err = llm.prepare(&small, &request).unwrap_err();
     assert_eq!(err.tokens_over(), Some(1), "{err}");
-    assert!(!log(&dir).iter().any(|l| l.starts_with("enqueue")), "{:?}", log(&dir));
+    assert!(
+        !log(&dir).iter().any(|l| l.starts_with("enqueue")),
+        "{:?}",
+        log(&dir)
+    );
 }
 
 #[test]
@@ -453,12 +524,23 @@ fn engine_limits_read_current_and_older_configs() {
     let dir = engine("limits", "");
     let check = |config: Value, expected: Option<(u32, Option<u32>)>| {
         std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
-        let got = engine_limits(&dir).ok().map(|l| (l.max_seq_len, l.max_input_len));
+        let got = engine_limits(&dir)
+            .ok()
+            .map(|l| (l.max_seq_len, l.max_input_len));
         assert_eq!(got, expected, "{config}");
     };
-    check(json!({"build_config": {"max_seq_len": 4096, "max_input_len": 1024}}), Some((4096, Some(1024))));
-    check(json!({"builder_config": {"max_input_len": 1000, "max_output_len": 24}}), Some((1024, Some(1000))));
-    check(json!({"pretrained_config": {"max_position_embeddings": 2048}}), Some((2048, None)));
+    check(
+        json!({"build_config": {"max_seq_len": 4096, "max_input_len": 1024}}),
+        Some((4096, Some(1024))),
+    );
+    check(
+        json!({"builder_config": {"max_input_len": 1000, "max_output_len": 24}}),
+        Some((1024, Some(1000))),
+    );
+    check(
+        json!({"pretrained_config": {"max_position_embeddings": 2048}}),
+        Some((2048, None)),
+    );
     check(json!({"pretrained_config": {}}), None);
 }
 
@@ -466,13 +548,23 @@ fn engine_limits_read_current_and_older_configs() {
 fn special_tokens_and_template_come_from_the_engine_dir() {
     let dir = engine("tokens", "");
     let tok = tokenizer(&dir);
-    assert_eq!((tok.bos_text.as_str(), tok.eos_text.as_str()), ("<s>", "<|im_end|>"));
+    assert_eq!(
+        (tok.bos_text.as_str(), tok.eos_text.as_str()),
+        ("<s>", "<|im_end|>")
+    );
     assert_eq!(tok.eos_id, Some(4));
     assert_eq!(tok.end_ids, BTreeSet::from([2, 4]));
     assert_eq!(tok.chat_template.as_deref(), Some(CHATML));
     // A chat_template.jinja file wins over tokenizer_config.json.
-    std::fs::write(dir.join("chat_template.jinja"), "{{ messages[0]['content'] }}").unwrap();
-    assert_eq!(tokenizer(&dir).chat_template.as_deref(), Some("{{ messages[0]['content'] }}"));
+    std::fs::write(
+        dir.join("chat_template.jinja"),
+        "{{ messages[0]['content'] }}",
+    )
+    .unwrap();
+    assert_eq!(
+        tokenizer(&dir).chat_template.as_deref(),
+        Some("{{ messages[0]['content'] }}")
+    );
     std::fs::remove_file(dir.join("tokenizer.json")).unwrap();
     let err = EngineTokenizer::load(&dir).err().unwrap();
     assert!(err.to_string().contains("tokenizer.json"), "{err}");
@@ -483,7 +575,10 @@ fn the_agent_runs_a_tool_call_and_answers() {
     use crate::agent::{AgentConfig, AgentHandle};
     use crate::tools::ToolRegistry;
     let probe = engine("probe", "");
-    let call = ids(&probe, r#"<tool_call>{"name": "get_time", "arguments": {}}</tool_call>"#);
+    let call = ids(
+        &probe,
+        r#"<tool_call>{"name": "get_time", "arguments": {}}</tool_call>"#,
+    );
     let answer = ids(&probe, "It is noon.");
     let script = format!(
         "request\n{}{}request\n{}",
@@ -493,7 +588,11 @@ fn the_agent_runs_a_tool_call_and_answers() {
     );
     let dir = engine("agent", &script);
     // The tool instructions alone are hundreds of this small vocabulary's tokens.
-    std::fs::write(dir.join("config.json"), r#"{"build_config": {"max_seq_len": 4096}}"#).unwrap();
+    std::fs::write(
+        dir.join("config.json"),
+        r#"{"build_config": {"max_seq_len": 4096}}"#,
+    )
+    .unwrap();
     let mut tools = ToolRegistry::builtin();
     tools.disable("*");
     tools.enable("get_time");
@@ -505,7 +604,8 @@ fn the_agent_runs_a_tool_call_and_answers() {
         tools_enabled: true,
         first_tool_choice: ToolChoice::Auto,
     };
-    let agent = AgentHandle::spawn(Box::new(backend(&dir)), tools, std::env::temp_dir(), config).expect("agent");
+    let agent = AgentHandle::spawn(Box::new(backend(&dir)), tools, std::env::temp_dir(), config)
+        .expect("agent");
     let mut events = Vec::new();
     let reason = agent.run_prompt("What time is it?".into(), |e| {
         events.push(e.clone());
@@ -523,16 +623,28 @@ fn the_agent_runs_a_tool_call_and_answers() {
     assert!(events
         .iter()
         .any(|e| matches!(e, Event::ToolResult(r) if r.success && r.id == call.id)));
-    assert!(contents(&events).concat().ends_with("It is noon."), "{events:?}");
+    assert!(
+        contents(&events).concat().ends_with("It is noon."),
+        "{events:?}"
+    );
     assert!(
         !contents(&events).concat().contains("tool_call"),
         "tool-call markup never reaches the user"
     );
     // The second request's prompt carries the tool's result back to the model.
-    let enqueues: Vec<String> = log(&dir).into_iter().filter(|l| l.starts_with("enqueue")).collect();
+    let enqueues: Vec<String> = log(&dir)
+        .into_iter()
+        .filter(|l| l.starts_with("enqueue"))
+        .collect();
     assert_eq!(enqueues.len(), 2);
-    let second: Vec<u32> = field(&enqueues[1], "tokens").split(',').map(|t| t.parse().unwrap()).collect();
+    let second: Vec<u32> = field(&enqueues[1], "tokens")
+        .split(',')
+        .map(|t| t.parse().unwrap())
+        .collect();
     let prompt = tokenizer(&dir).decode_for_test(&second);
     assert!(prompt.contains("get_time"), "{prompt}");
-    assert!(prompt.contains("UTC"), "the tool result is in the prompt: {prompt}");
+    assert!(
+        prompt.contains("UTC"),
+        "the tool result is in the prompt: {prompt}"
+    );
 }

@@ -121,9 +121,15 @@ impl EngineTokenizer {
         let eos_id = inner
             .token_to_id(&eos_text)
             .or_else(|| generation_eos_ids(generation.as_ref()).first().copied());
-        let mut end_ids: BTreeSet<u32> = generation_eos_ids(generation.as_ref()).into_iter().collect();
+        let mut end_ids: BTreeSet<u32> = generation_eos_ids(generation.as_ref())
+            .into_iter()
+            .collect();
         end_ids.extend(eos_id);
-        end_ids.extend(END_OF_TURN_TOKENS.iter().filter_map(|t| inner.token_to_id(t)));
+        end_ids.extend(
+            END_OF_TURN_TOKENS
+                .iter()
+                .filter_map(|t| inner.token_to_id(t)),
+        );
         Ok(EngineTokenizer {
             inner,
             bos_text,
@@ -211,7 +217,9 @@ impl Detokenizer {
         let full = tokenizer.decode(&self.ids[self.prefix_offset..]);
         self.prefix_offset = self.ids.len();
         self.read_offset = self.ids.len();
-        full.strip_prefix(prefix.as_str())
-            .map_or_else(|| full.chars().skip(prefix.chars().count()).collect(), str::to_string)
+        full.strip_prefix(prefix.as_str()).map_or_else(
+            || full.chars().skip(prefix.chars().count()).collect(),
+            str::to_string,
+        )
     }
 }
