@@ -46,7 +46,7 @@ test: deps no-async-runtime model jinja2
 # and the check that the real feature without TRTLLM_ROOT stops with a clear message.
 test-tensorrt:
 	$(CARGO) clippy --all-targets --features tensorrt-testlib -- -D warnings
-	$(CARGO) test --features tensorrt-testlib --bin shepherd backend::tensorrt
+	$(CARGO) test --features tensorrt-testlib --bin shepherd tensorrt
 	@out=$$(env -u TRTLLM_ROOT $(CARGO) build --features tensorrt 2>&1); \
 	if echo "$$out" | grep -q "needs TRTLLM_ROOT"; then echo "tensorrt without TRTLLM_ROOT: clear error, ok"; \
 	else echo "$$out" | tail -20; echo "expected the feature build without TRTLLM_ROOT to stop with a clear message" >&2; exit 1; fi

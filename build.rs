@@ -44,12 +44,13 @@ mod trtllm {
 
     pub fn build() {
         println!("cargo:rerun-if-changed={HEADER}");
-        bindings();
+        // The shim first: without TRTLLM_ROOT it stops with the explanation at once.
         if cfg!(feature = "tensorrt-testlib") {
             testlib();
         } else {
             shim();
         }
+        bindings();
     }
 
     /// Rust declarations for `ffi/trtllm.h`, included by `src/backend/tensorrt/ffi.rs`.

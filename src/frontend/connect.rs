@@ -287,3 +287,51 @@ fn cli_config(settings: &Settings, provider: &ProviderConfig) -> CliConfig {
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::config::resolve::resolve_with;
+    use crate::config::ConfigFile;
+
+    fn settings(argv: &[&str]) -> Settings {
+        let low = crate::args::parse(argv).expect("valid test argv");
+        resolve_with(
+            &low,
+            &ConfigFile::default(),
+            PathBuf::from("c.json"),
+            &|_| None,
+        )
+        .expect("resolves")
+    }
+
+    #[cfg(not(feature = "tensorrt"))]
+    #[test]
+    fn tensorrt_without_the_feature_says_how_to_build_it() {
+        let Err(OpenError::Usage(message)) =
+            open_backend(&settings(&["--backend", "tensorrt", "-m", "/engine"]))
+        else {
+            panic!("a build without the feature cannot open a tensorrt provider");
+        };
+        assert!(message.contains("make TENSORRT=1"), "{message}");
+    }
+
+    #[cfg(feature = "tensorrt-testlib")]
+    #[test]
+    fn backend_tensorrt_with_an_engine_dir_opens_the_tensorrt_backend() {
+        let dir = crate::backend::tensorrt::tests::engine("connect", "");
+        let path = dir.display().to_string();
+        let Ok((backend, _)) = open_backend(&settings(&["--backend", "tensorrt", "-m", &path]))
+        else {
+            panic!("the engine directory opens");
+        };
+        let info = backend.info();
+        assert_eq!(
+            (info.kind, info.local, info.context_size),
+            ("tensorrt", true, 256)
+        );
+        assert_eq!(info.model, path);
+    }
+}

@@ -512,4 +512,4 @@ impl Backend for TensorRtBackend {
 }
 
 #[cfg(all(test, feature = "tensorrt-testlib"))]
-mod tests;
+pub(crate) mod tests;

@@ -90,7 +90,7 @@ fn tokenizer_json() -> Value {
 }
 
 /// A test's engine directory, removed when the test ends.
-struct EngineDir(PathBuf);
+pub(crate) struct EngineDir(PathBuf);
 
 impl std::ops::Deref for EngineDir {
     type Target = Path;
@@ -107,7 +107,7 @@ impl Drop for EngineDir {
 }
 
 /// A fresh engine directory playing `script`.
-fn engine(name: &str, script: &str) -> EngineDir {
+pub(crate) fn engine(name: &str, script: &str) -> EngineDir {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     let dir = std::env::temp_dir().join(format!(
         "shepherd-trt-{}-{}-{name}",
