@@ -151,13 +151,13 @@ fn to_c_tokens(tokens: &[u32]) -> Result<Vec<i32>, FfiError> {
         .collect()
 }
 
-fn finish_from(code: i32) -> Option<Finish> {
+fn finish_from(code: i32) -> Finish {
     match code {
-        c if c == sys::SHP_TRT_FINISH_END_ID as i32 => Some(Finish::EndId),
-        c if c == sys::SHP_TRT_FINISH_STOP_WORD as i32 => Some(Finish::StopWord),
-        c if c == sys::SHP_TRT_FINISH_LENGTH as i32 => Some(Finish::Length),
-        c if c == sys::SHP_TRT_FINISH_CANCELLED as i32 => Some(Finish::Cancelled),
-        _ => Some(Finish::Other),
+        c if c == sys::SHP_TRT_FINISH_END_ID as i32 => Finish::EndId,
+        c if c == sys::SHP_TRT_FINISH_STOP_WORD as i32 => Finish::StopWord,
+        c if c == sys::SHP_TRT_FINISH_LENGTH as i32 => Finish::Length,
+        c if c == sys::SHP_TRT_FINISH_CANCELLED as i32 => Finish::Cancelled,
+        _ => Finish::Other,
     }
 }
 
@@ -272,9 +272,7 @@ impl Executor {
             let ids = unsafe { std::slice::from_raw_parts(out.tokens, out.n_tokens) };
             ids.iter().map(|&t| t.max(0) as u32).collect()
         };
-        let finish = (out.is_final != 0)
-            .then(|| finish_from(out.finish_reason))
-            .flatten();
+        let finish = (out.is_final != 0).then(|| finish_from(out.finish_reason));
         Ok(Awaited::Response(Response { tokens, finish }))
     }
 
