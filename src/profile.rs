@@ -282,19 +282,9 @@ impl From<EditError> for CommandError {
     }
 }
 
-/// Names of the MCP servers in config.json's `mcp_servers` (a list of
-/// `{name, …}` or an object keyed by name), read from the raw JSON so this
-/// does not depend on how the MCP client types that key.
+/// Names of the MCP servers in config.json's `mcp_servers`.
 pub fn configured_mcp_servers(file: &ConfigFile) -> Vec<String> {
-    let value = serde_json::to_value(file).unwrap_or_default();
-    match value.get("mcp_servers") {
-        Some(serde_json::Value::Array(list)) => list
-            .iter()
-            .filter_map(|s| s.get("name")?.as_str().map(String::from))
-            .collect(),
-        Some(serde_json::Value::Object(map)) => map.keys().cloned().collect(),
-        _ => Vec::new(),
-    }
+    file.mcp_servers.keys().cloned().collect()
 }
 
 // ---------------------------------------------------------------------------
