@@ -173,13 +173,13 @@ static: deps release-deps
 	scripts/release-check.sh linkage dist/shepherd $(if $(CUDA),cuda,static) $(MAX_STATIC_MB)
 
 # Acceptance 2: the static build with no network at all, from the vendored crates.
-# The target dir is wiped whenever the dependency set (Cargo.lock, Cargo.toml, build.rs)
-# changed since the last offline build that succeeded, so a clean clone (CI) always
-# builds everything from nothing; after an edit under src/ only shepherd itself is
+# The target dir is wiped whenever the dependency set (Cargo.lock, Cargo.toml) changed
+# since the last offline build that succeeded, so a clean clone (CI) always builds
+# everything from nothing; after an edit to shepherd's own sources only shepherd is
 # rebuilt, still offline. The stamp is written only after the build succeeded.
 OFFLINE_STAMP := $(STATIC_TARGET_DIR)/offline-build.stamp
 offline-static: deps release-deps vendor
-	@if [ ! -f $(OFFLINE_STAMP) ] || [ -n "$$(find Cargo.lock Cargo.toml build.rs -newer $(OFFLINE_STAMP))" ]; then \
+	@if [ ! -f $(OFFLINE_STAMP) ] || [ -n "$$(find Cargo.lock Cargo.toml -newer $(OFFLINE_STAMP))" ]; then \
 	  echo "no offline build of these dependencies yet: building from a clean target dir"; \
 	  rm -rf $(STATIC_TARGET_DIR); fi
 	@start=$$(date +%s); \
