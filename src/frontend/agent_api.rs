@@ -585,7 +585,10 @@ mod tests {
             serde_json::from_str(&std::fs::read_to_string(fx.dir.join("config.json")).unwrap())
                 .unwrap();
         assert_eq!(saved["active_profile"], "review", "activation persists");
-        assert_eq!(saved["mcp_servers"]["fs"]["command"], "x", "other keys survive");
+        assert_eq!(
+            saved["mcp_servers"]["fs"]["command"], "x",
+            "other keys survive"
+        );
 
         let (status, _) = call(&fx, "DELETE", "/v1/profiles/default", "");
         assert_eq!(status, 409);

@@ -146,10 +146,11 @@ pub fn version_text() -> String {
     )
 }
 
-/// Optional backends and whether this binary has them. TensorRT has no cargo
-/// feature yet, so no build of this version includes it.
-const COMPILED_FEATURES: [(&str, bool); 2] =
-    [("cuda", cfg!(feature = "cuda")), ("tensorrt", false)];
+/// Optional backends and whether this binary has them.
+const COMPILED_FEATURES: [(&str, bool); 2] = [
+    ("cuda", cfg!(feature = "cuda")),
+    ("tensorrt", cfg!(feature = "tensorrt")),
+];
 
 /// Runs the chat front-ends: `-e`, piped lines, or `--json`.
 fn chat(settings: &Settings) -> i32 {

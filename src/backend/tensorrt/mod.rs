@@ -482,6 +482,8 @@ impl Turn {
             decode_tps: rate(self.n_tokens.saturating_sub(1), (end - first).as_secs_f64()),
             context_used: (n_prompt + self.n_tokens) as u64,
             context_size: u64::from(n_ctx),
+            // The executor reuses KV blocks itself and does not report per request how many.
+            cached_tokens: 0,
         }
     }
 }
