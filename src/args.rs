@@ -128,6 +128,7 @@ pub enum FlagId {
     UBatch,
     CacheType,
     FlashAttn,
+    Parallel,
     Reasoning,
     NoMcp,
 }
@@ -219,6 +220,7 @@ pub const FLAGS: &[Flag] = &[
     flag(FlagId::UBatch, "ubatch", None, Val("N"), S::Local, "Physical batch size"),
     flag(FlagId::CacheType, "cache-type", None, Val("TYPE"), S::Local, "KV cache type: f16|f32|q8_0|q4_0"),
     flag(FlagId::FlashAttn, "flash-attn", None, Nothing, S::Local, "Use flash attention"),
+    flag(FlagId::Parallel, "parallel", None, Val("N"), S::Local, "Requests decoded together in one batch (slots), 1 to 64 (default 1)"),
     flag(FlagId::Config, "config", Some('c'), Val("FILE"), S::General, "Read and write FILE instead of the default config.json"),
     flag(FlagId::Debug, "debug", Some('d'), Opt("llm,tools,http"), S::General, "Debug output to stderr for these categories (none given = all)"),
     flag(FlagId::Version, "version", Some('v'), Nothing, S::General, "Print the version and exit"),
@@ -277,6 +279,7 @@ pub struct LowArgs {
     pub ubatch: Option<u32>,
     pub cache_type: Option<String>,
     pub flash_attn: bool,
+    pub parallel: Option<u32>,
     pub config: Option<PathBuf>,
     /// `Some` when `-d` was given: the categories named, or all of them.
     pub debug: Option<Vec<Category>>,
@@ -287,6 +290,8 @@ pub struct LowArgs {
 /// Largest accepted `--max-tokens` and `--context-size`: well above any real model,
 /// low enough that arithmetic on it cannot overflow.
 pub const MAX_TOKEN_COUNT: u64 = 10_000_000;
+/// Upper bound of `--parallel` (llama.cpp sequences in one context).
+pub const MAX_PARALLEL: u32 = 64;
 /// Upper bound of `--max-rounds`; 0 (unlimited) is refused so a looping model always stops.
 pub const MAX_ROUNDS_LIMIT: u32 = 1000;
 
@@ -487,6 +492,7 @@ fn set_number(low: &mut LowArgs, flag: &Flag, raw: &str) -> Result<(), UsageErro
         FlagId::Threads => low.threads = Some(ranged(flag, raw, 1, 1024)? as u32),
         FlagId::NBatch => low.n_batch = Some(ranged(flag, raw, 1, 1 << 20)? as u32),
         FlagId::UBatch => low.ubatch = Some(ranged(flag, raw, 1, 1 << 20)? as u32),
+        FlagId::Parallel => low.parallel = Some(ranged(flag, raw, 1, MAX_PARALLEL as u64)? as u32),
         // Every id is handled above or in `set_value`/`set_switch`/`set_path`.
         _ => {
             return Err(UsageError(format!(
@@ -737,6 +743,8 @@ mod tests {
             "512",
             "--ubatch",
             "256",
+            "--parallel",
+            "64",
         ]);
         assert_eq!(low.max_tokens, Some(-1));
         assert_eq!(low.temperature, Some(0.25));
@@ -750,6 +758,7 @@ mod tests {
             (low.threads, low.n_batch, low.ubatch),
             (Some(8), Some(512), Some(256))
         );
+        assert_eq!(low.parallel, Some(64));
         assert_eq!(ok(&["--max-tokens", "0"]).max_tokens, Some(0));
     }
 
@@ -777,6 +786,8 @@ mod tests {
         check_err(&["--port", "65536"], &["--port", "65536"]);
         check_err(&["--gpu-layers", "-2"], &["--gpu-layers", "-2"]);
         check_err(&["--threads", "0"], &["--threads"]);
+        check_err(&["--parallel", "0"], &["--parallel", "'0'", "1 to 64"]);
+        check_err(&["--parallel", "65"], &["--parallel", "65"]);
     }
 
     #[test]

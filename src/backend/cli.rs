@@ -461,6 +461,8 @@ struct WireStats {
     context_used: u64,
     #[serde(default)]
     context_size: u64,
+    #[serde(default)]
+    cached_tokens: u64,
 }
 
 /// The event a wire event stands for; `None` for ones the local agent makes itself.
@@ -495,6 +497,7 @@ fn to_event(event: WireEvent) -> Option<Event> {
             decode_tps: s.decode_tps,
             context_used: s.context_used,
             context_size: s.context_size,
+            cached_tokens: s.cached_tokens,
         }),
         WireEvent::Error {
             message,

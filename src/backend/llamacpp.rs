@@ -59,6 +59,8 @@ const DEFAULT_RESERVE: u32 = 512;
 #[derive(Debug, Clone)]
 pub struct LlamaConfig {
     pub model_path: PathBuf,
+    /// Requests decoded together (`--parallel`), each in its own slot of the context.
+    pub parallel: u32,
     /// `None`: the training context, capped at [`DEFAULT_CONTEXT_CAP`].
     pub context_size: Option<u32>,
     pub gpu_layers: i32,
@@ -75,6 +77,7 @@ impl LlamaConfig {
     pub fn new(model_path: PathBuf) -> Self {
         LlamaConfig {
             model_path,
+            parallel: 1,
             context_size: None,
             gpu_layers: 0,
             threads: None,
@@ -135,25 +138,28 @@ pub struct BenchReport {
 }
 
 enum Job {
-    Prefill(Box<PrefillJob>),
-    Generate(GenerateJob),
+    /// Prefill, then (when it succeeded) generate: one job, so that requests from
+    /// several handles never interleave their phases.
+    Request(Box<RequestJob>),
     Count(String, Sender<Option<usize>>),
     #[cfg(test)]
     Bench(usize, usize, Sender<Result<BenchReport, BackendError>>),
 }
 
-struct PrefillJob {
+struct RequestJob {
     conversation: Vec<TemplateMessage>,
     tools: Vec<ToolSpec>,
     tool_choice: ToolChoice,
     sampling: Sampling,
-    reply: Sender<Result<PrefillReport, BackendError>>,
-}
-
-struct GenerateJob {
-    stream: bool,
+    /// The prefill phase's answer, sent before any event.
+    prefilled: Sender<Result<PrefillReport, BackendError>>,
+    /// Generated text (always token by token; the handle holds it back when the
+    /// caller did not ask for streaming), then stats, then `Done`.
     events: Sender<WorkerMsg>,
+    /// The sink's answer to each event.
     flow: Receiver<Flow>,
+    /// Set by the handle when its sink is cancelled while nothing is emitted.
+    cancel: Arc<AtomicBool>,
 }
 
 enum WorkerMsg {
@@ -162,16 +168,60 @@ enum WorkerMsg {
 }
 
 /// The handle the agent owns; the model lives on its generation thread.
+///
+/// Clones share that one thread (and model); each clone keeps its own per-request
+/// state, so several threads can each run `generate` on their own clone at once.
+/// The thread stops when the last clone is dropped.
 pub struct LlamaBackend {
-    jobs: Option<Sender<Job>>,
-    worker: Option<JoinHandle<()>>,
+    shared: Arc<Shared>,
     info: BackendInfo,
-    abort: Arc<AtomicBool>,
     estimator: TokenEstimator,
     last_prefill: Option<PrefillReport>,
     /// The output filter for the prefilled request's free-form text; `None` when a
     /// grammar forces a tool call (that JSON is for the agent, never for the user).
     filter: Option<OutputFilter>,
+    /// The prefilled request whose events `generate_prefilled` reads.
+    pending: Option<Pending>,
+}
+
+/// What every clone of a [`LlamaBackend`] shares: the way to the generation thread.
+struct Shared {
+    jobs: Option<Sender<Job>>,
+    worker: Option<JoinHandle<()>>,
+    /// The context's abort flag: stops a running decode at shutdown.
+    abort: Arc<AtomicBool>,
+}
+
+impl Drop for Shared {
+    /// The last handle is gone: stop the thread (closing its channel) and join it.
+    fn drop(&mut self) {
+        self.abort.store(true, Ordering::Relaxed);
+        self.jobs.take();
+        if let Some(worker) = self.worker.take() {
+            let _ = worker.join();
+        }
+    }
+}
+
+/// The handle's side of a prefilled request.
+struct Pending {
+    events: Receiver<WorkerMsg>,
+    flow: Sender<Flow>,
+    cancel: Arc<AtomicBool>,
+}
+
+impl Clone for LlamaBackend {
+    /// A new handle to the same generation thread, with fresh per-request state.
+    fn clone(&self) -> Self {
+        LlamaBackend {
+            shared: Arc::clone(&self.shared),
+            info: self.info.clone(),
+            estimator: self.estimator.clone(),
+            last_prefill: None,
+            filter: None,
+            pending: None,
+        }
+    }
 }
 
 impl LlamaBackend {
@@ -197,19 +247,23 @@ impl LlamaBackend {
                 return Err(err);
             }
         };
-        Ok(LlamaBackend {
+        let shared = Shared {
             jobs: Some(job_tx),
             worker: Some(worker),
-            info,
             abort,
+        };
+        Ok(LlamaBackend {
+            shared: Arc::new(shared),
+            info,
             estimator: TokenEstimator::default(),
             last_prefill: None,
             filter: None,
+            pending: None,
         })
     }
 
     fn send(&self, job: Job) -> Result<(), BackendError> {
-        let sender = self.jobs.as_ref().ok_or_else(worker_gone)?;
+        let sender = self.shared.jobs.as_ref().ok_or_else(worker_gone)?;
         sender.send(job).map_err(|_| worker_gone())
     }
 
@@ -219,24 +273,36 @@ impl LlamaBackend {
         session: &Session,
         request: &GenerateRequest<'_>,
     ) -> Result<PrefillReport, BackendError> {
-        self.abort.store(false, Ordering::Relaxed);
+        // A request prefilled but never generated is dropped here: its events stop.
+        self.pending = None;
         let forced = matches!(
             request.tool_choice,
             ToolChoice::Required | ToolChoice::Named(_)
         ) && !request.tools.is_empty();
         self.filter = (!forced)
             .then(|| OutputFilter::new(request.tools.iter().map(|t| t.name.clone()).collect()));
-        let (reply, result) = bounded(1);
-        let job = PrefillJob {
+        let (prefilled, result) = bounded(1);
+        let (events_tx, events) = unbounded();
+        let (flow_tx, flow) = unbounded();
+        let cancel = Arc::new(AtomicBool::new(false));
+        let job = RequestJob {
             conversation: template::conversation(&session.system_prompt, &session.messages),
             tools: request.tools.to_vec(),
             tool_choice: request.tool_choice.clone(),
             sampling: request.sampling.clone(),
-            reply,
+            prefilled,
+            events: events_tx,
+            flow,
+            cancel: Arc::clone(&cancel),
         };
-        self.send(Job::Prefill(Box::new(job)))?;
+        self.send(Job::Request(Box::new(job)))?;
         let report = result.recv().map_err(|_| worker_gone())??;
         self.last_prefill = Some(report);
+        self.pending = Some(Pending {
+            events,
+            flow: flow_tx,
+            cancel,
+        });
         Ok(report)
     }
 
@@ -246,27 +312,38 @@ impl LlamaBackend {
         stream: bool,
         sink: &mut dyn EventSink,
     ) -> Result<Reply, BackendError> {
-        let (events_tx, events) = unbounded();
-        let (flow_tx, flow) = bounded(1);
-        self.send(Job::Generate(GenerateJob {
-            stream,
-            events: events_tx,
-            flow,
-        }))?;
+        let pending = self.pending.take().ok_or_else(|| {
+            BackendError::Config("generate called without a successful prefill".into())
+        })?;
         let mut filter = self.filter.take();
+        // Without streaming, the text is held back and shown whole before the stats.
+        let mut held = String::new();
         loop {
-            match events.recv_timeout(Duration::from_millis(50)) {
+            match pending.events.recv_timeout(Duration::from_millis(50)) {
+                Ok(WorkerMsg::Event(Event::Content(text))) if !stream => {
+                    held.push_str(&text);
+                    let answer = if sink.cancelled() {
+                        Flow::Cancel
+                    } else {
+                        Flow::Continue
+                    };
+                    let _ = pending.flow.send(answer);
+                }
                 Ok(WorkerMsg::Event(event)) => {
+                    flush_held(&mut held, &mut filter, sink);
                     let mut answer = forward(event, &mut filter, sink);
                     if sink.cancelled() {
                         answer = Flow::Cancel;
                     }
-                    let _ = flow_tx.send(answer);
+                    let _ = pending.flow.send(answer);
                 }
-                Ok(WorkerMsg::Done(result)) => return filtered_reply(result, filter, sink),
+                Ok(WorkerMsg::Done(result)) => {
+                    flush_held(&mut held, &mut filter, sink);
+                    return filtered_reply(result, filter, sink);
+                }
                 // Nothing emitted for a while (a long decode): pass on a cancel from the sink.
                 Err(RecvTimeoutError::Timeout) if sink.cancelled() => {
-                    self.abort.store(true, Ordering::Relaxed)
+                    pending.cancel.store(true, Ordering::Relaxed)
                 }
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => return Err(worker_gone()),
@@ -287,6 +364,13 @@ impl LlamaBackend {
         let (reply, result) = bounded(1);
         self.send(Job::Bench(n_prompt, n_gen, reply))?;
         result.recv().map_err(|_| worker_gone())?
+    }
+}
+
+/// Shows the text a non-streaming request held back, in one piece.
+fn flush_held(held: &mut String, filter: &mut Option<OutputFilter>, sink: &mut dyn EventSink) {
+    if !held.is_empty() {
+        forward(Event::Content(std::mem::take(held)), filter, sink);
     }
 }
 
@@ -328,16 +412,6 @@ fn filtered_reply(
 
 fn worker_gone() -> BackendError {
     BackendError::Config("the llama.cpp generation thread has stopped".into())
-}
-
-impl Drop for LlamaBackend {
-    fn drop(&mut self) {
-        self.abort.store(true, Ordering::Relaxed);
-        self.jobs.take();
-        if let Some(worker) = self.worker.take() {
-            let _ = worker.join();
-        }
-    }
 }
 
 impl Backend for LlamaBackend {
@@ -445,7 +519,6 @@ struct Worker<'m> {
     /// The tokens in the KV cache, position by position.
     mirror: Vec<Token>,
     batch: Batch,
-    abort: Arc<AtomicBool>,
     prepared: Option<Prepared>,
 }
 
@@ -473,7 +546,7 @@ impl<'m> Worker<'m> {
             n_threads: config.threads.unwrap_or(defaults.n_threads),
             cache_type: config.cache_type,
             flash_attn: config.flash_attn,
-            abort: Arc::clone(&abort),
+            abort,
         };
         let ctx = Context::new(model, &params).map_err(|e| BackendError::Config(e.to_string()))?;
         let batch =
@@ -483,7 +556,6 @@ impl<'m> Worker<'m> {
             ctx,
             mirror: Vec::new(),
             batch,
-            abort,
             prepared: None,
         })
     }
@@ -494,13 +566,14 @@ impl<'m> Worker<'m> {
 
     fn handle(&mut self, job: Job) {
         match job {
-            Job::Prefill(job) => {
-                let result = self.prefill(&job);
-                let _ = job.reply.send(result);
-            }
-            Job::Generate(job) => {
-                let result = self.generate(&job);
-                let _ = job.events.send(WorkerMsg::Done(result));
+            Job::Request(job) => {
+                let prefilled = self.prefill(&job);
+                let ok = prefilled.is_ok();
+                // A handle that is gone no longer wants the answer.
+                if job.prefilled.send(prefilled).is_ok() && ok {
+                    let result = self.generate(&job);
+                    let _ = job.events.send(WorkerMsg::Done(result));
+                }
             }
             Job::Count(text, reply) => {
                 let _ = reply.send(self.model().tokenize(&text, false).ok().map(|t| t.len()));
@@ -528,7 +601,7 @@ fn load_template(model: &Model) -> ChatTemplate {
 // ---------------------------------------------------------------- phase one: prefill
 
 impl Worker<'_> {
-    fn prefill(&mut self, job: &PrefillJob) -> Result<PrefillReport, BackendError> {
+    fn prefill(&mut self, job: &RequestJob) -> Result<PrefillReport, BackendError> {
         self.prepared = None;
         self.ctx.reset_abort();
         let tools: &[ToolSpec] = if job.tool_choice == ToolChoice::None {
@@ -759,16 +832,13 @@ struct Generated {
 }
 
 impl Worker<'_> {
-    fn generate(&mut self, job: &GenerateJob) -> Result<Reply, BackendError> {
+    fn generate(&mut self, job: &RequestJob) -> Result<Reply, BackendError> {
         let mut prepared = self.prepared.take().ok_or_else(|| {
             BackendError::Config("generate called without a successful prefill".into())
         })?;
         // A forced tool call is JSON for the agent, never text for the user.
-        let stream_text = job.stream && !prepared.forced_tools;
+        let stream_text = !prepared.forced_tools;
         let generated = self.token_loop(&mut prepared, job, stream_text)?;
-        if !job.stream && !prepared.forced_tools && !generated.text.is_empty() {
-            emit(job, Event::Content(generated.text.clone()));
-        }
         let stats = self.stats(&prepared, &generated);
         let mut reply = finish_reply(&prepared, generated)?;
         emit(job, Event::Stats(stats.clone()));
@@ -782,7 +852,7 @@ impl Worker<'_> {
     fn token_loop(
         &mut self,
         prepared: &mut Prepared,
-        job: &GenerateJob,
+        job: &RequestJob,
         stream_text: bool,
     ) -> Result<Generated, BackendError> {
         let started = Instant::now();
@@ -795,7 +865,7 @@ impl Worker<'_> {
             decode_secs: 0.0,
         };
         while out.n_tokens < prepared.max_tokens {
-            if self.abort.load(Ordering::Relaxed) {
+            if job.cancel.load(Ordering::Relaxed) {
                 out.finish = FinishReason::Cancelled;
                 break;
             }
@@ -850,12 +920,13 @@ impl Worker<'_> {
             decode_tps: rate(generated.n_tokens, generated.decode_secs),
             context_used: self.mirror.len() as u64,
             context_size: u64::from(self.ctx.n_ctx()),
+            cached_tokens: prepared.report.reused_tokens as u64,
         }
     }
 }
 
 /// Sends one event to the caller and waits for the sink's answer.
-fn emit(job: &GenerateJob, event: Event) -> Flow {
+fn emit(job: &RequestJob, event: Event) -> Flow {
     if job.events.send(WorkerMsg::Event(event)).is_err() {
         return Flow::Cancel;
     }
@@ -1074,6 +1145,14 @@ mod tests {
         session
     }
 
+    fn stats_of(events: &[Event]) -> Stats {
+        let stats = events.iter().find_map(|e| match e {
+            Event::Stats(s) => Some(s.clone()),
+            _ => None,
+        });
+        stats.expect("a stats event")
+    }
+
     #[test]
     fn answers_the_capital_of_france_with_paris() {
         let mut llm = backend(1024);
@@ -1117,7 +1196,7 @@ mod tests {
             .messages
             .push(Message::assistant(first.unwrap().content));
         session.messages.push(Message::user("And of Italy?"));
-        let (second, _) = ask(&mut warm, &session, &greedy(16));
+        let (second, second_events) = ask(&mut warm, &session, &greedy(16));
         let turn2 = warm.last_prefill().unwrap();
         assert!(
             turn2.reused_tokens >= turn1.prompt_tokens,
@@ -1135,6 +1214,57 @@ mod tests {
         let (cold_reply, _) = ask(&mut cold, &session, &greedy(16));
         assert_eq!(cold.last_prefill().unwrap().reused_tokens, 0);
         assert_eq!(second.unwrap().content, cold_reply.unwrap().content);
+        assert_eq!(
+            stats_of(&second_events).cached_tokens,
+            turn2.reused_tokens as u64
+        );
+    }
+
+    #[test]
+    fn clones_share_the_model_and_answer_from_several_threads() {
+        let llm = backend(1024);
+        let session = question("What is the capital of France?");
+        let (alone, _) = ask(&mut llm.clone(), &session, &greedy(16));
+        let alone = alone.unwrap().content;
+        let start = std::sync::Barrier::new(3);
+        let replies: Vec<String> = std::thread::scope(|scope| {
+            let runs: Vec<_> = (0..3)
+                .map(|_| {
+                    let mut handle = llm.clone();
+                    let (session, start) = (&session, &start);
+                    scope.spawn(move || {
+                        start.wait();
+                        let (reply, events) = ask(&mut handle, session, &greedy(16));
+                        let reply = reply.unwrap();
+                        assert_eq!(content(&events), reply.content);
+                        reply.content
+                    })
+                })
+                .collect();
+            runs.into_iter().map(|r| r.join().unwrap()).collect()
+        });
+        assert_eq!(replies, vec![alone.clone(), alone.clone(), alone]);
+        drop(llm);
+    }
+
+    #[test]
+    fn non_streaming_shows_the_whole_text_once_before_the_stats() {
+        let mut llm = backend(1024);
+        let sampling = greedy(16);
+        let request = GenerateRequest {
+            tools: &[],
+            tool_choice: &ToolChoice::Auto,
+            sampling: &sampling,
+            stream: false,
+        };
+        let mut events = Vec::new();
+        let session = question("What is the capital of France?");
+        let reply = llm.generate(&session, &request, &mut events).unwrap();
+        let (stats, text) = events.split_last().unwrap();
+        assert!(matches!(stats, Event::Stats(_)), "{events:?}");
+        assert!(text.iter().all(|e| matches!(e, Event::Content(_))));
+        assert!(!reply.content.is_empty());
+        assert_eq!(content(&events), reply.content);
     }
 
     #[test]

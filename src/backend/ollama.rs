@@ -518,6 +518,7 @@ fn stats(done: &WireLine, num_ctx: u64) -> Stats {
         decode_tps: per_second(done.eval_count, done.eval_duration),
         context_used: prompt + completion,
         context_size: num_ctx,
+        cached_tokens: 0,
     }
 }
 

@@ -655,6 +655,7 @@ impl Turn {
             decode_tps: timings.predicted_per_second,
             context_used: usage.prompt_tokens + usage.completion_tokens,
             context_size: self.context_size,
+            cached_tokens: 0,
         }
     }
 }

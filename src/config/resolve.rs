@@ -106,6 +106,8 @@ pub struct LocalSettings {
     pub ubatch: Option<u32>,
     pub cache_type: Option<String>,
     pub flash_attn: bool,
+    /// `--parallel`: slots decoded together; `None` means one.
+    pub parallel: Option<u32>,
 }
 
 /// Sampling values from one layer; `None` means "this layer says nothing".
@@ -583,6 +585,7 @@ fn local(low: &LowArgs) -> LocalSettings {
         ubatch: low.ubatch,
         cache_type: low.cache_type.clone(),
         flash_attn: low.flash_attn,
+        parallel: low.parallel,
     }
 }
 

@@ -46,6 +46,9 @@ pub struct Stats {
     pub context_used: u64,
     /// The context window size, 0 when unknown.
     pub context_size: u64,
+    /// Prompt tokens reused from the KV cache instead of being decoded again
+    /// (the in-process model's prefix reuse; 0 for backends that do not say).
+    pub cached_tokens: u64,
 }
 
 /// A finished tool run, as shown to front-ends.

@@ -153,6 +153,7 @@ fn llama_config(settings: &Settings, provider: &ProviderConfig) -> Result<LlamaC
         ubatch: local.ubatch.unwrap_or(defaults.ubatch),
         cache_type,
         flash_attn: local.flash_attn.then_some(true),
+        parallel: local.parallel.unwrap_or(defaults.parallel),
         progress: std::io::stderr().is_terminal(),
         ..defaults
     })
