@@ -463,7 +463,7 @@ impl<'m> Worker<'m> {
         if !task.job.cancel.load(Ordering::Relaxed) {
             return false;
         }
-        if task.phase == Phase::Prefill {
+        if task.generating_since.is_none() {
             self.fail(index, BackendError::Cancelled);
         } else {
             self.finish(index, FinishReason::Cancelled);
@@ -601,7 +601,9 @@ impl<'m> Worker<'m> {
         let Some(task) = self.slots[index].task.as_ref() else {
             return;
         };
-        if task.phase == Phase::Prefill {
+        // Until the prefill's answer went out, the caller waits for that answer; after
+        // it, for events (the first sample may still fail).
+        if task.generating_since.is_none() {
             let _ = task.job.prefilled.send(Err(err));
         } else {
             let _ = task.job.events.send(WorkerMsg::Done(Err(err)));
