@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make bench`: llama.cpp's own llama-bench against shepherd's in-process loop on the
 # same model and thread count; prints pp512/tg128 for both with the ratio, and
-# shepherd's time to first token at turn 1 and turn 10 of a scripted conversation.
+# shepherd's time to first token at turn 1 and turn 10 of a scripted conversation; then
+# shepherd's API server against llama-server: single-stream and 4-stream aggregate tokens/s.
 # llama-bench is built once from the llama-cpp-python==0.3.36 sdist (it vendors the
 # full llama.cpp tree) and cached under $CACHE/llama-bench.
 set -euo pipefail
@@ -11,6 +12,7 @@ CACHE=${CACHE:-$HOME/.cache/shepherd}
 PYTHON=${PYTHON:-python3}
 DIR="$CACHE/llama-bench"
 BENCH="$DIR/build/bin/llama-bench"
+SERVER="$DIR/build/bin/llama-server"
 
 build_llama_bench() {
   mkdir -p "$DIR/sdist"
@@ -25,10 +27,10 @@ build_llama_bench() {
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF \
     -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF -DGGML_NATIVE=OFF \
     -DGGML_OPENMP=OFF -DBUILD_SHARED_LIBS=OFF >/dev/null
-  cmake --build "$DIR/build" -j"$(nproc)" --target llama-bench >/dev/null
+  cmake --build "$DIR/build" -j"$(nproc)" --target llama-bench llama-server >/dev/null
 }
 
-[ -x "$BENCH" ] || build_llama_bench
+{ [ -x "$BENCH" ] && [ -x "$SERVER" ]; } || build_llama_bench
 [ "${1:-}" = "--build-only" ] && exit 0
 
 # Timing noise on a shared 2-core VM is ±20% run to run, so the two are measured in
@@ -65,3 +67,60 @@ t1 = med([o["ttft_turn1_ms"] for o in ours])
 t10 = med([o["ttft_turn10_ms"] for o in ours])
 print(f"TTFT turn 1: {t1:.0f} ms, turn 10: {t10:.0f} ms, ratio {t10 / t1:.2f}")
 PY
+
+# Part two: shepherd's OpenAI-compatible server against llama-server (same sdist tree),
+# both with --parallel $STREAMS slots over the same total context, driven through
+# /v1/chat/completions by one Python client (scripts/bench_server.py).
+STREAMS=${STREAMS:-4}
+SERVER_CTX=${SERVER_CTX:-4096}
+SHEPHERD=${SHEPHERD:-target/release/shepherd}
+echo "building shepherd (release)" >&2
+cargo build --release --quiet 2>/dev/null
+LOGS="$DIR/server-logs"
+mkdir -p "$LOGS"
+PIDS=()
+cleanup() { for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done; }
+trap cleanup EXIT
+
+free_port() { $PYTHON -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# Waits for GET /health to answer 200; false if the process died or 120 s passed.
+wait_healthy() {
+  local port=$1 pid=$2
+  for _ in $(seq 240); do
+    kill -0 "$pid" 2>/dev/null || return 1
+    $PYTHON - "$port" <<'PY' && return 0
+import http.client, sys
+try:
+    c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=2)
+    c.request("GET", "/health")
+    sys.exit(0 if c.getresponse().status == 200 else 1)
+except OSError:
+    sys.exit(1)
+PY
+    sleep 0.5
+  done
+  return 1
+}
+
+LLAMA_PORT=$(free_port)
+"$SERVER" -m "$MODEL" -t "$THREADS" -tb "$THREADS" --parallel "$STREAMS" -c "$SERVER_CTX" \
+  --host 127.0.0.1 --port "$LLAMA_PORT" > "$LOGS/llama-server.log" 2>&1 &
+PIDS+=($!)
+if ! wait_healthy "$LLAMA_PORT" "${PIDS[-1]}"; then
+  echo "llama-server did not start; see $LOGS/llama-server.log" >&2
+  exit 1
+fi
+
+SHEPHERD_PORT=$(free_port)
+"$SHEPHERD" --server --host 127.0.0.1 --port "$SHEPHERD_PORT" --parallel "$STREAMS" \
+  --threads "$THREADS" --context-size "$SERVER_CTX" -m "$MODEL" > "$LOGS/shepherd.log" 2>&1 &
+PIDS+=($!)
+if ! wait_healthy "$SHEPHERD_PORT" "${PIDS[-1]}"; then
+  echo "SKIPPED the server comparison: shepherd's OpenAI-compatible server did not come up" >&2
+  echo "(it lands with the apiserver branch; this build says: $(head -c 300 "$LOGS/shepherd.log"))" >&2
+  exit 0
+fi
+
+ROUNDS=$ROUNDS STREAMS=$STREAMS $PYTHON scripts/bench_server.py \
+  "llama-server=http://127.0.0.1:$LLAMA_PORT" "shepherd=http://127.0.0.1:$SHEPHERD_PORT"

@@ -1,37 +1,43 @@
 //! The in-process llama.cpp backend: a [`Backend`] whose model runs inside shepherd.
 //!
 //! **Threading.** llama.cpp state never crosses threads. [`LlamaBackend`] is a small
-//! `Send` handle; it owns one named generation thread (`llama-gen`) that loads the
-//! [`Model`], creates the [`Context`] borrowing it, and then serves [`Job`]s from a
-//! crossbeam channel until the handle is dropped (drop closes the channel and joins).
+//! `Send + Clone` handle to one named generation thread (`llama-gen`) that loads the
+//! [`Model`], creates the context borrowing it, and then serves [`Job`]s from a
+//! crossbeam channel until the last clone of the handle is dropped (that closes the
+//! channel and joins). Each clone keeps its own per-request state (output filter,
+//! estimator, the request in flight), so several threads can generate at once.
 //! While generating, the thread hands each event to the caller and waits for the
-//! sink's [`Flow`] answer before decoding the next token, so a cancel stops the loop
-//! within one token.
+//! sink's [`Flow`] answer before decoding that request's next token, so a cancel stops
+//! it within one token.
 //!
-//! **Two phases** (seed 001): [`LlamaBackend::prefill`] renders the conversation,
-//! tokenizes it, checks it fits (prompt plus the answer's reserve, else the typed
-//! [`BackendError::ContextOverflow`] that API backends raise too) and decodes the new
-//! tokens into the KV cache; [`LlamaBackend::generate_prefilled`] then samples.
+//! **Slots** (`--parallel N`, [`slots`]): the thread runs N sequences over one context
+//! and decodes them together, one batch per step (continuous batching); requests
+//! beyond N wait in FIFO order.
 //!
-//! **KV prefix reuse.** The thread keeps a mirror of the tokens in the cache. Each turn
-//! renders the whole conversation, keeps the common prefix, removes the rest with
-//! `llama_memory_seq_rm`, and decodes only the new tokens.
+//! **Two phases** (seed 001): [`LlamaBackend::prefill_until`] renders the conversation,
+//! tokenizes it, checks it fits a slot (prompt plus the answer's reserve, else the
+//! typed [`BackendError::ContextOverflow`] that API backends raise too) and decodes the
+//! new tokens into the KV cache; [`LlamaBackend::generate_prefilled`] then streams the
+//! answer. Both travel as one job, so clones never interleave their phases.
+//!
+//! **KV prefix reuse.** Each slot keeps a mirror of the tokens in its sequence. A
+//! request takes the slot sharing the longest prefix with its rendered prompt, keeps
+//! that prefix, removes the rest with `llama_memory_seq_rm`, and decodes only the new
+//! tokens ([`Stats::cached_tokens`](crate::core::Stats) says how many were reused).
 //!
 //! **Tool calls.** With `tool_choice` required or named, a grammar built from the tools'
 //! JSON schemas forces a `{"name", "arguments"}` object, parsed here. Free-form text
 //! goes through the shared [`OutputFilter`] on the caller's side of the channel, like
 //! every other backend's text: thinking tags, code blocks and tool-call markup are
 //! recognised there, never here.
-//!
-//! Size: about 1,000 non-test lines, over the 800 guideline, because the handle, the
-//! worker and its two phases share private types; a split into `backend/llamacpp/`
-//! (handle, worker, tool-call text) is the natural next step once this file is wired in.
+
+mod slots;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crossbeam_channel::{bounded, unbounded, Receiver, RecvTimeoutError, Sender};
 use serde_json::Value;
@@ -42,12 +48,9 @@ use super::{
     Usage,
 };
 use crate::core::{
-    BackendError, Event, EventSink, FinishReason, Flow, Message, Role, Session, Stats, ToolCall,
+    BackendError, Event, EventSink, FinishReason, Flow, Message, Role, Session, ToolCall,
 };
-use crate::llama::{
-    self, Batch, CacheType, Context, ContextParams, Model, ModelParams, Sampler, SamplerParams,
-    Token,
-};
+use crate::llama::{self, CacheType, Model, ModelParams, SamplerParams, Token};
 use crate::stream::filter::OutputFilter;
 use crate::template::{self, ChatTemplate, TemplateMessage};
 
@@ -57,6 +60,8 @@ pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 pub const DEFAULT_CONTEXT_CAP: u32 = 8192;
 /// The answer's reserve when the request sets no `max_tokens`, at most this share of the context.
 const DEFAULT_RESERVE: u32 = 512;
+/// How often a handle waiting for the generation thread asks its caller about a cancel.
+const POLL: Duration = Duration::from_millis(50);
 
 /// Settings for loading the model and creating its context (`--context-size`, `--gpu-layers`, ...).
 #[derive(Debug, Clone)]
@@ -270,11 +275,15 @@ impl LlamaBackend {
         sender.send(job).map_err(|_| worker_gone())
     }
 
-    /// Phase one: render, check the fit, and decode the new prompt tokens into the cache.
-    pub fn prefill(
+    /// Phase one: render, check the fit, and decode the new prompt tokens into the
+    /// cache. Gives up with [`BackendError::Cancelled`] once `cancelled` says so (asked every 50 ms while the request waits for a slot or its
+    /// prompt is decoded), freeing its queue entry or slot: a server whose client hung
+    /// up before the first token calls this.
+    pub fn prefill_until(
         &mut self,
         session: &Session,
         request: &GenerateRequest<'_>,
+        cancelled: &dyn Fn() -> bool,
     ) -> Result<PrefillReport, BackendError> {
         // A request prefilled but never generated is dropped here: its events stop.
         self.pending = None;
@@ -299,7 +308,17 @@ impl LlamaBackend {
             cancel: Arc::clone(&cancel),
         };
         self.send(Job::Request(Box::new(job)))?;
-        let report = result.recv().map_err(|_| worker_gone())??;
+        let report = loop {
+            match result.recv_timeout(POLL) {
+                Ok(report) => break report?,
+                Err(RecvTimeoutError::Timeout) if cancelled() => {
+                    cancel.store(true, Ordering::Relaxed);
+                    return Err(BackendError::Cancelled);
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return Err(worker_gone()),
+            }
+        };
         self.last_prefill = Some(report);
         self.pending = Some(Pending {
             events,
@@ -322,7 +341,7 @@ impl LlamaBackend {
         // Without streaming, the text is held back and shown whole before the stats.
         let mut held = String::new();
         loop {
-            match pending.events.recv_timeout(Duration::from_millis(50)) {
+            match pending.events.recv_timeout(POLL) {
                 Ok(WorkerMsg::Event(Event::Content(text))) if !stream => {
                     held.push_str(&text);
                     let answer = if sink.cancelled() {
@@ -428,7 +447,7 @@ impl Backend for LlamaBackend {
         request: &GenerateRequest<'_>,
         sink: &mut dyn EventSink,
     ) -> Result<Reply, BackendError> {
-        self.prefill(session, request)?;
+        self.prefill_until(session, request, &|| sink.cancelled())?;
         self.generate_prefilled(request.stream, sink)
     }
 
@@ -484,7 +503,7 @@ fn run_worker(
             model.description()
         )
     });
-    let mut worker = match Worker::new(&model, &config, abort) {
+    let mut worker = match slots::Worker::new(&model, &config, abort) {
         Ok(worker) => worker,
         Err(err) => {
             let _ = ready.send(Err(err));
@@ -494,99 +513,13 @@ fn run_worker(
     let info = BackendInfo {
         kind: "llamacpp",
         model: config.model_path.display().to_string(),
-        context_size: u64::from(worker.ctx.n_ctx()),
+        context_size: worker.slot_context() as u64,
         local: true,
     };
     if ready.send(Ok(info)).is_err() {
         return;
     }
-    for job in jobs {
-        worker.handle(job);
-    }
-}
-
-/// Settings decided at prefill time and used by the generate phase.
-struct Prepared {
-    sampler: Sampler,
-    max_tokens: usize,
-    stop: Vec<String>,
-    forced_tools: bool,
-    report: PrefillReport,
-    prefill_secs: f64,
-}
-
-/// State owned by the generation thread: the context (borrowing the model) and its cache mirror.
-struct Worker<'m> {
-    ctx: Context<'m>,
-    template: ChatTemplate,
-    /// The tokens in the KV cache, position by position.
-    mirror: Vec<Token>,
-    batch: Batch,
-    prepared: Option<Prepared>,
-}
-
-fn choose_context(requested: Option<u32>, trained: u32) -> u32 {
-    match requested {
-        Some(n) if n > 0 => n,
-        _ if trained == 0 => 2048,
-        _ => trained.min(DEFAULT_CONTEXT_CAP),
-    }
-}
-
-impl<'m> Worker<'m> {
-    fn new(
-        model: &'m Model,
-        config: &LlamaConfig,
-        abort: Arc<AtomicBool>,
-    ) -> Result<Self, BackendError> {
-        let n_ctx = choose_context(config.context_size, model.n_ctx_train());
-        let defaults = ContextParams::default();
-        let n_batch = config.n_batch.min(n_ctx);
-        let params = ContextParams {
-            n_ctx,
-            n_batch,
-            n_ubatch: config.ubatch.min(n_batch),
-            n_threads: config.threads.unwrap_or(defaults.n_threads),
-            cache_type: config.cache_type,
-            flash_attn: config.flash_attn,
-            abort,
-        };
-        let ctx = Context::new(model, &params).map_err(|e| BackendError::Config(e.to_string()))?;
-        let batch =
-            Batch::new(ctx.n_batch() as usize).map_err(|e| BackendError::Config(e.to_string()))?;
-        Ok(Worker {
-            template: load_template(model),
-            ctx,
-            mirror: Vec::new(),
-            batch,
-            prepared: None,
-        })
-    }
-
-    fn model(&self) -> &'m Model {
-        self.ctx.model()
-    }
-
-    fn handle(&mut self, job: Job) {
-        match job {
-            Job::Request(job) => {
-                let prefilled = self.prefill(&job);
-                let ok = prefilled.is_ok();
-                // A handle that is gone no longer wants the answer.
-                if job.prefilled.send(prefilled).is_ok() && ok {
-                    let result = self.generate(&job);
-                    let _ = job.events.send(WorkerMsg::Done(result));
-                }
-            }
-            Job::Count(text, reply) => {
-                let _ = reply.send(self.model().tokenize(&text, false).ok().map(|t| t.len()));
-            }
-            #[cfg(test)]
-            Job::Bench(n_prompt, n_gen, reply) => {
-                let _ = reply.send(self.bench(n_prompt, n_gen));
-            }
-        }
-    }
+    worker.serve(&jobs);
 }
 
 fn load_template(model: &Model) -> ChatTemplate {
@@ -603,142 +536,34 @@ fn load_template(model: &Model) -> ChatTemplate {
 
 // ---------------------------------------------------------------- phase one: prefill
 
-impl Worker<'_> {
-    fn prefill(&mut self, job: &RequestJob) -> Result<PrefillReport, BackendError> {
-        self.prepared = None;
-        self.ctx.reset_abort();
-        let tools: &[ToolSpec] = if job.tool_choice == ToolChoice::None {
-            &[]
-        } else {
-            &job.tools
-        };
-        let forced = forced_tools(tools, &job.tool_choice)?;
-        let prompt = self.render(&job.conversation, tools)?;
-        let tokens = self.tokenize_prompt(&prompt)?;
-        let n_ctx = self.ctx.n_ctx() as usize;
-        let reserve = job
-            .sampling
-            .max_tokens
-            .unwrap_or(DEFAULT_RESERVE.min(self.ctx.n_ctx() / 4)) as usize;
-        if tokens.len() + reserve > n_ctx {
-            return Err(overflow(tokens.len(), reserve, n_ctx));
-        }
-        let started = Instant::now();
-        let report = self.load_prompt(&tokens)?;
-        let prefill_secs = started.elapsed().as_secs_f64();
-        let sampler_params = sampler_params(&job.sampling, forced.as_deref())?;
-        let sampler = Sampler::new(self.model(), &sampler_params)
-            .map_err(|e| BackendError::Config(e.to_string()))?;
-        let room = n_ctx - tokens.len();
-        self.prepared = Some(Prepared {
-            sampler,
-            max_tokens: job
-                .sampling
-                .max_tokens
-                .map_or(room, |n| (n as usize).min(room)),
-            stop: job
-                .sampling
-                .stop
-                .iter()
-                .filter(|s| !s.is_empty())
-                .cloned()
-                .collect(),
-            forced_tools: forced.is_some(),
-            report,
-            prefill_secs,
-        });
-        Ok(report)
+/// The conversation as the model's chat template writes it, with the tools.
+fn render(
+    template: &ChatTemplate,
+    conversation: &[TemplateMessage],
+    tools: &[ToolSpec],
+) -> Result<String, BackendError> {
+    let template_error = |e: template::TemplateError| BackendError::Config(e.to_string());
+    if tools.is_empty() || template.handles_tools() {
+        let rendered = template.render(conversation, &template::template_tools(tools), true);
+        return rendered.map_err(template_error);
     }
+    // The template knows nothing about tools: describe them in the system message.
+    let messages = with_tool_instructions(conversation, tools);
+    template
+        .render(&messages, &[], true)
+        .map_err(template_error)
+}
 
-    fn render(
-        &self,
-        conversation: &[TemplateMessage],
-        tools: &[ToolSpec],
-    ) -> Result<String, BackendError> {
-        let template_error = |e: template::TemplateError| BackendError::Config(e.to_string());
-        if tools.is_empty() || self.template.handles_tools() {
-            let rendered =
-                self.template
-                    .render(conversation, &template::template_tools(tools), true);
-            return rendered.map_err(template_error);
-        }
-        // The template knows nothing about tools: describe them in the system message.
-        let messages = with_tool_instructions(conversation, tools);
-        self.template
-            .render(&messages, &[], true)
-            .map_err(template_error)
+fn tokenize_prompt(model: &Model, prompt: &str) -> Result<Vec<Token>, BackendError> {
+    let bos = model.bos_text();
+    let add_bos = model.adds_bos() && (bos.is_empty() || !prompt.starts_with(&bos));
+    let tokens = model
+        .tokenize(prompt, add_bos)
+        .map_err(|e| BackendError::Config(e.to_string()))?;
+    if tokens.is_empty() {
+        return Err(BackendError::Config("the rendered prompt is empty".into()));
     }
-
-    fn tokenize_prompt(&self, prompt: &str) -> Result<Vec<Token>, BackendError> {
-        let model = self.model();
-        let bos = model.bos_text();
-        let add_bos = model.adds_bos() && (bos.is_empty() || !prompt.starts_with(&bos));
-        let tokens = model
-            .tokenize(prompt, add_bos)
-            .map_err(|e| BackendError::Config(e.to_string()))?;
-        if tokens.is_empty() {
-            return Err(BackendError::Config("the rendered prompt is empty".into()));
-        }
-        Ok(tokens)
-    }
-
-    /// Makes the cache hold exactly `tokens`, decoding only what it does not already hold.
-    fn load_prompt(&mut self, tokens: &[Token]) -> Result<PrefillReport, BackendError> {
-        let common = common_prefix(&self.mirror, tokens);
-        // At least one token must be decoded so that there are logits to sample from.
-        let mut keep = common.min(tokens.len() - 1);
-        if keep < self.mirror.len() && !self.ctx.truncate_cache(keep) {
-            self.ctx.clear_cache();
-            keep = 0;
-        }
-        self.mirror.truncate(keep);
-        let decoded = tokens.len() - keep;
-        crate::log::debug(crate::log::Category::Llm, || {
-            format!(
-                "prefill: {} prompt tokens, {keep} reused, {decoded} to decode",
-                tokens.len()
-            )
-        });
-        self.decode_tokens(&tokens[keep..])?;
-        Ok(PrefillReport {
-            prompt_tokens: tokens.len(),
-            reused_tokens: keep,
-            decoded_tokens: decoded,
-        })
-    }
-
-    /// Decodes `tokens` after the mirror in batches; only the very last token gets logits.
-    fn decode_tokens(&mut self, tokens: &[Token]) -> Result<(), BackendError> {
-        let chunk = self.batch.capacity();
-        for (i, piece) in tokens.chunks(chunk).enumerate() {
-            let is_last_chunk = (i + 1) * chunk >= tokens.len();
-            self.batch.clear();
-            for (j, &token) in piece.iter().enumerate() {
-                let logits = is_last_chunk && j + 1 == piece.len();
-                let pushed = self.batch.push(token, self.mirror.len() + j, logits);
-                pushed.map_err(|e| BackendError::Config(e.to_string()))?;
-            }
-            if let Err(err) = self.ctx.decode(&self.batch) {
-                return Err(self.decode_failed(err));
-            }
-            self.mirror.extend_from_slice(piece);
-        }
-        Ok(())
-    }
-
-    /// After a failed decode the cache content is unknown: start over next time.
-    fn decode_failed(&mut self, err: llama::DecodeError) -> BackendError {
-        self.ctx.clear_cache();
-        self.mirror.clear();
-        match err {
-            llama::DecodeError::Aborted => BackendError::Cancelled,
-            llama::DecodeError::ContextFull { needed, n_ctx } => overflow(needed, 0, n_ctx),
-            llama::DecodeError::NoKvSlot => {
-                overflow(self.ctx.n_ctx() as usize, 1, self.ctx.n_ctx() as usize)
-            }
-            other => BackendError::Protocol(other.to_string()),
-        }
-    }
+    Ok(tokens)
 }
 
 pub(crate) fn overflow(prompt: usize, reserve: usize, n_ctx: usize) -> BackendError {
@@ -846,136 +671,31 @@ fn tool_calls_as_text(message: &TemplateMessage) -> TemplateMessage {
 
 // ---------------------------------------------------------------- phase two: generate
 
-/// What the token loop produced.
-struct Generated {
+/// The reply for the generated `text`: a forced tool call parsed, else the text.
+fn finish_reply(
+    forced_tools: bool,
     text: String,
-    n_tokens: usize,
     finish: FinishReason,
-    decode_secs: f64,
-}
-
-impl Worker<'_> {
-    fn generate(&mut self, job: &RequestJob) -> Result<Reply, BackendError> {
-        let mut prepared = self.prepared.take().ok_or_else(|| {
-            BackendError::Config("generate called without a successful prefill".into())
-        })?;
-        // A forced tool call is JSON for the agent, never text for the user.
-        let stream_text = !prepared.forced_tools;
-        let generated = self.token_loop(&mut prepared, job, stream_text)?;
-        let stats = self.stats(&prepared, &generated);
-        let mut reply = finish_reply(&prepared, generated)?;
-        emit(job, Event::Stats(stats.clone()));
-        reply.usage = Some(Usage {
-            prompt_tokens: stats.prompt_tokens,
-            completion_tokens: stats.completion_tokens,
-        });
-        Ok(reply)
-    }
-
-    fn token_loop(
-        &mut self,
-        prepared: &mut Prepared,
-        job: &RequestJob,
-        stream_text: bool,
-    ) -> Result<Generated, BackendError> {
-        let started = Instant::now();
-        let mut utf8 = llama::utf8::Utf8Stream::default();
-        let mut stops = StopMatcher::new(prepared.stop.clone());
-        let mut out = Generated {
-            text: String::new(),
-            n_tokens: 0,
-            finish: FinishReason::Length,
-            decode_secs: 0.0,
-        };
-        while out.n_tokens < prepared.max_tokens {
-            if job.cancel.load(Ordering::Relaxed) {
-                out.finish = FinishReason::Cancelled;
-                break;
-            }
-            let token = prepared
-                .sampler
-                .sample(&mut self.ctx)
-                .map_err(|e| BackendError::Protocol(e.to_string()))?;
-            if self.model().is_eog(token) {
-                out.finish = FinishReason::Stop;
-                break;
-            }
-            out.n_tokens += 1;
-            let bytes = self
-                .model()
-                .piece_bytes(token, false)
-                .map_err(|e| BackendError::Protocol(e.to_string()))?;
-            let (visible, stopped) = stops.push(&utf8.push(&bytes));
-            out.text.push_str(&visible);
-            if stream_text
-                && !visible.is_empty()
-                && emit(job, Event::Content(visible)) == Flow::Cancel
-            {
-                out.finish = FinishReason::Cancelled;
-                break;
-            }
-            if stopped {
-                out.finish = FinishReason::Stop;
-                break;
-            }
-            if self.mirror.len() >= self.ctx.n_ctx() as usize {
-                break;
-            }
-            self.decode_tokens(&[token])?;
-        }
-        if out.finish != FinishReason::Cancelled {
-            let rest = stops.finish(&utf8.finish());
-            out.text.push_str(&rest);
-            if stream_text && !rest.is_empty() {
-                emit(job, Event::Content(rest));
-            }
-        }
-        out.decode_secs = started.elapsed().as_secs_f64();
-        Ok(out)
-    }
-
-    fn stats(&self, prepared: &Prepared, generated: &Generated) -> Stats {
-        let rate = |n: usize, secs: f64| (secs > 0.0 && n > 0).then(|| n as f64 / secs);
-        Stats {
-            prompt_tokens: prepared.report.prompt_tokens as u64,
-            completion_tokens: generated.n_tokens as u64,
-            prefill_tps: rate(prepared.report.decoded_tokens, prepared.prefill_secs),
-            decode_tps: rate(generated.n_tokens, generated.decode_secs),
-            context_used: self.mirror.len() as u64,
-            context_size: u64::from(self.ctx.n_ctx()),
-            cached_tokens: prepared.report.reused_tokens as u64,
-        }
-    }
-}
-
-/// Sends one event to the caller and waits for the sink's answer.
-fn emit(job: &RequestJob, event: Event) -> Flow {
-    if job.events.send(WorkerMsg::Event(event)).is_err() {
-        return Flow::Cancel;
-    }
-    job.flow.recv().unwrap_or(Flow::Cancel)
-}
-
-fn finish_reply(prepared: &Prepared, generated: Generated) -> Result<Reply, BackendError> {
+) -> Result<Reply, BackendError> {
     let mut reply = Reply {
         content: String::new(),
         thinking: String::new(),
         tool_calls: Vec::new(),
-        finish: generated.finish,
+        finish,
         usage: None,
         artefacts: Vec::new(),
     };
-    if generated.finish == FinishReason::Cancelled {
-        reply.content = generated.text;
+    if finish == FinishReason::Cancelled {
+        reply.content = text;
         return Ok(reply);
     }
-    if prepared.forced_tools {
-        reply.tool_calls.push(parse_forced_call(&generated.text)?);
+    if forced_tools {
+        reply.tool_calls.push(parse_forced_call(&text)?);
         reply.finish = FinishReason::ToolCalls;
         return Ok(reply);
     }
     // The caller's output filter turns this text into content, thinking and tool calls.
-    reply.content = generated.text;
+    reply.content = text;
     Ok(reply)
 }
 
@@ -1062,39 +782,6 @@ impl StopMatcher {
     }
 }
 
-// ---------------------------------------------------------------- benchmark
-
-#[cfg(test)]
-impl Worker<'_> {
-    fn bench(&mut self, n_prompt: usize, n_gen: usize) -> Result<BenchReport, BackendError> {
-        let n_vocab = self.model().n_vocab().max(1);
-        // Arbitrary but valid tokens, as llama-bench uses.
-        let tokens: Vec<Token> = (0..n_prompt)
-            .map(|i| ((i * 7919) % n_vocab as usize) as Token)
-            .collect();
-        self.ctx.clear_cache();
-        self.mirror.clear();
-        self.ctx.reset_abort();
-        let started = Instant::now();
-        self.decode_tokens(&tokens)?;
-        let pp_secs = started.elapsed().as_secs_f64();
-        self.ctx.clear_cache();
-        self.mirror.clear();
-        let started = Instant::now();
-        for i in 0..n_gen {
-            self.decode_tokens(&[((i * 104_729) % n_vocab as usize) as Token])?;
-        }
-        let tg_secs = started.elapsed().as_secs_f64();
-        self.ctx.clear_cache();
-        self.mirror.clear();
-        let rate = |n: usize, secs: f64| if secs > 0.0 { n as f64 / secs } else { 0.0 };
-        Ok(BenchReport {
-            pp_tps: rate(n_prompt, pp_secs),
-            tg_tps: rate(n_gen, tg_secs),
-        })
-    }
-}
-
 /// The model the tests use: `SHEPHERD_TEST_MODEL`, else the `make model` cache.
 /// Panics (failing the test) with instructions when the file is missing.
 #[cfg(test)]
@@ -1112,14 +799,98 @@ pub fn test_model_path() -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::Stats;
     use serde_json::json;
+    use std::time::Instant;
 
     fn backend(n_ctx: u32) -> LlamaBackend {
+        backend_with(n_ctx, 1)
+    }
+
+    /// `parallel` slots over a context of `n_ctx` tokens in all.
+    fn backend_with(n_ctx: u32, parallel: u32) -> LlamaBackend {
         let mut config = LlamaConfig::new(test_model_path());
         config.context_size = Some(n_ctx);
         config.threads = Some(2);
         config.progress = false;
+        config.parallel = parallel;
         LlamaBackend::new(config).expect("the test model loads")
+    }
+
+    /// A meeting point for `n` threads that fails (instead of hanging) when the others
+    /// do not arrive: proof that requests were in their slots at the same time.
+    struct Gate {
+        arrived: crossbeam_channel::Sender<()>,
+        arrivals: crossbeam_channel::Receiver<()>,
+        released: std::sync::Mutex<bool>,
+        wake: std::sync::Condvar,
+        n: usize,
+    }
+
+    impl Gate {
+        fn new(n: usize) -> Gate {
+            let (arrived, arrivals) = unbounded();
+            Gate {
+                arrived,
+                arrivals,
+                released: std::sync::Mutex::new(false),
+                wake: std::sync::Condvar::new(),
+                n,
+            }
+        }
+
+        /// Waits until all `n` arrived; false after ten minutes (a slow, loaded CI
+        /// machine decodes a few tokens in far less).
+        fn meet(&self) -> bool {
+            let _ = self.arrived.send(());
+            let deadline = Instant::now() + Duration::from_secs(600);
+            let mut released = self.released.lock().unwrap();
+            while !*released {
+                if self.arrivals.len() >= self.n {
+                    *released = true;
+                    self.wake.notify_all();
+                    break;
+                }
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return false;
+                }
+                let wait = left.min(Duration::from_millis(20));
+                released = self.wake.wait_timeout(released, wait).unwrap().0;
+            }
+            true
+        }
+    }
+
+    /// Asks `session` and meets `gate` at the first text, so that it runs alongside the
+    /// other requests at that gate; returns the reply and the stats.
+    fn ask_meeting(
+        llm: &LlamaBackend,
+        session: &Session,
+        max_tokens: u32,
+        gate: &Gate,
+    ) -> (Reply, Stats) {
+        let mut llm = llm.clone();
+        let mut met = false;
+        let mut events = Vec::new();
+        let mut sink = |event: Event| {
+            if matches!(event, Event::Content(_)) && !met {
+                met = true;
+                assert!(gate.meet(), "the other requests never ran alongside");
+            }
+            events.push(event);
+            Flow::Continue
+        };
+        let sampling = greedy(max_tokens);
+        let request = GenerateRequest {
+            tools: &[],
+            tool_choice: &ToolChoice::Auto,
+            sampling: &sampling,
+            stream: true,
+        };
+        let reply = llm.generate(session, &request, &mut sink).unwrap();
+        assert_eq!(content(&events), reply.content);
+        (reply, stats_of(&events))
     }
 
     fn greedy(max_tokens: u32) -> Sampling {
@@ -1268,6 +1039,183 @@ mod tests {
         });
         assert_eq!(replies, vec![alone.clone(), alone.clone(), alone]);
         drop(llm);
+    }
+
+    #[test]
+    fn requests_decoded_together_give_the_same_text_as_each_alone() {
+        let llm = backend_with(2048, 2);
+        assert_eq!(
+            llm.info().context_size,
+            1024,
+            "the context is split per slot"
+        );
+        let sessions = [
+            question("What is the capital of France?"),
+            question("Name three colours."),
+        ];
+        let alone: Vec<String> = sessions
+            .iter()
+            .map(|s| ask(&mut llm.clone(), s, &greedy(16)).0.unwrap().content)
+            .collect();
+        let gate = Gate::new(2);
+        let together: Vec<String> = std::thread::scope(|scope| {
+            let runs: Vec<_> = sessions
+                .iter()
+                .map(|session| {
+                    let (llm, gate) = (&llm, &gate);
+                    scope.spawn(move || ask_meeting(llm, session, 16, gate).0.content)
+                })
+                .collect();
+            runs.into_iter().map(|r| r.join().unwrap()).collect()
+        });
+        assert_eq!(together, alone);
+    }
+
+    #[test]
+    fn a_cancelled_request_frees_its_slot_while_the_other_goes_on() {
+        let llm = backend_with(2048, 2);
+        let story = question("Write a long story about a dragon.");
+        let paris = question("What is the capital of France?");
+        let colours = question("Name three colours.");
+        let alone = ask(&mut llm.clone(), &paris, &greedy(24))
+            .0
+            .unwrap()
+            .content;
+        let (first, second) = (Gate::new(2), Gate::new(2));
+        let (cancelled_tx, cancelled_rx) = bounded(1);
+        std::thread::scope(|scope| {
+            let (llm_ref, first_ref, second_ref) = (&llm, &first, &second);
+            let (story, paris, colours) = (&story, &paris, &colours);
+            scope.spawn(move || {
+                let mut handle = llm_ref.clone();
+                let mut sink = |event: Event| {
+                    if matches!(event, Event::Content(_)) {
+                        assert!(first_ref.meet());
+                        return Flow::Cancel;
+                    }
+                    Flow::Continue
+                };
+                let request = GenerateRequest {
+                    tools: &[],
+                    tool_choice: &ToolChoice::Auto,
+                    sampling: &greedy(64),
+                    stream: true,
+                };
+                let reply = handle.generate(story, &request, &mut sink).unwrap();
+                assert_eq!(reply.finish, FinishReason::Cancelled);
+                cancelled_tx.send(()).unwrap();
+            });
+            let kept = scope.spawn(move || {
+                // Meets the story at the first token, then, at the second, a third
+                // request that can only have a slot if the story's was freed.
+                let mut handle = llm_ref.clone();
+                let mut texts = 0;
+                let mut events = Vec::new();
+                let mut sink = |event: Event| {
+                    if matches!(event, Event::Content(_)) {
+                        texts += 1;
+                        let gate = if texts == 1 { first_ref } else { second_ref };
+                        if texts <= 2 {
+                            assert!(gate.meet(), "gate {texts} never opened");
+                        }
+                    }
+                    events.push(event);
+                    Flow::Continue
+                };
+                let request = GenerateRequest {
+                    tools: &[],
+                    tool_choice: &ToolChoice::Auto,
+                    sampling: &greedy(24),
+                    stream: true,
+                };
+                handle.generate(paris, &request, &mut sink).unwrap().content
+            });
+            scope.spawn(move || {
+                cancelled_rx.recv().unwrap();
+                ask_meeting(llm_ref, colours, 8, second_ref);
+            });
+            assert_eq!(kept.join().unwrap(), alone);
+        });
+    }
+
+    #[test]
+    fn each_slot_keeps_its_own_conversation_prefix() {
+        let llm = backend_with(2048, 2);
+        let mut sessions = [
+            question("What is the capital of France?"),
+            question("Name three colours."),
+        ];
+        let mut first_prompts = Vec::new();
+        for session in &mut sessions {
+            let (reply, events) = ask(&mut llm.clone(), session, &greedy(16));
+            first_prompts.push(stats_of(&events).prompt_tokens);
+            session
+                .messages
+                .push(Message::assistant(reply.unwrap().content));
+            session.messages.push(Message::user("Tell me more."));
+        }
+        // Both conversations come back, the first one first: each finds its own slot.
+        for (session, first_prompt) in sessions.iter().zip(first_prompts) {
+            let mut handle = llm.clone();
+            let (reply, events) = ask(&mut handle, session, &greedy(8));
+            reply.unwrap();
+            let stats = stats_of(&events);
+            let report = handle.last_prefill().unwrap();
+            assert!(stats.cached_tokens >= first_prompt, "{stats:?}");
+            assert_eq!(stats.cached_tokens, report.reused_tokens as u64);
+            assert_eq!(
+                report.decoded_tokens,
+                report.prompt_tokens - report.reused_tokens
+            );
+            assert!(report.decoded_tokens < 20, "{report:?}");
+        }
+    }
+
+    #[test]
+    fn a_waiting_request_gives_up_its_queue_place_when_cancelled() {
+        let llm = backend_with(1024, 1);
+        let gate = Gate::new(2);
+        let (holding_tx, holding) = unbounded();
+        std::thread::scope(|scope| {
+            let (llm_ref, gate_ref) = (&llm, &gate);
+            let busy = scope.spawn(move || {
+                let mut handle = llm_ref.clone();
+                let mut sink = |event: Event| {
+                    if matches!(event, Event::Content(_)) {
+                        let _ = holding_tx.send(());
+                        // Holds the only slot until the queued request gave up.
+                        assert!(gate_ref.meet());
+                    }
+                    Flow::Continue
+                };
+                let request = GenerateRequest {
+                    tools: &[],
+                    tool_choice: &ToolChoice::Auto,
+                    sampling: &greedy(4),
+                    stream: true,
+                };
+                let session = question("What is the capital of France?");
+                handle.generate(&session, &request, &mut sink).unwrap()
+            });
+            holding.recv().unwrap();
+            let mut queued = llm_ref.clone();
+            let request = GenerateRequest {
+                tools: &[],
+                tool_choice: &ToolChoice::Auto,
+                sampling: &greedy(4),
+                stream: true,
+            };
+            let session = question("Name three colours.");
+            let asked = std::sync::atomic::AtomicUsize::new(0);
+            let cancelled = || asked.fetch_add(1, Ordering::Relaxed) >= 2;
+            let result = queued.prefill_until(&session, &request, &cancelled);
+            assert!(matches!(result, Err(BackendError::Cancelled)), "{result:?}");
+            assert!(gate_ref.meet());
+            busy.join().unwrap();
+        });
+        // The cancelled request is skipped, not served: the next one runs at once.
+        let (reply, _) = ask(&mut llm.clone(), &question("Say hello."), &greedy(4));
+        reply.unwrap();
     }
 
     #[test]
@@ -1500,6 +1448,7 @@ mod tests {
 
     #[test]
     fn context_defaults_and_model_paths() {
+        use slots::choose_context;
         assert_eq!(choose_context(None, 131_072), DEFAULT_CONTEXT_CAP);
         assert_eq!(choose_context(None, 2048), 2048);
         assert_eq!(choose_context(Some(512), 8192), 512);

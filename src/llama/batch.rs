@@ -10,13 +10,14 @@ use llama_cpp_sys_2 as sys;
 use super::error::DecodeError;
 use super::model::Token;
 
-/// An owned `llama_batch` for sequence 0.
+/// An owned `llama_batch`: tokens of one or more sequences, one sequence id each.
 #[derive(Debug)]
 pub struct Batch {
     raw: sys::llama_batch,
     capacity: usize,
-    last_pos: Option<i32>,
-    has_logits: bool,
+    max_pos: Option<i32>,
+    /// Which entries asked for logits, by index.
+    logits: Vec<bool>,
     _not_send: PhantomData<*mut ()>,
 }
 
@@ -37,8 +38,8 @@ impl Batch {
         let batch = Batch {
             raw,
             capacity: n as usize,
-            last_pos: None,
-            has_logits: false,
+            max_pos: None,
+            logits: Vec::with_capacity(n as usize),
             _not_send: PhantomData,
         };
         let arrays_ok = !raw.token.is_null()
@@ -54,8 +55,8 @@ impl Batch {
 
     pub fn clear(&mut self) {
         self.raw.n_tokens = 0;
-        self.last_pos = None;
-        self.has_logits = false;
+        self.max_pos = None;
+        self.logits.clear();
     }
 
     pub fn len(&self) -> usize {
@@ -70,19 +71,29 @@ impl Batch {
         self.capacity
     }
 
-    /// Whether any token asked for logits, i.e. whether a sampler can run after decoding.
-    pub fn has_logits(&self) -> bool {
-        self.has_logits
+    /// Which entries asked for logits, by index in the batch.
+    pub fn logit_flags(&self) -> &[bool] {
+        &self.logits
     }
 
-    /// The position of the last token pushed.
-    pub fn last_pos(&self) -> Option<i32> {
-        self.last_pos
+    /// The highest position pushed, over every sequence.
+    pub fn max_pos(&self) -> Option<i32> {
+        self.max_pos
     }
 
-    /// Appends `token` at position `pos`; `logits` asks for its output distribution.
-    pub fn push(&mut self, token: Token, pos: usize, logits: bool) -> Result<(), DecodeError> {
+    /// Appends `token` of sequence `seq` (`0..n_seq_max` of the context) at position
+    /// `pos`; `logits` asks for its output distribution.
+    pub fn push_seq(
+        &mut self,
+        token: Token,
+        pos: usize,
+        seq: i32,
+        logits: bool,
+    ) -> Result<(), DecodeError> {
         let i = self.len();
+        if seq < 0 {
+            return Err(DecodeError::BadBatch(format!("sequence id {seq}")));
+        }
         if i >= self.capacity {
             return Err(DecodeError::BadBatch(format!(
                 "more than {} tokens",
@@ -97,12 +108,12 @@ impl Batch {
             *self.raw.token.add(i) = token;
             *self.raw.pos.add(i) = pos;
             *self.raw.n_seq_id.add(i) = 1;
-            *(*self.raw.seq_id.add(i)) = 0;
+            *(*self.raw.seq_id.add(i)) = seq;
             *self.raw.logits.add(i) = i8::from(logits);
         }
         self.raw.n_tokens += 1;
-        self.last_pos = Some(pos);
-        self.has_logits |= logits;
+        self.max_pos = Some(self.max_pos.map_or(pos, |m| m.max(pos)));
+        self.logits.push(logits);
         Ok(())
     }
 
@@ -118,12 +129,17 @@ mod tests {
     #[test]
     fn push_stops_at_capacity() {
         let mut batch = Batch::new(2).unwrap();
-        batch.push(1, 0, false).unwrap();
-        batch.push(2, 1, true).unwrap();
-        assert!(batch.push(3, 2, false).is_err());
+        batch.push_seq(1, 0, 0, false).unwrap();
+        batch.push_seq(2, 1, 0, true).unwrap();
+        assert!(batch.push_seq(3, 2, 0, false).is_err());
         assert_eq!(batch.len(), 2);
-        assert_eq!(batch.last_pos(), Some(1));
+        assert_eq!(batch.max_pos(), Some(1));
+        assert_eq!(batch.logit_flags(), &[false, true]);
         batch.clear();
-        assert!(batch.is_empty());
+        assert!(batch.is_empty() && batch.logit_flags().is_empty());
+        batch.push_seq(5, 7, 1, false).unwrap();
+        batch.push_seq(6, 3, 0, true).unwrap();
+        assert_eq!(batch.max_pos(), Some(7));
+        assert!(batch.push_seq(7, 0, -1, false).is_err());
     }
 }

@@ -54,6 +54,8 @@ pub struct ContextParams {
     pub n_batch: u32,
     pub n_ubatch: u32,
     pub n_threads: i32,
+    /// Sequences (slots) sharing the context; each gets `n_ctx / n_seq_max` positions.
+    pub n_seq_max: u32,
     pub cache_type: CacheType,
     /// `None` lets llama.cpp decide (auto).
     pub flash_attn: Option<bool>,
@@ -69,6 +71,7 @@ impl Default for ContextParams {
             n_batch: 512,
             n_ubatch: 512,
             n_threads: i32::try_from(threads.min(16)).unwrap_or(2),
+            n_seq_max: 1,
             cache_type: CacheType::F16,
             flash_attn: None,
             abort: Arc::new(AtomicBool::new(false)),
@@ -78,12 +81,15 @@ impl Default for ContextParams {
 
 /// The largest context shepherd asks for; far beyond what fits in memory on small machines anyway.
 pub const MAX_CONTEXT: u32 = 1 << 20;
+/// The most sequences one context may hold (llama.cpp's `LLAMA_MAX_SEQ` is 256).
+pub const MAX_SEQUENCES: u32 = 256;
 
 impl ContextParams {
     pub fn validate(&self) -> Result<(), InvalidParam> {
         check_range("context size", self.n_ctx, 16, MAX_CONTEXT)?;
         check_range("n_batch", self.n_batch, 1, self.n_ctx)?;
         check_range("ubatch", self.n_ubatch, 1, self.n_batch)?;
+        check_range("sequences", self.n_seq_max, 1, MAX_SEQUENCES)?;
         check_range("threads", self.n_threads, 1, 512)
     }
 }
@@ -134,14 +140,17 @@ pub struct Context<'m> {
     raw: NonNull<sys::llama_context>,
     model: &'m Model,
     /// Kept alive here because llama.cpp holds a raw pointer to it.
-    abort: Arc<AtomicBool>,
+    _abort: Arc<AtomicBool>,
     /// A persistent CPU thread pool (as llama-bench and llama-server attach one);
     /// without it ggml starts and joins its worker threads on every decode.
     threadpool: Option<NonNull<sys::ggml_threadpool>>,
     n_ctx: u32,
+    /// Positions each sequence may use (`n_ctx / n_seq_max`, padded by llama.cpp).
+    n_ctx_seq: u32,
+    n_seq_max: u32,
     n_batch: u32,
-    /// Whether the last decode produced logits a sampler may read.
-    logits_ready: bool,
+    /// Which entries of the last decoded batch have logits a sampler may read.
+    logits: Vec<bool>,
     /// Raw pointers make the type `!Send` and `!Sync` on purpose.
     _not_send: PhantomData<*mut ()>,
 }
@@ -167,7 +176,10 @@ impl<'m> Context<'m> {
         raw_params.n_ctx = params.n_ctx;
         raw_params.n_batch = params.n_batch;
         raw_params.n_ubatch = params.n_ubatch;
-        raw_params.n_seq_max = 1;
+        raw_params.n_seq_max = params.n_seq_max;
+        // Each sequence gets its own share of the cache, as llama-server does with an
+        // explicit --parallel: a request can never be starved by its neighbours.
+        raw_params.kv_unified = false;
         raw_params.n_threads = params.n_threads;
         raw_params.n_threads_batch = params.n_threads;
         raw_params.type_k = params.cache_type.ggml();
@@ -185,9 +197,11 @@ impl<'m> Context<'m> {
         let raw = NonNull::new(raw)
             .ok_or_else(|| InitError::Failed(format!("n_ctx {} (out of memory?)", params.n_ctx)))?;
         // SAFETY: `raw` is a valid context.
-        let (n_ctx, n_batch) = unsafe {
+        let (n_ctx, n_ctx_seq, n_seq_max, n_batch) = unsafe {
             (
                 sys::llama_n_ctx(raw.as_ptr()),
+                sys::llama_n_ctx_seq(raw.as_ptr()),
+                sys::llama_n_seq_max(raw.as_ptr()),
                 sys::llama_n_batch(raw.as_ptr()),
             )
         };
@@ -195,11 +209,13 @@ impl<'m> Context<'m> {
         Ok(Context {
             raw,
             model,
-            abort: Arc::clone(&params.abort),
+            _abort: Arc::clone(&params.abort),
             threadpool,
             n_ctx,
+            n_ctx_seq,
+            n_seq_max,
             n_batch,
-            logits_ready: false,
+            logits: Vec::new(),
             _not_send: PhantomData,
         })
     }
@@ -220,20 +236,33 @@ impl<'m> Context<'m> {
         self.n_batch
     }
 
+    /// Positions one sequence may use: the context each slot sees.
+    pub fn n_ctx_seq(&self) -> u32 {
+        self.n_ctx_seq
+    }
+
+    pub fn n_seq_max(&self) -> u32 {
+        self.n_seq_max
+    }
+
     /// Runs the model over `batch`, appending its tokens to the KV cache.
     pub fn decode(&mut self, batch: &Batch) -> Result<(), DecodeError> {
         if batch.is_empty() {
             return Err(DecodeError::BadBatch("empty batch".into()));
         }
-        let end = batch.last_pos().map_or(0, |p| p as usize + 1);
-        if end > self.n_ctx as usize {
-            let n_ctx = self.n_ctx as usize;
+        let end = batch.max_pos().map_or(0, |p| p as usize + 1);
+        if end > self.n_ctx_seq as usize {
+            let n_ctx = self.n_ctx_seq as usize;
             return Err(DecodeError::ContextFull { needed: end, n_ctx });
         }
+        self.logits.clear();
         // SAFETY: `raw` is valid; the batch's arrays were allocated by `llama_batch_init`
-        // with room for `n_tokens` entries, which `Batch` guarantees.
+        // with room for `n_tokens` entries, which `Batch` guarantees. Sequence ids are
+        // checked against the context below (llama.cpp rejects the batch otherwise).
         let code = unsafe { sys::llama_decode(self.raw.as_ptr(), batch.raw()) };
-        self.logits_ready = code == 0 && batch.has_logits();
+        if code == 0 {
+            self.logits.extend_from_slice(batch.logit_flags());
+        }
         match code {
             0 => Ok(()),
             1 => Err(DecodeError::NoKvSlot),
@@ -242,36 +271,27 @@ impl<'m> Context<'m> {
         }
     }
 
-    /// Removes the cached positions `from..` of sequence 0.
-    pub fn truncate_cache(&mut self, from: usize) -> bool {
-        self.logits_ready = false;
+    /// Removes the cached positions `from..` of sequence `seq` (false: it could not,
+    /// and the caller should clear the sequence instead).
+    pub fn truncate_seq(&mut self, seq: i32, from: usize) -> bool {
+        self.logits.clear();
+        if seq < 0 || seq as u32 >= self.n_seq_max {
+            return false;
+        }
         let Ok(p0) = i32::try_from(from) else {
             return true;
         };
-        // SAFETY: `raw` is valid; the memory handle belongs to it and is used at once.
+        // SAFETY: `raw` is valid; the memory handle belongs to it and is used at once;
+        // `seq` is a sequence of this context (checked above).
         unsafe {
             let mem = sys::llama_get_memory(self.raw.as_ptr());
-            sys::llama_memory_seq_rm(mem, 0, p0, -1)
+            sys::llama_memory_seq_rm(mem, seq, p0, -1)
         }
     }
 
-    /// Empties the KV cache.
-    pub fn clear_cache(&mut self) {
-        self.logits_ready = false;
-        // SAFETY: `raw` is valid; the memory handle belongs to it and is used at once.
-        unsafe {
-            let mem = sys::llama_get_memory(self.raw.as_ptr());
-            sys::llama_memory_clear(mem, true);
-        }
-    }
-
-    pub fn logits_ready(&self) -> bool {
-        self.logits_ready
-    }
-
-    /// Clears a previous abort so the next decode runs.
-    pub fn reset_abort(&self) {
-        self.abort.store(false, Ordering::Relaxed);
+    /// Whether entry `index` of the last decoded batch has logits.
+    pub fn has_logits_at(&self, index: usize) -> bool {
+        self.logits.get(index).copied().unwrap_or(false)
     }
 }
 
@@ -317,6 +337,20 @@ mod tests {
         check(
             ContextParams {
                 n_threads: 0,
+                ..Default::default()
+            },
+            false,
+        );
+        check(
+            ContextParams {
+                n_seq_max: 0,
+                ..Default::default()
+            },
+            false,
+        );
+        check(
+            ContextParams {
+                n_seq_max: MAX_SEQUENCES + 1,
                 ..Default::default()
             },
             false,

@@ -176,14 +176,22 @@ impl Sampler {
         Ok(())
     }
 
-    /// Samples the next token from the last logits of `ctx` and records it for penalties.
-    pub fn sample(&mut self, ctx: &mut Context<'_>) -> Result<Token, SamplerError> {
-        if !ctx.logits_ready() {
-            return Err(SamplerError::Failed("sample: no logits (decode first)"));
+    /// Samples the next token from the logits of entry `index` of the batch `ctx` last
+    /// decoded, and records it for penalties and grammar.
+    pub fn sample_at(
+        &mut self,
+        ctx: &mut Context<'_>,
+        index: usize,
+    ) -> Result<Token, SamplerError> {
+        if !ctx.has_logits_at(index) {
+            return Err(SamplerError::Failed(
+                "sample: no logits there (decode first)",
+            ));
         }
-        // SAFETY: `ctx` holds logits for its last decoded token (checked above); idx -1
-        // selects them. The call also accepts the token into the chain's state.
-        Ok(unsafe { sys::llama_sampler_sample(self.raw.as_ptr(), ctx.as_ptr(), -1) })
+        let idx = i32::try_from(index).map_err(|_| SamplerError::Failed("sample: index"))?;
+        // SAFETY: `ctx` holds logits for batch entry `index` of its last decode (checked
+        // above). The call also accepts the token into the chain's state.
+        Ok(unsafe { sys::llama_sampler_sample(self.raw.as_ptr(), ctx.as_ptr(), idx) })
     }
 }
 

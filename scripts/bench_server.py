@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""`make bench` part two: shepherd's OpenAI-compatible server against llama-server.
+
+Usage: bench_server.py NAME=URL [NAME=URL ...]
+
+Drives every server through POST /v1/chat/completions with the same client:
+streaming, temperature 0, a fixed max_tokens. Per round and per server (servers
+interleaved within each round, so machine load hits both alike) it measures
+
+  single: one stream alone, completion tokens / wall time of the request;
+  aggregate: STREAMS concurrent streams, all their completion tokens / wall time
+             from the first request sent to the last stream finished.
+
+and prints medians and the ratio of each server to the first one. Standard
+library only: http.client and threads.
+"""
+import http.client
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+import urllib.parse
+
+ROUNDS = int(os.environ.get("ROUNDS", "5"))
+STREAMS = int(os.environ.get("STREAMS", "4"))
+MAX_TOKENS = int(os.environ.get("MAX_TOKENS", "128"))
+PROMPTS = [
+    "Write a long story about a dragon who learns to cook.",
+    "Write a long story about a lighthouse keeper and a storm.",
+    "Write a long story about a robot that plants a garden.",
+    "Write a long story about two friends crossing a desert.",
+    "Write a long story about a cat who runs a bakery.",
+    "Write a long story about a city under the sea.",
+    "Write a long story about a clock that runs backwards.",
+    "Write a long story about the last train of the night.",
+]
+
+
+def stream_completion(url, prompt):
+    """One streamed chat completion; returns (completion tokens, seconds)."""
+    parts = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=600)
+    body = json.dumps({
+        "model": "bench",
+        "messages": [
+            {"role": "system", "content": "You are a helpful assistant."},
+            {"role": "user", "content": prompt},
+        ],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "max_tokens": MAX_TOKENS,
+        "temperature": 0,
+    })
+    started = time.perf_counter()
+    conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+    response = conn.getresponse()
+    if response.status != 200:
+        raise RuntimeError(f"{url}: HTTP {response.status}: {response.read()[:300]!r}")
+    chunks, usage = 0, None
+    for raw in response:
+        line = raw.decode("utf-8", "replace").strip()
+        if not line.startswith("data:"):
+            continue
+        data = line[5:].strip()
+        if data == "[DONE]":
+            break
+        event = json.loads(data)
+        if event.get("usage"):
+            usage = event["usage"]
+        for choice in event.get("choices") or []:
+            if (choice.get("delta") or {}).get("content"):
+                chunks += 1
+    elapsed = time.perf_counter() - started
+    conn.close()
+    tokens = usage["completion_tokens"] if usage and usage.get("completion_tokens") else chunks
+    return tokens, elapsed
+
+
+def single(url, round_no):
+    tokens, secs = stream_completion(url, PROMPTS[round_no % len(PROMPTS)])
+    return tokens / secs
+
+
+def aggregate(url, round_no):
+    results, errors = [], []
+
+    def run(i):
+        try:
+            results.append(stream_completion(url, PROMPTS[(round_no + i) % len(PROMPTS)]))
+        except Exception as err:  # reported below; a failed stream fails the bench
+            errors.append(err)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(STREAMS)]
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - started
+    if errors:
+        raise errors[0]
+    return sum(tokens for tokens, _ in results) / elapsed
+
+
+def main():
+    servers = [arg.split("=", 1) for arg in sys.argv[1:]]
+    if not servers or any(len(s) != 2 for s in servers):
+        sys.exit(__doc__)
+    # Warm-up: page faults, caches, first-request setup in either server.
+    for _, url in servers:
+        stream_completion(url, "Say hello.")
+    speeds = {name: {"single": [], "aggregate": []} for name, _ in servers}
+    for round_no in range(ROUNDS):
+        order = servers if round_no % 2 == 0 else servers[::-1]
+        for name, url in order:
+            speeds[name]["single"].append(single(url, round_no))
+            speeds[name]["aggregate"].append(aggregate(url, round_no))
+        print(f"round {round_no + 1}/{ROUNDS}: " + ", ".join(
+            f"{n} {speeds[n]['single'][-1]:.1f}/{speeds[n]['aggregate'][-1]:.1f}" for n, _ in servers),
+            file=sys.stderr)
+    base = servers[0][0]
+    print(f"servers: medians of {ROUNDS} interleaved rounds, tokens/s "
+          f"(max_tokens {MAX_TOKENS}, {STREAMS} concurrent streams for aggregate)")
+    print(f"{'test':12} " + " ".join(f"{n:>14}" for n, _ in servers) + "   ratio  spread(min-max)")
+    for test in ("single", "aggregate"):
+        meds = {n: statistics.median(speeds[n][test]) for n, _ in servers}
+        cells = " ".join(f"{meds[n]:14.1f}" for n, _ in servers)
+        ratios = " ".join(f"{meds[n] / meds[base]:.2f}x" for n, _ in servers[1:])
+        spread = " ".join(f"{n}:{min(speeds[n][test]):.0f}-{max(speeds[n][test]):.0f}" for n, _ in servers)
+        print(f"{test:12} {cells}   {ratios}  {spread}")
+
+
+if __name__ == "__main__":
+    main()

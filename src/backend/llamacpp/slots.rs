@@ -1,0 +1,753 @@
+//! The generation thread's scheduler: `parallel` slots over one llama.cpp context,
+//! decoded together (continuous batching).
+//!
+//! Each slot is one sequence id of the context (`0..parallel`) with its own share of
+//! the cache (`n_ctx / parallel` positions, as llama-server splits it with an explicit
+//! `--parallel`) and its own mirror of the tokens in that share. A request takes the
+//! idle slot whose mirror shares the longest prefix with its prompt (ties: the least
+//! recently used), removes the rest of that sequence and decodes only the new tokens.
+//! Requests beyond the slots wait in FIFO order.
+//!
+//! Every step builds one batch: one token per generating slot, then prompt chunks of
+//! prefilling slots up to `n_batch`; decodes it once; and samples each slot that got
+//! logits with that slot's own sampler chain. A slot that sent text waits for its
+//! sink's [`Flow`] before its token joins a batch, so a cancel (or a client that is
+//! gone) stops that slot within one token while the others go on; the step waits
+//! only briefly for slow answers, so one slow client never stalls the rest.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Select, TryRecvError};
+
+use super::{
+    common_prefix, finish_reply, forced_tools, load_template, overflow, render, sampler_params,
+    tokenize_prompt, BackendError, Event, FinishReason, Flow, Job, LlamaConfig, PrefillReport,
+    RequestJob, StopMatcher, ToolChoice, ToolSpec, Usage, WorkerMsg, DEFAULT_RESERVE,
+};
+use crate::core::Stats;
+use crate::llama::{self, utf8::Utf8Stream, Batch, Context, ContextParams, Model, Sampler, Token};
+use crate::template::ChatTemplate;
+
+/// How long a step waits for the answers of slots that just sent text, so that they
+/// join the next batch rather than skip a step. A slower client only delays itself.
+const FLOW_GRACE: Duration = Duration::from_millis(5);
+/// How often a worker with nothing to decode looks at the cancel flags.
+const IDLE_POLL: Duration = Duration::from_millis(50);
+
+/// The state the generation thread owns: the context (borrowing the model) and its slots.
+pub(super) struct Worker<'m> {
+    pub(super) ctx: Context<'m>,
+    template: ChatTemplate,
+    batch: Batch,
+    slots: Vec<Slot>,
+    queue: VecDeque<Box<RequestJob>>,
+    /// Positions each slot may use.
+    n_ctx_slot: usize,
+    /// Ticks on every finished request, for least-recently-used slot choice.
+    clock: u64,
+}
+
+struct Slot {
+    /// The sequence id in the context.
+    seq: i32,
+    /// The tokens this slot's sequence holds in the cache, position by position.
+    mirror: Vec<Token>,
+    last_used: u64,
+    task: Option<Task>,
+}
+
+/// The request a slot is serving.
+struct Task {
+    job: Box<RequestJob>,
+    prompt: Vec<Token>,
+    sampler: Sampler,
+    max_tokens: usize,
+    forced_tools: bool,
+    report: PrefillReport,
+    phase: Phase,
+    /// Tokens this slot put into the batch being decoded.
+    in_batch: usize,
+    /// Where this slot's logits are in the batch just decoded.
+    logits_at: Option<usize>,
+    started: Instant,
+    prefill_secs: f64,
+    /// When the first token was sampled.
+    generating_since: Option<Instant>,
+    utf8: Utf8Stream,
+    stops: StopMatcher,
+    text: String,
+    n_tokens: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Prompt tokens `mirror.len()..prompt.len()` are still to be decoded.
+    Prefill,
+    /// A sampled token to decode in the next batch.
+    Decode(Token),
+    /// Text was sent; the sink's answer decides whether `token` is decoded.
+    AwaitFlow { token: Token, stopped: bool },
+}
+
+/// The context size: the one requested, else the training context, capped.
+pub(super) fn choose_context(requested: Option<u32>, trained: u32) -> u32 {
+    match requested {
+        Some(n) if n > 0 => n,
+        _ if trained == 0 => 2048,
+        _ => trained.min(super::DEFAULT_CONTEXT_CAP),
+    }
+}
+
+impl<'m> Worker<'m> {
+    pub(super) fn new(
+        model: &'m Model,
+        config: &LlamaConfig,
+        abort: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) -> Result<Self, BackendError> {
+        let n_ctx = choose_context(config.context_size, model.n_ctx_train());
+        let defaults = ContextParams::default();
+        let parallel = config.parallel.max(1);
+        // Every generating slot needs a place in each batch.
+        let n_batch = config.n_batch.max(parallel).min(n_ctx);
+        let params = ContextParams {
+            n_ctx,
+            n_batch,
+            n_ubatch: config.ubatch.min(n_batch),
+            n_threads: config.threads.unwrap_or(defaults.n_threads),
+            n_seq_max: parallel,
+            cache_type: config.cache_type,
+            flash_attn: config.flash_attn,
+            abort,
+        };
+        let ctx = Context::new(model, &params).map_err(|e| BackendError::Config(e.to_string()))?;
+        crate::log::debug(crate::log::Category::Llm, || {
+            format!(
+                "context: {} tokens, {} slot(s) of {}",
+                ctx.n_ctx(),
+                ctx.n_seq_max(),
+                ctx.n_ctx_seq()
+            )
+        });
+        let batch =
+            Batch::new(ctx.n_batch() as usize).map_err(|e| BackendError::Config(e.to_string()))?;
+        let slots = (0..ctx.n_seq_max() as i32)
+            .map(|seq| Slot {
+                seq,
+                mirror: Vec::new(),
+                last_used: 0,
+                task: None,
+            })
+            .collect();
+        Ok(Worker {
+            template: load_template(model),
+            n_ctx_slot: ctx.n_ctx_seq() as usize,
+            ctx,
+            batch,
+            slots,
+            queue: VecDeque::new(),
+            clock: 0,
+        })
+    }
+
+    fn model(&self) -> &'m Model {
+        self.ctx.model()
+    }
+
+    /// The context each request sees.
+    pub(super) fn slot_context(&self) -> usize {
+        self.n_ctx_slot
+    }
+
+    /// Serves jobs until every handle is gone.
+    pub(super) fn serve(&mut self, jobs: &Receiver<Job>) {
+        while self.receive(jobs) {
+            self.assign();
+            self.await_flows(jobs);
+            self.step();
+        }
+    }
+
+    fn idle(&self) -> bool {
+        self.queue.is_empty() && self.slots.iter().all(|s| s.task.is_none())
+    }
+
+    /// Takes the jobs that arrived (blocking while there is nothing to do); false once
+    /// the channel is closed, i.e. the last handle is gone.
+    fn receive(&mut self, jobs: &Receiver<Job>) -> bool {
+        if self.idle() {
+            match jobs.recv() {
+                Ok(job) => self.accept(job),
+                Err(_) => return false,
+            }
+        }
+        loop {
+            match jobs.try_recv() {
+                Ok(job) => self.accept(job),
+                Err(TryRecvError::Empty) => return true,
+                Err(TryRecvError::Disconnected) => return false,
+            }
+        }
+    }
+
+    fn accept(&mut self, job: Job) {
+        match job {
+            Job::Request(job) => self.queue.push_back(job),
+            Job::Count(text, reply) => {
+                let _ = reply.send(self.model().tokenize(&text, false).ok().map(|t| t.len()));
+            }
+            #[cfg(test)]
+            Job::Bench(n_prompt, n_gen, reply) => {
+                let _ = reply.send(self.bench(n_prompt, n_gen));
+            }
+        }
+    }
+
+    /// Gives queued requests (FIFO) to free slots.
+    fn assign(&mut self) {
+        while self.slots.iter().any(|s| s.task.is_none()) {
+            let Some(job) = self.queue.pop_front() else {
+                return;
+            };
+            if job.cancel.load(Ordering::Relaxed) {
+                let _ = job.prefilled.send(Err(BackendError::Cancelled));
+                continue;
+            }
+            if let Err((job, err)) = self.start(job) {
+                let _ = job.prefilled.send(Err(err));
+            }
+        }
+    }
+
+    /// Renders and tokenizes the request, checks that it fits a slot, picks the slot
+    /// and keeps the part of its cache the prompt shares.
+    fn start(&mut self, job: Box<RequestJob>) -> Result<(), (Box<RequestJob>, BackendError)> {
+        let prepared = match self.prepare(&job) {
+            Ok(prepared) => prepared,
+            Err(err) => return Err((job, err)),
+        };
+        let (prompt, sampler, forced_tools, max_tokens, stops) = prepared;
+        let index = self.choose_slot(&prompt);
+        let slot = &mut self.slots[index];
+        let common = common_prefix(&slot.mirror, &prompt);
+        // At least one token must be decoded so that there are logits to sample from.
+        let mut keep = common.min(prompt.len() - 1);
+        if keep < slot.mirror.len() && !self.ctx.truncate_seq(slot.seq, keep) {
+            self.ctx.truncate_seq(slot.seq, 0);
+            keep = 0;
+        }
+        slot.mirror.truncate(keep);
+        let report = PrefillReport {
+            prompt_tokens: prompt.len(),
+            reused_tokens: keep,
+            decoded_tokens: prompt.len() - keep,
+        };
+        crate::log::debug(crate::log::Category::Llm, || {
+            format!(
+                "slot {}: {} prompt tokens, {keep} reused, {} to decode",
+                slot.seq,
+                prompt.len(),
+                report.decoded_tokens
+            )
+        });
+        slot.task = Some(Task {
+            job,
+            prompt,
+            sampler,
+            max_tokens,
+            forced_tools,
+            report,
+            phase: Phase::Prefill,
+            in_batch: 0,
+            logits_at: None,
+            started: Instant::now(),
+            prefill_secs: 0.0,
+            generating_since: None,
+            utf8: Utf8Stream::default(),
+            stops,
+            text: String::new(),
+            n_tokens: 0,
+        });
+        Ok(())
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn prepare(
+        &self,
+        job: &RequestJob,
+    ) -> Result<(Vec<Token>, Sampler, bool, usize, StopMatcher), BackendError> {
+        let tools: &[ToolSpec] = if job.tool_choice == ToolChoice::None {
+            &[]
+        } else {
+            &job.tools
+        };
+        let forced = forced_tools(tools, &job.tool_choice)?;
+        let prompt = render(&self.template, &job.conversation, tools)?;
+        let tokens = tokenize_prompt(self.model(), &prompt)?;
+        let n_ctx = self.n_ctx_slot;
+        let reserve = job
+            .sampling
+            .max_tokens
+            .unwrap_or(DEFAULT_RESERVE.min(n_ctx as u32 / 4)) as usize;
+        if tokens.len() + reserve > n_ctx {
+            return Err(overflow(tokens.len(), reserve, n_ctx));
+        }
+        let params = sampler_params(&job.sampling, forced.as_deref())?;
+        let sampler =
+            Sampler::new(self.model(), &params).map_err(|e| BackendError::Config(e.to_string()))?;
+        let room = n_ctx - tokens.len();
+        let max_tokens = job
+            .sampling
+            .max_tokens
+            .map_or(room, |n| (n as usize).min(room));
+        let stops = job.sampling.stop.iter().filter(|s| !s.is_empty()).cloned();
+        let stops = StopMatcher::new(stops.collect());
+        Ok((tokens, sampler, forced.is_some(), max_tokens, stops))
+    }
+
+    fn choose_slot(&self, prompt: &[Token]) -> usize {
+        let free = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.task.is_none());
+        pick_slot(
+            free.map(|(i, s)| (i, s.mirror.as_slice(), s.last_used)),
+            prompt,
+        )
+    }
+
+    /// Collects the sinks' answers. With something to decode it waits at most
+    /// [`FLOW_GRACE`] for the rest; with nothing, until an answer or a job arrives.
+    fn await_flows(&mut self, jobs: &Receiver<Job>) {
+        self.poll_flows();
+        let deadline = Instant::now() + FLOW_GRACE;
+        while self.awaiting() {
+            if self.runnable() {
+                let now = Instant::now();
+                if now >= deadline || !self.wait_any(None, deadline - now) {
+                    return;
+                }
+                self.poll_flows();
+                continue;
+            }
+            if self.wait_any(Some(jobs), IDLE_POLL) {
+                while let Ok(job) = jobs.try_recv() {
+                    self.accept(job);
+                }
+                self.assign();
+            }
+            self.poll_flows();
+            if jobs.is_empty() && self.idle() {
+                return;
+            }
+        }
+    }
+
+    fn awaiting(&self) -> bool {
+        self.tasks()
+            .any(|t| matches!(t.phase, Phase::AwaitFlow { .. }))
+    }
+
+    fn runnable(&self) -> bool {
+        self.tasks()
+            .any(|t| !matches!(t.phase, Phase::AwaitFlow { .. }))
+    }
+
+    fn tasks(&self) -> impl Iterator<Item = &Task> {
+        self.slots.iter().filter_map(|s| s.task.as_ref())
+    }
+
+    /// Blocks until a waiting slot's answer (or a job, when `jobs` is given) is ready.
+    fn wait_any(&self, jobs: Option<&Receiver<Job>>, timeout: Duration) -> bool {
+        let mut select = Select::new();
+        for task in self.tasks() {
+            if matches!(task.phase, Phase::AwaitFlow { .. }) {
+                select.recv(&task.job.flow);
+            }
+        }
+        if let Some(jobs) = jobs {
+            select.recv(jobs);
+        }
+        select.ready_timeout(timeout).is_ok()
+    }
+
+    /// Applies every answer that has arrived; a cancel flag counts as one.
+    fn poll_flows(&mut self) {
+        for index in 0..self.slots.len() {
+            let Some(task) = &self.slots[index].task else {
+                continue;
+            };
+            let Phase::AwaitFlow { token, stopped } = task.phase else {
+                continue;
+            };
+            match task.job.flow.try_recv() {
+                Ok(Flow::Continue) => self.after_token(index, token, stopped),
+                Ok(Flow::Cancel) | Err(TryRecvError::Disconnected) => {
+                    self.finish(index, FinishReason::Cancelled)
+                }
+                Err(TryRecvError::Empty) if task.job.cancel.load(Ordering::Relaxed) => {
+                    self.finish(index, FinishReason::Cancelled)
+                }
+                Err(TryRecvError::Empty) => {}
+            }
+        }
+    }
+
+    /// One batch: a token per generating slot, then prompt chunks; one decode; samples.
+    fn step(&mut self) {
+        self.batch.clear();
+        for index in 0..self.slots.len() {
+            if self.cancelled(index) {
+                continue;
+            }
+            let slot = &mut self.slots[index];
+            let Some(task) = slot.task.as_mut() else {
+                continue;
+            };
+            task.in_batch = 0;
+            task.logits_at = None;
+            if let Phase::Decode(token) = task.phase {
+                let pushed = self
+                    .batch
+                    .push_seq(token, slot.mirror.len(), slot.seq, true);
+                if pushed.is_ok() {
+                    task.in_batch = 1;
+                    task.logits_at = Some(self.batch.len() - 1);
+                }
+            }
+        }
+        for slot in &mut self.slots {
+            let Some(task) = slot.task.as_mut() else {
+                continue;
+            };
+            if task.phase != Phase::Prefill {
+                continue;
+            }
+            let from = slot.mirror.len();
+            let room = self.batch.capacity() - self.batch.len();
+            let n = room.min(task.prompt.len() - from);
+            for (j, &token) in task.prompt[from..from + n].iter().enumerate() {
+                let last = from + j + 1 == task.prompt.len();
+                if self
+                    .batch
+                    .push_seq(token, from + j, slot.seq, last)
+                    .is_err()
+                {
+                    break;
+                }
+                task.in_batch += 1;
+                if last {
+                    task.logits_at = Some(self.batch.len() - 1);
+                }
+            }
+        }
+        if self.batch.is_empty() {
+            return;
+        }
+        if let Err(err) = self.ctx.decode(&self.batch) {
+            self.decode_failed(err);
+            return;
+        }
+        for index in 0..self.slots.len() {
+            self.after_decode(index);
+        }
+    }
+
+    /// Whether slot `index`'s request was cancelled (and is now finished).
+    fn cancelled(&mut self, index: usize) -> bool {
+        let Some(task) = &self.slots[index].task else {
+            return false;
+        };
+        if !task.job.cancel.load(Ordering::Relaxed) {
+            return false;
+        }
+        if task.generating_since.is_none() {
+            self.fail(index, BackendError::Cancelled);
+        } else {
+            self.finish(index, FinishReason::Cancelled);
+        }
+        true
+    }
+
+    /// Records what slot `index` decoded; samples when its logits are ready.
+    fn after_decode(&mut self, index: usize) {
+        let slot = &mut self.slots[index];
+        let Some(task) = slot.task.as_mut() else {
+            return;
+        };
+        let from = slot.mirror.len();
+        match task.phase {
+            Phase::Prefill => slot
+                .mirror
+                .extend_from_slice(&task.prompt[from..from + task.in_batch]),
+            Phase::Decode(token) if task.in_batch == 1 => slot.mirror.push(token),
+            _ => {}
+        }
+        let Some(at) = task.logits_at.take() else {
+            return;
+        };
+        if task.phase == Phase::Prefill {
+            task.prefill_secs = task.started.elapsed().as_secs_f64();
+            task.generating_since = Some(Instant::now());
+            // The prefill phase's answer comes before any output; a caller that is
+            // gone no longer wants the rest.
+            if task.job.prefilled.send(Ok(task.report)).is_err() {
+                self.release(index);
+                return;
+            }
+        }
+        self.sample(index, at);
+    }
+
+    /// Samples slot `index`'s next token and passes its text on.
+    fn sample(&mut self, index: usize, at: usize) {
+        let Worker { ctx, slots, .. } = self;
+        let Some(task) = slots[index].task.as_mut() else {
+            return;
+        };
+        let token = match task.sampler.sample_at(ctx, at) {
+            Ok(token) => token,
+            Err(err) => return self.fail(index, BackendError::Protocol(err.to_string())),
+        };
+        let model = ctx.model();
+        if model.is_eog(token) {
+            return self.finish(index, FinishReason::Stop);
+        }
+        task.n_tokens += 1;
+        let bytes = match model.piece_bytes(token, false) {
+            Ok(bytes) => bytes,
+            Err(err) => return self.fail(index, BackendError::Protocol(err.to_string())),
+        };
+        let (visible, stopped) = task.stops.push(&task.utf8.push(&bytes));
+        task.text.push_str(&visible);
+        // A forced tool call is JSON for the agent, never text for the user.
+        if task.forced_tools || visible.is_empty() {
+            return self.after_token(index, token, stopped);
+        }
+        if task
+            .job
+            .events
+            .send(WorkerMsg::Event(Event::Content(visible)))
+            .is_err()
+        {
+            return self.finish(index, FinishReason::Cancelled);
+        }
+        task.phase = Phase::AwaitFlow { token, stopped };
+    }
+
+    /// The sink took the text of `token`: stop, or decode it next step.
+    fn after_token(&mut self, index: usize, token: Token, stopped: bool) {
+        let n_ctx = self.n_ctx_slot;
+        let slot = &mut self.slots[index];
+        let Some(task) = slot.task.as_mut() else {
+            return;
+        };
+        if stopped {
+            return self.finish(index, FinishReason::Stop);
+        }
+        if task.n_tokens >= task.max_tokens || slot.mirror.len() >= n_ctx {
+            return self.finish(index, FinishReason::Length);
+        }
+        task.phase = Phase::Decode(token);
+    }
+
+    /// Ends slot `index`'s request: the held-back text, the stats, the reply.
+    fn finish(&mut self, index: usize, reason: FinishReason) {
+        let n_ctx = self.n_ctx_slot;
+        let slot = &mut self.slots[index];
+        let Some(mut task) = slot.task.take() else {
+            return;
+        };
+        if reason != FinishReason::Cancelled {
+            let rest = task.stops.finish(&task.utf8.finish());
+            task.text.push_str(&rest);
+            if !task.forced_tools && !rest.is_empty() {
+                let _ = task.job.events.send(WorkerMsg::Event(Event::Content(rest)));
+            }
+        }
+        let decode_secs = task
+            .generating_since
+            .map_or(0.0, |t| t.elapsed().as_secs_f64());
+        let rate = |n: usize, secs: f64| (secs > 0.0 && n > 0).then(|| n as f64 / secs);
+        let stats = Stats {
+            prompt_tokens: task.report.prompt_tokens as u64,
+            completion_tokens: task.n_tokens as u64,
+            prefill_tps: rate(task.report.decoded_tokens, task.prefill_secs),
+            decode_tps: rate(task.n_tokens, decode_secs),
+            context_used: slot.mirror.len() as u64,
+            context_size: n_ctx as u64,
+            cached_tokens: task.report.reused_tokens as u64,
+        };
+        let reply = finish_reply(task.forced_tools, std::mem::take(&mut task.text), reason);
+        let reply = reply.map(|mut reply| {
+            let _ = task
+                .job
+                .events
+                .send(WorkerMsg::Event(Event::Stats(stats.clone())));
+            reply.usage = Some(Usage {
+                prompt_tokens: stats.prompt_tokens,
+                completion_tokens: stats.completion_tokens,
+            });
+            reply
+        });
+        let _ = task.job.events.send(WorkerMsg::Done(reply));
+        self.release(index);
+    }
+
+    /// Ends slot `index`'s request with an error, in whichever phase it is.
+    fn fail(&mut self, index: usize, err: BackendError) {
+        let Some(task) = self.slots[index].task.as_ref() else {
+            return;
+        };
+        // Until the prefill's answer went out, the caller waits for that answer; after
+        // it, for events (the first sample may still fail).
+        if task.generating_since.is_none() {
+            let _ = task.job.prefilled.send(Err(err));
+        } else {
+            let _ = task.job.events.send(WorkerMsg::Done(Err(err)));
+        }
+        self.release(index);
+    }
+
+    /// Frees slot `index`; its cache stays for the next request that shares it.
+    fn release(&mut self, index: usize) {
+        self.clock += 1;
+        let slot = &mut self.slots[index];
+        slot.task = None;
+        slot.last_used = self.clock;
+    }
+
+    /// After a failed decode the cache content of every slot in the batch is unknown:
+    /// those slots start over, and their requests get the error.
+    fn decode_failed(&mut self, err: llama::DecodeError) {
+        let n_ctx = self.n_ctx_slot;
+        for index in 0..self.slots.len() {
+            let slot = &mut self.slots[index];
+            if slot.task.as_ref().is_none_or(|t| t.in_batch == 0) {
+                continue;
+            }
+            self.ctx.truncate_seq(slot.seq, 0);
+            slot.mirror.clear();
+            let err = match &err {
+                llama::DecodeError::Aborted => BackendError::Cancelled,
+                llama::DecodeError::ContextFull { needed, n_ctx } => overflow(*needed, 0, *n_ctx),
+                llama::DecodeError::NoKvSlot => overflow(n_ctx, 1, n_ctx),
+                other => BackendError::Protocol(other.to_string()),
+            };
+            self.fail(index, err);
+        }
+    }
+}
+
+/// Of the free slots `(index, mirror, last_used)`, the one whose cache shares the
+/// longest prefix with `prompt`, when that keeps at least half of what it holds (a
+/// conversation coming back); otherwise the least recently used, so a new
+/// conversation that shares only a short system prompt does not evict another
+/// conversation's cache while an older or empty slot is free.
+fn pick_slot<'a>(free: impl Iterator<Item = (usize, &'a [Token], u64)>, prompt: &[Token]) -> usize {
+    let free: Vec<_> = free.collect();
+    let longest = free
+        .iter()
+        .max_by_key(|(_, mirror, used)| (common_prefix(mirror, prompt), std::cmp::Reverse(*used)));
+    if let Some(&(index, mirror, _)) = longest {
+        let common = common_prefix(mirror, prompt);
+        if common > 0 && common * 2 >= mirror.len() {
+            return index;
+        }
+    }
+    let oldest = free.iter().min_by_key(|(index, _, used)| (*used, *index));
+    oldest.map_or(0, |(index, _, _)| *index)
+}
+
+// ---------------------------------------------------------------- benchmark
+
+#[cfg(test)]
+impl Worker<'_> {
+    /// Like llama-bench's pp and tg tests, on slot 0 from an empty cache; only while
+    /// no request is running. Leaves every slot empty.
+    fn bench(&mut self, n_prompt: usize, n_gen: usize) -> Result<super::BenchReport, BackendError> {
+        if !self.idle() {
+            return Err(BackendError::Config("bench needs an idle backend".into()));
+        }
+        let n_vocab = self.model().n_vocab().max(1) as usize;
+        // Arbitrary but valid tokens, as llama-bench uses.
+        let tokens: Vec<Token> = (0..n_prompt)
+            .map(|i| ((i * 7919) % n_vocab) as Token)
+            .collect();
+        self.clear_all();
+        let started = Instant::now();
+        self.bench_decode(&tokens, 0)?;
+        let pp_secs = started.elapsed().as_secs_f64();
+        self.clear_all();
+        let started = Instant::now();
+        for i in 0..n_gen {
+            self.bench_decode(&[((i * 104_729) % n_vocab) as Token], i)?;
+        }
+        let tg_secs = started.elapsed().as_secs_f64();
+        self.clear_all();
+        let rate = |n: usize, secs: f64| if secs > 0.0 { n as f64 / secs } else { 0.0 };
+        Ok(super::BenchReport {
+            pp_tps: rate(n_prompt, pp_secs),
+            tg_tps: rate(n_gen, tg_secs),
+        })
+    }
+
+    fn clear_all(&mut self) {
+        for slot in &mut self.slots {
+            self.ctx.truncate_seq(slot.seq, 0);
+            slot.mirror.clear();
+        }
+    }
+
+    fn bench_decode(&mut self, tokens: &[Token], start: usize) -> Result<(), BackendError> {
+        let chunk = self.batch.capacity();
+        for (i, piece) in tokens.chunks(chunk).enumerate() {
+            self.batch.clear();
+            for (j, &token) in piece.iter().enumerate() {
+                let last = i * chunk + j + 1 == tokens.len();
+                let pushed = self.batch.push_seq(token, start + i * chunk + j, 0, last);
+                pushed.map_err(|e| BackendError::Config(e.to_string()))?;
+            }
+            self.ctx
+                .decode(&self.batch)
+                .map_err(|e| BackendError::Protocol(e.to_string()))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_takes_the_slot_sharing_the_longest_prefix_else_the_oldest() {
+        let (a, b, empty): (Vec<Token>, Vec<Token>, Vec<Token>) =
+            (vec![1, 2, 3, 4, 5, 6], vec![1, 2, 9, 9, 9], vec![]);
+        let slots = |used: [u64; 3]| {
+            [
+                (0, a.as_slice(), used[0]),
+                (1, b.as_slice(), used[1]),
+                (2, empty.as_slice(), used[2]),
+            ]
+        };
+        // A conversation coming back: its own slot, however recently used.
+        assert_eq!(
+            pick_slot(slots([9, 1, 0]).into_iter(), &[1, 2, 3, 4, 5, 6, 7]),
+            0
+        );
+        assert_eq!(pick_slot(slots([1, 9, 0]).into_iter(), &[1, 2, 9, 9, 8]), 1);
+        // Sharing only a short prefix (2 of 6 and 2 of 5 tokens): the oldest slot.
+        assert_eq!(pick_slot(slots([5, 3, 4]).into_iter(), &[1, 2, 7]), 1);
+        assert_eq!(pick_slot(slots([5, 3, 0]).into_iter(), &[1, 2, 7]), 2);
+        // Equal prefixes: the least recently used of them.
+        assert_eq!(
+            pick_slot([(0, &a[..4], 7), (1, &a[..4], 2)].into_iter(), &a),
+            1
+        );
+        // Only busy slots elsewhere: whichever is free.
+        assert_eq!(pick_slot([(3, b.as_slice(), 8)].into_iter(), &a), 3);
+    }
+}
