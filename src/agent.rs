@@ -19,7 +19,6 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender};
 
@@ -541,37 +540,18 @@ impl Agent {
             .tools
             .get(&call.name)
             .map(|tool| tool.side_effecting(&call.arguments));
-        let verdict = match side_effecting {
-            Some(side_effecting) => {
-                let events = &self.events;
-                let mut notify = |event: Event| {
-                    let _ = events.send(event);
-                };
-                self.gate
-                    .check(call, side_effecting, &mut notify, &self.cancel)
-            }
-            None => crate::approval::Verdict {
-                allowed: true,
-                by: crate::approval::DecidedBy::Policy,
-            },
-        };
-        let started = Instant::now();
-        let output = if verdict.allowed {
-            self.run_tool(call)
-        } else {
-            verdict.refusal(&call.name)
-        };
-        self.gate.record(call, verdict, started.elapsed(), &output);
-        output
-    }
-
-    fn run_tool(&self, call: &ToolCall) -> ToolOutput {
-        log::debug(Category::Tools, || {
-            format!("run {}({})", call.name, call.arguments)
-        });
-        let output = self.tools.run(call, &self.tool_ctx);
         let limit = self.tool_output_limit_chars();
-        truncate::truncate_output(output, limit)
+        let (tools, ctx, events) = (&self.tools, &self.tool_ctx, &self.events);
+        let mut notify = |event: Event| {
+            let _ = events.send(event);
+        };
+        self.gate
+            .run(call, side_effecting, &mut notify, &self.cancel, || {
+                log::debug(Category::Tools, || {
+                    format!("run {}({})", call.name, call.arguments)
+                });
+                truncate::truncate_output(tools.run(call, ctx), limit)
+            })
     }
 
     /// The share of the free context a tool result may take, in characters.

@@ -391,6 +391,31 @@ impl Gate {
         }
     }
 
+    /// Runs `call` through `run` if the gate lets it, and records it in the audit log.
+    /// `side_effecting` is `None` for a tool that does not exist (or is disabled):
+    /// it needs no approval, since the registry answers it with an error and runs nothing.
+    pub fn run(
+        &mut self,
+        call: &ToolCall,
+        side_effecting: Option<bool>,
+        notify: &mut dyn FnMut(Event),
+        cancel: &AtomicBool,
+        run: impl FnOnce() -> ToolOutput,
+    ) -> ToolOutput {
+        let verdict = match side_effecting {
+            Some(side_effecting) => self.check(call, side_effecting, notify, cancel),
+            None => Verdict::allow(DecidedBy::Policy),
+        };
+        let started = Instant::now();
+        let output = if verdict.allowed {
+            run()
+        } else {
+            verdict.refusal(&call.name)
+        };
+        self.record(call, verdict, started.elapsed(), &output);
+        output
+    }
+
     /// Appends the call, its verdict and its outcome to the audit log.
     pub fn record(&self, call: &ToolCall, verdict: Verdict, took: Duration, output: &ToolOutput) {
         if let Some(audit) = &self.audit {

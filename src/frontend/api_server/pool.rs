@@ -15,7 +15,6 @@ use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender};
 
@@ -363,19 +362,13 @@ fn run_gated(
     let side_effecting = tools
         .registry
         .get(&call.name)
-        .is_none_or(|tool| tool.side_effecting(&call.arguments));
+        .map(|tool| tool.side_effecting(&call.arguments));
     let mut notify = |event: Event| {
         sink.emit(event);
     };
-    let verdict = gate.check(call, side_effecting, &mut notify, &ctx.cancel);
-    let started = Instant::now();
-    let output = if verdict.allowed {
+    gate.run(call, side_effecting, &mut notify, &ctx.cancel, || {
         tools.registry.run(call, ctx)
-    } else {
-        verdict.refusal(&call.name)
-    };
-    gate.record(call, verdict, started.elapsed(), &output);
-    output
+    })
 }
 
 #[cfg(test)]
