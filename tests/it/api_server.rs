@@ -46,21 +46,8 @@ impl ApiServer {
         let mut all = vec!["--server", "--port", "0"];
         all.extend_from_slice(args);
         let mut child = sandbox.spawn(&all);
-        let log = Arc::new(Mutex::new(String::new()));
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        let stderr = child.stderr.take().expect("stderr");
-        let sink = log.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(at) = line.find("listening on http://") {
-                    let _ = tx.try_send(line[at + "listening on http://".len()..].to_string());
-                }
-                sink.lock().unwrap().push_str(&(line + "\n"));
-            }
-        });
-        let addr = rx
-            .recv_timeout(Duration::from_secs(30))
-            .unwrap_or_else(|_| panic!("no listening line; log: {}", log.lock().unwrap()));
+        let (address, log) = crate::harness::wait_listening(&mut child);
+        let addr = address.trim_start_matches("http://").to_string();
         let server = ApiServer {
             child,
             base: format!("http://{addr}"),

@@ -171,3 +171,30 @@ pub fn process_running(needle: &str) -> bool {
             .contains(needle)
     })
 }
+
+/// Reads a server's stderr on a thread of its own, keeping every line in the
+/// returned log, and waits (at most 30 s) for its `listening on ADDRESS` line.
+/// Returns the address as printed (`http://127.0.0.1:PORT` or `127.0.0.1:PORT`).
+pub fn wait_listening(
+    child: &mut std::process::Child,
+) -> (String, std::sync::Arc<std::sync::Mutex<String>>) {
+    use std::io::{BufRead, BufReader};
+    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let stderr = child.stderr.take().expect("the server's stderr is piped");
+    let sink = log.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(at) = line.find("listening on ") {
+                let rest = &line[at + "listening on ".len()..];
+                let address = rest.split_whitespace().next().unwrap_or_default();
+                let _ = tx.try_send(address.to_string());
+            }
+            sink.lock().unwrap().push_str(&(line + "\n"));
+        }
+    });
+    let address = rx
+        .recv_timeout(Duration::from_secs(30))
+        .unwrap_or_else(|_| panic!("no listening line; log: {}", log.lock().unwrap()));
+    (address, log)
+}

@@ -436,7 +436,6 @@ fn sigterm_during_a_call_cancels_it_and_leaves_no_server_behind() {
 
 #[test]
 fn cliserver_status_shows_each_server() {
-    use std::io::{BufRead, BufReader};
     let Some(python) = python() else { return };
     let sandbox = Sandbox::new("mcp-status");
     let config = sandbox.work().join("mcp.json");
@@ -448,18 +447,8 @@ fn cliserver_status_shows_each_server() {
     let fake = FakeOpenAi::start(Vec::new());
     let config = config.to_string_lossy().into_owned();
     let mut child = sandbox.spawn(&args(&fake, &["--cliserver", "--port", "0", "-c", &config]));
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = crossbeam_channel::bounded(1);
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(at) = line.find("listening on http://") {
-                let _ = tx.try_send(line[at + "listening on http://".len()..].to_string());
-            }
-        }
-    });
-    let addr = rx
-        .recv_timeout(Duration::from_secs(30))
-        .expect("listening line");
+    let (address, _log) = crate::harness::wait_listening(&mut child);
+    let addr = address.trim_start_matches("http://").to_string();
     let status = || -> Value {
         let url = format!("http://{addr}/status");
         let agent: ureq::Agent = ureq::Agent::config_builder().proxy(None).build().into();

@@ -3,7 +3,6 @@
 //! endpoints mounted on the CLI server, and `shepherd profile` with
 //! `--profile`, all with the real binary against the fake OpenAI upstream.
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::Child;
 use std::sync::{Arc, Mutex};
@@ -46,21 +45,7 @@ fn server_args<'a>(fake: &'a FakeOpenAi, extra: &[&'a str]) -> Vec<&'a str> {
 
 fn start(sandbox: &Sandbox, fake: &FakeOpenAi, extra: &[&str]) -> Server {
     let mut child = sandbox.spawn(&server_args(fake, extra));
-    let log = Arc::new(Mutex::new(String::new()));
-    let (tx, rx) = crossbeam_channel::bounded(1);
-    let stderr = child.stderr.take().expect("stderr");
-    let sink = log.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(at) = line.find("listening on http://") {
-                let _ = tx.try_send(line[at + "listening on ".len()..].to_string());
-            }
-            sink.lock().unwrap().push_str(&(line + "\n"));
-        }
-    });
-    let base = rx
-        .recv_timeout(Duration::from_secs(30))
-        .unwrap_or_else(|_| panic!("no listening line; log: {}", log.lock().unwrap()));
+    let (base, log) = crate::harness::wait_listening(&mut child);
     Server { child, base, log }
 }
 

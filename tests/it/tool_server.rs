@@ -28,23 +28,7 @@ impl ToolServer {
         let mut args = vec!["--toolserver", "--port", "0"];
         args.extend_from_slice(extra);
         let mut child = sandbox.spawn(&args);
-        let log = Arc::new(Mutex::new(String::new()));
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        let stderr = child.stderr.take().expect("stderr");
-        let sink = log.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(at) = line.find("listening on ") {
-                    let rest = &line[at + "listening on ".len()..];
-                    let addr = rest.split_whitespace().next().unwrap_or_default();
-                    let _ = tx.try_send(addr.to_string());
-                }
-                sink.lock().unwrap().push_str(&(line + "\n"));
-            }
-        });
-        let addr = rx
-            .recv_timeout(Duration::from_secs(30))
-            .unwrap_or_else(|_| panic!("no listening line; log: {}", log.lock().unwrap()));
+        let (addr, log) = crate::harness::wait_listening(&mut child);
         ToolServer {
             child,
             addr,
