@@ -19,7 +19,7 @@ use super::pool::Work;
 use super::text::{Assembler, Piece};
 use super::{Defaults, Usage};
 use crate::backend::{Reply, ToolChoice, ToolSpec};
-use crate::core::{FinishReason, Message, Role, Session, ToolCall};
+use crate::core::{FinishReason, Message, Session, ToolCall};
 use crate::frontend::http::SseStream;
 
 #[derive(Debug)]
@@ -149,18 +149,12 @@ fn blocks_to_messages(
                 let id = b.required_str("tool_use_id")?;
                 let content = result_text(&b)?;
                 let error = b.bool("is_error")?.unwrap_or(false);
-                let call = out
-                    .iter()
-                    .rev()
-                    .filter(|msg| msg.role == Role::Assistant)
-                    .flat_map(|msg| msg.tool_calls.iter())
-                    .find(|call| call.id == id)
-                    .ok_or_else(|| {
-                        ApiError::invalid(
-                            &b.name("tool_use_id"),
-                            format!("tool_use_id '{id}' answers no earlier tool_use block"),
-                        )
-                    })?;
+                let call = super::earlier_call(out, id).ok_or_else(|| {
+                    ApiError::invalid(
+                        &b.name("tool_use_id"),
+                        format!("tool_use_id '{id}' answers no earlier tool_use block"),
+                    )
+                })?;
                 let content = if error {
                     format!("Error: {content}")
                 } else {
@@ -412,6 +406,7 @@ impl Answer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::Role;
 
     fn defaults() -> Defaults {
         Defaults {

@@ -39,7 +39,7 @@ use serde_json::{json, Value};
 
 use crate::backend::{BackendInfo, Reply, Sampling};
 use crate::config::resolve::Settings;
-use crate::core::Stats;
+use crate::core::{Message, Role, Stats, ToolCall};
 
 use super::agent_api::{self, AgentApi};
 use super::connect;
@@ -507,6 +507,16 @@ impl Handler for ApiServer {
             }
         }
     }
+}
+
+/// The latest assistant tool call with `id`: a tool result must answer one.
+fn earlier_call<'a>(messages: &'a [Message], id: &str) -> Option<&'a ToolCall> {
+    messages
+        .iter()
+        .rev()
+        .filter(|msg| msg.role == Role::Assistant)
+        .flat_map(|msg| msg.tool_calls.iter())
+        .find(|call| call.id == id)
 }
 
 // ---------------------------------------------------------------------------

@@ -17,7 +17,7 @@ use super::pool::Work;
 use super::text::{Assembler, Piece};
 use super::{Defaults, Usage};
 use crate::backend::{Reply, ResponseFormat, ToolChoice, ToolSpec};
-use crate::core::{FinishReason, Message, Role, Session, ToolCall};
+use crate::core::{FinishReason, Message, Session, ToolCall};
 use crate::frontend::http::SseStream;
 
 /// A checked chat-completions request.
@@ -270,18 +270,12 @@ fn assistant(m: &Fields<'_>) -> Result<Message, ApiError> {
 fn tool_result(m: &Fields<'_>, earlier: &[Message]) -> Result<Message, ApiError> {
     let id = m.required_str("tool_call_id")?;
     let text = content(m)?.ok_or_else(|| m.missing("content", "text"))?;
-    let call = earlier
-        .iter()
-        .rev()
-        .filter(|msg| msg.role == Role::Assistant)
-        .flat_map(|msg| msg.tool_calls.iter())
-        .find(|call| call.id == id)
-        .ok_or_else(|| {
-            ApiError::invalid(
-                &m.name("tool_call_id"),
-                format!("tool_call_id '{id}' answers no earlier assistant tool call"),
-            )
-        })?;
+    let call = super::earlier_call(earlier, id).ok_or_else(|| {
+        ApiError::invalid(
+            &m.name("tool_call_id"),
+            format!("tool_call_id '{id}' answers no earlier assistant tool call"),
+        )
+    })?;
     Ok(Message::tool_result(call, text))
 }
 
