@@ -172,8 +172,12 @@ impl Server {
         loop {
             match state.phase {
                 Phase::Ready => {
+                    // A connection that just closed is being replaced by the
+                    // supervisor: wait for the new one rather than fail on it.
                     if let Some(client) = &state.client {
-                        return Ok(client.clone());
+                        if client.closed_reason().is_none() {
+                            return Ok(client.clone());
+                        }
                     }
                 }
                 Phase::Failed | Phase::Disabled => {
