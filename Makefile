@@ -19,7 +19,7 @@ TENSORRT ?=
 CARGO_FEATURES += $(if $(TENSORRT),--features tensorrt,)
 export TRTLLM_ROOT
 
-.PHONY: all build deps test test-tensorrt fmt clippy clean no-async-runtime model run bench jinja2 mcp-servers valgrind bench-cliserver openai-py
+.PHONY: all build deps test test-tensorrt fmt clippy clean no-async-runtime model run bench jinja2 mcp-servers valgrind bench-cliserver bench-llama bench-server openai-py
 .PHONY: static vendor dist install uninstall check-static check-install offline-static release-deps
 
 all: build
@@ -91,6 +91,13 @@ $(MCP_EVERYTHING):
 # shepherd's own loop: pp512/tg128 and their ratios, plus time to first token at turns 1 and 10.
 bench: deps model
 	MODEL=$(MODEL) THREADS=$(THREADS) CACHE=$(CACHE) PYTHON=$(PYTHON) scripts/bench.sh
+
+# Only one half of `make bench`: llama-bench vs the in-process loop, or the servers.
+bench-llama: deps model
+	MODEL=$(MODEL) THREADS=$(THREADS) CACHE=$(CACHE) PYTHON=$(PYTHON) scripts/bench.sh --llama-only
+
+bench-server: deps model
+	MODEL=$(MODEL) THREADS=$(THREADS) CACHE=$(CACHE) PYTHON=$(PYTHON) scripts/bench.sh --servers-only
 
 # A short generation under valgrind: no invalid reads or writes in the llama wrapper.
 valgrind: deps model

@@ -32,10 +32,12 @@ build_llama_bench() {
 
 { [ -x "$BENCH" ] && [ -x "$SERVER" ]; } || build_llama_bench
 [ "${1:-}" = "--build-only" ] && exit 0
+PART=${1:-all}  # all | --servers-only | --llama-only
 
 # Timing noise on a shared 2-core VM is ±20% run to run, so the two are measured in
 # interleaved rounds (llama-bench, then shepherd, ROUNDS times) and compared by median.
 ROUNDS=${ROUNDS:-5}
+if [ "$PART" != "--servers-only" ]; then
 echo "building shepherd's bench (release test binary)" >&2
 SHEPHERD_TEST_MODEL="$MODEL" cargo test --release --quiet --no-run 2>/dev/null
 : > "$DIR/llama-bench.jsonl"
@@ -67,6 +69,8 @@ t1 = med([o["ttft_turn1_ms"] for o in ours])
 t10 = med([o["ttft_turn10_ms"] for o in ours])
 print(f"TTFT turn 1: {t1:.0f} ms, turn 10: {t10:.0f} ms, ratio {t10 / t1:.2f}")
 PY
+fi
+[ "$PART" = "--llama-only" ] && exit 0
 
 # Part two: shepherd's OpenAI-compatible server against llama-server (same sdist tree),
 # both with --parallel $STREAMS slots over the same total context, driven through
@@ -122,5 +126,6 @@ if ! wait_healthy "$SHEPHERD_PORT" "${PIDS[-1]}"; then
   exit 0
 fi
 
-ROUNDS=$ROUNDS STREAMS=$STREAMS $PYTHON scripts/bench_server.py \
+# An even number of rounds: each server goes first in half of them.
+ROUNDS=${SERVER_ROUNDS:-8} STREAMS=$STREAMS $PYTHON scripts/bench_server.py \
   "llama-server=http://127.0.0.1:$LLAMA_PORT" "shepherd=http://127.0.0.1:$SHEPHERD_PORT"

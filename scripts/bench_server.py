@@ -38,7 +38,7 @@ PROMPTS = [
 ]
 
 
-def stream_completion(url, prompt):
+def stream_completion(url, prompt, max_tokens=None):
     """One streamed chat completion; returns (completion tokens, seconds)."""
     parts = urllib.parse.urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=600)
@@ -50,7 +50,7 @@ def stream_completion(url, prompt):
         ],
         "stream": True,
         "stream_options": {"include_usage": True},
-        "max_tokens": MAX_TOKENS,
+        "max_tokens": max_tokens or MAX_TOKENS,
         "temperature": 0,
     })
     started = time.perf_counter()
@@ -115,6 +115,10 @@ def main():
     for round_no in range(ROUNDS):
         order = servers if round_no % 2 == 0 else servers[::-1]
         for name, url in order:
+            # The first request to a server that sat idle while the other one ran is
+            # slower (cold caches; measured up to 20%), whichever server it is: a
+            # short unmeasured request first puts both in the same state.
+            stream_completion(url, "Say hello.", max_tokens=16)
             speeds[name]["single"].append(single(url, round_no))
             speeds[name]["aggregate"].append(aggregate(url, round_no))
         print(f"round {round_no + 1}/{ROUNDS}: " + ", ".join(

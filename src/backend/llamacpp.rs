@@ -340,8 +340,14 @@ impl LlamaBackend {
         let mut filter = self.filter.take();
         // Without streaming, the text is held back and shown whole before the stats.
         let mut held = String::new();
+        // Once the sink said stop, the token the worker was already decoding (it does
+        // not wait for each answer) is dropped, not shown.
+        let mut stopped = false;
         loop {
             match pending.events.recv_timeout(POLL) {
+                Ok(WorkerMsg::Event(Event::Content(_))) if stopped => {
+                    let _ = pending.flow.send(Flow::Cancel);
+                }
                 Ok(WorkerMsg::Event(Event::Content(text))) if !stream => {
                     held.push_str(&text);
                     let answer = if sink.cancelled() {
@@ -349,6 +355,7 @@ impl LlamaBackend {
                     } else {
                         Flow::Continue
                     };
+                    stopped = answer == Flow::Cancel;
                     let _ = pending.flow.send(answer);
                 }
                 Ok(WorkerMsg::Event(event)) => {
@@ -357,6 +364,7 @@ impl LlamaBackend {
                     if sink.cancelled() {
                         answer = Flow::Cancel;
                     }
+                    stopped |= answer == Flow::Cancel;
                     let _ = pending.flow.send(answer);
                 }
                 Ok(WorkerMsg::Done(result)) => {
@@ -1260,11 +1268,17 @@ mod tests {
         };
         let reply = llm.generate(&session, &request, &mut sink).unwrap();
         assert_eq!(reply.finish, FinishReason::Cancelled);
-        let contents = seen
+        let contents: Vec<&str> = seen
             .iter()
-            .filter(|e| matches!(e, Event::Content(_)))
-            .count();
-        assert_eq!(contents, 1, "{seen:?}");
+            .filter_map(|e| match e {
+                Event::Content(text) => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(contents.len(), 1, "{seen:?}");
+        // The worker decodes on while the sink answers; what it made after the
+        // cancel is neither shown nor part of the reply.
+        assert_eq!(reply.content, contents[0], "{seen:?}");
         let stats = seen
             .iter()
             .find_map(|e| {
@@ -1522,6 +1536,51 @@ mod tests {
             decoded[1..].iter().all(|&n| n <= decoded[0] + 5),
             "{decoded:?}"
         );
+    }
+
+    /// `make bench`'s in-process half of the server comparison: `streams` requests of
+    /// `n_gen` tokens decoded together through the slots (no HTTP), as
+    /// llama-batched-bench decodes `-npl streams`; completion tokens per second of
+    /// wall time. Set SHEPHERD_BENCH_PARALLEL to run it.
+    #[test]
+    fn bench_parallel_decoding() {
+        let Some(streams) = std::env::var("SHEPHERD_BENCH_PARALLEL")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+        else {
+            return;
+        };
+        let n_gen = env_number("SHEPHERD_BENCH_GEN", 128) as u32;
+        let mut config = LlamaConfig::new(test_model_path());
+        config.context_size = Some(4096);
+        config.threads = Some(env_number("SHEPHERD_BENCH_THREADS", 2) as i32);
+        config.progress = false;
+        config.parallel = streams as u32;
+        let llm = LlamaBackend::new(config).unwrap();
+        let run = |streams: usize| {
+            let started = Instant::now();
+            let tokens: u64 = std::thread::scope(|scope| {
+                let workers: Vec<_> = (0..streams)
+                    .map(|i| {
+                        let mut handle = llm.clone();
+                        scope.spawn(move || {
+                            let session = question(&format!("Write a long story number {i}."));
+                            let (reply, _) = ask(&mut handle, &session, &greedy(n_gen));
+                            reply.unwrap().usage.map_or(0, |u| u.completion_tokens)
+                        })
+                    })
+                    .collect();
+                workers.into_iter().map(|w| w.join().unwrap()).sum()
+            });
+            tokens as f64 / started.elapsed().as_secs_f64()
+        };
+        run(streams);
+        for _ in 0..3 {
+            println!(
+                "SHEPHERD_PARALLEL {}",
+                json!({"single_tps": run(1), "aggregate_tps": run(streams)})
+            );
+        }
     }
 
     /// Milliseconds to the first content event in each turn of a scripted 10-turn chat,

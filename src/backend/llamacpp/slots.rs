@@ -10,10 +10,12 @@
 //!
 //! Every step builds one batch: one token per generating slot, then prompt chunks of
 //! prefilling slots up to `n_batch`; decodes it once; and samples each slot that got
-//! logits with that slot's own sampler chain. A slot that sent text waits for its
-//! sink's [`Flow`] before its token joins a batch, so a cancel (or a client that is
-//! gone) stops that slot within one token while the others go on; the step waits
-//! only briefly for slow answers, so one slow client never stalls the rest.
+//! logits with that slot's own sampler chain. The sinks answer each text with a
+//! [`Flow`] on their own threads while the next token decodes: a slot's token joins
+//! a batch only once every text but the last one it sent was answered (one event in
+//! flight), so a cancel (or a client that is gone) stops that slot within one token
+//! while the others go on, and a slow client holds back only itself; the step waits
+//! only briefly for slow answers.
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -79,16 +81,29 @@ struct Task {
     stops: StopMatcher,
     text: String,
     n_tokens: usize,
+    /// For each text sent and not yet answered, the length of `text` once the sink
+    /// has it: a cancel keeps the reply to what the sink saw.
+    unanswered: VecDeque<usize>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     /// Prompt tokens `mirror.len()..prompt.len()` are still to be decoded.
     Prefill,
-    /// A sampled token to decode in the next batch.
+    /// A sampled token to decode in the next batch (once the sink keeps up).
     Decode(Token),
-    /// Text was sent; the sink's answer decides whether `token` is decoded.
-    AwaitFlow { token: Token, stopped: bool },
+}
+
+/// How many texts a slot may have sent and not had answered while its next token
+/// decodes: one, so the sink works in parallel with the decode, and a cancel
+/// costs at most the one token already decoding.
+const IN_FLIGHT: usize = 1;
+
+impl Task {
+    /// Whether the slot waits for its sink before its next token may decode.
+    fn blocked(&self) -> bool {
+        self.unanswered.len() > IN_FLIGHT
+    }
 }
 
 /// The context size: the one requested, else the training context, capped.
@@ -268,6 +283,7 @@ impl<'m> Worker<'m> {
             stops,
             text: String::new(),
             n_tokens: 0,
+            unanswered: VecDeque::new(),
         });
         Ok(())
     }
@@ -346,13 +362,11 @@ impl<'m> Worker<'m> {
     }
 
     fn awaiting(&self) -> bool {
-        self.tasks()
-            .any(|t| matches!(t.phase, Phase::AwaitFlow { .. }))
+        self.tasks().any(Task::blocked)
     }
 
     fn runnable(&self) -> bool {
-        self.tasks()
-            .any(|t| !matches!(t.phase, Phase::AwaitFlow { .. }))
+        self.tasks().any(|t| !t.blocked())
     }
 
     fn tasks(&self) -> impl Iterator<Item = &Task> {
@@ -363,7 +377,7 @@ impl<'m> Worker<'m> {
     fn wait_any(&self, jobs: Option<&Receiver<Job>>, timeout: Duration) -> bool {
         let mut select = Select::new();
         for task in self.tasks() {
-            if matches!(task.phase, Phase::AwaitFlow { .. }) {
+            if task.blocked() {
                 select.recv(&task.job.flow);
             }
         }
@@ -376,21 +390,26 @@ impl<'m> Worker<'m> {
     /// Applies every answer that has arrived; a cancel flag counts as one.
     fn poll_flows(&mut self) {
         for index in 0..self.slots.len() {
-            let Some(task) = &self.slots[index].task else {
+            let Some(task) = self.slots[index].task.as_mut() else {
                 continue;
             };
-            let Phase::AwaitFlow { token, stopped } = task.phase else {
-                continue;
-            };
-            match task.job.flow.try_recv() {
-                Ok(Flow::Continue) => self.after_token(index, token, stopped),
-                Ok(Flow::Cancel) | Err(TryRecvError::Disconnected) => {
-                    self.finish(index, FinishReason::Cancelled)
+            while let Some(&shown) = task.unanswered.front() {
+                match task.job.flow.try_recv() {
+                    Ok(Flow::Continue) => {
+                        task.unanswered.pop_front();
+                    }
+                    Ok(Flow::Cancel) | Err(TryRecvError::Disconnected) => {
+                        // The reply is what the sink saw, not the token decoded since.
+                        task.text.truncate(shown);
+                        self.finish(index, FinishReason::Cancelled);
+                        break;
+                    }
+                    Err(TryRecvError::Empty) if task.job.cancel.load(Ordering::Relaxed) => {
+                        self.finish(index, FinishReason::Cancelled);
+                        break;
+                    }
+                    Err(TryRecvError::Empty) => break,
                 }
-                Err(TryRecvError::Empty) if task.job.cancel.load(Ordering::Relaxed) => {
-                    self.finish(index, FinishReason::Cancelled)
-                }
-                Err(TryRecvError::Empty) => {}
             }
         }
     }
@@ -408,6 +427,9 @@ impl<'m> Worker<'m> {
             };
             task.in_batch = 0;
             task.logits_at = None;
+            if task.blocked() {
+                continue;
+            }
             if let Phase::Decode(token) = task.phase {
                 let pushed = self
                     .batch
@@ -534,10 +556,11 @@ impl<'m> Worker<'m> {
         {
             return self.finish(index, FinishReason::Cancelled);
         }
-        task.phase = Phase::AwaitFlow { token, stopped };
+        task.unanswered.push_back(task.text.len());
+        self.after_token(index, token, stopped);
     }
 
-    /// The sink took the text of `token`: stop, or decode it next step.
+    /// `token` was sampled and its text passed on: stop, or decode it next step.
     fn after_token(&mut self, index: usize, token: Token, stopped: bool) {
         let n_ctx = self.n_ctx_slot;
         let slot = &mut self.slots[index];
@@ -643,8 +666,9 @@ impl<'m> Worker<'m> {
 
 /// Of the free slots `(index, mirror, last_used)`, the one whose cache shares the
 /// longest prefix with `prompt`, when that keeps at least half of what it holds (a
-/// conversation coming back); otherwise the least recently used, so a new
-/// conversation that shares only a short system prompt does not evict another
+/// conversation coming back) or holds the whole prompt (the same request again: a
+/// regenerated answer, a retry); otherwise the least recently used, so a new
+/// conversation that shares only a system prompt does not evict another
 /// conversation's cache while an older or empty slot is free.
 fn pick_slot<'a>(free: impl Iterator<Item = (usize, &'a [Token], u64)>, prompt: &[Token]) -> usize {
     let free: Vec<_> = free.collect();
@@ -653,7 +677,7 @@ fn pick_slot<'a>(free: impl Iterator<Item = (usize, &'a [Token], u64)>, prompt: 
         .max_by_key(|(_, mirror, used)| (common_prefix(mirror, prompt), std::cmp::Reverse(*used)));
     if let Some(&(index, mirror, _)) = longest {
         let common = common_prefix(mirror, prompt);
-        if common > 0 && common * 2 >= mirror.len() {
+        if common > 0 && (common * 2 >= mirror.len() || common == prompt.len()) {
             return index;
         }
     }
@@ -746,6 +770,16 @@ mod tests {
         assert_eq!(
             pick_slot([(0, &a[..4], 7), (1, &a[..4], 2)].into_iter(), &a),
             1
+        );
+        // The same prompt again (a regenerated answer): the slot holding it, even
+        // though its answer is longer than the prompt and another slot is empty.
+        let answered = [1, 2, 3, 10, 11, 12, 13, 14, 15, 16];
+        assert_eq!(
+            pick_slot(
+                [(0, &answered[..], 9), (1, &empty[..], 0)].into_iter(),
+                &[1, 2, 3]
+            ),
+            0
         );
         // Only busy slots elsewhere: whichever is free.
         assert_eq!(pick_slot([(3, b.as_slice(), 8)].into_iter(), &a), 3);
