@@ -65,9 +65,11 @@ print(f"medians of {len(ours)} interleaved rounds (tokens/s)")
 print(f"{'test':8} {'llama-bench':>12} {'shepherd':>10} {'ratio':>7}")
 for name, theirs, mine in rows:
     print(f"{name:8} {med(theirs):12.1f} {med(mine):10.1f} {med(mine) / med(theirs):7.2f}x")
-t1 = med([o["ttft_turn1_ms"] for o in ours])
-t10 = med([o["ttft_turn10_ms"] for o in ours])
-print(f"TTFT turn 1: {t1:.0f} ms, turn 10: {t10:.0f} ms, ratio {t10 / t1:.2f}")
+for label, key in ((f"after a {ours[0]['pause_ms']} ms pause (a user)", "ttft"),
+                   ("back to back (a script)", "ttft_at_once")):
+    t1 = med([o[key + "_turn1_ms"] for o in ours])
+    t10 = med([o[key + "_turn10_ms"] for o in ours])
+    print(f"TTFT {label}: turn 1 {t1:.0f} ms, turn 10 {t10:.0f} ms, ratio {t10 / t1:.2f}")
 PY
 fi
 [ "$PART" = "--llama-only" ] && exit 0

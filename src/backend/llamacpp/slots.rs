@@ -16,12 +16,21 @@
 //! flight), so a cancel (or a client that is gone) stops that slot within one token
 //! while the others go on, and a slow client holds back only itself; the step waits
 //! only briefly for slow answers.
+//!
+//! **Warm-up.** When a conversation's answer is complete and nothing else is
+//! running, the slot decodes the part of the next prompt that does not depend on the
+//! user's next message (the end of the answer's turn and the opening of the user's:
+//! `<|im_end|>\n<|im_start|>user\n` in ChatML) while the user reads and types, so
+//! the next turn decodes only the message. A request that arrives meanwhile stops
+//! that decode at once ([`Preempt`]); a next prompt that does not follow is handled
+//! by prefix reuse like any other.
 
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Select, TryRecvError};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Select, TryRecvError};
 
 use super::{
     common_prefix, finish_reply, forced_tools, load_template, overflow, render, sampler_params,
@@ -30,13 +39,61 @@ use super::{
 };
 use crate::core::Stats;
 use crate::llama::{self, utf8::Utf8Stream, Batch, Context, ContextParams, Model, Sampler, Token};
-use crate::template::ChatTemplate;
+use crate::template::{ChatTemplate, TemplateMessage};
 
 /// How long a step waits for the answers of slots that just sent text, so that they
 /// join the next batch rather than skip a step. A slower client only delays itself.
 const FLOW_GRACE: Duration = Duration::from_millis(5);
 /// How often a worker with nothing to decode looks at the cancel flags.
 const IDLE_POLL: Duration = Duration::from_millis(50);
+/// How long the worker stays idle after an answer before it warms up the next turn:
+/// a caller that asks again at once (an agent, a script) is not made to wait.
+const WARM_QUIET: Duration = Duration::from_millis(20);
+/// Most tokens a warm-up decodes, and most tokens of the cache it may give back (a
+/// rendered answer can end in other tokens than the ones sampled).
+const WARM_MAX: usize = 64;
+const WARM_REWIND: usize = 4;
+
+/// Lets a request that arrives interrupt the idle worker's warm-up decode. The flag
+/// is the context's abort flag; the lock makes "warming, so abort" and "done, so
+/// clear the abort" exclusive, so a late preempt never aborts a request's decode.
+#[derive(Clone)]
+pub(super) struct Preempt {
+    warming: Arc<Mutex<bool>>,
+    abort: Arc<AtomicBool>,
+}
+
+impl Preempt {
+    pub(super) fn new(abort: Arc<AtomicBool>) -> Preempt {
+        Preempt {
+            warming: Arc::new(Mutex::new(false)),
+            abort,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, bool> {
+        self.warming.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A request was queued: stop the warm-up decode if one is running.
+    pub(super) fn request_arrived(&self) {
+        if *self.lock() {
+            self.abort.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Runs a warm-up decode that a request may abort. Clearing the flag afterwards
+    /// also clears a shutdown's abort, which is harmless: shutdown closes the job
+    /// channel too, and the worker stops at its next receive.
+    fn run<T>(&self, decode: impl FnOnce() -> T) -> T {
+        *self.lock() = true;
+        let result = decode();
+        let mut warming = self.lock();
+        *warming = false;
+        self.abort.store(false, Ordering::Relaxed);
+        result
+    }
+}
 
 /// The state the generation thread owns: the context (borrowing the model) and its slots.
 pub(super) struct Worker<'m> {
@@ -49,6 +106,9 @@ pub(super) struct Worker<'m> {
     n_ctx_slot: usize,
     /// Ticks on every finished request, for least-recently-used slot choice.
     clock: u64,
+    /// When the last request finished: the warm-up waits [`WARM_QUIET`] after it.
+    finished_at: Instant,
+    preempt: Preempt,
 }
 
 struct Slot {
@@ -58,6 +118,14 @@ struct Slot {
     mirror: Vec<Token>,
     last_used: u64,
     task: Option<Task>,
+    /// The conversation this slot just answered, to warm up its next turn.
+    next_turn: Option<NextTurn>,
+}
+
+/// A conversation with its new answer, and the tools it was rendered with.
+struct NextTurn {
+    conversation: Vec<TemplateMessage>,
+    tools: Vec<ToolSpec>,
 }
 
 /// The request a slot is serving.
@@ -119,7 +187,7 @@ impl<'m> Worker<'m> {
     pub(super) fn new(
         model: &'m Model,
         config: &LlamaConfig,
-        abort: std::sync::Arc<std::sync::atomic::AtomicBool>,
+        preempt: Preempt,
     ) -> Result<Self, BackendError> {
         let n_ctx = choose_context(config.context_size, model.n_ctx_train());
         let defaults = ContextParams::default();
@@ -134,7 +202,7 @@ impl<'m> Worker<'m> {
             n_seq_max: parallel,
             cache_type: config.cache_type,
             flash_attn: config.flash_attn,
-            abort,
+            abort: Arc::clone(&preempt.abort),
         };
         let ctx = Context::new(model, &params).map_err(|e| BackendError::Config(e.to_string()))?;
         crate::log::debug(crate::log::Category::Llm, || {
@@ -153,6 +221,7 @@ impl<'m> Worker<'m> {
                 mirror: Vec::new(),
                 last_used: 0,
                 task: None,
+                next_turn: None,
             })
             .collect();
         Ok(Worker {
@@ -163,6 +232,8 @@ impl<'m> Worker<'m> {
             slots,
             queue: VecDeque::new(),
             clock: 0,
+            finished_at: Instant::now(),
+            preempt,
         })
     }
 
@@ -191,11 +262,24 @@ impl<'m> Worker<'m> {
     /// Takes the jobs that arrived (blocking while there is nothing to do); false once
     /// the channel is closed, i.e. the last handle is gone.
     fn receive(&mut self, jobs: &Receiver<Job>) -> bool {
-        if self.idle() {
-            match jobs.recv() {
-                Ok(job) => self.accept(job),
-                Err(_) => return false,
-            }
+        while self.idle() {
+            let job = if self.slots.iter().any(|s| s.next_turn.is_some()) {
+                let quiet_until = self.finished_at + WARM_QUIET;
+                match jobs.recv_deadline(quiet_until) {
+                    Ok(job) => job,
+                    Err(RecvTimeoutError::Timeout) => {
+                        self.warm_up();
+                        continue;
+                    }
+                    Err(RecvTimeoutError::Disconnected) => return false,
+                }
+            } else {
+                match jobs.recv() {
+                    Ok(job) => job,
+                    Err(_) => return false,
+                }
+            };
+            self.accept(job);
         }
         loop {
             match jobs.try_recv() {
@@ -215,6 +299,10 @@ impl<'m> Worker<'m> {
             #[cfg(test)]
             Job::Bench(n_prompt, n_gen, reply) => {
                 let _ = reply.send(self.bench(n_prompt, n_gen));
+            }
+            #[cfg(test)]
+            Job::Cached(reply) => {
+                let _ = reply.send(self.slots.iter().map(|s| s.mirror.len()).collect());
             }
         }
     }
@@ -245,6 +333,7 @@ impl<'m> Worker<'m> {
         let (prompt, sampler, forced_tools, max_tokens, stops) = prepared;
         let index = self.choose_slot(&prompt);
         let slot = &mut self.slots[index];
+        slot.next_turn = None;
         let common = common_prefix(&slot.mirror, &prompt);
         // At least one token must be decoded so that there are logits to sample from.
         let mut keep = common.min(prompt.len() - 1);
@@ -332,6 +421,73 @@ impl<'m> Worker<'m> {
             free.map(|(i, s)| (i, s.mirror.as_slice(), s.last_used)),
             prompt,
         )
+    }
+
+    /// Decodes the opening of each answered conversation's next turn (see the module
+    /// docs); stops at the first decode a request interrupted.
+    fn warm_up(&mut self) {
+        for index in 0..self.slots.len() {
+            let Some(next) = self.slots[index].next_turn.take() else {
+                continue;
+            };
+            let Some(tokens) = self.next_turn_opening(&next) else {
+                continue;
+            };
+            let Worker {
+                ctx,
+                batch,
+                slots,
+                preempt,
+                ..
+            } = self;
+            let slot = &mut slots[index];
+            let keep = common_prefix(&slot.mirror, &tokens);
+            let new = tokens.len().saturating_sub(keep);
+            if new == 0 || new > WARM_MAX.min(batch.capacity()) {
+                continue;
+            }
+            if slot.mirror.len() - keep > WARM_REWIND {
+                continue;
+            }
+            if keep < slot.mirror.len() && !ctx.truncate_seq(slot.seq, keep) {
+                ctx.truncate_seq(slot.seq, 0);
+                slot.mirror.clear();
+                continue;
+            }
+            slot.mirror.truncate(keep);
+            batch.clear();
+            for (j, &token) in tokens[keep..].iter().enumerate() {
+                if batch.push_seq(token, keep + j, slot.seq, false).is_err() {
+                    return;
+                }
+            }
+            let decoded = preempt.run(|| ctx.decode(batch));
+            crate::log::debug(crate::log::Category::Llm, || {
+                format!("slot {}: warm-up of {new} tokens: {decoded:?}", slot.seq)
+            });
+            if decoded.is_ok() {
+                slot.mirror.extend_from_slice(&tokens[keep..]);
+            } else {
+                // Interrupted (or failed): whatever it left in the cache goes.
+                ctx.truncate_seq(slot.seq, keep);
+                return;
+            }
+        }
+    }
+
+    /// The tokens every next prompt of `next` starts with, whatever the user says:
+    /// the common prefix of two renderings with different user messages.
+    fn next_turn_opening(&self, next: &NextTurn) -> Option<Vec<Token>> {
+        let tokens_with = |message: &str| {
+            let mut conversation = next.conversation.clone();
+            conversation.push(TemplateMessage::new("user", message));
+            let prompt = render(&self.template, &conversation, &next.tools).ok()?;
+            tokenize_prompt(self.model(), &prompt).ok()
+        };
+        let mut a = tokens_with("A")?;
+        let b = tokens_with("B")?;
+        a.truncate(common_prefix(&a, &b));
+        Some(a)
     }
 
     /// Collects the sinks' answers. With something to decode it waits at most
@@ -590,6 +746,20 @@ impl<'m> Worker<'m> {
                 let _ = task.job.events.send(WorkerMsg::Event(Event::Content(rest)));
             }
         }
+        // A whole answer (or one cut at its length): the user's turn comes next.
+        let answered = matches!(reason, FinishReason::Stop | FinishReason::Length);
+        slot.next_turn = (answered && !task.forced_tools).then(|| {
+            let mut conversation = std::mem::take(&mut task.job.conversation);
+            conversation.push(TemplateMessage::new("assistant", &task.text));
+            let tools = match task.job.tool_choice {
+                ToolChoice::None => Vec::new(),
+                _ => std::mem::take(&mut task.job.tools),
+            };
+            NextTurn {
+                conversation,
+                tools,
+            }
+        });
         let decode_secs = task
             .generating_since
             .map_or(0.0, |t| t.elapsed().as_secs_f64());
@@ -637,6 +807,7 @@ impl<'m> Worker<'m> {
     /// Frees slot `index`; its cache stays for the next request that shares it.
     fn release(&mut self, index: usize) {
         self.clock += 1;
+        self.finished_at = Instant::now();
         let slot = &mut self.slots[index];
         slot.task = None;
         slot.last_used = self.clock;
