@@ -918,6 +918,28 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_request_aborts_only_a_running_warm_up() {
+        let abort = Arc::new(AtomicBool::new(false));
+        let preempt = Preempt::new(Arc::clone(&abort));
+        // No warm-up running: a request must not abort the decode that serves it.
+        preempt.request_arrived();
+        assert!(!abort.load(Ordering::Relaxed));
+        // A request during the warm-up aborts it; the flag is clear afterwards.
+        let seen = preempt.run(|| {
+            assert!(!abort.load(Ordering::Relaxed));
+            let other = preempt.clone();
+            std::thread::spawn(move || other.request_arrived())
+                .join()
+                .unwrap();
+            abort.load(Ordering::Relaxed)
+        });
+        assert!(seen);
+        assert!(!abort.load(Ordering::Relaxed));
+        preempt.request_arrived();
+        assert!(!abort.load(Ordering::Relaxed));
+    }
+
+    #[test]
     fn a_request_takes_the_slot_sharing_the_longest_prefix_else_the_oldest() {
         let (a, b, empty): (Vec<Token>, Vec<Token>, Vec<Token>) =
             (vec![1, 2, 3, 4, 5, 6], vec![1, 2, 9, 9, 9], vec![]);
