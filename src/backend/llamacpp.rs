@@ -1547,24 +1547,35 @@ mod tests {
     fn bench_reports_speeds_and_turn_latency() {
         let full = std::env::var_os("SHEPHERD_BENCH_FULL").is_some();
         let (n_prompt, n_gen, runs) = if full { (512, 128, 3) } else { (64, 16, 1) };
-        let mut config = LlamaConfig::new(test_model_path());
-        config.context_size = Some(2048);
-        config.threads = Some(env_number("SHEPHERD_BENCH_THREADS", 2) as i32);
-        config.progress = false;
-        config.flash_attn = match std::env::var("SHEPHERD_BENCH_FA").as_deref() {
-            Ok("1") => Some(true),
-            Ok("0") => Some(false),
-            _ => None,
+        let backend_for = |n_ctx: usize| {
+            let mut config = LlamaConfig::new(test_model_path());
+            config.context_size = Some(n_ctx as u32);
+            config.threads = Some(env_number("SHEPHERD_BENCH_THREADS", 2) as i32);
+            config.progress = false;
+            config.flash_attn = match std::env::var("SHEPHERD_BENCH_FA").as_deref() {
+                Ok("1") => Some(true),
+                Ok("0") => Some(false),
+                _ => None,
+            };
+            LlamaBackend::new(config).unwrap()
         };
-        let mut llm = LlamaBackend::new(config).unwrap();
-        // Like llama-bench, one warm-up run (page faults, caches) before measuring.
-        llm.bench(n_prompt.min(64), n_gen.min(16)).unwrap();
-        let reports: Vec<BenchReport> = (0..runs)
-            .map(|_| llm.bench(n_prompt, n_gen).unwrap())
-            .collect();
-        let mean = |f: fn(&BenchReport) -> f64| reports.iter().map(f).sum::<f64>() / runs as f64;
-        let (pp, tg) = (mean(|r| r.pp_tps), mean(|r| r.tg_tps));
-        assert!(pp > 0.0 && tg > 0.0, "{reports:?}");
+        // As llama-bench does, each test in a context just big enough for it (the
+        // attention cost depends on the cache size), after one warm-up run.
+        let measure = |n_prompt: usize, n_gen: usize| {
+            let mut llm = backend_for(n_prompt + n_gen);
+            llm.bench(n_prompt.min(64), n_gen.min(16)).unwrap();
+            let reports: Vec<BenchReport> = (0..runs)
+                .map(|_| llm.bench(n_prompt, n_gen).unwrap())
+                .collect();
+            reports
+        };
+        let mean = |reports: Vec<BenchReport>, f: fn(&BenchReport) -> f64| {
+            reports.iter().map(f).sum::<f64>() / reports.len() as f64
+        };
+        let pp = mean(measure(n_prompt, 0), |r| r.pp_tps);
+        let tg = mean(measure(0, n_gen), |r| r.tg_tps);
+        assert!(pp > 0.0 && tg > 0.0, "{pp} {tg}");
+        let mut llm = backend_for(2048);
         // Scripted conversations, each from an empty cache (`bench` clears it); per-turn
         // medians smooth out the scheduler noise of a small shared machine. Each turn
         // comes either at once (a script) or after a pause, as a user's does (reading

@@ -893,6 +893,7 @@ impl Worker<'_> {
         for slot in &mut self.slots {
             self.ctx.truncate_seq(slot.seq, 0);
             slot.mirror.clear();
+            slot.next_turn = None;
         }
     }
 
