@@ -44,7 +44,8 @@ SHEPHERD_TEST_MODEL="$MODEL" cargo test --release --quiet --no-run 2>/dev/null
 : > "$DIR/shepherd-bench.jsonl"
 for round in $(seq "$ROUNDS"); do
   echo "round $round/$ROUNDS: llama-bench, then shepherd ($MODEL, $THREADS threads)" >&2
-  "$BENCH" -m "$MODEL" -t "$THREADS" -p 512 -n 128 -r 1 -o jsonl >> "$DIR/llama-bench.jsonl"
+  # -r 3: the mean of three runs, as shepherd's bench reports.
+  "$BENCH" -m "$MODEL" -t "$THREADS" -p 512 -n 128 -r 3 -o jsonl >> "$DIR/llama-bench.jsonl"
   SHEPHERD_TEST_MODEL="$MODEL" SHEPHERD_BENCH_FULL=1 SHEPHERD_BENCH_THREADS="$THREADS" \
     cargo test --release --quiet bench_reports_speeds_and_turn_latency -- --nocapture 2>/dev/null \
     | grep '^SHEPHERD_BENCH ' | sed 's/^SHEPHERD_BENCH //' >> "$DIR/shepherd-bench.jsonl"
@@ -61,10 +62,12 @@ rows = [
     ("pp512", ref_speeds(512, 0), [o["pp_tps"] for o in ours]),
     ("tg128", ref_speeds(0, 128), [o["tg_tps"] for o in ours]),
 ]
-print(f"medians of {len(ours)} interleaved rounds (tokens/s)")
-print(f"{'test':8} {'llama-bench':>12} {'shepherd':>10} {'ratio':>7}")
+print(f"medians of {len(ours)} interleaved rounds (tokens/s); 'paired' is the median of")
+print("the rounds' own ratios, which cancels the machine's drift between rounds")
+print(f"{'test':8} {'llama-bench':>12} {'shepherd':>10} {'ratio':>7} {'paired':>7}")
 for name, theirs, mine in rows:
-    print(f"{name:8} {med(theirs):12.1f} {med(mine):10.1f} {med(mine) / med(theirs):7.2f}x")
+    paired = med([m / t for t, m in zip(theirs, mine)])
+    print(f"{name:8} {med(theirs):12.1f} {med(mine):10.1f} {med(mine) / med(theirs):7.2f}x {paired:6.2f}x")
 for label, key in ((f"after a {ours[0]['pause_ms']} ms pause (a user)", "ttft"),
                    ("back to back (a script)", "ttft_at_once")):
     t1 = med([o[key + "_turn1_ms"] for o in ours])

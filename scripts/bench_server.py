@@ -127,11 +127,16 @@ def main():
     base = servers[0][0]
     print(f"servers: medians of {ROUNDS} interleaved rounds, tokens/s "
           f"(max_tokens {MAX_TOKENS}, {STREAMS} concurrent streams for aggregate)")
-    print(f"{'test':12} " + " ".join(f"{n:>14}" for n, _ in servers) + "   ratio  spread(min-max)")
+    print(f"{'test':12} " + " ".join(f"{n:>14}" for n, _ in servers)
+          + "   ratio  paired  spread(min-max)")
     for test in ("single", "aggregate"):
         meds = {n: statistics.median(speeds[n][test]) for n, _ in servers}
         cells = " ".join(f"{meds[n]:14.1f}" for n, _ in servers)
-        ratios = " ".join(f"{meds[n] / meds[base]:.2f}x" for n, _ in servers[1:])
+        # "paired": the median of each round's own ratio (cancels drift between rounds).
+        ratios = " ".join(
+            f"{meds[n] / meds[base]:.2f}x  "
+            f"{statistics.median(m / b for b, m in zip(speeds[base][test], speeds[n][test])):.2f}x"
+            for n, _ in servers[1:])
         spread = " ".join(f"{n}:{min(speeds[n][test]):.0f}-{max(speeds[n][test]):.0f}" for n, _ in servers)
         print(f"{test:12} {cells}   {ratios}  {spread}")
 
