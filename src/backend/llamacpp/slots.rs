@@ -49,9 +49,10 @@ const IDLE_POLL: Duration = Duration::from_millis(50);
 /// How long the worker stays idle after an answer before it warms up the next turn:
 /// a caller that asks again at once (an agent, a script) is not made to wait.
 const WARM_QUIET: Duration = Duration::from_millis(20);
-/// Most tokens a warm-up decodes, and most tokens of the cache it may give back (a
-/// rendered answer can end in other tokens than the ones sampled).
+/// Most tokens a warm-up decodes.
 const WARM_MAX: usize = 64;
+/// Most tokens of the cache a warm-up may give back: a rendered answer can end in
+/// other tokens than the ones sampled; more than this means it does not follow.
 const WARM_REWIND: usize = 4;
 
 /// Lets a request that arrives interrupt the idle worker's warm-up decode. The flag
