@@ -8,6 +8,8 @@
 set -euo pipefail
 MODEL=${MODEL:?set MODEL to a GGUF file}
 THREADS=${THREADS:-2}
+# Layers on the GPU for both sides (a `make CUDA=1` build; llama-bench built with CUDA too).
+NGL=${NGL:-0}
 CACHE=${CACHE:-$HOME/.cache/shepherd}
 PYTHON=${PYTHON:-python3}
 DIR="$CACHE/llama-bench"
@@ -38,16 +40,23 @@ PART=${1:-all}  # all | --servers-only | --llama-only
 # interleaved rounds (llama-bench, then shepherd, ROUNDS times) and compared by median.
 ROUNDS=${ROUNDS:-5}
 if [ "$PART" != "--servers-only" ]; then
-echo "building shepherd's bench (release test binary)" >&2
-SHEPHERD_TEST_MODEL="$MODEL" cargo test --release --quiet --no-run 2>/dev/null
+# SHEPHERD_TEST_BIN: a release test binary built elsewhere (a GPU box with no Rust
+# toolchain); by default cargo builds it here.
+if [ -n "${SHEPHERD_TEST_BIN:-}" ]; then
+  run_bench() { "$SHEPHERD_TEST_BIN" --quiet bench_reports_speeds_and_turn_latency --nocapture; }
+else
+  echo "building shepherd's bench (release test binary)" >&2
+  SHEPHERD_TEST_MODEL="$MODEL" cargo test --release --quiet --no-run 2>/dev/null
+  run_bench() { cargo test --release --quiet bench_reports_speeds_and_turn_latency -- --nocapture; }
+fi
 : > "$DIR/llama-bench.jsonl"
 : > "$DIR/shepherd-bench.jsonl"
 for round in $(seq "$ROUNDS"); do
   echo "round $round/$ROUNDS: llama-bench, then shepherd ($MODEL, $THREADS threads)" >&2
   # -r 3: the mean of three runs, as shepherd's bench reports.
-  "$BENCH" -m "$MODEL" -t "$THREADS" -p 512 -n 128 -r 3 -o jsonl >> "$DIR/llama-bench.jsonl"
-  SHEPHERD_TEST_MODEL="$MODEL" SHEPHERD_BENCH_FULL=1 SHEPHERD_BENCH_THREADS="$THREADS" \
-    cargo test --release --quiet bench_reports_speeds_and_turn_latency -- --nocapture 2>/dev/null \
+  "$BENCH" -m "$MODEL" -t "$THREADS" -ngl "$NGL" -p 512 -n 128 -r 3 -o jsonl >> "$DIR/llama-bench.jsonl"
+  SHEPHERD_TEST_MODEL="$MODEL" SHEPHERD_BENCH_FULL=1 SHEPHERD_BENCH_THREADS="$THREADS" SHEPHERD_BENCH_GPU_LAYERS="$NGL" \
+    run_bench 2>/dev/null \
     | grep '^SHEPHERD_BENCH ' | sed 's/^SHEPHERD_BENCH //' >> "$DIR/shepherd-bench.jsonl"
 done
 
@@ -83,8 +92,10 @@ fi
 STREAMS=${STREAMS:-4}
 SERVER_CTX=${SERVER_CTX:-4096}
 SHEPHERD=${SHEPHERD:-target/release/shepherd}
-echo "building shepherd (release)" >&2
-cargo build --release --quiet 2>/dev/null
+if [ "$SHEPHERD" = target/release/shepherd ]; then
+  echo "building shepherd (release)" >&2
+  cargo build --release --quiet 2>/dev/null
+fi
 LOGS="$DIR/server-logs"
 mkdir -p "$LOGS"
 PIDS=()
@@ -113,7 +124,7 @@ PY
 }
 
 LLAMA_PORT=$(free_port)
-"$SERVER" -m "$MODEL" -t "$THREADS" -tb "$THREADS" --parallel "$STREAMS" -c "$SERVER_CTX" \
+"$SERVER" -m "$MODEL" -t "$THREADS" -tb "$THREADS" -ngl "$NGL" --parallel "$STREAMS" -c "$SERVER_CTX" \
   --host 127.0.0.1 --port "$LLAMA_PORT" > "$LOGS/llama-server.log" 2>&1 &
 PIDS+=($!)
 if ! wait_healthy "$LLAMA_PORT" "${PIDS[-1]}"; then
@@ -123,7 +134,7 @@ fi
 
 SHEPHERD_PORT=$(free_port)
 "$SHEPHERD" --server --host 127.0.0.1 --port "$SHEPHERD_PORT" --parallel "$STREAMS" \
-  --threads "$THREADS" --context-size "$SERVER_CTX" -m "$MODEL" > "$LOGS/shepherd.log" 2>&1 &
+  --threads "$THREADS" --gpu-layers "$NGL" --context-size "$SERVER_CTX" -m "$MODEL" > "$LOGS/shepherd.log" 2>&1 &
 PIDS+=($!)
 if ! wait_healthy "$SHEPHERD_PORT" "${PIDS[-1]}"; then
   echo "SKIPPED the server comparison: shepherd's OpenAI-compatible server did not come up" >&2

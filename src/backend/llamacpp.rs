@@ -1552,6 +1552,7 @@ mod tests {
             config.context_size = Some(n_ctx as u32);
             config.threads = Some(env_number("SHEPHERD_BENCH_THREADS", 2) as i32);
             config.progress = false;
+            config.gpu_layers = env_number("SHEPHERD_BENCH_GPU_LAYERS", 0) as i32;
             config.flash_attn = match std::env::var("SHEPHERD_BENCH_FA").as_deref() {
                 Ok("1") => Some(true),
                 Ok("0") => Some(false),
@@ -1634,6 +1635,7 @@ mod tests {
         config.context_size = Some(4096);
         config.threads = Some(env_number("SHEPHERD_BENCH_THREADS", 2) as i32);
         config.progress = false;
+        config.gpu_layers = env_number("SHEPHERD_BENCH_GPU_LAYERS", 0) as i32;
         config.parallel = streams as u32;
         let llm = LlamaBackend::new(config).unwrap();
         let run = |streams: usize| {
