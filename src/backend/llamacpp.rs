@@ -6,9 +6,9 @@
 //! crossbeam channel until the last clone of the handle is dropped (that closes the
 //! channel and joins). Each clone keeps its own per-request state (output filter,
 //! estimator, the request in flight), so several threads can generate at once.
-//! While generating, the thread hands each event to the caller and waits for the
-//! sink's [`Flow`] answer before decoding that request's next token, so a cancel stops
-//! it within one token.
+//! While generating, the thread hands each event to the caller and decodes that
+//! request's next token while the sink answers with its [`Flow`]; at most one event
+//! per request is unanswered, so a cancel stops it within one token.
 //!
 //! **Slots** (`--parallel N`, [`slots`]): the thread runs N sequences over one context
 //! and decodes them together, one batch per step (continuous batching); requests
@@ -31,6 +31,7 @@
 //! every other backend's text: thinking tags, code blocks and tool-call markup are
 //! recognised there, never here.
 
+mod prompt_tokens;
 mod slots;
 
 use std::path::{Path, PathBuf};
@@ -582,11 +583,15 @@ fn render(
         .map_err(template_error)
 }
 
-fn tokenize_prompt(model: &Model, prompt: &str) -> Result<Vec<Token>, BackendError> {
+fn tokenize_prompt(
+    model: &Model,
+    cache: &mut prompt_tokens::PromptTokens,
+    prompt: &str,
+) -> Result<Vec<Token>, BackendError> {
     let bos = model.bos_text();
     let add_bos = model.adds_bos() && (bos.is_empty() || !prompt.starts_with(&bos));
-    let tokens = model
-        .tokenize(prompt, add_bos)
+    let tokens = cache
+        .tokenize(model, prompt, add_bos)
         .map_err(|e| BackendError::Config(e.to_string()))?;
     if tokens.is_empty() {
         return Err(BackendError::Config("the rendered prompt is empty".into()));

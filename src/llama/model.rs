@@ -151,6 +151,46 @@ impl Model {
         unsafe { sys::llama_vocab_get_add_bos(self.vocab.as_ptr()) }
     }
 
+    /// Whether the tokenizer appends an end-of-sequence token to a prompt.
+    pub fn adds_eos(&self) -> bool {
+        // SAFETY: `vocab` is valid for the lifetime of `self`.
+        unsafe { sys::llama_vocab_get_add_eos(self.vocab.as_ptr()) }
+    }
+
+    /// Whether the tokenizer is byte-level BPE or SentencePiece (the kinds whose
+    /// special-token fragments are tokenized independently of each other).
+    pub fn fragments_independent(&self) -> bool {
+        // SAFETY: `vocab` is valid for the lifetime of `self`.
+        let kind = unsafe { sys::llama_vocab_type(self.vocab.as_ptr()) };
+        kind == sys::LLAMA_VOCAB_TYPE_BPE || kind == sys::LLAMA_VOCAB_TYPE_SPM
+    }
+
+    /// Whether `token` is one the tokenizer matches in text before anything else
+    /// (control or user-defined), without whitespace stripping around it.
+    pub fn is_special_fragment(&self, token: Token) -> bool {
+        if token < 0 || token >= self.n_vocab() {
+            return false;
+        }
+        // SAFETY: `vocab` is valid and `token` is in range (checked above).
+        let attr = unsafe { sys::llama_vocab_get_attr(self.vocab.as_ptr(), token) };
+        let special = sys::LLAMA_TOKEN_ATTR_CONTROL | sys::LLAMA_TOKEN_ATTR_USER_DEFINED;
+        let strip = sys::LLAMA_TOKEN_ATTR_LSTRIP | sys::LLAMA_TOKEN_ATTR_RSTRIP;
+        attr & special != 0 && attr & strip == 0
+    }
+
+    /// The length in bytes of the longest special token's text.
+    pub fn longest_special_text(&self) -> usize {
+        (0..self.n_vocab())
+            .filter(|&t| {
+                // SAFETY: `vocab` is valid and `t` is in range.
+                let attr = unsafe { sys::llama_vocab_get_attr(self.vocab.as_ptr(), t) };
+                attr & (sys::LLAMA_TOKEN_ATTR_CONTROL | sys::LLAMA_TOKEN_ATTR_USER_DEFINED) != 0
+            })
+            .map(|t| self.piece_bytes(t, true).map_or(0, |p| p.len()))
+            .max()
+            .unwrap_or(0)
+    }
+
     /// The text of the beginning-of-sequence token, empty when the model has none.
     pub fn bos_text(&self) -> String {
         // SAFETY: `vocab` is valid for the lifetime of `self`.

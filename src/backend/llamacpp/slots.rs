@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Select, TryRecvError};
 
+use super::prompt_tokens::PromptTokens;
 use super::{
     common_prefix, finish_reply, forced_tools, load_template, overflow, render, sampler_params,
     tokenize_prompt, BackendError, Event, FinishReason, Flow, Job, LlamaConfig, PrefillReport,
@@ -110,6 +111,8 @@ pub(super) struct Worker<'m> {
     /// When the last request finished: the warm-up waits [`WARM_QUIET`] after it.
     finished_at: Instant,
     preempt: Preempt,
+    /// Recent prompts and their tokens: a turn tokenizes only its new text.
+    prompt_tokens: PromptTokens,
 }
 
 struct Slot {
@@ -216,7 +219,7 @@ impl<'m> Worker<'m> {
         });
         let batch =
             Batch::new(ctx.n_batch() as usize).map_err(|e| BackendError::Config(e.to_string()))?;
-        let slots = (0..ctx.n_seq_max() as i32)
+        let slots: Vec<Slot> = (0..ctx.n_seq_max() as i32)
             .map(|seq| Slot {
                 seq,
                 mirror: Vec::new(),
@@ -225,8 +228,11 @@ impl<'m> Worker<'m> {
                 next_turn: None,
             })
             .collect();
+        // Each slot's last prompt, and the two renderings of each warm-up.
+        let prompt_tokens = PromptTokens::new(model, 3 * slots.len());
         Ok(Worker {
             template: load_template(model),
+            prompt_tokens,
             n_ctx_slot: ctx.n_ctx_seq() as usize,
             ctx,
             batch,
@@ -380,7 +386,7 @@ impl<'m> Worker<'m> {
 
     #[allow(clippy::type_complexity)]
     fn prepare(
-        &self,
+        &mut self,
         job: &RequestJob,
     ) -> Result<(Vec<Token>, Sampler, bool, usize, StopMatcher), BackendError> {
         let tools: &[ToolSpec] = if job.tool_choice == ToolChoice::None {
@@ -390,7 +396,7 @@ impl<'m> Worker<'m> {
         };
         let forced = forced_tools(tools, &job.tool_choice)?;
         let prompt = render(&self.template, &job.conversation, tools)?;
-        let tokens = tokenize_prompt(self.model(), &prompt)?;
+        let tokens = tokenize_prompt(self.model(), &mut self.prompt_tokens, &prompt)?;
         let n_ctx = self.n_ctx_slot;
         let reserve = job
             .sampling
@@ -478,12 +484,12 @@ impl<'m> Worker<'m> {
 
     /// The tokens every next prompt of `next` starts with, whatever the user says:
     /// the common prefix of two renderings with different user messages.
-    fn next_turn_opening(&self, next: &NextTurn) -> Option<Vec<Token>> {
-        let tokens_with = |message: &str| {
+    fn next_turn_opening(&mut self, next: &NextTurn) -> Option<Vec<Token>> {
+        let mut tokens_with = |message: &str| {
             let mut conversation = next.conversation.clone();
             conversation.push(TemplateMessage::new("user", message));
             let prompt = render(&self.template, &conversation, &next.tools).ok()?;
-            tokenize_prompt(self.model(), &prompt).ok()
+            tokenize_prompt(self.model(), &mut self.prompt_tokens, &prompt).ok()
         };
         let mut a = tokens_with("A")?;
         let b = tokens_with("B")?;
