@@ -293,6 +293,23 @@ impl<'m> Context<'m> {
     pub fn has_logits_at(&self, index: usize) -> bool {
         self.logits.get(index).copied().unwrap_or(false)
     }
+
+    /// The logits (one per vocabulary entry) of entry `index` of the last decoded
+    /// batch; `None` when that entry has none.
+    pub fn logits_at(&self, index: usize) -> Option<&[f32]> {
+        if !self.has_logits_at(index) {
+            return None;
+        }
+        let idx = i32::try_from(index).ok()?;
+        let n_vocab = usize::try_from(self.model().n_vocab()).ok()?;
+        // SAFETY: `raw` is valid and entry `index` of its last decode has logits (checked
+        // above), so llama.cpp returns a pointer to `n_vocab` floats (or null). They stay
+        // unchanged until the next decode, which needs `&mut self` and so ends this borrow.
+        unsafe {
+            let ptr = sys::llama_get_logits_ith(self.raw.as_ptr(), idx);
+            (!ptr.is_null()).then(|| std::slice::from_raw_parts(ptr, n_vocab))
+        }
+    }
 }
 
 #[cfg(test)]

@@ -93,6 +93,10 @@ impl SamplerParams {
     pub fn is_greedy(&self) -> bool {
         self.temperature <= 0.0
     }
+
+    fn penalties_on(&self) -> bool {
+        self.repeat_penalty != 1.0 || self.frequency_penalty != 0.0 || self.presence_penalty != 0.0
+    }
 }
 
 fn check(name: &'static str, ok: bool) -> Result<(), InvalidParam> {
@@ -107,6 +111,10 @@ fn check(name: &'static str, ok: bool) -> Result<(), InvalidParam> {
 #[derive(Debug)]
 pub struct Sampler {
     raw: NonNull<sys::llama_sampler>,
+    /// The chain is greedy alone (no grammar, no penalties): the token is the first
+    /// highest logit, found here without llama.cpp's candidate array (a 12-byte entry
+    /// written for every vocabulary entry on every token).
+    argmax: bool,
 }
 
 impl Drop for Sampler {
@@ -125,6 +133,7 @@ impl Sampler {
             unsafe { sys::llama_sampler_chain_init(sys::llama_sampler_chain_default_params()) };
         let mut sampler = Sampler {
             raw: NonNull::new(chain).ok_or(SamplerError::Failed("chain"))?,
+            argmax: params.grammar.is_none() && params.is_greedy() && !params.penalties_on(),
         };
         if let Some(grammar) = &params.grammar {
             sampler.add(grammar_sampler(model, grammar)?)?;
@@ -134,9 +143,7 @@ impl Sampler {
     }
 
     fn add_stages(&mut self, model: &Model, p: &SamplerParams) -> Result<(), SamplerError> {
-        let penalties_on =
-            p.repeat_penalty != 1.0 || p.frequency_penalty != 0.0 || p.presence_penalty != 0.0;
-        if penalties_on {
+        if p.penalties_on() {
             // SAFETY: plain constructor with range-checked arguments.
             self.add(unsafe {
                 sys::llama_sampler_init_penalties(
@@ -188,11 +195,51 @@ impl Sampler {
                 "sample: no logits there (decode first)",
             ));
         }
+        if self.argmax {
+            let logits = ctx
+                .logits_at(index)
+                .ok_or(SamplerError::Failed("sample: no logits there"))?;
+            let token = Token::try_from(first_max(logits))
+                .map_err(|_| SamplerError::Failed("sample: token id"))?;
+            // SAFETY: `raw` is a valid chain; accepting a token of the vocabulary only
+            // updates the chain's counters (greedy keeps no state).
+            unsafe { sys::llama_sampler_accept(self.raw.as_ptr(), token) };
+            return Ok(token);
+        }
         let idx = i32::try_from(index).map_err(|_| SamplerError::Failed("sample: index"))?;
         // SAFETY: `ctx` holds logits for batch entry `index` of its last decode (checked
         // above). The call also accepts the token into the chain's state.
         Ok(unsafe { sys::llama_sampler_sample(self.raw.as_ptr(), ctx.as_ptr(), idx) })
     }
+}
+
+/// The index of the first highest value, as llama.cpp's greedy sampler picks it
+/// (a later value wins only if strictly greater; NaN never wins).
+fn first_max(values: &[f32]) -> usize {
+    let Some(&first) = values.first() else {
+        return 0;
+    };
+    if first.is_nan() {
+        return 0;
+    }
+    // The highest value in 16 independent lanes (the compiler turns this into vector
+    // max instructions), then the first index holding it: two streaming passes instead
+    // of one compare-and-branch per entry.
+    let mut lanes = [first; 16];
+    let chunks = values.chunks_exact(16);
+    let rest = chunks.remainder();
+    for chunk in chunks {
+        for (lane, &v) in lanes.iter_mut().zip(chunk) {
+            *lane = if v > *lane { v } else { *lane };
+        }
+    }
+    let mut max = first;
+    for &v in lanes.iter().chain(rest) {
+        if v > max {
+            max = v;
+        }
+    }
+    values.iter().position(|&v| v == max).unwrap_or(0)
 }
 
 fn grammar_sampler(model: &Model, grammar: &str) -> Result<*mut sys::llama_sampler, SamplerError> {
@@ -211,6 +258,109 @@ fn grammar_sampler(model: &Model, grammar: &str) -> Result<*mut sys::llama_sampl
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::llama::{Batch, ContextParams, ModelParams};
+
+    #[test]
+    fn first_max_picks_as_llama_cpp_greedy_does() {
+        assert_eq!(first_max(&[1.0, 3.0, 3.0, 2.0]), 1);
+        assert_eq!(first_max(&[5.0]), 0);
+        assert_eq!(first_max(&[f32::NAN, 9.0]), 0);
+        assert_eq!(first_max(&[1.0, f32::NAN, 2.0]), 2);
+        assert_eq!(first_max(&[-1.0, f32::NEG_INFINITY, -0.5]), 2);
+        // Against llama.cpp's loop, on lengths around the 16-lane chunks, with ties,
+        // NaNs and signed zeros drawn often.
+        let greedy = |values: &[f32]| {
+            let mut best = 0;
+            for i in 1..values.len() {
+                if values[i] > values[best] {
+                    best = i;
+                }
+            }
+            best
+        };
+        let pool = [
+            0.0,
+            -0.0,
+            1.0,
+            1.0,
+            2.5,
+            -3.0,
+            f32::NAN,
+            f32::INFINITY,
+            7.0,
+            7.0,
+        ];
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        for round in 0..2000 {
+            let len = 1 + round % 70;
+            let values: Vec<f32> = (0..len)
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    pool[(seed % pool.len() as u64) as usize]
+                })
+                .collect();
+            assert_eq!(first_max(&values), greedy(&values), "{values:?}");
+        }
+    }
+
+    /// The greedy fast path and llama.cpp's own greedy chain pick the same tokens on
+    /// the real model, step after step.
+    #[test]
+    fn greedy_fast_path_matches_the_llama_cpp_chain() {
+        let path = crate::backend::llamacpp::test_model_path();
+        let params = ModelParams {
+            gpu_layers: 0,
+            progress: false,
+        };
+        let model = Model::load(&path, &params).unwrap();
+        let ctx_params = ContextParams {
+            n_ctx: 256,
+            n_batch: 256,
+            n_ubatch: 256,
+            ..Default::default()
+        };
+        let mut ctx = Context::new(&model, &ctx_params).unwrap();
+        let greedy = SamplerParams {
+            temperature: 0.0,
+            ..Default::default()
+        };
+        let mut fast = Sampler::new(&model, &greedy).unwrap();
+        let mut chain = Sampler::new(&model, &greedy).unwrap();
+        assert!(fast.argmax);
+        chain.argmax = false;
+        let prompt = model
+            .tokenize(
+                "<|im_start|>user\nName three rivers.<|im_end|>\n<|im_start|>assistant\n",
+                false,
+            )
+            .unwrap();
+        let mut batch = Batch::new(256).unwrap();
+        for (i, &t) in prompt.iter().enumerate() {
+            batch.push_seq(t, i, 0, i + 1 == prompt.len()).unwrap();
+        }
+        ctx.decode(&batch).unwrap();
+        let mut at = prompt.len() - 1;
+        for pos in prompt.len()..prompt.len() + 40 {
+            let token = fast.sample_at(&mut ctx, at).unwrap();
+            assert_eq!(
+                chain.sample_at(&mut ctx, at).unwrap(),
+                token,
+                "at position {pos}"
+            );
+            batch.clear();
+            batch.push_seq(token, pos, 0, true).unwrap();
+            ctx.decode(&batch).unwrap();
+            at = 0;
+        }
+        // Penalties, a grammar or a temperature leave it to llama.cpp.
+        let penalised = SamplerParams {
+            repeat_penalty: 1.1,
+            ..greedy.clone()
+        };
+        assert!(!Sampler::new(&model, &penalised).unwrap().argmax);
+    }
 
     fn check_params(params: SamplerParams, ok: bool) {
         assert_eq!(params.validate().is_ok(), ok, "{params:?}");
