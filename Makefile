@@ -90,14 +90,17 @@ $(MCP_EVERYTHING):
 # llama.cpp's llama-bench (built once from the llama-cpp-python sdist, cached) against
 # shepherd's own loop: pp512/tg128 and their ratios, plus time to first token at turns 1 and 10.
 bench: deps model
-	MODEL=$(MODEL) THREADS=$(THREADS) CACHE=$(CACHE) PYTHON=$(PYTHON) scripts/bench.sh
+	MODEL=$(MODEL) THREADS=$(THREADS) CACHE=$(CACHE) PYTHON=$(PYTHON) CUDA=$(CUDA) \
+	  CARGO_FEATURES='$(CARGO_FEATURES)' scripts/bench.sh
 
 # Only one half of `make bench`: llama-bench vs the in-process loop, or the servers.
 bench-llama: deps model
-	MODEL=$(MODEL) THREADS=$(THREADS) CACHE=$(CACHE) PYTHON=$(PYTHON) scripts/bench.sh --llama-only
+	MODEL=$(MODEL) THREADS=$(THREADS) CACHE=$(CACHE) PYTHON=$(PYTHON) CUDA=$(CUDA) \
+	  CARGO_FEATURES='$(CARGO_FEATURES)' scripts/bench.sh --llama-only
 
 bench-server: deps model
-	MODEL=$(MODEL) THREADS=$(THREADS) CACHE=$(CACHE) PYTHON=$(PYTHON) scripts/bench.sh --servers-only
+	MODEL=$(MODEL) THREADS=$(THREADS) CACHE=$(CACHE) PYTHON=$(PYTHON) CUDA=$(CUDA) \
+	  CARGO_FEATURES='$(CARGO_FEATURES)' scripts/bench.sh --servers-only
 
 # A short generation under valgrind: no invalid reads or writes in the llama wrapper.
 valgrind: deps model

@@ -13,8 +13,12 @@ NGL=${NGL:-0}
 CACHE=${CACHE:-$HOME/.cache/shepherd}
 PYTHON=${PYTHON:-python3}
 DIR="$CACHE/llama-bench"
-BENCH="$DIR/build/bin/llama-bench"
-SERVER="$DIR/build/bin/llama-server"
+# CUDA=1 (from `make CUDA=1 bench`): llama.cpp's tools with their CUDA backend, in a
+# build dir of their own; CARGO_FEATURES carries `--features cuda` to shepherd's builds.
+FEATURES=${CARGO_FEATURES:-}
+BUILD="$DIR/build${CUDA:+-cuda}"
+BENCH="$BUILD/bin/llama-bench"
+SERVER="$BUILD/bin/llama-server"
 
 build_llama_bench() {
   mkdir -p "$DIR/sdist"
@@ -25,11 +29,11 @@ build_llama_bench() {
       -d "$DIR/sdist" llama-cpp-python==0.3.36
     tar xzf "$DIR/sdist/llama_cpp_python-0.3.36.tar.gz" -C "$DIR"
   fi
-  cmake -S "$DIR/llama_cpp_python-0.3.36/vendor/llama.cpp" -B "$DIR/build" -DCMAKE_BUILD_TYPE=Release \
+  cmake -S "$DIR/llama_cpp_python-0.3.36/vendor/llama.cpp" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF \
     -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF -DGGML_NATIVE=OFF \
-    -DGGML_OPENMP=OFF -DBUILD_SHARED_LIBS=OFF >/dev/null
-  cmake --build "$DIR/build" -j"$(nproc)" --target llama-bench llama-server >/dev/null
+    -DGGML_OPENMP=OFF -DBUILD_SHARED_LIBS=OFF ${CUDA:+-DGGML_CUDA=ON -DGGML_CUDA_NCCL=OFF} >/dev/null
+  cmake --build "$BUILD" -j"$(nproc)" --target llama-bench llama-server >/dev/null
 }
 
 { [ -x "$BENCH" ] && [ -x "$SERVER" ]; } || build_llama_bench
@@ -46,8 +50,8 @@ if [ -n "${SHEPHERD_TEST_BIN:-}" ]; then
   run_bench() { "$SHEPHERD_TEST_BIN" --quiet bench_reports_speeds_and_turn_latency --nocapture; }
 else
   echo "building shepherd's bench (release test binary)" >&2
-  SHEPHERD_TEST_MODEL="$MODEL" cargo test --release --quiet --no-run 2>/dev/null
-  run_bench() { cargo test --release --quiet bench_reports_speeds_and_turn_latency -- --nocapture; }
+  SHEPHERD_TEST_MODEL="$MODEL" cargo test --release $FEATURES --quiet --no-run 2>/dev/null
+  run_bench() { cargo test --release $FEATURES --quiet bench_reports_speeds_and_turn_latency -- --nocapture; }
 fi
 : > "$DIR/llama-bench.jsonl"
 : > "$DIR/shepherd-bench.jsonl"
@@ -94,7 +98,7 @@ SERVER_CTX=${SERVER_CTX:-4096}
 SHEPHERD=${SHEPHERD:-target/release/shepherd}
 if [ "$SHEPHERD" = target/release/shepherd ]; then
   echo "building shepherd (release)" >&2
-  cargo build --release --quiet 2>/dev/null
+  cargo build --release $FEATURES --quiet 2>/dev/null
 fi
 LOGS="$DIR/server-logs"
 mkdir -p "$LOGS"
