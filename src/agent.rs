@@ -130,6 +130,7 @@ impl AgentHandle {
             .name("shepherd-agent".into())
             .spawn(move || {
                 agent.init_session();
+                agent.warm();
                 agent.serve(op_rx);
                 agent.session
             })?;
@@ -265,6 +266,9 @@ impl Agent {
 
     fn serve(&mut self, ops: Receiver<Op>) {
         for op in ops {
+            // Everything but a prompt and a snapshot changes what the next prompt
+            // starts with (conversation, system prompt, tools, backend).
+            let changes_prompt = !matches!(op, Op::Prompt(_) | Op::Snapshot(_));
             match op {
                 Op::Prompt(prompt) => {
                     self.busy.store(true, Ordering::SeqCst);
@@ -300,7 +304,22 @@ impl Agent {
                     self.recount_tokens();
                 }
             }
+            if changes_prompt {
+                self.warm();
+            }
         }
+    }
+
+    /// Tells the backend that the session waits for its next message, with the
+    /// tools the next request will offer ([`Backend::warm`]).
+    fn warm(&mut self) {
+        self.tools.refresh();
+        let specs = if self.config.tools_enabled {
+            self.tools.specs()
+        } else {
+            Vec::new()
+        };
+        self.backend.warm(&self.session, &specs);
     }
 
     fn emit(&self, event: Event) {

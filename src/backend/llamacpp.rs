@@ -151,6 +151,8 @@ enum Job {
     /// several handles never interleave their phases.
     Request(Box<RequestJob>),
     Count(String, Sender<Option<usize>>),
+    /// Decode the known opening of this conversation's next prompt while idle.
+    Warm(Vec<TemplateMessage>, Vec<ToolSpec>),
     #[cfg(test)]
     Bench(usize, usize, Sender<Result<BenchReport, BackendError>>),
     /// How many tokens each slot's cache holds.
@@ -491,6 +493,12 @@ impl Backend for LlamaBackend {
             Some(n) => u32::try_from(n).unwrap_or(u32::MAX).saturating_add(4),
             None => self.estimator.count_message(message),
         }
+    }
+
+    fn warm(&mut self, session: &Session, tools: &[ToolSpec]) {
+        let conversation = template::conversation(&session.system_prompt, &session.messages);
+        // A hint: a backend that stopped has nothing to warm.
+        let _ = self.send(Job::Warm(conversation, tools.to_vec()));
     }
 }
 
@@ -1082,6 +1090,50 @@ mod tests {
         let mut cold = backend(1024);
         let (cold_reply, _) = ask(&mut cold, &session, &greedy(16));
         assert_eq!(second.unwrap().content, cold_reply.unwrap().content);
+    }
+
+    /// A session that waits for its first message (the agent says so with
+    /// `Backend::warm`) has its system prompt and tool descriptions decoded while the
+    /// user types: the first request decodes only its own message.
+    #[test]
+    fn a_waiting_session_has_its_opening_decoded_before_the_first_message() {
+        let tools = [ToolSpec {
+            name: "get_weather".into(),
+            description: "Current weather for a city".into(),
+            parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+        }];
+        let mut session = Session::new("You are a helpful assistant. Answer briefly.");
+        let mut llm = backend(2048);
+        llm.warm(&session, &tools);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let warmed = loop {
+            let cached = llm.cached_tokens()[0];
+            if cached > 0 {
+                break cached;
+            }
+            assert!(Instant::now() < deadline, "nothing was warmed");
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        session
+            .messages
+            .push(Message::user("What is the capital of France?"));
+        let sampling = greedy(16);
+        let request = GenerateRequest {
+            tools: &tools,
+            tool_choice: &ToolChoice::Auto,
+            sampling: &sampling,
+            stream: true,
+        };
+        let mut ignore = |_: Event| Flow::Continue;
+        let warm_reply = llm.generate(&session, &request, &mut ignore).unwrap();
+        let prefill = llm.last_prefill().unwrap();
+        assert_eq!(prefill.reused_tokens, warmed, "{prefill:?}");
+        // The system prompt and the tool's description came from the warm-up.
+        assert!(warmed > 60, "{warmed} warmed");
+        assert!(prefill.decoded_tokens < 20, "{prefill:?}");
+        let mut cold = backend(2048);
+        let cold_reply = cold.generate(&session, &request, &mut ignore).unwrap();
+        assert_eq!(warm_reply.content, cold_reply.content);
     }
 
     #[test]

@@ -137,4 +137,9 @@ pub trait Backend: Send {
 
     /// Estimates the tokens `message` occupies, for eviction decisions.
     fn count_tokens(&self, message: &Message) -> u32;
+
+    /// A hint that `session` waits for its next user message, to be sent with
+    /// `tools`: an in-process model decodes the part of that prompt already known
+    /// (system prompt, tool descriptions) while the user types. Remote APIs ignore it.
+    fn warm(&mut self, _session: &Session, _tools: &[ToolSpec]) {}
 }

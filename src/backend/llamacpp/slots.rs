@@ -130,6 +130,10 @@ struct Slot {
 struct NextTurn {
     conversation: Vec<TemplateMessage>,
     tools: Vec<ToolSpec>,
+    /// Sent by the caller ([`Job::Warm`]): a session waiting for its first or next
+    /// message. Its opening (system prompt, tools) may be long and may replace what
+    /// the slot held, so it is decoded whole, chunk by chunk.
+    hinted: bool,
 }
 
 /// The request a slot is serving.
@@ -303,6 +307,21 @@ impl<'m> Worker<'m> {
             Job::Count(text, reply) => {
                 let _ = reply.send(self.model().tokenize(&text, false).ok().map(|t| t.len()));
             }
+            Job::Warm(conversation, tools) => {
+                // The least recently used idle slot; a request for this session
+                // then finds its prefix there.
+                let idle = self.slots.iter_mut().filter(|s| s.task.is_none());
+                if let Some(slot) = idle.min_by_key(|s| s.last_used) {
+                    slot.next_turn = Some(NextTurn {
+                        conversation,
+                        tools,
+                        hinted: true,
+                    });
+                }
+                // The quiet period counts from the hint: a prompt that follows at once
+                // (`-e`, a script) finds the worker idle, not decoding.
+                self.finished_at = Instant::now();
+            }
             #[cfg(test)]
             Job::Bench(n_prompt, n_gen, reply) => {
                 let _ = reply.send(self.bench(n_prompt, n_gen));
@@ -445,15 +464,20 @@ impl<'m> Worker<'m> {
                 batch,
                 slots,
                 preempt,
+                n_ctx_slot,
                 ..
             } = self;
             let slot = &mut slots[index];
             let keep = common_prefix(&slot.mirror, &tokens);
             let new = tokens.len().saturating_sub(keep);
-            if new == 0 || new > WARM_MAX.min(batch.capacity()) {
-                continue;
-            }
-            if slot.mirror.len() - keep > WARM_REWIND {
+            // An answered turn's opening is a few tokens right after its cache; a
+            // hinted session's can be its whole system prompt, in place of the cache.
+            let (most, rewind) = if next.hinted {
+                (*n_ctx_slot / 2, usize::MAX)
+            } else {
+                (WARM_MAX.min(batch.capacity()), WARM_REWIND)
+            };
+            if new == 0 || new > most || slot.mirror.len() - keep > rewind {
                 continue;
             }
             if keep < slot.mirror.len() && !ctx.truncate_seq(slot.seq, keep) {
@@ -462,22 +486,29 @@ impl<'m> Worker<'m> {
                 continue;
             }
             slot.mirror.truncate(keep);
-            batch.clear();
-            for (j, &token) in tokens[keep..].iter().enumerate() {
-                if batch.push_seq(token, keep + j, slot.seq, false).is_err() {
+            // Chunk by chunk: what a request interrupts, it finds decoded up to there.
+            for chunk in tokens[keep..].chunks(batch.capacity().max(1)) {
+                let at = slot.mirror.len();
+                batch.clear();
+                for (j, &token) in chunk.iter().enumerate() {
+                    if batch.push_seq(token, at + j, slot.seq, false).is_err() {
+                        return;
+                    }
+                }
+                let decoded = preempt.run(|| ctx.decode(batch));
+                crate::log::debug(crate::log::Category::Llm, || {
+                    let n = chunk.len();
+                    format!(
+                        "slot {}: warm-up of {n} tokens at {at}: {decoded:?}",
+                        slot.seq
+                    )
+                });
+                if decoded.is_err() {
+                    // Interrupted (or failed): whatever it left in the cache goes.
+                    ctx.truncate_seq(slot.seq, at);
                     return;
                 }
-            }
-            let decoded = preempt.run(|| ctx.decode(batch));
-            crate::log::debug(crate::log::Category::Llm, || {
-                format!("slot {}: warm-up of {new} tokens: {decoded:?}", slot.seq)
-            });
-            if decoded.is_ok() {
-                slot.mirror.extend_from_slice(&tokens[keep..]);
-            } else {
-                // Interrupted (or failed): whatever it left in the cache goes.
-                ctx.truncate_seq(slot.seq, keep);
-                return;
+                slot.mirror.extend_from_slice(chunk);
             }
         }
     }
@@ -765,6 +796,7 @@ impl<'m> Worker<'m> {
             NextTurn {
                 conversation,
                 tools,
+                hinted: false,
             }
         });
         let decode_secs = task
