@@ -23,7 +23,11 @@
 //! `<|im_end|>\n<|im_start|>user\n` in ChatML) while the user reads and types, so
 //! the next turn decodes only the message. A request that arrives meanwhile stops
 //! that decode at once ([`Preempt`]); a next prompt that does not follow is handled
-//! by prefix reuse like any other.
+//! by prefix reuse like any other. A session that waits for a message without an
+//! answer just given (a new session, `/clear`, a restored or re-profiled one) is
+//! announced by the caller (`Job::Warm`, from `Backend::warm`): its opening (system
+//! prompt, tool descriptions, restored turns) is decoded the same way, chunk by chunk,
+//! into the least recently used slot.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
