@@ -974,6 +974,14 @@ mod tests {
     /// A one-question session. shepherd always sends a system prompt; without one,
     /// SmolLM2's template inserts its own default line, after which the 135M model
     /// answers this question with nonsense at temperature 0.
+    fn weather_tool() -> ToolSpec {
+        ToolSpec {
+            name: "get_weather".into(),
+            description: "Current weather for a city".into(),
+            parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+        }
+    }
+
     fn question(text: &str) -> Session {
         let mut session = Session::new("You are a helpful assistant.");
         session.messages.push(Message::user(text));
@@ -1097,11 +1105,7 @@ mod tests {
     /// user types: the first request decodes only its own message.
     #[test]
     fn a_waiting_session_has_its_opening_decoded_before_the_first_message() {
-        let tools = [ToolSpec {
-            name: "get_weather".into(),
-            description: "Current weather for a city".into(),
-            parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
-        }];
+        let tools = [weather_tool()];
         let mut session = Session::new("You are a helpful assistant. Answer briefly.");
         let mut llm = backend(2048);
         llm.warm(&session, &tools);
@@ -1456,11 +1460,7 @@ mod tests {
     #[test]
     fn grammar_forces_a_valid_tool_call() {
         let mut llm = backend(1024);
-        let tools = [ToolSpec {
-            name: "get_weather".into(),
-            description: "Current weather for a city".into(),
-            parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
-        }];
+        let tools = [weather_tool()];
         let session = question("What is the weather in Paris?");
         let sampling = greedy(48);
         let request = GenerateRequest {
