@@ -27,7 +27,7 @@
 //! answer just given (a new session, `/clear`, a restored or re-profiled one) is
 //! announced by the caller (`Job::Warm`, from `Backend::warm`): its opening (system
 //! prompt, tool descriptions, restored turns) is decoded the same way, chunk by chunk,
-//! into the least recently used slot.
+//! into the slot a request with that prompt would take.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -117,6 +117,8 @@ pub(super) struct Worker<'m> {
     preempt: Preempt,
     /// Recent prompts and their tokens: a turn tokenizes only its new text.
     prompt_tokens: PromptTokens,
+    /// The session the caller said waits for its next message ([`Job::Warm`]).
+    waiting: Option<NextTurn>,
 }
 
 struct Slot {
@@ -134,10 +136,6 @@ struct Slot {
 struct NextTurn {
     conversation: Vec<TemplateMessage>,
     tools: Vec<ToolSpec>,
-    /// Sent by the caller ([`Job::Warm`]): a session waiting for its first or next
-    /// message. Its opening (system prompt, tools) may be long and may replace what
-    /// the slot held, so it is decoded whole, chunk by chunk.
-    hinted: bool,
 }
 
 /// The request a slot is serving.
@@ -241,6 +239,7 @@ impl<'m> Worker<'m> {
         Ok(Worker {
             template: load_template(model),
             prompt_tokens,
+            waiting: None,
             n_ctx_slot: ctx.n_ctx_seq() as usize,
             ctx,
             batch,
@@ -278,7 +277,8 @@ impl<'m> Worker<'m> {
     /// the channel is closed, i.e. the last handle is gone.
     fn receive(&mut self, jobs: &Receiver<Job>) -> bool {
         while self.idle() {
-            let job = if self.slots.iter().any(|s| s.next_turn.is_some()) {
+            let warm = self.waiting.is_some() || self.slots.iter().any(|s| s.next_turn.is_some());
+            let job = if warm {
                 let quiet_until = self.finished_at + WARM_QUIET;
                 match jobs.recv_deadline(quiet_until) {
                     Ok(job) => job,
@@ -312,16 +312,10 @@ impl<'m> Worker<'m> {
                 let _ = reply.send(self.model().tokenize(&text, false).ok().map(|t| t.len()));
             }
             Job::Warm(conversation, tools) => {
-                // The least recently used idle slot; a request for this session
-                // then finds its prefix there.
-                let idle = self.slots.iter_mut().filter(|s| s.task.is_none());
-                if let Some(slot) = idle.min_by_key(|s| s.last_used) {
-                    slot.next_turn = Some(NextTurn {
-                        conversation,
-                        tools,
-                        hinted: true,
-                    });
-                }
+                self.waiting = Some(NextTurn {
+                    conversation,
+                    tools,
+                });
                 // The quiet period counts from the hint: a prompt that follows at once
                 // (`-e`, a script) finds the worker idle, not decoding.
                 self.finished_at = Instant::now();
@@ -362,6 +356,8 @@ impl<'m> Worker<'m> {
         };
         let (prompt, sampler, forced_tools, max_tokens, stops) = prepared;
         let index = self.choose_slot(&prompt);
+        // A request came: the session it continues waits no longer.
+        self.waiting = None;
         let slot = &mut self.slots[index];
         slot.next_turn = None;
         let common = common_prefix(&slot.mirror, &prompt);
@@ -453,8 +449,9 @@ impl<'m> Worker<'m> {
         )
     }
 
-    /// Decodes the opening of each answered conversation's next turn (see the module
-    /// docs); stops at the first decode a request interrupted.
+    /// Decodes the opening of each answered conversation's next turn, then that of
+    /// the session the caller said is waiting (see the module docs); stops at the
+    /// first decode a request interrupted.
     fn warm_up(&mut self) {
         for index in 0..self.slots.len() {
             let Some(next) = self.slots[index].next_turn.take() else {
@@ -463,58 +460,74 @@ impl<'m> Worker<'m> {
             let Some(tokens) = self.next_turn_opening(&next) else {
                 continue;
             };
-            let Worker {
-                ctx,
-                batch,
-                slots,
-                preempt,
-                n_ctx_slot,
-                ..
-            } = self;
-            let slot = &mut slots[index];
-            let keep = common_prefix(&slot.mirror, &tokens);
-            let new = tokens.len().saturating_sub(keep);
-            // An answered turn's opening is a few tokens right after its cache; a
-            // hinted session's can be its whole system prompt, in place of the cache.
-            let (most, rewind) = if next.hinted {
-                (*n_ctx_slot / 2, usize::MAX)
-            } else {
-                (WARM_MAX.min(batch.capacity()), WARM_REWIND)
-            };
-            if new == 0 || new > most || slot.mirror.len() - keep > rewind {
-                continue;
-            }
-            if keep < slot.mirror.len() && !ctx.truncate_seq(slot.seq, keep) {
-                ctx.truncate_seq(slot.seq, 0);
-                slot.mirror.clear();
-                continue;
-            }
-            slot.mirror.truncate(keep);
-            // Chunk by chunk: what a request interrupts, it finds decoded up to there.
-            for chunk in tokens[keep..].chunks(batch.capacity().max(1)) {
-                let at = slot.mirror.len();
-                batch.clear();
-                for (j, &token) in chunk.iter().enumerate() {
-                    if batch.push_seq(token, at + j, slot.seq, false).is_err() {
-                        return;
-                    }
-                }
-                let decoded = preempt.run(|| ctx.decode(batch));
-                crate::log::debug(crate::log::Category::Llm, || {
-                    let n = chunk.len();
-                    format!(
-                        "slot {}: warm-up of {n} tokens at {at}: {decoded:?}",
-                        slot.seq
-                    )
-                });
-                if decoded.is_err() {
-                    // Interrupted (or failed): whatever it left in the cache goes.
-                    ctx.truncate_seq(slot.seq, at);
-                    return;
-                }
-                slot.mirror.extend_from_slice(chunk);
+            // A few tokens right after the slot's cache: the answer's own tokens may
+            // differ from its rendering by a few, no more.
+            let most = WARM_MAX.min(self.batch.capacity());
+            if !self.warm_slot(index, &tokens, most, WARM_REWIND) {
+                return;
             }
         }
+        let Some(waiting) = self.waiting.take() else {
+            return;
+        };
+        let Some(tokens) = self.next_turn_opening(&waiting) else {
+            return;
+        };
+        // Its opening can be a whole system prompt, in the slot a request with this
+        // prompt would take, in place of what that slot held.
+        let index = self.choose_slot(&tokens);
+        let most = self.n_ctx_slot / 2;
+        self.warm_slot(index, &tokens, most, usize::MAX);
+    }
+
+    /// Decodes `tokens` into slot `index` beyond what its cache shares with them,
+    /// when that is at most `most` tokens and gives back at most `rewind` cached
+    /// ones; false when a request interrupted it.
+    fn warm_slot(&mut self, index: usize, tokens: &[Token], most: usize, rewind: usize) -> bool {
+        let Worker {
+            ctx,
+            batch,
+            slots,
+            preempt,
+            ..
+        } = self;
+        let slot = &mut slots[index];
+        let keep = common_prefix(&slot.mirror, tokens);
+        let new = tokens.len().saturating_sub(keep);
+        if new == 0 || new > most || slot.mirror.len() - keep > rewind {
+            return true;
+        }
+        if keep < slot.mirror.len() && !ctx.truncate_seq(slot.seq, keep) {
+            ctx.truncate_seq(slot.seq, 0);
+            slot.mirror.clear();
+            return true;
+        }
+        slot.mirror.truncate(keep);
+        // Chunk by chunk: what a request interrupts, it finds decoded up to there.
+        for chunk in tokens[keep..].chunks(batch.capacity().max(1)) {
+            let at = slot.mirror.len();
+            batch.clear();
+            for (j, &token) in chunk.iter().enumerate() {
+                if batch.push_seq(token, at + j, slot.seq, false).is_err() {
+                    return false;
+                }
+            }
+            let decoded = preempt.run(|| ctx.decode(batch));
+            crate::log::debug(crate::log::Category::Llm, || {
+                let n = chunk.len();
+                format!(
+                    "slot {}: warm-up of {n} tokens at {at}: {decoded:?}",
+                    slot.seq
+                )
+            });
+            if decoded.is_err() {
+                // Interrupted (or failed): whatever it left in the cache goes.
+                ctx.truncate_seq(slot.seq, at);
+                return false;
+            }
+            slot.mirror.extend_from_slice(chunk);
+        }
+        true
     }
 
     /// The tokens every next prompt of `next` starts with, whatever the user says:
@@ -800,7 +813,6 @@ impl<'m> Worker<'m> {
             NextTurn {
                 conversation,
                 tools,
-                hinted: false,
             }
         });
         let decode_secs = task
@@ -938,6 +950,7 @@ impl Worker<'_> {
             slot.mirror.clear();
             slot.next_turn = None;
         }
+        self.waiting = None;
     }
 
     fn bench_decode(&mut self, tokens: &[Token], start: usize) -> Result<(), BackendError> {
