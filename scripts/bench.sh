@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # `make bench`: llama.cpp's own llama-bench against shepherd's in-process loop on the
-# same model and thread count; prints pp512/tg128 for both with the ratio, and
+# same model and thread count; prints pp512/tg128 (and tg128 deep in a conversation,
+# llama-bench's -d) for both with the ratio, with llama-bench at its default flash
+# attention and at shepherd's (off on the CPU: see docs/LLAMA.md), and
 # shepherd's time to first token at turn 1 and turn 10 of a scripted conversation; then
 # shepherd's API server against llama-server: single-stream and 4-stream aggregate tokens/s.
 # llama-bench is built once from the llama-cpp-python==0.3.36 sdist (it vendors the
@@ -43,6 +45,9 @@ PART=${1:-all}  # all | --servers-only | --llama-only
 # Timing noise on a shared 2-core VM is ±20% run to run, so the two are measured in
 # interleaved rounds (llama-bench, then shepherd, ROUNDS times) and compared by median.
 ROUNDS=${ROUNDS:-5}
+# The depth of the deep generation test: about an agent's opening (system prompt and
+# tool descriptions).
+DEPTH=${DEPTH:-1536}
 if [ "$PART" != "--servers-only" ]; then
 # SHEPHERD_TEST_BIN: a release test binary built elsewhere (a GPU box with no Rust
 # toolchain); by default cargo builds it here.
@@ -57,9 +62,12 @@ fi
 : > "$DIR/shepherd-bench.jsonl"
 for round in $(seq "$ROUNDS"); do
   echo "round $round/$ROUNDS: llama-bench, then shepherd ($MODEL, $THREADS threads)" >&2
-  # -r 3: the mean of three runs, as shepherd's bench reports.
-  "$BENCH" -m "$MODEL" -t "$THREADS" -ngl "$NGL" -p 512 -n 128 -r 3 -o jsonl >> "$DIR/llama-bench.jsonl"
+  # -r 3: the mean of three runs, as shepherd's bench reports. Flash attention both at
+  # llama-bench's default (auto) and off, shepherd's default on the CPU.
+  "$BENCH" -m "$MODEL" -t "$THREADS" -ngl "$NGL" -p 512 -n 128 -fa auto,off -r 3 -o jsonl >> "$DIR/llama-bench.jsonl"
+  "$BENCH" -m "$MODEL" -t "$THREADS" -ngl "$NGL" -p 0 -n 128 -d "$DEPTH" -fa auto,off -r 3 -o jsonl >> "$DIR/llama-bench.jsonl"
   SHEPHERD_TEST_MODEL="$MODEL" SHEPHERD_BENCH_FULL=1 SHEPHERD_BENCH_THREADS="$THREADS" SHEPHERD_BENCH_GPU_LAYERS="$NGL" \
+    SHEPHERD_BENCH_DEPTH="$DEPTH" \
     run_bench 2>/dev/null \
     | grep '^SHEPHERD_BENCH ' | sed 's/^SHEPHERD_BENCH //' >> "$DIR/shepherd-bench.jsonl"
 done
@@ -69,18 +77,31 @@ import json, statistics, sys
 ref = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 ours = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
 med = statistics.median
-def ref_speeds(n_prompt, n_gen):
-    return [r["avg_ts"] for r in ref if r["n_prompt"] == n_prompt and r["n_gen"] == n_gen]
-rows = [
-    ("pp512", ref_speeds(512, 0), [o["pp_tps"] for o in ours]),
-    ("tg128", ref_speeds(0, 128), [o["tg_tps"] for o in ours]),
-]
+depth = ours[0]["depth"]
+# llama-bench's flash_attn: -1 auto, 0 off. shepherd reports what its auto chose ("auto"
+# where llama.cpp decides, as llama-bench's auto does; "on" only when forced, which is
+# what auto gives wherever the op is supported).
+theirs_fa = 0 if ours[0]["flash_attn"] == "off" else -1
+def ref_speeds(n_prompt, n_gen, n_depth, fa):
+    return [r["avg_ts"] for r in ref if (r["n_prompt"], r["n_gen"], r["n_depth"], r["flash_attn"])
+            == (n_prompt, n_gen, n_depth, fa)]
+tests = [("pp512", 512, 0, 0, "pp_tps"), ("tg128", 0, 128, 0, "tg_tps"),
+         (f"tg128 @ d{depth}", 0, 128, depth, "tg_deep_tps")]
 print(f"medians of {len(ours)} interleaved rounds (tokens/s); 'paired' is the median of")
 print("the rounds' own ratios, which cancels the machine's drift between rounds")
-print(f"{'test':8} {'llama-bench':>12} {'shepherd':>10} {'ratio':>7} {'paired':>7}")
-for name, theirs, mine in rows:
-    paired = med([m / t for t, m in zip(theirs, mine)])
-    print(f"{name:8} {med(theirs):12.1f} {med(mine):10.1f} {med(mine) / med(theirs):7.2f}x {paired:6.2f}x")
+sections = [(f"same attention kernels (llama-bench -fa {'off' if theirs_fa == 0 else 'auto'}, "
+             f"shepherd's flash attention {ours[0]['flash_attn']})", theirs_fa)]
+if theirs_fa != -1:
+    sections.append(("each at its default (llama-bench -fa auto, which turns flash attention "
+                     "on wherever it runs)", -1))
+for title, fa in sections:
+    print(title)
+    print(f"  {'test':16} {'llama-bench':>12} {'shepherd':>10} {'ratio':>7} {'paired':>7}")
+    for name, n_prompt, n_gen, n_depth, key in tests:
+        theirs = ref_speeds(n_prompt, n_gen, n_depth, fa)
+        mine = [o[key] for o in ours]
+        paired = med([m / t for t, m in zip(theirs, mine)])
+        print(f"  {name:16} {med(theirs):12.1f} {med(mine):10.1f} {med(mine) / med(theirs):7.2f}x {paired:6.2f}x")
 for label, key in ((f"after a {ours[0]['pause_ms']} ms pause (a user)", "ttft"),
                    ("back to back (a script)", "ttft_at_once")):
     t1 = med([o[key + "_turn1_ms"] for o in ours])

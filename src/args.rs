@@ -240,7 +240,7 @@ pub const FLAGS: &[Flag] = &[
     flag(FlagId::NBatch, "n_batch", None, Val("N"), S::Local, "Logical batch size"),
     flag(FlagId::UBatch, "ubatch", None, Val("N"), S::Local, "Physical batch size"),
     flag(FlagId::CacheType, "cache-type", None, Val("TYPE"), S::Local, "KV cache type: f16|f32|q8_0|q4_0"),
-    flag(FlagId::FlashAttn, "flash-attn", None, Nothing, S::Local, "Use flash attention"),
+    flag(FlagId::FlashAttn, "flash-attn", None, Opt("on|off|auto"), S::Local, "Flash attention (alone = on; default auto: off on the CPU, where it slows decoding deep in a conversation)"),
     flag(FlagId::Parallel, "parallel", None, Val("N"), S::Local, "Requests decoded together in one batch (slots), 1 to 64 (default 1)"),
     flag(FlagId::Config, "config", Some('c'), Val("FILE"), S::General, "Read and write FILE instead of the default config.json"),
     flag(FlagId::Debug, "debug", Some('d'), Opt("llm,tools,http"), S::General, "Debug output to stderr for these categories (none given = all)"),
@@ -313,7 +313,8 @@ pub struct LowArgs {
     pub n_batch: Option<u32>,
     pub ubatch: Option<u32>,
     pub cache_type: Option<String>,
-    pub flash_attn: bool,
+    /// `Some(true)`/`Some(false)` forced on or off; `None` is auto.
+    pub flash_attn: Option<bool>,
     pub parallel: Option<u32>,
     pub config: Option<PathBuf>,
     /// `Some` when `-d` was given: the categories named, or all of them.
@@ -477,7 +478,7 @@ fn set_switch(low: &mut LowArgs, id: FlagId) {
         FlagId::ToolServer => low.toolserver = true,
         FlagId::Continue => low.continue_session = true,
         FlagId::Fresh => low.fresh = true,
-        FlagId::FlashAttn => low.flash_attn = true,
+        FlagId::FlashAttn => low.flash_attn = Some(true),
         FlagId::Version => low.version = true,
         FlagId::Help => low.help = true,
         // `-d` alone turns every category on.
@@ -504,6 +505,13 @@ fn set_value(low: &mut LowArgs, flag: &Flag, raw: &str) -> Result<(), UsageError
         }
         FlagId::CacheType => {
             low.cache_type = Some(choice(flag, raw, &["f16", "f32", "q8_0", "q4_0"])?)
+        }
+        FlagId::FlashAttn => {
+            low.flash_attn = match choice(flag, raw, &["on", "off", "auto"])?.as_str() {
+                "on" => Some(true),
+                "off" => Some(false),
+                _ => None,
+            }
         }
         FlagId::Host => low.host = text(),
         FlagId::AuthToken => low.auth_token = text(),
@@ -879,6 +887,11 @@ mod tests {
             ok(&["--cache-type", "q8_0"]).cache_type.as_deref(),
             Some("q8_0")
         );
+        check_err(&["--flash-attn=1"], &["--flash-attn", "on, off, auto"]);
+        assert_eq!(ok(&["--flash-attn=off"]).flash_attn, Some(false));
+        assert_eq!(ok(&["--flash-attn=on"]).flash_attn, Some(true));
+        assert_eq!(ok(&["--flash-attn", "--flash-attn=auto"]).flash_attn, None);
+        assert_eq!(ok(&[]).flash_attn, None);
     }
 
     #[test]
@@ -907,7 +920,8 @@ mod tests {
             "-h",
         ]);
         assert!(low.no_stream && low.no_tools && low.json && low.stats && low.thinking);
-        assert!(low.no_colors && low.continue_session && low.flash_attn && low.no_mcp);
+        assert!(low.no_colors && low.continue_session && low.no_mcp);
+        assert_eq!(low.flash_attn, Some(true));
         assert!(low.version && low.help);
         assert_eq!(ok(&["--tui", "--no-tui"]).tui, Some(false));
         assert_eq!(ok(&["--no-tui", "--tui"]).tui, Some(true));

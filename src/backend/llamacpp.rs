@@ -78,8 +78,35 @@ pub struct LlamaConfig {
     pub n_batch: u32,
     pub ubatch: u32,
     pub cache_type: CacheType,
+    /// Forced on or off; `None` is auto (see [`flash_attn_for`]).
     pub flash_attn: Option<bool>,
     pub progress: bool,
+}
+
+/// Flash attention as requested, with auto (`None`) decided for this placement.
+///
+/// llama.cpp's own auto turns it on wherever the op is supported, the CPU included, and
+/// on the CPU that is the slower choice for a chat. Its CPU kernel walks the cache cell
+/// by cell for a small batch, so each generated token gets slower with depth much faster
+/// than without it: on SmolLM2 with 2 threads, generation 1,536 tokens deep runs at
+/// 57–63 tokens/s with it and 89–91 without (3,000 deep: 40 against 72), while it gains
+/// only 10–15% on 512-token prompts. An agent's opening alone is about 1,500 tokens.
+/// So auto is off when every layer runs on the CPU and the V cache is not quantized
+/// (llama.cpp needs flash attention for a quantized V cache); elsewhere, on a GPU,
+/// llama.cpp's auto decides.
+pub fn flash_attn_for(
+    requested: Option<bool>,
+    gpu_layers: i32,
+    cache_type: CacheType,
+) -> Option<bool> {
+    let quantized_v = matches!(cache_type, CacheType::Q8_0 | CacheType::Q4_0);
+    match requested {
+        Some(forced) => Some(forced),
+        None if gpu_layers == 0 || !crate::llama::supports_gpu_offload() => {
+            (!quantized_v).then_some(false)
+        }
+        None => None,
+    }
 }
 
 impl LlamaConfig {
@@ -146,6 +173,17 @@ pub struct BenchReport {
     pub tg_tps: f64,
 }
 
+/// One llama-bench style test: `n_prompt` tokens decoded as one prompt, then `n_gen`
+/// tokens one at a time, both after `depth` tokens already in the cache (llama-bench's
+/// `-d`; filling the cache is not timed).
+#[cfg(test)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct BenchTest {
+    pub n_prompt: usize,
+    pub n_gen: usize,
+    pub depth: usize,
+}
+
 enum Job {
     /// Prefill, then (when it succeeded) generate: one job, so that requests from
     /// several handles never interleave their phases.
@@ -154,7 +192,7 @@ enum Job {
     /// Decode the known opening of this conversation's next prompt while idle.
     Warm(Vec<TemplateMessage>, Vec<ToolSpec>),
     #[cfg(test)]
-    Bench(usize, usize, Sender<Result<BenchReport, BackendError>>),
+    Bench(BenchTest, Sender<Result<BenchReport, BackendError>>),
     /// How many tokens each slot's cache holds.
     #[cfg(test)]
     Cached(Sender<Vec<usize>>),
@@ -410,12 +448,12 @@ impl LlamaBackend {
         result.recv().unwrap()
     }
 
-    /// Measures prompt processing of `n_prompt` tokens and generation of `n_gen` tokens
-    /// from an empty cache, like llama-bench's pp/tg tests. Clears the cache.
+    /// Measures prompt processing and generation as llama-bench's pp/tg tests do
+    /// (see [`BenchTest`]). Clears the cache.
     #[cfg(test)]
-    pub fn bench(&mut self, n_prompt: usize, n_gen: usize) -> Result<BenchReport, BackendError> {
+    pub fn bench(&mut self, test: BenchTest) -> Result<BenchReport, BackendError> {
         let (reply, result) = bounded(1);
-        self.send(Job::Bench(n_prompt, n_gen, reply))?;
+        self.send(Job::Bench(test, reply))?;
         result.recv().map_err(|_| worker_gone())?
     }
 }
@@ -848,6 +886,32 @@ mod tests {
         backend_with(n_ctx, 1)
     }
 
+    #[test]
+    fn auto_flash_attention_is_off_on_the_cpu_unless_the_v_cache_is_quantized() {
+        // A forced choice is kept wherever the layers are.
+        for layers in [0, -1] {
+            assert_eq!(
+                flash_attn_for(Some(true), layers, CacheType::F16),
+                Some(true)
+            );
+            assert_eq!(
+                flash_attn_for(Some(false), layers, CacheType::Q8_0),
+                Some(false)
+            );
+        }
+        assert_eq!(flash_attn_for(None, 0, CacheType::F16), Some(false));
+        assert_eq!(flash_attn_for(None, 0, CacheType::F32), Some(false));
+        // llama.cpp refuses a quantized V cache without flash attention.
+        assert_eq!(flash_attn_for(None, 0, CacheType::Q8_0), None);
+        assert_eq!(flash_attn_for(None, 0, CacheType::Q4_0), None);
+        // Layers asked for the GPU: llama.cpp decides where there is one.
+        let on_gpu = crate::llama::supports_gpu_offload();
+        assert_eq!(
+            flash_attn_for(None, -1, CacheType::F16),
+            (!on_gpu).then_some(false)
+        );
+    }
+
     /// `parallel` slots over a context of `n_ctx` tokens in all.
     fn backend_with(n_ctx: u32, parallel: u32) -> LlamaBackend {
         let mut config = LlamaConfig::new(test_model_path());
@@ -982,8 +1046,13 @@ mod tests {
         }
     }
 
+    /// SmolLM2-135M is unsure how to open its answer to some questions: after "You are
+    /// a helpful assistant." the first token of "What is the capital of France?" is "The"
+    /// or "La" by 0.13 nats, and attention kernels (flash or not, batched or alone) flip
+    /// it. This system prompt gives "The" a lead of 1.7–2.0 nats under both kernels
+    /// (llama-server's logprobs), so the tests check shepherd, not rounding.
     fn question(text: &str) -> Session {
-        let mut session = Session::new("You are a helpful assistant.");
+        let mut session = Session::new("Keep answers concise.");
         session.messages.push(Message::user(text));
         session
     }
@@ -1177,7 +1246,9 @@ mod tests {
         );
         let sessions = [
             question("What is the capital of France?"),
-            question("Name three colours."),
+            // Each answer's tokens lead their runners-up by 0.26 nats or more (see
+            // `question`): equal text here means the slots did not mix, not luck.
+            question("What is two plus two?"),
         ];
         let alone: Vec<String> = sessions
             .iter()
@@ -1604,36 +1675,55 @@ mod tests {
     fn bench_reports_speeds_and_turn_latency() {
         let full = std::env::var_os("SHEPHERD_BENCH_FULL").is_some();
         let (n_prompt, n_gen, runs) = if full { (512, 128, 3) } else { (64, 16, 1) };
+        let gpu_layers = env_number("SHEPHERD_BENCH_GPU_LAYERS", 0) as i32;
+        let forced_fa = match std::env::var("SHEPHERD_BENCH_FA").as_deref() {
+            Ok("1") => Some(true),
+            Ok("0") => Some(false),
+            _ => None,
+        };
         let backend_for = |n_ctx: usize| {
             let mut config = LlamaConfig::new(test_model_path());
             config.context_size = Some(n_ctx as u32);
             config.threads = Some(env_number("SHEPHERD_BENCH_THREADS", 2) as i32);
             config.progress = false;
-            config.gpu_layers = env_number("SHEPHERD_BENCH_GPU_LAYERS", 0) as i32;
-            config.flash_attn = match std::env::var("SHEPHERD_BENCH_FA").as_deref() {
-                Ok("1") => Some(true),
-                Ok("0") => Some(false),
-                _ => None,
-            };
+            config.gpu_layers = gpu_layers;
+            config.flash_attn = forced_fa;
             LlamaBackend::new(config).unwrap()
         };
         // As llama-bench does, each test in a context just big enough for it (the
         // attention cost depends on the cache size), after a warm-up run: the whole
         // prompt (its first run touches the compute buffers' pages), or one token.
-        let measure = |n_prompt: usize, n_gen: usize| {
-            let mut llm = backend_for(n_prompt + n_gen);
-            llm.bench(n_prompt, n_gen.min(1)).unwrap();
-            let reports: Vec<BenchReport> = (0..runs)
-                .map(|_| llm.bench(n_prompt, n_gen).unwrap())
-                .collect();
+        let measure = |test: BenchTest| {
+            let mut llm = backend_for(test.depth + test.n_prompt + test.n_gen);
+            let warm_up = BenchTest {
+                n_gen: test.n_gen.min(1),
+                ..test
+            };
+            llm.bench(warm_up).unwrap();
+            let reports: Vec<BenchReport> = (0..runs).map(|_| llm.bench(test).unwrap()).collect();
             reports
         };
         let mean = |reports: Vec<BenchReport>, f: fn(&BenchReport) -> f64| {
             reports.iter().map(f).sum::<f64>() / reports.len() as f64
         };
-        let pp = mean(measure(n_prompt, 0), |r| r.pp_tps);
-        let tg = mean(measure(0, n_gen), |r| r.tg_tps);
+        let test = |n_prompt, n_gen, depth| BenchTest {
+            n_prompt,
+            n_gen,
+            depth,
+        };
+        let pp = mean(measure(test(n_prompt, 0, 0)), |r| r.pp_tps);
+        let tg = mean(measure(test(0, n_gen, 0)), |r| r.tg_tps);
         assert!(pp > 0.0 && tg > 0.0, "{pp} {tg}");
+        // Generation deep in a conversation (llama-bench's `-d`): an agent's opening
+        // alone (system prompt and tool descriptions) is about 1,500 tokens.
+        let depth = env_number("SHEPHERD_BENCH_DEPTH", if full { 1536 } else { 64 });
+        let tg_deep = mean(measure(test(0, n_gen, depth)), |r| r.tg_tps);
+        assert!(tg_deep > 0.0, "{tg_deep}");
+        let flash_attn = match flash_attn_for(forced_fa, gpu_layers, CacheType::F16) {
+            Some(true) => "on",
+            Some(false) => "off",
+            None => "auto",
+        };
         let mut llm = backend_for(2048);
         // Scripted conversations, each from an empty cache (`bench` clears it); per-turn
         // medians smooth out the scheduler noise of a small shared machine. Each turn
@@ -1645,7 +1735,7 @@ mod tests {
         let mut ttft = |pause: Duration| {
             let runs: Vec<Vec<f64>> = (0..if full { 3 } else { 1 })
                 .map(|_| {
-                    llm.bench(8, 1).unwrap();
+                    llm.bench(test(8, 1, 0)).unwrap();
                     let (ttft, turn_decoded) = ten_turn_ttft(&mut llm, pause);
                     decoded = turn_decoded;
                     ttft
@@ -1662,7 +1752,8 @@ mod tests {
         let (paused_1, paused_10) = ttft(pause);
         println!(
             "SHEPHERD_BENCH {}",
-            json!({"pp_tps": pp, "tg_tps": tg,
+            json!({"pp_tps": pp, "tg_tps": tg, "tg_deep_tps": tg_deep, "depth": depth,
+                   "flash_attn": flash_attn,
                    "ttft_turn1_ms": paused_1, "ttft_turn10_ms": paused_10,
                    "ttft_at_once_turn1_ms": at_once_1, "ttft_at_once_turn10_ms": at_once_10,
                    "pause_ms": pause.as_millis() as u64})

@@ -141,7 +141,8 @@ pub struct LocalSettings {
     pub n_batch: Option<u32>,
     pub ubatch: Option<u32>,
     pub cache_type: Option<String>,
-    pub flash_attn: bool,
+    /// Forced on or off; `None` leaves the choice to the backend.
+    pub flash_attn: Option<bool>,
     /// `--parallel`: slots decoded together; `None` means one.
     pub parallel: Option<u32>,
 }

@@ -193,7 +193,7 @@ fn llama_config(settings: &Settings, provider: &ProviderConfig) -> Result<LlamaC
         n_batch: local.n_batch.unwrap_or(defaults.n_batch),
         ubatch: local.ubatch.unwrap_or(defaults.ubatch),
         cache_type,
-        flash_attn: local.flash_attn.then_some(true),
+        flash_attn: local.flash_attn,
         parallel: local.parallel.unwrap_or(defaults.parallel),
         progress: std::io::stderr().is_terminal(),
         ..defaults

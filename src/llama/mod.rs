@@ -75,6 +75,14 @@ fn static_str(text: *const c_char) -> String {
         .to_string()
 }
 
+/// Whether this build can put layers on a GPU and found one (a CUDA build on a machine
+/// with no usable device says no).
+pub fn supports_gpu_offload() -> bool {
+    init();
+    // SAFETY: a pure query of the registered backends; no arguments, no preconditions.
+    unsafe { sys::llama_supports_gpu_offload() }
+}
+
 /// llama.cpp's build and CPU feature summary, for `--version`.
 pub fn system_info() -> String {
     init();

@@ -204,6 +204,8 @@ impl<'m> Worker<'m> {
         let parallel = config.parallel.max(1);
         // Every generating slot needs a place in each batch.
         let n_batch = config.n_batch.max(parallel).min(n_ctx);
+        let flash_attn =
+            super::flash_attn_for(config.flash_attn, config.gpu_layers, config.cache_type);
         let params = ContextParams {
             n_ctx,
             n_batch,
@@ -211,16 +213,21 @@ impl<'m> Worker<'m> {
             n_threads: config.threads.unwrap_or(defaults.n_threads),
             n_seq_max: parallel,
             cache_type: config.cache_type,
-            flash_attn: config.flash_attn,
+            flash_attn,
             abort: Arc::clone(&preempt.abort),
         };
         let ctx = Context::new(model, &params).map_err(|e| BackendError::Config(e.to_string()))?;
         crate::log::debug(crate::log::Category::Llm, || {
             format!(
-                "context: {} tokens, {} slot(s) of {}",
+                "context: {} tokens, {} slot(s) of {}, flash attention {}",
                 ctx.n_ctx(),
                 ctx.n_seq_max(),
-                ctx.n_ctx_seq()
+                ctx.n_ctx_seq(),
+                match flash_attn {
+                    Some(true) => "on",
+                    Some(false) => "off",
+                    None => "as llama.cpp decides",
+                }
             )
         });
         let batch =
@@ -321,8 +328,8 @@ impl<'m> Worker<'m> {
                 self.finished_at = Instant::now();
             }
             #[cfg(test)]
-            Job::Bench(n_prompt, n_gen, reply) => {
-                let _ = reply.send(self.bench(n_prompt, n_gen));
+            Job::Bench(test, reply) => {
+                let _ = reply.send(self.bench(test));
             }
             #[cfg(test)]
             Job::Cached(reply) => {
@@ -915,25 +922,33 @@ fn pick_slot<'a>(free: impl Iterator<Item = (usize, &'a [Token], u64)>, prompt: 
 
 #[cfg(test)]
 impl Worker<'_> {
-    /// Like llama-bench's pp and tg tests, on slot 0 from an empty cache; only while
-    /// no request is running. Leaves every slot empty.
-    fn bench(&mut self, n_prompt: usize, n_gen: usize) -> Result<super::BenchReport, BackendError> {
+    /// Like llama-bench's pp and tg tests, on slot 0 from an empty cache (then `depth`
+    /// untimed tokens); only while no request is running. Leaves every slot empty.
+    fn bench(&mut self, test: super::BenchTest) -> Result<super::BenchReport, BackendError> {
         if !self.idle() {
             return Err(BackendError::Config("bench needs an idle backend".into()));
         }
+        let super::BenchTest {
+            n_prompt,
+            n_gen,
+            depth,
+        } = test;
         let n_vocab = self.model().n_vocab().max(1) as usize;
         // Arbitrary but valid tokens, as llama-bench uses.
-        let tokens: Vec<Token> = (0..n_prompt)
-            .map(|i| ((i * 7919) % n_vocab) as Token)
-            .collect();
+        let arbitrary = |n: usize, step: usize| -> Vec<Token> {
+            (0..n).map(|i| ((i * step) % n_vocab) as Token).collect()
+        };
+        let (filler, tokens) = (arbitrary(depth, 6151), arbitrary(n_prompt, 7919));
         self.clear_all();
+        self.bench_decode(&filler, 0)?;
         let started = Instant::now();
-        self.bench_decode(&tokens, 0)?;
+        self.bench_decode(&tokens, depth)?;
         let pp_secs = started.elapsed().as_secs_f64();
         self.clear_all();
+        self.bench_decode(&filler, 0)?;
         let started = Instant::now();
         for i in 0..n_gen {
-            self.bench_decode(&[((i * 104_729) % n_vocab) as Token], i)?;
+            self.bench_decode(&[((i * 104_729) % n_vocab) as Token], depth + i)?;
         }
         let tg_secs = started.elapsed().as_secs_f64();
         self.clear_all();
