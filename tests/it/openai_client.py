@@ -12,7 +12,13 @@ import openai
 
 client = openai.OpenAI(max_retries=0, timeout=120)
 MODEL = "SmolLM2-135M-Instruct.Q4_1.gguf"
-QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+# With this system prompt every token of SmolLM2's answer leads its runner-up by over
+# 1.1 nats, with flash attention or without; with none (the template's default) the
+# first token is a near-tie that the attention kernel decides (see docs/LLAMA.md).
+QUESTION = [
+    {"role": "system", "content": "Keep answers concise."},
+    {"role": "user", "content": "What is the capital of France?"},
+]
 
 
 def check(condition, message):
