@@ -14,6 +14,15 @@ THREADS ?= 2
 # `make CUDA=1` builds llama.cpp with its CUDA backend (needs the CUDA toolkit).
 CUDA ?=
 CARGO_FEATURES := $(if $(CUDA),--features cuda,)
+# rustc must find libcudart_static.a itself (it bundles it into llama-cpp-sys-2's rlib),
+# and the crate looks only under CUDA_PATH, /usr/local/cuda* and /opt/cuda. Debian's
+# toolkit (nvidia-cuda-toolkit) keeps its libraries in the multiarch directory, so that
+# directory is added when it holds them. CUDA_LIB_DIR=DIR names another.
+CUDA_LIB_DIR ?= $(if $(CUDA),$(patsubst %/,%,$(dir $(firstword $(wildcard /usr/lib/x86_64-linux-gnu/libcudart_static.a)))),)
+CUDA_RUSTFLAGS := $(if $(CUDA_LIB_DIR),-L native=$(CUDA_LIB_DIR),)
+ifneq ($(CUDA_RUSTFLAGS),)
+export RUSTFLAGS := $(strip $(RUSTFLAGS) $(CUDA_RUSTFLAGS))
+endif
 # `make TENSORRT=1 TRTLLM_ROOT=DIR` adds the TensorRT-LLM backend (docs/tensorrt.md).
 TENSORRT ?=
 CARGO_FEATURES += $(if $(TENSORRT),--features tensorrt,)
@@ -175,7 +184,7 @@ $(VENDOR_DONE):
 # dist/shepherd: stripped, and checked that it really is static (a +crt-static build
 # without static-stdcxx links, then segfaults at start; see build-facts §2).
 static: deps release-deps
-	RUSTFLAGS='$(STATIC_RUSTFLAGS)' $(CARGO) build --release --target $(STATIC_TRIPLE) \
+	RUSTFLAGS='$(strip $(STATIC_RUSTFLAGS) $(CUDA_RUSTFLAGS))' $(CARGO) build --release --target $(STATIC_TRIPLE) \
 	  $(STATIC_FEATURES) --target-dir $(STATIC_TARGET_DIR) $(VENDORED)
 	@mkdir -p dist
 	strip -o dist/shepherd.tmp $(STATIC_OUT)
