@@ -166,6 +166,10 @@ RELEASE_PACKAGES ?= file systemd util-linux iproute2 curl
 # (an air-gapped box) still finds its crates. The first build after vendoring rebuilds
 # the dependencies once: cargo sees their source path change.
 LOCK_HASH := $(shell sha256sum Cargo.lock | cut -c1-16)
+# The vendored llama.cpp sits inside this repository, and its CMake asks git for "its"
+# commit: without a ceiling git finds this repository and `--version` would name
+# shepherd's commit as llama.cpp's.
+export GIT_CEILING_DIRECTORIES := $(CURDIR)/.cache
 VENDOR_DIR := .cache/vendor/$(LOCK_HASH)
 VENDOR_DONE := $(VENDOR_DIR)/complete
 VENDOR_FLAGS := --config 'source.crates-io.replace-with="vendored-sources"' \

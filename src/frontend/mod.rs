@@ -70,14 +70,8 @@ fn run_mode() -> i32 {
     };
     log::enable(&settings.debug);
     match &settings.mode {
-        Mode::Help => {
-            print!("{}", args::help_text());
-            EXIT_OK
-        }
-        Mode::Version => {
-            println!("{}", version_text());
-            EXIT_OK
-        }
+        Mode::Help => print_out(&args::help_text()),
+        Mode::Version => print_out(&format!("{}\n", version_text())),
         Mode::Provider(words) => subcommand(commands::run_provider(
             words,
             &settings.config_path,
@@ -102,6 +96,21 @@ fn run_mode() -> i32 {
         Mode::ApiServer => api_server::run(&settings),
         Mode::ToolServer => tool_server_mode(&settings),
         Mode::Chat | Mode::JsonLines => chat(&settings),
+    }
+}
+
+/// Writes `text` to stdout. A reader that stopped early (`shepherd --version | head -1`)
+/// is not an error: `print!` would panic on the broken pipe.
+fn print_out(text: &str) -> i32 {
+    use std::io::Write;
+    let mut out = io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => EXIT_OK,
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => EXIT_OK,
+        Err(e) => {
+            eprintln!("shepherd: cannot write to stdout: {e}");
+            EXIT_FAILURE
+        }
     }
 }
 

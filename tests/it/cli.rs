@@ -523,6 +523,24 @@ fn locked_version(name: &str) -> String {
 }
 
 #[test]
+fn help_and_version_to_a_closed_pipe_exit_cleanly() {
+    // `shepherd --version | head -1`: the reader is gone before shepherd writes.
+    for flag in ["--version", "--help"] {
+        let (reader, writer) = std::io::pipe().expect("a pipe");
+        drop(reader);
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_shepherd"))
+            .arg(flag)
+            .stdin(std::process::Stdio::null())
+            .stdout(writer)
+            .output()
+            .expect("shepherd runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{flag}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{flag}: {stderr}");
+    }
+}
+
+#[test]
 fn version_names_revision_features_and_llama_build() {
     let run = Sandbox::new("version").run(&["--version"], "");
     assert_eq!(run.status, Some(0), "{}", run.stderr);
