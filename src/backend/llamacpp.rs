@@ -83,6 +83,15 @@ pub struct LlamaConfig {
     pub progress: bool,
 }
 
+/// How a flash-attention setting reads in logs and in the bench's report.
+pub fn flash_attn_label(setting: Option<bool>) -> &'static str {
+    match setting {
+        Some(true) => "on",
+        Some(false) => "off",
+        None => "auto",
+    }
+}
+
 /// Flash attention as requested, with auto (`None`) decided for this placement.
 ///
 /// llama.cpp's own auto turns it on wherever the op is supported, the CPU included, and
@@ -1719,11 +1728,7 @@ mod tests {
         let depth = env_number("SHEPHERD_BENCH_DEPTH", if full { 1536 } else { 64 });
         let tg_deep = mean(measure(test(0, n_gen, depth)), |r| r.tg_tps);
         assert!(tg_deep > 0.0, "{tg_deep}");
-        let flash_attn = match flash_attn_for(forced_fa, gpu_layers, CacheType::F16) {
-            Some(true) => "on",
-            Some(false) => "off",
-            None => "auto",
-        };
+        let flash_attn = flash_attn_label(flash_attn_for(forced_fa, gpu_layers, CacheType::F16));
         let mut llm = backend_for(2048);
         // Scripted conversations, each from an empty cache (`bench` clears it); per-turn
         // medians smooth out the scheduler noise of a small shared machine. Each turn

@@ -223,11 +223,7 @@ impl<'m> Worker<'m> {
                 ctx.n_ctx(),
                 ctx.n_seq_max(),
                 ctx.n_ctx_seq(),
-                match flash_attn {
-                    Some(true) => "on",
-                    Some(false) => "off",
-                    None => "as llama.cpp decides",
-                }
+                super::flash_attn_label(flash_attn)
             )
         });
         let batch =
