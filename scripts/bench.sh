@@ -6,7 +6,9 @@
 # shepherd's time to first token at turn 1 and turn 10 of a scripted conversation; then
 # shepherd's API server against llama-server: single-stream and 4-stream aggregate tokens/s.
 # llama-bench is built once from the llama-cpp-python==0.3.36 sdist (it vendors the
-# full llama.cpp tree) and cached under $CACHE/llama-bench.
+# full llama.cpp tree) and cached under $CACHE/llama-bench; a second llama-bench, the
+# same source built against the llama.cpp that shepherd links, takes the version
+# difference out of the ratio.
 set -euo pipefail
 MODEL=${MODEL:?set MODEL to a GGUF file}
 THREADS=${THREADS:-2}
@@ -39,6 +41,51 @@ build_llama_bench() {
 }
 
 { [ -x "$BENCH" ] && [ -x "$SERVER" ]; } || build_llama_bench
+
+# llama-bench on the very llama.cpp shepherd links. llama-cpp-sys-2 vendors its own
+# llama.cpp (newer than the sdist's) without the tools' sources, so the sdist's
+# llama-bench source is built against the crate's tree, configured as the crate's build
+# script configured it (read from that build's CMakeCache.txt: compiler flags and every
+# GGML_ option). The ratio against it has no version difference in it.
+# Prints the binary's path, or nothing when no crate build is found.
+same_version_bench() {
+  local cache="" c
+  for c in $(ls -t "${CARGO_TARGET_DIR:-target}"/release/build/llama-cpp-sys-2-*/out/build/CMakeCache.txt 2>/dev/null); do
+    # The build whose CUDA setting is this run's.
+    if grep -q '^GGML_CUDA:BOOL=ON' "$c"; then [ -n "${CUDA:-}" ]; else [ -z "${CUDA:-}" ]; fi \
+      && { cache=$c; break; }
+  done
+  [ -n "$cache" ] || return 0
+  local src opts cflags cxxflags key build
+  src=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$cache")
+  cflags=$(sed -n 's/^CMAKE_C_FLAGS:STRING=//p' "$cache")
+  cxxflags=$(sed -n 's/^CMAKE_CXX_FLAGS:STRING=//p' "$cache")
+  opts=$(grep -E '^GGML_[A-Z0-9_]+:(BOOL|STRING)=' "$cache" | sed 's/^\([^:]*\):[A-Z]*=\(.*\)$/-D\1=\2/' | sort || true)
+  key=$(printf '%s\n' "$src" "$cflags" "$cxxflags" "$opts" | sha256sum | cut -c1-12)
+  build="$DIR/build-same-version-$key"
+  if [ ! -x "$build/bin/llama-bench" ]; then
+    echo "building llama-bench against shepherd's llama.cpp ($src)" >&2
+    mkdir -p "$build-src"
+    cat > "$build-src/CMakeLists.txt" <<CMAKE
+cmake_minimum_required(VERSION 3.14)
+project(llama-bench-same-version C CXX)
+add_subdirectory("$src" llama.cpp)
+add_subdirectory("$DIR/llama_cpp_python-0.3.36/vendor/llama.cpp/tools/llama-bench" llama-bench)
+CMAKE
+    # shellcheck disable=SC2086  # $opts is one -D per word
+    if ! { cmake -S "$build-src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS="$cflags" \
+        -DCMAKE_CXX_FLAGS="$cxxflags" -DLLAMA_BUILD_COMMON=ON -DLLAMA_BUILD_TOOLS=OFF \
+        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
+        -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF \
+        -DBUILD_SHARED_LIBS=OFF -DCMAKE_RUNTIME_OUTPUT_DIRECTORY="$build/bin" $opts \
+        && cmake --build "$build" -j"$(nproc)" --target llama-bench; } > "$build.log" 2>&1; then
+      echo "could not build llama-bench against shepherd's llama.cpp (see $build.log);" \
+        "that comparison is left out" >&2
+      return 0
+    fi
+  fi
+  if [ -x "$build/bin/llama-bench" ]; then echo "$build/bin/llama-bench"; fi
+}
 [ "${1:-}" = "--build-only" ] && exit 0
 PART=${1:-all}  # all | --servers-only | --llama-only
 
@@ -58,47 +105,62 @@ else
   SHEPHERD_TEST_MODEL="$MODEL" cargo test --release $FEATURES --quiet --no-run 2>/dev/null
   run_bench() { cargo test --release $FEATURES --quiet bench_reports_speeds_and_turn_latency -- --nocapture; }
 fi
+SAME=""
+# A test binary built elsewhere was not built from this target directory's crate build.
+[ -n "${SHEPHERD_TEST_BIN:-}" ] || SAME=$(same_version_bench)
+# One round of one llama-bench binary: pp512 and tg128, then tg128 at $DEPTH.
+llama_bench_round() {
+  "$1" -m "$MODEL" -t "$THREADS" -ngl "$NGL" -p 512 -n 128 -fa auto,off -r 3 -o jsonl >> "$2"
+  "$1" -m "$MODEL" -t "$THREADS" -ngl "$NGL" -p 0 -n 128 -d "$DEPTH" -fa auto,off -r 3 -o jsonl >> "$2"
+}
 : > "$DIR/llama-bench.jsonl"
+: > "$DIR/llama-bench-same.jsonl"
 : > "$DIR/shepherd-bench.jsonl"
 for round in $(seq "$ROUNDS"); do
-  echo "round $round/$ROUNDS: llama-bench, then shepherd ($MODEL, $THREADS threads)" >&2
+  echo "round $round/$ROUNDS: llama-bench${SAME:+ (the sdist's, then on shepherd's llama.cpp)}, then shepherd ($MODEL, $THREADS threads)" >&2
   # -r 3: the mean of three runs, as shepherd's bench reports. Flash attention both at
   # llama-bench's default (auto) and off, shepherd's default on the CPU.
-  "$BENCH" -m "$MODEL" -t "$THREADS" -ngl "$NGL" -p 512 -n 128 -fa auto,off -r 3 -o jsonl >> "$DIR/llama-bench.jsonl"
-  "$BENCH" -m "$MODEL" -t "$THREADS" -ngl "$NGL" -p 0 -n 128 -d "$DEPTH" -fa auto,off -r 3 -o jsonl >> "$DIR/llama-bench.jsonl"
+  llama_bench_round "$BENCH" "$DIR/llama-bench.jsonl"
+  [ -z "$SAME" ] || llama_bench_round "$SAME" "$DIR/llama-bench-same.jsonl"
   SHEPHERD_TEST_MODEL="$MODEL" SHEPHERD_BENCH_FULL=1 SHEPHERD_BENCH_THREADS="$THREADS" SHEPHERD_BENCH_GPU_LAYERS="$NGL" \
     SHEPHERD_BENCH_DEPTH="$DEPTH" \
     run_bench 2>/dev/null \
     | grep '^SHEPHERD_BENCH ' | sed 's/^SHEPHERD_BENCH //' >> "$DIR/shepherd-bench.jsonl"
 done
 
-$PYTHON - "$DIR/llama-bench.jsonl" "$DIR/shepherd-bench.jsonl" <<'PY'
+$PYTHON - "$DIR/llama-bench.jsonl" "$DIR/shepherd-bench.jsonl" "$DIR/llama-bench-same.jsonl" <<'PY'
 import json, statistics, sys
-ref = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-ours = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
+def jsonl(path):
+    return [json.loads(l) for l in open(path) if l.strip()]
+sdist, ours, same = jsonl(sys.argv[1]), jsonl(sys.argv[2]), jsonl(sys.argv[3])
 med = statistics.median
 depth = ours[0]["depth"]
 # llama-bench's flash_attn: -1 auto, 0 off. shepherd reports what its auto chose ("auto"
 # where llama.cpp decides, as llama-bench's auto does; "on" only when forced, which is
 # what auto gives wherever the op is supported).
 theirs_fa = 0 if ours[0]["flash_attn"] == "off" else -1
-def ref_speeds(n_prompt, n_gen, n_depth, fa):
+def ref_speeds(ref, n_prompt, n_gen, n_depth, fa):
     return [r["avg_ts"] for r in ref if (r["n_prompt"], r["n_gen"], r["n_depth"], r["flash_attn"])
             == (n_prompt, n_gen, n_depth, fa)]
 tests = [("pp512", 512, 0, 0, "pp_tps"), ("tg128", 0, 128, 0, "tg_tps"),
          (f"tg128 @ d{depth}", 0, 128, depth, "tg_deep_tps")]
 print(f"medians of {len(ours)} interleaved rounds (tokens/s); 'paired' is the median of")
 print("the rounds' own ratios, which cancels the machine's drift between rounds")
-sections = [(f"same attention kernels (llama-bench -fa {'off' if theirs_fa == 0 else 'auto'}, "
-             f"shepherd's flash attention {ours[0]['flash_attn']})", theirs_fa)]
+kernels = (f"llama-bench -fa {'off' if theirs_fa == 0 else 'auto'}, "
+           f"shepherd's flash attention {ours[0]['flash_attn']}; physical batch: llama-bench "
+           f"512, shepherd {ours[0].get('ubatch', 512)}")
+sections = [(f"same attention kernels ({kernels})", sdist, theirs_fa)]
 if theirs_fa != -1:
     sections.append(("each at its default (llama-bench -fa auto, which turns flash attention "
-                     "on wherever it runs)", -1))
-for title, fa in sections:
+                     "on wherever it runs)", sdist, -1))
+if same:
+    sections.append(("same llama.cpp and kernels (llama-bench built on the llama.cpp shepherd "
+                     f"links; {kernels})", same, theirs_fa))
+for title, ref, fa in sections:
     print(title)
     print(f"  {'test':16} {'llama-bench':>12} {'shepherd':>10} {'ratio':>7} {'paired':>7}")
     for name, n_prompt, n_gen, n_depth, key in tests:
-        theirs = ref_speeds(n_prompt, n_gen, n_depth, fa)
+        theirs = ref_speeds(ref, n_prompt, n_gen, n_depth, fa)
         mine = [o[key] for o in ours]
         paired = med([m / t for t, m in zip(theirs, mine)])
         print(f"  {name:16} {med(theirs):12.1f} {med(mine):10.1f} {med(mine) / med(theirs):7.2f}x {paired:6.2f}x")

@@ -76,7 +76,8 @@ pub struct LlamaConfig {
     /// `None`: all available cores.
     pub threads: Option<i32>,
     pub n_batch: u32,
-    pub ubatch: u32,
+    /// `None`: decided with flash attention (see [`ubatch_for`]).
+    pub ubatch: Option<u32>,
     pub cache_type: CacheType,
     /// Forced on or off; `None` is auto (see [`flash_attn_for`]).
     pub flash_attn: Option<bool>,
@@ -92,29 +93,68 @@ pub fn flash_attn_label(setting: Option<bool>) -> &'static str {
     }
 }
 
-/// Flash attention as requested, with auto (`None`) decided for this placement.
+/// Whether every layer runs on the CPU: none asked for the GPU, or no GPU backend.
+pub fn all_on_cpu(gpu_layers: i32) -> bool {
+    gpu_layers == 0 || !crate::llama::supports_gpu_offload()
+}
+
+/// The largest attention head (key length) for which auto turns flash attention off
+/// on the CPU (see [`flash_attn_for`]).
+pub const CPU_FLASH_ATTN_OFF_MAX_HEAD_DIM: u32 = 64;
+
+/// Flash attention as requested, with auto (`None`) decided for this placement and
+/// model (`head_dim`: the model's key length per attention head).
 ///
-/// llama.cpp's own auto turns it on wherever the op is supported, the CPU included, and
-/// on the CPU that is the slower choice for a chat. Its CPU kernel walks the cache cell
-/// by cell for a small batch, so each generated token gets slower with depth much faster
-/// than without it: on SmolLM2 with 2 threads, generation 1,536 tokens deep runs at
-/// 57–63 tokens/s with it and 89–91 without (3,000 deep: 40 against 72), while it gains
-/// only 10–15% on 512-token prompts. An agent's opening alone is about 1,500 tokens.
-/// So auto is off when every layer runs on the CPU and the V cache is not quantized
-/// (llama.cpp needs flash attention for a quantized V cache); elsewhere, on a GPU,
-/// llama.cpp's auto decides.
+/// llama.cpp's own auto turns it on wherever the op is supported, the CPU included. Its
+/// CPU kernel walks the cache cell by cell for a small batch, with a fixed cost per cell
+/// and head on top of the head's vector work, so what it costs depends on the head size.
+/// With 2 threads, generating 1,536 tokens deep (an agent's opening alone is about
+/// 1,500 tokens), measured on random-weight models of equal width that differ only in
+/// head size, and on two real ones:
+/// - 64 (SmolLM2, Llama 3.2 1B, Qwen2.5 0.5B, TinyLlama): 57–63 tokens/s with it on
+///   SmolLM2 against 89–91 without, and at 3,000 deep 40 against 72. It gains only
+///   10–20% on long prompts. So auto is off there.
+/// - 128: about 10% slower deep (14% at 3,072), 5–14% faster on prompts: a wash.
+/// - 256 (Gemma 3): even deep, faster on prompts.
+///
+/// So auto is off when every layer runs on the CPU, the heads are at most
+/// [`CPU_FLASH_ATTN_OFF_MAX_HEAD_DIM`] wide and the V cache is not quantized (llama.cpp
+/// needs flash attention for a quantized V cache); everywhere else llama.cpp's auto
+/// decides (on a GPU it was the faster choice: tg 891 against 781 t/s on an H100).
 pub fn flash_attn_for(
     requested: Option<bool>,
     gpu_layers: i32,
     cache_type: CacheType,
+    head_dim: Option<u32>,
 ) -> Option<bool> {
     let quantized_v = matches!(cache_type, CacheType::Q8_0 | CacheType::Q4_0);
+    let small_heads = head_dim.is_some_and(|d| d <= CPU_FLASH_ATTN_OFF_MAX_HEAD_DIM);
     match requested {
         Some(forced) => Some(forced),
-        None if gpu_layers == 0 || !crate::llama::supports_gpu_offload() => {
-            (!quantized_v).then_some(false)
-        }
+        None if all_on_cpu(gpu_layers) && small_heads && !quantized_v => Some(false),
         None => None,
+    }
+}
+
+/// llama.cpp's default physical batch (`--ubatch`).
+pub const DEFAULT_UBATCH: u32 = 512;
+/// The physical batch when attention runs without flash attention on the CPU.
+pub const CPU_NO_FLASH_ATTN_UBATCH: u32 = 256;
+
+/// The physical batch: as requested, else [`CPU_NO_FLASH_ATTN_UBATCH`] where attention
+/// runs on the CPU without flash attention, else [`DEFAULT_UBATCH`].
+///
+/// Without flash attention a prompt batch computes its whole score matrix, the masked
+/// half of the causal triangle included; halving the batch halves that waste. With the
+/// llama-bench built on our llama.cpp, 256 against 512 prefilled SmolLM2 3–13% faster
+/// at 512 tokens (median 7%, 6 paired rounds), 1–8% at 1,536, and no slower 1,536
+/// tokens deep; random-weight models with 128- and 256-wide heads gained 2–6%. A GPU
+/// wants its batches large, and flash attention masks by blocks, so both keep 512.
+pub fn ubatch_for(requested: Option<u32>, flash_attn: Option<bool>, gpu_layers: i32) -> u32 {
+    match requested {
+        Some(n) => n,
+        None if flash_attn == Some(false) && all_on_cpu(gpu_layers) => CPU_NO_FLASH_ATTN_UBATCH,
+        None => DEFAULT_UBATCH,
     }
 }
 
@@ -127,7 +167,7 @@ impl LlamaConfig {
             gpu_layers: 0,
             threads: None,
             n_batch: 512,
-            ubatch: 512,
+            ubatch: None,
             cache_type: CacheType::F16,
             flash_attn: None,
             progress: true,
@@ -180,6 +220,9 @@ pub struct PrefillReport {
 pub struct BenchReport {
     pub pp_tps: f64,
     pub tg_tps: f64,
+    /// The context's flash attention (`None`: llama.cpp's auto) and physical batch.
+    pub flash_attn: Option<bool>,
+    pub n_ubatch: u32,
 }
 
 /// One llama-bench style test: `n_prompt` tokens decoded as one prompt, then `n_gen`
@@ -896,29 +939,69 @@ mod tests {
     }
 
     #[test]
-    fn auto_flash_attention_is_off_on_the_cpu_unless_the_v_cache_is_quantized() {
-        // A forced choice is kept wherever the layers are.
+    fn auto_flash_attention_is_off_on_the_cpu_for_small_heads_unless_the_v_cache_is_quantized() {
+        // A forced choice is kept wherever the layers are, whatever the heads.
         for layers in [0, -1] {
-            assert_eq!(
-                flash_attn_for(Some(true), layers, CacheType::F16),
-                Some(true)
-            );
-            assert_eq!(
-                flash_attn_for(Some(false), layers, CacheType::Q8_0),
-                Some(false)
-            );
+            for head in [Some(64), Some(256), None] {
+                assert_eq!(
+                    flash_attn_for(Some(true), layers, CacheType::F16, head),
+                    Some(true)
+                );
+                assert_eq!(
+                    flash_attn_for(Some(false), layers, CacheType::Q8_0, head),
+                    Some(false)
+                );
+            }
         }
-        assert_eq!(flash_attn_for(None, 0, CacheType::F16), Some(false));
-        assert_eq!(flash_attn_for(None, 0, CacheType::F32), Some(false));
-        // llama.cpp refuses a quantized V cache without flash attention.
-        assert_eq!(flash_attn_for(None, 0, CacheType::Q8_0), None);
-        assert_eq!(flash_attn_for(None, 0, CacheType::Q4_0), None);
+        for small in [Some(64), Some(32)] {
+            assert_eq!(flash_attn_for(None, 0, CacheType::F16, small), Some(false));
+            assert_eq!(flash_attn_for(None, 0, CacheType::F32, small), Some(false));
+            // llama.cpp refuses a quantized V cache without flash attention.
+            assert_eq!(flash_attn_for(None, 0, CacheType::Q8_0, small), None);
+            assert_eq!(flash_attn_for(None, 0, CacheType::Q4_0, small), None);
+        }
+        // Wider heads, or a model that does not say: llama.cpp decides.
+        for other in [Some(80), Some(128), Some(256), None] {
+            assert_eq!(flash_attn_for(None, 0, CacheType::F16, other), None);
+        }
         // Layers asked for the GPU: llama.cpp decides where there is one.
         let on_gpu = crate::llama::supports_gpu_offload();
         assert_eq!(
-            flash_attn_for(None, -1, CacheType::F16),
+            flash_attn_for(None, -1, CacheType::F16, Some(64)),
             (!on_gpu).then_some(false)
         );
+    }
+
+    #[test]
+    fn the_physical_batch_is_halved_only_for_attention_without_flash_attention_on_the_cpu() {
+        // Asked for: kept, whatever the attention.
+        for fa in [Some(false), Some(true), None] {
+            assert_eq!(ubatch_for(Some(100), fa, 0), 100);
+        }
+        assert_eq!(ubatch_for(None, Some(false), 0), CPU_NO_FLASH_ATTN_UBATCH);
+        assert_eq!(ubatch_for(None, Some(true), 0), DEFAULT_UBATCH);
+        assert_eq!(ubatch_for(None, None, 0), DEFAULT_UBATCH);
+        let on_gpu = crate::llama::supports_gpu_offload();
+        let expected = if on_gpu {
+            DEFAULT_UBATCH
+        } else {
+            CPU_NO_FLASH_ATTN_UBATCH
+        };
+        assert_eq!(ubatch_for(None, Some(false), -1), expected);
+    }
+
+    #[test]
+    fn the_test_model_gets_the_small_head_cpu_settings() {
+        // SmolLM2-135M's heads are 64 wide (see the model's own test), all on the CPU.
+        let mut llm = backend(1024);
+        let test = BenchTest {
+            n_prompt: 8,
+            n_gen: 1,
+            depth: 0,
+        };
+        let report = llm.bench(test).unwrap();
+        assert_eq!(report.flash_attn, Some(false));
+        assert_eq!(report.n_ubatch, CPU_NO_FLASH_ATTN_UBATCH);
     }
 
     /// `parallel` slots over a context of `n_ctx` tokens in all.
@@ -1720,7 +1803,10 @@ mod tests {
             n_gen,
             depth,
         };
-        let pp = mean(measure(test(n_prompt, 0, 0)), |r| r.pp_tps);
+        let pp_reports = measure(test(n_prompt, 0, 0));
+        // What the prompt test ran with: the flash attention and physical batch chosen.
+        let (flash_attn, n_ubatch) = (pp_reports[0].flash_attn, pp_reports[0].n_ubatch);
+        let pp = mean(pp_reports, |r| r.pp_tps);
         let tg = mean(measure(test(0, n_gen, 0)), |r| r.tg_tps);
         assert!(pp > 0.0 && tg > 0.0, "{pp} {tg}");
         // Generation deep in a conversation (llama-bench's `-d`): an agent's opening
@@ -1728,7 +1814,6 @@ mod tests {
         let depth = env_number("SHEPHERD_BENCH_DEPTH", if full { 1536 } else { 64 });
         let tg_deep = mean(measure(test(0, n_gen, depth)), |r| r.tg_tps);
         assert!(tg_deep > 0.0, "{tg_deep}");
-        let flash_attn = flash_attn_label(flash_attn_for(forced_fa, gpu_layers, CacheType::F16));
         let mut llm = backend_for(2048);
         // Scripted conversations, each from an empty cache (`bench` clears it); per-turn
         // medians smooth out the scheduler noise of a small shared machine. Each turn
@@ -1758,7 +1843,7 @@ mod tests {
         println!(
             "SHEPHERD_BENCH {}",
             json!({"pp_tps": pp, "tg_tps": tg, "tg_deep_tps": tg_deep, "depth": depth,
-                   "flash_attn": flash_attn,
+                   "flash_attn": flash_attn_label(flash_attn), "ubatch": n_ubatch,
                    "ttft_turn1_ms": paused_1, "ttft_turn10_ms": paused_10,
                    "ttft_at_once_turn1_ms": at_once_1, "ttft_at_once_turn10_ms": at_once_10,
                    "pause_ms": pause.as_millis() as u64})

@@ -191,7 +191,7 @@ fn llama_config(settings: &Settings, provider: &ProviderConfig) -> Result<LlamaC
         gpu_layers: local.gpu_layers.unwrap_or(DEFAULT_GPU_LAYERS),
         threads: local.threads.map(|t| i32::try_from(t).unwrap_or(i32::MAX)),
         n_batch: local.n_batch.unwrap_or(defaults.n_batch),
-        ubatch: local.ubatch.unwrap_or(defaults.ubatch),
+        ubatch: local.ubatch,
         cache_type,
         flash_attn: local.flash_attn,
         parallel: local.parallel.unwrap_or(defaults.parallel),

@@ -139,6 +139,55 @@ impl Model {
         String::from_utf8_lossy(&buf[..n]).into_owned()
     }
 
+    /// A GGUF metadata value as text (`general.architecture`, ...); `None` when the
+    /// file has no such key.
+    pub fn meta_str(&self, key: &str) -> Option<String> {
+        let key = CString::new(key).ok()?;
+        let mut buf = vec![0u8; 128];
+        // Two tries at most: llama.cpp answers with the value's full length (as
+        // snprintf does), so the second buffer always holds it.
+        for _ in 0..2 {
+            // SAFETY: `raw` is valid, `key` is NUL-terminated, and `buf` is writable for
+            // `buf.len()` bytes; llama.cpp writes at most that many, NUL included.
+            let n = unsafe {
+                sys::llama_model_meta_val_str(
+                    self.raw.as_ptr(),
+                    key.as_ptr(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                )
+            };
+            let n = usize::try_from(n).ok()?;
+            if n < buf.len() {
+                buf.truncate(n);
+                return String::from_utf8(buf).ok();
+            }
+            buf = vec![0u8; n + 1];
+        }
+        None
+    }
+
+    /// The size of one attention head's keys: GGUF `<arch>.attention.key_length` where
+    /// the file sets it (Gemma 3 does: 256, not n_embd / n_head), else n_embd / n_head.
+    pub fn head_dim(&self) -> Option<u32> {
+        let explicit = self
+            .meta_str("general.architecture")
+            .and_then(|arch| self.meta_str(&format!("{arch}.attention.key_length")))
+            .and_then(|value| value.trim().parse::<u32>().ok());
+        if explicit.is_some() {
+            return explicit;
+        }
+        // SAFETY: `raw` is a valid model for the lifetime of `self`.
+        let (embd, heads) = unsafe {
+            (
+                sys::llama_model_n_embd(self.raw.as_ptr()),
+                sys::llama_model_n_head(self.raw.as_ptr()),
+            )
+        };
+        let (embd, heads) = (u32::try_from(embd).ok()?, u32::try_from(heads).ok()?);
+        (heads > 0).then(|| embd / heads)
+    }
+
     /// Whether `token` ends a generation (end of sequence, end of turn, ...).
     pub fn is_eog(&self, token: Token) -> bool {
         // SAFETY: `vocab` is valid; llama.cpp checks the token id against its own tables.
@@ -374,6 +423,27 @@ mod tests {
     fn unknown_builtin_template_is_an_error() {
         let out = apply_builtin_template("no-such-template-name", &[("user", "hi")], true);
         assert!(out.is_err());
+    }
+
+    #[test]
+    fn metadata_and_head_size_of_the_test_model() {
+        let params = ModelParams {
+            gpu_layers: 0,
+            progress: false,
+        };
+        let model = Model::load(&crate::backend::llamacpp::test_model_path(), &params).unwrap();
+        assert_eq!(
+            model.meta_str("general.architecture").as_deref(),
+            Some("llama")
+        );
+        assert_eq!(model.meta_str("no.such.key"), None);
+        // A value longer than the first buffer comes back whole.
+        let template = model.meta_str("tokenizer.chat_template").unwrap();
+        assert!(template.len() > 128, "{}", template.len());
+        assert_eq!(Some(template), model.chat_template());
+        // SmolLM2-135M: 576 wide with 9 heads, and no explicit key length.
+        assert_eq!(model.meta_str("llama.attention.key_length"), None);
+        assert_eq!(model.head_dim(), Some(64));
     }
 
     #[test]

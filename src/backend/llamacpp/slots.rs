@@ -119,6 +119,9 @@ pub(super) struct Worker<'m> {
     prompt_tokens: PromptTokens,
     /// The session the caller said waits for its next message ([`Job::Warm`]).
     waiting: Option<NextTurn>,
+    /// The context's flash attention and physical batch, for the bench's report.
+    #[cfg(test)]
+    settings: (Option<bool>, u32),
 }
 
 struct Slot {
@@ -204,12 +207,17 @@ impl<'m> Worker<'m> {
         let parallel = config.parallel.max(1);
         // Every generating slot needs a place in each batch.
         let n_batch = config.n_batch.max(parallel).min(n_ctx);
-        let flash_attn =
-            super::flash_attn_for(config.flash_attn, config.gpu_layers, config.cache_type);
+        let flash_attn = super::flash_attn_for(
+            config.flash_attn,
+            config.gpu_layers,
+            config.cache_type,
+            model.head_dim(),
+        );
+        let n_ubatch = super::ubatch_for(config.ubatch, flash_attn, config.gpu_layers);
         let params = ContextParams {
             n_ctx,
             n_batch,
-            n_ubatch: config.ubatch.min(n_batch),
+            n_ubatch: n_ubatch.min(n_batch),
             n_threads: config.threads.unwrap_or(defaults.n_threads),
             n_seq_max: parallel,
             cache_type: config.cache_type,
@@ -219,11 +227,12 @@ impl<'m> Worker<'m> {
         let ctx = Context::new(model, &params).map_err(|e| BackendError::Config(e.to_string()))?;
         crate::log::debug(crate::log::Category::Llm, || {
             format!(
-                "context: {} tokens, {} slot(s) of {}, flash attention {}",
+                "context: {} tokens, {} slot(s) of {}, flash attention {}, ubatch {}",
                 ctx.n_ctx(),
                 ctx.n_seq_max(),
                 ctx.n_ctx_seq(),
-                super::flash_attn_label(flash_attn)
+                super::flash_attn_label(flash_attn),
+                params.n_ubatch
             )
         });
         let batch =
@@ -251,6 +260,8 @@ impl<'m> Worker<'m> {
             clock: 0,
             finished_at: Instant::now(),
             preempt,
+            #[cfg(test)]
+            settings: (flash_attn, params.n_ubatch),
         })
     }
 
@@ -952,6 +963,8 @@ impl Worker<'_> {
         Ok(super::BenchReport {
             pp_tps: rate(n_prompt, pp_secs),
             tg_tps: rate(n_gen, tg_secs),
+            flash_attn: self.settings.0,
+            n_ubatch: self.settings.1,
         })
     }
 
