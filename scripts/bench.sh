@@ -90,7 +90,7 @@ CMAKE
 PART=${1:-all}  # all | --servers-only | --llama-only
 
 # Timing noise on a shared 2-core VM is ±20% run to run, so the two are measured in
-# interleaved rounds (llama-bench, then shepherd, ROUNDS times) and compared by median.
+# interleaved rounds (each program once per round, ROUNDS times) and compared by median.
 ROUNDS=${ROUNDS:-5}
 # The depth of the deep generation test: about an agent's opening (system prompt and
 # tool descriptions).
@@ -116,16 +116,29 @@ llama_bench_round() {
 : > "$DIR/llama-bench.jsonl"
 : > "$DIR/llama-bench-same.jsonl"
 : > "$DIR/shepherd-bench.jsonl"
-for round in $(seq "$ROUNDS"); do
-  echo "round $round/$ROUNDS: llama-bench${SAME:+ (the sdist's, then on shepherd's llama.cpp)}, then shepherd ($MODEL, $THREADS threads)" >&2
-  # -r 3: the mean of three runs, as shepherd's bench reports. Flash attention both at
-  # llama-bench's default (auto) and off, shepherd's default on the CPU.
-  llama_bench_round "$BENCH" "$DIR/llama-bench.jsonl"
-  [ -z "$SAME" ] || llama_bench_round "$SAME" "$DIR/llama-bench-same.jsonl"
+shepherd_round() {
   SHEPHERD_TEST_MODEL="$MODEL" SHEPHERD_BENCH_FULL=1 SHEPHERD_BENCH_THREADS="$THREADS" SHEPHERD_BENCH_GPU_LAYERS="$NGL" \
     SHEPHERD_BENCH_DEPTH="$DEPTH" \
     run_bench 2>/dev/null \
     | grep '^SHEPHERD_BENCH ' | sed 's/^SHEPHERD_BENCH //' >> "$DIR/shepherd-bench.jsonl"
+}
+# The programs take turns going first, so that none always runs after the others' load
+# (this VM's speed drifts within a round).
+PROGRAMS=(sdist shepherd)
+[ -z "$SAME" ] || PROGRAMS=(sdist same shepherd)
+for round in $(seq "$ROUNDS"); do
+  shift_by=$(( (round - 1) % ${#PROGRAMS[@]} ))
+  order=("${PROGRAMS[@]:shift_by}" "${PROGRAMS[@]:0:shift_by}")
+  echo "round $round/$ROUNDS: ${order[*]} ($MODEL, $THREADS threads)" >&2
+  for program in "${order[@]}"; do
+    # -r 3: the mean of three runs, as shepherd's bench reports. Flash attention both at
+    # llama-bench's default (auto) and off, shepherd's default on the CPU.
+    case $program in
+      sdist) llama_bench_round "$BENCH" "$DIR/llama-bench.jsonl" ;;
+      same) llama_bench_round "$SAME" "$DIR/llama-bench-same.jsonl" ;;
+      shepherd) shepherd_round ;;
+    esac
+  done
 done
 
 $PYTHON - "$DIR/llama-bench.jsonl" "$DIR/shepherd-bench.jsonl" "$DIR/llama-bench-same.jsonl" <<'PY'
