@@ -105,9 +105,11 @@ else
   SHEPHERD_TEST_MODEL="$MODEL" cargo test --release $FEATURES --quiet --no-run 2>/dev/null
   run_bench() { cargo test --release $FEATURES --quiet bench_reports_speeds_and_turn_latency -- --nocapture; }
 fi
-SAME=""
-# A test binary built elsewhere was not built from this target directory's crate build.
-[ -n "${SHEPHERD_TEST_BIN:-}" ] || SAME=$(same_version_bench)
+# SAME_BENCH: a llama-bench already built on shepherd's llama.cpp (a GPU box with no Rust
+# toolchain builds it beside the CUDA libraries it links shepherd with). A test binary
+# built elsewhere was not built from this target directory's crate build.
+SAME=${SAME_BENCH:-}
+[ -n "$SAME" ] || [ -n "${SHEPHERD_TEST_BIN:-}" ] || SAME=$(same_version_bench)
 # One round of one llama-bench binary: pp512 and tg128, then tg128 at $DEPTH.
 llama_bench_round() {
   "$1" -m "$MODEL" -t "$THREADS" -ngl "$NGL" -p 512 -n 128 -fa auto,off -r 3 -o jsonl >> "$2"

@@ -236,7 +236,7 @@ pub const FLAGS: &[Flag] = &[
     flag(FlagId::Fresh, "fresh", None, Nothing, S::Modes, "CLI server: start with an empty session instead of the saved one"),
     aliased(flag(FlagId::ModelPath, "model-path", None, Val("PATH"), S::Local, "GGUF model file or directory"), "model_path"),
     flag(FlagId::GpuLayers, "gpu-layers", None, Val("N"), S::Local, "Layers on the GPU (-1 = all)"),
-    flag(FlagId::Threads, "threads", None, Val("N"), S::Local, "CPU threads for generation"),
+    flag(FlagId::Threads, "threads", None, Val("N"), S::Local, "CPU threads (default: one per core up to 16; 2 with every layer on a GPU)"),
     flag(FlagId::NBatch, "n_batch", None, Val("N"), S::Local, "Logical batch size"),
     flag(FlagId::UBatch, "ubatch", None, Val("N"), S::Local, "Physical batch size (default 512; 256 on the CPU without flash attention)"),
     flag(FlagId::CacheType, "cache-type", None, Val("TYPE"), S::Local, "KV cache type: f16|f32|q8_0|q4_0"),

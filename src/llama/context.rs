@@ -271,6 +271,15 @@ impl<'m> Context<'m> {
         }
     }
 
+    /// Waits until the last decode has finished on its device (a GPU runs it after
+    /// `decode` returns; reading logits waits the same way). The benchmark's loop reads
+    /// no logits, so it waits here.
+    #[cfg(test)]
+    pub fn synchronize(&mut self) {
+        // SAFETY: `raw` is a valid context, used on this thread only.
+        unsafe { sys::llama_synchronize(self.raw.as_ptr()) }
+    }
+
     /// Removes the cached positions `from..` of sequence `seq` (false: it could not,
     /// and the caller should clear the sequence instead).
     pub fn truncate_seq(&mut self, seq: i32, from: usize) -> bool {

@@ -124,6 +124,13 @@ impl Model {
         u32::try_from(n).unwrap_or(0)
     }
 
+    /// The number of repeating layers (the output layer not counted).
+    pub fn n_layer(&self) -> u32 {
+        // SAFETY: `raw` is a valid model for the lifetime of `self`.
+        let n = unsafe { sys::llama_model_n_layer(self.raw.as_ptr()) };
+        u32::try_from(n).unwrap_or(0)
+    }
+
     pub fn n_vocab(&self) -> i32 {
         // SAFETY: `vocab` is valid for the lifetime of `self`.
         unsafe { sys::llama_vocab_n_tokens(self.vocab.as_ptr()) }
@@ -444,6 +451,9 @@ mod tests {
         // SmolLM2-135M: 576 wide with 9 heads, and no explicit key length.
         assert_eq!(model.meta_str("llama.attention.key_length"), None);
         assert_eq!(model.head_dim(), Some(64));
+        // 30 layers, as the GGUF's own block count says.
+        assert_eq!(model.meta_str("llama.block_count").as_deref(), Some("30"));
+        assert_eq!(model.n_layer(), 30);
     }
 
     #[test]

@@ -218,7 +218,11 @@ impl<'m> Worker<'m> {
             n_ctx,
             n_batch,
             n_ubatch: n_ubatch.min(n_batch),
-            n_threads: config.threads.unwrap_or(defaults.n_threads),
+            n_threads: super::threads_for(
+                config.threads,
+                super::all_on_gpu(config.gpu_layers, model.n_layer()),
+                defaults.n_threads,
+            ),
             n_seq_max: parallel,
             cache_type: config.cache_type,
             flash_attn,
@@ -227,12 +231,13 @@ impl<'m> Worker<'m> {
         let ctx = Context::new(model, &params).map_err(|e| BackendError::Config(e.to_string()))?;
         crate::log::debug(crate::log::Category::Llm, || {
             format!(
-                "context: {} tokens, {} slot(s) of {}, flash attention {}, ubatch {}",
+                "context: {} tokens, {} slot(s) of {}, flash attention {}, ubatch {}, {} thread(s)",
                 ctx.n_ctx(),
                 ctx.n_seq_max(),
                 ctx.n_ctx_seq(),
                 super::flash_attn_label(flash_attn),
-                params.n_ubatch
+                params.n_ubatch,
+                params.n_threads
             )
         });
         let batch =
@@ -989,6 +994,9 @@ impl Worker<'_> {
             self.ctx
                 .decode(&self.batch)
                 .map_err(|e| BackendError::Protocol(e.to_string()))?;
+            // As llama-bench does after every decode, and as reading the logits does in
+            // a real turn: the time is the device's, not only the launch's.
+            self.ctx.synchronize();
         }
         Ok(())
     }
