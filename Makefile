@@ -20,8 +20,19 @@ CARGO_FEATURES := $(if $(CUDA),--features cuda,)
 # directory is added when it holds them. CUDA_LIB_DIR=DIR names another.
 CUDA_LIB_DIR ?= $(if $(CUDA),$(patsubst %/,%,$(dir $(firstword $(wildcard /usr/lib/x86_64-linux-gnu/libcudart_static.a)))),)
 CUDA_RUSTFLAGS := $(if $(CUDA_LIB_DIR),-L native=$(CUDA_LIB_DIR),)
-ifneq ($(CUDA_RUSTFLAGS),)
-export RUSTFLAGS := $(strip $(RUSTFLAGS) $(CUDA_RUSTFLAGS))
+# Builds are for this machine's CPU (.cargo/config.toml: target-cpu=native, as llama.cpp
+# builds by default). PORTABLE=1 builds for any x86-64 CPU with AVX2 (x86-64-v3, what
+# `make static` always builds) in a target dir of its own, so that switching back and
+# forth rebuilds nothing. A RUSTFLAGS in the environment replaces the config's flags,
+# so whenever one is exported here it carries the CPU choice too (unless it names one).
+PORTABLE ?=
+CPU_RUSTFLAGS := $(if $(findstring target-cpu,$(RUSTFLAGS)),,$(if $(PORTABLE),-C target-cpu=x86-64-v3,-C target-cpu=native))
+ifneq ($(PORTABLE),)
+export CARGO_TARGET_DIR ?= target/portable
+endif
+TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
+ifneq ($(or $(CUDA_RUSTFLAGS),$(PORTABLE),$(RUSTFLAGS)),)
+export RUSTFLAGS := $(strip $(RUSTFLAGS) $(CPU_RUSTFLAGS) $(CUDA_RUSTFLAGS))
 endif
 # `make TENSORRT=1 TRTLLM_ROOT=DIR` adds the TensorRT-LLM backend (docs/tensorrt.md).
 TENSORRT ?=
@@ -35,7 +46,7 @@ all: build
 
 build: deps
 	$(CARGO) build --release $(CARGO_FEATURES) $(VENDORED)
-	@echo "built target/release/shepherd"
+	@echo "built $(TARGET_DIR)/release/shepherd"
 
 # Installs the Debian packages the build needs, only those that are missing.
 deps:
@@ -100,25 +111,30 @@ $(MCP_EVERYTHING):
 # shepherd's own loop: pp512/tg128 and their ratios, plus time to first token at turns 1 and 10.
 bench: deps model
 	MODEL=$(MODEL) THREADS=$(THREADS) CACHE=$(CACHE) PYTHON=$(PYTHON) CUDA=$(CUDA) \
-	  CARGO_FEATURES='$(CARGO_FEATURES)' scripts/bench.sh
+	  CARGO_FEATURES='$(CARGO_FEATURES)' NATIVE=$(if $(PORTABLE),,1) scripts/bench.sh
 
 # Only one half of `make bench`: llama-bench vs the in-process loop, or the servers.
 bench-llama: deps model
 	MODEL=$(MODEL) THREADS=$(THREADS) CACHE=$(CACHE) PYTHON=$(PYTHON) CUDA=$(CUDA) \
-	  CARGO_FEATURES='$(CARGO_FEATURES)' scripts/bench.sh --llama-only
+	  CARGO_FEATURES='$(CARGO_FEATURES)' NATIVE=$(if $(PORTABLE),,1) scripts/bench.sh --llama-only
 
 bench-server: deps model
 	MODEL=$(MODEL) THREADS=$(THREADS) CACHE=$(CACHE) PYTHON=$(PYTHON) CUDA=$(CUDA) \
-	  CARGO_FEATURES='$(CARGO_FEATURES)' scripts/bench.sh --servers-only
+	  CARGO_FEATURES='$(CARGO_FEATURES)' NATIVE=$(if $(PORTABLE),,1) scripts/bench.sh --servers-only
 
 # A short generation under valgrind: no invalid reads or writes in the llama wrapper.
+# Portable: valgrind does not decode AVX-512, which a native build uses where present.
 valgrind: deps model
+ifeq ($(PORTABLE),)
+	env -u RUSTFLAGS $(MAKE) --no-print-directory valgrind PORTABLE=1
+else
 	$(CARGO) test --no-run
 	SHEPHERD_TEST_MODEL=$(MODEL) valgrind --error-exitcode=99 --errors-for-leak-kinds=none \
-	  $$(ls -t target/debug/deps/shepherd-* | grep -v '\.d$$' | head -1) answers_the_capital --test-threads=1
+	  $$(ls -t $(TARGET_DIR)/debug/deps/shepherd-* | grep -v '\.d$$' | head -1) answers_the_capital --test-threads=1
+endif
 
 run: build model
-	./target/release/shepherd -m $(MODEL)
+	./$(TARGET_DIR)/release/shepherd -m $(MODEL)
 
 # Architecture invariant: no async runtime anywhere in the dependency graph.
 no-async-runtime:
@@ -130,7 +146,7 @@ fmt:
 
 # Fan-out benchmark of --cliserver (not a test): events/s and latency with 64 /updates subscribers.
 bench-cliserver: build
-	python3 scripts/bench_cliserver.py target/release/shepherd
+	python3 scripts/bench_cliserver.py $(TARGET_DIR)/release/shepherd
 
 clean:
 	$(CARGO) clean

@@ -20,7 +20,11 @@ DIR="$CACHE/llama-bench"
 # CUDA=1 (from `make CUDA=1 bench`): llama.cpp's tools with their CUDA backend, in a
 # build dir of their own; CARGO_FEATURES carries `--features cuda` to shepherd's builds.
 FEATURES=${CARGO_FEATURES:-}
-BUILD="$DIR/build${CUDA:+-cuda}"
+# NATIVE=1 (the default, as shepherd's builds are: .cargo/config.toml): llama.cpp's tools
+# built for this CPU too, as llama.cpp builds by default (GGML_NATIVE); NATIVE= for a
+# `make PORTABLE=1` shepherd, both then built for any AVX2 CPU.
+NATIVE=${NATIVE-1}
+BUILD="$DIR/build${NATIVE:+-native}${CUDA:+-cuda}"
 BENCH="$BUILD/bin/llama-bench"
 SERVER="$BUILD/bin/llama-server"
 
@@ -35,7 +39,7 @@ build_llama_bench() {
   fi
   cmake -S "$DIR/llama_cpp_python-0.3.36/vendor/llama.cpp" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF \
-    -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF -DGGML_NATIVE=OFF \
+    -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF -DGGML_NATIVE="$([ -n "$NATIVE" ] && echo ON || echo OFF)" \
     -DGGML_OPENMP=OFF -DBUILD_SHARED_LIBS=OFF ${CUDA:+-DGGML_CUDA=ON -DGGML_CUDA_NCCL=OFF} >/dev/null
   cmake --build "$BUILD" -j"$(nproc)" --target llama-bench llama-server >/dev/null
 }
@@ -51,8 +55,9 @@ build_llama_bench() {
 same_version_bench() {
   local cache="" c
   for c in $(ls -t "${CARGO_TARGET_DIR:-target}"/release/build/llama-cpp-sys-2-*/out/build/CMakeCache.txt 2>/dev/null); do
-    # The build whose CUDA setting is this run's.
+    # The build whose CUDA and CPU settings are this run's.
     if grep -q '^GGML_CUDA:BOOL=ON' "$c"; then [ -n "${CUDA:-}" ]; else [ -z "${CUDA:-}" ]; fi \
+      && if grep -q '^GGML_NATIVE:BOOL=ON' "$c"; then [ -n "$NATIVE" ]; else [ -z "$NATIVE" ]; fi \
       && { cache=$c; break; }
   done
   [ -n "$cache" ] || return 0
@@ -160,7 +165,8 @@ def ref_speeds(ref, n_prompt, n_gen, n_depth, fa):
 tests = [("pp512", 512, 0, 0, "pp_tps"), ("tg128", 0, 128, 0, "tg_tps"),
          (f"tg128 @ d{depth}", 0, 128, depth, "tg_deep_tps")]
 print(f"medians of {len(ours)} interleaved rounds (tokens/s); 'paired' is the median of")
-print("the rounds' own ratios, which cancels the machine's drift between rounds")
+print("the rounds' own ratios, which cancels the machine's drift between rounds; 'range'")
+print("is the span of those ratios: where it holds 1.00 the programs are not told apart")
 kernels = (f"llama-bench -fa {'off' if theirs_fa == 0 else 'auto'}, "
            f"shepherd's flash attention {ours[0]['flash_attn']}; physical batch: llama-bench "
            f"512, shepherd {ours[0].get('ubatch', 512)}")
@@ -173,12 +179,14 @@ if same:
                      f"links; {kernels})", same, theirs_fa))
 for title, ref, fa in sections:
     print(title)
-    print(f"  {'test':16} {'llama-bench':>12} {'shepherd':>10} {'ratio':>7} {'paired':>7}")
+    print(f"  {'test':16} {'llama-bench':>12} {'shepherd':>10} {'ratio':>7} {'paired':>7} {'range':>11}")
     for name, n_prompt, n_gen, n_depth, key in tests:
         theirs = ref_speeds(ref, n_prompt, n_gen, n_depth, fa)
         mine = [o[key] for o in ours]
-        paired = med([m / t for t, m in zip(theirs, mine)])
-        print(f"  {name:16} {med(theirs):12.1f} {med(mine):10.1f} {med(mine) / med(theirs):7.2f}x {paired:6.2f}x")
+        ratios = [m / t for t, m in zip(theirs, mine)]
+        paired = med(ratios)
+        print(f"  {name:16} {med(theirs):12.1f} {med(mine):10.1f} {med(mine) / med(theirs):7.2f}x "
+              f"{paired:6.2f}x {min(ratios):5.2f}-{max(ratios):.2f}")
 for label, key in ((f"after a {ours[0]['pause_ms']} ms pause (a user)", "ttft"),
                    ("back to back (a script)", "ttft_at_once")):
     t1 = med([o[key + "_turn1_ms"] for o in ours])
@@ -193,8 +201,8 @@ fi
 # /v1/chat/completions by one Python client (scripts/bench_server.py).
 STREAMS=${STREAMS:-4}
 SERVER_CTX=${SERVER_CTX:-4096}
-SHEPHERD=${SHEPHERD:-target/release/shepherd}
-if [ "$SHEPHERD" = target/release/shepherd ]; then
+SHEPHERD=${SHEPHERD:-${CARGO_TARGET_DIR:-target}/release/shepherd}
+if [ "$SHEPHERD" = "${CARGO_TARGET_DIR:-target}/release/shepherd" ]; then
   echo "building shepherd (release)" >&2
   cargo build --release $FEATURES --quiet 2>/dev/null
 fi
