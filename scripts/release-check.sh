@@ -66,6 +66,10 @@ check_empty_root() { # BIN MODEL TMP
         fail "--version in the empty root: $(cat "$tmp/version.err")"
     [[ $out == "shepherd "*"static"* && $out == *"llama.cpp: ggml "* ]] || fail "unexpected --version: $out"
     ok "--version in an empty root: $(head -1 <<<"$out")"
+    # For any AVX2 CPU, never for the build machine's (.cargo/config.toml builds native).
+    [[ $out == *"AVX2 = 1"* && $out != *"AVX512"* && $out != *"AVX_VNNI"* ]] ||
+        fail "the release must be built for any AVX2 CPU, not this one: $(grep '^CPU' <<<"$out")"
+    ok "kernels for any AVX2 CPU: $(grep -o 'AVX2 = 1' <<<"$out")"
 
     out=$(env -i HOME=/ "$chroot" "$root" /shepherd -e "What is the capital of France?" --temperature 0 \
         </dev/null 2>"$tmp/chat.err") || fail "one-shot chat in the empty root: $(cat "$tmp/chat.err")"

@@ -212,6 +212,7 @@ impl<'m> Worker<'m> {
             config.gpu_layers,
             config.cache_type,
             model.head_dim(),
+            llama::cpu_kernels_have_avx512(),
         );
         let n_ubatch = super::ubatch_for(config.ubatch, flash_attn, config.gpu_layers);
         let params = ContextParams {
