@@ -134,7 +134,7 @@ else
 endif
 
 run: build model
-	./$(TARGET_DIR)/release/shepherd -m $(MODEL)
+	$(TARGET_DIR)/release/shepherd -m $(MODEL)
 
 # Architecture invariant: no async runtime anywhere in the dependency graph.
 no-async-runtime:
