@@ -24,6 +24,7 @@ FEATURES=${CARGO_FEATURES:-}
 # built for this CPU too, as llama.cpp builds by default (GGML_NATIVE); NATIVE= for a
 # `make PORTABLE=1` shepherd, both then built for any AVX2 CPU.
 NATIVE=${NATIVE-1}
+TARGET_DIR=${CARGO_TARGET_DIR:-target}
 BUILD="$DIR/build${NATIVE:+-native}${CUDA:+-cuda}"
 BENCH="$BUILD/bin/llama-bench"
 SERVER="$BUILD/bin/llama-server"
@@ -54,7 +55,7 @@ build_llama_bench() {
 # Prints the binary's path, or nothing when no crate build is found.
 same_version_bench() {
   local cache="" c
-  for c in $(ls -t "${CARGO_TARGET_DIR:-target}"/release/build/llama-cpp-sys-2-*/out/build/CMakeCache.txt 2>/dev/null); do
+  for c in $(ls -t "$TARGET_DIR"/release/build/llama-cpp-sys-2-*/out/build/CMakeCache.txt 2>/dev/null); do
     # The build whose CUDA and CPU settings are this run's.
     if grep -q '^GGML_CUDA:BOOL=ON' "$c"; then [ -n "${CUDA:-}" ]; else [ -z "${CUDA:-}" ]; fi \
       && if grep -q '^GGML_NATIVE:BOOL=ON' "$c"; then [ -n "$NATIVE" ]; else [ -z "$NATIVE" ]; fi \
@@ -201,8 +202,8 @@ fi
 # /v1/chat/completions by one Python client (scripts/bench_server.py).
 STREAMS=${STREAMS:-4}
 SERVER_CTX=${SERVER_CTX:-4096}
-SHEPHERD=${SHEPHERD:-${CARGO_TARGET_DIR:-target}/release/shepherd}
-if [ "$SHEPHERD" = "${CARGO_TARGET_DIR:-target}/release/shepherd" ]; then
+SHEPHERD=${SHEPHERD:-$TARGET_DIR/release/shepherd}
+if [ "$SHEPHERD" = "$TARGET_DIR/release/shepherd" ]; then
   echo "building shepherd (release)" >&2
   cargo build --release $FEATURES --quiet 2>/dev/null
 fi

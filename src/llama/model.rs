@@ -50,7 +50,7 @@ impl Drop for Model {
 }
 
 /// Draws the loading progress on stderr; returning true tells llama.cpp to go on.
-unsafe extern "C" fn draw_progress(progress: f32, _: *mut c_void) -> bool {
+extern "C" fn draw_progress(progress: f32, _: *mut c_void) -> bool {
     let width = 30usize;
     let filled = ((progress.clamp(0.0, 1.0) * width as f32) as usize).min(width);
     let bar = format!("{}{}", "#".repeat(filled), ".".repeat(width - filled));
