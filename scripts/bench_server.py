@@ -11,8 +11,11 @@ interleaved within each round, so machine load hits both alike) it measures
   aggregate: STREAMS concurrent streams, all their completion tokens / wall time
              from the first request sent to the last stream finished.
 
-and prints medians and the ratio of each server to the first one. Standard
-library only: http.client and threads.
+and prints medians and the ratio of each server to the first one. Then the time to
+first token in a scripted 10-turn chat (the in-process bench's conversation, over
+HTTP): turn 1 from a cold cache, turn 10 with nine turns before it, each turn sent
+either as soon as the last answer is in (a script) or after a pause (a user); the
+servers again interleaved. Standard library only: http.client and threads.
 """
 import http.client
 import json
@@ -26,6 +29,8 @@ import urllib.parse
 ROUNDS = int(os.environ.get("ROUNDS", "5"))
 STREAMS = int(os.environ.get("STREAMS", "4"))
 MAX_TOKENS = int(os.environ.get("MAX_TOKENS", "128"))
+TTFT_ROUNDS = int(os.environ.get("TTFT_ROUNDS", "4"))
+PAUSE = int(os.environ.get("PAUSE_MS", "300")) / 1000
 PROMPTS = [
     "Write a long story about a dragon who learns to cook.",
     "Write a long story about a lighthouse keeper and a storm.",
@@ -38,19 +43,17 @@ PROMPTS = [
 ]
 
 
-def stream_completion(url, prompt, max_tokens=None):
-    """One streamed chat completion; returns (completion tokens, seconds)."""
+def stream_chat(url, messages, max_tokens):
+    """One streamed chat completion: (completion tokens, seconds, seconds to the first
+    content, the content)."""
     parts = urllib.parse.urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=600)
     body = json.dumps({
         "model": "bench",
-        "messages": [
-            {"role": "system", "content": "You are a helpful assistant."},
-            {"role": "user", "content": prompt},
-        ],
+        "messages": messages,
         "stream": True,
         "stream_options": {"include_usage": True},
-        "max_tokens": max_tokens or MAX_TOKENS,
+        "max_tokens": max_tokens,
         "temperature": 0,
     })
     started = time.perf_counter()
@@ -58,7 +61,7 @@ def stream_completion(url, prompt, max_tokens=None):
     response = conn.getresponse()
     if response.status != 200:
         raise RuntimeError(f"{url}: HTTP {response.status}: {response.read()[:300]!r}")
-    chunks, usage = 0, None
+    chunks, usage, first, text = 0, None, None, []
     for raw in response:
         line = raw.decode("utf-8", "replace").strip()
         if not line.startswith("data:"):
@@ -70,12 +73,45 @@ def stream_completion(url, prompt, max_tokens=None):
         if event.get("usage"):
             usage = event["usage"]
         for choice in event.get("choices") or []:
-            if (choice.get("delta") or {}).get("content"):
+            content = (choice.get("delta") or {}).get("content")
+            if content:
+                if first is None:
+                    first = time.perf_counter() - started
                 chunks += 1
+                text.append(content)
     elapsed = time.perf_counter() - started
     conn.close()
     tokens = usage["completion_tokens"] if usage and usage.get("completion_tokens") else chunks
+    return tokens, elapsed, elapsed if first is None else first, "".join(text)
+
+
+def stream_completion(url, prompt, max_tokens=None):
+    """One streamed answer to PROMPT; returns (completion tokens, seconds)."""
+    messages = [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": prompt},
+    ]
+    tokens, elapsed, _, _ = stream_chat(url, messages, max_tokens or MAX_TOKENS)
     return tokens, elapsed
+
+
+def ten_turns(url, conversation_no, pause):
+    """Milliseconds to the first content of each turn of the scripted chat. The system
+    prompt opens with the conversation's number, so turn 1 shares next to nothing with
+    what any slot holds."""
+    messages = [
+        {"role": "system", "content": f"Conversation {conversation_no}. Keep answers concise."},
+        {"role": "user", "content": "Say hello."},
+    ]
+    ttft = []
+    for turn in range(1, 11):
+        if turn > 1:
+            time.sleep(pause)
+            messages.append({"role": "user", "content": f"Tell me one fact about the number {turn}."})
+        _, _, first, text = stream_chat(url, messages, 16)
+        ttft.append(first * 1000)
+        messages.append({"role": "assistant", "content": text})
+    return ttft
 
 
 def single(url, round_no):
@@ -139,6 +175,38 @@ def main():
             for n, _ in servers[1:])
         spread = " ".join(f"{n}:{min(speeds[n][test]):.0f}-{max(speeds[n][test]):.0f}" for n, _ in servers)
         print(f"{test:12} {cells}   {ratios}  {spread}")
+    time_to_first_token(servers)
+
+
+def time_to_first_token(servers):
+    modes = (("back to back", 0.0), (f"after {PAUSE * 1000:.0f} ms", PAUSE))
+    ttft = {(name, mode): [] for name, _ in servers for mode, _ in modes}
+    conversation_no = 0
+    for round_no in range(TTFT_ROUNDS):
+        order = servers if round_no % 2 == 0 else servers[::-1]
+        for mode, pause in modes:
+            for name, url in order:
+                conversation_no += 1
+                # As in the rounds above: a server that sat idle is slower at first
+                # (here for a few hundred ms after the switch, for either server), so
+                # an unmeasured request, and turn 1 after a pause in both modes.
+                stream_completion(url, "Say hello.", max_tokens=16)
+                time.sleep(PAUSE)
+                ttft[(name, mode)].append(ten_turns(url, conversation_no, pause))
+    base = servers[0][0]
+    print(f"time to first token, ms: a scripted 10-turn chat (max_tokens 16), medians of "
+          f"{TTFT_ROUNDS} interleaved rounds")
+    print(f"{'':14} " + " ".join(f"{n + ' t1/t10/ratio':>26}" for n, _ in servers)
+          + f"  t10 vs {base}")
+    for mode, _ in modes:
+        cells, t10s = [], {}
+        for name, _ in servers:
+            runs = ttft[(name, mode)]
+            t1 = statistics.median(run[0] for run in runs)
+            t10s[name] = statistics.median(run[9] for run in runs)
+            cells.append(f"{t1:8.0f} {t10s[name]:8.0f} {t10s[name] / t1:7.2f}x")
+        versus = " ".join(f"{t10s[n] / t10s[base]:.2f}x" for n, _ in servers[1:])
+        print(f"{mode:14} " + " ".join(f"{c:>26}" for c in cells) + f"  {versus}")
 
 
 if __name__ == "__main__":
