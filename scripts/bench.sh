@@ -2,9 +2,10 @@
 # `make bench`: llama.cpp's own llama-bench against shepherd's in-process loop on the
 # same model and thread count; prints pp512/tg128 (and tg128 deep in a conversation,
 # llama-bench's -d) for both with the ratio, with llama-bench at its default flash
-# attention and at shepherd's (off on the CPU: see docs/LLAMA.md), and
+# attention and at shepherd's (which depends on the CPU kernels: see docs/LLAMA.md), and
 # shepherd's time to first token at turn 1 and turn 10 of a scripted conversation; then
-# shepherd's API server against llama-server: single-stream and 4-stream aggregate tokens/s.
+# shepherd's API server against llama-server: single-stream and 4-stream aggregate
+# tokens/s, and the same scripted conversation's time to first token over HTTP.
 # llama-bench is built once from the llama-cpp-python==0.3.36 sdist (it vendors the
 # full llama.cpp tree) and cached under $CACHE/llama-bench; a second llama-bench, the
 # same source built against the llama.cpp that shepherd links, takes the version
