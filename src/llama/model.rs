@@ -124,6 +124,14 @@ impl Model {
         u32::try_from(n).unwrap_or(0)
     }
 
+    /// How many positions back the model's sliding-window layers attend (0: it has
+    /// none; every layer sees the whole context).
+    pub fn n_swa(&self) -> u32 {
+        // SAFETY: `raw` is a valid model for the lifetime of `self`.
+        let n = unsafe { sys::llama_model_n_swa(self.raw.as_ptr()) };
+        u32::try_from(n).unwrap_or(0)
+    }
+
     /// The number of repeating layers (the output layer not counted).
     pub fn n_layer(&self) -> u32 {
         // SAFETY: `raw` is a valid model for the lifetime of `self`.

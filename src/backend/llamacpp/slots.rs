@@ -542,7 +542,10 @@ impl<'m> Worker<'m> {
             });
             if decoded.is_err() {
                 // Interrupted (or failed): whatever it left in the cache goes.
-                ctx.truncate_seq(slot.seq, at);
+                if !ctx.truncate_seq(slot.seq, at) {
+                    ctx.truncate_seq(slot.seq, 0);
+                    slot.mirror.clear();
+                }
                 return false;
             }
             slot.mirror.extend_from_slice(chunk);
