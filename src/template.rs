@@ -134,6 +134,16 @@ impl ChatTemplate {
         self.handles_tools
     }
 
+    /// The strings an answer rendered with this template stops at: the request's
+    /// (empty ones dropped) and, with the ChatML fallback, `<|im_end|>`. A model that
+    /// has no template of its own usually has no `<|im_end|>` token either, so that
+    /// text is all that ends its turn.
+    pub fn stop_strings(&self, requested: &[String]) -> Vec<String> {
+        let end_of_turn = self.env.is_none().then(|| "<|im_end|>".to_string());
+        let requested = requested.iter().filter(|s| !s.is_empty()).cloned();
+        requested.chain(end_of_turn).collect()
+    }
+
     /// Renders `messages`; `tools` empty renders as `tools: none` like transformers does.
     pub fn render(
         &self,
@@ -547,6 +557,11 @@ mod tests {
             .render(&conversation("S", &[Message::user("U")]), &[], true)
             .unwrap();
         assert_eq!(out, "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n");
+        // Its end of turn is a stop string; a model's own template brings its tokens.
+        let requested = ["".to_string(), "END".to_string()];
+        assert_eq!(template.stop_strings(&requested), ["END", "<|im_end|>"]);
+        let own = ChatTemplate::new(Some("{{ messages[0].content }}"), "", "").unwrap();
+        assert_eq!(own.stop_strings(&requested), ["END"]);
     }
 
     #[test]

@@ -1122,6 +1122,19 @@ mod tests {
         assert_eq!(reply.unwrap().content, cold_reply.unwrap().content);
     }
 
+    #[test]
+    fn a_model_without_a_template_stops_at_the_chatml_fallbacks_end_of_turn() {
+        // Gemma 3 270M is a base model: no template, no `<|im_end|>` token. After the
+        // answer it writes the fallback's turn markers as text, and `<|im_end|>` ends it.
+        let mut llm = swa_backend();
+        let (reply, events) = ask(&mut llm, &question("The capital of France is"), &greedy(64));
+        let reply = reply.unwrap();
+        assert_eq!(reply.finish, FinishReason::Stop, "{reply:?}");
+        assert!(!reply.content.contains("<|im"), "{reply:?}");
+        assert!(!content(&events).contains("<|im"), "{events:?}");
+        assert!(stats_of(&events).completion_tokens < 64, "{events:?}");
+    }
+
     /// `parallel` slots over a context of `n_ctx` tokens in all.
     fn backend_with(n_ctx: u32, parallel: u32) -> LlamaBackend {
         let mut config = LlamaConfig::new(test_model_path());

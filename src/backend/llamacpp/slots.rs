@@ -452,8 +452,7 @@ impl<'m> Worker<'m> {
             .sampling
             .max_tokens
             .map_or(room, |n| (n as usize).min(room));
-        let stops = job.sampling.stop.iter().filter(|s| !s.is_empty()).cloned();
-        let stops = StopMatcher::new(stops.collect());
+        let stops = StopMatcher::new(self.template.stop_strings(&job.sampling.stop));
         Ok((tokens, sampler, forced.is_some(), max_tokens, stops))
     }
 

@@ -199,13 +199,7 @@ impl TensorRtBackend {
         Ok(Prepared {
             options: self.request_options(max_tokens, request.sampling),
             tokens,
-            stops: request
-                .sampling
-                .stop
-                .iter()
-                .filter(|s| !s.is_empty())
-                .cloned()
-                .collect(),
+            stops: self.template.stop_strings(&request.sampling.stop),
             tool_names: tools.iter().map(|t| t.name.clone()).collect(),
             stream: request.stream,
         })
