@@ -301,9 +301,11 @@ impl<'m> Context<'m> {
             return true;
         };
         // The oldest position the token at `p0` attends to: a sliding window of `n`
-        // masks every key `n` or more positions back.
-        let window = i32::try_from(self.model.n_swa()).unwrap_or(i32::MAX);
-        let needed = p0.saturating_sub(window.saturating_sub(1)).max(0);
+        // masks every key `n` or more positions back; without one, all of them.
+        let needed = match i32::try_from(self.model.n_swa()) {
+            Ok(window) if window > 0 => p0.saturating_sub(window - 1).max(0),
+            _ => 0,
+        };
         // SAFETY: `raw` is valid; the memory handle belongs to it and is used at once;
         // `seq` is a sequence of this context (checked above).
         unsafe {
