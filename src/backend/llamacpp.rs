@@ -951,11 +951,26 @@ impl StopMatcher {
 /// Panics (failing the test) with instructions when the file is missing.
 #[cfg(test)]
 pub fn test_model_path() -> PathBuf {
-    let path = std::env::var_os("SHEPHERD_TEST_MODEL")
-        .map_or_else(|| model_cache_dir().join(DEFAULT_MODEL_FILE), PathBuf::from);
+    cached_test_model("SHEPHERD_TEST_MODEL", DEFAULT_MODEL_FILE, "model")
+}
+
+/// The tests' second architecture, Gemma 3 270M: `SHEPHERD_SWA_MODEL`, else the
+/// `make swa-model` cache.
+#[cfg(test)]
+pub fn swa_test_model_path() -> PathBuf {
+    cached_test_model(
+        "SHEPHERD_SWA_MODEL",
+        "gemma-3-270m-q4_k_m.gguf",
+        "swa-model",
+    )
+}
+
+#[cfg(test)]
+fn cached_test_model(var: &str, file: &str, make_target: &str) -> PathBuf {
+    let path = std::env::var_os(var).map_or_else(|| model_cache_dir().join(file), PathBuf::from);
     assert!(
         path.is_file(),
-        "test model {} is missing: run `make model`",
+        "test model {} is missing: run `make {make_target}`",
         path.display()
     );
     path
@@ -1070,16 +1085,7 @@ mod tests {
     /// The tests' second architecture, Gemma 3 270M (`make swa-model`): sliding-window
     /// attention in five layers of six, over the last 512 positions.
     fn swa_backend() -> LlamaBackend {
-        let path = std::env::var_os("SHEPHERD_SWA_MODEL").map_or_else(
-            || model_cache_dir().join("gemma-3-270m-q4_k_m.gguf"),
-            PathBuf::from,
-        );
-        assert!(
-            path.is_file(),
-            "test model {} is missing: run `make swa-model`",
-            path.display()
-        );
-        let mut config = LlamaConfig::new(path);
+        let mut config = LlamaConfig::new(swa_test_model_path());
         config.context_size = Some(2048);
         // Those layers' cache holds the window and one batch: 512 + 64, padded to 768.
         config.ubatch = Some(64);

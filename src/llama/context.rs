@@ -286,12 +286,12 @@ impl<'m> Context<'m> {
     }
 
     /// Removes the cached positions `from..` of sequence `seq`, so that decoding goes
-    /// on at `from` (`from` 0 clears it). False when it could not, and the caller
-    /// should clear the sequence instead: a recurrent state cannot be cut short, and
-    /// the sliding-window layers of a model that has them keep only their window (and
-    /// a batch), so the positions the token at `from` attends to may be gone from them
-    /// although the other layers still hold them (llama-server makes the same test
-    /// before it reuses a cached prefix).
+    /// on at `from` (`from` 0 clears it). Where the cache cannot be cut there it
+    /// removes the whole sequence and returns false, and decoding starts over at 0: a
+    /// recurrent state cannot be cut short, and the sliding-window layers of a model
+    /// that has them keep only their window (and a batch), so the positions the token
+    /// at `from` attends to may be gone from them although the other layers still hold
+    /// them (llama-server makes the same test before it reuses a cached prefix).
     pub fn truncate_seq(&mut self, seq: i32, from: usize) -> bool {
         self.logits.clear();
         if seq < 0 || seq as u32 >= self.n_seq_max {
@@ -310,10 +310,12 @@ impl<'m> Context<'m> {
         // `seq` is a sequence of this context (checked above).
         unsafe {
             let mem = sys::llama_get_memory(self.raw.as_ptr());
-            if p0 > 0 && sys::llama_memory_seq_pos_min(mem, seq) > needed {
-                return false;
+            let cut = (p0 == 0 || sys::llama_memory_seq_pos_min(mem, seq) <= needed)
+                && sys::llama_memory_seq_rm(mem, seq, p0, -1);
+            cut || {
+                sys::llama_memory_seq_rm(mem, seq, 0, -1);
+                false
             }
-            sys::llama_memory_seq_rm(mem, seq, p0, -1)
         }
     }
 

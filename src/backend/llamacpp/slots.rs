@@ -384,7 +384,6 @@ impl<'m> Worker<'m> {
         // At least one token must be decoded so that there are logits to sample from.
         let mut keep = common.min(prompt.len() - 1);
         if keep < slot.mirror.len() && !self.ctx.truncate_seq(slot.seq, keep) {
-            self.ctx.truncate_seq(slot.seq, 0);
             keep = 0;
         }
         slot.mirror.truncate(keep);
@@ -517,7 +516,6 @@ impl<'m> Worker<'m> {
             return true;
         }
         if keep < slot.mirror.len() && !ctx.truncate_seq(slot.seq, keep) {
-            ctx.truncate_seq(slot.seq, 0);
             slot.mirror.clear();
             return true;
         }
@@ -542,7 +540,6 @@ impl<'m> Worker<'m> {
             if decoded.is_err() {
                 // Interrupted (or failed): whatever it left in the cache goes.
                 if !ctx.truncate_seq(slot.seq, at) {
-                    ctx.truncate_seq(slot.seq, 0);
                     slot.mirror.clear();
                 }
                 return false;
