@@ -150,7 +150,32 @@ for round in $(seq "$ROUNDS"); do
   done
 done
 
-$PYTHON - "$DIR/llama-bench.jsonl" "$DIR/shepherd-bench.jsonl" "$DIR/llama-bench-same.jsonl" <<'PY'
+# llama.cpp's own floor for the TTFT ratio: llama-bench decoding the tokens that
+# shepherd's turn 1 and turn 10 decoded, at the depths they went in at (the prompt
+# tests only: no sampling, no template, no tokenizer), on the llama.cpp shepherd links
+# where that llama-bench was built. Three alternations of the two, 5 runs each.
+: > "$DIR/llama-bench-ttft.jsonl"
+FLOOR_BENCH=${SAME:-$BENCH}
+# shellcheck disable=SC2046  # one word per value
+set -- $($PYTHON - "$DIR/shepherd-bench.jsonl" <<'PY'
+import json, sys
+o = json.loads(open(sys.argv[1]).readline())
+fa = {"off": "0", "on": "1"}.get(o["flash_attn"], "auto")
+print(fa, *(o[k][f] for k in ("at_once_turn1", "at_once_turn10", "turn1", "turn10")
+            for f in ("decoded", "depth")))
+PY
+)
+FLOOR_FA=$1; shift
+for _ in 1 2 3; do
+  for pair in "$1 $2" "$3 $4" "$5 $6" "$7 $8"; do
+    read -r n d <<< "$pair"
+    "$FLOOR_BENCH" -m "$MODEL" -t "$THREADS" -ngl "$NGL" -p "$n" -n 0 -d "$d" -fa "$FLOOR_FA" -r 5 \
+      -o jsonl >> "$DIR/llama-bench-ttft.jsonl"
+  done
+done
+
+$PYTHON - "$DIR/llama-bench.jsonl" "$DIR/shepherd-bench.jsonl" "$DIR/llama-bench-same.jsonl" \
+  "$DIR/llama-bench-ttft.jsonl" "$([ -n "$SAME" ] && echo same || echo sdist)" <<'PY'
 import json, statistics, sys
 def jsonl(path):
     return [json.loads(l) for l in open(path) if l.strip()]
@@ -194,6 +219,18 @@ for label, key in ((f"after a {ours[0]['pause_ms']} ms pause (a user)", "ttft"),
     t1 = med([o[key + "_turn1_ms"] for o in ours])
     t10 = med([o[key + "_turn10_ms"] for o in ours])
     print(f"TTFT {label}: turn 1 {t1:.0f} ms, turn 10 {t10:.0f} ms, ratio {t10 / t1:.2f}")
+    # The same tokens at the same depths through llama-bench's prompt test.
+    floor = jsonl(sys.argv[4])
+    turns = ("at_once_turn1", "at_once_turn10") if key == "ttft_at_once" else ("turn1", "turn10")
+    n1, n10 = (ours[0][t] for t in turns)
+    def ms(turn):
+        return med([1000 * r["n_prompt"] / r["avg_ts"] for r in floor
+                    if (r["n_prompt"], r["n_depth"]) == (turn["decoded"], turn["depth"])])
+    f1, f10 = ms(n1), ms(n10)
+    which = "on the llama.cpp shepherd links" if sys.argv[5] == "same" else "the sdist's"
+    print(f"  llama-bench ({which}) decoding the same tokens: turn 1 {n1['decoded']} tokens "
+          f"{f1:.0f} ms, turn 10 {n10['decoded']} tokens {n10['depth']} deep {f10:.0f} ms, "
+          f"ratio {f10 / f1:.2f}; shepherd's ratio over it {(t10 / t1) / (f10 / f1):.2f}")
 PY
 fi
 [ "$PART" = "--llama-only" ] && exit 0

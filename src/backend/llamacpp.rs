@@ -1958,13 +1958,15 @@ mod tests {
         // and typing take far longer than PAUSE; the warm-up runs in that time).
         let pause = env_number("SHEPHERD_BENCH_PAUSE_MS", if full { 300 } else { 50 });
         let pause = Duration::from_millis(pause as u64);
-        let mut decoded = Vec::new();
+        // Also what each turn decoded and how deep: `make bench` times llama-bench on
+        // the same tokens at the same depths, llama.cpp's own floor for the ratio.
         let mut ttft = |pause: Duration| {
+            let mut prefills = Vec::new();
             let runs: Vec<Vec<f64>> = (0..if full { 3 } else { 1 })
                 .map(|_| {
                     llm.bench(test(8, 1, 0)).unwrap();
-                    let (ttft, turn_decoded) = ten_turn_ttft(&mut llm, pause);
-                    decoded = turn_decoded;
+                    let (ttft, turn_prefills) = ten_turn_ttft(&mut llm, pause);
+                    prefills = turn_prefills;
                     ttft
                 })
                 .collect();
@@ -1973,26 +1975,33 @@ mod tests {
                 samples.sort_by(f64::total_cmp);
                 samples[samples.len() / 2]
             };
-            (median(0), median(9))
+            (median(0), median(9), prefills)
         };
-        let (at_once_1, at_once_10) = ttft(Duration::ZERO);
-        let (paused_1, paused_10) = ttft(pause);
+        let (at_once_1, at_once_10, at_once_prefills) = ttft(Duration::ZERO);
+        let (paused_1, paused_10, paused_prefills) = ttft(pause);
+        let turn = |prefills: &[PrefillReport], i: usize| json!({"decoded": prefills[i].decoded_tokens, "depth": prefills[i].reused_tokens});
         println!(
             "SHEPHERD_BENCH {}",
             json!({"pp_tps": pp, "tg_tps": tg, "tg_deep_tps": tg_deep, "depth": depth,
                    "flash_attn": flash_attn_label(flash_attn), "ubatch": n_ubatch,
                    "ttft_turn1_ms": paused_1, "ttft_turn10_ms": paused_10,
                    "ttft_at_once_turn1_ms": at_once_1, "ttft_at_once_turn10_ms": at_once_10,
-                   "pause_ms": pause.as_millis() as u64})
+                   "pause_ms": pause.as_millis() as u64,
+                   "at_once_turn1": turn(&at_once_prefills, 0),
+                   "at_once_turn10": turn(&at_once_prefills, 9),
+                   "turn1": turn(&paused_prefills, 0), "turn10": turn(&paused_prefills, 9)})
         );
         // Timings are noisy on a shared machine, so the test checks the cause instead:
         // prefix reuse (and the warm-up in the pauses) makes every later turn decode
         // about as little as the first.
         // `make bench` reports the timings against the 1.2x goal.
-        assert!(
-            decoded[1..].iter().all(|&n| n <= decoded[0] + 5),
-            "{decoded:?}"
-        );
+        for prefills in [&at_once_prefills, &paused_prefills] {
+            let decoded: Vec<usize> = prefills.iter().map(|p| p.decoded_tokens).collect();
+            assert!(
+                decoded[1..].iter().all(|&n| n <= decoded[0] + 5),
+                "{decoded:?}"
+            );
+        }
     }
 
     /// `make bench`'s in-process half of the server comparison: `streams` requests of
@@ -2040,8 +2049,8 @@ mod tests {
     }
 
     /// Milliseconds to the first content event in each turn of a scripted 10-turn chat,
-    /// and the prompt tokens each turn decoded.
-    fn ten_turn_ttft(llm: &mut LlamaBackend, pause: Duration) -> (Vec<f64>, Vec<usize>) {
+    /// and each turn's prefill (tokens decoded, and reused: the depth they went in at).
+    fn ten_turn_ttft(llm: &mut LlamaBackend, pause: Duration) -> (Vec<f64>, Vec<PrefillReport>) {
         let mut session = question("Say hello.");
         let sampling = greedy(16);
         let request = GenerateRequest {
@@ -2051,7 +2060,7 @@ mod tests {
             stream: true,
         };
         let mut ttft = Vec::new();
-        let mut decoded = Vec::new();
+        let mut prefills = Vec::new();
         for turn in 1..=10 {
             // The user reads the answer and types, the first message too (a
             // benchmark's pause, not a test's): every turn starts from an idle machine.
@@ -2071,10 +2080,13 @@ mod tests {
             };
             let reply = llm.generate(&session, &request, &mut sink).unwrap();
             ttft.push(first.unwrap_or_else(|| started.elapsed()).as_secs_f64() * 1000.0);
-            decoded.push(llm.last_prefill().map_or(0, |r| r.decoded_tokens));
+            prefills.push(
+                llm.last_prefill()
+                    .expect("a turn that streamed had a prefill"),
+            );
             session.messages.push(Message::assistant(reply.content));
         }
-        (ttft, decoded)
+        (ttft, prefills)
     }
 
     #[test]
