@@ -1597,6 +1597,66 @@ mod tests {
         }
     }
 
+    /// A new conversation that shares a long system prompt with another slot's
+    /// conversation gets that prefix copied into its own slot: it decodes only its
+    /// message, answers as from a cold start, and the other conversation keeps its cache.
+    #[test]
+    fn a_new_conversation_copies_a_shared_opening_from_another_slot() {
+        let system = format!(
+            "Keep answers concise. {}",
+            (1..=12)
+                .map(|i| format!("Rule {i}: use plain words."))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        let session = |text: &str| {
+            let mut session = Session::new(system.as_str());
+            session.messages.push(Message::user(text));
+            session
+        };
+        let llm = backend_with(2048, 2);
+        // A long first message: the shared opening is well under half of this slot's
+        // cache, so the next conversation is not given this slot.
+        let notes = (1..=40)
+            .map(|i| format!("Note {i} is about the weather on day {i}."))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let mut first = session(&format!("Summarise these notes. {notes}"));
+        let (reply, events) = ask(&mut llm.clone(), &first, &greedy(8));
+        let first_prompt = stats_of(&events).prompt_tokens;
+        first
+            .messages
+            .push(Message::assistant(reply.unwrap().content));
+
+        let second = session("Name three colours.");
+        let mut handle = llm.clone();
+        let (reply, _) = ask(&mut handle, &second, &greedy(12));
+        let copied = handle.last_prefill().unwrap();
+        let opening = copied.reused_tokens;
+        assert!(opening > 50, "{copied:?}");
+        assert!(copied.decoded_tokens < 20, "{copied:?}");
+        // Both slots hold a conversation now.
+        assert!(
+            handle.cached_tokens().iter().all(|&n| n > opening),
+            "{:?}",
+            handle.cached_tokens()
+        );
+
+        let mut cold = backend_with(2048, 1);
+        let (alone, _) = ask(&mut cold, &second, &greedy(12));
+        assert_eq!(reply.unwrap().content, alone.unwrap().content);
+
+        // The first conversation comes back to its own cache, whole.
+        first.messages.push(Message::user("Tell me more."));
+        let (reply, events) = ask(&mut handle, &first, &greedy(4));
+        reply.unwrap();
+        assert!(
+            stats_of(&events).cached_tokens >= first_prompt,
+            "{:?}",
+            stats_of(&events)
+        );
+    }
+
     #[test]
     fn a_waiting_request_gives_up_its_queue_place_when_cancelled() {
         let llm = backend_with(1024, 1);

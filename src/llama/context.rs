@@ -300,6 +300,28 @@ impl<'m> Context<'m> {
         let Ok(p0) = i32::try_from(from) else {
             return true;
         };
+        // SAFETY: `raw` is valid; the memory handle belongs to it and is used at once;
+        // `seq` is a sequence of this context (checked above).
+        unsafe {
+            let mem = sys::llama_get_memory(self.raw.as_ptr());
+            let cut = self.holds_window(seq, from) && sys::llama_memory_seq_rm(mem, seq, p0, -1);
+            cut || {
+                sys::llama_memory_seq_rm(mem, seq, 0, -1);
+                false
+            }
+        }
+    }
+
+    /// Whether sequence `seq` still holds every cached position that the token at
+    /// `from` attends to (see [`Context::truncate_seq`]): always, without a sliding
+    /// window or at 0.
+    pub fn holds_window(&self, seq: i32, from: usize) -> bool {
+        if seq < 0 || seq as u32 >= self.n_seq_max {
+            return false;
+        }
+        let Ok(p0) = i32::try_from(from) else {
+            return false;
+        };
         // The oldest position the token at `p0` attends to: a sliding window of `n`
         // masks every key `n` or more positions back; without one, all of them.
         let needed = match i32::try_from(self.model.n_swa()) {
@@ -307,15 +329,42 @@ impl<'m> Context<'m> {
             _ => 0,
         };
         // SAFETY: `raw` is valid; the memory handle belongs to it and is used at once;
-        // `seq` is a sequence of this context (checked above).
+        // `seq` is a sequence of this context (checked above); this only reads.
+        p0 == 0
+            || unsafe {
+                let mem = sys::llama_get_memory(self.raw.as_ptr());
+                sys::llama_memory_seq_pos_min(mem, seq) <= needed
+            }
+    }
+
+    /// Makes sequence `dst` a copy of sequence `src`: the same cells at the same
+    /// positions, so a prefix one conversation decoded serves another without decoding
+    /// it again. What `dst` held is dropped. Where each sequence has a cache of its
+    /// own (shepherd's slots), llama.cpp copies `src`'s whole share of the cache into
+    /// `dst`'s at the next decode, a memory copy far cheaper than decoding: the caller
+    /// cuts the copy down to the prefix it wants with [`Context::truncate_seq`].
+    /// False (and `dst` empty) where the memory did not copy it: llama.cpp skips the
+    /// copy silently for caches that share their cells with other layers.
+    pub fn copy_seq(&mut self, src: i32, dst: i32) -> bool {
+        let valid = |seq: i32| seq >= 0 && (seq as u32) < self.n_seq_max;
+        if !valid(src) || !valid(dst) || src == dst {
+            return false;
+        }
+        // SAFETY: `raw` is valid; the memory handle belongs to it and is used at once;
+        // both sequences are sequences of this context (checked above), and -1/-1 is the
+        // whole range, the only one llama.cpp copies between separate caches.
         unsafe {
             let mem = sys::llama_get_memory(self.raw.as_ptr());
-            let cut = (p0 == 0 || sys::llama_memory_seq_pos_min(mem, seq) <= needed)
-                && sys::llama_memory_seq_rm(mem, seq, p0, -1);
-            cut || {
-                sys::llama_memory_seq_rm(mem, seq, 0, -1);
-                false
+            sys::llama_memory_seq_rm(mem, dst, -1, -1);
+            sys::llama_memory_seq_cp(mem, src, dst, -1, -1);
+            let copied = sys::llama_memory_seq_pos_max(mem, dst)
+                == sys::llama_memory_seq_pos_max(mem, src)
+                && sys::llama_memory_seq_pos_min(mem, dst)
+                    == sys::llama_memory_seq_pos_min(mem, src);
+            if !copied {
+                sys::llama_memory_seq_rm(mem, dst, -1, -1);
             }
+            copied
         }
     }
 

@@ -6,6 +6,10 @@
 //! `--parallel`) and its own mirror of the tokens in that share. A request takes the
 //! idle slot whose mirror shares the longest prefix with its prompt (ties: the least
 //! recently used), removes the rest of that sequence and decodes only the new tokens.
+//! Where another slot holds a longer prefix of the prompt (a new conversation with a
+//! running one's system prompt), the slot first takes a copy of that slot's cache
+//! ([`Context::copy_seq`]) and cuts it to the prefix: the other conversation keeps
+//! its cache, and the shared opening is decoded once.
 //! Requests beyond the slots wait in FIFO order.
 //!
 //! Every step builds one batch: one token per generating slot, then prompt chunks of
@@ -54,6 +58,10 @@ const IDLE_POLL: Duration = Duration::from_millis(50);
 /// How long the worker stays idle after an answer before it warms up the next turn:
 /// a caller that asks again at once (an agent, a script) is not made to wait.
 const WARM_QUIET: Duration = Duration::from_millis(20);
+/// See [`copy_min`].
+const COPY_MIN_TOKENS: usize = 16;
+/// See [`copy_min`].
+const COPY_CELLS_PER_TOKEN: usize = 256;
 /// Most tokens a warm-up decodes.
 const WARM_MAX: usize = 64;
 /// Most tokens of the cache a warm-up may give back: a rendered answer can end in
@@ -376,6 +384,7 @@ impl<'m> Worker<'m> {
         };
         let (prompt, sampler, forced_tools, max_tokens, stops) = prepared;
         let index = self.choose_slot(&prompt);
+        self.adopt_prefix(index, &prompt);
         // A request came: the session it continues waits no longer.
         self.waiting = None;
         let slot = &mut self.slots[index];
@@ -467,6 +476,37 @@ impl<'m> Worker<'m> {
         )
     }
 
+    /// Gives slot `index` the longest prefix of `tokens` that another slot holds,
+    /// copied within llama.cpp's cache (see the module docs), when that is at least
+    /// [`copy_min`] tokens more than the slot shares with `tokens` itself.
+    fn adopt_prefix(&mut self, index: usize, tokens: &[Token]) {
+        let own = common_prefix(&self.slots[index].mirror, tokens);
+        let donor = (self.slots.iter().enumerate())
+            .filter(|&(i, _)| i != index)
+            .map(|(i, slot)| (common_prefix(&slot.mirror, tokens), i))
+            .max_by_key(|&(shared, i)| (shared, std::cmp::Reverse(i)));
+        let Some((shared, donor)) = donor else {
+            return;
+        };
+        let (src, dst) = (self.slots[donor].seq, self.slots[index].seq);
+        // Where the donor's sliding-window layers no longer hold what the cut needs,
+        // the copy could not be cut to the prefix.
+        let keep = shared.min(tokens.len().saturating_sub(1));
+        if shared < own + copy_min(self.n_ctx_slot) || !self.ctx.holds_window(src, keep) {
+            return;
+        }
+        let copied = self.ctx.copy_seq(src, dst);
+        let mirror = if copied {
+            self.slots[donor].mirror.clone()
+        } else {
+            Vec::new()
+        };
+        crate::log::debug(crate::log::Category::Llm, || {
+            format!("slot {dst}: {shared} prompt tokens from slot {src}'s cache: copied {copied}")
+        });
+        self.slots[index].mirror = mirror;
+    }
+
     /// Decodes the opening of each answered conversation's next turn, then that of
     /// the session the caller said is waiting (see the module docs); stops at the
     /// first decode a request interrupted.
@@ -494,6 +534,7 @@ impl<'m> Worker<'m> {
         // Its opening can be a whole system prompt, in the slot a request with this
         // prompt would take, in place of what that slot held.
         let index = self.choose_slot(&tokens);
+        self.adopt_prefix(index, &tokens);
         let most = self.n_ctx_slot / 2;
         self.warm_slot(index, &tokens, most, usize::MAX);
     }
@@ -907,6 +948,14 @@ impl<'m> Worker<'m> {
             self.fail(index, err);
         }
     }
+}
+
+/// The fewest more prompt tokens another slot's cache must hold for a slot to copy
+/// it ([`Worker::adopt_prefix`]) rather than decode them: a copy moves a whole share
+/// of the cache (`n_ctx_slot` cells) where decoding computes only the tokens it needs,
+/// and per cell the copy is hundreds of times cheaper.
+fn copy_min(n_ctx_slot: usize) -> usize {
+    COPY_MIN_TOKENS.max(n_ctx_slot / COPY_CELLS_PER_TOKEN)
 }
 
 /// Of the free slots `(index, mirror, last_used)`, the one whose cache shares the
