@@ -59,7 +59,7 @@ const IDLE_POLL: Duration = Duration::from_millis(50);
 /// a caller that asks again at once (an agent, a script) is not made to wait.
 const WARM_QUIET: Duration = Duration::from_millis(20);
 /// See [`copy_min`].
-const COPY_MIN_TOKENS: usize = 16;
+const COPY_MIN_TOKENS: usize = 8;
 /// See [`copy_min`].
 const COPY_CELLS_PER_TOKEN: usize = 256;
 /// Most tokens a warm-up decodes.
