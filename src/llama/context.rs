@@ -294,7 +294,7 @@ impl<'m> Context<'m> {
     /// them (llama-server makes the same test before it reuses a cached prefix).
     pub fn truncate_seq(&mut self, seq: i32, from: usize) -> bool {
         self.logits.clear();
-        if seq < 0 || seq as u32 >= self.n_seq_max {
+        if !self.is_seq(seq) {
             return false;
         }
         let Ok(p0) = i32::try_from(from) else {
@@ -312,11 +312,16 @@ impl<'m> Context<'m> {
         }
     }
 
+    /// Whether `seq` is one of this context's sequences (`0..n_seq_max`).
+    fn is_seq(&self, seq: i32) -> bool {
+        u32::try_from(seq).is_ok_and(|seq| seq < self.n_seq_max)
+    }
+
     /// Whether sequence `seq` still holds every cached position that the token at
     /// `from` attends to (see [`Context::truncate_seq`]): always, without a sliding
     /// window or at 0.
     pub fn holds_window(&self, seq: i32, from: usize) -> bool {
-        if seq < 0 || seq as u32 >= self.n_seq_max {
+        if !self.is_seq(seq) {
             return false;
         }
         let Ok(p0) = i32::try_from(from) else {
@@ -346,8 +351,8 @@ impl<'m> Context<'m> {
     /// False (and `dst` empty) where the memory did not copy it: llama.cpp skips the
     /// copy silently for caches that share their cells with other layers.
     pub fn copy_seq(&mut self, src: i32, dst: i32) -> bool {
-        let valid = |seq: i32| seq >= 0 && (seq as u32) < self.n_seq_max;
-        if !valid(src) || !valid(dst) || src == dst {
+        self.logits.clear();
+        if !self.is_seq(src) || !self.is_seq(dst) || src == dst {
             return false;
         }
         // SAFETY: `raw` is valid; the memory handle belongs to it and is used at once;
@@ -458,5 +463,54 @@ mod tests {
         assert_eq!(CacheType::parse("q8_0"), Some(CacheType::Q8_0));
         assert_eq!(CacheType::parse("f16"), Some(CacheType::F16));
         assert_eq!(CacheType::parse("q2"), None);
+    }
+
+    /// A copied sequence continues as the original would: the next token's logits
+    /// after a copy cut back by one equal those of the original decode.
+    #[test]
+    fn a_copied_sequence_continues_as_the_original() {
+        use crate::llama::{Batch, Model, ModelParams};
+        let path = crate::backend::llamacpp::test_model_path();
+        let params = ModelParams {
+            gpu_layers: 0,
+            progress: false,
+        };
+        let model = Model::load(&path, &params).unwrap();
+        let ctx_params = ContextParams {
+            n_ctx: 512,
+            n_batch: 256,
+            n_ubatch: 256,
+            n_seq_max: 2,
+            ..Default::default()
+        };
+        let mut ctx = Context::new(&model, &ctx_params).unwrap();
+        assert!(!ctx.copy_seq(0, 0));
+        assert!(!ctx.copy_seq(0, 2));
+        assert!(!ctx.copy_seq(-1, 1));
+        let prompt = model
+            .tokenize("<|im_start|>user\nName three rivers.<|im_end|>\n", false)
+            .unwrap();
+        let last = prompt.len() - 1;
+        let mut batch = Batch::new(256).unwrap();
+        for (i, &t) in prompt.iter().enumerate() {
+            batch.push_seq(t, i, 0, i == last).unwrap();
+        }
+        ctx.decode(&batch).unwrap();
+        let original = ctx.logits_at(last).unwrap().to_vec();
+
+        assert!(ctx.copy_seq(0, 1));
+        assert!(ctx.truncate_seq(1, last));
+        batch.clear();
+        batch.push_seq(prompt[last], last, 1, true).unwrap();
+        ctx.decode(&batch).unwrap();
+        let copied = ctx.logits_at(0).unwrap();
+        let argmax = |l: &[f32]| (0..l.len()).max_by(|&a, &b| l[a].total_cmp(&l[b]));
+        assert_eq!(argmax(copied), argmax(&original));
+        let gap = original
+            .iter()
+            .zip(copied)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        assert!(gap < 0.05, "{gap}");
     }
 }
