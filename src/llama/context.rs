@@ -469,21 +469,9 @@ mod tests {
     /// after a copy cut back by one equal those of the original decode.
     #[test]
     fn a_copied_sequence_continues_as_the_original() {
-        use crate::llama::{Batch, Model, ModelParams};
-        let path = crate::backend::llamacpp::test_model_path();
-        let params = ModelParams {
-            gpu_layers: 0,
-            progress: false,
-        };
-        let model = Model::load(&path, &params).unwrap();
-        let ctx_params = ContextParams {
-            n_ctx: 512,
-            n_batch: 256,
-            n_ubatch: 256,
-            n_seq_max: 2,
-            ..Default::default()
-        };
-        let mut ctx = Context::new(&model, &ctx_params).unwrap();
+        use crate::llama::{test_context_params, test_model, Batch};
+        let model = test_model();
+        let mut ctx = Context::new(&model, &test_context_params(512, 2)).unwrap();
         assert!(!ctx.copy_seq(0, 0));
         assert!(!ctx.copy_seq(0, 2));
         assert!(!ctx.copy_seq(-1, 1));

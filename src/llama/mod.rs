@@ -105,6 +105,30 @@ pub fn system_info() -> String {
         .to_string()
 }
 
+/// The test model, loaded on the CPU without a progress bar.
+#[cfg(test)]
+pub(crate) fn test_model() -> Model {
+    let path = crate::backend::llamacpp::test_model_path();
+    let params = ModelParams {
+        gpu_layers: 0,
+        progress: false,
+    };
+    Model::load(&path, &params).unwrap()
+}
+
+/// Context parameters for tests: `n_ctx` positions, batches of 256, `n_seq_max`
+/// sequences.
+#[cfg(test)]
+pub(crate) fn test_context_params(n_ctx: u32, n_seq_max: u32) -> ContextParams {
+    ContextParams {
+        n_ctx,
+        n_batch: 256,
+        n_ubatch: 256,
+        n_seq_max,
+        ..Default::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -258,7 +258,7 @@ fn grammar_sampler(model: &Model, grammar: &str) -> Result<*mut sys::llama_sampl
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::llama::{Batch, ContextParams, ModelParams};
+    use crate::llama::Batch;
 
     #[test]
     fn first_max_picks_as_llama_cpp_greedy_does() {
@@ -309,19 +309,8 @@ mod tests {
     /// the real model, step after step.
     #[test]
     fn greedy_fast_path_matches_the_llama_cpp_chain() {
-        let path = crate::backend::llamacpp::test_model_path();
-        let params = ModelParams {
-            gpu_layers: 0,
-            progress: false,
-        };
-        let model = Model::load(&path, &params).unwrap();
-        let ctx_params = ContextParams {
-            n_ctx: 256,
-            n_batch: 256,
-            n_ubatch: 256,
-            ..Default::default()
-        };
-        let mut ctx = Context::new(&model, &ctx_params).unwrap();
+        let model = crate::llama::test_model();
+        let mut ctx = Context::new(&model, &crate::llama::test_context_params(256, 1)).unwrap();
         let greedy = SamplerParams {
             temperature: 0.0,
             ..Default::default()
