@@ -8,6 +8,7 @@ mod agent;
 mod approval;
 mod args;
 mod audit;
+mod auth;
 mod backend;
 mod commands;
 mod config;
@@ -23,6 +24,7 @@ mod stream;
 mod sys;
 mod template;
 mod tools;
+mod util;
 
 fn main() {
     std::process::exit(frontend::run_main());

@@ -151,6 +151,16 @@ fn checked_pid(pid: u32) -> io::Result<i32> {
     }
 }
 
+extern "C" {
+    fn geteuid() -> u32;
+}
+
+/// The effective user id: whose files this process may trust (token files).
+pub fn effective_uid() -> u32 {
+    // SAFETY: `geteuid` takes no arguments, cannot fail and touches no memory of ours.
+    unsafe { geteuid() }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

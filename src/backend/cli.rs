@@ -82,12 +82,22 @@ impl CliBackend {
         format!("{}{path}", self.config.base_url.trim_end_matches('/'))
     }
 
+    /// The configured key, else the token this user's own server on that
+    /// loopback port published (read per request: a restarted server has a new one).
+    fn key(&self) -> Option<String> {
+        server_key(self.config.api_key.as_deref(), &self.config.base_url)
+    }
+
     /// Starts the listener on first use and waits for its first connection.
     fn ensure_feed(&mut self) -> Result<(), BackendError> {
         if self.feed.is_some() {
             return Ok(());
         }
-        let feed = spawn_listener(self.url("/updates"), self.config.api_key.clone())
+        let feed = spawn_listener(
+            self.url("/updates"),
+            self.config.api_key.clone(),
+            self.config.base_url.clone(),
+        )
             .map_err(|e| BackendError::Config(format!("cannot start the listener thread: {e}")))?;
         let end = Instant::now() + CONNECT_WAIT;
         loop {
@@ -117,7 +127,7 @@ impl CliBackend {
             .agent
             .post(&url)
             .header("Content-Type", "application/json");
-        if let Some(key) = &self.config.api_key {
+        if let Some(key) = self.key() {
             builder = builder.header("Authorization", format!("Bearer {key}"));
         }
         let response = builder
@@ -299,16 +309,27 @@ enum Feed {
     Failed(BackendError),
 }
 
-fn spawn_listener(url: String, api_key: Option<String>) -> io::Result<Receiver<Feed>> {
+/// [`CliBackend::key`] for the listener thread, which has no backend.
+fn server_key(configured: Option<&str>, base_url: &str) -> Option<String> {
+    configured
+        .map(str::to_string)
+        .or_else(|| crate::auth::find_for_url(base_url))
+}
+
+fn spawn_listener(
+    url: String,
+    api_key: Option<String>,
+    base_url: String,
+) -> io::Result<Receiver<Feed>> {
     let (tx, rx) = crossbeam_channel::bounded(FEED_CAPACITY);
     std::thread::Builder::new()
         .name("shepherd-cli-listen".into())
-        .spawn(move || listen(&url, api_key.as_deref(), &tx))?;
+        .spawn(move || listen(&url, api_key.as_deref(), &base_url, &tx))?;
     Ok(rx)
 }
 
 /// Keeps `/updates` open until the backend is dropped, reconnecting with backoff.
-fn listen(url: &str, api_key: Option<&str>, tx: &Sender<Feed>) {
+fn listen(url: &str, api_key: Option<&str>, base_url: &str, tx: &Sender<Feed>) {
     // No overall limit: the stream is meant to stay open; keep-alives reset the per-read one.
     let timeouts = Timeouts {
         connect: Duration::from_secs(10),
@@ -318,7 +339,8 @@ fn listen(url: &str, api_key: Option<&str>, tx: &Sender<Feed>) {
     let agent = http::build_agent(url, &timeouts);
     let mut backoff = Duration::from_millis(250);
     loop {
-        let result = listen_once(&agent, url, api_key, tx, &mut backoff);
+        let key = server_key(api_key, base_url);
+        let result = listen_once(&agent, url, key.as_deref(), tx, &mut backoff);
         let error = match result {
             Ok(()) => BackendError::Connect(format!("{url}: stream ended")),
             Err(error) => error,

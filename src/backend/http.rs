@@ -15,6 +15,7 @@ use serde_json::Value;
 
 use crate::core::{BackendError, Event, EventSink, Flow};
 use crate::log::{self, Category};
+use crate::util::net::is_loopback_url;
 
 /// Largest error or non-streamed body read into memory.
 pub const MAX_BODY_BYTES: u64 = 64 * 1024 * 1024;
@@ -104,24 +105,6 @@ pub fn build_agent(url: &str, timeouts: &Timeouts) -> ureq::Agent {
         builder
     };
     ureq::Agent::new_with_config(builder.build())
-}
-
-/// The host part of an `http(s)://host[:port]/…` URL.
-pub fn url_host(url: &str) -> &str {
-    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or(rest);
-    let authority = authority
-        .rsplit_once('@')
-        .map_or(authority, |(_, host)| host);
-    if let Some(bracketed) = authority.strip_prefix('[') {
-        return bracketed.split(']').next().unwrap_or(bracketed);
-    }
-    authority.split(':').next().unwrap_or(authority)
-}
-
-pub fn is_loopback_url(url: &str) -> bool {
-    let host = url_host(url).to_ascii_lowercase();
-    host == "localhost" || host == "::1" || host.starts_with("127.") || host.ends_with(".localhost")
 }
 
 /// Maps a failure to send a request or read its head.
@@ -779,20 +762,6 @@ mod tests {
         check("-1", None);
         check("soon", None);
         check("Sun, 06 Foo 1994 08:49:47 GMT", None);
-    }
-
-    #[test]
-    fn hosts_and_loopback() {
-        for (url, host, loopback) in [
-            ("http://127.0.0.1:8080/v1", "127.0.0.1", true),
-            ("http://localhost/v1", "localhost", true),
-            ("http://[::1]:11434", "::1", true),
-            ("https://api.openai.com/v1", "api.openai.com", false),
-            ("https://user:pw@example.com:8443/x?y", "example.com", false),
-        ] {
-            assert_eq!(url_host(url), host, "{url}");
-            assert_eq!(is_loopback_url(url), loopback, "{url}");
-        }
     }
 
     #[test]

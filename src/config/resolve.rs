@@ -94,6 +94,8 @@ pub struct ServerSettings {
 #[derive(Clone, PartialEq, Eq, Default)]
 pub struct ServerAuth {
     pub token: Option<String>,
+    /// `--no-auth`: no generated token for servers that run tools (loopback only).
+    pub no_auth: bool,
     pub cors_origins: Vec<String>,
 }
 
@@ -102,6 +104,7 @@ impl std::fmt::Debug for ServerAuth {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ServerAuth")
             .field("token", &self.token.as_ref().map(|_| "***"))
+            .field("no_auth", &self.no_auth)
             .field("cors_origins", &self.cors_origins)
             .finish()
     }
@@ -687,6 +690,7 @@ fn server_auth(
     cors_origins.extend(low.cors_origins.iter().cloned());
     Ok(ServerAuth {
         token,
+        no_auth: low.no_auth,
         cors_origins,
     })
 }

@@ -43,13 +43,14 @@ use crate::agent::{AgentHandle, Op};
 use crate::approval::Answer;
 use crate::core::{Event, FinishReason, Message, Role, Session, Stats, ToolCall};
 
-use crate::config::resolve::{ServerAuth, ServerSettings};
+use crate::config::resolve::ServerSettings;
 use crate::stop::StopGuard;
 use crate::store::{Store, StoreError};
-use crate::sys;
 
 use super::agent_api::{self, AgentApi};
-use super::http::{self, Handler, Limits, Policy, Request, Responder, SseStream};
+use super::access::Access;
+use super::signals;
+use super::http::{self, Handler, Limits, Request, Responder, SseStream};
 
 /// The CLI server's own settings.
 #[derive(Debug, Clone)]
@@ -1013,40 +1014,15 @@ fn answer_whole(responder: Responder, outcome: Option<Outcome>) {
 // ---------------------------------------------------------------------------
 // Start-up.
 
-/// The access policy from the settings. A non-loopback bind without a token is
-/// refused: the tools run with this user's rights.
-pub fn policy(server: &ServerSettings, auth: &ServerAuth) -> Result<Policy, String> {
-    if !host_is_loopback(&server.host) && auth.token.is_none() {
-        return Err(format!(
-            "refusing to listen on {} without an auth token: anyone who can reach it could run \
-             commands as you. Set one with --auth-token-file FILE, 'auth_token' in config.json \
-             or SHEPHERD_AUTH_TOKEN, or listen on 127.0.0.1",
-            server.host
-        ));
-    }
-    Ok(Policy {
-        auth_token: auth.token.clone(),
-        cors_origins: auth.cors_origins.clone(),
-        public_paths: vec!["/health".into()],
-    })
-}
-
-pub(super) fn host_is_loopback(host: &str) -> bool {
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    host.eq_ignore_ascii_case("localhost")
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
-}
-
 /// Serves until the process is stopped. Returns the exit code.
 pub fn run(
     server: &ServerSettings,
-    policy: Policy,
+    access: &Access,
     agent: AgentHandle,
     config: CliServerConfig,
     api: Option<AgentApi>,
 ) -> i32 {
+    let policy = access.http_policy(server.port);
     let listener = match http::Server::bind(&server.host, server.port, Limits::default(), policy) {
         Ok(listener) => listener,
         Err(error) => {
@@ -1064,37 +1040,22 @@ pub fn run(
             return 1;
         }
     };
-    stop_on_signals(cli.clone());
+    let (busy, cancel) = (cli.clone(), cli.clone());
+    signals::watch(signals::Watch::server(
+        Box::new(move || busy.busy()),
+        Box::new(move || {
+            cancel.cancel_running();
+        }),
+    ));
     match listener.local_addr() {
-        Ok(addr) => eprintln!("shepherd: cliserver listening on http://{addr}"),
+        Ok(addr) => {
+            eprintln!("shepherd: cliserver listening on http://{addr}");
+            access.announce(addr);
+        }
         Err(error) => eprintln!("shepherd: cliserver listening (address unknown: {error})"),
     }
     listener.run(cli);
     0
-}
-
-/// Ctrl-C and SIGTERM cancel the running request (killing tool process
-/// groups), wait a moment for it to wind down, then exit.
-fn stop_on_signals(cli: Arc<CliServer>) {
-    let Ok(signals) = sys::interrupt_signals() else {
-        return;
-    };
-    let watcher = std::thread::Builder::new()
-        .name("shepherd-interrupt".into())
-        .spawn(move || {
-            if let Ok(signum) = signals.recv() {
-                cli.cancel_running();
-                let end = Instant::now() + Duration::from_secs(2);
-                while cli.busy() && Instant::now() < end {
-                    let _ = signals.recv_timeout(TICK);
-                }
-                crate::mcp::kill_all();
-                std::process::exit(128 + signum);
-            }
-        });
-    if let Err(error) = watcher {
-        eprintln!("shepherd: cannot start the signal watcher: {error}");
-    }
 }
 
 #[cfg(test)]

@@ -29,12 +29,15 @@
 //! used once: a JSON answer, or turned into an SSE stream.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+
+use crate::auth;
+use crate::util::net;
 
 /// Size and time limits of the server.
 #[derive(Debug, Clone, Copy)]
@@ -74,6 +77,8 @@ pub struct Policy {
     pub cors_origins: Vec<String>,
     /// Paths that need no token (`/health`).
     pub public_paths: Vec<String>,
+    /// Where a refused client can find the token, for the 401 message.
+    pub token_hint: Option<String>,
 }
 
 /// A parsed request, body included.
@@ -295,14 +300,25 @@ impl Connection {
             .then(|| origin.to_string())
     }
 
-    /// Host, Origin and token, in that order.
+    /// Host, Origin and token, in that order: the one check every route of
+    /// every HTTP server passes before its handler sees the request.
     fn check(&self, request: &Request) -> Result<(), (u16, String)> {
-        if self.loopback && !host_is_loopback(request.header("host").unwrap_or("")) {
-            return Err((403, "Host header is not a loopback name".into()));
+        if self.loopback && !net::is_loopback_host(request.header("host").unwrap_or("")) {
+            return Err((
+                403,
+                "Host header is not a loopback name (use http://127.0.0.1:PORT or \
+                 http://localhost:PORT)"
+                    .into(),
+            ));
         }
         if let Some(origin) = request.header("origin") {
             if !origin_is_loopback(origin) && self.allowed_cors(Some(origin)).is_none() {
-                return Err((403, "Origin is not allowed".into()));
+                return Err((
+                    403,
+                    "Origin is not allowed: web pages from other sites may not call this \
+                     server (allow one with --cors-origin ORIGIN)"
+                        .into(),
+                ));
             }
         }
         if request.method == "OPTIONS" {
@@ -310,52 +326,41 @@ impl Connection {
         }
         let public = self.policy.public_paths.contains(&request.path);
         match &self.policy.auth_token {
-            Some(token) if !public => check_token(request, token),
+            Some(token) if !public => {
+                check_token(request, token).map_err(|message| match &self.policy.token_hint {
+                    Some(hint) => (401, format!("{message}; {hint}")),
+                    None => (401, message),
+                })
+            }
             _ => Ok(()),
         }
     }
 }
 
-/// Whether the token in `Authorization: Bearer` or `x-api-key` matches.
-fn check_token(request: &Request, token: &str) -> Result<(), (u16, String)> {
+/// Whether the token in `Authorization: Bearer` or `x-api-key` matches,
+/// byte for byte; the refusal says what was wrong and how to send it.
+fn check_token(request: &Request, token: &str) -> Result<(), String> {
     let given = match (request.header("authorization"), request.header("x-api-key")) {
-        (Some(value), _) => bearer(value),
-        (None, Some(key)) => Some(key.trim()),
-        (None, None) => return Err((401, "API key required".into())),
+        (Some(value), _) => match value.split_once(' ') {
+            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("bearer") => {
+                rest.trim_start_matches([' ', '\t'])
+            }
+            _ => {
+                return Err("this server takes its token as 'Authorization: Bearer TOKEN' \
+                            (or 'x-api-key: TOKEN'), not another scheme"
+                    .into())
+            }
+        },
+        (None, Some(key)) => key,
+        (None, None) => {
+            return Err("this server requires a token: send 'Authorization: Bearer TOKEN'".into())
+        }
     };
-    match given {
-        Some(given) if constant_time_eq(given.as_bytes(), token.as_bytes()) => Ok(()),
-        _ => Err((401, "Invalid API key".into())),
-    }
-}
-
-fn bearer(value: &str) -> Option<&str> {
-    let (scheme, rest) = value.trim().split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
-}
-
-/// Compares without stopping at the first difference, so timing tells nothing
-/// about how much of a guess was right.
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    let mut diff = u8::from(a.len() != b.len());
-    for i in 0..a.len().max(b.len()) {
-        let x = a.get(i).copied().unwrap_or(0);
-        let y = b.get(i).copied().unwrap_or(0);
-        diff |= x ^ y;
-    }
-    diff == 0
-}
-
-/// `localhost`, `127.0.0.1`, `[::1]`, with or without a port.
-fn host_is_loopback(host: &str) -> bool {
-    let host = host.trim().to_ascii_lowercase();
-    let name = if let Some(rest) = host.strip_prefix('[') {
-        rest.split(']').next().unwrap_or("")
+    if auth::token_matches(given, token) {
+        Ok(())
     } else {
-        host.rsplit_once(':')
-            .map_or(host.as_str(), |(name, _)| name)
-    };
-    name == "localhost" || name.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+        Err("invalid token".into())
+    }
 }
 
 /// `http://localhost:3000` and the like: pages served from this machine.
@@ -363,7 +368,7 @@ fn origin_is_loopback(origin: &str) -> bool {
     let rest = origin
         .strip_prefix("http://")
         .or_else(|| origin.strip_prefix("https://"));
-    rest.is_some_and(|authority| !authority.contains('/') && host_is_loopback(authority))
+    rest.is_some_and(|authority| !authority.contains('/') && net::is_loopback_host(authority))
 }
 
 /// A `Read` over the socket that gives up at an absolute deadline, however
@@ -459,7 +464,7 @@ fn parse_headers(lines: &[String]) -> Result<Vec<(String, String)>, ReadError> {
                 .split_once(':')
                 .filter(|(name, _)| !name.is_empty() && !name.contains(' '))
                 .ok_or_else(|| ReadError::Reject(400, "malformed header line".into()))?;
-            Ok((name.to_string(), value.trim().to_string()))
+            Ok((name.to_string(), value.trim_matches([' ', '\t']).to_string()))
         })
         .collect()
 }
@@ -978,6 +983,7 @@ mod tests {
             auth_token: Some("s3cret".into()),
             cors_origins: vec!["https://app.example".into()],
             public_paths: vec!["/health".into()],
+            token_hint: None,
         };
         let (addr, _) = start(Limits::default(), policy);
         let check = |path: &str, extra: &str| status(&raw(addr, &get(path, extra)));
@@ -1029,17 +1035,13 @@ mod tests {
     }
 
     #[test]
-    fn token_compare_and_host_names() {
-        assert!(constant_time_eq(b"abc", b"abc"));
-        assert!(!constant_time_eq(b"abc", b"abd"));
-        assert!(!constant_time_eq(b"abc", b"abcd"));
-        assert!(!constant_time_eq(b"", b"a"));
-        assert!(host_is_loopback("localhost:8000"));
-        assert!(host_is_loopback("127.0.0.2"));
-        assert!(!host_is_loopback("0.0.0.0"));
+    fn origins_and_log_escapes() {
         assert!(origin_is_loopback("http://127.0.0.1:8000"));
+        assert!(origin_is_loopback("http://localhost:3000"));
         assert!(!origin_is_loopback("http://127.0.0.1.evil.test"));
+        assert!(!origin_is_loopback("http://127.evil.com"));
         assert!(!origin_is_loopback("null"));
+        assert!(!origin_is_loopback("file://"));
         assert_eq!(escape_log("/a\r\nGET /forged"), "/a\\r\\nGET /forged");
     }
 }

@@ -4,6 +4,7 @@
 //! a runtime failure (a provider error, an unreachable API), 2 for a usage or
 //! configuration error. Everything below returns typed errors.
 
+mod access;
 mod agent_api;
 mod api_server;
 mod approve;
@@ -15,6 +16,7 @@ mod json;
 mod line;
 mod render;
 mod repl;
+mod signals;
 mod slash;
 mod terminal;
 mod tool_server;
@@ -35,9 +37,9 @@ use crate::config::resolve::{self, Mode, Settings};
 use crate::config::{self};
 use crate::log;
 use crate::mcp;
-use crate::sys;
 use crate::tools::{remote, ToolRegistry};
 
+use access::{Access, ServerKind};
 use render::RenderOptions;
 
 /// Exit codes, one meaning each.
@@ -49,7 +51,7 @@ const EXIT_USAGE: i32 = 2;
 /// No MCP server outlives it, whichever way the front-end ended.
 pub fn run_main() -> i32 {
     let code = run_mode();
-    mcp::kill_all();
+    signals::cleanup();
     code
 }
 
@@ -183,8 +185,12 @@ fn chat(settings: &Settings) -> i32 {
 /// `--cliserver`: the access policy is checked before anything starts, so a
 /// refused bind exits before listening.
 fn cli_server_mode(settings: &Settings) -> i32 {
-    let policy = match cli_server::policy(&settings.server, &settings.server_auth) {
-        Ok(policy) => policy,
+    let access = match Access::decide(
+        &settings.server,
+        &settings.server_auth,
+        ServerKind::CliServer,
+    ) {
+        Ok(access) => access,
         Err(message) => {
             eprintln!("shepherd: {message}");
             return EXIT_USAGE;
@@ -212,7 +218,7 @@ fn cli_server_mode(settings: &Settings) -> i32 {
     config.persist = Some(persist);
     // The cliserver registers itself with the API's emergency stop.
     let api = agent_api_for(settings);
-    cli_server::run(&settings.server, policy, agent, config, Some(api))
+    cli_server::run(&settings.server, &access, agent, config, Some(api))
 }
 
 /// Seed 002's endpoints over the configured tools and the active profile.
@@ -246,11 +252,17 @@ pub(super) fn agent_api_for(settings: &Settings) -> agent_api::AgentApi {
 
 /// `--toolserver`: the same tools the agent would get, served over TCP.
 fn tool_server_mode(settings: &Settings) -> i32 {
-    let token = settings.server_auth.token.clone();
-    if let Err(message) = tool_server::check_bind(&settings.server.host, token.as_deref()) {
-        eprintln!("shepherd: {message}");
-        return EXIT_USAGE;
-    }
+    let access = match Access::decide(
+        &settings.server,
+        &settings.server_auth,
+        ServerKind::ToolServer,
+    ) {
+        Ok(access) => access,
+        Err(message) => {
+            eprintln!("shepherd: {message}");
+            return EXIT_USAGE;
+        }
+    };
     let tools = match tool_registry(settings) {
         Ok(tools) => tools,
         Err(code) => return code,
@@ -258,10 +270,10 @@ fn tool_server_mode(settings: &Settings) -> i32 {
     let config = tool_server::ToolServerConfig::new(
         settings.server.host.clone(),
         settings.server.port,
-        token,
+        access.token().map(str::to_string),
         settings.approvals.policy.clone(),
     );
-    tool_server::run(tools, config, AuditLog::open_default())
+    tool_server::run(tools, config, &access, AuditLog::open_default())
 }
 
 /// Every tool shepherd offers, with the enable/disable globs applied: the
@@ -414,41 +426,19 @@ struct Interrupted {
 /// and stop further input; when no turn is running, or on a second signal,
 /// shepherd exits at once.
 fn watch_signals(agent: &AgentHandle) -> Interrupted {
-    let interrupted = Interrupted {
-        stop: Arc::new(AtomicBool::new(false)),
-        signal: Arc::new(AtomicI32::new(0)),
-    };
-    let signals = match sys::interrupt_signals() {
-        Ok(signals) => signals,
-        Err(error) => {
-            log::debug(log::Category::Tools, || {
-                format!("signal handling unavailable: {error}")
-            });
-            return interrupted;
-        }
-    };
+    let stop = Arc::new(AtomicBool::new(false));
     let cancel = agent.cancel_flag();
     let busy = agent.busy_flag();
-    let stop = interrupted.stop.clone();
-    let first = interrupted.signal.clone();
-    let watcher = std::thread::Builder::new()
-        .name("shepherd-interrupt".into())
-        .spawn(move || {
-            for signum in signals.iter() {
-                if first.swap(signum, Ordering::SeqCst) != 0 || !busy.load(Ordering::SeqCst) {
-                    mcp::kill_all();
-                    std::process::exit(128 + signum);
-                }
-                stop.store(true, Ordering::SeqCst);
-                cancel.store(true, Ordering::SeqCst);
-            }
-        });
-    if let Err(error) = watcher {
-        log::debug(log::Category::Tools, || {
-            format!("cannot start the signal watcher: {error}")
-        });
-    }
-    interrupted
+    let stopping = stop.clone();
+    let signal = signals::watch(signals::Watch {
+        busy: Box::new(move || busy.load(Ordering::SeqCst)),
+        cancel: Box::new(move || {
+            stopping.store(true, Ordering::SeqCst);
+            cancel.store(true, Ordering::SeqCst);
+        }),
+        exit_after: None,
+    });
+    Interrupted { stop, signal }
 }
 
 fn run_front_end(agent: &AgentHandle, settings: &Settings, stop: &AtomicBool) -> bool {

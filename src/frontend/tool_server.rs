@@ -40,7 +40,8 @@ use crate::core::ToolCall;
 use crate::tools::rpc::{self, Line, Response, RpcError, ToolEntry};
 use crate::tools::{args, ToolContext, ToolOutput, ToolRegistry};
 
-use super::http::constant_time_eq;
+use super::access::Access;
+use super::signals;
 
 /// The tool server's settings, passed as values.
 pub struct ToolServerConfig {
@@ -85,20 +86,13 @@ struct Shared {
     cancel: Arc<AtomicBool>,
 }
 
-/// Refuses a non-loopback bind without a token: the tools run with this user's rights.
-pub fn check_bind(host: &str, token: Option<&str>) -> Result<(), String> {
-    if super::cli_server::host_is_loopback(host) || token.is_some() {
-        return Ok(());
-    }
-    Err(format!(
-        "refusing to serve tools on {host} without an auth token: anyone who can reach it \
-         could run commands as you. Set one with --auth-token-file FILE, 'auth_token' in \
-         config.json or SHEPHERD_AUTH_TOKEN, or listen on 127.0.0.1"
-    ))
-}
-
 /// Serves until the process is stopped. Returns the exit code.
-pub fn run(tools: ToolRegistry, config: ToolServerConfig, audit: Option<AuditLog>) -> i32 {
+pub fn run(
+    tools: ToolRegistry,
+    config: ToolServerConfig,
+    access: &Access,
+    audit: Option<AuditLog>,
+) -> i32 {
     let listener = match TcpListener::bind((config.host.as_str(), config.port)) {
         Ok(listener) => listener,
         Err(error) => {
@@ -110,10 +104,13 @@ pub fn run(tools: ToolRegistry, config: ToolServerConfig, audit: Option<AuditLog
         }
     };
     match listener.local_addr() {
-        Ok(addr) => eprintln!(
-            "shepherd: toolserver listening on {addr} ({} tools)",
-            tools.names().len()
-        ),
+        Ok(addr) => {
+            eprintln!(
+                "shepherd: toolserver listening on {addr} ({} tools)",
+                tools.names().len()
+            );
+            access.announce(addr);
+        }
         Err(error) => eprintln!("shepherd: toolserver listening (address unknown: {error})"),
     }
     let shared = Arc::new(Shared {
@@ -124,7 +121,11 @@ pub fn run(tools: ToolRegistry, config: ToolServerConfig, audit: Option<AuditLog
         running: AtomicUsize::new(0),
         cancel: Arc::new(AtomicBool::new(false)),
     });
-    stop_on_signals(shared.clone());
+    let (busy, cancel) = (shared.clone(), shared.clone());
+    signals::watch(signals::Watch::server(
+        Box::new(move || busy.running.load(Ordering::SeqCst) > 0),
+        Box::new(move || cancel.cancel.store(true, Ordering::SeqCst)),
+    ));
     accept_loop(&listener, &shared);
     0
 }
@@ -301,9 +302,16 @@ impl Connection<'_> {
             return self.auth(params);
         }
         if !self.authenticated {
+            // A client that does not start with `auth` is not one of ours: answer
+            // how to get in, then hang up.
+            self.close = true;
             return Err(RpcError::new(
                 rpc::UNAUTHORIZED,
-                "authentication required: call auth with {\"token\": ...} first",
+                format!(
+                    "this tool server requires a token: call auth with {{\"token\": ...}} \
+                     first; {}",
+                    super::access::refusal_hint(self.shared.config.port)
+                ),
             ));
         }
         match method {
@@ -326,7 +334,7 @@ impl Connection<'_> {
             return Ok(Value::Bool(true));
         };
         let given = params.get("token").and_then(Value::as_str).unwrap_or("");
-        if constant_time_eq(given.as_bytes(), expected.as_bytes()) {
+        if crate::auth::token_matches(given, expected) {
             self.authenticated = true;
             Ok(Value::Bool(true))
         } else {
@@ -536,29 +544,6 @@ fn tool_call(params: Value) -> Result<ToolCall, RpcError> {
         name: params.name,
         arguments,
     })
-}
-
-/// Ctrl-C and SIGTERM cancel the running tools (killing their process
-/// groups), wait a moment for them to wind down, then exit.
-fn stop_on_signals(shared: Arc<Shared>) {
-    let Ok(signals) = crate::sys::interrupt_signals() else {
-        return;
-    };
-    let watcher = std::thread::Builder::new()
-        .name("shepherd-interrupt".into())
-        .spawn(move || {
-            if let Ok(signum) = signals.recv() {
-                shared.cancel.store(true, Ordering::SeqCst);
-                let end = Instant::now() + Duration::from_secs(2);
-                while shared.running.load(Ordering::SeqCst) > 0 && Instant::now() < end {
-                    let _ = signals.recv_timeout(Duration::from_millis(20));
-                }
-                std::process::exit(128 + signum);
-            }
-        });
-    if let Err(error) = watcher {
-        eprintln!("shepherd: cannot start the signal watcher: {error}");
-    }
 }
 
 #[cfg(test)]

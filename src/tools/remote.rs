@@ -1,7 +1,8 @@
 //! Tools that run on a tool server (`--tool-backend HOST:PORT`).
 //!
 //! [`ToolBackend`] speaks the line protocol of [`super::rpc`]: one TCP
-//! connection per call (with `auth` first when a token is set), a connect
+//! connection per call (with `auth` first when a token is set or this user's
+//! own tool server published one, see `crate::auth`), a connect
 //! timeout, and a deadline for the answer; while waiting it checks the
 //! agent's cancel flag, so a cancelled turn stops waiting at once (the
 //! server's own timeouts bound the tool). [`registry`] lists the server's
@@ -146,7 +147,14 @@ impl ToolBackend {
             stream: self.connect()?,
             pending: Vec::new(),
         };
-        if let Some(token) = &self.config.token {
+        // The configured token, else the one this user's own tool server on that
+        // loopback port published (read per call: a restarted server has a new one).
+        let token = self
+            .config
+            .token
+            .clone()
+            .or_else(|| crate::auth::find_for_address(&self.config.address));
+        if let Some(token) = token {
             let params = json!({"token": token});
             self.exchange(&mut conn, "auth", params, deadline, cancel)?;
         }

@@ -44,6 +44,9 @@ impl ApiServer {
     fn start(args: &[&str]) -> ApiServer {
         let sandbox = Sandbox::new("apiserver");
         let mut all = vec!["--server", "--port", "0"];
+        if args.contains(&"--use-tools") && !args.iter().any(|a| a.starts_with("--auth-token")) {
+            all.extend_from_slice(&["--auth-token", crate::harness::TOKEN]);
+        }
         all.extend_from_slice(args);
         let mut child = sandbox.spawn(&all);
         let (address, log) = crate::harness::wait_listening(&mut child);
@@ -131,12 +134,7 @@ impl Drop for ApiServer {
 }
 
 fn agent() -> ureq::Agent {
-    let config = ureq::Agent::config_builder()
-        .proxy(None)
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(120)))
-        .build();
-    ureq::Agent::new_with_config(config)
+    crate::harness::http_agent(Duration::from_secs(120))
 }
 
 /// curl's answer: status, headers (lower-cased names) and body.

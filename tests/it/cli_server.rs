@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::fake_openai::{text_stream, tool_call_stream, Canned, FakeOpenAi};
-use crate::harness::{poll_until, process_running, Sandbox};
+use crate::harness::{http_agent, poll_until, process_running, Sandbox, AUTH, TOKEN};
 
 /// A running `shepherd --cliserver`, killed on drop.
 struct CliServer {
@@ -36,6 +36,9 @@ impl CliServer {
             "-m",
             "test",
         ];
+        if !extra.iter().any(|a| a.starts_with("--auth-token") || *a == "--no-auth") {
+            args.extend_from_slice(&["--auth-token", TOKEN]);
+        }
         args.extend_from_slice(extra);
         let mut child = sandbox.spawn(&args);
         let (address, log) = crate::harness::wait_listening(&mut child);
@@ -62,12 +65,7 @@ impl Drop for CliServer {
 }
 
 fn agent() -> ureq::Agent {
-    let config = ureq::Agent::config_builder()
-        .proxy(None)
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(60)))
-        .build();
-    ureq::Agent::new_with_config(config)
+    http_agent(Duration::from_secs(60))
 }
 
 fn post(server: &CliServer, path: &str, body: &str) -> (u16, Value) {

@@ -96,6 +96,7 @@ impl Sandbox {
             .env("HOME", self.root.path().join("home"))
             .env("XDG_CONFIG_HOME", self.config_dir())
             .env("XDG_STATE_HOME", self.root.path().join("home/state"))
+            .env("XDG_RUNTIME_DIR", runtime_dir())
             .env("NO_COLOR", "1")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -197,4 +198,49 @@ pub fn wait_listening(
         .recv_timeout(Duration::from_secs(30))
         .unwrap_or_else(|_| panic!("no listening line; log: {}", log.lock().unwrap()));
     (address, log)
+}
+
+/// The token the tests' servers that run tools are started with
+/// (`--auth-token`), and the raw header line that presents it.
+pub const TOKEN: &str = "it-token-5d1f0c9e27b4";
+pub const AUTH: &str = "Authorization: Bearer it-token-5d1f0c9e27b4\r\n";
+
+/// A ureq agent for the tests' servers: no proxy, error statuses as responses,
+/// at most `timeout` per request, and [`TOKEN`] on every request that carries
+/// no `Authorization` of its own.
+pub fn http_agent(timeout: Duration) -> ureq::Agent {
+    use ureq::http::header::{HeaderValue, AUTHORIZATION};
+    let config = ureq::Agent::config_builder()
+        .proxy(None)
+        .http_status_as_error(false)
+        .timeout_global(Some(timeout))
+        .middleware(
+            |mut request: ureq::http::Request<ureq::SendBody>,
+             next: ureq::middleware::MiddlewareNext| {
+                if !request.headers().contains_key(AUTHORIZATION) {
+                    let value = HeaderValue::from_static("Bearer it-token-5d1f0c9e27b4");
+                    request.headers_mut().insert(AUTHORIZATION, value);
+                }
+                next.handle(request)
+            },
+        )
+        .build();
+    ureq::Agent::new_with_config(config)
+}
+
+/// The `XDG_RUNTIME_DIR` every sandbox of this test run shares, as every
+/// process of one user on one machine does: servers publish their tokens
+/// there and shepherd's own clients find them.
+pub fn runtime_dir() -> &'static Path {
+    use std::os::unix::fs::DirBuilderExt;
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("shepherd-it-run-{}", std::process::id()));
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .expect("runtime dir");
+        dir
+    })
 }

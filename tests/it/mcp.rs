@@ -446,13 +446,23 @@ fn cliserver_status_shows_each_server() {
     std::fs::write(&config, servers.to_string()).unwrap();
     let fake = FakeOpenAi::start(Vec::new());
     let config = config.to_string_lossy().into_owned();
-    let mut child = sandbox.spawn(&args(&fake, &["--cliserver", "--port", "0", "-c", &config]));
+    let mut child = sandbox.spawn(&args(
+        &fake,
+        &[
+            "--cliserver",
+            "--port",
+            "0",
+            "-c",
+            &config,
+            "--auth-token",
+            crate::harness::TOKEN,
+        ],
+    ));
     let (address, _log) = crate::harness::wait_listening(&mut child);
     let addr = address.trim_start_matches("http://").to_string();
     let status = || -> Value {
         let url = format!("http://{addr}/status");
-        let agent: ureq::Agent = ureq::Agent::config_builder().proxy(None).build().into();
-        let body = agent
+        let body = crate::harness::http_agent(Duration::from_secs(30))
             .get(&url)
             .call()
             .unwrap()

@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::fake_openai::{text_stream, Canned, FakeOpenAi};
-use crate::harness::Sandbox;
+use crate::harness::{Sandbox, TOKEN};
 
 /// A `--cliserver` run inside a sandbox the test keeps, so it can be restarted.
 struct Server {
@@ -39,6 +39,9 @@ fn server_args<'a>(fake: &'a FakeOpenAi, extra: &[&'a str]) -> Vec<&'a str> {
         "-m",
         "test",
     ];
+    if !extra.iter().any(|a| a.starts_with("--auth-token") || *a == "--no-auth") {
+        args.extend_from_slice(&["--auth-token", TOKEN]);
+    }
     args.extend_from_slice(extra);
     args
 }
@@ -50,12 +53,7 @@ fn start(sandbox: &Sandbox, fake: &FakeOpenAi, extra: &[&str]) -> Server {
 }
 
 fn agent() -> ureq::Agent {
-    let config = ureq::Agent::config_builder()
-        .proxy(None)
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(60)))
-        .build();
-    ureq::Agent::new_with_config(config)
+    crate::harness::http_agent(Duration::from_secs(60))
 }
 
 fn send(server: &Server, method: &str, path: &str, body: &str) -> (u16, Value) {

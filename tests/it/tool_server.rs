@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::fake_openai::{text_stream, tool_call_stream, Canned, FakeOpenAi};
-use crate::harness::Sandbox;
+use crate::harness::{Sandbox, TOKEN};
 
 /// A running `shepherd --toolserver`, killed on drop.
 pub struct ToolServer {
@@ -26,6 +26,9 @@ impl ToolServer {
     pub fn start(extra: &[&str]) -> ToolServer {
         let sandbox = Sandbox::new("toolserver");
         let mut args = vec!["--toolserver", "--port", "0"];
+        if !extra.iter().any(|a| a.starts_with("--auth-token") || *a == "--no-auth") {
+            args.extend_from_slice(&["--auth-token", TOKEN]);
+        }
         args.extend_from_slice(extra);
         let mut child = sandbox.spawn(&args);
         let (addr, log) = crate::harness::wait_listening(&mut child);
@@ -68,6 +71,14 @@ impl Client {
             reader: BufReader::new(stream.try_clone().expect("clone")),
             writer: stream,
         }
+    }
+
+    /// Connects and authenticates with the tests' [`TOKEN`].
+    fn authed(addr: &str) -> Client {
+        let mut client = Client::connect(addr);
+        let answer = client.request(0, "auth", json!({ "token": TOKEN }));
+        assert_eq!(answer["result"], true, "{answer}");
+        client
     }
 
     fn send_raw(&mut self, line: &[u8]) {
@@ -117,7 +128,7 @@ fn a_plain_tcp_client_lists_runs_and_gets_errors_for_malformed_lines() {
     let server = ToolServer::start(&[]);
     let work = server.sandbox.work();
     std::fs::write(work.join("hello.txt"), "hi from the server\n").unwrap();
-    let mut client = Client::connect(&server.addr);
+    let mut client = Client::authed(&server.addr);
 
     let list = client.request(1, "listTools", Value::Null);
     let tools = names(&list);
@@ -212,6 +223,10 @@ fn non_loopback_binds_need_a_token_and_tokens_are_checked() {
     let mut client = Client::connect(&server.addr);
     let refused = client.request(1, "listTools", Value::Null);
     assert_eq!(code(&refused), -32001, "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("call auth"), "{refused}");
+    assert_eq!(client.answer(), None, "a client that skips auth is hung up on");
+    let mut client = Client::connect(&server.addr);
     let wrong = client.request(2, "auth", json!({"token": "tool-token-7f3a9"}));
     assert_eq!(code(&wrong), -32001, "{wrong}");
     assert_eq!(client.answer(), None, "a wrong token ends the connection");
@@ -373,7 +388,7 @@ fn an_unreachable_tool_backend_is_a_clear_error() {
 fn a_client_that_hangs_up_stops_its_running_tool() {
     let server = ToolServer::start(&["--approve", "bash"]);
     let marker = format!("107.{}3", std::process::id());
-    let mut client = Client::connect(&server.addr);
+    let mut client = Client::authed(&server.addr);
     let request = json!({
         "jsonrpc": "2.0",
         "method": "executeTool",
@@ -396,6 +411,6 @@ fn a_client_that_hangs_up_stops_its_running_tool() {
         "the tool outlived its client"
     );
     // The server goes on serving.
-    let mut client = Client::connect(&server.addr);
+    let mut client = Client::authed(&server.addr);
     assert!(!names(&client.request(2, "listTools", Value::Null)).is_empty());
 }

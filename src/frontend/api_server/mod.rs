@@ -41,6 +41,7 @@ use crate::backend::{BackendInfo, Reply, Sampling};
 use crate::config::resolve::Settings;
 use crate::core::{Message, Role, Stats, ToolCall};
 
+use super::access::{Access, ServerKind};
 use super::agent_api::{self, AgentApi};
 use super::connect;
 use super::http::{self, Handler, Limits, Request, Responder, SseStream};
@@ -583,14 +584,18 @@ fn load(settings: &Settings) -> Result<Loaded, String> {
 /// `--server`: binds (refusing a non-loopback address without a token),
 /// loads the backends in the background and serves until stopped.
 pub fn run(settings: &Settings) -> i32 {
-    let policy = match super::cli_server::policy(&settings.server, &settings.server_auth) {
-        Ok(policy) => policy,
+    let kind = ServerKind::ApiServer {
+        tools: settings.use_tools,
+    };
+    let access = match Access::decide(&settings.server, &settings.server_auth, kind) {
+        Ok(access) => access,
         Err(message) => {
             eprintln!("shepherd: {message}");
             return 2;
         }
     };
     let server = &settings.server;
+    let policy = access.http_policy(server.port);
     let listener = match http::Server::bind(&server.host, server.port, Limits::default(), policy) {
         Ok(listener) => listener,
         Err(error) => {
@@ -636,9 +641,18 @@ pub fn run(settings: &Settings) -> i32 {
         return 1;
     }
     match listener.local_addr() {
-        Ok(addr) => eprintln!("shepherd: API server listening on http://{addr}"),
+        Ok(addr) => {
+            eprintln!("shepherd: API server listening on http://{addr}");
+            access.announce(addr);
+        }
         Err(error) => eprintln!("shepherd: API server listening (address unknown: {error})"),
     }
+    // Stateless: a signal ends the process at once (clients see their
+    // connections close), through the one cleanup.
+    super::signals::watch(super::signals::Watch::server(
+        Box::new(|| false),
+        Box::new(|| {}),
+    ));
     listener.run(api);
     0
 }

@@ -1,0 +1,202 @@
+//! Who may use shepherd's servers: the one place that decides each server's
+//! credential and builds its HTTP access [`Policy`].
+//!
+//! The rules, the same for every mode:
+//! - A server that can run tools (`--cliserver`, `--toolserver`, `--server
+//!   --use-tools` and the agent-server routes it mounts) always needs a token,
+//!   loopback included: another user of the box can reach 127.0.0.1 too. The
+//!   configured one (`--auth-token[-file]`, `SHEPHERD_AUTH_TOKEN`,
+//!   `auth_token` in config.json), else one generated at start.
+//! - A plain `--server` (no tools) needs the configured token, if any, and is
+//!   open on loopback without one, as llama-server is.
+//! - `--no-auth` turns the token off, on loopback only, with a warning.
+//! - Any bind that is not loopback needs a token.
+//!
+//! Once bound, [`Access::announce`] publishes the token for this user's own
+//! clients (`crate::auth`) and says on stderr how to get in; a generated token
+//! is printed there once, as Jupyter prints its URL.
+
+use std::net::SocketAddr;
+
+use crate::auth;
+use crate::config::resolve::{ServerAuth, ServerSettings};
+use crate::util::net;
+
+use super::http::Policy;
+
+/// The paths every HTTP server answers without a token.
+const PUBLIC_PATHS: [&str; 1] = ["/health"];
+
+/// Which server is starting, for its rules and its messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerKind {
+    CliServer,
+    ToolServer,
+    /// `--server`; `tools` with `--use-tools`.
+    ApiServer { tools: bool },
+}
+
+impl ServerKind {
+    fn name(self) -> &'static str {
+        match self {
+            ServerKind::CliServer => "cliserver",
+            ServerKind::ToolServer => "toolserver",
+            ServerKind::ApiServer { .. } => "server",
+        }
+    }
+
+    fn runs_tools(self) -> bool {
+        !matches!(self, ServerKind::ApiServer { tools: false })
+    }
+}
+
+/// Where the token came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    Configured,
+    Generated,
+    /// `--no-auth`, or a plain `--server` with none configured.
+    None,
+}
+
+/// A server's credential, decided before it binds.
+#[derive(Clone)]
+pub struct Access {
+    kind: ServerKind,
+    token: Option<String>,
+    source: Source,
+    cors_origins: Vec<String>,
+}
+
+/// Never prints the token.
+impl std::fmt::Debug for Access {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Access")
+            .field("kind", &self.kind)
+            .field("source", &self.source)
+            .finish()
+    }
+}
+
+impl Access {
+    /// Decides the credential of a `kind` server about to listen on `server`,
+    /// or says why it must not start.
+    pub fn decide(
+        server: &ServerSettings,
+        auth: &ServerAuth,
+        kind: ServerKind,
+    ) -> Result<Access, String> {
+        let loopback = net::is_loopback_host(&server.host);
+        let (token, source) = if auth.no_auth {
+            if !loopback {
+                return Err(format!(
+                    "--no-auth is for loopback only: refusing to listen on {} without a token. \
+                     Drop --no-auth (a token is then generated) or set one with \
+                     --auth-token-file FILE",
+                    server.host
+                ));
+            }
+            (None, Source::None)
+        } else if let Some(token) = &auth.token {
+            (Some(token.clone()), Source::Configured)
+        } else if !loopback {
+            return Err(format!(
+                "refusing to listen on {} without an auth token: anyone who can reach it \
+                 could use it{}. Set one with --auth-token-file FILE, 'auth_token' in \
+                 config.json or SHEPHERD_AUTH_TOKEN, or listen on 127.0.0.1",
+                server.host,
+                if kind.runs_tools() {
+                    " to run commands as you"
+                } else {
+                    ""
+                }
+            ));
+        } else if kind.runs_tools() {
+            let token = auth::generate()
+                .map_err(|e| format!("cannot generate a token (/dev/urandom: {e})"))?;
+            (Some(token), Source::Generated)
+        } else {
+            (None, Source::None)
+        };
+        Ok(Access {
+            kind,
+            token,
+            source,
+            cors_origins: auth.cors_origins.clone(),
+        })
+    }
+
+    /// The token every request (or the tool server's `auth` call) must present.
+    pub fn token(&self) -> Option<&str> {
+        self.token.as_deref()
+    }
+
+    /// The HTTP servers' policy: this token, the configured CORS origins,
+    /// `/health` public, and where a refused client finds the token.
+    pub fn http_policy(&self, port: u16) -> Policy {
+        Policy {
+            auth_token: self.token.clone(),
+            cors_origins: self.cors_origins.clone(),
+            public_paths: PUBLIC_PATHS.iter().map(|p| p.to_string()).collect(),
+            token_hint: self.token.as_ref().map(|_| refusal_hint(port)),
+        }
+    }
+
+    /// Once bound to `addr`: publishes the token for this user's own clients and
+    /// says on stderr how to get in.
+    pub fn announce(&self, addr: SocketAddr) {
+        let name = self.kind.name();
+        let address = match self.kind {
+            ServerKind::ToolServer => addr.to_string(),
+            _ => format!("http://{addr}"),
+        };
+        let Some(token) = &self.token else {
+            if self.kind.runs_tools() {
+                eprintln!(
+                    "shepherd: warning: --no-auth: every program and every user on this \
+                     machine that can reach {address} can run tools as you"
+                );
+            } else {
+                eprintln!(
+                    "shepherd: no token required on loopback (this server runs no tools; \
+                     --auth-token-file FILE requires one)"
+                );
+            }
+            return;
+        };
+        let file = match auth::publish(name, &address, addr, token) {
+            Ok(path) => format!(
+                "shepherd's own clients (--backend cli, --tool-backend) read it from {}",
+                path.display()
+            ),
+            Err(error) => format!(
+                "it could not be stored for shepherd's own clients ({error}); pass it to them \
+                 with --api-key or --tool-backend-token"
+            ),
+        };
+        match (self.source, self.kind) {
+            (Source::Generated, ServerKind::ToolServer) => eprintln!(
+                "shepherd: a token is required; this one was generated for this run \
+                 ({file}):\n    {{\"jsonrpc\":\"2.0\",\"method\":\"auth\",\"params\":{{\"token\":\"{token}\"}},\"id\":0}}"
+            ),
+            (Source::Generated, _) => eprintln!(
+                "shepherd: a token is required; this one was generated for this run \
+                 ({file}):\n    Authorization: Bearer {token}"
+            ),
+            _ => eprintln!("shepherd: the configured token is required ({file})"),
+        }
+    }
+}
+
+/// What a request without the right credential is told: how to get in.
+pub fn refusal_hint(port: u16) -> String {
+    let file = match port {
+        0 => auth::token_dir().join("server-PORT.json"),
+        port => auth::token_file(port),
+    };
+    format!(
+        "the server printed its token when it started and stored it for the user who started \
+         it in {}",
+        file.display()
+    )
+}

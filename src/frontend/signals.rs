@@ -1,0 +1,96 @@
+//! The one signal watcher and the one exit cleanup, for every mode that does
+//! not take signals on its own `select!` (the REPL and TUI do, and leave
+//! through [`run_main`](super::run_main)'s cleanup).
+//!
+//! Ctrl-C or SIGTERM cancels the running work (the agent's turn, a server's
+//! request, the tool server's tools: their process groups are killed). A
+//! second signal, or a signal while nothing runs, exits at once. Servers also
+//! exit once the cancelled work wound down, bounded by a grace period; the
+//! chat front-ends instead keep running, so the cancelled turn is shown and
+//! input ends on its own. Every exit goes through [`exit`], which runs
+//! [`cleanup`]: `process::exit` runs no destructors, so MCP servers would
+//! outlive shepherd and token files would stay behind otherwise.
+
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::{auth, log, mcp, sys};
+
+/// How long a server waits for cancelled work to wind down before it exits.
+const SERVER_GRACE: Duration = Duration::from_secs(2);
+const POLL: Duration = Duration::from_millis(20);
+
+/// Everything that must happen before the process ends, whichever way it ends:
+/// MCP servers' process groups killed, published token files removed.
+pub fn cleanup() {
+    mcp::kill_all();
+    auth::remove_published();
+}
+
+/// Cleans up and exits.
+pub fn exit(code: i32) -> ! {
+    cleanup();
+    std::process::exit(code)
+}
+
+/// What the watcher asks of the mode it watches over.
+pub struct Watch {
+    /// Whether work is running now.
+    pub busy: Box<dyn Fn() -> bool + Send>,
+    /// Cancels the running work.
+    pub cancel: Box<dyn Fn() + Send>,
+    /// `Some` for servers: exit once `busy` is false, waiting at most this long.
+    /// `None` for the chat front-ends: keep running after cancelling.
+    pub exit_after: Option<Duration>,
+}
+
+impl Watch {
+    /// A server's watch: cancel, wait for the work to wind down, exit.
+    pub fn server(busy: Box<dyn Fn() -> bool + Send>, cancel: Box<dyn Fn() + Send>) -> Watch {
+        Watch {
+            busy,
+            cancel,
+            exit_after: Some(SERVER_GRACE),
+        }
+    }
+}
+
+/// Starts the watcher thread. Returns the first signal's number (0 while none),
+/// which the chat front-ends turn into their exit code.
+pub fn watch(watch: Watch) -> Arc<AtomicI32> {
+    let first = Arc::new(AtomicI32::new(0));
+    let signals = match sys::interrupt_signals() {
+        Ok(signals) => signals,
+        Err(error) => {
+            log::debug(log::Category::Tools, || {
+                format!("signal handling unavailable: {error}")
+            });
+            return first;
+        }
+    };
+    let seen = first.clone();
+    let watcher = std::thread::Builder::new()
+        .name("shepherd-interrupt".into())
+        .spawn(move || {
+            for signum in signals.iter() {
+                if seen.swap(signum, Ordering::SeqCst) != 0 || !(watch.busy)() {
+                    exit(128 + signum);
+                }
+                (watch.cancel)();
+                if let Some(grace) = watch.exit_after {
+                    let end = Instant::now() + grace;
+                    while (watch.busy)() && Instant::now() < end {
+                        if let Ok(again) = signals.recv_timeout(POLL) {
+                            exit(128 + again);
+                        }
+                    }
+                    exit(128 + signum);
+                }
+            }
+        });
+    if let Err(error) = watcher {
+        eprintln!("shepherd: cannot start the signal watcher: {error}");
+    }
+    first
+}

@@ -1,0 +1,7 @@
+//! Small helpers every layer may use: they depend on nothing else in shepherd.
+//!
+//! `net` is the one loopback rule (servers' binds and `Host` checks, the
+//! HTTP clients' proxy bypass, token discovery all ask it).
+
+pub mod dirs;
+pub mod net;
