@@ -233,7 +233,8 @@ mod tests {
         assert_eq!(fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
 
         let path = dir.join("server-1.json");
-        let record = r#"{"kind":"toolserver","address":"127.0.0.1:1","port":1,"pid":1,"token":"t"}"#;
+        let record =
+            r#"{"kind":"toolserver","address":"127.0.0.1:1","port":1,"pid":1,"token":"t"}"#;
         crate::config::write_atomic(&path, record.as_bytes()).unwrap();
         assert_eq!(fs::metadata(&path).unwrap().mode() & 0o777, 0o600);
         assert_eq!(read_record(&path).unwrap().token, "t");

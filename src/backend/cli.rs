@@ -98,7 +98,7 @@ impl CliBackend {
             self.config.api_key.clone(),
             self.config.base_url.clone(),
         )
-            .map_err(|e| BackendError::Config(format!("cannot start the listener thread: {e}")))?;
+        .map_err(|e| BackendError::Config(format!("cannot start the listener thread: {e}")))?;
         let end = Instant::now() + CONNECT_WAIT;
         loop {
             let left = end.saturating_duration_since(Instant::now());

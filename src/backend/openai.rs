@@ -114,7 +114,8 @@ impl OpenAiBackend {
 
     /// Hosted OpenAI (and Azure) reject parameters other servers accept.
     fn strict_host(&self) -> bool {
-        self.config.azure.is_some() || crate::util::net::url_host(&self.config.base_url).ends_with("openai.com")
+        self.config.azure.is_some()
+            || crate::util::net::url_host(&self.config.base_url).ends_with("openai.com")
     }
 
     fn attempt(

@@ -30,23 +30,25 @@ const PUBLIC_PATHS: [&str; 1] = ["/health"];
 /// Which server is starting, for its rules and its messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ServerKind {
-    CliServer,
-    ToolServer,
+    /// `--cliserver`.
+    Cli,
+    /// `--toolserver`.
+    Tools,
     /// `--server`; `tools` with `--use-tools`.
-    ApiServer { tools: bool },
+    Api { tools: bool },
 }
 
 impl ServerKind {
     fn name(self) -> &'static str {
         match self {
-            ServerKind::CliServer => "cliserver",
-            ServerKind::ToolServer => "toolserver",
-            ServerKind::ApiServer { .. } => "server",
+            ServerKind::Cli => "cliserver",
+            ServerKind::Tools => "toolserver",
+            ServerKind::Api { .. } => "server",
         }
     }
 
     fn runs_tools(self) -> bool {
-        !matches!(self, ServerKind::ApiServer { tools: false })
+        !matches!(self, ServerKind::Api { tools: false })
     }
 }
 
@@ -142,15 +144,17 @@ impl Access {
         }
     }
 
-    /// Once bound to `addr`: publishes the token for this user's own clients and
-    /// says on stderr how to get in.
-    pub fn announce(&self, addr: SocketAddr) {
+    /// Once bound to `addr`: publishes the token for this user's own clients,
+    /// then prints `listening` (so a client that waits for that line finds the
+    /// token), then how to get in.
+    pub fn announce(&self, addr: SocketAddr, listening: &str) {
         let name = self.kind.name();
         let address = match self.kind {
-            ServerKind::ToolServer => addr.to_string(),
+            ServerKind::Tools => addr.to_string(),
             _ => format!("http://{addr}"),
         };
         let Some(token) = &self.token else {
+            eprintln!("shepherd: {listening}");
             if self.kind.runs_tools() {
                 eprintln!(
                     "shepherd: warning: --no-auth: every program and every user on this \
@@ -174,8 +178,9 @@ impl Access {
                  with --api-key or --tool-backend-token"
             ),
         };
+        eprintln!("shepherd: {listening}");
         match (self.source, self.kind) {
-            (Source::Generated, ServerKind::ToolServer) => eprintln!(
+            (Source::Generated, ServerKind::Tools) => eprintln!(
                 "shepherd: a token is required; this one was generated for this run \
                  ({file}):\n    {{\"jsonrpc\":\"2.0\",\"method\":\"auth\",\"params\":{{\"token\":\"{token}\"}},\"id\":0}}"
             ),
@@ -190,10 +195,7 @@ impl Access {
 
 /// What a request without the right credential is told: how to get in.
 pub fn refusal_hint(port: u16) -> String {
-    let file = match port {
-        0 => auth::token_dir().join("server-PORT.json"),
-        port => auth::token_file(port),
-    };
+    let file = auth::token_file(port);
     format!(
         "the server printed its token when it started and stored it for the user who started \
          it in {}",

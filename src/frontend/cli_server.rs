@@ -47,10 +47,10 @@ use crate::config::resolve::ServerSettings;
 use crate::stop::StopGuard;
 use crate::store::{Store, StoreError};
 
-use super::agent_api::{self, AgentApi};
 use super::access::Access;
-use super::signals;
+use super::agent_api::{self, AgentApi};
 use super::http::{self, Handler, Limits, Request, Responder, SseStream};
+use super::signals;
 
 /// The CLI server's own settings.
 #[derive(Debug, Clone)]
@@ -1022,17 +1022,18 @@ pub fn run(
     config: CliServerConfig,
     api: Option<AgentApi>,
 ) -> i32 {
-    let policy = access.http_policy(server.port);
-    let listener = match http::Server::bind(&server.host, server.port, Limits::default(), policy) {
-        Ok(listener) => listener,
-        Err(error) => {
-            eprintln!(
-                "shepherd: cannot listen on {}:{}: {error}",
-                server.host, server.port
-            );
-            return 1;
-        }
-    };
+    let policy = |addr: std::net::SocketAddr| access.http_policy(addr.port());
+    let listener =
+        match http::Server::bind_with(&server.host, server.port, Limits::default(), policy) {
+            Ok(listener) => listener,
+            Err(error) => {
+                eprintln!(
+                    "shepherd: cannot listen on {}:{}: {error}",
+                    server.host, server.port
+                );
+                return 1;
+            }
+        };
     let cli = match CliServer::start(agent, config, api) {
         Ok(cli) => cli,
         Err(error) => {
@@ -1048,10 +1049,7 @@ pub fn run(
         }),
     ));
     match listener.local_addr() {
-        Ok(addr) => {
-            eprintln!("shepherd: cliserver listening on http://{addr}");
-            access.announce(addr);
-        }
+        Ok(addr) => access.announce(addr, &format!("cliserver listening on http://{addr}")),
         Err(error) => eprintln!("shepherd: cliserver listening (address unknown: {error})"),
     }
     listener.run(cli);

@@ -117,14 +117,26 @@ pub struct Server {
 
 impl Server {
     /// Binds `host:port` (port 0 picks a free port).
+    #[cfg(test)]
     pub fn bind(host: &str, port: u16, limits: Limits, policy: Policy) -> io::Result<Server> {
+        Server::bind_with(host, port, limits, |_| policy)
+    }
+
+    /// [`Server::bind`] with the policy made once the address is known (its
+    /// refusals name the port).
+    pub fn bind_with(
+        host: &str,
+        port: u16,
+        limits: Limits,
+        policy: impl FnOnce(SocketAddr) -> Policy,
+    ) -> io::Result<Server> {
         let listener = TcpListener::bind((host, port))?;
-        let loopback = listener.local_addr()?.ip().is_loopback();
+        let addr = listener.local_addr()?;
         Ok(Server {
             listener,
             limits,
-            policy: Arc::new(policy),
-            loopback,
+            policy: Arc::new(policy(addr)),
+            loopback: addr.ip().is_loopback(),
         })
     }
 
@@ -346,9 +358,11 @@ fn check_token(request: &Request, token: &str) -> Result<(), String> {
                 rest.trim_start_matches([' ', '\t'])
             }
             _ => {
-                return Err("this server takes its token as 'Authorization: Bearer TOKEN' \
+                return Err(
+                    "this server takes its token as 'Authorization: Bearer TOKEN' \
                             (or 'x-api-key: TOKEN'), not another scheme"
-                    .into())
+                        .into(),
+                )
             }
         },
         (None, Some(key)) => key,
@@ -464,7 +478,10 @@ fn parse_headers(lines: &[String]) -> Result<Vec<(String, String)>, ReadError> {
                 .split_once(':')
                 .filter(|(name, _)| !name.is_empty() && !name.contains(' '))
                 .ok_or_else(|| ReadError::Reject(400, "malformed header line".into()))?;
-            Ok((name.to_string(), value.trim_matches([' ', '\t']).to_string()))
+            Ok((
+                name.to_string(),
+                value.trim_matches([' ', '\t']).to_string(),
+            ))
         })
         .collect()
 }

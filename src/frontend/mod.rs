@@ -185,11 +185,7 @@ fn chat(settings: &Settings) -> i32 {
 /// `--cliserver`: the access policy is checked before anything starts, so a
 /// refused bind exits before listening.
 fn cli_server_mode(settings: &Settings) -> i32 {
-    let access = match Access::decide(
-        &settings.server,
-        &settings.server_auth,
-        ServerKind::CliServer,
-    ) {
+    let access = match Access::decide(&settings.server, &settings.server_auth, ServerKind::Cli) {
         Ok(access) => access,
         Err(message) => {
             eprintln!("shepherd: {message}");
@@ -252,11 +248,7 @@ pub(super) fn agent_api_for(settings: &Settings) -> agent_api::AgentApi {
 
 /// `--toolserver`: the same tools the agent would get, served over TCP.
 fn tool_server_mode(settings: &Settings) -> i32 {
-    let access = match Access::decide(
-        &settings.server,
-        &settings.server_auth,
-        ServerKind::ToolServer,
-    ) {
+    let access = match Access::decide(&settings.server, &settings.server_auth, ServerKind::Tools) {
         Ok(access) => access,
         Err(message) => {
             eprintln!("shepherd: {message}");

@@ -104,13 +104,13 @@ pub fn run(
         }
     };
     match listener.local_addr() {
-        Ok(addr) => {
-            eprintln!(
-                "shepherd: toolserver listening on {addr} ({} tools)",
+        Ok(addr) => access.announce(
+            addr,
+            &format!(
+                "toolserver listening on {addr} ({} tools)",
                 tools.names().len()
-            );
-            access.announce(addr);
-        }
+            ),
+        ),
         Err(error) => eprintln!("shepherd: toolserver listening (address unknown: {error})"),
     }
     let shared = Arc::new(Shared {

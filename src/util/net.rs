@@ -43,7 +43,12 @@ pub fn url_port(url: &str) -> Option<u16> {
     let authority = url_authority(url);
     match split_port(authority).1 {
         Some(port) => port.parse().ok(),
-        None if url.get(..8).is_some_and(|s| s.eq_ignore_ascii_case("https://")) => Some(443),
+        None if url
+            .get(..8)
+            .is_some_and(|s| s.eq_ignore_ascii_case("https://")) =>
+        {
+            Some(443)
+        }
         None => Some(80),
     }
 }
@@ -123,16 +128,14 @@ fn parse_aton_part(part: &str) -> Option<u32> {
     if part.is_empty() {
         return None;
     }
-    let (digits, radix) = if let Some(hex) = part
-        .strip_prefix("0x")
-        .or_else(|| part.strip_prefix("0X"))
-    {
-        (hex, 16)
-    } else if part.len() > 1 && part.starts_with('0') {
-        (&part[1..], 8)
-    } else {
-        (part, 10)
-    };
+    let (digits, radix) =
+        if let Some(hex) = part.strip_prefix("0x").or_else(|| part.strip_prefix("0X")) {
+            (hex, 16)
+        } else if part.len() > 1 && part.starts_with('0') {
+            (&part[1..], 8)
+        } else {
+            (part, 10)
+        };
     if digits.is_empty() {
         return (radix == 16).then_some(0);
     }
@@ -198,13 +201,33 @@ mod tests {
     fn url_hosts_ports_and_loopback() {
         let cases = [
             ("http://127.0.0.1:8000/v1", "127.0.0.1", Some(8000), true),
-            ("https://api.openai.com/v1", "api.openai.com", Some(443), false),
+            (
+                "https://api.openai.com/v1",
+                "api.openai.com",
+                Some(443),
+                false,
+            ),
             ("http://localhost/v1", "localhost", Some(80), true),
             ("http://[::1]:9/x", "::1", Some(9), true),
             ("http://user:pw@127.0.0.1:5/x", "127.0.0.1", Some(5), true),
-            ("http://127.evil.com:8000/", "127.evil.com", Some(8000), false),
-            ("http://localhost.evil.com/", "localhost.evil.com", Some(80), false),
-            ("http://example.com?q=127.0.0.1", "example.com", Some(80), false),
+            (
+                "http://127.evil.com:8000/",
+                "127.evil.com",
+                Some(8000),
+                false,
+            ),
+            (
+                "http://localhost.evil.com/",
+                "localhost.evil.com",
+                Some(80),
+                false,
+            ),
+            (
+                "http://example.com?q=127.0.0.1",
+                "example.com",
+                Some(80),
+                false,
+            ),
         ];
         for (url, host, port, loopback) in cases {
             assert_eq!(url_host(url), host, "{url}");

@@ -11,14 +11,14 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::fake_openai::{text_stream, tool_call_stream, Canned, FakeOpenAi};
-use crate::harness::{http_agent, poll_until, process_running, Sandbox, AUTH, TOKEN};
+use crate::harness::{http_agent, poll_until, process_running, Sandbox, TOKEN};
 
 /// A running `shepherd --cliserver`, killed on drop.
 struct CliServer {
     child: Child,
     base: String,
     addr: String,
-    log: Arc<Mutex<String>>,
+    _log: Arc<Mutex<String>>,
     sandbox: Sandbox,
 }
 
@@ -36,7 +36,10 @@ impl CliServer {
             "-m",
             "test",
         ];
-        if !extra.iter().any(|a| a.starts_with("--auth-token") || *a == "--no-auth") {
+        if !extra
+            .iter()
+            .any(|a| a.starts_with("--auth-token") || *a == "--no-auth")
+        {
             args.extend_from_slice(&["--auth-token", TOKEN]);
         }
         args.extend_from_slice(extra);
@@ -47,7 +50,7 @@ impl CliServer {
             child,
             base: format!("http://{addr}"),
             addr,
-            log,
+            _log: log,
             sandbox,
         }
     }
@@ -431,107 +434,6 @@ fn closing_a_streaming_client_cancels_its_request() {
     )
     .1["processing"]
         == false));
-}
-
-/// A raw request and the status of its answer.
-fn raw_status(addr: &str, request: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(addr).expect("connect");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    stream.write_all(request.as_bytes()).unwrap();
-    let mut answer = Vec::new();
-    let _ = stream.read_to_end(&mut answer);
-    let answer = String::from_utf8_lossy(&answer).into_owned();
-    let status = answer
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    (status, answer)
-}
-
-#[test]
-fn auth_matrix_over_every_route() {
-    let fake = FakeOpenAi::start(Vec::new());
-    let token = "tok-cs-7f3a9c";
-    let sandbox = Sandbox::new("token");
-    let token_file = sandbox.work().join("token");
-    std::fs::write(&token_file, format!("{token}\n")).unwrap();
-    let path = token_file.to_string_lossy().into_owned();
-    let server = CliServer::start(&fake, &["--auth-token-file", &path]);
-    let routes = [
-        ("GET", "/status", ""),
-        ("GET", "/session", ""),
-        ("POST", "/clear", ""),
-        ("POST", "/cancel", ""),
-        ("POST", "/request", "{\"prompt\":\"x\",\"async\":true}"),
-        ("GET", "/updates", ""),
-        ("GET", "/v1/profiles", ""),
-        ("GET", "/v1/mcp/servers", ""),
-        ("POST", "/v1/emergency-stop", ""),
-    ];
-    let credentials = [
-        ("none", String::new(), 401),
-        ("wrong", "Authorization: Bearer nope\r\n".to_string(), 401),
-        (
-            "wrong scheme",
-            format!("Authorization: Basic {token}\r\n"),
-            401,
-        ),
-        ("right", format!("Authorization: Bearer {token}\r\n"), 200),
-        ("api key", format!("X-Api-Key: {token}\r\n"), 200),
-    ];
-    for (method, route, body) in routes {
-        for (name, header, expected) in &credentials {
-            let request = format!(
-                "{method} {route} HTTP/1.1\r\nHost: {}\r\n{header}Content-Length: {}\r\n\r\n{body}",
-                server.addr,
-                body.len()
-            );
-            let mut stream = TcpStream::connect(&server.addr).unwrap();
-            stream
-                .set_read_timeout(Some(Duration::from_secs(10)))
-                .unwrap();
-            stream.write_all(request.as_bytes()).unwrap();
-            let mut head = [0u8; 12];
-            stream.read_exact(&mut head).unwrap();
-            let status: u16 = String::from_utf8_lossy(&head[9..12]).parse().unwrap();
-            assert_eq!(
-                status, *expected,
-                "{method} {route} with {name} credentials"
-            );
-        }
-    }
-    // Approving needs the token too (with it, an id nobody waits on is 404).
-    let body = r#"{"decision":"allow"}"#;
-    for (header, expected) in [
-        (String::new(), 401),
-        (format!("Authorization: Bearer {token}\r\n"), 404),
-    ] {
-        let request = format!(
-            "POST /approve/1 HTTP/1.1\r\nHost: {}\r\n{header}Content-Length: {}\r\n\r\n{body}",
-            server.addr,
-            body.len()
-        );
-        let (status, answer) = raw_status(&server.addr, &request);
-        assert_eq!(status, expected, "{answer}");
-    }
-    let (status, answer) = raw_status(
-        &server.addr,
-        &format!("GET /health HTTP/1.1\r\nHost: {}\r\n\r\n", server.addr),
-    );
-    assert_eq!(status, 200, "/health is public: {answer}");
-    let (status, answer) = raw_status(&server.addr, "GET /status HTTP/1.1\r\nHost: x\r\n\r\n");
-    assert!(
-        answer.contains("\"authentication_error\"") || status == 403,
-        "{answer}"
-    );
-    assert!(
-        !server.log.lock().unwrap().contains(token),
-        "the token must never be logged"
-    );
-    assert!(server.log.lock().unwrap().contains("GET /status 401"));
 }
 
 #[test]

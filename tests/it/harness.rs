@@ -200,10 +200,8 @@ pub fn wait_listening(
     (address, log)
 }
 
-/// The token the tests' servers that run tools are started with
-/// (`--auth-token`), and the raw header line that presents it.
+/// The token the tests' servers that run tools are started with (`--auth-token`).
 pub const TOKEN: &str = "it-token-5d1f0c9e27b4";
-pub const AUTH: &str = "Authorization: Bearer it-token-5d1f0c9e27b4\r\n";
 
 /// A ureq agent for the tests' servers: no proxy, error statuses as responses,
 /// at most `timeout` per request, and [`TOKEN`] on every request that carries

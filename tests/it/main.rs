@@ -3,6 +3,7 @@
 
 mod api_server;
 mod approvals;
+mod auth;
 mod backends;
 mod cli;
 mod cli_server;

@@ -39,7 +39,10 @@ fn server_args<'a>(fake: &'a FakeOpenAi, extra: &[&'a str]) -> Vec<&'a str> {
         "-m",
         "test",
     ];
-    if !extra.iter().any(|a| a.starts_with("--auth-token") || *a == "--no-auth") {
+    if !extra
+        .iter()
+        .any(|a| a.starts_with("--auth-token") || *a == "--no-auth")
+    {
         args.extend_from_slice(&["--auth-token", TOKEN]);
     }
     args.extend_from_slice(extra);

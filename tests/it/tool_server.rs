@@ -26,7 +26,10 @@ impl ToolServer {
     pub fn start(extra: &[&str]) -> ToolServer {
         let sandbox = Sandbox::new("toolserver");
         let mut args = vec!["--toolserver", "--port", "0"];
-        if !extra.iter().any(|a| a.starts_with("--auth-token") || *a == "--no-auth") {
+        if !extra
+            .iter()
+            .any(|a| a.starts_with("--auth-token") || *a == "--no-auth")
+        {
             args.extend_from_slice(&["--auth-token", TOKEN]);
         }
         args.extend_from_slice(extra);
@@ -225,7 +228,11 @@ fn non_loopback_binds_need_a_token_and_tokens_are_checked() {
     assert_eq!(code(&refused), -32001, "{refused}");
     let message = refused["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("call auth"), "{refused}");
-    assert_eq!(client.answer(), None, "a client that skips auth is hung up on");
+    assert_eq!(
+        client.answer(),
+        None,
+        "a client that skips auth is hung up on"
+    );
     let mut client = Client::connect(&server.addr);
     let wrong = client.request(2, "auth", json!({"token": "tool-token-7f3a9"}));
     assert_eq!(code(&wrong), -32001, "{wrong}");

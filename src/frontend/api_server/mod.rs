@@ -584,7 +584,7 @@ fn load(settings: &Settings) -> Result<Loaded, String> {
 /// `--server`: binds (refusing a non-loopback address without a token),
 /// loads the backends in the background and serves until stopped.
 pub fn run(settings: &Settings) -> i32 {
-    let kind = ServerKind::ApiServer {
+    let kind = ServerKind::Api {
         tools: settings.use_tools,
     };
     let access = match Access::decide(&settings.server, &settings.server_auth, kind) {
@@ -595,17 +595,18 @@ pub fn run(settings: &Settings) -> i32 {
         }
     };
     let server = &settings.server;
-    let policy = access.http_policy(server.port);
-    let listener = match http::Server::bind(&server.host, server.port, Limits::default(), policy) {
-        Ok(listener) => listener,
-        Err(error) => {
-            eprintln!(
-                "shepherd: cannot listen on {}:{}: {error}",
-                server.host, server.port
-            );
-            return 1;
-        }
-    };
+    let policy = |addr: std::net::SocketAddr| access.http_policy(addr.port());
+    let listener =
+        match http::Server::bind_with(&server.host, server.port, Limits::default(), policy) {
+            Ok(listener) => listener,
+            Err(error) => {
+                eprintln!(
+                    "shepherd: cannot listen on {}:{}: {error}",
+                    server.host, server.port
+                );
+                return 1;
+            }
+        };
     let mut api = ApiServer::new();
     if settings.use_tools {
         api.agent_api = Some(super::agent_api_for(settings));
@@ -641,10 +642,7 @@ pub fn run(settings: &Settings) -> i32 {
         return 1;
     }
     match listener.local_addr() {
-        Ok(addr) => {
-            eprintln!("shepherd: API server listening on http://{addr}");
-            access.announce(addr);
-        }
+        Ok(addr) => access.announce(addr, &format!("API server listening on http://{addr}")),
         Err(error) => eprintln!("shepherd: API server listening (address unknown: {error})"),
     }
     // Stateless: a signal ends the process at once (clients see their
