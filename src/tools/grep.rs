@@ -1,19 +1,32 @@
-//! The `grep` tool: a recursive search with the built-in matcher of [`super::regex`].
+//! The `grep` tool: a recursive search with the `regex` crate, ripgrep's own
+//! matcher.
 //!
 //! It does not shell out to `rg`/`grep`: one matcher means one documented
-//! pattern language and no subprocess to police. Binary files, files over
-//! 10 MiB and `.git` are skipped; output is capped at the context's output cap.
+//! pattern language (Rust regex syntax, as rg's) and no subprocess to police.
+//! Matching is linear in the text (no backtracking), and a pattern whose
+//! compiled form would pass [`MAX_REGEX_BYTES`] is refused, so no pattern can
+//! hang the agent or eat its memory. Binary files, files over 10 MiB and
+//! `.git` are skipped; output is capped at the context's output cap.
 
 use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use regex::{Regex, RegexBuilder};
 use serde_json::{json, Value};
 
-use super::regex::Regex;
 use super::{args, fs as file_tools, paths, pattern, Tool, ToolContext, ToolOutput};
 
 const MAX_FILE_BYTES: u64 = 10 * 1024 * 1024;
+/// Most bytes a compiled pattern may take (its NFA; the lazy DFA's cache is
+/// bounded separately by the crate's default of 2 MiB). Measured: ordinary
+/// patterns need under 128 KiB, but each copy of a Unicode class such as
+/// `\w` costs about 80 KiB, so `\w{100}` (8 MiB) still fits and
+/// `\w{200}` or `(?:\w{100}){100}` (512 MiB) is refused, within tens of
+/// milliseconds, before the memory is taken. (The same value as the crate's
+/// default, written out because this limit is what stands between a model's
+/// pattern and the agent's memory.)
+const MAX_REGEX_BYTES: usize = 10 << 20;
 
 pub struct Grep;
 
@@ -23,9 +36,9 @@ impl Tool for Grep {
     }
 
     fn description(&self) -> &str {
-        "Searches file contents recursively. 'pattern' is a regular expression (supported: . ^ $ * + ? {n,m} \
-         [a-z] [^x] \\d \\w \\s ( ) |); matching is per line. output_mode: files_with_matches (default), \
-         content, or count. Skips binary files and .git."
+        "Searches file contents recursively. 'pattern' is a regular expression in Rust/ripgrep syntax \
+         (no look-around or backreferences; escape literal '(' '{' '.' with '\\'); matching is per line. \
+         output_mode: files_with_matches (default), content, or count. Skips binary files and .git."
     }
 
     fn parameters(&self) -> Value {
@@ -68,6 +81,21 @@ impl Tool for Grep {
     }
 }
 
+/// Compiles `pattern`, explaining a refusal in words the model can act on.
+fn compile(pattern: &str, case_insensitive: bool) -> Result<Regex, String> {
+    let built = RegexBuilder::new(pattern)
+        .case_insensitive(case_insensitive)
+        .size_limit(MAX_REGEX_BYTES)
+        .build();
+    built.map_err(|e| match e {
+        regex::Error::CompiledTooBig(limit) => format!(
+            "pattern too large: compiled, it would pass the {limit}-byte limit; \
+             use fewer or smaller repetitions (e.g. \\w+ instead of \\w{{500}})"
+        ),
+        e => format!("invalid pattern: {e}"),
+    })
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
     Content,
@@ -87,8 +115,7 @@ struct Options {
 impl Options {
     fn from_args(args: &Value) -> Result<Options, String> {
         let case_insensitive = args::flag(args, "case_insensitive", false);
-        let regex = Regex::new(args::string(args, "pattern"), case_insensitive)
-            .map_err(|e| format!("invalid pattern: {e}"))?;
+        let regex = compile(args::string(args, "pattern"), case_insensitive)?;
         let mode = match args::opt_string(args, "output_mode").unwrap_or("files_with_matches") {
             "content" => Mode::Content,
             "files_with_matches" => Mode::FilesWithMatches,
@@ -263,6 +290,8 @@ mod tests {
     use crate::core::ToolCall;
     use crate::tools::paths::tests::TempDir;
     use crate::tools::ToolRegistry;
+    use std::fs;
+    use std::time::{Duration, Instant};
 
     fn setup() -> (TempDir, ToolContext) {
         let dir = TempDir::new("grep");
@@ -357,8 +386,116 @@ mod tests {
     #[test]
     fn errors() {
         let (_dir, ctx) = setup();
-        assert!(grep(&ctx, json!({"pattern": "(unclosed"})).error);
         assert!(grep(&ctx, json!({"pattern": "x", "output_mode": "lines"})).error);
         assert!(grep(&ctx, json!({"pattern": "root", "path": "/etc"})).error);
+    }
+
+    #[test]
+    fn invalid_pattern_is_a_clear_error() {
+        let (_dir, ctx) = setup();
+        let out = grep(&ctx, json!({"pattern": "(unclosed"}));
+        assert!(out.error);
+        assert!(
+            out.content.starts_with("Error: invalid pattern") && out.content.contains("unclosed"),
+            "{}",
+            out.content
+        );
+    }
+
+    #[test]
+    fn huge_pattern_is_an_error() {
+        let (_dir, ctx) = setup();
+        let out = grep(&ctx, json!({"pattern": "(?:\\w{100}){100}"}));
+        assert!(out.error, "{}", out.content);
+        assert!(out.content.contains("too large"), "{}", out.content);
+    }
+
+    fn check(pattern: &str, line: &str, expected: bool) {
+        let regex = compile(pattern, false).unwrap_or_else(|e| panic!("{pattern}: {e}"));
+        assert_eq!(regex.is_match(line), expected, "{pattern} vs {line:?}");
+    }
+
+    /// The cases the hand-written matcher was tested with, now against the crate.
+    #[test]
+    fn matching() {
+        check("foo", "a foo b", true);
+        check("foo", "a fo b", false);
+        check("^foo", "foo bar", true);
+        check("^foo", "a foo", false);
+        check("bar$", "foo bar", true);
+        check("bar$", "bar foo", false);
+        check("^$", "", true);
+        check("f.o", "fxo", true);
+        check("fo+b", "fb", false);
+        check("colou?r", "color", true);
+        check("^a{2,3}$", "aaaa", false);
+        check("^a{2,}$", "aaaa", true);
+        check("[abc]+d", "zzbcad", true);
+        check("[^abc]", "abc", false);
+        check("\\d+\\.\\d+", "version 1.25", true);
+        check("\\d+\\.\\d+", "version 125", false);
+        check("\\w+\\s\\w+", "hello world", true);
+        check("\\S", "   ", false);
+        check("fn (main|run)\\(", "pub fn run()", true);
+        check("(?:ab)+c", "ababc", true);
+        check("(a*)*b", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", false);
+        check("é.", "café!", true);
+        assert!(compile("Hello [A-Z]+", true)
+            .unwrap()
+            .is_match("say HELLO world"));
+        for bad in ["(abc", "abc)", "[abc", "*a", "a\\", "x{y"] {
+            assert!(compile(bad, false).is_err(), "{bad} should not compile");
+        }
+    }
+
+    #[test]
+    fn ordinary_patterns_compile() {
+        for pattern in [
+            "\\w+",
+            "(?i)\\bfn\\s+\\w+\\s*\\(",
+            "^\\s*(pub\\s+)?(async\\s+)?fn\\s+\\w+",
+            "[\\p{L}\\p{N}_]{1,64}",
+            "\\w{100}",
+            "[0-9a-f]{40}",
+            "\\d{4}-\\d{2}-\\d{2}",
+        ] {
+            assert!(compile(pattern, true).is_ok(), "{pattern}");
+        }
+    }
+
+    /// Regression: the old matcher shared one step budget across all start
+    /// positions and reported "no match" once a pattern used it up.
+    #[test]
+    fn nested_repeats_find_the_later_match() {
+        let (dir, ctx) = setup();
+        fs::write(dir.0.join("x.txt"), "xxxxxxxxxxxxxxxx-xxy\n").unwrap();
+        let out = grep(
+            &ctx,
+            json!({"pattern": "(x+x+)+y", "output_mode": "content", "path": "x.txt"}),
+        );
+        assert_eq!(out.content, "x.txt:1:xxxxxxxxxxxxxxxx-xxy");
+    }
+
+    #[test]
+    fn pathological_pattern_is_linear() {
+        let (dir, ctx) = setup();
+        let line = "a".repeat(100_000);
+        fs::write(dir.0.join("a.txt"), format!("{line}\n{line}b\n")).unwrap();
+        let args = json!({"pattern": "(a*)*b", "output_mode": "content", "path": "a.txt", "line_numbers": true});
+        // Best of three, so that a busy machine does not fail the bound; a
+        // backtracking matcher takes seconds or gives up, never 100 ms.
+        let mut fastest = Duration::MAX;
+        for _ in 0..3 {
+            let started = Instant::now();
+            let out = grep(&ctx, args.clone());
+            fastest = fastest.min(started.elapsed());
+            assert!(
+                out.content.starts_with("a.txt:2:aaaa") && out.content.ends_with("ab"),
+                "{}",
+                &out.content[..out.content.len().min(200)]
+            );
+            assert_eq!(out.summary, "1 lines, 1 files");
+        }
+        assert!(fastest < Duration::from_millis(100), "took {fastest:?}");
     }
 }

@@ -27,7 +27,6 @@ pub mod fs;
 pub mod grep;
 pub mod paths;
 pub mod pattern;
-pub mod regex;
 pub mod remote;
 pub mod rpc;
 pub mod time;
