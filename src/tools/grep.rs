@@ -5,17 +5,21 @@
 //! pattern language (Rust regex syntax, as rg's) and no subprocess to police.
 //! Matching is linear in the text (no backtracking), and a pattern whose
 //! compiled form would pass [`MAX_REGEX_BYTES`] is refused, so no pattern can
-//! hang the agent or eat its memory. Binary files, files over 10 MiB and
-//! `.git` are skipped; output is capped at the context's output cap.
+//! hang the agent or eat its memory. Files come from [`super::walk`] (so
+//! `.git` is skipped) and are opened through its directory handles; binary files and files over 10 MiB are skipped; output
+//! is capped at the context's output cap.
 
 use std::fmt::Write as _;
-use std::fs;
-use std::path::{Path, PathBuf};
+use std::fs::File;
+use std::io::Read as _;
 
 use regex::{Regex, RegexBuilder};
 use serde_json::{json, Value};
 
-use super::{args, fs as file_tools, paths, pattern, Tool, ToolContext, ToolOutput};
+use super::paths::{Resolved, Root};
+use super::walk::{self, Kind};
+use super::{args, fs as file_tools, pattern, Tool, ToolContext, ToolOutput};
+use crate::sys::at::{self, OpenAs};
 
 const MAX_FILE_BYTES: u64 = 10 * 1024 * 1024;
 /// Most bytes a compiled pattern may take (its NFA; the lazy DFA's cache is
@@ -38,7 +42,8 @@ impl Tool for Grep {
     fn description(&self) -> &str {
         "Searches file contents recursively. 'pattern' is a regular expression in Rust/ripgrep syntax \
          (no look-around or backreferences; escape literal '(' '{' '.' with '\\'); matching is per line. \
-         output_mode: files_with_matches (default), content, or count. Skips binary files and .git."
+         output_mode: files_with_matches (default), content, or count. Skips binary files and .git; \
+         symlinks are not followed."
     }
 
     fn parameters(&self) -> Value {
@@ -69,15 +74,20 @@ impl Tool for Grep {
             Err(message) => return ToolOutput::fail(format!("Error: {message}")),
         };
         let requested = args::opt_string(args, "path").unwrap_or(".");
-        let base = match paths::resolve(&ctx.root, requested) {
-            Ok(path) => path,
+        let root = match Root::open(&ctx.root) {
+            Ok(root) => root,
             Err(e) => return ToolOutput::fail(format!("Error: {e}")),
         };
-        let files = candidate_files(&base, args::opt_string(args, "glob"), ctx);
+        let mut search = Search::new(&options, ctx);
+        match file_tools::search_base(&root, requested) {
+            Ok(Some(base)) => search.under(&base, args::opt_string(args, "glob")),
+            Ok(None) => {}
+            Err(out) => return out,
+        }
         if ctx.cancelled() {
             return ToolOutput::fail("Error: cancelled");
         }
-        search(&files, &options, ctx)
+        finish(search.report, search.matched_files)
     }
 }
 
@@ -140,30 +150,15 @@ impl Options {
     }
 }
 
-/// The files to search under `base` (or `base` itself), filtered by `glob`, sorted.
-fn candidate_files(base: &Path, glob: Option<&str>, ctx: &ToolContext) -> Vec<PathBuf> {
-    if base.is_file() {
-        return vec![base.to_path_buf()];
-    }
-    let mut files = Vec::new();
-    file_tools::walk(base, ctx, &mut |path, rel| {
-        let name = rel.rsplit('/').next().unwrap_or(rel);
-        let wanted = glob.is_none_or(|g| pattern::fnmatch(g, name) || pattern::path_match(g, rel));
-        if wanted && path.symlink_metadata().is_ok_and(|m| m.is_file()) {
-            files.push(path.to_path_buf());
-        }
-        true
-    });
-    files.sort();
-    files
-}
-
 /// Reads a file as text, or `None` for binary, huge or unreadable files.
-fn text_of(path: &Path) -> Option<String> {
-    if fs::metadata(path).ok()?.len() > MAX_FILE_BYTES {
+fn text_of(file: File) -> Option<String> {
+    let meta = file.metadata().ok()?;
+    if !meta.is_file() || meta.len() > MAX_FILE_BYTES {
         return None;
     }
-    let text = String::from_utf8(fs::read(path).ok()?).ok()?;
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES).read_to_end(&mut bytes).ok()?;
+    let text = String::from_utf8(bytes).ok()?;
     let head = &text.as_bytes()[..text.len().min(8192)];
     (!head.contains(&0)).then_some(text)
 }
@@ -190,39 +185,75 @@ impl Report {
     }
 }
 
-fn search(files: &[PathBuf], options: &Options, ctx: &ToolContext) -> ToolOutput {
-    let mut report = Report {
-        lines: Vec::new(),
-        bytes: 0,
-        cap: ctx.output_cap,
-        head_limit: options.head_limit,
-        cut: false,
-    };
-    let mut matched_files = 0;
-    for path in files {
-        if ctx.cancelled() {
-            return ToolOutput::fail("Error: cancelled");
-        }
-        let Some(text) = text_of(path) else { continue };
-        let shown = paths::display(&ctx.root, path);
-        let lines: Vec<&str> = text.lines().collect();
-        let hits: Vec<usize> = (0..lines.len())
-            .filter(|&i| options.regex.is_match(lines[i]))
-            .collect();
-        if hits.is_empty() {
-            continue;
-        }
-        matched_files += 1;
-        let more = match options.mode {
-            Mode::FilesWithMatches => report.push(shown),
-            Mode::Count => report.push(format!("{shown}:{}", hits.len())),
-            Mode::Content => content_lines(&mut report, &shown, &lines, &hits, options),
+/// One search: the options, and the output so far.
+struct Search<'a> {
+    options: &'a Options,
+    ctx: &'a ToolContext,
+    report: Report,
+    matched_files: usize,
+}
+
+impl<'a> Search<'a> {
+    fn new(options: &'a Options, ctx: &'a ToolContext) -> Self {
+        let report = Report {
+            lines: Vec::new(),
+            bytes: 0,
+            cap: ctx.output_cap,
+            head_limit: options.head_limit,
+            cut: false,
         };
-        if !more {
-            break;
+        Search {
+            options,
+            ctx,
+            report,
+            matched_files: 0,
         }
     }
-    finish(report, matched_files)
+
+    /// Searches `base`: the file itself, or the files under it in path order
+    /// whose name or relative path matches `glob`.
+    fn under(&mut self, base: &Resolved, glob: Option<&str>) {
+        if let Ok(file) = base.open(OpenAs::Read) {
+            if file.metadata().is_ok_and(|m| m.is_file()) {
+                self.file(file, &base.rel);
+                return;
+            }
+        }
+        let ctx = self.ctx;
+        walk::walk(base, ctx, &mut |entry| {
+            let name = entry.rel.rsplit('/').next().unwrap_or(entry.rel);
+            let wanted =
+                glob.is_none_or(|g| pattern::fnmatch(g, name) || pattern::path_match(g, entry.rel));
+            if entry.kind != Kind::File || !wanted {
+                return true;
+            }
+            match at::open(entry.dir, entry.name, OpenAs::Read) {
+                Ok(file) => self.file(file, &walk::join(&base.rel, entry.rel)),
+                Err(_) => true,
+            }
+        });
+    }
+
+    /// Searches one open file shown as `shown`; false once the output is full.
+    fn file(&mut self, file: File, shown: &str) -> bool {
+        let Some(text) = text_of(file) else {
+            return true;
+        };
+        let lines: Vec<&str> = text.lines().collect();
+        let hits: Vec<usize> = (0..lines.len())
+            .filter(|&i| self.options.regex.is_match(lines[i]))
+            .collect();
+        if hits.is_empty() {
+            return true;
+        }
+        self.matched_files += 1;
+        let report = &mut self.report;
+        match self.options.mode {
+            Mode::FilesWithMatches => report.push(shown.to_string()),
+            Mode::Count => report.push(format!("{shown}:{}", hits.len())),
+            Mode::Content => content_lines(report, shown, &lines, &hits, self.options),
+        }
+    }
 }
 
 /// Adds a file's matching lines with their context; groups that do not touch are separated by `--`.

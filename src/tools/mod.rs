@@ -31,6 +31,7 @@ pub mod remote;
 pub mod rpc;
 pub mod time;
 pub mod truncate;
+pub mod walk;
 pub mod web;
 
 /// One tool the model may call.
