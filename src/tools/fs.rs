@@ -429,8 +429,9 @@ impl Tool for Glob {
 
     fn description(&self) -> &str {
         "Finds files whose path (relative to 'path') matches a glob: '*' and '?' within a name, \
-         '[abc]' classes, '**' for any number of directories (e.g. '**/*.rs'). Skips .git; symlinks are \
-         listed but not followed."
+         '[abc]' classes, '**' for any number of directories (e.g. '**/*.rs'). Skips .git and what \
+         .gitignore/.ignore files exclude (as rg does; hidden files are included, symlinks listed but \
+         not followed); a 'path' named explicitly is searched even if ignored."
     }
 
     fn parameters(&self) -> Value {
@@ -461,7 +462,7 @@ impl Tool for Glob {
             Err(out) => return out,
         };
         let mut found = Vec::new();
-        walk::walk(&base, ctx, &mut |entry| {
+        walk::walk(&root, &base, ctx, &mut |entry| {
             if pattern::path_match(glob, entry.rel) {
                 found.push(walk::join(&base.rel, entry.rel));
             }
@@ -746,6 +747,27 @@ mod tests {
         assert_eq!(out.content, "src/lib.rs");
         let out = run(&ctx, "glob", json!({"pattern": "*.none"}));
         assert_eq!(out.summary, "0 files");
+    }
+
+    #[test]
+    fn glob_skips_gitignored_paths() {
+        let (dir, ctx) = setup("fs-glob-ignore");
+        for (file, text) in [
+            (".gitignore", "/target\n*.tmp\n"),
+            ("src/lib.rs", ""),
+            ("src/scratch.tmp", ""),
+            ("target/debug/build.rs", ""),
+            ("sub/target/kept.rs", ""),
+        ] {
+            let path = dir.0.join(file);
+            fs::create_dir_all(path.parent().unwrap()).unwrap();
+            fs::write(path, text).unwrap();
+        }
+        let out = run(&ctx, "glob", json!({"pattern": "**/*"}));
+        assert_eq!(
+            out.content,
+            ".gitignore\nsrc\nsrc/lib.rs\nsub\nsub/target\nsub/target/kept.rs"
+        );
     }
 
     /// An in-workspace symlink is followed; the tools see its target.

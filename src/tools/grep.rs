@@ -6,7 +6,8 @@
 //! Matching is linear in the text (no backtracking), and a pattern whose
 //! compiled form would pass [`MAX_REGEX_BYTES`] is refused, so no pattern can
 //! hang the agent or eat its memory. Files come from [`super::walk`] (so
-//! `.git` is skipped) and are opened through its directory handles; binary files and files over 10 MiB are skipped; output
+//! `.git` and gitignored paths are skipped) and are opened through its
+//! directory handles; binary files and files over 10 MiB are skipped; output
 //! is capped at the context's output cap.
 
 use std::fmt::Write as _;
@@ -42,8 +43,9 @@ impl Tool for Grep {
     fn description(&self) -> &str {
         "Searches file contents recursively. 'pattern' is a regular expression in Rust/ripgrep syntax \
          (no look-around or backreferences; escape literal '(' '{' '.' with '\\'); matching is per line. \
-         output_mode: files_with_matches (default), content, or count. Skips binary files and .git; \
-         symlinks are not followed."
+         output_mode: files_with_matches (default), content, or count. Skips binary files, .git and what \
+         .gitignore/.ignore files exclude (as rg does; hidden files are searched, symlinks are not \
+         followed); a 'path' named explicitly is searched even if ignored."
     }
 
     fn parameters(&self) -> Value {
@@ -80,7 +82,7 @@ impl Tool for Grep {
         };
         let mut search = Search::new(&options, ctx);
         match file_tools::search_base(&root, requested) {
-            Ok(Some(base)) => search.under(&base, args::opt_string(args, "glob")),
+            Ok(Some(base)) => search.under(&root, &base, args::opt_string(args, "glob")),
             Ok(None) => {}
             Err(out) => return out,
         }
@@ -212,7 +214,7 @@ impl<'a> Search<'a> {
 
     /// Searches `base`: the file itself, or the files under it in path order
     /// whose name or relative path matches `glob`.
-    fn under(&mut self, base: &Resolved, glob: Option<&str>) {
+    fn under(&mut self, root: &Root, base: &Resolved, glob: Option<&str>) {
         if let Ok(file) = base.open(OpenAs::Read) {
             if file.metadata().is_ok_and(|m| m.is_file()) {
                 self.file(file, &base.rel);
@@ -220,7 +222,7 @@ impl<'a> Search<'a> {
             }
         }
         let ctx = self.ctx;
-        walk::walk(base, ctx, &mut |entry| {
+        walk::walk(root, base, ctx, &mut |entry| {
             let name = entry.rel.rsplit('/').next().unwrap_or(entry.rel);
             let wanted =
                 glob.is_none_or(|g| pattern::fnmatch(g, name) || pattern::path_match(g, entry.rel));
@@ -528,5 +530,29 @@ mod tests {
             assert_eq!(out.summary, "1 lines, 1 files");
         }
         assert!(fastest < Duration::from_millis(100), "took {fastest:?}");
+    }
+
+    #[test]
+    fn gitignored_files_are_skipped() {
+        let (dir, ctx) = setup();
+        for (file, text) in [
+            (".gitignore", "target/\n*.log\n!keep.log\n"),
+            ("target/debug/out.rs", "fn run\n"),
+            ("build.log", "run\n"),
+            ("keep.log", "run\n"),
+            ("src/.gitignore", "gen.rs\n"),
+            ("src/gen.rs", "fn run\n"),
+            ("node_modules/x/index.js", "run\n"),
+        ] {
+            let path = dir.0.join(file);
+            fs::create_dir_all(path.parent().unwrap()).unwrap();
+            fs::write(path, text).unwrap();
+        }
+        fs::write(dir.0.join(".ignore"), "node_modules/\n").unwrap();
+        let out = grep(&ctx, json!({"pattern": "run"}));
+        assert_eq!(out.content, "a.rs\nkeep.log\nnotes.md\nsrc/b.rs");
+        // A path named explicitly is searched even when ignored, as rg does.
+        let out = grep(&ctx, json!({"pattern": "run", "path": "target"}));
+        assert_eq!(out.content, "target/debug/out.rs");
     }
 }

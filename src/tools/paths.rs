@@ -122,6 +122,11 @@ impl Root {
         })
     }
 
+    /// The canonical path of the root.
+    pub fn path(&self) -> &Path {
+        &self.canonical
+    }
+
     /// Resolves `requested` (relative to the root, or absolute inside it).
     pub fn resolve(&self, requested: &str, missing: Missing) -> Result<Resolved, ResolveError> {
         if requested.contains('\0') {
