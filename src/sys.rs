@@ -6,6 +6,11 @@
 //! front-ends use [`interrupt_signals`] so that Ctrl-C or SIGTERM cancels the
 //! running turn (and with it any tool process group) instead of killing
 //! shepherd and orphaning its children.
+//!
+//! The file tools (`tools::paths`, `tools::fs`, `tools::walk`) use the `*at`
+//! calls in [`at`]: every open, create, rename and listing there is relative to
+//! a directory handle they already hold and never follows a symlink, which is
+//! what keeps them inside the workspace while its contents change under them.
 
 use std::fs::File;
 use std::io::{self, Read};
@@ -161,6 +166,295 @@ pub fn effective_uid() -> u32 {
     unsafe { geteuid() }
 }
 
+pub mod at {
+    //! Safe wrappers over `openat`, `mkdirat`, `renameat`, `unlinkat`,
+    //! `readlinkat` and `fdopendir`/`readdir`: each takes a directory handle and
+    //! one entry name, and none follows a symlink in that name.
+
+    use std::ffi::{c_char, CStr, CString, OsStr, OsString};
+    use std::fs::File;
+    use std::io;
+    use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd};
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+
+    #[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]
+    compile_error!("sys::at declares Linux's 64-bit `struct dirent` and open flags by hand");
+
+    // Open flags. The generic values; ARM and AArch64 move the directory ones.
+    const O_RDONLY: i32 = 0;
+    const O_WRONLY: i32 = 0o1;
+    const O_CREAT: i32 = 0o100;
+    const O_EXCL: i32 = 0o200;
+    const O_NONBLOCK: i32 = 0o4000;
+    #[cfg(any(target_arch = "aarch64", target_arch = "arm"))]
+    const O_DIRECTORY: i32 = 0o40000;
+    #[cfg(any(target_arch = "aarch64", target_arch = "arm"))]
+    const O_NOFOLLOW: i32 = 0o100000;
+    #[cfg(any(
+        target_arch = "x86_64",
+        target_arch = "x86",
+        target_arch = "riscv64",
+        target_arch = "loongarch64"
+    ))]
+    const O_DIRECTORY: i32 = 0o200000;
+    #[cfg(any(
+        target_arch = "x86_64",
+        target_arch = "x86",
+        target_arch = "riscv64",
+        target_arch = "loongarch64"
+    ))]
+    const O_NOFOLLOW: i32 = 0o400000;
+    const O_CLOEXEC: i32 = 0o2000000;
+    const O_PATH: i32 = 0o10000000;
+    const DT_DIR: u8 = 4;
+    const DT_REG: u8 = 8;
+    const DT_LNK: u8 = 10;
+    const DT_UNKNOWN: u8 = 0;
+    /// Longest symlink target Linux stores (`PATH_MAX` less the NUL).
+    const MAX_LINK_TARGET: usize = 4095;
+
+    /// The head of Linux's `struct dirent` on 64-bit targets (glibc and musl
+    /// agree); `d_name` is NUL-terminated within the record.
+    #[repr(C)]
+    struct Dirent {
+        d_ino: u64,
+        d_off: i64,
+        d_reclen: u16,
+        d_type: u8,
+        d_name: [c_char; 256],
+    }
+
+    /// libc's opaque `DIR`.
+    #[repr(C)]
+    struct Dir {
+        _private: [u8; 0],
+    }
+
+    extern "C" {
+        fn openat(dirfd: i32, path: *const c_char, flags: i32, ...) -> i32;
+        fn mkdirat(dirfd: i32, path: *const c_char, mode: u32) -> i32;
+        fn renameat(
+            olddirfd: i32,
+            oldpath: *const c_char,
+            newdirfd: i32,
+            newpath: *const c_char,
+        ) -> i32;
+        fn unlinkat(dirfd: i32, path: *const c_char, flags: i32) -> i32;
+        fn readlinkat(dirfd: i32, path: *const c_char, buf: *mut c_char, size: usize) -> isize;
+        fn fdopendir(fd: i32) -> *mut Dir;
+        fn readdir(dir: *mut Dir) -> *mut Dirent;
+        fn closedir(dir: *mut Dir) -> i32;
+        fn __errno_location() -> *mut i32;
+        #[cfg(test)]
+        fn renameat2(
+            olddirfd: i32,
+            oldpath: *const c_char,
+            newdirfd: i32,
+            newpath: *const c_char,
+            flags: u32,
+        ) -> i32;
+    }
+
+    /// What [`open`] opens a name as. Every kind is close-on-exec and refuses
+    /// to follow a symlink in the name (`O_NOFOLLOW`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum OpenAs {
+        /// A directory, as a handle for further `*at` calls only (`O_PATH`):
+        /// needs search permission, not read permission. A symlink fails
+        /// with `ENOTDIR`.
+        DirHandle,
+        /// A directory to list or sync.
+        Dir,
+        /// Any entry, for its metadata only (`O_PATH`); a symlink opens as itself.
+        Entry,
+        /// A file to read; `O_NONBLOCK`, so that a FIFO does not block the open.
+        /// A symlink fails with `ELOOP`.
+        Read,
+        /// A new file to write (mode 0o666 less the umask); fails if the name exists.
+        CreateNew,
+    }
+
+    impl OpenAs {
+        fn flags(self) -> i32 {
+            let kind = match self {
+                OpenAs::DirHandle => O_PATH | O_DIRECTORY,
+                OpenAs::Dir => O_RDONLY | O_DIRECTORY,
+                OpenAs::Entry => O_PATH,
+                OpenAs::Read => O_RDONLY | O_NONBLOCK,
+                OpenAs::CreateNew => O_WRONLY | O_CREAT | O_EXCL,
+            };
+            kind | O_NOFOLLOW | O_CLOEXEC
+        }
+    }
+
+    /// The type `readdir` reports for an entry, without a `stat`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum EntryType {
+        Dir,
+        File,
+        Symlink,
+        Other,
+        /// The file system does not say; ask with [`OpenAs::Entry`] and `metadata`.
+        Unknown,
+    }
+
+    fn c_name(name: &OsStr) -> io::Result<CString> {
+        Ok(CString::new(name.as_bytes())?)
+    }
+
+    fn check(rc: i32) -> io::Result<()> {
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
+    /// Opens `name` in the directory `dir`.
+    pub fn open(dir: BorrowedFd<'_>, name: &OsStr, how: OpenAs) -> io::Result<File> {
+        let name = c_name(name)?;
+        let mode: u32 = 0o666;
+        // SAFETY: `name` is a NUL-terminated string that outlives the call,
+        // `dir` is an open descriptor for the duration of the borrow, and the
+        // variadic mode is passed as the `unsigned int` a `mode_t` promotes to.
+        let fd = unsafe { openat(dir.as_raw_fd(), name.as_ptr(), how.flags(), mode) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `openat` just returned this descriptor and nothing else owns it.
+        Ok(unsafe { File::from_raw_fd(fd) })
+    }
+
+    /// Creates the directory `name` in `dir` (mode 0o777 less the umask).
+    pub fn mkdir(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<()> {
+        let name = c_name(name)?;
+        // SAFETY: `name` is NUL-terminated and outlives the call; `dir` is open.
+        check(unsafe { mkdirat(dir.as_raw_fd(), name.as_ptr(), 0o777) })
+    }
+
+    /// Renames `from` in `from_dir` to `to` in `to_dir`, replacing `to`
+    /// itself (never what a symlink there points to).
+    pub fn rename(
+        from_dir: BorrowedFd<'_>,
+        from: &OsStr,
+        to_dir: BorrowedFd<'_>,
+        to: &OsStr,
+    ) -> io::Result<()> {
+        let (from, to) = (c_name(from)?, c_name(to)?);
+        // SAFETY: both names are NUL-terminated and outlive the call; both
+        // descriptors are open for the duration of their borrows.
+        check(unsafe {
+            renameat(
+                from_dir.as_raw_fd(),
+                from.as_ptr(),
+                to_dir.as_raw_fd(),
+                to.as_ptr(),
+            )
+        })
+    }
+
+    /// Removes the non-directory `name` from `dir` (a symlink itself, not its target).
+    pub fn unlink(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<()> {
+        let name = c_name(name)?;
+        // SAFETY: `name` is NUL-terminated and outlives the call; `dir` is open.
+        check(unsafe { unlinkat(dir.as_raw_fd(), name.as_ptr(), 0) })
+    }
+
+    /// The target of the symlink `name` in `dir`; `EINVAL` when `name` is not a symlink.
+    pub fn read_link(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<OsString> {
+        let name = c_name(name)?;
+        let mut buf = vec![0u8; MAX_LINK_TARGET + 1];
+        // SAFETY: `buf` is writable for `buf.len()` bytes, `name` is
+        // NUL-terminated and outlives the call, and `dir` is open.
+        let n = unsafe {
+            readlinkat(
+                dir.as_raw_fd(),
+                name.as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        };
+        let n = usize::try_from(n).map_err(|_| io::Error::last_os_error())?;
+        if n >= buf.len() {
+            return Err(io::Error::other("symlink target too long"));
+        }
+        buf.truncate(n);
+        Ok(OsString::from_vec(buf))
+    }
+
+    /// The entries of the directory `dir` (without `.` and `..`), unsorted.
+    pub fn list(dir: BorrowedFd<'_>) -> io::Result<Vec<(OsString, EntryType)>> {
+        // fdopendir takes ownership of its descriptor, so it gets a fresh one.
+        let own = OwnedFd::from(open(dir, OsStr::new("."), OpenAs::Dir)?);
+        let fd = own.into_raw_fd();
+        // SAFETY: `fd` is an open directory descriptor we own; on success the
+        // stream owns it (closed by `closedir` below), on failure we close it.
+        let stream = unsafe { fdopendir(fd) };
+        if stream.is_null() {
+            let err = io::Error::last_os_error();
+            // SAFETY: fdopendir failed, so `fd` is still ours alone to close.
+            drop(unsafe { OwnedFd::from_raw_fd(fd) });
+            return Err(err);
+        }
+        let entries = read_entries(stream);
+        // SAFETY: `stream` came from `fdopendir` and is closed exactly once.
+        unsafe { closedir(stream) };
+        entries
+    }
+
+    fn read_entries(stream: *mut Dir) -> io::Result<Vec<(OsString, EntryType)>> {
+        let mut entries = Vec::new();
+        loop {
+            // SAFETY: `__errno_location` returns this thread's errno, which
+            // readdir only sets on error, so it is cleared first.
+            unsafe { *__errno_location() = 0 };
+            // SAFETY: `stream` is an open directory stream used by this thread only.
+            let entry = unsafe { readdir(stream) };
+            if entry.is_null() {
+                let err = io::Error::last_os_error();
+                return match err.raw_os_error() {
+                    Some(0) | None => Ok(entries),
+                    Some(_) => Err(err),
+                };
+            }
+            // SAFETY: readdir returned a valid record that stays valid until the
+            // next readdir on this stream; only its fixed head and its
+            // NUL-terminated name are read, through raw pointers, so no
+            // reference spans bytes past the record's actual length.
+            let (name, d_type) = unsafe {
+                let name = CStr::from_ptr(std::ptr::addr_of!((*entry).d_name).cast::<c_char>());
+                (name.to_bytes(), std::ptr::addr_of!((*entry).d_type).read())
+            };
+            if name == b"." || name == b".." {
+                continue;
+            }
+            entries.push((OsStr::from_bytes(name).to_os_string(), entry_type(d_type)));
+        }
+    }
+
+    fn entry_type(d_type: u8) -> EntryType {
+        match d_type {
+            DT_DIR => EntryType::Dir,
+            DT_REG => EntryType::File,
+            DT_LNK => EntryType::Symlink,
+            DT_UNKNOWN => EntryType::Unknown,
+            _ => EntryType::Other,
+        }
+    }
+
+    /// Swaps two directory entries atomically (`renameat2` with
+    /// `RENAME_EXCHANGE`); the file-tool race test flips a directory and a
+    /// symlink with it.
+    #[cfg(test)]
+    pub fn exchange(a: &std::path::Path, b: &std::path::Path) -> io::Result<()> {
+        const AT_FDCWD: i32 = -100;
+        const RENAME_EXCHANGE: u32 = 2;
+        let (a, b) = (c_name(a.as_os_str())?, c_name(b.as_os_str())?);
+        // SAFETY: both paths are NUL-terminated strings that outlive the call.
+        check(unsafe { renameat2(AT_FDCWD, a.as_ptr(), AT_FDCWD, b.as_ptr(), RENAME_EXCHANGE) })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,6 +472,45 @@ mod tests {
         kill_process_group(child.id()).expect("kill must succeed");
         let status = child.wait().expect("wait");
         assert!(!status.success());
+    }
+
+    #[test]
+    fn at_calls_stay_in_their_directory_and_never_follow_symlinks() {
+        use super::at::{self, EntryType, OpenAs};
+        use std::ffi::OsStr;
+        use std::os::fd::AsFd;
+        let dir = crate::tools::paths::tests::TempDir::new("sys-at");
+        let handle = File::open(&dir.0).expect("temp dir opens");
+        let fd = handle.as_fd();
+        let name = |s: &str| OsStr::new(s).to_os_string();
+        at::mkdir(fd, &name("sub")).expect("mkdir");
+        let mut file = at::open(fd, &name("new.txt"), OpenAs::CreateNew).expect("create");
+        std::io::Write::write_all(&mut file, b"hi").expect("write");
+        assert!(at::open(fd, &name("new.txt"), OpenAs::CreateNew).is_err());
+        at::rename(fd, &name("new.txt"), fd, &name("a.txt")).expect("rename");
+        std::os::unix::fs::symlink("/etc/passwd", dir.0.join("link")).expect("symlink");
+        assert_eq!(
+            at::read_link(fd, &name("link")).expect("readlink"),
+            name("/etc/passwd")
+        );
+        assert!(at::read_link(fd, &name("a.txt")).is_err());
+        assert!(at::open(fd, &name("link"), OpenAs::Read).is_err());
+        assert!(at::open(fd, &name("link"), OpenAs::DirHandle).is_err());
+        let entry = at::open(fd, &name("link"), OpenAs::Entry).expect("O_PATH on a link");
+        assert!(entry.metadata().expect("fstat").is_symlink());
+        let mut listed = at::list(fd).expect("list");
+        listed.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(
+            listed,
+            [
+                (name("a.txt"), EntryType::File),
+                (name("link"), EntryType::Symlink),
+                (name("sub"), EntryType::Dir)
+            ]
+        );
+        at::unlink(fd, &name("link")).expect("unlink");
+        assert!(!dir.0.join("link").exists());
+        assert!(at::open(fd, &name("a\0b"), OpenAs::Read).is_err());
     }
 
     #[test]

@@ -1,18 +1,24 @@
 //! File tools: `read`, `write`, `edit`, `list_directory` and `glob`.
 //!
-//! Every path goes through [`super::paths::resolve`], so these tools never
-//! touch anything outside [`super::ToolContext::root`]. Writes are atomic
-//! (temp file in the same directory, fsync, rename, fsync of the directory):
-//! an interrupted write leaves the old file, never half a new one.
+//! Every path goes through [`Root::resolve`], and every open, create, rename
+//! and listing after it is relative to the directory handle the resolution
+//! returned (`sys::at`, never following a symlink), so these tools never
+//! touch anything outside [`super::ToolContext::root`], even while its
+//! contents change under them. Writes are atomic (temp file in the same
+//! directory, fsync, rename, fsync of the directory): an interrupted write
+//! leaves the old file, never half a new one.
 
-use std::fs;
-use std::io::{self, Write};
-use std::path::{Path, PathBuf};
+use std::ffi::{OsStr, OsString};
+use std::fs::{File, Metadata};
+use std::io::{self, Read as _, Write};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use serde_json::{json, Value};
 
-use super::{args, paths, pattern, Tool, ToolContext, ToolOutput};
+use super::paths::{Missing, ResolveError, Resolved, Root};
+use super::{args, pattern, walk, Tool, ToolContext, ToolOutput};
+use crate::sys::at::{self, OpenAs};
 
 /// Lines `read` returns when the call gives no limit.
 pub const DEFAULT_READ_LINES: usize = 2000;
@@ -31,9 +37,19 @@ pub fn tools() -> Vec<Box<dyn Tool>> {
     ]
 }
 
-/// Resolves a path argument or explains why not.
-fn resolve(ctx: &ToolContext, requested: &str) -> Result<PathBuf, ToolOutput> {
-    paths::resolve(&ctx.root, requested).map_err(|e| ToolOutput::fail(format!("Error: {e}")))
+/// Resolves a path argument or explains why not; `action` names what failed
+/// ("read", "list", ...) when the file system said no.
+fn resolve(
+    ctx: &ToolContext,
+    requested: &str,
+    missing: Missing,
+    action: &str,
+) -> Result<Resolved, ToolOutput> {
+    let root = Root::open(&ctx.root).map_err(|e| ToolOutput::fail(format!("Error: {e}")))?;
+    root.resolve(requested, missing).map_err(|e| match e {
+        ResolveError::Denied(message) => ToolOutput::fail(format!("Error: {message}")),
+        ResolveError::Io(e) => ToolOutput::fail(format!("Error: cannot {action} {requested}: {e}")),
+    })
 }
 
 pub struct Read;
@@ -67,11 +83,11 @@ impl Tool for Read {
 
     fn run(&self, args: &Value, ctx: &ToolContext) -> ToolOutput {
         let requested = args::string(args, "file_path");
-        let path = match resolve(ctx, requested) {
-            Ok(path) => path,
+        let target = match resolve(ctx, requested, Missing::Fail, "read") {
+            Ok(target) => target,
             Err(out) => return out,
         };
-        match read_bytes(&path) {
+        match read_bytes(&target) {
             Ok(bytes) => match String::from_utf8(bytes) {
                 Ok(text) if !text.contains('\0') => read_lines(&text, args),
                 Ok(text) => binary(requested, text.into_bytes(), ctx.output_cap),
@@ -82,10 +98,17 @@ impl Tool for Read {
     }
 }
 
-fn read_bytes(path: &Path) -> io::Result<Vec<u8>> {
-    let meta = fs::metadata(path)?;
+/// Reads the resolved file. Its final name is opened with `O_NOFOLLOW`: if it
+/// became a symlink since it was resolved, the read fails.
+fn read_bytes(target: &Resolved) -> io::Result<Vec<u8>> {
+    let file = target.open(OpenAs::Read)?;
+    let meta = file.metadata()?;
     if meta.is_dir() {
         return Err(io::Error::other("it is a directory (use list_directory)"));
+    }
+    if !meta.is_file() {
+        // A FIFO or a device could block or never end.
+        return Err(io::Error::other("it is not a regular file"));
     }
     if meta.len() > MAX_READ_BYTES {
         return Err(io::Error::other(format!(
@@ -93,7 +116,9 @@ fn read_bytes(path: &Path) -> io::Result<Vec<u8>> {
             meta.len()
         )));
     }
-    fs::read(path)
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    file.take(MAX_READ_BYTES).read_to_end(&mut bytes)?;
+    Ok(bytes)
 }
 
 /// Picks the requested window of lines and says how to get the rest.
@@ -183,18 +208,11 @@ impl Tool for WriteFile {
     fn run(&self, args: &Value, ctx: &ToolContext) -> ToolOutput {
         let requested = args::string(args, "file_path");
         let content = args::string(args, "content");
-        let path = match resolve(ctx, requested) {
-            Ok(path) => path,
+        let target = match resolve(ctx, requested, Missing::Create, "create the directory for") {
+            Ok(target) => target,
             Err(out) => return out,
         };
-        if let Some(parent) = path.parent() {
-            if let Err(e) = fs::create_dir_all(parent) {
-                return ToolOutput::fail(format!(
-                    "Error: cannot create the directory for {requested}: {e}"
-                ));
-            }
-        }
-        match write_atomic(&path, content.as_bytes()) {
+        match write_atomic(&target, content.as_bytes()) {
             Ok(()) => ToolOutput::ok(
                 format!("Wrote {} bytes to {requested}", content.len()),
                 format!("{} lines, {} bytes", content.lines().count(), content.len()),
@@ -204,39 +222,52 @@ impl Tool for WriteFile {
     }
 }
 
-/// Replaces `path` with `data` so that readers see the old or the new file, never a mix.
-pub fn write_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
+/// Replaces the resolved file with `data` so that readers see the old or the
+/// new file, never a mix. The temp file is created with `O_EXCL|O_NOFOLLOW`
+/// and renamed over the name in the same directory handle, which replaces
+/// whatever is there now (a symlink itself, never its target).
+fn write_atomic(target: &Resolved, data: &[u8]) -> io::Result<()> {
     static COUNTER: AtomicU32 = AtomicU32::new(0);
-    if path.is_dir() {
+    let Some(name) = &target.name else {
+        return Err(io::Error::other("it is a directory"));
+    };
+    let dir = target.dir.as_fd();
+    let existing = match at::open(dir, name, OpenAs::Entry) {
+        Ok(file) => Some(file.metadata()?),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e),
+    };
+    if existing.as_ref().is_some_and(Metadata::is_dir) {
         return Err(io::Error::other("it is a directory"));
     }
-    let dir = path
-        .parent()
-        .ok_or_else(|| io::Error::other("no parent directory"))?;
-    let name = path.file_name().unwrap_or_default().to_string_lossy();
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let temp = dir.join(format!(".{name}.shepherd-{}-{n}.tmp", std::process::id()));
-    let result = write_and_rename(&temp, path, data);
+    let mut temp = OsString::from(".");
+    temp.push(name);
+    temp.push(format!(".shepherd-{}-{n}.tmp", std::process::id()));
+    let result = write_and_rename(dir, &temp, name, data, existing.as_ref());
     if result.is_err() {
-        let _ = fs::remove_file(&temp);
+        let _ = at::unlink(dir, &temp);
     }
     result?;
     // The rename itself is only durable once the directory is synced.
-    fs::File::open(dir)?.sync_all()
+    at::open(dir, OsStr::new("."), OpenAs::Dir)?.sync_all()
 }
 
-fn write_and_rename(temp: &Path, path: &Path, data: &[u8]) -> io::Result<()> {
-    let mut file = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(temp)?;
+fn write_and_rename(
+    dir: BorrowedFd<'_>,
+    temp: &OsStr,
+    name: &OsStr,
+    data: &[u8],
+    existing: Option<&Metadata>,
+) -> io::Result<()> {
+    let mut file = at::open(dir, temp, OpenAs::CreateNew)?;
     file.write_all(data)?;
-    if let Ok(meta) = fs::metadata(path) {
+    if let Some(meta) = existing.filter(|m| m.is_file()) {
         // Keep an existing file's mode (an edited script stays executable).
         file.set_permissions(meta.permissions())?;
     }
     file.sync_all()?;
-    fs::rename(temp, path)
+    at::rename(dir, temp, dir, name)
 }
 
 pub struct Edit;
@@ -266,11 +297,11 @@ impl Tool for Edit {
 
     fn run(&self, args: &Value, ctx: &ToolContext) -> ToolOutput {
         let requested = args::string(args, "file_path");
-        let path = match resolve(ctx, requested) {
-            Ok(path) => path,
+        let target = match resolve(ctx, requested, Missing::Fail, "read") {
+            Ok(target) => target,
             Err(out) => return out,
         };
-        let text = match read_bytes(&path).map(String::from_utf8) {
+        let text = match read_bytes(&target).map(String::from_utf8) {
             Ok(Ok(text)) => text,
             Ok(Err(_)) => {
                 return ToolOutput::fail(format!("Error: {requested} is not a text file"))
@@ -281,7 +312,7 @@ impl Tool for Edit {
             Ok(edited) => edited,
             Err(message) => return ToolOutput::fail(format!("Error: {message} in {requested}")),
         };
-        match write_atomic(&path, edited.text.as_bytes()) {
+        match write_atomic(&target, edited.text.as_bytes()) {
             Ok(()) => ToolOutput::ok(
                 format!(
                     "Edited {requested}: replaced {} occurrence(s)",
@@ -346,11 +377,11 @@ impl Tool for ListDirectory {
 
     fn run(&self, args: &Value, ctx: &ToolContext) -> ToolOutput {
         let requested = args::opt_string(args, "path").unwrap_or(".");
-        let path = match resolve(ctx, requested) {
-            Ok(path) => path,
+        let target = match resolve(ctx, requested, Missing::Fail, "list") {
+            Ok(target) => target,
             Err(out) => return out,
         };
-        match list(&path) {
+        match target.open(OpenAs::Dir).and_then(|dir| list(&dir)) {
             Ok(lines) if lines.is_empty() => ToolOutput::ok("(empty directory)", "0 entries"),
             Ok(lines) => {
                 let summary = format!("{} entries", lines.len());
@@ -361,29 +392,31 @@ impl Tool for ListDirectory {
     }
 }
 
-fn list(dir: &Path) -> io::Result<Vec<String>> {
+fn list(dir: &File) -> io::Result<Vec<String>> {
     let mut entries: Vec<(String, String)> = Vec::new();
-    for entry in fs::read_dir(dir)? {
-        let entry = entry?;
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let line = describe_entry(&entry, &name);
-        entries.push((name, line));
+    for (name, _) in at::list(dir.as_fd())? {
+        let line = describe_entry(dir.as_fd(), &name);
+        entries.push((name.to_string_lossy().into_owned(), line));
     }
     entries.sort();
     Ok(entries.into_iter().map(|(_, line)| line).collect())
 }
 
-fn describe_entry(entry: &fs::DirEntry, name: &str) -> String {
-    match entry.file_type() {
-        Ok(t) if t.is_dir() => format!("{name}/"),
-        Ok(t) if t.is_symlink() => match fs::read_link(entry.path()) {
-            Ok(target) => format!("{name}@ -> {}", target.display()),
-            Err(_) => format!("{name}@"),
-        },
-        _ => match entry.metadata() {
-            Ok(meta) => format!("{name}  ({} bytes)", meta.len()),
-            Err(_) => name.to_string(),
-        },
+/// `name/` for a directory, `name@ -> target` for a symlink, else `name  (N bytes)`.
+fn describe_entry(dir: BorrowedFd<'_>, name: &OsStr) -> String {
+    let shown = name.to_string_lossy();
+    let Ok(meta) = at::open(dir, name, OpenAs::Entry).and_then(|f| f.metadata()) else {
+        return shown.into_owned();
+    };
+    if meta.is_dir() {
+        format!("{shown}/")
+    } else if meta.is_symlink() {
+        match at::read_link(dir, name) {
+            Ok(target) => format!("{shown}@ -> {}", target.to_string_lossy()),
+            Err(_) => format!("{shown}@"),
+        }
+    } else {
+        format!("{shown}  ({} bytes)", meta.len())
     }
 }
 
@@ -396,7 +429,9 @@ impl Tool for Glob {
 
     fn description(&self) -> &str {
         "Finds files whose path (relative to 'path') matches a glob: '*' and '?' within a name, \
-         '[abc]' classes, '**' for any number of directories (e.g. '**/*.rs'). Skips .git."
+         '[abc]' classes, '**' for any number of directories (e.g. '**/*.rs'). Skips .git and what \
+         .gitignore/.ignore files exclude (as rg does; hidden files are included, symlinks listed but \
+         not followed); a 'path' named explicitly is searched even if ignored."
     }
 
     fn parameters(&self) -> Value {
@@ -417,14 +452,19 @@ impl Tool for Glob {
     fn run(&self, args: &Value, ctx: &ToolContext) -> ToolOutput {
         let glob = args::string(args, "pattern");
         let requested = args::opt_string(args, "path").unwrap_or(".");
-        let base = match resolve(ctx, requested) {
-            Ok(path) => path,
+        let root = match Root::open(&ctx.root) {
+            Ok(root) => root,
+            Err(e) => return ToolOutput::fail(format!("Error: {e}")),
+        };
+        let base = match search_base(&root, requested) {
+            Ok(Some(base)) => base,
+            Ok(None) => return glob_output(Vec::new(), ctx.cancelled()),
             Err(out) => return out,
         };
         let mut found = Vec::new();
-        walk(&base, ctx, &mut |path, rel| {
-            if pattern::path_match(glob, rel) {
-                found.push(paths::display(&ctx.root, path));
+        walk::walk(&root, &base, ctx, &mut |entry| {
+            if pattern::path_match(glob, entry.rel) {
+                found.push(walk::join(&base.rel, entry.rel));
             }
             found.len() <= MAX_GLOB_RESULTS
         });
@@ -455,36 +495,16 @@ fn glob_output(mut found: Vec<String>, cancelled: bool) -> ToolOutput {
     ToolOutput::ok(content, summary)
 }
 
-/// Visits every file and directory under `base` (not `base` itself), depth first,
-/// giving the path and its `/`-separated path relative to `base`. Symlinked
-/// directories are not entered (no loops, no escapes); `.git` is skipped.
-/// `visit` returns false to stop the walk.
-pub fn walk(base: &Path, ctx: &ToolContext, visit: &mut dyn FnMut(&Path, &str) -> bool) {
-    let mut stack = vec![(base.to_path_buf(), String::new())];
-    while let Some((dir, rel)) = stack.pop() {
-        let Ok(entries) = fs::read_dir(&dir) else {
-            continue;
-        };
-        let mut entries: Vec<fs::DirEntry> = entries.flatten().collect();
-        entries.sort_by_key(|e| std::cmp::Reverse(e.file_name()));
-        for entry in entries {
-            if ctx.cancelled() {
-                return;
-            }
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let child_rel = if rel.is_empty() {
-                name.clone()
-            } else {
-                format!("{rel}/{name}")
-            };
-            if !visit(&entry.path(), &child_rel) {
-                return;
-            }
-            let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
-            if is_dir && name != ".git" {
-                stack.push((entry.path(), child_rel));
-            }
-        }
+/// Resolves where `glob` or `grep` starts; a path that does not exist finds
+/// nothing (`Ok(None)`), one outside the root is an error.
+pub fn search_base(root: &Root, requested: &str) -> Result<Option<Resolved>, ToolOutput> {
+    match root.resolve(requested, Missing::Fail) {
+        Ok(base) => Ok(Some(base)),
+        Err(ResolveError::Io(e)) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(ResolveError::Denied(message)) => Err(ToolOutput::fail(format!("Error: {message}"))),
+        Err(ResolveError::Io(e)) => Err(ToolOutput::fail(format!(
+            "Error: cannot resolve {requested}: {e}"
+        ))),
     }
 }
 
@@ -494,6 +514,8 @@ mod tests {
     use crate::core::ToolCall;
     use crate::tools::paths::tests::TempDir;
     use crate::tools::ToolRegistry;
+    use std::fs;
+    use std::path::Path;
 
     fn run(ctx: &ToolContext, name: &str, arguments: Value) -> ToolOutput {
         let call = ToolCall {
@@ -725,5 +747,181 @@ mod tests {
         assert_eq!(out.content, "src/lib.rs");
         let out = run(&ctx, "glob", json!({"pattern": "*.none"}));
         assert_eq!(out.summary, "0 files");
+    }
+
+    #[test]
+    fn glob_skips_gitignored_paths() {
+        let (dir, ctx) = setup("fs-glob-ignore");
+        for (file, text) in [
+            (".gitignore", "/target\n*.tmp\n"),
+            ("src/lib.rs", ""),
+            ("src/scratch.tmp", ""),
+            ("target/debug/build.rs", ""),
+            ("sub/target/kept.rs", ""),
+        ] {
+            let path = dir.0.join(file);
+            fs::create_dir_all(path.parent().unwrap()).unwrap();
+            fs::write(path, text).unwrap();
+        }
+        let out = run(&ctx, "glob", json!({"pattern": "**/*"}));
+        assert_eq!(
+            out.content,
+            ".gitignore\nsrc\nsrc/lib.rs\nsub\nsub/target\nsub/target/kept.rs"
+        );
+    }
+
+    /// An in-workspace symlink is followed; the tools see its target.
+    #[test]
+    fn symlinks_inside_the_root_are_followed() {
+        let (dir, ctx) = setup("fs-inlink");
+        fs::create_dir(dir.0.join("real")).unwrap();
+        fs::write(dir.0.join("real/a.txt"), "alpha\n").unwrap();
+        std::os::unix::fs::symlink("real", dir.0.join("alias")).unwrap();
+        std::os::unix::fs::symlink("real/a.txt", dir.0.join("a-link")).unwrap();
+        assert_eq!(
+            run(&ctx, "read", json!({"file_path": "alias/a.txt"})).content,
+            "alpha"
+        );
+        assert_eq!(
+            run(&ctx, "read", json!({"file_path": "a-link"})).content,
+            "alpha"
+        );
+        let out = run(
+            &ctx,
+            "write",
+            json!({"file_path": "a-link", "content": "beta\n"}),
+        );
+        assert!(!out.error, "{}", out.content);
+        assert!(fs::symlink_metadata(dir.0.join("a-link"))
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(
+            fs::read_to_string(dir.0.join("real/a.txt")).unwrap(),
+            "beta\n"
+        );
+    }
+
+    /// Regression: paths were canonicalised and then opened by name, so a
+    /// directory or file swapped for a symlink in between let `read`, `write`
+    /// and `edit` reach outside the root.
+    #[test]
+    fn symlink_swaps_during_calls_never_escape_the_root() {
+        use std::sync::atomic::AtomicBool;
+        use std::sync::Arc;
+        use std::time::{Duration, Instant};
+        const MARKER: &str = "SECRET-MARKER-5d1e";
+        let (dir, ctx) = setup("fs-race");
+        let outside = TempDir::new("fs-race-outside");
+        let secret = outside.0.join("secret.txt");
+        fs::write(&secret, format!("{MARKER} hello\n")).unwrap();
+        let secret_before = (
+            fs::read(&secret).unwrap(),
+            mtime(&secret),
+            mtime(&outside.0),
+        );
+        // "d" is a real directory and "f" a real file; their ".swap" twins are
+        // symlinks out of the root, and the flipper exchanges them atomically.
+        fs::create_dir(dir.0.join("d")).unwrap();
+        fs::write(dir.0.join("d/secret.txt"), "inside hello\n").unwrap();
+        fs::write(dir.0.join("f"), "inside hello\n").unwrap();
+        std::os::unix::fs::symlink(&outside.0, dir.0.join("d.swap")).unwrap();
+        std::os::unix::fs::symlink(&secret, dir.0.join("f.swap")).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let flipper = {
+            let (root, secret, stop) = (dir.0.clone(), secret.clone(), Arc::clone(&stop));
+            std::thread::spawn(move || flip_until(&root, &secret, &stop))
+        };
+        let deadline = Instant::now() + Duration::from_secs(8);
+        let mut reads_ok = 0;
+        for round in 0..1500 {
+            if Instant::now() > deadline {
+                break;
+            }
+            for path in ["d/secret.txt", "f"] {
+                let (old, new) = if round % 2 == 0 {
+                    ("hello", "howdy")
+                } else {
+                    ("howdy", "hello")
+                };
+                for (name, args) in [
+                    ("read", json!({"file_path": path})),
+                    (
+                        "write",
+                        json!({"file_path": path, "content": format!("written {old}\n")}),
+                    ),
+                    (
+                        "edit",
+                        json!({"file_path": path, "old_string": old, "new_string": new}),
+                    ),
+                    ("read", json!({"file_path": path})),
+                ] {
+                    let out = run(&ctx, name, args);
+                    assert!(
+                        !out.content.contains(MARKER),
+                        "{name} {path} leaked: {}",
+                        out.content
+                    );
+                    reads_ok += usize::from(name == "read" && !out.error);
+                }
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let flips = flipper.join().expect("flipper thread");
+        assert!(
+            flips > 100 && reads_ok > 100,
+            "flips {flips}, reads {reads_ok}"
+        );
+        let secret_after = (
+            fs::read(&secret).unwrap(),
+            mtime(&secret),
+            mtime(&outside.0),
+        );
+        assert!(
+            secret_after == secret_before,
+            "the outside file or its directory changed"
+        );
+        assert_eq!(fs::read_dir(&outside.0).unwrap().count(), 1);
+        assert_no_marker_under(&dir.0, MARKER);
+    }
+
+    fn mtime(path: &Path) -> std::time::SystemTime {
+        fs::symlink_metadata(path).unwrap().modified().unwrap()
+    }
+
+    /// Swaps "d" with "d.swap" and "f" with "f.swap" until `stop`; returns the swaps made.
+    /// A write may replace "f" while it is the symlink; the symlink is then made again.
+    fn flip_until(root: &Path, secret: &Path, stop: &std::sync::atomic::AtomicBool) -> u64 {
+        let mut flips = 0;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            for name in ["d", "f"] {
+                let swap = root.join(format!("{name}.swap"));
+                flips += u64::from(crate::sys::at::exchange(&root.join(name), &swap).is_ok());
+            }
+            let is_link = |p: &Path| fs::symlink_metadata(p).is_ok_and(|m| m.is_symlink());
+            if !is_link(&root.join("f")) && !is_link(&root.join("f.swap")) {
+                let temp = root.join("f.link-tmp");
+                let _ = std::os::unix::fs::symlink(secret, &temp);
+                let _ = fs::rename(&temp, root.join("f.swap"));
+            }
+        }
+        flips
+    }
+
+    fn assert_no_marker_under(dir: &Path, marker: &str) {
+        for entry in fs::read_dir(dir).unwrap().flatten() {
+            let kind = entry.file_type().unwrap();
+            if kind.is_dir() {
+                assert_no_marker_under(&entry.path(), marker);
+            } else if kind.is_file() {
+                let text = fs::read(entry.path()).unwrap();
+                let text = String::from_utf8_lossy(&text);
+                assert!(
+                    !text.contains(marker),
+                    "{} holds the secret",
+                    entry.path().display()
+                );
+            }
+        }
     }
 }

@@ -1,19 +1,37 @@
-//! The `grep` tool: a recursive search with the built-in matcher of [`super::regex`].
+//! The `grep` tool: a recursive search with the `regex` crate, ripgrep's own
+//! matcher.
 //!
 //! It does not shell out to `rg`/`grep`: one matcher means one documented
-//! pattern language and no subprocess to police. Binary files, files over
-//! 10 MiB and `.git` are skipped; output is capped at the context's output cap.
+//! pattern language (Rust regex syntax, as rg's) and no subprocess to police.
+//! Matching is linear in the text (no backtracking), and a pattern whose
+//! compiled form would pass [`MAX_REGEX_BYTES`] is refused, so no pattern can
+//! hang the agent or eat its memory. Files come from [`super::walk`] (so
+//! `.git` and gitignored paths are skipped) and are opened through its
+//! directory handles; binary files and files over 10 MiB are skipped; output
+//! is capped at the context's output cap.
 
 use std::fmt::Write as _;
-use std::fs;
-use std::path::{Path, PathBuf};
+use std::fs::File;
+use std::io::Read as _;
 
+use regex::{Regex, RegexBuilder};
 use serde_json::{json, Value};
 
-use super::regex::Regex;
-use super::{args, fs as file_tools, paths, pattern, Tool, ToolContext, ToolOutput};
+use super::paths::{Resolved, Root};
+use super::walk::{self, Kind};
+use super::{args, fs as file_tools, pattern, Tool, ToolContext, ToolOutput};
+use crate::sys::at::{self, OpenAs};
 
 const MAX_FILE_BYTES: u64 = 10 * 1024 * 1024;
+/// Most bytes a compiled pattern may take (its NFA; the lazy DFA's cache is
+/// bounded separately by the crate's default of 2 MiB). Measured: ordinary
+/// patterns need under 128 KiB, but each copy of a Unicode class such as
+/// `\w` costs about 80 KiB, so `\w{100}` (8 MiB) still fits and
+/// `\w{200}` or `(?:\w{100}){100}` (512 MiB) is refused, within tens of
+/// milliseconds, before the memory is taken. (The same value as the crate's
+/// default, written out because this limit is what stands between a model's
+/// pattern and the agent's memory.)
+const MAX_REGEX_BYTES: usize = 10 << 20;
 
 pub struct Grep;
 
@@ -23,9 +41,11 @@ impl Tool for Grep {
     }
 
     fn description(&self) -> &str {
-        "Searches file contents recursively. 'pattern' is a regular expression (supported: . ^ $ * + ? {n,m} \
-         [a-z] [^x] \\d \\w \\s ( ) |); matching is per line. output_mode: files_with_matches (default), \
-         content, or count. Skips binary files and .git."
+        "Searches file contents recursively. 'pattern' is a regular expression in Rust/ripgrep syntax \
+         (no look-around or backreferences; escape literal '(' '{' '.' with '\\'); matching is per line. \
+         output_mode: files_with_matches (default), content, or count. Skips binary files, .git and what \
+         .gitignore/.ignore files exclude (as rg does; hidden files are searched, symlinks are not \
+         followed); a 'path' named explicitly is searched even if ignored."
     }
 
     fn parameters(&self) -> Value {
@@ -56,16 +76,36 @@ impl Tool for Grep {
             Err(message) => return ToolOutput::fail(format!("Error: {message}")),
         };
         let requested = args::opt_string(args, "path").unwrap_or(".");
-        let base = match paths::resolve(&ctx.root, requested) {
-            Ok(path) => path,
+        let root = match Root::open(&ctx.root) {
+            Ok(root) => root,
             Err(e) => return ToolOutput::fail(format!("Error: {e}")),
         };
-        let files = candidate_files(&base, args::opt_string(args, "glob"), ctx);
+        let mut search = Search::new(&options, ctx);
+        match file_tools::search_base(&root, requested) {
+            Ok(Some(base)) => search.under(&root, &base, args::opt_string(args, "glob")),
+            Ok(None) => {}
+            Err(out) => return out,
+        }
         if ctx.cancelled() {
             return ToolOutput::fail("Error: cancelled");
         }
-        search(&files, &options, ctx)
+        finish(search.report, search.matched_files)
     }
+}
+
+/// Compiles `pattern`, explaining a refusal in words the model can act on.
+fn compile(pattern: &str, case_insensitive: bool) -> Result<Regex, String> {
+    let built = RegexBuilder::new(pattern)
+        .case_insensitive(case_insensitive)
+        .size_limit(MAX_REGEX_BYTES)
+        .build();
+    built.map_err(|e| match e {
+        regex::Error::CompiledTooBig(limit) => format!(
+            "pattern too large: compiled, it would pass the {limit}-byte limit; \
+             use fewer or smaller repetitions (e.g. \\w+ instead of \\w{{500}})"
+        ),
+        e => format!("invalid pattern: {e}"),
+    })
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,8 +127,7 @@ struct Options {
 impl Options {
     fn from_args(args: &Value) -> Result<Options, String> {
         let case_insensitive = args::flag(args, "case_insensitive", false);
-        let regex = Regex::new(args::string(args, "pattern"), case_insensitive)
-            .map_err(|e| format!("invalid pattern: {e}"))?;
+        let regex = compile(args::string(args, "pattern"), case_insensitive)?;
         let mode = match args::opt_string(args, "output_mode").unwrap_or("files_with_matches") {
             "content" => Mode::Content,
             "files_with_matches" => Mode::FilesWithMatches,
@@ -113,30 +152,15 @@ impl Options {
     }
 }
 
-/// The files to search under `base` (or `base` itself), filtered by `glob`, sorted.
-fn candidate_files(base: &Path, glob: Option<&str>, ctx: &ToolContext) -> Vec<PathBuf> {
-    if base.is_file() {
-        return vec![base.to_path_buf()];
-    }
-    let mut files = Vec::new();
-    file_tools::walk(base, ctx, &mut |path, rel| {
-        let name = rel.rsplit('/').next().unwrap_or(rel);
-        let wanted = glob.is_none_or(|g| pattern::fnmatch(g, name) || pattern::path_match(g, rel));
-        if wanted && path.symlink_metadata().is_ok_and(|m| m.is_file()) {
-            files.push(path.to_path_buf());
-        }
-        true
-    });
-    files.sort();
-    files
-}
-
 /// Reads a file as text, or `None` for binary, huge or unreadable files.
-fn text_of(path: &Path) -> Option<String> {
-    if fs::metadata(path).ok()?.len() > MAX_FILE_BYTES {
+fn text_of(file: File) -> Option<String> {
+    let meta = file.metadata().ok()?;
+    if !meta.is_file() || meta.len() > MAX_FILE_BYTES {
         return None;
     }
-    let text = String::from_utf8(fs::read(path).ok()?).ok()?;
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES).read_to_end(&mut bytes).ok()?;
+    let text = String::from_utf8(bytes).ok()?;
     let head = &text.as_bytes()[..text.len().min(8192)];
     (!head.contains(&0)).then_some(text)
 }
@@ -163,39 +187,75 @@ impl Report {
     }
 }
 
-fn search(files: &[PathBuf], options: &Options, ctx: &ToolContext) -> ToolOutput {
-    let mut report = Report {
-        lines: Vec::new(),
-        bytes: 0,
-        cap: ctx.output_cap,
-        head_limit: options.head_limit,
-        cut: false,
-    };
-    let mut matched_files = 0;
-    for path in files {
-        if ctx.cancelled() {
-            return ToolOutput::fail("Error: cancelled");
-        }
-        let Some(text) = text_of(path) else { continue };
-        let shown = paths::display(&ctx.root, path);
-        let lines: Vec<&str> = text.lines().collect();
-        let hits: Vec<usize> = (0..lines.len())
-            .filter(|&i| options.regex.is_match(lines[i]))
-            .collect();
-        if hits.is_empty() {
-            continue;
-        }
-        matched_files += 1;
-        let more = match options.mode {
-            Mode::FilesWithMatches => report.push(shown),
-            Mode::Count => report.push(format!("{shown}:{}", hits.len())),
-            Mode::Content => content_lines(&mut report, &shown, &lines, &hits, options),
+/// One search: the options, and the output so far.
+struct Search<'a> {
+    options: &'a Options,
+    ctx: &'a ToolContext,
+    report: Report,
+    matched_files: usize,
+}
+
+impl<'a> Search<'a> {
+    fn new(options: &'a Options, ctx: &'a ToolContext) -> Self {
+        let report = Report {
+            lines: Vec::new(),
+            bytes: 0,
+            cap: ctx.output_cap,
+            head_limit: options.head_limit,
+            cut: false,
         };
-        if !more {
-            break;
+        Search {
+            options,
+            ctx,
+            report,
+            matched_files: 0,
         }
     }
-    finish(report, matched_files)
+
+    /// Searches `base`: the file itself, or the files under it in path order
+    /// whose name or relative path matches `glob`.
+    fn under(&mut self, root: &Root, base: &Resolved, glob: Option<&str>) {
+        if let Ok(file) = base.open(OpenAs::Read) {
+            if file.metadata().is_ok_and(|m| m.is_file()) {
+                self.file(file, &base.rel);
+                return;
+            }
+        }
+        let ctx = self.ctx;
+        walk::walk(root, base, ctx, &mut |entry| {
+            let name = entry.rel.rsplit('/').next().unwrap_or(entry.rel);
+            let wanted =
+                glob.is_none_or(|g| pattern::fnmatch(g, name) || pattern::path_match(g, entry.rel));
+            if entry.kind != Kind::File || !wanted {
+                return true;
+            }
+            match at::open(entry.dir, entry.name, OpenAs::Read) {
+                Ok(file) => self.file(file, &walk::join(&base.rel, entry.rel)),
+                Err(_) => true,
+            }
+        });
+    }
+
+    /// Searches one open file shown as `shown`; false once the output is full.
+    fn file(&mut self, file: File, shown: &str) -> bool {
+        let Some(text) = text_of(file) else {
+            return true;
+        };
+        let lines: Vec<&str> = text.lines().collect();
+        let hits: Vec<usize> = (0..lines.len())
+            .filter(|&i| self.options.regex.is_match(lines[i]))
+            .collect();
+        if hits.is_empty() {
+            return true;
+        }
+        self.matched_files += 1;
+        let report = &mut self.report;
+        match self.options.mode {
+            Mode::FilesWithMatches => report.push(shown.to_string()),
+            Mode::Count => report.push(format!("{shown}:{}", hits.len())),
+            Mode::Content => content_lines(report, shown, &lines, &hits, self.options),
+        }
+    }
 }
 
 /// Adds a file's matching lines with their context; groups that do not touch are separated by `--`.
@@ -263,6 +323,8 @@ mod tests {
     use crate::core::ToolCall;
     use crate::tools::paths::tests::TempDir;
     use crate::tools::ToolRegistry;
+    use std::fs;
+    use std::time::{Duration, Instant};
 
     fn setup() -> (TempDir, ToolContext) {
         let dir = TempDir::new("grep");
@@ -357,8 +419,140 @@ mod tests {
     #[test]
     fn errors() {
         let (_dir, ctx) = setup();
-        assert!(grep(&ctx, json!({"pattern": "(unclosed"})).error);
         assert!(grep(&ctx, json!({"pattern": "x", "output_mode": "lines"})).error);
         assert!(grep(&ctx, json!({"pattern": "root", "path": "/etc"})).error);
+    }
+
+    #[test]
+    fn invalid_pattern_is_a_clear_error() {
+        let (_dir, ctx) = setup();
+        let out = grep(&ctx, json!({"pattern": "(unclosed"}));
+        assert!(out.error);
+        assert!(
+            out.content.starts_with("Error: invalid pattern") && out.content.contains("unclosed"),
+            "{}",
+            out.content
+        );
+    }
+
+    #[test]
+    fn huge_pattern_is_an_error() {
+        let (_dir, ctx) = setup();
+        let out = grep(&ctx, json!({"pattern": "(?:\\w{100}){100}"}));
+        assert!(out.error, "{}", out.content);
+        assert!(out.content.contains("too large"), "{}", out.content);
+    }
+
+    fn check(pattern: &str, line: &str, expected: bool) {
+        let regex = compile(pattern, false).unwrap_or_else(|e| panic!("{pattern}: {e}"));
+        assert_eq!(regex.is_match(line), expected, "{pattern} vs {line:?}");
+    }
+
+    /// The cases the hand-written matcher was tested with, now against the crate.
+    #[test]
+    fn matching() {
+        check("foo", "a foo b", true);
+        check("foo", "a fo b", false);
+        check("^foo", "foo bar", true);
+        check("^foo", "a foo", false);
+        check("bar$", "foo bar", true);
+        check("bar$", "bar foo", false);
+        check("^$", "", true);
+        check("f.o", "fxo", true);
+        check("fo+b", "fb", false);
+        check("colou?r", "color", true);
+        check("^a{2,3}$", "aaaa", false);
+        check("^a{2,}$", "aaaa", true);
+        check("[abc]+d", "zzbcad", true);
+        check("[^abc]", "abc", false);
+        check("\\d+\\.\\d+", "version 1.25", true);
+        check("\\d+\\.\\d+", "version 125", false);
+        check("\\w+\\s\\w+", "hello world", true);
+        check("\\S", "   ", false);
+        check("fn (main|run)\\(", "pub fn run()", true);
+        check("(?:ab)+c", "ababc", true);
+        check("(a*)*b", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", false);
+        check("é.", "café!", true);
+        assert!(compile("Hello [A-Z]+", true)
+            .unwrap()
+            .is_match("say HELLO world"));
+        for bad in ["(abc", "abc)", "[abc", "*a", "a\\", "x{y"] {
+            assert!(compile(bad, false).is_err(), "{bad} should not compile");
+        }
+    }
+
+    #[test]
+    fn ordinary_patterns_compile() {
+        for pattern in [
+            "\\w+",
+            "(?i)\\bfn\\s+\\w+\\s*\\(",
+            "^\\s*(pub\\s+)?(async\\s+)?fn\\s+\\w+",
+            "[\\p{L}\\p{N}_]{1,64}",
+            "\\w{100}",
+            "[0-9a-f]{40}",
+            "\\d{4}-\\d{2}-\\d{2}",
+        ] {
+            assert!(compile(pattern, true).is_ok(), "{pattern}");
+        }
+    }
+
+    /// Regression: the old matcher shared one step budget across all start
+    /// positions and reported "no match" once a pattern used it up.
+    #[test]
+    fn nested_repeats_find_the_later_match() {
+        let (dir, ctx) = setup();
+        fs::write(dir.0.join("x.txt"), "xxxxxxxxxxxxxxxx-xxy\n").unwrap();
+        let out = grep(
+            &ctx,
+            json!({"pattern": "(x+x+)+y", "output_mode": "content", "path": "x.txt"}),
+        );
+        assert_eq!(out.content, "x.txt:1:xxxxxxxxxxxxxxxx-xxy");
+    }
+
+    #[test]
+    fn pathological_pattern_is_linear() {
+        let (dir, ctx) = setup();
+        let line = "a".repeat(100_000);
+        fs::write(dir.0.join("a.txt"), format!("{line}\n{line}b\n")).unwrap();
+        let args = json!({"pattern": "(a*)*b", "output_mode": "content", "path": "a.txt", "line_numbers": true});
+        // Best of three, so that a busy machine does not fail the bound; a
+        // backtracking matcher takes seconds or gives up, never 100 ms.
+        let mut fastest = Duration::MAX;
+        for _ in 0..3 {
+            let started = Instant::now();
+            let out = grep(&ctx, args.clone());
+            fastest = fastest.min(started.elapsed());
+            assert!(
+                out.content.starts_with("a.txt:2:aaaa") && out.content.ends_with("ab"),
+                "{}",
+                &out.content[..out.content.len().min(200)]
+            );
+            assert_eq!(out.summary, "1 lines, 1 files");
+        }
+        assert!(fastest < Duration::from_millis(100), "took {fastest:?}");
+    }
+
+    #[test]
+    fn gitignored_files_are_skipped() {
+        let (dir, ctx) = setup();
+        for (file, text) in [
+            (".gitignore", "target/\n*.log\n!keep.log\n"),
+            ("target/debug/out.rs", "fn run\n"),
+            ("build.log", "run\n"),
+            ("keep.log", "run\n"),
+            ("src/.gitignore", "gen.rs\n"),
+            ("src/gen.rs", "fn run\n"),
+            ("node_modules/x/index.js", "run\n"),
+        ] {
+            let path = dir.0.join(file);
+            fs::create_dir_all(path.parent().unwrap()).unwrap();
+            fs::write(path, text).unwrap();
+        }
+        fs::write(dir.0.join(".ignore"), "node_modules/\n").unwrap();
+        let out = grep(&ctx, json!({"pattern": "run"}));
+        assert_eq!(out.content, "a.rs\nkeep.log\nnotes.md\nsrc/b.rs");
+        // A path named explicitly is searched even when ignored, as rg does.
+        let out = grep(&ctx, json!({"pattern": "run", "path": "target"}));
+        assert_eq!(out.content, "target/debug/out.rs");
     }
 }

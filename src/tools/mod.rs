@@ -27,11 +27,11 @@ pub mod fs;
 pub mod grep;
 pub mod paths;
 pub mod pattern;
-pub mod regex;
 pub mod remote;
 pub mod rpc;
 pub mod time;
 pub mod truncate;
+pub mod walk;
 pub mod web;
 
 /// One tool the model may call.
