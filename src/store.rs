@@ -13,13 +13,15 @@
 //! `-`, at most [`MAX_NAME_LEN`] bytes. Profiles use the same rule.
 //!
 //! What is written is a redacted copy ([`on_disk`]); the live session the
-//! model sees is never changed. Tool-call arguments go through
-//! [`redact::value`], as in the audit log (an `Authorization` header or a
-//! token in a command line becomes `[REDACTED]`); the rest of the text loses
-//! only the configured secrets ([`redact::known_secrets`]), because shape rules
-//! would blank ordinary words in prose. A continued session therefore shows
-//! the model `[REDACTED]` where a secret was. Reasoning artefacts are opaque
-//! signed data and are written unchanged.
+//! model sees is never changed. Tool calls and tool results are machine text
+//! and go through [`crate::redact`] whole, as in the audit log (an
+//! `Authorization` header, a URL's `?api_key=`, a token in a command line or a
+//! `Set-Cookie` in a fetched response become `[REDACTED]`); user and assistant
+//! prose and thinking lose only the configured secrets
+//! ([`redact::known_secrets`]), because shape rules would blank ordinary
+//! words. A continued session therefore shows the model `[REDACTED]` where a
+//! secret was. Reasoning artefacts are opaque signed data and are written
+//! unchanged.
 //!
 //! Reading is strict and never destructive: a corrupt file or one written by
 //! a newer format version is a typed [`StoreError`] naming the file, and the
@@ -305,7 +307,7 @@ impl Store {
     }
 }
 
-/// The copy of `saved` that is written to disk: tool-call arguments fully
+/// The copy of `saved` that is written to disk: tool calls and results fully
 /// redacted, configured secrets removed from every other text.
 fn on_disk(saved: &SavedSession) -> SavedSession {
     let mut copy = saved.clone();
@@ -316,7 +318,10 @@ fn on_disk(saved: &SavedSession) -> SavedSession {
 }
 
 fn redact_message(message: &mut Message) {
-    message.content = redact::known_secrets(&message.content);
+    message.content = match message.role {
+        Role::Tool => redact::text(&message.content),
+        _ => redact::known_secrets(&message.content),
+    };
     if let Some(thinking) = &mut message.thinking {
         *thinking = redact::known_secrets(thinking);
     }
@@ -571,7 +576,8 @@ mod tests {
             arguments: json!({"command": "curl -H 'X-Api-Key: arg-secret' 'https://h/?token=q-secret'"}),
         });
         session.messages.push(call.clone());
-        let result = Message::tool_result(&call.tool_calls[0], "echoed store-test-key-0123456789");
+        let output = "echoed store-test-key-0123456789\nSet-Cookie: sid=cookie-secret";
+        let result = Message::tool_result(&call.tool_calls[0], output);
         session.messages.push(result);
         let before = serde_json::to_value(&session).unwrap();
         let path = store.save_session("s", &session).unwrap();
@@ -581,7 +587,13 @@ mod tests {
             "live session changed"
         );
         let text = fs::read_to_string(path).unwrap();
-        for secret in ["store-test-key-0123456789", "arg-secret", "q-secret"] {
+        let secrets = [
+            "store-test-key-0123456789",
+            "arg-secret",
+            "q-secret",
+            "cookie-secret",
+        ];
+        for secret in secrets {
             assert!(!text.contains(secret), "{secret} in {text}");
         }
         let loaded = store.load("s").unwrap().session;
@@ -594,7 +606,10 @@ mod tests {
             loaded.messages[0].content,
             "use Authorization: Bearer prose-tok"
         );
-        assert_eq!(loaded.messages[2].content, "echoed [REDACTED]");
+        assert_eq!(
+            loaded.messages[2].content,
+            "echoed [REDACTED]\nSet-Cookie: [REDACTED]"
+        );
         assert_eq!(
             loaded.messages[1].thinking.as_deref(),
             Some("the key is [REDACTED]")
