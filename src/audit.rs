@@ -6,8 +6,11 @@
 //! allowed it, how long it took and how it ended". The file is opened with
 //! `O_APPEND` and each record is one `write` of a whole line, so records from
 //! several shepherd processes interleave without tearing. Records hold the
-//! tool's arguments and one-line summary, never its output and never an auth
-//! token.
+//! tool's arguments and one-line summary, never its output. [`AuditLog::append`]
+//! passes the whole record through [`crate::redact::value`] first, so
+//! configured keys and secret-shaped values in the arguments (an
+//! `Authorization` header, `?api_key=`, `GITHUB_TOKEN=` in a command line)
+//! are written as `[REDACTED]`.
 //!
 //! The record is our own persisted format: its field names are a
 //! compatibility promise.
@@ -81,11 +84,12 @@ impl AuditLog {
         }
     }
 
-    /// Appends one record as one line in a single write.
+    /// Appends one record, redacted, as one line in a single write.
     pub fn append(&self, record: &AuditRecord<'_>) {
-        let Ok(mut line) = serde_json::to_string(record) else {
+        let Ok(record) = serde_json::to_value(record) else {
             return;
         };
+        let mut line = crate::redact::value(&record).to_string();
         line.push('\n');
         let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
         if let Err(error) = file.write_all(line.as_bytes()) {
@@ -204,6 +208,50 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(&path).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn secrets_in_arguments_and_summaries_are_redacted() {
+        let dir = std::env::temp_dir().join(format!("shepherd-audit-r-{}", std::process::id()));
+        let path = dir.join("audit.jsonl");
+        let _ = std::fs::remove_dir_all(&dir);
+        crate::redact::register_secret("audit-test-key-0123456789");
+        let call = ToolCall {
+            id: "c1".into(),
+            name: "http_request".into(),
+            arguments: json!({
+                "url": "https://h/x?api_key=q-secret",
+                "headers": {"Authorization": "Bearer h-secret", "Accept": "text/plain"},
+                "body": "audit-test-key-0123456789",
+            }),
+        };
+        let output = ToolOutput::ok("", "GET https://h/x?api_key=q-secret (200)");
+        let verdict = Verdict {
+            allowed: true,
+            by: DecidedBy::Policy,
+        };
+        let log = AuditLog::open(&path).unwrap();
+        log.append(&AuditRecord::new(
+            "headless",
+            &call,
+            verdict,
+            Duration::ZERO,
+            &output,
+        ));
+        let text = std::fs::read_to_string(&path).unwrap();
+        for secret in ["q-secret", "h-secret", "audit-test-key-0123456789"] {
+            assert!(!text.contains(secret), "{secret} in {text}");
+        }
+        let line: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            line["arguments"]["headers"]["Authorization"],
+            "Bearer [REDACTED]"
+        );
+        assert_eq!(line["arguments"]["headers"]["Accept"], "text/plain");
+        assert_eq!(line["arguments"]["body"], "[REDACTED]");
+        assert_eq!(line["summary"], "GET https://h/x?api_key=[REDACTED] (200)");
+        assert_eq!(line["tool"], "http_request");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -1,7 +1,10 @@
 //! Debug logging to stderr, switched on per category by `-d/--debug[=llm,tools,http]`.
 //!
-//! Logging is process-wide state set once at start-up; it never logs secrets:
-//! callers pass redacted values (see [`redact`]).
+//! Logging is process-wide state set once at start-up. [`debug`] is the one
+//! way out and passes every line through [`crate::redact::text`], so no
+//! category prints a configured key or a secret-shaped value (a header, a
+//! `Bearer` token, `?api_key=`); callers may still show a secret as its
+//! length with [`redact`].
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -46,11 +49,20 @@ pub fn enabled(category: Category) -> bool {
     ENABLED.load(Ordering::Relaxed) & category as u8 != 0
 }
 
-/// Writes one debug line to stderr if `category` is on.
+/// Writes one debug line, redacted, to stderr if `category` is on.
 pub fn debug(category: Category, message: impl FnOnce() -> String) {
     if enabled(category) {
-        eprintln!("[debug {}] {}", category.name(), message());
+        eprintln!("{}", line(category, &message()));
     }
+}
+
+/// The line [`debug`] writes for `message`.
+fn line(category: Category, message: &str) -> String {
+    format!(
+        "[debug {}] {}",
+        category.name(),
+        crate::redact::text(message)
+    )
 }
 
 /// Shows a secret as its length only, e.g. for logging headers.
@@ -59,5 +71,20 @@ pub fn redact(secret: &str) -> String {
         String::new()
     } else {
         format!("<redacted {} chars>", secret.chars().count())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_lines_are_redacted() {
+        crate::redact::register_secret("log-test-key-0123456789");
+        let message = "POST /v1 key log-test-key-0123456789 Authorization: Bearer abc";
+        assert_eq!(
+            line(Category::Http, message),
+            "[debug http] POST /v1 key [REDACTED] Authorization: Bearer [REDACTED]"
+        );
     }
 }

@@ -18,6 +18,7 @@ mod llama;
 mod log;
 mod mcp;
 mod profile;
+mod redact;
 mod stop;
 mod store;
 mod stream;

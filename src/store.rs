@@ -12,6 +12,17 @@
 //! (no `/`, `\`, `..`, NUL or control characters), not starting with `.` or
 //! `-`, at most [`MAX_NAME_LEN`] bytes. Profiles use the same rule.
 //!
+//! What is written is a redacted copy ([`on_disk`]); the live session the
+//! model sees is never changed. Tool calls and tool results are machine text
+//! and go through [`crate::redact`] whole, as in the audit log (an
+//! `Authorization` header, a URL's `?api_key=`, a token in a command line or a
+//! `Set-Cookie` in a fetched response become `[REDACTED]`); user and assistant
+//! prose and thinking lose only the configured secrets
+//! ([`redact::known_secrets`]), because shape rules would blank ordinary
+//! words. A continued session therefore shows the model `[REDACTED]` where a
+//! secret was. Reasoning artefacts are opaque signed data and are written
+//! unchanged.
+//!
 //! Reading is strict and never destructive: a corrupt file or one written by
 //! a newer format version is a typed [`StoreError`] naming the file, and the
 //! file stays as it is. Files written before the format was versioned (a bare
@@ -26,7 +37,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use crate::config;
-use crate::core::{Role, Session};
+use crate::core::{Message, Role, Session};
+use crate::redact;
 
 /// The format version this build writes; it reads this one and older.
 pub const FORMAT_VERSION: u32 = 1;
@@ -207,11 +219,11 @@ impl Store {
         Ok(self.dir.join(format!("{id}.{EXTENSION}")))
     }
 
-    /// Saves atomically; returns the file written.
+    /// Saves a redacted copy ([`on_disk`]) atomically; returns the file written.
     pub fn save(&self, saved: &SavedSession) -> Result<PathBuf, StoreError> {
         let path = self.path(&saved.id)?;
-        let mut bytes =
-            serde_json::to_vec(saved).map_err(|e| io_error(&path, io::Error::other(e)))?;
+        let mut bytes = serde_json::to_vec(&on_disk(saved))
+            .map_err(|e| io_error(&path, io::Error::other(e)))?;
         bytes.push(b'\n');
         config::write_atomic(&path, &bytes).map_err(|e| io_error(&path, e))?;
         self.remove_stale_temps(&path);
@@ -292,6 +304,29 @@ impl Store {
                 let _ = fs::remove_file(entry.path());
             }
         }
+    }
+}
+
+/// The copy of `saved` that is written to disk: tool calls and results fully
+/// redacted, configured secrets removed from every other text.
+fn on_disk(saved: &SavedSession) -> SavedSession {
+    let mut copy = saved.clone();
+    let session = &mut copy.session;
+    session.system_prompt = redact::known_secrets(&session.system_prompt);
+    session.messages.iter_mut().for_each(redact_message);
+    copy
+}
+
+fn redact_message(message: &mut Message) {
+    message.content = match message.role {
+        Role::Tool => redact::text(&message.content),
+        _ => redact::known_secrets(&message.content),
+    };
+    if let Some(thinking) = &mut message.thinking {
+        *thinking = redact::known_secrets(thinking);
+    }
+    for call in &mut message.tool_calls {
+        call.arguments = redact::value(&call.arguments);
     }
 }
 
@@ -523,6 +558,63 @@ mod tests {
             ("old", FORMAT_VERSION)
         );
         assert!(loaded.saved_at > 0);
+    }
+
+    #[test]
+    fn saved_files_are_redacted_and_the_live_session_is_not() {
+        let store = Store::at(temp_dir("store-redact"));
+        redact::register_secret("store-test-key-0123456789");
+        let mut session = Session::new("key store-test-key-0123456789");
+        session
+            .messages
+            .push(Message::user("use Authorization: Bearer prose-tok"));
+        let mut call = Message::assistant("");
+        call.thinking = Some("the key is store-test-key-0123456789".into());
+        call.tool_calls.push(ToolCall {
+            id: "c1".into(),
+            name: "bash".into(),
+            arguments: json!({"command": "curl -H 'X-Api-Key: arg-secret' 'https://h/?token=q-secret'"}),
+        });
+        session.messages.push(call.clone());
+        let output = "echoed store-test-key-0123456789\nSet-Cookie: sid=cookie-secret";
+        let result = Message::tool_result(&call.tool_calls[0], output);
+        session.messages.push(result);
+        let before = serde_json::to_value(&session).unwrap();
+        let path = store.save_session("s", &session).unwrap();
+        assert_eq!(
+            serde_json::to_value(&session).unwrap(),
+            before,
+            "live session changed"
+        );
+        let text = fs::read_to_string(path).unwrap();
+        let secrets = [
+            "store-test-key-0123456789",
+            "arg-secret",
+            "q-secret",
+            "cookie-secret",
+        ];
+        for secret in secrets {
+            assert!(!text.contains(secret), "{secret} in {text}");
+        }
+        let loaded = store.load("s").unwrap().session;
+        assert_eq!(
+            loaded.messages[1].tool_calls[0].arguments["command"],
+            "curl -H 'X-Api-Key: [REDACTED]' 'https://h/?token=[REDACTED]'"
+        );
+        // Prose keeps its shapes; only configured secrets leave it.
+        assert_eq!(
+            loaded.messages[0].content,
+            "use Authorization: Bearer prose-tok"
+        );
+        assert_eq!(
+            loaded.messages[2].content,
+            "echoed [REDACTED]\nSet-Cookie: [REDACTED]"
+        );
+        assert_eq!(
+            loaded.messages[1].thinking.as_deref(),
+            Some("the key is [REDACTED]")
+        );
+        assert_eq!(loaded.system_prompt, "key [REDACTED]");
     }
 
     #[test]

@@ -142,6 +142,18 @@ pub fn expand_vars(text: &str, env: &dyn Fn(&str) -> Option<String>) -> String {
     out
 }
 
+/// Registers the servers' credentials with [`crate::redact`]: bearer tokens and
+/// the values of secret-named headers and environment variables, `${VAR}`
+/// expanded as at start-up.
+pub fn register_secrets(servers: &McpServers, env: &dyn Fn(&str) -> Option<String>) {
+    for server in servers.values() {
+        let named = server.headers.iter().chain(&server.env);
+        let secret = named.filter(|(name, _)| crate::redact::is_secret_name(name));
+        let values = secret.map(|(_, value)| value).chain(&server.bearer_token);
+        values.for_each(|value| crate::redact::register_secret(&expand_vars(value, env)));
+    }
+}
+
 /// Reads either `{"name": {...}}` or the original `[{"name": "x", ...}]`.
 pub fn deserialize_servers<'de, D: Deserializer<'de>>(d: D) -> Result<McpServers, D::Error> {
     #[derive(Deserialize)]

@@ -15,6 +15,7 @@ use crate::approval::Policy;
 use crate::args::{self, LowArgs, Subcommand, MAX_TOKEN_COUNT};
 use crate::backend::Sampling;
 use crate::log::Category;
+use crate::redact;
 
 /// Used when no flag, variable or config key gives a system prompt.
 pub const DEFAULT_SYSTEM_PROMPT: &str = "You are shepherd, a capable assistant running on the \
@@ -515,15 +516,47 @@ fn mode(low: &LowArgs) -> Mode {
 ///
 /// Help, version and the `provider`/`config` commands do not read the file here:
 /// help must work with a broken config, and the commands load it themselves.
+/// The credentials it resolves are registered with [`crate::redact`] here.
 pub fn resolve(low: &LowArgs, env: EnvLookup) -> Result<Settings, ConfigError> {
     let location = locate(low.config.as_deref(), env, Path::new(SYSTEM_CONFIG));
     match mode(low) {
         Mode::Chat | Mode::JsonLines | Mode::CliServer | Mode::ApiServer | Mode::ToolServer => {
             let file = load(&location.read_from)?;
-            resolve_with(low, &file, location.path, env)
+            let settings = resolve_with(low, &file, location.path, env)?;
+            register_secrets(&settings, &file, env);
+            Ok(settings)
         }
         _ => resolve_with(low, &ConfigFile::default(), location.path, &|_| None),
     }
+}
+
+/// Registers every credential shepherd was given with [`crate::redact`], so
+/// debug output, the audit log and saved sessions never show one: the
+/// provider keys (the chain's, every configured provider's and the usual
+/// `*_API_KEY` variables, for a later provider switch), secret-named provider
+/// headers, the server and tool-backend tokens and MCP servers' credentials.
+fn register_secrets(settings: &Settings, file: &ConfigFile, env: EnvLookup) {
+    for provider in settings.providers.iter().chain(&file.providers) {
+        let headers = provider.extra_headers.iter();
+        let secret_headers = headers.filter(|(name, _)| redact::is_secret_name(name));
+        let values = secret_headers
+            .map(|(_, value)| value)
+            .chain(&provider.api_key);
+        values.for_each(|value| redact::register_secret(value));
+    }
+    let key_vars = ProviderKind::ALL
+        .iter()
+        .flat_map(|kind| kind.key_env_vars());
+    key_vars
+        .filter_map(|name| env(name))
+        .for_each(|key| redact::register_secret(&key));
+    let tool_backend_token = settings
+        .tool_backend
+        .as_ref()
+        .and_then(|t| t.token.as_ref());
+    let tokens = settings.server_auth.token.iter().chain(tool_backend_token);
+    tokens.for_each(|token| redact::register_secret(token));
+    super::mcp::register_secrets(&file.mcp_servers, env);
 }
 
 /// Resolves `low` over an already-loaded `file`; `config_path` is recorded as is.
@@ -1111,6 +1144,61 @@ mod tests {
         assert!(err
             .unwrap_err()
             .starts_with(&format!("{}: line 1, column 3: ", path.display())));
+    }
+
+    #[test]
+    fn resolved_credentials_are_registered_for_redaction() {
+        let dir = temp_dir("secrets");
+        let path = dir.join("config.json");
+        let config = r#"{
+            "providers": [
+                {"name": "a", "type": "openai", "api_key": "cfg-key-a-0123456789"},
+                {"name": "b", "type": "openai", "api_key": "cfg-key-b-0123456789",
+                 "extra_headers": {"X-Org-Token": "hdr-tok-0123456789", "X-Team": "team-name-public"}}
+            ],
+            "mcp_servers": {"m": {"url": "http://h/mcp", "headers": {"Authorization": "Bearer ${MCP_T}"},
+                                  "env": {"GH_TOKEN": "mcp-env-0123456789"}}}
+        }"#;
+        std::fs::write(&path, config).unwrap();
+        let argv = [
+            "-c",
+            path.to_str().unwrap(),
+            "-p",
+            "a",
+            "--auth-token",
+            "auth-flag-0123456789",
+            "--tool-backend",
+            "127.0.0.1:9",
+            "--tool-backend-token",
+            "tb-flag-0123456789",
+        ];
+        let env = env_map(&[
+            ("ANTHROPIC_API_KEY", "env-ant-0123456789"),
+            ("MCP_T", "mcp-bearer-0123456789"),
+        ]);
+        resolve(&low(&argv), &env).expect("resolves");
+        let secrets = [
+            "cfg-key-a-0123456789",
+            "cfg-key-b-0123456789",
+            "hdr-tok-0123456789",
+            "env-ant-0123456789",
+            "auth-flag-0123456789",
+            "tb-flag-0123456789",
+            "mcp-bearer-0123456789",
+            "mcp-env-0123456789",
+        ];
+        for secret in secrets {
+            let text = format!("prose mentions {secret} once");
+            assert_eq!(
+                redact::known_secrets(&text),
+                "prose mentions [REDACTED] once",
+                "{secret} was not registered"
+            );
+        }
+        assert_eq!(
+            redact::known_secrets("team-name-public"),
+            "team-name-public"
+        );
     }
 
     #[test]

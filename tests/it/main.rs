@@ -11,5 +11,6 @@ mod fake_openai;
 mod harness;
 mod mcp;
 mod persist;
+mod secrets;
 mod terminal;
 mod tool_server;
