@@ -15,6 +15,7 @@ mod json;
 mod line;
 mod render;
 mod repl;
+mod sanitize;
 mod slash;
 mod terminal;
 mod tool_server;
