@@ -142,6 +142,7 @@ mod tests {
         // Deltas are `String`s, so a split can fall only between characters;
         // every such byte offset of the sample is tried.
         let whole = visible(SAMPLE);
+        assert_eq!(whole, SAMPLE_SHOWN);
         for split in (0..=SAMPLE.len()).filter(|&i| SAMPLE.is_char_boundary(i)) {
             let (first, second) = SAMPLE.split_at(split);
             let joined = format!("{}{}", visible(first), visible(second));
