@@ -6,6 +6,7 @@ mod approvals;
 mod backends;
 mod cli;
 mod cli_server;
+mod escapes;
 mod fake_openai;
 mod harness;
 mod mcp;
