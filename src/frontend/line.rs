@@ -3,7 +3,9 @@
 //! Used for scripting (`-e`, piped stdin) and, until the full-screen terminal
 //! front-end takes over, for interactive use with a `> ` prompt. Answers go to
 //! stdout through the shared [`Renderer`]; the result is whether every turn
-//! ended without an error, which `main` turns into the exit code.
+//! ended without an error, which `main` turns into the exit code. Control
+//! characters in the text are spelled out on a terminal and kept exactly in
+//! a pipe or file ([`ExactText::for_stdio`]).
 
 use std::io::{self, BufRead, IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,13 +13,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use crate::agent::{AgentHandle, Op};
 use crate::core::FinishReason;
 
-use super::render::{RenderOptions, Renderer};
+use super::render::{ExactText, RenderOptions, Renderer};
 
 /// Words that end an interactive session.
 const EXIT_WORDS: [&str; 2] = ["exit", "quit"];
 
 fn run_prompt(agent: &AgentHandle, prompt: String, options: RenderOptions) -> FinishReason {
-    let mut renderer = Renderer::new(io::stdout().lock(), io::stderr(), options);
+    let mut renderer = Renderer::new(io::stdout().lock(), io::stderr(), options)
+        .with_exact_text(ExactText::for_stdio());
     agent.run_prompt(prompt, |event| renderer.render(event))
 }
 

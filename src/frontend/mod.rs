@@ -16,6 +16,7 @@ mod json;
 mod line;
 mod render;
 mod repl;
+mod sanitize;
 mod signals;
 mod slash;
 mod terminal;

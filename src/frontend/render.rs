@@ -4,12 +4,21 @@
 //! line each; notices, errors and `--stats` lines go to stderr so a pipe
 //! receives only the conversation. Colours are used only on a terminal and
 //! never when `NO_COLOR` is set or `TERM=dumb`.
+//!
+//! Event text is untrusted: on a terminal, every piece of it passes through
+//! [`sanitize::visible`] at the one place text is written (`text`, `line`,
+//! `note`), before any colour is added, so escape sequences in model or tool
+//! output are shown, never obeyed. A stream that is not a terminal (a pipe, a
+//! file) gets the exact text when the caller says so with [`ExactText`].
 
-use std::io::{self, Write};
+use std::borrow::Cow;
+use std::io::{self, IsTerminal, Write};
 
 use serde_json::Value;
 
 use crate::core::{Event, FinishReason, Stats, ToolCall, ToolResultEvent};
+
+use super::sanitize;
 
 /// Longest argument value shown in a tool-call line before it is cut.
 const MAX_ARG_CHARS: usize = 47;
@@ -22,11 +31,30 @@ pub struct RenderOptions {
     pub stats: bool,
 }
 
+/// Which of the renderer's streams take untrusted text exactly as it came.
+/// The default, for terminals, spells out control characters on both.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ExactText {
+    pub out: bool,
+    pub err: bool,
+}
+
+impl ExactText {
+    /// Exact text on whichever of stdout and stderr is not a terminal.
+    pub fn for_stdio() -> ExactText {
+        ExactText {
+            out: !io::stdout().is_terminal(),
+            err: !io::stderr().is_terminal(),
+        }
+    }
+}
+
 /// Writes events as text.
 pub struct Renderer<O: Write, E: Write> {
     out: O,
     err: E,
     options: RenderOptions,
+    exact: ExactText,
     /// Whether the last byte written to `out` ended a line.
     at_line_start: bool,
     in_thinking: bool,
@@ -50,12 +78,20 @@ impl<O: Write, E: Write> Renderer<O, E> {
             out,
             err,
             options,
+            exact: ExactText::default(),
             at_line_start: true,
             in_thinking: false,
             in_code: false,
             table: Vec::new(),
             table_line: None,
         }
+    }
+
+    /// Writes untrusted text unchanged to the streams `exact` names (those
+    /// that are not terminals); by default both are sanitized.
+    pub fn with_exact_text(mut self, exact: ExactText) -> Self {
+        self.exact = exact;
+        self
     }
 
     /// Renders one event. Write errors (a closed pipe) are returned to the caller.
@@ -108,7 +144,10 @@ impl<O: Write, E: Write> Renderer<O, E> {
     }
 
     /// Answer text, with markdown table lines held back for alignment.
+    /// Control characters are spelled out first, so columns are aligned on
+    /// what is shown (`text` finds nothing left to change).
     fn content(&mut self, text: &str) -> io::Result<()> {
+        let text = shown(text, self.exact.out);
         for piece in text.split_inclusive('\n') {
             let starts_table = self.at_line_start && piece.starts_with('|');
             if self.table_line.is_none() && !starts_table {
@@ -152,7 +191,8 @@ impl<O: Write, E: Write> Renderer<O, E> {
         if text.is_empty() {
             return Ok(());
         }
-        let painted = self.paint(text, color);
+        let shown = shown(text, self.exact.out);
+        let painted = self.paint(&shown, color);
         self.out.write_all(painted.as_bytes())?;
         self.at_line_start = text.ends_with('\n');
         Ok(())
@@ -168,15 +208,26 @@ impl<O: Write, E: Write> Renderer<O, E> {
 
     fn line(&mut self, text: &str, color: &str) -> io::Result<()> {
         self.end_line()?;
-        let painted = self.paint(text, Some(color));
+        let shown = shown(text, self.exact.out);
+        let painted = self.paint(&shown, Some(color));
         writeln!(self.out, "{painted}")
     }
 
     fn note(&mut self, text: &str, color: &str) -> io::Result<()> {
         self.end_line()?;
         self.out.flush()?;
-        let painted = self.paint(text, Some(color));
+        let shown = shown(text, self.exact.err);
+        let painted = self.paint(&shown, Some(color));
         writeln!(self.err, "{painted}")
+    }
+}
+
+/// `text` as it may be written to a stream: exact when the caller asked for
+/// exact text there, otherwise with its control characters spelled out.
+fn shown(text: &str, exact: bool) -> Cow<'_, str> {
+    match exact {
+        true => Cow::Borrowed(text),
+        false => sanitize::visible(text),
     }
 }
 
@@ -224,7 +275,6 @@ fn is_separator(cells: &[String]) -> bool {
         .all(|c| !c.is_empty() && c.chars().all(|ch| matches!(ch, '-' | ':')))
 }
 
-/// `name(key=value, ...)` with long values cut.
 /// The question the interactive front-ends show for an approval request.
 pub fn approval_question(call: &ToolCall) -> String {
     format!(
@@ -233,6 +283,7 @@ pub fn approval_question(call: &ToolCall) -> String {
     )
 }
 
+/// `name(key=value, ...)` with long values cut.
 pub fn tool_call_line(call: &ToolCall) -> String {
     let args = match &call.arguments {
         Value::Object(map) => map
@@ -425,6 +476,134 @@ mod tests {
         ];
         let (out, _) = render(&events, RenderOptions::default());
         assert_eq!(out, "Run\nls -l\nthen\n");
+    }
+
+    /// A reply that tries to act on the terminal, as it would arrive.
+    const HOSTILE: &str = "clip:\x1b]52;c;aGVsbG8=\x07 clear:\x1b[2J home:\x1b[H \
+         link:\x1b]8;;http://evil.example/\x1b\\here\x1b]8;;\x1b\\ csi8:\u{9b}31m \
+         bidi:\u{202e}gnp.exe\u{202c} cr:a\rb ✓\n";
+
+    fn hostile_call() -> ToolCall {
+        ToolCall {
+            id: "c".into(),
+            name: "bash\x1b[8m".into(),
+            arguments: json!({"command": "ls\r\x1b[2Krm -rf ~"}),
+        }
+    }
+
+    /// Every kind of event that carries untrusted text, each holding `text`.
+    fn every_text_event(text: &str) -> Vec<Event> {
+        vec![
+            Event::Thinking(text.into()),
+            Event::Content(text.into()),
+            Event::CodeBlock(text.into()),
+            Event::ToolCall(hostile_call()),
+            Event::ApprovalRequired(crate::core::ApprovalRequest {
+                id: "a".into(),
+                call: hostile_call(),
+            }),
+            Event::ToolResult(ToolResultEvent {
+                id: "c".into(),
+                name: "bash".into(),
+                success: false,
+                summary: String::new(),
+                content: text.into(),
+            }),
+            Event::System(text.into()),
+            Event::Error {
+                kind: crate::core::error::ErrorKind::Http,
+                message: format!("upstream said: {text}"),
+            },
+            Event::Stop(FinishReason::Stop),
+        ]
+    }
+
+    fn shown_thinking_in_colour() -> RenderOptions {
+        RenderOptions {
+            colors: true,
+            show_thinking: true,
+            stats: false,
+        }
+    }
+
+    /// Removes the renderer's own colour sequences, so what is left of ESC is untrusted.
+    fn without_own_colours(text: &str) -> String {
+        [GREEN, RED, YELLOW, CYAN, GRAY, RESET]
+            .iter()
+            .fold(text.to_string(), |t, colour| t.replace(colour, ""))
+    }
+
+    #[test]
+    fn control_characters_from_every_event_are_shown_not_written() {
+        let (out, err) = render(&every_text_event(HOSTILE), shown_thinking_in_colour());
+        for stream in [&out, &err] {
+            let untrusted = without_own_colours(stream);
+            assert!(
+                !untrusted.chars().any(|c| c.is_control() && c != '\n')
+                    && !untrusted.contains('\u{202e}'),
+                "{untrusted:?}"
+            );
+        }
+        // Shepherd's own colours still work.
+        assert!(out.contains(YELLOW) && err.contains(RED));
+        assert!(out.contains("clip:\\x1b]52;c;aGVsbG8=\\x07 clear:\\x1b[2J"));
+        assert!(out.contains("link:\\x1b]8;;http://evil.example/\\x1b\\here"));
+        assert!(out.contains("csi8:<U+009B>31m bidi:<U+202E>gnp.exe<U+202C> cr:a\\rb ✓"));
+        assert!(out.contains("* bash\\x1b[8m(command=ls\\r\\x1b[2Krm -rf ~)"));
+        assert!(out.contains("? allow bash\\x1b[8m?"));
+        assert!(err.contains("error: upstream said: clip:\\x1b]52;"));
+        assert!(err.contains("[clip:\\x1b]52;"), "system events: {err:?}");
+    }
+
+    #[test]
+    fn exact_text_is_kept_on_streams_that_are_not_terminals() {
+        let mut out = Vec::new();
+        let mut err = Vec::new();
+        {
+            let exact = ExactText {
+                out: true,
+                err: false,
+            };
+            let mut r =
+                Renderer::new(&mut out, &mut err, RenderOptions::default()).with_exact_text(exact);
+            for event in every_text_event(HOSTILE) {
+                r.render(&event).unwrap();
+            }
+        }
+        let (out, err) = (
+            String::from_utf8(out).unwrap(),
+            String::from_utf8(err).unwrap(),
+        );
+        assert!(out.starts_with(&format!("{HOSTILE}{HOSTILE}")), "{out:?}");
+        assert!(
+            !err.contains('\x1b') && err.contains("\\x1b]52;"),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn a_sequence_split_across_deltas_is_shown_as_if_whole() {
+        let whole = render(&[Event::Content(HOSTILE.into())], RenderOptions::default()).0;
+        for split in (0..=HOSTILE.len()).filter(|&i| HOSTILE.is_char_boundary(i)) {
+            let (first, second) = HOSTILE.split_at(split);
+            let events = [Event::Content(first.into()), Event::Content(second.into())];
+            let (out, _) = render(&events, RenderOptions::default());
+            assert_eq!(out, whole, "split at byte {split}");
+        }
+        assert!(!whole.contains('\x1b'));
+    }
+
+    #[test]
+    fn a_table_with_control_characters_is_aligned_on_what_is_shown() {
+        let events = [
+            Event::Content("| a\x1b | b |\n|---|---|\n| ccccccc | d |\n".into()),
+            Event::Stop(FinishReason::Stop),
+        ];
+        let (out, _) = render(&events, RenderOptions::default());
+        assert_eq!(
+            out,
+            "| a\\x1b   | b   |\n| ------- | --- |\n| ccccccc | d   |\n"
+        );
     }
 
     #[test]

@@ -6,7 +6,9 @@
 //! answers is edited and queued, and Esc or Ctrl-C cancels at once. The
 //! editor (`editor.rs`) owns the line; the shared [`Renderer`] draws the
 //! answer; `slash.rs` runs commands and holds the queue. The TUI reuses
-//! [`Interactive`] for history and `--continue`.
+//! [`Interactive`] for history and `--continue`. Lines the REPL prints itself
+//! (command output, which can quote session titles, MCP servers and errors;
+//! queued input) go through [`sanitize::visible`] like the renderer's.
 
 use std::io::{self, IsTerminal, Stderr, Stdout, Write};
 use std::path::{Path, PathBuf};
@@ -23,6 +25,7 @@ use crate::sys;
 use super::approve::PendingApproval;
 use super::editor::{self, Action, Editor, Key};
 use super::render::{self, RenderOptions, Renderer};
+use super::sanitize;
 use super::slash::{self, Conversation, Started};
 use super::terminal::{self, Crlf, RawGuard};
 
@@ -215,7 +218,7 @@ impl Repl<'_> {
     fn start_queued(&mut self) -> io::Result<Next> {
         match self.chat.next_queued() {
             Some(text) => {
-                let shown = text.replace('\n', "\r\n");
+                let shown = sanitize::visible(&text).replace('\n', "\r\n");
                 write!(io::stdout(), "{PROMPT}{shown}\r\n")?;
                 self.start(&text)
             }
@@ -244,7 +247,8 @@ impl Repl<'_> {
     fn say(&mut self, lines: &[String]) -> io::Result<()> {
         let mut out = io::stdout();
         for line in lines {
-            write!(out, "{line}\r\n")?;
+            let shown = sanitize::visible(line).replace('\n', "\r\n");
+            write!(out, "{shown}\r\n")?;
         }
         out.flush()
     }

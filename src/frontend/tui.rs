@@ -5,7 +5,10 @@
 //! It shares everything but drawing with the REPL: keys come from the input
 //! thread (`terminal.rs`) and are edited by `editor.rs`; events are rendered
 //! by the shared [`Renderer`] into a buffer whose lines become the
-//! scrollback; commands and the queue live in `slash.rs`. The loop also
+//! scrollback; commands and the queue live in `slash.rs`. Text the TUI
+//! shows outside the renderer (command output, queued input, the status
+//! bar) goes through [`sanitize::visible`] too, so the only escape sequences
+//! that reach the screen are the TUI's own drawing. The loop also
 //! ticks so that a resized terminal is redrawn. The alternate screen and raw
 //! mode are left on drop, and a panic hook leaves them before the message is
 //! printed, so an error never leaves the terminal unusable.
@@ -26,6 +29,7 @@ use super::approve::PendingApproval;
 use super::editor::{Action, Editor, Key};
 use super::render::{self, RenderOptions, Renderer};
 use super::repl::{self, Interactive};
+use super::sanitize;
 use super::slash::{Conversation, Started};
 use super::terminal::{self, RawGuard};
 
@@ -317,7 +321,8 @@ impl Tui<'_> {
 
     fn say(&mut self, lines: &[String]) {
         for line in lines {
-            self.scrollback.push_str(&format!("{line}\n"));
+            self.scrollback
+                .push_str(&format!("{}\n", sanitize::visible(line)));
         }
         self.scrollback.offset = 0;
     }
@@ -396,7 +401,7 @@ impl Frame<'_> {
         self.queue
             .iter()
             .map(|text| {
-                let one_line = text.replace('\n', "⏎");
+                let one_line = sanitize::visible(text).replace('\n', "⏎");
                 let cut: String = one_line
                     .chars()
                     .take(self.width.saturating_sub(10))
@@ -429,8 +434,8 @@ impl Frame<'_> {
     }
 
     fn status_bar(&self) -> String {
-        let left = format!(" {}", self.status_left);
-        let right = format!("{} ", self.status_right);
+        let left = format!(" {}", sanitize::visible(&self.status_left));
+        let right = format!("{} ", sanitize::visible(&self.status_right));
         let used = left.chars().count() + right.chars().count();
         let gap = self.width.saturating_sub(used);
         let line: String = format!("{left}{}{right}", " ".repeat(gap))

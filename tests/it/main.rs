@@ -7,6 +7,7 @@ mod auth;
 mod backends;
 mod cli;
 mod cli_server;
+mod escapes;
 mod fake_openai;
 mod harness;
 mod mcp;

@@ -23,7 +23,7 @@ use crate::fake_openai::{chunk, text_stream, tool_call_stream, usage_chunk, Cann
 use crate::harness::{poll_until, Sandbox};
 
 /// How long a test waits for something to appear on screen.
-const SCREEN_DEADLINE: Duration = Duration::from_secs(20);
+pub(crate) const SCREEN_DEADLINE: Duration = Duration::from_secs(20);
 
 /// One reply of the paced fake.
 enum Paced {
@@ -163,12 +163,44 @@ fn sse_events(chunks: &[Value]) -> Vec<u8> {
 }
 
 /// shepherd running in a pane of its own tmux server.
-struct Tmux {
+pub(crate) struct Tmux {
     socket: String,
 }
 
 impl Tmux {
-    fn start(sandbox: &Sandbox, args: &[&str]) -> Tmux {
+    pub(crate) fn start(sandbox: &Sandbox, args: &[&str]) -> Tmux {
+        Tmux::launch(sandbox, &[], args)
+    }
+
+    /// Like [`Tmux::start`], but shepherd starts only at [`Tmux::release`], and
+    /// the pane stays on screen after it exits: time to attach
+    /// [`Tmux::pipe_output_to`] before a one-shot run writes anything.
+    pub(crate) fn start_held(sandbox: &Sandbox, args: &[&str]) -> Tmux {
+        let held = ["sh", "-c", "read _ && exec \"$@\"", "sh"];
+        let tmux = Tmux::launch(sandbox, &held, args);
+        tmux.run(&["set-option", "-w", "-t", "t", "remain-on-exit", "on"]);
+        tmux
+    }
+
+    /// Starts a shepherd held by [`Tmux::start_held`].
+    pub(crate) fn release(&self) {
+        self.key("Enter");
+    }
+
+    /// Appends every byte the pane's program writes from now on to `path`,
+    /// before the terminal interprets it.
+    pub(crate) fn pipe_output_to(&self, path: &std::path::Path) {
+        let command = format!("cat >> '{}'", path.display());
+        self.run(&["pipe-pane", "-O", "-t", "t", &command]);
+    }
+
+    /// The screen with wrapped lines joined, so a long line can be matched whole.
+    pub(crate) fn joined_screen(&self) -> String {
+        self.run(&["capture-pane", "-p", "-J", "-t", "t"])
+    }
+
+    /// Runs `prefix... env -i ENV... shepherd args...` in a new pane.
+    fn launch(sandbox: &Sandbox, prefix: &[&str], args: &[&str]) -> Tmux {
         static COUNTER: AtomicU32 = AtomicU32::new(0);
         let n = COUNTER.fetch_add(1, Ordering::SeqCst);
         let tmux = Tmux {
@@ -193,6 +225,7 @@ impl Tmux {
             "-c",
             work.to_str().expect("utf-8 path"),
         ]);
+        command.extend_from_slice(prefix);
         command.extend(["env", "-i"]);
         command.extend(env.iter().map(String::as_str));
         command.push(env!("CARGO_BIN_EXE_shepherd"));
@@ -211,15 +244,15 @@ impl Tmux {
         String::from_utf8_lossy(&output.stdout).into_owned()
     }
 
-    fn screen(&self) -> String {
+    pub(crate) fn screen(&self) -> String {
         self.run(&["capture-pane", "-p", "-t", "t"])
     }
 
-    fn type_text(&self, text: &str) {
+    pub(crate) fn type_text(&self, text: &str) {
         self.run(&["send-keys", "-t", "t", "-l", text]);
     }
 
-    fn key(&self, name: &str) {
+    pub(crate) fn key(&self, name: &str) {
         self.run(&["send-keys", "-t", "t", name]);
     }
 
@@ -229,7 +262,7 @@ impl Tmux {
     }
 
     /// Waits until the screen satisfies `condition`; panics with the screen if it never does.
-    fn wait_for(&self, what: &str, condition: impl Fn(&str) -> bool) {
+    pub(crate) fn wait_for(&self, what: &str, condition: impl Fn(&str) -> bool) {
         let held = poll_until(SCREEN_DEADLINE, || condition(&self.screen()));
         assert!(
             held,
@@ -238,7 +271,7 @@ impl Tmux {
         );
     }
 
-    fn wait_text(&self, text: &str) {
+    pub(crate) fn wait_text(&self, text: &str) {
         self.wait_for(text, |screen| screen.contains(text));
     }
 
@@ -261,7 +294,7 @@ impl Drop for Tmux {
     }
 }
 
-fn fake_args<'a>(base_url: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+pub(crate) fn fake_args<'a>(base_url: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     let mut all = vec!["--backend", "openai", "--api-base", base_url, "-m", "test"];
     all.extend_from_slice(extra);
     all
