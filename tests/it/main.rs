@@ -10,5 +10,6 @@ mod fake_openai;
 mod harness;
 mod mcp;
 mod persist;
+mod server_tools;
 mod terminal;
 mod tool_server;
