@@ -1,4 +1,5 @@
-//! The agent loop: generate, run the tool calls, append the results, generate again.
+//! The agent thread: the session, the backend and the tools of one
+//! conversation, driven by a front-end.
 //!
 //! The agent runs on its own named thread and owns the [`Session`], the backend
 //! and the tool registry. Front-ends talk to it through an [`AgentHandle`]:
@@ -8,12 +9,13 @@
 //! the loop checks between tools. Every prompt ends with exactly one
 //! [`Event::Stop`].
 //!
-//! Context overflow reported by a backend triggers the session's two-pass
-//! eviction and one retry; the backend itself never evicts.
-//!
-//! Every tool call passes the [`Gate`] (policy, then the front-end's approver)
-//! before it runs; a refused call gets a tool result saying so, and every call
-//! is written to the audit log.
+//! Each prompt runs through the loop in [`turn`] (generate, gate each call,
+//! run it, record, generate again; eviction and one retry on context
+//! overflow), the same code the API server's `--use-tools` workers drive.
+//! The agent's part is the [`Gate`] it was given (policy, then the
+//! front-end's approver; a refused call gets a tool result saying so, and
+//! every call is written to the audit log), its channel as the event sink,
+//! and its registry, all of whose calls it runs.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,12 +25,13 @@ use std::thread::JoinHandle;
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::approval::{Approvals, Gate};
-use crate::backend::{Backend, GenerateRequest, Reply, Sampling, ToolChoice, ToolSpec, Usage};
-use crate::core::{
-    BackendError, Event, EventSink, FinishReason, Flow, Message, Session, ToolCall, ToolResultEvent,
-};
-use crate::log::{self, Category};
-use crate::tools::{truncate, ToolContext, ToolOutput, ToolRegistry};
+use crate::backend::{Backend, Sampling, ToolChoice, ToolSpec};
+use crate::core::{BackendError, Event, EventSink, FinishReason, Flow, Message, Session};
+use crate::tools::{ToolContext, ToolRegistry};
+
+pub mod turn;
+
+use turn::{Outcome, Toolbox, Turn, TurnConfig};
 
 /// What a front-end can ask of the agent. Operations run in the order sent.
 pub enum Op {
@@ -251,10 +254,36 @@ impl EventSink for ChannelSink<'_> {
     }
 }
 
-/// How one generation attempt ended, as far as the loop is concerned.
-enum Round {
-    Reply(Reply),
-    Failed(BackendError),
+/// The agent's tools: its registry, refreshed before each generation and
+/// offered unless tools are off. Every call the model makes is the agent's
+/// to run (an unknown name gets the registry's error as its result).
+struct AgentToolbox<'a> {
+    registry: &'a mut ToolRegistry,
+    offered: bool,
+}
+
+impl AgentToolbox<'_> {
+    fn of<'a>(registry: &'a mut ToolRegistry, config: &AgentConfig) -> AgentToolbox<'a> {
+        AgentToolbox {
+            registry,
+            offered: config.tools_enabled,
+        }
+    }
+}
+
+impl Toolbox for AgentToolbox<'_> {
+    fn offer(&mut self) -> Vec<ToolSpec> {
+        self.registry.refresh();
+        if self.offered {
+            self.registry.specs()
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn registry(&self) -> &ToolRegistry {
+        self.registry
+    }
 }
 
 impl Agent {
@@ -313,12 +342,7 @@ impl Agent {
     /// Tells the backend that the session waits for its next message, with the
     /// tools the next request will offer ([`Backend::warm`]).
     fn warm(&mut self) {
-        self.tools.refresh();
-        let specs = if self.config.tools_enabled {
-            self.tools.specs()
-        } else {
-            Vec::new()
-        };
+        let specs = AgentToolbox::of(&mut self.tools, &self.config).offer();
         self.backend.warm(&self.session, &specs);
     }
 
@@ -342,267 +366,45 @@ impl Agent {
         self.session.total_tokens = self.session.estimated_tokens();
     }
 
-    fn cancelled(&self) -> bool {
-        self.cancel.load(Ordering::SeqCst)
-    }
-
-    fn push_message(&mut self, mut message: Message) {
-        if message.tokens == 0 {
-            message.tokens = self.backend.count_tokens(&message);
-        }
-        self.session.total_tokens += u64::from(message.tokens);
-        self.session.messages.push(message);
-    }
-
-    /// Runs one prompt through as many tool rounds as the model needs.
+    /// Runs one prompt through the loop ([`Turn`]) and says how it finished;
+    /// a failure is also an [`Event::Error`].
     fn run_turn(&mut self, prompt: String) -> FinishReason {
         self.emit(Event::UserPrompt(prompt.clone()));
-        self.push_message(Message::user(prompt));
-        for round in 0..self.config.max_rounds {
-            let reply = match self.generate_with_eviction(round == 0) {
-                Round::Reply(reply) => reply,
-                Round::Failed(BackendError::Cancelled) => return FinishReason::Cancelled,
-                Round::Failed(error) => {
-                    self.emit(Event::Error {
-                        kind: error.kind(),
-                        message: error.to_string(),
-                    });
-                    return FinishReason::Error;
-                }
-            };
-            let finish = reply.finish;
-            let calls = self.record_reply(reply);
-            if finish == FinishReason::Cancelled {
-                return FinishReason::Cancelled;
-            }
-            if calls.is_empty() {
-                return finish;
-            }
-            if !self.run_tools(&calls) {
-                return FinishReason::Cancelled;
-            }
-        }
-        self.emit(Event::System(format!(
-            "stopped after {} tool rounds (raise --max-rounds to allow more)",
-            self.config.max_rounds
-        )));
-        FinishReason::Length
-    }
-
-    /// One generation, with one eviction-and-retry when the context overflows.
-    fn generate_with_eviction(&mut self, first_round: bool) -> Round {
-        match self.generate_once(first_round) {
-            Round::Failed(error @ BackendError::ContextOverflow { .. }) => {
-                if self.evict_for(&error) {
-                    self.generate_once(first_round)
-                } else {
-                    Round::Failed(error)
-                }
-            }
-            other => other,
-        }
-    }
-
-    fn generate_once(&mut self, first_round: bool) -> Round {
-        self.tools.refresh();
-        let specs: Vec<ToolSpec> = if self.config.tools_enabled {
-            self.tools.specs()
-        } else {
-            Vec::new()
-        };
-        let choice = if first_round {
-            self.config.first_tool_choice.clone()
-        } else {
-            ToolChoice::Auto
-        };
-        let request = GenerateRequest {
-            tools: &specs,
-            tool_choice: &choice,
-            sampling: &self.config.sampling,
-            stream: self.config.stream,
-        };
+        turn::push_message(&mut self.session, &*self.backend, Message::user(prompt));
+        let mut toolbox = AgentToolbox::of(&mut self.tools, &self.config);
         let mut sink = ChannelSink {
             events: &self.events,
             cancel: &self.cancel,
         };
-        let first_new = self.unmeasured_from();
-        match self.backend.generate(&self.session, &request, &mut sink) {
-            Ok(reply) => {
-                if let Some(usage) = reply.usage {
-                    self.correct_tokens(usage, first_new);
-                }
-                Round::Reply(reply)
-            }
-            Err(error) => Round::Failed(error),
+        let outcome = Turn {
+            backend: &mut *self.backend,
+            session: &mut self.session,
+            toolbox: &mut toolbox,
+            gate: &mut self.gate,
+            tool_ctx: &self.tool_ctx,
+            sink: &mut sink,
+            config: TurnConfig {
+                sampling: &self.config.sampling,
+                stream: self.config.stream,
+                max_rounds: self.config.max_rounds,
+                first_tool_choice: &self.config.first_tool_choice,
+            },
         }
-    }
-
-    /// Index of the first message whose token count is still an estimate
-    /// (everything after the last assistant message).
-    fn unmeasured_from(&self) -> usize {
-        self.session
-            .messages
-            .iter()
-            .rposition(|m| m.role == crate::core::Role::Assistant)
-            .map_or(0, |i| i + 1)
-    }
-
-    /// Replaces estimates with what the provider measured: the prompt tokens not
-    /// accounted for by earlier messages are shared among the new ones.
-    fn correct_tokens(&mut self, usage: Usage, first_new: usize) {
-        let session = &mut self.session;
-        let known: u64 = u64::from(session.system_tokens)
-            + session.messages[..first_new]
-                .iter()
-                .map(|m| u64::from(m.tokens))
-                .sum::<u64>();
-        let new = &mut session.messages[first_new..];
-        let estimated: u64 = new.iter().map(|m| u64::from(m.tokens)).sum();
-        if usage.prompt_tokens > known && estimated > 0 {
-            let measured = usage.prompt_tokens - known;
-            for message in new.iter_mut() {
-                let share = u64::from(message.tokens) * measured / estimated;
-                message.tokens = u32::try_from(share.max(1)).unwrap_or(u32::MAX);
-            }
-        }
-        session.last_prompt_tokens = usage.prompt_tokens;
-        session.last_assistant_message_tokens = usage.completion_tokens;
-        session.total_tokens = usage.prompt_tokens + usage.completion_tokens;
-    }
-
-    /// Evicts enough of the conversation for the failed request to fit. False when impossible.
-    fn evict_for(&mut self, error: &BackendError) -> bool {
-        let estimated = self.session.estimated_tokens();
-        let reserve = u64::from(self.config.sampling.max_tokens.unwrap_or(1024));
-        let needed = match (error.tokens_over(), error) {
-            (Some(over), BackendError::ContextOverflow { limit, .. }) => {
-                over + reserve.min(limit.unwrap_or(0) / 4)
-            }
-            _ => (estimated / 4).max(1),
-        };
-        // Estimates can be off; if the plan cannot free the full amount, free all
-        // that may go and let the retry tell.
-        let plan = self
-            .session
-            .plan_eviction(needed)
-            .or_else(|| self.session.plan_full_eviction());
-        let Some(plan) = plan else {
-            log::debug(Category::Llm, || {
-                format!("context overflow: nothing left to evict for {needed} tokens")
-            });
-            return false;
-        };
-        let count: usize = plan.ranges.iter().map(|r| r.len()).sum();
-        self.session.evict(&plan);
-        self.emit(Event::System(format!(
-            "context full: evicted {count} old messages ({} tokens) and retrying",
-            plan.tokens_freed
-        )));
-        true
-    }
-
-    /// Appends the assistant message and returns the tool calls to run.
-    fn record_reply(&mut self, reply: Reply) -> Vec<ToolCall> {
-        let calls = if reply.finish == FinishReason::Cancelled {
-            Vec::new()
-        } else {
-            reply.tool_calls
-        };
-        let mut message = Message::assistant(reply.content);
-        message.tool_calls = calls.clone();
-        if !reply.thinking.is_empty() {
-            message.thinking = Some(reply.thinking);
-        }
-        message.artefacts = reply.artefacts;
-        if let Some(usage) = reply.usage {
-            message.tokens = u32::try_from(usage.completion_tokens.max(1)).unwrap_or(u32::MAX);
-        }
-        if !message.content.is_empty() || !message.tool_calls.is_empty() {
-            self.push_message(message);
-        }
-        calls
-    }
-
-    /// Runs each call in order. Every call gets a result message, even when the
-    /// user cancels halfway, so the history stays valid for every provider.
-    /// Returns false when cancelled.
-    fn run_tools(&mut self, calls: &[ToolCall]) -> bool {
-        for call in calls {
-            if self.cancelled() {
-                let output = ToolOutput {
-                    content: "Cancelled by the user before this tool ran.".into(),
-                    summary: "cancelled".into(),
-                    error: true,
-                };
-                self.push_message(Message::tool_result(call, output.content));
-                continue;
-            }
-            self.emit(Event::ToolCall(call.clone()));
-            let output = self.run_gated(call);
-            self.emit(Event::ToolResult(ToolResultEvent {
-                id: call.id.clone(),
-                name: call.name.clone(),
-                success: !output.error,
-                summary: output.summary.clone(),
-                content: output.content.clone(),
-            }));
-            self.push_message(Message::tool_result(call, output.content));
-        }
-        !self.cancelled()
-    }
-
-    /// Runs `call` if the gate lets it, and records it in the audit log.
-    /// A tool that does not exist (or is disabled) needs no approval: the
-    /// registry answers it with an error and runs nothing.
-    fn run_gated(&mut self, call: &ToolCall) -> ToolOutput {
-        let side_effecting = self
-            .tools
-            .get(&call.name)
-            .map(|tool| tool.side_effecting(&call.arguments));
-        let limit = self.tool_output_limit_chars();
-        let (tools, ctx, events) = (&self.tools, &self.tool_ctx, &self.events);
-        let mut notify = |event: Event| {
-            let _ = events.send(event);
-        };
-        self.gate
-            .run(call, side_effecting, &mut notify, &self.cancel, || {
-                log::debug(Category::Tools, || {
-                    format!("run {}({})", call.name, call.arguments)
+        .run();
+        match outcome {
+            Outcome::Answered(reply) => reply.finish,
+            Outcome::RoundCap(_) => FinishReason::Length,
+            Outcome::Failed(BackendError::Cancelled) => FinishReason::Cancelled,
+            Outcome::Failed(error) => {
+                self.emit(Event::Error {
+                    kind: error.kind(),
+                    message: error.to_string(),
                 });
-                truncate::truncate_output(tools.run(call, ctx), limit)
-            })
-    }
-
-    /// The share of the free context a tool result may take, in characters.
-    fn tool_output_limit_chars(&self) -> usize {
-        let info = self.backend.info();
-        let context = if info.context_size > 0 {
-            info.context_size
-        } else {
-            DEFAULT_CONTEXT_ASSUMED
-        };
-        let last = |role| {
-            self.session
-                .messages
-                .iter()
-                .rev()
-                .find(|m| m.role == role)
-                .map_or(0, |m| u64::from(m.tokens))
-        };
-        let tokens = truncate::context_limit_tokens(
-            context,
-            u64::from(self.session.system_tokens),
-            last(crate::core::Role::User),
-            last(crate::core::Role::Assistant),
-        );
-        usize::try_from(tokens.saturating_mul(CHARS_PER_TOKEN)).unwrap_or(usize::MAX)
+                FinishReason::Error
+            }
+        }
     }
 }
-
-/// Context assumed for truncation when a backend cannot tell its window.
-const DEFAULT_CONTEXT_ASSUMED: u64 = 32_768;
-/// Conservative characters-per-token ratio for sizing tool output.
-const CHARS_PER_TOKEN: u64 = 3;
 
 #[cfg(test)]
 mod tests {
@@ -613,8 +415,9 @@ mod tests {
     use serde_json::{json, Value};
 
     use super::*;
-    use crate::backend::BackendInfo;
+    use crate::backend::{BackendInfo, GenerateRequest, Reply};
     use crate::core::Role;
+    use crate::core::ToolCall;
 
     type Script = VecDeque<Result<Reply, BackendError>>;
 

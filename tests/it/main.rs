@@ -13,5 +13,6 @@ mod harness;
 mod mcp;
 mod persist;
 mod secrets;
+mod server_tools;
 mod terminal;
 mod tool_server;

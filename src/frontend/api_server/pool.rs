@@ -10,6 +10,13 @@
 //! [`Flow`]) and between tools, so its worker is free within one token.
 //! Nothing here is shared between jobs except the queue, so one client's
 //! cancel never touches another's job.
+//!
+//! With `--use-tools` a job runs through the agent's own loop
+//! ([`crate::agent::turn`]) over a copy of the client's conversation: the
+//! server's registry (calls to the client's tools go back to the client), a
+//! gate with the configured rules and no one to ask, and the job's sink.
+//! Eviction on context overflow, thinking and reasoning artefacts kept
+//! between rounds, the round cap and cancellation come from that loop.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -18,13 +25,12 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use crossbeam_channel::{Receiver, Sender};
 
+use crate::agent::turn::{Outcome, Toolbox, Turn, TurnConfig};
 use crate::approval::{Gate, Headless, Policy};
 use crate::audit::AuditLog;
-use crate::backend::{Backend, GenerateRequest, Reply, Sampling, ToolChoice, ToolSpec, Usage};
-use crate::core::{
-    BackendError, Event, EventSink, FinishReason, Flow, Message, Session, ToolCall, ToolResultEvent,
-};
-use crate::tools::{truncate, ToolContext, ToolOutput, ToolRegistry};
+use crate::backend::{Backend, GenerateRequest, Reply, Sampling, ToolChoice, ToolSpec};
+use crate::core::{BackendError, Event, EventSink, FinishReason, Flow, Session, ToolCall};
+use crate::tools::{ToolContext, ToolRegistry};
 
 /// One generation request, stateless: the conversation comes with it.
 #[derive(Debug, Clone)]
@@ -208,7 +214,12 @@ struct JobSink<'a> {
 
 impl EventSink for JobSink<'_> {
     fn emit(&mut self, event: Event) -> Flow {
-        if self.out.send(Out::Event(event)).is_err() {
+        // Notices for a person at a terminal (an eviction, the round cap, a
+        // failover) have no place in an API answer; passing one on would also
+        // write the response head before any output, so a later error could
+        // no longer be a proper status.
+        let notice = matches!(event, Event::System(_));
+        if !notice && self.out.send(Out::Event(event)).is_err() {
             self.cancel.store(true, Ordering::SeqCst);
         }
         if self.cancelled() {
@@ -240,7 +251,7 @@ impl Worker {
         let result = match (&self.tools, job.work.use_tools) {
             (Some(tools), true) => {
                 let tools = tools.clone();
-                self.tool_rounds(&tools, &job.work, &job.cancel, &mut sink)
+                self.run_with_tools(&tools, &job.work, &job.cancel, &mut sink)
             }
             _ => {
                 let request = GenerateRequest {
@@ -256,10 +267,11 @@ impl Worker {
         let _ = job.out.send(Out::Done(result));
     }
 
-    /// `--use-tools`: generate, run the server's tools the model asked for,
-    /// append the results, generate again; at most `max_rounds` generations.
-    /// Calls to the client's own tools end the loop and go back to the client.
-    fn tool_rounds(
+    /// `--use-tools`: the agent's loop ([`Turn`]) over a copy of the client's
+    /// conversation, with the server's tools and gate. Calls to the client's
+    /// own tools end it and go back to the client; the answer's usage is the
+    /// sum over every generation.
+    fn run_with_tools(
         &mut self,
         tools: &ServerTools,
         work: &Work,
@@ -267,114 +279,78 @@ impl Worker {
         sink: &mut JobSink<'_>,
     ) -> Result<Reply, BackendError> {
         let mut session = work.session.clone();
-        let mut specs = tools.registry.specs();
-        specs.extend(
-            work.tools
-                .iter()
-                .filter(|t| tools.registry.get(&t.name).is_none())
-                .cloned(),
-        );
+        let mut toolbox = ServerToolbox {
+            tools,
+            client: &work.tools,
+        };
+        let mut gate = tools.gate();
         let mut ctx = ToolContext::new(tools.root.clone());
         ctx.cancel = cancel.clone();
-        let mut usage = Usage::default();
-        let mut gate = tools.gate();
-        for round in 0..tools.max_rounds {
-            let choice = if round == 0 {
-                work.tool_choice.clone()
-            } else {
-                ToolChoice::Auto
-            };
-            let request = GenerateRequest {
-                tools: &specs,
-                tool_choice: &choice,
+        let outcome = Turn {
+            backend: &mut *self.backend,
+            session: &mut session,
+            toolbox: &mut toolbox,
+            gate: &mut gate,
+            tool_ctx: &ctx,
+            sink,
+            config: TurnConfig {
                 sampling: &work.sampling,
                 stream: true,
-            };
-            let mut reply = self.backend.generate(&session, &request, sink)?;
-            if let Some(u) = reply.usage {
-                usage.prompt_tokens += u.prompt_tokens;
-                usage.completion_tokens += u.completion_tokens;
-            }
-            reply.usage = Some(usage);
-            let (ours, theirs): (Vec<_>, Vec<_>) = reply
-                .tool_calls
-                .iter()
-                .cloned()
-                .partition(|call| tools.registry.get(&call.name).is_some());
-            if ours.is_empty() || reply.finish == FinishReason::Cancelled {
-                return Ok(reply);
-            }
-            let mut assistant = Message::assistant(reply.content.clone());
-            assistant.tool_calls = ours.clone();
-            session.messages.push(assistant);
-            for call in &ours {
-                if sink.cancelled() {
-                    return Err(BackendError::Cancelled);
-                }
-                sink.emit(Event::ToolCall(call.clone()));
-                let output = run_gated(tools, &mut gate, call, &ctx, sink);
-                let limit = self.tool_output_limit();
-                let output = truncate::truncate_output(output, limit);
-                sink.emit(Event::ToolResult(ToolResultEvent {
-                    id: call.id.clone(),
-                    name: call.name.clone(),
-                    success: !output.error,
-                    summary: output.summary.clone(),
-                    content: output.content.clone(),
-                }));
-                session
-                    .messages
-                    .push(Message::tool_result(call, output.content));
-            }
-            if !theirs.is_empty() {
-                reply.tool_calls = theirs;
-                return Ok(reply);
-            }
+                max_rounds: tools.max_rounds,
+                first_tool_choice: &work.tool_choice,
+            },
         }
-        Ok(Reply {
-            content: String::new(),
-            thinking: String::new(),
-            tool_calls: Vec::new(),
-            finish: FinishReason::Length,
-            usage: Some(usage),
-            artefacts: Vec::new(),
-        })
-    }
-
-    /// Tool output is held to a quarter of the context, in characters.
-    fn tool_output_limit(&self) -> usize {
-        let context = match self.backend.info().context_size {
-            0 => 32_768,
-            n => n,
-        };
-        usize::try_from(context.saturating_mul(3) / 4).unwrap_or(usize::MAX)
+        .run();
+        match outcome {
+            Outcome::Answered(reply) => Ok(reply),
+            Outcome::RoundCap(usage) => Ok(Reply {
+                content: String::new(),
+                thinking: String::new(),
+                tool_calls: Vec::new(),
+                finish: FinishReason::Length,
+                usage: Some(usage),
+                artefacts: Vec::new(),
+            }),
+            Outcome::Failed(error) => Err(error),
+        }
     }
 }
 
-/// Runs `call` if the approval rules let it, and records it in the audit log.
-fn run_gated(
-    tools: &ServerTools,
-    gate: &mut Gate,
-    call: &ToolCall,
-    ctx: &ToolContext,
-    sink: &mut JobSink<'_>,
-) -> ToolOutput {
-    let side_effecting = tools
-        .registry
-        .get(&call.name)
-        .map(|tool| tool.side_effecting(&call.arguments));
-    let mut notify = |event: Event| {
-        sink.emit(event);
-    };
-    gate.run(call, side_effecting, &mut notify, &ctx.cancel, || {
-        tools.registry.run(call, ctx)
-    })
+/// The server's tools for one request: its registry, offered with the
+/// client's tools (a client tool named like a server tool is the server's).
+/// Only calls to the server's tools run here.
+struct ServerToolbox<'a> {
+    tools: &'a ServerTools,
+    client: &'a [ToolSpec],
+}
+
+impl Toolbox for ServerToolbox<'_> {
+    fn offer(&mut self) -> Vec<ToolSpec> {
+        let registry = &self.tools.registry;
+        let mut specs = registry.specs();
+        specs.extend(
+            self.client
+                .iter()
+                .filter(|t| registry.get(&t.name).is_none())
+                .cloned(),
+        );
+        specs
+    }
+
+    fn registry(&self) -> &ToolRegistry {
+        &self.tools.registry
+    }
+
+    fn runs(&self, call: &ToolCall) -> bool {
+        self.tools.registry.get(&call.name).is_some()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::backend::BackendInfo;
+    use crate::core::Message;
     use std::time::Duration;
 
     /// Emits one event, then waits until released (or cancelled).
