@@ -11,13 +11,22 @@
 //! of its own (see docs/DEPENDENCIES.md). What it does:
 //!
 //! - The accept loop survives every error, backing off on resource exhaustion.
-//! - One named thread per connection, at most [`Limits::max_connections`]; a
-//!   connection over the cap gets `503` and is closed at once.
+//! - One named thread per connection, at most [`Limits::max_connections`]. At
+//!   the cap the oldest connection still reading its request is shut down to
+//!   make room (slow-loris); only when every connection is past its head does
+//!   a newcomer get `503` and close at once.
 //! - An absolute deadline for the request head and body (slow-loris), a cap on
 //!   the head (`431`) and on the body (`413`, decided from `Content-Length`
 //!   before reading it).
+//! - A strict head: token method and header names, no control characters,
+//!   one `Host`, `HTTP/1.0` or `1.1`, origin- or absolute-form targets. The
+//!   body is framed by `Content-Length` alone (digits, all agreeing); any
+//!   `Transfer-Encoding` is refused (`411`), so a chunked body is never read
+//!   as a request. `Expect: 100-continue` is answered once the request has
+//!   passed the [`Policy`], before its body is read.
 //! - One request per connection (`Connection: close`), so an idle keep-alive
-//!   connection never holds a thread.
+//!   connection never holds a thread, and bytes after the request (a
+//!   pipelined one) are never parsed.
 //! - [`Policy`]: `Host` and `Origin` checks against DNS rebinding, CORS for
 //!   configured origins only, a bearer token compared in constant time.
 //! - [`SseStream`] writes chunked frames itself and flushes every event, and
@@ -286,7 +295,7 @@ impl AcceptBackoff {
 /// Over the connection cap: a short 503 and close, without reading the request.
 fn refuse_busy(stream: TcpStream) {
     let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
-    let body = error_body("server busy: too many connections", "server_busy");
+    let body = error_json("server busy: too many connections", "server_busy", 503);
     let mut writer = &stream;
     let _ = write_head(
         &mut writer,
@@ -521,10 +530,12 @@ fn read_head_lines(reader: &mut impl BufRead, limits: &Limits) -> Result<Vec<Str
             .read_until(b'\n', &mut line)
             .map_err(|_| ReadError::Gone)?;
         used += n;
-        if n == 0 {
+        let ended = line.ends_with(b"\n");
+        // End of stream before the head is complete: the client gave up.
+        if !ended && (n as u64) < cap {
             return Err(ReadError::Gone);
         }
-        if !line.ends_with(b"\n") || used > limits.max_head_bytes {
+        if !ended || used > limits.max_head_bytes {
             return Err(ReadError::Reject(431, "request head too large".into()));
         }
         let text = String::from_utf8(line)
@@ -807,10 +818,6 @@ struct ErrorDetail<'a> {
     #[serde(rename = "type")]
     kind: &'a str,
     code: String,
-}
-
-fn error_body(message: &str, kind: &str) -> String {
-    error_json(message, kind, 0)
 }
 
 fn error_json(message: &str, kind: &str, status: u16) -> String {
