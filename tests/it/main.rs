@@ -8,6 +8,7 @@ mod cli;
 mod cli_server;
 mod fake_openai;
 mod harness;
+mod hostile;
 mod mcp;
 mod persist;
 mod terminal;
