@@ -9,12 +9,18 @@
 //! Threads and limits: one accept loop (backing off on errors such as EMFILE
 //! instead of dying), one named thread per connection up to
 //! [`ToolServerConfig::max_connections`] (the next one gets a [`rpc::BUSY`]
-//! error and is closed), lines capped at [`ToolServerConfig::max_line`], and a
-//! connection that stays silent for [`ToolServerConfig::idle_timeout`] is
-//! closed. Every request gets an answer: bad JSON a parse error, unknown
-//! methods "method not found", bad parameters "invalid params"; only JSON-RPC
-//! notifications (requests without `id`) are answered with silence, as the
-//! spec requires.
+//! error and is closed), lines capped at [`ToolServerConfig::max_line`], a
+//! connection that sends nothing for 10 s after connecting, or stays silent
+//! for [`ToolServerConfig::idle_timeout`] later, is closed.
+//!
+//! Framing: a connection must open with a JSON-RPC request. Another protocol
+//! talking to the port is refused before any later line runs: an HTTP request
+//! or header line (a web page can `fetch` this port and put JSON lines in the
+//! body), or a blank first line, closes the connection without an answer; a
+//! line that is not JSON gets one parse error and closes it. JSON that is no
+//! valid request is answered and the connection goes on: invalid request,
+//! "method not found", "invalid params"; only JSON-RPC notifications
+//! (requests without `id`) are answered with silence, as the spec requires.
 //!
 //! Security: loopback by default; with a token (required for any other bind)
 //! a connection must first call `auth {token}` (compared in constant time);
