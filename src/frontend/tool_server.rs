@@ -9,12 +9,18 @@
 //! Threads and limits: one accept loop (backing off on errors such as EMFILE
 //! instead of dying), one named thread per connection up to
 //! [`ToolServerConfig::max_connections`] (the next one gets a [`rpc::BUSY`]
-//! error and is closed), lines capped at [`ToolServerConfig::max_line`], and a
-//! connection that stays silent for [`ToolServerConfig::idle_timeout`] is
-//! closed. Every request gets an answer: bad JSON a parse error, unknown
-//! methods "method not found", bad parameters "invalid params"; only JSON-RPC
-//! notifications (requests without `id`) are answered with silence, as the
-//! spec requires.
+//! error and is closed), lines capped at [`ToolServerConfig::max_line`], a
+//! connection that sends nothing for 10 s after connecting, or stays silent
+//! for [`ToolServerConfig::idle_timeout`] later, is closed.
+//!
+//! Framing: a connection must open with a JSON-RPC request. Another protocol
+//! talking to the port is refused before any later line runs: an HTTP request
+//! or header line (a web page can `fetch` this port and put JSON lines in the
+//! body), or a blank first line, closes the connection without an answer; a
+//! line that is not JSON gets one parse error and closes it. JSON that is no
+//! valid request is answered and the connection goes on: invalid request,
+//! "method not found", "invalid params"; only JSON-RPC notifications
+//! (requests without `id`) are answered with silence, as the spec requires.
 //!
 //! Security: loopback by default; with a token (required for any other bind)
 //! a connection must first call `auth {token}` (compared in constant time);
@@ -23,8 +29,8 @@
 //! tools run, side-effecting ones only when `--approve` (or config) allows
 //! them. Every `executeTool` is written to the audit log.
 
-use std::io::{self, BufReader, BufWriter, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -37,7 +43,7 @@ use serde_json::{json, Value};
 use crate::approval::{DecidedBy, Decision, Policy, Verdict};
 use crate::audit::{AuditLog, AuditRecord};
 use crate::core::ToolCall;
-use crate::tools::rpc::{self, Line, Response, RpcError, ToolEntry};
+use crate::tools::rpc::{self, Frame, Line, Response, RpcError, ToolEntry};
 use crate::tools::{args, ToolContext, ToolOutput, ToolRegistry};
 
 use super::access::Access;
@@ -205,42 +211,106 @@ struct Connection<'a> {
     socket: Option<TcpStream>,
 }
 
+/// How long a new connection may take to send its first line; after that
+/// the idle timeout applies. A client sends its request as soon as it has
+/// connected, so this only stops idle sockets from holding slots of the cap.
+const FIRST_LINE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a closing connection reads (and drops) what its client still
+/// sends, so the last answer is not lost to a reset.
+const LINGER: Duration = Duration::from_millis(500);
+
+/// The line loop. A connection must open with a JSON-RPC request: anything
+/// else is another protocol talking to this port (a web page's `fetch` sends
+/// an HTTP request line first) and is closed before a later line runs.
 fn serve_connection(stream: TcpStream, shared: &Shared) -> io::Result<()> {
-    stream.set_read_timeout(Some(shared.config.idle_timeout))?;
+    stream.set_read_timeout(Some(FIRST_LINE_TIMEOUT.min(shared.config.idle_timeout)))?;
     stream.set_write_timeout(Some(shared.config.write_timeout))?;
     let mut reader = BufReader::new(stream.try_clone()?);
-    let socket = Some(stream.try_clone()?);
-    let mut writer = BufWriter::new(stream);
+    let mut writer = BufWriter::new(stream.try_clone()?);
     let mut conn = Connection {
         shared,
         authenticated: shared.config.token.is_none(),
         close: false,
-        socket,
+        socket: Some(stream.try_clone()?),
     };
+    let mut greeted = false;
     loop {
         // An idle timeout or a reset ends the connection; there is no request to answer.
-        let line = rpc::read_line(&mut reader, shared.config.max_line)?;
-        let reply = match line {
+        let (reply, after) = match rpc::read_line(&mut reader, shared.config.max_line)? {
             Line::Eof => return Ok(()),
-            Line::TooLong => Some(Reply::error(
-                rpc::INVALID_REQUEST,
-                format!("line longer than {} bytes", shared.config.max_line),
-            )),
-            Line::Text(bytes) if bytes.iter().all(u8::is_ascii_whitespace) => None,
-            Line::Text(bytes) => conn.handle_line(&bytes),
+            Line::TooLong => too_long(shared.config.max_line, greeted),
+            Line::Text(bytes) => conn.step(&bytes, greeted),
         };
-        match reply {
-            Some(Reply::One(response)) => write_response(&mut writer, &response)?,
-            Some(Reply::Batch(responses)) => {
-                let mut line = serde_json::to_vec(&responses).map_err(io::Error::other)?;
-                line.push(b'\n');
-                writer.write_all(&line)?;
-                writer.flush()?;
-            }
-            None => {}
+        if let Some(reply) = reply {
+            write_reply(&mut writer, &reply)?;
         }
-        if conn.close {
-            return Ok(());
+        match after {
+            After::HangUp => return Ok(()),
+            After::Close => break,
+            _ if conn.close => break,
+            After::Read => {}
+            After::Greeted => {
+                greeted = true;
+                stream.set_read_timeout(Some(shared.config.idle_timeout))?;
+            }
+        }
+    }
+    linger_close(&stream, &mut reader);
+    Ok(())
+}
+
+/// What the line loop does after answering a line.
+#[derive(Debug, PartialEq, Eq)]
+enum After {
+    /// Read the next line.
+    Read,
+    /// The first line was a request: the peer speaks JSON-RPC; read on.
+    Greeted,
+    /// The answer was the last one: close, reading what is still in flight.
+    Close,
+    /// Not JSON-RPC: close at once, answering nothing.
+    HangUp,
+}
+
+/// A line over the cap is answered; it ends a connection that has not sent a
+/// request yet (nothing shows that it speaks JSON-RPC).
+fn too_long(max_line: usize, greeted: bool) -> (Option<Reply>, After) {
+    let reply = Reply::error(
+        rpc::INVALID_REQUEST,
+        format!("line longer than {max_line} bytes"),
+    );
+    (
+        Some(reply),
+        if greeted { After::Read } else { After::Close },
+    )
+}
+
+fn write_reply(writer: &mut impl Write, reply: &Reply) -> io::Result<()> {
+    match reply {
+        Reply::One(response) => write_response(writer, response),
+        Reply::Batch(responses) => {
+            let mut line = serde_json::to_vec(responses).map_err(io::Error::other)?;
+            line.push(b'\n');
+            writer.write_all(&line)?;
+            writer.flush()
+        }
+    }
+}
+
+/// Closes after a final answer: stop sending, then read and drop what the
+/// client is still sending for a moment, so the answer is not lost to a reset.
+fn linger_close(stream: &TcpStream, reader: &mut impl Read) {
+    let _ = stream.shutdown(Shutdown::Write);
+    let end = Instant::now() + LINGER;
+    let mut sink = [0u8; 8192];
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
+            return;
+        }
+        if !matches!(reader.read(&mut sink), Ok(n) if n > 0) {
+            return;
         }
     }
 }
@@ -262,14 +332,32 @@ impl Reply {
 }
 
 impl Connection<'_> {
-    fn handle_line(&mut self, bytes: &[u8]) -> Option<Reply> {
-        let value: Value = match serde_json::from_slice(bytes) {
-            Ok(value) => value,
-            Err(error) => {
+    /// Answers one line. Blank lines between requests are skipped; a line
+    /// that is not JSON gets one parse error and ends the connection (a
+    /// client that sends garbage is out of step); HTTP lines, and a first
+    /// line that is blank, end it without an answer.
+    fn step(&mut self, bytes: &[u8], greeted: bool) -> (Option<Reply>, After) {
+        match rpc::frame(bytes) {
+            Frame::Blank if greeted => (None, After::Read),
+            Frame::Blank | Frame::Http => (None, After::HangUp),
+            Frame::NotJson(error) => {
                 let message = format!("parse error: {error}");
-                return Some(Reply::error(rpc::PARSE_ERROR, message));
+                (Some(Reply::error(rpc::PARSE_ERROR, message)), After::Close)
             }
-        };
+            Frame::Json(value) if greeted => (self.handle_json(value), After::Read),
+            Frame::Json(value) if rpc::is_request_shaped(&value) => {
+                (self.handle_json(value), After::Greeted)
+            }
+            Frame::Json(_) => {
+                let message = "the first line of a connection must be a JSON-RPC 2.0 request";
+                let reply = Reply::error(rpc::INVALID_REQUEST, message.into());
+                (Some(reply), After::Close)
+            }
+        }
+    }
+
+    /// Answers a request or a batch; `None` when there is nothing to answer.
+    fn handle_json(&mut self, value: Value) -> Option<Reply> {
         match value {
             Value::Array(items) if items.is_empty() => {
                 Some(Reply::error(rpc::INVALID_REQUEST, "empty batch".into()))
@@ -564,9 +652,10 @@ mod tests {
         }
     }
 
-    /// Sends `line` and returns the answer as JSON (`Null` for no answer).
+    /// Sends `line` on a connection that has made its first request and
+    /// returns the answer as JSON (`Null` for no answer).
     fn check(conn: &mut Connection<'_>, line: &str) -> Value {
-        match conn.handle_line(line.as_bytes()) {
+        match conn.step(line.as_bytes(), true).0 {
             Some(Reply::One(r)) => serde_json::to_value(r).unwrap(),
             Some(Reply::Batch(r)) => serde_json::to_value(r).unwrap(),
             None => Value::Null,
@@ -714,7 +803,8 @@ mod tests {
         }
         corpus.push(vec![0xc3, 0x28, b'{', 0xff]);
         for line in &corpus {
-            let answer = match conn.handle_line(line) {
+            let (reply, after) = conn.step(line, true);
+            let answer = match reply {
                 Some(Reply::One(r)) => serde_json::to_value(r).unwrap(),
                 other => panic!(
                     "{:?}: expected one answer, got {}",
@@ -722,10 +812,15 @@ mod tests {
                     other.is_some()
                 ),
             };
-            assert!(
-                answer["error"]["code"].as_i64().is_some_and(|c| c < -32000),
-                "{answer}"
-            );
+            let code = answer["error"]["code"].as_i64().unwrap_or(0);
+            assert!(code < -32000, "{answer}");
+            // Not JSON: answered, then the connection ends; JSON errors are the client's to fix.
+            let expected = if code == rpc::PARSE_ERROR {
+                After::Close
+            } else {
+                After::Read
+            };
+            assert_eq!(after, expected, "{answer}");
         }
         assert!(!conn.close);
         let list = check(
@@ -733,6 +828,65 @@ mod tests {
             r#"{"jsonrpc":"2.0","method":"listTools","id":1}"#,
         );
         assert!(list["result"].is_array());
+    }
+
+    #[test]
+    fn a_connection_must_open_with_a_request() {
+        let shared = shared(None, Policy::default());
+        let mut conn = Connection {
+            shared: &shared,
+            authenticated: true,
+            close: false,
+            socket: None,
+        };
+        let mut first = |line: &str| {
+            let (reply, after) = conn.step(line.as_bytes(), false);
+            let code = match reply {
+                Some(Reply::One(r)) => r.error.map_or(0, |e| e.code),
+                Some(Reply::Batch(_)) => 1,
+                None => -1,
+            };
+            (code, after)
+        };
+        let cases = [
+            ("POST / HTTP/1.1\r", -1, After::HangUp),
+            ("Host: 127.0.0.1\r", -1, After::HangUp),
+            ("", -1, After::HangUp),
+            ("\r", -1, After::HangUp),
+            ("hello", rpc::PARSE_ERROR, After::Close),
+            ("7", rpc::INVALID_REQUEST, After::Close),
+            ("[]", rpc::INVALID_REQUEST, After::Close),
+            (
+                r#"[{"jsonrpc":"2.0","method":"listTools","id":1},5]"#,
+                rpc::INVALID_REQUEST,
+                After::Close,
+            ),
+            (
+                r#"{"jsonrpc":"1.0","method":"listTools","id":1}"#,
+                rpc::INVALID_REQUEST,
+                After::Close,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","method":"listTools","id":1}"#,
+                0,
+                After::Greeted,
+            ),
+            (
+                r#"[{"jsonrpc":"2.0","method":"listTools","id":1}]"#,
+                1,
+                After::Greeted,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","method":"nope","id":1}"#,
+                rpc::METHOD_NOT_FOUND,
+                After::Greeted,
+            ),
+        ];
+        for (line, code, after) in cases {
+            assert_eq!(first(line), (code, after), "{line:?}");
+        }
+        assert_eq!(too_long(10, false).1, After::Close);
+        assert_eq!(too_long(10, true).1, After::Read);
     }
 
     #[test]

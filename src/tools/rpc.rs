@@ -8,6 +8,11 @@
 //! `sideEffecting {name, arguments}` → bool tells a client whether a call
 //! needs its user's approval. A tool that runs and fails answers with the
 //! error [`TOOL_FAILED`] carrying `{content, summary}` in `data`.
+//!
+//! Framing: [`read_line`] reads capped lines and [`frame`] says what a line
+//! is before any JSON-RPC meaning is given to it, so the server can tell a
+//! JSON-RPC client from another protocol talking to its port (a web page's
+//! `fetch` arrives as an HTTP request line and header lines).
 
 use std::io::{self, BufRead};
 
@@ -153,6 +158,74 @@ pub fn read_line(reader: &mut impl BufRead, cap: usize) -> io::Result<Line> {
     }
 }
 
+/// What a received line is, before any JSON-RPC meaning is given to it.
+#[derive(Debug, PartialEq)]
+pub enum Frame {
+    /// Nothing but whitespace.
+    Blank,
+    /// An HTTP request line (`POST / HTTP/1.1`) or header line (`Host: x`):
+    /// another protocol is talking to this port.
+    Http,
+    /// Not JSON; the parser's message.
+    NotJson(String),
+    Json(Value),
+}
+
+/// Classifies one line (without its `\n`).
+pub fn frame(line: &[u8]) -> Frame {
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return Frame::Blank;
+    }
+    if is_http_request_line(line) || is_header_line(line) {
+        return Frame::Http;
+    }
+    match serde_json::from_slice(line) {
+        Ok(value) => Frame::Json(value),
+        Err(error) => Frame::NotJson(error.to_string()),
+    }
+}
+
+/// Whether a JSON value has the shape of a request (or a batch of them):
+/// what the first line of a connection must be.
+pub fn is_request_shaped(value: &Value) -> bool {
+    match value {
+        Value::Object(object) => {
+            object.get("jsonrpc").and_then(Value::as_str) == Some("2.0")
+                && object.get("method").is_some_and(Value::is_string)
+        }
+        Value::Array(items) => {
+            !items.is_empty()
+                && items
+                    .iter()
+                    .all(|item| item.is_object() && is_request_shaped(item))
+        }
+        _ => false,
+    }
+}
+
+/// `METHOD target HTTP/…`: a method token, a space, and ` HTTP/` further on.
+fn is_http_request_line(line: &[u8]) -> bool {
+    let method = token_len(line);
+    method > 0
+        && line.get(method) == Some(&b' ')
+        && line.windows(6).any(|window| window == b" HTTP/")
+}
+
+/// `Name: value`: a header-name token directly followed by a colon. No JSON
+/// text has this shape (a JSON line starts with `{`, `[`, `"`, a digit, `-`,
+/// or a literal that a colon cannot follow).
+fn is_header_line(line: &[u8]) -> bool {
+    let name = token_len(line);
+    name > 0 && line.get(name) == Some(&b':')
+}
+
+/// Length of the RFC 9110 token (`tchar`s) at the start of `line`.
+fn token_len(line: &[u8]) -> usize {
+    line.iter()
+        .take_while(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b))
+        .count()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -179,6 +252,52 @@ mod tests {
                 Line::Text(b"last".to_vec()),
             ]
         );
+    }
+
+    #[test]
+    fn frames_tell_http_from_json_rpc() {
+        let http = [
+            "POST / HTTP/1.1\r",
+            "GET /x?y=1 HTTP/1.0",
+            "OPTIONS * HTTP/1.1",
+            "PRI * HTTP/2.0",
+            "Host: 127.0.0.1:9876\r",
+            "Content-Length: 12",
+            "origin:http://evil.example",
+        ];
+        for line in http {
+            assert_eq!(frame(line.as_bytes()), Frame::Http, "{line}");
+        }
+        for line in ["", "\r", " \t "] {
+            assert_eq!(frame(line.as_bytes()), Frame::Blank, "{line:?}");
+        }
+        for line in ["{\"a\": \"b: c\"}", "[1]", "7", "null", "\"Host: x\""] {
+            assert!(matches!(frame(line.as_bytes()), Frame::Json(_)), "{line}");
+        }
+        for line in ["not json", "GET /", "{", "\u{feff}{}"] {
+            assert!(
+                matches!(frame(line.as_bytes()), Frame::NotJson(_)),
+                "{line}"
+            );
+        }
+        assert!(matches!(frame(&[0xff, b'{']), Frame::NotJson(_)));
+    }
+
+    #[test]
+    fn request_shapes() {
+        let request = serde_json::json!({"jsonrpc": "2.0", "method": "listTools", "id": 1});
+        assert!(is_request_shaped(&request));
+        assert!(is_request_shaped(&serde_json::json!([request.clone()])));
+        for value in [
+            serde_json::json!([]),
+            serde_json::json!([request, 1]),
+            serde_json::json!({"jsonrpc": "2.0", "id": 1}),
+            serde_json::json!({"jsonrpc": "1.0", "method": "listTools"}),
+            serde_json::json!({"jsonrpc": "2.0", "method": 7}),
+            serde_json::json!("listTools"),
+        ] {
+            assert!(!is_request_shaped(&value), "{value}");
+        }
     }
 
     #[test]

@@ -165,10 +165,9 @@ fn a_plain_tcp_client_lists_runs_and_gets_errors_for_malformed_lines() {
         "{read}"
     );
 
-    // Malformed lines get JSON-RPC errors and the connection stays usable.
-    let cases: [(&str, i64, Value); 6] = [
-        ("{\"jsonrpc\": \"2.0\", \"method\": ", -32700, Value::Null),
-        ("not json at all", -32700, Value::Null),
+    // JSON that is not a valid request gets a JSON-RPC error and the
+    // connection stays usable.
+    let cases: [(&str, i64, Value); 4] = [
         ("[]", -32600, Value::Null),
         (
             r#"{"jsonrpc":"2.0","method":"frobnicate","id":3}"#,
@@ -192,12 +191,22 @@ fn a_plain_tcp_client_lists_runs_and_gets_errors_for_malformed_lines() {
         assert_eq!(answer["id"], id, "{line} → {answer}");
         assert!(answer["error"]["message"].is_string());
     }
-    client.send_raw(&[0xff, 0xfe, b'{']);
-    assert_eq!(code(&client.answer().unwrap()), -32700);
     // A line over the 4 MiB cap is answered and skipped.
     let huge = vec![b'x'; 5 * 1024 * 1024];
     client.send_raw(&huge);
     assert_eq!(code(&client.answer().unwrap()), -32600);
+    // A line that is not JSON gets one parse error, then the connection ends.
+    for garbage in [
+        &b"{\"jsonrpc\": \"2.0\", \"method\": "[..],
+        b"not json at all",
+        &[0xff, 0xfe, b'{'],
+    ] {
+        let mut other = Client::connect(&server.addr);
+        assert!(!names(&other.request(1, "listTools", Value::Null)).is_empty());
+        other.send_raw(garbage);
+        assert_eq!(code(&other.answer().unwrap()), -32700);
+        assert_eq!(other.answer(), None, "closed after a parse error");
+    }
 
     // Without --approve, nobody can approve a side-effecting call here.
     let write = client.request(
@@ -420,4 +429,83 @@ fn a_client_that_hangs_up_stops_its_running_tool() {
     // The server goes on serving.
     let mut client = Client::authed(&server.addr);
     assert!(!names(&client.request(2, "listTools", Value::Null)).is_empty());
+}
+
+/// Sends `bytes` on a fresh connection and reads until the server closes it
+/// (at most 10 s). Returns what came back and whether the server closed.
+fn send_and_read_to_close(addr: &str, bytes: &[u8]) -> (Vec<u8>, bool) {
+    use std::io::Read;
+    let mut stream = TcpStream::connect(addr).expect("connect to the tool server");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("read timeout");
+    // The server may hang up before reading everything: a failed write is fine.
+    let _ = stream.write_all(bytes);
+    let mut answer = Vec::new();
+    let mut buffer = [0u8; 4096];
+    loop {
+        match stream.read(&mut buffer) {
+            Ok(0) => return (answer, true),
+            Ok(n) => answer.extend_from_slice(&buffer[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return (answer, true),
+            Err(_) => return (answer, false),
+        }
+    }
+}
+
+/// Regression: a web page could `fetch("http://127.0.0.1:9876/", {method:
+/// "POST", mode: "no-cors", body: "\n{...executeTool...}\n"})`; the server
+/// answered each HTTP head line with a parse error and ran the JSON line of
+/// the body. Now a connection whose first line is not JSON-RPC is closed
+/// without an answer, with and without a token, with and without `--approve`.
+#[test]
+fn json_rpc_smuggled_in_an_http_request_runs_nothing() {
+    let list = r#"{"jsonrpc":"2.0","method":"listTools","id":1}"#;
+    let write = r#"{"jsonrpc":"2.0","method":"executeTool","params":{"name":"write","arguments":{"file_path":"pwned.txt","content":"x"}},"id":2}"#;
+    let variants: [&[&str]; 4] = [
+        &[],
+        &["--approve", "all"],
+        &["--auth-token", "smuggle-token-1"],
+        &["--approve", "all", "--auth-token", "smuggle-token-1"],
+    ];
+    for extra in variants {
+        let server = ToolServer::start(extra);
+        for body in [format!("\n{list}\n{write}\n"), format!("{write}\n{list}\n")] {
+            let request = format!(
+                "POST / HTTP/1.1\r\nHost: {}\r\nOrigin: http://evil.example\r\n\
+                 Content-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
+                server.addr,
+                body.len()
+            );
+            let (answer, closed) = send_and_read_to_close(&server.addr, request.as_bytes());
+            let answer = String::from_utf8_lossy(&answer);
+            assert!(closed, "{extra:?}: the connection stays open: {answer}");
+            assert_eq!(answer, "", "{extra:?}: an HTTP request gets no JSON back");
+            assert!(
+                !server.sandbox.work().join("pwned.txt").exists(),
+                "{extra:?}: the smuggled write ran"
+            );
+        }
+        // A request line alone, a header line alone, or a blank first line: closed, silently.
+        for opening in [
+            "GET / HTTP/1.1\r\n",
+            "OPTIONS * HTTP/1.0\r\n",
+            "Host: 127.0.0.1\r\n",
+            "\r\n",
+        ] {
+            let bytes = format!("{opening}{list}\n");
+            let (answer, closed) = send_and_read_to_close(&server.addr, bytes.as_bytes());
+            assert!(
+                closed && answer.is_empty(),
+                "{extra:?} {opening:?}: {answer:?}"
+            );
+        }
+        // A legitimate client still gets its answers.
+        let mut client = Client::connect(&server.addr);
+        if extra.contains(&"--auth-token") {
+            let auth = client.request(1, "auth", json!({"token": "smuggle-token-1"}));
+            assert_eq!(auth["result"], true, "{auth}");
+        }
+        assert!(!names(&client.request(2, "listTools", Value::Null)).is_empty());
+    }
 }
