@@ -119,7 +119,10 @@ pub fn find(host: &str, port: u16) -> Option<String> {
     }
     let path = token_file(port);
     match read_record(&path) {
-        Ok(record) if record.port == port => Some(record.token),
+        Ok(record) if record.port == port => {
+            crate::redact::register_secret(&record.token);
+            Some(record.token)
+        }
         Ok(_) => None,
         Err(error) => {
             if error.kind() != io::ErrorKind::NotFound {

@@ -116,6 +116,8 @@ impl Access {
         } else if kind.runs_tools() {
             let token = auth::generate()
                 .map_err(|e| format!("cannot generate a token (/dev/urandom: {e})"))?;
+            // Never into a debug line, the audit log or a saved session.
+            crate::redact::register_secret(&token);
             (Some(token), Source::Generated)
         } else {
             (None, Source::None)
