@@ -4,6 +4,11 @@
 //! `main` parses the command line, resolves the configuration, and hands over
 //! to one front-end. See `docs/ARCHITECTURE.md` for the map.
 
+// `unsafe` only in the FFI modules (`sys`, `llama`, `backend::tensorrt::ffi`),
+// which allow it for themselves; every block says why it is sound.
+#![deny(unsafe_code)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+
 mod agent;
 mod approval;
 mod args;

@@ -12,6 +12,8 @@
 //! a directory handle they already hold and never follows a symlink, which is
 //! what keeps them inside the workspace while its contents change under them.
 
+#![allow(unsafe_code)] // FFI module: every block carries a `// SAFETY:` comment.
+
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::FromRawFd;

@@ -3,6 +3,8 @@
 //! The C struct is a set of parallel arrays allocated by `llama_batch_init`;
 //! [`Batch::push`] is the only writer and never writes past the capacity.
 
+#![allow(unsafe_code)] // FFI module: every block carries a `// SAFETY:` comment.
+
 use std::marker::PhantomData;
 
 use llama_cpp_sys_2 as sys;

@@ -4,6 +4,8 @@
 //! neither `Send` nor `Sync`: it lives on the generation thread only.
 //! Cancellation reaches llama.cpp through an abort flag checked inside long decodes.
 
+#![allow(unsafe_code)] // FFI module: every block carries a `// SAFETY:` comment.
+
 use std::ffi::c_void;
 use std::marker::PhantomData;
 use std::ptr::NonNull;

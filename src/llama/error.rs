@@ -3,6 +3,8 @@
 //! The generation thread in `crate::backend::llamacpp` maps these onto
 //! `crate::core::BackendError` in one place.
 
+#![forbid(unsafe_code)]
+
 use std::fmt;
 
 /// A parameter was out of the range the C API accepts; checked before any C call.

@@ -7,6 +7,8 @@
 //! Types the converter does not understand fall back to any JSON value.
 //! Pure Rust; the GBNF goes to `super::Sampler` through `SamplerParams::grammar`.
 
+#![forbid(unsafe_code)]
+
 use serde_json::Value;
 
 /// Shared rules for generic JSON.

@@ -10,6 +10,10 @@
 //! Pure-Rust helpers that the token loop needs but that touch no C code live here too:
 //! [`utf8`] (streaming detokenisation) and [`grammar`] (JSON schema to GBNF).
 
+// llama.cpp calls live here and in batch, context, model and sampler; the
+// pure-Rust helpers (error, grammar, utf8) forbid `unsafe` again.
+#![allow(unsafe_code)]
+
 pub mod batch;
 pub mod context;
 pub mod error;

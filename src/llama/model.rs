@@ -4,6 +4,8 @@
 //! [`super::Context`]; it is neither `Send` nor `Sync` because the thread that
 //! loads it is the only one that uses it.
 
+#![allow(unsafe_code)] // FFI module: every block carries a `// SAFETY:` comment.
+
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::io::{IsTerminal, Write};
 use std::path::Path;

@@ -4,6 +4,8 @@
 //! A [`Sampler`] reads the logits of the last decode of a [`Context`]; it keeps the
 //! penalty history, so one sampler serves one generation.
 
+#![allow(unsafe_code)] // FFI module: every block carries a `// SAFETY:` comment.
+
 use std::ffi::CString;
 use std::ptr::NonNull;
 

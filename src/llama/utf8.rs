@@ -2,6 +2,8 @@
 //! several tokens. [`Utf8Stream`] hands out only complete characters and holds the
 //! incomplete tail back until the next piece arrives.
 
+#![forbid(unsafe_code)]
+
 /// Joins byte pieces into text without ever splitting a UTF-8 character.
 #[derive(Debug, Default)]
 pub struct Utf8Stream {

@@ -8,6 +8,8 @@
 //! `&mut self`, so a response's borrowed token array (valid until the next call,
 //! ownership rule 3 of the header) is copied before anyone can call again.
 
+#![allow(unsafe_code)] // FFI module: every block carries a `// SAFETY:` comment.
+
 use std::ffi::{CStr, CString};
 use std::fmt;
 use std::path::Path;
