@@ -93,7 +93,8 @@ pub struct AgentHandle {
 impl AgentHandle {
     /// Starts the agent thread with no one to ask for approvals: side-effecting
     /// calls are refused unless a policy allows them (see [`Gate::headless`]).
-    #[cfg_attr(not(test), allow(dead_code))]
+    /// Front-ends pass their own gate to [`AgentHandle::spawn_gated`]; this is for tests.
+    #[cfg(test)]
     pub fn spawn(
         backend: Box<dyn Backend>,
         tools: ToolRegistry,

@@ -343,7 +343,8 @@ impl Gate {
         }
     }
 
-    /// No one to ask, the default policy, no audit log: for tests and embedders.
+    /// No one to ask, the default policy, no audit log: for tests.
+    #[cfg(test)]
     pub fn headless() -> Gate {
         Gate::new(Policy::default(), Box::new(Headless), "headless")
     }

@@ -56,7 +56,6 @@ impl Profile {
     }
 
     /// Whether the MCP manager should run the configured server `server` under this profile.
-    #[allow(dead_code)] // wired when the MCP manager is merged
     pub fn uses_mcp_server(&self, server: &str) -> bool {
         self.mcp_servers.is_empty() || self.mcp_servers.iter().any(|s| s == server)
     }

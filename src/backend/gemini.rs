@@ -115,8 +115,8 @@ impl GeminiBackend {
     }
 
     /// The model names `models` lists, without their `models/` prefix.
-    // Served by `--list-models` once that flag exists; tested against the fakes.
-    #[cfg_attr(not(test), allow(dead_code))]
+    // No flag lists models yet (`--list-models` would), so only the tests build it.
+    #[cfg(test)]
     pub fn list_models(&self) -> Result<Vec<String>, BackendError> {
         let url = format!("{}/models", self.config.api.base());
         let value = http::get_json(self.authorised(self.agent.get(&url)), &url)?;

@@ -154,8 +154,8 @@ pub fn send(
     checked(response, url, started)
 }
 
-/// `GET url` and parse its JSON body (model lists, model details).
-#[cfg_attr(not(test), allow(dead_code))]
+/// `GET url` and parse its JSON body (the model lists, built for tests only for now).
+#[cfg(test)]
 pub fn get_json(
     builder: ureq::RequestBuilder<ureq::typestate::WithoutBody>,
     url: &str,

@@ -36,7 +36,6 @@ pub struct ToolSpec {
 /// Whether and which tool the model must call.
 // `None`, `Required` and `Named` come from API-server requests and the
 // grammar-forced path of local backends; the CLI always sends `Auto`.
-#[allow(dead_code)]
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum ToolChoice {
     #[default]

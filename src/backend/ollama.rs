@@ -144,8 +144,8 @@ impl OllamaBackend {
     }
 
     /// The model names `/api/tags` lists.
-    // Served by `--list-models` once that flag exists; tested against the fakes.
-    #[cfg_attr(not(test), allow(dead_code))]
+    // No flag lists models yet (`--list-models` would), so only the tests build it.
+    #[cfg(test)]
     pub fn list_models(&self) -> Result<Vec<String>, BackendError> {
         let url = self.url("tags");
         let value = http::get_json(self.config.api.with_headers(self.agent.get(&url)), &url)?;

@@ -1,10 +1,10 @@
 //! The one NDJSON reader: one JSON value per non-empty line of any `BufRead`.
 //!
-//! Ollama's `/api/chat` stream and the JSON-RPC tool server speak this; their
-//! backends interpret the values. Lines come from [`super::LineReader`], so
-//! chunk boundaries and split UTF-8 never matter. Nothing in the foundation
-//! reads NDJSON yet; the Ollama backend is its first user.
-#![cfg_attr(not(test), allow(dead_code))]
+//! Ollama's `/api/chat` stream is NDJSON: `crate::backend::ollama` reads it
+//! through [`NdjsonReader`] and interprets the values. Lines come from
+//! [`super::LineReader`], so chunk boundaries and split UTF-8 never matter.
+//! (The tool server's JSON-RPC lines do not come through here: `tools::rpc`
+//! has its own capped line reader that classifies a line before parsing it.)
 
 use std::io::{self, BufRead};
 

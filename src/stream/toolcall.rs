@@ -62,7 +62,6 @@ impl ToolCallAccumulator {
 
     /// Adds a call that arrived whole with its arguments as a JSON value
     /// (Gemini and Ollama send calls this way).
-    #[cfg_attr(not(test), allow(dead_code))]
     pub fn push_whole(&mut self, id: Option<&str>, name: &str, arguments: &Value) {
         let text = match arguments {
             Value::String(s) => s.clone(),
