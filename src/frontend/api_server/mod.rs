@@ -632,7 +632,7 @@ pub fn run(settings: &Settings) -> i32 {
                     }
                     Err(message) => {
                         eprintln!("shepherd: {message}");
-                        std::process::exit(2);
+                        super::signals::exit(2);
                     }
                 }
             })
