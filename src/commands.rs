@@ -82,7 +82,7 @@ enum ProviderAction<'a> {
     Remove(&'a str),
 }
 
-/// Accepts both orders, `NAME show` and `show NAME`, as the original tool did.
+/// Accepts both orders, `NAME show` and `show NAME`, so either spelling users type works.
 fn provider_action(args: &[String]) -> Result<ProviderAction<'_>, CommandError> {
     let words: Vec<&str> = args.iter().map(String::as_str).collect();
     let action = match words.as_slice() {

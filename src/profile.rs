@@ -1,4 +1,4 @@
-//! Profiles (seed 002): a named set of MCP servers, enabled tools and
+//! Profiles: a named set of MCP servers, enabled tools and
 //! system-prompt guidelines, stored in config.json under `profiles`, with the
 //! one in use under `active_profile`.
 //!

@@ -14,7 +14,7 @@
 //! and decodes them together, one batch per step (continuous batching); requests
 //! beyond N wait in FIFO order.
 //!
-//! **Two phases** (seed 001): [`LlamaBackend::prefill_until`] renders the conversation,
+//! **Two phases**, prefill then generate: [`LlamaBackend::prefill_until`] renders the conversation,
 //! tokenizes it, checks it fits a slot (prompt plus the answer's reserve, else the
 //! typed [`BackendError::ContextOverflow`] that API backends raise too) and decodes the
 //! new tokens into the KV cache; [`LlamaBackend::generate_prefilled`] then streams the

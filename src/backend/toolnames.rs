@@ -1,9 +1,10 @@
 //! Tool names on the wire: shepherd's names made acceptable to providers with
 //! strict name rules, and turned back when the model calls them.
 //!
-//! Inside shepherd an MCP tool is `server:tool` (seed 002). OpenAI, Gemini and
-//! Anthropic only accept names matching `^[a-zA-Z0-9_-]{1,64}$` (Gemini also
-//! wants a letter or `_` first), so their backends build one [`ToolNames`] per
+//! Inside shepherd an MCP tool is `server:tool` (the server's name, a colon,
+//! the server's own tool name). OpenAI, Gemini and Anthropic only accept
+//! names matching `^[a-zA-Z0-9_-]{1,64}$` (Gemini also wants a letter or `_`
+//! first), so their backends build one [`ToolNames`] per
 //! request from the offered tools and the tool calls already in the history,
 //! send [`ToolNames::wire`] names, and map every returned call through
 //! [`ToolNames::internal`]. Names that are already valid (every built-in) pass
@@ -13,7 +14,7 @@
 //! wire name in every request and the history stays consistent: `:` becomes
 //! `__`, any other character outside the set becomes `_`, and a name that is
 //! then too long, or that collides with another name of the request, is cut
-//! and given an 8-hex-digit hash of the original. Decoding is a table lookup,
+//! and given an 8-hex-digit hash of the uncut name. Decoding is a table lookup,
 //! so it is exact whatever the encoding did; a wire name not in the table (a
 //! model inventing one) comes back unchanged and fails as an unknown tool.
 

@@ -154,7 +154,7 @@ pub fn register_secrets(servers: &McpServers, env: &dyn Fn(&str) -> Option<Strin
     }
 }
 
-/// Reads either `{"name": {...}}` or the original `[{"name": "x", ...}]`.
+/// Reads either `{"name": {...}}` or the older list form `[{"name": "x", ...}]`.
 pub fn deserialize_servers<'de, D: Deserializer<'de>>(d: D) -> Result<McpServers, D::Error> {
     #[derive(Deserialize)]
     #[serde(untagged)]

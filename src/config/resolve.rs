@@ -28,7 +28,7 @@ const DEFAULT_MAX_ROUNDS: u32 = 50;
 const DEFAULT_TIMEOUT_SECS: u64 = 300;
 const DEFAULT_HOST: &str = "127.0.0.1";
 const DEFAULT_PORT: u16 = 8000;
-/// The tool server's port when `--port` is not given (seed 003's default).
+/// The tool server's port when `--port` is not given (the port `--tool-backend` clients expect).
 const DEFAULT_TOOLSERVER_PORT: u16 = 9876;
 const DEFAULT_APPROVAL_TIMEOUT_SECS: u64 = 300;
 /// The name of the provider built from `--backend`/`--api-base` when no `-p` is given.

@@ -1,7 +1,7 @@
 //! The conversation the agent owns: system prompt, history, token accounting and eviction.
 //!
 //! Only the session owner (the agent) evicts; backends read the session and
-//! report usage. Eviction is the two-pass scheme of the original Shepherd:
+//! report usage. Eviction runs in two passes:
 //! first whole old turns, oldest first; then assistant/tool pairs inside the
 //! current turn. The system prompt, the current question and the last
 //! assistant message are never evicted, and an assistant message that asked

@@ -1,4 +1,5 @@
-//! Seed 002's agent-server management endpoints, as one handler module any of
+//! The agent-server management endpoints (MCP servers, profiles, direct tool
+//! calls, emergency stop), as one handler module any of
 //! our HTTP servers can mount with [`route`]:
 //!
 //! | route | what |

@@ -24,7 +24,8 @@
 //!   (id `cliserver-<port>`) after every completed request and every
 //!   `/clear`, and loaded at start unless `--fresh` is given. A saved file
 //!   that cannot be read stops the start instead of being overwritten.
-//! - Seed 002's management endpoints ([`super::agent_api`]) are mounted too;
+//! - The agent management endpoints ([`super::agent_api`]: MCP servers, profiles,
+//!   direct tool calls, emergency stop) are mounted too;
 //!   their emergency stop also empties the queue.
 //!
 //! The file is longer than most because the serde twin structs of all seven
@@ -371,7 +372,7 @@ pub struct CliServer {
     /// The session as of the last finished job, for `/session` during a job.
     session: Mutex<Session>,
     config: CliServerConfig,
-    /// Seed 002's endpoints, when mounted.
+    /// The agent management endpoints, when mounted.
     api: Option<AgentApi>,
     /// Keeps this server registered with the API's emergency stop.
     stop_guards: Mutex<Vec<StopGuard>>,
@@ -697,7 +698,7 @@ fn wire_tool_call(call: &ToolCall) -> WireToolCall<'_> {
 }
 
 /// `POST /request`'s body.
-/// Other fields of the original (`max_tokens`, `memory`) are accepted and not
+/// Other fields clients send (`max_tokens`, `memory`) are accepted and not
 /// applied yet: a per-request length needs a per-prompt sampling override in
 /// the agent.
 #[derive(Deserialize)]

@@ -218,7 +218,7 @@ fn cli_server_mode(settings: &Settings) -> i32 {
     cli_server::run(&settings.server, &access, agent, config, Some(api))
 }
 
-/// Seed 002's endpoints over the configured tools and the active profile.
+/// The agent management endpoints ([`agent_api`]) over the configured tools and the active profile.
 pub(super) fn agent_api_for(settings: &Settings) -> agent_api::AgentApi {
     let tool_settings = settings.clone();
     let api = agent_api::AgentApi::new(

@@ -1,5 +1,5 @@
 //! `shepherd --toolserver`: shepherd's tools served over TCP as JSON-RPC 2.0,
-//! one JSON object per line (seed 003; the wire is in [`crate::tools::rpc`]).
+//! one JSON object per line (the wire format is in [`crate::tools::rpc`]).
 //!
 //! No model runs here: a client (another shepherd with `--tool-backend`, or
 //! anything that writes JSON lines) lists the tools with `listTools` and runs

@@ -1,4 +1,4 @@
-//! The output filter (seed 001 "Output Filtering"): model text in, typed events out.
+//! The output filter: model text in, typed events out.
 //!
 //! Every backend sends the text it receives from the model through one
 //! [`OutputFilter`]. `<think>`/`<thinking>` blocks become [`Event::Thinking`],

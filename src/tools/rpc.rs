@@ -1,4 +1,4 @@
-//! The tool server's wire format (seed 003): JSON-RPC 2.0, one JSON object per
+//! The tool server's wire format: JSON-RPC 2.0, one JSON object per
 //! line over TCP. Shared by the server (`frontend::tool_server`) and the
 //! client that runs tools through it ([`super::remote`]).
 //!

@@ -1,4 +1,4 @@
-//! Shortening tool results so they fit the context, as the original Shepherd does.
+//! Shortening tool results so they fit the context left for the answer.
 //!
 //! The agent computes a budget with [`context_limit_tokens`], converts it to
 //! characters with its backend's chars-per-token ratio, and passes each

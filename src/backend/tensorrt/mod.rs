@@ -10,7 +10,7 @@
 //! llama backend's `StopMatcher`), end-of-turn ids, the shared [`OutputFilter`]
 //! for thinking and tool-call markup, and the stats event.
 //!
-//! **Two phases** (seed 001): [`TensorRtBackend::prepare`] renders, tokenizes and
+//! **Two phases** (prepare, then generate): [`TensorRtBackend::prepare`] renders, tokenizes and
 //! checks that the prompt plus the answer's reserve fit the engine's context
 //! (else the typed [`BackendError::ContextOverflow`] the agent evicts on, before
 //! anything is enqueued); [`TensorRtBackend::generate_prepared`] enqueues and
@@ -40,7 +40,7 @@ use crate::core::{BackendError, Event, EventSink, FinishReason, Flow, Message, S
 use crate::stream::filter::OutputFilter;
 use crate::template::{self, ChatTemplate, TemplateMessage};
 
-/// The answer's reserve when the request sets no `max_tokens` (the original's default).
+/// The answer's reserve when the request sets no `max_tokens` (the llama backend's default too).
 const DEFAULT_RESERVE: u32 = 512;
 /// How long one wait for a response lasts before the sink's cancel flag is checked.
 const POLL: Duration = Duration::from_millis(50);

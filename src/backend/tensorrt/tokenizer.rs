@@ -2,8 +2,8 @@
 //! loads the engine directory's Hugging Face tokenizer files and turns text into
 //! ids and ids back into text.
 //!
-//! - `tokenizer.json` through the `tokenizers` crate (the library tokenizers-cpp
-//!   wraps for the original; docs/DEPENDENCIES.md says why a crate).
+//! - `tokenizer.json` through the `tokenizers` crate (Hugging Face's own
+//!   implementation, so ids match the engine's; docs/DEPENDENCIES.md says why a crate).
 //! - `tokenizer_config.json`: `bos_token`, `eos_token` (strings or added-token
 //!   objects) and `chat_template`; a `chat_template.jinja` file wins over the
 //!   latter, as in transformers. `generation_config.json`'s `eos_token_id` (one

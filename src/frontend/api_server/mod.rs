@@ -116,7 +116,8 @@ struct Loaded {
 /// The server's shared state.
 pub struct ApiServer {
     loaded: OnceLock<Loaded>,
-    /// Seed 002's management endpoints, mounted with `--use-tools`.
+    /// The agent management endpoints (MCP servers, profiles, tool calls,
+    /// emergency stop), mounted with `--use-tools`.
     agent_api: Option<AgentApi>,
     metrics: Metrics,
     started: u64,

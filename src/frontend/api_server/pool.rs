@@ -55,7 +55,7 @@ pub enum Out {
 pub struct ServerTools {
     pub registry: ToolRegistry,
     pub root: PathBuf,
-    /// Most generations per request; the original's cap is 25.
+    /// Most generations per request (`--max-rounds`, `max_rounds` in config.json).
     pub max_rounds: u32,
     /// The configured approval rules: a server has no one to ask, so a call
     /// the rules do not allow is refused (and the model told so).

@@ -5,7 +5,7 @@
 //! client wants the markdown back, so fences are restored here (the
 //! language tag is not kept by the filter and is not restored). With
 //! `--use-tools`, each server tool run is shown as `name(args)` and its
-//! one-line summary, as the original did.
+//! one-line summary, so a client sees what ran on the server.
 
 use crate::core::{Event, Stats};
 
