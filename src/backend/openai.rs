@@ -765,7 +765,7 @@ fn read_whole(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::{Sampling, ToolSpec};
+    use crate::backend::{fake, Sampling, ToolSpec};
     use crate::stream::tests_support::sse_fixture;
     use crossbeam_channel::{Receiver, Sender};
     use serde_json::json;
@@ -1034,6 +1034,15 @@ mod tests {
             })
         );
         server.finish();
+    }
+
+    #[test]
+    fn every_fixture_decodes_the_same_split_at_every_offset() {
+        fake::check_splits("openai", "sse", |reader, sink| {
+            let names = fake::tools().into_iter().map(|t| t.name).collect();
+            let turn = Turn::new(OutputFilter::new(names), 0);
+            read_stream(reader, turn, sink, "test")
+        });
     }
 
     #[test]
