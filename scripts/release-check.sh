@@ -139,13 +139,19 @@ serve() { # CMD STATE LOG
         ((SECONDS < deadline)) || { echo "no /health within ${DEADLINE_S}s" >>"$log"; return 1; }
         sleep 0.2
     done
-    status=$(curl -sf "http://127.0.0.1:$port/status")
+    # A server that runs tools needs a token even on loopback: without one it
+    # generated its own and stored it (0600) for its user, the service's.
+    local token_file=$state/.local/state/shepherd/run/server-$port.json token
+    [[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/status") == 401 ]] || { echo "/status answered without a token" >>"$log"; return 1; }
+    [[ $(stat -c '%a %u' "$token_file") == "600 $SERVICE_UID" ]] || { echo "token file: $(stat -c '%a %u' "$token_file" 2>&1)" >>"$log"; return 1; }
+    token=$(sed -n 's/.*"token": *"\([0-9a-f]*\)".*/\1/p' "$token_file")
+    status=$(curl -sf -H "Authorization: Bearer $token" "http://127.0.0.1:$port/status")
     [[ $status == *'"server_type":"cliserver"'* && $status == *SmolLM2* ]] || { echo "unexpected /status: $status" >>"$log"; return 1; }
     uid=$(awk '/^Uid:/ {print $2}' "/proc/$pid/status")
     [[ $uid == "$SERVICE_UID" ]] || { echo "runs as uid $uid" >>"$log"; return 1; }
     listeners=$(ss -ltnH | awk '{print $4}')
     [[ $listeners == "127.0.0.1:$port" ]] || { echo "listening on: $listeners" >>"$log"; return 1; }
-    ok "the unit's ExecStart serves /health and /status on 127.0.0.1:$port only, as uid $uid: $status"
+    ok "the unit's ExecStart serves /health, and /status with its generated token only, on 127.0.0.1:$port only, as uid $uid: $status"
 }
 
 main() {

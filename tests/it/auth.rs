@@ -298,6 +298,14 @@ fn a_plain_api_server_without_tools_stays_open_on_loopback() {
         ],
     );
     assert!(!server.token_file().exists());
+    let health = format!("GET /health HTTP/1.1\r\nHost: {}\r\n\r\n", server.addr);
+    assert!(
+        poll_until(Duration::from_secs(30), || status_of(
+            &server.addr,
+            health.as_bytes()
+        ) == 200),
+        "never healthy"
+    );
     let request = format!("GET /v1/models HTTP/1.1\r\nHost: {}\r\n\r\n", server.addr);
     assert_eq!(status_of(&server.addr, request.as_bytes()), 200);
     assert!(server.log.lock().unwrap().contains("no token required"));

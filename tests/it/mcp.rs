@@ -594,3 +594,48 @@ fn the_npm_reference_server_works_over_stdio_and_http() {
         ]
     );
 }
+
+/// Every server mode goes through the one signal watcher and the one cleanup:
+/// after SIGTERM no MCP server is left and the published token file is gone.
+#[test]
+fn every_server_mode_leaves_no_mcp_server_and_no_token_file_after_sigterm() {
+    let Some(python) = python() else { return };
+    let modes: [&[&str]; 3] = [
+        &["--cliserver", "--port", "0"],
+        &["--toolserver", "--port", "0"],
+        &["--server", "--use-tools", "--port", "0"],
+    ];
+    for mode in modes {
+        let server_marker = marker(&format!("signal{}", mode[0].trim_start_matches('-')));
+        let sandbox = Sandbox::new("mcp-signal");
+        write_config(
+            &sandbox,
+            json!({"fx": stdio_server(&python, &server_marker, json!({}))}),
+        );
+        let fake = FakeOpenAi::start(Vec::new());
+        let mut child = sandbox.spawn(&args(&fake, mode));
+        let pid = child.id();
+        let (address, log) = crate::harness::wait_listening(&mut child);
+        let port = address.rsplit(':').next().unwrap().to_string();
+        let token_file = crate::harness::runtime_dir()
+            .join("shepherd")
+            .join(format!("server-{port}.json"));
+        assert!(token_file.exists(), "{mode:?}: a token was published");
+        let started = poll_until(Duration::from_secs(30), || process_running(&server_marker));
+        assert!(started, "{mode:?}: the MCP server never started");
+        Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .expect("kill -TERM");
+        let collected = crate::harness::collect(child);
+        let run = crate::harness::finish(collected, Duration::from_secs(20))
+            .unwrap_or_else(|| panic!("{mode:?}: shepherd did not exit after SIGTERM"));
+        assert_eq!(run.status, Some(143), "{mode:?}: {}", log.lock().unwrap());
+        let gone = poll_until(Duration::from_secs(5), || !process_running(&server_marker));
+        assert!(gone, "{mode:?}: the MCP server outlived shepherd");
+        assert!(
+            !token_file.exists(),
+            "{mode:?}: the token file was left behind"
+        );
+    }
+}

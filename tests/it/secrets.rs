@@ -165,13 +165,24 @@ fn request(server: &Server, prompt: &str) -> Value {
     serde_json::from_str(&response.into_body().read_to_string().unwrap()).unwrap()
 }
 
-/// Every file under `dir`, recursively.
+/// `…/shepherd/run/server-PORT.json`.
+fn is_token_file(path: &Path) -> bool {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    name.starts_with("server-")
+        && name.ends_with(".json")
+        && path.parent().is_some_and(|p| p.ends_with("shepherd/run"))
+}
+
+/// Every file under `dir`, recursively (the server's token file excepted).
 fn files_under(dir: &Path) -> Vec<PathBuf> {
     let mut files = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap().flatten() {
         let path = entry.path();
         if path.is_dir() {
             files.extend(files_under(&path));
+        } else if is_token_file(&path) {
+            // The server's own credential store (0600, this user's; see src/auth.rs):
+            // the one file whose job is to hold the server token for its clients.
         } else {
             files.push(path);
         }

@@ -201,7 +201,7 @@ fn a_plain_tcp_client_lists_runs_and_gets_errors_for_malformed_lines() {
         b"not json at all",
         &[0xff, 0xfe, b'{'],
     ] {
-        let mut other = Client::connect(&server.addr);
+        let mut other = Client::authed(&server.addr);
         assert!(!names(&other.request(1, "listTools", Value::Null)).is_empty());
         other.send_raw(garbage);
         assert_eq!(code(&other.answer().unwrap()), -32700);
@@ -501,11 +501,15 @@ fn json_rpc_smuggled_in_an_http_request_runs_nothing() {
             );
         }
         // A legitimate client still gets its answers.
+        // (Started without --auth-token, the fixture gives the server the tests' token.)
+        let token = if extra.contains(&"--auth-token") {
+            "smuggle-token-1"
+        } else {
+            TOKEN
+        };
         let mut client = Client::connect(&server.addr);
-        if extra.contains(&"--auth-token") {
-            let auth = client.request(1, "auth", json!({"token": "smuggle-token-1"}));
-            assert_eq!(auth["result"], true, "{auth}");
-        }
+        let auth = client.request(1, "auth", json!({ "token": token }));
+        assert_eq!(auth["result"], true, "{auth}");
         assert!(!names(&client.request(2, "listTools", Value::Null)).is_empty());
     }
 }
