@@ -27,20 +27,12 @@ use serde_json::Value;
 
 use crate::approval::Verdict;
 use crate::core::ToolCall;
-use crate::tools::time::strftime;
 use crate::tools::ToolOutput;
+use crate::util::time::strftime;
 
 /// `$XDG_STATE_HOME/shepherd/audit.jsonl`, else `$HOME/.local/state/shepherd/audit.jsonl`.
 pub fn default_path() -> PathBuf {
-    let xdg = std::env::var_os("XDG_STATE_HOME").map(PathBuf::from);
-    let dir = match xdg {
-        // The XDG spec says relative values are invalid and must be ignored.
-        Some(dir) if dir.is_absolute() => dir,
-        _ => std::env::var_os("HOME")
-            .map_or_else(|| PathBuf::from("."), PathBuf::from)
-            .join(".local/state"),
-    };
-    dir.join("shepherd").join("audit.jsonl")
+    crate::util::dirs::state_dir().join("audit.jsonl")
 }
 
 /// An open audit log; cheap to clone and shared between threads.

@@ -655,7 +655,7 @@ fn parse_timeout(value: &str) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::test_support::temp_dir;
+    use crate::util::fs::test_support::temp_dir;
     use std::path::PathBuf;
 
     fn words(line: &str) -> Vec<String> {

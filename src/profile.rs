@@ -5,7 +5,7 @@
 //! A profile called [`DEFAULT_PROFILE`] always exists: when config.json has
 //! none it is the empty profile (every tool, every MCP server, no guidelines);
 //! it may be edited but never deleted or renamed. Names follow the same safe
-//! rule as session ids ([`crate::store::check_name`]) because they appear in
+//! rule as session ids ([`crate::util::names::check_name`]) because they appear in
 //! URLs (`/v1/profiles/{name}`).
 //!
 //! Applying a profile restricts the tool registry to its tool globs
@@ -23,8 +23,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::commands::CommandError;
 use crate::config::{self, ConfigFile};
-use crate::store::check_name;
 use crate::tools::ToolRegistry;
+use crate::util::names::check_name;
 
 pub const DEFAULT_PROFILE: &str = "default";
 /// Names that would clash with a route (`/v1/profiles/current`) or a command word.
@@ -434,7 +434,7 @@ fn show(profile: &Profile, file: &ConfigFile, out: &mut dyn Write) -> Result<(),
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::test_support::temp_dir;
+    use crate::util::fs::test_support::temp_dir;
 
     fn run(path: &Path, words: &[&str]) -> Result<String, CommandError> {
         let args: Vec<String> = words.iter().map(|w| w.to_string()).collect();

@@ -760,8 +760,8 @@ fn local(low: &LowArgs) -> LocalSettings {
 #[cfg(test)]
 mod tests {
     use super::super::parse;
-    use super::super::test_support::temp_dir;
     use super::*;
+    use crate::util::fs::test_support::temp_dir;
 
     const FILE: &str = r#"{
         "temperature": 0.5, "top_p": 0.8, "max_tokens": 1000, "context_size": 8192,
@@ -1218,7 +1218,7 @@ mod tests {
             token(&["--auth-token", "flag"], &env).as_deref(),
             Some("flag")
         );
-        let dir = super::super::test_support::temp_dir("token");
+        let dir = crate::util::fs::test_support::temp_dir("token");
         let path = dir.join("token");
         std::fs::write(&path, "  from-token-file \nignored\n").unwrap();
         let argv = ["--auth-token-file", path.to_str().unwrap()];

@@ -435,8 +435,8 @@ fn call_tool(api: &AgentApi, request: &Request, responder: Responder) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::test_support::temp_dir;
     use crate::frontend::http::{Handler, Limits, Policy, Server};
+    use crate::util::fs::test_support::temp_dir;
     use std::io::{Read, Write};
     use std::net::{SocketAddr, TcpStream};
     use std::sync::atomic::{AtomicBool, Ordering};

@@ -289,7 +289,7 @@ impl<'a> Conversation<'a> {
         let id = id
             .or_else(|| self.session_id.clone())
             .unwrap_or_else(store::new_id);
-        store::check_name("session id", &id)?;
+        crate::util::names::check_name("session id", &id)?;
         let session = snapshot(self.agent).ok_or("the agent did not answer")?;
         let mut saved = store::SavedSession::new(&id, session);
         saved.provider = Some(self.provider.name.clone());
@@ -313,7 +313,7 @@ impl<'a> Conversation<'a> {
         let mut lines: Vec<String> = list
             .iter()
             .map(|s| {
-                let when = crate::tools::time::strftime(
+                let when = crate::util::time::strftime(
                     "%Y-%m-%d %H:%M",
                     i64::try_from(s.saved_at).unwrap_or(0),
                 );
@@ -390,19 +390,6 @@ pub fn snapshot(agent: &AgentHandle) -> Option<Session> {
     rx.recv_timeout(AGENT_REPLY_TIMEOUT).ok()
 }
 
-/// `$XDG_STATE_HOME/shepherd`, else `~/.local/state/shepherd`.
-pub fn state_dir() -> PathBuf {
-    let xdg = std::env::var_os("XDG_STATE_HOME").map(PathBuf::from);
-    match xdg {
-        // The XDG spec says relative values are invalid and must be ignored.
-        Some(dir) if dir.is_absolute() => dir.join("shepherd"),
-        _ => {
-            let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
-            home.join(".local/state/shepherd")
-        }
-    }
-}
-
 /// The `--continue` session id for a working directory: one per directory.
 pub fn continue_id(cwd: &Path) -> String {
     format!("last-{:016x}", fnv1a(cwd.as_os_str().as_encoded_bytes()))
@@ -411,7 +398,7 @@ pub fn continue_id(cwd: &Path) -> String {
 /// Where builds before the session store kept the `--continue` file (read
 /// once as a fallback, never written).
 pub fn legacy_continue_path(cwd: &Path) -> PathBuf {
-    state_dir()
+    crate::util::dirs::state_dir()
         .join("sessions")
         .join(format!("{}.json", continue_id(cwd)))
 }
@@ -481,7 +468,7 @@ mod tests {
         let b = continue_id(Path::new("/work/b"));
         assert_ne!(a, b);
         assert_eq!(a, continue_id(Path::new("/work/a")));
-        assert!(store::check_name("session id", &a).is_ok());
+        assert!(crate::util::names::check_name("session id", &a).is_ok());
         assert!(legacy_continue_path(Path::new("/work/a")).ends_with(format!("sessions/{a}.json")));
     }
 }

@@ -284,7 +284,7 @@ fn seconds(text: &str) -> Result<u64, CommandError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::test_support::temp_dir;
+    use crate::util::fs::test_support::temp_dir;
 
     fn words(text: &str) -> Vec<String> {
         text.split_whitespace().map(String::from).collect()

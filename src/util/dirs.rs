@@ -3,6 +3,11 @@
 
 use std::path::PathBuf;
 
+/// `$XDG_DATA_HOME/shepherd`, else `$HOME/.local/share/shepherd` (saved sessions).
+pub fn data_dir() -> PathBuf {
+    xdg_dir("XDG_DATA_HOME", ".local/share")
+}
+
 /// `$XDG_STATE_HOME/shepherd`, else `$HOME/.local/state/shepherd`.
 pub fn state_dir() -> PathBuf {
     xdg_dir("XDG_STATE_HOME", ".local/state")
