@@ -85,12 +85,12 @@ fn run_mode() -> i32 {
             &settings.config_path,
             &mut io::stdout(),
         )),
-        Mode::Profile(words) => subcommand(crate::profile::run_profile(
+        Mode::Profile(words) => subcommand(commands::profile::run_profile(
             words,
             &settings.config_path,
             &mut io::stdout(),
         )),
-        Mode::Mcp(words) => subcommand(mcp::command::run(
+        Mode::Mcp(words) => subcommand(commands::mcp::run(
             words,
             &settings.config_path,
             &mut io::stdout(),

@@ -5,6 +5,13 @@
 //! with `config::load`, change it, and write it back with `config::save`, which
 //! keeps keys this version does not know. The interactive front-ends can call
 //! the same functions for their `/provider` and `/config` slash commands.
+//!
+//! The other subcommands sit beside this file: [`profile`] (`shepherd profile
+//! ...`) and [`mcp`] (`shepherd mcp ...`). Nothing below `commands` depends on
+//! it; only the front-end dispatch calls in.
+
+pub mod mcp;
+pub mod profile;
 
 use std::fmt;
 use std::io::{self, Write};
