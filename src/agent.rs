@@ -25,7 +25,8 @@ use std::thread::JoinHandle;
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::approval::{Approvals, Gate};
-use crate::backend::{Backend, Sampling, ToolChoice, ToolSpec};
+use crate::backend::{Backend, Sampling, ToolChoice};
+use crate::core::ToolSpec;
 use crate::core::{BackendError, Event, EventSink, FinishReason, Flow, Message, Session};
 use crate::tools::{ToolContext, ToolRegistry};
 

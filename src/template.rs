@@ -16,7 +16,7 @@ use minijinja::{Environment, Error, ErrorKind};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::backend::ToolSpec;
+use crate::core::ToolSpec;
 use crate::core::{Message, Role};
 
 const TEMPLATE_NAME: &str = "chat";

@@ -45,9 +45,9 @@ use serde_json::Value;
 
 use super::estimate::TokenEstimator;
 use super::{
-    Backend, BackendInfo, GenerateRequest, Reply, ResponseFormat, Sampling, ToolChoice, ToolSpec,
-    Usage,
+    Backend, BackendInfo, GenerateRequest, Reply, ResponseFormat, Sampling, ToolChoice, Usage,
 };
+use crate::core::ToolSpec;
 use crate::core::{
     BackendError, Event, EventSink, FinishReason, Flow, Message, Role, Session, ToolCall,
 };
