@@ -22,6 +22,8 @@ use crate::args::{MAX_ROUNDS_LIMIT, MAX_TOKEN_COUNT};
 
 /// The `mcp_servers` section.
 pub mod mcp;
+/// The `profiles` section: named sets of tools, MCP servers and guidelines.
+pub mod profile;
 /// Stage two: [`resolve::Settings`] from defaults, this file, the environment and flags.
 pub mod resolve;
 
@@ -262,7 +264,7 @@ pub struct ConfigFile {
     pub tool_backend_token: Option<String>,
     /// Named sets of tools, MCP servers and guidelines (`shepherd profile`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub profiles: Vec<crate::profile::Profile>,
+    pub profiles: Vec<crate::config::profile::Profile>,
     /// The profile used when `--profile` is not given; unset means `default`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active_profile: Option<String>,
@@ -412,7 +414,7 @@ pub fn validate(file: &ConfigFile) -> Result<(), String> {
             .map_err(|e| format!("tool_backend is '{address}', expected {e}"))?;
     }
     file.providers.iter().try_for_each(validate_provider)?;
-    crate::profile::validate(file)?;
+    crate::config::profile::validate(file)?;
     for (name, server) in &file.mcp_servers {
         mcp::validate_server(name, server)?;
     }

@@ -1,13 +1,13 @@
 //! `shepherd profile ...`: list, add, edit, show, use and remove the profiles
-//! in config.json. The profile model and its edits live in [`crate::profile`];
+//! in config.json. The profile model and its edits live in [`crate::config::profile`];
 //! this is only the command line over them.
 
 use std::io::Write;
 use std::path::Path;
 
 use super::CommandError;
+use crate::config::profile::*;
 use crate::config::{self, ConfigFile};
-use crate::profile::*;
 
 impl From<EditError> for CommandError {
     fn from(error: EditError) -> CommandError {

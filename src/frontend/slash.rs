@@ -7,7 +7,7 @@
 //! through [`Op`]s; provider switches build the new backend with
 //! `connect.rs`. Saved sessions and the `--continue` session live in the
 //! session store (`crate::store`, under the XDG data directory), written
-//! atomically; profiles come from config.json (`crate::profile`).
+//! atomically; profiles come from config.json (`crate::config::profile`).
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -15,10 +15,10 @@ use std::time::Duration;
 
 use crate::agent::{AgentHandle, Op, ToolsOp};
 use crate::commands;
+use crate::config::profile::{self, Profile};
 use crate::config::resolve::Settings;
 use crate::config::{self, ProviderConfig};
 use crate::core::Session;
-use crate::profile::{self, Profile};
 use crate::store::{self, Store};
 
 use super::connect::{self, OpenError};
