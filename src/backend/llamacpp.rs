@@ -54,9 +54,8 @@ use crate::core::{
 use crate::llama::{self, CacheType, Model, ModelParams, SamplerParams, Token};
 use crate::stream::filter::OutputFilter;
 use crate::template::{self, ChatTemplate, TemplateMessage};
+use crate::util::dirs::{model_cache_dir, DEFAULT_MODEL_FILE};
 
-/// The embedded default model's file name (SmolLM2-135M-Instruct, fetched by `make model`).
-pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 /// The default context is the training context, capped so a big model does not exhaust memory.
 pub const DEFAULT_CONTEXT_CAP: u32 = 8192;
 /// The answer's reserve when the request sets no `max_tokens`, at most this share of the context.
@@ -207,12 +206,6 @@ impl LlamaConfig {
             progress: true,
         }
     }
-}
-
-/// Where the model cache lives (`$HOME/.cache/shepherd/models`).
-pub fn model_cache_dir() -> PathBuf {
-    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
-    home.join(".cache/shepherd/models")
 }
 
 /// The model file for `-m NAME`: an absolute path as given, else `model_path/NAME`.
@@ -947,39 +940,11 @@ impl StopMatcher {
     }
 }
 
-/// The model the tests use: `SHEPHERD_TEST_MODEL`, else the `make model` cache.
-/// Panics (failing the test) with instructions when the file is missing.
-#[cfg(test)]
-pub fn test_model_path() -> PathBuf {
-    cached_test_model("SHEPHERD_TEST_MODEL", DEFAULT_MODEL_FILE, "model")
-}
-
-/// The tests' second architecture, Gemma 3 270M: `SHEPHERD_SWA_MODEL`, else the
-/// `make swa-model` cache.
-#[cfg(test)]
-pub fn swa_test_model_path() -> PathBuf {
-    cached_test_model(
-        "SHEPHERD_SWA_MODEL",
-        "gemma-3-270m-q4_k_m.gguf",
-        "swa-model",
-    )
-}
-
-#[cfg(test)]
-fn cached_test_model(var: &str, file: &str, make_target: &str) -> PathBuf {
-    let path = std::env::var_os(var).map_or_else(|| model_cache_dir().join(file), PathBuf::from);
-    assert!(
-        path.is_file(),
-        "test model {} is missing: run `make {make_target}`",
-        path.display()
-    );
-    path
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::core::Stats;
+    use crate::util::dirs::test_models::{swa_test_model_path, test_model_path};
     use serde_json::json;
     use std::time::Instant;
 
