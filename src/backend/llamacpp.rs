@@ -1813,48 +1813,6 @@ mod tests {
     }
 
     #[test]
-    fn the_agent_runs_a_grammar_forced_call() {
-        use crate::agent::{AgentConfig, AgentHandle};
-        use crate::tools::ToolRegistry;
-        let mut tools = ToolRegistry::builtin();
-        tools.disable("*");
-        tools.enable("get_time");
-        let config = AgentConfig {
-            system_prompt: "You are a helpful assistant.".into(),
-            sampling: greedy(48),
-            stream: true,
-            max_rounds: 3,
-            tools_enabled: true,
-            first_tool_choice: ToolChoice::Named("get_time".into()),
-        };
-        let agent =
-            AgentHandle::spawn(Box::new(backend(2048)), tools, std::env::temp_dir(), config)
-                .expect("agent");
-        let mut events = Vec::new();
-        let reason = agent.run_prompt("What time is it?".into(), |e| {
-            events.push(e.clone());
-            Ok(())
-        });
-        let call = events.iter().find_map(|e| match e {
-            Event::ToolCall(call) => Some(call.clone()),
-            _ => None,
-        });
-        let call = call.expect("the forced call is announced");
-        assert_eq!(call.name, "get_time");
-        assert!(
-            events.iter().any(|e| matches!(
-                e,
-                Event::ToolResult(r) if r.success && r.id == call.id && r.content.contains("UTC")
-            )),
-            "{events:?}"
-        );
-        assert!(
-            matches!(reason, FinishReason::Stop | FinishReason::Length),
-            "{reason:?}"
-        );
-    }
-
-    #[test]
     fn stop_strings_and_max_tokens_end_the_answer() {
         let mut llm = backend(1024);
         let session = question("What is the capital of France?");
