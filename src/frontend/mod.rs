@@ -77,7 +77,7 @@ fn run_mode() -> i32 {
             &settings.config_path,
             &mut io::stdout(),
         )),
-        Mode::Config(words) => subcommand(commands::run_config(
+        Mode::Config(words) => subcommand(commands::config::run_config(
             words,
             &settings.config_path,
             &mut io::stdout(),

@@ -277,7 +277,7 @@ impl<'a> Conversation<'a> {
 
     fn config(&self, words: &[String]) -> Result<Vec<String>, String> {
         let mut out = Vec::new();
-        commands::run_config(words, &self.settings.config_path, &mut out)
+        commands::config::run_config(words, &self.settings.config_path, &mut out)
             .map_err(|e| e.to_string())?;
         Ok(String::from_utf8_lossy(&out)
             .lines()
