@@ -13,10 +13,10 @@ It fails, printing the offending edges, when
 Nodes in the same layer may depend on each other as long as there is no cycle.
 
 Test code (`#[cfg(test)]` or `#[cfg(all(test, ...))]` items, and the files
-such an item declares with `mod x;`)
-is checked too, but as its own set of edges: an upward or circular edge that
-only tests make fails unless it is listed in TEST_EXCEPTIONS with its reason,
-and listed exceptions are printed on every run so they stay visible.
+such an item declares with `mod x;`) is checked too, as its own set of edges:
+an upward or circular edge that only tests make fails unless it is listed in
+TEST_EXCEPTIONS with its reason. Listed exceptions are printed on every run
+so they stay visible, and one that no code makes any more fails too.
 
 Usage: scripts/check-layers.py [--graph]   (--graph prints every edge)
 """
