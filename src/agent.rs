@@ -25,7 +25,8 @@ use std::thread::JoinHandle;
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::approval::{Approvals, Gate};
-use crate::backend::{Backend, Sampling, ToolChoice, ToolSpec};
+use crate::backend::{Backend, Sampling, ToolChoice};
+use crate::core::ToolSpec;
 use crate::core::{BackendError, Event, EventSink, FinishReason, Flow, Message, Session};
 use crate::tools::{ToolContext, ToolRegistry};
 
@@ -931,6 +932,58 @@ mod tests {
         assert_eq!(
             session.system_tokens,
             10 + session.system_prompt.len() as u32 / 4
+        );
+    }
+
+    /// The agent over the real llama.cpp backend, its first call forced by grammar.
+    #[test]
+    fn the_agent_runs_a_grammar_forced_call() {
+        use crate::backend::llamacpp::{LlamaBackend, LlamaConfig};
+        use crate::util::dirs::test_models::test_model_path;
+        let mut llama = LlamaConfig::new(test_model_path());
+        llama.context_size = Some(2048);
+        llama.threads = Some(2);
+        llama.progress = false;
+        llama.parallel = 1;
+        let backend = LlamaBackend::new(llama).expect("the test model loads");
+        let mut tools = ToolRegistry::builtin();
+        tools.disable("*");
+        tools.enable("get_time");
+        let config = AgentConfig {
+            system_prompt: "You are a helpful assistant.".into(),
+            sampling: Sampling {
+                temperature: Some(0.0),
+                max_tokens: Some(48),
+                ..Sampling::default()
+            },
+            stream: true,
+            max_rounds: 3,
+            tools_enabled: true,
+            first_tool_choice: ToolChoice::Named("get_time".into()),
+        };
+        let agent = AgentHandle::spawn(Box::new(backend), tools, std::env::temp_dir(), config)
+            .expect("agent");
+        let mut events = Vec::new();
+        let reason = agent.run_prompt("What time is it?".into(), |e| {
+            events.push(e.clone());
+            Ok(())
+        });
+        let call = events.iter().find_map(|e| match e {
+            Event::ToolCall(call) => Some(call.clone()),
+            _ => None,
+        });
+        let call = call.expect("the forced call is announced");
+        assert_eq!(call.name, "get_time");
+        assert!(
+            events.iter().any(|e| matches!(
+                e,
+                Event::ToolResult(r) if r.success && r.id == call.id && r.content.contains("UTC")
+            )),
+            "{events:?}"
+        );
+        assert!(
+            matches!(reason, FinishReason::Stop | FinishReason::Length),
+            "{reason:?}"
         );
     }
 }

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
-use crate::audit::{AuditLog, AuditRecord};
+use crate::audit::{AuditLog, AuditRecord, DecidedBy, Verdict};
 use crate::core::{ApprovalRequest, Event, ToolCall};
 use crate::tools::{pattern, ToolOutput};
 
@@ -65,43 +65,8 @@ fn glob_matches(glob: &str, name: &str) -> bool {
     glob == "all" || pattern::fnmatch(&glob, name)
 }
 
-/// Who or what settled a call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DecidedBy {
-    /// A rule, or the default for read-only calls.
-    Policy,
-    /// The user answered.
-    User,
-    /// The user chose "always" for this tool earlier in the session.
-    Session,
-    /// Nobody answered in time.
-    Timeout,
-    /// The turn was cancelled while waiting.
-    Cancelled,
-    /// No one can be asked (headless mode, the tool server).
-    NoApprover,
-}
-
-impl DecidedBy {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DecidedBy::Policy => "policy",
-            DecidedBy::User => "user",
-            DecidedBy::Session => "session",
-            DecidedBy::Timeout => "timeout",
-            DecidedBy::Cancelled => "cancelled",
-            DecidedBy::NoApprover => "no_approver",
-        }
-    }
-}
-
-/// The outcome of the gate for one call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Verdict {
-    pub allowed: bool,
-    pub by: DecidedBy,
-}
-
+// `Verdict` and `DecidedBy` are defined in `audit`, which records them; the
+// gate is what produces them, so their constructors live here.
 impl Verdict {
     fn allow(by: DecidedBy) -> Verdict {
         Verdict { allowed: true, by }

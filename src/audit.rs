@@ -13,7 +13,9 @@
 //! are written as `[REDACTED]`.
 //!
 //! The record is our own persisted format: its field names are a
-//! compatibility promise.
+//! compatibility promise. [`Verdict`] and [`DecidedBy`] live here, below
+//! `approval`: the gate produces them and the log records them, so the
+//! dependency runs one way (approval uses audit).
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -25,22 +27,50 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::approval::Verdict;
 use crate::core::ToolCall;
-use crate::tools::time::strftime;
 use crate::tools::ToolOutput;
+use crate::util::time::strftime;
 
 /// `$XDG_STATE_HOME/shepherd/audit.jsonl`, else `$HOME/.local/state/shepherd/audit.jsonl`.
 pub fn default_path() -> PathBuf {
-    let xdg = std::env::var_os("XDG_STATE_HOME").map(PathBuf::from);
-    let dir = match xdg {
-        // The XDG spec says relative values are invalid and must be ignored.
-        Some(dir) if dir.is_absolute() => dir,
-        _ => std::env::var_os("HOME")
-            .map_or_else(|| PathBuf::from("."), PathBuf::from)
-            .join(".local/state"),
-    };
-    dir.join("shepherd").join("audit.jsonl")
+    crate::util::dirs::state_dir().join("audit.jsonl")
+}
+
+/// Who or what settled a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecidedBy {
+    /// A rule, or the default for read-only calls.
+    Policy,
+    /// The user answered.
+    User,
+    /// The user chose "always" for this tool earlier in the session.
+    Session,
+    /// Nobody answered in time.
+    Timeout,
+    /// The turn was cancelled while waiting.
+    Cancelled,
+    /// No one can be asked (headless mode, the tool server).
+    NoApprover,
+}
+
+impl DecidedBy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DecidedBy::Policy => "policy",
+            DecidedBy::User => "user",
+            DecidedBy::Session => "session",
+            DecidedBy::Timeout => "timeout",
+            DecidedBy::Cancelled => "cancelled",
+            DecidedBy::NoApprover => "no_approver",
+        }
+    }
+}
+
+/// The outcome of the gate for one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Verdict {
+    pub allowed: bool,
+    pub by: DecidedBy,
 }
 
 /// An open audit log; cheap to clone and shared between threads.
@@ -158,7 +188,6 @@ impl<'a> AuditRecord<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::approval::{DecidedBy, Verdict};
     use serde_json::json;
 
     #[test]

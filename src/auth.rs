@@ -92,7 +92,7 @@ pub fn publish(kind: &str, address: &str, addr: SocketAddr, token: &str) -> io::
     };
     let mut text = serde_json::to_string_pretty(&record).map_err(io::Error::other)?;
     text.push('\n');
-    crate::config::write_atomic(&path, text.as_bytes())?;
+    crate::util::fs::write_atomic(&path, text.as_bytes())?;
     if let Ok(mut published) = PUBLISHED.lock() {
         published.push(path.clone());
     }
@@ -238,7 +238,7 @@ mod tests {
         let path = dir.join("server-1.json");
         let record =
             r#"{"kind":"toolserver","address":"127.0.0.1:1","port":1,"pid":1,"token":"t"}"#;
-        crate::config::write_atomic(&path, record.as_bytes()).unwrap();
+        crate::util::fs::write_atomic(&path, record.as_bytes()).unwrap();
         assert_eq!(fs::metadata(&path).unwrap().mode() & 0o777, 0o600);
         assert_eq!(read_record(&path).unwrap().token, "t");
         fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();

@@ -7,15 +7,13 @@
 //!
 //! Stage two of the command line lives in [`resolve`]: it layers defaults, this
 //! file, `SHEPHERD_*` variables and flags into [`resolve::Settings`]. `commands` edits the
-//! file through [`load`] and [`save`]; sessions reuse [`write_atomic`].
+//! file through [`load`] and [`save`] (atomically, by [`crate::util::fs::write_atomic`]).
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::fs;
+use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -24,6 +22,8 @@ use crate::args::{MAX_ROUNDS_LIMIT, MAX_TOKEN_COUNT};
 
 /// The `mcp_servers` section.
 pub mod mcp;
+/// The `profiles` section: named sets of tools, MCP servers and guidelines.
+pub mod profile;
 /// Stage two: [`resolve::Settings`] from defaults, this file, the environment and flags.
 pub mod resolve;
 
@@ -264,7 +264,7 @@ pub struct ConfigFile {
     pub tool_backend_token: Option<String>,
     /// Named sets of tools, MCP servers and guidelines (`shepherd profile`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub profiles: Vec<crate::profile::Profile>,
+    pub profiles: Vec<crate::config::profile::Profile>,
     /// The profile used when `--profile` is not given; unset means `default`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active_profile: Option<String>,
@@ -414,7 +414,7 @@ pub fn validate(file: &ConfigFile) -> Result<(), String> {
             .map_err(|e| format!("tool_backend is '{address}', expected {e}"))?;
     }
     file.providers.iter().try_for_each(validate_provider)?;
-    crate::profile::validate(file)?;
+    crate::config::profile::validate(file)?;
     for (name, server) in &file.mcp_servers {
         mcp::validate_server(name, server)?;
     }
@@ -499,93 +499,14 @@ fn check_common(
 pub fn save(path: &Path, file: &ConfigFile) -> io::Result<()> {
     let mut bytes = serde_json::to_vec_pretty(file).map_err(io::Error::other)?;
     bytes.push(b'\n');
-    write_atomic(path, &bytes)
-}
-
-/// Replaces `path` with `bytes` so that a crash leaves either the old or the new
-/// content, never a mix: temp file in the same directory, fsync, rename, fsync
-/// the directory. The new file has mode 0600; missing parent directories are
-/// created with mode 0700.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    write_atomic_with(path, |file| file.write_all(bytes))
-}
-
-static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
-
-/// [`write_atomic`] with the writing step supplied, so tests can make it fail.
-fn write_atomic_with(
-    path: &Path,
-    write: impl FnOnce(&mut File) -> io::Result<()>,
-) -> io::Result<()> {
-    let (dir, temp) = temp_path_for(path)?;
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&dir)?;
-    let result = write_temp(&temp, write).and_then(|()| fs::rename(&temp, path));
-    if result.is_err() {
-        // Best effort: the temp file may not exist if creating it was what failed.
-        let _ = fs::remove_file(&temp);
-        return result;
-    }
-    File::open(&dir)?.sync_all()
-}
-
-fn write_temp(temp: &Path, write: impl FnOnce(&mut File) -> io::Result<()>) -> io::Result<()> {
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(temp)?;
-    write(&mut file)?;
-    file.sync_all()
-}
-
-/// The directory of `path` and a temp name beside it that no other writer uses.
-fn temp_path_for(path: &Path) -> io::Result<(PathBuf, PathBuf)> {
-    let name = path.file_name().ok_or_else(|| {
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("{} is not a file path", path.display()),
-        )
-    })?;
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let unique = format!(
-        ".{}.tmp-{}-{}",
-        name.to_string_lossy(),
-        std::process::id(),
-        TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
-    );
-    let temp = dir.join(unique);
-    Ok((dir, temp))
-}
-
-#[cfg(test)]
-pub(crate) mod test_support {
-    use std::path::PathBuf;
-    use std::sync::atomic::{AtomicU64, Ordering};
-
-    static DIR_COUNTER: AtomicU64 = AtomicU64::new(0);
-
-    /// A fresh, empty directory under the system temp dir, unique per test and process.
-    pub fn temp_dir(label: &str) -> PathBuf {
-        let n = DIR_COUNTER.fetch_add(1, Ordering::Relaxed);
-        let dir =
-            std::env::temp_dir().join(format!("shepherd-test-{label}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("the temp dir must be writable for tests");
-        dir
-    }
+    crate::util::fs::write_atomic(path, &bytes)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::test_support::temp_dir;
     use super::*;
-    use std::os::unix::fs::PermissionsExt;
+    use crate::util::fs::test_support::temp_dir;
+    use crate::util::fs::write_atomic;
 
     fn parse_ok(text: &str) -> ConfigFile {
         match parse(text, Path::new("c.json")) {
@@ -757,65 +678,6 @@ mod tests {
         assert_eq!(locate(None, &env, &system).read_from, user);
         let explicit = dir.join("mine.json");
         assert_eq!(locate(Some(&explicit), &env, &system).read_from, explicit);
-    }
-
-    fn entries(dir: &Path) -> Vec<String> {
-        let mut names: Vec<String> = fs::read_dir(dir)
-            .expect("test dir exists")
-            .map(|e| {
-                e.expect("readable entry")
-                    .file_name()
-                    .to_string_lossy()
-                    .into_owned()
-            })
-            .collect();
-        names.sort();
-        names
-    }
-
-    #[test]
-    fn atomic_write_creates_dirs_and_leaves_no_temp_files() {
-        let dir = temp_dir("atomic");
-        let path = dir.join("a/b/config.json");
-        write_atomic(&path, b"one").expect("writable");
-        write_atomic(&path, b"two").expect("writable");
-        assert_eq!(fs::read(&path).expect("written"), b"two");
-        assert_eq!(entries(&dir.join("a/b")), ["config.json"]);
-        let mode = fs::metadata(&path).expect("written").permissions().mode();
-        assert_eq!(mode & 0o777, 0o600);
-        let dir_mode = fs::metadata(dir.join("a"))
-            .expect("created")
-            .permissions()
-            .mode();
-        assert_eq!(dir_mode & 0o777, 0o700);
-    }
-
-    #[test]
-    fn failed_write_keeps_the_old_file() {
-        let dir = temp_dir("atomic-fail");
-        let path = dir.join("config.json");
-        write_atomic(&path, b"old").expect("writable");
-        let result = write_atomic_with(&path, |f| {
-            f.write_all(b"half")?;
-            Err(io::Error::other("disk full"))
-        });
-        assert_eq!(
-            result.map_err(|e| e.to_string()),
-            Err("disk full".to_string())
-        );
-        assert_eq!(fs::read(&path).expect("still there"), b"old");
-        assert_eq!(entries(&dir), ["config.json"]);
-    }
-
-    #[test]
-    fn failed_rename_removes_the_temp_file() {
-        let dir = temp_dir("atomic-rename");
-        // Renaming a file over a non-empty directory fails, even for root.
-        let target = dir.join("taken");
-        fs::create_dir_all(target.join("inside")).expect("writable");
-        assert!(write_atomic(&target, b"new").is_err());
-        assert_eq!(entries(&dir), ["taken"]);
-        assert!(write_atomic(Path::new("/"), b"x").is_err());
     }
 
     #[test]

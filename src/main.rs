@@ -22,7 +22,6 @@ mod frontend;
 mod llama;
 mod log;
 mod mcp;
-mod profile;
 mod redact;
 mod stop;
 mod store;

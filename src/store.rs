@@ -1,7 +1,7 @@
 //! Conversations on disk: one versioned JSON file per saved session under
 //! `$XDG_DATA_HOME/shepherd/sessions` (else `~/.local/share/shepherd/sessions`).
 //!
-//! Every write goes through [`crate::config::write_atomic`] (temp file in the
+//! Every write goes through [`crate::util::fs::write_atomic`] (temp file in the
 //! same directory, write, fsync, rename, fsync the directory), so a crash or a
 //! `kill -9` at any moment leaves either the old file or the new one, never a
 //! mix. Temp files a killed writer left behind are removed by the next save of
@@ -10,7 +10,7 @@
 //! Ids come from users and remote clients and become file names, so
 //! [`check_name`] validates them at the trust boundary: a safe charset only
 //! (no `/`, `\`, `..`, NUL or control characters), not starting with `.` or
-//! `-`, at most [`MAX_NAME_LEN`] bytes. Profiles use the same rule.
+//! `-`, at most [`crate::util::names::MAX_NAME_LEN`] bytes. Profiles use the same rule.
 //!
 //! What is written is a redacted copy ([`on_disk`]); the live session the
 //! model sees is never changed. Tool calls and tool results are machine text
@@ -36,16 +36,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::config;
 use crate::core::{Message, Role, Session};
 use crate::redact;
+use crate::util::names::check_name;
 
 /// The format version this build writes; it reads this one and older.
 pub const FORMAT_VERSION: u32 = 1;
 /// The value of the `format` field, so a stray JSON file is not mistaken for a session.
 pub const FORMAT_NAME: &str = "shepherd-session";
-/// Longest session id or profile name, in bytes.
-pub const MAX_NAME_LEN: usize = 128;
 const EXTENSION: &str = "json";
 
 /// A saved session as it is on disk.
@@ -143,44 +141,6 @@ impl fmt::Display for StoreError {
 
 impl std::error::Error for StoreError {}
 
-/// Checks a user-supplied name that becomes a file name or a URL path segment.
-/// `what` names it in the error ("session id", "profile name").
-pub fn check_name(what: &str, name: &str) -> Result<(), String> {
-    let safe = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
-    let problem = if name.is_empty() {
-        Some("is empty")
-    } else if name.len() > MAX_NAME_LEN {
-        Some("is too long")
-    } else if name.contains("..") {
-        Some("contains '..'")
-    } else if name.starts_with(['.', '-']) {
-        Some("starts with '.' or '-'")
-    } else if !name.chars().all(safe) {
-        Some("may hold only letters, digits, '-', '_' and '.'")
-    } else {
-        None
-    };
-    match problem {
-        None => Ok(()),
-        Some(problem) => Err(format!(
-            "{what} '{}' {problem} (at most {MAX_NAME_LEN} of A-Z a-z 0-9 - _ .)",
-            name.escape_debug()
-        )),
-    }
-}
-
-/// `$XDG_DATA_HOME/shepherd`, else `$HOME/.local/share/shepherd`.
-pub fn data_dir() -> PathBuf {
-    let non_empty = |name| std::env::var_os(name).filter(|v| !v.is_empty());
-    match non_empty("XDG_DATA_HOME").map(PathBuf::from) {
-        // The XDG spec says relative values are invalid and must be ignored.
-        Some(dir) if dir.is_absolute() => dir.join("shepherd"),
-        _ => non_empty("HOME")
-            .map_or_else(|| PathBuf::from("."), PathBuf::from)
-            .join(".local/share/shepherd"),
-    }
-}
-
 pub fn now_unix() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -190,7 +150,7 @@ pub fn now_unix() -> u64 {
 /// A fresh id for a session saved without one: `YYYYMMDD-HHMMSS` (UTC).
 pub fn new_id() -> String {
     let now = i64::try_from(now_unix()).unwrap_or(0);
-    crate::tools::time::strftime("%Y%m%d-%H%M%S", now)
+    crate::util::time::strftime("%Y%m%d-%H%M%S", now)
 }
 
 /// A directory of saved sessions.
@@ -202,7 +162,7 @@ pub struct Store {
 impl Store {
     /// The user's sessions directory.
     pub fn user() -> Store {
-        Store::at(data_dir().join("sessions"))
+        Store::at(crate::util::dirs::data_dir().join("sessions"))
     }
 
     pub fn at(dir: impl Into<PathBuf>) -> Store {
@@ -225,7 +185,7 @@ impl Store {
         let mut bytes = serde_json::to_vec(&on_disk(saved))
             .map_err(|e| io_error(&path, io::Error::other(e)))?;
         bytes.push(b'\n');
-        config::write_atomic(&path, &bytes).map_err(|e| io_error(&path, e))?;
+        crate::util::fs::write_atomic(&path, &bytes).map_err(|e| io_error(&path, e))?;
         self.remove_stale_temps(&path);
         Ok(path)
     }
@@ -412,8 +372,9 @@ fn summary(saved: &SavedSession) -> Summary {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::test_support::temp_dir;
     use crate::core::{Artefact, Message, ToolCall};
+    use crate::util::fs::test_support::temp_dir;
+    use crate::util::names::MAX_NAME_LEN;
     use serde_json::json;
 
     fn rich_session() -> Session {
@@ -452,25 +413,11 @@ mod tests {
             "", "..", "../x", "a/b", "a\\b", "a\0b", "a\nb", "a\x1bb", ".hidden", "-rf", "a b",
             "x..y", "é", &long,
         ] {
-            assert!(check_name("session id", bad).is_err(), "{bad:?} accepted");
             assert!(matches!(
                 Store::at("/tmp/x").path(bad),
                 Err(StoreError::InvalidId(_))
             ));
         }
-        for good in [
-            "a",
-            "my-chat_1.v2",
-            "20260101-120000",
-            &"b".repeat(MAX_NAME_LEN),
-        ] {
-            assert!(check_name("session id", good).is_ok(), "{good:?} refused");
-        }
-        let message = check_name("session id", "a\nb").unwrap_err();
-        assert!(
-            !message.contains('\n'),
-            "control characters are escaped: {message}"
-        );
     }
 
     #[test]

@@ -481,7 +481,7 @@ mod tests {
         use super::at::{self, EntryType, OpenAs};
         use std::ffi::OsStr;
         use std::os::fd::AsFd;
-        let dir = crate::tools::paths::tests::TempDir::new("sys-at");
+        let dir = crate::util::fs::test_support::TempDir::new("sys-at");
         let handle = File::open(&dir.0).expect("temp dir opens");
         let fd = handle.as_fd();
         let name = |s: &str| OsStr::new(s).to_os_string();

@@ -16,7 +16,7 @@ use minijinja::{Environment, Error, ErrorKind};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::backend::ToolSpec;
+use crate::core::ToolSpec;
 use crate::core::{Message, Role};
 
 const TEMPLATE_NAME: &str = "chat";
@@ -449,7 +449,7 @@ mod tests {
 
     /// The GGUF template of the test model (SmolLM2: ChatML with a default system line).
     fn smollm2_template() -> String {
-        let path = crate::backend::llamacpp::test_model_path();
+        let path = crate::util::dirs::test_models::test_model_path();
         let params = crate::llama::ModelParams {
             gpu_layers: 0,
             progress: false,

@@ -17,7 +17,8 @@
 //! when the turn is cancelled halfway.
 
 use crate::approval::Gate;
-use crate::backend::{Backend, GenerateRequest, Reply, Sampling, ToolChoice, ToolSpec, Usage};
+use crate::backend::{Backend, GenerateRequest, Reply, Sampling, ToolChoice, Usage};
+use crate::core::ToolSpec;
 use crate::core::{
     BackendError, Event, EventSink, FinishReason, Message, Role, Session, ToolCall, ToolResultEvent,
 };

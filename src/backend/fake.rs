@@ -13,7 +13,8 @@ use std::thread::JoinHandle;
 use crossbeam_channel::{Receiver, Sender};
 use serde_json::{json, Value};
 
-use super::{GenerateRequest, Reply, Sampling, ToolChoice, ToolSpec};
+use super::{GenerateRequest, Reply, Sampling, ToolChoice};
+use crate::core::ToolSpec;
 use crate::core::{BackendError, Event, Message, Session};
 use crate::stream::ChunkReader;
 

@@ -25,7 +25,8 @@ use serde_json::Value;
 use super::estimate::TokenEstimator;
 use super::http::{self, ApiSettings};
 use super::toolnames;
-use super::{Backend, BackendInfo, GenerateRequest, Reply, ToolChoice, ToolSpec, Usage};
+use super::{Backend, BackendInfo, GenerateRequest, Reply, ToolChoice, Usage};
+use crate::core::ToolSpec;
 use crate::core::{
     Artefact, BackendError, Event, EventSink, FinishReason, Flow, Message, Role, Session, Stats,
 };

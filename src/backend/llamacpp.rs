@@ -45,18 +45,17 @@ use serde_json::Value;
 
 use super::estimate::TokenEstimator;
 use super::{
-    Backend, BackendInfo, GenerateRequest, Reply, ResponseFormat, Sampling, ToolChoice, ToolSpec,
-    Usage,
+    Backend, BackendInfo, GenerateRequest, Reply, ResponseFormat, Sampling, ToolChoice, Usage,
 };
+use crate::core::ToolSpec;
 use crate::core::{
     BackendError, Event, EventSink, FinishReason, Flow, Message, Role, Session, ToolCall,
 };
 use crate::llama::{self, CacheType, Model, ModelParams, SamplerParams, Token};
 use crate::stream::filter::OutputFilter;
 use crate::template::{self, ChatTemplate, TemplateMessage};
+use crate::util::dirs::{model_cache_dir, DEFAULT_MODEL_FILE};
 
-/// The embedded default model's file name (SmolLM2-135M-Instruct, fetched by `make model`).
-pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 /// The default context is the training context, capped so a big model does not exhaust memory.
 pub const DEFAULT_CONTEXT_CAP: u32 = 8192;
 /// The answer's reserve when the request sets no `max_tokens`, at most this share of the context.
@@ -207,12 +206,6 @@ impl LlamaConfig {
             progress: true,
         }
     }
-}
-
-/// Where the model cache lives (`$HOME/.cache/shepherd/models`).
-pub fn model_cache_dir() -> PathBuf {
-    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
-    home.join(".cache/shepherd/models")
 }
 
 /// The model file for `-m NAME`: an absolute path as given, else `model_path/NAME`.
@@ -947,39 +940,11 @@ impl StopMatcher {
     }
 }
 
-/// The model the tests use: `SHEPHERD_TEST_MODEL`, else the `make model` cache.
-/// Panics (failing the test) with instructions when the file is missing.
-#[cfg(test)]
-pub fn test_model_path() -> PathBuf {
-    cached_test_model("SHEPHERD_TEST_MODEL", DEFAULT_MODEL_FILE, "model")
-}
-
-/// The tests' second architecture, Gemma 3 270M: `SHEPHERD_SWA_MODEL`, else the
-/// `make swa-model` cache.
-#[cfg(test)]
-pub fn swa_test_model_path() -> PathBuf {
-    cached_test_model(
-        "SHEPHERD_SWA_MODEL",
-        "gemma-3-270m-q4_k_m.gguf",
-        "swa-model",
-    )
-}
-
-#[cfg(test)]
-fn cached_test_model(var: &str, file: &str, make_target: &str) -> PathBuf {
-    let path = std::env::var_os(var).map_or_else(|| model_cache_dir().join(file), PathBuf::from);
-    assert!(
-        path.is_file(),
-        "test model {} is missing: run `make {make_target}`",
-        path.display()
-    );
-    path
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::core::Stats;
+    use crate::util::dirs::test_models::{swa_test_model_path, test_model_path};
     use serde_json::json;
     use std::time::Instant;
 
@@ -1845,48 +1810,6 @@ mod tests {
         );
         // The agent announces calls; the backend only returns them.
         assert!(!events.iter().any(|e| matches!(e, Event::ToolCall(_))));
-    }
-
-    #[test]
-    fn the_agent_runs_a_grammar_forced_call() {
-        use crate::agent::{AgentConfig, AgentHandle};
-        use crate::tools::ToolRegistry;
-        let mut tools = ToolRegistry::builtin();
-        tools.disable("*");
-        tools.enable("get_time");
-        let config = AgentConfig {
-            system_prompt: "You are a helpful assistant.".into(),
-            sampling: greedy(48),
-            stream: true,
-            max_rounds: 3,
-            tools_enabled: true,
-            first_tool_choice: ToolChoice::Named("get_time".into()),
-        };
-        let agent =
-            AgentHandle::spawn(Box::new(backend(2048)), tools, std::env::temp_dir(), config)
-                .expect("agent");
-        let mut events = Vec::new();
-        let reason = agent.run_prompt("What time is it?".into(), |e| {
-            events.push(e.clone());
-            Ok(())
-        });
-        let call = events.iter().find_map(|e| match e {
-            Event::ToolCall(call) => Some(call.clone()),
-            _ => None,
-        });
-        let call = call.expect("the forced call is announced");
-        assert_eq!(call.name, "get_time");
-        assert!(
-            events.iter().any(|e| matches!(
-                e,
-                Event::ToolResult(r) if r.success && r.id == call.id && r.content.contains("UTC")
-            )),
-            "{events:?}"
-        );
-        assert!(
-            matches!(reason, FinishReason::Stop | FinishReason::Length),
-            "{reason:?}"
-        );
     }
 
     #[test]

@@ -7,7 +7,9 @@
 
 use serde_json::Value;
 
-use crate::core::{Artefact, BackendError, EventSink, FinishReason, Message, Session, ToolCall};
+use crate::core::{
+    Artefact, BackendError, EventSink, FinishReason, Message, Session, ToolCall, ToolSpec,
+};
 
 pub mod anthropic;
 pub mod cli;
@@ -23,15 +25,6 @@ pub mod openai;
 #[cfg(feature = "tensorrt")]
 pub mod tensorrt;
 pub mod toolnames;
-
-/// A tool as offered to the model.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ToolSpec {
-    pub name: String,
-    pub description: String,
-    /// JSON schema of the arguments object.
-    pub parameters: Value,
-}
 
 /// Whether and which tool the model must call.
 // `None`, `Required` and `Named` come from API-server requests and the

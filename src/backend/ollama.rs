@@ -27,7 +27,8 @@ use serde_json::Value;
 
 use super::estimate::TokenEstimator;
 use super::http::{self, ApiSettings};
-use super::{Backend, BackendInfo, GenerateRequest, Reply, ToolSpec, Usage};
+use super::{Backend, BackendInfo, GenerateRequest, Reply, Usage};
+use crate::core::ToolSpec;
 use crate::core::{
     BackendError, Event, EventSink, FinishReason, Flow, Message, Role, Session, Stats,
 };

@@ -432,7 +432,7 @@ fn wire_tool_call(call: &ToolCall) -> WireToolCall<'_> {
     }
 }
 
-fn wire_tool(spec: &super::ToolSpec) -> WireTool<'_> {
+fn wire_tool(spec: &crate::core::ToolSpec) -> WireTool<'_> {
     WireTool {
         kind: "function",
         function: WireFunctionSpec {
@@ -765,7 +765,8 @@ fn read_whole(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::{fake, Sampling, ToolSpec};
+    use crate::backend::{fake, Sampling};
+    use crate::core::ToolSpec;
     use crate::stream::tests_support::sse_fixture;
     use crossbeam_channel::{Receiver, Sender};
     use serde_json::json;

@@ -21,7 +21,8 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 
-use super::{GenerateRequest, Reply, ToolChoice, ToolSpec};
+use super::{GenerateRequest, Reply, ToolChoice};
+use crate::core::ToolSpec;
 use crate::core::{BackendError, Session};
 
 /// The longest name OpenAI, Gemini and Anthropic all accept.

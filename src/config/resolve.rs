@@ -243,7 +243,7 @@ pub struct Settings {
     pub colors: bool,
     pub continue_session: bool,
     /// The profile in use (`--profile`, `SHEPHERD_PROFILE`, `active_profile`, else `default`).
-    pub profile: crate::profile::Profile,
+    pub profile: crate::config::profile::Profile,
     /// `--fresh`: the CLI server ignores its saved session.
     pub fresh_session: bool,
     pub reasoning: Option<String>,
@@ -630,7 +630,7 @@ fn profile(
     low: &LowArgs,
     env: EnvLookup,
     file: &ConfigFile,
-) -> Result<crate::profile::Profile, ConfigError> {
+) -> Result<crate::config::profile::Profile, ConfigError> {
     let (origin, name) = match (
         &low.profile,
         env("SHEPHERD_PROFILE").filter(|v| !v.is_empty()),
@@ -639,10 +639,11 @@ fn profile(
         (None, Some(name)) => ("SHEPHERD_PROFILE", name),
         (None, None) => (
             "active_profile",
-            crate::profile::active_name(file).to_string(),
+            crate::config::profile::active_name(file).to_string(),
         ),
     };
-    crate::profile::find(file, &name).map_err(|e| ConfigError::invalid(origin, e.to_string()))
+    crate::config::profile::find(file, &name)
+        .map_err(|e| ConfigError::invalid(origin, e.to_string()))
 }
 
 /// The environment's sampling values with the flags laid over them.
@@ -760,8 +761,8 @@ fn local(low: &LowArgs) -> LocalSettings {
 #[cfg(test)]
 mod tests {
     use super::super::parse;
-    use super::super::test_support::temp_dir;
     use super::*;
+    use crate::util::fs::test_support::temp_dir;
 
     const FILE: &str = r#"{
         "temperature": 0.5, "top_p": 0.8, "max_tokens": 1000, "context_size": 8192,
@@ -1218,7 +1219,7 @@ mod tests {
             token(&["--auth-token", "flag"], &env).as_deref(),
             Some("flag")
         );
-        let dir = super::super::test_support::temp_dir("token");
+        let dir = crate::util::fs::test_support::temp_dir("token");
         let path = dir.join("token");
         std::fs::write(&path, "  from-token-file \nignored\n").unwrap();
         let argv = ["--auth-token-file", path.to_str().unwrap()];

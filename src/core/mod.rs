@@ -12,5 +12,5 @@ pub mod session;
 
 pub use error::BackendError;
 pub use event::{ApprovalRequest, Event, EventSink, FinishReason, Flow, Stats, ToolResultEvent};
-pub use message::{Artefact, Message, Role, ToolCall};
+pub use message::{Artefact, Message, Role, ToolCall, ToolSpec};
 pub use session::Session;

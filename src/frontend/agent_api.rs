@@ -14,7 +14,7 @@
 //! | `POST /v1/tools/call`, `POST /mcp/tools/call` | run one tool directly, no model |
 //! | `POST /v1/emergency-stop` | stop every running agent turn and tool |
 //!
-//! Profile edits go through `crate::profile` and are written to config.json
+//! Profile edits go through `crate::config::profile` and are written to config.json
 //! atomically; activating a profile swaps the registry used by direct tool
 //! calls and calls the profile hook (servers point it at their agents). A
 //! direct tool call gets the agent's checks: the tool must be offered under
@@ -30,8 +30,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use crate::config::profile::{self, EditError, Profile};
 use crate::core::ToolCall;
-use crate::profile::{self, EditError, Profile};
 use crate::stop::StopRegistry;
 use crate::tools::{self, ToolContext, ToolRegistry};
 
@@ -436,8 +436,8 @@ fn call_tool(api: &AgentApi, request: &Request, responder: Responder) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::test_support::temp_dir;
     use crate::frontend::http::{Handler, Limits, Policy, Server};
+    use crate::util::fs::test_support::temp_dir;
     use std::io::{Read, Write};
     use std::net::{SocketAddr, TcpStream};
     use std::sync::atomic::{AtomicBool, Ordering};

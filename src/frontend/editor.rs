@@ -429,7 +429,7 @@ mod tests {
         let entries = vec!["plain".to_string(), "two\nlines \\ ok".to_string()];
         let text = history_text(&entries);
         assert_eq!(text.lines().count(), 2);
-        let dir = crate::config::test_support::temp_dir("history");
+        let dir = crate::util::fs::test_support::temp_dir("history");
         let path = dir.join("history");
         std::fs::write(&path, text).unwrap();
         assert_eq!(load_history(&path), entries);

@@ -11,6 +11,7 @@ mod approve;
 mod cli_server;
 mod connect;
 mod editor;
+mod exit;
 mod http;
 mod json;
 mod line;
@@ -22,11 +23,12 @@ mod slash;
 mod terminal;
 mod tool_server;
 mod tui;
+mod wiring;
 
 use std::io::{self, IsTerminal};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use crate::agent::{AgentConfig, AgentHandle};
 use crate::approval::{Approver, ChannelApprover, Gate, Headless};
@@ -37,16 +39,11 @@ use crate::commands;
 use crate::config::resolve::{self, Mode, Settings};
 use crate::config::{self};
 use crate::log;
-use crate::mcp;
-use crate::tools::{remote, ToolRegistry};
 
 use access::{Access, ServerKind};
+use exit::{EXIT_FAILURE, EXIT_OK, EXIT_USAGE};
 use render::RenderOptions;
-
-/// Exit codes, one meaning each.
-const EXIT_OK: i32 = 0;
-const EXIT_FAILURE: i32 = 1;
-const EXIT_USAGE: i32 = 2;
+use wiring::{agent_api_for, interactive, tool_registry};
 
 /// Parses the command line and runs the chosen front-end; returns the exit code.
 /// No MCP server outlives it, whichever way the front-end ended.
@@ -80,17 +77,17 @@ fn run_mode() -> i32 {
             &settings.config_path,
             &mut io::stdout(),
         )),
-        Mode::Config(words) => subcommand(commands::run_config(
+        Mode::Config(words) => subcommand(commands::config::run_config(
             words,
             &settings.config_path,
             &mut io::stdout(),
         )),
-        Mode::Profile(words) => subcommand(crate::profile::run_profile(
+        Mode::Profile(words) => subcommand(commands::profile::run_profile(
             words,
             &settings.config_path,
             &mut io::stdout(),
         )),
-        Mode::Mcp(words) => subcommand(mcp::command::run(
+        Mode::Mcp(words) => subcommand(commands::mcp::run(
             words,
             &settings.config_path,
             &mut io::stdout(),
@@ -218,35 +215,6 @@ fn cli_server_mode(settings: &Settings) -> i32 {
     cli_server::run(&settings.server, &access, agent, config, Some(api))
 }
 
-/// The agent management endpoints ([`agent_api`]) over the configured tools and the active profile.
-pub(super) fn agent_api_for(settings: &Settings) -> agent_api::AgentApi {
-    let tool_settings = settings.clone();
-    let api = agent_api::AgentApi::new(
-        settings.config_path.clone(),
-        settings.system_prompt.clone(),
-        std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
-        settings.profile.clone(),
-        // An unreachable tool backend offers no tools (never the local ones instead).
-        Box::new(move || tool_registry(&tool_settings).unwrap_or_else(|_| ToolRegistry::empty())),
-    );
-    api.set_mcp_status(Box::new(|| {
-        serde_json::to_value(mcp::statuses()).unwrap_or(serde_json::Value::Array(Vec::new()))
-    }));
-    // A direct `POST /v1/tools/call` is the authenticated user's own request, so it
-    // counts as their approval; only the configured deny rules refuse it.
-    let policy = settings.approvals.policy.clone();
-    api.set_gate(Box::new(move |call: &crate::core::ToolCall| {
-        match policy.decide(&call.name.to_ascii_lowercase(), true) {
-            crate::approval::Decision::Deny => Err(format!(
-                "the approval rules deny '{}' (see --deny and config.json's approvals)",
-                call.name
-            )),
-            _ => Ok(()),
-        }
-    }));
-    api
-}
-
 /// `--toolserver`: the same tools the agent would get, served over TCP.
 fn tool_server_mode(settings: &Settings) -> i32 {
     let access = match Access::decide(&settings.server, &settings.server_auth, ServerKind::Tools) {
@@ -267,61 +235,6 @@ fn tool_server_mode(settings: &Settings) -> i32 {
         settings.approvals.policy.clone(),
     );
     tool_server::run(tools, config, &access, AuditLog::open_default())
-}
-
-/// Every tool shepherd offers, with the enable/disable globs applied: the
-/// built-ins, or the tool server's tools with `--tool-backend`. The agent and
-/// the tool server both build their registry here.
-pub(super) fn tool_registry(settings: &Settings) -> Result<ToolRegistry, i32> {
-    let mut tools = match &settings.tool_backend {
-        None => ToolRegistry::builtin(),
-        Some(backend) => {
-            let config = remote::BackendConfig::new(&backend.address, backend.token.clone());
-            remote::registry(config).map_err(|error| {
-                eprintln!(
-                    "shepherd: cannot list the tools of the tool backend {}: {error}",
-                    backend.address
-                );
-                EXIT_FAILURE
-            })?
-        }
-    };
-    for glob in &settings.disable_tools {
-        tools.disable(glob);
-    }
-    for glob in &settings.enable_tools {
-        tools.enable(glob);
-    }
-    if let Some(hub) = mcp_hub(settings) {
-        tools.attach(hub);
-    }
-    Ok(tools)
-}
-
-/// The MCP servers of this process, started once (in the background) with the
-/// ones the starting profile uses; every registry built later shares them.
-fn mcp_hub(settings: &Settings) -> Option<Arc<mcp::McpHub>> {
-    static HUB: OnceLock<Option<Arc<mcp::McpHub>>> = OnceLock::new();
-    HUB.get_or_init(|| {
-        let servers: config::mcp::McpServers = settings
-            .mcp_servers
-            .iter()
-            // `--notools` starts no MCP servers.
-            .filter(|_| settings.tools_enabled)
-            .filter(|(name, _)| settings.profile.uses_mcp_server(name))
-            .map(|(name, server)| (name.clone(), server.clone()))
-            .collect();
-        let hub = mcp::start(&servers)?;
-        // Headless runs wait for the servers once: nobody is there to ask again.
-        if !interactive(settings) && settings.mode != Mode::CliServer {
-            mcp::wait_started(&hub);
-            for line in mcp::not_ready_lines(&hub) {
-                eprintln!("shepherd: MCP server {line}");
-            }
-        }
-        Some(hub)
-    })
-    .clone()
 }
 
 /// The approval gate for this mode: front-ends that can ask the user get a
@@ -375,14 +288,6 @@ fn start_agent(settings: &Settings) -> Result<(AgentHandle, config::ProviderConf
             Err(EXIT_FAILURE)
         }
     }
-}
-
-/// The REPL or TUI runs when both ends are terminals and no `-e`/`--json` was given.
-fn interactive(settings: &Settings) -> bool {
-    settings.mode == Mode::Chat
-        && settings.prompt.is_none()
-        && io::stdin().is_terminal()
-        && io::stdout().is_terminal()
 }
 
 /// Runs the REPL (or `--tui`). They watch signals themselves: in raw mode

@@ -17,7 +17,7 @@ use crossbeam_channel::{never, select, Receiver};
 
 use crate::agent::{AgentHandle, Op};
 use crate::config::resolve::Settings;
-use crate::config::{self, ProviderConfig};
+use crate::config::ProviderConfig;
 use crate::core::Event;
 use crate::store::{self, Store, StoreError};
 use crate::sys;
@@ -48,7 +48,7 @@ impl Interactive {
         agent: &AgentHandle,
         settings: &Settings,
     ) -> (Interactive, Editor, Option<String>) {
-        let history_path = slash::state_dir().join("history");
+        let history_path = crate::util::dirs::state_dir().join("history");
         let editor = Editor::with_history(editor::load_history(&history_path));
         let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
         let (continue_id, notice) = if settings.continue_session {
@@ -67,7 +67,7 @@ impl Interactive {
     /// Saves history and, with `--continue`, the session (both atomically).
     pub fn finish(&self, agent: &AgentHandle, editor: &Editor) {
         let text = editor::history_text(editor.history());
-        let _ = config::write_atomic(&self.history_path, text.as_bytes());
+        let _ = crate::util::fs::write_atomic(&self.history_path, text.as_bytes());
         if let Some(id) = &self.continue_id {
             if let Some(session) = slash::snapshot(agent) {
                 let _ = Store::user().save_session(id, &session);

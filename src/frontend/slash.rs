@@ -7,7 +7,7 @@
 //! through [`Op`]s; provider switches build the new backend with
 //! `connect.rs`. Saved sessions and the `--continue` session live in the
 //! session store (`crate::store`, under the XDG data directory), written
-//! atomically; profiles come from config.json (`crate::profile`).
+//! atomically; profiles come from config.json (`crate::config::profile`).
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -15,10 +15,10 @@ use std::time::Duration;
 
 use crate::agent::{AgentHandle, Op, ToolsOp};
 use crate::commands;
+use crate::config::profile::{self, Profile};
 use crate::config::resolve::Settings;
 use crate::config::{self, ProviderConfig};
 use crate::core::Session;
-use crate::profile::{self, Profile};
 use crate::store::{self, Store};
 
 use super::connect::{self, OpenError};
@@ -277,7 +277,7 @@ impl<'a> Conversation<'a> {
 
     fn config(&self, words: &[String]) -> Result<Vec<String>, String> {
         let mut out = Vec::new();
-        commands::run_config(words, &self.settings.config_path, &mut out)
+        commands::config::run_config(words, &self.settings.config_path, &mut out)
             .map_err(|e| e.to_string())?;
         Ok(String::from_utf8_lossy(&out)
             .lines()
@@ -289,7 +289,7 @@ impl<'a> Conversation<'a> {
         let id = id
             .or_else(|| self.session_id.clone())
             .unwrap_or_else(store::new_id);
-        store::check_name("session id", &id)?;
+        crate::util::names::check_name("session id", &id)?;
         let session = snapshot(self.agent).ok_or("the agent did not answer")?;
         let mut saved = store::SavedSession::new(&id, session);
         saved.provider = Some(self.provider.name.clone());
@@ -313,7 +313,7 @@ impl<'a> Conversation<'a> {
         let mut lines: Vec<String> = list
             .iter()
             .map(|s| {
-                let when = crate::tools::time::strftime(
+                let when = crate::util::time::strftime(
                     "%Y-%m-%d %H:%M",
                     i64::try_from(s.saved_at).unwrap_or(0),
                 );
@@ -390,19 +390,6 @@ pub fn snapshot(agent: &AgentHandle) -> Option<Session> {
     rx.recv_timeout(AGENT_REPLY_TIMEOUT).ok()
 }
 
-/// `$XDG_STATE_HOME/shepherd`, else `~/.local/state/shepherd`.
-pub fn state_dir() -> PathBuf {
-    let xdg = std::env::var_os("XDG_STATE_HOME").map(PathBuf::from);
-    match xdg {
-        // The XDG spec says relative values are invalid and must be ignored.
-        Some(dir) if dir.is_absolute() => dir.join("shepherd"),
-        _ => {
-            let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
-            home.join(".local/state/shepherd")
-        }
-    }
-}
-
 /// The `--continue` session id for a working directory: one per directory.
 pub fn continue_id(cwd: &Path) -> String {
     format!("last-{:016x}", fnv1a(cwd.as_os_str().as_encoded_bytes()))
@@ -411,7 +398,7 @@ pub fn continue_id(cwd: &Path) -> String {
 /// Where builds before the session store kept the `--continue` file (read
 /// once as a fallback, never written).
 pub fn legacy_continue_path(cwd: &Path) -> PathBuf {
-    state_dir()
+    crate::util::dirs::state_dir()
         .join("sessions")
         .join(format!("{}.json", continue_id(cwd)))
 }
@@ -481,7 +468,7 @@ mod tests {
         let b = continue_id(Path::new("/work/b"));
         assert_ne!(a, b);
         assert_eq!(a, continue_id(Path::new("/work/a")));
-        assert!(store::check_name("session id", &a).is_ok());
+        assert!(crate::util::names::check_name("session id", &a).is_ok());
         assert!(legacy_continue_path(Path::new("/work/a")).ends_with(format!("sessions/{a}.json")));
     }
 }

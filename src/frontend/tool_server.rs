@@ -40,8 +40,8 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::approval::{DecidedBy, Decision, Policy, Verdict};
-use crate::audit::{AuditLog, AuditRecord};
+use crate::approval::{Decision, Policy};
+use crate::audit::{AuditLog, AuditRecord, DecidedBy, Verdict};
 use crate::core::ToolCall;
 use crate::tools::rpc::{self, Frame, Line, Response, RpcError, ToolEntry};
 use crate::tools::{args, ToolContext, ToolOutput, ToolRegistry};

@@ -112,7 +112,7 @@ pub fn system_info() -> String {
 /// The test model, loaded on the CPU without a progress bar.
 #[cfg(test)]
 pub(crate) fn test_model() -> Model {
-    let path = crate::backend::llamacpp::test_model_path();
+    let path = crate::util::dirs::test_models::test_model_path();
     let params = ModelParams {
         gpu_layers: 0,
         progress: false,

@@ -448,7 +448,8 @@ mod tests {
             gpu_layers: 0,
             progress: false,
         };
-        let model = Model::load(&crate::backend::llamacpp::test_model_path(), &params).unwrap();
+        let model =
+            Model::load(&crate::util::dirs::test_models::test_model_path(), &params).unwrap();
         assert_eq!(
             model.meta_str("general.architecture").as_deref(),
             Some("llama")

@@ -7,7 +7,7 @@
 //! on its own thread (parallel background start, restart with backoff,
 //! `tools/list_changed`) and is the [`crate::tools::ToolSource`] the agent's
 //! registry reads; [`tool`] turns each server tool into a shepherd tool named
-//! `server:tool`; [`command`] is `shepherd mcp ...`.
+//! `server:tool`. `shepherd mcp ...` is [`crate::commands::mcp`].
 //!
 //! **Architecture Invariant:** no MCP server outlives shepherd. Each stdio
 //! server runs in its own process group, which is killed when its connection
@@ -15,7 +15,6 @@
 //! (signals included); the child also gets SIGTERM if shepherd dies.
 
 pub mod client;
-pub mod command;
 mod http;
 pub mod hub;
 mod stdio;

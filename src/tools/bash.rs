@@ -261,7 +261,7 @@ fn exit_description(status: ExitStatus) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::paths::tests::TempDir;
+    use crate::util::fs::test_support::TempDir;
     use std::sync::atomic::Ordering;
 
     fn bash(ctx: &ToolContext, arguments: Value) -> ToolOutput {

@@ -512,8 +512,8 @@ pub fn search_base(root: &Root, requested: &str) -> Result<Option<Resolved>, Too
 mod tests {
     use super::*;
     use crate::core::ToolCall;
-    use crate::tools::paths::tests::TempDir;
     use crate::tools::ToolRegistry;
+    use crate::util::fs::test_support::TempDir;
     use std::fs;
     use std::path::Path;
 

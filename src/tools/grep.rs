@@ -321,8 +321,8 @@ fn finish(report: Report, matched_files: usize) -> ToolOutput {
 mod tests {
     use super::*;
     use crate::core::ToolCall;
-    use crate::tools::paths::tests::TempDir;
     use crate::tools::ToolRegistry;
+    use crate::util::fs::test_support::TempDir;
     use std::fs;
     use std::time::{Duration, Instant};
 

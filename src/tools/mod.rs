@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::backend::ToolSpec;
 use crate::core::ToolCall;
+use crate::core::ToolSpec;
 
 pub mod args;
 pub mod bash;

@@ -297,28 +297,7 @@ impl Walk<'_> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicU32, Ordering};
-
-    /// A unique temporary directory, removed on drop.
-    pub(crate) struct TempDir(pub PathBuf);
-
-    impl TempDir {
-        pub(crate) fn new(label: &str) -> Self {
-            static COUNTER: AtomicU32 = AtomicU32::new(0);
-            let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-            let dir = std::env::temp_dir()
-                .join(format!("shepherd-test-{label}-{}-{n}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir).expect("temp dir must be creatable");
-            TempDir(dir.canonicalize().expect("temp dir exists"))
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
+    use crate::util::fs::test_support::TempDir;
 
     /// Resolves and describes the result as `rel` plus whether a name is left.
     fn resolve(root: &Path, requested: &str) -> Result<String, ResolveError> {

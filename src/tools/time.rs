@@ -1,13 +1,13 @@
-//! The `get_time` tool: the current time in UTC, computed by hand (no chrono).
+//! The `get_time` tool: the current time in UTC, formatted by [`crate::util::time`].
 //!
-//! Times are always UTC: reading the local zone would mean parsing tzdata,
-//! which this small tool does not do; the output says "UTC" so the model knows.
+//! Times are always UTC; the output says "UTC" so the model knows.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 
 use super::{args, Tool, ToolContext, ToolOutput};
+use crate::util::time::strftime;
 
 pub struct GetTime;
 
@@ -51,117 +51,9 @@ impl Tool for GetTime {
     }
 }
 
-/// A UTC calendar date and time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Civil {
-    pub year: i64,
-    pub month: u32,
-    pub day: u32,
-    pub hour: u32,
-    pub minute: u32,
-    pub second: u32,
-}
-
-/// Converts Unix seconds to a UTC date (Howard Hinnant's `civil_from_days`).
-pub fn civil(unix: i64) -> Civil {
-    let days = unix.div_euclid(86_400);
-    let secs = unix.rem_euclid(86_400) as u32;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    Civil {
-        year,
-        month,
-        day,
-        hour: secs / 3600,
-        minute: secs / 60 % 60,
-        second: secs % 60,
-    }
-}
-
-fn is_leap(year: i64) -> bool {
-    (year % 4 == 0 && year % 100 != 0) || year % 400 == 0
-}
-
-fn day_of_year(c: &Civil) -> u32 {
-    const BEFORE: [u32; 12] = [0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334];
-    BEFORE[(c.month - 1) as usize] + c.day + u32::from(c.month > 2 && is_leap(c.year))
-}
-
-const WEEKDAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
-const MONTHS: [&str; 12] = [
-    "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-];
-
-/// Formats `unix` with a strftime subset; unknown fields are kept as written.
-pub fn strftime(format: &str, unix: i64) -> String {
-    let c = civil(unix);
-    let mut out = String::new();
-    let mut chars = format.chars();
-    while let Some(ch) = chars.next() {
-        if ch != '%' {
-            out.push(ch);
-            continue;
-        }
-        match chars.next() {
-            Some(field) => out.push_str(&field_text(field, &c, unix)),
-            None => out.push('%'),
-        }
-    }
-    out
-}
-
-fn field_text(field: char, c: &Civil, unix: i64) -> String {
-    match field {
-        'Y' => format!("{:04}", c.year),
-        'm' => format!("{:02}", c.month),
-        'd' => format!("{:02}", c.day),
-        'H' => format!("{:02}", c.hour),
-        'M' => format!("{:02}", c.minute),
-        'S' => format!("{:02}", c.second),
-        'j' => format!("{:03}", day_of_year(c)),
-        'a' => WEEKDAYS[unix.div_euclid(86_400).rem_euclid(7) as usize].to_string(),
-        'b' => MONTHS[(c.month - 1) as usize].to_string(),
-        's' => unix.to_string(),
-        'z' => "+0000".to_string(),
-        'Z' => "UTC".to_string(),
-        '%' => "%".to_string(),
-        other => format!("%{other}"),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn check(unix: i64, expected: &str) {
-        assert_eq!(
-            strftime("%Y-%m-%dT%H:%M:%S %a %b %j", unix),
-            expected,
-            "{unix}"
-        );
-    }
-
-    #[test]
-    fn known_dates() {
-        check(0, "1970-01-01T00:00:00 Thu Jan 001");
-        check(951_782_400, "2000-02-29T00:00:00 Tue Feb 060");
-        check(1_709_251_199, "2024-02-29T23:59:59 Thu Feb 060");
-        check(1_735_689_600, "2025-01-01T00:00:00 Wed Jan 001");
-        check(4_102_444_800, "2100-01-01T00:00:00 Fri Jan 001");
-        check(-1, "1969-12-31T23:59:59 Wed Dec 365");
-    }
-
-    #[test]
-    fn other_fields() {
-        assert_eq!(strftime("%s %z %Z %% %q %", 42), "42 +0000 UTC % %q %");
-    }
 
     #[test]
     fn tool_output() {

@@ -241,7 +241,7 @@ fn add_lines(builder: &mut GitignoreBuilder, dir: BorrowedFd<'_>, name: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::paths::tests::TempDir;
+    use crate::util::fs::test_support::TempDir;
     use std::fs;
 
     /// Walks `start` under a tree made of `files` and returns the visited paths.

@@ -3,9 +3,23 @@
 
 use std::path::PathBuf;
 
+/// The embedded default model's file name (SmolLM2-135M-Instruct, fetched by `make model`).
+pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// `$XDG_DATA_HOME/shepherd`, else `$HOME/.local/share/shepherd` (saved sessions).
+pub fn data_dir() -> PathBuf {
+    xdg_dir("XDG_DATA_HOME", ".local/share")
+}
+
 /// `$XDG_STATE_HOME/shepherd`, else `$HOME/.local/state/shepherd`.
 pub fn state_dir() -> PathBuf {
     xdg_dir("XDG_STATE_HOME", ".local/state")
+}
+
+/// Where the model cache lives (`$HOME/.cache/shepherd/models`).
+pub fn model_cache_dir() -> PathBuf {
+    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
+    home.join(".cache/shepherd/models")
 }
 
 /// `$NAME/shepherd` when `NAME` is set to an absolute path (the spec says
@@ -18,5 +32,39 @@ fn xdg_dir(name: &str, fallback: &str) -> PathBuf {
             .map_or_else(|| PathBuf::from("."), PathBuf::from)
             .join(fallback)
             .join("shepherd"),
+    }
+}
+
+/// The models the tests load, from the environment or the `make` cache.
+#[cfg(test)]
+pub mod test_models {
+    use super::{model_cache_dir, DEFAULT_MODEL_FILE};
+    use std::path::PathBuf;
+
+    /// The model the tests use: `SHEPHERD_TEST_MODEL`, else the `make model` cache.
+    /// Panics (failing the test) with instructions when the file is missing.
+    pub fn test_model_path() -> PathBuf {
+        cached_test_model("SHEPHERD_TEST_MODEL", DEFAULT_MODEL_FILE, "model")
+    }
+
+    /// The tests' second architecture, Gemma 3 270M: `SHEPHERD_SWA_MODEL`, else the
+    /// `make swa-model` cache.
+    pub fn swa_test_model_path() -> PathBuf {
+        cached_test_model(
+            "SHEPHERD_SWA_MODEL",
+            "gemma-3-270m-q4_k_m.gguf",
+            "swa-model",
+        )
+    }
+
+    fn cached_test_model(var: &str, file: &str, make_target: &str) -> PathBuf {
+        let path =
+            std::env::var_os(var).map_or_else(|| model_cache_dir().join(file), PathBuf::from);
+        assert!(
+            path.is_file(),
+            "test model {} is missing: run `make {make_target}`",
+            path.display()
+        );
+        path
     }
 }

@@ -4,4 +4,7 @@
 //! HTTP clients' proxy bypass, token discovery all ask it).
 
 pub mod dirs;
+pub mod fs;
+pub mod names;
 pub mod net;
+pub mod time;

@@ -185,7 +185,7 @@ mod tests {
             gpu_layers: 0,
             progress: false,
         };
-        Model::load(&crate::backend::llamacpp::test_model_path(), &params)
+        Model::load(&crate::util::dirs::test_models::test_model_path(), &params)
             .expect("test model loads")
     }
 

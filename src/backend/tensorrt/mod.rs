@@ -208,7 +208,7 @@ impl TensorRtBackend {
     fn render(
         &self,
         conversation: &[TemplateMessage],
-        tools: &[super::ToolSpec],
+        tools: &[crate::core::ToolSpec],
     ) -> Result<String, BackendError> {
         let template_error = |e: template::TemplateError| BackendError::Config(e.to_string());
         if tools.is_empty() || self.template.handles_tools() {

@@ -551,7 +551,7 @@ fn load(settings: &Settings) -> Result<Loaded, String> {
     let info = backends[0].info();
     let tools = if settings.use_tools {
         // The agent's own registry (built-ins or `--tool-backend`, MCP), under the profile.
-        let mut registry = super::tool_registry(settings)
+        let mut registry = super::wiring::tool_registry(settings)
             .map_err(|_| "cannot list the tools of the tool backend".to_string())?;
         settings.profile.apply_tools(&mut registry);
         Some(Arc::new(ServerTools {
@@ -610,7 +610,7 @@ pub fn run(settings: &Settings) -> i32 {
         };
     let mut api = ApiServer::new();
     if settings.use_tools {
-        api.agent_api = Some(super::agent_api_for(settings));
+        api.agent_api = Some(super::wiring::agent_api_for(settings));
     }
     let api = Arc::new(api);
     let loader = {

@@ -16,7 +16,8 @@ use super::fields::{stop_list, valid_tool_name, Fields};
 use super::pool::Work;
 use super::text::{Assembler, Piece};
 use super::{Defaults, Usage};
-use crate::backend::{Reply, ResponseFormat, ToolChoice, ToolSpec};
+use crate::backend::{Reply, ResponseFormat, ToolChoice};
+use crate::core::ToolSpec;
 use crate::core::{FinishReason, Message, Session, ToolCall};
 use crate::frontend::http::SseStream;
 

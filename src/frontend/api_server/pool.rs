@@ -28,7 +28,8 @@ use crossbeam_channel::{Receiver, Sender};
 use crate::agent::turn::{Outcome, Toolbox, Turn, TurnConfig};
 use crate::approval::{Gate, Headless, Policy};
 use crate::audit::AuditLog;
-use crate::backend::{Backend, GenerateRequest, Reply, Sampling, ToolChoice, ToolSpec};
+use crate::backend::{Backend, GenerateRequest, Reply, Sampling, ToolChoice};
+use crate::core::ToolSpec;
 use crate::core::{BackendError, Event, EventSink, FinishReason, Flow, Session, ToolCall};
 use crate::tools::{ToolContext, ToolRegistry};
 

@@ -8,11 +8,11 @@
 use std::io::Write;
 use std::path::Path;
 
-use super::hub::Server;
-use super::tool::McpTool;
-use crate::commands::{mask_key, CommandError};
+use super::{mask_key, CommandError};
 use crate::config::mcp::{validate_server, McpServerConfig};
 use crate::config::{self, ConfigFile};
+use crate::mcp::hub::Server;
+use crate::mcp::tool::McpTool;
 use crate::tools::Tool;
 
 pub const MCP_USAGE: &str = "\
@@ -175,7 +175,7 @@ fn show(name: &str, server: &McpServerConfig, out: &mut dyn Write) -> Result<(),
 
 /// Connects, prints what the server is and lists its tools.
 fn test(name: &str, server: &McpServerConfig, out: &mut dyn Write) -> Result<(), CommandError> {
-    let (client, tools, _ends) = super::hub::connect(name, server).map_err(|e| {
+    let (client, tools, _ends) = crate::mcp::hub::connect(name, server).map_err(|e| {
         CommandError::Io(std::io::Error::other(format!(
             "MCP server '{name}' ({}): {e}",
             server.target()
@@ -284,7 +284,7 @@ fn seconds(text: &str) -> Result<u64, CommandError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::test_support::temp_dir;
+    use crate::util::fs::test_support::temp_dir;
 
     fn words(text: &str) -> Vec<String> {
         text.split_whitespace().map(String::from).collect()

@@ -1,0 +1,298 @@
+#!/usr/bin/env python3
+"""Checks that shepherd's modules depend on each other one way only.
+
+Reads every `.rs` file under `src/`, drops comments and string literals, and
+collects the module paths each file names: `crate::a::...`, `use crate::{a,
+b}` and, inside `frontend/`, `super::x`. Each file belongs to a node: its
+top-level module (`src/store.rs`, `src/backend/*` -> `store`, `backend`), or
+`frontend/x` for a front-end submodule (`frontend` itself is `frontend/mod.rs`).
+
+It fails, printing the offending edges, when
+  * the graph has a cycle (any strongly connected group of two or more nodes), or
+  * an edge runs from a lower layer to a higher one in LAYERS below.
+Nodes in the same layer may depend on each other as long as there is no cycle.
+
+Test code (`#[cfg(test)]` or `#[cfg(all(test, ...))]` items, and the files
+such an item declares with `mod x;`) is checked too, as its own set of edges:
+an upward or circular edge that only tests make fails unless it is listed in
+TEST_EXCEPTIONS with its reason. Listed exceptions are printed on every run
+so they stay visible, and one that no code makes any more fails too.
+
+Usage: scripts/check-layers.py [--graph]   (--graph prints every edge)
+"""
+
+import os
+import re
+import sys
+
+# Lowest first. A module may use modules in its own layer or below.
+LAYERS = [
+    ["util"],
+    ["core", "log", "sys", "redact", "stop"],
+    ["stream", "llama", "template", "args"],
+    ["tools", "backend", "auth"],
+    ["approval", "audit", "store", "config"],
+    # MCP reads its servers' settings from config::mcp, so it sits above config.
+    ["mcp"],
+    ["agent"],
+    ["commands"],
+    ["frontend"],
+    ["main"],
+]
+
+# Upward edges made only by test code, each with why it is there. Every entry
+# is a known debt (issue 23), printed on every run; remove it once fixed.
+TEST_EXCEPTIONS = {
+    ("backend", "agent"): "tensorrt/tests.rs drives a real agent turn over the scripted engine",
+}
+
+SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
+CODE_TOKEN = re.compile(
+    r'//[^\n]*|/\*.*?\*/|b?r(#*)".*?"\1|b?"(?:\\.|[^"\\])*"|'
+    r"b?'(?:\\.|[^'\\\n])'|[^/\"'rb]+|.",
+    re.S,
+)
+
+
+def code_only(text):
+    """The text with comments, strings and char literals removed."""
+    out = []
+    for m in CODE_TOKEN.finditer(text):
+        tok = m.group(0)
+        if tok.startswith(("//", "/*")) or tok.endswith(('"', "'")) and len(tok) > 1:
+            out.append(" " if not tok.startswith("//") else "")
+        else:
+            out.append(tok)
+    return "".join(out)
+
+
+CFG_TEST = re.compile(r"#\[cfg\((?:test|all\(\s*test\b[^\]]*\))\)\]")
+
+
+def split_tests(code):
+    """(code outside `#[cfg(test)]` items, code inside them, test submodule names)."""
+    prod, tests, test_mods, pos = [], [], [], 0
+    for m in CFG_TEST.finditer(code):
+        if m.start() < pos:
+            continue
+        prod.append(code[pos : m.start()])
+        brace, semi = code.find("{", m.end()), code.find(";", m.end())
+        if semi != -1 and (brace == -1 or semi < brace):
+            item = code[m.end() : semi + 1]
+            decl = re.match(r"\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*;", item)
+            if decl:
+                test_mods.append(decl.group(1))
+            tests.append(item)
+            pos = semi + 1
+            continue
+        depth, end = 0, brace
+        while end < len(code):
+            depth += {"{": 1, "}": -1}.get(code[end], 0)
+            end += 1
+            if depth == 0:
+                break
+        tests.append(code[m.end() : end])
+        pos = end
+    prod.append(code[pos:])
+    return "".join(prod), "".join(tests), test_mods
+
+
+def child_files(rel, name):
+    """The paths (relative to src/) a `mod name;` in file `rel` may load."""
+    base = os.path.dirname(rel)
+    stem = os.path.basename(rel)[:-3]
+    if stem not in ("mod", "main"):
+        base = os.path.join(base, stem)
+    return [os.path.join(base, name + ".rs"), os.path.join(base, name, "mod.rs")]
+
+
+def node_of(rel):
+    """The graph node of a file, from its path relative to src/."""
+    parts = rel[:-3].split("/")
+    if parts[0] != "frontend" or len(parts) == 1:
+        return parts[0]
+    if parts[1] == "mod":
+        return "frontend"
+    return "frontend/" + parts[1]
+
+
+def layer_of(node):
+    top = node.split("/")[0]
+    for idx, layer in enumerate(LAYERS):
+        if top in layer:
+            return idx
+    return None
+
+
+def frontend_children():
+    root = os.path.join(SRC, "frontend")
+    names = set()
+    for entry in os.listdir(root):
+        if entry.endswith(".rs") and entry != "mod.rs":
+            names.add(entry[:-3])
+        elif os.path.isdir(os.path.join(root, entry)):
+            names.add(entry)
+    return names
+
+
+def target(first, second, children):
+    """The node a path `crate::first::second...` names."""
+    if first == "frontend" and second in children:
+        return "frontend/" + second
+    return first
+
+
+def edges_of(rel, code, children):
+    node = node_of(rel)
+    found = set()
+    for m in re.finditer(r"\bcrate::(\w+)(?:::(\w+))?", code):
+        found.add(target(m.group(1), m.group(2), children))
+    for m in re.finditer(r"\bcrate::\{([^}]*)\}", code):
+        for item in m.group(1).split(","):
+            first = item.strip().split("::")[0]
+            if first:
+                found.add(first)
+    # `super::` from a front-end submodule's top file climbs to `frontend`.
+    depth = rel.count("/")
+    is_top_file = rel.endswith("/mod.rs") and depth == 2 or depth == 1
+    if node.startswith("frontend/") and is_top_file:
+        for m in re.finditer(r"\bsuper::(?:\{([^}]*)\}|(\w+))", code):
+            names = m.group(1).split(",") if m.group(1) else [m.group(2)]
+            for name in names:
+                first = name.strip().split("::")[0]
+                if first in ("self", "*") or first in children:
+                    found.add("frontend/" + first if first in children else "frontend")
+                elif first:
+                    found.add("frontend")
+    # `frontend/mod.rs` names its own submodules by relative paths.
+    if node == "frontend":
+        for child in children:
+            if re.search(rf"(?<!::)\b{child}::", code):
+                found.add("frontend/" + child)
+    found.discard(node)
+    found = {t for t in found if t.split("/")[0] not in ("self", "super", "crate")}
+    return node, found
+
+
+def collect():
+    """(edges of non-test code, edges of test code), each node -> set of nodes."""
+    children = frontend_children()
+    sources = {}
+    for dirpath, _, files in os.walk(SRC):
+        for name in sorted(files):
+            if name.endswith(".rs"):
+                path = os.path.join(dirpath, name)
+                with open(path, encoding="utf-8") as f:
+                    sources[os.path.relpath(path, SRC)] = code_only(f.read())
+    parts, test_files = {}, set()
+    for rel, code in sources.items():
+        prod, tests, test_mods = split_tests(code)
+        parts[rel] = (prod, tests)
+        for name in test_mods:
+            test_files.update(child_files(rel, name))
+    graph, test_graph = {}, {}
+    for rel, (prod, tests) in sorted(parts.items()):
+        if rel in test_files:
+            prod, tests = "", prod + tests
+        for g, code in ((graph, prod), (test_graph, tests)):
+            node, targets = edges_of(rel, code, children)
+            for n in (graph, test_graph):
+                n.setdefault(node, set())
+                for t in targets:
+                    n.setdefault(t, set())
+            g[node].update(targets)
+    return graph, test_graph
+
+
+def cycles(graph):
+    """Strongly connected groups of two or more nodes (Tarjan)."""
+    index, low, stack, on_stack, groups = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    sys.setrecursionlimit(10000)
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return groups
+
+
+def upward(graph):
+    """Edges (v, w) that run from a lower layer to a higher one."""
+    found = []
+    for v in sorted(graph):
+        for w in sorted(graph[v]):
+            lv, lw = layer_of(v), layer_of(w)
+            if lv is not None and lw is not None and lw > lv:
+                found.append((v, w))
+    return found
+
+
+def report_cycles(graph, label):
+    groups = cycles(graph)
+    for group in groups:
+        members = set(group)
+        inner = [f"{v} -> {w}" for v in group for w in sorted(graph[v]) if w in members]
+        print(f"{label}cycle among {', '.join(group)}: {'; '.join(inner)}")
+    return bool(groups)
+
+
+def main():
+    graph, test_graph = collect()
+    if "--graph" in sys.argv:
+        for v in sorted(graph):
+            extra = sorted(test_graph[v] - graph[v])
+            tail = f"  (tests: {', '.join(extra)})" if extra else ""
+            print(f"{v} -> {', '.join(sorted(graph[v])) or '(nothing)'}{tail}")
+    failed = False
+    unplaced = sorted(v for v in graph if layer_of(v) is None)
+    if unplaced:
+        failed = True
+        print("modules with no layer (add them to LAYERS):", ", ".join(unplaced))
+    failed |= report_cycles(graph, "")
+    for v, w in upward(graph):
+        failed = True
+        print(f"upward edge: {v} (layer {layer_of(v)}) -> {w} (layer {layer_of(w)})")
+    # Test code: the same rules, less the listed exceptions.
+    excused = set(TEST_EXCEPTIONS)
+    test_only = {v: {w for w in test_graph[v] if (v, w) not in excused} | graph[v] for v in graph}
+    failed |= report_cycles(test_only, "test code: ")
+    for v, w in upward(test_graph):
+        if (v, w) in excused:
+            print(f"known test-only upward edge: {v} -> {w} ({TEST_EXCEPTIONS[(v, w)]})")
+        else:
+            failed = True
+            print(f"test code: upward edge: {v} -> {w}")
+    for v, w in sorted(excused):
+        if w not in test_graph.get(v, ()):
+            failed = True
+            print(f"stale exception {v} -> {w}: no code makes it now; remove it from TEST_EXCEPTIONS")
+        elif w in graph.get(v, ()):
+            failed = True
+            print(f"excepted edge {v} -> {w} is now made by non-test code")
+    if failed:
+        sys.exit(1)
+    print(f"check-layers: {len(graph)} modules, no cycles, no upward edges")
+
+
+if __name__ == "__main__":
+    main()
