@@ -109,16 +109,8 @@ pub fn run(
             return 1;
         }
     };
-    match listener.local_addr() {
-        Ok(addr) => access.announce(
-            addr,
-            &format!(
-                "toolserver listening on {addr} ({} tools)",
-                tools.names().len()
-            ),
-        ),
-        Err(error) => eprintln!("shepherd: toolserver listening (address unknown: {error})"),
-    }
+    // The watcher is in place before the listening line: a signal right after
+    // it still goes through the one cleanup.
     let shared = Arc::new(Shared {
         tools,
         config,
@@ -132,6 +124,16 @@ pub fn run(
         Box::new(move || busy.running.load(Ordering::SeqCst) > 0),
         Box::new(move || cancel.cancel.store(true, Ordering::SeqCst)),
     ));
+    match listener.local_addr() {
+        Ok(addr) => access.announce(
+            addr,
+            &format!(
+                "toolserver listening on {addr} ({} tools)",
+                shared.tools.names().len()
+            ),
+        ),
+        Err(error) => eprintln!("shepherd: toolserver listening (address unknown: {error})"),
+    }
     accept_loop(&listener, &shared);
     0
 }

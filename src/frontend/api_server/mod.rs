@@ -642,16 +642,17 @@ pub fn run(settings: &Settings) -> i32 {
         eprintln!("shepherd: cannot start the loader thread: {error}");
         return 1;
     }
-    match listener.local_addr() {
-        Ok(addr) => access.announce(addr, &format!("API server listening on http://{addr}")),
-        Err(error) => eprintln!("shepherd: API server listening (address unknown: {error})"),
-    }
     // Stateless: a signal ends the process at once (clients see their
-    // connections close), through the one cleanup.
+    // connections close), through the one cleanup. In place before the
+    // listening line, so a signal right after it is handled too.
     super::signals::watch(super::signals::Watch::server(
         Box::new(|| false),
         Box::new(|| {}),
     ));
+    match listener.local_addr() {
+        Ok(addr) => access.announce(addr, &format!("API server listening on http://{addr}")),
+        Err(error) => eprintln!("shepherd: API server listening (address unknown: {error})"),
+    }
     listener.run(api);
     0
 }
