@@ -43,7 +43,9 @@ impl Metrics {
         }
     }
 
-    /// The exposition text.
+    /// The exposition text. Long on purpose: one `metric(...)` call per
+    /// exported metric, in the order Prometheus shows them; splitting the list
+    /// would only scatter it.
     pub fn render(&self, pool: Option<&Pool>) -> String {
         let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         let mut out = String::new();

@@ -74,6 +74,8 @@ const KNOWN: [&str; 26] = [
 ];
 
 /// Parses and checks the body; nothing reaches a backend unless this succeeds.
+/// Long on purpose: one check per request field, in the order of the OpenAI
+/// reference, so a reader can tick them off against it.
 pub fn parse(body: &[u8], defaults: &Defaults) -> Result<ChatRequest, ApiError> {
     let value: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::invalid("", format!("the body is not valid JSON: {e}")))?;
