@@ -244,67 +244,13 @@ fn raise_exception(message: String) -> Result<JinjaValue, Error> {
     Err(Error::new(ErrorKind::InvalidOperation, message))
 }
 
-/// transformers passes the current local time; format with a fixed, explicit subset of strftime.
+/// transformers passes the current local time; shepherd formats UTC with the one
+/// strftime subset of `util::time`.
 fn strftime_now(format: String) -> String {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    format_date(secs, &format)
-}
-
-fn format_date(unix_secs: u64, format: &str) -> String {
-    const MONTHS: [&str; 12] = [
-        "January",
-        "February",
-        "March",
-        "April",
-        "May",
-        "June",
-        "July",
-        "August",
-        "September",
-        "October",
-        "November",
-        "December",
-    ];
-    let (year, month, day) = civil_from_days((unix_secs / 86_400) as i64);
-    let month_name = MONTHS[(month - 1) as usize];
-    let mut out = String::new();
-    let mut chars = format.chars();
-    while let Some(c) = chars.next() {
-        if c != '%' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            Some('d') => out.push_str(&format!("{day:02}")),
-            Some('m') => out.push_str(&format!("{month:02}")),
-            Some('Y') => out.push_str(&year.to_string()),
-            Some('B') => out.push_str(month_name),
-            Some('b') => out.push_str(&month_name[..3]),
-            Some('%') => out.push('%'),
-            Some(other) => {
-                out.push('%');
-                out.push(other);
-            }
-            None => out.push('%'),
-        }
-    }
-    out
-}
-
-/// Days since 1970-01-01 to (year, month, day), Howard Hinnant's algorithm.
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
+    crate::util::time::strftime(&format, i64::try_from(secs).unwrap_or(i64::MAX))
 }
 
 /// Python's `json.dumps(value, ensure_ascii=False, indent=indent)`: `", "` and `": "`
@@ -568,7 +514,7 @@ mod tests {
     fn strftime_now_formats_dates() {
         // 2024-02-29 is day 19782 since the epoch.
         assert_eq!(
-            format_date(19_782 * 86_400, "%d %B %Y (%b, %m) %%"),
+            crate::util::time::strftime("%d %B %Y (%b, %m) %%", 19_782 * 86_400),
             "29 February 2024 (Feb, 02) %"
         );
     }

@@ -49,7 +49,18 @@ fn day_of_year(c: &Civil) -> u32 {
 
 const WEEKDAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
 const MONTHS: [&str; 12] = [
-    "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
 ];
 
 /// Formats `unix` with a strftime subset; unknown fields are kept as written.
@@ -80,7 +91,8 @@ fn field_text(field: char, c: &Civil, unix: i64) -> String {
         'S' => format!("{:02}", c.second),
         'j' => format!("{:03}", day_of_year(c)),
         'a' => WEEKDAYS[unix.div_euclid(86_400).rem_euclid(7) as usize].to_string(),
-        'b' => MONTHS[(c.month - 1) as usize].to_string(),
+        'b' => MONTHS[(c.month - 1) as usize][..3].to_string(),
+        'B' => MONTHS[(c.month - 1) as usize].to_string(),
         's' => unix.to_string(),
         'z' => "+0000".to_string(),
         'Z' => "UTC".to_string(),
