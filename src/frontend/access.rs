@@ -22,7 +22,7 @@ use crate::auth;
 use crate::config::resolve::{ServerAuth, ServerSettings};
 use crate::util::net;
 
-use super::http::Policy;
+use super::http::{self, Limits, Policy};
 
 /// The paths every HTTP server answers without a token.
 const PUBLIC_PATHS: [&str; 1] = ["/health"];
@@ -144,6 +144,21 @@ impl Access {
             public_paths: PUBLIC_PATHS.iter().map(|p| p.to_string()).collect(),
             token_hint: self.token.as_ref().map(|_| refusal_hint(port)),
         }
+    }
+
+    /// Binds an HTTP server on `server` with [`Access::http_policy`] for the port
+    /// it got; a failure is said on stderr and becomes exit code 1.
+    pub fn bind(&self, server: &ServerSettings) -> Result<http::Server, i32> {
+        let policy = |addr: SocketAddr| self.http_policy(addr.port());
+        http::Server::bind_with(&server.host, server.port, Limits::default(), policy).map_err(
+            |error| {
+                eprintln!(
+                    "shepherd: cannot listen on {}:{}: {error}",
+                    server.host, server.port
+                );
+                1
+            },
+        )
     }
 
     /// Once bound to `addr`: publishes the token for this user's own clients,

@@ -50,7 +50,7 @@ use crate::store::{Store, StoreError};
 
 use super::access::Access;
 use super::agent_api::{self, AgentApi};
-use super::http::{self, Handler, Limits, Request, Responder, SseStream};
+use super::http::{Handler, Request, Responder, SseStream};
 use super::signals;
 
 /// The CLI server's own settings.
@@ -1023,18 +1023,10 @@ pub fn run(
     config: CliServerConfig,
     api: Option<AgentApi>,
 ) -> i32 {
-    let policy = |addr: std::net::SocketAddr| access.http_policy(addr.port());
-    let listener =
-        match http::Server::bind_with(&server.host, server.port, Limits::default(), policy) {
-            Ok(listener) => listener,
-            Err(error) => {
-                eprintln!(
-                    "shepherd: cannot listen on {}:{}: {error}",
-                    server.host, server.port
-                );
-                return 1;
-            }
-        };
+    let listener = match access.bind(server) {
+        Ok(listener) => listener,
+        Err(code) => return code,
+    };
     let cli = match CliServer::start(agent, config, api) {
         Ok(cli) => cli,
         Err(error) => {

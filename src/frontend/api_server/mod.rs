@@ -44,7 +44,7 @@ use crate::core::{Message, Role, Stats, ToolCall};
 use super::access::{Access, ServerKind};
 use super::agent_api::{self, AgentApi};
 use super::connect;
-use super::http::{self, Handler, Limits, Request, Responder, SseStream};
+use super::http::{Handler, Request, Responder, SseStream};
 use error::{from_backend, ApiError};
 use metrics::Metrics;
 use pool::{Out, Pool, ServerTools, Ticket, Work};
@@ -596,18 +596,10 @@ pub fn run(settings: &Settings) -> i32 {
         }
     };
     let server = &settings.server;
-    let policy = |addr: std::net::SocketAddr| access.http_policy(addr.port());
-    let listener =
-        match http::Server::bind_with(&server.host, server.port, Limits::default(), policy) {
-            Ok(listener) => listener,
-            Err(error) => {
-                eprintln!(
-                    "shepherd: cannot listen on {}:{}: {error}",
-                    server.host, server.port
-                );
-                return 1;
-            }
-        };
+    let listener = match access.bind(server) {
+        Ok(listener) => listener,
+        Err(code) => return code,
+    };
     let mut api = ApiServer::new();
     if settings.use_tools {
         api.agent_api = Some(super::wiring::agent_api_for(settings));
@@ -660,7 +652,7 @@ pub fn run(settings: &Settings) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::frontend::http::Policy;
+    use crate::frontend::http::{self, Limits, Policy};
     use std::io::{Read, Write};
     use std::net::TcpStream;
 
