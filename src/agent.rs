@@ -987,3 +987,6 @@ mod tests {
         );
     }
 }
+
+#[cfg(all(test, feature = "tensorrt-testlib"))]
+mod tensorrt_tests;

@@ -20,6 +20,7 @@ pub(crate) mod fake;
 pub mod gemini;
 pub mod http;
 pub mod llamacpp;
+pub mod local;
 pub mod ollama;
 pub mod openai;
 #[cfg(feature = "tensorrt")]

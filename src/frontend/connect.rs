@@ -16,6 +16,7 @@ use crate::backend::failover::{FailoverBackend, Provider};
 use crate::backend::gemini::{self, GeminiBackend, GeminiConfig};
 use crate::backend::http::{ApiSettings, Timeouts};
 use crate::backend::llamacpp::{self, LlamaBackend, LlamaConfig};
+use crate::backend::local;
 use crate::backend::ollama::{self, OllamaBackend, OllamaConfig};
 use crate::backend::openai::{AzureDeployment, MaxTokensParam, OpenAiBackend, OpenAiConfig};
 #[cfg(feature = "tensorrt")]
@@ -174,7 +175,7 @@ fn llama_config(settings: &Settings, provider: &ProviderConfig) -> Result<LlamaC
         .as_deref()
         .map(std::path::Path::new)
         .or(local.model_path.as_deref());
-    let model = llamacpp::resolve_model_path(&model_of(provider)?, dir);
+    let model = local::resolve_model_path(&model_of(provider)?, dir);
     let cache_type = match local.cache_type.as_deref() {
         None => CacheType::F16,
         Some(name) => CacheType::parse(name).ok_or_else(|| {
@@ -212,7 +213,7 @@ fn tensorrt_config(
         .as_deref()
         .map(std::path::Path::new)
         .or(settings.local.model_path.as_deref());
-    let engine_dir = llamacpp::resolve_model_path(&model_of(provider)?, dir);
+    let engine_dir = local::resolve_model_path(&model_of(provider)?, dir);
     Ok(TensorRtConfig {
         context_size: settings
             .context_size_for(provider)

@@ -41,11 +41,12 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Select, TryRecvError};
 
 use super::prompt_tokens::PromptTokens;
+use super::request::{common_prefix, finish_reply, forced_tools, sampler_params, tokenize_prompt};
 use super::{
-    common_prefix, finish_reply, forced_tools, load_template, overflow, render, sampler_params,
-    tokenize_prompt, BackendError, Event, FinishReason, Flow, Job, LlamaConfig, PrefillReport,
-    RequestJob, StopMatcher, ToolChoice, ToolSpec, Usage, WorkerMsg, DEFAULT_RESERVE,
+    load_template, tuning, BackendError, Event, FinishReason, Flow, Job, LlamaConfig,
+    PrefillReport, RequestJob, ToolChoice, ToolSpec, Usage, WorkerMsg,
 };
+use crate::backend::local::{answer_reserve, overflow, render, StopMatcher};
 use crate::core::Stats;
 use crate::llama::{self, utf8::Utf8Stream, Batch, Context, ContextParams, Model, Sampler, Token};
 use crate::template::{ChatTemplate, TemplateMessage};
@@ -200,7 +201,7 @@ pub(super) fn choose_context(requested: Option<u32>, trained: u32) -> u32 {
     match requested {
         Some(n) if n > 0 => n,
         _ if trained == 0 => 2048,
-        _ => trained.min(super::DEFAULT_CONTEXT_CAP),
+        _ => trained.min(tuning::DEFAULT_CONTEXT_CAP),
     }
 }
 
@@ -215,21 +216,21 @@ impl<'m> Worker<'m> {
         let parallel = config.parallel.max(1);
         // Every generating slot needs a place in each batch.
         let n_batch = config.n_batch.max(parallel).min(n_ctx);
-        let flash_attn = super::flash_attn_for(
+        let flash_attn = tuning::flash_attn_for(
             config.flash_attn,
             config.gpu_layers,
             config.cache_type,
             model.head_dim(),
             llama::cpu_kernels_have_avx512(),
         );
-        let n_ubatch = super::ubatch_for(config.ubatch, flash_attn, config.gpu_layers);
+        let n_ubatch = tuning::ubatch_for(config.ubatch, flash_attn, config.gpu_layers);
         let params = ContextParams {
             n_ctx,
             n_batch,
             n_ubatch: n_ubatch.min(n_batch),
-            n_threads: super::threads_for(
+            n_threads: tuning::threads_for(
                 config.threads,
-                super::all_on_gpu(config.gpu_layers, model.n_layer()),
+                tuning::all_on_gpu(config.gpu_layers, model.n_layer()),
                 defaults.n_threads,
             ),
             n_seq_max: parallel,
@@ -244,7 +245,7 @@ impl<'m> Worker<'m> {
                 ctx.n_ctx(),
                 ctx.n_seq_max(),
                 ctx.n_ctx_seq(),
-                super::flash_attn_label(flash_attn),
+                tuning::flash_attn_label(flash_attn),
                 params.n_ubatch,
                 params.n_threads
             )
@@ -445,10 +446,7 @@ impl<'m> Worker<'m> {
         let prompt = render(&self.template, &job.conversation, tools)?;
         let tokens = tokenize_prompt(self.model(), &mut self.prompt_tokens, &prompt)?;
         let n_ctx = self.n_ctx_slot;
-        let reserve = job
-            .sampling
-            .max_tokens
-            .unwrap_or(DEFAULT_RESERVE.min(n_ctx as u32 / 4)) as usize;
+        let reserve = answer_reserve(job.sampling.max_tokens, n_ctx as u32) as usize;
         if tokens.len() + reserve > n_ctx {
             return Err(overflow(tokens.len(), reserve, n_ctx));
         }

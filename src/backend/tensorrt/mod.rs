@@ -34,14 +34,12 @@ use serde_json::Value;
 use self::ffi::{Awaited, Executor, ExecutorOptions, FfiError, Finish, RequestId, RequestOptions};
 use self::tokenizer::{Detokenizer, EngineTokenizer};
 use super::estimate::TokenEstimator;
-use super::llamacpp::{message_text, overflow, with_tool_instructions, StopMatcher};
+use super::local::{self, message_text, overflow, StopMatcher};
 use super::{Backend, BackendInfo, GenerateRequest, Reply, Sampling, ToolChoice, Usage};
 use crate::core::{BackendError, Event, EventSink, FinishReason, Flow, Message, Session, Stats};
 use crate::stream::filter::OutputFilter;
-use crate::template::{self, ChatTemplate, TemplateMessage};
+use crate::template::{self, ChatTemplate};
 
-/// The answer's reserve when the request sets no `max_tokens` (the llama backend's default too).
-const DEFAULT_RESERVE: u32 = 512;
 /// How long one wait for a response lasts before the sink's cancel flag is checked.
 const POLL: Duration = Duration::from_millis(50);
 /// How long a cancelled request is drained for its final response.
@@ -190,7 +188,7 @@ impl TensorRtBackend {
             request.tools
         };
         let conversation = template::conversation(&session.system_prompt, &session.messages);
-        let prompt = self.render(&conversation, tools)?;
+        let prompt = local::render(&self.template, &conversation, tools)?;
         let tokens = self.tokenizer.encode(&prompt)?;
         if tokens.is_empty() {
             return Err(BackendError::Config("the rendered prompt is empty".into()));
@@ -205,32 +203,10 @@ impl TensorRtBackend {
         })
     }
 
-    fn render(
-        &self,
-        conversation: &[TemplateMessage],
-        tools: &[crate::core::ToolSpec],
-    ) -> Result<String, BackendError> {
-        let template_error = |e: template::TemplateError| BackendError::Config(e.to_string());
-        if tools.is_empty() || self.template.handles_tools() {
-            let tools = template::template_tools(tools);
-            return self
-                .template
-                .render(conversation, &tools, true)
-                .map_err(template_error);
-        }
-        // The template knows nothing about tools: describe them in the system message.
-        let messages = with_tool_instructions(conversation, tools);
-        self.template
-            .render(&messages, &[], true)
-            .map_err(template_error)
-    }
-
     /// The request's `max_tokens` once the prompt and the answer's reserve fit the context.
     fn check_fit(&self, n_prompt: usize, sampling: &Sampling) -> Result<u32, BackendError> {
         let n_ctx = self.n_ctx as usize;
-        let reserve = sampling
-            .max_tokens
-            .unwrap_or(DEFAULT_RESERVE.min(self.n_ctx / 4).max(1)) as usize;
+        let reserve = local::answer_reserve(sampling.max_tokens, self.n_ctx) as usize;
         if n_prompt + reserve > n_ctx {
             return Err(overflow(n_prompt, reserve, n_ctx));
         }
@@ -344,10 +320,7 @@ fn finish_reason(finish: Finish) -> FinishReason {
 fn load_template(tokenizer: &EngineTokenizer) -> ChatTemplate {
     let source = tokenizer.chat_template.as_deref();
     let (bos, eos) = (&tokenizer.bos_text, &tokenizer.eos_text);
-    ChatTemplate::new(source, bos, eos).unwrap_or_else(|err| {
-        crate::log::debug(crate::log::Category::Llm, || format!("{err}; using ChatML"));
-        ChatTemplate::new(None, bos, eos).expect("the ChatML fallback needs no parsing")
-    })
+    local::load_template(source, bos, eos)
 }
 
 /// One generation's state between responses.
@@ -447,8 +420,8 @@ impl Turn {
         let stats = self.stats(n_prompt, n_ctx);
         sink.emit(Event::Stats(stats.clone()));
         let mut reply = Reply {
-            content: self.filter.content().to_string(),
-            thinking: self.filter.thinking().to_string(),
+            content: String::new(),
+            thinking: String::new(),
             tool_calls: Vec::new(),
             finish: self.finish,
             usage: Some(Usage {
@@ -457,11 +430,7 @@ impl Turn {
             }),
             artefacts: Vec::new(),
         };
-        let calls = self.filter.take_tool_calls();
-        if !calls.is_empty() && reply.finish != FinishReason::Cancelled {
-            reply.tool_calls = calls;
-            reply.finish = FinishReason::ToolCalls;
-        }
+        local::read_filter(&mut reply, &mut self.filter);
         reply
     }
 

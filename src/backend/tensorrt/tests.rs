@@ -133,16 +133,16 @@ pub(crate) fn engine(name: &str, script: &str) -> EngineDir {
     EngineDir(dir)
 }
 
-fn backend(dir: &Path) -> TensorRtBackend {
+pub(crate) fn backend(dir: &Path) -> TensorRtBackend {
     TensorRtBackend::new(TensorRtConfig::new(dir.to_path_buf())).expect("the test engine loads")
 }
 
-fn tokenizer(dir: &Path) -> EngineTokenizer {
+pub(crate) fn tokenizer(dir: &Path) -> EngineTokenizer {
     EngineTokenizer::load(dir).unwrap()
 }
 
 /// The ids of `text` as the model would generate it (no `▁` added in front).
-fn ids(dir: &Path, text: &str) -> Vec<u32> {
+pub(crate) fn ids(dir: &Path, text: &str) -> Vec<u32> {
     let tok = tokenizer(dir);
     let mut ids = tok.encode(text).unwrap();
     // The Prepend normalizer adds a `▁` before the text; a reply's first word has its own.
@@ -153,12 +153,12 @@ fn ids(dir: &Path, text: &str) -> Vec<u32> {
 }
 
 /// A `chunk` (or `final REASON`) script line.
-fn line(head: &str, ids: &[u32]) -> String {
+pub(crate) fn line(head: &str, ids: &[u32]) -> String {
     let list: Vec<String> = ids.iter().map(u32::to_string).collect();
     format!("{head} {}\n", list.join(" "))
 }
 
-fn log(dir: &Path) -> Vec<String> {
+pub(crate) fn log(dir: &Path) -> Vec<String> {
     std::fs::read_to_string(dir.join("testlib.log"))
         .unwrap_or_default()
         .lines()
@@ -166,7 +166,7 @@ fn log(dir: &Path) -> Vec<String> {
         .collect()
 }
 
-fn field<'a>(line: &'a str, name: &str) -> &'a str {
+pub(crate) fn field<'a>(line: &'a str, name: &str) -> &'a str {
     let key = format!(" {name}=");
     let start = line
         .find(&key)
@@ -181,7 +181,7 @@ fn question(text: &str) -> Session {
     session
 }
 
-fn sampling(max_tokens: u32, stop: &[&str]) -> Sampling {
+pub(crate) fn sampling(max_tokens: u32, stop: &[&str]) -> Sampling {
     Sampling {
         max_tokens: Some(max_tokens),
         stop: stop.iter().map(|s| s.to_string()).collect(),
@@ -203,7 +203,7 @@ fn ask(
     llm.generate(&question("Hi"), &request, sink)
 }
 
-fn contents(events: &[Event]) -> Vec<String> {
+pub(crate) fn contents(events: &[Event]) -> Vec<String> {
     events
         .iter()
         .filter_map(|e| match e {
@@ -568,83 +568,4 @@ fn special_tokens_and_template_come_from_the_engine_dir() {
     std::fs::remove_file(dir.join("tokenizer.json")).unwrap();
     let err = EngineTokenizer::load(&dir).err().unwrap();
     assert!(err.to_string().contains("tokenizer.json"), "{err}");
-}
-
-#[test]
-fn the_agent_runs_a_tool_call_and_answers() {
-    use crate::agent::{AgentConfig, AgentHandle};
-    use crate::tools::ToolRegistry;
-    let probe = engine("probe", "");
-    let call = ids(
-        &probe,
-        r#"<tool_call>{"name": "get_time", "arguments": {}}</tool_call>"#,
-    );
-    let answer = ids(&probe, "It is noon.");
-    let script = format!(
-        "request\n{}{}request\n{}",
-        line("chunk", &call[..call.len() / 2]),
-        line("final end_id", &call[call.len() / 2..]),
-        line("final end_id", &answer)
-    );
-    let dir = engine("agent", &script);
-    // The tool instructions alone are hundreds of this small vocabulary's tokens.
-    std::fs::write(
-        dir.join("config.json"),
-        r#"{"build_config": {"max_seq_len": 4096}}"#,
-    )
-    .unwrap();
-    let mut tools = ToolRegistry::builtin();
-    tools.disable("*");
-    tools.enable("get_time");
-    let config = AgentConfig {
-        system_prompt: "You are helpful.".into(),
-        sampling: sampling(64, &[]),
-        stream: true,
-        max_rounds: 3,
-        tools_enabled: true,
-        first_tool_choice: ToolChoice::Auto,
-    };
-    let agent = AgentHandle::spawn(Box::new(backend(&dir)), tools, std::env::temp_dir(), config)
-        .expect("agent");
-    let mut events = Vec::new();
-    let reason = agent.run_prompt("What time is it?".into(), |e| {
-        events.push(e.clone());
-        Ok(())
-    });
-    assert_eq!(reason, FinishReason::Stop, "{events:?}");
-    let call = events
-        .iter()
-        .find_map(|e| match e {
-            Event::ToolCall(call) => Some(call.clone()),
-            _ => None,
-        })
-        .expect("the call is announced");
-    assert_eq!(call.name, "get_time");
-    assert!(events
-        .iter()
-        .any(|e| matches!(e, Event::ToolResult(r) if r.success && r.id == call.id)));
-    assert!(
-        contents(&events).concat().ends_with("It is noon."),
-        "{events:?}"
-    );
-    assert!(
-        !contents(&events).concat().contains("tool_call"),
-        "tool-call markup never reaches the user"
-    );
-    // The second request's prompt carries the tool's result back to the model.
-    let enqueues: Vec<String> = log(&dir)
-        .into_iter()
-        .filter(|l| l.starts_with("enqueue"))
-        .collect();
-    assert_eq!(enqueues.len(), 2);
-    let second: Vec<u32> = field(&enqueues[1], "tokens")
-        .split(',')
-        .map(|t| t.parse().unwrap())
-        .collect();
-    let prompt = tokenizer(&dir).decode_for_test(&second);
-    assert!(prompt.contains("get_time"), "{prompt}");
-    assert!(
-        prompt.contains("UTC"),
-        "the tool result is in the prompt: {prompt}"
-    );
 }

@@ -1,0 +1,545 @@
+//! The in-process llama.cpp backend: a [`Backend`] whose model runs inside shepherd.
+//!
+//! **Threading.** llama.cpp state never crosses threads. [`LlamaBackend`] is a small
+//! `Send + Clone` handle to one named generation thread (`llama-gen`) that loads the
+//! [`Model`], creates the context borrowing it, and then serves [`Job`]s from a
+//! crossbeam channel until the last clone of the handle is dropped (that closes the
+//! channel and joins). Each clone keeps its own per-request state (output filter,
+//! estimator, the request in flight), so several threads can generate at once.
+//! While generating, the thread hands each event to the caller and decodes that
+//! request's next token while the sink answers with its [`Flow`]; at most one event
+//! per request is unanswered, so a cancel stops it within one token.
+//!
+//! **Slots** (`--parallel N`, [`slots`]): the thread runs N sequences over one context
+//! and decodes them together, one batch per step (continuous batching); requests
+//! beyond N wait in FIFO order.
+//!
+//! **Two phases**, prefill then generate: [`LlamaBackend::prefill_until`] renders the conversation,
+//! tokenizes it, checks it fits a slot (prompt plus the answer's reserve, else the
+//! typed [`BackendError::ContextOverflow`] that API backends raise too) and decodes the
+//! new tokens into the KV cache; [`LlamaBackend::generate_prefilled`] then streams the
+//! answer. Both travel as one job, so clones never interleave their phases.
+//!
+//! **KV prefix reuse.** Each slot keeps a mirror of the tokens in its sequence. A
+//! request takes the slot sharing the longest prefix with its rendered prompt, keeps
+//! that prefix, removes the rest with `llama_memory_seq_rm`, and decodes only the new
+//! tokens ([`Stats::cached_tokens`](crate::core::Stats) says how many were reused).
+//!
+//! **Tool calls.** With `tool_choice` required or named, a grammar built from the tools'
+//! JSON schemas forces a `{"name", "arguments"}` object, parsed here. Free-form text
+//! goes through the shared [`OutputFilter`] on the caller's side of the channel, like
+//! every other backend's text: thinking tags, code blocks and tool-call markup are
+//! recognised there, never here.
+
+mod prompt_tokens;
+mod request;
+mod slots;
+mod tuning;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_channel::{bounded, unbounded, Receiver, RecvTimeoutError, Sender};
+
+use super::estimate::TokenEstimator;
+use super::local::{self, message_text};
+use super::{Backend, BackendInfo, GenerateRequest, Reply, Sampling, ToolChoice, Usage};
+use crate::core::ToolSpec;
+use crate::core::{BackendError, Event, EventSink, FinishReason, Flow, Message, Session};
+use crate::llama::{CacheType, Model, ModelParams};
+use crate::stream::filter::OutputFilter;
+use crate::template::{self, ChatTemplate, TemplateMessage};
+use crate::util::dirs::{model_cache_dir, DEFAULT_MODEL_FILE};
+
+/// How often a handle waiting for the generation thread asks its caller about a cancel.
+const POLL: Duration = Duration::from_millis(50);
+
+/// Settings for loading the model and creating its context (`--context-size`, `--gpu-layers`, ...).
+#[derive(Debug, Clone)]
+pub struct LlamaConfig {
+    pub model_path: PathBuf,
+    /// Requests decoded together (`--parallel`), each in its own slot of the context.
+    pub parallel: u32,
+    /// `None`: the training context, capped at [`tuning::DEFAULT_CONTEXT_CAP`].
+    pub context_size: Option<u32>,
+    pub gpu_layers: i32,
+    /// `None`: all available cores.
+    pub threads: Option<i32>,
+    pub n_batch: u32,
+    /// `None`: decided with flash attention (see [`ubatch_for`]).
+    pub ubatch: Option<u32>,
+    pub cache_type: CacheType,
+    /// Forced on or off; `None` is auto (see [`flash_attn_for`]).
+    pub flash_attn: Option<bool>,
+    pub progress: bool,
+}
+
+impl LlamaConfig {
+    pub fn new(model_path: PathBuf) -> Self {
+        LlamaConfig {
+            model_path,
+            parallel: 1,
+            context_size: None,
+            gpu_layers: 0,
+            threads: None,
+            n_batch: 512,
+            ubatch: None,
+            cache_type: CacheType::F16,
+            flash_attn: None,
+            progress: true,
+        }
+    }
+}
+
+/// The embedded default model, or a message saying how to get it.
+pub fn default_model() -> Result<PathBuf, BackendError> {
+    let path = model_cache_dir().join(DEFAULT_MODEL_FILE);
+    if path.is_file() {
+        return Ok(path);
+    }
+    Err(BackendError::Config(format!(
+        "no provider configured and no model given; the default model {} is missing: run `make model` (or pass -m FILE.gguf)",
+        path.display()
+    )))
+}
+
+/// What the prefill phase did, for stats and tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PrefillReport {
+    /// Tokens of the whole rendered prompt.
+    pub prompt_tokens: usize,
+    /// Tokens kept from the KV cache of the previous turn.
+    pub reused_tokens: usize,
+    /// Tokens actually decoded this turn.
+    pub decoded_tokens: usize,
+}
+
+/// Benchmark figures in the units llama-bench prints (`make bench` runs the
+/// benchmark through the test binary in release mode).
+#[cfg(test)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct BenchReport {
+    pub pp_tps: f64,
+    pub tg_tps: f64,
+    /// The context's flash attention (`None`: llama.cpp's auto) and physical batch.
+    pub flash_attn: Option<bool>,
+    pub n_ubatch: u32,
+}
+
+/// One llama-bench style test: `n_prompt` tokens decoded as one prompt, then `n_gen`
+/// tokens one at a time, both after `depth` tokens already in the cache (llama-bench's
+/// `-d`; filling the cache is not timed).
+#[cfg(test)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct BenchTest {
+    pub n_prompt: usize,
+    pub n_gen: usize,
+    pub depth: usize,
+}
+
+enum Job {
+    /// Prefill, then (when it succeeded) generate: one job, so that requests from
+    /// several handles never interleave their phases.
+    Request(Box<RequestJob>),
+    Count(String, Sender<Option<usize>>),
+    /// Decode the known opening of this conversation's next prompt while idle.
+    Warm(Vec<TemplateMessage>, Vec<ToolSpec>),
+    #[cfg(test)]
+    Bench(BenchTest, Sender<Result<BenchReport, BackendError>>),
+    /// How many tokens each slot's cache holds.
+    #[cfg(test)]
+    Cached(Sender<Vec<usize>>),
+}
+
+struct RequestJob {
+    conversation: Vec<TemplateMessage>,
+    tools: Vec<ToolSpec>,
+    tool_choice: ToolChoice,
+    sampling: Sampling,
+    /// The prefill phase's answer, sent before any event.
+    prefilled: Sender<Result<PrefillReport, BackendError>>,
+    /// Generated text (always token by token; the handle holds it back when the
+    /// caller did not ask for streaming), then stats, then `Done`.
+    events: Sender<WorkerMsg>,
+    /// The sink's answer to each event.
+    flow: Receiver<Flow>,
+    /// Set by the handle when its sink is cancelled while nothing is emitted.
+    cancel: Arc<AtomicBool>,
+}
+
+enum WorkerMsg {
+    Event(Event),
+    Done(Result<Reply, BackendError>),
+}
+
+/// The handle the agent owns; the model lives on its generation thread.
+///
+/// Clones share that one thread (and model); each clone keeps its own per-request
+/// state, so several threads can each run `generate` on their own clone at once.
+/// The thread stops when the last clone is dropped.
+pub struct LlamaBackend {
+    shared: Arc<Shared>,
+    info: BackendInfo,
+    estimator: TokenEstimator,
+    last_prefill: Option<PrefillReport>,
+    /// The output filter for the prefilled request's free-form text; `None` when a
+    /// grammar forces a tool call (that JSON is for the agent, never for the user).
+    filter: Option<OutputFilter>,
+    /// The prefilled request whose events `generate_prefilled` reads.
+    pending: Option<Pending>,
+}
+
+/// What every clone of a [`LlamaBackend`] shares: the way to the generation thread.
+struct Shared {
+    jobs: Option<Sender<Job>>,
+    worker: Option<JoinHandle<()>>,
+    /// The context's abort flag: stops a running decode at shutdown.
+    abort: Arc<AtomicBool>,
+    /// Lets a new request interrupt the idle worker's warm-up decode.
+    preempt: slots::Preempt,
+}
+
+impl Drop for Shared {
+    /// The last handle is gone: stop the thread (closing its channel) and join it.
+    fn drop(&mut self) {
+        self.abort.store(true, Ordering::Relaxed);
+        self.jobs.take();
+        if let Some(worker) = self.worker.take() {
+            let _ = worker.join();
+        }
+    }
+}
+
+/// The handle's side of a prefilled request.
+struct Pending {
+    events: Receiver<WorkerMsg>,
+    flow: Sender<Flow>,
+    cancel: Arc<AtomicBool>,
+}
+
+impl Clone for LlamaBackend {
+    /// A new handle to the same generation thread, with fresh per-request state.
+    fn clone(&self) -> Self {
+        LlamaBackend {
+            shared: Arc::clone(&self.shared),
+            info: self.info.clone(),
+            estimator: self.estimator.clone(),
+            last_prefill: None,
+            filter: None,
+            pending: None,
+        }
+    }
+}
+
+impl LlamaBackend {
+    /// Loads the model on a new generation thread; returns once it is ready (or failed).
+    pub fn new(config: LlamaConfig) -> Result<LlamaBackend, BackendError> {
+        let (job_tx, job_rx) = unbounded();
+        let (ready_tx, ready_rx) = bounded(1);
+        let abort = Arc::new(AtomicBool::new(false));
+        let preempt = slots::Preempt::new(Arc::clone(&abort));
+        let thread_preempt = preempt.clone();
+        let worker = std::thread::Builder::new()
+            .name("llama-gen".into())
+            .spawn(move || run_worker(config, thread_preempt, ready_tx, job_rx))
+            .map_err(|e| {
+                BackendError::Config(format!("cannot start the generation thread: {e}"))
+            })?;
+        let info = ready_rx.recv().map_err(|_| {
+            BackendError::Config("the generation thread stopped while loading".into())
+        })?;
+        let info = match info {
+            Ok(info) => info,
+            Err(err) => {
+                let _ = worker.join();
+                return Err(err);
+            }
+        };
+        let shared = Shared {
+            jobs: Some(job_tx),
+            worker: Some(worker),
+            abort,
+            preempt,
+        };
+        Ok(LlamaBackend {
+            shared: Arc::new(shared),
+            info,
+            estimator: TokenEstimator::default(),
+            last_prefill: None,
+            filter: None,
+            pending: None,
+        })
+    }
+
+    fn send(&self, job: Job) -> Result<(), BackendError> {
+        let sender = self.shared.jobs.as_ref().ok_or_else(worker_gone)?;
+        let request = matches!(job, Job::Request(_));
+        sender.send(job).map_err(|_| worker_gone())?;
+        if request {
+            self.shared.preempt.request_arrived();
+        }
+        Ok(())
+    }
+
+    /// Phase one: render, check the fit, and decode the new prompt tokens into the
+    /// cache. Gives up with [`BackendError::Cancelled`] once `cancelled` says so (asked every 50 ms while the request waits for a slot or its
+    /// prompt is decoded), freeing its queue entry or slot: a server whose client hung
+    /// up before the first token calls this.
+    pub fn prefill_until(
+        &mut self,
+        session: &Session,
+        request: &GenerateRequest<'_>,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<PrefillReport, BackendError> {
+        // A request prefilled but never generated is dropped here: its events stop.
+        self.pending = None;
+        let forced = matches!(
+            request.tool_choice,
+            ToolChoice::Required | ToolChoice::Named(_)
+        ) && !request.tools.is_empty();
+        self.filter = (!forced)
+            .then(|| OutputFilter::new(request.tools.iter().map(|t| t.name.clone()).collect()));
+        let (prefilled, result) = bounded(1);
+        let (events_tx, events) = unbounded();
+        let (flow_tx, flow) = unbounded();
+        let cancel = Arc::new(AtomicBool::new(false));
+        let job = RequestJob {
+            conversation: template::conversation(&session.system_prompt, &session.messages),
+            tools: request.tools.to_vec(),
+            tool_choice: request.tool_choice.clone(),
+            sampling: request.sampling.clone(),
+            prefilled,
+            events: events_tx,
+            flow,
+            cancel: Arc::clone(&cancel),
+        };
+        self.send(Job::Request(Box::new(job)))?;
+        let report = loop {
+            match result.recv_timeout(POLL) {
+                Ok(report) => break report?,
+                Err(RecvTimeoutError::Timeout) if cancelled() => {
+                    cancel.store(true, Ordering::Relaxed);
+                    return Err(BackendError::Cancelled);
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return Err(worker_gone()),
+            }
+        };
+        self.last_prefill = Some(report);
+        self.pending = Some(Pending {
+            events,
+            flow: flow_tx,
+            cancel,
+        });
+        Ok(report)
+    }
+
+    /// Phase two: sample the answer into `sink`.
+    pub fn generate_prefilled(
+        &mut self,
+        stream: bool,
+        sink: &mut dyn EventSink,
+    ) -> Result<Reply, BackendError> {
+        let pending = self.pending.take().ok_or_else(|| {
+            BackendError::Config("generate called without a successful prefill".into())
+        })?;
+        let mut filter = self.filter.take();
+        // Without streaming, the text is held back and shown whole before the stats.
+        let mut held = String::new();
+        // Once the sink said stop, the token the worker was already decoding (it does
+        // not wait for each answer) is dropped, not shown.
+        let mut stopped = false;
+        loop {
+            match pending.events.recv_timeout(POLL) {
+                Ok(WorkerMsg::Event(Event::Content(_))) if stopped => {
+                    let _ = pending.flow.send(Flow::Cancel);
+                }
+                Ok(WorkerMsg::Event(Event::Content(text))) if !stream => {
+                    held.push_str(&text);
+                    let answer = if sink.cancelled() {
+                        Flow::Cancel
+                    } else {
+                        Flow::Continue
+                    };
+                    stopped = answer == Flow::Cancel;
+                    let _ = pending.flow.send(answer);
+                }
+                Ok(WorkerMsg::Event(event)) => {
+                    flush_held(&mut held, &mut filter, sink);
+                    let mut answer = forward(event, &mut filter, sink);
+                    if sink.cancelled() {
+                        answer = Flow::Cancel;
+                    }
+                    stopped |= answer == Flow::Cancel;
+                    let _ = pending.flow.send(answer);
+                }
+                Ok(WorkerMsg::Done(result)) => {
+                    flush_held(&mut held, &mut filter, sink);
+                    return filtered_reply(result, filter, sink);
+                }
+                // Nothing emitted for a while (a long decode): pass on a cancel from the sink.
+                Err(RecvTimeoutError::Timeout) if sink.cancelled() => {
+                    pending.cancel.store(true, Ordering::Relaxed)
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return Err(worker_gone()),
+            }
+        }
+    }
+
+    /// What the last prefill did (tokens reused and decoded).
+    #[cfg(test)]
+    pub fn last_prefill(&self) -> Option<PrefillReport> {
+        self.last_prefill
+    }
+
+    /// How many tokens each slot's cache holds.
+    #[cfg(test)]
+    pub fn cached_tokens(&self) -> Vec<usize> {
+        let (reply, result) = bounded(1);
+        self.send(Job::Cached(reply)).unwrap();
+        result.recv().unwrap()
+    }
+
+    /// Measures prompt processing and generation as llama-bench's pp/tg tests do
+    /// (see [`BenchTest`]). Clears the cache.
+    #[cfg(test)]
+    pub fn bench(&mut self, test: BenchTest) -> Result<BenchReport, BackendError> {
+        let (reply, result) = bounded(1);
+        self.send(Job::Bench(test, reply))?;
+        result.recv().map_err(|_| worker_gone())?
+    }
+}
+
+/// Shows the text a non-streaming request held back, in one piece.
+fn flush_held(held: &mut String, filter: &mut Option<OutputFilter>, sink: &mut dyn EventSink) {
+    if !held.is_empty() {
+        forward(Event::Content(std::mem::take(held)), filter, sink);
+    }
+}
+
+/// Passes one worker event on: generated text through the output filter, the
+/// closing stats after whatever the filter still holds.
+fn forward(event: Event, filter: &mut Option<OutputFilter>, sink: &mut dyn EventSink) -> Flow {
+    match (event, filter.as_mut()) {
+        (Event::Content(text), Some(f)) => f.push(&text, sink),
+        (event @ Event::Stats(_), Some(f)) => {
+            if f.finish(sink) == Flow::Cancel {
+                return Flow::Cancel;
+            }
+            sink.emit(event)
+        }
+        (event, _) => sink.emit(event),
+    }
+}
+
+/// The reply with the filter's view of the text: visible content, thinking, tool calls.
+fn filtered_reply(
+    result: Result<Reply, BackendError>,
+    filter: Option<OutputFilter>,
+    sink: &mut dyn EventSink,
+) -> Result<Reply, BackendError> {
+    let (Ok(mut reply), Some(mut filter)) = (result.clone(), filter) else {
+        return result;
+    };
+    // Flushing twice is harmless: an already finished filter holds nothing.
+    filter.finish(sink);
+    local::read_filter(&mut reply, &mut filter);
+    Ok(reply)
+}
+
+fn worker_gone() -> BackendError {
+    BackendError::Config("the llama.cpp generation thread has stopped".into())
+}
+
+impl Backend for LlamaBackend {
+    fn info(&self) -> BackendInfo {
+        self.info.clone()
+    }
+
+    fn generate(
+        &mut self,
+        session: &Session,
+        request: &GenerateRequest<'_>,
+        sink: &mut dyn EventSink,
+    ) -> Result<Reply, BackendError> {
+        self.prefill_until(session, request, &|| sink.cancelled())?;
+        self.generate_prefilled(request.stream, sink)
+    }
+
+    fn count_tokens(&self, message: &Message) -> u32 {
+        let (reply, result) = bounded(1);
+        let text = message_text(message);
+        let counted = self
+            .send(Job::Count(text, reply))
+            .ok()
+            .and_then(|()| result.recv().ok().flatten());
+        match counted {
+            Some(n) => u32::try_from(n).unwrap_or(u32::MAX).saturating_add(4),
+            None => self.estimator.count_message(message),
+        }
+    }
+
+    fn warm(&mut self, session: &Session, tools: &[ToolSpec]) {
+        let conversation = template::conversation(&session.system_prompt, &session.messages);
+        // A hint: a backend that stopped has nothing to warm.
+        let _ = self.send(Job::Warm(conversation, tools.to_vec()));
+    }
+}
+
+// ---------------------------------------------------------------- generation thread
+
+fn run_worker(
+    config: LlamaConfig,
+    preempt: slots::Preempt,
+    ready: Sender<Result<BackendInfo, BackendError>>,
+    jobs: Receiver<Job>,
+) {
+    let params = ModelParams {
+        gpu_layers: config.gpu_layers,
+        progress: config.progress,
+    };
+    let model = match Model::load(&config.model_path, &params) {
+        Ok(model) => model,
+        Err(err) => {
+            let _ = ready.send(Err(BackendError::Config(err.to_string())));
+            return;
+        }
+    };
+    crate::log::debug(crate::log::Category::Llm, || {
+        format!(
+            "loaded {} ({})",
+            config.model_path.display(),
+            model.description()
+        )
+    });
+    let mut worker = match slots::Worker::new(&model, &config, preempt) {
+        Ok(worker) => worker,
+        Err(err) => {
+            let _ = ready.send(Err(err));
+            return;
+        }
+    };
+    let info = BackendInfo {
+        kind: "llamacpp",
+        model: config.model_path.display().to_string(),
+        context_size: worker.slot_context() as u64,
+        local: true,
+    };
+    if ready.send(Ok(info)).is_err() {
+        return;
+    }
+    worker.serve(&jobs);
+}
+
+/// The model's chat template, or ChatML.
+fn load_template(model: &Model) -> ChatTemplate {
+    let source = model.chat_template();
+    local::load_template(source.as_deref(), &model.bos_text(), &model.eos_text())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,196 @@
+//! How the context is tuned for where the model runs: threads, flash attention,
+//! physical batch and the default context size, each with the measurements
+//! behind it.
+
+use crate::llama::CacheType;
+
+/// The default context is the training context, capped so a big model does not exhaust memory.
+pub const DEFAULT_CONTEXT_CAP: u32 = 8192;
+
+/// How a flash-attention setting reads in logs and in the bench's report.
+pub fn flash_attn_label(setting: Option<bool>) -> &'static str {
+    match setting {
+        Some(true) => "on",
+        Some(false) => "off",
+        None => "auto",
+    }
+}
+
+/// Whether every layer runs on the CPU: none asked for the GPU, or no GPU backend.
+pub fn all_on_cpu(gpu_layers: i32) -> bool {
+    gpu_layers == 0 || !crate::llama::supports_gpu_offload()
+}
+
+/// Whether `gpu_layers` puts every layer of a model of `n_layer` layers, the output
+/// layer included (llama.cpp offloads it from `n_layer + 1` on), on a GPU this build
+/// can use.
+pub fn all_on_gpu(gpu_layers: i32, n_layer: u32) -> bool {
+    let every_layer = gpu_layers < 0 || i64::from(gpu_layers) > i64::from(n_layer);
+    every_layer && !all_on_cpu(gpu_layers)
+}
+
+/// CPU threads when every layer runs on a GPU (see [`threads_for`]).
+pub const GPU_ONLY_THREADS: i32 = 2;
+
+/// CPU threads: as requested, else [`GPU_ONLY_THREADS`] (at most `cores`) when every
+/// layer runs on a GPU, else `cores`.
+///
+/// With the whole model on a GPU, the CPU's pool only gathers the token embeddings, and
+/// its spinning workers take cores from the thread that launches the GPU's work and
+/// waits for it. On an H100 with 16 cores, SmolLM2 generated (tg128, medians of 4
+/// interleaved rounds) at 870, 864, 846 and 781 tokens/s with 1, 2, 8 and 16 threads;
+/// llama-bench on the same llama.cpp showed the same order (880, 879, 862, 834).
+pub fn threads_for(requested: Option<i32>, all_on_gpu: bool, cores: i32) -> i32 {
+    match requested {
+        Some(n) => n,
+        None if all_on_gpu => GPU_ONLY_THREADS.min(cores),
+        None => cores,
+    }
+}
+
+/// The largest attention head (key length) for which auto turns flash attention off
+/// on the CPU (see [`flash_attn_for`]).
+pub const CPU_FLASH_ATTN_OFF_MAX_HEAD_DIM: u32 = 64;
+
+/// Flash attention as requested, with auto (`None`) decided for this placement and
+/// model (`head_dim`: the model's key length per attention head).
+///
+/// llama.cpp's own auto turns it on wherever the op is supported, the CPU included. Its
+/// CPU kernel walks the cache cell by cell for a small batch, with a fixed cost per cell
+/// and head on top of the head's vector work, so what it costs depends on the head size.
+/// With 2 threads, generating 1,536 tokens deep (an agent's opening alone is about
+/// 1,500 tokens), measured on random-weight models of equal width that differ only in
+/// head size, and on two real ones:
+/// - 64 (SmolLM2, Llama 3.2 1B, Qwen2.5 0.5B, TinyLlama): 57–63 tokens/s with it on
+///   SmolLM2 against 89–91 without, and at 3,000 deep 40 against 72. It gains only
+///   10–20% on long prompts. So auto is off there.
+/// - 128: about 10% slower deep (14% at 3,072), 5–14% faster on prompts: a wash.
+/// - 256 (Gemma 3): even deep, faster on prompts.
+///
+/// Those are AVX2 kernels. Compiled with AVX-512 (`avx512`: a build for a CPU that has
+/// it, as builds from the tree are), the same kernel is no longer slower deep: on the
+/// AMD EPYC VM, SmolLM2 with llama-bench on our llama.cpp, 2 threads, it was on against
+/// off 112/101 and 101/93 t/s 1,536 deep at ubatch 256, 74/72, 70/66 and 73/73 at
+/// 3,072 deep, and 10% faster generating at depth 0 and 10–20% on prompts.
+///
+/// So auto is off when every layer runs on AVX2 CPU kernels, the heads are at most
+/// [`CPU_FLASH_ATTN_OFF_MAX_HEAD_DIM`] wide and the V cache is not quantized (llama.cpp
+/// needs flash attention for a quantized V cache); everywhere else llama.cpp's auto
+/// decides (on a GPU it was the faster choice: tg 891 against 781 t/s on an H100).
+pub fn flash_attn_for(
+    requested: Option<bool>,
+    gpu_layers: i32,
+    cache_type: CacheType,
+    head_dim: Option<u32>,
+    avx512: bool,
+) -> Option<bool> {
+    let quantized_v = matches!(cache_type, CacheType::Q8_0 | CacheType::Q4_0);
+    let small_heads = head_dim.is_some_and(|d| d <= CPU_FLASH_ATTN_OFF_MAX_HEAD_DIM);
+    match requested {
+        Some(forced) => Some(forced),
+        None if all_on_cpu(gpu_layers) && small_heads && !quantized_v && !avx512 => Some(false),
+        None => None,
+    }
+}
+
+/// llama.cpp's default physical batch (`--ubatch`).
+pub const DEFAULT_UBATCH: u32 = 512;
+/// The physical batch when attention runs without flash attention on the CPU.
+pub const CPU_NO_FLASH_ATTN_UBATCH: u32 = 256;
+
+/// The physical batch: as requested, else [`CPU_NO_FLASH_ATTN_UBATCH`] where attention
+/// runs on the CPU without flash attention, else [`DEFAULT_UBATCH`].
+///
+/// Without flash attention a prompt batch computes its whole score matrix, the masked
+/// half of the causal triangle included; halving the batch halves that waste. With the
+/// llama-bench built on our llama.cpp, 256 against 512 prefilled SmolLM2 3–13% faster
+/// at 512 tokens (median 7%, 6 paired rounds), 1–8% at 1,536, and no slower 1,536
+/// tokens deep; random-weight models with 128- and 256-wide heads gained 2–6%. A GPU
+/// wants its batches large, and flash attention masks by blocks, so both keep 512.
+pub fn ubatch_for(requested: Option<u32>, flash_attn: Option<bool>, gpu_layers: i32) -> u32 {
+    match requested {
+        Some(n) => n,
+        None if flash_attn == Some(false) && all_on_cpu(gpu_layers) => CPU_NO_FLASH_ATTN_UBATCH,
+        None => DEFAULT_UBATCH,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_flash_attention_is_off_on_avx2_cpu_kernels_for_small_heads_unless_the_v_cache_is_quantized(
+    ) {
+        // A forced choice is kept wherever the layers are, whatever the heads and kernels.
+        for avx512 in [false, true] {
+            for layers in [0, -1] {
+                for head in [Some(64), Some(256), None] {
+                    let on = flash_attn_for(Some(true), layers, CacheType::F16, head, avx512);
+                    assert_eq!(on, Some(true));
+                    let off = flash_attn_for(Some(false), layers, CacheType::Q8_0, head, avx512);
+                    assert_eq!(off, Some(false));
+                }
+            }
+        }
+        for small in [Some(64), Some(32)] {
+            assert_eq!(
+                flash_attn_for(None, 0, CacheType::F16, small, false),
+                Some(false)
+            );
+            assert_eq!(
+                flash_attn_for(None, 0, CacheType::F32, small, false),
+                Some(false)
+            );
+            // llama.cpp refuses a quantized V cache without flash attention.
+            assert_eq!(flash_attn_for(None, 0, CacheType::Q8_0, small, false), None);
+            assert_eq!(flash_attn_for(None, 0, CacheType::Q4_0, small, false), None);
+            // AVX-512 kernels: as fast deep with it, faster on prompts.
+            assert_eq!(flash_attn_for(None, 0, CacheType::F16, small, true), None);
+        }
+        // Wider heads, or a model that does not say: llama.cpp decides.
+        for other in [Some(80), Some(128), Some(256), None] {
+            assert_eq!(flash_attn_for(None, 0, CacheType::F16, other, false), None);
+        }
+        // Layers asked for the GPU: llama.cpp decides where there is one.
+        let on_gpu = crate::llama::supports_gpu_offload();
+        assert_eq!(
+            flash_attn_for(None, -1, CacheType::F16, Some(64), false),
+            (!on_gpu).then_some(false)
+        );
+    }
+
+    #[test]
+    fn a_model_wholly_on_a_gpu_gets_few_cpu_threads_unless_asked_for_more() {
+        assert_eq!(threads_for(Some(12), true, 16), 12);
+        assert_eq!(threads_for(Some(12), false, 16), 12);
+        assert_eq!(threads_for(None, true, 16), GPU_ONLY_THREADS);
+        assert_eq!(threads_for(None, true, 1), 1);
+        assert_eq!(threads_for(None, false, 16), 16);
+        // Every layer means the output layer too: llama.cpp offloads it from n_layer + 1.
+        let gpu = crate::llama::supports_gpu_offload();
+        assert_eq!(all_on_gpu(-1, 30), gpu);
+        assert_eq!(all_on_gpu(31, 30), gpu);
+        assert!(!all_on_gpu(30, 30));
+        assert!(!all_on_gpu(10, 30));
+        assert!(!all_on_gpu(0, 30));
+    }
+
+    #[test]
+    fn the_physical_batch_is_halved_only_for_attention_without_flash_attention_on_the_cpu() {
+        // Asked for: kept, whatever the attention.
+        for fa in [Some(false), Some(true), None] {
+            assert_eq!(ubatch_for(Some(100), fa, 0), 100);
+        }
+        assert_eq!(ubatch_for(None, Some(false), 0), CPU_NO_FLASH_ATTN_UBATCH);
+        assert_eq!(ubatch_for(None, Some(true), 0), DEFAULT_UBATCH);
+        assert_eq!(ubatch_for(None, None, 0), DEFAULT_UBATCH);
+        let on_gpu = crate::llama::supports_gpu_offload();
+        let expected = if on_gpu {
+            DEFAULT_UBATCH
+        } else {
+            CPU_NO_FLASH_ATTN_UBATCH
+        };
+        assert_eq!(ubatch_for(None, Some(false), -1), expected);
+    }
+}

@@ -1,0 +1,228 @@
+//! What the two in-process backends (llama.cpp and TensorRT-LLM) share: the
+//! model path, the chat template and its fallback, rendering with tools, the
+//! answer's reserve and the overflow error, stop strings, and the reply read
+//! from the output filter.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use super::Reply;
+use crate::core::{BackendError, FinishReason, Message, Role, ToolCall, ToolSpec};
+use crate::stream::filter::OutputFilter;
+use crate::template::{self, ChatTemplate, TemplateMessage};
+
+/// The answer's reserve when the request sets no `max_tokens`, at most a quarter of the context.
+const DEFAULT_RESERVE: u32 = 512;
+
+/// The tokens kept free for the answer: the request's `max_tokens`, else
+/// [`DEFAULT_RESERVE`] or a quarter of a smaller context (at least one).
+pub(crate) fn answer_reserve(max_tokens: Option<u32>, n_ctx: u32) -> u32 {
+    max_tokens.unwrap_or(DEFAULT_RESERVE.min(n_ctx / 4).max(1))
+}
+
+/// The model file for `-m NAME`: an absolute path as given, else `model_path/NAME`.
+pub fn resolve_model_path(model: &str, model_path: Option<&Path>) -> PathBuf {
+    let given = PathBuf::from(model);
+    if given.is_absolute() {
+        return given;
+    }
+    model_path.map_or(given.clone(), |dir| dir.join(&given))
+}
+
+/// The text a message's tokens are counted from: its content and its calls as JSON.
+pub(crate) fn message_text(message: &Message) -> String {
+    let mut text = message.content.clone();
+    for call in &message.tool_calls {
+        text.push_str(&tool_call_json(call));
+    }
+    text
+}
+
+fn tool_call_json(call: &ToolCall) -> String {
+    serde_json::json!({"name": call.name, "arguments": call.arguments}).to_string()
+}
+
+/// The model's chat template (`source`), or ChatML when it has none or it does not parse.
+pub(crate) fn load_template(source: Option<&str>, bos: &str, eos: &str) -> ChatTemplate {
+    ChatTemplate::new(source, bos, eos).unwrap_or_else(|err| {
+        crate::log::debug(crate::log::Category::Llm, || format!("{err}; using ChatML"));
+        ChatTemplate::new(None, bos, eos).expect("the ChatML fallback needs no parsing")
+    })
+}
+
+/// The conversation as the model's chat template writes it, with the tools.
+pub(crate) fn render(
+    template: &ChatTemplate,
+    conversation: &[TemplateMessage],
+    tools: &[ToolSpec],
+) -> Result<String, BackendError> {
+    let template_error = |e: template::TemplateError| BackendError::Config(e.to_string());
+    if tools.is_empty() || template.handles_tools() {
+        let rendered = template.render(conversation, &template::template_tools(tools), true);
+        return rendered.map_err(template_error);
+    }
+    // The template knows nothing about tools: describe them in the system message.
+    let messages = with_tool_instructions(conversation, tools);
+    template
+        .render(&messages, &[], true)
+        .map_err(template_error)
+}
+
+/// The typed overflow for a prompt of `prompt` tokens that, with `reserve` for the
+/// answer, does not fit `n_ctx`.
+pub(crate) fn overflow(prompt: usize, reserve: usize, n_ctx: usize) -> BackendError {
+    BackendError::ContextOverflow {
+        message: format!("the prompt needs {prompt} tokens plus {reserve} for the answer; the context holds {n_ctx}"),
+        prompt_tokens: Some((prompt + reserve) as u64),
+        limit: Some(n_ctx as u64),
+    }
+}
+
+/// Adds a tool description to the system message for templates that ignore `tools`,
+/// and writes earlier tool calls as text so the model sees them.
+pub(crate) fn with_tool_instructions(
+    conversation: &[TemplateMessage],
+    tools: &[ToolSpec],
+) -> Vec<TemplateMessage> {
+    let listing: Vec<String> = template::template_tools(tools)
+        .iter()
+        .map(Value::to_string)
+        .collect();
+    let instructions = format!(
+        "You can call tools. To call one, reply with only a JSON object {{\"name\": <tool name>, \"arguments\": <arguments object>}} inside <tool_call></tool_call> tags.\nTools:\n{}",
+        listing.join("\n")
+    );
+    let mut messages: Vec<TemplateMessage> = conversation.iter().map(tool_calls_as_text).collect();
+    match messages.first_mut() {
+        Some(first) if first.role == Role::System.as_str() => {
+            first.content = format!("{}\n\n{instructions}", first.content);
+        }
+        _ => messages.insert(0, TemplateMessage::new("system", &instructions)),
+    }
+    messages
+}
+
+fn tool_calls_as_text(message: &TemplateMessage) -> TemplateMessage {
+    let mut out = message.clone();
+    for call in out.tool_calls.take().unwrap_or_default() {
+        let function = call.get("function").cloned().unwrap_or(Value::Null);
+        out.content
+            .push_str(&format!("<tool_call>{function}</tool_call>"));
+    }
+    out
+}
+
+/// Holds back text that may be the start of a stop string, and cuts at the first stop.
+#[derive(Debug)]
+pub(crate) struct StopMatcher {
+    stops: Vec<String>,
+    pending: String,
+}
+
+impl StopMatcher {
+    pub(crate) fn new(stops: Vec<String>) -> Self {
+        StopMatcher {
+            stops,
+            pending: String::new(),
+        }
+    }
+
+    /// Returns the text that is safe to show and whether a stop string was reached.
+    pub(crate) fn push(&mut self, text: &str) -> (String, bool) {
+        self.pending.push_str(text);
+        let first_stop = self
+            .stops
+            .iter()
+            .filter_map(|s| self.pending.find(s.as_str()))
+            .min();
+        if let Some(at) = first_stop {
+            let visible = self.pending[..at].to_string();
+            self.pending.clear();
+            return (visible, true);
+        }
+        let hold = self.held_suffix();
+        let visible = self.pending[..self.pending.len() - hold].to_string();
+        self.pending.drain(..self.pending.len() - hold);
+        (visible, false)
+    }
+
+    /// Length of the longest tail of `pending` that begins some stop string.
+    fn held_suffix(&self) -> usize {
+        let mut best = 0;
+        for stop in &self.stops {
+            for (i, _) in self.pending.char_indices() {
+                let tail = &self.pending[i..];
+                if tail.len() > best && stop.starts_with(tail) {
+                    best = tail.len();
+                }
+            }
+        }
+        best
+    }
+
+    pub(crate) fn finish(&mut self, text: &str) -> String {
+        let (mut visible, stopped) = self.push(text);
+        if !stopped {
+            visible.push_str(&self.pending);
+        }
+        self.pending.clear();
+        visible
+    }
+}
+
+/// Reads the output filter's view of the text into `reply`: visible content,
+/// thinking, and the tool calls it recognised (which make the finish
+/// [`FinishReason::ToolCalls`] unless the reply was cancelled).
+pub(crate) fn read_filter(reply: &mut Reply, filter: &mut OutputFilter) {
+    reply.content = filter.content().to_string();
+    reply.thinking = filter.thinking().to_string();
+    let calls = filter.take_tool_calls();
+    if !calls.is_empty() && reply.finish != FinishReason::Cancelled {
+        reply.tool_calls = calls;
+        reply.finish = FinishReason::ToolCalls;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check_stops(stops: &[&str], pieces: &[&str], expected: (&str, bool)) {
+        let mut matcher = StopMatcher::new(stops.iter().map(|s| s.to_string()).collect());
+        let mut shown = String::new();
+        let mut stopped = false;
+        for piece in pieces {
+            let (text, hit) = matcher.push(piece);
+            shown.push_str(&text);
+            if hit {
+                stopped = true;
+                break;
+            }
+        }
+        if !stopped {
+            shown.push_str(&matcher.finish(""));
+        }
+        assert_eq!((shown.as_str(), stopped), expected);
+    }
+
+    #[test]
+    fn a_relative_model_name_is_looked_up_in_the_model_dir() {
+        let dir = Some(Path::new("/models"));
+        let abs = resolve_model_path("/abs/m.gguf", dir);
+        assert_eq!(abs, PathBuf::from("/abs/m.gguf"));
+        assert_eq!(
+            resolve_model_path("m.gguf", dir),
+            PathBuf::from("/models/m.gguf")
+        );
+        assert_eq!(resolve_model_path("m.gguf", None), PathBuf::from("m.gguf"));
+    }
+
+    #[test]
+    fn stop_matcher_holds_back_partial_matches() {
+        check_stops(&["END"], &["abc E", "N", "D tail"], ("abc ", true));
+        check_stops(&["END"], &["abc E", "N", "x"], ("abc ENx", false));
+        check_stops(&["</s>", "\n\n"], &["a\n", "\nb"], ("a", true));
+        check_stops(&[], &["é", "z"], ("éz", false));
+    }
+}
