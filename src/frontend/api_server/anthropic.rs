@@ -11,12 +11,14 @@
 
 use std::io;
 
-use serde_json::{json, Value};
+use serde_json::{Map, Value};
 
 use super::error::ApiError;
 use super::fields::{stop_list, valid_tool_name, Fields};
 use super::pool::Work;
 use super::text::{Assembler, Piece};
+use super::wire::anthropic as wire;
+use super::wire::{encode, Null};
 use super::{Defaults, Usage};
 use crate::backend::{Reply, ToolChoice};
 use crate::core::ToolSpec;
@@ -137,7 +139,7 @@ fn blocks_to_messages(
             ("tool_use", "assistant") => {
                 let input = match b.get("input") {
                     Some(input @ Value::Object(_)) => input.clone(),
-                    None => json!({}),
+                    None => Value::Object(Map::new()),
                     Some(_) => return Err(b.missing("input", "an object")),
                 };
                 calls.push(ToolCall {
@@ -286,20 +288,31 @@ impl Answer {
         }
     }
 
-    fn send(sse: &mut SseStream, value: Value) -> io::Result<()> {
-        let name = value["type"].as_str().unwrap_or("ping").to_string();
-        sse.send_event(&name, &value.to_string())
+    fn send(sse: &mut SseStream, event: &wire::Event<'_>) -> io::Result<()> {
+        sse.send_event(event.name(), &encode(event))
     }
 
     pub fn start(&self, sse: &mut SseStream) -> io::Result<()> {
-        Self::send(
-            sse,
-            json!({"type": "message_start", "message": {
-                "id": self.id, "type": "message", "role": "assistant", "content": [],
-                "model": self.model, "stop_reason": null, "stop_sequence": null,
-                "usage": {"input_tokens": 0, "output_tokens": 0},
-            }}),
-        )
+        Self::send(sse, &self.opening())
+    }
+
+    /// `message_start`: the message, empty.
+    fn opening(&self) -> wire::Event<'_> {
+        let message = wire::Opening {
+            id: &self.id,
+            kind: "message",
+            role: "assistant",
+            content: [],
+            model: &self.model,
+            stop_reason: Null,
+            stop_sequence: Null,
+            usage: wire::Usage {
+                input_tokens: Some(0),
+                output_tokens: 0,
+                cache_read_input_tokens: None,
+            },
+        };
+        wire::Event::MessageStart { message }
     }
 
     /// Opens a block of `kind` unless one is open already.
@@ -312,13 +325,19 @@ impl Answer {
         }
         let index = self.next_index;
         self.next_index += 1;
-        let block = match kind {
-            "thinking" => json!({"type": "thinking", "thinking": ""}),
-            _ => json!({"type": "text", "text": ""}),
+        let content_block = match kind {
+            "thinking" => wire::Block::Thinking {
+                thinking: "",
+                signature: None,
+            },
+            _ => wire::Block::Text { text: "" },
         };
         Self::send(
             sse,
-            json!({"type": "content_block_start", "index": index, "content_block": block}),
+            &wire::Event::ContentBlockStart {
+                index,
+                content_block,
+            },
         )?;
         self.open = Some((index, kind));
         Ok(index)
@@ -326,81 +345,102 @@ impl Answer {
 
     fn close(&mut self, sse: &mut SseStream) -> io::Result<()> {
         if let Some((index, _)) = self.open.take() {
-            Self::send(sse, json!({"type": "content_block_stop", "index": index}))?;
+            Self::send(sse, &wire::Event::ContentBlockStop { index })?;
         }
         Ok(())
     }
 
     pub fn piece(&mut self, sse: &mut SseStream, piece: Piece) -> io::Result<()> {
-        let (kind, delta) = match piece {
-            Piece::Text(text) => ("text", json!({"type": "text_delta", "text": text})),
-            Piece::Reasoning(text) => (
-                "thinking",
-                json!({"type": "thinking_delta", "thinking": text}),
-            ),
+        let (kind, delta) = match &piece {
+            Piece::Text(text) => ("text", wire::BlockDelta::Text { text }),
+            Piece::Reasoning(text) => ("thinking", wire::BlockDelta::Thinking { thinking: text }),
         };
         let index = self.block(sse, kind)?;
-        Self::send(
-            sse,
-            json!({"type": "content_block_delta", "index": index, "delta": delta}),
-        )
+        Self::send(sse, &wire::Event::ContentBlockDelta { index, delta })
     }
 
     pub fn finish(&mut self, sse: &mut SseStream, reply: &Reply, usage: &Usage) -> io::Result<()> {
         self.close(sse)?;
+        let no_input = Value::Object(Map::new());
         for call in &reply.tool_calls {
             let index = self.next_index;
             self.next_index += 1;
+            let content_block = wire::Block::ToolUse {
+                id: &call.id,
+                name: &call.name,
+                input: &no_input,
+            };
             Self::send(
                 sse,
-                json!({"type": "content_block_start", "index": index, "content_block":
-                    {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}}),
+                &wire::Event::ContentBlockStart {
+                    index,
+                    content_block,
+                },
             )?;
-            Self::send(
-                sse,
-                json!({"type": "content_block_delta", "index": index, "delta":
-                    {"type": "input_json_delta", "partial_json": call.arguments.to_string()}}),
-            )?;
-            Self::send(sse, json!({"type": "content_block_stop", "index": index}))?;
+            let delta = wire::BlockDelta::InputJson {
+                partial_json: call.arguments.to_string(),
+            };
+            Self::send(sse, &wire::Event::ContentBlockDelta { index, delta })?;
+            Self::send(sse, &wire::Event::ContentBlockStop { index })?;
         }
         Self::send(
             sse,
-            json!({"type": "message_delta",
-                "delta": {"stop_reason": stop_reason(reply), "stop_sequence": null},
-                "usage": {"output_tokens": usage.completion}}),
+            &wire::Event::MessageDelta {
+                delta: wire::StopDelta {
+                    stop_reason: stop_reason(reply),
+                    stop_sequence: Null,
+                },
+                usage: wire::Usage {
+                    input_tokens: None,
+                    output_tokens: usage.completion,
+                    cache_read_input_tokens: None,
+                },
+            },
         )?;
-        Self::send(sse, json!({"type": "message_stop"}))
+        Self::send(sse, &wire::Event::MessageStop)
     }
 
     pub fn fail(&self, sse: &mut SseStream, error: &ApiError) -> io::Result<()> {
-        Self::send(sse, error.anthropic_body())
+        sse.send_event("error", &encode(&error.anthropic_body()))
     }
 
-    pub fn whole(&self, text: &Assembler, reply: &Reply, usage: &Usage) -> Value {
+    pub fn whole<'a>(
+        &'a self,
+        text: &'a Assembler,
+        reply: &'a Reply,
+        usage: &Usage,
+    ) -> wire::Message<'a> {
         let mut content = Vec::new();
         if !text.reasoning.is_empty() {
-            content.push(json!({"type": "thinking", "thinking": text.reasoning, "signature": ""}));
+            content.push(wire::Block::Thinking {
+                thinking: &text.reasoning,
+                signature: Some(""),
+            });
         }
         if !text.text.is_empty() {
-            content.push(json!({"type": "text", "text": text.text}));
+            content.push(wire::Block::Text { text: &text.text });
         }
         for call in &reply.tool_calls {
-            content.push(json!({"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments}));
+            content.push(wire::Block::ToolUse {
+                id: &call.id,
+                name: &call.name,
+                input: &call.arguments,
+            });
         }
-        json!({
-            "id": self.id,
-            "type": "message",
-            "role": "assistant",
-            "model": self.model,
-            "content": content,
-            "stop_reason": stop_reason(reply),
-            "stop_sequence": null,
-            "usage": {
-                "input_tokens": usage.prompt,
-                "output_tokens": usage.completion,
-                "cache_read_input_tokens": usage.cached.unwrap_or(0),
+        wire::Message {
+            id: &self.id,
+            kind: "message",
+            role: "assistant",
+            model: &self.model,
+            content,
+            stop_reason: stop_reason(reply),
+            stop_sequence: Null,
+            usage: wire::Usage {
+                input_tokens: Some(usage.prompt),
+                output_tokens: usage.completion,
+                cache_read_input_tokens: Some(usage.cached.unwrap_or(0)),
             },
-        })
+        }
     }
 }
 
@@ -408,6 +448,7 @@ impl Answer {
 mod tests {
     use super::*;
     use crate::core::Role;
+    use serde_json::json;
 
     fn defaults() -> Defaults {
         Defaults {
@@ -481,7 +522,126 @@ mod tests {
                 (400, Some(param)),
                 "{bad}"
             );
-            assert_eq!(error.anthropic_body()["type"], "error");
+            assert_eq!(error.anthropic_body().kind, "error");
+        }
+    }
+
+    fn value(wire: &impl serde::Serialize) -> Value {
+        serde_json::from_str(&encode(wire)).expect("JSON")
+    }
+
+    #[test]
+    fn a_whole_message_has_its_blocks_in_order() {
+        let a = Answer::new("msg_1".into(), "m".into());
+        let mut text = Assembler::new();
+        text.reasoning = "hmm".into();
+        text.text = "checking".into();
+        let reply = Reply {
+            content: String::new(),
+            thinking: String::new(),
+            tool_calls: vec![ToolCall {
+                id: "t1".into(),
+                name: "weather".into(),
+                arguments: json!({"city": "Paris"}),
+            }],
+            finish: FinishReason::Stop,
+            usage: None,
+            artefacts: Vec::new(),
+        };
+        let usage = Usage {
+            prompt: 10,
+            completion: 4,
+            ..Usage::default()
+        };
+        assert_eq!(
+            value(&a.whole(&text, &reply, &usage)),
+            json!({
+                "id": "msg_1", "type": "message", "role": "assistant", "model": "m",
+                "content": [
+                    {"type": "thinking", "thinking": "hmm", "signature": ""},
+                    {"type": "text", "text": "checking"},
+                    {"type": "tool_use", "id": "t1", "name": "weather", "input": {"city": "Paris"}},
+                ],
+                "stop_reason": "tool_use",
+                "stop_sequence": null,
+                "usage": {"input_tokens": 10, "output_tokens": 4, "cache_read_input_tokens": 0},
+            })
+        );
+    }
+
+    #[test]
+    fn stream_events_are_typed_by_their_name() {
+        let a = Answer::new("msg_1".into(), "m".into());
+        let start = a.opening();
+        assert_eq!(start.name(), "message_start");
+        assert_eq!(
+            value(&start),
+            json!({"type": "message_start", "message": {
+                "id": "msg_1", "type": "message", "role": "assistant", "content": [],
+                "model": "m", "stop_reason": null, "stop_sequence": null,
+                "usage": {"input_tokens": 0, "output_tokens": 0},
+            }})
+        );
+        let input = json!({});
+        let events = [
+            (
+                wire::Event::ContentBlockStart {
+                    index: 0,
+                    content_block: wire::Block::Thinking {
+                        thinking: "",
+                        signature: None,
+                    },
+                },
+                json!({"type": "content_block_start", "index": 0,
+                       "content_block": {"type": "thinking", "thinking": ""}}),
+            ),
+            (
+                wire::Event::ContentBlockStart {
+                    index: 1,
+                    content_block: wire::Block::ToolUse {
+                        id: "t1",
+                        name: "weather",
+                        input: &input,
+                    },
+                },
+                json!({"type": "content_block_start", "index": 1, "content_block":
+                       {"type": "tool_use", "id": "t1", "name": "weather", "input": {}}}),
+            ),
+            (
+                wire::Event::ContentBlockDelta {
+                    index: 1,
+                    delta: wire::BlockDelta::InputJson {
+                        partial_json: "{}".into(),
+                    },
+                },
+                json!({"type": "content_block_delta", "index": 1,
+                       "delta": {"type": "input_json_delta", "partial_json": "{}"}}),
+            ),
+            (
+                wire::Event::ContentBlockStop { index: 1 },
+                json!({"type": "content_block_stop", "index": 1}),
+            ),
+            (
+                wire::Event::MessageDelta {
+                    delta: wire::StopDelta {
+                        stop_reason: "end_turn",
+                        stop_sequence: Null,
+                    },
+                    usage: wire::Usage {
+                        input_tokens: None,
+                        output_tokens: 3,
+                        cache_read_input_tokens: None,
+                    },
+                },
+                json!({"type": "message_delta",
+                       "delta": {"stop_reason": "end_turn", "stop_sequence": null},
+                       "usage": {"output_tokens": 3}}),
+            ),
+            (wire::Event::MessageStop, json!({"type": "message_stop"})),
+        ];
+        for (event, expected) in events {
+            assert_eq!(event.name(), expected["type"], "{expected}");
+            assert_eq!(value(&event), expected);
         }
     }
 }

@@ -1,8 +1,7 @@
 //! The API server's errors: one type, two wire shapes (OpenAI's and Anthropic's),
 //! and the one mapping from [`BackendError`] to an HTTP status.
 
-use serde_json::{json, Value};
-
+use super::wire;
 use crate::core::BackendError;
 
 /// An error answer, decided before any byte of a success answer was sent.
@@ -57,17 +56,19 @@ impl ApiError {
     }
 
     /// `{"error": {message, type, param, code}}`.
-    pub fn openai_body(&self) -> Value {
-        json!({"error": {
-            "message": self.message,
-            "type": self.kind,
-            "param": self.param,
-            "code": self.code,
-        }})
+    pub fn openai_body(&self) -> wire::openai::Error<'_> {
+        wire::openai::Error {
+            error: wire::openai::ErrorDetail {
+                message: &self.message,
+                kind: self.kind,
+                param: self.param.as_deref(),
+                code: self.code.as_deref(),
+            },
+        }
     }
 
     /// `{"type": "error", "error": {type, message}}` with Anthropic's type names.
-    pub fn anthropic_body(&self) -> Value {
+    pub fn anthropic_body(&self) -> wire::anthropic::Error<'_> {
         let kind = match self.status {
             400 | 422 => "invalid_request_error",
             401 => "authentication_error",
@@ -78,7 +79,13 @@ impl ApiError {
             503 | 529 => "overloaded_error",
             _ => "api_error",
         };
-        json!({"type": "error", "error": {"type": kind, "message": self.message}})
+        wire::anthropic::Error {
+            kind: "error",
+            error: wire::anthropic::ErrorDetail {
+                kind,
+                message: &self.message,
+            },
+        }
     }
 
     /// Extra headers of the answer.
@@ -145,8 +152,8 @@ mod tests {
         let api = from_backend(&overflow);
         assert_eq!(api.status, 400);
         assert_eq!(
-            api.openai_body()["error"]["code"],
-            json!("context_length_exceeded")
+            api.openai_body().error.code,
+            Some("context_length_exceeded")
         );
         let limited = BackendError::Http {
             status: 429,
@@ -156,7 +163,7 @@ mod tests {
         };
         let api = from_backend(&limited);
         assert_eq!((api.status, api.retry_after), (429, Some(7)));
-        assert_eq!(api.anthropic_body()["error"]["type"], "rate_limit_error");
+        assert_eq!(api.anthropic_body().error.kind, "rate_limit_error");
         let denied = BackendError::Http {
             status: 401,
             code: String::new(),
@@ -167,6 +174,25 @@ mod tests {
         assert_eq!(
             from_backend(&BackendError::Timeout("read".into())).status,
             504
+        );
+    }
+
+    #[test]
+    fn both_error_shapes_keep_their_nulls() {
+        let error = ApiError::new(503, "server_busy", "full");
+        let openai: serde_json::Value =
+            serde_json::from_str(&wire::encode(&error.openai_body())).unwrap();
+        assert_eq!(
+            openai,
+            serde_json::json!({"error": {"message": "full", "type": "server_busy",
+                                         "param": null, "code": null}})
+        );
+        let anthropic: serde_json::Value =
+            serde_json::from_str(&wire::encode(&error.anthropic_body())).unwrap();
+        assert_eq!(
+            anthropic,
+            serde_json::json!({"type": "error",
+                               "error": {"type": "overloaded_error", "message": "full"}})
         );
     }
 }

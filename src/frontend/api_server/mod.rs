@@ -29,13 +29,13 @@ mod metrics;
 mod openai;
 mod pool;
 mod text;
+mod wire;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::RecvTimeoutError;
-use serde_json::{json, Value};
 
 use crate::backend::{BackendInfo, Reply, Sampling};
 use crate::config::resolve::Settings;
@@ -132,11 +132,13 @@ enum Answer {
 
 impl Answer {
     fn error(&self, responder: Responder, error: &ApiError) {
-        let body = match self {
-            Answer::OpenAi(_) => error.openai_body(),
-            Answer::Anthropic(_) => error.anthropic_body(),
-        };
-        responder.json_with(error.status, &body, &error.headers());
+        let headers = error.headers();
+        match self {
+            Answer::OpenAi(_) => responder.json_with(error.status, &error.openai_body(), &headers),
+            Answer::Anthropic(_) => {
+                responder.json_with(error.status, &error.anthropic_body(), &headers)
+            }
+        }
     }
 
     fn start(&mut self, sse: &mut SseStream) -> std::io::Result<()> {
@@ -167,10 +169,11 @@ impl Answer {
         }
     }
 
-    fn whole(&self, text: &Assembler, reply: &Reply, usage: &Usage) -> Value {
+    /// The whole answer, `200`.
+    fn whole(&self, responder: Responder, text: &Assembler, reply: &Reply, usage: &Usage) {
         match self {
-            Answer::OpenAi(a) => a.whole(text, reply, usage),
-            Answer::Anthropic(a) => a.whole(text, reply, usage),
+            Answer::OpenAi(a) => responder.json(200, &a.whole(text, reply, usage)),
+            Answer::Anthropic(a) => responder.json(200, &a.whole(text, reply, usage)),
         }
     }
 }
@@ -230,23 +233,24 @@ impl ApiServer {
 
     fn health(&self, responder: Responder) {
         match self.loaded.get() {
-            Some(_) => responder.json(200, &json!({"status": "ok"})),
+            Some(_) => responder.json(200, &wire::Health { status: "ok" }),
             None => responder.json_with(
                 503,
-                &json!({"status": "loading"}),
+                &wire::Health { status: "loading" },
                 &[("Retry-After", "5".into())],
             ),
         }
     }
 
-    fn model_json(&self, loaded: &Loaded) -> Value {
-        json!({
-            "id": loaded.defaults.model,
-            "object": "model",
-            "created": self.started,
-            "owned_by": "shepherd",
-            "max_model_len": loaded.info.context_size,
-        })
+    fn model_entry<'a>(&self, loaded: &'a Loaded) -> wire::openai::Model<'a> {
+        wire::openai::Model {
+            id: &loaded.defaults.model,
+            object: "model",
+            created: self.started,
+            owned_by: "shepherd",
+            max_model_len: loaded.info.context_size,
+            backend: None,
+        }
     }
 
     fn models(&self, responder: Responder) {
@@ -255,7 +259,10 @@ impl ApiServer {
         };
         responder.json(
             200,
-            &json!({"object": "list", "data": [self.model_json(loaded)]}),
+            &wire::openai::ModelList {
+                object: "list",
+                data: [self.model_entry(loaded)],
+            },
         );
     }
 
@@ -264,8 +271,10 @@ impl ApiServer {
             return;
         };
         if id == loaded.defaults.model {
-            let mut body = self.model_json(loaded);
-            body["backend"] = json!(loaded.info.kind);
+            let body = wire::openai::Model {
+                backend: Some(loaded.info.kind),
+                ..self.model_entry(loaded)
+            };
             responder.json(200, &body);
         } else {
             let mut error = ApiError::new(
@@ -463,7 +472,7 @@ impl ApiServer {
                     text.finish();
                     let usage = Usage::of(&reply, text.stats.as_ref());
                     self.metrics.record(&usage);
-                    return responder.json(200, &answer.whole(&text, &reply, &usage));
+                    return answer.whole(responder, &text, &reply, &usage);
                 }
                 Out::Done(Err(error)) => {
                     self.metrics.failed.fetch_add(1, Ordering::Relaxed);

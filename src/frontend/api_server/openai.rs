@@ -9,12 +9,14 @@
 use std::collections::HashSet;
 use std::io;
 
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use super::error::ApiError;
 use super::fields::{stop_list, valid_tool_name, Fields};
 use super::pool::Work;
 use super::text::{Assembler, Piece};
+use super::wire::openai as wire;
+use super::wire::{encode, Null};
 use super::{Defaults, Usage};
 use crate::backend::{Reply, ResponseFormat, ToolChoice};
 use crate::core::ToolSpec;
@@ -98,10 +100,10 @@ pub fn parse(body: &[u8], defaults: &Defaults) -> Result<ChatRequest, ApiError> 
     let stream = f.bool("stream")?.unwrap_or(false);
     let include_usage = stream_options(&f, stream)?;
     f.integer("n", 1, 1)?;
-    f.unsupported("logprobs", &[json!(false)])?;
+    f.unsupported("logprobs", &[Value::Bool(false)])?;
     f.unsupported("top_logprobs", &[])?;
-    f.unsupported("logit_bias", &[json!({})])?;
-    f.unsupported("modalities", &[json!(["text"])])?;
+    f.unsupported("logit_bias", &[Value::Object(Map::new())])?;
+    f.unsupported("modalities", &[Value::Array(vec!["text".into()])])?;
     f.unsupported("prediction", &[])?;
     let use_tools = match f.bool("use_tools")? {
         Some(true) if !defaults.use_tools => {
@@ -257,7 +259,7 @@ fn assistant(m: &Fields<'_>) -> Result<Message, ApiError> {
         let name = function.required_str("name")?;
         let raw = function.str("arguments")?.unwrap_or("{}");
         let arguments = match raw.trim() {
-            "" => json!({}),
+            "" => Value::Object(Map::new()),
             text => serde_json::from_str(text).unwrap_or_else(|_| Value::String(raw.to_string())),
         };
         message.tool_calls.push(ToolCall {
@@ -440,139 +442,161 @@ pub fn finish_reason(reply: &Reply) -> &'static str {
     }
 }
 
-fn wire_calls(calls: &[ToolCall], streamed: bool) -> Vec<Value> {
+fn wire_calls(calls: &[ToolCall], streamed: bool) -> Vec<wire::ToolCall<'_>> {
     calls
         .iter()
         .enumerate()
-        .map(|(i, call)| {
-            let arguments = match &call.arguments {
-                Value::String(raw) => raw.clone(),
-                other => other.to_string(),
-            };
-            let mut wire = json!({
-                "id": call.id,
-                "type": "function",
-                "function": {"name": call.name, "arguments": arguments},
-            });
-            if streamed {
-                wire["index"] = json!(i);
-            }
-            wire
+        .map(|(i, call)| wire::ToolCall {
+            id: &call.id,
+            kind: "function",
+            function: wire::FunctionCall {
+                name: &call.name,
+                arguments: match &call.arguments {
+                    Value::String(raw) => raw.clone(),
+                    other => other.to_string(),
+                },
+            },
+            index: streamed.then_some(i),
         })
         .collect()
 }
 
-fn usage_json(usage: &Usage) -> Value {
-    let mut value = json!({
-        "prompt_tokens": usage.prompt,
-        "completion_tokens": usage.completion,
-        "total_tokens": usage.prompt + usage.completion,
-    });
-    if let Some(cached) = usage.cached {
-        value["prompt_tokens_details"] = json!({"cached_tokens": cached});
+fn wire_usage(usage: &Usage) -> wire::Usage {
+    wire::Usage {
+        prompt_tokens: usage.prompt,
+        completion_tokens: usage.completion,
+        total_tokens: usage.prompt + usage.completion,
+        prompt_tokens_details: usage
+            .cached
+            .map(|cached_tokens| wire::TokenDetails { cached_tokens }),
     }
-    value
 }
 
 /// llama.cpp's `timings`, for clients that show speed.
-fn timings_json(usage: &Usage) -> Option<Value> {
+fn wire_timings(usage: &Usage) -> Option<wire::Timings> {
     let stats = usage.stats.as_ref()?;
-    Some(json!({
-        "prompt_n": usage.prompt,
-        "cache_n": usage.cached.unwrap_or(0),
-        "prompt_per_second": stats.prefill_tps,
-        "predicted_n": usage.completion,
-        "predicted_per_second": stats.decode_tps,
-    }))
+    Some(wire::Timings {
+        prompt_n: usage.prompt,
+        cache_n: usage.cached.unwrap_or(0),
+        prompt_per_second: stats.prefill_tps,
+        predicted_n: usage.completion,
+        predicted_per_second: stats.decode_tps,
+    })
 }
 
 impl Answer {
-    fn chunk(&self, delta: Value, finish: Option<&str>) -> String {
-        json!({
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-            "system_fingerprint": null,
-            "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
-        })
-        .to_string()
+    fn chunk<'a>(
+        &'a self,
+        delta: wire::Delta<'a>,
+        finish: Option<&'static str>,
+    ) -> wire::Chunk<'a> {
+        wire::Chunk {
+            id: &self.id,
+            object: "chat.completion.chunk",
+            created: self.created,
+            model: &self.model,
+            system_fingerprint: Null,
+            choices: [wire::ChunkChoice {
+                index: 0,
+                delta,
+                logprobs: Null,
+                finish_reason: finish,
+            }],
+        }
+    }
+
+    /// The chunk after the finish reason when `include_usage` asked for it.
+    fn usage_chunk(&self, usage: &Usage) -> wire::UsageChunk<'_> {
+        wire::UsageChunk {
+            id: &self.id,
+            object: "chat.completion.chunk",
+            created: self.created,
+            model: &self.model,
+            choices: [],
+            usage: wire_usage(usage),
+            timings: wire_timings(usage),
+        }
     }
 
     /// The first chunk: the role.
     pub fn start(&self, sse: &mut SseStream) -> io::Result<()> {
-        sse.send(&self.chunk(json!({"role": "assistant", "content": ""}), None))
+        let delta = wire::Delta {
+            role: Some("assistant"),
+            content: Some(""),
+            ..wire::Delta::default()
+        };
+        sse.send(&encode(&self.chunk(delta, None)))
     }
 
     pub fn piece(&self, sse: &mut SseStream, piece: Piece) -> io::Result<()> {
-        let delta = match piece {
-            Piece::Text(text) => json!({"content": text}),
-            Piece::Reasoning(text) => json!({"reasoning_content": text}),
+        let delta = match &piece {
+            Piece::Text(text) => wire::Delta {
+                content: Some(text),
+                ..wire::Delta::default()
+            },
+            Piece::Reasoning(text) => wire::Delta {
+                reasoning_content: Some(text),
+                ..wire::Delta::default()
+            },
         };
-        sse.send(&self.chunk(delta, None))
+        sse.send(&encode(&self.chunk(delta, None)))
     }
 
     /// Tool calls (one chunk, whole arguments), the finish reason, the usage
     /// chunk when asked for, and `[DONE]`.
     pub fn finish(&self, sse: &mut SseStream, reply: &Reply, usage: &Usage) -> io::Result<()> {
         if !reply.tool_calls.is_empty() {
-            let calls = wire_calls(&reply.tool_calls, true);
-            sse.send(&self.chunk(json!({"tool_calls": calls}), None))?;
+            let delta = wire::Delta {
+                tool_calls: wire_calls(&reply.tool_calls, true),
+                ..wire::Delta::default()
+            };
+            sse.send(&encode(&self.chunk(delta, None)))?;
         }
-        sse.send(&self.chunk(json!({}), Some(finish_reason(reply))))?;
+        let last = self.chunk(wire::Delta::default(), Some(finish_reason(reply)));
+        sse.send(&encode(&last))?;
         if self.include_usage {
-            let mut chunk = json!({
-                "id": self.id,
-                "object": "chat.completion.chunk",
-                "created": self.created,
-                "model": self.model,
-                "choices": [],
-                "usage": usage_json(usage),
-            });
-            if let Some(timings) = timings_json(usage) {
-                chunk["timings"] = timings;
-            }
-            sse.send(&chunk.to_string())?;
+            sse.send(&encode(&self.usage_chunk(usage)))?;
         }
         sse.send("[DONE]")
     }
 
     /// An error after the stream started: OpenAI's error object as an event.
     pub fn fail(&self, sse: &mut SseStream, error: &ApiError) -> io::Result<()> {
-        sse.send(&error.openai_body().to_string())?;
+        sse.send(&encode(&error.openai_body()))?;
         sse.send("[DONE]")
     }
 
     /// The whole `chat.completion`.
-    pub fn whole(&self, text: &Assembler, reply: &Reply, usage: &Usage) -> Value {
-        let mut message = json!({"role": "assistant", "content": text.text});
-        if !text.reasoning.is_empty() {
-            message["reasoning_content"] = json!(text.reasoning);
-        }
-        if !reply.tool_calls.is_empty() {
-            message["tool_calls"] = json!(wire_calls(&reply.tool_calls, false));
-            if text.text.is_empty() {
-                message["content"] = Value::Null;
-            }
-        }
-        let mut body = json!({
-            "id": self.id,
-            "object": "chat.completion",
-            "created": self.created,
-            "model": self.model,
-            "system_fingerprint": null,
-            "choices": [{
-                "index": 0,
-                "message": message,
-                "logprobs": null,
-                "finish_reason": finish_reason(reply),
+    pub fn whole<'a>(
+        &'a self,
+        text: &'a Assembler,
+        reply: &'a Reply,
+        usage: &Usage,
+    ) -> wire::Completion<'a> {
+        let tool_calls = wire_calls(&reply.tool_calls, false);
+        let content =
+            (tool_calls.is_empty() || !text.text.is_empty()).then_some(text.text.as_str());
+        wire::Completion {
+            id: &self.id,
+            object: "chat.completion",
+            created: self.created,
+            model: &self.model,
+            system_fingerprint: Null,
+            choices: [wire::Choice {
+                index: 0,
+                message: wire::AssistantMessage {
+                    role: "assistant",
+                    content,
+                    reasoning_content: (!text.reasoning.is_empty())
+                        .then_some(text.reasoning.as_str()),
+                    tool_calls,
+                },
+                logprobs: Null,
+                finish_reason: finish_reason(reply),
             }],
-            "usage": usage_json(usage),
-        });
-        if let Some(timings) = timings_json(usage) {
-            body["timings"] = timings;
+            usage: wire_usage(usage),
+            timings: wire_timings(usage),
         }
-        body
     }
 }
 
@@ -759,15 +783,141 @@ mod tests {
             let error = err(body.clone());
             assert_eq!(error.status, 400, "{body}");
             assert_eq!(error.param.as_deref(), Some(param), "{body}: {error:?}");
-            assert_eq!(
-                error.openai_body()["error"]["type"],
-                "invalid_request_error"
-            );
+            assert_eq!(error.openai_body().error.kind, "invalid_request_error");
         }
         assert_eq!(err(json!(null)).status, 400);
         let broken = parse(b"{\"messages\": [", &defaults()).unwrap_err();
         assert_eq!(broken.status, 400);
         let nan = parse(b"{\"messages\": [], \"temperature\": NaN}", &defaults()).unwrap_err();
         assert_eq!(nan.status, 400);
+    }
+
+    fn answer() -> Answer {
+        Answer {
+            id: "chatcmpl-1".into(),
+            created: 7,
+            model: "m".into(),
+            include_usage: true,
+        }
+    }
+
+    fn reply(tool_calls: Vec<ToolCall>) -> Reply {
+        Reply {
+            content: String::new(),
+            thinking: String::new(),
+            tool_calls,
+            finish: FinishReason::Stop,
+            usage: None,
+            artefacts: Vec::new(),
+        }
+    }
+
+    fn weather_call() -> ToolCall {
+        ToolCall {
+            id: "c1".into(),
+            name: "weather".into(),
+            arguments: json!({"city": "Paris"}),
+        }
+    }
+
+    fn value(wire: &impl serde::Serialize) -> Value {
+        serde_json::from_str(&encode(wire)).expect("JSON")
+    }
+
+    #[test]
+    fn a_whole_answer_keeps_its_nulls_and_leaves_out_what_is_empty() {
+        let usage = Usage {
+            prompt: 10,
+            completion: 4,
+            cached: Some(6),
+            stats: Some(crate::core::Stats {
+                prefill_tps: Some(100.0),
+                ..Default::default()
+            }),
+        };
+        let mut text = Assembler::new();
+        text.reasoning = "hmm".into();
+        let (a, calls) = (answer(), reply(vec![weather_call()]));
+        assert_eq!(
+            value(&a.whole(&text, &calls, &usage)),
+            json!({
+                "id": "chatcmpl-1", "object": "chat.completion", "created": 7, "model": "m",
+                "system_fingerprint": null,
+                "choices": [{
+                    "index": 0,
+                    "message": {
+                        "role": "assistant", "content": null, "reasoning_content": "hmm",
+                        "tool_calls": [{"id": "c1", "type": "function",
+                            "function": {"name": "weather", "arguments": "{\"city\":\"Paris\"}"}}],
+                    },
+                    "logprobs": null,
+                    "finish_reason": "tool_calls",
+                }],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 4, "total_tokens": 14,
+                          "prompt_tokens_details": {"cached_tokens": 6}},
+                "timings": {"prompt_n": 10, "cache_n": 6, "prompt_per_second": 100.0,
+                            "predicted_n": 4, "predicted_per_second": null},
+            })
+        );
+        let mut text = Assembler::new();
+        text.text = "hi".into();
+        let plain = reply(Vec::new());
+        assert_eq!(
+            value(&a.whole(&text, &plain, &Usage::default()))["choices"][0]["message"],
+            json!({"role": "assistant", "content": "hi"})
+        );
+        let body = value(&a.whole(&text, &plain, &Usage::default()));
+        assert_eq!(
+            body["usage"],
+            json!({"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0})
+        );
+        assert!(body.get("timings").is_none(), "{body}");
+    }
+
+    #[test]
+    fn chunks_keep_their_nulls_and_leave_out_what_is_empty() {
+        let a = answer();
+        let role = wire::Delta {
+            role: Some("assistant"),
+            content: Some(""),
+            ..wire::Delta::default()
+        };
+        assert_eq!(
+            value(&a.chunk(role, None)),
+            json!({
+                "id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 7, "model": "m",
+                "system_fingerprint": null,
+                "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                             "logprobs": null, "finish_reason": null}],
+            })
+        );
+        let calls = [weather_call()];
+        let delta = wire::Delta {
+            tool_calls: wire_calls(&calls, true),
+            ..wire::Delta::default()
+        };
+        assert_eq!(
+            value(&a.chunk(delta, None))["choices"][0]["delta"],
+            json!({"tool_calls": [{"id": "c1", "type": "function", "index": 0,
+                "function": {"name": "weather", "arguments": "{\"city\":\"Paris\"}"}}]})
+        );
+        let last = value(&a.chunk(wire::Delta::default(), Some("stop")));
+        assert_eq!(
+            last["choices"][0],
+            json!({"index": 0, "delta": {}, "logprobs": null, "finish_reason": "stop"})
+        );
+        let usage = Usage {
+            prompt: 3,
+            completion: 2,
+            ..Usage::default()
+        };
+        assert_eq!(
+            value(&a.usage_chunk(&usage)),
+            json!({
+                "id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 7, "model": "m",
+                "choices": [],
+                "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+            })
+        );
     }
 }

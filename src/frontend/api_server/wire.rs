@@ -1,0 +1,351 @@
+//! The API server's answers as typed wire shapes, as the backends type
+//! theirs: OpenAI's `chat.completion`, `chat.completion.chunk`, model list
+//! and error object ([`openai`]), Anthropic's `message`, stream events and
+//! error ([`anthropic`]), and `/health`.
+//!
+//! Fields serialize in the order written here, which is the order the
+//! providers themselves send. A field the protocol always has but this
+//! server never fills is [`Null`] (`"logprobs": null`); one that is absent
+//! when empty skips.
+
+use serde::Serialize;
+
+/// Serializes as `null`: a field clients expect to see that this server
+/// never fills (`logprobs`, `system_fingerprint`, `stop_sequence`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Null;
+
+/// The JSON text of an answer or event. These shapes have only string keys,
+/// so serializing cannot fail; an empty string would mean a bug.
+pub fn encode(value: &impl Serialize) -> String {
+    serde_json::to_string(value).unwrap_or_default()
+}
+
+/// `GET /health`: `{"status": "ok"}`, or `"loading"` with a 503.
+#[derive(Debug, Serialize)]
+pub struct Health {
+    pub status: &'static str,
+}
+
+/// OpenAI's shapes.
+pub mod openai {
+    use serde::Serialize;
+
+    use super::Null;
+
+    /// `chat.completion`: a whole answer.
+    #[derive(Debug, Serialize)]
+    pub struct Completion<'a> {
+        pub id: &'a str,
+        /// `chat.completion`.
+        pub object: &'static str,
+        pub created: u64,
+        pub model: &'a str,
+        pub system_fingerprint: Null,
+        pub choices: [Choice<'a>; 1],
+        pub usage: Usage,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub timings: Option<Timings>,
+    }
+
+    #[derive(Debug, Serialize)]
+    pub struct Choice<'a> {
+        pub index: u32,
+        pub message: AssistantMessage<'a>,
+        pub logprobs: Null,
+        pub finish_reason: &'static str,
+    }
+
+    #[derive(Debug, Serialize)]
+    pub struct AssistantMessage<'a> {
+        /// `assistant`.
+        pub role: &'static str,
+        /// `null` when the answer is tool calls and no text.
+        pub content: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub reasoning_content: Option<&'a str>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        pub tool_calls: Vec<ToolCall<'a>>,
+    }
+
+    /// One tool call, in a whole answer or (with `index`) a chunk.
+    #[derive(Debug, Serialize)]
+    pub struct ToolCall<'a> {
+        pub id: &'a str,
+        /// `function`.
+        #[serde(rename = "type")]
+        pub kind: &'static str,
+        pub function: FunctionCall<'a>,
+        /// The call's position, in streamed calls only.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub index: Option<usize>,
+    }
+
+    #[derive(Debug, Serialize)]
+    pub struct FunctionCall<'a> {
+        pub name: &'a str,
+        /// The arguments as JSON text.
+        pub arguments: String,
+    }
+
+    /// `chat.completion.chunk`: one streamed step.
+    #[derive(Debug, Serialize)]
+    pub struct Chunk<'a> {
+        pub id: &'a str,
+        /// `chat.completion.chunk`.
+        pub object: &'static str,
+        pub created: u64,
+        pub model: &'a str,
+        pub system_fingerprint: Null,
+        pub choices: [ChunkChoice<'a>; 1],
+    }
+
+    #[derive(Debug, Serialize)]
+    pub struct ChunkChoice<'a> {
+        pub index: u32,
+        pub delta: Delta<'a>,
+        pub logprobs: Null,
+        /// `null` until the last content chunk.
+        pub finish_reason: Option<&'static str>,
+    }
+
+    /// What a chunk adds; `{}` on the finishing chunk.
+    #[derive(Debug, Default, Serialize)]
+    pub struct Delta<'a> {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub role: Option<&'static str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub content: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub reasoning_content: Option<&'a str>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        pub tool_calls: Vec<ToolCall<'a>>,
+    }
+
+    /// The chunk `stream_options.include_usage` asks for, after the finish
+    /// reason: no choices, the usage.
+    #[derive(Debug, Serialize)]
+    pub struct UsageChunk<'a> {
+        pub id: &'a str,
+        /// `chat.completion.chunk`.
+        pub object: &'static str,
+        pub created: u64,
+        pub model: &'a str,
+        /// Always empty.
+        pub choices: [ChunkChoice<'a>; 0],
+        pub usage: Usage,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub timings: Option<Timings>,
+    }
+
+    #[derive(Debug, Serialize)]
+    pub struct Usage {
+        pub prompt_tokens: u64,
+        pub completion_tokens: u64,
+        pub total_tokens: u64,
+        /// Only when the backend knows how many prompt tokens were cached.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub prompt_tokens_details: Option<TokenDetails>,
+    }
+
+    #[derive(Debug, Serialize)]
+    pub struct TokenDetails {
+        pub cached_tokens: u64,
+    }
+
+    /// llama.cpp's `timings`, for clients that show speed.
+    #[derive(Debug, Serialize)]
+    pub struct Timings {
+        pub prompt_n: u64,
+        pub cache_n: u64,
+        pub prompt_per_second: Option<f64>,
+        pub predicted_n: u64,
+        pub predicted_per_second: Option<f64>,
+    }
+
+    /// `GET /v1/models`.
+    #[derive(Debug, Serialize)]
+    pub struct ModelList<'a> {
+        /// `list`.
+        pub object: &'static str,
+        pub data: [Model<'a>; 1],
+    }
+
+    /// One model; `GET /v1/models/{id}` adds `backend`.
+    #[derive(Debug, Serialize)]
+    pub struct Model<'a> {
+        pub id: &'a str,
+        /// `model`.
+        pub object: &'static str,
+        pub created: u64,
+        pub owned_by: &'static str,
+        pub max_model_len: u64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub backend: Option<&'static str>,
+    }
+
+    /// `{"error": {message, type, param, code}}`, `param` and `code` `null`
+    /// when there is none.
+    #[derive(Debug, Serialize)]
+    pub struct Error<'a> {
+        pub error: ErrorDetail<'a>,
+    }
+
+    #[derive(Debug, Serialize)]
+    pub struct ErrorDetail<'a> {
+        pub message: &'a str,
+        #[serde(rename = "type")]
+        pub kind: &'a str,
+        pub param: Option<&'a str>,
+        pub code: Option<&'a str>,
+    }
+}
+
+/// Anthropic's shapes.
+pub mod anthropic {
+    use serde::Serialize;
+    use serde_json::Value;
+
+    use super::Null;
+
+    /// A whole `message`.
+    #[derive(Debug, Serialize)]
+    pub struct Message<'a> {
+        pub id: &'a str,
+        /// `message`.
+        #[serde(rename = "type")]
+        pub kind: &'static str,
+        /// `assistant`.
+        pub role: &'static str,
+        pub model: &'a str,
+        pub content: Vec<Block<'a>>,
+        pub stop_reason: &'static str,
+        pub stop_sequence: Null,
+        pub usage: Usage,
+    }
+
+    /// The message as `message_start` opens it: no content, no stop reason
+    /// yet (`content` before `model`, as Anthropic sends it there).
+    #[derive(Debug, Serialize)]
+    pub struct Opening<'a> {
+        pub id: &'a str,
+        /// `message`.
+        #[serde(rename = "type")]
+        pub kind: &'static str,
+        /// `assistant`.
+        pub role: &'static str,
+        /// Always empty.
+        pub content: [Block<'a>; 0],
+        pub model: &'a str,
+        pub stop_reason: Null,
+        pub stop_sequence: Null,
+        pub usage: Usage,
+    }
+
+    /// Token counts: all three in a message, `output_tokens` alone in
+    /// `message_delta`.
+    #[derive(Debug, Serialize)]
+    pub struct Usage {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub input_tokens: Option<u64>,
+        pub output_tokens: u64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub cache_read_input_tokens: Option<u64>,
+    }
+
+    /// A content block, whole or as `content_block_start` opens it (empty).
+    #[derive(Debug, Serialize)]
+    #[serde(tag = "type", rename_all = "snake_case")]
+    pub enum Block<'a> {
+        Text {
+            text: &'a str,
+        },
+        Thinking {
+            thinking: &'a str,
+            /// `""` in a whole message; absent when a block opens.
+            #[serde(skip_serializing_if = "Option::is_none")]
+            signature: Option<&'a str>,
+        },
+        ToolUse {
+            id: &'a str,
+            name: &'a str,
+            input: &'a Value,
+        },
+    }
+
+    /// What a `content_block_delta` adds to its block.
+    #[derive(Debug, Serialize)]
+    #[serde(tag = "type")]
+    pub enum BlockDelta<'a> {
+        #[serde(rename = "text_delta")]
+        Text { text: &'a str },
+        #[serde(rename = "thinking_delta")]
+        Thinking { thinking: &'a str },
+        /// A tool call's whole input, as JSON text.
+        #[serde(rename = "input_json_delta")]
+        InputJson { partial_json: String },
+    }
+
+    /// `message_delta`'s `delta`.
+    #[derive(Debug, Serialize)]
+    pub struct StopDelta {
+        pub stop_reason: &'static str,
+        pub stop_sequence: Null,
+    }
+
+    /// One stream event; its `type` is also the SSE event name.
+    #[derive(Debug, Serialize)]
+    #[serde(tag = "type", rename_all = "snake_case")]
+    pub enum Event<'a> {
+        MessageStart {
+            message: Opening<'a>,
+        },
+        ContentBlockStart {
+            index: usize,
+            content_block: Block<'a>,
+        },
+        ContentBlockDelta {
+            index: usize,
+            delta: BlockDelta<'a>,
+        },
+        ContentBlockStop {
+            index: usize,
+        },
+        MessageDelta {
+            delta: StopDelta,
+            usage: Usage,
+        },
+        MessageStop,
+    }
+
+    impl Event<'_> {
+        /// The SSE event name: the same as the `type` field.
+        pub fn name(&self) -> &'static str {
+            match self {
+                Event::MessageStart { .. } => "message_start",
+                Event::ContentBlockStart { .. } => "content_block_start",
+                Event::ContentBlockDelta { .. } => "content_block_delta",
+                Event::ContentBlockStop { .. } => "content_block_stop",
+                Event::MessageDelta { .. } => "message_delta",
+                Event::MessageStop => "message_stop",
+            }
+        }
+    }
+
+    /// `{"type": "error", "error": {type, message}}`, an answer or the
+    /// `error` event.
+    #[derive(Debug, Serialize)]
+    pub struct Error<'a> {
+        /// `error`.
+        #[serde(rename = "type")]
+        pub kind: &'static str,
+        pub error: ErrorDetail<'a>,
+    }
+
+    #[derive(Debug, Serialize)]
+    pub struct ErrorDetail<'a> {
+        #[serde(rename = "type")]
+        pub kind: &'static str,
+        pub message: &'a str,
+    }
+}
