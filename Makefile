@@ -155,9 +155,11 @@ run: build model
 
 # Architecture invariant: no async runtime anywhere in the dependency graph.
 # Modules depend on each other one way only, lower layers never on higher ones
-# (scripts/check-layers.py holds the layer order; docs/ARCHITECTURE.md explains it).
+# (scripts/check-layers.py holds the layer order; docs/ARCHITECTURE.md explains it),
+# and no function outside tests runs past 80 lines without saying why.
 check-layers:
 	@python3 scripts/check-layers.py
+	@python3 scripts/check-long-functions.py
 
 no-async-runtime:
 	@if grep -qE '^name = "(tokio|async-std|smol|futures-executor|async-executor)"$$' Cargo.lock; then \
