@@ -17,6 +17,7 @@
 pub mod batch;
 pub mod context;
 pub mod error;
+pub mod gguf;
 pub mod grammar;
 pub mod model;
 pub mod sampler;

@@ -1,0 +1,610 @@
+//! Reads what `shepherd models` shows from a GGUF file's header, without
+//! loading the weights and without llama.cpp: the architecture, the name, the
+//! file type (quantisation), the context length, whether a chat template is
+//! present, and the parameter count summed over the tensor infos.
+//!
+//! The layout (GGUF versions 2 and 3, little-endian): the magic `GGUF`, a
+//! `u32` version, `u64` tensor and key-value counts, the key-value pairs
+//! (a string key, a `u32` type, a typed value; arrays carry an element type
+//! and a `u64` count), then one info per tensor (name, `u32` dimension count,
+//! `u64` dimensions, `u32` type, `u64` offset). The weights follow and are
+//! never read.
+//!
+//! Every file is untrusted: each length and count is checked against the
+//! bytes the file still has before anything is allocated or skipped, so a
+//! truncated, corrupt or hostile file gives a [`GgufError`] naming the
+//! offset, never a panic or a huge allocation. Array contents (a vocabulary of
+//! 250 000 strings) are skipped, not stored.
+
+#![forbid(unsafe_code)]
+
+use std::fmt;
+use std::fs::File;
+use std::io::{self, BufReader, Read, Seek, SeekFrom};
+use std::path::Path;
+
+/// Longest key or kept string value (a chat template is a few tens of KB).
+const MAX_STRING: u64 = 1 << 24;
+/// Deepest nesting of arrays inside arrays accepted.
+const MAX_ARRAY_DEPTH: u32 = 4;
+/// llama.cpp's `GGML_MAX_DIMS`.
+const MAX_DIMS: u32 = 4;
+
+/// What the header says about a model.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GgufInfo {
+    pub version: u32,
+    /// `general.architecture` (`llama`, `gemma3`, …).
+    pub architecture: Option<String>,
+    /// `general.name`.
+    pub name: Option<String>,
+    /// `general.file_type`, llama.cpp's `llama_ftype`.
+    pub file_type: Option<u32>,
+    /// `ARCH.context_length`: the context the model was trained for.
+    pub context_length: Option<u64>,
+    /// Whether `tokenizer.chat_template` is present.
+    pub has_chat_template: bool,
+    pub tensor_count: u64,
+    /// Elements over every tensor.
+    pub parameters: u64,
+}
+
+impl GgufInfo {
+    /// The quantisation as llama.cpp names it (`Q4_K_M`), or `?` when unknown.
+    pub fn quantisation(&self) -> String {
+        match self.file_type {
+            Some(t) => file_type_name(t).map_or_else(|| format!("type {t}"), str::to_string),
+            None => "?".to_string(),
+        }
+    }
+}
+
+/// Why a file could not be read as GGUF.
+#[derive(Debug)]
+pub enum GgufError {
+    Io(io::Error),
+    /// Not a GGUF file, or a version this reader does not know.
+    Format(String),
+    /// A length, count or type that the file cannot hold, at this byte offset.
+    Corrupt { offset: u64, message: String },
+}
+
+impl fmt::Display for GgufError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GgufError::Io(e) => write!(f, "cannot read: {e}"),
+            GgufError::Format(message) => f.write_str(message),
+            GgufError::Corrupt { offset, message } => {
+                write!(f, "corrupt GGUF header at byte {offset}: {message}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for GgufError {}
+
+/// Reads the header of the GGUF file at `path`.
+pub fn read_file(path: &Path) -> Result<GgufInfo, GgufError> {
+    let file = File::open(path).map_err(GgufError::Io)?;
+    let len = file.metadata().map_err(GgufError::Io)?.len();
+    read(BufReader::new(file), len)
+}
+
+/// Reads a GGUF header from `source`, which holds `len` bytes.
+pub fn read<R: Read + Seek>(source: R, len: u64) -> Result<GgufInfo, GgufError> {
+    let mut r = Reader {
+        source,
+        pos: 0,
+        len,
+    };
+    let mut info = header(&mut r)?;
+    let kv_count = r.u64()?;
+    r.check_count(info.tensor_count, 24, "tensor count")?;
+    r.check_count(kv_count, 12, "key-value count")?;
+    let mut context_key = None;
+    for _ in 0..kv_count {
+        key_value(&mut r, &mut info, &mut context_key)?;
+    }
+    for _ in 0..info.tensor_count {
+        let n = tensor_elements(&mut r)?;
+        info.parameters = info
+            .parameters
+            .checked_add(n)
+            .ok_or_else(|| r.corrupt("the parameter count overflows"))?;
+    }
+    Ok(info)
+}
+
+fn header<R: Read + Seek>(r: &mut Reader<R>) -> Result<GgufInfo, GgufError> {
+    let mut magic = [0u8; 4];
+    r.bytes(&mut magic)
+        .map_err(|_| GgufError::Format("not a GGUF file (shorter than its magic)".into()))?;
+    if &magic != b"GGUF" {
+        return Err(GgufError::Format("not a GGUF file (no GGUF magic)".into()));
+    }
+    let version = r.u32()?;
+    if !(2..=3).contains(&version) {
+        return Err(GgufError::Format(format!(
+            "GGUF version {version} is not supported (2 and 3 are)"
+        )));
+    }
+    let tensor_count = r.u64()?;
+    Ok(GgufInfo {
+        version,
+        tensor_count,
+        ..GgufInfo::default()
+    })
+}
+
+/// Reads one key-value pair, keeping the values [`GgufInfo`] names.
+fn key_value<R: Read + Seek>(
+    r: &mut Reader<R>,
+    info: &mut GgufInfo,
+    context_key: &mut Option<String>,
+) -> Result<(), GgufError> {
+    let key = r.string()?;
+    let kind = r.u32()?;
+    match (key.as_str(), kind) {
+        ("general.architecture", TYPE_STRING) => {
+            let arch = r.string()?;
+            *context_key = Some(format!("{arch}.context_length"));
+            info.architecture = Some(arch);
+        }
+        ("general.name", TYPE_STRING) => info.name = Some(r.string()?),
+        ("general.file_type", TYPE_U32) => info.file_type = Some(r.u32()?),
+        ("tokenizer.chat_template", TYPE_STRING) => {
+            r.skip_string()?;
+            info.has_chat_template = true;
+        }
+        (key, TYPE_U32) if key.ends_with(".context_length") => {
+            let n = u64::from(r.u32()?);
+            keep_context(info, context_key, key, n);
+        }
+        (key, TYPE_U64) if key.ends_with(".context_length") => {
+            let n = r.u64()?;
+            keep_context(info, context_key, key, n);
+        }
+        _ => r.skip_value(kind, 0)?,
+    }
+    Ok(())
+}
+
+/// Keeps `ARCH.context_length` for the file's own architecture; before
+/// `general.architecture` was read (it comes first in every converter's
+/// output) any context length is kept provisionally.
+fn keep_context(info: &mut GgufInfo, context_key: &Option<String>, key: &str, n: u64) {
+    if context_key.as_deref().is_none_or(|k| k == key) {
+        info.context_length = Some(n);
+    }
+}
+
+/// Reads one tensor info and returns its element count.
+fn tensor_elements<R: Read + Seek>(r: &mut Reader<R>) -> Result<u64, GgufError> {
+    r.skip_string()?;
+    let n_dims = r.u32()?;
+    if n_dims > MAX_DIMS {
+        return Err(r.corrupt(&format!(
+            "a tensor has {n_dims} dimensions (at most {MAX_DIMS})"
+        )));
+    }
+    let mut elements: u64 = 1;
+    for _ in 0..n_dims {
+        let dim = r.u64()?;
+        elements = elements
+            .checked_mul(dim)
+            .ok_or_else(|| r.corrupt("a tensor's element count overflows"))?;
+    }
+    let _ggml_type = r.u32()?;
+    let _offset = r.u64()?;
+    Ok(elements)
+}
+
+const TYPE_U32: u32 = 4;
+const TYPE_STRING: u32 = 8;
+const TYPE_ARRAY: u32 = 9;
+const TYPE_U64: u32 = 10;
+
+/// The size of a fixed-size value type, `None` for strings, arrays and unknown types.
+fn fixed_size(kind: u32) -> Option<u64> {
+    match kind {
+        0 | 1 | 7 => Some(1), // u8, i8, bool
+        2 | 3 => Some(2),     // u16, i16
+        4..=6 => Some(4),     // u32, i32, f32
+        10..=12 => Some(8),   // u64, i64, f64
+        _ => None,
+    }
+}
+
+/// A reader that knows how many bytes are left, so no length is trusted.
+struct Reader<R> {
+    source: R,
+    pos: u64,
+    len: u64,
+}
+
+impl<R: Read + Seek> Reader<R> {
+    fn remaining(&self) -> u64 {
+        self.len.saturating_sub(self.pos)
+    }
+
+    fn corrupt(&self, message: &str) -> GgufError {
+        GgufError::Corrupt {
+            offset: self.pos,
+            message: message.to_string(),
+        }
+    }
+
+    fn truncated(&self, need: u64) -> GgufError {
+        self.corrupt(&format!(
+            "the file ends early ({need} bytes needed, {} left)",
+            self.remaining()
+        ))
+    }
+
+    /// Refuses a count of items of at least `min_size` bytes each that the rest of the file cannot hold.
+    fn check_count(&self, count: u64, min_size: u64, what: &str) -> Result<(), GgufError> {
+        if count > self.remaining() / min_size {
+            return Err(self.corrupt(&format!(
+                "{what} {count} is more than the file can hold"
+            )));
+        }
+        Ok(())
+    }
+
+    fn bytes(&mut self, buf: &mut [u8]) -> Result<(), GgufError> {
+        let need = buf.len() as u64;
+        if need > self.remaining() {
+            return Err(self.truncated(need));
+        }
+        self.source.read_exact(buf).map_err(|e| match e.kind() {
+            io::ErrorKind::UnexpectedEof => self.truncated(need),
+            _ => GgufError::Io(e),
+        })?;
+        self.pos += need;
+        Ok(())
+    }
+
+    fn u32(&mut self) -> Result<u32, GgufError> {
+        let mut buf = [0u8; 4];
+        self.bytes(&mut buf)?;
+        Ok(u32::from_le_bytes(buf))
+    }
+
+    fn u64(&mut self) -> Result<u64, GgufError> {
+        let mut buf = [0u8; 8];
+        self.bytes(&mut buf)?;
+        Ok(u64::from_le_bytes(buf))
+    }
+
+    fn skip(&mut self, n: u64) -> Result<(), GgufError> {
+        if n > self.remaining() {
+            return Err(self.truncated(n));
+        }
+        let step = i64::try_from(n).map_err(|_| self.truncated(n))?;
+        self.source
+            .seek(SeekFrom::Current(step))
+            .map_err(GgufError::Io)?;
+        self.pos += n;
+        Ok(())
+    }
+
+    /// A string's length, checked against the file and [`MAX_STRING`].
+    fn string_len(&mut self) -> Result<u64, GgufError> {
+        let n = self.u64()?;
+        if n > self.remaining() {
+            return Err(self.truncated(n));
+        }
+        Ok(n)
+    }
+
+    fn string(&mut self) -> Result<String, GgufError> {
+        let n = self.string_len()?;
+        if n > MAX_STRING {
+            return Err(self.corrupt(&format!("a string of {n} bytes is too long to keep")));
+        }
+        let mut buf = vec![0u8; n as usize];
+        self.bytes(&mut buf)?;
+        String::from_utf8(buf).map_err(|_| self.corrupt("a string is not valid UTF-8"))
+    }
+
+    fn skip_string(&mut self) -> Result<(), GgufError> {
+        let n = self.string_len()?;
+        self.skip(n)
+    }
+
+    /// Skips a value of type `kind`; `depth` counts the arrays it is inside.
+    fn skip_value(&mut self, kind: u32, depth: u32) -> Result<(), GgufError> {
+        if let Some(size) = fixed_size(kind) {
+            return self.skip(size);
+        }
+        match kind {
+            TYPE_STRING => self.skip_string(),
+            TYPE_ARRAY => self.skip_array(depth),
+            other => Err(self.corrupt(&format!("unknown value type {other}"))),
+        }
+    }
+
+    fn skip_array(&mut self, depth: u32) -> Result<(), GgufError> {
+        if depth >= MAX_ARRAY_DEPTH {
+            return Err(self.corrupt("arrays are nested too deeply"));
+        }
+        let kind = self.u32()?;
+        let count = self.u64()?;
+        if let Some(size) = fixed_size(kind) {
+            let total = count
+                .checked_mul(size)
+                .ok_or_else(|| self.truncated(u64::MAX))?;
+            return self.skip(total);
+        }
+        // Every string or array element takes at least 8 bytes.
+        self.check_count(count, 8, "array length")?;
+        for _ in 0..count {
+            self.skip_value(kind, depth + 1)?;
+        }
+        Ok(())
+    }
+}
+
+/// llama.cpp's name for a `general.file_type` (`llama_ftype` in llama.h).
+pub fn file_type_name(file_type: u32) -> Option<&'static str> {
+    const NAMES: [(u32, &str); 36] = [
+        (0, "F32"),
+        (1, "F16"),
+        (2, "Q4_0"),
+        (3, "Q4_1"),
+        (7, "Q8_0"),
+        (8, "Q5_0"),
+        (9, "Q5_1"),
+        (10, "Q2_K"),
+        (11, "Q3_K_S"),
+        (12, "Q3_K_M"),
+        (13, "Q3_K_L"),
+        (14, "Q4_K_S"),
+        (15, "Q4_K_M"),
+        (16, "Q5_K_S"),
+        (17, "Q5_K_M"),
+        (18, "Q6_K"),
+        (19, "IQ2_XXS"),
+        (20, "IQ2_XS"),
+        (21, "Q2_K_S"),
+        (22, "IQ3_XS"),
+        (23, "IQ3_XXS"),
+        (24, "IQ1_S"),
+        (25, "IQ4_NL"),
+        (26, "IQ3_S"),
+        (27, "IQ3_M"),
+        (28, "IQ2_S"),
+        (29, "IQ2_M"),
+        (30, "IQ4_XS"),
+        (31, "IQ1_M"),
+        (32, "BF16"),
+        (36, "TQ1_0"),
+        (37, "TQ2_0"),
+        (38, "MXFP4_MOE"),
+        (39, "NVFP4"),
+        (40, "Q1_0"),
+        (41, "Q2_0"),
+    ];
+    NAMES
+        .iter()
+        .find(|(n, _)| *n == file_type)
+        .map(|(_, name)| *name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Cursor;
+
+    /// Builds GGUF bytes the way the converters write them.
+    #[derive(Default)]
+    struct Builder {
+        kvs: Vec<u8>,
+        n_kv: u64,
+        tensors: Vec<u8>,
+        n_tensors: u64,
+    }
+
+    fn string(out: &mut Vec<u8>, s: &str) {
+        out.extend((s.len() as u64).to_le_bytes());
+        out.extend(s.as_bytes());
+    }
+
+    impl Builder {
+        fn kv(mut self, key: &str, kind: u32, value: &[u8]) -> Builder {
+            string(&mut self.kvs, key);
+            self.kvs.extend(kind.to_le_bytes());
+            self.kvs.extend(value);
+            self.n_kv += 1;
+            self
+        }
+
+        fn str_kv(self, key: &str, value: &str) -> Builder {
+            let mut v = Vec::new();
+            string(&mut v, value);
+            self.kv(key, TYPE_STRING, &v)
+        }
+
+        fn tensor(mut self, name: &str, dims: &[u64]) -> Builder {
+            string(&mut self.tensors, name);
+            self.tensors.extend((dims.len() as u32).to_le_bytes());
+            dims.iter()
+                .for_each(|d| self.tensors.extend(d.to_le_bytes()));
+            self.tensors.extend(2u32.to_le_bytes());
+            self.tensors.extend(0u64.to_le_bytes());
+            self.n_tensors += 1;
+            self
+        }
+
+        fn bytes(&self) -> Vec<u8> {
+            let mut out = b"GGUF".to_vec();
+            out.extend(3u32.to_le_bytes());
+            out.extend(self.n_tensors.to_le_bytes());
+            out.extend(self.n_kv.to_le_bytes());
+            out.extend(&self.kvs);
+            out.extend(&self.tensors);
+            out
+        }
+    }
+
+    fn sample() -> Builder {
+        let mut tokens = Vec::new();
+        tokens.extend(TYPE_STRING.to_le_bytes());
+        tokens.extend(3u64.to_le_bytes());
+        for t in ["<s>", "a", "bc"] {
+            string(&mut tokens, t);
+        }
+        let mut scores = Vec::new();
+        scores.extend(6u32.to_le_bytes());
+        scores.extend(2u64.to_le_bytes());
+        scores.extend([0u8; 8]);
+        let mut nested = Vec::new();
+        nested.extend(TYPE_ARRAY.to_le_bytes());
+        nested.extend(1u64.to_le_bytes());
+        nested.extend(0u32.to_le_bytes());
+        nested.extend(2u64.to_le_bytes());
+        nested.extend([1u8, 2]);
+        Builder::default()
+            .str_kv("general.architecture", "llama")
+            .str_kv("general.name", "Tiny")
+            .kv("general.file_type", TYPE_U32, &15u32.to_le_bytes())
+            .kv("gemma3.context_length", TYPE_U32, &99u32.to_le_bytes())
+            .kv("llama.context_length", TYPE_U32, &8192u32.to_le_bytes())
+            .kv("llama.rope.freq_base", 6, &1.0f32.to_le_bytes())
+            .kv("tokenizer.ggml.tokens", TYPE_ARRAY, &tokens)
+            .kv("tokenizer.ggml.scores", TYPE_ARRAY, &scores)
+            .kv("x.nested", TYPE_ARRAY, &nested)
+            .kv("x.flag", 7, &[1])
+            .str_kv("tokenizer.chat_template", "{{ messages }}")
+            .tensor("token_embd.weight", &[64, 10])
+            .tensor("output_norm.weight", &[64])
+    }
+
+    fn parse(bytes: &[u8]) -> Result<GgufInfo, GgufError> {
+        read(Cursor::new(bytes), bytes.len() as u64)
+    }
+
+    #[test]
+    fn reads_the_fields_shown() {
+        let info = parse(&sample().bytes()).expect("parses");
+        assert_eq!(info.version, 3);
+        assert_eq!(info.architecture.as_deref(), Some("llama"));
+        assert_eq!(info.name.as_deref(), Some("Tiny"));
+        assert_eq!(info.quantisation(), "Q4_K_M");
+        assert_eq!(info.context_length, Some(8192), "the file's own architecture's");
+        assert!(info.has_chat_template);
+        assert_eq!((info.tensor_count, info.parameters), (2, 704));
+    }
+
+    #[test]
+    fn a_truncation_at_every_offset_is_an_error() {
+        let bytes = sample().bytes();
+        for cut in 0..bytes.len() {
+            let result = parse(&bytes[..cut]);
+            assert!(result.is_err(), "cut at {cut} of {} parsed", bytes.len());
+            // The length the caller states is also honoured when the source has more.
+            assert!(read(Cursor::new(&bytes), cut as u64).is_err(), "len {cut}");
+        }
+    }
+
+    #[test]
+    fn every_single_byte_corruption_is_survived() {
+        let bytes = sample().bytes();
+        for i in 0..bytes.len() {
+            for value in [0x00, 0xff, 0x7f, 0x80] {
+                let mut bad = bytes.clone();
+                bad[i] = value;
+                let _ = parse(&bad); // an error or other values, never a panic
+            }
+        }
+    }
+
+    #[test]
+    fn bogus_lengths_and_counts_are_refused_before_allocating() {
+        let huge = u64::MAX.to_le_bytes();
+        let cases: Vec<(&str, Vec<u8>)> = vec![
+            ("string length", {
+                let mut v = Vec::new();
+                v.extend(huge);
+                Builder::default().kv("general.name", TYPE_STRING, &v).bytes()
+            }),
+            ("array count", {
+                let mut v = TYPE_STRING.to_le_bytes().to_vec();
+                v.extend((u64::MAX / 2).to_le_bytes());
+                Builder::default().kv("a", TYPE_ARRAY, &v).bytes()
+            }),
+            ("fixed array bytes", {
+                let mut v = 12u32.to_le_bytes().to_vec();
+                v.extend(huge);
+                Builder::default().kv("a", TYPE_ARRAY, &v).bytes()
+            }),
+            ("value type", Builder::default().kv("a", 99, &[0; 8]).bytes()),
+            ("dimensions", {
+                Builder::default().tensor("t", &[1, 1, 1, 1, 1]).bytes()
+            }),
+            ("element overflow", {
+                Builder::default().tensor("t", &[u64::MAX, 2]).bytes()
+            }),
+            ("parameter overflow", {
+                Builder::default()
+                    .tensor("t", &[u64::MAX / 2 + 1])
+                    .tensor("u", &[u64::MAX / 2 + 1])
+                    .bytes()
+            }),
+        ];
+        for (what, bytes) in cases {
+            assert!(
+                matches!(parse(&bytes), Err(GgufError::Corrupt { .. })),
+                "{what}"
+            );
+        }
+        let mut counts = Builder::default().bytes();
+        counts[8..16].copy_from_slice(&huge);
+        assert!(parse(&counts).is_err(), "tensor count");
+        let mut counts = Builder::default().bytes();
+        counts[16..24].copy_from_slice(&huge);
+        assert!(parse(&counts).is_err(), "key-value count");
+    }
+
+    #[test]
+    fn deep_nesting_is_refused() {
+        let mut v = Vec::new();
+        for _ in 0..10 {
+            v.extend(TYPE_ARRAY.to_le_bytes());
+            v.extend(1u64.to_le_bytes());
+        }
+        v.extend([0u8; 64]);
+        let bytes = Builder::default().kv("a", TYPE_ARRAY, &v).bytes();
+        assert!(parse(&bytes).is_err());
+    }
+
+    #[test]
+    fn other_files_and_versions_are_named() {
+        for (bytes, expect) in [
+            (b"GGU".to_vec(), "shorter"),
+            (b"GGML\x03\0\0\0".to_vec(), "no GGUF magic"),
+            (b"GGUF\x01\0\0\0".to_vec(), "version 1"),
+        ] {
+            let message = parse(&bytes).unwrap_err().to_string();
+            assert!(message.contains(expect), "{message}");
+        }
+    }
+
+    #[test]
+    fn the_test_models_are_read() {
+        use crate::util::dirs::test_models::{swa_test_model_path, test_model_path};
+        let smol = read_file(&test_model_path()).expect("SmolLM2");
+        assert_eq!(smol.architecture.as_deref(), Some("llama"));
+        assert_eq!(smol.quantisation(), "Q4_1");
+        assert_eq!(smol.context_length, Some(8192));
+        assert_eq!(smol.parameters, 134_515_008);
+        assert!(smol.has_chat_template);
+        // Values checked against an independent reader of the same files.
+        let gemma = read_file(&swa_test_model_path()).expect("gemma 3");
+        assert_eq!(gemma.architecture.as_deref(), Some("gemma3"));
+        assert_eq!(gemma.quantisation(), "Q4_K_M");
+        assert_eq!(gemma.context_length, Some(32768));
+        assert_eq!(gemma.parameters, 268_098_176);
+        assert!(!gemma.has_chat_template, "this GGUF carries no template");
+    }
+}
