@@ -20,7 +20,7 @@ use crate::log::Category;
 
 /// The one-line usage shown with every usage error and at the top of `--help`.
 pub const USAGE: &str =
-    "Usage: shepherd [FLAGS] [provider ARGS... | config [KEY [VALUE]] | profile ARGS... | mcp ARGS...]";
+    "Usage: shepherd [FLAGS] [provider ARGS... | config [KEY [VALUE]] | profile ARGS... | mcp ARGS... | models | sessions ARGS...]";
 
 /// A command line that cannot be understood. The front-end prints it with
 /// [`USAGE`] and exits with status 2.
@@ -87,6 +87,7 @@ pub enum Takes {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FlagId {
     Provider,
+    ListModels,
     Model,
     Backend,
     ApiBase,
@@ -192,7 +193,8 @@ use Takes::{Nothing, OptionalValue as Opt, Value as Val};
 #[rustfmt::skip]
 pub const FLAGS: &[Flag] = &[
     flag(FlagId::Provider, "provider", Some('p'), Val("NAME"), S::Provider, "Use the configured provider NAME only"),
-    flag(FlagId::Model, "model", Some('m'), Val("MODEL"), S::Provider, "Model name (overrides the provider's model)"),
+    flag(FlagId::Model, "model", Some('m'), Val("MODEL"), S::Provider, "Model name (overrides the provider's model); a local GGUF file by path, name or unique prefix"),
+    flag(FlagId::ListModels, "list-models", None, Nothing, S::Provider, "List the models the provider offers (local GGUF files for the in-process model), then exit"),
     flag(FlagId::Backend, "backend", None, Val("TYPE"), S::Provider, "openai|anthropic|gemini|ollama|llamacpp|tensorrt|cli; builds a one-off provider"),
     flag(FlagId::ApiBase, "api-base", None, Val("URL"), S::Provider, "Base URL of the API; builds a one-off provider"),
     flag(FlagId::ApiKey, "api-key", None, Val("KEY"), S::Provider, "API key (prefer the config file or *_API_KEY: argv is visible in ps)"),
@@ -257,6 +259,8 @@ pub enum Subcommand {
     Config(Vec<String>),
     Profile(Vec<String>),
     Mcp(Vec<String>),
+    Models(Vec<String>),
+    Sessions(Vec<String>),
 }
 
 /// Everything that was typed, checked for syntax and ranges, with no defaults applied.
@@ -264,6 +268,7 @@ pub enum Subcommand {
 pub struct LowArgs {
     pub subcommand: Option<Subcommand>,
     pub provider: Option<String>,
+    pub list_models: bool,
     pub model: Option<String>,
     pub backend: Option<String>,
     pub api_base: Option<String>,
@@ -398,9 +403,11 @@ fn subcommand(word: OsString, parser: &mut lexopt::Parser) -> Result<Subcommand,
         "config" => Subcommand::Config,
         "profile" => Subcommand::Profile,
         "mcp" => Subcommand::Mcp,
+        "models" => Subcommand::Models,
+        "sessions" => Subcommand::Sessions,
         _ => {
             return Err(UsageError(format!(
-                "unexpected argument '{word}' (commands are 'provider', 'config', 'profile' and 'mcp'; use -e TEXT for a prompt)"
+                "unexpected argument '{word}' (commands are 'provider', 'config', 'profile', 'mcp', 'models' and 'sessions'; use -e TEXT for a prompt)"
             )))
         }
     };
@@ -481,6 +488,7 @@ fn set_switch(low: &mut LowArgs, id: FlagId) {
         FlagId::ToolServer => low.toolserver = true,
         FlagId::Continue => low.continue_session = true,
         FlagId::Fresh => low.fresh = true,
+        FlagId::ListModels => low.list_models = true,
         FlagId::NoAuth => low.no_auth = true,
         FlagId::FlashAttn => low.flash_attn = Some(true),
         FlagId::Version => low.version = true,
@@ -722,7 +730,9 @@ pub fn help_text() -> String {
         "shepherd {}: LLM chat client and tool-running agent\n\n{USAGE}\n\n\
          Commands:\n  provider list|add|NAME show|set|use|remove   Manage providers\n  \
          config [KEY [VALUE]]                         Show or change settings\n  \
-         profile list|add|edit|show|use|remove NAME   Manage profiles (tools, MCP servers, guidelines)\n",
+         profile list|add|edit|show|use|remove NAME   Manage profiles (tools, MCP servers, guidelines)\n  \
+         models                                       List the local GGUF models\n  \
+         sessions list|show|delete|export ID          Manage saved sessions\n",
         env!("CARGO_PKG_VERSION")
     );
     let width = FLAGS.iter().map(|f| flag_label(f).len()).max().unwrap_or(0);

@@ -268,6 +268,10 @@ pub struct ConfigFile {
     /// The profile used when `--profile` is not given; unset means `default`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active_profile: Option<String>,
+    /// Where `shepherd models` and `-m NAME` look for GGUF files first
+    /// (default `$XDG_DATA_HOME/shepherd/models`); the model cache follows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub models_dir: Option<String>,
     /// MCP servers by name (`shepherd mcp ...`).
     #[serde(
         default,

@@ -124,18 +124,9 @@ impl AnthropicBackend {
         }
     }
 
-    /// The model ids `/v1/models` lists.
-    // No flag lists models yet (`--list-models` would), so only the tests build it.
-    #[cfg(test)]
-    pub fn list_models(&self) -> Result<Vec<String>, BackendError> {
-        let url = self.url("models");
-        let value = http::get_json(self.authorised(self.agent.get(&url)), &url)?;
-        Ok(ids_in(&value["data"], "id"))
-    }
 }
 
 /// The string field `key` of every object in `list`.
-#[cfg(test)]
 pub(super) fn ids_in(list: &Value, key: &str) -> Vec<String> {
     list.as_array()
         .map(|items| {
@@ -172,6 +163,13 @@ impl AnthropicBackend {
 }
 
 impl Backend for AnthropicBackend {
+    /// The model ids `/v1/models` lists.
+    fn list_models(&self) -> Result<Vec<String>, BackendError> {
+        let url = self.url("models");
+        let value = http::get_json(self.authorised(self.agent.get(&url)), &url)?;
+        Ok(ids_in(&value["data"], "id"))
+    }
+
     fn info(&self) -> BackendInfo {
         BackendInfo {
             kind: KIND,

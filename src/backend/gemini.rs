@@ -115,18 +115,6 @@ impl GeminiBackend {
         }
     }
 
-    /// The model names `models` lists, without their `models/` prefix.
-    // No flag lists models yet (`--list-models` would), so only the tests build it.
-    #[cfg(test)]
-    pub fn list_models(&self) -> Result<Vec<String>, BackendError> {
-        let url = format!("{}/models", self.config.api.base());
-        let value = http::get_json(self.authorised(self.agent.get(&url)), &url)?;
-        let names = super::anthropic::ids_in(&value["models"], "name");
-        Ok(names
-            .into_iter()
-            .map(|n| n.trim_start_matches("models/").to_string())
-            .collect())
-    }
 }
 
 impl GeminiBackend {
@@ -154,6 +142,17 @@ impl GeminiBackend {
 }
 
 impl Backend for GeminiBackend {
+    /// The model names `models` lists, without their `models/` prefix.
+    fn list_models(&self) -> Result<Vec<String>, BackendError> {
+        let url = format!("{}/models", self.config.api.base());
+        let value = http::get_json(self.authorised(self.agent.get(&url)), &url)?;
+        let names = super::anthropic::ids_in(&value["models"], "name");
+        Ok(names
+            .into_iter()
+            .map(|n| n.trim_start_matches("models/").to_string())
+            .collect())
+    }
+
     fn info(&self) -> BackendInfo {
         BackendInfo {
             kind: KIND,

@@ -154,8 +154,7 @@ pub fn send(
     checked(response, url, started)
 }
 
-/// `GET url` and parse its JSON body (the model lists, built for tests only for now).
-#[cfg(test)]
+/// `GET url` and parse its JSON body (the providers' model lists).
 pub fn get_json(
     builder: ureq::RequestBuilder<ureq::typestate::WithoutBody>,
     url: &str,

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use super::models::{self, FindError};
 use super::Reply;
 use crate::core::{BackendError, FinishReason, Message, Role, ToolCall, ToolSpec};
 use crate::stream::filter::OutputFilter;
@@ -21,13 +22,38 @@ pub(crate) fn answer_reserve(max_tokens: Option<u32>, n_ctx: u32) -> u32 {
     max_tokens.unwrap_or(DEFAULT_RESERVE.min(n_ctx / 4).max(1))
 }
 
-/// The model file for `-m NAME`: an absolute path as given, else `model_path/NAME`.
-pub fn resolve_model_path(model: &str, model_path: Option<&Path>) -> PathBuf {
+/// The model file for `-m NAME`, the one place `-m` becomes a path: an
+/// absolute path as given; `model_path/NAME` or `NAME` when that exists; a
+/// path with a directory part as given (the loader names what is missing);
+/// else a GGUF file in `model_path` or `models_dirs` by name or unique prefix
+/// ([`models::find`], whose error names the directories searched).
+pub fn resolve_model_path(
+    model: &str,
+    model_path: Option<&Path>,
+    models_dirs: &[PathBuf],
+) -> Result<PathBuf, FindError> {
     let given = PathBuf::from(model);
     if given.is_absolute() {
-        return given;
+        return Ok(given);
     }
-    model_path.map_or(given.clone(), |dir| dir.join(&given))
+    let joined = model_path.map_or_else(|| given.clone(), |dir| dir.join(&given));
+    if joined.exists() || given.exists() {
+        return Ok(if joined.exists() { joined } else { given });
+    }
+    if model.contains('/') {
+        return Ok(joined);
+    }
+    let mut dirs: Vec<PathBuf> = model_path
+        .filter(|dir| dir.is_dir())
+        .map(Path::to_path_buf)
+        .into_iter()
+        .collect();
+    for dir in models_dirs {
+        if !dirs.contains(dir) {
+            dirs.push(dir.clone());
+        }
+    }
+    models::find(model, &dirs)
 }
 
 /// The text a message's tokens are counted from: its content and its calls as JSON.
@@ -207,15 +233,26 @@ mod tests {
     }
 
     #[test]
-    fn a_relative_model_name_is_looked_up_in_the_model_dir() {
-        let dir = Some(Path::new("/models"));
-        let abs = resolve_model_path("/abs/m.gguf", dir);
-        assert_eq!(abs, PathBuf::from("/abs/m.gguf"));
-        assert_eq!(
-            resolve_model_path("m.gguf", dir),
-            PathBuf::from("/models/m.gguf")
-        );
-        assert_eq!(resolve_model_path("m.gguf", None), PathBuf::from("m.gguf"));
+    fn a_model_is_a_path_or_a_name_in_the_model_dirs() {
+        let root = std::env::temp_dir().join(format!("shepherd-local-{}", std::process::id()));
+        let (dir, store) = (root.join("dir"), root.join("store"));
+        for d in [&dir, &store] {
+            std::fs::create_dir_all(d).expect("dir");
+        }
+        std::fs::write(dir.join("m.gguf"), b"x").expect("file");
+        std::fs::write(store.join("Qwen3-8B-Q4_K_M.gguf"), b"x").expect("file");
+        let stores = [store.clone()];
+        let resolve = |m: &str, d: Option<&Path>| resolve_model_path(m, d, &stores);
+        assert_eq!(resolve("/abs/m.gguf", Some(&dir)), Ok(PathBuf::from("/abs/m.gguf")));
+        assert_eq!(resolve("m.gguf", Some(&dir)), Ok(dir.join("m.gguf")));
+        assert_eq!(resolve("M", Some(&dir)), Ok(dir.join("m.gguf")), "by name in --model-path");
+        assert_eq!(resolve("qwen3", None), Ok(store.join("Qwen3-8B-Q4_K_M.gguf")));
+        assert_eq!(resolve("sub/x.gguf", None), Ok(PathBuf::from("sub/x.gguf")));
+        let missing = resolve("llama", Some(&dir)).unwrap_err().to_string();
+        for named in [&dir, &store] {
+            assert!(missing.contains(&named.display().to_string()), "{missing}");
+        }
+        let _ = std::fs::remove_dir_all(&root);
     }
 
     #[test]

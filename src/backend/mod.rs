@@ -21,6 +21,7 @@ pub mod gemini;
 pub mod http;
 pub mod llamacpp;
 pub mod local;
+pub mod models;
 pub mod ollama;
 pub mod openai;
 #[cfg(feature = "tensorrt")]
@@ -135,4 +136,14 @@ pub trait Backend: Send {
     /// `tools`: an in-process model decodes the part of that prompt already known
     /// (system prompt, tool descriptions) while the user types. Remote APIs ignore it.
     fn warm(&mut self, _session: &Session, _tools: &[ToolSpec]) {}
+
+    /// The model ids this provider offers (`--list-models`, `/model list`).
+    /// The in-process backends are not asked: their models are the local
+    /// models directories (`models.rs`), listed without loading one.
+    fn list_models(&self) -> Result<Vec<String>, BackendError> {
+        Err(BackendError::Config(format!(
+            "the {} backend cannot list models",
+            self.info().kind
+        )))
+    }
 }

@@ -144,14 +144,6 @@ impl OllamaBackend {
         read_stream(reader, turn, sink, url)
     }
 
-    /// The model names `/api/tags` lists.
-    // No flag lists models yet (`--list-models` would), so only the tests build it.
-    #[cfg(test)]
-    pub fn list_models(&self) -> Result<Vec<String>, BackendError> {
-        let url = self.url("tags");
-        let value = http::get_json(self.config.api.with_headers(self.agent.get(&url)), &url)?;
-        Ok(super::anthropic::ids_in(&value["models"], "name"))
-    }
 }
 
 /// Refuses a session that cannot fit, so the agent evicts instead of Ollama truncating.
@@ -175,6 +167,13 @@ fn check_fits(
 }
 
 impl Backend for OllamaBackend {
+    /// The model names `/api/tags` lists.
+    fn list_models(&self) -> Result<Vec<String>, BackendError> {
+        let url = self.url("tags");
+        let value = http::get_json(self.config.api.with_headers(self.agent.get(&url)), &url)?;
+        Ok(super::anthropic::ids_in(&value["models"], "name"))
+    }
+
     fn info(&self) -> BackendInfo {
         BackendInfo {
             kind: KIND,

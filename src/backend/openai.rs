@@ -203,6 +203,26 @@ impl OpenAiBackend {
 }
 
 impl Backend for OpenAiBackend {
+    /// The model ids `GET /models` lists (vLLM, llama-server and shepherd's
+    /// own `--server` answer it too).
+    fn list_models(&self) -> Result<Vec<String>, BackendError> {
+        if self.config.azure.is_some() {
+            return Err(BackendError::Config(
+                "an Azure deployment serves one model; list them in the Azure portal".into(),
+            ));
+        }
+        let url = format!("{}/models", self.config.base_url.trim_end_matches('/'));
+        let mut builder = self.agent.get(&url).header("Accept", "application/json");
+        if let Some(key) = &self.config.api_key {
+            builder = builder.header("Authorization", format!("Bearer {key}"));
+        }
+        for (name, value) in &self.config.extra_headers {
+            builder = builder.header(name, value);
+        }
+        let value = http::get_json(builder, &url)?;
+        Ok(super::anthropic::ids_in(&value["data"], "id"))
+    }
+
     fn info(&self) -> BackendInfo {
         BackendInfo {
             kind: "openai",
@@ -946,6 +966,17 @@ mod tests {
                 _ => None,
             })
             .collect()
+    }
+
+    #[test]
+    fn models_are_listed_with_the_key() {
+        let body = json!({"object": "list", "data": [{"id": "gpt-a", "object": "model"}, {"id": "gpt-b"}]});
+        let server = FakeServer::start(vec![json_response(200, body)]);
+        let models = backend(&format!("{}/", server.base_url)).list_models();
+        assert_eq!(models.expect("models"), ["gpt-a", "gpt-b"]);
+        let request = &server.finish()[0];
+        assert_eq!(request.url, "/v1/models");
+        assert_eq!(request.header("authorization"), Some("Bearer sk-test-123"));
     }
 
     #[test]

@@ -7,12 +7,15 @@
 //! the same functions for their `/provider` and `/config` slash commands.
 //!
 //! The other subcommands sit beside this file: [`config`] (`shepherd config
-//! ...`), [`profile`] (`shepherd profile ...`) and [`mcp`] (`shepherd mcp ...`). Nothing below `commands` depends on
+//! ...`), [`profile`] (`shepherd profile ...`), [`mcp`] (`shepherd mcp ...`), [`models`] (`shepherd
+//! models`) and [`sessions`] (`shepherd sessions ...`). Nothing below `commands` depends on
 //! it; only the front-end dispatch calls in.
 
 pub mod config;
 pub mod mcp;
+pub mod models;
 pub mod profile;
+pub mod sessions;
 
 use std::fmt;
 use std::io::{self, Write};
@@ -30,13 +33,39 @@ pub enum CommandError {
     Config(ConfigError),
     /// Reading, writing or printing failed (exit 1).
     Io(io::Error),
+    /// The command could not do what was asked (a missing session; exit 1).
+    Failed(String),
+}
+
+/// How the front-end shows untrusted text on a terminal (`frontend::sanitize::visible`).
+pub type Visible = for<'t> fn(&'t str) -> std::borrow::Cow<'t, str>;
+
+/// Where a command prints, and how it shows untrusted text (model output,
+/// tool results, file names).
+pub struct Output<'a> {
+    pub out: &'a mut dyn Write,
+    pub visible: Visible,
+    /// Whether `out` is a terminal: whole texts then go through `visible` too.
+    pub terminal: bool,
+}
+
+impl Output<'_> {
+    /// Writes untrusted `text`, sanitized when `out` is a terminal.
+    pub fn write_text(&mut self, text: &str) -> Result<(), CommandError> {
+        if self.terminal {
+            self.out.write_all((self.visible)(text).as_bytes())?;
+        } else {
+            self.out.write_all(text.as_bytes())?;
+        }
+        Ok(())
+    }
 }
 
 impl CommandError {
     pub fn exit_code(&self) -> i32 {
         match self {
             CommandError::Usage(_) | CommandError::Config(_) => 2,
-            CommandError::Io(_) => 1,
+            CommandError::Io(_) | CommandError::Failed(_) => 1,
         }
     }
 }
@@ -47,6 +76,7 @@ impl fmt::Display for CommandError {
             CommandError::Usage(msg) => f.write_str(msg),
             CommandError::Config(err) => err.fmt(f),
             CommandError::Io(err) => err.fmt(f),
+            CommandError::Failed(msg) => f.write_str(msg),
         }
     }
 }

@@ -13,6 +13,7 @@ use super::{
 };
 use crate::approval::Policy;
 use crate::args::{self, LowArgs, Subcommand, MAX_TOKEN_COUNT};
+use crate::backend::models::FindError;
 use crate::backend::Sampling;
 use crate::log::Category;
 use crate::redact;
@@ -51,6 +52,12 @@ pub enum Mode {
     Profile(Vec<String>),
     /// `shepherd mcp ...`, with the words after `mcp`.
     Mcp(Vec<String>),
+    /// `shepherd models ...`, with the words after `models`.
+    Models(Vec<String>),
+    /// `shepherd sessions ...`, with the words after `sessions`.
+    Sessions(Vec<String>),
+    /// `--list-models`: what the first provider offers.
+    ListModels,
     Version,
     Help,
 }
@@ -149,6 +156,8 @@ pub struct LocalSettings {
     pub flash_attn: Option<bool>,
     /// `--parallel`: slots decoded together; `None` means one.
     pub parallel: Option<u32>,
+    /// Where `-m NAME` looks for GGUF files by name: `models_dir`, then the model cache.
+    pub models_dirs: Vec<PathBuf>,
 }
 
 /// Sampling values from one layer; `None` means "this layer says nothing".
@@ -399,12 +408,13 @@ fn provider_chain(
             .ok_or_else(|| unknown_provider(file, name, origin))?;
         vec![overridden(chosen.clone(), sel)]
     } else if sel.backend.is_some() || sel.api_base.is_some() || names_gguf(sel) {
-        vec![cmdline_provider(file, sel)]
+        vec![cmdline_provider(file, sel, false)]
     } else if sel.model.is_some() || sel.api_key.is_some() {
-        // A model or key alone is meant for the preferred provider.
+        // A model or key alone is meant for the preferred provider; with none
+        // configured, a model the local models directories hold is the in-process one.
         match file.providers.first() {
             Some(first) => vec![overridden(first.clone(), sel)],
-            None => vec![cmdline_provider(file, sel)],
+            None => vec![cmdline_provider(file, sel, names_local_model(sel, file))],
         }
     } else {
         file.providers.clone()
@@ -447,11 +457,27 @@ fn names_gguf(sel: &Selection) -> bool {
             .is_some_and(|m| m.to_ascii_lowercase().ends_with(".gguf"))
 }
 
-/// The one-off provider for `--backend`/`--api-base` without `-p`.
-fn cmdline_provider(file: &ConfigFile, sel: &Selection) -> ProviderConfig {
+/// `-m NAME` names a GGUF file in the local models directories (or is a
+/// prefix of several: loading it then says which).
+fn names_local_model(sel: &Selection, file: &ConfigFile) -> bool {
+    let Some(model) = sel.model.as_deref() else {
+        return false;
+    };
+    let found = crate::backend::models::find(model, &models_dirs(file));
+    !matches!(found, Err(FindError::NotFound { .. }))
+}
+
+/// The directories `-m NAME` and `shepherd models` search.
+pub fn models_dirs(file: &ConfigFile) -> Vec<PathBuf> {
+    crate::backend::models::model_dirs(file.models_dir.as_deref().map(Path::new))
+}
+
+/// The one-off provider for `--backend`/`--api-base` without `-p`; `local`
+/// when `-m` names a model of the local models directories.
+fn cmdline_provider(file: &ConfigFile, sel: &Selection, local: bool) -> ProviderConfig {
     let kind = sel
         .backend
-        .or_else(|| names_gguf(sel).then_some(ProviderKind::Llamacpp))
+        .or_else(|| (local || names_gguf(sel)).then_some(ProviderKind::Llamacpp))
         .or_else(|| file.providers.first().map(|p| p.kind))
         .unwrap_or_default();
     let mut p = overridden(ProviderConfig::new(CMDLINE_PROVIDER, kind), sel);
@@ -504,6 +530,9 @@ fn mode(low: &LowArgs) -> Mode {
         Some(Subcommand::Config(rest)) => Mode::Config(rest.clone()),
         Some(Subcommand::Profile(rest)) => Mode::Profile(rest.clone()),
         Some(Subcommand::Mcp(rest)) => Mode::Mcp(rest.clone()),
+        Some(Subcommand::Models(rest)) => Mode::Models(rest.clone()),
+        Some(Subcommand::Sessions(rest)) => Mode::Sessions(rest.clone()),
+        None if low.list_models => Mode::ListModels,
         None if low.json => Mode::JsonLines,
         None if low.cliserver => Mode::CliServer,
         None if low.server => Mode::ApiServer,
@@ -520,7 +549,12 @@ fn mode(low: &LowArgs) -> Mode {
 pub fn resolve(low: &LowArgs, env: EnvLookup) -> Result<Settings, ConfigError> {
     let location = locate(low.config.as_deref(), env, Path::new(SYSTEM_CONFIG));
     match mode(low) {
-        Mode::Chat | Mode::JsonLines | Mode::CliServer | Mode::ApiServer | Mode::ToolServer => {
+        Mode::Chat
+        | Mode::JsonLines
+        | Mode::CliServer
+        | Mode::ApiServer
+        | Mode::ToolServer
+        | Mode::ListModels => {
             let file = load(&location.read_from)?;
             let settings = resolve_with(low, &file, location.path, env)?;
             register_secrets(&settings, &file, env);
@@ -604,7 +638,7 @@ pub fn resolve_with(
         server_auth: server_auth(low, env, file)?,
         use_tools: low.use_tools,
         queue_size: low.queue_size.map_or(DEFAULT_QUEUE_SIZE, |n| n as usize),
-        local: local(low),
+        local: local(low, file),
         tui: if interactive { low.tui } else { Some(false) },
         colors: !low.no_colors && env("NO_COLOR").is_none_or(|v| v.is_empty()),
         continue_session: low.continue_session,
@@ -745,8 +779,9 @@ fn read_token_file(path: &Path) -> Result<String, ConfigError> {
     Ok(token)
 }
 
-fn local(low: &LowArgs) -> LocalSettings {
+fn local(low: &LowArgs, file: &ConfigFile) -> LocalSettings {
     LocalSettings {
+        models_dirs: models_dirs(file),
         model_path: low.model_path.clone(),
         gpu_layers: low.gpu_layers,
         threads: low.threads,

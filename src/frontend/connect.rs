@@ -154,6 +154,26 @@ pub fn open_provider(
     })
 }
 
+/// The provider a chat would try first (the embedded default when none is configured).
+pub fn first_provider(settings: &Settings) -> Result<ProviderConfig, OpenError> {
+    match settings.providers.first() {
+        Some(first) => Ok(first.clone()),
+        None => embedded_default(),
+    }
+}
+
+/// The models `provider` offers, for `--list-models` and `/model list`: the
+/// API's model list, or the GGUF files of the local models directories for
+/// the in-process backends (no model is loaded to list them).
+pub fn list_models(settings: &Settings, provider: &ProviderConfig) -> Result<Vec<String>, String> {
+    if matches!(provider.kind, ProviderKind::Llamacpp | ProviderKind::Tensorrt) {
+        let models = crate::backend::models::scan(&settings.local.models_dirs);
+        return Ok(models.into_iter().map(|m| m.name).collect());
+    }
+    let backend = open_provider(settings, provider).map_err(|OpenError::Usage(m)| m)?;
+    backend.list_models().map_err(|e| e.to_string())
+}
+
 /// With no provider configured, the embedded default model, when `make model` fetched it.
 fn embedded_default() -> Result<ProviderConfig, OpenError> {
     let path = llamacpp::default_model().map_err(|e| {
@@ -175,7 +195,8 @@ fn llama_config(settings: &Settings, provider: &ProviderConfig) -> Result<LlamaC
         .as_deref()
         .map(std::path::Path::new)
         .or(local.model_path.as_deref());
-    let model = local::resolve_model_path(&model_of(provider)?, dir);
+    let model = local::resolve_model_path(&model_of(provider)?, dir, &local.models_dirs)
+        .map_err(|e| OpenError::Usage(e.to_string()))?;
     let cache_type = match local.cache_type.as_deref() {
         None => CacheType::F16,
         Some(name) => CacheType::parse(name).ok_or_else(|| {
@@ -213,7 +234,9 @@ fn tensorrt_config(
         .as_deref()
         .map(std::path::Path::new)
         .or(settings.local.model_path.as_deref());
-    let engine_dir = local::resolve_model_path(&model_of(provider)?, dir);
+    let engine_dir =
+        local::resolve_model_path(&model_of(provider)?, dir, &settings.local.models_dirs)
+            .map_err(|e| OpenError::Usage(e.to_string()))?;
     Ok(TensorRtConfig {
         context_size: settings
             .context_size_for(provider)

@@ -92,6 +92,17 @@ fn run_mode() -> i32 {
             &settings.config_path,
             &mut io::stdout(),
         )),
+        Mode::Models(words) => subcommand(commands::models::run(
+            words,
+            &settings.config_path,
+            &mut command_output(&mut io::stdout()),
+        )),
+        Mode::Sessions(words) => subcommand(commands::sessions::run(
+            words,
+            &crate::store::Store::user(),
+            &mut command_output(&mut io::stdout()),
+        )),
+        Mode::ListModels => list_models(&settings),
         Mode::CliServer => cli_server_mode(&settings),
         Mode::ApiServer => api_server::run(&settings),
         Mode::ToolServer => tool_server_mode(&settings),
@@ -120,6 +131,44 @@ fn subcommand(result: Result<(), commands::CommandError>) -> i32 {
         Err(error) => {
             eprintln!("shepherd: {error}");
             error.exit_code()
+        }
+    }
+}
+
+/// Where a subcommand prints: stdout, with untrusted text made visible on a terminal.
+fn command_output(out: &mut dyn io::Write) -> commands::Output<'_> {
+    commands::Output {
+        out,
+        visible: sanitize::visible,
+        terminal: io::stdout().is_terminal(),
+    }
+}
+
+/// `--list-models`: the first provider's models; for the in-process model,
+/// the local models directories as `shepherd models` shows them.
+fn list_models(settings: &Settings) -> i32 {
+    let provider = match connect::first_provider(settings) {
+        Ok(provider) => provider,
+        Err(connect::OpenError::Usage(message)) => {
+            eprintln!("shepherd: {message}");
+            return EXIT_USAGE;
+        }
+    };
+    if provider.kind == config::ProviderKind::Llamacpp {
+        let dirs = &settings.local.models_dirs;
+        return subcommand(commands::models::list(
+            dirs,
+            &mut command_output(&mut io::stdout()),
+        ));
+    }
+    match connect::list_models(settings, &provider) {
+        Ok(models) => {
+            let lines: Vec<String> = models.iter().map(|m| sanitize::visible(m).into_owned()).collect();
+            print_out(&lines.iter().map(|l| format!("{l}\n")).collect::<String>())
+        }
+        Err(message) => {
+            eprintln!("shepherd: cannot list the models of provider '{}': {message}", provider.name);
+            EXIT_FAILURE
         }
     }
 }

@@ -50,6 +50,7 @@ pub enum Command {
     ProviderUse(String),
     ProviderNext,
     Model(Option<String>),
+    ModelList,
     Tools(ToolsChange),
     Config(Vec<String>),
     Save(Option<String>),
@@ -88,7 +89,8 @@ fn parse_words(words: &[&str]) -> Result<Command, String> {
         ["provider"] | ["provider", "list"] => Command::ProviderList,
         ["provider", "next"] => Command::ProviderNext,
         ["provider", "use", name] => Command::ProviderUse(name.to_string()),
-        ["model"] | ["model", "list"] => Command::Model(None),
+        ["model"] => Command::Model(None),
+        ["model", "list"] => Command::ModelList,
         ["model", name] => Command::Model(Some(name.to_string())),
         ["tools"] | ["tools", "list"] => Command::Tools(ToolsChange::List),
         ["tools", "enable", glob] => Command::Tools(ToolsChange::Enable(glob.to_string())),
@@ -184,6 +186,7 @@ impl<'a> Conversation<'a> {
             Command::ProviderNext => self.use_next_provider(),
             Command::Model(None) => Ok(self.model_lines()),
             Command::Model(Some(model)) => self.use_model(model),
+            Command::ModelList => self.model_list(),
             Command::Tools(change) => self.tools(change),
             Command::Config(words) => self.config(&words),
             Command::Save(id) => self.save(id),
@@ -253,6 +256,22 @@ impl<'a> Conversation<'a> {
             "model: {} (switch with /model NAME)",
             self.provider.model.as_deref().unwrap_or("?")
         )]
+    }
+
+    /// What the current provider offers, the current model marked.
+    fn model_list(&self) -> Result<Vec<String>, String> {
+        let models = connect::list_models(self.settings, &self.provider)?;
+        if models.is_empty() {
+            return Ok(vec![format!("provider {} lists no models", self.provider.name)]);
+        }
+        let current = self.provider.model.as_deref().unwrap_or("");
+        let is_current = |m: &str| {
+            m == current || std::path::Path::new(current).file_stem().is_some_and(|s| s == m)
+        };
+        Ok(models
+            .iter()
+            .map(|m| format!("{} {m}", if is_current(m) { "*" } else { " " }))
+            .collect())
     }
 
     fn tools(&self, change: ToolsChange) -> Result<Vec<String>, String> {
@@ -427,6 +446,7 @@ mod tests {
         check("/provider next", Some(Ok(ProviderNext)));
         check("/provider use local", Some(Ok(ProviderUse("local".into()))));
         check("/model", Some(Ok(Model(None))));
+        check("/model list", Some(Ok(ModelList)));
         check("/model gpt-4o", Some(Ok(Model(Some("gpt-4o".into())))));
         check(
             "/tools disable web*",

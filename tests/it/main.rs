@@ -12,6 +12,7 @@ mod fake_openai;
 mod harness;
 mod hostile;
 mod mcp;
+mod models;
 mod persist;
 mod secrets;
 mod server_tools;
