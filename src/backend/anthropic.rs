@@ -123,7 +123,6 @@ impl AnthropicBackend {
             read_whole(reader, turn, sink, url)
         }
     }
-
 }
 
 /// The string field `key` of every object in `list`.

@@ -114,7 +114,6 @@ impl GeminiBackend {
             read_whole(&text, turn, sink)
         }
     }
-
 }
 
 impl GeminiBackend {

@@ -243,10 +243,20 @@ mod tests {
         std::fs::write(store.join("Qwen3-8B-Q4_K_M.gguf"), b"x").expect("file");
         let stores = [store.clone()];
         let resolve = |m: &str, d: Option<&Path>| resolve_model_path(m, d, &stores);
-        assert_eq!(resolve("/abs/m.gguf", Some(&dir)), Ok(PathBuf::from("/abs/m.gguf")));
+        assert_eq!(
+            resolve("/abs/m.gguf", Some(&dir)),
+            Ok(PathBuf::from("/abs/m.gguf"))
+        );
         assert_eq!(resolve("m.gguf", Some(&dir)), Ok(dir.join("m.gguf")));
-        assert_eq!(resolve("M", Some(&dir)), Ok(dir.join("m.gguf")), "by name in --model-path");
-        assert_eq!(resolve("qwen3", None), Ok(store.join("Qwen3-8B-Q4_K_M.gguf")));
+        assert_eq!(
+            resolve("M", Some(&dir)),
+            Ok(dir.join("m.gguf")),
+            "by name in --model-path"
+        );
+        assert_eq!(
+            resolve("qwen3", None),
+            Ok(store.join("Qwen3-8B-Q4_K_M.gguf"))
+        );
         assert_eq!(resolve("sub/x.gguf", None), Ok(PathBuf::from("sub/x.gguf")));
         let missing = resolve("llama", Some(&dir)).unwrap_err().to_string();
         for named in [&dir, &store] {

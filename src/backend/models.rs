@@ -34,8 +34,14 @@ pub struct Described {
 /// Why `-m NAME` found no single local model.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FindError {
-    NotFound { name: String, searched: Vec<PathBuf> },
-    Ambiguous { name: String, candidates: Vec<String> },
+    NotFound {
+        name: String,
+        searched: Vec<PathBuf>,
+    },
+    Ambiguous {
+        name: String,
+        candidates: Vec<String>,
+    },
 }
 
 impl fmt::Display for FindError {
@@ -121,7 +127,10 @@ pub fn find(name: &str, dirs: &[PathBuf]) -> Result<PathBuf, FindError> {
     let wanted = name.to_lowercase();
     let models = scan(dirs);
     let exact = models.iter().find(|m| {
-        let file = m.path.file_name().map(|f| f.to_string_lossy().to_lowercase());
+        let file = m
+            .path
+            .file_name()
+            .map(|f| f.to_string_lossy().to_lowercase());
         m.name.to_lowercase() == wanted || file.as_deref() == Some(wanted.as_str())
     });
     if let Some(model) = exact {
@@ -183,7 +192,8 @@ mod tests {
     use super::*;
 
     fn dir_with(tag: &str, files: &[&str]) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("shepherd-models-{tag}-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("shepherd-models-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("dir");
         for file in files {
@@ -209,11 +219,11 @@ mod tests {
         assert_eq!(found("smollm2"), Ok(smol.clone()));
         assert_eq!(found("SMOLLM2-135M-Instruct.Q4_1"), Ok(smol.clone()));
         assert_eq!(found("smollm2-135m-instruct.q4_1.gguf"), Ok(smol));
+        assert_eq!(found("gemma-3-2"), Ok(dir.join("gemma-3-270m-q4_k_m.gguf")));
         assert_eq!(
-            found("gemma-3-2"),
-            Ok(dir.join("gemma-3-270m-q4_k_m.gguf"))
+            found("gemma-3-1b.q8_0"),
+            Ok(dir.join("gemma-3-1b.Q8_0.GGUF"))
         );
-        assert_eq!(found("gemma-3-1b.q8_0"), Ok(dir.join("gemma-3-1b.Q8_0.GGUF")));
         match found("Gemma") {
             Err(e @ FindError::Ambiguous { .. }) => {
                 let message = e.to_string();
@@ -225,7 +235,10 @@ mod tests {
         for missing in ["notes", "llama", ""] {
             let message = found(missing).unwrap_err().to_string();
             assert!(message.contains(&dir.display().to_string()), "{message}");
-            assert!(message.contains("missing"), "every directory is named: {message}");
+            assert!(
+                message.contains("missing"),
+                "every directory is named: {message}"
+            );
             assert!(message.contains("shepherd models"), "{message}");
         }
         let _ = std::fs::remove_dir_all(&dir);

@@ -143,7 +143,6 @@ impl OllamaBackend {
         let reader = BufReader::new(response.into_body().into_reader());
         read_stream(reader, turn, sink, url)
     }
-
 }
 
 /// Refuses a session that cannot fit, so the agent evicts instead of Ollama truncating.

@@ -41,7 +41,10 @@ pub fn list(dirs: &[PathBuf], out: &mut Output<'_>) -> Result<(), CommandError> 
         return Ok(());
     }
     let rows: Vec<[String; 7]> = found.iter().map(|d| row(d, out)).collect();
-    let header = ["NAME", "SIZE", "ARCH", "PARAMS", "QUANT", "CONTEXT", "TEMPLATE"].map(String::from);
+    let header = [
+        "NAME", "SIZE", "ARCH", "PARAMS", "QUANT", "CONTEXT", "TEMPLATE",
+    ]
+    .map(String::from);
     let mut widths = [0usize; 7];
     for cells in std::iter::once(&header).chain(&rows) {
         for (width, cell) in widths.iter_mut().zip(cells) {
@@ -113,14 +116,35 @@ mod tests {
         assert!(lines[0].starts_with("NAME"), "{text}");
         let words = |i: usize| lines[i].split_whitespace().collect::<Vec<_>>();
         assert_eq!(words(1)[0], "broken\\x1b[2J", "sorted, sanitized: {text}");
-        assert!(lines[1].contains("unreadable: corrupt GGUF header"), "{text}");
+        assert!(
+            lines[1].contains("unreadable: corrupt GGUF header"),
+            "{text}"
+        );
         assert_eq!(
             words(2),
-            ["gemma-3-270m-q4_k_m", "241", "MiB", "gemma3", "268M", "Q4_K_M", "32768", "no"]
+            [
+                "gemma-3-270m-q4_k_m",
+                "241",
+                "MiB",
+                "gemma3",
+                "268M",
+                "Q4_K_M",
+                "32768",
+                "no"
+            ]
         );
         assert_eq!(
             words(3),
-            ["SmolLM2-135M-Instruct.Q4_1", "93.8", "MiB", "llama", "135M", "Q4_1", "8192", "yes"]
+            [
+                "SmolLM2-135M-Instruct.Q4_1",
+                "93.8",
+                "MiB",
+                "llama",
+                "135M",
+                "Q4_1",
+                "8192",
+                "yes"
+            ]
         );
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -9,7 +9,6 @@
 //! Markdown export do too when [`Output::terminal`] says stdout is one; the
 //! JSON export is the file's content, exact.
 
-
 use super::{CommandError, Output};
 use crate::core::{Message, Role};
 use crate::store::{SavedSession, Store, StoreError};
@@ -85,7 +84,12 @@ fn list(store: &Store, out: &mut Output<'_>) -> Result<(), CommandError> {
         writeln!(out.out, "no saved sessions in {}", store.dir().display())?;
         return Ok(());
     }
-    let width = summaries.iter().map(|s| s.id.len()).max().unwrap_or(2).max(2);
+    let width = summaries
+        .iter()
+        .map(|s| s.id.len())
+        .max()
+        .unwrap_or(2)
+        .max(2);
     if !summaries.is_empty() {
         writeln!(
             out.out,
@@ -96,7 +100,11 @@ fn list(store: &Store, out: &mut Output<'_>) -> Result<(), CommandError> {
     for s in &summaries {
         let title = (out.visible)(&s.title);
         let when = when(s.saved_at);
-        writeln!(out.out, "{:width$}  {when}  {:>4}  {title}", s.id, s.messages)?;
+        writeln!(
+            out.out,
+            "{:width$}  {when}  {:>4}  {title}",
+            s.id, s.messages
+        )?;
     }
     for error in errors {
         writeln!(out.out, "error: {}", (out.visible)(&error.to_string()))?;
@@ -207,11 +215,7 @@ fn markdown_message(message: &Message) -> String {
 
 /// `text` in a code block whose fence is longer than any backtick run inside.
 fn fenced(lang: &str, text: &str) -> String {
-    let longest = text
-        .split(|c| c != '`')
-        .map(str::len)
-        .max()
-        .unwrap_or(0);
+    let longest = text.split(|c| c != '`').map(str::len).max().unwrap_or(0);
     let fence = "`".repeat(longest.max(2) + 1);
     format!("{fence}{lang}\n{}\n{fence}\n", text.trim_end_matches('\n'))
 }
@@ -227,7 +231,8 @@ mod tests {
     }
 
     fn store(tag: &str) -> Store {
-        let dir = std::env::temp_dir().join(format!("shepherd-sessions-{tag}-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("shepherd-sessions-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         Store::at(dir)
     }
@@ -252,7 +257,11 @@ mod tests {
     }
 
     /// Runs the command; returns (result, stdout).
-    fn run_words(store: &Store, words: &[&str], terminal: bool) -> (Result<(), CommandError>, String) {
+    fn run_words(
+        store: &Store,
+        words: &[&str],
+        terminal: bool,
+    ) -> (Result<(), CommandError>, String) {
         let args: Vec<String> = words.iter().map(|w| w.to_string()).collect();
         let mut buf = Vec::new();
         let mut out = Output {
@@ -275,7 +284,10 @@ mod tests {
         let line = text.lines().nth(1).expect("a row");
         assert!(line.starts_with("chat-1  "), "{line}");
         assert!(line.contains("   4  What is in the \\x1b[2Jdir?"), "{line}");
-        assert!(!text.contains('\x1b'), "the preview is sanitized even in a pipe");
+        assert!(
+            !text.contains('\x1b'),
+            "the preview is sanitized even in a pipe"
+        );
         let _ = std::fs::remove_dir_all(store.dir());
     }
 
@@ -285,21 +297,36 @@ mod tests {
         store.save_session("s", &conversation()).expect("save");
         let (_, shown_text) = run_words(&store, &["show", "s"], true);
         assert!(shown_text.contains("[system]\nBe brief."), "{shown_text}");
-        assert!(shown_text.contains("-> list_directory {\"path\":\".\"}"), "{shown_text}");
-        assert!(shown_text.contains("[tool list_directory]\na.txt"), "{shown_text}");
+        assert!(
+            shown_text.contains("-> list_directory {\"path\":\".\"}"),
+            "{shown_text}"
+        );
+        assert!(
+            shown_text.contains("[tool list_directory]\na.txt"),
+            "{shown_text}"
+        );
         assert!(!shown_text.contains('\x1b'), "sanitized on a terminal");
         let (_, piped) = run_words(&store, &["show", "s"], false);
         assert!(piped.contains('\x1b'), "exact text to a pipe");
         let (_, md) = run_words(&store, &["export", "s"], false);
         assert!(md.starts_with("# Session s\n"), "{md}");
         assert!(md.contains("## User\n\nWhat is in"), "{md}");
-        assert!(md.contains("**Tool call** `list_directory`\n\n```json\n{\n  \"path\": \".\"\n}\n```"), "{md}");
-        assert!(md.contains("## Tool result: list_directory\n\n````\na.txt\n```b```\n````"), "{md}");
+        assert!(
+            md.contains("**Tool call** `list_directory`\n\n```json\n{\n  \"path\": \".\"\n}\n```"),
+            "{md}"
+        );
+        assert!(
+            md.contains("## Tool result: list_directory\n\n````\na.txt\n```b```\n````"),
+            "{md}"
+        );
         assert!(md.contains("## Assistant\n\nTwo files."), "{md}");
         let (_, json) = run_words(&store, &["export", "s", "--format", "json"], false);
         let value: serde_json::Value = serde_json::from_str(&json).expect("JSON");
         assert_eq!(value["id"], "s");
-        assert_eq!(value["session"]["messages"].as_array().map(Vec::len), Some(4));
+        assert_eq!(
+            value["session"]["messages"].as_array().map(Vec::len),
+            Some(4)
+        );
         let (_, same) = run_words(&store, &["export", "s", "--format=json"], false);
         assert_eq!(same, json);
         let (bad, _) = run_words(&store, &["export", "s", "--format", "html"], false);
@@ -312,7 +339,10 @@ mod tests {
         let store = store("delete");
         store.save_session("gone", &conversation()).expect("save");
         let (result, text) = run_words(&store, &["delete", "gone"], false);
-        assert!(result.is_ok() && text.contains("deleted session 'gone'"), "{text}");
+        assert!(
+            result.is_ok() && text.contains("deleted session 'gone'"),
+            "{text}"
+        );
         assert!(!store.exists("gone"));
         let missing = run_words(&store, &["delete", "gone"], false).0.unwrap_err();
         assert_eq!(missing.exit_code(), 1);

@@ -166,11 +166,17 @@ pub fn first_provider(settings: &Settings) -> Result<ProviderConfig, OpenError> 
 /// API's model list, or the GGUF files of the local models directories for
 /// the in-process backends (no model is loaded to list them).
 pub fn list_models(settings: &Settings, provider: &ProviderConfig) -> Result<Vec<String>, String> {
-    if matches!(provider.kind, ProviderKind::Llamacpp | ProviderKind::Tensorrt) {
+    if matches!(
+        provider.kind,
+        ProviderKind::Llamacpp | ProviderKind::Tensorrt
+    ) {
         let models = crate::backend::models::scan(&settings.local.models_dirs);
         return Ok(models.into_iter().map(|m| m.name).collect());
     }
-    let backend = open_provider(settings, provider).map_err(|OpenError::Usage(m)| m)?;
+    // Listing needs no model: `--list-models` is how a user finds one.
+    let mut provider = provider.clone();
+    provider.model.get_or_insert_with(String::new);
+    let backend = open_provider(settings, &provider).map_err(|OpenError::Usage(m)| m)?;
     backend.list_models().map_err(|e| e.to_string())
 }
 

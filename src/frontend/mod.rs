@@ -163,11 +163,17 @@ fn list_models(settings: &Settings) -> i32 {
     }
     match connect::list_models(settings, &provider) {
         Ok(models) => {
-            let lines: Vec<String> = models.iter().map(|m| sanitize::visible(m).into_owned()).collect();
+            let lines: Vec<String> = models
+                .iter()
+                .map(|m| sanitize::visible(m).into_owned())
+                .collect();
             print_out(&lines.iter().map(|l| format!("{l}\n")).collect::<String>())
         }
         Err(message) => {
-            eprintln!("shepherd: cannot list the models of provider '{}': {message}", provider.name);
+            eprintln!(
+                "shepherd: cannot list the models of provider '{}': {message}",
+                provider.name
+            );
             EXIT_FAILURE
         }
     }

@@ -262,11 +262,17 @@ impl<'a> Conversation<'a> {
     fn model_list(&self) -> Result<Vec<String>, String> {
         let models = connect::list_models(self.settings, &self.provider)?;
         if models.is_empty() {
-            return Ok(vec![format!("provider {} lists no models", self.provider.name)]);
+            return Ok(vec![format!(
+                "provider {} lists no models",
+                self.provider.name
+            )]);
         }
         let current = self.provider.model.as_deref().unwrap_or("");
         let is_current = |m: &str| {
-            m == current || std::path::Path::new(current).file_stem().is_some_and(|s| s == m)
+            m == current
+                || std::path::Path::new(current)
+                    .file_stem()
+                    .is_some_and(|s| s == m)
         };
         Ok(models
             .iter()

@@ -66,7 +66,10 @@ pub enum GgufError {
     /// Not a GGUF file, or a version this reader does not know.
     Format(String),
     /// A length, count or type that the file cannot hold, at this byte offset.
-    Corrupt { offset: u64, message: String },
+    Corrupt {
+        offset: u64,
+        message: String,
+    },
 }
 
 impl fmt::Display for GgufError {
@@ -244,9 +247,7 @@ impl<R: Read + Seek> Reader<R> {
     /// Refuses a count of items of at least `min_size` bytes each that the rest of the file cannot hold.
     fn check_count(&self, count: u64, min_size: u64, what: &str) -> Result<(), GgufError> {
         if count > self.remaining() / min_size {
-            return Err(self.corrupt(&format!(
-                "{what} {count} is more than the file can hold"
-            )));
+            return Err(self.corrupt(&format!("{what} {count} is more than the file can hold")));
         }
         Ok(())
     }
@@ -491,7 +492,11 @@ mod tests {
         assert_eq!(info.architecture.as_deref(), Some("llama"));
         assert_eq!(info.name.as_deref(), Some("Tiny"));
         assert_eq!(info.quantisation(), "Q4_K_M");
-        assert_eq!(info.context_length, Some(8192), "the file's own architecture's");
+        assert_eq!(
+            info.context_length,
+            Some(8192),
+            "the file's own architecture's"
+        );
         assert!(info.has_chat_template);
         assert_eq!((info.tensor_count, info.parameters), (2, 704));
     }
@@ -526,7 +531,9 @@ mod tests {
             ("string length", {
                 let mut v = Vec::new();
                 v.extend(huge);
-                Builder::default().kv("general.name", TYPE_STRING, &v).bytes()
+                Builder::default()
+                    .kv("general.name", TYPE_STRING, &v)
+                    .bytes()
             }),
             ("array count", {
                 let mut v = TYPE_STRING.to_le_bytes().to_vec();
@@ -538,7 +545,10 @@ mod tests {
                 v.extend(huge);
                 Builder::default().kv("a", TYPE_ARRAY, &v).bytes()
             }),
-            ("value type", Builder::default().kv("a", 99, &[0; 8]).bytes()),
+            (
+                "value type",
+                Builder::default().kv("a", 99, &[0; 8]).bytes(),
+            ),
             ("dimensions", {
                 Builder::default().tensor("t", &[1, 1, 1, 1, 1]).bytes()
             }),

@@ -18,7 +18,11 @@ fn cached_model(var: &str, file: &str) -> PathBuf {
         },
         PathBuf::from,
     );
-    assert!(path.is_file(), "test model {} is missing: run `make model swa-model`", path.display());
+    assert!(
+        path.is_file(),
+        "test model {} is missing: run `make model swa-model`",
+        path.display()
+    );
     path
 }
 
@@ -32,7 +36,10 @@ fn gemma3() -> PathBuf {
 
 /// The sandbox's default models directory (`$XDG_DATA_HOME/shepherd/models` under its HOME).
 fn models_dir(sandbox: &Sandbox) -> PathBuf {
-    sandbox.root.path().join("home/.local/share/shepherd/models")
+    sandbox
+        .root
+        .path()
+        .join("home/.local/share/shepherd/models")
 }
 
 /// Links `models` into the sandbox's models directory under their own file names.
@@ -48,7 +55,13 @@ fn with_models(tag: &str, models: &[PathBuf]) -> Sandbox {
 }
 
 fn assert_ok(run: &Run, what: &str) {
-    assert_eq!(run.status, Some(0), "{what}\nstdout: {}\nstderr: {}", run.stdout, run.stderr);
+    assert_eq!(
+        run.status,
+        Some(0),
+        "{what}\nstdout: {}\nstderr: {}",
+        run.stdout,
+        run.stderr
+    );
 }
 
 #[test]
@@ -56,17 +69,42 @@ fn models_lists_both_test_models_with_their_header_fields() {
     let sandbox = with_models("models-list", &[smollm2(), gemma3()]);
     let run = sandbox.run(&["models"], "");
     assert_ok(&run, "shepherd models");
-    let rows: Vec<Vec<&str>> = run.stdout.lines().map(|l| l.split_whitespace().collect()).collect();
-    assert_eq!(rows[0], ["NAME", "SIZE", "ARCH", "PARAMS", "QUANT", "CONTEXT", "TEMPLATE"]);
+    let rows: Vec<Vec<&str>> = run
+        .stdout
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        rows[0],
+        ["NAME", "SIZE", "ARCH", "PARAMS", "QUANT", "CONTEXT", "TEMPLATE"]
+    );
     // Sizes, architectures, parameter counts, file types, context lengths and
     // templates as an independent GGUF reader finds them in these files.
     assert_eq!(
         rows[1],
-        ["gemma-3-270m-q4_k_m", "241", "MiB", "gemma3", "268M", "Q4_K_M", "32768", "no"]
+        [
+            "gemma-3-270m-q4_k_m",
+            "241",
+            "MiB",
+            "gemma3",
+            "268M",
+            "Q4_K_M",
+            "32768",
+            "no"
+        ]
     );
     assert_eq!(
         rows[2],
-        ["SmolLM2-135M-Instruct.Q4_1", "93.8", "MiB", "llama", "135M", "Q4_1", "8192", "yes"]
+        [
+            "SmolLM2-135M-Instruct.Q4_1",
+            "93.8",
+            "MiB",
+            "llama",
+            "135M",
+            "Q4_1",
+            "8192",
+            "yes"
+        ]
     );
     assert_eq!(rows.len(), 3, "{}", run.stdout);
 }
@@ -83,20 +121,49 @@ fn models_dir_from_the_config_file_is_listed_first() {
     std::fs::write(config.join("config.json"), file.to_string()).expect("config");
     let run = sandbox.run(&["models"], "");
     assert_ok(&run, "shepherd models");
-    assert!(run.stdout.lines().nth(1).is_some_and(|l| l.starts_with("tiny ")), "{}", run.stdout);
+    assert!(
+        run.stdout
+            .lines()
+            .nth(1)
+            .is_some_and(|l| l.starts_with("tiny ")),
+        "{}",
+        run.stdout
+    );
     let help = sandbox.run(&["models", "--help"], "");
     assert_ok(&help, "models --help");
-    assert!(help.stdout.starts_with("Usage: shepherd models"), "{}", help.stdout);
+    assert!(
+        help.stdout.starts_with("Usage: shepherd models"),
+        "{}",
+        help.stdout
+    );
 }
 
 #[test]
 fn a_name_prefix_runs_the_local_model() {
     let sandbox = with_models("models-prefix", &[smollm2(), gemma3()]);
-    let args = ["-m", "smollm2", "--notools", "--max-tokens", "16", "-d", "llm"];
-    let run = sandbox.run(&[&args[..], &["-e", "What is the capital of France?"]].concat(), "");
+    let args = [
+        "-m",
+        "smollm2",
+        "--notools",
+        "--max-tokens",
+        "16",
+        "--debug=llm",
+    ];
+    let run = sandbox.run(
+        &[&args[..], &["-e", "What is the capital of France?"]].concat(),
+        "",
+    );
     assert_ok(&run, "-m smollm2");
-    assert!(!run.stdout.trim().is_empty(), "an answer; stderr: {}", run.stderr);
-    assert!(run.stderr.contains("(llamacpp)"), "the in-process model: {}", run.stderr);
+    assert!(
+        !run.stdout.trim().is_empty(),
+        "an answer; stderr: {}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("(llamacpp)"),
+        "the in-process model: {}",
+        run.stderr
+    );
 }
 
 #[test]
@@ -104,9 +171,22 @@ fn a_model_that_is_not_there_names_the_directories_and_the_command() {
     let sandbox = with_models("models-missing", &[smollm2()]);
     let run = sandbox.run(&["--backend", "llamacpp", "-m", "qwen3", "-e", "hi"], "");
     assert_eq!(run.status, Some(2), "{}", run.stderr);
-    assert!(run.stderr.contains("model 'qwen3' not found"), "{}", run.stderr);
-    assert!(run.stderr.contains(&models_dir(&sandbox).display().to_string()), "{}", run.stderr);
-    assert!(run.stderr.contains(".cache/shepherd/models"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("model 'qwen3' not found"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr
+            .contains(&models_dir(&sandbox).display().to_string()),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains(".cache/shepherd/models"),
+        "{}",
+        run.stderr
+    );
     assert!(run.stderr.contains("`shepherd models`"), "{}", run.stderr);
 }
 
@@ -120,7 +200,12 @@ fn an_ambiguous_prefix_lists_the_candidates() {
     }
     let run = sandbox.run(&["-m", "TINY", "-e", "hi"], "");
     assert_eq!(run.status, Some(2), "{}", run.stderr);
-    assert!(run.stderr.contains("model 'TINY' is ambiguous; it could be tiny-a, tiny-b"), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("model 'TINY' is ambiguous; it could be tiny-a, tiny-b"),
+        "{}",
+        run.stderr
+    );
 }
 
 #[test]
@@ -128,26 +213,50 @@ fn list_models_lists_what_the_openai_upstream_offers() {
     let body = json!({"object": "list", "data": [{"id": "model-a", "object": "model"}, {"id": "model-b", "object": "model"}]});
     let fake = FakeOpenAi::start(vec![Canned::json(200, body)]);
     let sandbox = Sandbox::new("list-models");
-    let args = ["--backend", "openai", "--api-base", &fake.base_url, "--api-key", "sk-list", "--list-models"];
+    let args = [
+        "--backend",
+        "openai",
+        "--api-base",
+        &fake.base_url,
+        "--api-key",
+        "sk-list",
+        "--list-models",
+    ];
     let run = sandbox.run(&args, "");
     assert_ok(&run, "--list-models");
     assert_eq!(run.stdout, "model-a\nmodel-b\n");
     let requests = fake.requests();
     assert_eq!(requests.len(), 1);
-    assert_eq!((requests[0].method.as_str(), requests[0].path.as_str()), ("GET", "/v1/models"));
+    assert_eq!(
+        (requests[0].method.as_str(), requests[0].path.as_str()),
+        ("GET", "/v1/models")
+    );
 }
 
 #[test]
 fn list_models_for_the_in_process_model_lists_the_models_directory() {
     let sandbox = with_models("list-models-local", &[gemma3()]);
-    let run = sandbox.run(&["--backend", "llamacpp", "-m", "gemma", "--list-models"], "");
+    let run = sandbox.run(
+        &["--backend", "llamacpp", "-m", "gemma", "--list-models"],
+        "",
+    );
     assert_ok(&run, "--list-models");
-    assert!(run.stdout.lines().nth(1).is_some_and(|l| l.starts_with("gemma-3-270m-q4_k_m ")), "{}", run.stdout);
+    assert!(
+        run.stdout
+            .lines()
+            .nth(1)
+            .is_some_and(|l| l.starts_with("gemma-3-270m-q4_k_m ")),
+        "{}",
+        run.stdout
+    );
 }
 
 /// Writes a session file as the store writes it.
 fn save_session(sandbox: &Sandbox, id: &str, first: &str) -> PathBuf {
-    let dir = sandbox.root.path().join("home/.local/share/shepherd/sessions");
+    let dir = sandbox
+        .root
+        .path()
+        .join("home/.local/share/shepherd/sessions");
     std::fs::create_dir_all(&dir).expect("sessions dir");
     let saved = json!({
         "format": "shepherd-session", "version": 1, "id": id, "saved_at": 1_767_225_600,
@@ -171,19 +280,34 @@ fn sessions_list_show_export_and_delete() {
     let sandbox = Sandbox::new("sessions");
     let empty = sandbox.run(&["sessions"], "");
     assert_ok(&empty, "sessions on an empty store");
-    assert!(empty.stdout.starts_with("no saved sessions"), "{}", empty.stdout);
+    assert!(
+        empty.stdout.starts_with("no saved sessions"),
+        "{}",
+        empty.stdout
+    );
     let path = save_session(&sandbox, "trip", "Capital of\nFrance? \x1b]52;c;eA==\x07");
     let list = sandbox.run(&["sessions", "list"], "");
     assert_ok(&list, "sessions list");
     let row = list.stdout.lines().nth(1).expect("a row");
-    assert_eq!(row, "trip  2026-01-01 00:00     2  Capital of France? \\x1b]52;c;eA==\\x07");
+    assert_eq!(
+        row,
+        "trip  2026-01-01 00:00     2  Capital of France? \\x1b]52;c;eA==\\x07"
+    );
     let show = sandbox.run(&["sessions", "show", "trip"], "");
     assert_ok(&show, "sessions show");
-    assert!(show.stdout.contains("[assistant]\nParis."), "{}", show.stdout);
+    assert!(
+        show.stdout.contains("[assistant]\nParis."),
+        "{}",
+        show.stdout
+    );
     let md = sandbox.run(&["sessions", "export", "trip"], "");
     assert_ok(&md, "export md");
     assert!(md.stdout.starts_with("# Session trip\n"), "{}", md.stdout);
-    assert!(md.stdout.contains("## Assistant\n\nParis.\n"), "{}", md.stdout);
+    assert!(
+        md.stdout.contains("## Assistant\n\nParis.\n"),
+        "{}",
+        md.stdout
+    );
     let exported = sandbox.run(&["sessions", "export", "trip", "--format", "json"], "");
     assert_ok(&exported, "export json");
     let value: serde_json::Value = serde_json::from_str(&exported.stdout).expect("JSON");
@@ -198,5 +322,9 @@ fn sessions_list_show_export_and_delete() {
     assert_eq!(bad.status, Some(2), "{}", bad.stderr);
     let help = sandbox.run(&["sessions", "-h"], "");
     assert_ok(&help, "sessions -h");
-    assert!(help.stdout.starts_with("Usage: shepherd sessions"), "{}", help.stdout);
+    assert!(
+        help.stdout.starts_with("Usage: shepherd sessions"),
+        "{}",
+        help.stdout
+    );
 }
