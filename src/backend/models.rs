@@ -94,7 +94,7 @@ pub fn scan(dirs: &[PathBuf]) -> Vec<LocalModel> {
             .collect();
         models.append(&mut here);
     }
-    models.sort_by(|a, b| a.name.to_lowercase().cmp(&b.name.to_lowercase()));
+    models.sort_by_key(|m| m.name.to_lowercase());
     models
 }
 
