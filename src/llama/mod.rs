@@ -11,7 +11,7 @@
 //! [`utf8`] (streaming detokenisation) and [`grammar`] (JSON schema to GBNF).
 
 // llama.cpp calls live here and in batch, context, model and sampler; the
-// pure-Rust helpers (error, grammar, utf8) forbid `unsafe` again.
+// pure-Rust helpers (error, gguf, grammar, utf8) forbid `unsafe` again.
 #![allow(unsafe_code)]
 
 pub mod batch;
