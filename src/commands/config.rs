@@ -39,7 +39,7 @@ const fn key(name: &'static str, kind: KeyKind, default: &'static str) -> Config
     }
 }
 
-static CONFIG_KEYS: [ConfigKey; 13] = [
+static CONFIG_KEYS: [ConfigKey; 14] = [
     key("streaming", KeyKind::Bool, "true"),
     key("system_prompt", KeyKind::Text, "(built in)"),
     key("max_rounds", KeyKind::Int, "50"),
@@ -53,6 +53,11 @@ static CONFIG_KEYS: [ConfigKey; 13] = [
     key("thinking", KeyKind::Bool, "false"),
     key("stats", KeyKind::Bool, "false"),
     key("timeout", KeyKind::Int, "300"),
+    key(
+        "models_dir",
+        KeyKind::Text,
+        "~/.local/share/shepherd/models",
+    ),
 ];
 
 /// Runs `shepherd config ARGS...` against the config file at `path`.
@@ -129,6 +134,7 @@ fn key_value(file: &ConfigFile, name: &str) -> Option<String> {
         "thinking" => show(file.thinking),
         "stats" => show(file.stats),
         "timeout" => show(file.timeout),
+        "models_dir" => file.models_dir.clone(),
         _ => None,
     }
 }
@@ -160,6 +166,7 @@ fn apply_key(file: &mut ConfigFile, key: &ConfigKey, value: &str) -> Result<(), 
         "thinking" => file.thinking = boolean(value)?,
         "stats" => file.stats = boolean(value)?,
         "system_prompt" => file.system_prompt = (!value.is_empty()).then(|| value.to_string()),
+        "models_dir" => file.models_dir = (!value.is_empty()).then(|| value.to_string()),
         "max_rounds" => file.max_rounds = optional(name, value, args::max_rounds)?,
         "max_tokens" => file.max_tokens = optional(name, value, args::max_tokens)?,
         "temperature" => {

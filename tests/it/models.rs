@@ -115,10 +115,11 @@ fn models_dir_from_the_config_file_is_listed_first() {
     let elsewhere = sandbox.root.path().join("elsewhere");
     std::fs::create_dir_all(&elsewhere).expect("dir");
     std::os::unix::fs::symlink(smollm2(), elsewhere.join("tiny.gguf")).expect("link");
-    let config = sandbox.config_dir().join("shepherd");
-    std::fs::create_dir_all(&config).expect("config dir");
-    let file = json!({"models_dir": elsewhere});
-    std::fs::write(config.join("config.json"), file.to_string()).expect("config");
+    let dir = elsewhere.to_str().expect("utf-8 path");
+    assert_ok(
+        &sandbox.run(&["config", "models_dir", dir], ""),
+        "config models_dir",
+    );
     let run = sandbox.run(&["models"], "");
     assert_ok(&run, "shepherd models");
     assert!(
