@@ -329,3 +329,23 @@ fn sessions_list_show_export_and_delete() {
         help.stdout
     );
 }
+
+#[test]
+fn model_list_in_the_repl_lists_the_providers_models_and_marks_the_current_one() {
+    use crate::terminal::{fake_args, Tmux};
+    let body = json!({"data": [{"id": "model-a"}, {"id": "test"}, {"id": "model-c"}]});
+    let fake = FakeOpenAi::start(vec![Canned::json(200, body)]);
+    let sandbox = Sandbox::new("model-list-repl");
+    let tmux = Tmux::start(&sandbox, &fake_args(&fake.base_url, &[]));
+    tmux.wait_for("the prompt", |s| s.trim_end().ends_with('>'));
+    tmux.type_text("/model list");
+    tmux.key("Enter");
+    tmux.wait_text("  model-c");
+    let screen = tmux.screen();
+    assert!(screen.contains("  model-a\n* test\n  model-c"), "{screen}");
+    let requests = fake.requests();
+    assert_eq!(
+        (requests[0].method.as_str(), requests[0].path.as_str()),
+        ("GET", "/v1/models")
+    );
+}
