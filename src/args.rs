@@ -9,8 +9,13 @@
 //! how they are described; the parser and the generated `--help` text both
 //! read it, so the two cannot drift apart.
 //!
-//! The first `provider` or `config` word is a subcommand: everything after it
-//! is kept verbatim for `commands`, which parses it itself.
+//! The first positional word is a subcommand (`provider`, `config`, ...; the
+//! table in [`subcommands`]): everything after it is kept verbatim for
+//! `commands`, which parses it itself. [`complete`] turns both tables into
+//! shell completion scripts and the man page.
+
+pub mod complete;
+pub mod subcommands;
 
 use std::ffi::OsString;
 use std::fmt;
@@ -19,8 +24,10 @@ use std::path::PathBuf;
 use crate::log::Category;
 
 /// The one-line usage shown with every usage error and at the top of `--help`.
-pub const USAGE: &str =
-    "Usage: shepherd [FLAGS] [provider ARGS... | config [KEY [VALUE]] | profile ARGS... | mcp ARGS...]";
+pub const USAGE: &str = "Usage: shepherd [FLAGS] [COMMAND [ACTION] [ARGS...]]";
+
+/// What shepherd is, in the help's and the man page's first line.
+pub const DESCRIPTION: &str = "LLM chat client and tool-running agent";
 
 /// A command line that cannot be understood. The front-end prints it with
 /// [`USAGE`] and exits with status 2.
@@ -257,6 +264,34 @@ pub enum Subcommand {
     Config(Vec<String>),
     Profile(Vec<String>),
     Mcp(Vec<String>),
+    Completions(Vec<String>),
+    Man(Vec<String>),
+}
+
+impl Subcommand {
+    /// The command's name, as in [`subcommands::COMMANDS`].
+    pub fn name(&self) -> &'static str {
+        match self {
+            Subcommand::Provider(_) => "provider",
+            Subcommand::Config(_) => "config",
+            Subcommand::Profile(_) => "profile",
+            Subcommand::Mcp(_) => "mcp",
+            Subcommand::Completions(_) => "completions",
+            Subcommand::Man(_) => "man",
+        }
+    }
+
+    /// The words after the command's name.
+    pub fn words(&self) -> &[String] {
+        match self {
+            Subcommand::Provider(w)
+            | Subcommand::Config(w)
+            | Subcommand::Profile(w)
+            | Subcommand::Mcp(w)
+            | Subcommand::Completions(w)
+            | Subcommand::Man(w) => w,
+        }
+    }
 }
 
 /// Everything that was typed, checked for syntax and ranges, with no defaults applied.
@@ -398,9 +433,12 @@ fn subcommand(word: OsString, parser: &mut lexopt::Parser) -> Result<Subcommand,
         "config" => Subcommand::Config,
         "profile" => Subcommand::Profile,
         "mcp" => Subcommand::Mcp,
+        "completions" => Subcommand::Completions,
+        "man" => Subcommand::Man,
         _ => {
             return Err(UsageError(format!(
-                "unexpected argument '{word}' (commands are 'provider', 'config', 'profile' and 'mcp'; use -e TEXT for a prompt)"
+                "unexpected argument '{word}' (commands are {}; use -e TEXT for a prompt)",
+                subcommands::command_names()
             )))
         }
     };
@@ -504,14 +542,10 @@ fn set_value(low: &mut LowArgs, flag: &Flag, raw: &str) -> Result<(), UsageError
         FlagId::ApiKey => low.api_key = text(),
         FlagId::Prompt => low.prompt = text(),
         FlagId::SystemPrompt => low.system_prompt = text(),
-        FlagId::Reasoning => {
-            low.reasoning = Some(choice(flag, raw, &["off", "low", "medium", "high"])?)
-        }
-        FlagId::CacheType => {
-            low.cache_type = Some(choice(flag, raw, &["f16", "f32", "q8_0", "q4_0"])?)
-        }
+        FlagId::Reasoning => low.reasoning = Some(choice(flag, raw, &REASONING_LEVELS)?),
+        FlagId::CacheType => low.cache_type = Some(choice(flag, raw, &CACHE_TYPES)?),
         FlagId::FlashAttn => {
-            low.flash_attn = match choice(flag, raw, &["on", "off", "auto"])?.as_str() {
+            low.flash_attn = match choice(flag, raw, &FLASH_ATTN_MODES)?.as_str() {
                 "on" => Some(true),
                 "off" => Some(false),
                 _ => None,
@@ -599,6 +633,30 @@ fn choice(flag: &Flag, raw: &str, allowed: &[&str]) -> Result<String, UsageError
         Ok(raw.to_string())
     } else {
         Err(bad(flag, raw, &format!("one of {}", allowed.join(", "))))
+    }
+}
+
+pub const REASONING_LEVELS: [&str; 4] = ["off", "low", "medium", "high"];
+pub const CACHE_TYPES: [&str; 4] = ["f16", "f32", "q8_0", "q4_0"];
+pub const FLASH_ATTN_MODES: [&str; 3] = ["on", "off", "auto"];
+/// What `--approve` accepts besides tool-name globs.
+pub const APPROVE_WORDS: [&str; 1] = ["all"];
+
+/// What a flag's value is completed from (the completion scripts and the man page ask).
+/// A flag not named here takes free text.
+pub fn flag_values(id: FlagId) -> subcommands::Values {
+    use subcommands::{NameKind, Values};
+    match id {
+        FlagId::Provider => Values::Names(NameKind::Providers),
+        FlagId::Profile => Values::Names(NameKind::Profiles),
+        FlagId::Backend => Values::Choices(&BACKEND_NAMES),
+        FlagId::Reasoning => Values::Choices(&REASONING_LEVELS),
+        FlagId::CacheType => Values::Choices(&CACHE_TYPES),
+        FlagId::FlashAttn => Values::Choices(&FLASH_ATTN_MODES),
+        FlagId::Debug => Values::Choices(&["llm", "tools", "http", "all"]),
+        FlagId::Approve => Values::Choices(&APPROVE_WORDS),
+        id if is_path_flag(id) => Values::File,
+        _ => Values::Any,
     }
 }
 
@@ -719,11 +777,9 @@ fn check_combinations(low: &LowArgs) -> Result<(), UsageError> {
 /// The full `--help` text, generated from [`FLAGS`] and grouped by [`Section`].
 pub fn help_text() -> String {
     let mut out = format!(
-        "shepherd {}: LLM chat client and tool-running agent\n\n{USAGE}\n\n\
-         Commands:\n  provider list|add|NAME show|set|use|remove   Manage providers\n  \
-         config [KEY [VALUE]]                         Show or change settings\n  \
-         profile list|add|edit|show|use|remove NAME   Manage profiles (tools, MCP servers, guidelines)\n",
-        env!("CARGO_PKG_VERSION")
+        "shepherd {}: {DESCRIPTION}\n\n{USAGE}\n\n{}",
+        env!("CARGO_PKG_VERSION"),
+        subcommands::commands_help()
     );
     let width = FLAGS.iter().map(|f| flag_label(f).len()).max().unwrap_or(0);
     for section in Section::ALL {

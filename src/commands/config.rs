@@ -8,11 +8,6 @@ use super::{optional, parse_int, save_checked, usage, CommandError};
 use crate::args;
 use crate::config::{self, ConfigFile};
 
-pub const CONFIG_USAGE: &str = "\
-Usage: shepherd config            list every setting
-       shepherd config KEY        show one setting
-       shepherd config KEY VALUE  change one setting (an empty VALUE restores the default)";
-
 /// The type of a top-level config key, for parsing `config KEY VALUE`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum KeyKind {
@@ -55,17 +50,27 @@ static CONFIG_KEYS: [ConfigKey; 13] = [
     key("timeout", KeyKind::Int, "300"),
 ];
 
+/// The keys `shepherd config` knows, for completion.
+pub fn key_names() -> Vec<&'static str> {
+    CONFIG_KEYS.iter().map(|k| k.name).collect()
+}
+
 /// Runs `shepherd config ARGS...` against the config file at `path`.
 pub fn run_config(args: &[String], path: &Path, out: &mut dyn Write) -> Result<(), CommandError> {
     let words: Vec<&str> = args.iter().map(String::as_str).collect();
     match words.as_slice() {
-        ["help"] | ["-h"] | ["--help"] => writeln!(out, "{CONFIG_USAGE}")?,
+        ["help"] | ["-h"] | ["--help"] => write!(out, "{}", super::command_help("config"))?,
         [] | ["show"] => list_config(&config::load(path)?, out)?,
         [name] | ["show", name] => show_config_key(&config::load(path)?, lookup_key(name)?, out)?,
         [name, value] | ["set", name, value] => {
             set_config_key(path, lookup_key(name)?, value, out)?
         }
-        _ => return Err(usage(format!("too many arguments\n{CONFIG_USAGE}"))),
+        _ => {
+            return Err(usage(format!(
+                "too many arguments\n{}",
+                args::subcommands::usage("config")
+            )))
+        }
     }
     Ok(())
 }

@@ -51,6 +51,10 @@ pub enum Mode {
     Profile(Vec<String>),
     /// `shepherd mcp ...`, with the words after `mcp`.
     Mcp(Vec<String>),
+    /// `shepherd completions ...`, with the words after `completions`.
+    Completions(Vec<String>),
+    /// `shepherd man`, with any words after it (refused).
+    Man(Vec<String>),
     Version,
     Help,
 }
@@ -504,6 +508,8 @@ fn mode(low: &LowArgs) -> Mode {
         Some(Subcommand::Config(rest)) => Mode::Config(rest.clone()),
         Some(Subcommand::Profile(rest)) => Mode::Profile(rest.clone()),
         Some(Subcommand::Mcp(rest)) => Mode::Mcp(rest.clone()),
+        Some(Subcommand::Completions(rest)) => Mode::Completions(rest.clone()),
+        Some(Subcommand::Man(rest)) => Mode::Man(rest.clone()),
         None if low.json => Mode::JsonLines,
         None if low.cliserver => Mode::CliServer,
         None if low.server => Mode::ApiServer,

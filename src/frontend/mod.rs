@@ -61,6 +61,15 @@ fn run_mode() -> i32 {
             return EXIT_USAGE;
         }
     };
+    // `shepherd provider add --help`: answered from the subcommand table before
+    // anything else, so help works whatever the rest of the line or the config says.
+    if let Some(topic) = low
+        .subcommand
+        .as_ref()
+        .and_then(|sub| args::subcommands::help_request(sub, low.help))
+    {
+        return print_out(&args::subcommands::help_text(topic));
+    }
     let settings = match resolve::resolve(&low, &config::process_env) {
         Ok(settings) => settings,
         Err(error) => {
@@ -92,6 +101,12 @@ fn run_mode() -> i32 {
             &settings.config_path,
             &mut io::stdout(),
         )),
+        Mode::Completions(words) => subcommand(commands::completions::run(
+            words,
+            &settings.config_path,
+            &mut io::stdout(),
+        )),
+        Mode::Man(words) => subcommand(commands::completions::run_man(words, &mut io::stdout())),
         Mode::CliServer => cli_server_mode(&settings),
         Mode::ApiServer => api_server::run(&settings),
         Mode::ToolServer => tool_server_mode(&settings),
