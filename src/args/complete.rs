@@ -689,7 +689,7 @@ mod tests {
         }
         for (c, a) in each_action() {
             assert!(bash.contains(&format!("{}:{}", c.name, a.name)));
-            assert!(fish.contains(&format!("__shepherd_using {} {}", c.name, a.name)));
+            assert!(fish.contains(&format!("'__shepherd_using {} -' -a {}", c.name, a.name)));
             assert!(man.contains(&format!("shepherd {}", c.name)));
         }
     }

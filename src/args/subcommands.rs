@@ -227,8 +227,6 @@ const CONFIG_ACTIONS: &[Action] = &[
     action("set", &["[set] KEY VALUE"], ActionFirst, &[CONFIG_KEY, Any], "Change a setting; an empty VALUE restores the default"),
 ];
 
-const SHELLS: &[&str] = &["bash", "zsh", "fish"];
-
 #[rustfmt::skip]
 const COMPLETIONS_ACTIONS: &[Action] = &[
     action("bash", &["bash"], ActionFirst, &[], "Print the bash completion script"),
@@ -244,7 +242,7 @@ pub const COMMANDS: &[Command] = &[
     Command { name: "config", summary: "Show or change settings", operand: CONFIG_KEY, actions: CONFIG_ACTIONS, note: "The action word is optional: 'shepherd config KEY VALUE' sets KEY.", hidden: false },
     Command { name: "profile", summary: "Manage profiles (tools, MCP servers, guidelines)", operand: PROFILE, actions: PROFILE_ACTIONS, note: "NAME show|use|remove works as well as show|use|remove NAME.", hidden: false },
     Command { name: "mcp", summary: "Manage MCP servers", operand: MCP_SERVER, actions: MCP_ACTIONS, note: "NAME show|test|enable|disable|remove works as well as ACTION NAME.", hidden: false },
-    Command { name: "completions", summary: "Print a shell completion script (bash, zsh, fish)", operand: Values::Choices(SHELLS), actions: COMPLETIONS_ACTIONS, note: "", hidden: false },
+    Command { name: "completions", summary: "Print a shell completion script (bash, zsh, fish)", operand: Any, actions: COMPLETIONS_ACTIONS, note: "", hidden: false },
     Command { name: "man", summary: "Print the man page (roff)", operand: Any, actions: &[], note: "", hidden: true },
 ];
 

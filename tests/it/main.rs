@@ -10,6 +10,7 @@ mod cli_server;
 mod escapes;
 mod fake_openai;
 mod harness;
+mod help;
 mod hostile;
 mod mcp;
 mod persist;
