@@ -17,3 +17,4 @@ mod secrets;
 mod server_tools;
 mod terminal;
 mod tool_server;
+mod ui;

@@ -13,8 +13,8 @@ use serde_json::Value;
 use crate::agent::Op;
 use crate::approval::Answer;
 use crate::core::{Event, FinishReason, Message, Session, ToolCall};
-use crate::frontend::agent_api;
 use crate::frontend::http::{Handler, Request, Responder, SseStream};
+use crate::frontend::{agent_api, ui};
 
 use super::jobs::{lock, CliServer, JobReply, Outcome};
 use super::wire::Connected;
@@ -43,6 +43,9 @@ impl Handler for CliServer {
                 "/health" | "/status" | "/session" | "/clear" | "/cancel" | "/request" | "/updates",
             ) => responder.error(405, "method not allowed"),
             _ => {
+                let Some(responder) = ui::route(&request, responder) else {
+                    return;
+                };
                 let unrouted = match &self.api {
                     Some(api) => agent_api::route(&request, responder, api),
                     None => Some(responder),
