@@ -13,8 +13,9 @@ use serde_json::Value;
 use crate::agent::Op;
 use crate::approval::Answer;
 use crate::core::{Event, FinishReason, Message, Session, ToolCall};
+use crate::frontend::agent_api;
 use crate::frontend::http::{Handler, Request, Responder, SseStream};
-use crate::frontend::{agent_api, ui};
+use crate::frontend::ui;
 
 use super::jobs::{lock, CliServer, JobReply, Outcome};
 use super::wire::Connected;
