@@ -196,31 +196,33 @@ fn browser_python() -> Option<String> {
     }
 }
 
-#[test]
-fn chat_page_in_chromium_streams_approves_follows_and_cancels() {
-    let Some(python) = browser_python() else {
-        return;
-    };
-    let fake = PacedFake::start(browser_script());
-    let server = Server::start(
-        "ui-browser",
+/// `shepherd SERVER_FLAG` against the paced fake `upstream`, with the tests' token.
+fn start_with(tag: &str, server_flag: &str, upstream: &PacedFake) -> Server {
+    Server::start(
+        tag,
         &[
-            "--cliserver",
+            server_flag,
             "--port",
             "0",
             "--backend",
             "openai",
             "--api-base",
-            &fake.base_url,
+            &upstream.base_url,
             "-m",
             "test",
             "--auth-token",
             TOKEN,
         ],
-    );
+    )
+}
+
+/// Runs `chat_page.py MODE` against `server`; panics with its output (and
+/// the server's log) when it fails. Returns the screenshot folder.
+fn run_browser(python: &str, mode: &str, server: &Server) -> PathBuf {
     let out_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/ui-test");
-    let output = Command::new(&python)
+    let output = Command::new(python)
         .arg(SCRIPT)
+        .arg(mode)
         .arg(format!("http://{}", server.addr))
         .arg(TOKEN)
         .arg(&out_dir)
@@ -230,10 +232,21 @@ fn chat_page_in_chromium_streams_approves_follows_and_cancels() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         output.status.success(),
-        "browser test failed (screenshot in {}):\n{stdout}\n{stderr}\nserver log:\n{}",
+        "browser test ({mode}) failed (screenshots in {}):\n{stdout}\n{stderr}\nserver log:\n{}",
         out_dir.display(),
         server.log.lock().unwrap()
     );
+    out_dir
+}
+
+#[test]
+fn chat_page_in_chromium_streams_approves_follows_and_cancels() {
+    let Some(python) = browser_python() else {
+        return;
+    };
+    let fake = PacedFake::start(browser_script());
+    let server = start_with("ui-browser", "--cliserver", &fake);
+    let out_dir = run_browser(&python, "cli", &server);
     let written = server.sandbox.work().join("from-the-page.txt");
     assert_eq!(
         std::fs::read_to_string(&written).ok().as_deref(),
@@ -241,4 +254,16 @@ fn chat_page_in_chromium_streams_approves_follows_and_cancels() {
         "Allow in the page ran the tool"
     );
     assert!(out_dir.join("chat.png").exists());
+}
+
+#[test]
+fn chat_page_in_chromium_on_the_api_server_streams_and_cancels() {
+    let Some(python) = browser_python() else {
+        return;
+    };
+    let script = browser_script().into_iter().skip(1).collect();
+    let fake = PacedFake::start(script);
+    let server = start_with("ui-browser-api", "--server", &fake);
+    let out_dir = run_browser(&python, "api", &server);
+    assert!(out_dir.join("api.png").exists());
 }

@@ -3,12 +3,13 @@
 Run by tests/it/ui.rs against a `shepherd --cliserver` whose upstream is a
 fake OpenAI server that replays, in order: a `write` tool call (which needs
 approval), an answer with thinking, markup and usage, and an endless drip of
-text (to cancel). Usage:
+text (to cancel). With `api`, against `shepherd --server` instead, whose
+upstream replays the answer and the drip. Usage:
 
-    chat_page.py BASE_URL TOKEN OUT_DIR
+    chat_page.py [cli|api] BASE_URL TOKEN OUT_DIR
 
-Leaves screenshots in OUT_DIR (chat.png, observer.png; failure.png when it
-fails). Every wait is a WebDriverWait on a condition, never a sleep.
+Leaves screenshots in OUT_DIR (chat.png, observer.png, api.png; failure.png
+when it fails). Every wait is a WebDriverWait on a condition, never a sleep.
 """
 
 import os
@@ -73,13 +74,14 @@ def log(message):
     print("chat_page: " + message, flush=True)
 
 
-def sign_in(driver, base, token):
-    """Loads the page and enters the token in its form; waits until it is live."""
+def sign_in(driver, base, token, ready="live"):
+    """Loads the page and enters the token in its form; waits until it is
+    `ready` (the cliserver's /updates stream is live)."""
     driver.get(base + "/")
     form = driver.find_element(By.ID, "token-form")
     wait(driver, lambda d: form.is_displayed(), "the token form")
     driver.find_element(By.ID, "token").send_keys(token, Keys.ENTER)
-    wait(driver, lambda d: d.find_element(By.ID, "status").text == "live", "the /updates stream")
+    wait(driver, lambda d: d.find_element(By.ID, "status").text == ready, "the page to be " + ready)
     assert not form.is_displayed()
     assert enabled(driver, "prompt") and enabled(driver, "send")
 
@@ -154,29 +156,43 @@ def reload_keeps_token_and_session(driver):
     log("a reload keeps the token and shows the session")
 
 
+def api_server(driver, base, token, out_dir):
+    """`--server`: the page keeps the conversation and streams chat completions."""
+    sign_in(driver, base, token, ready="ready")
+    assert driver.find_element(By.ID, "mode").text == "API server"
+    send(driver, "Hello there.")
+    answer_with_thinking_markup_and_stats(driver)
+    cancel_a_long_answer(driver)
+    driver.save_screenshot(os.path.join(out_dir, "api.png"))
+
+
+def cliserver(driver, base, token, out_dir):
+    refused_token_asks_again(driver, base)
+    sign_in(driver, base, token)
+    main_tab = driver.current_window_handle
+    driver.switch_to.new_window("tab")
+    sign_in(driver, base, token)
+    observer_tab = driver.current_window_handle
+    driver.switch_to.window(main_tab)
+    tool_call_with_approval(driver)
+    answer_with_thinking_markup_and_stats(driver)
+    driver.switch_to.window(observer_tab)
+    observer_saw_it(driver, out_dir)
+    driver.switch_to.window(main_tab)
+    cancel_a_long_answer(driver)
+    driver.save_screenshot(os.path.join(out_dir, "chat.png"))
+    reload_keeps_token_and_session(driver)
+
+
 def main():
-    base, token, out_dir = sys.argv[1], sys.argv[2], sys.argv[3]
+    mode, base, token, out_dir = sys.argv[1:5]
     os.makedirs(out_dir, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="shepherd-chromium-") as profile:
         driver = make_driver(profile)
         try:
-            refused_token_asks_again(driver, base)
-            sign_in(driver, base, token)
-            main_tab = driver.current_window_handle
-            driver.switch_to.new_window("tab")
-            sign_in(driver, base, token)
-            observer_tab = driver.current_window_handle
-            driver.switch_to.window(main_tab)
-            tool_call_with_approval(driver)
-            answer_with_thinking_markup_and_stats(driver)
-            driver.switch_to.window(observer_tab)
-            observer_saw_it(driver, out_dir)
-            driver.switch_to.window(main_tab)
-            cancel_a_long_answer(driver)
-            driver.save_screenshot(os.path.join(out_dir, "chat.png"))
-            reload_keeps_token_and_session(driver)
+            {"cli": cliserver, "api": api_server}[mode](driver, base, token, out_dir)
         except Exception:
-            driver.save_screenshot(os.path.join(out_dir, "failure.png"))
+            driver.save_screenshot(os.path.join(out_dir, mode + "-failure.png"))
             print(driver.find_element(By.TAG_NAME, "body").text, file=sys.stderr)
             raise
         finally:

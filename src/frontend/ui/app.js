@@ -355,8 +355,11 @@ async function sendApi(prompt) {
     await readEvents(response, (chunk) => onApiChunk(message, reply, chunk));
     finishApi(message, reply);
   } catch (error) {
-    if (error.name === "AbortError") addLine(message, "finish", "(cancelled)");
-    else if (!(error instanceof Unauthorized)) addLine(message, "error", error.message);
+    if (error.name === "AbortError") {
+      addLine(message, "finish", "(cancelled)");
+      // What was shown stays part of the conversation, as the cliserver keeps it.
+      if (reply.text) state.history.push({ role: "assistant", content: reply.text });
+    } else if (!(error instanceof Unauthorized)) addLine(message, "error", error.message);
   } finally {
     state.abort = null;
   }
