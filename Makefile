@@ -41,7 +41,7 @@ TENSORRT ?=
 CARGO_FEATURES += $(if $(TENSORRT),--features tensorrt,)
 export TRTLLM_ROOT
 
-.PHONY: all build deps test test-tensorrt fmt clippy clean no-async-runtime check-layers model swa-model run bench jinja2 mcp-servers valgrind bench-cliserver bench-llama bench-server openai-py
+.PHONY: all build deps test test-tensorrt fmt clippy clean no-async-runtime check-layers model swa-model run bench jinja2 mcp-servers valgrind bench-cliserver bench-llama bench-server openai-py browser
 .PHONY: static vendor dist install uninstall check-static check-install offline-static release-deps
 
 all: build
@@ -59,7 +59,7 @@ deps:
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
 
-test: deps no-async-runtime check-layers model swa-model jinja2 openai-py mcp-servers
+test: deps no-async-runtime check-layers model swa-model jinja2 openai-py mcp-servers browser
 	$(CARGO) fmt --check
 	$(CARGO) clippy --all-targets $(CARGO_FEATURES) -- -D warnings
 	SHEPHERD_TEST_MODEL=$(MODEL) SHEPHERD_SWA_MODEL=$(SWA_MODEL) SHEPHERD_OPENAI_PYTHON=$(PYTHON) SHEPHERD_TEST_PYTHON=$(PYTHON) \
@@ -110,6 +110,12 @@ jinja2:
 # The API server's acceptance test drives it with the official `openai` package; install it only when missing.
 openai-py:
 	@$(PYTHON) -c 'import openai' 2>/dev/null || $(PYTHON) -m pip install --quiet openai
+# The chat page's browser test (tests/it/ui.rs) drives headless Chromium with Selenium:
+# Debian's chromium and chromium-driver (only when missing), selenium from PyPI (only when missing).
+BROWSER_APT_PACKAGES := chromium chromium-driver
+browser:
+	@$(MAKE) --no-print-directory deps APT_PACKAGES="$(BROWSER_APT_PACKAGES)"
+	@$(PYTHON) -c 'import selenium' 2>/dev/null || $(PYTHON) -m pip install --quiet 'selenium>=4.20,<5'
 # The MCP tests run real servers: one built with the `mcp` package from PyPI
 # (tests/mcp/fixture_server.py) and the reference "everything" server from npm (cached
 # under $(CACHE)/npm); each installed only when missing, pinned so their tools stay put.

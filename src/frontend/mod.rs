@@ -23,6 +23,7 @@ mod slash;
 mod terminal;
 mod tool_server;
 mod tui;
+mod ui;
 mod wiring;
 
 use std::io::{self, IsTerminal};

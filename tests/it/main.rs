@@ -18,3 +18,4 @@ mod secrets;
 mod server_tools;
 mod terminal;
 mod tool_server;
+mod ui;

@@ -4,7 +4,8 @@
 //!
 //! Routes: `POST /v1/chat/completions`, `POST /v1/messages`,
 //! `GET /v1/models`, `GET /v1/models/{id}`, `GET /health` (503 while the
-//! model loads, the only public route), `GET /metrics` (Prometheus text).
+//! model loads; public, as is the chat page at `GET /`, `super::ui`),
+//! `GET /metrics` (Prometheus text).
 //!
 //! Flow of a generation request, on its connection's thread:
 //! 1. The body is checked field by field ([`openai::parse`],
@@ -45,6 +46,7 @@ use super::access::{Access, ServerKind};
 use super::agent_api::{self, AgentApi};
 use super::connect;
 use super::http::{Handler, Request, Responder, SseStream};
+use super::ui;
 use error::{from_backend, ApiError};
 use metrics::Metrics;
 use pool::{Out, Pool, ServerTools, Ticket, Work};
@@ -506,6 +508,9 @@ impl Handler for ApiServer {
                 responder.json_with(405, &error.openai_body(), &[]);
             }
             _ => {
+                let Some(responder) = ui::route(&request, responder) else {
+                    return;
+                };
                 let responder = match &self.agent_api {
                     Some(api) => match agent_api::route(&request, responder, api) {
                         Some(responder) => responder,

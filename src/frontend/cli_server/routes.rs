@@ -15,6 +15,7 @@ use crate::approval::Answer;
 use crate::core::{Event, FinishReason, Message, Session, ToolCall};
 use crate::frontend::agent_api;
 use crate::frontend::http::{Handler, Request, Responder, SseStream};
+use crate::frontend::ui;
 
 use super::jobs::{lock, CliServer, JobReply, Outcome};
 use super::wire::Connected;
@@ -43,6 +44,9 @@ impl Handler for CliServer {
                 "/health" | "/status" | "/session" | "/clear" | "/cancel" | "/request" | "/updates",
             ) => responder.error(405, "method not allowed"),
             _ => {
+                let Some(responder) = ui::route(&request, responder) else {
+                    return;
+                };
                 let unrouted = match &self.api {
                     Some(api) => agent_api::route(&request, responder, api),
                     None => Some(responder),
