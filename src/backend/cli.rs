@@ -490,6 +490,7 @@ struct WireStats {
     context_size: u64,
     #[serde(default)]
     cached_tokens: u64,
+    provider: Option<String>,
 }
 
 /// The event a wire event stands for; `None` for ones the local agent makes itself.
@@ -530,6 +531,7 @@ fn to_event(event: WireEvent) -> Option<Event> {
             context_used: s.context_used,
             context_size: s.context_size,
             cached_tokens: s.cached_tokens,
+            provider: s.provider,
         }),
         WireEvent::Error {
             message,

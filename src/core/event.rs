@@ -49,6 +49,9 @@ pub struct Stats {
     /// Prompt tokens reused from the KV cache instead of being decoded again
     /// (the in-process model's prefix reuse; 0 for backends that do not say).
     pub cached_tokens: u64,
+    /// The provider that answered, when several are configured (`backend::failover`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
 }
 
 /// A finished tool run, as shown to front-ends.
