@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::{Backend, BackendInfo, GenerateRequest, Reply};
-use crate::core::{BackendError, Event, EventSink, Flow, Message, Session};
+use crate::core::{Answer, BackendError, Event, EventSink, Flow, Message, Session, ToolCall};
 
 /// How long a provider that failed is passed over while another of its tier is up.
 pub const COOL_DOWN: Duration = Duration::from_secs(30);
@@ -191,6 +191,10 @@ impl EventSink for ShownSink<'_> {
 
     fn cancelled(&self) -> bool {
         self.inner.cancelled()
+    }
+
+    fn approve(&mut self, call: &ToolCall) -> Answer {
+        self.inner.approve(call)
     }
 }
 
