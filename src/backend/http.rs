@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
-use crate::core::{BackendError, Event, EventSink, Flow};
+use crate::core::{Answer, BackendError, Event, EventSink, Flow, ToolCall};
 use crate::log::{self, Category};
 use crate::util::net::is_loopback_url;
 
@@ -555,6 +555,10 @@ impl EventSink for ShownSink<'_> {
 
     fn cancelled(&self) -> bool {
         self.inner.cancelled()
+    }
+
+    fn approve(&mut self, call: &ToolCall) -> Answer {
+        self.inner.approve(call)
     }
 }
 

@@ -703,6 +703,7 @@ impl Turn {
             context_used: usage.prompt_tokens + usage.completion_tokens,
             context_size: self.context_size,
             cached_tokens: 0,
+            provider: None,
         }
     }
 }

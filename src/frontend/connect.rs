@@ -1,5 +1,7 @@
 //! Builds the backend: every provider of the configured chain, in priority
-//! order, wrapped in a [`FailoverBackend`] when there is more than one; and
+//! order, wrapped in a [`FailoverBackend`] when there is more than one (the
+//! API server's per-worker chains share one [`Board`], so providers of equal
+//! priority share the load across workers); and
 //! any single provider when the interactive front-ends switch.
 //!
 //! Each backend gets its own small config struct; this module is where the
@@ -8,11 +10,12 @@
 //! debug note); only when none can run is that an error.
 
 use std::io::IsTerminal;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::anthropic::{self, AnthropicBackend, AnthropicConfig};
 use crate::backend::cli::{CliBackend, CliConfig};
-use crate::backend::failover::{FailoverBackend, Provider};
+use crate::backend::failover::{Board, FailoverBackend, Provider};
 use crate::backend::gemini::{self, GeminiBackend, GeminiConfig};
 use crate::backend::http::{ApiSettings, Timeouts};
 use crate::backend::llamacpp::{self, LlamaBackend, LlamaConfig};
@@ -41,6 +44,15 @@ const OPENAI_BASE: &str = "https://api.openai.com/v1";
 /// Opens the provider chain; the returned config is the first provider's,
 /// whose sampling settings the agent uses.
 pub fn open_backend(settings: &Settings) -> Result<(Box<dyn Backend>, ProviderConfig), OpenError> {
+    open_chain(settings, &Arc::new(Board::default()))
+}
+
+/// Opens the provider chain, sharing `board` (load and failures of providers
+/// of equal priority) with the other chains opened with it.
+fn open_chain(
+    settings: &Settings,
+    board: &Arc<Board>,
+) -> Result<(Box<dyn Backend>, ProviderConfig), OpenError> {
     let providers = if settings.providers.is_empty() {
         vec![embedded_default()?]
     } else {
@@ -53,6 +65,7 @@ pub fn open_backend(settings: &Settings) -> Result<(Box<dyn Backend>, ProviderCo
         match open_provider(settings, provider) {
             Ok(backend) => chain.push(Provider {
                 name: provider.name.clone(),
+                priority: provider.priority,
                 backend,
             }),
             Err(OpenError::Usage(message)) => {
@@ -72,7 +85,7 @@ pub fn open_backend(settings: &Settings) -> Result<(Box<dyn Backend>, ProviderCo
         let only = chain.remove(0);
         return Ok((only.backend, first_config));
     }
-    match FailoverBackend::new(chain) {
+    match FailoverBackend::new(chain, Arc::clone(board)) {
         Some(failover) => Ok((Box::new(failover), first_config)),
         None => Err(first_error.unwrap_or_else(|| OpenError::Usage("no usable provider".into()))),
     }
@@ -103,10 +116,11 @@ pub fn open_backends(
         }
     }
     let local = providers.iter().any(|p| p.kind == ProviderKind::Llamacpp);
-    let (first, config) = open_backend(settings)?;
+    let board = Arc::new(Board::default());
+    let (first, config) = open_chain(settings, &board)?;
     let mut backends = vec![first];
     while !local && backends.len() < n {
-        backends.push(open_backend(settings)?.0);
+        backends.push(open_chain(settings, &board)?.0);
     }
     Ok((backends, config))
 }

@@ -885,6 +885,7 @@ impl<'m> Worker<'m> {
             context_used: slot.mirror.len() as u64,
             context_size: n_ctx as u64,
             cached_tokens: task.report.reused_tokens as u64,
+            provider: None,
         };
         let reply = finish_reply(task.forced_tools, std::mem::take(&mut task.text), reason);
         let reply = reply.map(|mut reply| {

@@ -84,6 +84,9 @@ struct StatusBody<'a> {
     processing: bool,
     queue_depth: usize,
     requests_served: u64,
+    /// The provider that answered the last request, when several are configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_provider: Option<String>,
     observers: usize,
     pid: u32,
     /// Each MCP server: state (starting, ready, restarting, failed), tool count.
@@ -245,6 +248,7 @@ impl CliServer {
             processing: self.busy(),
             queue_depth: self.pending.len(),
             requests_served: self.served.load(Ordering::SeqCst),
+            last_provider: lock(&self.last_provider).clone(),
             observers: self.hub.observers(),
             pid: std::process::id(),
             mcp_servers: crate::mcp::statuses(),
