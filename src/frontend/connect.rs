@@ -9,7 +9,6 @@
 //! Providers of a type this build cannot run are left out of the chain (with a
 //! debug note); only when none can run is that an error.
 
-use std::io::IsTerminal;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -210,7 +209,7 @@ fn llama_config(settings: &Settings, provider: &ProviderConfig) -> Result<LlamaC
         cache_type,
         flash_attn: local.flash_attn,
         parallel: local.parallel.unwrap_or(defaults.parallel),
-        progress: std::io::stderr().is_terminal(),
+        progress: super::progress::for_mode(&settings.mode),
         ..defaults
     })
 }

@@ -15,6 +15,7 @@ mod exit;
 mod http;
 mod json;
 mod line;
+mod progress;
 mod render;
 mod repl;
 mod sanitize;

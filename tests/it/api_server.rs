@@ -16,7 +16,7 @@ use crate::fake_openai::{chunk, text_stream, tool_call_stream, Canned, FakeOpenA
 use crate::harness::{poll_until, Sandbox};
 
 /// The model the tests use: `SHEPHERD_TEST_MODEL` (set by `make test`), else the `make model` cache.
-fn test_model() -> PathBuf {
+pub(crate) fn test_model() -> PathBuf {
     let path = std::env::var_os("SHEPHERD_TEST_MODEL").map_or_else(
         || {
             let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);

@@ -12,6 +12,7 @@ mod fake_openai;
 mod harness;
 mod help;
 mod hostile;
+mod loading;
 mod mcp;
 mod persist;
 mod secrets;

@@ -49,7 +49,7 @@ use super::local::{self, message_text};
 use super::{Backend, BackendInfo, GenerateRequest, Reply, Sampling, ToolChoice, Usage};
 use crate::core::ToolSpec;
 use crate::core::{BackendError, Event, EventSink, FinishReason, Flow, Message, Session};
-use crate::llama::{CacheType, Model, ModelParams};
+use crate::llama::{CacheType, LoadProgress, Model, ModelParams};
 use crate::stream::filter::OutputFilter;
 use crate::template::{self, ChatTemplate, TemplateMessage};
 use crate::util::dirs::{model_cache_dir, DEFAULT_MODEL_FILE};
@@ -74,7 +74,8 @@ pub struct LlamaConfig {
     pub cache_type: CacheType,
     /// Forced on or off; `None` is auto (see [`flash_attn_for`]).
     pub flash_attn: Option<bool>,
-    pub progress: bool,
+    /// Where loading progress goes (see [`crate::llama::LoadProgress`]).
+    pub progress: Option<LoadProgress>,
 }
 
 impl LlamaConfig {
@@ -89,7 +90,7 @@ impl LlamaConfig {
             ubatch: None,
             cache_type: CacheType::F16,
             flash_attn: None,
-            progress: true,
+            progress: None,
         }
     }
 }
@@ -500,7 +501,7 @@ fn run_worker(
 ) {
     let params = ModelParams {
         gpu_layers: config.gpu_layers,
-        progress: config.progress,
+        progress: config.progress.clone(),
     };
     let model = match Model::load(&config.model_path, &params) {
         Ok(model) => model,

@@ -42,7 +42,7 @@ fn swa_backend() -> LlamaBackend {
     // Those layers' cache holds the window and one batch: 512 + 64, padded to 768.
     config.ubatch = Some(64);
     config.threads = Some(2);
-    config.progress = false;
+    config.progress = None;
     LlamaBackend::new(config).expect("the SWA test model loads")
 }
 
@@ -98,7 +98,7 @@ fn backend_with(n_ctx: u32, parallel: u32) -> LlamaBackend {
     let mut config = LlamaConfig::new(test_model_path());
     config.context_size = Some(n_ctx);
     config.threads = Some(2);
-    config.progress = false;
+    config.progress = None;
     config.parallel = parallel;
     LlamaBackend::new(config).expect("the test model loads")
 }
@@ -850,7 +850,7 @@ fn bench_reports_speeds_and_turn_latency() {
         let mut config = LlamaConfig::new(test_model_path());
         config.context_size = Some(n_ctx as u32);
         config.threads = Some(env_number("SHEPHERD_BENCH_THREADS", 2) as i32);
-        config.progress = false;
+        config.progress = None;
         config.gpu_layers = gpu_layers;
         config.flash_attn = forced_fa;
         LlamaBackend::new(config).unwrap()
@@ -954,7 +954,7 @@ fn bench_parallel_decoding() {
     let mut config = LlamaConfig::new(test_model_path());
     config.context_size = Some(4096);
     config.threads = Some(env_number("SHEPHERD_BENCH_THREADS", 2) as i32);
-    config.progress = false;
+    config.progress = None;
     config.gpu_layers = env_number("SHEPHERD_BENCH_GPU_LAYERS", 0) as i32;
     config.parallel = streams as u32;
     let llm = LlamaBackend::new(config).unwrap();
