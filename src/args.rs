@@ -131,6 +131,7 @@ pub enum FlagId {
     CacheType,
     FlashAttn,
     Parallel,
+    Pooling,
     Reasoning,
     NoMcp,
     UseTools,
@@ -244,6 +245,7 @@ pub const FLAGS: &[Flag] = &[
     flag(FlagId::CacheType, "cache-type", None, Val("TYPE"), S::Local, "KV cache type: f16|f32|q8_0|q4_0"),
     flag(FlagId::FlashAttn, "flash-attn", None, Opt("on|off|auto"), S::Local, "Flash attention; alone = on (default auto: off on AVX2 CPU kernels for heads up to 64 wide)"),
     flag(FlagId::Parallel, "parallel", None, Val("N"), S::Local, "Requests decoded together in one batch (slots), 1 to 64 (default 1)"),
+    flag(FlagId::Pooling, "pooling", None, Val("TYPE"), S::Local, "--server: how /v1/embeddings pools a sequence: mean|cls|last (default mean)"),
     flag(FlagId::Config, "config", Some('c'), Val("FILE"), S::General, "Read and write FILE instead of the default config.json"),
     flag(FlagId::Debug, "debug", Some('d'), Opt("llm,tools,http"), S::General, "Debug output to stderr for these categories (none given = all)"),
     flag(FlagId::Version, "version", Some('v'), Nothing, S::General, "Print the version and exit"),
@@ -319,6 +321,7 @@ pub struct LowArgs {
     /// `Some(true)`/`Some(false)` forced on or off; `None` is auto.
     pub flash_attn: Option<bool>,
     pub parallel: Option<u32>,
+    pub pooling: Option<String>,
     pub config: Option<PathBuf>,
     /// `Some` when `-d` was given: the categories named, or all of them.
     pub debug: Option<Vec<Category>>,
@@ -507,6 +510,7 @@ fn set_value(low: &mut LowArgs, flag: &Flag, raw: &str) -> Result<(), UsageError
         FlagId::Reasoning => {
             low.reasoning = Some(choice(flag, raw, &["off", "low", "medium", "high"])?)
         }
+        FlagId::Pooling => low.pooling = Some(choice(flag, raw, &["mean", "cls", "last"])?),
         FlagId::CacheType => {
             low.cache_type = Some(choice(flag, raw, &["f16", "f32", "q8_0", "q4_0"])?)
         }

@@ -73,14 +73,6 @@ impl Pooling {
         }
     }
 
-    pub fn name(self) -> &'static str {
-        match self {
-            Pooling::Mean => "mean",
-            Pooling::Cls => "cls",
-            Pooling::Last => "last",
-        }
-    }
-
     fn raw(self) -> sys::llama_pooling_type {
         match self {
             Pooling::Mean => sys::LLAMA_POOLING_TYPE_MEAN,

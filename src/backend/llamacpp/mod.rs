@@ -59,7 +59,7 @@ use crate::llama::{CacheType, Model, ModelParams, Pooling};
 use crate::stream::filter::OutputFilter;
 use crate::template::{self, ChatTemplate, TemplateMessage};
 use crate::util::dirs::{model_cache_dir, DEFAULT_MODEL_FILE};
-pub use model::{EmbedInput, Embedding, LocalModel, ModelError, ModelProps, Piece};
+pub use model::{EmbedInput, LocalModel, ModelError, ModelProps};
 
 /// How often a handle waiting for the generation thread asks its caller about a cancel.
 const POLL: Duration = Duration::from_millis(50);

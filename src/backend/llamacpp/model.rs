@@ -68,7 +68,9 @@ impl From<BackendError> for ModelError {
 impl std::fmt::Display for ModelError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ModelError::Invalid { message, .. } | ModelError::Failed(message) => f.write_str(message),
+            ModelError::Invalid { message, .. } | ModelError::Failed(message) => {
+                f.write_str(message)
+            }
         }
     }
 }

@@ -313,7 +313,11 @@ impl<'m> Worker<'m> {
     /// is cleared (see `model.rs`). They wait while every slot generates.
     fn embed_waiting(&mut self) {
         while !self.embeds.is_empty() {
-            let idle = self.slots.iter().enumerate().filter(|(_, s)| s.task.is_none());
+            let idle = self
+                .slots
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.task.is_none());
             let Some(index) = idle.min_by_key(|(_, s)| s.mirror.len()).map(|(i, _)| i) else {
                 return;
             };
@@ -359,7 +363,9 @@ impl<'m> Worker<'m> {
     }
 
     fn idle(&self) -> bool {
-        self.queue.is_empty() && self.embeds.is_empty() && self.slots.iter().all(|s| s.task.is_none())
+        self.queue.is_empty()
+            && self.embeds.is_empty()
+            && self.slots.iter().all(|s| s.task.is_none())
     }
 
     /// Takes the jobs that arrived (blocking while there is nothing to do); false once
@@ -945,17 +951,19 @@ impl<'m> Worker<'m> {
             Prompt::Chat(conversation) => Some(std::mem::take(conversation)),
             Prompt::Raw(_) => None,
         };
-        slot.next_turn = chat.filter(|_| answered && !task.forced_tools).map(|mut conversation| {
-            conversation.push(TemplateMessage::new("assistant", &task.text));
-            let tools = match task.job.tool_choice {
-                ToolChoice::None => Vec::new(),
-                _ => std::mem::take(&mut task.job.tools),
-            };
-            NextTurn {
-                conversation,
-                tools,
-            }
-        });
+        slot.next_turn = chat
+            .filter(|_| answered && !task.forced_tools)
+            .map(|mut conversation| {
+                conversation.push(TemplateMessage::new("assistant", &task.text));
+                let tools = match task.job.tool_choice {
+                    ToolChoice::None => Vec::new(),
+                    _ => std::mem::take(&mut task.job.tools),
+                };
+                NextTurn {
+                    conversation,
+                    tools,
+                }
+            });
         let decode_secs = task
             .generating_since
             .map_or(0.0, |t| t.elapsed().as_secs_f64());
