@@ -278,3 +278,81 @@ pub fn props<'a>(props: &'a ModelProps, defaults: &'a Defaults) -> lwire::Props<
         build_info: format!("shepherd {}", env!("CARGO_PKG_VERSION")),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn parse(body: Value) -> Result<EmbeddingsRequest, ApiError> {
+        parse_embeddings(body.to_string().as_bytes(), &Defaults::default(), 576)
+    }
+
+    /// Each malformed body is a 400 naming `param`.
+    fn check_invalid(body: Value, param: &str) {
+        let error = parse(body.clone()).expect_err("an invalid request");
+        assert_eq!(error.status, 400, "{body}");
+        assert_eq!(error.param.as_deref(), Some(param), "{body}: {error:?}");
+    }
+
+    #[test]
+    fn every_input_shape_openai_allows_is_taken() {
+        let text = |s: &str| EmbedInput::Text(s.into());
+        let cases = [
+            (json!("a"), vec![text("a")]),
+            (json!(["a", "b"]), vec![text("a"), text("b")]),
+            (json!([1, 2]), vec![EmbedInput::Tokens(vec![1, 2])]),
+            (
+                json!([[1], [2, 3]]),
+                vec![EmbedInput::Tokens(vec![1]), EmbedInput::Tokens(vec![2, 3])],
+            ),
+        ];
+        for (input, expected) in cases {
+            let request = parse(json!({"input": input})).unwrap();
+            assert_eq!(request.inputs, expected, "{input}");
+            assert!(!request.base64);
+        }
+        let request = parse(json!({"input": "a", "encoding_format": "base64", "dimensions": 576}));
+        assert!(request.unwrap().base64);
+    }
+
+    #[test]
+    fn malformed_embedding_requests_are_400s_naming_the_field() {
+        check_invalid(json!({}), "input");
+        check_invalid(json!({"input": ""}), "input");
+        check_invalid(json!({"input": []}), "input");
+        check_invalid(json!({"input": 7}), "input");
+        check_invalid(json!({"input": [{"text": "a"}]}), "input");
+        check_invalid(json!({"input": [1.5]}), "input");
+        check_invalid(json!({"input": [[1], [1_u64 << 40]]}), "input[1]");
+        check_invalid(
+            json!({"input": "a", "encoding_format": "int8"}),
+            "encoding_format",
+        );
+        check_invalid(json!({"input": "a", "dimensions": 128}), "dimensions");
+        check_invalid(json!({"input": "a", "pooling": "mean"}), "pooling");
+        let error = parse_embeddings(b"[", &Defaults::default(), 576).unwrap_err();
+        assert_eq!(error.status, 400);
+    }
+
+    #[test]
+    fn base64_embeddings_are_little_endian_f32_bytes() {
+        // 1.0 = 00 00 80 3f, -2.0 = 00 00 00 c0.
+        assert_eq!(base64_floats(&[1.0, -2.0]), "AACAPwAAAMA=");
+    }
+
+    #[test]
+    fn model_errors_map_to_the_input_at_fault_or_a_500() {
+        let invalid = ModelError::Invalid {
+            index: Some(2),
+            message: "too long".into(),
+        };
+        let error = from_model(invalid, "input");
+        assert_eq!(
+            (error.status, error.param.as_deref()),
+            (400, Some("input[2]"))
+        );
+        let failed = from_model(ModelError::Failed("decode".into()), "input");
+        assert_eq!(failed.status, 500);
+    }
+}
