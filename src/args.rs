@@ -895,6 +895,8 @@ mod tests {
             ok(&["--cache-type", "q8_0"]).cache_type.as_deref(),
             Some("q8_0")
         );
+        check_err(&["--pooling", "none"], &["--pooling", "none", "mean"]);
+        assert_eq!(ok(&["--pooling", "cls"]).pooling.as_deref(), Some("cls"));
         check_err(&["--flash-attn=1"], &["--flash-attn", "on, off, auto"]);
         assert_eq!(ok(&["--flash-attn=off"]).flash_attn, Some(false));
         assert_eq!(ok(&["--flash-attn=on"]).flash_attn, Some(true));

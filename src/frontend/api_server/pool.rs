@@ -252,18 +252,17 @@ impl Worker {
             out: &job.out,
             cancel: &job.cancel,
         };
-        let result = match (&self.tools, job.work.use_tools) {
-            _ if job.work.raw_prompt.is_some() => {
+        let result = match (&self.tools, job.work.use_tools, &job.work.raw_prompt) {
+            (_, _, Some(prompt)) => {
                 let request = GenerateRequest {
                     tools: &[],
                     tool_choice: &ToolChoice::None,
                     sampling: &job.work.sampling,
                     stream: true,
                 };
-                let prompt = job.work.raw_prompt.as_deref().unwrap_or_default();
                 self.backend.complete(prompt, &request, &mut sink)
             }
-            (Some(tools), true) => {
+            (Some(tools), true, None) => {
                 let tools = tools.clone();
                 self.run_with_tools(&tools, &job.work, &job.cancel, &mut sink)
             }
