@@ -138,6 +138,7 @@ pub enum FlagId {
     CacheType,
     FlashAttn,
     Parallel,
+    Pooling,
     Reasoning,
     NoMcp,
     UseTools,
@@ -251,6 +252,7 @@ pub const FLAGS: &[Flag] = &[
     flag(FlagId::CacheType, "cache-type", None, Val("TYPE"), S::Local, "KV cache type: f16|f32|q8_0|q4_0"),
     flag(FlagId::FlashAttn, "flash-attn", None, Opt("on|off|auto"), S::Local, "Flash attention; alone = on (default auto: off on AVX2 CPU kernels for heads up to 64 wide)"),
     flag(FlagId::Parallel, "parallel", None, Val("N"), S::Local, "Requests decoded together in one batch (slots), 1 to 64 (default 1)"),
+    flag(FlagId::Pooling, "pooling", None, Val("TYPE"), S::Local, "--server: how /v1/embeddings pools a sequence: mean|cls|last (default mean)"),
     flag(FlagId::Config, "config", Some('c'), Val("FILE"), S::General, "Read and write FILE instead of the default config.json"),
     flag(FlagId::Debug, "debug", Some('d'), Opt("llm,tools,http"), S::General, "Debug output to stderr for these categories (none given = all)"),
     flag(FlagId::Version, "version", Some('v'), Nothing, S::General, "Print the version and exit"),
@@ -354,6 +356,7 @@ pub struct LowArgs {
     /// `Some(true)`/`Some(false)` forced on or off; `None` is auto.
     pub flash_attn: Option<bool>,
     pub parallel: Option<u32>,
+    pub pooling: Option<String>,
     pub config: Option<PathBuf>,
     /// `Some` when `-d` was given: the categories named, or all of them.
     pub debug: Option<Vec<Category>>,
@@ -543,6 +546,7 @@ fn set_value(low: &mut LowArgs, flag: &Flag, raw: &str) -> Result<(), UsageError
         FlagId::Prompt => low.prompt = text(),
         FlagId::SystemPrompt => low.system_prompt = text(),
         FlagId::Reasoning => low.reasoning = Some(choice(flag, raw, &REASONING_LEVELS)?),
+        FlagId::Pooling => low.pooling = Some(choice(flag, raw, &POOLING_MODES)?),
         FlagId::CacheType => low.cache_type = Some(choice(flag, raw, &CACHE_TYPES)?),
         FlagId::FlashAttn => {
             low.flash_attn = match choice(flag, raw, &FLASH_ATTN_MODES)?.as_str() {
@@ -637,6 +641,8 @@ fn choice(flag: &Flag, raw: &str, allowed: &[&str]) -> Result<String, UsageError
 }
 
 pub const REASONING_LEVELS: [&str; 4] = ["off", "low", "medium", "high"];
+/// How `/v1/embeddings` pools a sequence (`--pooling`).
+pub const POOLING_MODES: [&str; 3] = ["mean", "cls", "last"];
 pub const CACHE_TYPES: [&str; 4] = ["f16", "f32", "q8_0", "q4_0"];
 pub const FLASH_ATTN_MODES: [&str; 3] = ["on", "off", "auto"];
 /// What `--approve` accepts besides tool-name globs.
@@ -651,6 +657,7 @@ pub fn flag_values(id: FlagId) -> subcommands::Values {
         FlagId::Profile => Values::Names(NameKind::Profiles),
         FlagId::Backend => Values::Choices(&BACKEND_NAMES),
         FlagId::Reasoning => Values::Choices(&REASONING_LEVELS),
+        FlagId::Pooling => Values::Choices(&POOLING_MODES),
         FlagId::CacheType => Values::Choices(&CACHE_TYPES),
         FlagId::FlashAttn => Values::Choices(&FLASH_ATTN_MODES),
         FlagId::Debug => Values::Choices(&["llm", "tools", "http", "all"]),
@@ -947,6 +954,8 @@ mod tests {
             ok(&["--cache-type", "q8_0"]).cache_type.as_deref(),
             Some("q8_0")
         );
+        check_err(&["--pooling", "none"], &["--pooling", "none", "mean"]);
+        assert_eq!(ok(&["--pooling", "cls"]).pooling.as_deref(), Some("cls"));
         check_err(&["--flash-attn=1"], &["--flash-attn", "on, off, auto"]);
         assert_eq!(ok(&["--flash-attn=off"]).flash_attn, Some(false));
         assert_eq!(ok(&["--flash-attn=on"]).flash_attn, Some(true));

@@ -128,6 +128,21 @@ pub trait Backend: Send {
         sink: &mut dyn EventSink,
     ) -> Result<Reply, BackendError>;
 
+    /// Continues `prompt` as plain text: no chat template, no tools, no output
+    /// filter (the API server's `/v1/completions`). Only the in-process model
+    /// can; the others refuse.
+    fn complete(
+        &mut self,
+        _prompt: &str,
+        _request: &GenerateRequest<'_>,
+        _sink: &mut dyn EventSink,
+    ) -> Result<Reply, BackendError> {
+        Err(BackendError::Config(format!(
+            "the {} backend cannot continue a raw prompt; only the in-process model can",
+            self.info().kind
+        )))
+    }
+
     /// Estimates the tokens `message` occupies, for eviction decisions.
     fn count_tokens(&self, message: &Message) -> u32;
 

@@ -153,6 +153,8 @@ pub struct LocalSettings {
     pub flash_attn: Option<bool>,
     /// `--parallel`: slots decoded together; `None` means one.
     pub parallel: Option<u32>,
+    /// `--pooling`: how embeddings pool a sequence; `None` means mean.
+    pub pooling: Option<String>,
 }
 
 /// Sampling values from one layer; `None` means "this layer says nothing".
@@ -761,6 +763,7 @@ fn local(low: &LowArgs) -> LocalSettings {
         cache_type: low.cache_type.clone(),
         flash_attn: low.flash_attn,
         parallel: low.parallel,
+        pooling: low.pooling.clone(),
     }
 }
 

@@ -17,7 +17,7 @@ use crate::backend::cli::{CliBackend, CliConfig};
 use crate::backend::failover::{Board, FailoverBackend, Provider};
 use crate::backend::gemini::{self, GeminiBackend, GeminiConfig};
 use crate::backend::http::{ApiSettings, Timeouts};
-use crate::backend::llamacpp::{self, LlamaBackend, LlamaConfig};
+use crate::backend::llamacpp::{self, LlamaBackend, LlamaConfig, LocalModel};
 use crate::backend::local;
 use crate::backend::ollama::{self, OllamaBackend, OllamaConfig};
 use crate::backend::openai::{AzureDeployment, MaxTokensParam, OpenAiBackend, OpenAiConfig};
@@ -26,7 +26,7 @@ use crate::backend::tensorrt::{TensorRtBackend, TensorRtConfig};
 use crate::backend::Backend;
 use crate::config::resolve::Settings;
 use crate::config::{ProviderConfig, ProviderKind};
-use crate::llama::CacheType;
+use crate::llama::{CacheType, Pooling};
 use crate::log;
 
 /// Why no backend could be built. All of these are configuration problems (exit 2).
@@ -95,10 +95,7 @@ fn open_chain(
 /// together), or `n` independent API backends. A chain that mixes the
 /// in-process model with API providers gets one worker, so the model is
 /// never loaded twice. The config is the first provider's.
-pub fn open_backends(
-    settings: &Settings,
-    n: usize,
-) -> Result<(Vec<Box<dyn Backend>>, ProviderConfig), OpenError> {
+pub fn open_backends(settings: &Settings, n: usize) -> Result<Opened, OpenError> {
     let providers = if settings.providers.is_empty() {
         vec![embedded_default()?]
     } else {
@@ -111,7 +108,11 @@ pub fn open_backends(
             let backends = (0..n.max(1))
                 .map(|_| Box::new(llama.clone()) as Box<dyn Backend>)
                 .collect();
-            return Ok((backends, only.clone()));
+            return Ok(Opened {
+                backends,
+                provider: only.clone(),
+                local: Some(llama.local_model()),
+            });
         }
     }
     let local = providers.iter().any(|p| p.kind == ProviderKind::Llamacpp);
@@ -121,7 +122,21 @@ pub fn open_backends(
     while !local && backends.len() < n {
         backends.push(open_chain(settings, &board)?.0);
     }
-    Ok((backends, config))
+    Ok(Opened {
+        backends,
+        provider: config,
+        local: None,
+    })
+}
+
+/// What [`open_backends`] opened.
+pub struct Opened {
+    pub backends: Vec<Box<dyn Backend>>,
+    /// The first provider's config.
+    pub provider: ProviderConfig,
+    /// The in-process model's embeddings and tokenizer, when it is the only
+    /// provider (a chain that mixes it with API providers has none).
+    pub local: Option<LocalModel>,
 }
 
 /// Builds one provider's backend (connecting happens on the first request):
@@ -197,6 +212,12 @@ fn llama_config(settings: &Settings, provider: &ProviderConfig) -> Result<LlamaC
             ))
         })?,
     };
+    let pooling = match local.pooling.as_deref() {
+        None => Pooling::Mean,
+        Some(name) => Pooling::parse(name).ok_or_else(|| {
+            OpenError::Usage(format!("--pooling {name}: expected one of mean, cls, last"))
+        })?,
+    };
     let defaults = LlamaConfig::new(model.clone());
     Ok(LlamaConfig {
         context_size: settings
@@ -209,6 +230,7 @@ fn llama_config(settings: &Settings, provider: &ProviderConfig) -> Result<LlamaC
         cache_type,
         flash_attn: local.flash_attn,
         parallel: local.parallel.unwrap_or(defaults.parallel),
+        pooling,
         progress: super::progress::for_mode(&settings.mode),
         ..defaults
     })

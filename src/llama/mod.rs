@@ -28,7 +28,7 @@ use std::sync::Once;
 use llama_cpp_sys_2 as sys;
 
 pub use batch::Batch;
-pub use context::{CacheType, Context, ContextParams};
+pub use context::{CacheType, Context, ContextParams, Pooling};
 pub use error::DecodeError;
 pub use model::{LoadProgress, Model, ModelParams, Token};
 pub use sampler::{Sampler, SamplerParams};

@@ -148,6 +148,12 @@ impl Model {
         u32::try_from(n).unwrap_or(0)
     }
 
+    /// The length of the model's output embeddings (what pooling yields).
+    pub fn n_embd(&self) -> i32 {
+        // SAFETY: `raw` is a valid model for the lifetime of `self`.
+        unsafe { sys::llama_model_n_embd_out(self.raw.as_ptr()) }
+    }
+
     pub fn n_vocab(&self) -> i32 {
         // SAFETY: `vocab` is valid for the lifetime of `self`.
         unsafe { sys::llama_vocab_n_tokens(self.vocab.as_ptr()) }

@@ -284,6 +284,11 @@ fn every_api_server_route_needs_the_token_with_use_tools() {
         ("GET", "/v1/models/test", ""),
         ("POST", "/v1/chat/completions", "{}"),
         ("POST", "/v1/messages", "{}"),
+        ("POST", "/v1/completions", "{}"),
+        ("POST", "/v1/embeddings", "{}"),
+        ("POST", "/tokenize", "{}"),
+        ("POST", "/detokenize", "{}"),
+        ("GET", "/props", ""),
     ];
     routes.extend(AGENT_ROUTES);
     let checked = check_table(&server, &token, &routes);

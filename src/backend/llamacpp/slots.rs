@@ -40,16 +40,20 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Select, TryRecvError};
 
+use super::model::{self, EmbedInput, Embedding, ModelError, ModelJob, ModelProps};
 use super::prompt_tokens::PromptTokens;
 use super::request::{common_prefix, finish_reply, forced_tools, sampler_params, tokenize_prompt};
 use super::{
     load_template, tuning, BackendError, Event, FinishReason, Flow, Job, LlamaConfig,
-    PrefillReport, RequestJob, ToolChoice, ToolSpec, Usage, WorkerMsg,
+    PrefillReport, Prompt, RequestJob, ToolChoice, ToolSpec, Usage, WorkerMsg,
 };
 use crate::backend::local::{answer_reserve, overflow, render, StopMatcher};
 use crate::core::Stats;
 use crate::llama::{self, utf8::Utf8Stream, Batch, Context, ContextParams, Model, Sampler, Token};
 use crate::template::{ChatTemplate, TemplateMessage};
+
+/// Where an embedding request's answer goes.
+type EmbedReply = crossbeam_channel::Sender<Result<Vec<Embedding>, ModelError>>;
 
 /// How long a step waits for the answers of slots that just sent text, so that they
 /// join the next batch rather than skip a step. A slower client only delays itself.
@@ -128,6 +132,8 @@ pub(super) struct Worker<'m> {
     prompt_tokens: PromptTokens,
     /// The session the caller said waits for its next message ([`Job::Warm`]).
     waiting: Option<NextTurn>,
+    /// Embedding requests waiting for an idle slot.
+    embeds: VecDeque<(Vec<EmbedInput>, EmbedReply)>,
     /// The context's flash attention and physical batch, for the bench's report.
     #[cfg(test)]
     settings: (Option<bool>, u32),
@@ -236,6 +242,7 @@ impl<'m> Worker<'m> {
             n_seq_max: parallel,
             cache_type: config.cache_type,
             flash_attn,
+            pooling: config.pooling,
             abort: Arc::clone(&preempt.abort),
         };
         let ctx = Context::new(model, &params).map_err(|e| BackendError::Config(e.to_string()))?;
@@ -267,6 +274,7 @@ impl<'m> Worker<'m> {
             template: load_template(model),
             prompt_tokens,
             waiting: None,
+            embeds: VecDeque::new(),
             n_ctx_slot: ctx.n_ctx_seq() as usize,
             ctx,
             batch,
@@ -284,6 +292,61 @@ impl<'m> Worker<'m> {
         self.ctx.model()
     }
 
+    /// What `/props` reports.
+    pub(super) fn props(&self, config: &LlamaConfig) -> ModelProps {
+        let model = self.model();
+        ModelProps {
+            model_path: config.model_path.display().to_string(),
+            n_ctx: self.ctx.n_ctx(),
+            n_ctx_slot: self.ctx.n_ctx_seq(),
+            slots: self.ctx.n_seq_max(),
+            chat_template: model.chat_template().unwrap_or_default(),
+            n_embd: usize::try_from(model.n_embd()).unwrap_or(0),
+            n_vocab: model.n_vocab(),
+            pooling: config.pooling,
+            n_ubatch: self.ctx.n_ubatch(),
+        }
+    }
+
+    /// Answers the waiting embedding requests, each in an idle slot's sequence
+    /// (the one caching least), between two generation steps; that slot's cache
+    /// is cleared (see `model.rs`). They wait while every slot generates.
+    fn embed_waiting(&mut self) {
+        while !self.embeds.is_empty() {
+            let idle = self
+                .slots
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.task.is_none());
+            let Some(index) = idle.min_by_key(|(_, s)| s.mirror.len()).map(|(i, _)| i) else {
+                return;
+            };
+            let Some((inputs, reply)) = self.embeds.pop_front() else {
+                return;
+            };
+            let _ = reply.send(self.embed(index, &inputs));
+        }
+    }
+
+    fn embed(&mut self, index: usize, inputs: &[EmbedInput]) -> Result<Vec<Embedding>, ModelError> {
+        let max_tokens = (self.ctx.n_ubatch() as usize).min(self.n_ctx_slot);
+        let inputs = model::input_tokens(self.model(), inputs, max_tokens)?;
+        let slot = &mut self.slots[index];
+        slot.mirror.clear();
+        slot.next_turn = None;
+        let seq = slot.seq;
+        inputs
+            .iter()
+            .map(|tokens| {
+                let vector = model::embed(&mut self.ctx, &mut self.batch, seq, tokens)?;
+                Ok(Embedding {
+                    vector,
+                    n_tokens: tokens.len(),
+                })
+            })
+            .collect()
+    }
+
     /// The context each request sees.
     pub(super) fn slot_context(&self) -> usize {
         self.n_ctx_slot
@@ -292,6 +355,7 @@ impl<'m> Worker<'m> {
     /// Serves jobs until every handle is gone.
     pub(super) fn serve(&mut self, jobs: &Receiver<Job>) {
         while self.receive(jobs) {
+            self.embed_waiting();
             self.assign();
             self.await_flows(jobs);
             self.step();
@@ -299,7 +363,9 @@ impl<'m> Worker<'m> {
     }
 
     fn idle(&self) -> bool {
-        self.queue.is_empty() && self.slots.iter().all(|s| s.task.is_none())
+        self.queue.is_empty()
+            && self.embeds.is_empty()
+            && self.slots.iter().all(|s| s.task.is_none())
     }
 
     /// Takes the jobs that arrived (blocking while there is nothing to do); false once
@@ -339,6 +405,17 @@ impl<'m> Worker<'m> {
             Job::Request(job) => self.queue.push_back(job),
             Job::Count(text, reply) => {
                 let _ = reply.send(self.model().tokenize(&text, false).ok().map(|t| t.len()));
+            }
+            Job::Model(ModelJob::Embed(inputs, reply)) => self.embeds.push_back((inputs, reply)),
+            Job::Model(ModelJob::Tokenize {
+                text,
+                add_special,
+                reply,
+            }) => {
+                let _ = reply.send(model::tokenize(self.model(), &text, add_special));
+            }
+            Job::Model(ModelJob::Detokenize(tokens, reply)) => {
+                let _ = reply.send(model::detokenize(self.model(), &tokens));
             }
             Job::Warm(conversation, tools) => {
                 self.waiting = Some(NextTurn {
@@ -443,7 +520,10 @@ impl<'m> Worker<'m> {
             &job.tools
         };
         let forced = forced_tools(tools, &job.tool_choice)?;
-        let prompt = render(&self.template, &job.conversation, tools)?;
+        let prompt = match &job.prompt {
+            Prompt::Chat(conversation) => render(&self.template, conversation, tools)?,
+            Prompt::Raw(text) => text.clone(),
+        };
         let tokens = tokenize_prompt(self.model(), &mut self.prompt_tokens, &prompt)?;
         let n_ctx = self.n_ctx_slot;
         let reserve = answer_reserve(job.sampling.max_tokens, n_ctx as u32) as usize;
@@ -458,7 +538,13 @@ impl<'m> Worker<'m> {
             .sampling
             .max_tokens
             .map_or(room, |n| (n as usize).min(room));
-        let stops = StopMatcher::new(self.template.stop_strings(&job.sampling.stop));
+        let stops = match job.prompt {
+            Prompt::Chat(_) => self.template.stop_strings(&job.sampling.stop),
+            // No template, so no end-of-turn text of its own: the model's end token
+            // and the request's stop strings end it.
+            Prompt::Raw(_) => job.sampling.stop.clone(),
+        };
+        let stops = StopMatcher::new(stops);
         Ok((tokens, sampler, forced.is_some(), max_tokens, stops))
     }
 
@@ -861,18 +947,23 @@ impl<'m> Worker<'m> {
         }
         // A whole answer (or one cut at its length): the user's turn comes next.
         let answered = matches!(reason, FinishReason::Stop | FinishReason::Length);
-        slot.next_turn = (answered && !task.forced_tools).then(|| {
-            let mut conversation = std::mem::take(&mut task.job.conversation);
-            conversation.push(TemplateMessage::new("assistant", &task.text));
-            let tools = match task.job.tool_choice {
-                ToolChoice::None => Vec::new(),
-                _ => std::mem::take(&mut task.job.tools),
-            };
-            NextTurn {
-                conversation,
-                tools,
-            }
-        });
+        let chat = match &mut task.job.prompt {
+            Prompt::Chat(conversation) => Some(std::mem::take(conversation)),
+            Prompt::Raw(_) => None,
+        };
+        slot.next_turn = chat
+            .filter(|_| answered && !task.forced_tools)
+            .map(|mut conversation| {
+                conversation.push(TemplateMessage::new("assistant", &task.text));
+                let tools = match task.job.tool_choice {
+                    ToolChoice::None => Vec::new(),
+                    _ => std::mem::take(&mut task.job.tools),
+                };
+                NextTurn {
+                    conversation,
+                    tools,
+                }
+            });
         let decode_secs = task
             .generating_since
             .map_or(0.0, |t| t.elapsed().as_secs_f64());

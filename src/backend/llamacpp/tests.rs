@@ -1032,3 +1032,61 @@ fn missing_model_is_a_config_error() {
         .unwrap();
     assert!(err.to_string().contains("not found"), "{err}");
 }
+
+#[test]
+fn a_raw_prompt_is_continued_as_written_without_the_chat_template() {
+    let mut llm = backend(1024);
+    let prompt = "1, 2, 3, 4,";
+    let request = GenerateRequest {
+        tools: &[],
+        tool_choice: &ToolChoice::None,
+        sampling: &greedy(6),
+        stream: true,
+    };
+    let mut events = Vec::new();
+    let reply = llm.complete(prompt, &request, &mut events).unwrap();
+    assert!(reply.content.starts_with(" 5"), "{:?}", reply.content);
+    assert_eq!(content(&events), reply.content);
+    let raw_tokens = llm.local_model().tokenize(prompt.into(), true).unwrap();
+    let usage = reply.usage.expect("usage");
+    assert_eq!(usage.prompt_tokens, raw_tokens.len() as u64, "templated?");
+}
+
+#[test]
+fn embeddings_are_unit_vectors_equal_for_equal_inputs_and_checked_first() {
+    let llm = backend_with(1024, 2);
+    let model = llm.local_model();
+    assert_eq!(model.props().n_embd, 576);
+    assert_eq!((model.props().slots, model.props().n_ctx_slot), (2, 512));
+    let text = |s: &str| EmbedInput::Text(s.into());
+    let cat = "The cat sat on the mat.";
+    let tokens: Vec<_> = model.tokenize(cat.into(), true).unwrap();
+    let ids = tokens.iter().map(|(id, _)| *id).collect();
+    let inputs = vec![
+        text(cat),
+        text("Ships sail at dawn."),
+        EmbedInput::Tokens(ids),
+    ];
+    let out = model.embed(inputs).unwrap();
+    assert_eq!(out[0].vector.len(), 576);
+    let norm: f32 = out[1].vector.iter().map(|x| x * x).sum::<f32>().sqrt();
+    assert!((norm - 1.0).abs() < 1e-4, "{norm}");
+    assert_ne!(out[0].vector, out[1].vector);
+    assert_eq!(out[0].vector, out[2].vector, "text and its tokens");
+    assert_eq!(out[0].n_tokens, tokens.len());
+
+    let too_long = EmbedInput::Tokens(vec![1; model.props().n_ubatch as usize + 1]);
+    let outside = EmbedInput::Tokens(vec![1, model.props().n_vocab]);
+    for (inputs, index) in [(vec![text("ok"), too_long], 1), (vec![outside], 0)] {
+        match model.embed(inputs) {
+            Err(ModelError::Invalid { index: at, .. }) => assert_eq!(at, Some(index)),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(matches!(
+        model.detokenize(vec![-1]),
+        Err(ModelError::Invalid { .. })
+    ));
+    let ids = tokens.iter().map(|(id, _)| *id).collect();
+    assert_eq!(model.detokenize(ids).unwrap(), cat);
+}
