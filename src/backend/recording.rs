@@ -657,3 +657,313 @@ impl Read for ReplayBody {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::util::fs::test_support::TempDir;
+    use std::os::unix::fs::PermissionsExt;
+
+    type Response = ureq::http::Response<ureq::Body>;
+
+    fn head(method: &str, url: &str) -> RequestHead {
+        RequestHead {
+            method: method.into(),
+            url: url.into(),
+            headers: vec![
+                ("authorization".into(), "Bearer sk-unit-AUTH0001".into()),
+                ("x-api-key".into(), "sk-unit-XKEY0002".into()),
+                ("x-goog-api-key".into(), "AIza-unit-GOOG0003".into()),
+                ("api-key".into(), "azure-unit-AZUR0004".into()),
+                ("content-type".into(), "application/json".into()),
+            ],
+            body: br#"{"model":"m","messages":[{"role":"user","content":"my key is sk-unit-REG00005"}]}"#
+                .to_vec(),
+        }
+    }
+
+    fn canned(status: u16, body: &[u8]) -> Result<Response, BackendError> {
+        Ok(ureq::http::Response::builder()
+            .status(status)
+            .header("content-type", "text/event-stream")
+            .body(ureq::Body::builder().data(body.to_vec()))
+            .expect("valid response"))
+    }
+
+    fn read_all(response: Response) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        response
+            .into_body()
+            .into_reader()
+            .read_to_end(&mut bytes)
+            .expect("readable body");
+        bytes
+    }
+
+    fn no_network() -> Result<Response, BackendError> {
+        panic!("a replay must not send anything")
+    }
+
+    const URL: &str = "http://127.0.0.1:1/v1/chat/completions";
+    const STREAM: &[u8] = b"data: {\"a\":1}\n\ndata: [DONE]\n\n";
+
+    #[test]
+    fn request_files_carry_no_secret() {
+        redact::register_secret("sk-unit-REG00005");
+        let json = head(
+            "GET",
+            "https://g.example/v1beta/models/m:stream?alt=sse&key=AIzaQUERY0006",
+        )
+        .to_json()
+        .to_string();
+        for secret in [
+            "AUTH0001",
+            "XKEY0002",
+            "GOOG0003",
+            "AZUR0004",
+            "REG00005",
+            "QUERY0006",
+        ] {
+            assert!(!json.contains(secret), "{secret} leaked: {json}");
+        }
+        assert!(json.contains("Bearer [REDACTED]"), "{json}");
+        assert!(json.contains("application/json"), "{json}");
+        assert!(json.contains("alt=sse"), "{json}");
+    }
+
+    #[test]
+    fn paths_ignore_host_port_and_query() {
+        assert_eq!(
+            url_path("http://127.0.0.1:9/v1/messages?x=1"),
+            "/v1/messages"
+        );
+        assert_eq!(url_path("https://h.example"), "/");
+        assert_eq!(url_path("/api/chat#f"), "/api/chat");
+    }
+
+    #[test]
+    fn records_numbered_private_files_and_replays_them_in_order() {
+        let dir = TempDir::new("tape-roundtrip");
+        let rec = dir.0.join("rec");
+        let tape = Tape::record(&rec);
+        tape.prepare("openai", "m").unwrap();
+        let first = tape
+            .exchange(&head("POST", URL), || canned(200, STREAM))
+            .unwrap();
+        assert_eq!(read_all(first), STREAM);
+        let second = tape
+            .exchange(&head("POST", URL), || canned(429, b"{}"))
+            .unwrap();
+        assert_eq!(read_all(second), b"{}");
+        let mut names: Vec<String> = fs::read_dir(&rec)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                "0001-request.json",
+                "0001-response.body",
+                "0001-response.json",
+                "0002-request.json",
+                "0002-response.body",
+                "0002-response.json",
+                "manifest.json"
+            ]
+        );
+        assert_eq!(
+            fs::metadata(&rec).unwrap().permissions().mode() & 0o777,
+            0o700
+        );
+        for name in &names {
+            let mode = fs::metadata(rec.join(name)).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600, "{name}");
+        }
+        let replay = Tape::replay(&rec);
+        replay.prepare("openai", "m").unwrap();
+        let first = replay.exchange(&head("POST", URL), no_network).unwrap();
+        assert_eq!(first.status(), 200);
+        assert_eq!(first.headers()["content-type"], "text/event-stream");
+        assert_eq!(read_all(first), STREAM);
+        let second = replay.exchange(&head("POST", URL), no_network).unwrap();
+        assert_eq!(second.status(), 429);
+        let third = replay.exchange(&head("POST", URL), no_network).unwrap_err();
+        assert_eq!(
+            third.to_string(),
+            BackendError::Config(
+                "replay: request 3 is POST /v1/chat/completions, but the recording ends after 2 exchange(s)".into()
+            )
+            .to_string()
+        );
+        assert!(!third.is_retryable());
+    }
+
+    #[test]
+    fn a_divergent_request_is_a_clear_error() {
+        let dir = TempDir::new("tape-diverge");
+        let tape = Tape::record(&dir.0);
+        let response = tape
+            .exchange(&head("POST", URL), || canned(200, STREAM))
+            .unwrap();
+        drop(response);
+        let replay = Tape::replay(&dir.0);
+        let error = replay
+            .exchange(&head("POST", "http://127.0.0.1:2/v1/messages"), no_network)
+            .unwrap_err();
+        assert_eq!(
+            error,
+            BackendError::Config(
+                "replay: request 1 is POST /v1/messages but the recording has POST /v1/chat/completions".into()
+            )
+        );
+    }
+
+    #[test]
+    fn a_stream_cut_short_keeps_what_arrived() {
+        let dir = TempDir::new("tape-cancel");
+        let tape = Tape::record(&dir.0);
+        let response = tape
+            .exchange(&head("POST", URL), || canned(200, STREAM))
+            .unwrap();
+        let mut reader = response.into_body().into_reader();
+        let mut first = [0u8; 5];
+        reader.read_exact(&mut first).unwrap();
+        drop(reader);
+        let kept = fs::read(dir.0.join("0001-response.body")).unwrap();
+        assert_eq!(kept, b"data:");
+    }
+
+    #[test]
+    fn registered_secrets_are_cut_from_bodies_even_across_reads() {
+        redact::register_secret("sk-unit-BODY0007");
+        let dir = TempDir::new("tape-body");
+        let tape = Tape::record(&dir.0);
+        let body = b"data: echo sk-unit-BODY0007 back\n\n";
+        let response = tape
+            .exchange(&head("POST", URL), || canned(200, body))
+            .unwrap();
+        let mut reader = response.into_body().into_reader();
+        let mut passed = Vec::new();
+        let mut small = [0u8; 3];
+        loop {
+            match reader.read(&mut small).unwrap() {
+                0 => break,
+                n => passed.extend_from_slice(&small[..n]),
+            }
+        }
+        assert_eq!(passed, body, "the backend sees the body unchanged");
+        let kept = fs::read_to_string(dir.0.join("0001-response.body")).unwrap();
+        assert_eq!(kept, "data: echo [REDACTED] back\n\n");
+    }
+
+    #[test]
+    fn transport_failures_are_recorded_and_replayed() {
+        let dir = TempDir::new("tape-fail");
+        let tape = Tape::record(&dir.0);
+        let refused = || Err(BackendError::Connect("127.0.0.1:1: refused".into()));
+        assert_eq!(
+            tape.exchange(&head("POST", URL), refused).unwrap_err(),
+            BackendError::Connect("127.0.0.1:1: refused".into())
+        );
+        let replay = Tape::replay(&dir.0);
+        assert_eq!(
+            replay.exchange(&head("POST", URL), no_network).unwrap_err(),
+            BackendError::Connect("127.0.0.1:1: refused".into())
+        );
+    }
+
+    struct Failing(bool);
+
+    impl Read for Failing {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            if std::mem::replace(&mut self.0, true) {
+                return Err(io::Error::new(io::ErrorKind::TimedOut, "stalled"));
+            }
+            buf[..6].copy_from_slice(b"data: ");
+            Ok(6)
+        }
+    }
+
+    #[test]
+    fn a_read_error_mid_body_is_replayed_after_the_bytes() {
+        let dir = TempDir::new("tape-midfail");
+        let tape = Tape::record(&dir.0);
+        let live = || {
+            Ok(ureq::http::Response::builder()
+                .status(200)
+                .body(ureq::Body::builder().reader(Failing(false)))
+                .expect("valid response"))
+        };
+        let mut reader = tape
+            .exchange(&head("POST", URL), live)
+            .unwrap()
+            .into_body()
+            .into_reader();
+        let mut bytes = Vec::new();
+        assert!(reader.read_to_end(&mut bytes).is_err());
+        drop(reader);
+        let replay = Tape::replay(&dir.0);
+        let response = replay.exchange(&head("POST", URL), no_network).unwrap();
+        let mut reader = response.into_body().into_reader();
+        let mut bytes = Vec::new();
+        let error = reader.read_to_end(&mut bytes).unwrap_err();
+        assert_eq!(bytes, b"data: ");
+        assert!(error.to_string().contains("stalled"), "{error}");
+    }
+
+    #[test]
+    fn bad_replay_directories_are_clear_errors() {
+        let dir = TempDir::new("tape-bad");
+        let missing = Tape::replay(dir.0.join("nope"))
+            .prepare("openai", "m")
+            .unwrap_err();
+        assert!(missing.to_string().contains("manifest.json"), "{missing}");
+        fs::write(dir.0.join(MANIFEST), "{not json").unwrap();
+        let corrupt = Tape::replay(&dir.0).prepare("openai", "m").unwrap_err();
+        assert!(
+            corrupt.to_string().starts_with("replay: ")
+                && corrupt.to_string().contains("is not valid"),
+            "{corrupt}"
+        );
+        fs::write(dir.0.join(MANIFEST), r#"{"format": 99, "shepherd_version": "x", "provider": "p", "model": "m", "created": 0}"#).unwrap();
+        let future = Tape::replay(&dir.0).prepare("openai", "m").unwrap_err();
+        assert!(future.to_string().contains("format 99"), "{future}");
+        let not_empty = Tape::record(&dir.0).prepare("openai", "m").unwrap_err();
+        assert!(
+            not_empty.to_string().contains("already holds a recording"),
+            "{not_empty}"
+        );
+    }
+
+    #[test]
+    fn a_corrupt_exchange_file_is_an_error_not_a_panic() {
+        let dir = TempDir::new("tape-corrupt");
+        let tape = Tape::record(&dir.0);
+        drop(
+            tape.exchange(&head("POST", URL), || canned(200, STREAM))
+                .unwrap(),
+        );
+        fs::write(dir.0.join("0001-response.json"), "[]").unwrap();
+        let error = Tape::replay(&dir.0)
+            .exchange(&head("POST", URL), no_network)
+            .unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("0001-response.json is not valid"),
+            "{error}"
+        );
+        fs::write(dir.0.join("0001-response.json"), r#"{"status": 99999}"#).unwrap();
+        let error = Tape::replay(&dir.0)
+            .exchange(&head("POST", URL), no_network)
+            .unwrap_err();
+        assert!(error.to_string().contains("is not valid"), "{error}");
+        fs::remove_file(dir.0.join("0001-response.body")).unwrap();
+        fs::write(dir.0.join("0001-response.json"), r#"{"status": 200}"#).unwrap();
+        let error = Tape::replay(&dir.0)
+            .exchange(&head("POST", URL), no_network)
+            .unwrap_err();
+        assert!(error.to_string().contains("0001-response.body"), "{error}");
+    }
+}
