@@ -13,6 +13,7 @@ mod harness;
 mod hostile;
 mod mcp;
 mod persist;
+mod record;
 mod secrets;
 mod server_tools;
 mod terminal;
