@@ -323,6 +323,22 @@ fn header_pairs(headers: &ureq::http::HeaderMap) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Response headers stay pairs (a name may repeat), so [`redact::value`]
+/// would not see a name beside its value: a secret-named header loses its
+/// value here, and every other value goes through [`redact::text`].
+fn redacted_pairs(pairs: Vec<(String, String)>) -> Vec<(String, String)> {
+    pairs
+        .into_iter()
+        .map(|(name, value)| {
+            let value = match redact::is_secret_name(&name) {
+                true => redact::REDACTED.to_string(),
+                false => redact::text(&value),
+            };
+            (name, value)
+        })
+        .collect()
+}
+
 /// Headers as a JSON object, so [`redact::value`] sees each name beside its value.
 fn headers_json(headers: &[(String, String)]) -> Value {
     let map = headers
@@ -433,11 +449,10 @@ fn record(
     };
     let head = ResponseHead {
         status: Some(response.status().as_u16()),
-        headers: header_pairs(response.headers()),
+        headers: redacted_pairs(header_pairs(response.headers())),
         failure: None,
     };
-    let head_json = serde_json::to_value(&head).unwrap_or_default();
-    write_json(&head_path, &redact::value(&head_json))?;
+    write_json(&head_path, &serde_json::to_value(&head).unwrap_or_default())?;
     let body_path = dir.join(file_name(index, "response.body"));
     let file = create_private(&body_path)?;
     let (parts, body) = response.into_parts();
@@ -686,6 +701,8 @@ mod tests {
         Ok(ureq::http::Response::builder()
             .status(status)
             .header("content-type", "text/event-stream")
+            .header("set-cookie", "session=COOKIE0008")
+            .header("x-api-key", "XKEY0009")
             .body(ureq::Body::builder().data(body.to_vec()))
             .expect("valid response"))
     }
@@ -776,6 +793,12 @@ mod tests {
             fs::metadata(&rec).unwrap().permissions().mode() & 0o777,
             0o700
         );
+        let saved = fs::read_to_string(rec.join("0001-response.json")).unwrap();
+        assert!(
+            !saved.contains("COOKIE0008") && !saved.contains("XKEY0009"),
+            "{saved}"
+        );
+        assert!(saved.contains("text/event-stream"), "{saved}");
         for name in &names {
             let mode = fs::metadata(rec.join(name)).unwrap().permissions().mode();
             assert_eq!(mode & 0o777, 0o600, "{name}");

@@ -279,3 +279,31 @@ fn record_and_replay_refuse_what_they_cannot_do() {
         missing.stderr
     );
 }
+
+fn gemini_parts(parts: Value) -> Canned {
+    let chunk = json!({
+        "candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}],
+        "usageMetadata": {"promptTokenCount": 50, "candidatesTokenCount": 40, "totalTokenCount": 90}
+    });
+    Canned::sse_raw(&format!("data: {chunk}\r\n\r\n"))
+}
+
+#[test]
+fn record_gemini_then_replay_without_the_upstream() {
+    let call = json!([{"functionCall": {"name": "list_directory", "args": {"path": "."}}, "thoughtSignature": "U0lH"}]);
+    let sandbox = record_then_replay(
+        "gemini",
+        vec![gemini_parts(call), gemini_parts(json!([{"text": ANSWER}]))],
+    );
+    let request =
+        std::fs::read_to_string(sandbox.root.path().join("json/0002-request.json")).unwrap();
+    let request: Value = serde_json::from_str(&request).unwrap();
+    assert_eq!(request["headers"]["x-goog-api-key"], "[REDACTED]");
+    assert!(
+        request["url"]
+            .as_str()
+            .unwrap()
+            .contains(":streamGenerateContent"),
+        "{request}"
+    );
+}
