@@ -151,6 +151,8 @@ pub enum FlagId {
     ApprovalTimeout,
     Profile,
     Fresh,
+    Record,
+    Replay,
 }
 
 /// One row of the flag table.
@@ -244,6 +246,8 @@ pub const FLAGS: &[Flag] = &[
     flag(FlagId::QueueSize, "queue-size", None, Val("N"), S::Modes, "--server: requests that may wait for a slot, 0 to 4096 (default 16)"),
     flag(FlagId::Continue, "continue", None, Nothing, S::Modes, "Continue the last saved session in this directory"),
     flag(FlagId::Fresh, "fresh", None, Nothing, S::Modes, "CLI server: start with an empty session instead of the saved one"),
+    flag(FlagId::Record, "record", None, Val("DIR"), S::General, "Record every upstream request and response (secrets redacted) into DIR, for bug reports"),
+    flag(FlagId::Replay, "replay", None, Val("DIR"), S::General, "Serve the upstream responses recorded in DIR instead of contacting the provider"),
     aliased(flag(FlagId::ModelPath, "model-path", None, Val("PATH"), S::Local, "GGUF model file or directory"), "model_path"),
     flag(FlagId::GpuLayers, "gpu-layers", None, Val("N"), S::Local, "Layers on the GPU (-1 = all)"),
     flag(FlagId::Threads, "threads", None, Val("N"), S::Local, "CPU threads (default: one per core up to 16; 2 with every layer on a GPU)"),
@@ -346,6 +350,10 @@ pub struct LowArgs {
     pub continue_session: bool,
     pub profile: Option<String>,
     pub fresh: bool,
+    /// `--record DIR`.
+    pub record: Option<PathBuf>,
+    /// `--replay DIR`.
+    pub replay: Option<PathBuf>,
     pub no_auth: bool,
     pub model_path: Option<PathBuf>,
     pub gpu_layers: Option<i32>,
@@ -491,7 +499,12 @@ fn missing(flag: &Flag, value_name: &str) -> UsageError {
 fn is_path_flag(id: FlagId) -> bool {
     matches!(
         id,
-        FlagId::Config | FlagId::SystemPromptFile | FlagId::ModelPath | FlagId::AuthTokenFile
+        FlagId::Config
+            | FlagId::SystemPromptFile
+            | FlagId::ModelPath
+            | FlagId::AuthTokenFile
+            | FlagId::Record
+            | FlagId::Replay
     )
 }
 
@@ -500,6 +513,8 @@ fn set_path(low: &mut LowArgs, id: FlagId, path: PathBuf) {
         FlagId::Config => low.config = Some(path),
         FlagId::SystemPromptFile => low.system_prompt_file = Some(path),
         FlagId::AuthTokenFile => low.auth_token_file = Some(path),
+        FlagId::Record => low.record = Some(path),
+        FlagId::Replay => low.replay = Some(path),
         _ => low.model_path = Some(path),
     }
 }
@@ -767,6 +782,11 @@ fn check_combinations(low: &LowArgs) -> Result<(), UsageError> {
         (low.json && low.server, "--json", "--server"),
         (low.json && low.cliserver, "--json", "--cliserver"),
         (low.server && low.cliserver, "--server", "--cliserver"),
+        (
+            low.record.is_some() && low.replay.is_some(),
+            "--record",
+            "--replay",
+        ),
         (low.toolserver && low.json, "--toolserver", "--json"),
         (low.toolserver && low.server, "--toolserver", "--server"),
         (

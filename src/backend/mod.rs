@@ -23,6 +23,7 @@ pub mod llamacpp;
 pub mod local;
 pub mod ollama;
 pub mod openai;
+pub mod recording;
 #[cfg(feature = "tensorrt")]
 pub mod tensorrt;
 pub mod toolnames;

@@ -13,6 +13,7 @@ use super::{
 };
 use crate::approval::Policy;
 use crate::args::{self, LowArgs, Subcommand, MAX_TOKEN_COUNT};
+use crate::backend::recording::Tape;
 use crate::backend::Sampling;
 use crate::log::Category;
 use crate::redact;
@@ -252,6 +253,8 @@ pub struct Settings {
     pub profile: crate::config::profile::Profile,
     /// `--fresh`: the CLI server ignores its saved session.
     pub fresh_session: bool,
+    /// `--record DIR` or `--replay DIR`; off otherwise.
+    pub tape: Tape,
     pub reasoning: Option<String>,
     pub mcp_enabled: bool,
     pub approvals: ApprovalSettings,
@@ -618,6 +621,7 @@ pub fn resolve_with(
         continue_session: low.continue_session,
         profile: profile(low, env, file)?,
         fresh_session: low.fresh,
+        tape: tape(low),
         reasoning: low.reasoning.clone(),
         mcp_enabled: !low.no_mcp,
         approvals: approvals(low, file),
@@ -680,6 +684,15 @@ fn server(low: &LowArgs, mode: &Mode) -> ServerSettings {
 }
 
 /// config.json's rules, then the flags' (`--approve` is an allow rule, `--deny` a deny rule).
+/// The tape is only named here; the directory is touched when a backend is opened.
+fn tape(low: &LowArgs) -> Tape {
+    match (&low.record, &low.replay) {
+        (Some(dir), _) => Tape::record(dir),
+        (None, Some(dir)) => Tape::replay(dir),
+        (None, None) => Tape::off(),
+    }
+}
+
 fn approvals(low: &LowArgs, file: &ConfigFile) -> ApprovalSettings {
     let configured = file.approvals.clone().unwrap_or_default();
     let timeout = low

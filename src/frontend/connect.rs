@@ -103,6 +103,7 @@ pub fn open_backends(settings: &Settings, n: usize) -> Result<Opened, OpenError>
     };
     if let [only] = providers.as_slice() {
         if only.kind == ProviderKind::Llamacpp {
+            check_tape(settings, only)?;
             let llama = LlamaBackend::new(llama_config(settings, only)?)
                 .map_err(|e| OpenError::Usage(e.to_string()))?;
             let backends = (0..n.max(1))
@@ -147,6 +148,7 @@ pub fn open_provider(
     provider: &ProviderConfig,
 ) -> Result<Box<dyn Backend>, OpenError> {
     let reasoning = settings.reasoning.as_deref();
+    check_tape(settings, provider)?;
     Ok(match provider.kind {
         ProviderKind::Openai => Box::new(OpenAiBackend::new(openai_config(settings, provider)?)),
         ProviderKind::Anthropic => Box::new(AnthropicBackend::new(AnthropicConfig {
@@ -180,6 +182,36 @@ pub fn open_provider(
             )))
         }
     })
+}
+
+/// `--record`/`--replay` work on the HTTP requests of the API backends: the
+/// in-process model and TensorRT-LLM send none, and the `cli` thin client's
+/// `/updates` listener runs beside its requests, so their order is not
+/// reproducible. Asking for either with those is a usage error rather than an
+/// empty recording a user would only discover when attaching it. Otherwise
+/// the directory is readied (the manifest written or checked) now, so a bad
+/// `--replay DIR` fails before the first prompt.
+fn check_tape(settings: &Settings, provider: &ProviderConfig) -> Result<(), OpenError> {
+    if !settings.tape.is_on() {
+        return Ok(());
+    }
+    let kind = provider.kind;
+    if matches!(
+        kind,
+        ProviderKind::Llamacpp | ProviderKind::Tensorrt | ProviderKind::Cli
+    ) {
+        return Err(OpenError::Usage(format!(
+            "--record and --replay cover the API providers (openai, anthropic, gemini, ollama); \
+             provider '{}' is of type '{}', which sends no upstream requests that can be recorded",
+            provider.name,
+            kind.as_str()
+        )));
+    }
+    let model = provider.model.as_deref().unwrap_or_default();
+    settings
+        .tape
+        .prepare(kind.as_str(), model)
+        .map_err(|e| OpenError::Usage(e.to_string()))
 }
 
 /// With no provider configured, the embedded default model, when `make model` fetched it.
@@ -296,6 +328,7 @@ fn api_settings(
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
         timeouts: timeouts(settings),
+        tape: settings.tape.clone(),
         ..ApiSettings::new(base, model_of(provider)?)
     })
 }
@@ -335,6 +368,7 @@ fn openai_config(
         max_retries: 3,
         azure,
         max_tokens_param,
+        tape: settings.tape.clone(),
         ..OpenAiConfig::new(base_url, model)
     })
 }
