@@ -138,6 +138,7 @@ pub enum FlagId {
     CacheType,
     FlashAttn,
     Parallel,
+    NoPromptCache,
     Reasoning,
     NoMcp,
     UseTools,
@@ -251,6 +252,7 @@ pub const FLAGS: &[Flag] = &[
     flag(FlagId::CacheType, "cache-type", None, Val("TYPE"), S::Local, "KV cache type: f16|f32|q8_0|q4_0"),
     flag(FlagId::FlashAttn, "flash-attn", None, Opt("on|off|auto"), S::Local, "Flash attention; alone = on (default auto: off on AVX2 CPU kernels for heads up to 64 wide)"),
     flag(FlagId::Parallel, "parallel", None, Val("N"), S::Local, "Requests decoded together in one batch (slots), 1 to 64 (default 1)"),
+    flag(FlagId::NoPromptCache, "no-prompt-cache", None, Nothing, S::Local, "Neither restore nor save decoded prompts on disk (kv_cache_max_mb caps them)"),
     flag(FlagId::Config, "config", Some('c'), Val("FILE"), S::General, "Read and write FILE instead of the default config.json"),
     flag(FlagId::Debug, "debug", Some('d'), Opt("llm,tools,http"), S::General, "Debug output to stderr for these categories (none given = all)"),
     flag(FlagId::Version, "version", Some('v'), Nothing, S::General, "Print the version and exit"),
@@ -353,6 +355,7 @@ pub struct LowArgs {
     pub cache_type: Option<String>,
     /// `Some(true)`/`Some(false)` forced on or off; `None` is auto.
     pub flash_attn: Option<bool>,
+    pub no_prompt_cache: bool,
     pub parallel: Option<u32>,
     pub config: Option<PathBuf>,
     /// `Some` when `-d` was given: the categories named, or all of them.
@@ -513,6 +516,7 @@ fn set_switch(low: &mut LowArgs, id: FlagId) {
         FlagId::Tui => low.tui = Some(true),
         FlagId::NoTui => low.tui = Some(false),
         FlagId::NoColors => low.no_colors = true,
+        FlagId::NoPromptCache => low.no_prompt_cache = true,
         FlagId::CliServer => low.cliserver = true,
         FlagId::Server => low.server = true,
         FlagId::UseTools => low.use_tools = true,

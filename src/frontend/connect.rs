@@ -17,6 +17,7 @@ use crate::backend::cli::{CliBackend, CliConfig};
 use crate::backend::failover::{Board, FailoverBackend, Provider};
 use crate::backend::gemini::{self, GeminiBackend, GeminiConfig};
 use crate::backend::http::{ApiSettings, Timeouts};
+use crate::backend::llamacpp::prompt_cache::PromptCacheConfig;
 use crate::backend::llamacpp::{self, LlamaBackend, LlamaConfig};
 use crate::backend::local;
 use crate::backend::ollama::{self, OllamaBackend, OllamaConfig};
@@ -210,6 +211,10 @@ fn llama_config(settings: &Settings, provider: &ProviderConfig) -> Result<LlamaC
         flash_attn: local.flash_attn,
         parallel: local.parallel.unwrap_or(defaults.parallel),
         progress: super::progress::for_mode(&settings.mode),
+        prompt_cache: (local.prompt_cache_bytes > 0).then(|| PromptCacheConfig {
+            dir: crate::util::dirs::kv_cache_dir(),
+            max_bytes: local.prompt_cache_bytes,
+        }),
         ..defaults
     })
 }

@@ -15,6 +15,7 @@ mod hostile;
 mod loading;
 mod mcp;
 mod persist;
+mod prompt_cache;
 mod secrets;
 mod server_tools;
 mod terminal;

@@ -31,6 +31,7 @@
 //! every other backend's text: thinking tags, code blocks and tool-call markup are
 //! recognised there, never here.
 
+pub mod prompt_cache;
 mod prompt_tokens;
 mod request;
 mod slots;
@@ -76,6 +77,8 @@ pub struct LlamaConfig {
     pub flash_attn: Option<bool>,
     /// Where loading progress goes (see [`crate::llama::LoadProgress`]).
     pub progress: Option<LoadProgress>,
+    /// The prompt cache on disk; `None` with `--no-prompt-cache`.
+    pub prompt_cache: Option<prompt_cache::PromptCacheConfig>,
 }
 
 impl LlamaConfig {
@@ -91,6 +94,7 @@ impl LlamaConfig {
             cache_type: CacheType::F16,
             flash_attn: None,
             progress: None,
+            prompt_cache: None,
         }
     }
 }
