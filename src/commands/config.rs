@@ -34,7 +34,7 @@ const fn key(name: &'static str, kind: KeyKind, default: &'static str) -> Config
     }
 }
 
-static CONFIG_KEYS: [ConfigKey; 13] = [
+static CONFIG_KEYS: [ConfigKey; 14] = [
     key("streaming", KeyKind::Bool, "true"),
     key("system_prompt", KeyKind::Text, "(built in)"),
     key("max_rounds", KeyKind::Int, "50"),
@@ -48,6 +48,7 @@ static CONFIG_KEYS: [ConfigKey; 13] = [
     key("thinking", KeyKind::Bool, "false"),
     key("stats", KeyKind::Bool, "false"),
     key("timeout", KeyKind::Int, "300"),
+    key("kv_cache_max_mb", KeyKind::Int, "1024"),
 ];
 
 /// The keys `shepherd config` knows, for completion.
@@ -134,6 +135,7 @@ fn key_value(file: &ConfigFile, name: &str) -> Option<String> {
         "thinking" => show(file.thinking),
         "stats" => show(file.stats),
         "timeout" => show(file.timeout),
+        "kv_cache_max_mb" => show(file.kv_cache_max_mb),
         _ => None,
     }
 }
@@ -174,6 +176,7 @@ fn apply_key(file: &mut ConfigFile, key: &ConfigKey, value: &str) -> Result<(), 
         "top_k" => file.top_k = optional(name, value, parse_int)?,
         "context_size" => file.context_size = optional(name, value, parse_int)?,
         "timeout" => file.timeout = optional(name, value, parse_timeout)?,
+        "kv_cache_max_mb" => file.kv_cache_max_mb = optional(name, value, parse_int)?,
         "disabled_tools" => file.disabled_tools = args::split_globs(value).collect(),
         _ => return Err(format!("unknown config key '{name}'")),
     }

@@ -156,6 +156,9 @@ pub struct LocalSettings {
     pub parallel: Option<u32>,
     /// `--pooling`: how embeddings pool a sequence; `None` means mean.
     pub pooling: Option<String>,
+    /// The prompt cache's cap on disk in bytes; 0 with `--no-prompt-cache`
+    /// (or `kv_cache_max_mb` 0): no cache.
+    pub prompt_cache_bytes: u64,
 }
 
 /// Sampling values from one layer; `None` means "this layer says nothing".
@@ -615,7 +618,7 @@ pub fn resolve_with(
         server_auth: server_auth(low, env, file)?,
         use_tools: low.use_tools,
         queue_size: low.queue_size.map_or(DEFAULT_QUEUE_SIZE, |n| n as usize),
-        local: local(low),
+        local: local(low, file),
         tui: if interactive { low.tui } else { Some(false) },
         colors: !low.no_colors && env("NO_COLOR").is_none_or(|v| v.is_empty()),
         continue_session: low.continue_session,
@@ -766,8 +769,17 @@ fn read_token_file(path: &Path) -> Result<String, ConfigError> {
     Ok(token)
 }
 
-fn local(low: &LowArgs) -> LocalSettings {
+/// The prompt cache's default cap on disk (`kv_cache_max_mb`).
+const DEFAULT_KV_CACHE_MAX_MB: u64 = 1024;
+
+fn local(low: &LowArgs, file: &ConfigFile) -> LocalSettings {
+    let cap_mb = file.kv_cache_max_mb.unwrap_or(DEFAULT_KV_CACHE_MAX_MB);
     LocalSettings {
+        prompt_cache_bytes: if low.no_prompt_cache {
+            0
+        } else {
+            cap_mb.saturating_mul(1024 * 1024)
+        },
         model_path: low.model_path.clone(),
         gpu_layers: low.gpu_layers,
         threads: low.threads,

@@ -18,6 +18,7 @@ use crate::backend::failover::{Board, FailoverBackend, Provider};
 use crate::backend::gemini::{self, GeminiBackend, GeminiConfig};
 use crate::backend::http::{ApiSettings, Timeouts};
 use crate::backend::llamacpp::{self, LlamaBackend, LlamaConfig, LocalModel};
+use crate::backend::llamacpp::prompt_cache::PromptCacheConfig;
 use crate::backend::local;
 use crate::backend::ollama::{self, OllamaBackend, OllamaConfig};
 use crate::backend::openai::{AzureDeployment, MaxTokensParam, OpenAiBackend, OpenAiConfig};
@@ -264,6 +265,10 @@ fn llama_config(settings: &Settings, provider: &ProviderConfig) -> Result<LlamaC
         parallel: local.parallel.unwrap_or(defaults.parallel),
         pooling,
         progress: super::progress::for_mode(&settings.mode),
+        prompt_cache: (local.prompt_cache_bytes > 0).then(|| PromptCacheConfig {
+            dir: crate::util::dirs::kv_cache_dir(),
+            max_bytes: local.prompt_cache_bytes,
+        }),
         ..defaults
     })
 }

@@ -445,6 +445,46 @@ impl<'m> Context<'m> {
         }
     }
 
+    /// The cached state (KV cells, positions) of sequence `seq` as bytes, for the
+    /// prompt cache on disk; `None` when it is empty or could not be read.
+    pub fn seq_state(&mut self, seq: i32) -> Option<Vec<u8>> {
+        if !self.is_seq(seq) {
+            return None;
+        }
+        // SAFETY: `raw` is valid and `seq` is one of its sequences (checked above);
+        // this only measures.
+        let size = unsafe { sys::llama_state_seq_get_size(self.raw.as_ptr(), seq) };
+        if size == 0 {
+            return None;
+        }
+        let mut state = vec![0u8; size];
+        // SAFETY: `state` is a writable buffer of exactly `size` bytes, the size
+        // llama.cpp just asked for this sequence; nothing decodes in between.
+        let written = unsafe {
+            sys::llama_state_seq_get_data(self.raw.as_ptr(), state.as_mut_ptr(), size, seq)
+        };
+        (written == size).then_some(state)
+    }
+
+    /// Replaces what sequence `seq` holds with `state` (from [`Context::seq_state`]
+    /// of a context with the same model and parameters). False, with `seq` left
+    /// empty, when llama.cpp refused it.
+    pub fn set_seq_state(&mut self, seq: i32, state: &[u8]) -> bool {
+        self.logits.clear();
+        if !self.is_seq(seq) || !self.truncate_seq(seq, 0) {
+            return false;
+        }
+        // SAFETY: `state` is a readable buffer of `state.len()` bytes; llama.cpp
+        // checks what it reads against its own format and fails with 0.
+        let read = unsafe {
+            sys::llama_state_seq_set_data(self.raw.as_ptr(), state.as_ptr(), state.len(), seq)
+        };
+        if read == 0 {
+            self.truncate_seq(seq, 0);
+        }
+        read != 0
+    }
+
     /// Whether entry `index` of the last decoded batch has logits.
     pub fn has_logits_at(&self, index: usize) -> bool {
         self.logits.get(index).copied().unwrap_or(false)

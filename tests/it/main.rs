@@ -16,6 +16,7 @@ mod loading;
 mod mcp;
 mod persist;
 mod record;
+mod prompt_cache;
 mod secrets;
 mod server_tools;
 mod terminal;

@@ -37,6 +37,7 @@
 //! the model offers besides generation: embeddings, the tokenizer, its properties.
 
 mod model;
+pub mod prompt_cache;
 mod prompt_tokens;
 mod request;
 mod slots;
@@ -85,6 +86,8 @@ pub struct LlamaConfig {
     pub pooling: Pooling,
     /// Where loading progress goes (see [`crate::llama::LoadProgress`]).
     pub progress: Option<LoadProgress>,
+    /// The prompt cache on disk; `None` with `--no-prompt-cache`.
+    pub prompt_cache: Option<prompt_cache::PromptCacheConfig>,
 }
 
 impl LlamaConfig {
@@ -101,6 +104,7 @@ impl LlamaConfig {
             flash_attn: None,
             pooling: Pooling::Mean,
             progress: None,
+            prompt_cache: None,
         }
     }
 }

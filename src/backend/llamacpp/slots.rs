@@ -41,6 +41,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Select, TryRecvError};
 
 use super::model::{self, EmbedInput, Embedding, ModelError, ModelJob, ModelProps};
+use super::prompt_cache::PromptCache;
 use super::prompt_tokens::PromptTokens;
 use super::request::{common_prefix, finish_reply, forced_tools, sampler_params, tokenize_prompt};
 use super::{
@@ -58,6 +59,12 @@ type EmbedReply = crossbeam_channel::Sender<Result<Vec<Embedding>, ModelError>>;
 /// How long a step waits for the answers of slots that just sent text, so that they
 /// join the next batch rather than skip a step. A slower client only delays itself.
 const FLOW_GRACE: Duration = Duration::from_millis(5);
+/// A cached prompt on disk is restored when it holds at least this many more of
+/// the prompt than the slot does (fewer decode faster than a file loads).
+const RESTORE_MIN: usize = 64;
+/// A slot's cache is saved to disk when it decoded at least this many prompt
+/// tokens that were not cached (an agent's opening is about 1,500).
+const SAVE_MIN: usize = 256;
 /// How often a worker with nothing to decode looks at the cancel flags.
 const IDLE_POLL: Duration = Duration::from_millis(50);
 /// How long the worker stays idle after an answer before it warms up the next turn:
@@ -134,6 +141,8 @@ pub(super) struct Worker<'m> {
     waiting: Option<NextTurn>,
     /// Embedding requests waiting for an idle slot.
     embeds: VecDeque<(Vec<EmbedInput>, EmbedReply)>,
+    /// Decoded prompts on disk, for cold starts (`None`: `--no-prompt-cache`).
+    prompt_cache: Option<PromptCache>,
     /// The context's flash attention and physical batch, for the bench's report.
     #[cfg(test)]
     settings: (Option<bool>, u32),
@@ -200,6 +209,30 @@ impl Task {
     fn blocked(&self) -> bool {
         self.unanswered.len() > IN_FLIGHT
     }
+}
+
+/// What a sequence's saved state depends on: the llama.cpp build, the model
+/// file (path, size, modification time) and every context parameter that
+/// changes the cache's layout or contents.
+fn cache_key(config: &LlamaConfig, params: &ContextParams, n_ctx_seq: u32) -> String {
+    let path = std::fs::canonicalize(&config.model_path).unwrap_or(config.model_path.clone());
+    let meta = std::fs::metadata(&path).ok();
+    let modified = meta
+        .as_ref()
+        .and_then(|m| m.modified().ok())
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos());
+    format!(
+        "shepherd {}\nggml {:?}\nmodel {} {} {modified}\ncontext {n_ctx_seq} per sequence, cache {:?}, flash attention {:?}, ubatch {}, gpu layers {}",
+        env!("CARGO_PKG_VERSION"),
+        llama::ggml_build(),
+        path.display(),
+        meta.map_or(0, |m| m.len()),
+        params.cache_type,
+        params.flash_attn,
+        params.n_ubatch,
+        config.gpu_layers,
+    )
 }
 
 /// The context size: the one requested, else the training context, capped.
@@ -270,11 +303,16 @@ impl<'m> Worker<'m> {
             .collect();
         // Each slot's last prompt, and the two renderings of each warm-up.
         let prompt_tokens = PromptTokens::new(model, 3 * slots.len());
+        let prompt_cache = config.prompt_cache.as_ref().map(|cache| {
+            let key = cache_key(config, &params, ctx.n_ctx_seq());
+            PromptCache::new(cache, key)
+        });
         Ok(Worker {
             template: load_template(model),
             prompt_tokens,
             waiting: None,
             embeds: VecDeque::new(),
+            prompt_cache,
             n_ctx_slot: ctx.n_ctx_seq() as usize,
             ctx,
             batch,
@@ -463,6 +501,7 @@ impl<'m> Worker<'m> {
         let (prompt, sampler, forced_tools, max_tokens, stops) = prepared;
         let index = self.choose_slot(&prompt);
         self.adopt_prefix(index, &prompt);
+        self.restore(index, &prompt);
         // A request came: the session it continues waits no longer.
         self.waiting = None;
         let slot = &mut self.slots[index];
@@ -619,8 +658,51 @@ impl<'m> Worker<'m> {
         // prompt would take, in place of what that slot held.
         let index = self.choose_slot(&tokens);
         self.adopt_prefix(index, &tokens);
+        self.restore(index, &tokens);
+        let before = common_prefix(&self.slots[index].mirror, &tokens);
         let most = self.n_ctx_slot / 2;
-        self.warm_slot(index, &tokens, most, usize::MAX);
+        if self.warm_slot(index, &tokens, most, usize::MAX) {
+            let decoded = common_prefix(&self.slots[index].mirror, &tokens) - before;
+            self.save(index, decoded);
+        }
+    }
+
+    /// Restores into slot `index` the cached prompt on disk that shares the longest
+    /// prefix with `tokens`, when that is [`RESTORE_MIN`] tokens more than the slot
+    /// holds already (the caller then cuts it to the shared prefix).
+    fn restore(&mut self, index: usize, tokens: &[Token]) {
+        let Some(cache) = &self.prompt_cache else {
+            return;
+        };
+        let slot = &mut self.slots[index];
+        let held = common_prefix(&slot.mirror, tokens);
+        let Some(entry) = cache.best(tokens, held + RESTORE_MIN) else {
+            return;
+        };
+        let restored = self.ctx.set_seq_state(slot.seq, &entry.state);
+        crate::log::debug(crate::log::Category::Llm, || {
+            let n = entry.tokens.len();
+            format!(
+                "slot {}: restored {n} cached tokens from disk: {restored}",
+                slot.seq
+            )
+        });
+        slot.mirror = if restored { entry.tokens } else { Vec::new() };
+    }
+
+    /// Saves slot `index`'s cache to disk when it decoded at least [`SAVE_MIN`]
+    /// prompt tokens that were not cached (what a later cold start would redo).
+    fn save(&mut self, index: usize, decoded: usize) {
+        let Some(cache) = &mut self.prompt_cache else {
+            return;
+        };
+        let slot = &self.slots[index];
+        if decoded < SAVE_MIN || slot.mirror.is_empty() {
+            return;
+        }
+        if let Some(state) = self.ctx.seq_state(slot.seq) {
+            cache.save(slot.mirror.clone(), state);
+        }
     }
 
     /// Decodes `tokens` into slot `index` beyond what its cache shares with them,
@@ -991,6 +1073,7 @@ impl<'m> Worker<'m> {
             reply
         });
         let _ = task.job.events.send(WorkerMsg::Done(reply));
+        self.save(index, task.report.decoded_tokens);
         self.release(index);
     }
 

@@ -8,6 +8,7 @@ use crate::core::Role;
 use crate::core::Stats;
 use crate::util::dirs::test_models::{swa_test_model_path, test_model_path};
 use serde_json::json;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 fn backend(n_ctx: u32) -> LlamaBackend {
@@ -1089,4 +1090,106 @@ fn embeddings_are_unit_vectors_equal_for_equal_inputs_and_checked_first() {
     ));
     let ids = tokens.iter().map(|(id, _)| *id).collect();
     assert_eq!(model.detokenize(ids).unwrap(), cat);
+}
+
+/// A backend whose prompt cache lives in `dir`.
+fn cached_backend(dir: &Path) -> LlamaBackend {
+    let mut config = LlamaConfig::new(test_model_path());
+    config.context_size = Some(2048);
+    config.threads = Some(2);
+    config.prompt_cache = Some(prompt_cache::PromptCacheConfig {
+        dir: dir.to_path_buf(),
+        max_bytes: u64::MAX,
+    });
+    LlamaBackend::new(config).expect("the test model loads")
+}
+
+/// A question after a long opening (like an agent's system prompt and tools),
+/// long enough to be worth saving.
+fn long_question(text: &str) -> Session {
+    let rules: String = (1..=40)
+        .map(|n| format!("Rule {n}: answer in plain words and keep it short.\n"))
+        .collect();
+    let mut session = Session::new(format!("Keep answers concise.\n{rules}"));
+    session.messages.push(Message::user(text));
+    session
+}
+
+fn cache_files(dir: &Path) -> Vec<PathBuf> {
+    let files = std::fs::read_dir(dir).map(|d| d.filter_map(Result::ok).map(|e| e.path()));
+    files.map_or(Vec::new(), |f| {
+        f.filter(|p| p.extension().is_some_and(|x| x == "kv"))
+            .collect()
+    })
+}
+
+#[test]
+fn a_cold_start_restores_the_cached_prompt_and_answers_as_decoding_does() {
+    let dir = crate::util::fs::test_support::temp_dir("kv-restore");
+    let france = long_question("What is the capital of France?");
+    let (first, _) = ask(&mut cached_backend(&dir), &france, &greedy(16));
+    assert_eq!(cache_files(&dir).len(), 1, "the decoded prompt was saved");
+    // A new backend (a new run) restores it: the same question decodes one token.
+    let mut second = cached_backend(&dir);
+    let (again, events) = ask(&mut second, &france, &greedy(16));
+    let report = second.last_prefill().unwrap();
+    assert_eq!(report.reused_tokens, report.prompt_tokens - 1, "{report:?}");
+    assert_eq!(stats_of(&events).cached_tokens, report.reused_tokens as u64);
+    assert_eq!(again.unwrap().content, first.unwrap().content);
+    // Another question shares the opening: restored up to the question.
+    let italy = long_question("What is the capital of Italy?");
+    let mut third = cached_backend(&dir);
+    let (restored, _) = ask(&mut third, &italy, &greedy(16));
+    let report = third.last_prefill().unwrap();
+    assert!(
+        report.reused_tokens > 300 && report.decoded_tokens < 20,
+        "{report:?}"
+    );
+    let (decoded, _) = ask(&mut backend_with(2048, 1), &italy, &greedy(16));
+    assert_eq!(restored.unwrap().content, decoded.unwrap().content);
+}
+
+#[test]
+fn corrupt_truncated_and_foreign_cache_files_are_misses_and_are_replaced() {
+    let dir = crate::util::fs::test_support::temp_dir("kv-bad");
+    let session = long_question("What is the capital of France?");
+    let (expected, _) = ask(&mut cached_backend(&dir), &session, &greedy(16));
+    let expected = expected.unwrap().content;
+    let path = cache_files(&dir).pop().expect("saved");
+    let good = std::fs::read(&path).unwrap();
+    // A file another context wrote (another size), under this context's name.
+    let other_dir = crate::util::fs::test_support::temp_dir("kv-other");
+    let mut config = LlamaConfig::new(test_model_path());
+    (config.context_size, config.threads) = (Some(1024), Some(2));
+    config.prompt_cache = Some(prompt_cache::PromptCacheConfig {
+        dir: other_dir.clone(),
+        max_bytes: u64::MAX,
+    });
+    let _ = ask(
+        &mut LlamaBackend::new(config).unwrap(),
+        &session,
+        &greedy(1),
+    );
+    let foreign = std::fs::read(cache_files(&other_dir).pop().expect("saved")).unwrap();
+    let mut flipped = good.clone();
+    let middle = flipped.len() / 2;
+    flipped[middle] ^= 1;
+    let spoiled = [
+        ("corrupt", flipped),
+        ("truncated", good[..good.len() - 100].to_vec()),
+        ("foreign", foreign),
+    ];
+    for (what, bytes) in spoiled {
+        std::fs::write(&path, bytes).unwrap();
+        let mut llm = cached_backend(&dir);
+        let (reply, _) = ask(&mut llm, &session, &greedy(16));
+        assert_eq!(llm.last_prefill().unwrap().reused_tokens, 0, "{what}");
+        assert_eq!(reply.unwrap().content, expected, "{what}");
+        drop(llm);
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            good,
+            "{what}: replaced by a good file"
+        );
+    }
 }
