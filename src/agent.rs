@@ -943,7 +943,7 @@ mod tests {
         let mut llama = LlamaConfig::new(test_model_path());
         llama.context_size = Some(2048);
         llama.threads = Some(2);
-        llama.progress = false;
+        llama.progress = None;
         llama.parallel = 1;
         let backend = LlamaBackend::new(llama).expect("the test model loads");
         let mut tools = ToolRegistry::builtin();

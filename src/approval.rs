@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use crate::audit::{AuditLog, AuditRecord, DecidedBy, Verdict};
+pub use crate::core::Answer;
 use crate::core::{ApprovalRequest, Event, ToolCall};
 use crate::tools::{pattern, ToolOutput};
 
@@ -101,27 +102,6 @@ impl Verdict {
             summary: format!("denied ({})", self.by.as_str()),
             content: text,
             error: true,
-        }
-    }
-}
-
-/// The user's answer to one request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Answer {
-    Allow,
-    /// Allow, and allow this tool without asking for the rest of the session.
-    Always,
-    Deny,
-}
-
-impl Answer {
-    /// `allow`, `always` or `deny` (also `y`, `a`, `n`), as typed or posted.
-    pub fn parse(word: &str) -> Option<Answer> {
-        match word.trim().to_ascii_lowercase().as_str() {
-            "allow" | "y" | "yes" => Some(Answer::Allow),
-            "always" | "a" => Some(Answer::Always),
-            "deny" | "n" | "no" => Some(Answer::Deny),
-            _ => None,
         }
     }
 }
@@ -354,6 +334,27 @@ impl Gate {
             Asked::TimedOut => Verdict::deny(DecidedBy::Timeout),
             Asked::Cancelled => Verdict::deny(DecidedBy::Cancelled),
             Asked::NoOne => Verdict::deny(DecidedBy::NoApprover),
+        }
+    }
+
+    /// Answers for a call another shepherd asks about (the cliserver behind
+    /// `--backend cli`): this gate's policy, "always" answers and user decide
+    /// as for a local call that has side effects, and the answer says whether
+    /// the user chose "always", so the server remembers it too.
+    pub fn answer_remote(
+        &mut self,
+        call: &ToolCall,
+        notify: &mut dyn FnMut(Event),
+        cancel: &AtomicBool,
+    ) -> Answer {
+        let name = call.name.to_ascii_lowercase();
+        let always_before = self.always.contains(&name);
+        if !self.check(call, true, notify, cancel).allowed {
+            Answer::Deny
+        } else if !always_before && self.always.contains(&name) {
+            Answer::Always
+        } else {
+            Answer::Allow
         }
     }
 

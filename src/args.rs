@@ -9,8 +9,13 @@
 //! how they are described; the parser and the generated `--help` text both
 //! read it, so the two cannot drift apart.
 //!
-//! The first `provider` or `config` word is a subcommand: everything after it
-//! is kept verbatim for `commands`, which parses it itself.
+//! The first positional word is a subcommand (`provider`, `config`, ...; the
+//! table in [`subcommands`]): everything after it is kept verbatim for
+//! `commands`, which parses it itself. [`complete`] turns both tables into
+//! shell completion scripts and the man page.
+
+pub mod complete;
+pub mod subcommands;
 
 use std::ffi::OsString;
 use std::fmt;
@@ -19,8 +24,10 @@ use std::path::PathBuf;
 use crate::log::Category;
 
 /// The one-line usage shown with every usage error and at the top of `--help`.
-pub const USAGE: &str =
-    "Usage: shepherd [FLAGS] [provider ARGS... | config [KEY [VALUE]] | profile ARGS... | mcp ARGS... | models | sessions ARGS...]";
+pub const USAGE: &str = "Usage: shepherd [FLAGS] [COMMAND [ACTION] [ARGS...]]";
+
+/// What shepherd is, in the help's and the man page's first line.
+pub const DESCRIPTION: &str = "LLM chat client and tool-running agent";
 
 /// A command line that cannot be understood. The front-end prints it with
 /// [`USAGE`] and exits with status 2.
@@ -132,6 +139,8 @@ pub enum FlagId {
     CacheType,
     FlashAttn,
     Parallel,
+    Pooling,
+    NoPromptCache,
     Reasoning,
     NoMcp,
     UseTools,
@@ -144,6 +153,8 @@ pub enum FlagId {
     ApprovalTimeout,
     Profile,
     Fresh,
+    Record,
+    Replay,
 }
 
 /// One row of the flag table.
@@ -238,6 +249,8 @@ pub const FLAGS: &[Flag] = &[
     flag(FlagId::QueueSize, "queue-size", None, Val("N"), S::Modes, "--server: requests that may wait for a slot, 0 to 4096 (default 16)"),
     flag(FlagId::Continue, "continue", None, Nothing, S::Modes, "Continue the last saved session in this directory"),
     flag(FlagId::Fresh, "fresh", None, Nothing, S::Modes, "CLI server: start with an empty session instead of the saved one"),
+    flag(FlagId::Record, "record", None, Val("DIR"), S::General, "Record every upstream request and response (secrets redacted) into DIR, for bug reports"),
+    flag(FlagId::Replay, "replay", None, Val("DIR"), S::General, "Serve the upstream responses recorded in DIR instead of contacting the provider"),
     aliased(flag(FlagId::ModelPath, "model-path", None, Val("PATH"), S::Local, "GGUF model file or directory"), "model_path"),
     flag(FlagId::GpuLayers, "gpu-layers", None, Val("N"), S::Local, "Layers on the GPU (-1 = all)"),
     flag(FlagId::Threads, "threads", None, Val("N"), S::Local, "CPU threads (default: one per core up to 16; 2 with every layer on a GPU)"),
@@ -246,6 +259,8 @@ pub const FLAGS: &[Flag] = &[
     flag(FlagId::CacheType, "cache-type", None, Val("TYPE"), S::Local, "KV cache type: f16|f32|q8_0|q4_0"),
     flag(FlagId::FlashAttn, "flash-attn", None, Opt("on|off|auto"), S::Local, "Flash attention; alone = on (default auto: off on AVX2 CPU kernels for heads up to 64 wide)"),
     flag(FlagId::Parallel, "parallel", None, Val("N"), S::Local, "Requests decoded together in one batch (slots), 1 to 64 (default 1)"),
+    flag(FlagId::Pooling, "pooling", None, Val("TYPE"), S::Local, "--server: how /v1/embeddings pools a sequence: mean|cls|last (default mean)"),
+    flag(FlagId::NoPromptCache, "no-prompt-cache", None, Nothing, S::Local, "Neither restore nor save decoded prompts on disk (kv_cache_max_mb caps them)"),
     flag(FlagId::Config, "config", Some('c'), Val("FILE"), S::General, "Read and write FILE instead of the default config.json"),
     flag(FlagId::Debug, "debug", Some('d'), Opt("llm,tools,http"), S::General, "Debug output to stderr for these categories (none given = all)"),
     flag(FlagId::Version, "version", Some('v'), Nothing, S::General, "Print the version and exit"),
@@ -261,6 +276,38 @@ pub enum Subcommand {
     Mcp(Vec<String>),
     Models(Vec<String>),
     Sessions(Vec<String>),
+    Completions(Vec<String>),
+    Man(Vec<String>),
+}
+
+impl Subcommand {
+    /// The command's name, as in [`subcommands::COMMANDS`].
+    pub fn name(&self) -> &'static str {
+        match self {
+            Subcommand::Provider(_) => "provider",
+            Subcommand::Config(_) => "config",
+            Subcommand::Profile(_) => "profile",
+            Subcommand::Mcp(_) => "mcp",
+            Subcommand::Models(_) => "models",
+            Subcommand::Sessions(_) => "sessions",
+            Subcommand::Completions(_) => "completions",
+            Subcommand::Man(_) => "man",
+        }
+    }
+
+    /// The words after the command's name.
+    pub fn words(&self) -> &[String] {
+        match self {
+            Subcommand::Provider(w)
+            | Subcommand::Config(w)
+            | Subcommand::Profile(w)
+            | Subcommand::Mcp(w)
+            | Subcommand::Models(w)
+            | Subcommand::Sessions(w)
+            | Subcommand::Completions(w)
+            | Subcommand::Man(w) => w,
+        }
+    }
 }
 
 /// Everything that was typed, checked for syntax and ranges, with no defaults applied.
@@ -314,6 +361,10 @@ pub struct LowArgs {
     pub continue_session: bool,
     pub profile: Option<String>,
     pub fresh: bool,
+    /// `--record DIR`.
+    pub record: Option<PathBuf>,
+    /// `--replay DIR`.
+    pub replay: Option<PathBuf>,
     pub no_auth: bool,
     pub model_path: Option<PathBuf>,
     pub gpu_layers: Option<i32>,
@@ -323,7 +374,9 @@ pub struct LowArgs {
     pub cache_type: Option<String>,
     /// `Some(true)`/`Some(false)` forced on or off; `None` is auto.
     pub flash_attn: Option<bool>,
+    pub no_prompt_cache: bool,
     pub parallel: Option<u32>,
+    pub pooling: Option<String>,
     pub config: Option<PathBuf>,
     /// `Some` when `-d` was given: the categories named, or all of them.
     pub debug: Option<Vec<Category>>,
@@ -405,9 +458,12 @@ fn subcommand(word: OsString, parser: &mut lexopt::Parser) -> Result<Subcommand,
         "mcp" => Subcommand::Mcp,
         "models" => Subcommand::Models,
         "sessions" => Subcommand::Sessions,
+        "completions" => Subcommand::Completions,
+        "man" => Subcommand::Man,
         _ => {
             return Err(UsageError(format!(
-                "unexpected argument '{word}' (commands are 'provider', 'config', 'profile', 'mcp', 'models' and 'sessions'; use -e TEXT for a prompt)"
+                "unexpected argument '{word}' (commands are {}; use -e TEXT for a prompt)",
+                subcommands::command_names()
             )))
         }
     };
@@ -457,7 +513,12 @@ fn missing(flag: &Flag, value_name: &str) -> UsageError {
 fn is_path_flag(id: FlagId) -> bool {
     matches!(
         id,
-        FlagId::Config | FlagId::SystemPromptFile | FlagId::ModelPath | FlagId::AuthTokenFile
+        FlagId::Config
+            | FlagId::SystemPromptFile
+            | FlagId::ModelPath
+            | FlagId::AuthTokenFile
+            | FlagId::Record
+            | FlagId::Replay
     )
 }
 
@@ -466,6 +527,8 @@ fn set_path(low: &mut LowArgs, id: FlagId, path: PathBuf) {
         FlagId::Config => low.config = Some(path),
         FlagId::SystemPromptFile => low.system_prompt_file = Some(path),
         FlagId::AuthTokenFile => low.auth_token_file = Some(path),
+        FlagId::Record => low.record = Some(path),
+        FlagId::Replay => low.replay = Some(path),
         _ => low.model_path = Some(path),
     }
 }
@@ -482,6 +545,7 @@ fn set_switch(low: &mut LowArgs, id: FlagId) {
         FlagId::Tui => low.tui = Some(true),
         FlagId::NoTui => low.tui = Some(false),
         FlagId::NoColors => low.no_colors = true,
+        FlagId::NoPromptCache => low.no_prompt_cache = true,
         FlagId::CliServer => low.cliserver = true,
         FlagId::Server => low.server = true,
         FlagId::UseTools => low.use_tools = true,
@@ -512,14 +576,11 @@ fn set_value(low: &mut LowArgs, flag: &Flag, raw: &str) -> Result<(), UsageError
         FlagId::ApiKey => low.api_key = text(),
         FlagId::Prompt => low.prompt = text(),
         FlagId::SystemPrompt => low.system_prompt = text(),
-        FlagId::Reasoning => {
-            low.reasoning = Some(choice(flag, raw, &["off", "low", "medium", "high"])?)
-        }
-        FlagId::CacheType => {
-            low.cache_type = Some(choice(flag, raw, &["f16", "f32", "q8_0", "q4_0"])?)
-        }
+        FlagId::Reasoning => low.reasoning = Some(choice(flag, raw, &REASONING_LEVELS)?),
+        FlagId::Pooling => low.pooling = Some(choice(flag, raw, &POOLING_MODES)?),
+        FlagId::CacheType => low.cache_type = Some(choice(flag, raw, &CACHE_TYPES)?),
         FlagId::FlashAttn => {
-            low.flash_attn = match choice(flag, raw, &["on", "off", "auto"])?.as_str() {
+            low.flash_attn = match choice(flag, raw, &FLASH_ATTN_MODES)?.as_str() {
                 "on" => Some(true),
                 "off" => Some(false),
                 _ => None,
@@ -607,6 +668,33 @@ fn choice(flag: &Flag, raw: &str, allowed: &[&str]) -> Result<String, UsageError
         Ok(raw.to_string())
     } else {
         Err(bad(flag, raw, &format!("one of {}", allowed.join(", "))))
+    }
+}
+
+pub const REASONING_LEVELS: [&str; 4] = ["off", "low", "medium", "high"];
+/// How `/v1/embeddings` pools a sequence (`--pooling`).
+pub const POOLING_MODES: [&str; 3] = ["mean", "cls", "last"];
+pub const CACHE_TYPES: [&str; 4] = ["f16", "f32", "q8_0", "q4_0"];
+pub const FLASH_ATTN_MODES: [&str; 3] = ["on", "off", "auto"];
+/// What `--approve` accepts besides tool-name globs.
+pub const APPROVE_WORDS: [&str; 1] = ["all"];
+
+/// What a flag's value is completed from (the completion scripts and the man page ask).
+/// A flag not named here takes free text.
+pub fn flag_values(id: FlagId) -> subcommands::Values {
+    use subcommands::{NameKind, Values};
+    match id {
+        FlagId::Provider => Values::Names(NameKind::Providers),
+        FlagId::Profile => Values::Names(NameKind::Profiles),
+        FlagId::Backend => Values::Choices(&BACKEND_NAMES),
+        FlagId::Reasoning => Values::Choices(&REASONING_LEVELS),
+        FlagId::Pooling => Values::Choices(&POOLING_MODES),
+        FlagId::CacheType => Values::Choices(&CACHE_TYPES),
+        FlagId::FlashAttn => Values::Choices(&FLASH_ATTN_MODES),
+        FlagId::Debug => Values::Choices(&["llm", "tools", "http", "all"]),
+        FlagId::Approve => Values::Choices(&APPROVE_WORDS),
+        id if is_path_flag(id) => Values::File,
+        _ => Values::Any,
     }
 }
 
@@ -710,6 +798,11 @@ fn check_combinations(low: &LowArgs) -> Result<(), UsageError> {
         (low.json && low.server, "--json", "--server"),
         (low.json && low.cliserver, "--json", "--cliserver"),
         (low.server && low.cliserver, "--server", "--cliserver"),
+        (
+            low.record.is_some() && low.replay.is_some(),
+            "--record",
+            "--replay",
+        ),
         (low.toolserver && low.json, "--toolserver", "--json"),
         (low.toolserver && low.server, "--toolserver", "--server"),
         (
@@ -727,13 +820,9 @@ fn check_combinations(low: &LowArgs) -> Result<(), UsageError> {
 /// The full `--help` text, generated from [`FLAGS`] and grouped by [`Section`].
 pub fn help_text() -> String {
     let mut out = format!(
-        "shepherd {}: LLM chat client and tool-running agent\n\n{USAGE}\n\n\
-         Commands:\n  provider list|add|NAME show|set|use|remove   Manage providers\n  \
-         config [KEY [VALUE]]                         Show or change settings\n  \
-         profile list|add|edit|show|use|remove NAME   Manage profiles (tools, MCP servers, guidelines)\n  \
-         models                                       List the local GGUF models\n  \
-         sessions list|show|delete|export ID          Manage saved sessions\n",
-        env!("CARGO_PKG_VERSION")
+        "shepherd {}: {DESCRIPTION}\n\n{USAGE}\n\n{}",
+        env!("CARGO_PKG_VERSION"),
+        subcommands::commands_help()
     );
     let width = FLAGS.iter().map(|f| flag_label(f).len()).max().unwrap_or(0);
     for section in Section::ALL {
@@ -901,6 +990,8 @@ mod tests {
             ok(&["--cache-type", "q8_0"]).cache_type.as_deref(),
             Some("q8_0")
         );
+        check_err(&["--pooling", "none"], &["--pooling", "none", "mean"]);
+        assert_eq!(ok(&["--pooling", "cls"]).pooling.as_deref(), Some("cls"));
         check_err(&["--flash-attn=1"], &["--flash-attn", "on, off, auto"]);
         assert_eq!(ok(&["--flash-attn=off"]).flash_attn, Some(false));
         assert_eq!(ok(&["--flash-attn=on"]).flash_attn, Some(true));

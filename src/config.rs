@@ -247,6 +247,9 @@ pub struct ConfigFile {
     /// Seconds an API request may take.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<u64>,
+    /// The prompt cache's cap on disk, in MiB (0 turns it off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_cache_max_mb: Option<u64>,
     /// The token the servers require (`--auth-token`, `SHEPHERD_AUTH_TOKEN`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth_token: Option<String>,

@@ -398,7 +398,7 @@ mod tests {
         let path = crate::util::dirs::test_models::test_model_path();
         let params = crate::llama::ModelParams {
             gpu_layers: 0,
-            progress: false,
+            progress: None,
         };
         let model = crate::llama::Model::load(&path, &params).expect("test model loads");
         model

@@ -16,11 +16,14 @@
 //! size limit of tool results, the round cap, and a result for every call
 //! when the turn is cancelled halfway.
 
+use std::sync::atomic::AtomicBool;
+
 use crate::approval::Gate;
 use crate::backend::{Backend, GenerateRequest, Reply, Sampling, ToolChoice, Usage};
 use crate::core::ToolSpec;
 use crate::core::{
-    BackendError, Event, EventSink, FinishReason, Message, Role, Session, ToolCall, ToolResultEvent,
+    Answer, BackendError, Event, EventSink, FinishReason, Flow, Message, Role, Session, ToolCall,
+    ToolResultEvent,
 };
 use crate::log::{self, Category};
 use crate::tools::{truncate, ToolContext, ToolOutput, ToolRegistry};
@@ -68,6 +71,32 @@ pub enum Outcome {
     RoundCap(Usage),
     /// A backend error eviction could not cure, or a cancel between tools.
     Failed(BackendError),
+}
+
+/// The sink a backend generates into: the turn's own, with the gate to ask
+/// when the backend relays another shepherd's approval request.
+struct AskingSink<'a> {
+    inner: &'a mut dyn EventSink,
+    gate: &'a mut Gate,
+    cancel: &'a AtomicBool,
+}
+
+impl EventSink for AskingSink<'_> {
+    fn emit(&mut self, event: Event) -> Flow {
+        self.inner.emit(event)
+    }
+
+    fn cancelled(&self) -> bool {
+        self.inner.cancelled()
+    }
+
+    fn approve(&mut self, call: &ToolCall) -> Answer {
+        let inner = &mut *self.inner;
+        let mut notify = |event: Event| {
+            inner.emit(event);
+        };
+        self.gate.answer_remote(call, &mut notify, self.cancel)
+    }
 }
 
 /// One turn: the session to extend and everything the loop needs. The last
@@ -159,9 +188,12 @@ impl Turn<'_> {
             stream: self.config.stream,
         };
         let first_new = unmeasured_from(self.session);
-        let reply = self
-            .backend
-            .generate(self.session, &request, &mut *self.sink)?;
+        let mut sink = AskingSink {
+            inner: &mut *self.sink,
+            gate: &mut *self.gate,
+            cancel: &self.tool_ctx.cancel,
+        };
+        let reply = self.backend.generate(self.session, &request, &mut sink)?;
         if let Some(usage) = reply.usage {
             correct_tokens(self.session, usage, first_new);
         }

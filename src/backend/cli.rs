@@ -12,7 +12,10 @@
 //!
 //! A local `/clear` (the agent's session starting over) is forwarded as
 //! `POST /clear` before the next prompt; a local cancel is forwarded as
-//! `POST /cancel`. This module owns its wire structs: the server's shape is
+//! `POST /cancel`. A server's `approval_required` is asked of the local user
+//! through the sink ([`EventSink::approve`]: the agent's gate, so the REPL,
+//! TUI and `--json` ask as for a local call and `-e` refuses), and the answer
+//! goes back as `POST /approve/{id}`. This module owns its wire structs: the server's shape is
 //! defined in `frontend::cli_server`, and the two are kept in step by the
 //! end-to-end tests.
 
@@ -163,6 +166,22 @@ impl CliBackend {
     }
 
     /// Follows request `id` on the feed until it completes.
+    /// Asks the local user's side (the agent's gate, through `sink`) about a
+    /// call the server waits to run, and posts the answer to `/approve/{id}`.
+    fn answer_approval(&self, id: &str, call: &ToolCall, sink: &mut dyn EventSink) {
+        let answer = sink.approve(call);
+        let body = ApproveBody {
+            decision: answer.as_str(),
+        };
+        if let Err(error) = self.post(&format!("/approve/{id}"), &body) {
+            // Someone else (another client, the chat page) may have answered first.
+            sink.emit(Event::System(format!(
+                "could not answer the server's approval of '{}': {error}",
+                call.name
+            )));
+        }
+    }
+
     fn follow(&mut self, id: u64, sink: &mut dyn EventSink) -> Result<Reply, BackendError> {
         let mut turn = TurnText::default();
         let mut cancel_sent: Option<Instant> = None;
@@ -211,8 +230,25 @@ impl CliBackend {
             if line.request_id != Some(id) {
                 continue;
             }
-            if let WireEvent::ResponseComplete { finish_reason } = &line.event {
-                return Ok(turn.reply(finish_from(finish_reason)));
+            match line.event {
+                WireEvent::ResponseComplete { finish_reason } => {
+                    return Ok(turn.reply(finish_from(&finish_reason)))
+                }
+                WireEvent::ApprovalRequired {
+                    id,
+                    name,
+                    args,
+                    tool_call_id,
+                } => {
+                    let call = ToolCall {
+                        id: tool_call_id,
+                        name,
+                        arguments: args,
+                    };
+                    self.answer_approval(&id, &call, sink);
+                    continue;
+                }
+                _ => {}
             }
             let Some(event) = to_event(line.event) else {
                 continue;
@@ -411,6 +447,11 @@ struct PromptBody<'a> {
 #[derive(Serialize)]
 struct Empty {}
 
+#[derive(Serialize)]
+struct ApproveBody<'a> {
+    decision: &'a str,
+}
+
 #[derive(Deserialize)]
 struct QueuedBody {
     request_id: u64,
@@ -471,6 +512,10 @@ enum WireEvent {
     ApprovalRequired {
         id: String,
         name: String,
+        #[serde(default)]
+        args: Value,
+        #[serde(default)]
+        tool_call_id: String,
     },
     #[serde(other)]
     Unknown,
@@ -490,6 +535,7 @@ struct WireStats {
     context_size: u64,
     #[serde(default)]
     cached_tokens: u64,
+    provider: Option<String>,
 }
 
 /// The event a wire event stands for; `None` for ones the local agent makes itself.
@@ -517,11 +563,6 @@ fn to_event(event: WireEvent) -> Option<Event> {
             content,
         }),
         WireEvent::System { content } => Event::System(content),
-        // This client cannot answer for the server's user; say where to.
-        WireEvent::ApprovalRequired { id, name } => Event::System(format!(
-            "the server waits for approval of '{name}': POST /approve/{id} with \
-             {{\"decision\": \"allow\"}} or {{\"decision\": \"deny\"}}"
-        )),
         WireEvent::Stats(s) => Event::Stats(Stats {
             prompt_tokens: s.prompt_tokens,
             completion_tokens: s.completion_tokens,
@@ -530,6 +571,7 @@ fn to_event(event: WireEvent) -> Option<Event> {
             context_used: s.context_used,
             context_size: s.context_size,
             cached_tokens: s.cached_tokens,
+            provider: s.provider,
         }),
         WireEvent::Error {
             message,
@@ -538,9 +580,11 @@ fn to_event(event: WireEvent) -> Option<Event> {
             kind: error_kind(&error_type),
             message,
         },
+        // `follow` answers approval requests through the local gate.
         WireEvent::Connected {}
         | WireEvent::UserPrompt {}
         | WireEvent::ResponseComplete { .. }
+        | WireEvent::ApprovalRequired { .. }
         | WireEvent::Unknown => return None,
     })
 }
@@ -683,17 +727,6 @@ mod tests {
         assert!(events[5].contains("Content(\"Done ✓\")"));
         assert!(events[6].contains("prompt_tokens: 5"));
         assert_eq!(events[7], "12 complete stop");
-    }
-
-    #[test]
-    fn a_server_approval_request_becomes_a_notice() {
-        let line =
-            r#"{"type":"approval_required","id":"7","name":"write","args":{},"tool_call_id":"c"}"#;
-        let wire: WireEvent = serde_json::from_str(line).unwrap();
-        match to_event(wire) {
-            Some(Event::System(text)) => assert!(text.contains("POST /approve/7"), "{text}"),
-            other => panic!("{other:?}"),
-        }
     }
 
     #[test]

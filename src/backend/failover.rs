@@ -1,53 +1,200 @@
 //! The provider chain as one [`Backend`], so the agent never knows there is more than one.
 //!
-//! Providers are tried in priority order (the order `connect` builds them
-//! in). When the active one fails with a transient error (connect, timeout,
-//! 408/409/429/5xx, after its own retries in [`super::http::with_retries`])
-//! *before anything was shown*, a `System` event names the switch and the next
-//! provider gets the same request; it stays active for later turns. Other
-//! errors do not fail over: authentication and bad requests would fail the
-//! same way elsewhere or mean the user must act, so the notice says why; a
-//! context overflow goes back to the agent, which evicts and retries.
-//! `info()` and `count_tokens()` follow the active provider.
+//! **Tiers.** Providers are grouped by priority (lower first; the order
+//! `connect` builds them in). Providers of the same priority are a fleet that
+//! shares the load: each request goes to the one with the fewest requests in
+//! flight, ties taken in turn (round robin), counted across every chain built
+//! from the same [`Board`] (the API server builds one chain per worker). A
+//! provider that failed is passed over for [`COOL_DOWN`] while another of its
+//! tier is up.
+//!
+//! **Failover.** When the chosen provider fails with a transient error
+//! (connect, timeout, 408/409/429/5xx, after its own retries in
+//! [`super::http::with_retries`]) *before anything was shown*, a `System`
+//! event names the switch and the request goes to another provider of the
+//! same tier not yet tried, else to the next tier, which then stays active
+//! for later turns. Other errors do not fail over: authentication and bad
+//! requests would fail the same way elsewhere or mean the user must act, so
+//! the notice says why; a context overflow goes back to the agent, which
+//! evicts and retries.
+//!
+//! Every `Stats` event is tagged with the provider that answered; `info()` and
+//! `count_tokens()` follow the provider chosen last.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use super::{Backend, BackendInfo, GenerateRequest, Reply};
-use crate::core::{BackendError, Event, EventSink, Flow, Message, Session};
+use crate::core::{Answer, BackendError, Event, EventSink, Flow, Message, Session, ToolCall};
+
+/// How long a provider that failed is passed over while another of its tier is up.
+pub const COOL_DOWN: Duration = Duration::from_secs(30);
 
 /// One configured provider, built.
 pub struct Provider {
     pub name: String,
+    /// Lower is tried first; equal priorities share the load.
+    pub priority: u32,
     pub backend: Box<dyn Backend>,
+}
+
+/// What every chain built from one configuration shares: each provider's
+/// requests in flight and when it last failed, and each tier's turn.
+#[derive(Default)]
+pub struct Board {
+    state: Mutex<BoardState>,
+}
+
+#[derive(Default)]
+struct BoardState {
+    in_flight: HashMap<String, usize>,
+    failed_at: HashMap<String, Instant>,
+    turn: HashMap<u32, usize>,
+}
+
+impl Board {
+    fn state(&self) -> MutexGuard<'_, BoardState> {
+        // The counters stay consistent even if a holder panicked.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Chooses among `candidates` (indices into `chain`, one tier) and counts
+    /// the request as in flight: the fewest in flight among those not cooling
+    /// down (all of them when every one is), ties in turn.
+    fn take(self: &Arc<Self>, chain: &[Provider], candidates: &[usize]) -> Option<InFlight> {
+        let mut state = self.state();
+        let now = Instant::now();
+        let up: Vec<usize> = candidates
+            .iter()
+            .copied()
+            .filter(|&i| {
+                state
+                    .failed_at
+                    .get(&chain[i].name)
+                    .is_none_or(|at| now.duration_since(*at) >= COOL_DOWN)
+            })
+            .collect();
+        let pool = if up.is_empty() { candidates } else { &up };
+        let load = |i: &usize| state.in_flight.get(&chain[*i].name).copied().unwrap_or(0);
+        let least = pool.iter().map(load).min()?;
+        let tied: Vec<usize> = pool.iter().copied().filter(|i| load(i) == least).collect();
+        let turn = state.turn.entry(chain[tied[0]].priority).or_insert(0);
+        let chosen = tied[*turn % tied.len()];
+        *turn = turn.wrapping_add(1);
+        let name = chain[chosen].name.clone();
+        *state.in_flight.entry(name.clone()).or_insert(0) += 1;
+        Some(InFlight {
+            board: Arc::clone(self),
+            index: chosen,
+            name,
+        })
+    }
+
+    fn failed(&self, name: &str) {
+        self.state()
+            .failed_at
+            .insert(name.to_string(), Instant::now());
+    }
+
+    fn answered(&self, name: &str) {
+        self.state().failed_at.remove(name);
+    }
+}
+
+/// A request counted as in flight on one provider until dropped.
+struct InFlight {
+    board: Arc<Board>,
+    index: usize,
+    name: String,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut state = self.board.state();
+        if let Some(n) = state.in_flight.get_mut(&self.name) {
+            *n = n.saturating_sub(1);
+        }
+    }
 }
 
 /// A chain of providers; never empty.
 pub struct FailoverBackend {
+    /// Sorted by priority (stable, so equal priorities keep their order).
     chain: Vec<Provider>,
-    active: usize,
+    /// The priority of the tier requests go to.
+    tier: u32,
+    /// The provider chosen last, for `info` and `count_tokens`.
+    last: usize,
+    board: Arc<Board>,
 }
 
 impl FailoverBackend {
-    /// `None` when `chain` is empty.
-    pub fn new(chain: Vec<Provider>) -> Option<Self> {
-        (!chain.is_empty()).then_some(FailoverBackend { chain, active: 0 })
+    /// `None` when `chain` is empty. `board` is shared with the other chains
+    /// built from the same providers.
+    pub fn new(mut chain: Vec<Provider>, board: Arc<Board>) -> Option<Self> {
+        chain.sort_by_key(|p| p.priority);
+        let tier = chain.first()?.priority;
+        Some(FailoverBackend {
+            chain,
+            tier,
+            last: 0,
+            board,
+        })
+    }
+
+    /// The providers of `tier` not yet tried for this request.
+    fn untried(&self, tier: u32, tried: &[bool]) -> Vec<usize> {
+        (0..self.chain.len())
+            .filter(|&i| self.chain[i].priority == tier && !tried[i])
+            .collect()
+    }
+
+    /// Where a request goes next: another provider of the active tier, else
+    /// the next tier (which becomes the active one once used).
+    fn next(&self, tried: &[bool]) -> Option<InFlight> {
+        let same = self.untried(self.tier, tried);
+        if !same.is_empty() {
+            return self.board.take(&self.chain, &same);
+        }
+        let lower = self
+            .chain
+            .iter()
+            .map(|p| p.priority)
+            .find(|&p| p > self.tier)?;
+        self.board.take(&self.chain, &self.untried(lower, tried))
     }
 }
 
-/// Remembers whether the user saw model output; notices (retries) do not count.
+/// Remembers whether the user saw model output (notices and stats do not
+/// count) and tags the stats with the provider that answered.
 struct ShownSink<'a> {
     inner: &'a mut dyn EventSink,
+    provider: &'a str,
     shown: bool,
 }
 
 impl EventSink for ShownSink<'_> {
     fn emit(&mut self, event: Event) -> Flow {
-        if !matches!(event, Event::System(_) | Event::Stats(_)) {
-            self.shown = true;
+        match event {
+            Event::Stats(mut stats) => {
+                stats.provider = Some(self.provider.to_string());
+                self.inner.emit(Event::Stats(stats))
+            }
+            Event::System(_) => self.inner.emit(event),
+            event => {
+                self.shown = true;
+                self.inner.emit(event)
+            }
         }
-        self.inner.emit(event)
     }
 
     fn cancelled(&self) -> bool {
         self.inner.cancelled()
+    }
+
+    fn approve(&mut self, call: &ToolCall) -> Answer {
+        self.inner.approve(call)
     }
 }
 
@@ -66,7 +213,7 @@ fn why_not_failover(error: &BackendError) -> Option<&'static str> {
 
 impl Backend for FailoverBackend {
     fn info(&self) -> BackendInfo {
-        self.chain[self.active].backend.info()
+        self.chain[self.last].backend.info()
     }
 
     fn generate(
@@ -75,42 +222,62 @@ impl Backend for FailoverBackend {
         request: &GenerateRequest<'_>,
         sink: &mut dyn EventSink,
     ) -> Result<Reply, BackendError> {
+        let mut tried = vec![false; self.chain.len()];
+        let Some(mut current) = self.next(&tried) else {
+            return Err(BackendError::Config(
+                "no provider to send the request to".into(),
+            ));
+        };
         loop {
+            tried[current.index] = true;
+            self.last = current.index;
+            let provider = &mut self.chain[current.index];
             let mut watched = ShownSink {
                 inner: &mut *sink,
+                provider: &provider.name,
                 shown: false,
             };
-            let provider = &mut self.chain[self.active];
             let error = match provider.backend.generate(session, request, &mut watched) {
-                Ok(reply) => return Ok(reply),
+                Ok(reply) => {
+                    self.board.answered(&current.name);
+                    return Ok(reply);
+                }
                 Err(error) => error,
             };
             let shown = watched.shown;
             let name = provider.name.clone();
-            let Some(next) = self.chain.get(self.active + 1).map(|p| p.name.clone()) else {
-                return Err(error);
-            };
+            if error.is_retryable() {
+                self.board.failed(&name);
+            }
+            // Released before choosing the next, so this one counts as idle again.
+            drop(current);
             if shown {
                 return Err(error);
             }
+            let Some(next) = self.next(&tried) else {
+                return Err(error);
+            };
+            let next_name = self.chain[next.index].name.clone();
             if !error.is_retryable() {
                 if let Some(why) = why_not_failover(&error) {
-                    let notice =
-                        format!("provider {name} failed ({error}); not switching to {next}: {why}");
+                    let notice = format!(
+                        "provider {name} failed ({error}); not switching to {next_name}: {why}"
+                    );
                     sink.emit(Event::System(notice));
                 }
                 return Err(error);
             }
-            let notice = format!("provider {name} failed ({error}); switching to {next}");
+            let notice = format!("provider {name} failed ({error}); switching to {next_name}");
             if sink.emit(Event::System(notice)) == Flow::Cancel {
                 return Err(BackendError::Cancelled);
             }
-            self.active += 1;
+            self.tier = self.chain[next.index].priority;
+            current = next;
         }
     }
 
     fn count_tokens(&self, message: &Message) -> u32 {
-        self.chain[self.active].backend.count_tokens(message)
+        self.chain[self.last].backend.count_tokens(message)
     }
 }
 
@@ -118,7 +285,8 @@ impl Backend for FailoverBackend {
 mod tests {
     use super::*;
     use crate::backend::{fake, Sampling};
-    use crate::core::FinishReason;
+    use crate::core::{FinishReason, Stats};
+    use crossbeam_channel::{bounded, Receiver, Sender};
     use std::sync::{Arc, Mutex};
 
     /// A backend that answers from a script and counts its calls.
@@ -127,6 +295,8 @@ mod tests {
         script: Vec<Result<Reply, BackendError>>,
         calls: Arc<Mutex<u32>>,
         show_first: bool,
+        /// Says it started, then waits to be let go.
+        hold: Option<(Sender<()>, Receiver<()>)>,
     }
 
     impl Backend for Scripted {
@@ -146,7 +316,12 @@ mod tests {
             sink: &mut dyn EventSink,
         ) -> Result<Reply, BackendError> {
             *self.calls.lock().expect("lock") += 1;
+            if let Some((started, release)) = &self.hold {
+                started.send(()).expect("the test waits");
+                release.recv().expect("the test lets go");
+            }
             sink.emit(Event::System("retrying in 0.1s".into()));
+            sink.emit(Event::Stats(Stats::default()));
             if self.show_first {
                 sink.emit(Event::Content("partial".into()));
             }
@@ -173,10 +348,23 @@ mod tests {
         }
     }
 
+    /// A provider whose priority is its name's place in the alphabet, so
+    /// `a`, `b`, ... are tiers one after the other.
     fn provider(
         name: &'static str,
         script: Vec<Result<Reply, BackendError>>,
         show_first: bool,
+    ) -> (Provider, Arc<Mutex<u32>>) {
+        let priority = u32::from(name.as_bytes()[0]);
+        scripted(name, priority, script, show_first, None)
+    }
+
+    fn scripted(
+        name: &'static str,
+        priority: u32,
+        script: Vec<Result<Reply, BackendError>>,
+        show_first: bool,
+        hold: Option<(Sender<()>, Receiver<()>)>,
     ) -> (Provider, Arc<Mutex<u32>>) {
         let calls = Arc::new(Mutex::new(0));
         let backend = Scripted {
@@ -184,12 +372,34 @@ mod tests {
             script,
             calls: calls.clone(),
             show_first,
+            hold,
         };
         let provider = Provider {
             name: name.into(),
+            priority,
             backend: Box::new(backend),
         };
         (provider, calls)
+    }
+
+    /// Providers of one priority that answer `n` times with their own name.
+    fn fleet(names: &[&'static str], n: usize) -> Vec<Provider> {
+        let answers = |name: &str| (0..n).map(|_| Ok(reply(name))).collect();
+        let made = names
+            .iter()
+            .map(|&name| scripted(name, 10, answers(name), false, None));
+        made.map(|(provider, _)| provider).collect()
+    }
+
+    fn chain_of(providers: Vec<Provider>) -> FailoverBackend {
+        FailoverBackend::new(providers, Arc::default()).expect("non-empty")
+    }
+
+    fn provider_of(events: &[Event]) -> Option<String> {
+        events.iter().rev().find_map(|e| match e {
+            Event::Stats(stats) => stats.provider.clone(),
+            _ => None,
+        })
     }
 
     fn run(chain: &mut FailoverBackend, events: &mut Vec<Event>) -> Result<Reply, BackendError> {
@@ -210,7 +420,7 @@ mod tests {
         let refused = BackendError::Connect("refused".into());
         let (a, a_calls) = provider("a", vec![Err(refused)], false);
         let (b, b_calls) = provider("b", vec![Ok(reply("from b")), Ok(reply("again"))], false);
-        let mut chain = FailoverBackend::new(vec![a, b]).expect("non-empty");
+        let mut chain = chain_of(vec![a, b]);
         assert_eq!(chain.info().kind, "a");
         let mut events = Vec::new();
         assert_eq!(
@@ -242,7 +452,7 @@ mod tests {
         };
         let (a, _) = provider("a", vec![Err(denied.clone())], false);
         let (b, b_calls) = provider("b", vec![Ok(reply("unused"))], false);
-        let mut chain = FailoverBackend::new(vec![a, b]).expect("non-empty");
+        let mut chain = chain_of(vec![a, b]);
         let mut events = Vec::new();
         assert_eq!(run(&mut chain, &mut events), Err(denied));
         let said = notices(&events);
@@ -268,18 +478,105 @@ mod tests {
         };
         let (a, _) = provider("a", vec![Err(busy.clone())], true);
         let (b, b_calls) = provider("b", vec![Ok(reply("unused"))], false);
-        let mut chain = FailoverBackend::new(vec![a, b]).expect("non-empty");
+        let mut chain = chain_of(vec![a, b]);
         assert_eq!(run(&mut chain, &mut Vec::new()), Err(busy.clone()));
         let (a, _) = provider("a", vec![Err(overflow.clone())], false);
         let (b, _) = provider("b", vec![Ok(reply("unused"))], false);
-        let mut chain2 = FailoverBackend::new(vec![a, b]).expect("non-empty");
+        let mut chain2 = chain_of(vec![a, b]);
         let mut events = Vec::new();
         assert_eq!(run(&mut chain2, &mut events), Err(overflow));
         assert!(notices(&events).is_empty());
         let (only, _) = provider("only", vec![Err(busy.clone())], false);
-        let mut single = FailoverBackend::new(vec![only]).expect("non-empty");
+        let mut single = chain_of(vec![only]);
         assert_eq!(run(&mut single, &mut Vec::new()), Err(busy));
         assert_eq!(*b_calls.lock().unwrap(), 0);
-        assert!(FailoverBackend::new(Vec::new()).is_none());
+        assert!(FailoverBackend::new(Vec::new(), Arc::default()).is_none());
+    }
+
+    #[test]
+    fn equal_priorities_take_turns_and_the_stats_name_who_answered() {
+        let mut chain = chain_of(fleet(&["a", "b", "c"], 2));
+        let mut answered = Vec::new();
+        for _ in 0..6 {
+            let mut events = Vec::new();
+            let reply = run(&mut chain, &mut events).expect("reply");
+            assert_eq!(
+                provider_of(&events).as_deref(),
+                Some(reply.content.as_str())
+            );
+            answered.push(reply.content);
+        }
+        assert_eq!(answered, ["a", "b", "c", "a", "b", "c"]);
+    }
+
+    #[test]
+    fn a_busy_provider_gets_no_more_work_while_an_idle_one_of_its_tier_is_free() {
+        let board: Arc<Board> = Arc::default();
+        let (started, started_rx) = bounded(1);
+        let (release_tx, release) = bounded(1);
+        let (held, _) = scripted(
+            "a",
+            10,
+            vec![Ok(reply("a"))],
+            false,
+            Some((started, release)),
+        );
+        let mut first = FailoverBackend::new(vec![held], Arc::clone(&board)).expect("one");
+        // The second chain (another worker) has the same providers on the same board.
+        let mut second = FailoverBackend::new(fleet(&["a", "b", "c"], 4), board).expect("three");
+        let worker = std::thread::spawn(move || run(&mut first, &mut Vec::new()));
+        started_rx.recv().expect("a is busy");
+        let answered: Vec<String> = (0..4)
+            .map(|_| run(&mut second, &mut Vec::new()).expect("reply").content)
+            .collect();
+        // Round robin alone would have sent one of them to the busy `a`.
+        let count = |name: &str| answered.iter().filter(|a| *a == name).count();
+        assert_eq!(
+            (count("a"), count("b"), count("c")),
+            (0, 2, 2),
+            "{answered:?}"
+        );
+        release_tx.send(()).expect("a goes on");
+        assert_eq!(worker.join().expect("joins").expect("reply").content, "a");
+        // `a` is idle again: all three take turns.
+        let mut next: Vec<String> = (0..3)
+            .map(|_| run(&mut second, &mut Vec::new()).expect("reply").content)
+            .collect();
+        next.sort();
+        assert_eq!(next, ["a", "b", "c"]);
+    }
+
+    #[test]
+    fn a_failed_provider_hands_over_within_its_tier_and_is_passed_over_after() {
+        let refused = BackendError::Connect("refused".into());
+        let (a, a_calls) = scripted("a", 10, vec![Err(refused)], false, None);
+        let (b, b_calls) = scripted(
+            "b",
+            10,
+            (0..3).map(|_| Ok(reply("b"))).collect(),
+            false,
+            None,
+        );
+        let (z, z_calls) = scripted("z", 20, vec![Ok(reply("z"))], false, None);
+        let mut chain = chain_of(vec![z, a, b]);
+        let mut events = Vec::new();
+        assert_eq!(run(&mut chain, &mut events).expect("reply").content, "b");
+        assert_eq!(
+            notices(&events),
+            ["provider a failed (cannot connect: refused); switching to b"]
+        );
+        assert_eq!(provider_of(&events).as_deref(), Some("b"));
+        // `a` cools down: `b` takes the next requests although it is `a`'s turn.
+        for _ in 0..2 {
+            assert_eq!(
+                run(&mut chain, &mut Vec::new()).expect("reply").content,
+                "b"
+            );
+        }
+        let calls = |c: &Arc<Mutex<u32>>| *c.lock().unwrap();
+        assert_eq!(
+            (calls(&a_calls), calls(&b_calls), calls(&z_calls)),
+            (1, 3, 0)
+        );
     }
 }

@@ -103,7 +103,7 @@ impl GeminiBackend {
         let builder = self
             .authorised(self.agent.post(url))
             .header("Content-Type", "application/json");
-        let response = http::send(builder, body, url)?;
+        let response = http::send(builder, body, url, &self.config.api.tape)?;
         let names = request.tools.iter().map(|t| t.name.clone()).collect();
         let turn = Turn::new(OutputFilter::new(names), self.config.api.context_size);
         let reader = BufReader::new(response.into_body().into_reader());

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
-use crate::core::{BackendError, Event, EventSink, Flow};
+use super::recording::{RequestHead, Tape};
+use crate::core::{Answer, BackendError, Event, EventSink, Flow, ToolCall};
 use crate::log::{self, Category};
 use crate::util::net::is_loopback_url;
 
@@ -53,6 +54,8 @@ pub struct ApiSettings {
     pub extra_headers: Vec<(String, String)>,
     pub timeouts: Timeouts,
     pub max_retries: u32,
+    /// Where exchanges are recorded to or replayed from (`--record`, `--replay`).
+    pub tape: Tape,
 }
 
 impl ApiSettings {
@@ -65,6 +68,7 @@ impl ApiSettings {
             extra_headers: Vec::new(),
             timeouts: Timeouts::default(),
             max_retries: RetryPolicy::default().max_retries,
+            tape: Tape::off(),
         }
     }
 
@@ -143,14 +147,23 @@ pub fn io_error(error: io::Error, url: &str) -> BackendError {
     }
 }
 
-/// Sends `body`; a 2xx response comes back for reading, anything else as its typed error.
+/// Sends `body`; a 2xx response comes back for reading, anything else as its
+/// typed error. Every API backend's requests pass here, so this is where the
+/// `tape` records them or serves them from a recording instead.
 pub fn send(
     builder: ureq::RequestBuilder<ureq::typestate::WithBody>,
     body: &[u8],
     url: &str,
+    tape: &Tape,
 ) -> Result<ureq::http::Response<ureq::Body>, BackendError> {
     let started = Instant::now();
-    let response = builder.send(body).map_err(|e| transport_error(e, url))?;
+    let head = match tape.is_on() {
+        true => RequestHead::of(&builder, body),
+        false => RequestHead::default(),
+    };
+    let response = tape.exchange(&head, || {
+        builder.send(body).map_err(|e| transport_error(e, url))
+    })?;
     checked(response, url, started)
 }
 
@@ -554,6 +567,10 @@ impl EventSink for ShownSink<'_> {
 
     fn cancelled(&self) -> bool {
         self.inner.cancelled()
+    }
+
+    fn approve(&mut self, call: &ToolCall) -> Answer {
+        self.inner.approve(call)
     }
 }
 

@@ -24,6 +24,7 @@ pub mod local;
 pub mod models;
 pub mod ollama;
 pub mod openai;
+pub mod recording;
 #[cfg(feature = "tensorrt")]
 pub mod tensorrt;
 pub mod toolnames;
@@ -128,6 +129,21 @@ pub trait Backend: Send {
         request: &GenerateRequest<'_>,
         sink: &mut dyn EventSink,
     ) -> Result<Reply, BackendError>;
+
+    /// Continues `prompt` as plain text: no chat template, no tools, no output
+    /// filter (the API server's `/v1/completions`). Only the in-process model
+    /// can; the others refuse.
+    fn complete(
+        &mut self,
+        _prompt: &str,
+        _request: &GenerateRequest<'_>,
+        _sink: &mut dyn EventSink,
+    ) -> Result<Reply, BackendError> {
+        Err(BackendError::Config(format!(
+            "the {} backend cannot continue a raw prompt; only the in-process model can",
+            self.info().kind
+        )))
+    }
 
     /// Estimates the tokens `message` occupies, for eviction decisions.
     fn count_tokens(&self, message: &Message) -> u32;

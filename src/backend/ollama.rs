@@ -119,7 +119,7 @@ impl OllamaBackend {
             model: &self.config.api.model,
         })
         .map_err(|e| BackendError::Protocol(e.to_string()))?;
-        let response = http::send(self.post(&url), &body, &url)?;
+        let response = http::send(self.post(&url), &body, &url, &self.config.api.tape)?;
         let text = http::read_text(response.into_body().into_reader(), &url)?;
         let show: ShowResponse = serde_json::from_value(http::parse_json(&text)?)
             .map_err(|e| BackendError::Protocol(format!("{url}: {e}")))?;
@@ -137,7 +137,7 @@ impl OllamaBackend {
         request: &GenerateRequest<'_>,
         sink: &mut dyn EventSink,
     ) -> Result<Reply, BackendError> {
-        let response = http::send(self.post(url), body, url)?;
+        let response = http::send(self.post(url), body, url, &self.config.api.tape)?;
         let names = request.tools.iter().map(|t| t.name.clone()).collect();
         let turn = Turn::new(OutputFilter::new(names), self.num_ctx.unwrap_or(0));
         let reader = BufReader::new(response.into_body().into_reader());
@@ -518,6 +518,7 @@ fn stats(done: &WireLine, num_ctx: u64) -> Stats {
         context_used: prompt + completion,
         context_size: num_ctx,
         cached_tokens: 0,
+        provider: None,
     }
 }
 

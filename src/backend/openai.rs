@@ -18,13 +18,13 @@
 //!   announces them, as it also emits `Stop`.
 
 use std::io::{BufReader, Read};
-use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::estimate::TokenEstimator;
 use super::http::{self, RetryPolicy, Timeouts};
+use super::recording::Tape;
 use super::toolnames;
 use super::{Backend, BackendInfo, GenerateRequest, Reply, ResponseFormat, ToolChoice, Usage};
 use crate::core::{
@@ -65,6 +65,8 @@ pub struct OpenAiConfig {
     pub max_retries: u32,
     pub azure: Option<AzureDeployment>,
     pub max_tokens_param: MaxTokensParam,
+    /// Where exchanges are recorded to or replayed from (`--record`, `--replay`).
+    pub tape: Tape,
 }
 
 impl OpenAiConfig {
@@ -79,6 +81,7 @@ impl OpenAiConfig {
             max_retries: RetryPolicy::default().max_retries,
             azure: None,
             max_tokens_param: MaxTokensParam::default(),
+            tape: Tape::off(),
         }
     }
 }
@@ -125,16 +128,7 @@ impl OpenAiBackend {
         request: &GenerateRequest<'_>,
         sink: &mut dyn EventSink,
     ) -> Result<Reply, BackendError> {
-        let started = Instant::now();
-        let response = self.post(url, request.stream).send(body);
-        let response = response.map_err(|e| http::transport_error(e, url))?;
-        let status = response.status().as_u16();
-        log::debug(Category::Http, || {
-            format!("POST {url} -> {status} after {:?}", started.elapsed())
-        });
-        if !(200..300).contains(&status) {
-            return Err(http::error_response(response, status));
-        }
+        let response = http::send(self.post(url, request.stream), body, url, &self.config.tape)?;
         let names = request.tools.iter().map(|t| t.name.clone()).collect();
         let turn = Turn::new(OutputFilter::new(names), self.config.context_size);
         let reader = BufReader::new(response.into_body().into_reader());
@@ -723,6 +717,7 @@ impl Turn {
             context_used: usage.prompt_tokens + usage.completion_tokens,
             context_size: self.context_size,
             cached_tokens: 0,
+            provider: None,
         }
     }
 }
@@ -791,6 +786,7 @@ mod tests {
     use crossbeam_channel::{Receiver, Sender};
     use serde_json::json;
     use std::thread::JoinHandle;
+    use std::time::Instant;
 
     /// A response the fake server will give.
     struct Canned {

@@ -8,11 +8,6 @@ use super::{optional, parse_int, save_checked, usage, CommandError};
 use crate::args;
 use crate::config::{self, ConfigFile};
 
-pub const CONFIG_USAGE: &str = "\
-Usage: shepherd config            list every setting
-       shepherd config KEY        show one setting
-       shepherd config KEY VALUE  change one setting (an empty VALUE restores the default)";
-
 /// The type of a top-level config key, for parsing `config KEY VALUE`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum KeyKind {
@@ -39,7 +34,7 @@ const fn key(name: &'static str, kind: KeyKind, default: &'static str) -> Config
     }
 }
 
-static CONFIG_KEYS: [ConfigKey; 14] = [
+static CONFIG_KEYS: [ConfigKey; 15] = [
     key("streaming", KeyKind::Bool, "true"),
     key("system_prompt", KeyKind::Text, "(built in)"),
     key("max_rounds", KeyKind::Int, "50"),
@@ -58,19 +53,30 @@ static CONFIG_KEYS: [ConfigKey; 14] = [
         KeyKind::Text,
         "~/.local/share/shepherd/models",
     ),
+    key("kv_cache_max_mb", KeyKind::Int, "1024"),
 ];
+
+/// The keys `shepherd config` knows, for completion.
+pub fn key_names() -> Vec<&'static str> {
+    CONFIG_KEYS.iter().map(|k| k.name).collect()
+}
 
 /// Runs `shepherd config ARGS...` against the config file at `path`.
 pub fn run_config(args: &[String], path: &Path, out: &mut dyn Write) -> Result<(), CommandError> {
     let words: Vec<&str> = args.iter().map(String::as_str).collect();
     match words.as_slice() {
-        ["help"] | ["-h"] | ["--help"] => writeln!(out, "{CONFIG_USAGE}")?,
+        ["help"] | ["-h"] | ["--help"] => write!(out, "{}", super::command_help("config"))?,
         [] | ["show"] => list_config(&config::load(path)?, out)?,
         [name] | ["show", name] => show_config_key(&config::load(path)?, lookup_key(name)?, out)?,
         [name, value] | ["set", name, value] => {
             set_config_key(path, lookup_key(name)?, value, out)?
         }
-        _ => return Err(usage(format!("too many arguments\n{CONFIG_USAGE}"))),
+        _ => {
+            return Err(usage(format!(
+                "too many arguments\n{}",
+                args::subcommands::usage("config")
+            )))
+        }
     }
     Ok(())
 }
@@ -135,6 +141,7 @@ fn key_value(file: &ConfigFile, name: &str) -> Option<String> {
         "stats" => show(file.stats),
         "timeout" => show(file.timeout),
         "models_dir" => file.models_dir.clone(),
+        "kv_cache_max_mb" => show(file.kv_cache_max_mb),
         _ => None,
     }
 }
@@ -176,6 +183,7 @@ fn apply_key(file: &mut ConfigFile, key: &ConfigKey, value: &str) -> Result<(), 
         "top_k" => file.top_k = optional(name, value, parse_int)?,
         "context_size" => file.context_size = optional(name, value, parse_int)?,
         "timeout" => file.timeout = optional(name, value, parse_timeout)?,
+        "kv_cache_max_mb" => file.kv_cache_max_mb = optional(name, value, parse_int)?,
         "disabled_tools" => file.disabled_tools = args::split_globs(value).collect(),
         _ => return Err(format!("unknown config key '{name}'")),
     }

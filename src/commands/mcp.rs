@@ -15,11 +15,9 @@ use crate::mcp::hub::Server;
 use crate::mcp::tool::McpTool;
 use crate::tools::Tool;
 
-pub const MCP_USAGE: &str = "\
-Usage: shepherd mcp [list]
-       shepherd mcp add NAME [-e K=V]... [--startup-timeout S] [--call-timeout S] CMD [ARGS...] [-e K=V]...
-       shepherd mcp add NAME --url URL [--header K=V]... [--bearer-token T]
-       shepherd mcp NAME show|test|enable|disable|remove    (or: show|test|... NAME)";
+fn mcp_usage() -> String {
+    crate::args::subcommands::usage("mcp")
+}
 
 #[derive(Debug, PartialEq, Eq)]
 enum Action<'a> {
@@ -44,7 +42,8 @@ fn action(args: &[String]) -> Result<Action<'_>, CommandError> {
         ["add", name, _, ..] => Action::Add(name, &args[2..]),
         ["add", ..] => {
             return Err(usage(format!(
-                "mcp add needs a name and a command or --url\n{MCP_USAGE}"
+                "mcp add needs a name and a command or --url\n{}",
+                mcp_usage()
             )))
         }
         ["show", name] | [name, "show"] | [name] => Action::Show(name),
@@ -52,7 +51,7 @@ fn action(args: &[String]) -> Result<Action<'_>, CommandError> {
         ["enable", name] | [name, "enable"] => Action::Enable(name, true),
         ["disable", name] | [name, "disable"] => Action::Enable(name, false),
         ["remove", name] | [name, "remove"] => Action::Remove(name),
-        _ => return Err(usage(format!("unknown mcp command\n{MCP_USAGE}"))),
+        _ => return Err(usage(format!("unknown mcp command\n{}", mcp_usage()))),
     })
 }
 
@@ -60,7 +59,7 @@ fn action(args: &[String]) -> Result<Action<'_>, CommandError> {
 pub fn run(args: &[String], path: &Path, out: &mut dyn Write) -> Result<(), CommandError> {
     let action = action(args)?;
     if action == Action::Help {
-        writeln!(out, "{MCP_USAGE}")?;
+        write!(out, "{}", super::command_help("mcp"))?;
         return Ok(());
     }
     let mut file = config::load(path)?;

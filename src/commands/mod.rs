@@ -7,10 +7,13 @@
 //! the same functions for their `/provider` and `/config` slash commands.
 //!
 //! The other subcommands sit beside this file: [`config`] (`shepherd config
-//! ...`), [`profile`] (`shepherd profile ...`), [`mcp`] (`shepherd mcp ...`), [`models`] (`shepherd
-//! models`) and [`sessions`] (`shepherd sessions ...`). Nothing below `commands` depends on
+//! ...`), [`profile`] (`shepherd profile ...`), [`mcp`] (`shepherd mcp ...`), [`models`]
+//! (`shepherd models`), [`sessions`] (`shepherd sessions ...`) and [`completions`]
+//! (`shepherd completions ...`, `shepherd man`). Usage lines and help come from
+//! the subcommand table in `args::subcommands`. Nothing below `commands` depends on
 //! it; only the front-end dispatch calls in.
 
+pub mod completions;
 pub mod config;
 pub mod mcp;
 pub mod models;
@@ -99,12 +102,20 @@ fn usage(msg: impl Into<String>) -> CommandError {
     CommandError::Usage(msg.into())
 }
 
-pub const PROVIDER_USAGE: &str = "\
-Usage: shepherd provider [list]
-       shepherd provider add NAME [--type TYPE] [--model M] [--api-key K] [--base-url U]
-                                  [--priority N] [--context-size N] [--model-path P]
-       shepherd provider NAME show|use|remove    (or: show|use|remove NAME)
-       shepherd provider NAME set FIELD VALUE    (an empty VALUE clears the field)";
+fn provider_usage() -> String {
+    args::subcommands::usage("provider")
+}
+
+/// A command's whole `--help` text, from the subcommand table.
+pub fn command_help(name: &str) -> String {
+    match args::subcommands::find(name) {
+        Some(command) => args::subcommands::help_text(args::subcommands::HelpTopic {
+            command,
+            action: None,
+        }),
+        None => String::new(),
+    }
+}
 
 /// What a `provider` command line asks for.
 #[derive(Debug, PartialEq, Eq)]
@@ -130,7 +141,12 @@ fn provider_action(args: &[String]) -> Result<ProviderAction<'_>, CommandError> 
         ["remove", name] | [name, "remove"] => ProviderAction::Remove(name),
         [name, "set", field, value] => ProviderAction::Set(name, field, value),
         [_, "set", ..] => return Err(usage("usage: shepherd provider NAME set FIELD VALUE")),
-        _ => return Err(usage(format!("unknown provider command\n{PROVIDER_USAGE}"))),
+        _ => {
+            return Err(usage(format!(
+                "unknown provider command\n{}",
+                provider_usage()
+            )))
+        }
     };
     Ok(action)
 }
@@ -139,7 +155,7 @@ fn provider_action(args: &[String]) -> Result<ProviderAction<'_>, CommandError> 
 pub fn run_provider(args: &[String], path: &Path, out: &mut dyn Write) -> Result<(), CommandError> {
     let action = provider_action(args)?;
     if action == ProviderAction::Help {
-        writeln!(out, "{PROVIDER_USAGE}")?;
+        write!(out, "{}", command_help("provider"))?;
         return Ok(());
     }
     let mut file = crate::config::load(path)?;
@@ -336,7 +352,7 @@ fn parse_add(rest: &[String]) -> Result<ProviderConfig, CommandError> {
         }
     }
     provider.name =
-        name.ok_or_else(|| usage(format!("provider add needs a NAME\n{PROVIDER_USAGE}")))?;
+        name.ok_or_else(|| usage(format!("provider add needs a NAME\n{}", provider_usage())))?;
     Ok(provider)
 }
 
@@ -351,7 +367,8 @@ fn add_flag_field(flag: &str) -> Result<&'static str, CommandError> {
         "model-path" => "model_path",
         _ => {
             return Err(usage(format!(
-                "unknown option '--{flag}' for provider add\n{PROVIDER_USAGE}"
+                "unknown option '--{flag}' for provider add\n{}",
+                provider_usage()
             )))
         }
     };

@@ -10,12 +10,6 @@ use super::{CommandError, Output};
 use crate::backend::models::{self, Described};
 use crate::config::{self, resolve};
 
-pub const MODELS_USAGE: &str = "\
-Usage: shepherd models [list]
-Lists the GGUF files in the models directories: models_dir in config.json
-(default $XDG_DATA_HOME/shepherd/models), then ~/.cache/shepherd/models.
--m NAME runs one of them by name or by a unique prefix of its name.";
-
 /// Runs `shepherd models ARGS...`, reading `models_dir` from the config file at `path`.
 pub fn run(args: &[String], path: &Path, out: &mut Output<'_>) -> Result<(), CommandError> {
     let words: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -24,9 +18,10 @@ pub fn run(args: &[String], path: &Path, out: &mut Output<'_>) -> Result<(), Com
             let file = config::load(path)?;
             list(&resolve::models_dirs(&file), out)
         }
-        ["help"] | ["-h"] | ["--help"] => Ok(writeln!(out.out, "{MODELS_USAGE}")?),
+        ["help"] | ["-h"] | ["--help"] => Ok(write!(out.out, "{}", super::command_help("models"))?),
         _ => Err(CommandError::Usage(format!(
-            "unknown models command\n{MODELS_USAGE}"
+            "unknown models command\n{}",
+            crate::args::subcommands::usage("models")
         ))),
     }
 }

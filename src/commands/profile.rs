@@ -22,11 +22,9 @@ impl From<EditError> for CommandError {
 // ---------------------------------------------------------------------------
 // `shepherd profile ...`
 
-pub const PROFILE_USAGE: &str = "\
-Usage: shepherd profile [list]
-       shepherd profile add NAME [--tools GLOB[,GLOB]] [--mcp SERVER[,SERVER]] [--guidelines TEXT]
-       shepherd profile edit NAME [--tools ...] [--mcp ...] [--guidelines TEXT]  (an empty value clears)
-       shepherd profile show|use|remove NAME";
+fn profile_usage() -> String {
+    crate::args::subcommands::usage("profile")
+}
 
 /// Runs `shepherd profile ARGS...` against the config file at `path`.
 pub fn run_profile(args: &[String], path: &Path, out: &mut dyn Write) -> Result<(), CommandError> {
@@ -36,7 +34,7 @@ pub fn run_profile(args: &[String], path: &Path, out: &mut dyn Write) -> Result<
             let file = config::load(path)?;
             list(&file, out)
         }
-        ["help"] | ["-h"] | ["--help"] => Ok(writeln!(out, "{PROFILE_USAGE}")?),
+        ["help"] | ["-h"] | ["--help"] => Ok(write!(out, "{}", super::command_help("profile"))?),
         ["show", name] | [name, "show"] => {
             let file = config::load(path)?;
             let profile = find(&file, name).map_err(|e| CommandError::Usage(e.to_string()))?;
@@ -68,7 +66,8 @@ pub fn run_profile(args: &[String], path: &Path, out: &mut dyn Write) -> Result<
             Ok(writeln!(out, "removed profile '{name}'")?)
         }
         _ => Err(CommandError::Usage(format!(
-            "unknown profile command\n{PROFILE_USAGE}"
+            "unknown profile command\n{}",
+            profile_usage()
         ))),
     }
 }
@@ -99,7 +98,8 @@ fn apply_options(profile: &mut Profile, rest: &[&str]) -> Result<(), CommandErro
             "--guidelines" => profile.guidelines = value()?.to_string(),
             other => {
                 return Err(CommandError::Usage(format!(
-                    "unknown option '{other}'\n{PROFILE_USAGE}"
+                    "unknown option '{other}'\n{}",
+                    profile_usage()
                 )))
             }
         }

@@ -13,13 +13,6 @@ use super::{CommandError, Output};
 use crate::core::{Message, Role};
 use crate::store::{SavedSession, Store, StoreError};
 
-pub const SESSIONS_USAGE: &str = "\
-Usage: shepherd sessions [list]                       saved sessions, newest first
-       shepherd sessions show ID                      the conversation
-       shepherd sessions delete ID                    remove it
-       shepherd sessions export ID [--format md|json] to stdout (Markdown by default)
-Sessions are saved by /save in the REPL and TUI and by --continue.";
-
 impl From<StoreError> for CommandError {
     fn from(error: StoreError) -> CommandError {
         match error {
@@ -34,7 +27,9 @@ pub fn run(args: &[String], store: &Store, out: &mut Output<'_>) -> Result<(), C
     let words: Vec<&str> = args.iter().map(String::as_str).collect();
     match words.as_slice() {
         [] | ["list"] => list(store, out),
-        ["help"] | ["-h"] | ["--help"] => Ok(writeln!(out.out, "{SESSIONS_USAGE}")?),
+        ["help"] | ["-h"] | ["--help"] => {
+            Ok(write!(out.out, "{}", super::command_help("sessions"))?)
+        }
         ["show", id] => show(&store.load(id)?, out),
         ["delete", id] | ["rm", id] => {
             store.delete(id)?;
@@ -45,7 +40,8 @@ pub fn run(args: &[String], store: &Store, out: &mut Output<'_>) -> Result<(), C
             export(&store.load(id)?, format, out)
         }
         _ => Err(CommandError::Usage(format!(
-            "unknown sessions command\n{SESSIONS_USAGE}"
+            "unknown sessions command\n{}",
+            crate::args::subcommands::usage("sessions")
         ))),
     }
 }
@@ -68,7 +64,8 @@ fn export_format(rest: &[&str]) -> Result<Format, CommandError> {
         "md" | "markdown" => Ok(Format::Markdown),
         "json" => Ok(Format::Json),
         _ => Err(CommandError::Usage(format!(
-            "expected --format md|json\n{SESSIONS_USAGE}"
+            "expected --format md|json\n{}",
+            crate::args::subcommands::usage("sessions")
         ))),
     }
 }

@@ -14,6 +14,7 @@ use super::{
 use crate::approval::Policy;
 use crate::args::{self, LowArgs, Subcommand, MAX_TOKEN_COUNT};
 use crate::backend::models::FindError;
+use crate::backend::recording::Tape;
 use crate::backend::Sampling;
 use crate::log::Category;
 use crate::redact;
@@ -58,6 +59,10 @@ pub enum Mode {
     Sessions(Vec<String>),
     /// `--list-models`: what the first provider offers.
     ListModels,
+    /// `shepherd completions ...`, with the words after `completions`.
+    Completions(Vec<String>),
+    /// `shepherd man`, with any words after it (refused).
+    Man(Vec<String>),
     Version,
     Help,
 }
@@ -158,6 +163,11 @@ pub struct LocalSettings {
     pub parallel: Option<u32>,
     /// Where `-m NAME` looks for GGUF files by name: `models_dir`, then the model cache.
     pub models_dirs: Vec<PathBuf>,
+    /// `--pooling`: how embeddings pool a sequence; `None` means mean.
+    pub pooling: Option<String>,
+    /// The prompt cache's cap on disk in bytes; 0 with `--no-prompt-cache`
+    /// (or `kv_cache_max_mb` 0): no cache.
+    pub prompt_cache_bytes: u64,
 }
 
 /// Sampling values from one layer; `None` means "this layer says nothing".
@@ -255,6 +265,8 @@ pub struct Settings {
     pub profile: crate::config::profile::Profile,
     /// `--fresh`: the CLI server ignores its saved session.
     pub fresh_session: bool,
+    /// `--record DIR` or `--replay DIR`; off otherwise.
+    pub tape: Tape,
     pub reasoning: Option<String>,
     pub mcp_enabled: bool,
     pub approvals: ApprovalSettings,
@@ -532,6 +544,8 @@ fn mode(low: &LowArgs) -> Mode {
         Some(Subcommand::Mcp(rest)) => Mode::Mcp(rest.clone()),
         Some(Subcommand::Models(rest)) => Mode::Models(rest.clone()),
         Some(Subcommand::Sessions(rest)) => Mode::Sessions(rest.clone()),
+        Some(Subcommand::Completions(rest)) => Mode::Completions(rest.clone()),
+        Some(Subcommand::Man(rest)) => Mode::Man(rest.clone()),
         None if low.list_models => Mode::ListModels,
         None if low.json => Mode::JsonLines,
         None if low.cliserver => Mode::CliServer,
@@ -644,6 +658,7 @@ pub fn resolve_with(
         continue_session: low.continue_session,
         profile: profile(low, env, file)?,
         fresh_session: low.fresh,
+        tape: tape(low),
         reasoning: low.reasoning.clone(),
         mcp_enabled: !low.no_mcp,
         approvals: approvals(low, file),
@@ -706,6 +721,15 @@ fn server(low: &LowArgs, mode: &Mode) -> ServerSettings {
 }
 
 /// config.json's rules, then the flags' (`--approve` is an allow rule, `--deny` a deny rule).
+/// The tape is only named here; the directory is touched when a backend is opened.
+fn tape(low: &LowArgs) -> Tape {
+    match (&low.record, &low.replay) {
+        (Some(dir), _) => Tape::record(dir),
+        (None, Some(dir)) => Tape::replay(dir),
+        (None, None) => Tape::off(),
+    }
+}
+
 fn approvals(low: &LowArgs, file: &ConfigFile) -> ApprovalSettings {
     let configured = file.approvals.clone().unwrap_or_default();
     let timeout = low
@@ -779,9 +803,18 @@ fn read_token_file(path: &Path) -> Result<String, ConfigError> {
     Ok(token)
 }
 
+/// The prompt cache's default cap on disk (`kv_cache_max_mb`).
+const DEFAULT_KV_CACHE_MAX_MB: u64 = 1024;
+
 fn local(low: &LowArgs, file: &ConfigFile) -> LocalSettings {
+    let cap_mb = file.kv_cache_max_mb.unwrap_or(DEFAULT_KV_CACHE_MAX_MB);
     LocalSettings {
         models_dirs: models_dirs(file),
+        prompt_cache_bytes: if low.no_prompt_cache {
+            0
+        } else {
+            cap_mb.saturating_mul(1024 * 1024)
+        },
         model_path: low.model_path.clone(),
         gpu_layers: low.gpu_layers,
         threads: low.threads,
@@ -790,6 +823,7 @@ fn local(low: &LowArgs, file: &ConfigFile) -> LocalSettings {
         cache_type: low.cache_type.clone(),
         flash_attn: low.flash_attn,
         parallel: low.parallel,
+        pooling: low.pooling.clone(),
     }
 }
 

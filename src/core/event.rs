@@ -49,6 +49,9 @@ pub struct Stats {
     /// Prompt tokens reused from the KV cache instead of being decoded again
     /// (the in-process model's prefix reuse; 0 for backends that do not say).
     pub cached_tokens: u64,
+    /// The provider that answered, when several are configured (`backend::failover`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
 }
 
 /// A finished tool run, as shown to front-ends.
@@ -61,6 +64,36 @@ pub struct ToolResultEvent {
     pub summary: String,
     /// The full text handed to the model.
     pub content: String,
+}
+
+/// The user's answer to one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    Allow,
+    /// Allow, and allow this tool without asking for the rest of the session.
+    Always,
+    Deny,
+}
+
+impl Answer {
+    /// `allow`, `always` or `deny` (also `y`, `a`, `n`), as typed or posted.
+    pub fn parse(word: &str) -> Option<Answer> {
+        match word.trim().to_ascii_lowercase().as_str() {
+            "allow" | "y" | "yes" => Some(Answer::Allow),
+            "always" | "a" => Some(Answer::Always),
+            "deny" | "n" | "no" => Some(Answer::Deny),
+            _ => None,
+        }
+    }
+
+    /// The word `POST /approve/{id}` takes: `allow`, `always` or `deny`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Answer::Allow => "allow",
+            Answer::Always => "always",
+            Answer::Deny => "deny",
+        }
+    }
 }
 
 /// A tool call waiting for the user's decision. Front-ends answer it through
@@ -114,6 +147,15 @@ pub trait EventSink {
     /// being emitted (e.g. while waiting to retry or while a tool runs).
     fn cancelled(&self) -> bool {
         false
+    }
+
+    /// Asks the user's side about a tool call that another shepherd (the
+    /// cliserver behind `--backend cli`) waits to run. The agent's sink asks
+    /// its gate, as for a local call; a sink with no one to ask refuses.
+    /// Sinks that wrap another pass this on.
+    fn approve(&mut self, call: &ToolCall) -> Answer {
+        let _ = call;
+        Answer::Deny
     }
 }
 

@@ -11,6 +11,8 @@ pub mod message;
 pub mod session;
 
 pub use error::BackendError;
-pub use event::{ApprovalRequest, Event, EventSink, FinishReason, Flow, Stats, ToolResultEvent};
+pub use event::{
+    Answer, ApprovalRequest, Event, EventSink, FinishReason, Flow, Stats, ToolResultEvent,
+};
 pub use message::{Artefact, Message, Role, ToolCall, ToolSpec};
 pub use session::Session;

@@ -23,8 +23,11 @@ use crate::config::resolve::{ServerAuth, ServerSettings};
 use crate::util::net;
 
 use super::http::{self, Limits, Policy};
+use super::ui;
 
-/// The paths every HTTP server answers without a token.
+/// The paths every HTTP server answers without a token, besides the chat
+/// page and its files ([`ui::PATHS`]), which hold no secret: every call the
+/// page makes sends the token.
 const PUBLIC_PATHS: [&str; 1] = ["/health"];
 
 /// Which server is starting, for its rules and its messages.
@@ -136,12 +139,16 @@ impl Access {
     }
 
     /// The HTTP servers' policy: this token, the configured CORS origins,
-    /// `/health` public, and where a refused client finds the token.
+    /// `/health` and the chat page public, and where a refused client finds the token.
     pub fn http_policy(&self, port: u16) -> Policy {
         Policy {
             auth_token: self.token.clone(),
             cors_origins: self.cors_origins.clone(),
-            public_paths: PUBLIC_PATHS.iter().map(|p| p.to_string()).collect(),
+            public_paths: PUBLIC_PATHS
+                .iter()
+                .chain(ui::PATHS.iter())
+                .map(|p| p.to_string())
+                .collect(),
             token_hint: self.token.as_ref().map(|_| refusal_hint(port)),
         }
     }

@@ -1,5 +1,7 @@
 //! Builds the backend: every provider of the configured chain, in priority
-//! order, wrapped in a [`FailoverBackend`] when there is more than one; and
+//! order, wrapped in a [`FailoverBackend`] when there is more than one (the
+//! API server's per-worker chains share one [`Board`], so providers of equal
+//! priority share the load across workers); and
 //! any single provider when the interactive front-ends switch.
 //!
 //! Each backend gets its own small config struct; this module is where the
@@ -7,15 +9,16 @@
 //! Providers of a type this build cannot run are left out of the chain (with a
 //! debug note); only when none can run is that an error.
 
-use std::io::IsTerminal;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::anthropic::{self, AnthropicBackend, AnthropicConfig};
 use crate::backend::cli::{CliBackend, CliConfig};
-use crate::backend::failover::{FailoverBackend, Provider};
+use crate::backend::failover::{Board, FailoverBackend, Provider};
 use crate::backend::gemini::{self, GeminiBackend, GeminiConfig};
 use crate::backend::http::{ApiSettings, Timeouts};
-use crate::backend::llamacpp::{self, LlamaBackend, LlamaConfig};
+use crate::backend::llamacpp::prompt_cache::PromptCacheConfig;
+use crate::backend::llamacpp::{self, LlamaBackend, LlamaConfig, LocalModel};
 use crate::backend::local;
 use crate::backend::ollama::{self, OllamaBackend, OllamaConfig};
 use crate::backend::openai::{AzureDeployment, MaxTokensParam, OpenAiBackend, OpenAiConfig};
@@ -24,7 +27,7 @@ use crate::backend::tensorrt::{TensorRtBackend, TensorRtConfig};
 use crate::backend::Backend;
 use crate::config::resolve::Settings;
 use crate::config::{ProviderConfig, ProviderKind};
-use crate::llama::CacheType;
+use crate::llama::{CacheType, Pooling};
 use crate::log;
 
 /// Why no backend could be built. All of these are configuration problems (exit 2).
@@ -41,6 +44,15 @@ const OPENAI_BASE: &str = "https://api.openai.com/v1";
 /// Opens the provider chain; the returned config is the first provider's,
 /// whose sampling settings the agent uses.
 pub fn open_backend(settings: &Settings) -> Result<(Box<dyn Backend>, ProviderConfig), OpenError> {
+    open_chain(settings, &Arc::new(Board::default()))
+}
+
+/// Opens the provider chain, sharing `board` (load and failures of providers
+/// of equal priority) with the other chains opened with it.
+fn open_chain(
+    settings: &Settings,
+    board: &Arc<Board>,
+) -> Result<(Box<dyn Backend>, ProviderConfig), OpenError> {
     let providers = if settings.providers.is_empty() {
         vec![embedded_default()?]
     } else {
@@ -53,6 +65,7 @@ pub fn open_backend(settings: &Settings) -> Result<(Box<dyn Backend>, ProviderCo
         match open_provider(settings, provider) {
             Ok(backend) => chain.push(Provider {
                 name: provider.name.clone(),
+                priority: provider.priority,
                 backend,
             }),
             Err(OpenError::Usage(message)) => {
@@ -72,7 +85,7 @@ pub fn open_backend(settings: &Settings) -> Result<(Box<dyn Backend>, ProviderCo
         let only = chain.remove(0);
         return Ok((only.backend, first_config));
     }
-    match FailoverBackend::new(chain) {
+    match FailoverBackend::new(chain, Arc::clone(board)) {
         Some(failover) => Ok((Box::new(failover), first_config)),
         None => Err(first_error.unwrap_or_else(|| OpenError::Usage("no usable provider".into()))),
     }
@@ -83,10 +96,7 @@ pub fn open_backend(settings: &Settings) -> Result<(Box<dyn Backend>, ProviderCo
 /// together), or `n` independent API backends. A chain that mixes the
 /// in-process model with API providers gets one worker, so the model is
 /// never loaded twice. The config is the first provider's.
-pub fn open_backends(
-    settings: &Settings,
-    n: usize,
-) -> Result<(Vec<Box<dyn Backend>>, ProviderConfig), OpenError> {
+pub fn open_backends(settings: &Settings, n: usize) -> Result<Opened, OpenError> {
     let providers = if settings.providers.is_empty() {
         vec![embedded_default()?]
     } else {
@@ -94,21 +104,41 @@ pub fn open_backends(
     };
     if let [only] = providers.as_slice() {
         if only.kind == ProviderKind::Llamacpp {
+            check_tape(settings, only)?;
             let llama = LlamaBackend::new(llama_config(settings, only)?)
                 .map_err(|e| OpenError::Usage(e.to_string()))?;
             let backends = (0..n.max(1))
                 .map(|_| Box::new(llama.clone()) as Box<dyn Backend>)
                 .collect();
-            return Ok((backends, only.clone()));
+            return Ok(Opened {
+                backends,
+                provider: only.clone(),
+                local: Some(llama.local_model()),
+            });
         }
     }
     let local = providers.iter().any(|p| p.kind == ProviderKind::Llamacpp);
-    let (first, config) = open_backend(settings)?;
+    let board = Arc::new(Board::default());
+    let (first, config) = open_chain(settings, &board)?;
     let mut backends = vec![first];
     while !local && backends.len() < n {
-        backends.push(open_backend(settings)?.0);
+        backends.push(open_chain(settings, &board)?.0);
     }
-    Ok((backends, config))
+    Ok(Opened {
+        backends,
+        provider: config,
+        local: None,
+    })
+}
+
+/// What [`open_backends`] opened.
+pub struct Opened {
+    pub backends: Vec<Box<dyn Backend>>,
+    /// The first provider's config.
+    pub provider: ProviderConfig,
+    /// The in-process model's embeddings and tokenizer, when it is the only
+    /// provider (a chain that mixes it with API providers has none).
+    pub local: Option<LocalModel>,
 }
 
 /// Builds one provider's backend (connecting happens on the first request):
@@ -119,6 +149,7 @@ pub fn open_provider(
     provider: &ProviderConfig,
 ) -> Result<Box<dyn Backend>, OpenError> {
     let reasoning = settings.reasoning.as_deref();
+    check_tape(settings, provider)?;
     Ok(match provider.kind {
         ProviderKind::Openai => Box::new(OpenAiBackend::new(openai_config(settings, provider)?)),
         ProviderKind::Anthropic => Box::new(AnthropicBackend::new(AnthropicConfig {
@@ -180,6 +211,36 @@ pub fn list_models(settings: &Settings, provider: &ProviderConfig) -> Result<Vec
     backend.list_models().map_err(|e| e.to_string())
 }
 
+/// `--record`/`--replay` work on the HTTP requests of the API backends: the
+/// in-process model and TensorRT-LLM send none, and the `cli` thin client's
+/// `/updates` listener runs beside its requests, so their order is not
+/// reproducible. Asking for either with those is a usage error rather than an
+/// empty recording a user would only discover when attaching it. Otherwise
+/// the directory is readied (the manifest written or checked) now, so a bad
+/// `--replay DIR` fails before the first prompt.
+fn check_tape(settings: &Settings, provider: &ProviderConfig) -> Result<(), OpenError> {
+    if !settings.tape.is_on() {
+        return Ok(());
+    }
+    let kind = provider.kind;
+    if matches!(
+        kind,
+        ProviderKind::Llamacpp | ProviderKind::Tensorrt | ProviderKind::Cli
+    ) {
+        return Err(OpenError::Usage(format!(
+            "--record and --replay cover the API providers (openai, anthropic, gemini, ollama); \
+             provider '{}' is of type '{}', which sends no upstream requests that can be recorded",
+            provider.name,
+            kind.as_str()
+        )));
+    }
+    let model = provider.model.as_deref().unwrap_or_default();
+    settings
+        .tape
+        .prepare(kind.as_str(), model)
+        .map_err(|e| OpenError::Usage(e.to_string()))
+}
+
 /// With no provider configured, the embedded default model, when `make model` fetched it.
 fn embedded_default() -> Result<ProviderConfig, OpenError> {
     let path = llamacpp::default_model().map_err(|e| {
@@ -211,6 +272,12 @@ fn llama_config(settings: &Settings, provider: &ProviderConfig) -> Result<LlamaC
             ))
         })?,
     };
+    let pooling = match local.pooling.as_deref() {
+        None => Pooling::Mean,
+        Some(name) => Pooling::parse(name).ok_or_else(|| {
+            OpenError::Usage(format!("--pooling {name}: expected one of mean, cls, last"))
+        })?,
+    };
     let defaults = LlamaConfig::new(model.clone());
     Ok(LlamaConfig {
         context_size: settings
@@ -223,7 +290,12 @@ fn llama_config(settings: &Settings, provider: &ProviderConfig) -> Result<LlamaC
         cache_type,
         flash_attn: local.flash_attn,
         parallel: local.parallel.unwrap_or(defaults.parallel),
-        progress: std::io::stderr().is_terminal(),
+        pooling,
+        progress: super::progress::for_mode(&settings.mode),
+        prompt_cache: (local.prompt_cache_bytes > 0).then(|| PromptCacheConfig {
+            dir: crate::util::dirs::kv_cache_dir(),
+            max_bytes: local.prompt_cache_bytes,
+        }),
         ..defaults
     })
 }
@@ -290,6 +362,7 @@ fn api_settings(
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
         timeouts: timeouts(settings),
+        tape: settings.tape.clone(),
         ..ApiSettings::new(base, model_of(provider)?)
     })
 }
@@ -329,6 +402,7 @@ fn openai_config(
         max_retries: 3,
         azure,
         max_tokens_param,
+        tape: settings.tape.clone(),
         ..OpenAiConfig::new(base_url, model)
     })
 }

@@ -934,13 +934,25 @@ impl Responder {
     }
 
     /// A plain-text answer (`/metrics`).
-    pub fn text(mut self, status: u16, content_type: &str, body: &str) {
+    pub fn text(self, status: u16, content_type: &str, body: &str) {
+        self.text_with(status, content_type, body, &[]);
+    }
+
+    /// A text answer with extra headers (the chat page's security headers).
+    pub fn text_with(
+        mut self,
+        status: u16,
+        content_type: &str,
+        body: &str,
+        extra: &[(&'static str, String)],
+    ) {
         self.log.status = status;
         let Some(stream) = self.stream.take() else {
             return;
         };
         let mut headers = self.base_headers();
         headers.push(("Content-Type", content_type.to_string()));
+        headers.extend(extra.iter().cloned());
         let mut writer = &*stream;
         let result = write_head(&mut writer, status, &headers, Some(body.len()))
             .and_then(|()| writer.write_all(body.as_bytes()))

@@ -7,7 +7,8 @@
 //! state and tool count); anything else gets an `error` object and is skipped. Output objects are `text`, `thinking`, `codeblock`,
 //! `tool_use`, `approval_required`, `tool_result`, `system`, `error`, `stats`
 //! and, at the end of each prompt, `end_turn` with the finish reason and token
-//! totals.
+//! totals. While the in-process model loads, `loading` lines carry its
+//! progress (0.0 to 1.0).
 //!
 //! Input is read on its own thread (`shepherd-json-in`) and the loop
 //! `select!`s over input lines and agent events, so an approval can be
@@ -67,6 +68,10 @@ enum JsonOut<'a> {
         error_type: &'a str,
     },
     Stats(&'a Stats),
+    /// How far loading the in-process model has got, 0.0 to 1.0.
+    Loading {
+        progress: f32,
+    },
     /// Each MCP server's state and tool count; answers `{"type":"mcp_status"}`.
     McpStatus {
         servers: Vec<crate::mcp::ServerStatus>,
@@ -105,6 +110,11 @@ struct Totals {
     context_used: u64,
     prompt_tokens: u64,
     completion_tokens: u64,
+}
+
+/// Writes a `loading` line to stdout (model loading runs before the session).
+pub fn loading_line(progress: f32) {
+    let _ = write_line(&mut io::stdout().lock(), &JsonOut::Loading { progress });
 }
 
 fn write_line(out: &mut impl Write, item: &JsonOut<'_>) -> io::Result<()> {

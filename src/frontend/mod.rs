@@ -15,6 +15,7 @@ mod exit;
 mod http;
 mod json;
 mod line;
+mod progress;
 mod render;
 mod repl;
 mod sanitize;
@@ -23,6 +24,7 @@ mod slash;
 mod terminal;
 mod tool_server;
 mod tui;
+mod ui;
 mod wiring;
 
 use std::io::{self, IsTerminal};
@@ -61,6 +63,15 @@ fn run_mode() -> i32 {
             return EXIT_USAGE;
         }
     };
+    // `shepherd provider add --help`: answered from the subcommand table before
+    // anything else, so help works whatever the rest of the line or the config says.
+    if let Some(topic) = low
+        .subcommand
+        .as_ref()
+        .and_then(|sub| args::subcommands::help_request(sub, low.help))
+    {
+        return print_out(&args::subcommands::help_text(topic));
+    }
     let settings = match resolve::resolve(&low, &config::process_env) {
         Ok(settings) => settings,
         Err(error) => {
@@ -103,6 +114,12 @@ fn run_mode() -> i32 {
             &mut command_output(&mut io::stdout()),
         )),
         Mode::ListModels => list_models(&settings),
+        Mode::Completions(words) => subcommand(commands::completions::run(
+            words,
+            &settings.config_path,
+            &mut io::stdout(),
+        )),
+        Mode::Man(words) => subcommand(commands::completions::run_man(words, &mut io::stdout())),
         Mode::CliServer => cli_server_mode(&settings),
         Mode::ApiServer => api_server::run(&settings),
         Mode::ToolServer => tool_server_mode(&settings),

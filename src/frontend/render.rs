@@ -333,8 +333,12 @@ fn stats_line(stats: &Stats) -> String {
     } else {
         stats.context_used.to_string()
     };
+    let provider = stats
+        .provider
+        .as_ref()
+        .map_or(String::new(), |p| format!(" [Provider: {p}]"));
     format!(
-        "[Prefill: {} tokens{}, context: {context}] [Decode: {} tokens{}]",
+        "[Prefill: {} tokens{}, context: {context}] [Decode: {} tokens{}]{provider}",
         stats.prompt_tokens,
         speed(stats.prefill_tps),
         stats.completion_tokens,

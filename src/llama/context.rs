@@ -49,6 +49,39 @@ impl CacheType {
     }
 }
 
+/// How an embedding is made of a sequence's per-token outputs (`--pooling`), for
+/// the API server's `/v1/embeddings`. Chosen when the context is created; it
+/// changes nothing while embeddings are off (generation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Pooling {
+    /// The mean over every token of the input (llama-server's default for most models).
+    #[default]
+    Mean,
+    /// The first token's output.
+    Cls,
+    /// The last token's output.
+    Last,
+}
+
+impl Pooling {
+    pub fn parse(name: &str) -> Option<Pooling> {
+        match name {
+            "mean" => Some(Pooling::Mean),
+            "cls" => Some(Pooling::Cls),
+            "last" => Some(Pooling::Last),
+            _ => None,
+        }
+    }
+
+    fn raw(self) -> sys::llama_pooling_type {
+        match self {
+            Pooling::Mean => sys::LLAMA_POOLING_TYPE_MEAN,
+            Pooling::Cls => sys::LLAMA_POOLING_TYPE_CLS,
+            Pooling::Last => sys::LLAMA_POOLING_TYPE_LAST,
+        }
+    }
+}
+
 /// How to create a context. Every number is checked by [`ContextParams::validate`].
 #[derive(Debug, Clone)]
 pub struct ContextParams {
@@ -61,6 +94,7 @@ pub struct ContextParams {
     pub cache_type: CacheType,
     /// `None` lets llama.cpp decide (auto).
     pub flash_attn: Option<bool>,
+    pub pooling: Pooling,
     /// Set to true to abort a running decode.
     pub abort: Arc<AtomicBool>,
 }
@@ -76,6 +110,7 @@ impl Default for ContextParams {
             n_seq_max: 1,
             cache_type: CacheType::F16,
             flash_attn: None,
+            pooling: Pooling::Mean,
             abort: Arc::new(AtomicBool::new(false)),
         }
     }
@@ -151,6 +186,7 @@ pub struct Context<'m> {
     n_ctx_seq: u32,
     n_seq_max: u32,
     n_batch: u32,
+    n_ubatch: u32,
     /// Which entries of the last decoded batch have logits a sampler may read.
     logits: Vec<bool>,
     /// Raw pointers make the type `!Send` and `!Sync` on purpose.
@@ -196,6 +232,7 @@ impl<'m> Context<'m> {
             Some(true) => sys::LLAMA_FLASH_ATTN_TYPE_ENABLED,
             Some(false) => sys::LLAMA_FLASH_ATTN_TYPE_DISABLED,
         };
+        raw_params.pooling_type = params.pooling.raw();
         raw_params.abort_callback = Some(abort_requested);
         raw_params.abort_callback_data = Arc::as_ptr(&params.abort) as *mut c_void;
         // SAFETY: `model` is valid and outlives the context (borrow `'m`); the abort data
@@ -204,12 +241,13 @@ impl<'m> Context<'m> {
         let raw = NonNull::new(raw)
             .ok_or_else(|| InitError::Failed(format!("n_ctx {} (out of memory?)", params.n_ctx)))?;
         // SAFETY: `raw` is a valid context.
-        let (n_ctx, n_ctx_seq, n_seq_max, n_batch) = unsafe {
+        let (n_ctx, n_ctx_seq, n_seq_max, n_batch, n_ubatch) = unsafe {
             (
                 sys::llama_n_ctx(raw.as_ptr()),
                 sys::llama_n_ctx_seq(raw.as_ptr()),
                 sys::llama_n_seq_max(raw.as_ptr()),
                 sys::llama_n_batch(raw.as_ptr()),
+                sys::llama_n_ubatch(raw.as_ptr()),
             )
         };
         let threadpool = attach_threadpool(raw, params.n_threads);
@@ -222,6 +260,7 @@ impl<'m> Context<'m> {
             n_ctx_seq,
             n_seq_max,
             n_batch,
+            n_ubatch,
             logits: Vec::new(),
             _not_send: PhantomData,
         })
@@ -241,6 +280,12 @@ impl<'m> Context<'m> {
 
     pub fn n_batch(&self) -> u32 {
         self.n_batch
+    }
+
+    /// The physical batch: the most tokens one embedding input may have, since
+    /// llama.cpp pools a sequence's outputs within one physical batch.
+    pub fn n_ubatch(&self) -> u32 {
+        self.n_ubatch
     }
 
     /// Positions one sequence may use: the context each slot sees.
@@ -373,6 +418,71 @@ impl<'m> Context<'m> {
             }
             copied
         }
+    }
+
+    /// Turns the output of pooled embeddings on (for an embedding decode) or off
+    /// (generation: logits only).
+    pub fn set_embeddings(&mut self, on: bool) {
+        // SAFETY: `raw` is a valid context, used on this thread only; the flag only
+        // changes what the next decode outputs.
+        unsafe { sys::llama_set_embeddings(self.raw.as_ptr(), on) }
+    }
+
+    /// The pooled embedding of sequence `seq` from the last decode, which must have
+    /// run with embeddings on (`None` otherwise, or for a sequence it did not hold).
+    pub fn embedding_seq(&self, seq: i32) -> Option<Vec<f32>> {
+        if !self.is_seq(seq) {
+            return None;
+        }
+        let n_embd = usize::try_from(self.model().n_embd()).ok()?;
+        // SAFETY: `raw` is valid and `seq` one of its sequences (checked above);
+        // llama.cpp returns null unless the last decode pooled that sequence, else a
+        // pointer to `n_embd` floats it owns until the next decode. They are copied
+        // out at once.
+        unsafe {
+            let ptr = sys::llama_get_embeddings_seq(self.raw.as_ptr(), seq);
+            (!ptr.is_null()).then(|| std::slice::from_raw_parts(ptr, n_embd).to_vec())
+        }
+    }
+
+    /// The cached state (KV cells, positions) of sequence `seq` as bytes, for the
+    /// prompt cache on disk; `None` when it is empty or could not be read.
+    pub fn seq_state(&mut self, seq: i32) -> Option<Vec<u8>> {
+        if !self.is_seq(seq) {
+            return None;
+        }
+        // SAFETY: `raw` is valid and `seq` is one of its sequences (checked above);
+        // this only measures.
+        let size = unsafe { sys::llama_state_seq_get_size(self.raw.as_ptr(), seq) };
+        if size == 0 {
+            return None;
+        }
+        let mut state = vec![0u8; size];
+        // SAFETY: `state` is a writable buffer of exactly `size` bytes, the size
+        // llama.cpp just asked for this sequence; nothing decodes in between.
+        let written = unsafe {
+            sys::llama_state_seq_get_data(self.raw.as_ptr(), state.as_mut_ptr(), size, seq)
+        };
+        (written == size).then_some(state)
+    }
+
+    /// Replaces what sequence `seq` holds with `state` (from [`Context::seq_state`]
+    /// of a context with the same model and parameters). False, with `seq` left
+    /// empty, when llama.cpp refused it.
+    pub fn set_seq_state(&mut self, seq: i32, state: &[u8]) -> bool {
+        self.logits.clear();
+        if !self.is_seq(seq) || !self.truncate_seq(seq, 0) {
+            return false;
+        }
+        // SAFETY: `state` is a readable buffer of `state.len()` bytes; llama.cpp
+        // checks what it reads against its own format and fails with 0.
+        let read = unsafe {
+            sys::llama_state_seq_set_data(self.raw.as_ptr(), state.as_ptr(), state.len(), seq)
+        };
+        if read == 0 {
+            self.truncate_seq(seq, 0);
+        }
+        read != 0
     }
 
     /// Whether entry `index` of the last decoded batch has logits.

@@ -29,9 +29,9 @@ use std::sync::Once;
 use llama_cpp_sys_2 as sys;
 
 pub use batch::Batch;
-pub use context::{CacheType, Context, ContextParams};
+pub use context::{CacheType, Context, ContextParams, Pooling};
 pub use error::DecodeError;
-pub use model::{Model, ModelParams, Token};
+pub use model::{LoadProgress, Model, ModelParams, Token};
 pub use sampler::{Sampler, SamplerParams};
 
 static BACKEND_INIT: Once = Once::new();
@@ -116,7 +116,7 @@ pub(crate) fn test_model() -> Model {
     let path = crate::util::dirs::test_models::test_model_path();
     let params = ModelParams {
         gpu_layers: 0,
-        progress: false,
+        progress: None,
     };
     Model::load(&path, &params).unwrap()
 }

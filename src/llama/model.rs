@@ -7,9 +7,9 @@
 #![allow(unsafe_code)] // FFI module: every block carries a `// SAFETY:` comment.
 
 use std::ffi::{c_char, c_void, CStr, CString};
-use std::io::{IsTerminal, Write};
 use std::path::Path;
 use std::ptr::NonNull;
+use std::sync::Arc;
 
 use llama_cpp_sys_2 as sys;
 
@@ -18,22 +18,30 @@ use super::error::{InvalidParam, LoadError, TemplateError, TokenizeError};
 /// A token id of the model's vocabulary.
 pub type Token = sys::llama_token;
 
+/// Told how far loading has got, from 0.0 to 1.0, on the loading thread
+/// (llama.cpp calls it many times per percent; the receiver thins it out).
+#[derive(Clone)]
+pub struct LoadProgress(Arc<dyn Fn(f32) + Send + Sync>);
+
+impl LoadProgress {
+    pub fn new(report: impl Fn(f32) + Send + Sync + 'static) -> LoadProgress {
+        LoadProgress(Arc::new(report))
+    }
+}
+
+impl std::fmt::Debug for LoadProgress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LoadProgress")
+    }
+}
+
 /// How to load a model.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default)]
 pub struct ModelParams {
     /// Layers to offload to the GPU; -1 means all of them.
     pub gpu_layers: i32,
-    /// Draw a progress bar on stderr while loading, when stderr is a terminal.
-    pub progress: bool,
-}
-
-impl Default for ModelParams {
-    fn default() -> Self {
-        ModelParams {
-            gpu_layers: 0,
-            progress: true,
-        }
-    }
+    /// Where loading progress goes; `None`: nowhere.
+    pub progress: Option<LoadProgress>,
 }
 
 /// An owned `llama_model`.
@@ -51,19 +59,16 @@ impl Drop for Model {
     }
 }
 
-/// Draws the loading progress on stderr; returning true tells llama.cpp to go on.
-extern "C" fn draw_progress(progress: f32, _: *mut c_void) -> bool {
-    let width = 30usize;
-    let filled = ((progress.clamp(0.0, 1.0) * width as f32) as usize).min(width);
-    let bar = format!("{}{}", "#".repeat(filled), ".".repeat(width - filled));
-    let end = if filled == width { "\r\x1b[K" } else { "" };
-    let mut err = std::io::stderr();
-    let _ = write!(
-        err,
-        "\rloading model [{bar}] {:3.0}%{end}",
-        progress * 100.0
-    );
-    let _ = err.flush();
+/// Hands llama.cpp's loading progress to the [`LoadProgress`] behind `data`;
+/// returning true tells llama.cpp to go on.
+extern "C" fn report_progress(progress: f32, data: *mut c_void) -> bool {
+    // SAFETY: `data` is the `&LoadProgress` that `Model::load` passed as the
+    // callback's user data; it outlives the load call, the only time this runs.
+    let report = unsafe { &*(data as *const LoadProgress) };
+    // A panic must not unwind into C; a failed report does not stop the load.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        (report.0)(progress.clamp(0.0, 1.0))
+    }));
     true
 }
 
@@ -89,11 +94,13 @@ impl Model {
         } else {
             params.gpu_layers
         };
-        if params.progress && std::io::stderr().is_terminal() {
-            raw_params.progress_callback = Some(draw_progress);
+        if let Some(report) = &params.progress {
+            raw_params.progress_callback = Some(report_progress);
+            raw_params.progress_callback_user_data = report as *const LoadProgress as *mut c_void;
         }
         // SAFETY: `c_path` is a valid NUL-terminated string that outlives the call, and
-        // `raw_params` holds either null or valid pointers (defaults plus a static callback).
+        // `raw_params` holds either null or valid pointers (defaults, a static callback,
+        // and `params.progress`, borrowed for the whole call).
         let raw = unsafe { sys::llama_model_load_from_file(c_path.as_ptr(), raw_params) };
         let raw = NonNull::new(raw).ok_or_else(|| LoadError::Failed(path.display().to_string()))?;
         // SAFETY: `raw` is a valid model; the vocab it returns lives as long as the model.
@@ -139,6 +146,12 @@ impl Model {
         // SAFETY: `raw` is a valid model for the lifetime of `self`.
         let n = unsafe { sys::llama_model_n_layer(self.raw.as_ptr()) };
         u32::try_from(n).unwrap_or(0)
+    }
+
+    /// The length of the model's output embeddings (what pooling yields).
+    pub fn n_embd(&self) -> i32 {
+        // SAFETY: `raw` is a valid model for the lifetime of `self`.
+        unsafe { sys::llama_model_n_embd_out(self.raw.as_ptr()) }
     }
 
     pub fn n_vocab(&self) -> i32 {
@@ -444,12 +457,18 @@ mod tests {
 
     #[test]
     fn metadata_and_head_size_of_the_test_model() {
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = Arc::clone(&seen);
         let params = ModelParams {
             gpu_layers: 0,
-            progress: false,
+            progress: Some(LoadProgress::new(move |p| record.lock().unwrap().push(p))),
         };
         let model =
             Model::load(&crate::util::dirs::test_models::test_model_path(), &params).unwrap();
+        // Loading reported its progress, rising to the end.
+        let seen = seen.lock().unwrap().clone();
+        assert!(seen.windows(2).all(|w| w[0] <= w[1]), "{seen:?}");
+        assert_eq!(seen.last(), Some(&1.0), "{seen:?}");
         assert_eq!(
             model.meta_str("general.architecture").as_deref(),
             Some("llama")
@@ -480,7 +499,7 @@ mod tests {
     fn gpu_layers_below_minus_one_are_rejected_before_c() {
         let params = ModelParams {
             gpu_layers: -2,
-            progress: false,
+            progress: None,
         };
         let err = Model::load(Path::new("/nonexistent/model.gguf"), &params);
         assert!(matches!(err, Err(LoadError::Param(_))));

@@ -151,7 +151,7 @@ fn binary(requested: &str, mut bytes: Vec<u8>, cap: usize) -> ToolOutput {
     let keep = cap / 4 * 3;
     bytes.truncate(keep);
     let mut content = format!("[{requested} is a binary file of {total} bytes; base64 follows]\n");
-    content.push_str(&base64(&bytes));
+    content.push_str(&crate::util::base64::encode(&bytes));
     if total > bytes.len() {
         content.push_str(&format!(
             "\n[base64 covers the first {} of {total} bytes]",
@@ -159,28 +159,6 @@ fn binary(requested: &str, mut bytes: Vec<u8>, cap: usize) -> ToolOutput {
         ));
     }
     ToolOutput::ok(content, format!("binary, {total} bytes"))
-}
-
-/// Standard base64 with padding.
-pub fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
 }
 
 pub struct WriteFile;
@@ -590,19 +568,6 @@ mod tests {
             out.content
         );
         assert!(out.content.ends_with("AJ+Slg=="), "{}", out.content);
-    }
-
-    #[test]
-    fn base64_vectors() {
-        for (input, expected) in [
-            ("", ""),
-            ("f", "Zg=="),
-            ("fo", "Zm8="),
-            ("foo", "Zm9v"),
-            ("foobar", "Zm9vYmFy"),
-        ] {
-            assert_eq!(base64(input.as_bytes()), expected);
-        }
     }
 
     #[test]

@@ -22,6 +22,12 @@ pub fn model_cache_dir() -> PathBuf {
     home.join(".cache/shepherd/models")
 }
 
+/// `$XDG_CACHE_HOME/shepherd/kv`, else `$HOME/.cache/shepherd/kv`: the
+/// in-process model's prompt cache (KV states of decoded prompts).
+pub fn kv_cache_dir() -> PathBuf {
+    xdg_dir("XDG_CACHE_HOME", ".cache").join("kv")
+}
+
 /// `$NAME/shepherd` when `NAME` is set to an absolute path (the spec says
 /// relative and empty values must be ignored), else `$HOME/FALLBACK/shepherd`.
 fn xdg_dir(name: &str, fallback: &str) -> PathBuf {

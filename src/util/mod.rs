@@ -3,6 +3,7 @@
 //! `net` is the one loopback rule (servers' binds and `Host` checks, the
 //! HTTP clients' proxy bypass, token discovery all ask it).
 
+pub mod base64;
 pub mod dirs;
 pub mod fs;
 pub mod names;

@@ -16,7 +16,7 @@ use crate::fake_openai::{chunk, text_stream, tool_call_stream, Canned, FakeOpenA
 use crate::harness::{poll_until, Sandbox};
 
 /// The model the tests use: `SHEPHERD_TEST_MODEL` (set by `make test`), else the `make model` cache.
-fn test_model() -> PathBuf {
+pub(crate) fn test_model() -> PathBuf {
     let path = std::env::var_os("SHEPHERD_TEST_MODEL").map_or_else(
         || {
             let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
@@ -850,4 +850,174 @@ fn use_tools_obeys_the_approval_rules_and_mounts_the_agent_endpoints() {
     assert!(profiles.contains("\"default\""), "{profiles}");
     let (status, stopped) = server.post("/v1/emergency-stop", &json!({}));
     assert_eq!(status, 200, "{stopped}");
+}
+
+#[test]
+fn the_official_openai_client_completes_text_and_embeds_against_smollm2() {
+    let Some(python) = std::env::var_os("SHEPHERD_OPENAI_PYTHON") else {
+        eprintln!("skipped: SHEPHERD_OPENAI_PYTHON is not set (make test installs the openai package and sets it)");
+        return;
+    };
+    let server = ApiServer::with_model(&["--context-size", "2048", "--auth-token", "t0ken"]);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/it/openai_routes.py");
+    let output = Command::new(python)
+        .arg(script)
+        .env("OPENAI_BASE_URL", server.url("/v1"))
+        .env("OPENAI_API_KEY", "t0ken")
+        .output()
+        .expect("run python");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "client failed:\n{stdout}\n{stderr}\nserver log:\n{}",
+        server.log()
+    );
+    assert!(stdout.contains("all checks passed"), "{stdout}");
+}
+
+#[test]
+fn tokenize_detokenize_and_props_answer_in_llama_servers_shapes() {
+    let server = ApiServer::with_model(&["--context-size", "2048", "--parallel", "2"]);
+    let text = "Hello world, <|im_start|>user";
+    let (status, plain) = server.post("/tokenize", &json!({"content": text}));
+    assert_eq!(status, 200, "{plain}");
+    let ids: Vec<i64> = plain["tokens"]
+        .as_array()
+        .expect("tokens")
+        .iter()
+        .map(|t| t.as_i64().expect("an id"))
+        .collect();
+    assert!(ids.len() >= 4, "{plain}");
+    // Special-token markup is parsed: `<|im_start|>` is one token (SmolLM2's id 1).
+    assert!(ids.contains(&1), "{plain}");
+    let (_, pieces) = server.post("/tokenize", &json!({"content": text, "with_pieces": true}));
+    let spelled: String = pieces["tokens"]
+        .as_array()
+        .expect("tokens")
+        .iter()
+        .map(|t| t["piece"].as_str().expect("a text piece"))
+        .collect();
+    assert_eq!(spelled, text, "{pieces}");
+    assert_eq!(pieces["tokens"][0]["id"], json!(ids[0]));
+    let (status, back) = server.post("/detokenize", &json!({"tokens": ids}));
+    assert_eq!(
+        (status, back["content"].as_str()),
+        (200, Some(text)),
+        "{back}"
+    );
+
+    for (path, body, param) in [
+        ("/detokenize", json!({"tokens": [1, 99_999_999]}), "tokens"),
+        ("/detokenize", json!({"tokens": [-1]}), "tokens"),
+        ("/detokenize", json!({"tokens": "1"}), "tokens"),
+        ("/detokenize", json!({}), "tokens"),
+        ("/tokenize", json!({}), "content"),
+        (
+            "/tokenize",
+            json!({"content": "a", "with_pieces": "yes"}),
+            "with_pieces",
+        ),
+        (
+            "/tokenize",
+            json!({"content": "a", "parse_special": false}),
+            "parse_special",
+        ),
+        ("/tokenize", json!({"content": "a", "extra": 1}), "extra"),
+        (
+            "/v1/embeddings",
+            json!({"input": [[1, 99_999_999]]}),
+            "input[0]",
+        ),
+        ("/v1/embeddings", json!({"input": ""}), "input"),
+        ("/v1/completions", json!({"prompt": ["a", "b"]}), "prompt"),
+    ] {
+        let (status, error) = server.post(path, &body);
+        assert_eq!(status, 400, "{path} {body}: {error}");
+        assert_eq!(
+            error["error"]["param"],
+            json!(param),
+            "{path} {body}: {error}"
+        );
+    }
+
+    let (status, props) = server.get("/props");
+    assert_eq!(status, 200, "{props}");
+    let props: Value = serde_json::from_str(&props).expect("JSON");
+    assert_eq!(props["total_slots"], json!(2), "{props}");
+    assert_eq!(
+        props["default_generation_settings"]["n_ctx"],
+        json!(1024),
+        "{props}"
+    );
+    let path = props["model_path"].as_str().expect("model_path");
+    assert!(path.ends_with(".gguf"), "{props}");
+    let template = props["chat_template"].as_str().expect("chat_template");
+    assert!(template.contains("<|im_start|>"), "{props}");
+    assert_eq!(
+        server.metric("shepherd_requests_total{endpoint=\"tokenize\"}"),
+        11.0
+    );
+    assert_eq!(
+        server.metric("shepherd_requests_total{endpoint=\"embeddings\"}"),
+        2.0
+    );
+}
+
+#[test]
+fn an_embedding_between_two_chats_leaves_the_answer_unchanged() {
+    // One slot: the embedding runs in the very sequence the chat cached.
+    let server = ApiServer::with_model(&["--context-size", "2048"]);
+    let chat = json!({
+        "messages": [{"role": "user", "content": "Name three colours."}],
+        "temperature": 0,
+        "max_tokens": 16,
+    });
+    let (status, first) = server.post("/v1/chat/completions", &chat);
+    assert_eq!(status, 200, "{first}");
+    let (status, embedded) = server.post(
+        "/v1/embeddings",
+        &json!({"input": ["An unrelated sentence about ships.", "And another."]}),
+    );
+    assert_eq!(status, 200, "{embedded}");
+    assert_eq!(
+        embedded["data"][1]["embedding"].as_array().map(Vec::len),
+        Some(576)
+    );
+    let (status, second) = server.post("/v1/chat/completions", &chat);
+    assert_eq!(status, 200, "{second}");
+    assert_eq!(
+        second["choices"][0]["message"]["content"], first["choices"][0]["message"]["content"],
+        "{first}\n{second}"
+    );
+    // The embedding cleared the slot, and its mirror with it: nothing stale is reused.
+    assert_eq!(
+        second["usage"]["prompt_tokens_details"]["cached_tokens"],
+        json!(0),
+        "{second}"
+    );
+}
+
+#[test]
+fn routes_of_the_in_process_model_answer_501_for_an_api_backend() {
+    let fake = FakeOpenAi::start(Vec::new());
+    let server = ApiServer::with_fake(&fake.base_url, &[]);
+    for (path, body) in [
+        ("/v1/completions", json!({"prompt": "Once"})),
+        ("/v1/embeddings", json!({"input": "Once"})),
+        ("/tokenize", json!({"content": "Once"})),
+        ("/detokenize", json!({"tokens": [1]})),
+    ] {
+        let (status, error) = server.post(path, &body);
+        assert_eq!(status, 501, "{path}: {error}");
+        assert!(
+            error["error"]["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("in-process model"),
+            "{path}: {error}"
+        );
+    }
+    assert_eq!(server.get("/props").0, 501);
+    assert_eq!(fake.requests().len(), 0, "nothing reached the backend");
 }

@@ -89,25 +89,38 @@ fn adversarial_model_output_never_runs_a_side_effecting_tool_headless() {
 }
 
 /// A `--json` shepherd with its stdin and stdout as lines.
-struct JsonSession {
+pub(crate) struct JsonSession {
     stdin: std::process::ChildStdin,
     lines: crossbeam_channel::Receiver<Value>,
 }
 
 impl JsonSession {
-    fn next(&self) -> Value {
+    /// Takes the child's stdin and stdout; its stderr is left to the caller.
+    pub(crate) fn attach(child: &mut std::process::Child) -> JsonSession {
+        let stdin = child.stdin.take().expect("stdin");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = crossbeam_channel::unbounded();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(serde_json::from_str::<Value>(&line).expect("JSON line"));
+            }
+        });
+        JsonSession { stdin, lines: rx }
+    }
+
+    pub(crate) fn next(&self) -> Value {
         self.lines
             .recv_timeout(Duration::from_secs(30))
             .expect("an output line")
     }
 
-    fn send(&mut self, line: &Value) {
+    pub(crate) fn send(&mut self, line: &Value) {
         writeln!(self.stdin, "{line}").expect("write a line");
         self.stdin.flush().expect("flush");
     }
 
     /// Output lines up to the first of type `kind`, which is returned last.
-    fn until(&self, kind: &str) -> Vec<Value> {
+    pub(crate) fn until(&self, kind: &str) -> Vec<Value> {
         let mut seen = Vec::new();
         loop {
             let line = self.next();
@@ -141,16 +154,8 @@ fn json_mode_asks_with_an_event_and_takes_an_approval_line() {
     ]);
     let sandbox = Sandbox::new("json-approve");
     let mut child = sandbox.spawn(&args(&fake, &["--json"]));
-    let stdin = child.stdin.take().expect("stdin");
-    let stdout = child.stdout.take().expect("stdout");
-    let (tx, rx) = crossbeam_channel::unbounded();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(serde_json::from_str::<Value>(&line).expect("JSON line"));
-        }
-    });
+    let mut session = JsonSession::attach(&mut child);
     let collected = collect(child);
-    let mut session = JsonSession { stdin, lines: rx };
 
     session.send(&json!({"type": "user", "content": "write the first"}));
     let seen = session.until("approval_required");

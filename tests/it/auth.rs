@@ -128,6 +128,10 @@ fn credentials(token: &str) -> Vec<(&'static str, Vec<u8>, bool)> {
     ]
 }
 
+/// The only routes answered without a token: the health check and the chat
+/// page with its files (which hold no secret; the page's calls send the token).
+const PUBLIC: [&str; 4] = ["/health", "/", "/ui/app.js", "/ui/app.css"];
+
 /// Runs the route × credential × Origin × Host table against one server.
 /// Returns how many requests were checked.
 fn check_table(server: &Server, token: &str, routes: &[(&str, &str, &str)]) -> usize {
@@ -168,7 +172,7 @@ fn check_table(server: &Server, token: &str, routes: &[(&str, &str, &str)]) -> u
                         format!("{method} {path} with {cred_name}, {origin_name}, {host_name}");
                     if !host_ok || !origin_ok {
                         assert_eq!(status, 403, "{case}");
-                    } else if *path == "/health" || cred_ok {
+                    } else if PUBLIC.contains(path) || cred_ok {
                         assert!(
                             status != 0 && status != 401 && status != 403,
                             "{case}: {status}"
@@ -222,6 +226,9 @@ fn every_cliserver_route_needs_the_generated_token() {
     let token = server.token();
     let mut routes = vec![
         ("GET", "/health", ""),
+        ("GET", "/", ""),
+        ("GET", "/ui/app.js", ""),
+        ("GET", "/ui/app.css", ""),
         ("GET", "/status", ""),
         ("GET", "/session", ""),
         ("POST", "/clear", ""),
@@ -268,12 +275,20 @@ fn every_api_server_route_needs_the_token_with_use_tools() {
     let token = server.token();
     let mut routes = vec![
         ("GET", "/health", ""),
+        ("GET", "/", ""),
+        ("GET", "/ui/app.js", ""),
+        ("GET", "/ui/app.css", ""),
         ("GET", "/v1/health", ""),
         ("GET", "/metrics", ""),
         ("GET", "/v1/models", ""),
         ("GET", "/v1/models/test", ""),
         ("POST", "/v1/chat/completions", "{}"),
         ("POST", "/v1/messages", "{}"),
+        ("POST", "/v1/completions", "{}"),
+        ("POST", "/v1/embeddings", "{}"),
+        ("POST", "/tokenize", "{}"),
+        ("POST", "/detokenize", "{}"),
+        ("GET", "/props", ""),
     ];
     routes.extend(AGENT_ROUTES);
     let checked = check_table(&server, &token, &routes);

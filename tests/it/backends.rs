@@ -66,6 +66,7 @@ fn ollama_ndjson(lines: &[Value]) -> Canned {
         status: 200,
         headers: vec![("Content-Type".into(), "application/x-ndjson".into())],
         body: body.into_bytes(),
+        hold: None,
     }
 }
 
@@ -331,4 +332,133 @@ fn an_auth_error_does_not_fail_over_and_says_why() {
         Some("k-secret-77")
     );
     assert!(spare.requests().is_empty());
+}
+
+/// Two providers of equal priority in front of two fakes, each answering with its own name.
+fn fleet_config(sandbox: &Sandbox, one: &FakeOpenAi, two: &FakeOpenAi) {
+    write_config(
+        sandbox,
+        json!([
+            {"name": "one", "type": "openai", "model": "test", "base_url": one.base_url, "priority": 5},
+            {"name": "two", "type": "openai", "model": "test", "base_url": two.base_url, "priority": 5},
+        ]),
+    );
+}
+
+fn named_answers(name: &str, n: usize) -> Vec<Canned> {
+    (0..n)
+        .map(|_| Canned::sse(&text_stream(&[&format!("from {name}")])))
+        .collect()
+}
+
+#[test]
+fn a_fleet_of_equal_providers_shares_the_server_s_load() {
+    use std::time::Duration;
+    let (release, held) = crossbeam_channel::bounded::<()>(0);
+    // `one`'s first answer waits until the test lets it go.
+    let mut first = named_answers("one", 3);
+    first[0] = first[0].clone().held(held);
+    let one = FakeOpenAi::start(first);
+    let two = FakeOpenAi::start(named_answers("two", 3));
+    let sandbox = Sandbox::new("fleet");
+    fleet_config(&sandbox, &one, &two);
+    let mut child = sandbox.spawn(&["--server", "--port", "0", "--parallel", "2"]);
+    let (address, log) = crate::harness::wait_listening(&mut child);
+    let agent = crate::harness::http_agent(Duration::from_secs(30));
+    let ask = move |agent: &ureq::Agent| -> String {
+        let body = json!({"model": "test", "messages": [{"role": "user", "content": "hi"}]});
+        let response = agent
+            .post(&format!("{address}/v1/chat/completions"))
+            .header("Content-Type", "application/json")
+            .send(body.to_string())
+            .expect("the server answers");
+        let text = response.into_body().read_to_string().expect("body");
+        let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        value["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let waiting = {
+        let (agent, ask) = (agent.clone(), ask.clone());
+        std::thread::spawn(move || ask(&agent))
+    };
+    let busy = crate::harness::poll_until(Duration::from_secs(30), || one.requests().len() == 1);
+    assert!(
+        busy,
+        "the first request reached `one`; log: {}",
+        log.lock().unwrap()
+    );
+    // While `one` is busy, the other worker's requests go to the idle `two`.
+    assert_eq!(ask(&agent), "from two");
+    assert_eq!(ask(&agent), "from two");
+    release.send(()).expect("`one` answers");
+    assert_eq!(waiting.join().expect("joins"), "from one");
+    // Both idle again: they take turns.
+    let mut turns = vec![ask(&agent), ask(&agent)];
+    turns.sort();
+    assert_eq!(turns, ["from one", "from two"]);
+    assert_eq!((one.requests().len(), two.requests().len()), (2, 3));
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[test]
+fn the_stats_say_which_provider_of_a_fleet_answered() {
+    let one = FakeOpenAi::start(named_answers("one", 2));
+    let two = FakeOpenAi::start(Vec::new());
+    let sandbox = Sandbox::new("fleetstats");
+    fleet_config(&sandbox, &one, &two);
+    let run = sandbox.run(&["--notools", "--stats", "-e", "hello"], "");
+    assert_eq!(run.status, Some(0), "stderr: {}", run.stderr);
+    // A new process starts at the first of its fleet.
+    assert_eq!(run.stdout, "from one\n");
+    assert!(run.stderr.contains("[Provider: one]"), "{}", run.stderr);
+    let run = sandbox.run(&["--notools", "--json", "-e", "hello"], "");
+    let stats = run
+        .stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["type"] == "stats")
+        .unwrap_or_else(|| panic!("a stats event: {}", run.stdout));
+    assert_eq!(stats["provider"], "one", "{stats}");
+    assert!(two.requests().is_empty());
+}
+
+#[test]
+fn the_cli_server_s_status_names_the_provider_that_answered_last() {
+    use std::time::Duration;
+    let one = FakeOpenAi::start(named_answers("one", 1));
+    let two = FakeOpenAi::start(named_answers("two", 1));
+    let sandbox = Sandbox::new("fleetstatus");
+    fleet_config(&sandbox, &one, &two);
+    let mut child = sandbox.spawn(&[
+        "--cliserver",
+        "--port",
+        "0",
+        "--notools",
+        "--auth-token",
+        crate::harness::TOKEN,
+    ]);
+    let (address, _log) = crate::harness::wait_listening(&mut child);
+    let agent = crate::harness::http_agent(Duration::from_secs(30));
+    let call = |method: &str, path: &str| -> Value {
+        let url = format!("{address}{path}");
+        let response = match method {
+            "POST" => agent
+                .post(&url)
+                .header("Content-Type", "application/json")
+                .send(r#"{"prompt": "hi"}"#),
+            _ => agent.get(&url).call(),
+        };
+        let text = response.expect("answered").into_body().read_to_string();
+        serde_json::from_str(&text.expect("body")).unwrap_or(Value::Null)
+    };
+    assert!(call("GET", "/status").get("last_provider").is_none());
+    assert_eq!(call("POST", "/request")["response"], "from one");
+    assert_eq!(call("GET", "/status")["last_provider"], "one");
+    assert_eq!(call("POST", "/request")["response"], "from two");
+    assert_eq!(call("GET", "/status")["last_provider"], "two");
+    let _ = child.kill();
+    let _ = child.wait();
 }

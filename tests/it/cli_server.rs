@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use crate::approvals::JsonSession;
 use crate::fake_openai::{text_stream, tool_call_stream, Canned, FakeOpenAi};
-use crate::harness::{http_agent, poll_until, process_running, Sandbox, TOKEN};
+use crate::harness::{collect, finish, http_agent, poll_until, process_running, Sandbox, TOKEN};
 
 /// A running `shepherd --cliserver`, killed on drop.
 struct CliServer {
@@ -707,4 +708,74 @@ fn approval_round_trip_allow_deny_and_timeout() {
     let expected = [("allow", "user"), ("deny", "user"), ("deny", "timeout")]
         .map(|(d, b)| (format!("\"{d}\""), format!("\"{b}\"")));
     assert_eq!(decided, expected);
+}
+
+#[test]
+fn a_cli_client_answers_the_server_s_approvals_for_its_user() {
+    let fake = FakeOpenAi::start(write_script(&["allowed.txt", "denied.txt"]));
+    let server = CliServer::start(&fake, &[]);
+    let mut child =
+        server
+            .sandbox
+            .spawn(&["--backend", "cli", "--api-base", &server.base, "--json"]);
+    let mut client = JsonSession::attach(&mut child);
+    let collected = collect(child);
+    for (file, decision, ran) in [
+        ("allowed.txt", "allow", true),
+        ("denied.txt", "deny", false),
+    ] {
+        client.send(&json!({"type": "user", "content": format!("write {file}")}));
+        // The client asks its own user, as for a local call, with the call's arguments.
+        let request = client.until("approval_required").pop().unwrap();
+        assert_eq!(request["name"], "write", "{request}");
+        assert_eq!(request["params"]["file_path"], file, "{request}");
+        assert!(
+            !server.sandbox.work().join(file).exists(),
+            "not before the answer"
+        );
+        client.send(&json!({"type": "approval", "id": request["id"], "decision": decision}));
+        let seen = client.until("end_turn");
+        let result = seen
+            .iter()
+            .find(|l| l["type"] == "tool_result")
+            .unwrap_or_else(|| panic!("the server's result: {seen:?}"));
+        assert_eq!(result["success"], ran, "{result}");
+        assert_eq!(server.sandbox.work().join(file).exists(), ran, "{file}");
+    }
+    drop(client);
+    let run = finish(collected, Duration::from_secs(30)).expect("exits at end of input");
+    assert_eq!(run.status, Some(0), "{}", run.stderr);
+    assert!(last_user_text(&fake.requests()[3].body).contains("denied"));
+}
+
+#[test]
+fn a_headless_cli_client_refuses_the_server_s_approvals_at_once() {
+    let fake = FakeOpenAi::start(write_script(&["headless.txt"]));
+    // Left alone, the server would wait ten minutes for someone to answer.
+    let server = CliServer::start(&fake, &["--approval-timeout", "600"]);
+    let run = server.sandbox.run(
+        &[
+            "--backend",
+            "cli",
+            "--api-base",
+            &server.base,
+            "-e",
+            "write it",
+        ],
+        "",
+    );
+    assert_eq!(run.status, Some(0), "{}", run.stderr);
+    assert!(run.stdout.ends_with("Answered.\n"), "{}", run.stdout);
+    assert!(!server.sandbox.work().join("headless.txt").exists());
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 2);
+    assert!(last_user_text(&requests[1].body).contains("denied"));
+}
+
+/// The content of the last message of a chat request (the tool result in round two).
+fn last_user_text(body: &Value) -> String {
+    let last = body["messages"].as_array().and_then(|m| m.last());
+    last.and_then(|m| m["content"].as_str())
+        .unwrap_or_default()
+        .to_string()
 }

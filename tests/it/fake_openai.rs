@@ -12,6 +12,8 @@ pub struct Canned {
     pub status: u16,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
+    /// When set, the response waits until the test sends on (or drops) its sender.
+    pub hold: Option<crossbeam_channel::Receiver<()>>,
 }
 
 impl Canned {
@@ -31,6 +33,7 @@ impl Canned {
             status: 200,
             headers: vec![("Content-Type".into(), "text/event-stream".into())],
             body: body.as_bytes().to_vec(),
+            hold: None,
         }
     }
 
@@ -39,7 +42,14 @@ impl Canned {
             status,
             headers: vec![("Content-Type".into(), "application/json".into())],
             body: value.to_string().into_bytes(),
+            hold: None,
         }
+    }
+
+    /// This response waits for `release` (a send, or its sender dropped).
+    pub fn held(mut self, release: crossbeam_channel::Receiver<()>) -> Canned {
+        self.hold = Some(release);
+        self
     }
 
     pub fn with_header(mut self, name: &str, value: &str) -> Canned {
@@ -130,6 +140,9 @@ fn serve(server: &tiny_http::Server, script: Vec<Canned>, requests: &Mutex<Vec<R
                 json!({"error": {"message": "fake server: script exhausted", "type": "server_error"}}),
             )
         });
+        if let Some(release) = &canned.hold {
+            let _ = release.recv();
+        }
         let mut response =
             tiny_http::Response::from_data(canned.body).with_status_code(canned.status);
         for (name, value) in canned.headers {

@@ -87,7 +87,12 @@ impl Sandbox {
     }
 
     fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_shepherd"));
+        self.command_of(env!("CARGO_BIN_EXE_shepherd"), args)
+    }
+
+    /// `program args...` in this sandbox's environment (what `spawn` runs shepherd in).
+    pub fn command_of(&self, program: &str, args: &[&str]) -> Command {
+        let mut command = Command::new(program);
         command
             .args(args)
             .current_dir(self.work())

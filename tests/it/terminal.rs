@@ -26,7 +26,7 @@ use crate::harness::{poll_until, Sandbox};
 pub(crate) const SCREEN_DEADLINE: Duration = Duration::from_secs(20);
 
 /// One reply of the paced fake.
-enum Paced {
+pub(crate) enum Paced {
     /// A whole SSE body at once.
     Whole(Vec<u8>),
     /// `first`, then nothing until the gate opens (or closes), then `rest`.
@@ -39,9 +39,10 @@ enum Paced {
     Drip(Vec<u8>),
 }
 
-/// A fake OpenAI server that can hold a stream open.
-struct PacedFake {
-    base_url: String,
+/// A fake OpenAI server that can hold a stream open (also the chat page's
+/// upstream, `ui.rs`).
+pub(crate) struct PacedFake {
+    pub(crate) base_url: String,
     requests: Arc<Mutex<Vec<Value>>>,
     stop: Arc<AtomicBool>,
     port: u16,
@@ -49,7 +50,7 @@ struct PacedFake {
 }
 
 impl PacedFake {
-    fn start(script: Vec<Paced>) -> PacedFake {
+    pub(crate) fn start(script: Vec<Paced>) -> PacedFake {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind paced fake");
         let port = listener.local_addr().expect("local addr").port();
         let requests = Arc::new(Mutex::new(Vec::new()));

@@ -30,7 +30,14 @@
 //! goes through the shared [`OutputFilter`] on the caller's side of the channel, like
 //! every other backend's text: thinking tags, code blocks and tool-call markup are
 //! recognised there, never here.
+//!
+//! **Raw prompts.** [`Backend::complete`] runs the same request path with a prompt
+//! given as text, not rendered through the chat template and not filtered (the API
+//! server's `/v1/completions`). [`LocalModel`] (`model.rs`) is the handle for what
+//! the model offers besides generation: embeddings, the tokenizer, its properties.
 
+mod model;
+pub mod prompt_cache;
 mod prompt_tokens;
 mod request;
 mod slots;
@@ -49,10 +56,11 @@ use super::local::{self, message_text};
 use super::{Backend, BackendInfo, GenerateRequest, Reply, Sampling, ToolChoice, Usage};
 use crate::core::ToolSpec;
 use crate::core::{BackendError, Event, EventSink, FinishReason, Flow, Message, Session};
-use crate::llama::{CacheType, Model, ModelParams};
+use crate::llama::{CacheType, LoadProgress, Model, ModelParams, Pooling};
 use crate::stream::filter::OutputFilter;
 use crate::template::{self, ChatTemplate, TemplateMessage};
 use crate::util::dirs::{model_cache_dir, DEFAULT_MODEL_FILE};
+pub use model::{EmbedInput, LocalModel, ModelError, ModelProps};
 
 /// How often a handle waiting for the generation thread asks its caller about a cancel.
 const POLL: Duration = Duration::from_millis(50);
@@ -74,7 +82,12 @@ pub struct LlamaConfig {
     pub cache_type: CacheType,
     /// Forced on or off; `None` is auto (see [`flash_attn_for`]).
     pub flash_attn: Option<bool>,
-    pub progress: bool,
+    /// How `/v1/embeddings` pools a sequence (`--pooling`).
+    pub pooling: Pooling,
+    /// Where loading progress goes (see [`crate::llama::LoadProgress`]).
+    pub progress: Option<LoadProgress>,
+    /// The prompt cache on disk; `None` with `--no-prompt-cache`.
+    pub prompt_cache: Option<prompt_cache::PromptCacheConfig>,
 }
 
 impl LlamaConfig {
@@ -89,7 +102,9 @@ impl LlamaConfig {
             ubatch: None,
             cache_type: CacheType::F16,
             flash_attn: None,
-            progress: true,
+            pooling: Pooling::Mean,
+            progress: None,
+            prompt_cache: None,
         }
     }
 }
@@ -147,6 +162,8 @@ enum Job {
     Count(String, Sender<Option<usize>>),
     /// Decode the known opening of this conversation's next prompt while idle.
     Warm(Vec<TemplateMessage>, Vec<ToolSpec>),
+    /// Embeddings and the tokenizer ([`LocalModel`]).
+    Model(model::ModelJob),
     #[cfg(test)]
     Bench(BenchTest, Sender<Result<BenchReport, BackendError>>),
     /// How many tokens each slot's cache holds.
@@ -154,8 +171,16 @@ enum Job {
     Cached(Sender<Vec<usize>>),
 }
 
+/// What a request asks the model to continue.
+enum Prompt {
+    /// A conversation, rendered with the chat template (and the tools).
+    Chat(Vec<TemplateMessage>),
+    /// Text continued as it is: no template, no tools, no output filter.
+    Raw(String),
+}
+
 struct RequestJob {
-    conversation: Vec<TemplateMessage>,
+    prompt: Prompt,
     tools: Vec<ToolSpec>,
     tool_choice: ToolChoice,
     sampling: Sampling,
@@ -183,6 +208,7 @@ enum WorkerMsg {
 pub struct LlamaBackend {
     shared: Arc<Shared>,
     info: BackendInfo,
+    props: Arc<ModelProps>,
     estimator: TokenEstimator,
     last_prefill: Option<PrefillReport>,
     /// The output filter for the prefilled request's free-form text; `None` when a
@@ -226,6 +252,7 @@ impl Clone for LlamaBackend {
         LlamaBackend {
             shared: Arc::clone(&self.shared),
             info: self.info.clone(),
+            props: Arc::clone(&self.props),
             estimator: self.estimator.clone(),
             last_prefill: None,
             filter: None,
@@ -251,8 +278,8 @@ impl LlamaBackend {
         let info = ready_rx.recv().map_err(|_| {
             BackendError::Config("the generation thread stopped while loading".into())
         })?;
-        let info = match info {
-            Ok(info) => info,
+        let (info, props) = match info {
+            Ok(loaded) => loaded,
             Err(err) => {
                 let _ = worker.join();
                 return Err(err);
@@ -267,11 +294,20 @@ impl LlamaBackend {
         Ok(LlamaBackend {
             shared: Arc::new(shared),
             info,
+            props: Arc::new(props),
             estimator: TokenEstimator::default(),
             last_prefill: None,
             filter: None,
             pending: None,
         })
+    }
+
+    /// A handle for embeddings, the tokenizer and the model's properties.
+    pub fn local_model(&self) -> LocalModel {
+        LocalModel {
+            shared: Arc::clone(&self.shared),
+            props: Arc::clone(&self.props),
+        }
     }
 
     fn send(&self, job: Job) -> Result<(), BackendError> {
@@ -294,20 +330,33 @@ impl LlamaBackend {
         request: &GenerateRequest<'_>,
         cancelled: &dyn Fn() -> bool,
     ) -> Result<PrefillReport, BackendError> {
-        // A request prefilled but never generated is dropped here: its events stop.
-        self.pending = None;
         let forced = matches!(
             request.tool_choice,
             ToolChoice::Required | ToolChoice::Named(_)
         ) && !request.tools.is_empty();
-        self.filter = (!forced)
+        let filter = (!forced)
             .then(|| OutputFilter::new(request.tools.iter().map(|t| t.name.clone()).collect()));
+        let conversation = template::conversation(&session.system_prompt, &session.messages);
+        self.prefill(Prompt::Chat(conversation), request, filter, cancelled)
+    }
+
+    /// Phase one for either kind of prompt; `filter` reads the generated text.
+    fn prefill(
+        &mut self,
+        prompt: Prompt,
+        request: &GenerateRequest<'_>,
+        filter: Option<OutputFilter>,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<PrefillReport, BackendError> {
+        // A request prefilled but never generated is dropped here: its events stop.
+        self.pending = None;
+        self.filter = filter;
         let (prefilled, result) = bounded(1);
         let (events_tx, events) = unbounded();
         let (flow_tx, flow) = unbounded();
         let cancel = Arc::new(AtomicBool::new(false));
         let job = RequestJob {
-            conversation: template::conversation(&session.system_prompt, &session.messages),
+            prompt,
             tools: request.tools.to_vec(),
             tool_choice: request.tool_choice.clone(),
             sampling: request.sampling.clone(),
@@ -470,6 +519,17 @@ impl Backend for LlamaBackend {
         self.generate_prefilled(request.stream, sink)
     }
 
+    fn complete(
+        &mut self,
+        prompt: &str,
+        request: &GenerateRequest<'_>,
+        sink: &mut dyn EventSink,
+    ) -> Result<Reply, BackendError> {
+        let prompt = Prompt::Raw(prompt.to_string());
+        self.prefill(prompt, request, None, &|| sink.cancelled())?;
+        self.generate_prefilled(request.stream, sink)
+    }
+
     fn count_tokens(&self, message: &Message) -> u32 {
         let (reply, result) = bounded(1);
         let text = message_text(message);
@@ -495,12 +555,12 @@ impl Backend for LlamaBackend {
 fn run_worker(
     config: LlamaConfig,
     preempt: slots::Preempt,
-    ready: Sender<Result<BackendInfo, BackendError>>,
+    ready: Sender<Result<(BackendInfo, ModelProps), BackendError>>,
     jobs: Receiver<Job>,
 ) {
     let params = ModelParams {
         gpu_layers: config.gpu_layers,
-        progress: config.progress,
+        progress: config.progress.clone(),
     };
     let model = match Model::load(&config.model_path, &params) {
         Ok(model) => model,
@@ -529,7 +589,8 @@ fn run_worker(
         context_size: worker.slot_context() as u64,
         local: true,
     };
-    if ready.send(Ok(info)).is_err() {
+    let props = worker.props(&config);
+    if ready.send(Ok((info, props))).is_err() {
         return;
     }
     worker.serve(&jobs);

@@ -183,7 +183,7 @@ mod tests {
     fn model() -> Model {
         let params = ModelParams {
             gpu_layers: 0,
-            progress: false,
+            progress: None,
         };
         Model::load(&crate::util::dirs::test_models::test_model_path(), &params)
             .expect("test model loads")

@@ -40,20 +40,31 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Select, TryRecvError};
 
+use super::model::{self, EmbedInput, Embedding, ModelError, ModelJob, ModelProps};
+use super::prompt_cache::PromptCache;
 use super::prompt_tokens::PromptTokens;
 use super::request::{common_prefix, finish_reply, forced_tools, sampler_params, tokenize_prompt};
 use super::{
     load_template, tuning, BackendError, Event, FinishReason, Flow, Job, LlamaConfig,
-    PrefillReport, RequestJob, ToolChoice, ToolSpec, Usage, WorkerMsg,
+    PrefillReport, Prompt, RequestJob, ToolChoice, ToolSpec, Usage, WorkerMsg,
 };
 use crate::backend::local::{answer_reserve, overflow, render, StopMatcher};
 use crate::core::Stats;
 use crate::llama::{self, utf8::Utf8Stream, Batch, Context, ContextParams, Model, Sampler, Token};
 use crate::template::{ChatTemplate, TemplateMessage};
 
+/// Where an embedding request's answer goes.
+type EmbedReply = crossbeam_channel::Sender<Result<Vec<Embedding>, ModelError>>;
+
 /// How long a step waits for the answers of slots that just sent text, so that they
 /// join the next batch rather than skip a step. A slower client only delays itself.
 const FLOW_GRACE: Duration = Duration::from_millis(5);
+/// A cached prompt on disk is restored when it holds at least this many more of
+/// the prompt than the slot does (fewer decode faster than a file loads).
+const RESTORE_MIN: usize = 64;
+/// A slot's cache is saved to disk when it decoded at least this many prompt
+/// tokens that were not cached (an agent's opening is about 1,500).
+const SAVE_MIN: usize = 256;
 /// How often a worker with nothing to decode looks at the cancel flags.
 const IDLE_POLL: Duration = Duration::from_millis(50);
 /// How long the worker stays idle after an answer before it warms up the next turn:
@@ -128,6 +139,10 @@ pub(super) struct Worker<'m> {
     prompt_tokens: PromptTokens,
     /// The session the caller said waits for its next message ([`Job::Warm`]).
     waiting: Option<NextTurn>,
+    /// Embedding requests waiting for an idle slot.
+    embeds: VecDeque<(Vec<EmbedInput>, EmbedReply)>,
+    /// Decoded prompts on disk, for cold starts (`None`: `--no-prompt-cache`).
+    prompt_cache: Option<PromptCache>,
     /// The context's flash attention and physical batch, for the bench's report.
     #[cfg(test)]
     settings: (Option<bool>, u32),
@@ -196,6 +211,30 @@ impl Task {
     }
 }
 
+/// What a sequence's saved state depends on: the llama.cpp build, the model
+/// file (path, size, modification time) and every context parameter that
+/// changes the cache's layout or contents.
+fn cache_key(config: &LlamaConfig, params: &ContextParams, n_ctx_seq: u32) -> String {
+    let path = std::fs::canonicalize(&config.model_path).unwrap_or(config.model_path.clone());
+    let meta = std::fs::metadata(&path).ok();
+    let modified = meta
+        .as_ref()
+        .and_then(|m| m.modified().ok())
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos());
+    format!(
+        "shepherd {}\nggml {:?}\nmodel {} {} {modified}\ncontext {n_ctx_seq} per sequence, cache {:?}, flash attention {:?}, ubatch {}, gpu layers {}",
+        env!("CARGO_PKG_VERSION"),
+        llama::ggml_build(),
+        path.display(),
+        meta.map_or(0, |m| m.len()),
+        params.cache_type,
+        params.flash_attn,
+        params.n_ubatch,
+        config.gpu_layers,
+    )
+}
+
 /// The context size: the one requested, else the training context, capped.
 pub(super) fn choose_context(requested: Option<u32>, trained: u32) -> u32 {
     match requested {
@@ -236,6 +275,7 @@ impl<'m> Worker<'m> {
             n_seq_max: parallel,
             cache_type: config.cache_type,
             flash_attn,
+            pooling: config.pooling,
             abort: Arc::clone(&preempt.abort),
         };
         let ctx = Context::new(model, &params).map_err(|e| BackendError::Config(e.to_string()))?;
@@ -263,10 +303,16 @@ impl<'m> Worker<'m> {
             .collect();
         // Each slot's last prompt, and the two renderings of each warm-up.
         let prompt_tokens = PromptTokens::new(model, 3 * slots.len());
+        let prompt_cache = config.prompt_cache.as_ref().map(|cache| {
+            let key = cache_key(config, &params, ctx.n_ctx_seq());
+            PromptCache::new(cache, key)
+        });
         Ok(Worker {
             template: load_template(model),
             prompt_tokens,
             waiting: None,
+            embeds: VecDeque::new(),
+            prompt_cache,
             n_ctx_slot: ctx.n_ctx_seq() as usize,
             ctx,
             batch,
@@ -284,6 +330,61 @@ impl<'m> Worker<'m> {
         self.ctx.model()
     }
 
+    /// What `/props` reports.
+    pub(super) fn props(&self, config: &LlamaConfig) -> ModelProps {
+        let model = self.model();
+        ModelProps {
+            model_path: config.model_path.display().to_string(),
+            n_ctx: self.ctx.n_ctx(),
+            n_ctx_slot: self.ctx.n_ctx_seq(),
+            slots: self.ctx.n_seq_max(),
+            chat_template: model.chat_template().unwrap_or_default(),
+            n_embd: usize::try_from(model.n_embd()).unwrap_or(0),
+            n_vocab: model.n_vocab(),
+            pooling: config.pooling,
+            n_ubatch: self.ctx.n_ubatch(),
+        }
+    }
+
+    /// Answers the waiting embedding requests, each in an idle slot's sequence
+    /// (the one caching least), between two generation steps; that slot's cache
+    /// is cleared (see `model.rs`). They wait while every slot generates.
+    fn embed_waiting(&mut self) {
+        while !self.embeds.is_empty() {
+            let idle = self
+                .slots
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.task.is_none());
+            let Some(index) = idle.min_by_key(|(_, s)| s.mirror.len()).map(|(i, _)| i) else {
+                return;
+            };
+            let Some((inputs, reply)) = self.embeds.pop_front() else {
+                return;
+            };
+            let _ = reply.send(self.embed(index, &inputs));
+        }
+    }
+
+    fn embed(&mut self, index: usize, inputs: &[EmbedInput]) -> Result<Vec<Embedding>, ModelError> {
+        let max_tokens = (self.ctx.n_ubatch() as usize).min(self.n_ctx_slot);
+        let inputs = model::input_tokens(self.model(), inputs, max_tokens)?;
+        let slot = &mut self.slots[index];
+        slot.mirror.clear();
+        slot.next_turn = None;
+        let seq = slot.seq;
+        inputs
+            .iter()
+            .map(|tokens| {
+                let vector = model::embed(&mut self.ctx, &mut self.batch, seq, tokens)?;
+                Ok(Embedding {
+                    vector,
+                    n_tokens: tokens.len(),
+                })
+            })
+            .collect()
+    }
+
     /// The context each request sees.
     pub(super) fn slot_context(&self) -> usize {
         self.n_ctx_slot
@@ -292,6 +393,7 @@ impl<'m> Worker<'m> {
     /// Serves jobs until every handle is gone.
     pub(super) fn serve(&mut self, jobs: &Receiver<Job>) {
         while self.receive(jobs) {
+            self.embed_waiting();
             self.assign();
             self.await_flows(jobs);
             self.step();
@@ -299,7 +401,9 @@ impl<'m> Worker<'m> {
     }
 
     fn idle(&self) -> bool {
-        self.queue.is_empty() && self.slots.iter().all(|s| s.task.is_none())
+        self.queue.is_empty()
+            && self.embeds.is_empty()
+            && self.slots.iter().all(|s| s.task.is_none())
     }
 
     /// Takes the jobs that arrived (blocking while there is nothing to do); false once
@@ -339,6 +443,17 @@ impl<'m> Worker<'m> {
             Job::Request(job) => self.queue.push_back(job),
             Job::Count(text, reply) => {
                 let _ = reply.send(self.model().tokenize(&text, false).ok().map(|t| t.len()));
+            }
+            Job::Model(ModelJob::Embed(inputs, reply)) => self.embeds.push_back((inputs, reply)),
+            Job::Model(ModelJob::Tokenize {
+                text,
+                add_special,
+                reply,
+            }) => {
+                let _ = reply.send(model::tokenize(self.model(), &text, add_special));
+            }
+            Job::Model(ModelJob::Detokenize(tokens, reply)) => {
+                let _ = reply.send(model::detokenize(self.model(), &tokens));
             }
             Job::Warm(conversation, tools) => {
                 self.waiting = Some(NextTurn {
@@ -386,6 +501,7 @@ impl<'m> Worker<'m> {
         let (prompt, sampler, forced_tools, max_tokens, stops) = prepared;
         let index = self.choose_slot(&prompt);
         self.adopt_prefix(index, &prompt);
+        self.restore(index, &prompt);
         // A request came: the session it continues waits no longer.
         self.waiting = None;
         let slot = &mut self.slots[index];
@@ -443,7 +559,10 @@ impl<'m> Worker<'m> {
             &job.tools
         };
         let forced = forced_tools(tools, &job.tool_choice)?;
-        let prompt = render(&self.template, &job.conversation, tools)?;
+        let prompt = match &job.prompt {
+            Prompt::Chat(conversation) => render(&self.template, conversation, tools)?,
+            Prompt::Raw(text) => text.clone(),
+        };
         let tokens = tokenize_prompt(self.model(), &mut self.prompt_tokens, &prompt)?;
         let n_ctx = self.n_ctx_slot;
         let reserve = answer_reserve(job.sampling.max_tokens, n_ctx as u32) as usize;
@@ -458,7 +577,13 @@ impl<'m> Worker<'m> {
             .sampling
             .max_tokens
             .map_or(room, |n| (n as usize).min(room));
-        let stops = StopMatcher::new(self.template.stop_strings(&job.sampling.stop));
+        let stops = match job.prompt {
+            Prompt::Chat(_) => self.template.stop_strings(&job.sampling.stop),
+            // No template, so no end-of-turn text of its own: the model's end token
+            // and the request's stop strings end it.
+            Prompt::Raw(_) => job.sampling.stop.clone(),
+        };
+        let stops = StopMatcher::new(stops);
         Ok((tokens, sampler, forced.is_some(), max_tokens, stops))
     }
 
@@ -533,8 +658,51 @@ impl<'m> Worker<'m> {
         // prompt would take, in place of what that slot held.
         let index = self.choose_slot(&tokens);
         self.adopt_prefix(index, &tokens);
+        self.restore(index, &tokens);
+        let before = common_prefix(&self.slots[index].mirror, &tokens);
         let most = self.n_ctx_slot / 2;
-        self.warm_slot(index, &tokens, most, usize::MAX);
+        if self.warm_slot(index, &tokens, most, usize::MAX) {
+            let decoded = common_prefix(&self.slots[index].mirror, &tokens) - before;
+            self.save(index, decoded);
+        }
+    }
+
+    /// Restores into slot `index` the cached prompt on disk that shares the longest
+    /// prefix with `tokens`, when that is [`RESTORE_MIN`] tokens more than the slot
+    /// holds already (the caller then cuts it to the shared prefix).
+    fn restore(&mut self, index: usize, tokens: &[Token]) {
+        let Some(cache) = &self.prompt_cache else {
+            return;
+        };
+        let slot = &mut self.slots[index];
+        let held = common_prefix(&slot.mirror, tokens);
+        let Some(entry) = cache.best(tokens, held + RESTORE_MIN) else {
+            return;
+        };
+        let restored = self.ctx.set_seq_state(slot.seq, &entry.state);
+        crate::log::debug(crate::log::Category::Llm, || {
+            let n = entry.tokens.len();
+            format!(
+                "slot {}: restored {n} cached tokens from disk: {restored}",
+                slot.seq
+            )
+        });
+        slot.mirror = if restored { entry.tokens } else { Vec::new() };
+    }
+
+    /// Saves slot `index`'s cache to disk when it decoded at least [`SAVE_MIN`]
+    /// prompt tokens that were not cached (what a later cold start would redo).
+    fn save(&mut self, index: usize, decoded: usize) {
+        let Some(cache) = &mut self.prompt_cache else {
+            return;
+        };
+        let slot = &self.slots[index];
+        if decoded < SAVE_MIN || slot.mirror.is_empty() {
+            return;
+        }
+        if let Some(state) = self.ctx.seq_state(slot.seq) {
+            cache.save(slot.mirror.clone(), state);
+        }
     }
 
     /// Decodes `tokens` into slot `index` beyond what its cache shares with them,
@@ -861,18 +1029,23 @@ impl<'m> Worker<'m> {
         }
         // A whole answer (or one cut at its length): the user's turn comes next.
         let answered = matches!(reason, FinishReason::Stop | FinishReason::Length);
-        slot.next_turn = (answered && !task.forced_tools).then(|| {
-            let mut conversation = std::mem::take(&mut task.job.conversation);
-            conversation.push(TemplateMessage::new("assistant", &task.text));
-            let tools = match task.job.tool_choice {
-                ToolChoice::None => Vec::new(),
-                _ => std::mem::take(&mut task.job.tools),
-            };
-            NextTurn {
-                conversation,
-                tools,
-            }
-        });
+        let chat = match &mut task.job.prompt {
+            Prompt::Chat(conversation) => Some(std::mem::take(conversation)),
+            Prompt::Raw(_) => None,
+        };
+        slot.next_turn = chat
+            .filter(|_| answered && !task.forced_tools)
+            .map(|mut conversation| {
+                conversation.push(TemplateMessage::new("assistant", &task.text));
+                let tools = match task.job.tool_choice {
+                    ToolChoice::None => Vec::new(),
+                    _ => std::mem::take(&mut task.job.tools),
+                };
+                NextTurn {
+                    conversation,
+                    tools,
+                }
+            });
         let decode_secs = task
             .generating_since
             .map_or(0.0, |t| t.elapsed().as_secs_f64());
@@ -885,6 +1058,7 @@ impl<'m> Worker<'m> {
             context_used: slot.mirror.len() as u64,
             context_size: n_ctx as u64,
             cached_tokens: task.report.reused_tokens as u64,
+            provider: None,
         };
         let reply = finish_reply(task.forced_tools, std::mem::take(&mut task.text), reason);
         let reply = reply.map(|mut reply| {
@@ -899,6 +1073,7 @@ impl<'m> Worker<'m> {
             reply
         });
         let _ = task.job.events.send(WorkerMsg::Done(reply));
+        self.save(index, task.report.decoded_tokens);
         self.release(index);
     }
 

@@ -8,6 +8,7 @@ use crate::core::Role;
 use crate::core::Stats;
 use crate::util::dirs::test_models::{swa_test_model_path, test_model_path};
 use serde_json::json;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 fn backend(n_ctx: u32) -> LlamaBackend {
@@ -42,7 +43,7 @@ fn swa_backend() -> LlamaBackend {
     // Those layers' cache holds the window and one batch: 512 + 64, padded to 768.
     config.ubatch = Some(64);
     config.threads = Some(2);
-    config.progress = false;
+    config.progress = None;
     LlamaBackend::new(config).expect("the SWA test model loads")
 }
 
@@ -98,7 +99,7 @@ fn backend_with(n_ctx: u32, parallel: u32) -> LlamaBackend {
     let mut config = LlamaConfig::new(test_model_path());
     config.context_size = Some(n_ctx);
     config.threads = Some(2);
-    config.progress = false;
+    config.progress = None;
     config.parallel = parallel;
     LlamaBackend::new(config).expect("the test model loads")
 }
@@ -850,7 +851,7 @@ fn bench_reports_speeds_and_turn_latency() {
         let mut config = LlamaConfig::new(test_model_path());
         config.context_size = Some(n_ctx as u32);
         config.threads = Some(env_number("SHEPHERD_BENCH_THREADS", 2) as i32);
-        config.progress = false;
+        config.progress = None;
         config.gpu_layers = gpu_layers;
         config.flash_attn = forced_fa;
         LlamaBackend::new(config).unwrap()
@@ -954,7 +955,7 @@ fn bench_parallel_decoding() {
     let mut config = LlamaConfig::new(test_model_path());
     config.context_size = Some(4096);
     config.threads = Some(env_number("SHEPHERD_BENCH_THREADS", 2) as i32);
-    config.progress = false;
+    config.progress = None;
     config.gpu_layers = env_number("SHEPHERD_BENCH_GPU_LAYERS", 0) as i32;
     config.parallel = streams as u32;
     let llm = LlamaBackend::new(config).unwrap();
@@ -1031,4 +1032,164 @@ fn missing_model_is_a_config_error() {
         .err()
         .unwrap();
     assert!(err.to_string().contains("not found"), "{err}");
+}
+
+#[test]
+fn a_raw_prompt_is_continued_as_written_without_the_chat_template() {
+    let mut llm = backend(1024);
+    let prompt = "1, 2, 3, 4,";
+    let request = GenerateRequest {
+        tools: &[],
+        tool_choice: &ToolChoice::None,
+        sampling: &greedy(6),
+        stream: true,
+    };
+    let mut events = Vec::new();
+    let reply = llm.complete(prompt, &request, &mut events).unwrap();
+    assert!(reply.content.starts_with(" 5"), "{:?}", reply.content);
+    assert_eq!(content(&events), reply.content);
+    let raw_tokens = llm.local_model().tokenize(prompt.into(), true).unwrap();
+    let usage = reply.usage.expect("usage");
+    assert_eq!(usage.prompt_tokens, raw_tokens.len() as u64, "templated?");
+}
+
+#[test]
+fn embeddings_are_unit_vectors_equal_for_equal_inputs_and_checked_first() {
+    let llm = backend_with(1024, 2);
+    let model = llm.local_model();
+    assert_eq!(model.props().n_embd, 576);
+    assert_eq!((model.props().slots, model.props().n_ctx_slot), (2, 512));
+    let text = |s: &str| EmbedInput::Text(s.into());
+    let cat = "The cat sat on the mat.";
+    let tokens: Vec<_> = model.tokenize(cat.into(), true).unwrap();
+    let ids = tokens.iter().map(|(id, _)| *id).collect();
+    let inputs = vec![
+        text(cat),
+        text("Ships sail at dawn."),
+        EmbedInput::Tokens(ids),
+    ];
+    let out = model.embed(inputs).unwrap();
+    assert_eq!(out[0].vector.len(), 576);
+    let norm: f32 = out[1].vector.iter().map(|x| x * x).sum::<f32>().sqrt();
+    assert!((norm - 1.0).abs() < 1e-4, "{norm}");
+    assert_ne!(out[0].vector, out[1].vector);
+    assert_eq!(out[0].vector, out[2].vector, "text and its tokens");
+    assert_eq!(out[0].n_tokens, tokens.len());
+
+    let too_long = EmbedInput::Tokens(vec![1; model.props().n_ubatch as usize + 1]);
+    let outside = EmbedInput::Tokens(vec![1, model.props().n_vocab]);
+    for (inputs, index) in [(vec![text("ok"), too_long], 1), (vec![outside], 0)] {
+        match model.embed(inputs) {
+            Err(ModelError::Invalid { index: at, .. }) => assert_eq!(at, Some(index)),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(matches!(
+        model.detokenize(vec![-1]),
+        Err(ModelError::Invalid { .. })
+    ));
+    let ids = tokens.iter().map(|(id, _)| *id).collect();
+    assert_eq!(model.detokenize(ids).unwrap(), cat);
+}
+
+/// A backend whose prompt cache lives in `dir`.
+fn cached_backend(dir: &Path) -> LlamaBackend {
+    let mut config = LlamaConfig::new(test_model_path());
+    config.context_size = Some(2048);
+    config.threads = Some(2);
+    config.prompt_cache = Some(prompt_cache::PromptCacheConfig {
+        dir: dir.to_path_buf(),
+        max_bytes: u64::MAX,
+    });
+    LlamaBackend::new(config).expect("the test model loads")
+}
+
+/// A question after a long opening (like an agent's system prompt and tools),
+/// long enough to be worth saving.
+fn long_question(text: &str) -> Session {
+    let rules: String = (1..=40)
+        .map(|n| format!("Rule {n}: answer in plain words and keep it short.\n"))
+        .collect();
+    let mut session = Session::new(format!("Keep answers concise.\n{rules}"));
+    session.messages.push(Message::user(text));
+    session
+}
+
+fn cache_files(dir: &Path) -> Vec<PathBuf> {
+    let files = std::fs::read_dir(dir).map(|d| d.filter_map(Result::ok).map(|e| e.path()));
+    files.map_or(Vec::new(), |f| {
+        f.filter(|p| p.extension().is_some_and(|x| x == "kv"))
+            .collect()
+    })
+}
+
+#[test]
+fn a_cold_start_restores_the_cached_prompt_and_answers_as_decoding_does() {
+    let dir = crate::util::fs::test_support::temp_dir("kv-restore");
+    let france = long_question("What is the capital of France?");
+    let (first, _) = ask(&mut cached_backend(&dir), &france, &greedy(16));
+    assert_eq!(cache_files(&dir).len(), 1, "the decoded prompt was saved");
+    // A new backend (a new run) restores it: the same question decodes one token.
+    let mut second = cached_backend(&dir);
+    let (again, events) = ask(&mut second, &france, &greedy(16));
+    let report = second.last_prefill().unwrap();
+    assert_eq!(report.reused_tokens, report.prompt_tokens - 1, "{report:?}");
+    assert_eq!(stats_of(&events).cached_tokens, report.reused_tokens as u64);
+    assert_eq!(again.unwrap().content, first.unwrap().content);
+    // Another question shares the opening: restored up to the question.
+    let italy = long_question("What is the capital of Italy?");
+    let mut third = cached_backend(&dir);
+    let (restored, _) = ask(&mut third, &italy, &greedy(16));
+    let report = third.last_prefill().unwrap();
+    assert!(
+        report.reused_tokens > 300 && report.decoded_tokens < 20,
+        "{report:?}"
+    );
+    let (decoded, _) = ask(&mut backend_with(2048, 1), &italy, &greedy(16));
+    assert_eq!(restored.unwrap().content, decoded.unwrap().content);
+}
+
+#[test]
+fn corrupt_truncated_and_foreign_cache_files_are_misses_and_are_replaced() {
+    let dir = crate::util::fs::test_support::temp_dir("kv-bad");
+    let session = long_question("What is the capital of France?");
+    let (expected, _) = ask(&mut cached_backend(&dir), &session, &greedy(16));
+    let expected = expected.unwrap().content;
+    let path = cache_files(&dir).pop().expect("saved");
+    let good = std::fs::read(&path).unwrap();
+    // A file another context wrote (another size), under this context's name.
+    let other_dir = crate::util::fs::test_support::temp_dir("kv-other");
+    let mut config = LlamaConfig::new(test_model_path());
+    (config.context_size, config.threads) = (Some(1024), Some(2));
+    config.prompt_cache = Some(prompt_cache::PromptCacheConfig {
+        dir: other_dir.clone(),
+        max_bytes: u64::MAX,
+    });
+    let _ = ask(
+        &mut LlamaBackend::new(config).unwrap(),
+        &session,
+        &greedy(1),
+    );
+    let foreign = std::fs::read(cache_files(&other_dir).pop().expect("saved")).unwrap();
+    let mut flipped = good.clone();
+    let middle = flipped.len() / 2;
+    flipped[middle] ^= 1;
+    let spoiled = [
+        ("corrupt", flipped),
+        ("truncated", good[..good.len() - 100].to_vec()),
+        ("foreign", foreign),
+    ];
+    for (what, bytes) in spoiled {
+        std::fs::write(&path, bytes).unwrap();
+        let mut llm = cached_backend(&dir);
+        let (reply, _) = ask(&mut llm, &session, &greedy(16));
+        assert_eq!(llm.last_prefill().unwrap().reused_tokens, 0, "{what}");
+        assert_eq!(reply.unwrap().content, expected, "{what}");
+        drop(llm);
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            good,
+            "{what}: replaced by a good file"
+        );
+    }
 }

@@ -68,6 +68,7 @@ pub fn parse(body: &[u8], defaults: &Defaults) -> Result<MessagesRequest, ApiErr
             tool_choice,
             sampling,
             use_tools: defaults.use_tools,
+            raw_prompt: None,
         },
         stream: f.bool("stream")?.unwrap_or(false),
         model,

@@ -13,6 +13,10 @@ use super::Usage;
 pub struct Metrics {
     pub chat_requests: AtomicU64,
     pub messages_requests: AtomicU64,
+    pub completions_requests: AtomicU64,
+    pub embeddings_requests: AtomicU64,
+    /// `/tokenize` and `/detokenize`.
+    pub tokenize_requests: AtomicU64,
     pub rejected_busy: AtomicU64,
     pub rejected_invalid: AtomicU64,
     pub failed: AtomicU64,
@@ -59,7 +63,7 @@ impl Metrics {
         metric(
             "requests_total",
             "counter",
-            "Generation requests received, by endpoint.",
+            "Requests received, by endpoint.",
             &[
                 (
                     "{endpoint=\"chat_completions\"}",
@@ -68,6 +72,18 @@ impl Metrics {
                 (
                     "{endpoint=\"messages\"}",
                     get(&self.messages_requests) as f64,
+                ),
+                (
+                    "{endpoint=\"completions\"}",
+                    get(&self.completions_requests) as f64,
+                ),
+                (
+                    "{endpoint=\"embeddings\"}",
+                    get(&self.embeddings_requests) as f64,
+                ),
+                (
+                    "{endpoint=\"tokenize\"}",
+                    get(&self.tokenize_requests) as f64,
                 ),
             ],
         );

@@ -3,8 +3,13 @@
 //! conversation.
 //!
 //! Routes: `POST /v1/chat/completions`, `POST /v1/messages`,
+//! `POST /v1/completions` (a raw prompt, no chat template; [`completions`]),
 //! `GET /v1/models`, `GET /v1/models/{id}`, `GET /health` (503 while the
-//! model loads, the only public route), `GET /metrics` (Prometheus text).
+//! model loads; public, as is the chat page at `GET /`, `super::ui`),
+//! `GET /metrics` (Prometheus text).
+//! With the in-process model also `POST /v1/embeddings`, and llama-server's
+//! `POST /tokenize`, `POST /detokenize` and `GET /props` ([`local`]); other
+//! backends answer those, and `/v1/completions`, with 501.
 //!
 //! Flow of a generation request, on its connection's thread:
 //! 1. The body is checked field by field ([`openai::parse`],
@@ -23,8 +28,10 @@
 //! `/health` answers 503 while a model loads.
 
 mod anthropic;
+mod completions;
 mod error;
 mod fields;
+mod local;
 mod metrics;
 mod openai;
 mod pool;
@@ -37,6 +44,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::RecvTimeoutError;
 
+use crate::backend::llamacpp::LocalModel;
 use crate::backend::{BackendInfo, Reply, Sampling};
 use crate::config::resolve::Settings;
 use crate::core::{Message, Role, Stats, ToolCall};
@@ -45,6 +53,7 @@ use super::access::{Access, ServerKind};
 use super::agent_api::{self, AgentApi};
 use super::connect;
 use super::http::{Handler, Request, Responder, SseStream};
+use super::ui;
 use error::{from_backend, ApiError};
 use metrics::Metrics;
 use pool::{Out, Pool, ServerTools, Ticket, Work};
@@ -111,6 +120,9 @@ struct Loaded {
     pool: Arc<Pool>,
     defaults: Defaults,
     info: BackendInfo,
+    /// The in-process model's embeddings, tokenizer and properties; `None`
+    /// for API backends.
+    local: Option<LocalModel>,
 }
 
 /// The server's shared state.
@@ -128,13 +140,16 @@ pub struct ApiServer {
 enum Answer {
     OpenAi(openai::Answer),
     Anthropic(anthropic::Answer),
+    Text(completions::Answer),
 }
 
 impl Answer {
     fn error(&self, responder: Responder, error: &ApiError) {
         let headers = error.headers();
         match self {
-            Answer::OpenAi(_) => responder.json_with(error.status, &error.openai_body(), &headers),
+            Answer::OpenAi(_) | Answer::Text(_) => {
+                responder.json_with(error.status, &error.openai_body(), &headers)
+            }
             Answer::Anthropic(_) => {
                 responder.json_with(error.status, &error.anthropic_body(), &headers)
             }
@@ -145,6 +160,7 @@ impl Answer {
         match self {
             Answer::OpenAi(a) => a.start(sse),
             Answer::Anthropic(a) => a.start(sse),
+            Answer::Text(a) => a.start(sse),
         }
     }
 
@@ -152,6 +168,7 @@ impl Answer {
         match self {
             Answer::OpenAi(a) => a.piece(sse, piece),
             Answer::Anthropic(a) => a.piece(sse, piece),
+            Answer::Text(a) => a.piece(sse, piece),
         }
     }
 
@@ -159,6 +176,7 @@ impl Answer {
         match self {
             Answer::OpenAi(a) => a.finish(sse, reply, usage),
             Answer::Anthropic(a) => a.finish(sse, reply, usage),
+            Answer::Text(a) => a.finish(sse, reply, usage),
         }
     }
 
@@ -166,6 +184,7 @@ impl Answer {
         match self {
             Answer::OpenAi(a) => a.fail(sse, error),
             Answer::Anthropic(a) => a.fail(sse, error),
+            Answer::Text(a) => a.fail(sse, error),
         }
     }
 
@@ -174,6 +193,7 @@ impl Answer {
         match self {
             Answer::OpenAi(a) => responder.json(200, &a.whole(text, reply, usage)),
             Answer::Anthropic(a) => responder.json(200, &a.whole(text, reply, usage)),
+            Answer::Text(a) => responder.json(200, &a.whole(text, reply, usage)),
         }
     }
 }
@@ -311,6 +331,103 @@ impl ApiServer {
             include_usage: parsed.include_usage,
         });
         self.serve(loaded, answer, parsed.work, parsed.stream, responder);
+    }
+
+    fn completions(&self, request: &Request, responder: Responder) {
+        self.metrics
+            .completions_requests
+            .fetch_add(1, Ordering::Relaxed);
+        let Some((loaded, responder)) = self.loaded(responder) else {
+            return;
+        };
+        let parsed = match completions::parse(&request.body, &loaded.defaults) {
+            Ok(parsed) if loaded.local.is_some() => parsed,
+            Ok(_) => return self.refuse(responder, &local::unsupported("/v1/completions")),
+            Err(error) => return self.refuse(responder, &error),
+        };
+        let answer = Answer::Text(completions::Answer {
+            id: self.new_id("cmpl-"),
+            created: now_secs(),
+            model: parsed.model,
+            include_usage: parsed.include_usage,
+        });
+        self.serve(loaded, answer, parsed.work, parsed.stream, responder);
+    }
+
+    /// A request refused before any work: counted, answered in OpenAI's shape.
+    fn refuse(&self, responder: Responder, error: &ApiError) {
+        self.metrics
+            .rejected_invalid
+            .fetch_add(1, Ordering::Relaxed);
+        responder.json_with(error.status, &error.openai_body(), &error.headers());
+    }
+
+    /// The in-process model's handle, or the 501 (or the 503 while loading)
+    /// already answered.
+    fn local_model(
+        &self,
+        route: &str,
+        responder: Responder,
+    ) -> Option<(&Loaded, &LocalModel, Responder)> {
+        let (loaded, responder) = self.loaded(responder)?;
+        match &loaded.local {
+            Some(model) => Some((loaded, model, responder)),
+            None => {
+                self.refuse(responder, &local::unsupported(route));
+                None
+            }
+        }
+    }
+
+    fn embeddings(&self, request: &Request, responder: Responder) {
+        self.metrics
+            .embeddings_requests
+            .fetch_add(1, Ordering::Relaxed);
+        let Some((loaded, model, responder)) = self.local_model("/v1/embeddings", responder) else {
+            return;
+        };
+        let n_embd = model.props().n_embd;
+        let parsed = match local::parse_embeddings(&request.body, &loaded.defaults, n_embd) {
+            Ok(parsed) => parsed,
+            Err(error) => return self.refuse(responder, &error),
+        };
+        match local::embeddings(model, &parsed) {
+            Ok(list) => responder.json(200, &list),
+            Err(error) => self.refuse(responder, &error),
+        }
+    }
+
+    fn tokenize(&self, request: &Request, responder: Responder) {
+        self.metrics
+            .tokenize_requests
+            .fetch_add(1, Ordering::Relaxed);
+        let Some((_, model, responder)) = self.local_model("/tokenize", responder) else {
+            return;
+        };
+        match local::tokenize(model, &request.body) {
+            Ok(tokens) => responder.json(200, &tokens),
+            Err(error) => self.refuse(responder, &error),
+        }
+    }
+
+    fn detokenize(&self, request: &Request, responder: Responder) {
+        self.metrics
+            .tokenize_requests
+            .fetch_add(1, Ordering::Relaxed);
+        let Some((_, model, responder)) = self.local_model("/detokenize", responder) else {
+            return;
+        };
+        match local::detokenize(model, &request.body) {
+            Ok(content) => responder.json(200, &content),
+            Err(error) => self.refuse(responder, &error),
+        }
+    }
+
+    fn props(&self, responder: Responder) {
+        let Some((loaded, model, responder)) = self.local_model("/props", responder) else {
+            return;
+        };
+        responder.json(200, &local::props(model.props(), &loaded.defaults));
     }
 
     fn messages(&self, request: &Request, responder: Responder) {
@@ -498,14 +615,31 @@ impl Handler for ApiServer {
             }
             ("POST", "/v1/chat/completions") => self.chat(&request, responder),
             ("POST", "/v1/messages") => self.messages(&request, responder),
+            ("POST", "/v1/completions") => self.completions(&request, responder),
+            ("POST", "/v1/embeddings") => self.embeddings(&request, responder),
+            ("POST", "/tokenize") => self.tokenize(&request, responder),
+            ("POST", "/detokenize") => self.detokenize(&request, responder),
+            ("GET", "/props") => self.props(responder),
             (
                 _,
-                "/health" | "/metrics" | "/v1/models" | "/v1/chat/completions" | "/v1/messages",
+                "/health"
+                | "/metrics"
+                | "/v1/models"
+                | "/v1/chat/completions"
+                | "/v1/messages"
+                | "/v1/completions"
+                | "/v1/embeddings"
+                | "/tokenize"
+                | "/detokenize"
+                | "/props",
             ) => {
                 let error = ApiError::new(405, "invalid_request_error", "method not allowed");
                 responder.json_with(405, &error.openai_body(), &[]);
             }
             _ => {
+                let Some(responder) = ui::route(&request, responder) else {
+                    return;
+                };
                 let responder = match &self.agent_api {
                     Some(api) => match agent_api::route(&request, responder, api) {
                         Some(responder) => responder,
@@ -553,7 +687,11 @@ fn load(settings: &Settings) -> Result<Loaded, String> {
         [only] if only.kind == crate::config::ProviderKind::Llamacpp => parallel.unwrap_or(1),
         _ => parallel.unwrap_or(DEFAULT_API_PARALLEL),
     };
-    let (backends, provider) = match connect::open_backends(settings, wanted) {
+    let connect::Opened {
+        backends,
+        provider,
+        local,
+    } = match connect::open_backends(settings, wanted) {
         Ok(opened) => opened,
         Err(connect::OpenError::Usage(message)) => return Err(message),
     };
@@ -588,6 +726,7 @@ fn load(settings: &Settings) -> Result<Loaded, String> {
         pool,
         defaults,
         info,
+        local,
     })
 }
 

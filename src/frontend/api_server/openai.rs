@@ -18,7 +18,7 @@ use super::text::{Assembler, Piece};
 use super::wire::openai as wire;
 use super::wire::{encode, Null};
 use super::{Defaults, Usage};
-use crate::backend::{Reply, ResponseFormat, ToolChoice};
+use crate::backend::{Reply, ResponseFormat, Sampling, ToolChoice};
 use crate::core::ToolSpec;
 use crate::core::{FinishReason, Message, Session, ToolCall};
 use crate::frontend::http::SseStream;
@@ -115,6 +115,28 @@ pub fn parse(body: &[u8], defaults: &Defaults) -> Result<ChatRequest, ApiError> 
         Some(wanted) => wanted,
         None => defaults.use_tools,
     };
+    let mut sampling = sampling(&f, defaults)?;
+    sampling.response_format = response_format(&f)?;
+    let mut session = Session::new(system.unwrap_or_else(|| defaults.system_prompt.clone()));
+    session.messages = messages;
+    Ok(ChatRequest {
+        work: Work {
+            session,
+            tools,
+            tool_choice,
+            sampling,
+            use_tools,
+            raw_prompt: None,
+        },
+        stream,
+        include_usage,
+        model,
+    })
+}
+
+/// The sampling and length fields chat and text completions share, over the
+/// server's defaults.
+pub(super) fn sampling(f: &Fields<'_>, defaults: &Defaults) -> Result<Sampling, ApiError> {
     let mut sampling = defaults.sampling.clone();
     let max_len = defaults.max_tokens_limit();
     let length = f
@@ -150,23 +172,9 @@ pub fn parse(body: &[u8], defaults: &Defaults) -> Result<ChatRequest, ApiError> 
         sampling.seed = Some(seed);
     }
     if f.has("stop") {
-        sampling.stop = stop_list(&f, "stop", 4)?;
+        sampling.stop = stop_list(f, "stop", 4)?;
     }
-    sampling.response_format = response_format(&f)?;
-    let mut session = Session::new(system.unwrap_or_else(|| defaults.system_prompt.clone()));
-    session.messages = messages;
-    Ok(ChatRequest {
-        work: Work {
-            session,
-            tools,
-            tool_choice,
-            sampling,
-            use_tools,
-        },
-        stream,
-        include_usage,
-        model,
-    })
+    Ok(sampling)
 }
 
 /// The system prompt (when the request has one) and the other messages.
@@ -370,7 +378,7 @@ fn tool_choice(f: &Fields<'_>, tools: &[ToolSpec]) -> Result<ToolChoice, ApiErro
 }
 
 /// `stream_options.include_usage`; the options need `stream`.
-fn stream_options(f: &Fields<'_>, stream: bool) -> Result<bool, ApiError> {
+pub(super) fn stream_options(f: &Fields<'_>, stream: bool) -> Result<bool, ApiError> {
     let Some(options) = f.object("stream_options")? else {
         return Ok(false);
     };
@@ -461,7 +469,7 @@ fn wire_calls(calls: &[ToolCall], streamed: bool) -> Vec<wire::ToolCall<'_>> {
         .collect()
 }
 
-fn wire_usage(usage: &Usage) -> wire::Usage {
+pub(super) fn wire_usage(usage: &Usage) -> wire::Usage {
     wire::Usage {
         prompt_tokens: usage.prompt,
         completion_tokens: usage.completion,
@@ -473,7 +481,7 @@ fn wire_usage(usage: &Usage) -> wire::Usage {
 }
 
 /// llama.cpp's `timings`, for clients that show speed.
-fn wire_timings(usage: &Usage) -> Option<wire::Timings> {
+pub(super) fn wire_timings(usage: &Usage) -> Option<wire::Timings> {
     let stats = usage.stats.as_ref()?;
     Some(wire::Timings {
         prompt_n: usage.prompt,

@@ -43,6 +43,9 @@ pub struct Work {
     pub sampling: Sampling,
     /// Run the server's own tools (`--use-tools`) through the tool loop.
     pub use_tools: bool,
+    /// `/v1/completions`: text the model continues as it is, with no chat
+    /// template ([`Backend::complete`]); `session` and the tools are unused.
+    pub raw_prompt: Option<String>,
 }
 
 /// What a job sends back: its events, then exactly one `Done`.
@@ -249,8 +252,17 @@ impl Worker {
             out: &job.out,
             cancel: &job.cancel,
         };
-        let result = match (&self.tools, job.work.use_tools) {
-            (Some(tools), true) => {
+        let result = match (&self.tools, job.work.use_tools, &job.work.raw_prompt) {
+            (_, _, Some(prompt)) => {
+                let request = GenerateRequest {
+                    tools: &[],
+                    tool_choice: &ToolChoice::None,
+                    sampling: &job.work.sampling,
+                    stream: true,
+                };
+                self.backend.complete(prompt, &request, &mut sink)
+            }
+            (Some(tools), true, None) => {
                 let tools = tools.clone();
                 self.run_with_tools(&tools, &job.work, &job.cancel, &mut sink)
             }
@@ -406,6 +418,7 @@ mod tests {
             tool_choice: ToolChoice::Auto,
             sampling: Sampling::default(),
             use_tools: false,
+            raw_prompt: None,
         }
     }
 

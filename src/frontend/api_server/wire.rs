@@ -163,6 +163,76 @@ pub mod openai {
         pub predicted_per_second: Option<f64>,
     }
 
+    /// `text_completion` (`/v1/completions`): a whole answer, or one streamed
+    /// chunk (no usage, `finish_reason` null until the last).
+    #[derive(Debug, Serialize)]
+    pub struct TextCompletion<'a> {
+        pub id: &'a str,
+        /// `text_completion`.
+        pub object: &'static str,
+        pub created: u64,
+        pub model: &'a str,
+        pub system_fingerprint: Null,
+        pub choices: [TextChoice<'a>; 1],
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub usage: Option<Usage>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub timings: Option<Timings>,
+    }
+
+    #[derive(Debug, Serialize)]
+    pub struct TextChoice<'a> {
+        pub text: &'a str,
+        pub index: u32,
+        pub logprobs: Null,
+        pub finish_reason: Option<&'static str>,
+    }
+
+    /// A streamed text completion's usage chunk: no choices, the usage.
+    #[derive(Debug, Serialize)]
+    pub struct TextUsageChunk<'a> {
+        pub id: &'a str,
+        /// `text_completion`.
+        pub object: &'static str,
+        pub created: u64,
+        pub model: &'a str,
+        /// Always empty.
+        pub choices: [TextChoice<'a>; 0],
+        pub usage: Usage,
+    }
+
+    /// `/v1/embeddings`.
+    #[derive(Debug, Serialize)]
+    pub struct EmbeddingList<'a> {
+        /// `list`.
+        pub object: &'static str,
+        pub data: Vec<Embedding>,
+        pub model: &'a str,
+        pub usage: EmbeddingUsage,
+    }
+
+    #[derive(Debug, Serialize)]
+    pub struct Embedding {
+        /// `embedding`.
+        pub object: &'static str,
+        pub index: usize,
+        pub embedding: Vector,
+    }
+
+    /// `encoding_format` `float` (numbers) or `base64` (little-endian f32 bytes).
+    #[derive(Debug, Serialize)]
+    #[serde(untagged)]
+    pub enum Vector {
+        Float(Vec<f32>),
+        Base64(String),
+    }
+
+    #[derive(Debug, Serialize)]
+    pub struct EmbeddingUsage {
+        pub prompt_tokens: u64,
+        pub total_tokens: u64,
+    }
+
     /// `GET /v1/models`.
     #[derive(Debug, Serialize)]
     pub struct ModelList<'a> {
@@ -198,6 +268,76 @@ pub mod openai {
         pub kind: &'a str,
         pub param: Option<&'a str>,
         pub code: Option<&'a str>,
+    }
+}
+
+/// llama-server's shapes: `/tokenize`, `/detokenize`, `/props`.
+pub mod llama {
+    use serde::Serialize;
+
+    /// `{"tokens": [...]}`: ids, or `{id, piece}` with `with_pieces`.
+    #[derive(Debug, Serialize)]
+    pub struct Tokens {
+        pub tokens: Vec<Token>,
+    }
+
+    #[derive(Debug, Serialize)]
+    #[serde(untagged)]
+    pub enum Token {
+        Id(i32),
+        WithPiece { id: i32, piece: PieceText },
+    }
+
+    /// A piece as text when it is UTF-8 on its own, else its bytes.
+    #[derive(Debug, Serialize)]
+    #[serde(untagged)]
+    pub enum PieceText {
+        Text(String),
+        Bytes(Vec<u8>),
+    }
+
+    /// `{"content": "..."}`.
+    #[derive(Debug, Serialize)]
+    pub struct Detokenized {
+        pub content: String,
+    }
+
+    /// `GET /props`.
+    #[derive(Debug, Serialize)]
+    pub struct Props<'a> {
+        pub default_generation_settings: GenerationSettings<'a>,
+        pub total_slots: u32,
+        pub model_path: &'a str,
+        pub chat_template: &'a str,
+        pub modalities: Modalities,
+        pub build_info: String,
+    }
+
+    #[derive(Debug, Serialize)]
+    pub struct GenerationSettings<'a> {
+        /// The context each slot (each request) has.
+        pub n_ctx: u32,
+        pub params: Params<'a>,
+    }
+
+    /// The sampling a request gets for the fields it leaves out.
+    #[derive(Debug, Serialize)]
+    pub struct Params<'a> {
+        pub temperature: f32,
+        pub top_k: i32,
+        pub top_p: f32,
+        pub min_p: f32,
+        pub repeat_penalty: f32,
+        /// -1: until the context is full or the model stops.
+        pub n_predict: i64,
+        pub seed: u64,
+        pub stop: &'a [String],
+    }
+
+    #[derive(Debug, Serialize)]
+    pub struct Modalities {
+        pub vision: bool,
+        pub audio: bool,
     }
 }
 

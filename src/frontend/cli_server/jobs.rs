@@ -56,6 +56,8 @@ pub struct CliServer {
     running: Mutex<Option<Running>>,
     next_id: AtomicU64,
     pub(super) served: AtomicU64,
+    /// The provider that answered last, when the chain names it (`/status`).
+    pub(super) last_provider: Mutex<Option<String>>,
     pub(super) started: Instant,
     /// The session as of the last finished job, for `/session` during a job.
     pub(super) session: Mutex<Session>,
@@ -82,6 +84,7 @@ impl CliServer {
             running: Mutex::new(None),
             next_id: AtomicU64::new(1),
             served: AtomicU64::new(0),
+            last_provider: Mutex::new(None),
             started: Instant::now(),
             session: Mutex::new(Session::default()),
             config,
@@ -151,8 +154,12 @@ impl CliServer {
             if job.cancelled.load(Ordering::SeqCst) {
                 self.agent.cancel();
             }
-            if let Event::Error { message, .. } = event {
-                error = Some(message.clone());
+            match event {
+                Event::Error { message, .. } => error = Some(message.clone()),
+                Event::Stats(stats) if stats.provider.is_some() => {
+                    lock(&self.last_provider).clone_from(&stats.provider);
+                }
+                _ => {}
             }
             let line = self.hub.publish(job.id, event);
             match &job.reply {

@@ -15,6 +15,7 @@ use crate::approval::Answer;
 use crate::core::{Event, FinishReason, Message, Session, ToolCall};
 use crate::frontend::agent_api;
 use crate::frontend::http::{Handler, Request, Responder, SseStream};
+use crate::frontend::ui;
 
 use super::jobs::{lock, CliServer, JobReply, Outcome};
 use super::wire::Connected;
@@ -43,6 +44,9 @@ impl Handler for CliServer {
                 "/health" | "/status" | "/session" | "/clear" | "/cancel" | "/request" | "/updates",
             ) => responder.error(405, "method not allowed"),
             _ => {
+                let Some(responder) = ui::route(&request, responder) else {
+                    return;
+                };
                 let unrouted = match &self.api {
                     Some(api) => agent_api::route(&request, responder, api),
                     None => Some(responder),
@@ -80,6 +84,9 @@ struct StatusBody<'a> {
     processing: bool,
     queue_depth: usize,
     requests_served: u64,
+    /// The provider that answered the last request, when several are configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_provider: Option<String>,
     observers: usize,
     pid: u32,
     /// Each MCP server: state (starting, ready, restarting, failed), tool count.
@@ -241,6 +248,7 @@ impl CliServer {
             processing: self.busy(),
             queue_depth: self.pending.len(),
             requests_served: self.served.load(Ordering::SeqCst),
+            last_provider: lock(&self.last_provider).clone(),
             observers: self.hub.observers(),
             pid: std::process::id(),
             mcp_servers: crate::mcp::statuses(),

@@ -1,0 +1,294 @@
+//! What the in-process model offers besides chat generation, for the API
+//! server's llama-server-style routes: embeddings (`/v1/embeddings`), the
+//! tokenizer (`/tokenize`, `/detokenize`) and the model's properties
+//! (`/props`).
+//!
+//! [`LocalModel`] is a `Send + Sync + Clone` handle to the same `llama-gen`
+//! thread as the [`LlamaBackend`](super::LlamaBackend) it came from; each call
+//! is one job on that thread, answered on its own channel. The thread-side
+//! halves are the free functions here ([`embed`], [`tokenize`],
+//! [`detokenize`]); the scheduler in `slots.rs` decides when they run.
+//!
+//! **Embeddings** are computed in an idle slot's sequence, between two
+//! generation steps: the sequence is cleared, the input decoded with the
+//! context's embeddings output on (`llama_set_embeddings`), the pooled vector
+//! (`--pooling`, mean by default, chosen when the context is created) read
+//! with `llama_get_embeddings_seq`, and the sequence cleared again. That slot
+//! loses its cached prefix (its mirror is emptied with it, so the next
+//! request there decodes its prompt whole); the other slots, generating or
+//! not, keep theirs. llama.cpp pools within one physical batch, so an input
+//! may have at most `n_ubatch` tokens. Vectors are L2-normalised, as OpenAI's
+//! are and llama-server's are by default.
+
+use std::sync::Arc;
+
+use crossbeam_channel::{bounded, Sender};
+
+use super::{worker_gone, Job, Shared};
+use crate::core::BackendError;
+use crate::llama::{Batch, Context, Model, Pooling, Token};
+
+/// One input of an embedding request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EmbedInput {
+    /// Text, tokenized with the model's special tokens (BOS where it adds one).
+    Text(String),
+    /// Token ids, used as they are.
+    Tokens(Vec<Token>),
+}
+
+/// One input's embedding.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Embedding {
+    /// L2-normalised, `n_embd` long.
+    pub vector: Vec<f32>,
+    /// The tokens the input had.
+    pub n_tokens: usize,
+}
+
+/// Why a request to the model failed: the client's fault, or the model's.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ModelError {
+    /// An input the model cannot take (empty, too long, a token id outside the
+    /// vocabulary); `index` is the input's place in the request, when it has one.
+    Invalid {
+        index: Option<usize>,
+        message: String,
+    },
+    /// The model failed, or its thread is gone.
+    Failed(String),
+}
+
+impl From<BackendError> for ModelError {
+    fn from(error: BackendError) -> Self {
+        ModelError::Failed(error.to_string())
+    }
+}
+
+impl std::fmt::Display for ModelError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ModelError::Invalid { message, .. } | ModelError::Failed(message) => {
+                f.write_str(message)
+            }
+        }
+    }
+}
+
+/// One token of `/tokenize`: its id and its bytes (not always UTF-8 alone).
+pub type Piece = (Token, Vec<u8>);
+
+/// The model's fixed properties (`/props`), read once when it loads.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelProps {
+    pub model_path: String,
+    /// The whole context, and what each slot gets of it.
+    pub n_ctx: u32,
+    pub n_ctx_slot: u32,
+    pub slots: u32,
+    /// The GGUF file's chat template, empty when it has none (ChatML is used).
+    pub chat_template: String,
+    pub n_embd: usize,
+    pub n_vocab: i32,
+    pub pooling: Pooling,
+    /// The most tokens one embedding input may have.
+    pub n_ubatch: u32,
+}
+
+/// A job for the generation thread besides generation.
+pub(super) enum ModelJob {
+    Embed(Vec<EmbedInput>, Sender<Result<Vec<Embedding>, ModelError>>),
+    Tokenize {
+        text: String,
+        add_special: bool,
+        reply: Sender<Result<Vec<Piece>, ModelError>>,
+    },
+    Detokenize(Vec<Token>, Sender<Result<String, ModelError>>),
+}
+
+/// A handle to the in-process model for the non-generating routes.
+#[derive(Clone)]
+pub struct LocalModel {
+    pub(super) shared: Arc<Shared>,
+    pub(super) props: Arc<ModelProps>,
+}
+
+impl LocalModel {
+    pub fn props(&self) -> &ModelProps {
+        &self.props
+    }
+
+    fn ask<T>(
+        &self,
+        job: impl FnOnce(Sender<Result<T, ModelError>>) -> ModelJob,
+    ) -> Result<T, ModelError> {
+        let (reply, result) = bounded(1);
+        let sender = self.shared.jobs.as_ref().ok_or_else(worker_gone)?;
+        sender
+            .send(Job::Model(job(reply)))
+            .map_err(|_| worker_gone())?;
+        result.recv().map_err(|_| worker_gone())?
+    }
+
+    /// The pooled, normalised embedding of each input, in order. Waits for an
+    /// idle slot (see the module docs).
+    pub fn embed(&self, inputs: Vec<EmbedInput>) -> Result<Vec<Embedding>, ModelError> {
+        self.ask(|reply| ModelJob::Embed(inputs, reply))
+    }
+
+    /// `text`'s tokens with their pieces; special-token markup is parsed.
+    pub fn tokenize(&self, text: String, add_special: bool) -> Result<Vec<Piece>, ModelError> {
+        self.ask(|reply| ModelJob::Tokenize {
+            text,
+            add_special,
+            reply,
+        })
+    }
+
+    /// The text of `tokens` (special tokens written out).
+    pub fn detokenize(&self, tokens: Vec<Token>) -> Result<String, ModelError> {
+        self.ask(|reply| ModelJob::Detokenize(tokens, reply))
+    }
+}
+
+// ------------------------------------------------------------ generation thread
+
+/// Tokens of `text` with their pieces.
+pub(super) fn tokenize(
+    model: &Model,
+    text: &str,
+    add_special: bool,
+) -> Result<Vec<Piece>, ModelError> {
+    let tokens = model
+        .tokenize(text, add_special)
+        .map_err(|e| ModelError::Failed(e.to_string()))?;
+    tokens
+        .into_iter()
+        .map(|token| {
+            let bytes = model
+                .piece_bytes(token, true)
+                .map_err(|e| ModelError::Failed(e.to_string()))?;
+            Ok((token, bytes))
+        })
+        .collect()
+}
+
+/// The first token id outside the vocabulary, as a client error.
+fn check_tokens(model: &Model, tokens: &[Token], index: Option<usize>) -> Result<(), ModelError> {
+    match tokens.iter().find(|&&t| t < 0 || t >= model.n_vocab()) {
+        Some(bad) => Err(ModelError::Invalid {
+            index,
+            message: format!(
+                "token id {bad} is outside the vocabulary (0..{})",
+                model.n_vocab()
+            ),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// The text of `tokens`; an id outside the vocabulary is refused (llama.cpp
+/// would read past its table).
+pub(super) fn detokenize(model: &Model, tokens: &[Token]) -> Result<String, ModelError> {
+    check_tokens(model, tokens, None)?;
+    let mut bytes = Vec::new();
+    for &token in tokens {
+        let piece = model
+            .piece_bytes(token, true)
+            .map_err(|e| ModelError::Failed(e.to_string()))?;
+        bytes.extend_from_slice(&piece);
+    }
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// Every input's tokens, checked before anything is decoded.
+pub(super) fn input_tokens(
+    model: &Model,
+    inputs: &[EmbedInput],
+    max_tokens: usize,
+) -> Result<Vec<Vec<Token>>, ModelError> {
+    let mut out = Vec::with_capacity(inputs.len());
+    for (index, input) in inputs.iter().enumerate() {
+        let tokens = match input {
+            EmbedInput::Text(text) => model
+                .tokenize(text, true)
+                .map_err(|e| ModelError::Failed(e.to_string()))?,
+            EmbedInput::Tokens(tokens) => tokens.clone(),
+        };
+        check_tokens(model, &tokens, Some(index))?;
+        let invalid = |message: String| {
+            Err(ModelError::Invalid {
+                index: Some(index),
+                message,
+            })
+        };
+        if tokens.is_empty() {
+            return invalid(format!("input {index} has no tokens"));
+        }
+        if tokens.len() > max_tokens {
+            return invalid(format!(
+                "input {index} has {} tokens; at most {max_tokens} fit one physical batch (raise --ubatch)",
+                tokens.len()
+            ));
+        }
+        out.push(tokens);
+    }
+    Ok(out)
+}
+
+/// The embedding of `tokens`, decoded in sequence `seq`, which is cleared
+/// before and after.
+pub(super) fn embed(
+    ctx: &mut Context<'_>,
+    batch: &mut Batch,
+    seq: i32,
+    tokens: &[Token],
+) -> Result<Vec<f32>, ModelError> {
+    ctx.truncate_seq(seq, 0);
+    batch.clear();
+    for (pos, &token) in tokens.iter().enumerate() {
+        batch
+            .push_seq(token, pos, seq, true)
+            .map_err(|e| ModelError::Failed(e.to_string()))?;
+    }
+    ctx.set_embeddings(true);
+    let decoded = ctx.decode(batch);
+    let vector = decoded.map(|()| ctx.embedding_seq(seq));
+    ctx.set_embeddings(false);
+    ctx.truncate_seq(seq, 0);
+    batch.clear();
+    match vector {
+        Ok(Some(vector)) => Ok(normalize(vector)),
+        Ok(None) => Err(ModelError::Failed(
+            "llama.cpp returned no pooled embedding".into(),
+        )),
+        Err(error) => Err(ModelError::Failed(format!("embedding decode: {error}"))),
+    }
+}
+
+/// `vector` scaled to unit length (a zero vector stays zero).
+pub(super) fn normalize(mut vector: Vec<f32>) -> Vec<f32> {
+    let norm = vector
+        .iter()
+        .map(|&x| f64::from(x) * f64::from(x))
+        .sum::<f64>()
+        .sqrt();
+    if norm > 0.0 {
+        for x in &mut vector {
+            *x = (f64::from(*x) / norm) as f32;
+        }
+    }
+    vector
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalize_gives_unit_length_and_keeps_zero() {
+        let v = normalize(vec![3.0, 4.0]);
+        assert_eq!(v, vec![0.6, 0.8]);
+        assert_eq!(normalize(vec![0.0, 0.0]), vec![0.0, 0.0]);
+    }
+}

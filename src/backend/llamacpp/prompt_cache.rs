@@ -1,0 +1,418 @@
+//! The prompt cache on disk: the KV state of prompts the generation thread
+//! decoded, so a later cold start (`-e`, a new REPL, a restarted server)
+//! restores the longest cached prefix of its prompt instead of decoding it.
+//!
+//! **Files.** One file per cached prompt under `$XDG_CACHE_HOME/shepherd/kv/`:
+//! `MAGIC`, the cache key (the model file's identity and every context
+//! parameter the state depends on, as text), the prompt's tokens, the
+//! sequence's state as llama.cpp wrote it, and a checksum of all of that.
+//! The name is the key's hash and the tokens' hash, so the same prompt
+//! replaces its own file. A file is used only when its magic, key, lengths and
+//! checksum all check out, so a file written for another model or other
+//! parameters, a truncated or corrupt one, or one from an older format is a
+//! miss; such a file is removed, and the next save writes a good one.
+//!
+//! **Writes** are atomic (temp file, fsync, rename: [`write_atomic`]) and run
+//! on their own thread, so saving never delays a token; the cache joins its
+//! writers when it is dropped (a one-shot run exits after its file is
+//! complete). After each write the directory is trimmed to its size cap,
+//! least recently used first (a restore touches its file).
+
+use std::fs;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
+use std::time::SystemTime;
+
+use crate::llama::Token;
+use crate::util::fs::write_atomic;
+
+/// The first bytes of every cache file; the last one is the format's version.
+const MAGIC: &[u8; 8] = b"SHPKV\0\0\x01";
+
+/// The longest key a file may carry (keys are a few hundred bytes).
+const MAX_KEY: usize = 4096;
+
+/// Where the cache lives and how large it may grow (`kv_cache_max_mb`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PromptCacheConfig {
+    pub dir: PathBuf,
+    pub max_bytes: u64,
+}
+
+/// A cached prompt: its tokens and the state that holds them.
+pub(super) struct Entry {
+    pub(super) tokens: Vec<Token>,
+    pub(super) state: Vec<u8>,
+}
+
+/// The cache of one context (one model with one set of parameters).
+pub(super) struct PromptCache {
+    dir: PathBuf,
+    key: String,
+    /// The key's hash, in hex: the start of this context's file names.
+    tag: String,
+    max_bytes: u64,
+    writers: Vec<JoinHandle<()>>,
+}
+
+impl PromptCache {
+    pub(super) fn new(config: &PromptCacheConfig, key: String) -> PromptCache {
+        let tag = format!("{:016x}", hash(key.as_bytes()));
+        PromptCache {
+            dir: config.dir.clone(),
+            key,
+            tag,
+            max_bytes: config.max_bytes,
+            writers: Vec::new(),
+        }
+    }
+
+    /// The cached prompt that shares the longest prefix with `prompt`, at least
+    /// `min` tokens, read whole and checked. Files that fail a check are removed.
+    pub(super) fn best(&self, prompt: &[Token], min: usize) -> Option<Entry> {
+        let mut best: Option<(usize, PathBuf)> = None;
+        for path in self.own_files() {
+            let shared = match read_tokens(&path, &self.key) {
+                Ok(tokens) => common_prefix(&tokens, prompt),
+                Err(_) => {
+                    let _ = fs::remove_file(&path);
+                    continue;
+                }
+            };
+            if shared >= min && best.as_ref().is_none_or(|(b, _)| shared > *b) {
+                best = Some((shared, path));
+            }
+        }
+        let (_, path) = best?;
+        match read_entry(&path, &self.key) {
+            Ok(entry) => {
+                touch(&path);
+                Some(entry)
+            }
+            Err(_) => {
+                let _ = fs::remove_file(&path);
+                None
+            }
+        }
+    }
+
+    /// Saves `tokens` with `state` on a writer thread, then trims the cache.
+    pub(super) fn save(&mut self, tokens: Vec<Token>, state: Vec<u8>) {
+        self.writers.retain(|w| !w.is_finished());
+        let path = self.dir.join(format!(
+            "{}-{:016x}.kv",
+            self.tag,
+            hash(&token_bytes(&tokens))
+        ));
+        let bytes = encode(&self.key, &tokens, &state);
+        let (dir, max_bytes) = (self.dir.clone(), self.max_bytes);
+        let writer = std::thread::Builder::new()
+            .name("shepherd-kv-save".into())
+            .spawn(move || {
+                let written = create_private_dir(&dir).and_then(|()| write_atomic(&path, &bytes));
+                match written {
+                    Ok(()) => trim(&dir, max_bytes),
+                    Err(err) => crate::log::debug(crate::log::Category::Llm, || {
+                        format!("prompt cache: cannot write {}: {err}", path.display())
+                    }),
+                }
+            });
+        if let Ok(writer) = writer {
+            self.writers.push(writer);
+        }
+    }
+
+    /// This context's files (named after its key).
+    fn own_files(&self) -> Vec<PathBuf> {
+        let Ok(entries) = fs::read_dir(&self.dir) else {
+            return Vec::new();
+        };
+        let prefix = format!("{}-", self.tag);
+        entries
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| {
+                let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+                name.starts_with(&prefix) && name.ends_with(".kv")
+            })
+            .collect()
+    }
+}
+
+impl Drop for PromptCache {
+    /// Waits for the files being written, so an exiting run leaves them complete.
+    fn drop(&mut self) {
+        for writer in self.writers.drain(..) {
+            let _ = writer.join();
+        }
+    }
+}
+
+fn common_prefix(a: &[Token], b: &[Token]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// A fast 64-bit hash over 8-byte words (FNV-style mixing); a checksum, not a MAC.
+fn hash(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ bytes.len() as u64;
+    let mut words = bytes.chunks_exact(8);
+    for word in &mut words {
+        let w = u64::from_le_bytes(word.try_into().unwrap_or_default());
+        h = (h ^ w).wrapping_mul(0x0000_0100_0000_01b3).rotate_left(29);
+    }
+    for &b in words.remainder() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+fn token_bytes(tokens: &[Token]) -> Vec<u8> {
+    tokens.iter().flat_map(|t| t.to_le_bytes()).collect()
+}
+
+/// The file: magic, key length and key, token count and tokens, state length
+/// and state, then the checksum of everything before it.
+fn encode(key: &str, tokens: &[Token], state: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64 + key.len() + 4 * tokens.len() + state.len());
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&(key.len() as u32).to_le_bytes());
+    out.extend_from_slice(key.as_bytes());
+    out.extend_from_slice(&(tokens.len() as u32).to_le_bytes());
+    out.extend_from_slice(&token_bytes(tokens));
+    out.extend_from_slice(&(state.len() as u64).to_le_bytes());
+    out.extend_from_slice(state);
+    let sum = hash(&out);
+    out.extend_from_slice(&sum.to_le_bytes());
+    out
+}
+
+fn bad(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what.to_string())
+}
+
+/// Reads up to the tokens: magic, key (must be `key`) and tokens, each length
+/// checked against the file's size before anything is allocated.
+fn read_head(reader: &mut impl Read, size: u64, key: &str) -> io::Result<Vec<Token>> {
+    let mut magic = [0u8; 8];
+    reader.read_exact(&mut magic)?;
+    if &magic != MAGIC {
+        return Err(bad("not a shepherd prompt cache file of this version"));
+    }
+    let key_len = read_u32(reader)? as usize;
+    if key_len != key.len() || key_len > MAX_KEY {
+        return Err(bad("written for another model or context"));
+    }
+    let mut stored = vec![0u8; key_len];
+    reader.read_exact(&mut stored)?;
+    if stored != key.as_bytes() {
+        return Err(bad("written for another model or context"));
+    }
+    let n_tokens = u64::from(read_u32(reader)?);
+    if 16 + key_len as u64 + 4 * n_tokens > size {
+        return Err(bad("truncated"));
+    }
+    let mut raw = vec![0u8; 4 * n_tokens as usize];
+    reader.read_exact(&mut raw)?;
+    let tokens = raw
+        .chunks_exact(4)
+        .map(|c| Token::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    Ok(tokens)
+}
+
+fn read_u32(reader: &mut impl Read) -> io::Result<u32> {
+    let mut bytes = [0u8; 4];
+    reader.read_exact(&mut bytes)?;
+    Ok(u32::from_le_bytes(bytes))
+}
+
+/// The tokens of the file at `path`, when it is one of `key`'s.
+fn read_tokens(path: &Path, key: &str) -> io::Result<Vec<Token>> {
+    let file = fs::File::open(path)?;
+    let size = file.metadata()?.len();
+    read_head(&mut io::BufReader::new(file), size, key)
+}
+
+/// The whole entry at `path`, every length and the checksum checked.
+fn read_entry(path: &Path, key: &str) -> io::Result<Entry> {
+    let bytes = fs::read(path)?;
+    decode(&bytes, key)
+}
+
+fn decode(bytes: &[u8], key: &str) -> io::Result<Entry> {
+    let body_len = bytes.len().checked_sub(8).ok_or_else(|| bad("truncated"))?;
+    let (body, sum) = bytes.split_at(body_len);
+    let sum = u64::from_le_bytes(sum.try_into().map_err(|_| bad("truncated"))?);
+    if hash(body) != sum {
+        return Err(bad("checksum mismatch"));
+    }
+    let mut reader = body;
+    let tokens = read_head(&mut reader, body.len() as u64, key)?;
+    let mut len = [0u8; 8];
+    reader.read_exact(&mut len)?;
+    let state_len = u64::from_le_bytes(len);
+    if state_len != reader.len() as u64 || state_len == 0 {
+        return Err(bad("state length does not match the file"));
+    }
+    Ok(Entry {
+        tokens,
+        state: reader.to_vec(),
+    })
+}
+
+/// Marks the file as just used, for least-recently-used trimming.
+fn touch(path: &Path) {
+    if let Ok(file) = fs::File::options().append(true).open(path) {
+        let _ = file.set_modified(SystemTime::now());
+    }
+}
+
+fn create_private_dir(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}
+
+/// Removes the least recently used cache files (of every model) until the
+/// directory holds at most `max_bytes`.
+fn trim(dir: &Path, max_bytes: u64) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    let mut files: Vec<(SystemTime, u64, PathBuf)> = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.path().extension().is_some_and(|x| x == "kv"))
+        .filter_map(|e| {
+            let meta = e.metadata().ok()?;
+            Some((meta.modified().ok()?, meta.len(), e.path()))
+        })
+        .collect();
+    let mut total: u64 = files.iter().map(|(_, len, _)| len).sum();
+    files.sort();
+    for (_, len, path) in files {
+        if total <= max_bytes {
+            break;
+        }
+        if fs::remove_file(&path).is_ok() {
+            total -= len;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::util::fs::test_support::temp_dir;
+
+    fn cache(dir: &Path, key: &str, max_bytes: u64) -> PromptCache {
+        let config = PromptCacheConfig {
+            dir: dir.to_path_buf(),
+            max_bytes,
+        };
+        PromptCache::new(&config, key.into())
+    }
+
+    /// Saves and waits for the file to be written.
+    fn saved(cache: &mut PromptCache, tokens: &[Token], state: &[u8]) {
+        cache.save(tokens.to_vec(), state.to_vec());
+        for writer in cache.writers.drain(..) {
+            writer.join().unwrap();
+        }
+    }
+
+    #[test]
+    fn the_longest_shared_prefix_wins_and_a_short_one_is_a_miss() {
+        let dir = temp_dir("kv-best");
+        let mut kv = cache(&dir, "model A", u64::MAX);
+        saved(&mut kv, &[1, 2, 3, 4, 5], b"state five");
+        saved(&mut kv, &[1, 2, 9], b"state three");
+        let entry = kv.best(&[1, 2, 3, 4, 7, 8], 2).expect("a hit");
+        assert_eq!(
+            (entry.tokens, entry.state),
+            (vec![1, 2, 3, 4, 5], b"state five".to_vec())
+        );
+        assert!(kv.best(&[1, 2, 3, 4], 5).is_none(), "only 4 shared");
+        assert!(kv
+            .best(&[7], 0)
+            .is_some_and(|e| e.tokens.len() == 5 || e.tokens.len() == 3));
+        // The same prompt again replaces its own file.
+        saved(&mut kv, &[1, 2, 9], b"newer");
+        assert_eq!(kv.own_files().len(), 2);
+        assert_eq!(kv.best(&[1, 2, 9], 3).unwrap().state, b"newer");
+    }
+
+    #[test]
+    fn another_models_files_are_never_loaded() {
+        let dir = temp_dir("kv-foreign");
+        saved(
+            &mut cache(&dir, "model A", u64::MAX),
+            &[1, 2, 3],
+            b"A's state",
+        );
+        let other = cache(&dir, "model B", u64::MAX);
+        assert!(other.best(&[1, 2, 3], 1).is_none());
+        // Even renamed to look like B's, A's file is refused and removed.
+        let file = fs::read_dir(&dir).unwrap().next().unwrap().unwrap().path();
+        let disguised = dir.join(format!("{}-0000000000000000.kv", other.tag));
+        fs::rename(&file, &disguised).unwrap();
+        assert!(other.best(&[1, 2, 3], 1).is_none());
+        assert!(!disguised.exists());
+    }
+
+    #[test]
+    fn every_truncation_and_every_flipped_byte_is_a_miss_never_a_panic() {
+        let dir = temp_dir("kv-corrupt");
+        let mut kv = cache(&dir, "model A", u64::MAX);
+        saved(&mut kv, &[10, 20, 30], b"the state bytes");
+        let path = kv.own_files().pop().unwrap();
+        let good = fs::read(&path).unwrap();
+        assert!(decode(&good, "model A").is_ok());
+        for cut in 0..good.len() {
+            assert!(decode(&good[..cut], "model A").is_err(), "cut at {cut}");
+        }
+        for at in 0..good.len() {
+            let mut bad = good.clone();
+            bad[at] ^= 0x40;
+            assert!(decode(&bad, "model A").is_err(), "flipped byte {at}");
+        }
+        // A huge token count in a short file is refused before allocating.
+        let mut lying = good.clone();
+        let at = 8 + 4 + "model A".len();
+        lying[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(read_head(&mut &lying[..], lying.len() as u64, "model A").is_err());
+        // On disk: a truncated file is removed and the next save replaces it.
+        fs::write(&path, &good[..good.len() / 2]).unwrap();
+        assert!(kv.best(&[10, 20, 30], 1).is_none());
+        assert!(!path.exists());
+        saved(&mut kv, &[10, 20, 30], b"the state bytes");
+        assert!(kv.best(&[10, 20, 30], 1).is_some());
+    }
+
+    #[test]
+    fn the_cache_keeps_to_its_cap_dropping_the_least_recently_used() {
+        let dir = temp_dir("kv-cap");
+        let state = vec![7u8; 1000];
+        let mut kv = cache(&dir, "model A", 2500);
+        saved(&mut kv, &[1], &state);
+        saved(&mut kv, &[2], &state);
+        // Using the first makes the second the least recently used.
+        let old = SystemTime::now() - std::time::Duration::from_secs(60);
+        for path in kv.own_files() {
+            fs::File::options()
+                .append(true)
+                .open(&path)
+                .unwrap()
+                .set_modified(old)
+                .unwrap();
+        }
+        assert!(kv.best(&[1], 1).is_some());
+        saved(&mut kv, &[3], &state);
+        assert_eq!(kv.own_files().len(), 2);
+        assert!(kv.best(&[1], 1).is_some(), "used recently: kept");
+        assert!(kv.best(&[2], 1).is_none(), "least recently used: removed");
+        assert!(kv.best(&[3], 1).is_some(), "just written: kept");
+    }
+}

@@ -1,0 +1,291 @@
+//! `POST /v1/completions`: OpenAI's legacy text completions (LangChain,
+//! Continue and older SDKs call it), for the in-process model only.
+//!
+//! The prompt is continued as it is: no chat template, no system prompt, no
+//! tools, no output filter (the backend's raw-prompt path,
+//! [`Backend::complete`](crate::backend::Backend::complete)). Sampling fields
+//! are chat completions' ([`openai::sampling`]); what this server cannot do
+//! (several choices, `echo`, `logprobs`, `suffix`, token-id prompts) is a 400
+//! naming the field rather than silently ignored. Answers are
+//! `text_completion` objects, streamed as chunks of the same shape ending in
+//! `data: [DONE]`.
+
+use std::io;
+
+use serde_json::{Map, Value};
+
+use super::error::ApiError;
+use super::fields::Fields;
+use super::openai::{self, finish_reason, wire_timings, wire_usage};
+use super::pool::Work;
+use super::text::{Assembler, Piece};
+use super::wire::openai as wire;
+use super::wire::{encode, Null};
+use super::{Defaults, Usage};
+use crate::backend::{Reply, ToolChoice};
+use crate::core::Session;
+use crate::frontend::http::SseStream;
+
+/// A checked `/v1/completions` request.
+#[derive(Debug)]
+pub struct CompletionRequest {
+    pub work: Work,
+    pub stream: bool,
+    pub include_usage: bool,
+    pub model: String,
+}
+
+/// Fields accepted and ignored.
+const IGNORED: [&str; 2] = ["user", "cache_prompt"];
+
+const KNOWN: [&str; 23] = [
+    "model",
+    "prompt",
+    "stream",
+    "stream_options",
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "repeat_penalty",
+    "repeat_last_n",
+    "frequency_penalty",
+    "presence_penalty",
+    "seed",
+    "stop",
+    "n",
+    "best_of",
+    "echo",
+    "logprobs",
+    "logit_bias",
+    "suffix",
+    "use_tools",
+    "response_format",
+];
+
+/// Checks a `/v1/completions` body field by field.
+pub fn parse(body: &[u8], defaults: &Defaults) -> Result<CompletionRequest, ApiError> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::invalid("", format!("the body is not valid JSON: {e}")))?;
+    let f = Fields::of(&value, "")?;
+    if let Value::Object(map) = &value {
+        if let Some(unknown) = map
+            .keys()
+            .find(|k| !KNOWN.contains(&k.as_str()) && !IGNORED.contains(&k.as_str()))
+        {
+            return Err(ApiError::invalid(
+                unknown,
+                format!("unrecognized request argument supplied: {unknown}"),
+            ));
+        }
+    }
+    let model = f.str("model")?.unwrap_or(&defaults.model).to_string();
+    let prompt = prompt(&f)?;
+    let stream = f.bool("stream")?.unwrap_or(false);
+    let include_usage = openai::stream_options(&f, stream)?;
+    f.integer("n", 1, 1)?;
+    f.integer("best_of", 1, 1)?;
+    f.unsupported("echo", &[Value::Bool(false)])?;
+    f.unsupported("logprobs", &[])?;
+    f.unsupported("suffix", &[Value::String(String::new())])?;
+    f.unsupported("logit_bias", &[Value::Object(Map::new())])?;
+    f.unsupported("use_tools", &[Value::Bool(false)])?;
+    f.unsupported("response_format", &[])?;
+    let sampling = openai::sampling(&f, defaults)?;
+    Ok(CompletionRequest {
+        work: Work {
+            session: Session::new(String::new()),
+            tools: Vec::new(),
+            tool_choice: ToolChoice::None,
+            sampling,
+            use_tools: false,
+            raw_prompt: Some(prompt),
+        },
+        stream,
+        include_usage,
+        model,
+    })
+}
+
+/// The one prompt: a string, or an array holding one string (what SDKs send
+/// for a list). Several prompts would be several choices, which this server
+/// does not produce; token-id prompts are not taken either.
+fn prompt(f: &Fields<'_>) -> Result<String, ApiError> {
+    let text = match f.get("prompt") {
+        None => return Err(f.missing("prompt", "a string")),
+        Some(Value::String(text)) => text,
+        Some(Value::Array(items)) => match items.as_slice() {
+            [Value::String(text)] => text,
+            [_] | [] => return Err(ApiError::invalid(
+                "prompt",
+                "'prompt' must be a string or an array of one string (token ids are not supported)",
+            )),
+            _ => {
+                return Err(ApiError::invalid(
+                    "prompt",
+                    "one prompt per request: this server returns one choice",
+                ))
+            }
+        },
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "prompt",
+                "'prompt' must be a string or an array of one string",
+            ))
+        }
+    };
+    if text.is_empty() {
+        return Err(ApiError::invalid("prompt", "'prompt' must not be empty"));
+    }
+    Ok(text.clone())
+}
+
+/// How one text completion is answered, whole or streamed.
+#[derive(Debug)]
+pub struct Answer {
+    pub id: String,
+    pub created: u64,
+    pub model: String,
+    pub include_usage: bool,
+}
+
+impl Answer {
+    fn chunk<'a>(
+        &'a self,
+        text: &'a str,
+        finish: Option<&'static str>,
+    ) -> wire::TextCompletion<'a> {
+        wire::TextCompletion {
+            id: &self.id,
+            object: "text_completion",
+            created: self.created,
+            model: &self.model,
+            system_fingerprint: Null,
+            choices: [wire::TextChoice {
+                text,
+                index: 0,
+                logprobs: Null,
+                finish_reason: finish,
+            }],
+            usage: None,
+            timings: None,
+        }
+    }
+
+    /// Text completions have no opening chunk (no role).
+    pub fn start(&self, _sse: &mut SseStream) -> io::Result<()> {
+        Ok(())
+    }
+
+    pub fn piece(&self, sse: &mut SseStream, piece: Piece) -> io::Result<()> {
+        match piece {
+            Piece::Text(text) => sse.send(&encode(&self.chunk(&text, None))),
+            // The raw path has no output filter, so no reasoning is ever split off.
+            Piece::Reasoning(_) => Ok(()),
+        }
+    }
+
+    /// The finish reason, the usage chunk when asked for, and `[DONE]`.
+    pub fn finish(&self, sse: &mut SseStream, reply: &Reply, usage: &Usage) -> io::Result<()> {
+        sse.send(&encode(&self.chunk("", Some(finish_reason(reply)))))?;
+        if self.include_usage {
+            let chunk = wire::TextUsageChunk {
+                id: &self.id,
+                object: "text_completion",
+                created: self.created,
+                model: &self.model,
+                choices: [],
+                usage: wire_usage(usage),
+            };
+            sse.send(&encode(&chunk))?;
+        }
+        sse.send("[DONE]")
+    }
+
+    /// An error after the stream started: OpenAI's error object as an event.
+    pub fn fail(&self, sse: &mut SseStream, error: &ApiError) -> io::Result<()> {
+        sse.send(&encode(&error.openai_body()))?;
+        sse.send("[DONE]")
+    }
+
+    /// The whole `text_completion`.
+    pub fn whole<'a>(
+        &'a self,
+        text: &'a Assembler,
+        reply: &Reply,
+        usage: &Usage,
+    ) -> wire::TextCompletion<'a> {
+        wire::TextCompletion {
+            usage: Some(wire_usage(usage)),
+            timings: wire_timings(usage),
+            ..self.chunk(&text.text, Some(finish_reason(reply)))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn defaults() -> Defaults {
+        Defaults {
+            model: "served".into(),
+            context_size: 2048,
+            ..Defaults::default()
+        }
+    }
+
+    fn parse_json(body: Value) -> Result<CompletionRequest, ApiError> {
+        parse(body.to_string().as_bytes(), &defaults())
+    }
+
+    /// Each malformed body is a 400 naming `param`.
+    fn check_invalid(body: Value, param: &str) {
+        let error = parse_json(body.clone()).expect_err("an invalid request");
+        assert_eq!(error.status, 400, "{body}");
+        assert_eq!(error.param.as_deref(), Some(param), "{body}: {error:?}");
+    }
+
+    #[test]
+    fn a_prompt_becomes_raw_work_with_the_sampling_fields() {
+        let request = parse_json(json!({
+            "prompt": ["Once upon a time"], "max_tokens": 7, "temperature": 0,
+            "stop": "\n", "seed": 3, "stream": true,
+            "stream_options": {"include_usage": true}
+        }))
+        .unwrap();
+        assert_eq!(request.work.raw_prompt.as_deref(), Some("Once upon a time"));
+        assert_eq!(request.work.sampling.max_tokens, Some(7));
+        assert_eq!(request.work.sampling.temperature, Some(0.0));
+        assert_eq!(request.work.sampling.stop, vec!["\n".to_string()]);
+        assert_eq!(request.work.sampling.seed, Some(3));
+        assert!(request.stream && request.include_usage);
+        assert_eq!(request.model, "served");
+        assert!(request.work.session.messages.is_empty());
+        assert_eq!(request.work.session.system_prompt, "");
+    }
+
+    #[test]
+    fn malformed_and_unsupported_fields_are_400s_naming_the_field() {
+        check_invalid(json!({}), "prompt");
+        check_invalid(json!({"prompt": ""}), "prompt");
+        check_invalid(json!({"prompt": 5}), "prompt");
+        check_invalid(json!({"prompt": ["a", "b"]}), "prompt");
+        check_invalid(json!({"prompt": [[1, 2]]}), "prompt");
+        check_invalid(json!({"prompt": "a", "n": 2}), "n");
+        check_invalid(json!({"prompt": "a", "echo": true}), "echo");
+        check_invalid(json!({"prompt": "a", "logprobs": 2}), "logprobs");
+        check_invalid(json!({"prompt": "a", "suffix": "x"}), "suffix");
+        check_invalid(json!({"prompt": "a", "max_tokens": 0}), "max_tokens");
+        check_invalid(json!({"prompt": "a", "temperature": "hot"}), "temperature");
+        check_invalid(json!({"prompt": "a", "messages": []}), "messages");
+        check_invalid(
+            json!({"prompt": "a", "stream_options": {}}),
+            "stream_options",
+        );
+        let error = parse(b"{not json", &defaults()).unwrap_err();
+        assert_eq!(error.status, 400);
+    }
+}

@@ -1,0 +1,123 @@
+"""The official `openai` package's text completions and embeddings against
+`shepherd --server` on SmolLM2.
+
+Run by tests/it/api_server.rs with OPENAI_BASE_URL and OPENAI_API_KEY set;
+exits non-zero with the failing check's message.
+"""
+
+import base64
+import math
+import os
+import struct
+import sys
+
+import httpx
+import openai
+
+client = openai.OpenAI(max_retries=0, timeout=120)
+MODEL = "SmolLM2-135M-Instruct.Q4_1.gguf"
+N_EMBD = 576
+PROMPT = "1, 2, 3, 4,"
+
+
+def check(condition, message):
+    if not condition:
+        print("FAILED:", message)
+        sys.exit(1)
+
+
+def tokens_of(text):
+    """The prompt's tokens from /tokenize: what a raw, untemplated prompt costs."""
+    root = os.environ["OPENAI_BASE_URL"].removesuffix("/v1")
+    headers = {"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]}
+    answer = httpx.post(root + "/tokenize", json={"content": text}, headers=headers)
+    check(answer.status_code == 200, f"/tokenize {answer.status_code} {answer.text}")
+    return answer.json()["tokens"]
+
+
+# A text completion: the prompt continued as it is, no chat template.
+whole = client.completions.create(model=MODEL, prompt=PROMPT, temperature=0, max_tokens=8)
+text = whole.choices[0].text
+check(whole.object == "text_completion", f"object {whole.object}")
+check(whole.id.startswith("cmpl-"), f"id {whole.id}")
+check(whole.model == MODEL, f"model {whole.model}")
+check(text.startswith(" 5"), f"the count goes on: {text!r}")
+check(whole.choices[0].finish_reason in ("stop", "length"), whole.choices[0].finish_reason)
+check(
+    whole.usage.prompt_tokens == len(tokens_of(PROMPT)),
+    f"prompt tokens {whole.usage.prompt_tokens} != the raw prompt's {len(tokens_of(PROMPT))}: templated?",
+)
+check(whole.usage.completion_tokens > 0, f"usage {whole.usage}")
+
+# The same, streamed with usage: identical text at temperature 0.
+pieces, usage, finish = [], None, None
+for chunk in client.completions.create(
+    model=MODEL,
+    prompt=PROMPT,
+    temperature=0,
+    max_tokens=8,
+    stream=True,
+    stream_options={"include_usage": True},
+):
+    check(chunk.object == "text_completion", f"chunk object {chunk.object}")
+    if chunk.usage is not None:
+        usage = chunk.usage
+    for choice in chunk.choices:
+        pieces.append(choice.text)
+        if choice.finish_reason:
+            finish = choice.finish_reason
+streamed = "".join(pieces)
+check(streamed == text, f"streamed {streamed!r} != whole {text!r}")
+check(finish == whole.choices[0].finish_reason, f"finish {finish}")
+check(usage is not None and usage.completion_tokens == whole.usage.completion_tokens, f"usage {usage}")
+
+# A stop string ends it early.
+stopped = client.completions.create(model=MODEL, prompt=PROMPT, temperature=0, max_tokens=8, stop=[","])
+check(stopped.choices[0].text == " 5", f"stopped {stopped.choices[0].text!r}")
+check(stopped.choices[0].finish_reason == "stop", stopped.choices[0].finish_reason)
+
+# An unsupported field is a 400 naming it.
+try:
+    client.completions.create(model=MODEL, prompt=PROMPT, echo=True)
+    check(False, "echo was accepted")
+except openai.BadRequestError as error:
+    check(error.status_code == 400 and error.body.get("param") == "echo", f"body {error.body}")
+
+# Embeddings: a batch, floats.
+CAT = "The cat sat on the mat."
+PHYSICS = "Quantum chromodynamics describes the strong interaction."
+batch = client.embeddings.create(model=MODEL, input=[CAT, PHYSICS, CAT], encoding_format="float")
+vectors = [item.embedding for item in batch.data]
+check([item.index for item in batch.data] == [0, 1, 2], f"indices {[i.index for i in batch.data]}")
+check(all(len(v) == N_EMBD for v in vectors), f"dimensions {[len(v) for v in vectors]}")
+check(vectors[0] != vectors[1], "two different sentences gave the same vector")
+check(vectors[0] == vectors[2], "one sentence twice gave different vectors")
+for v in vectors:
+    norm = math.sqrt(sum(x * x for x in v))
+    check(abs(norm - 1.0) < 1e-4, f"not normalised: {norm}")
+cosine = sum(a * b for a, b in zip(vectors[0], vectors[1]))
+check(cosine < 0.999, f"different sentences nearly identical: cosine {cosine}")
+expected_tokens = len(tokens_of(CAT)) * 2 + len(tokens_of(PHYSICS))
+check(batch.usage.prompt_tokens == expected_tokens, f"usage {batch.usage} != {expected_tokens}")
+
+# The SDK's default: base64 on the wire, decoded by the SDK; the same vector.
+default = client.embeddings.create(model=MODEL, input=CAT)
+check(len(default.data[0].embedding) == N_EMBD, "base64 dimensions")
+check(
+    max(abs(a - b) for a, b in zip(default.data[0].embedding, vectors[0])) < 1e-6,
+    "base64 and float vectors differ",
+)
+
+# base64 asked for explicitly: little-endian f32 bytes.
+raw = client.embeddings.create(model=MODEL, input=CAT, encoding_format="base64").data[0].embedding
+check(isinstance(raw, str), f"base64 came back as {type(raw)}")
+decoded = struct.unpack(f"<{N_EMBD}f", base64.b64decode(raw))
+check(max(abs(a - b) for a, b in zip(decoded, vectors[0])) < 1e-6, "decoded base64 differs")
+
+try:
+    client.embeddings.create(model=MODEL, input="")
+    check(False, "an empty input was accepted")
+except openai.BadRequestError as error:
+    check(error.body.get("param") == "input", f"body {error.body}")
+
+print("all checks passed")
