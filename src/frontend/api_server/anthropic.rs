@@ -14,7 +14,7 @@ use std::io;
 use serde_json::{Map, Value};
 
 use super::error::ApiError;
-use super::fields::{stop_list, valid_tool_name, Fields};
+use super::fields::{json_body, stop_list, valid_tool_name, Fields};
 use super::pool::Work;
 use super::text::{Assembler, Piece};
 use super::wire::anthropic as wire;
@@ -33,8 +33,7 @@ pub struct MessagesRequest {
 }
 
 pub fn parse(body: &[u8], defaults: &Defaults) -> Result<MessagesRequest, ApiError> {
-    let value: Value = serde_json::from_slice(body)
-        .map_err(|e| ApiError::invalid("", format!("the body is not valid JSON: {e}")))?;
+    let value = json_body(body)?;
     let f = Fields::of(&value, "")?;
     let model = f.str("model")?.unwrap_or(&defaults.model).to_string();
     let max_tokens = f

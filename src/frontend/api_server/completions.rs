@@ -15,7 +15,7 @@ use std::io;
 use serde_json::{Map, Value};
 
 use super::error::ApiError;
-use super::fields::Fields;
+use super::fields::{json_body, only_known, Fields};
 use super::openai::{self, finish_reason, wire_timings, wire_usage};
 use super::pool::Work;
 use super::text::{Assembler, Piece};
@@ -66,20 +66,9 @@ const KNOWN: [&str; 23] = [
 
 /// Checks a `/v1/completions` body field by field.
 pub fn parse(body: &[u8], defaults: &Defaults) -> Result<CompletionRequest, ApiError> {
-    let value: Value = serde_json::from_slice(body)
-        .map_err(|e| ApiError::invalid("", format!("the body is not valid JSON: {e}")))?;
+    let value = json_body(body)?;
     let f = Fields::of(&value, "")?;
-    if let Value::Object(map) = &value {
-        if let Some(unknown) = map
-            .keys()
-            .find(|k| !KNOWN.contains(&k.as_str()) && !IGNORED.contains(&k.as_str()))
-        {
-            return Err(ApiError::invalid(
-                unknown,
-                format!("unrecognized request argument supplied: {unknown}"),
-            ));
-        }
-    }
+    only_known(&value, &KNOWN, &IGNORED)?;
     let model = f.str("model")?.unwrap_or(&defaults.model).to_string();
     let prompt = prompt(&f)?;
     let stream = f.bool("stream")?.unwrap_or(false);

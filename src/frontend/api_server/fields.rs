@@ -15,6 +15,28 @@ pub struct Fields<'a> {
     path: String,
 }
 
+/// A request body as JSON, else a 400 saying why it is not.
+pub fn json_body(body: &[u8]) -> Result<Value, ApiError> {
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::invalid("", format!("the body is not valid JSON: {e}")))
+}
+
+/// Refuses a top-level field that neither `known` nor `ignored` names, in
+/// OpenAI's words, so a client learns of a typo instead of being ignored.
+pub fn only_known(value: &Value, known: &[&str], ignored: &[&str]) -> Result<(), ApiError> {
+    let Value::Object(map) = value else {
+        return Ok(());
+    };
+    let named = |k: &String| known.contains(&k.as_str()) || ignored.contains(&k.as_str());
+    match map.keys().find(|k| !named(k)) {
+        Some(unknown) => Err(ApiError::invalid(
+            unknown,
+            format!("unrecognized request argument supplied: {unknown}"),
+        )),
+        None => Ok(()),
+    }
+}
+
 impl<'a> Fields<'a> {
     /// `value` must be an object.
     pub fn of(value: &'a Value, path: &str) -> Result<Fields<'a>, ApiError> {

@@ -12,7 +12,7 @@
 use serde_json::Value;
 
 use super::error::ApiError;
-use super::fields::Fields;
+use super::fields::{json_body, only_known, Fields};
 use super::wire::{llama as lwire, openai as owire};
 use super::Defaults;
 use crate::backend::llamacpp::{EmbedInput, LocalModel, ModelError, ModelProps};
@@ -38,25 +38,6 @@ pub fn unsupported(route: &str) -> ApiError {
     )
 }
 
-fn json_body(body: &[u8]) -> Result<Value, ApiError> {
-    serde_json::from_slice(body)
-        .map_err(|e| ApiError::invalid("", format!("the body is not valid JSON: {e}")))
-}
-
-/// Refuses any field not in `known`.
-fn only_known(value: &Value, known: &[&str]) -> Result<(), ApiError> {
-    let Value::Object(map) = value else {
-        return Ok(());
-    };
-    match map.keys().find(|k| !known.contains(&k.as_str())) {
-        Some(unknown) => Err(ApiError::invalid(
-            unknown,
-            format!("unrecognized request argument supplied: {unknown}"),
-        )),
-        None => Ok(()),
-    }
-}
-
 /// Checks an embeddings body: `input` a string, an array of strings, an array
 /// of token ids or an array of such arrays; `encoding_format` float or base64;
 /// `dimensions`, when given, the model's own.
@@ -70,6 +51,7 @@ pub fn parse_embeddings(
     only_known(
         &value,
         &["input", "model", "encoding_format", "dimensions", "user"],
+        &[],
     )?;
     let inputs = embedding_inputs(f.get("input"))?;
     let base64 = f.choice("encoding_format", &["float", "base64"])? == Some("base64");
@@ -203,6 +185,7 @@ pub fn tokenize(model: &LocalModel, body: &[u8]) -> Result<lwire::Tokens, ApiErr
     only_known(
         &value,
         &["content", "add_special", "parse_special", "with_pieces"],
+        &[],
     )?;
     let content = f.required_str("content")?;
     let add_special = f.bool("add_special")?.unwrap_or(false);
@@ -236,7 +219,7 @@ fn piece_text(bytes: Vec<u8>) -> lwire::PieceText {
 pub fn detokenize(model: &LocalModel, body: &[u8]) -> Result<lwire::Detokenized, ApiError> {
     let value = json_body(body)?;
     let f = Fields::of(&value, "")?;
-    only_known(&value, &["tokens"])?;
+    only_known(&value, &["tokens"], &[])?;
     let items = f
         .array("tokens")?
         .ok_or_else(|| f.missing("tokens", "an array of token ids"))?;

@@ -12,7 +12,7 @@ use std::io;
 use serde_json::{json, Map, Value};
 
 use super::error::ApiError;
-use super::fields::{stop_list, valid_tool_name, Fields};
+use super::fields::{json_body, only_known, stop_list, valid_tool_name, Fields};
 use super::pool::Work;
 use super::text::{Assembler, Piece};
 use super::wire::openai as wire;
@@ -79,20 +79,9 @@ const KNOWN: [&str; 26] = [
 /// Long on purpose: one check per request field, in the order of the OpenAI
 /// reference, so a reader can tick them off against it.
 pub fn parse(body: &[u8], defaults: &Defaults) -> Result<ChatRequest, ApiError> {
-    let value: Value = serde_json::from_slice(body)
-        .map_err(|e| ApiError::invalid("", format!("the body is not valid JSON: {e}")))?;
+    let value = json_body(body)?;
     let f = Fields::of(&value, "")?;
-    if let Value::Object(map) = &value {
-        if let Some(unknown) = map
-            .keys()
-            .find(|k| !KNOWN.contains(&k.as_str()) && !IGNORED.contains(&k.as_str()))
-        {
-            return Err(ApiError::invalid(
-                unknown,
-                format!("unrecognized request argument supplied: {unknown}"),
-            ));
-        }
-    }
+    only_known(&value, &KNOWN, &IGNORED)?;
     let model = f.str("model")?.unwrap_or(&defaults.model).to_string();
     let (system, messages) = messages(&f)?;
     let tools = tools(&f)?;
