@@ -41,7 +41,7 @@ TENSORRT ?=
 CARGO_FEATURES += $(if $(TENSORRT),--features tensorrt,)
 export TRTLLM_ROOT
 
-.PHONY: all build deps test test-tensorrt fmt clippy clean no-async-runtime check-layers model swa-model run bench jinja2 mcp-servers valgrind bench-cliserver bench-llama bench-server openai-py browser
+.PHONY: all build deps test test-tensorrt fmt clippy clean no-async-runtime check-layers model swa-model run bench jinja2 mcp-servers valgrind bench-cliserver bench-llama bench-server openai-py test-tools
 .PHONY: static vendor dist install uninstall check-static check-install offline-static release-deps
 
 all: build
@@ -59,7 +59,7 @@ deps:
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
 
-test: deps no-async-runtime check-layers model swa-model jinja2 openai-py mcp-servers browser
+test: deps no-async-runtime check-layers model swa-model jinja2 openai-py mcp-servers test-tools
 	$(CARGO) fmt --check
 	$(CARGO) clippy --all-targets $(CARGO_FEATURES) -- -D warnings
 	SHEPHERD_TEST_MODEL=$(MODEL) SHEPHERD_SWA_MODEL=$(SWA_MODEL) SHEPHERD_OPENAI_PYTHON=$(PYTHON) SHEPHERD_TEST_PYTHON=$(PYTHON) \
@@ -113,8 +113,11 @@ openai-py:
 # The chat page's browser test (tests/it/ui.rs) drives headless Chromium with Selenium:
 # Debian's chromium and chromium-driver (only when missing), selenium from PyPI (only when missing).
 BROWSER_APT_PACKAGES := chromium chromium-driver
-browser:
-	@$(MAKE) --no-print-directory deps APT_PACKAGES="$(BROWSER_APT_PACKAGES)"
+# The completion test checks the zsh and fish scripts with `zsh -n`/`fish -n`
+# and renders the man page with groff.
+SHELL_APT_PACKAGES := zsh fish groff-base
+test-tools:
+	@$(MAKE) --no-print-directory deps APT_PACKAGES="$(BROWSER_APT_PACKAGES) $(SHELL_APT_PACKAGES)"
 	@$(PYTHON) -c 'import selenium' 2>/dev/null || $(PYTHON) -m pip install --quiet 'selenium>=4.20,<5'
 # The MCP tests run real servers: one built with the `mcp` package from PyPI
 # (tests/mcp/fixture_server.py) and the reference "everything" server from npm (cached
