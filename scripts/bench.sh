@@ -5,7 +5,9 @@
 # attention and at shepherd's (which depends on the CPU kernels: see docs/LLAMA.md), and
 # shepherd's time to first token at turn 1 and turn 10 of a scripted conversation; then
 # shepherd's API server against llama-server: single-stream and 4-stream aggregate
-# tokens/s, and the same scripted conversation's time to first token over HTTP.
+# tokens/s, and the same scripted conversation's time to first token over HTTP; and
+# the cold one-shot's time to first token with the prompt cache empty and warm
+# against --notools (scripts/bench_oneshot.py).
 # llama-bench is built once from the llama-cpp-python==0.3.36 sdist (it vendors the
 # full llama.cpp tree) and cached under $CACHE/llama-bench; a second llama-bench, the
 # same source built against the llama.cpp that shepherd links, takes the version
@@ -294,3 +296,8 @@ fi
 # An even number of rounds: each server goes first in half of them.
 ROUNDS=${SERVER_ROUNDS:-8} STREAMS=$STREAMS $PYTHON scripts/bench_server.py \
   "llama-server=http://127.0.0.1:$LLAMA_PORT" "shepherd=http://127.0.0.1:$SHEPHERD_PORT"
+cleanup
+
+# Part three: the cold one-shot with the default tools, prompt cache empty and warm,
+# against --notools (scripts/bench_oneshot.py).
+$PYTHON scripts/bench_oneshot.py "$SHEPHERD" "$MODEL" "$THREADS" "${ONESHOT_ROUNDS:-6}"

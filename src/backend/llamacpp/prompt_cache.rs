@@ -54,6 +54,10 @@ pub(super) struct PromptCache {
     tag: String,
     max_bytes: u64,
     writers: Vec<JoinHandle<()>>,
+    /// This context's files and their tokens, read once (at the first lookup)
+    /// and kept up to date by [`PromptCache::save`], so a request does no
+    /// directory I/O unless a file can help it.
+    index: Option<Vec<(PathBuf, Vec<Token>)>>,
 }
 
 impl PromptCache {
@@ -65,31 +69,33 @@ impl PromptCache {
             tag,
             max_bytes: config.max_bytes,
             writers: Vec::new(),
+            index: None,
         }
     }
 
     /// The cached prompt that shares the longest prefix with `prompt`, at least
     /// `min` tokens, read whole and checked. Files that fail a check are removed.
-    pub(super) fn best(&self, prompt: &[Token], min: usize) -> Option<Entry> {
-        let mut best: Option<(usize, PathBuf)> = None;
-        for path in self.own_files() {
-            let shared = match read_tokens(&path, &self.key) {
-                Ok(tokens) => common_prefix(&tokens, prompt),
-                Err(_) => {
-                    let _ = fs::remove_file(&path);
-                    continue;
-                }
-            };
-            if shared >= min && best.as_ref().is_none_or(|(b, _)| shared > *b) {
-                best = Some((shared, path));
-            }
+    pub(super) fn best(&mut self, prompt: &[Token], min: usize) -> Option<Entry> {
+        if prompt.len() < min.max(1) {
+            return None;
         }
-        let (_, path) = best?;
+        let index = self
+            .index
+            .get_or_insert_with(|| read_index(&self.dir, &self.tag, &self.key));
+        let (at, _) = index
+            .iter()
+            .enumerate()
+            .map(|(at, (_, tokens))| (at, common_prefix(tokens, prompt)))
+            .filter(|&(_, shared)| shared >= min)
+            .max_by_key(|&(_, shared)| shared)?;
+        let (path, _) = index.remove(at);
         match read_entry(&path, &self.key) {
             Ok(entry) => {
                 touch(&path);
+                index.push((path, entry.tokens.clone()));
                 Some(entry)
             }
+            // Gone (trimmed by another run) or bad: a bad file is removed.
             Err(_) => {
                 let _ = fs::remove_file(&path);
                 None
@@ -106,6 +112,10 @@ impl PromptCache {
             hash(&token_bytes(&tokens))
         ));
         let bytes = encode(&self.key, &tokens, &state);
+        if let Some(index) = &mut self.index {
+            index.retain(|(known, _)| *known != path);
+            index.push((path.clone(), tokens));
+        }
         let (dir, max_bytes) = (self.dir.clone(), self.max_bytes);
         let writer = std::thread::Builder::new()
             .name("shepherd-kv-save".into())
@@ -122,22 +132,6 @@ impl PromptCache {
             self.writers.push(writer);
         }
     }
-
-    /// This context's files (named after its key).
-    fn own_files(&self) -> Vec<PathBuf> {
-        let Ok(entries) = fs::read_dir(&self.dir) else {
-            return Vec::new();
-        };
-        let prefix = format!("{}-", self.tag);
-        entries
-            .filter_map(Result::ok)
-            .map(|e| e.path())
-            .filter(|p| {
-                let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-                name.starts_with(&prefix) && name.ends_with(".kv")
-            })
-            .collect()
-    }
 }
 
 impl Drop for PromptCache {
@@ -147,6 +141,37 @@ impl Drop for PromptCache {
             let _ = writer.join();
         }
     }
+}
+
+/// The files in `dir` named after `tag`, with their tokens; files that are not
+/// `key`'s (or not readable as such) are removed.
+fn read_index(dir: &Path, tag: &str, key: &str) -> Vec<(PathBuf, Vec<Token>)> {
+    let mut index = Vec::new();
+    for path in own_files(dir, tag) {
+        match read_tokens(&path, key) {
+            Ok(tokens) => index.push((path, tokens)),
+            Err(_) => {
+                let _ = fs::remove_file(&path);
+            }
+        }
+    }
+    index
+}
+
+/// The files of the context whose key hashes to `tag`.
+fn own_files(dir: &Path, tag: &str) -> Vec<PathBuf> {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let prefix = format!("{tag}-");
+    entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            name.starts_with(&prefix) && name.ends_with(".kv")
+        })
+        .collect()
 }
 
 fn common_prefix(a: &[Token], b: &[Token]) -> usize {
@@ -340,7 +365,7 @@ mod tests {
             .is_some_and(|e| e.tokens.len() == 5 || e.tokens.len() == 3));
         // The same prompt again replaces its own file.
         saved(&mut kv, &[1, 2, 9], b"newer");
-        assert_eq!(kv.own_files().len(), 2);
+        assert_eq!(own_files(&dir, &kv.tag).len(), 2);
         assert_eq!(kv.best(&[1, 2, 9], 3).unwrap().state, b"newer");
     }
 
@@ -352,13 +377,15 @@ mod tests {
             &[1, 2, 3],
             b"A's state",
         );
-        let other = cache(&dir, "model B", u64::MAX);
+        let mut other = cache(&dir, "model B", u64::MAX);
         assert!(other.best(&[1, 2, 3], 1).is_none());
-        // Even renamed to look like B's, A's file is refused and removed.
+        // Even renamed to look like B's, A's file is refused (by the next run) and removed.
         let file = fs::read_dir(&dir).unwrap().next().unwrap().unwrap().path();
         let disguised = dir.join(format!("{}-0000000000000000.kv", other.tag));
         fs::rename(&file, &disguised).unwrap();
-        assert!(other.best(&[1, 2, 3], 1).is_none());
+        assert!(cache(&dir, "model B", u64::MAX)
+            .best(&[1, 2, 3], 1)
+            .is_none());
         assert!(!disguised.exists());
     }
 
@@ -367,7 +394,7 @@ mod tests {
         let dir = temp_dir("kv-corrupt");
         let mut kv = cache(&dir, "model A", u64::MAX);
         saved(&mut kv, &[10, 20, 30], b"the state bytes");
-        let path = kv.own_files().pop().unwrap();
+        let path = own_files(&dir, &kv.tag).pop().unwrap();
         let good = fs::read(&path).unwrap();
         assert!(decode(&good, "model A").is_ok());
         for cut in 0..good.len() {
@@ -400,7 +427,7 @@ mod tests {
         saved(&mut kv, &[2], &state);
         // Using the first makes the second the least recently used.
         let old = SystemTime::now() - std::time::Duration::from_secs(60);
-        for path in kv.own_files() {
+        for path in own_files(&dir, &kv.tag) {
             fs::File::options()
                 .append(true)
                 .open(&path)
@@ -410,7 +437,7 @@ mod tests {
         }
         assert!(kv.best(&[1], 1).is_some());
         saved(&mut kv, &[3], &state);
-        assert_eq!(kv.own_files().len(), 2);
+        assert_eq!(own_files(&dir, &kv.tag).len(), 2);
         assert!(kv.best(&[1], 1).is_some(), "used recently: kept");
         assert!(kv.best(&[2], 1).is_none(), "least recently used: removed");
         assert!(kv.best(&[3], 1).is_some(), "just written: kept");

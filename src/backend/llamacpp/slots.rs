@@ -671,7 +671,7 @@ impl<'m> Worker<'m> {
     /// prefix with `tokens`, when that is [`RESTORE_MIN`] tokens more than the slot
     /// holds already (the caller then cuts it to the shared prefix).
     fn restore(&mut self, index: usize, tokens: &[Token]) {
-        let Some(cache) = &self.prompt_cache else {
+        let Some(cache) = &mut self.prompt_cache else {
             return;
         };
         let slot = &mut self.slots[index];
