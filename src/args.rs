@@ -132,6 +132,9 @@ pub enum FlagId {
     NoColors,
     Continue,
     GpuLayers,
+    SplitMode,
+    TensorSplit,
+    MainGpu,
     ModelPath,
     Threads,
     NBatch,
@@ -253,6 +256,9 @@ pub const FLAGS: &[Flag] = &[
     flag(FlagId::Replay, "replay", None, Val("DIR"), S::General, "Serve the upstream responses recorded in DIR instead of contacting the provider"),
     aliased(flag(FlagId::ModelPath, "model-path", None, Val("PATH"), S::Local, "GGUF model file or directory"), "model_path"),
     flag(FlagId::GpuLayers, "gpu-layers", None, Val("N"), S::Local, "Layers on the GPU (-1 = all)"),
+    flag(FlagId::SplitMode, "split-mode", None, Val("MODE"), S::Local, "Several GPUs: none (all on --main-gpu), layer (default) or row"),
+    flag(FlagId::TensorSplit, "tensor-split", None, Val("A,B,..."), S::Local, "Several GPUs: each GPU's share of the layers, e.g. 3,1 (default: by free memory)"),
+    flag(FlagId::MainGpu, "main-gpu", None, Val("N"), S::Local, "The GPU for the whole model with --split-mode none, else for its small tensors (default 0)"),
     flag(FlagId::Threads, "threads", None, Val("N"), S::Local, "CPU threads (default: one per core up to 16; 2 with every layer on a GPU)"),
     flag(FlagId::NBatch, "n_batch", None, Val("N"), S::Local, "Logical batch size"),
     flag(FlagId::UBatch, "ubatch", None, Val("N"), S::Local, "Physical batch size (default 512; 256 on the CPU without flash attention)"),
@@ -368,6 +374,9 @@ pub struct LowArgs {
     pub no_auth: bool,
     pub model_path: Option<PathBuf>,
     pub gpu_layers: Option<i32>,
+    pub split_mode: Option<String>,
+    pub tensor_split: Option<Vec<f32>>,
+    pub main_gpu: Option<u32>,
     pub threads: Option<u32>,
     pub n_batch: Option<u32>,
     pub ubatch: Option<u32>,
@@ -617,6 +626,9 @@ fn set_number(low: &mut LowArgs, flag: &Flag, raw: &str) -> Result<(), UsageErro
         FlagId::QueueSize => low.queue_size = Some(ranged(flag, raw, 0, 4096)? as u32),
         FlagId::ApprovalTimeout => low.approval_timeout = Some(ranged(flag, raw, 1, 86_400)?),
         FlagId::GpuLayers => low.gpu_layers = Some(gpu_layers(flag, raw)?),
+        FlagId::SplitMode => low.split_mode = Some(choice(flag, raw, &SPLIT_MODES)?),
+        FlagId::TensorSplit => low.tensor_split = Some(tensor_split(flag, raw)?),
+        FlagId::MainGpu => low.main_gpu = Some(ranged(flag, raw, 0, 255)? as u32),
         FlagId::Threads => low.threads = Some(ranged(flag, raw, 1, 1024)? as u32),
         FlagId::NBatch => low.n_batch = Some(ranged(flag, raw, 1, 1 << 20)? as u32),
         FlagId::UBatch => low.ubatch = Some(ranged(flag, raw, 1, 1 << 20)? as u32),
@@ -656,6 +668,23 @@ fn ranged_f32(flag: &Flag, raw: &str, max: f32) -> Result<f32, UsageError> {
     parse_unit_float(raw, max).map_err(|e| bad(flag, raw, &e))
 }
 
+/// `--tensor-split 3,1`: each GPU's share, numbers of 0 or more, not all 0.
+fn tensor_split(flag: &Flag, raw: &str) -> Result<Vec<f32>, UsageError> {
+    let shares: Option<Vec<f32>> = raw
+        .split(',')
+        .map(|part| part.trim().parse::<f32>().ok())
+        .map(|share| share.filter(|s| s.is_finite() && *s >= 0.0))
+        .collect();
+    match shares {
+        Some(shares) if shares.iter().any(|s| *s > 0.0) => Ok(shares),
+        _ => Err(bad(
+            flag,
+            raw,
+            "shares of 0 or more, comma-separated, not all 0 (e.g. 3,1)",
+        )),
+    }
+}
+
 fn gpu_layers(flag: &Flag, raw: &str) -> Result<i32, UsageError> {
     match raw.trim().parse::<i32>() {
         Ok(n) if n >= -1 => Ok(n),
@@ -672,6 +701,8 @@ fn choice(flag: &Flag, raw: &str, allowed: &[&str]) -> Result<String, UsageError
 }
 
 pub const REASONING_LEVELS: [&str; 4] = ["off", "low", "medium", "high"];
+/// `--split-mode`: how offloaded layers go over several GPUs.
+pub const SPLIT_MODES: [&str; 3] = crate::llama::SplitMode::NAMES;
 /// How `/v1/embeddings` pools a sequence (`--pooling`).
 pub const POOLING_MODES: [&str; 3] = ["mean", "cls", "last"];
 pub const CACHE_TYPES: [&str; 4] = ["f16", "f32", "q8_0", "q4_0"];
@@ -689,6 +720,7 @@ pub fn flag_values(id: FlagId) -> subcommands::Values {
         FlagId::Backend => Values::Choices(&BACKEND_NAMES),
         FlagId::Reasoning => Values::Choices(&REASONING_LEVELS),
         FlagId::Pooling => Values::Choices(&POOLING_MODES),
+        FlagId::SplitMode => Values::Choices(&SPLIT_MODES),
         FlagId::CacheType => Values::Choices(&CACHE_TYPES),
         FlagId::FlashAttn => Values::Choices(&FLASH_ATTN_MODES),
         FlagId::Debug => Values::Choices(&["llm", "tools", "http", "all"]),

@@ -399,6 +399,7 @@ mod tests {
         let params = crate::llama::ModelParams {
             gpu_layers: 0,
             progress: None,
+            ..Default::default()
         };
         let model = crate::llama::Model::load(&path, &params).expect("test model loads");
         model

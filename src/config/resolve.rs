@@ -149,10 +149,14 @@ impl std::fmt::Debug for ToolBackendSettings {
 }
 
 /// Knobs for the in-process llama.cpp backend, as typed.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct LocalSettings {
     pub model_path: Option<PathBuf>,
     pub gpu_layers: Option<i32>,
+    /// `--split-mode`, `--tensor-split`, `--main-gpu`: several GPUs.
+    pub split_mode: Option<String>,
+    pub tensor_split: Vec<f32>,
+    pub main_gpu: u32,
     pub threads: Option<u32>,
     pub n_batch: Option<u32>,
     pub ubatch: Option<u32>,
@@ -817,6 +821,9 @@ fn local(low: &LowArgs, file: &ConfigFile) -> LocalSettings {
         },
         model_path: low.model_path.clone(),
         gpu_layers: low.gpu_layers,
+        split_mode: low.split_mode.clone(),
+        tensor_split: low.tensor_split.clone().unwrap_or_default(),
+        main_gpu: low.main_gpu.unwrap_or(0),
         threads: low.threads,
         n_batch: low.n_batch,
         ubatch: low.ubatch,

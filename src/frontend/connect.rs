@@ -27,7 +27,7 @@ use crate::backend::tensorrt::{TensorRtBackend, TensorRtConfig};
 use crate::backend::Backend;
 use crate::config::resolve::Settings;
 use crate::config::{ProviderConfig, ProviderKind};
-use crate::llama::{CacheType, Pooling};
+use crate::llama::{CacheType, GpuSplit, Pooling, SplitMode};
 use crate::log;
 
 /// Why no backend could be built. All of these are configuration problems (exit 2).
@@ -279,11 +279,12 @@ fn llama_config(settings: &Settings, provider: &ProviderConfig) -> Result<LlamaC
         })?,
     };
     let defaults = LlamaConfig::new(model.clone());
-    Ok(LlamaConfig {
+    let config = LlamaConfig {
         context_size: settings
             .context_size_for(provider)
             .map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
         gpu_layers: local.gpu_layers.unwrap_or(DEFAULT_GPU_LAYERS),
+        split: gpu_split(local),
         threads: local.threads.map(|t| i32::try_from(t).unwrap_or(i32::MAX)),
         n_batch: local.n_batch.unwrap_or(defaults.n_batch),
         ubatch: local.ubatch,
@@ -297,7 +298,48 @@ fn llama_config(settings: &Settings, provider: &ProviderConfig) -> Result<LlamaC
             max_bytes: local.prompt_cache_bytes,
         }),
         ..defaults
-    })
+    };
+    if settings.stats {
+        eprintln!("{}", placement_text(&config));
+    }
+    Ok(config)
+}
+
+/// `--split-mode`, `--tensor-split` and `--main-gpu` (checked against the
+/// GPUs when the model loads).
+fn gpu_split(local: &crate::config::resolve::LocalSettings) -> GpuSplit {
+    GpuSplit {
+        mode: local
+            .split_mode
+            .as_deref()
+            .and_then(SplitMode::parse)
+            .unwrap_or_default(),
+        main_gpu: local.main_gpu as usize,
+        tensor_split: local.tensor_split.clone(),
+    }
+}
+
+/// Where the in-process model runs, and the devices there are (`--stats`).
+fn placement_text(config: &LlamaConfig) -> String {
+    let placement = if crate::backend::llamacpp::tuning::all_on_cpu(config.gpu_layers) {
+        "model on: the CPU".to_string()
+    } else {
+        let layers = match config.gpu_layers {
+            -1 => "every layer".to_string(),
+            n => format!("{n} layers"),
+        };
+        let split = &config.split;
+        let shares = if split.tensor_split.is_empty() {
+            "by free memory".to_string()
+        } else {
+            format!("shares {:?}", split.tensor_split)
+        };
+        format!(
+            "model on: the GPU(s), {layers}, split {:?} ({shares}), main GPU {}",
+            split.mode, split.main_gpu
+        )
+    };
+    format!("{placement}\n{}", crate::llama::devices::report())
 }
 
 /// `--backend tensorrt -m ENGINE_DIR`: the engine directory (relative to

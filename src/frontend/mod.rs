@@ -217,13 +217,14 @@ pub fn version_text() -> String {
     };
     format!(
         "shepherd {} (git {}, {}-{}, {linkage})\nfeatures: {features}\n\
-         llama.cpp: ggml {ggml} ({commit}llama-cpp-sys-2 {})\n{}",
+         llama.cpp: ggml {ggml} ({commit}llama-cpp-sys-2 {})\n{}\n{}",
         env!("CARGO_PKG_VERSION"),
         env!("SHEPHERD_GIT_REV"),
         std::env::consts::ARCH,
         std::env::consts::OS,
         env!("SHEPHERD_LLAMA_CRATE"),
-        crate::llama::system_info()
+        crate::llama::system_info(),
+        crate::llama::devices::report()
     )
 }
 

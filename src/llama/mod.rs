@@ -16,6 +16,7 @@
 
 pub mod batch;
 pub mod context;
+pub mod devices;
 pub mod error;
 pub mod gguf;
 pub mod grammar;
@@ -30,6 +31,7 @@ use llama_cpp_sys_2 as sys;
 
 pub use batch::Batch;
 pub use context::{CacheType, Context, ContextParams, Pooling};
+pub use devices::{GpuSplit, SplitMode};
 pub use error::DecodeError;
 pub use model::{LoadProgress, Model, ModelParams, Token};
 pub use sampler::{Sampler, SamplerParams};
@@ -117,6 +119,7 @@ pub(crate) fn test_model() -> Model {
     let params = ModelParams {
         gpu_layers: 0,
         progress: None,
+        ..Default::default()
     };
     Model::load(&path, &params).unwrap()
 }

@@ -40,6 +40,8 @@ impl std::fmt::Debug for LoadProgress {
 pub struct ModelParams {
     /// Layers to offload to the GPU; -1 means all of them.
     pub gpu_layers: i32,
+    /// How offloaded layers go over several GPUs.
+    pub split: super::GpuSplit,
     /// Where loading progress goes; `None`: nowhere.
     pub progress: Option<LoadProgress>,
 }
@@ -83,6 +85,19 @@ impl Model {
         if !path.is_file() {
             return Err(LoadError::NotFound(path.display().to_string()));
         }
+        let gpus = super::devices::devices()
+            .iter()
+            .filter(|d| d.is_gpu())
+            .count();
+        let offloading = params.gpu_layers != 0 && super::supports_gpu_offload();
+        let max_devices = super::devices::max_devices();
+        params
+            .split
+            .check(offloading, gpus, max_devices)
+            .map_err(LoadError::Param)?;
+        // llama.cpp reads `max_devices` shares; the rest are 0.
+        let mut shares = params.split.tensor_split.clone();
+        shares.resize(max_devices, 0.0);
         let c_path = path
             .to_str()
             .and_then(|p| CString::new(p).ok())
@@ -94,13 +109,19 @@ impl Model {
         } else {
             params.gpu_layers
         };
+        raw_params.split_mode = params.split.mode.raw();
+        raw_params.main_gpu = i32::try_from(params.split.main_gpu).unwrap_or(i32::MAX);
+        if !params.split.tensor_split.is_empty() {
+            raw_params.tensor_split = shares.as_ptr();
+        }
         if let Some(report) = &params.progress {
             raw_params.progress_callback = Some(report_progress);
             raw_params.progress_callback_user_data = report as *const LoadProgress as *mut c_void;
         }
         // SAFETY: `c_path` is a valid NUL-terminated string that outlives the call, and
         // `raw_params` holds either null or valid pointers (defaults, a static callback,
-        // and `params.progress`, borrowed for the whole call).
+        // `params.progress`, borrowed for the whole call, and `shares`, which holds the
+        // `llama_max_devices()` floats llama.cpp reads and outlives the call).
         let raw = unsafe { sys::llama_model_load_from_file(c_path.as_ptr(), raw_params) };
         let raw = NonNull::new(raw).ok_or_else(|| LoadError::Failed(path.display().to_string()))?;
         // SAFETY: `raw` is a valid model; the vocab it returns lives as long as the model.
@@ -462,6 +483,7 @@ mod tests {
         let params = ModelParams {
             gpu_layers: 0,
             progress: Some(LoadProgress::new(move |p| record.lock().unwrap().push(p))),
+            ..Default::default()
         };
         let model =
             Model::load(&crate::util::dirs::test_models::test_model_path(), &params).unwrap();
@@ -500,6 +522,7 @@ mod tests {
         let params = ModelParams {
             gpu_layers: -2,
             progress: None,
+            ..Default::default()
         };
         let err = Model::load(Path::new("/nonexistent/model.gguf"), &params);
         assert!(matches!(err, Err(LoadError::Param(_))));

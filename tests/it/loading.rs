@@ -1,5 +1,5 @@
-//! Model loading progress: a bar on a terminal, `loading` lines with
-//! `--json`, nothing on a pipe.
+//! Model loading: progress (a bar on a terminal, `loading` lines with
+//! `--json`, nothing on a pipe) and placement over devices.
 
 use serde_json::Value;
 
@@ -84,4 +84,60 @@ fn json_mode_reports_loading_as_lines_before_the_session() {
     let rest = &lines[loading.len()..];
     assert!(rest.iter().all(|l| l["type"] != "loading"), "{rest:?}");
     assert!(rest.iter().any(|l| l["type"] == "end_turn"), "{rest:?}");
+}
+
+#[test]
+fn gpu_placement_flags_are_checked_and_stats_say_where_the_model_runs() {
+    let sandbox = Sandbox::new("placement");
+    let model = model();
+    for bad in [
+        &["--tensor-split", "1,-1"][..],
+        &["--tensor-split", "0,0"],
+        &["--tensor-split", "a,b"],
+        &["--split-mode", "diagonal"],
+        &["--main-gpu", "-1"],
+    ] {
+        let mut args = vec!["-m", &model, "-e", "hi"];
+        args.extend_from_slice(bad);
+        let run = sandbox.run(&args, "");
+        assert_eq!(run.status, Some(2), "{bad:?}: {}", run.stderr);
+        assert!(run.stderr.contains(bad[0]), "{bad:?}: {}", run.stderr);
+    }
+    // More shares than llama.cpp has devices is refused before loading.
+    let many = vec!["1"; 300].join(",");
+    let args = [
+        "-m",
+        &model,
+        "--gpu-layers",
+        "-1",
+        "--tensor-split",
+        &many,
+        "-e",
+        "hi",
+    ];
+    let run = sandbox.run(&args, "");
+    assert_ne!(run.status, Some(0), "{}", run.stderr);
+    assert!(run.stderr.contains("at most"), "{}", run.stderr);
+    // On this CPU build the model runs on the CPU, and --stats says so with the devices.
+    let args = [
+        "-m",
+        &model,
+        "--threads",
+        "2",
+        "--max-tokens",
+        "2",
+        "--stats",
+        "-e",
+        "hi",
+    ];
+    let run = sandbox.run(&args, "");
+    assert_eq!(run.status, Some(0), "{}", run.stderr);
+    assert!(run.stderr.contains("model on: the CPU"), "{}", run.stderr);
+    assert!(run.stderr.contains("devices:\n  CPU"), "{}", run.stderr);
+    let version = sandbox.run(&["--version"], "");
+    assert!(
+        version.stdout.contains("devices:\n  CPU ("),
+        "{}",
+        version.stdout
+    );
 }

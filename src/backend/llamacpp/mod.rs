@@ -41,7 +41,7 @@ pub mod prompt_cache;
 mod prompt_tokens;
 mod request;
 mod slots;
-mod tuning;
+pub mod tuning;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -56,7 +56,7 @@ use super::local::{self, message_text};
 use super::{Backend, BackendInfo, GenerateRequest, Reply, Sampling, ToolChoice, Usage};
 use crate::core::ToolSpec;
 use crate::core::{BackendError, Event, EventSink, FinishReason, Flow, Message, Session};
-use crate::llama::{CacheType, LoadProgress, Model, ModelParams, Pooling};
+use crate::llama::{CacheType, GpuSplit, LoadProgress, Model, ModelParams, Pooling};
 use crate::stream::filter::OutputFilter;
 use crate::template::{self, ChatTemplate, TemplateMessage};
 use crate::util::dirs::{model_cache_dir, DEFAULT_MODEL_FILE};
@@ -74,6 +74,8 @@ pub struct LlamaConfig {
     /// `None`: the training context, capped at [`tuning::DEFAULT_CONTEXT_CAP`].
     pub context_size: Option<u32>,
     pub gpu_layers: i32,
+    /// How the offloaded layers go over several GPUs (`--split-mode`, ...).
+    pub split: GpuSplit,
     /// `None`: all available cores.
     pub threads: Option<i32>,
     pub n_batch: u32,
@@ -97,6 +99,7 @@ impl LlamaConfig {
             parallel: 1,
             context_size: None,
             gpu_layers: 0,
+            split: GpuSplit::default(),
             threads: None,
             n_batch: 512,
             ubatch: None,
@@ -560,6 +563,7 @@ fn run_worker(
 ) {
     let params = ModelParams {
         gpu_layers: config.gpu_layers,
+        split: config.split.clone(),
         progress: config.progress.clone(),
     };
     let model = match Model::load(&config.model_path, &params) {

@@ -184,6 +184,7 @@ mod tests {
         let params = ModelParams {
             gpu_layers: 0,
             progress: None,
+            ..Default::default()
         };
         Model::load(&crate::util::dirs::test_models::test_model_path(), &params)
             .expect("test model loads")
