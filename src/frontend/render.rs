@@ -275,10 +275,15 @@ fn is_separator(cells: &[String]) -> bool {
         .all(|c| !c.is_empty() && c.chars().all(|ch| matches!(ch, '-' | ':')))
 }
 
-/// The question the interactive front-ends show for an approval request.
+/// What the interactive front-ends show for an approval request: the call's
+/// whole arguments, nothing cut (the tool-call line above shortens long
+/// values to their first line; what is approved must be what was seen), as
+/// JSON, so a newline inside a value shows as `\n`; then the question.
 pub fn approval_question(call: &ToolCall) -> String {
+    let arguments = serde_json::to_string_pretty(&call.arguments).unwrap_or_default();
+    let arguments: String = arguments.lines().map(|l| format!("  {l}\n")).collect();
     format!(
-        "? allow {}? [y]es / [n]o / [a]lways for {} this session",
+        "{arguments}? allow {}? [y]es / [n]o / [a]lways for {} this session",
         call.name, call.name
     )
 }
@@ -493,6 +498,26 @@ mod tests {
             name: "bash\x1b[8m".into(),
             arguments: json!({"command": "ls\r\x1b[2Krm -rf ~"}),
         }
+    }
+
+    #[test]
+    fn an_approval_shows_every_argument_whole() {
+        let hidden = format!("{}; rm -rf ~", "x".repeat(80));
+        let call = ToolCall {
+            id: "c".into(),
+            name: "bash".into(),
+            arguments: json!({"command": format!("echo hi\n{hidden}"), "timeout": 5}),
+        };
+        // The call line cuts the value at its first line...
+        assert!(!tool_call_line(&call).contains("rm -rf"));
+        // ...the approval does not: the second line, past 80 characters, is there.
+        let question = approval_question(&call);
+        assert!(
+            question.contains(&format!("echo hi\\n{hidden}")),
+            "{question}"
+        );
+        assert!(question.contains("\"timeout\": 5"), "{question}");
+        assert!(question.ends_with("? allow bash? [y]es / [n]o / [a]lways for bash this session"));
     }
 
     /// Every kind of event that carries untrusted text, each holding `text`.
