@@ -398,9 +398,10 @@ impl Agent {
             Outcome::RoundCap(_) => FinishReason::Length,
             Outcome::Failed(BackendError::Cancelled) => FinishReason::Cancelled,
             Outcome::Failed(error) => {
+                // Upstream error bodies can echo a key or a token back.
                 self.emit(Event::Error {
                     kind: error.kind(),
-                    message: error.to_string(),
+                    message: crate::redact::text(&error.to_string()),
                 });
                 FinishReason::Error
             }
@@ -600,6 +601,28 @@ mod tests {
         assert!(retried.messages.len() < failed.messages.len());
         assert_eq!(retried.messages.last().unwrap().content, "third");
         assert_eq!(retried.system_prompt, "sys");
+    }
+
+    #[test]
+    fn an_upstream_error_that_echoes_a_secret_reaches_no_front_end_with_it() {
+        crate::redact::register_secret("sk-agent-echo-51f0c2d9");
+        let echoed = BackendError::Http {
+            status: 401,
+            code: "invalid_api_key".into(),
+            message: "Incorrect API key provided: sk-agent-echo-51f0c2d9".into(),
+            retry_after: None,
+        };
+        let (backend, _) = scripted(vec![Err(echoed)]);
+        let agent = spawn(backend, 10);
+        let (events, reason) = run(&agent, "hi");
+        assert_eq!(reason, FinishReason::Error);
+        let message = events.iter().find_map(|e| match e {
+            Event::Error { message, .. } => Some(message.clone()),
+            _ => None,
+        });
+        let message = message.expect("an error event");
+        assert!(message.contains("Incorrect API key provided"), "{message}");
+        assert!(!message.contains("sk-agent-echo-51f0c2d9"), "{message}");
     }
 
     #[test]
