@@ -192,12 +192,6 @@ impl Answer {
         sse.send("[DONE]")
     }
 
-    /// An error after the stream started: OpenAI's error object as an event.
-    pub fn fail(&self, sse: &mut SseStream, error: &ApiError) -> io::Result<()> {
-        sse.send(&encode(&error.openai_body()))?;
-        sse.send("[DONE]")
-    }
-
     /// The whole `text_completion`.
     pub fn whole<'a>(
         &'a self,

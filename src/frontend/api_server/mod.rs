@@ -182,9 +182,9 @@ impl Answer {
 
     fn fail(&self, sse: &mut SseStream, error: &ApiError) -> std::io::Result<()> {
         match self {
-            Answer::OpenAi(a) => a.fail(sse, error),
+            // Chat and text completions end a failed stream alike.
+            Answer::OpenAi(_) | Answer::Text(_) => openai::fail(sse, error),
             Answer::Anthropic(a) => a.fail(sse, error),
-            Answer::Text(a) => a.fail(sse, error),
         }
     }
 

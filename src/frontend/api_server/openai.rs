@@ -557,12 +557,6 @@ impl Answer {
         sse.send("[DONE]")
     }
 
-    /// An error after the stream started: OpenAI's error object as an event.
-    pub fn fail(&self, sse: &mut SseStream, error: &ApiError) -> io::Result<()> {
-        sse.send(&encode(&error.openai_body()))?;
-        sse.send("[DONE]")
-    }
-
     /// The whole `chat.completion`.
     pub fn whole<'a>(
         &'a self,
@@ -595,6 +589,13 @@ impl Answer {
             timings: wire_timings(usage),
         }
     }
+}
+
+/// An error after an OpenAI stream (chat or text completions) started: the
+/// error object as an event, then `[DONE]`.
+pub fn fail(sse: &mut SseStream, error: &ApiError) -> io::Result<()> {
+    sse.send(&encode(&error.openai_body()))?;
+    sse.send("[DONE]")
 }
 
 #[cfg(test)]
