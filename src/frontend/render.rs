@@ -342,8 +342,13 @@ fn stats_line(stats: &Stats) -> String {
         .provider
         .as_ref()
         .map_or(String::new(), |p| format!(" [Provider: {p}]"));
+    // The prefill speed counts only the tokens decoded, not those reused from a cache.
+    let cached = match stats.cached_tokens {
+        0 => String::new(),
+        n => format!(" ({n} cached)"),
+    };
     format!(
-        "[Prefill: {} tokens{}, context: {context}] [Decode: {} tokens{}]{provider}",
+        "[Prefill: {} tokens{cached}{}, context: {context}] [Decode: {} tokens{}]{provider}",
         stats.prompt_tokens,
         speed(stats.prefill_tps),
         stats.completion_tokens,
@@ -498,6 +503,30 @@ mod tests {
             name: "bash\x1b[8m".into(),
             arguments: json!({"command": "ls\r\x1b[2Krm -rf ~"}),
         }
+    }
+
+    #[test]
+    fn the_stats_line_says_how_much_of_the_prompt_came_from_a_cache() {
+        let stats = Stats {
+            prompt_tokens: 1618,
+            cached_tokens: 1617,
+            prefill_tps: Some(54.9),
+            completion_tokens: 7,
+            ..Stats::default()
+        };
+        let line = stats_line(&stats);
+        assert!(
+            line.starts_with("[Prefill: 1618 tokens (1617 cached), 54.9 t/s"),
+            "{line}"
+        );
+        let cold = stats_line(&Stats {
+            cached_tokens: 0,
+            ..stats
+        });
+        assert!(
+            cold.starts_with("[Prefill: 1618 tokens, 54.9 t/s"),
+            "{cold}"
+        );
     }
 
     #[test]
