@@ -551,14 +551,17 @@ fn a_non_loopback_bind_without_a_token_is_refused() {
     );
 }
 
-#[test]
-fn the_official_openai_client_works_against_smollm2() {
+/// Runs `tests/it/SCRIPT` (a client written with the official `openai` package)
+/// against `--server` on SmolLM2; it prints "all checks passed" when every check held.
+fn run_openai_script(script: &str) {
     let Some(python) = std::env::var_os("SHEPHERD_OPENAI_PYTHON") else {
         eprintln!("skipped: SHEPHERD_OPENAI_PYTHON is not set (make test installs the openai package and sets it)");
         return;
     };
     let server = ApiServer::with_model(&["--context-size", "2048", "--auth-token", "t0ken"]);
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/it/openai_client.py");
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/it")
+        .join(script);
     let output = Command::new(python)
         .arg(script)
         .env("OPENAI_BASE_URL", server.url("/v1"))
@@ -573,6 +576,11 @@ fn the_official_openai_client_works_against_smollm2() {
         server.log()
     );
     assert!(stdout.contains("all checks passed"), "{stdout}");
+}
+
+#[test]
+fn the_official_openai_client_works_against_smollm2() {
+    run_openai_script("openai_client.py");
 }
 
 #[test]
@@ -854,26 +862,7 @@ fn use_tools_obeys_the_approval_rules_and_mounts_the_agent_endpoints() {
 
 #[test]
 fn the_official_openai_client_completes_text_and_embeds_against_smollm2() {
-    let Some(python) = std::env::var_os("SHEPHERD_OPENAI_PYTHON") else {
-        eprintln!("skipped: SHEPHERD_OPENAI_PYTHON is not set (make test installs the openai package and sets it)");
-        return;
-    };
-    let server = ApiServer::with_model(&["--context-size", "2048", "--auth-token", "t0ken"]);
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/it/openai_routes.py");
-    let output = Command::new(python)
-        .arg(script)
-        .env("OPENAI_BASE_URL", server.url("/v1"))
-        .env("OPENAI_API_KEY", "t0ken")
-        .output()
-        .expect("run python");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "client failed:\n{stdout}\n{stderr}\nserver log:\n{}",
-        server.log()
-    );
-    assert!(stdout.contains("all checks passed"), "{stdout}");
+    run_openai_script("openai_routes.py");
 }
 
 #[test]
