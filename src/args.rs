@@ -144,6 +144,9 @@ pub enum FlagId {
     Parallel,
     Pooling,
     NoPromptCache,
+    Spec,
+    DraftMax,
+    ModelDraft,
     Reasoning,
     NoMcp,
     UseTools,
@@ -267,6 +270,9 @@ pub const FLAGS: &[Flag] = &[
     flag(FlagId::Parallel, "parallel", None, Val("N"), S::Local, "Requests decoded together in one batch (slots), 1 to 64 (default 1)"),
     flag(FlagId::Pooling, "pooling", None, Val("TYPE"), S::Local, "--server: how /v1/embeddings pools a sequence: mean|cls|last (default mean)"),
     flag(FlagId::NoPromptCache, "no-prompt-cache", None, Nothing, S::Local, "Neither restore nor save decoded prompts on disk (kv_cache_max_mb caps them)"),
+    flag(FlagId::Spec, "spec", None, Val("MODE"), S::Local, "Speculative decoding: off, ngram (default: drafts from the context itself) or draft (--model-draft)"),
+    flag(FlagId::DraftMax, "draft-max", None, Val("N"), S::Local, "Speculative decoding: most tokens drafted at once, 1 to 64 (default 16)"),
+    flag(FlagId::ModelDraft, "model-draft", None, Val("FILE"), S::Local, "A small GGUF model with the model's vocabulary that drafts for it (implies --spec draft)"),
     flag(FlagId::Config, "config", Some('c'), Val("FILE"), S::General, "Read and write FILE instead of the default config.json"),
     flag(FlagId::Debug, "debug", Some('d'), Opt("llm,tools,http"), S::General, "Debug output to stderr for these categories (none given = all)"),
     flag(FlagId::Version, "version", Some('v'), Nothing, S::General, "Print the version and exit"),
@@ -384,6 +390,10 @@ pub struct LowArgs {
     /// `Some(true)`/`Some(false)` forced on or off; `None` is auto.
     pub flash_attn: Option<bool>,
     pub no_prompt_cache: bool,
+    /// `--spec`, `--draft-max`, `--model-draft`.
+    pub spec: Option<String>,
+    pub draft_max: Option<u32>,
+    pub model_draft: Option<PathBuf>,
     pub parallel: Option<u32>,
     pub pooling: Option<String>,
     pub config: Option<PathBuf>,
@@ -525,6 +535,7 @@ fn is_path_flag(id: FlagId) -> bool {
         FlagId::Config
             | FlagId::SystemPromptFile
             | FlagId::ModelPath
+            | FlagId::ModelDraft
             | FlagId::AuthTokenFile
             | FlagId::Record
             | FlagId::Replay
@@ -538,6 +549,7 @@ fn set_path(low: &mut LowArgs, id: FlagId, path: PathBuf) {
         FlagId::AuthTokenFile => low.auth_token_file = Some(path),
         FlagId::Record => low.record = Some(path),
         FlagId::Replay => low.replay = Some(path),
+        FlagId::ModelDraft => low.model_draft = Some(path),
         _ => low.model_path = Some(path),
     }
 }
@@ -587,6 +599,7 @@ fn set_value(low: &mut LowArgs, flag: &Flag, raw: &str) -> Result<(), UsageError
         FlagId::SystemPrompt => low.system_prompt = text(),
         FlagId::Reasoning => low.reasoning = Some(choice(flag, raw, &REASONING_LEVELS)?),
         FlagId::Pooling => low.pooling = Some(choice(flag, raw, &POOLING_MODES)?),
+        FlagId::Spec => low.spec = Some(choice(flag, raw, &SPEC_MODES)?),
         FlagId::CacheType => low.cache_type = Some(choice(flag, raw, &CACHE_TYPES)?),
         FlagId::FlashAttn => {
             low.flash_attn = match choice(flag, raw, &FLASH_ATTN_MODES)?.as_str() {
@@ -633,6 +646,7 @@ fn set_number(low: &mut LowArgs, flag: &Flag, raw: &str) -> Result<(), UsageErro
         FlagId::NBatch => low.n_batch = Some(ranged(flag, raw, 1, 1 << 20)? as u32),
         FlagId::UBatch => low.ubatch = Some(ranged(flag, raw, 1, 1 << 20)? as u32),
         FlagId::Parallel => low.parallel = Some(ranged(flag, raw, 1, MAX_PARALLEL as u64)? as u32),
+        FlagId::DraftMax => low.draft_max = Some(ranged(flag, raw, 1, 64)? as u32),
         // Every id is handled above or in `set_value`/`set_switch`/`set_path`.
         _ => {
             return Err(UsageError(format!(
@@ -703,6 +717,8 @@ fn choice(flag: &Flag, raw: &str, allowed: &[&str]) -> Result<String, UsageError
 pub const REASONING_LEVELS: [&str; 4] = ["off", "low", "medium", "high"];
 /// `--split-mode`: how offloaded layers go over several GPUs.
 pub const SPLIT_MODES: [&str; 3] = crate::llama::SplitMode::NAMES;
+/// `--spec`: speculative decoding's drafter.
+pub const SPEC_MODES: [&str; 3] = crate::backend::llamacpp::speculative::SpecMode::NAMES;
 /// How `/v1/embeddings` pools a sequence (`--pooling`).
 pub const POOLING_MODES: [&str; 3] = ["mean", "cls", "last"];
 pub const CACHE_TYPES: [&str; 4] = ["f16", "f32", "q8_0", "q4_0"];
@@ -720,6 +736,7 @@ pub fn flag_values(id: FlagId) -> subcommands::Values {
         FlagId::Backend => Values::Choices(&BACKEND_NAMES),
         FlagId::Reasoning => Values::Choices(&REASONING_LEVELS),
         FlagId::Pooling => Values::Choices(&POOLING_MODES),
+        FlagId::Spec => Values::Choices(&SPEC_MODES),
         FlagId::SplitMode => Values::Choices(&SPLIT_MODES),
         FlagId::CacheType => Values::Choices(&CACHE_TYPES),
         FlagId::FlashAttn => Values::Choices(&FLASH_ATTN_MODES),

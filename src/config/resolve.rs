@@ -172,6 +172,10 @@ pub struct LocalSettings {
     /// The prompt cache's cap on disk in bytes; 0 with `--no-prompt-cache`
     /// (or `kv_cache_max_mb` 0): no cache.
     pub prompt_cache_bytes: u64,
+    /// `--spec`, `--draft-max`, `--model-draft`, as typed.
+    pub spec: Option<String>,
+    pub draft_max: Option<u32>,
+    pub model_draft: Option<PathBuf>,
 }
 
 /// Sampling values from one layer; `None` means "this layer says nothing".
@@ -831,6 +835,9 @@ fn local(low: &LowArgs, file: &ConfigFile) -> LocalSettings {
         flash_attn: low.flash_attn,
         parallel: low.parallel,
         pooling: low.pooling.clone(),
+        spec: low.spec.clone(),
+        draft_max: low.draft_max,
+        model_draft: low.model_draft.clone(),
     }
 }
 

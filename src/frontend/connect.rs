@@ -18,6 +18,7 @@ use crate::backend::failover::{Board, FailoverBackend, Provider};
 use crate::backend::gemini::{self, GeminiBackend, GeminiConfig};
 use crate::backend::http::{ApiSettings, Timeouts};
 use crate::backend::llamacpp::prompt_cache::PromptCacheConfig;
+use crate::backend::llamacpp::speculative::{SpecConfig, SpecMode};
 use crate::backend::llamacpp::{self, LlamaBackend, LlamaConfig, LocalModel};
 use crate::backend::local;
 use crate::backend::ollama::{self, OllamaBackend, OllamaConfig};
@@ -254,6 +255,28 @@ fn embedded_default() -> Result<ProviderConfig, OpenError> {
     Ok(provider)
 }
 
+/// Speculative decoding: `--model-draft` implies `--spec draft`, which needs it.
+fn spec_config(local: &crate::config::resolve::LocalSettings) -> Result<SpecConfig, OpenError> {
+    let defaults = SpecConfig::default();
+    let mode = match (local.spec.as_deref(), &local.model_draft) {
+        (None, Some(_)) => SpecMode::Draft,
+        (None, None) => defaults.mode,
+        (Some(name), _) => SpecMode::parse(name).ok_or_else(|| {
+            OpenError::Usage(format!("--spec {name}: expected one of off, ngram, draft"))
+        })?,
+    };
+    if mode == SpecMode::Draft && local.model_draft.is_none() {
+        return Err(OpenError::Usage(
+            "--spec draft needs a draft model: --model-draft FILE.gguf (or --spec ngram, which needs none)".into(),
+        ));
+    }
+    Ok(SpecConfig {
+        mode,
+        draft_max: local.draft_max.map_or(defaults.draft_max, |n| n as usize),
+        draft_model: local.model_draft.clone(),
+    })
+}
+
 /// The in-process model's settings: `--model-path`, `--gpu-layers`, threads, batches, cache.
 fn llama_config(settings: &Settings, provider: &ProviderConfig) -> Result<LlamaConfig, OpenError> {
     let local = &settings.local;
@@ -279,6 +302,7 @@ fn llama_config(settings: &Settings, provider: &ProviderConfig) -> Result<LlamaC
         })?,
     };
     let defaults = LlamaConfig::new(model.clone());
+    let spec = spec_config(local)?;
     let config = LlamaConfig {
         context_size: settings
             .context_size_for(provider)
@@ -297,6 +321,7 @@ fn llama_config(settings: &Settings, provider: &ProviderConfig) -> Result<LlamaC
             dir: crate::util::dirs::kv_cache_dir(),
             max_bytes: local.prompt_cache_bytes,
         }),
+        spec,
         ..defaults
     };
     if settings.stats {

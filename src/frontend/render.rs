@@ -347,8 +347,13 @@ fn stats_line(stats: &Stats) -> String {
         0 => String::new(),
         n => format!(" ({n} cached)"),
     };
+    // Speculative decoding: how many drafted tokens the model accepted.
+    let drafts = match stats.draft_tokens {
+        0 => String::new(),
+        n => format!(", drafts: {} of {n} accepted", stats.draft_accepted),
+    };
     format!(
-        "[Prefill: {} tokens{cached}{}, context: {context}] [Decode: {} tokens{}]{provider}",
+        "[Prefill: {} tokens{cached}{}, context: {context}] [Decode: {} tokens{}{drafts}]{provider}",
         stats.prompt_tokens,
         speed(stats.prefill_tps),
         stats.completion_tokens,
