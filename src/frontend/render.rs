@@ -535,6 +535,31 @@ mod tests {
     }
 
     #[test]
+    fn the_stats_line_says_how_many_drafted_tokens_were_accepted() {
+        let stats = Stats {
+            completion_tokens: 120,
+            decode_tps: Some(300.0),
+            draft_tokens: 110,
+            draft_accepted: 96,
+            ..Stats::default()
+        };
+        let line = stats_line(&stats);
+        assert!(
+            line.ends_with("[Decode: 120 tokens, 300.0 t/s, drafts: 96 of 110 accepted]"),
+            "{line}"
+        );
+        let plain = stats_line(&Stats {
+            draft_tokens: 0,
+            draft_accepted: 0,
+            ..stats
+        });
+        assert!(
+            plain.ends_with("[Decode: 120 tokens, 300.0 t/s]"),
+            "{plain}"
+        );
+    }
+
+    #[test]
     fn an_approval_shows_every_argument_whole() {
         let hidden = format!("{}; rm -rf ~", "x".repeat(80));
         let call = ToolCall {

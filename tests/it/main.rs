@@ -20,6 +20,7 @@ mod prompt_cache;
 mod record;
 mod secrets;
 mod server_tools;
+mod speculative;
 mod terminal;
 mod tool_server;
 mod ui;

@@ -43,8 +43,8 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Select, TryRecvError};
 use super::model::{self, EmbedInput, Embedding, ModelError, ModelJob, ModelProps};
 use super::prompt_cache::PromptCache;
 use super::prompt_tokens::PromptTokens;
-use super::speculative::{ngram_draft, DraftModel, SlotSpec, SpecMode};
 use super::request::{common_prefix, finish_reply, forced_tools, sampler_params, tokenize_prompt};
+use super::speculative::{ngram_draft, DraftModel, SlotSpec, SpecMode};
 use super::{
     load_template, tuning, BackendError, Event, FinishReason, Flow, Job, LlamaConfig,
     PrefillReport, Prompt, RequestJob, ToolChoice, ToolSpec, Usage, WorkerMsg,
@@ -902,7 +902,8 @@ impl<'m> Worker<'m> {
         for (k, &index) in decoding.iter().enumerate() {
             // Room for a draft: what the batch holds less a token for this slot and
             // each decoding slot after it.
-            let room = (self.batch.capacity() - self.batch.len()).saturating_sub(decoding.len() - k);
+            let room =
+                (self.batch.capacity() - self.batch.len()).saturating_sub(decoding.len() - k);
             let drafts = self.propose(index, room);
             let slot = &mut self.slots[index];
             let Some(task) = slot.task.as_mut() else {
@@ -918,7 +919,11 @@ impl<'m> Worker<'m> {
             task.in_batch = 1;
             task.logits_at = Some(self.batch.len() - 1);
             for (j, &draft) in drafts.iter().enumerate() {
-                if self.batch.push_seq(draft, at + 1 + j, slot.seq, true).is_err() {
+                if self
+                    .batch
+                    .push_seq(draft, at + 1 + j, slot.seq, true)
+                    .is_err()
+                {
                     break;
                 }
                 task.drafts.push(draft);

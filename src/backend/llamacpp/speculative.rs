@@ -232,7 +232,10 @@ pub fn check_vocab(target: &Model, draft: &Model, path: &Path) -> Result<(), Str
         ));
     }
     for token in 0..n {
-        let (a, b) = (target.piece_bytes(token, true), draft.piece_bytes(token, true));
+        let (a, b) = (
+            target.piece_bytes(token, true),
+            draft.piece_bytes(token, true),
+        );
         if a.ok() != b.ok() {
             return Err(incompatible(path, format!("token {token} differs")));
         }
@@ -271,11 +274,13 @@ impl<'d> DraftModel<'d> {
     /// Up to `max` tokens the draft model expects after `history` in sequence `seq`,
     /// greedily; empty if its context cannot take them.
     pub fn draft(&mut self, seq: i32, history: &[Token], max: usize) -> Vec<Token> {
-        let Some(mirror) = usize::try_from(seq).ok().and_then(|s| self.mirrors.get_mut(s)) else {
+        let Some(mirror) = usize::try_from(seq)
+            .ok()
+            .and_then(|s| self.mirrors.get_mut(s))
+        else {
             return Vec::new();
         };
-        if max == 0 || history.is_empty() || history.len() + max > self.ctx.n_ctx_seq() as usize
-        {
+        if max == 0 || history.is_empty() || history.len() + max > self.ctx.n_ctx_seq() as usize {
             return Vec::new();
         }
         // Keep what the draft's cache shares with the history (at least one token is
@@ -326,7 +331,10 @@ impl<'d> DraftModel<'d> {
     /// After a failed decode the sequence's cache is unknown: it starts over.
     fn lost(&mut self, seq: i32) -> Vec<Token> {
         self.ctx.truncate_seq(seq, 0);
-        if let Some(mirror) = usize::try_from(seq).ok().and_then(|s| self.mirrors.get_mut(s)) {
+        if let Some(mirror) = usize::try_from(seq)
+            .ok()
+            .and_then(|s| self.mirrors.get_mut(s))
+        {
             mirror.clear();
         }
         Vec::new()
@@ -388,7 +396,11 @@ mod tests {
         for generated in at..at + 3 {
             spec.judge(1, 8, generated);
         }
-        assert_eq!(spec.draft_len(at + 2 + 2 * BACKOFF - 1, 16), 0, "twice as long");
+        assert_eq!(
+            spec.draft_len(at + 2 + 2 * BACKOFF - 1, 16),
+            0,
+            "twice as long"
+        );
         // Paying steps (4 tokens for a draft of 4, cost 1.92) never rest, nor do
         // rejected drafts among accepted ones.
         let mut spec = SlotSpec::default();

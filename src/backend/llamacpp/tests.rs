@@ -1269,7 +1269,10 @@ fn a_draft_model_with_another_vocabulary_is_refused_by_name() {
     let err = spec_backend(draft).err().expect("refused");
     let text = err.to_string();
     assert!(text.contains("--model-draft"), "{text}");
-    assert!(text.contains("vocabulary") || text.contains("differs"), "{text}");
+    assert!(
+        text.contains("vocabulary") || text.contains("differs"),
+        "{text}"
+    );
     assert!(text.contains("tokenizer"), "{text}");
 }
 
