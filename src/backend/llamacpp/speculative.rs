@@ -307,10 +307,7 @@ impl<'d> DraftModel<'d> {
             at = chunk.len() - 1;
         }
         let mut drafts = Vec::with_capacity(max);
-        loop {
-            let Ok(token) = self.sampler.sample_at(&mut self.ctx, at) else {
-                break;
-            };
+        while let Ok(token) = self.sampler.sample_at(&mut self.ctx, at) {
             drafts.push(token);
             if drafts.len() == max || self.ctx.model().is_eog(token) {
                 break;
