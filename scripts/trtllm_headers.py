@@ -15,6 +15,7 @@
         tensorrt_llm package of that release (include/). Run it through
         `make vendor-trtllm-headers` (docs/tensorrt.md).
 """
+import glob
 import hashlib
 import os
 import shutil
@@ -68,7 +69,10 @@ def tree_include(tree):
 
 
 def tree_license(tree):
-    for candidate in ("LICENSE", "../LICENSE", "../../LICENSE"):
+    # A checkout has it at its root; an installed package in its .dist-info.
+    candidates = ["LICENSE", "../LICENSE", "../../LICENSE"]
+    candidates += sorted(glob.glob(os.path.join(tree, "../tensorrt_llm-*.dist-info/**/LICENSE*"), recursive=True))
+    for candidate in candidates:
         path = os.path.join(tree, candidate)
         if os.path.isfile(path):
             return path
