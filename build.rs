@@ -156,12 +156,20 @@ mod trtllm {
         let abi = cxx11_abi(&lib_dir.join("libtensorrt_llm.so"));
         let cuda = env::var_os("CUDA_HOME")
             .map_or_else(|| PathBuf::from("/usr/local/cuda"), PathBuf::from);
-        cc::Build::new()
+        let mut build = cc::Build::new();
+        build
             .cpp(true)
             .std("c++17")
             .file(SHIM)
             .include(&include)
-            .include(cuda.join("include"))
+            .include(cuda.join("include"));
+        // executor/types.h includes <cuda_fp16.h>, which includes CCCL's <nv/target>;
+        // CUDA 13 toolkits keep CCCL in include/cccl, which only nvcc searches by itself.
+        let cccl = cuda.join("include").join("cccl");
+        if cccl.is_dir() {
+            build.include(cccl);
+        }
+        build
             .define("_GLIBCXX_USE_CXX11_ABI", abi)
             .define("ENABLE_BF16", None)
             .define("ENABLE_FP8", None)
