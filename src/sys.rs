@@ -11,6 +11,9 @@
 //! calls in [`at`]: every open, create, rename and listing there is relative to
 //! a directory handle they already hold and never follows a symlink, which is
 //! what keeps them inside the workspace while its contents change under them.
+//!
+//! [`exit_now`] ends the process from a thread that cannot return to `main`
+//! (ggml's abort callback when an RPC worker is lost).
 
 #![allow(unsafe_code)] // FFI module: every block carries a `// SAFETY:` comment.
 
@@ -160,6 +163,17 @@ fn checked_pid(pid: u32) -> io::Result<i32> {
 
 extern "C" {
     fn geteuid() -> u32;
+    fn _exit(status: i32) -> !;
+}
+
+/// Ends the process at once with `code`: no destructors, no `atexit` handlers, no
+/// flushing of buffers. For a thread that must stop the process while others are
+/// inside C++ code (ggml's abort callback, `llama::rpc`), where the static
+/// destructors `std::process::exit` runs could crash or deadlock under them.
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: `_exit` takes a plain integer and never returns; skipping every
+    // destructor is its purpose, and nothing of ours needs one to stay sound.
+    unsafe { _exit(code) }
 }
 
 /// The effective user id: whose files this process may trust (token files).
