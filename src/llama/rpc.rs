@@ -698,7 +698,7 @@ mod tests {
         let (a, b) = (worker("127.0.0.1:5001"), worker("127.0.0.1:5002"));
         let both = [a.clone(), b.clone()];
         let ggml = "ggml-rpc.cpp:566: Remote RPC server crashed or returned malformed response";
-        let text = lost_worker_message(&both, &[b.clone()], ggml).unwrap();
+        let text = lost_worker_message(&both, std::slice::from_ref(&b), ggml).unwrap();
         assert!(
             text.contains("lost the RPC worker 127.0.0.1:5002"),
             "{text}"
