@@ -107,6 +107,7 @@ pub fn open_backends(settings: &Settings, n: usize) -> Result<Opened, OpenError>
             check_tape(settings, only)?;
             let llama = LlamaBackend::new(llama_config(settings, only)?)
                 .map_err(|e| OpenError::Usage(e.to_string()))?;
+            keep_rpc_connections_alive(settings);
             let backends = (0..n.max(1))
                 .map(|_| Box::new(llama.clone()) as Box<dyn Backend>)
                 .collect();
@@ -165,10 +166,12 @@ pub fn open_provider(
             think: ollama::think(reasoning),
         })),
         ProviderKind::Cli => Box::new(CliBackend::new(cli_config(settings, provider))),
-        ProviderKind::Llamacpp => Box::new(
-            LlamaBackend::new(llama_config(settings, provider)?)
-                .map_err(|e| OpenError::Usage(e.to_string()))?,
-        ),
+        ProviderKind::Llamacpp => {
+            let llama = LlamaBackend::new(llama_config(settings, provider)?)
+                .map_err(|e| OpenError::Usage(e.to_string()))?;
+            keep_rpc_connections_alive(settings);
+            Box::new(llama)
+        }
         #[cfg(feature = "tensorrt")]
         ProviderKind::Tensorrt => Box::new(
             TensorRtBackend::new(tensorrt_config(settings, provider)?)
@@ -326,6 +329,18 @@ fn connect_rpc_workers(names: &[String]) -> Result<(), OpenError> {
         .map_err(|e| OpenError::Usage(format!("--rpc: {e}")))?;
     rpc::on_lost_worker(super::signals::lost_worker);
     rpc::connect(&workers).map_err(|e| OpenError::Usage(format!("--rpc: {e}")))
+}
+
+/// Once the model is spread over `--rpc` workers: keepalive on ggml's connections
+/// to them, so a worker box that vanishes ends in the lost-worker message.
+fn keep_rpc_connections_alive(settings: &Settings) {
+    if settings.local.rpc_workers.is_empty() {
+        return;
+    }
+    let found = rpc::keep_connections_alive();
+    log::debug(log::Category::Llm, || {
+        format!("TCP keepalive on {found} connection(s) to RPC workers")
+    });
 }
 
 /// `--split-mode`, `--tensor-split` and `--main-gpu` (checked against the

@@ -32,6 +32,8 @@ use std::time::{Duration, Instant};
 
 use llama_cpp_sys_2 as sys;
 
+use crate::sys::tcp as sys_tcp;
+
 /// The RPC protocol's major version in the pinned ggml (`RPC_PROTO_MAJOR_VERSION`
 /// in ggml-rpc.h of llama-cpp-sys-2); ggml refuses a worker with another one.
 const PROTO_MAJOR: u8 = 7;
@@ -302,6 +304,55 @@ pub fn connect(workers: &[Worker]) -> Result<(), RpcError> {
         unsafe { sys::ggml_backend_register(reg) };
     }
     Ok(())
+}
+
+/// When a worker that stays silent counts as gone: keepalive probes after 10 s of
+/// silence, every 5 s, 3 unanswered ones (about 25 s), and 30 s for sent data to
+/// be acknowledged. A live worker's kernel answers probes however long its
+/// devices compute, so only a box that vanished (power cut, cable pulled, a
+/// network that drops its packets) trips it.
+const KEEPALIVE: sys_tcp::KeepAlive = sys_tcp::KeepAlive {
+    idle_secs: 10,
+    interval_secs: 5,
+    probes: 3,
+    user_timeout_ms: 30_000,
+};
+
+/// Gives the connections ggml holds to the registered workers TCP keepalive
+/// ([`KEEPALIVE`]), and returns how many it found. ggml sets no timeout on its
+/// sockets, so a worker box that vanishes without closing its connections would
+/// leave ggml waiting for ever; with keepalive its read fails, ggml aborts, and the
+/// abort callback names the workers. Call it once the model and its context are
+/// made: ggml connects for good while loading (the probe in [`connect`] and the
+/// device count ask on connections of their own, closed at once).
+pub fn keep_connections_alive() -> usize {
+    let workers: Vec<SocketAddrV4> = WORKERS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .map(|w| w.addr)
+        .collect();
+    keep_alive_to(&workers)
+}
+
+/// Sets [`KEEPALIVE`] on every socket of this process whose peer is one of
+/// `peers`: ggml keeps its sockets to itself, so they are found among the
+/// process's descriptors by their peer.
+fn keep_alive_to(peers: &[SocketAddrV4]) -> usize {
+    if peers.is_empty() {
+        return 0;
+    }
+    let Ok(entries) = std::fs::read_dir("/proc/self/fd") else {
+        return 0;
+    };
+    let fds: Vec<i32> = entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse().ok())
+        .collect();
+    fds.into_iter()
+        .filter(|fd| sys_tcp::peer_v4(*fd).is_some_and(|peer| peers.contains(&peer)))
+        .filter(|fd| sys_tcp::keep_alive(*fd, &KEEPALIVE).is_ok())
+        .count()
 }
 
 /// ggml's HELLO, with timeouts: connects, sends the request, checks the major version.
@@ -723,6 +774,35 @@ mod tests {
             None
         );
         assert_eq!(lost_worker_message(&[], &[], ggml), None);
+    }
+
+    #[test]
+    fn connections_to_workers_get_keepalive_and_others_do_not() {
+        use std::os::fd::AsRawFd;
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let SocketAddr::V4(worker) = listener.local_addr().unwrap() else {
+            unreachable!("bound on IPv4")
+        };
+        let to_worker = TcpStream::connect(worker).unwrap();
+        let (from_host, _) = listener.accept().unwrap();
+        let other = TcpListener::bind("127.0.0.1:0").unwrap();
+        let to_other = TcpStream::connect(other.local_addr().unwrap()).unwrap();
+        assert_eq!(sys_tcp::peer_v4(to_worker.as_raw_fd()), Some(worker));
+        assert_eq!(
+            sys_tcp::peer_v4(listener.as_raw_fd()),
+            None,
+            "not connected"
+        );
+        // Only the connection whose peer is the worker: the test process holds no other.
+        assert_eq!(keep_alive_to(&[worker]), 1);
+        let option = |stream: &TcpStream, (level, name)| {
+            sys_tcp::get(stream.as_raw_fd(), level, name).unwrap()
+        };
+        assert_eq!(option(&to_worker, sys_tcp::KEEPALIVE_OPTION), 1);
+        assert_eq!(option(&to_worker, sys_tcp::KEEPIDLE_OPTION), 10);
+        assert_eq!(option(&from_host, sys_tcp::KEEPALIVE_OPTION), 0);
+        assert_eq!(option(&to_other, sys_tcp::KEEPALIVE_OPTION), 0);
+        assert_eq!(keep_alive_to(&[]), 0);
     }
 
     #[test]

@@ -100,6 +100,9 @@ fn two_workers_give_the_local_greedy_reply() {
             remote.stderr
         );
     }
+    // ggml's connection to each worker got TCP keepalive (a vanished box is an error).
+    let keepalive = "TCP keepalive on 2 connection(s) to RPC workers";
+    assert!(remote.stderr.contains(keepalive), "{}", remote.stderr);
     assert!(a.log.lock().unwrap().contains("listening on"));
 }
 
