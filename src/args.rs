@@ -135,6 +135,9 @@ pub enum FlagId {
     SplitMode,
     TensorSplit,
     MainGpu,
+    Rpc,
+    RpcWorker,
+    RpcAllowRemote,
     ModelPath,
     Threads,
     NBatch,
@@ -245,6 +248,8 @@ pub const FLAGS: &[Flag] = &[
     flag(FlagId::CliServer, "cliserver", None, Nothing, S::Modes, "Serve one shared session over HTTP for `--backend cli` clients"),
     flag(FlagId::Server, "server", None, Nothing, S::Modes, "Serve an OpenAI-compatible API"),
     flag(FlagId::ToolServer, "toolserver", None, Nothing, S::Modes, "Serve the tools as JSON-RPC lines over TCP (default port 9876)"),
+    flag(FlagId::RpcWorker, "rpc-worker", None, Nothing, S::Modes, "Lend this box's GPUs (else its CPU) to --rpc hosts over ggml's RPC (port 50052; no authentication)"),
+    flag(FlagId::RpcAllowRemote, "rpc-allow-remote", None, Nothing, S::Modes, "--rpc-worker: allow a --host that is not loopback (trusted networks only)"),
     flag(FlagId::Host, "host", None, Val("ADDR"), S::Modes, "Address the servers listen on"),
     flag(FlagId::Port, "port", None, Val("PORT"), S::Modes, "Port the servers listen on, 1 to 65535 (0 = any free port)"),
     flag(FlagId::AuthToken, "auth-token", None, Val("TOKEN"), S::Modes, "Token the servers require (prefer --auth-token-file: argv is visible in ps)"),
@@ -262,6 +267,7 @@ pub const FLAGS: &[Flag] = &[
     flag(FlagId::SplitMode, "split-mode", None, Val("MODE"), S::Local, "Several GPUs: none (all on --main-gpu), layer (default) or row"),
     flag(FlagId::TensorSplit, "tensor-split", None, Val("A,B,..."), S::Local, "Several GPUs: each GPU's share of the layers, e.g. 3,1 (default: by free memory)"),
     flag(FlagId::MainGpu, "main-gpu", None, Val("N"), S::Local, "The GPU for the whole model with --split-mode none, else for its small tensors (default 0)"),
+    flag(FlagId::Rpc, "rpc", None, Val("HOST:PORT,..."), S::Local, "Spread the model's layers over these `shepherd --rpc-worker`s (trusted network only)"),
     flag(FlagId::Threads, "threads", None, Val("N"), S::Local, "CPU threads (default: one per core up to 16; 2 with every layer on a GPU)"),
     flag(FlagId::NBatch, "n_batch", None, Val("N"), S::Local, "Logical batch size"),
     flag(FlagId::UBatch, "ubatch", None, Val("N"), S::Local, "Physical batch size (default 512; 256 on the CPU without flash attention)"),
@@ -383,6 +389,10 @@ pub struct LowArgs {
     pub split_mode: Option<String>,
     pub tensor_split: Option<Vec<f32>>,
     pub main_gpu: Option<u32>,
+    /// `--rpc` workers, in order (repeatable, comma-separated).
+    pub rpc: Vec<String>,
+    pub rpc_worker: bool,
+    pub rpc_allow_remote: bool,
     pub threads: Option<u32>,
     pub n_batch: Option<u32>,
     pub ubatch: Option<u32>,
@@ -574,6 +584,8 @@ fn set_switch(low: &mut LowArgs, id: FlagId) {
         FlagId::Continue => low.continue_session = true,
         FlagId::Fresh => low.fresh = true,
         FlagId::ListModels => low.list_models = true,
+        FlagId::RpcWorker => low.rpc_worker = true,
+        FlagId::RpcAllowRemote => low.rpc_allow_remote = true,
         FlagId::NoAuth => low.no_auth = true,
         FlagId::FlashAttn => low.flash_attn = Some(true),
         FlagId::Version => low.version = true,
@@ -616,6 +628,7 @@ fn set_value(low: &mut LowArgs, flag: &Flag, raw: &str) -> Result<(), UsageError
         FlagId::Approve => low.approve.extend(split_globs(raw)),
         FlagId::Deny => low.deny.extend(split_globs(raw)),
         FlagId::ToolBackend => low.tool_backend = Some(host_port(flag, raw)?),
+        FlagId::Rpc => low.rpc.extend(rpc_workers(flag, raw)?),
         FlagId::ToolBackendToken => low.tool_backend_token = text(),
         FlagId::Debug => low.debug = Some(debug_categories(raw).map_err(|e| bad(flag, raw, &e))?),
         _ => set_number(low, flag, raw)?,
@@ -828,6 +841,27 @@ fn host_port(flag: &Flag, raw: &str) -> Result<String, UsageError> {
     parse_host_port(raw).map_err(|e| bad(flag, raw, &e))
 }
 
+/// `--rpc 10.0.0.2:50052,box3:50052`: `HOST:PORT`s, checked for their shape (the
+/// names are resolved when the model loads).
+fn rpc_workers(flag: &Flag, raw: &str) -> Result<Vec<String>, UsageError> {
+    let workers: Vec<String> = split_globs(raw).collect();
+    if workers.is_empty() {
+        return Err(bad(flag, raw, "HOST:PORT,... (at least one worker)"));
+    }
+    for worker in &workers {
+        let (host, _) = worker.rsplit_once(':').unwrap_or_default();
+        if host.contains([':', '[', ']']) {
+            return Err(bad(
+                flag,
+                raw,
+                "HOST:PORT,... with IPv4 addresses or host names (ggml's RPC has no IPv6)",
+            ));
+        }
+        parse_host_port(worker).map_err(|e| bad(flag, worker, &e))?;
+    }
+    Ok(workers)
+}
+
 /// Splits `a*,b` into globs, dropping empty pieces.
 pub fn split_globs(raw: &str) -> impl Iterator<Item = String> + '_ {
     raw.split(',')
@@ -860,8 +894,35 @@ fn check_combinations(low: &LowArgs) -> Result<(), UsageError> {
             "--cliserver",
         ),
     ];
-    match conflicts.iter().find(|(clash, _, _)| *clash) {
-        Some((_, a, b)) => Err(UsageError(format!("{a} and {b} cannot be used together"))),
+    if let Some((_, a, b)) = conflicts.iter().find(|(clash, _, _)| *clash) {
+        return Err(UsageError(format!("{a} and {b} cannot be used together")));
+    }
+    check_rpc_worker(low)
+}
+
+/// `--rpc-worker` is a mode of its own: it serves devices, no model, no front-end.
+fn check_rpc_worker(low: &LowArgs) -> Result<(), UsageError> {
+    if low.rpc_allow_remote && !low.rpc_worker {
+        return Err(UsageError(
+            "--rpc-allow-remote only applies to --rpc-worker".into(),
+        ));
+    }
+    if !low.rpc_worker {
+        return Ok(());
+    }
+    let others = [
+        (!low.rpc.is_empty(), "--rpc"),
+        (low.server, "--server"),
+        (low.cliserver, "--cliserver"),
+        (low.toolserver, "--toolserver"),
+        (low.json, "--json"),
+        (low.prompt.is_some(), "--prompt"),
+        (low.model.is_some(), "--model"),
+    ];
+    match others.iter().find(|(given, _)| *given) {
+        Some((_, other)) => Err(UsageError(format!(
+            "--rpc-worker and {other} cannot be used together: a worker only lends its devices"
+        ))),
         None => Ok(()),
     }
 }

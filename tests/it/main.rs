@@ -18,6 +18,7 @@ mod models;
 mod persist;
 mod prompt_cache;
 mod record;
+mod rpc;
 mod secrets;
 mod server_tools;
 mod speculative;
