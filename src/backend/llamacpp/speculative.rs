@@ -120,9 +120,10 @@ pub fn ngram_draft(history: &[Token], max: usize) -> Vec<Token> {
 const START_LEN: usize = 4;
 const MIN_LEN: usize = 2;
 /// What one drafted token adds to a decode step, relative to decoding a lone
-/// token: llama-bench on SmolLM2-135M, 2 CPU threads, 400 tokens deep, measured a
-/// batch of 5 tokens at 1.9 lone steps and one of 17 at 4.6 (about 0.23 a token).
-/// On a GPU a token costs less; the rule is then only cautious.
+/// token. An estimate for CPUs, not yet measured on a quiet machine: a drafted
+/// token runs through the weights the lone token already loads, at about the
+/// speed of prompt processing (four to eight times generation's on llama-bench).
+/// On a GPU a token costs less, and the rule is only cautious there.
 pub const DRAFT_TOKEN_COST: f64 = 0.23;
 /// Speculative steps judged together (older ones count less, by [`DECAY`]).
 const MIN_STEPS: u32 = 3;
