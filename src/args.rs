@@ -731,7 +731,7 @@ pub const REASONING_LEVELS: [&str; 4] = ["off", "low", "medium", "high"];
 /// `--split-mode`: how offloaded layers go over several GPUs.
 pub const SPLIT_MODES: [&str; 3] = crate::llama::SplitMode::NAMES;
 /// `--spec`: speculative decoding's drafter.
-pub const SPEC_MODES: [&str; 3] = crate::backend::llamacpp::speculative::SpecMode::NAMES;
+pub const SPEC_MODES: [&str; 3] = crate::core::SpecMode::NAMES;
 /// How `/v1/embeddings` pools a sequence (`--pooling`).
 pub const POOLING_MODES: [&str; 3] = ["mean", "cls", "last"];
 pub const CACHE_TYPES: [&str; 4] = ["f16", "f32", "q8_0", "q4_0"];

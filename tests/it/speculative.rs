@@ -1,8 +1,6 @@
 //! Speculative decoding through the real binary: the flags, their errors, and the
 //! drafted and accepted tokens in `--json` stats.
 
-use serde_json::Value;
-
 use crate::api_server::test_model;
 use crate::harness::Sandbox;
 
@@ -23,12 +21,7 @@ fn drafted_and_accepted_tokens_are_in_the_stats() {
     let sandbox = Sandbox::new("spec-stats");
     let run = ask(&sandbox, &["--json"]);
     assert_eq!(run.status, Some(0), "{}", run.stderr);
-    let stats = run
-        .stdout
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .find(|v| v["type"] == "stats")
-        .unwrap_or_else(|| panic!("a stats event: {}", run.stdout));
+    let stats = run.json_stats();
     let drafted = stats["draft_tokens"].as_u64().expect("draft_tokens");
     let accepted = stats["draft_accepted"].as_u64().expect("draft_accepted");
     assert!(accepted > 0 && accepted <= drafted, "{stats}");

@@ -46,26 +46,7 @@ use std::path::{Path, PathBuf};
 use super::request::common_prefix;
 use crate::llama::{Batch, Context, ContextParams, Model, Sampler, SamplerParams, Token};
 
-/// `--spec`: which drafter guesses a slot's next tokens.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SpecMode {
-    Off,
-    Ngram,
-    Draft,
-}
-
-impl SpecMode {
-    pub const NAMES: [&'static str; 3] = ["off", "ngram", "draft"];
-
-    pub fn parse(name: &str) -> Option<SpecMode> {
-        match name {
-            "off" => Some(SpecMode::Off),
-            "ngram" => Some(SpecMode::Ngram),
-            "draft" => Some(SpecMode::Draft),
-            _ => None,
-        }
-    }
-}
+pub use crate::core::SpecMode;
 
 /// Speculative decoding's settings (`--spec`, `--draft-max`, `--model-draft`).
 #[derive(Debug, Clone, PartialEq)]
