@@ -245,6 +245,59 @@ fn cache_key(config: &LlamaConfig, params: &ContextParams, n_ctx_seq: u32) -> St
     )
 }
 
+/// The context's parameters: the size, batches, threads and flash attention
+/// chosen for where the model runs (see [`tuning`]).
+fn context_params(model: &Model, config: &LlamaConfig, preempt: &Preempt) -> ContextParams {
+    let n_ctx = choose_context(config.context_size, model.n_ctx_train());
+    let defaults = ContextParams::default();
+    let parallel = config.parallel.max(1);
+    // Every generating slot needs a place in each batch.
+    let n_batch = config.n_batch.max(parallel).min(n_ctx);
+    let flash_attn = tuning::flash_attn_for(
+        config.flash_attn,
+        config.gpu_layers,
+        config.cache_type,
+        model.head_dim(),
+        llama::cpu_kernels_have_avx512(),
+    );
+    let n_ubatch = tuning::ubatch_for(config.ubatch, flash_attn, config.gpu_layers);
+    ContextParams {
+        n_ctx,
+        n_batch,
+        n_ubatch: n_ubatch.min(n_batch),
+        n_threads: tuning::threads_for(
+            config.threads,
+            tuning::all_on_gpu(config.gpu_layers, model.n_layer()),
+            defaults.n_threads,
+        ),
+        n_seq_max: parallel,
+        cache_type: config.cache_type,
+        flash_attn,
+        pooling: config.pooling,
+        abort: Arc::clone(&preempt.abort),
+    }
+}
+
+/// The drafter the worker speculates with, and the draft model's context: none
+/// where the model cannot rewind its cache (see [`Model::can_rewind`]).
+fn speculation<'m>(
+    model: &'m Model,
+    draft: Option<&'m Model>,
+    config: &LlamaConfig,
+    params: &ContextParams,
+) -> Result<(SpecMode, Option<DraftModel<'m>>), BackendError> {
+    let drafter = match draft {
+        Some(draft) => Some(DraftModel::new(draft, params).map_err(BackendError::Config)?),
+        None => None,
+    };
+    let spec = match config.spec.mode {
+        SpecMode::Draft if drafter.is_none() => SpecMode::Off,
+        _ if !model.can_rewind() => SpecMode::Off,
+        mode => mode,
+    };
+    Ok((spec, drafter))
+}
+
 /// The context size: the one requested, else the training context, capped.
 pub(super) fn choose_context(requested: Option<u32>, trained: u32) -> u32 {
     match requested {
@@ -261,34 +314,8 @@ impl<'m> Worker<'m> {
         config: &LlamaConfig,
         preempt: Preempt,
     ) -> Result<Self, BackendError> {
-        let n_ctx = choose_context(config.context_size, model.n_ctx_train());
-        let defaults = ContextParams::default();
-        let parallel = config.parallel.max(1);
-        // Every generating slot needs a place in each batch.
-        let n_batch = config.n_batch.max(parallel).min(n_ctx);
-        let flash_attn = tuning::flash_attn_for(
-            config.flash_attn,
-            config.gpu_layers,
-            config.cache_type,
-            model.head_dim(),
-            llama::cpu_kernels_have_avx512(),
-        );
-        let n_ubatch = tuning::ubatch_for(config.ubatch, flash_attn, config.gpu_layers);
-        let params = ContextParams {
-            n_ctx,
-            n_batch,
-            n_ubatch: n_ubatch.min(n_batch),
-            n_threads: tuning::threads_for(
-                config.threads,
-                tuning::all_on_gpu(config.gpu_layers, model.n_layer()),
-                defaults.n_threads,
-            ),
-            n_seq_max: parallel,
-            cache_type: config.cache_type,
-            flash_attn,
-            pooling: config.pooling,
-            abort: Arc::clone(&preempt.abort),
-        };
+        let params = context_params(model, config, &preempt);
+        let flash_attn = params.flash_attn;
         let ctx = Context::new(model, &params).map_err(|e| BackendError::Config(e.to_string()))?;
         crate::log::debug(crate::log::Category::Llm, || {
             format!(
@@ -318,15 +345,7 @@ impl<'m> Worker<'m> {
             let key = cache_key(config, &params, ctx.n_ctx_seq());
             PromptCache::new(cache, key)
         });
-        let drafter = match draft {
-            Some(draft) => Some(DraftModel::new(draft, &params).map_err(BackendError::Config)?),
-            None => None,
-        };
-        let spec = match config.spec.mode {
-            SpecMode::Draft if drafter.is_none() => SpecMode::Off,
-            _ if !model.can_rewind() => SpecMode::Off,
-            mode => mode,
-        };
+        let (spec, drafter) = speculation(model, draft, config, &params)?;
         Ok(Worker {
             template: load_template(model),
             prompt_tokens,
@@ -876,10 +895,9 @@ impl<'m> Worker<'m> {
         }
     }
 
-    /// One batch: a token per generating slot (with its draft), then prompt chunks;
-    /// one decode; samples.
-    fn step(&mut self) {
-        self.batch.clear();
+    /// Puts each generating slot's pending token, and its draft after it, into the
+    /// batch (cancelled requests end here; a slow sink's slot sits this step out).
+    fn push_generating(&mut self) {
         for index in 0..self.slots.len() {
             if self.cancelled(index) {
                 continue;
@@ -930,6 +948,13 @@ impl<'m> Worker<'m> {
                 task.in_batch += 1;
             }
         }
+    }
+
+    /// One batch: a token per generating slot (with its draft), then prompt chunks;
+    /// one decode; samples.
+    fn step(&mut self) {
+        self.batch.clear();
+        self.push_generating();
         for slot in &mut self.slots {
             let Some(task) = slot.task.as_mut() else {
                 continue;
