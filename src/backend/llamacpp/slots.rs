@@ -258,7 +258,6 @@ fn context_params(model: &Model, config: &LlamaConfig, preempt: &Preempt) -> Con
         config.gpu_layers,
         config.cache_type,
         model.head_dim(),
-        llama::cpu_kernels_have_avx512(),
     );
     let n_ubatch = tuning::ubatch_for(config.ubatch, flash_attn, config.gpu_layers);
     ContextParams {
