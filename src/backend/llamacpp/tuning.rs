@@ -130,7 +130,10 @@ mod tests {
         // A forced choice is kept wherever the layers are, whatever the heads.
         for layers in [0, -1] {
             for head in [Some(64), Some(256), None] {
-                assert_eq!(flash_attn_for(Some(true), layers, CacheType::F16, head), Some(true));
+                assert_eq!(
+                    flash_attn_for(Some(true), layers, CacheType::F16, head),
+                    Some(true)
+                );
                 let off = flash_attn_for(Some(false), layers, CacheType::Q8_0, head);
                 assert_eq!(off, Some(false));
             }
