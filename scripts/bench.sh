@@ -306,7 +306,7 @@ $PYTHON scripts/bench_oneshot.py "$SHEPHERD" "$MODEL" "$THREADS" "${ONESHOT_ROUN
 # Part four: speculative decoding (scripts/bench_spec.py): the edit and prose workloads,
 # one request at a time, shepherd without and with its n-gram drafter against
 # llama-server without speculation and with its draftless drafters (ngram-simple,
-# ngram-mod), each given the same --draft-max.
+# ngram-mod, and ngram-mod without flash attention), each given the same --draft-max.
 PIDS=()
 start_server() {  # NAME PORT COMMAND...
   local name=$1 port=$2; shift 2
@@ -326,5 +326,10 @@ for type in ngram-simple ngram-mod; do
   start_server "llama-server-$type" "$(free_port)" "$SERVER" "${LLAMA_ARGS[@]}" \
     --spec-type "$type" --spec-draft-n-max "$DRAFT_MAX"
 done
+# llama-server's flash attention is its auto (on, the CPU included); shepherd's is off
+# on the CPU for small heads (docs/LLAMA.md). Its best drafter without it too, so that
+# the comparison holds the attention kernels equal as well.
+start_server llama-server-ngram-mod-fa-off "$(free_port)" "$SERVER" "${LLAMA_ARGS[@]}" \
+  -fa off --spec-type ngram-mod --spec-draft-n-max "$DRAFT_MAX"
 ROUNDS=${SPEC_ROUNDS:-6} $PYTHON scripts/bench_spec.py "${SPEC_SERVERS[@]}"
 cleanup
