@@ -13,28 +13,28 @@ MODEL := $(MODEL_DIR)/$(MODEL_NAME)
 # The tests' second architecture: Gemma 3 270M (sliding-window attention).
 SWA_MODEL := $(MODEL_DIR)/gemma-3-270m-q4_k_m.gguf
 THREADS ?= 2
-# `make CUDA=1` builds llama.cpp with its CUDA backend (needs the CUDA toolkit).
+# `make CUDA=1` builds llama.cpp with its CUDA backend, on any machine, GPU or not: the
+# toolkit is fetched once into the cache (scripts/cuda-toolkit.sh; CUDA_TOOLKIT=DIR uses
+# an installed one instead). The CUDA section below has the rest.
 CUDA ?=
 CARGO_FEATURES := $(if $(CUDA),--features cuda,)
-# rustc must find libcudart_static.a itself (it bundles it into llama-cpp-sys-2's rlib),
-# and the crate looks only under CUDA_PATH, /usr/local/cuda* and /opt/cuda. Debian's
-# toolkit (nvidia-cuda-toolkit) keeps its libraries in the multiarch directory, so that
-# directory is added when it holds them. CUDA_LIB_DIR=DIR names another.
-CUDA_LIB_DIR ?= $(if $(CUDA),$(patsubst %/,%,$(dir $(firstword $(wildcard /usr/lib/x86_64-linux-gnu/libcudart_static.a)))),)
-CUDA_RUSTFLAGS := $(if $(CUDA_LIB_DIR),-L native=$(CUDA_LIB_DIR),)
 # Builds are for this machine's CPU (.cargo/config.toml: target-cpu=native, as llama.cpp
 # builds by default). PORTABLE=1 builds for any x86-64 CPU with AVX2 (x86-64-v3, what
 # `make static` always builds) in a target dir of its own, so that switching back and
 # forth rebuilds nothing. A RUSTFLAGS in the environment replaces the config's flags,
 # so whenever one is exported here it carries the CPU choice too (unless it names one).
-PORTABLE ?=
+# A CUDA build is for a GPU box, usually another machine: portable unless PORTABLE=
+# (empty) asks for this CPU, in target/cuda (target/cuda-native).
+PORTABLE ?= $(if $(CUDA),1,)
 CPU_RUSTFLAGS := $(if $(findstring target-cpu,$(RUSTFLAGS)),,$(if $(PORTABLE),-C target-cpu=x86-64-v3,-C target-cpu=native))
-ifneq ($(PORTABLE),)
+ifneq ($(CUDA),)
+export CARGO_TARGET_DIR ?= target/cuda$(if $(PORTABLE),,-native)
+else ifneq ($(PORTABLE),)
 export CARGO_TARGET_DIR ?= target/portable
 endif
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
-ifneq ($(or $(CUDA_RUSTFLAGS),$(PORTABLE),$(RUSTFLAGS)),)
-export RUSTFLAGS := $(strip $(RUSTFLAGS) $(CPU_RUSTFLAGS) $(CUDA_RUSTFLAGS))
+ifneq ($(or $(PORTABLE),$(RUSTFLAGS)),)
+export RUSTFLAGS := $(strip $(RUSTFLAGS) $(CPU_RUSTFLAGS))
 endif
 # `make TENSORRT=1 TRTLLM_ROOT=DIR` adds the TensorRT-LLM backend (docs/tensorrt.md).
 TENSORRT ?=
@@ -43,12 +43,16 @@ export TRTLLM_ROOT
 
 .PHONY: all build deps test test-tensorrt fmt clippy clean no-async-runtime check-layers model swa-model run bench jinja2 mcp-servers valgrind bench-cliserver bench-llama bench-server openai-py test-tools
 .PHONY: static vendor dist install uninstall check-static check-install offline-static release-deps
+.PHONY: cuda-toolkit cuda-link-dynamic cuda-link-static check-cuda
 
 all: build
 
-build: deps
-	$(CARGO) build --release $(CARGO_FEATURES) $(VENDORED)
+build: deps $(if $(CUDA),cuda-toolkit cuda-link-dynamic,)
+	$(CUDA_ENV_DYNAMIC) $(CARGO) build --release $(CARGO_FEATURES) $(VENDORED)
 	@echo "built $(TARGET_DIR)/release/shepherd"
+ifneq ($(CUDA),)
+	scripts/release-check.sh linkage $(TARGET_DIR)/release/shepherd cuda-dynamic 0
+endif
 
 # Installs the Debian packages the build needs, only those that are missing.
 deps:
@@ -185,6 +189,65 @@ clean:
 	$(CARGO) clean
 
 # ---------------------------------------------------------------------------------------
+# CUDA (docs/INSTALL.md, "CUDA"). No GPU and no driver are needed to build.
+#
+# The toolkit: Debian's nvidia-cuda-toolkit 12.4 (non-free, Debian 13), fetched with
+# apt-get download and unpacked into the cache as a CUDA_PATH (scripts/cuda-toolkit.sh),
+# because it is the only toolkit in the registries with a static cuBLAS. CUDA_TOOLKIT=DIR
+# uses an installed toolkit instead (NVIDIA's /usr/local/cuda, 12.x or 13.x).
+CUDA_CACHE := $(CACHE)/cuda-12.4
+CUDA_TOOLKIT ?= $(CUDA_CACHE)/toolkit
+# The GPU architectures compiled in (CMake's CMAKE_CUDA_ARCHITECTURES): SASS for Ampere
+# (A100: 80, RTX 30xx/A10/A40: 86), Ada (RTX 40xx/L4/L40: 89) and Hopper (H100/H200: 90).
+# Each costs build time and binary size (INSTALL.md has the numbers); NN-virtual adds PTX
+# that newer GPUs compile at first start.
+CUDA_ARCHS ?= 80-real;86-real;89-real;90-real
+# How each variant links: libcuda.a from ffi/cuda_driver.c (the driver, opened at run
+# time) first on the library path, and for the dynamic one empty stand-ins for the static
+# archives llama-cpp-sys-2 asks for, with build.rs linking libcudart/libcublas instead.
+CUDA_LINK_DIR = $(TARGET_DIR)/cuda-link
+STATIC_CUDA_LINK_DIR = $(STATIC_TARGET_DIR)/cuda-link
+# nvcc through ccache when it is there (`make test` installs it for check-cuda).
+CUDA_LAUNCHER := $(if $(shell command -v ccache 2>/dev/null),CMAKE_CUDA_COMPILER_LAUNCHER=ccache CCACHE_BASEDIR=$(CURDIR) CCACHE_NOHASHDIR=1 CCACHE_MAXSIZE=10G,)
+# CMAKE_* reach CMake through llama-cpp-sys-2 (as -D); GGML_* too, and a change to one
+# re-runs its build, so the architectures ride along in an otherwise unused GGML_ name.
+CUDA_ENV = CUDA_PATH=$(CUDA_TOOLKIT) CMAKE_CUDA_COMPILER=$(CUDA_TOOLKIT)/bin/nvcc \
+  CMAKE_CUDA_ARCHITECTURES='$(CUDA_ARCHS)' GGML_SHEPHERD_CUDA_ARCHS='$(CUDA_ARCHS)' $(CUDA_LAUNCHER)
+CUDA_ENV_DYNAMIC = $(if $(CUDA),$(CUDA_ENV) CUDA_LIBRARY_PATH=$(abspath $(CUDA_LINK_DIR)):$(CUDA_TOOLKIT) SHEPHERD_CUDA_RUNTIME=dynamic,)
+CUDA_ENV_STATIC = $(if $(CUDA),$(CUDA_ENV) CUDA_LIBRARY_PATH=$(abspath $(STATIC_CUDA_LINK_DIR)):$(CUDA_TOOLKIT) SHEPHERD_CUDA_RUNTIME=static,)
+
+cuda-toolkit:
+ifeq ($(CUDA_TOOLKIT),$(CUDA_CACHE)/toolkit)
+	@scripts/cuda-toolkit.sh $(CUDA_CACHE)
+else
+	@test -x $(CUDA_TOOLKIT)/bin/nvcc || { echo "CUDA_TOOLKIT=$(CUDA_TOOLKIT) has no bin/nvcc" >&2; exit 1; }
+endif
+	@$(MAKE) --no-print-directory deps APT_PACKAGES=ccache
+
+# find_cuda_helper (llama-cpp-sys-2's library search) adds DIR/lib64 for each DIR in
+# CUDA_LIBRARY_PATH, hence the lib64/. llama-cpp-sys-2 runs CMake's configure step only
+# in a fresh build directory, so when CUDA_ARCHS changed its CMakeCache.txt goes (the
+# objects stay, and ccache has the rest).
+CUDA_STAND_INS := libcudart_static.a libcublas_static.a libcublasLt_static.a libculibos.a
+define cuda_archs_changed # $(1): the link dir, $(2): the target dir
+	@if [ "$$(cat $(1)/archs 2>/dev/null)" != '$(CUDA_ARCHS)' ]; then \
+	  find $(2) -path '*/llama-cpp-sys-2-*/out/build/CMakeCache.txt' -delete 2>/dev/null; \
+	  echo '$(CUDA_ARCHS)' > $(1)/archs; fi
+endef
+cuda-link-dynamic: cuda-toolkit
+	@mkdir -p $(CUDA_LINK_DIR)/lib64
+	$(call cuda_archs_changed,$(CUDA_LINK_DIR),$(TARGET_DIR))
+	$(CC) -O2 -fPIC -Wall -Wextra -I$(CUDA_TOOLKIT)/include -c ffi/cuda_driver.c -o $(CUDA_LINK_DIR)/cuda_driver.o
+	@rm -f $(CUDA_LINK_DIR)/lib64/*.a && ar rcs $(CUDA_LINK_DIR)/lib64/libcuda.a $(CUDA_LINK_DIR)/cuda_driver.o
+	@for a in $(CUDA_STAND_INS); do ar rcs $(CUDA_LINK_DIR)/lib64/$$a; done
+
+cuda-link-static: cuda-toolkit
+	@mkdir -p $(STATIC_CUDA_LINK_DIR)/lib64
+	$(call cuda_archs_changed,$(STATIC_CUDA_LINK_DIR),$(STATIC_TARGET_DIR))
+	$(CC) -O2 -fPIC -Wall -Wextra -I$(CUDA_TOOLKIT)/include -c ffi/cuda_driver.c -o $(STATIC_CUDA_LINK_DIR)/cuda_driver.o
+	@rm -f $(STATIC_CUDA_LINK_DIR)/lib64/*.a && ar rcs $(STATIC_CUDA_LINK_DIR)/lib64/libcuda.a $(STATIC_CUDA_LINK_DIR)/cuda_driver.o
+
+# ---------------------------------------------------------------------------------------
 # The release: one static binary, offline builds, a tarball, install (docs/INSTALL.md).
 
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
@@ -192,10 +255,11 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 # build scripts and proc-macros (which must stay dynamic to be loaded by cargo/rustc).
 STATIC_TRIPLE := x86_64-unknown-linux-gnu
 # Its own target dir: the static flags would otherwise rebuild target/release from scratch.
-STATIC_TARGET_DIR ?= target/static
+STATIC_TARGET_DIR ?= target/static$(if $(CUDA),-cuda,)
 STATIC_OUT := $(STATIC_TARGET_DIR)/$(STATIC_TRIPLE)/release/shepherd
-# CPU: glibc and libstdc++ linked in (static-pie). CUDA: libcuda.so is the driver and
-# must stay dynamic, so glibc does too; cudart, cuBLAS and libstdc++ are linked in.
+# CPU: glibc and libstdc++ linked in (static-pie). CUDA: the driver (libcuda.so.1) is
+# the GPU box's and is opened at run time, which needs the dynamic loader, so glibc
+# stays dynamic; cudart, cuBLAS and libstdc++ are linked in.
 STATIC_RUSTFLAGS := $(if $(CUDA),,-C target-feature=+crt-static)
 COMMA := ,
 STATIC_FEATURES := --features $(if $(CUDA),static$(COMMA)cuda,static)
@@ -236,8 +300,8 @@ $(VENDOR_DONE):
 
 # dist/shepherd: stripped, and checked that it really is static (a +crt-static build
 # without static-stdcxx links, then segfaults at start; see build-facts §2).
-static: deps release-deps
-	RUSTFLAGS='$(strip $(STATIC_RUSTFLAGS) $(CUDA_RUSTFLAGS))' $(CARGO) build --release --target $(STATIC_TRIPLE) \
+static: deps release-deps $(if $(CUDA),cuda-toolkit cuda-link-static,)
+	$(CUDA_ENV_STATIC) RUSTFLAGS='$(strip $(STATIC_RUSTFLAGS))' $(CARGO) build --release --target $(STATIC_TRIPLE) \
 	  $(STATIC_FEATURES) --target-dir $(STATIC_TARGET_DIR) $(VENDORED)
 	@mkdir -p dist
 	strip -o dist/shepherd.tmp $(STATIC_OUT)

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Checks the release binary and its packaging; `make static` and `make check-static` run it.
 #
-#   release-check.sh linkage BIN static|cuda MAX_MB
+#   release-check.sh linkage BIN static|cuda|cuda-dynamic MAX_MB
 #       static: `file` says static and nothing is NEEDED (the silent failure of a
 #       +crt-static build without static-stdcxx is a PIE that still needs
 #       libstdc++.so and has no interpreter); at most MAX_MB (10^6 bytes).
-#       cuda: only glibc and the driver (libcuda.so.1) are dynamic.
+#       cuda (`make CUDA=1 static`): only glibc is NEEDED, not even the driver
+#       (libcuda.so.1 is opened at run time), and CUDA code is linked in.
+#       cuda-dynamic (`make CUDA=1`): libcudart and libcublas are NEEDED, and
+#       otherwise only glibc and the C++ runtime.
 #   release-check.sh all BIN MODEL UNIT SAMPLE_CONFIG MAX_MB
 #       linkage as above, then: --version and a one-shot chat inside an empty root
 #       (the binary and the model only); the systemd unit passes `systemd-analyze
@@ -39,11 +42,22 @@ check_linkage() { # BIN KIND MAX_MB
         ((bytes <= max_mb * 1000 * 1000)) || fail "$bin is $bytes bytes, more than $max_mb MB"
         ok "$bin is static ($(echo "$desc" | grep -o 'static[-a-z]* linked')), $bytes bytes stripped"
         ;;
-    cuda)
-        local extra
-        extra=$(echo "$needed" | grep -vxE 'libcuda\.so\.1|libc\.so\.6|libm\.so\.6|libgcc_s\.so\.1|libdl\.so\.2|libpthread\.so\.0|librt\.so\.1|ld-linux-x86-64\.so\.2' || true)
-        [[ -z $extra ]] || fail "$bin needs more than glibc and the CUDA driver: $(echo "$extra" | tr '\n' ' ')"
-        ok "$bin needs only glibc and the CUDA driver, $bytes bytes stripped"
+    cuda | cuda-dynamic)
+        local glibc='libc\.so\.6|libm\.so\.6|libdl\.so\.2|libpthread\.so\.0|librt\.so\.1|ld-linux-x86-64\.so\.2|libgcc_s\.so\.1'
+        local allowed=$glibc extra
+        [[ $kind == cuda-dynamic ]] && allowed="$glibc|libstdc\+\+\.so\.6|libcudart\.so\.[0-9]+|libcublas\.so\.[0-9]+|libcublasLt\.so\.[0-9]+"
+        extra=$(echo "$needed" | grep -vxE "$allowed" || true)
+        [[ -z $extra ]] || fail "$bin needs more than it should ($kind): $(echo "$extra" | tr '\n' ' ')"
+        # The CUDA kernels are in: cudart registers them through __cudaRegisterFatBinary.
+        nm -D "$bin" 2>/dev/null | grep -q __cudaRegisterFatBinary ||
+            readelf -S "$bin" | grep -q '\.nv_fatbin' || fail "$bin has no CUDA kernels (.nv_fatbin)"
+        if [[ $kind == cuda ]]; then
+            ok "$bin needs only glibc (the driver is opened at run time), cudart and cuBLAS linked in, $bytes bytes"
+        else
+            grep -qx 'libcudart\.so\.[0-9]*' <<<"$needed" && grep -qx 'libcublas\.so\.[0-9]*' <<<"$needed" ||
+                fail "$bin does not link libcudart/libcublas dynamically: $(echo "$needed" | tr '\n' ' ')"
+            ok "$bin links $(grep -E 'cudart|cublas' <<<"$needed" | tr '\n' ' ')dynamically (the driver is opened at run time), $bytes bytes"
+        fi
         ;;
     *) fail "unknown linkage kind $kind" ;;
     esac
@@ -176,7 +190,7 @@ main() {
         serve "$2" "$3" "$4"
         ;;
     *)
-        echo "usage: $0 linkage BIN static|cuda MAX_MB | all BIN MODEL UNIT SAMPLE_CONFIG MAX_MB" >&2
+        echo "usage: $0 linkage BIN static|cuda|cuda-dynamic MAX_MB | all BIN MODEL UNIT SAMPLE_CONFIG MAX_MB" >&2
         exit 2
         ;;
     esac
