@@ -43,7 +43,7 @@ export TRTLLM_ROOT
 
 .PHONY: all build deps test test-tensorrt fmt clippy clean no-async-runtime check-layers model swa-model run bench jinja2 mcp-servers valgrind bench-cliserver bench-llama bench-server openai-py test-tools
 .PHONY: static vendor dist install uninstall check-static check-install offline-static release-deps
-.PHONY: cuda-toolkit cuda-link-dynamic cuda-link-static check-cuda
+.PHONY: cuda-toolkit cuda-link-dynamic cuda-link-static check-cuda check-cuda-if-changed
 
 all: build
 
@@ -70,6 +70,7 @@ test: deps no-async-runtime check-layers model swa-model jinja2 openai-py mcp-se
 	  SHEPHERD_TEST_MCP_EVERYTHING=$(MCP_EVERYTHING) $(CARGO) test $(CARGO_FEATURES)
 	$(MAKE) --no-print-directory test-tensorrt
 	$(MAKE) --no-print-directory check-static CUDA=
+	$(MAKE) --no-print-directory check-cuda-if-changed CUDA=
 
 # The TensorRT-LLM backend against the scripted C test library (no TensorRT-LLM, no GPU),
 # and the check that the real feature without TRTLLM_ROOT stops with a clear message.
@@ -207,12 +208,15 @@ CUDA_ARCHS ?= 80-real;86-real;89-real;90-real
 # archives llama-cpp-sys-2 asks for, with build.rs linking libcudart/libcublas instead.
 CUDA_LINK_DIR = $(TARGET_DIR)/cuda-link
 STATIC_CUDA_LINK_DIR = $(STATIC_TARGET_DIR)/cuda-link
-# nvcc through ccache when it is there (`make test` installs it for check-cuda).
-CUDA_LAUNCHER := $(if $(shell command -v ccache 2>/dev/null),CMAKE_CUDA_COMPILER_LAUNCHER=ccache CCACHE_BASEDIR=$(CURDIR) CCACHE_NOHASHDIR=1 CCACHE_MAXSIZE=10G,)
+# ggml compiles through ccache by itself when it is installed (GGML_CCACHE), nvcc
+# included: `make CUDA=1` installs it, so the second variant and rebuilds reuse the
+# CUDA objects. Paths are hashed relative to the tree (each variant has its own
+# target dir).
+CUDA_CCACHE := CCACHE_BASEDIR=$(CURDIR) CCACHE_NOHASHDIR=1 CCACHE_MAXSIZE=10G
 # CMAKE_* reach CMake through llama-cpp-sys-2 (as -D); GGML_* too, and a change to one
 # re-runs its build, so the architectures ride along in an otherwise unused GGML_ name.
 CUDA_ENV = CUDA_PATH=$(CUDA_TOOLKIT) CMAKE_CUDA_COMPILER=$(CUDA_TOOLKIT)/bin/nvcc \
-  CMAKE_CUDA_ARCHITECTURES='$(CUDA_ARCHS)' GGML_SHEPHERD_CUDA_ARCHS='$(CUDA_ARCHS)' $(CUDA_LAUNCHER)
+  CMAKE_CUDA_ARCHITECTURES='$(CUDA_ARCHS)' GGML_SHEPHERD_CUDA_ARCHS='$(CUDA_ARCHS)' $(CUDA_CCACHE)
 CUDA_ENV_DYNAMIC = $(if $(CUDA),$(CUDA_ENV) CUDA_LIBRARY_PATH=$(abspath $(CUDA_LINK_DIR)):$(CUDA_TOOLKIT) SHEPHERD_CUDA_RUNTIME=dynamic,)
 CUDA_ENV_STATIC = $(if $(CUDA),$(CUDA_ENV) CUDA_LIBRARY_PATH=$(abspath $(STATIC_CUDA_LINK_DIR)):$(CUDA_TOOLKIT) SHEPHERD_CUDA_RUNTIME=static,)
 
@@ -247,6 +251,32 @@ cuda-link-static: cuda-toolkit
 	$(CC) -O2 -fPIC -Wall -Wextra -I$(CUDA_TOOLKIT)/include -c ffi/cuda_driver.c -o $(STATIC_CUDA_LINK_DIR)/cuda_driver.o
 	@rm -f $(STATIC_CUDA_LINK_DIR)/lib64/*.a && ar rcs $(STATIC_CUDA_LINK_DIR)/lib64/libcuda.a $(STATIC_CUDA_LINK_DIR)/cuda_driver.o
 
+# CI's CUDA check, no GPU needed: `make CUDA=1 static` for one architecture (compile
+# and link: the CUDA kernels, cudart and cuBLAS static, the driver opened at run time),
+# its linkage, then the binary here: --version names CUDA, and on a machine without a
+# GPU it says so and answers on the CPU. In its own target dir; dist/ is left alone.
+CHECK_CUDA_ARCHS ?= 86-real
+check-cuda: model
+	$(MAKE) --no-print-directory static CUDA=1 CUDA_ARCHS='$(CHECK_CUDA_ARCHS)' \
+	  STATIC_TARGET_DIR=target/check-cuda STATIC_BIN=target/check-cuda/shepherd
+	scripts/release-check.sh cuda-cpu target/check-cuda/shepherd $(MODEL)
+
+# `make test` runs check-cuda only when what a CUDA build is made of changed since it
+# last passed on this machine: a hash of these files, not git history (CI clones
+# fresh and maybe shallow), with a stamp per passing hash in the cache.
+# CHECK_CUDA=1 runs it always, CHECK_CUDA=0 never.
+CUDA_INPUTS = Cargo.lock Cargo.toml build.rs Makefile .cargo/config.toml ffi/cuda_driver.c \
+  scripts/cuda-toolkit.sh scripts/release-check.sh $(shell grep -rl 'feature = "cuda"' src | sort)
+CHECK_CUDA ?=
+check-cuda-if-changed:
+	@hash=$$(cat $(CUDA_INPUTS) | sha256sum | cut -c1-16); stamp=$(CACHE)/check-cuda/$$hash.ok; \
+	if [ "$(CHECK_CUDA)" = 0 ]; then echo "check-cuda: skipped (CHECK_CUDA=0)"; \
+	elif [ "$(CHECK_CUDA)" != 1 ] && [ -f $$stamp ]; then \
+	  echo "check-cuda: skipped, the CUDA build's inputs are unchanged since it passed ($$(cat $$stamp))"; \
+	else start=$$(date +%s) && $(MAKE) --no-print-directory check-cuda && mkdir -p $(CACHE)/check-cuda && \
+	  echo "$$(date -u +%FT%TZ), $$(( $$(date +%s) - start ))s, hash $$hash" > $$stamp && \
+	  echo "check-cuda: passed in $$(( $$(date +%s) - start ))s"; fi
+
 # ---------------------------------------------------------------------------------------
 # The release: one static binary, offline builds, a tarball, install (docs/INSTALL.md).
 
@@ -257,6 +287,8 @@ STATIC_TRIPLE := x86_64-unknown-linux-gnu
 # Its own target dir: the static flags would otherwise rebuild target/release from scratch.
 STATIC_TARGET_DIR ?= target/static$(if $(CUDA),-cuda,)
 STATIC_OUT := $(STATIC_TARGET_DIR)/$(STATIC_TRIPLE)/release/shepherd
+# Where `make static` leaves the stripped binary (check-cuda puts its own elsewhere).
+STATIC_BIN ?= dist/shepherd
 # CPU: glibc and libstdc++ linked in (static-pie). CUDA: the driver (libcuda.so.1) is
 # the GPU box's and is opened at run time, which needs the dynamic loader, so glibc
 # stays dynamic; cudart, cuBLAS and libstdc++ are linked in.
@@ -303,10 +335,10 @@ $(VENDOR_DONE):
 static: deps release-deps $(if $(CUDA),cuda-toolkit cuda-link-static,)
 	$(CUDA_ENV_STATIC) RUSTFLAGS='$(strip $(STATIC_RUSTFLAGS))' $(CARGO) build --release --target $(STATIC_TRIPLE) \
 	  $(STATIC_FEATURES) --target-dir $(STATIC_TARGET_DIR) $(VENDORED)
-	@mkdir -p dist
-	strip -o dist/shepherd.tmp $(STATIC_OUT)
-	@mv dist/shepherd.tmp dist/shepherd
-	scripts/release-check.sh linkage dist/shepherd $(if $(CUDA),cuda,static) $(MAX_STATIC_MB)
+	@mkdir -p $(dir $(STATIC_BIN))
+	strip -o $(STATIC_BIN).tmp $(STATIC_OUT)
+	@mv $(STATIC_BIN).tmp $(STATIC_BIN)
+	scripts/release-check.sh linkage $(STATIC_BIN) $(if $(CUDA),cuda,static) $(MAX_STATIC_MB)
 
 # Acceptance 2: the static build with no network at all, from the vendored crates.
 # The target dir is wiped whenever the dependency set (Cargo.lock, Cargo.toml) changed

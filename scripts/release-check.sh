@@ -9,6 +9,8 @@
 #       (libcuda.so.1 is opened at run time), and CUDA code is linked in.
 #       cuda-dynamic (`make CUDA=1`): libcudart and libcublas are NEEDED, and
 #       otherwise only glibc and the C++ runtime.
+#   release-check.sh cuda-cpu BIN MODEL
+#       a CUDA build run on this machine (check_cuda_cpu below).
 #   release-check.sh all BIN MODEL UNIT SAMPLE_CONFIG MAX_MB
 #       linkage as above, then: --version and a one-shot chat inside an empty root
 #       (the binary and the model only); the systemd unit passes `systemd-analyze
@@ -168,6 +170,35 @@ serve() { # CMD STATE LOG
     ok "the unit's ExecStart serves /health, and /status with its generated token only, on 127.0.0.1:$port only, as uid $uid: $status"
 }
 
+# A CUDA build run here: --version names the CUDA toolkit and the architectures, and
+# the one-shot chat answers. Where there is no GPU (CI) both say that no CUDA device
+# was found and the model answers on the CPU; where there is one, it answers on it.
+check_cuda_cpu() { # BIN MODEL
+    local bin=$1 model=$2 out err
+    out=$("$bin" --version </dev/null) || fail "$bin --version failed"
+    grep -q '^cuda: CUDA [0-9]' <<<"$out" || fail "--version does not name the CUDA build: $out"
+    ok "$(grep '^cuda:' <<<"$out")"
+    local gpu=yes
+    grep -q '^  CUDA[0-9]' <<<"$out" || gpu=no
+    if [[ $gpu == no ]]; then
+        grep -q '^no CUDA device found (.*): running on the CPU$' <<<"$out" ||
+            fail "--version on a machine without a GPU does not say so: $out"
+        ok "--version: $(grep '^no CUDA device' <<<"$out")"
+    fi
+    err=$(mktemp)
+    out=$("$bin" -m "$model" --threads 2 --temperature 0 -e "What is the capital of France?" </dev/null 2>"$err") ||
+        fail "the one-shot chat failed: $(cat "$err")"
+    grep -qi paris <<<"$out" || fail "the one-shot chat did not answer Paris: $out"
+    if [[ $gpu == no ]]; then
+        [[ $(grep -c '^shepherd: no CUDA device found' "$err") == 1 ]] ||
+            fail "the chat did not say once that it runs on the CPU: $(cat "$err")"
+        ok "one-shot chat without a GPU: $(grep '^shepherd: no CUDA' "$err"); answer: $out"
+    else
+        ok "one-shot chat on the GPU: $out"
+    fi
+    rm -f "$err"
+}
+
 main() {
     local mode=${1:-}
     case $mode in
@@ -189,8 +220,11 @@ main() {
     serve)
         serve "$2" "$3" "$4"
         ;;
+    cuda-cpu)
+        check_cuda_cpu "$2" "$3"
+        ;;
     *)
-        echo "usage: $0 linkage BIN static|cuda|cuda-dynamic MAX_MB | all BIN MODEL UNIT SAMPLE_CONFIG MAX_MB" >&2
+        echo "usage: $0 linkage BIN static|cuda|cuda-dynamic MAX_MB | all BIN MODEL UNIT SAMPLE_CONFIG MAX_MB | cuda-cpu BIN MODEL" >&2
         exit 2
         ;;
     esac
