@@ -198,11 +198,12 @@ clean:
 # uses an installed toolkit instead (NVIDIA's /usr/local/cuda, 12.x or 13.x).
 CUDA_CACHE := $(CACHE)/cuda-12.4
 CUDA_TOOLKIT ?= $(CUDA_CACHE)/toolkit
-# The GPU architectures compiled in (CMake's CMAKE_CUDA_ARCHITECTURES): SASS for Ampere
-# (A100: 80, RTX 30xx/A10/A40: 86), Ada (RTX 40xx/L4/L40: 89) and Hopper (H100/H200: 90).
-# Each costs build time and binary size (INSTALL.md has the numbers); NN-virtual adds PTX
-# that newer GPUs compile at first start.
-CUDA_ARCHS ?= 80-real;86-real;89-real;90-real
+# The GPU architectures compiled in (CMake's CMAKE_CUDA_ARCHITECTURES), machine code for
+# Ampere (80: A100, and through binary compatibility every 8.x GPU: A10, A40, RTX 30xx),
+# Ada (89: L4, L40, RTX 40xx) and Hopper (90: H100, H200). Each costs build time and
+# binary size (INSTALL.md has the numbers); NN-virtual adds PTX that newer GPUs compile
+# at first start.
+CUDA_ARCHS ?= 80-real;89-real;90-real
 # How each variant links: libcuda.a from ffi/cuda_driver.c (the driver, opened at run
 # time) first on the library path, and for the dynamic one empty stand-ins for the static
 # archives llama-cpp-sys-2 asks for, with build.rs linking libcudart/libcublas instead.

@@ -91,11 +91,10 @@ mod cuda {
         let text = out
             .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
             .unwrap_or_default();
-        text.rsplit(", V")
-            .next()
-            .filter(|_| text.contains(", V"))
-            .map(|v| v.trim().to_string())
-            .unwrap_or_else(|| "(unknown version)".to_string())
+        // One line only: a newline would end cargo's rustc-env directive.
+        text.split_once(", V")
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .map_or_else(|| "(unknown version)".to_string(), str::to_string)
     }
 
     /// `80-real;90-virtual;89` -> `sm_80, compute_90 (PTX), sm_89 + compute_89 (PTX)`.
