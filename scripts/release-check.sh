@@ -50,9 +50,11 @@ check_linkage() { # BIN KIND MAX_MB
         [[ $kind == cuda-dynamic ]] && allowed="$glibc|libstdc\+\+\.so\.6|libcudart\.so\.[0-9]+|libcublas\.so\.[0-9]+|libcublasLt\.so\.[0-9]+"
         extra=$(echo "$needed" | grep -vxE "$allowed" || true)
         [[ -z $extra ]] || fail "$bin needs more than it should ($kind): $(echo "$extra" | tr '\n' ' ')"
-        # The CUDA kernels are in: cudart registers them through __cudaRegisterFatBinary.
-        nm -D "$bin" 2>/dev/null | grep -q __cudaRegisterFatBinary ||
-            readelf -S "$bin" | grep -q '\.nv_fatbin' || fail "$bin has no CUDA kernels (.nv_fatbin)"
+        # The CUDA kernels are in (captured first: grep -q would stop the pipe early,
+        # which pipefail reports as a failure).
+        local sections
+        sections=$(readelf -SW "$bin")
+        grep -q ' \.nv_fatbin ' <<<"$sections" || fail "$bin has no CUDA kernels (.nv_fatbin)"
         if [[ $kind == cuda ]]; then
             ok "$bin needs only glibc (the driver is opened at run time), cudart and cuBLAS linked in, $bytes bytes"
         else
