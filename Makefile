@@ -204,6 +204,10 @@ CUDA_TOOLKIT ?= $(CUDA_CACHE)/toolkit
 # binary size (INSTALL.md has the numbers); NN-virtual adds PTX that newer GPUs compile
 # at first start.
 CUDA_ARCHS ?= 80-real;89-real;90-real
+# nvcc flags for every CUDA file (CMAKE_CUDA_FLAGS). CUDA 12.4 stores GPU code
+# uncompressed unless told: compressed, llama.cpp's code for one architecture is about
+# a third of its 119 MB (cudart decompresses it when the program starts).
+CUDA_FLAGS ?= -Xfatbin=-compress-all
 # How each variant links: libcuda.a from ffi/cuda_driver.c (the driver, opened at run
 # time) first on the library path, and for the dynamic one empty stand-ins for the static
 # archives llama-cpp-sys-2 asks for, with build.rs linking libcudart/libcublas instead.
@@ -215,9 +219,12 @@ STATIC_CUDA_LINK_DIR = $(STATIC_TARGET_DIR)/cuda-link
 # target dir).
 CUDA_CCACHE := CCACHE_BASEDIR=$(CURDIR) CCACHE_NOHASHDIR=1 CCACHE_MAXSIZE=10G
 # CMAKE_* reach CMake through llama-cpp-sys-2 (as -D); GGML_* too, and a change to one
-# re-runs its build, so the architectures ride along in an otherwise unused GGML_ name.
+# re-runs its build, so the architectures and flags ride along in an otherwise unused
+# GGML_ name.
+CUDA_CMAKE = $(CUDA_ARCHS) $(CUDA_FLAGS)
 CUDA_ENV = CUDA_PATH=$(CUDA_TOOLKIT) CMAKE_CUDA_COMPILER=$(CUDA_TOOLKIT)/bin/nvcc \
-  CMAKE_CUDA_ARCHITECTURES='$(CUDA_ARCHS)' GGML_SHEPHERD_CUDA_ARCHS='$(CUDA_ARCHS)' $(CUDA_CCACHE)
+  CMAKE_CUDA_ARCHITECTURES='$(CUDA_ARCHS)' CMAKE_CUDA_FLAGS='$(CUDA_FLAGS)' \
+  GGML_SHEPHERD_CUDA='$(CUDA_CMAKE)' $(CUDA_CCACHE)
 CUDA_ENV_DYNAMIC = $(if $(CUDA),$(CUDA_ENV) CUDA_LIBRARY_PATH=$(abspath $(CUDA_LINK_DIR)):$(CUDA_TOOLKIT) SHEPHERD_CUDA_RUNTIME=dynamic,)
 CUDA_ENV_STATIC = $(if $(CUDA),$(CUDA_ENV) CUDA_LIBRARY_PATH=$(abspath $(STATIC_CUDA_LINK_DIR)):$(CUDA_TOOLKIT) SHEPHERD_CUDA_RUNTIME=static,)
 
@@ -231,13 +238,13 @@ endif
 
 # find_cuda_helper (llama-cpp-sys-2's library search) adds DIR/lib64 for each DIR in
 # CUDA_LIBRARY_PATH, hence the lib64/. llama-cpp-sys-2 runs CMake's configure step only
-# in a fresh build directory, so when CUDA_ARCHS changed its CMakeCache.txt goes (the
-# objects stay, and ccache has the rest).
+# in a fresh build directory, so when CUDA_ARCHS or CUDA_FLAGS changed its CMakeCache.txt
+# goes (the objects stay, and ccache has the rest).
 CUDA_STAND_INS := libcudart_static.a libcublas_static.a libcublasLt_static.a libculibos.a
 define cuda_archs_changed # $(1): the link dir, $(2): the target dir
-	@if [ "$$(cat $(1)/archs 2>/dev/null)" != '$(CUDA_ARCHS)' ]; then \
+	@if [ "$$(cat $(1)/cmake 2>/dev/null)" != '$(CUDA_CMAKE)' ]; then \
 	  find $(2) -path '*/llama-cpp-sys-2-*/out/build/CMakeCache.txt' -delete 2>/dev/null; \
-	  echo '$(CUDA_ARCHS)' > $(1)/archs; fi
+	  echo '$(CUDA_CMAKE)' > $(1)/cmake; fi
 endef
 cuda-link-dynamic: cuda-toolkit
 	@mkdir -p $(CUDA_LINK_DIR)/lib64
@@ -256,7 +263,7 @@ cuda-link-static: cuda-toolkit
 # and link: the CUDA kernels, cudart and cuBLAS static, the driver opened at run time),
 # its linkage, then the binary here: --version names CUDA, and on a machine without a
 # GPU it says so and answers on the CPU. In its own target dir; dist/ is left alone.
-CHECK_CUDA_ARCHS ?= 86-real
+CHECK_CUDA_ARCHS ?= 80-real
 check-cuda: model
 	$(MAKE) --no-print-directory static CUDA=1 CUDA_ARCHS='$(CHECK_CUDA_ARCHS)' \
 	  STATIC_TARGET_DIR=target/check-cuda STATIC_BIN=target/check-cuda/shepherd
