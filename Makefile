@@ -196,6 +196,7 @@ clean:
 # apt-get download and unpacked into the cache as a CUDA_PATH (scripts/cuda-toolkit.sh),
 # because it is the only toolkit in the registries with a static cuBLAS. CUDA_TOOLKIT=DIR
 # uses an installed toolkit instead (NVIDIA's /usr/local/cuda, 12.x or 13.x).
+# Named by version: fetched once, so a change of packages in cuda-toolkit.sh needs a new name.
 CUDA_CACHE := $(CACHE)/cuda-12.4
 CUDA_TOOLKIT ?= $(CUDA_CACHE)/toolkit
 # The GPU architectures compiled in (CMake's CMAKE_CUDA_ARCHITECTURES), machine code for

@@ -44,8 +44,11 @@ work=$DEST/work
 apt=$DEST/apt
 mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$work/debs" "$work/root"
 
-# The machine's own keyring (debian-archive-keyring) checks trixie's signatures too.
-echo "deb $MIRROR trixie main non-free" >"$apt/sources.list"
+# Debian's archive keyring checks trixie's signatures (package debian-archive-keyring,
+# on Debian always there; on Ubuntu installable).
+KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
+[[ -f $KEYRING ]] || { echo "cuda-toolkit: $KEYRING is missing: apt-get install debian-archive-keyring" >&2; exit 1; }
+echo "deb [signed-by=$KEYRING] $MIRROR trixie main non-free" >"$apt/sources.list"
 APT_OPTS=(
     -o "Dir::Etc::SourceList=$apt/sources.list" -o Dir::Etc::SourceParts=/dev/null
     -o "Dir::State::Lists=$apt/lists" -o "Dir::Cache=$apt/cache"
