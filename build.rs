@@ -6,7 +6,9 @@
 //!   llama.cpp sources compiled in (read from `Cargo.lock`).
 //!
 //! The llama.cpp build itself is done by the `llama-cpp-sys-2` crate's own
-//! build script; C/C++ sources of ours live in `ffi/`.
+//! build script; C/C++ sources of ours live in `ffi/`. This script only checks
+//! that it has ggml's RPC backend when `GGML_RPC=ON` (`.cargo/config.toml`): see
+//! [`check_llama_has_rpc`].
 //!
 //! - feature `cuda`: `SHEPHERD_CUDA`, what `--version` says of the CUDA build (the
 //!   toolkit's version from `$CUDA_PATH/bin/nvcc`, the GPU architectures from
@@ -42,11 +44,45 @@ fn main() {
         .unwrap_or_else(|| "unknown".to_string());
     println!("cargo:rustc-env=SHEPHERD_LLAMA_CRATE={llama}");
 
+    check_llama_has_rpc();
+
     #[cfg(feature = "cuda")]
     cuda::build();
 
     #[cfg(any(feature = "tensorrt", feature = "tensorrt-testlib"))]
     trtllm::build();
+}
+
+/// Stops the build when `GGML_RPC=ON` but the llama.cpp build it links has no
+/// `libggml-rpc`. llama-cpp-sys-2 runs CMake's configure step only in a fresh
+/// build directory, and re-runs at all only for `GGML_*` variables it saw last
+/// time, so a target directory built before RPC was turned on keeps a llama.cpp
+/// without it; the binary would then refuse `--rpc` at run time.
+fn check_llama_has_rpc() {
+    println!("cargo:rerun-if-env-changed=GGML_RPC");
+    println!("cargo:rerun-if-env-changed=DEP_LLAMA_GGML_CMAKE_DIR");
+    if std::env::var("GGML_RPC").as_deref() != Ok("ON") {
+        return;
+    }
+    // `lib/cmake` (or `lib64/cmake`) of llama-cpp-sys-2's install directory.
+    let Some(cmake_dir) = std::env::var_os("DEP_LLAMA_GGML_CMAKE_DIR").map(PathBuf::from) else {
+        return;
+    };
+    let Some(lib_dir) = cmake_dir.parent() else {
+        return;
+    };
+    let built = ["libggml-rpc.a", "libggml-rpc.so"]
+        .iter()
+        .any(|name| lib_dir.join(name).is_file());
+    if !built {
+        panic!(
+            "\n\nGGML_RPC=ON, but the llama.cpp build in {} has no ggml-rpc library: it was \
+             configured before the RPC backend was turned on, and llama-cpp-sys-2 does not \
+             configure an existing build again.\nRebuild it once: cargo clean -p llama-cpp-sys-2 \
+             (add --target-dir target/static --target x86_64-unknown-linux-gnu for `make static`)\n\n",
+            lib_dir.display()
+        );
+    }
 }
 
 #[cfg(feature = "cuda")]
@@ -228,12 +264,20 @@ mod trtllm {
         let abi = cxx11_abi(&lib_dir.join("libtensorrt_llm.so"));
         let cuda = env::var_os("CUDA_HOME")
             .map_or_else(|| PathBuf::from("/usr/local/cuda"), PathBuf::from);
-        cc::Build::new()
+        let mut build = cc::Build::new();
+        build
             .cpp(true)
             .std("c++17")
             .file(SHIM)
             .include(&include)
-            .include(cuda.join("include"))
+            .include(cuda.join("include"));
+        // executor/types.h includes <cuda_fp16.h>, which includes CCCL's <nv/target>;
+        // CUDA 13 toolkits keep CCCL in include/cccl, which only nvcc searches by itself.
+        let cccl = cuda.join("include").join("cccl");
+        if cccl.is_dir() {
+            build.include(cccl);
+        }
+        build
             .define("_GLIBCXX_USE_CXX11_ABI", abi)
             .define("ENABLE_BF16", None)
             .define("ENABLE_FP8", None)

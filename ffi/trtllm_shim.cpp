@@ -4,9 +4,15 @@
  *
  * Built by build.rs only with the cargo feature `tensorrt` and TRTLLM_ROOT set,
  * as C++17 with the _GLIBCXX_USE_CXX11_ABI of the installed libtensorrt_llm.so.
- * NOTE: written against the public executor headers; it has not been compiled
- * or run here (no TensorRT-LLM installation is obtainable). docs/tensorrt.md
- * says what was verified.
+ * `make check-trtllm-shim` compiles it (-fsyntax-only, -Wall -Wextra -Werror)
+ * against a release's vendored headers once ffi/vendor/tensorrt_llm holds them.
+ * Every declaration used here was checked by hand against TensorRT-LLM's
+ * executor.h, types.h and plugins/api/tllmPlugin.h; it has never run.
+ * docs/tensorrt.md says exactly what was and was not verified.
+ *
+ * Release differences it steers around: SamplingConfig::setSeed, not the older
+ * setRandomSeed (gone from current headers); FinishReason compared by value,
+ * since kTIMED_OUT and kCANCELLED exist only in newer releases.
  *
  * Choices (reference: the original Shepherd's TensorRT backend):
  *   - ModelType::kDECODER_ONLY, in-flight batching, beam width 1;
@@ -24,10 +30,13 @@
 #include <tensorrt_llm/plugins/api/tllmPlugin.h>
 
 #include <chrono>
+#include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <exception>
 #include <filesystem>
 #include <list>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>

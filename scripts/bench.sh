@@ -7,7 +7,8 @@
 # shepherd's API server against llama-server: single-stream and 4-stream aggregate
 # tokens/s, and the same scripted conversation's time to first token over HTTP; and
 # the cold one-shot's time to first token with the prompt cache empty and warm
-# against --notools (scripts/bench_oneshot.py).
+# against --notools (scripts/bench_oneshot.py); then speculative decoding against
+# llama-server's draftless drafters (scripts/bench_spec.py).
 # llama-bench is built once from the llama-cpp-python==0.3.36 sdist (it vendors the
 # full llama.cpp tree) and cached under $CACHE/llama-bench; a second llama-bench, the
 # same source built against the llama.cpp that shepherd links, takes the version
@@ -301,3 +302,29 @@ cleanup
 # Part three: the cold one-shot with the default tools, prompt cache empty and warm,
 # against --notools (scripts/bench_oneshot.py).
 $PYTHON scripts/bench_oneshot.py "$SHEPHERD" "$MODEL" "$THREADS" "${ONESHOT_ROUNDS:-6}"
+
+# Part four: speculative decoding (scripts/bench_spec.py): the edit and prose workloads,
+# one request at a time, shepherd without and with its n-gram drafter against
+# llama-server without speculation and with its draftless drafters (ngram-simple,
+# ngram-mod), each given the same --draft-max.
+PIDS=()
+start_server() {  # NAME PORT COMMAND...
+  local name=$1 port=$2; shift 2
+  "$@" --host 127.0.0.1 --port "$port" > "$LOGS/spec-$name.log" 2>&1 &
+  PIDS+=($!)
+  wait_healthy "$port" "${PIDS[-1]}" || { echo "$name did not start; see $LOGS/spec-$name.log" >&2; exit 1; }
+  SPEC_SERVERS+=("$name=http://127.0.0.1:$port")
+}
+SPEC_SERVERS=()
+DRAFT_MAX=${DRAFT_MAX:-16}
+SHEPHERD_ARGS=(--server --threads "$THREADS" --gpu-layers "$NGL" --context-size "$SERVER_CTX" -m "$MODEL" --no-prompt-cache)
+LLAMA_ARGS=(-m "$MODEL" -t "$THREADS" -tb "$THREADS" -ngl "$NGL" --parallel 1 -c "$SERVER_CTX")
+start_server shepherd-off "$(free_port)" "$SHEPHERD" "${SHEPHERD_ARGS[@]}" --spec off
+start_server shepherd-ngram "$(free_port)" "$SHEPHERD" "${SHEPHERD_ARGS[@]}" --spec ngram --draft-max "$DRAFT_MAX"
+start_server llama-server "$(free_port)" "$SERVER" "${LLAMA_ARGS[@]}"
+for type in ngram-simple ngram-mod; do
+  start_server "llama-server-$type" "$(free_port)" "$SERVER" "${LLAMA_ARGS[@]}" \
+    --spec-type "$type" --spec-draft-n-max "$DRAFT_MAX"
+done
+ROUNDS=${SPEC_ROUNDS:-6} $PYTHON scripts/bench_spec.py "${SPEC_SERVERS[@]}"
+cleanup

@@ -135,6 +135,9 @@ pub enum FlagId {
     SplitMode,
     TensorSplit,
     MainGpu,
+    Rpc,
+    RpcWorker,
+    RpcAllowRemote,
     ModelPath,
     Threads,
     NBatch,
@@ -144,6 +147,9 @@ pub enum FlagId {
     Parallel,
     Pooling,
     NoPromptCache,
+    Spec,
+    DraftMax,
+    ModelDraft,
     Reasoning,
     NoMcp,
     UseTools,
@@ -242,6 +248,8 @@ pub const FLAGS: &[Flag] = &[
     flag(FlagId::CliServer, "cliserver", None, Nothing, S::Modes, "Serve one shared session over HTTP for `--backend cli` clients"),
     flag(FlagId::Server, "server", None, Nothing, S::Modes, "Serve an OpenAI-compatible API"),
     flag(FlagId::ToolServer, "toolserver", None, Nothing, S::Modes, "Serve the tools as JSON-RPC lines over TCP (default port 9876)"),
+    flag(FlagId::RpcWorker, "rpc-worker", None, Nothing, S::Modes, "Lend this box's GPUs (else its CPU) to --rpc hosts over ggml's RPC (port 50052; no authentication)"),
+    flag(FlagId::RpcAllowRemote, "rpc-allow-remote", None, Nothing, S::Modes, "--rpc-worker: allow a --host that is not loopback (trusted networks only)"),
     flag(FlagId::Host, "host", None, Val("ADDR"), S::Modes, "Address the servers listen on"),
     flag(FlagId::Port, "port", None, Val("PORT"), S::Modes, "Port the servers listen on, 1 to 65535 (0 = any free port)"),
     flag(FlagId::AuthToken, "auth-token", None, Val("TOKEN"), S::Modes, "Token the servers require (prefer --auth-token-file: argv is visible in ps)"),
@@ -259,6 +267,7 @@ pub const FLAGS: &[Flag] = &[
     flag(FlagId::SplitMode, "split-mode", None, Val("MODE"), S::Local, "Several GPUs: none (all on --main-gpu), layer (default) or row"),
     flag(FlagId::TensorSplit, "tensor-split", None, Val("A,B,..."), S::Local, "Several GPUs: each GPU's share of the layers, e.g. 3,1 (default: by free memory)"),
     flag(FlagId::MainGpu, "main-gpu", None, Val("N"), S::Local, "The GPU for the whole model with --split-mode none, else for its small tensors (default 0)"),
+    flag(FlagId::Rpc, "rpc", None, Val("HOST:PORT,..."), S::Local, "Spread the model's layers over these `shepherd --rpc-worker`s (trusted network only)"),
     flag(FlagId::Threads, "threads", None, Val("N"), S::Local, "CPU threads (default: one per core up to 16; 2 with every layer on a GPU)"),
     flag(FlagId::NBatch, "n_batch", None, Val("N"), S::Local, "Logical batch size"),
     flag(FlagId::UBatch, "ubatch", None, Val("N"), S::Local, "Physical batch size (default 512; 256 on the CPU without flash attention)"),
@@ -267,6 +276,9 @@ pub const FLAGS: &[Flag] = &[
     flag(FlagId::Parallel, "parallel", None, Val("N"), S::Local, "Requests decoded together in one batch (slots), 1 to 64 (default 1)"),
     flag(FlagId::Pooling, "pooling", None, Val("TYPE"), S::Local, "--server: how /v1/embeddings pools a sequence: mean|cls|last (default mean)"),
     flag(FlagId::NoPromptCache, "no-prompt-cache", None, Nothing, S::Local, "Neither restore nor save decoded prompts on disk (kv_cache_max_mb caps them)"),
+    flag(FlagId::Spec, "spec", None, Val("MODE"), S::Local, "Speculative decoding: off, ngram (default: drafts from the context itself) or draft (--model-draft)"),
+    flag(FlagId::DraftMax, "draft-max", None, Val("N"), S::Local, "Speculative decoding: most tokens drafted at once, 1 to 64 (default 16)"),
+    flag(FlagId::ModelDraft, "model-draft", None, Val("FILE"), S::Local, "A small GGUF model with the model's vocabulary that drafts for it (implies --spec draft)"),
     flag(FlagId::Config, "config", Some('c'), Val("FILE"), S::General, "Read and write FILE instead of the default config.json"),
     flag(FlagId::Debug, "debug", Some('d'), Opt("llm,tools,http"), S::General, "Debug output to stderr for these categories (none given = all)"),
     flag(FlagId::Version, "version", Some('v'), Nothing, S::General, "Print the version and exit"),
@@ -377,6 +389,10 @@ pub struct LowArgs {
     pub split_mode: Option<String>,
     pub tensor_split: Option<Vec<f32>>,
     pub main_gpu: Option<u32>,
+    /// `--rpc` workers, in order (repeatable, comma-separated).
+    pub rpc: Vec<String>,
+    pub rpc_worker: bool,
+    pub rpc_allow_remote: bool,
     pub threads: Option<u32>,
     pub n_batch: Option<u32>,
     pub ubatch: Option<u32>,
@@ -384,6 +400,10 @@ pub struct LowArgs {
     /// `Some(true)`/`Some(false)` forced on or off; `None` is auto.
     pub flash_attn: Option<bool>,
     pub no_prompt_cache: bool,
+    /// `--spec`, `--draft-max`, `--model-draft`.
+    pub spec: Option<String>,
+    pub draft_max: Option<u32>,
+    pub model_draft: Option<PathBuf>,
     pub parallel: Option<u32>,
     pub pooling: Option<String>,
     pub config: Option<PathBuf>,
@@ -525,6 +545,7 @@ fn is_path_flag(id: FlagId) -> bool {
         FlagId::Config
             | FlagId::SystemPromptFile
             | FlagId::ModelPath
+            | FlagId::ModelDraft
             | FlagId::AuthTokenFile
             | FlagId::Record
             | FlagId::Replay
@@ -538,6 +559,7 @@ fn set_path(low: &mut LowArgs, id: FlagId, path: PathBuf) {
         FlagId::AuthTokenFile => low.auth_token_file = Some(path),
         FlagId::Record => low.record = Some(path),
         FlagId::Replay => low.replay = Some(path),
+        FlagId::ModelDraft => low.model_draft = Some(path),
         _ => low.model_path = Some(path),
     }
 }
@@ -562,6 +584,8 @@ fn set_switch(low: &mut LowArgs, id: FlagId) {
         FlagId::Continue => low.continue_session = true,
         FlagId::Fresh => low.fresh = true,
         FlagId::ListModels => low.list_models = true,
+        FlagId::RpcWorker => low.rpc_worker = true,
+        FlagId::RpcAllowRemote => low.rpc_allow_remote = true,
         FlagId::NoAuth => low.no_auth = true,
         FlagId::FlashAttn => low.flash_attn = Some(true),
         FlagId::Version => low.version = true,
@@ -587,6 +611,7 @@ fn set_value(low: &mut LowArgs, flag: &Flag, raw: &str) -> Result<(), UsageError
         FlagId::SystemPrompt => low.system_prompt = text(),
         FlagId::Reasoning => low.reasoning = Some(choice(flag, raw, &REASONING_LEVELS)?),
         FlagId::Pooling => low.pooling = Some(choice(flag, raw, &POOLING_MODES)?),
+        FlagId::Spec => low.spec = Some(choice(flag, raw, &SPEC_MODES)?),
         FlagId::CacheType => low.cache_type = Some(choice(flag, raw, &CACHE_TYPES)?),
         FlagId::FlashAttn => {
             low.flash_attn = match choice(flag, raw, &FLASH_ATTN_MODES)?.as_str() {
@@ -603,6 +628,7 @@ fn set_value(low: &mut LowArgs, flag: &Flag, raw: &str) -> Result<(), UsageError
         FlagId::Approve => low.approve.extend(split_globs(raw)),
         FlagId::Deny => low.deny.extend(split_globs(raw)),
         FlagId::ToolBackend => low.tool_backend = Some(host_port(flag, raw)?),
+        FlagId::Rpc => low.rpc.extend(rpc_workers(flag, raw)?),
         FlagId::ToolBackendToken => low.tool_backend_token = text(),
         FlagId::Debug => low.debug = Some(debug_categories(raw).map_err(|e| bad(flag, raw, &e))?),
         _ => set_number(low, flag, raw)?,
@@ -633,6 +659,7 @@ fn set_number(low: &mut LowArgs, flag: &Flag, raw: &str) -> Result<(), UsageErro
         FlagId::NBatch => low.n_batch = Some(ranged(flag, raw, 1, 1 << 20)? as u32),
         FlagId::UBatch => low.ubatch = Some(ranged(flag, raw, 1, 1 << 20)? as u32),
         FlagId::Parallel => low.parallel = Some(ranged(flag, raw, 1, MAX_PARALLEL as u64)? as u32),
+        FlagId::DraftMax => low.draft_max = Some(ranged(flag, raw, 1, 64)? as u32),
         // Every id is handled above or in `set_value`/`set_switch`/`set_path`.
         _ => {
             return Err(UsageError(format!(
@@ -703,6 +730,8 @@ fn choice(flag: &Flag, raw: &str, allowed: &[&str]) -> Result<String, UsageError
 pub const REASONING_LEVELS: [&str; 4] = ["off", "low", "medium", "high"];
 /// `--split-mode`: how offloaded layers go over several GPUs.
 pub const SPLIT_MODES: [&str; 3] = crate::llama::SplitMode::NAMES;
+/// `--spec`: speculative decoding's drafter.
+pub const SPEC_MODES: [&str; 3] = crate::core::SpecMode::NAMES;
 /// How `/v1/embeddings` pools a sequence (`--pooling`).
 pub const POOLING_MODES: [&str; 3] = ["mean", "cls", "last"];
 pub const CACHE_TYPES: [&str; 4] = ["f16", "f32", "q8_0", "q4_0"];
@@ -720,6 +749,7 @@ pub fn flag_values(id: FlagId) -> subcommands::Values {
         FlagId::Backend => Values::Choices(&BACKEND_NAMES),
         FlagId::Reasoning => Values::Choices(&REASONING_LEVELS),
         FlagId::Pooling => Values::Choices(&POOLING_MODES),
+        FlagId::Spec => Values::Choices(&SPEC_MODES),
         FlagId::SplitMode => Values::Choices(&SPLIT_MODES),
         FlagId::CacheType => Values::Choices(&CACHE_TYPES),
         FlagId::FlashAttn => Values::Choices(&FLASH_ATTN_MODES),
@@ -811,6 +841,27 @@ fn host_port(flag: &Flag, raw: &str) -> Result<String, UsageError> {
     parse_host_port(raw).map_err(|e| bad(flag, raw, &e))
 }
 
+/// `--rpc 10.0.0.2:50052,box3:50052`: `HOST:PORT`s, checked for their shape (the
+/// names are resolved when the model loads).
+fn rpc_workers(flag: &Flag, raw: &str) -> Result<Vec<String>, UsageError> {
+    let workers: Vec<String> = split_globs(raw).collect();
+    if workers.is_empty() {
+        return Err(bad(flag, raw, "HOST:PORT,... (at least one worker)"));
+    }
+    for worker in &workers {
+        let (host, _) = worker.rsplit_once(':').unwrap_or_default();
+        if host.contains([':', '[', ']']) {
+            return Err(bad(
+                flag,
+                raw,
+                "HOST:PORT,... with IPv4 addresses or host names (ggml's RPC has no IPv6)",
+            ));
+        }
+        parse_host_port(worker).map_err(|e| bad(flag, worker, &e))?;
+    }
+    Ok(workers)
+}
+
 /// Splits `a*,b` into globs, dropping empty pieces.
 pub fn split_globs(raw: &str) -> impl Iterator<Item = String> + '_ {
     raw.split(',')
@@ -843,8 +894,35 @@ fn check_combinations(low: &LowArgs) -> Result<(), UsageError> {
             "--cliserver",
         ),
     ];
-    match conflicts.iter().find(|(clash, _, _)| *clash) {
-        Some((_, a, b)) => Err(UsageError(format!("{a} and {b} cannot be used together"))),
+    if let Some((_, a, b)) = conflicts.iter().find(|(clash, _, _)| *clash) {
+        return Err(UsageError(format!("{a} and {b} cannot be used together")));
+    }
+    check_rpc_worker(low)
+}
+
+/// `--rpc-worker` is a mode of its own: it serves devices, no model, no front-end.
+fn check_rpc_worker(low: &LowArgs) -> Result<(), UsageError> {
+    if low.rpc_allow_remote && !low.rpc_worker {
+        return Err(UsageError(
+            "--rpc-allow-remote only applies to --rpc-worker".into(),
+        ));
+    }
+    if !low.rpc_worker {
+        return Ok(());
+    }
+    let others = [
+        (!low.rpc.is_empty(), "--rpc"),
+        (low.server, "--server"),
+        (low.cliserver, "--cliserver"),
+        (low.toolserver, "--toolserver"),
+        (low.json, "--json"),
+        (low.prompt.is_some(), "--prompt"),
+        (low.model.is_some(), "--model"),
+    ];
+    match others.iter().find(|(given, _)| *given) {
+        Some((_, other)) => Err(UsageError(format!(
+            "--rpc-worker and {other} cannot be used together: a worker only lends its devices"
+        ))),
         None => Ok(()),
     }
 }

@@ -11,6 +11,10 @@
 //! calls in [`at`]: every open, create, rename and listing there is relative to
 //! a directory handle they already hold and never follows a symlink, which is
 //! what keeps them inside the workspace while its contents change under them.
+//!
+//! [`exit_now`] ends the process from a thread that cannot return to `main`
+//! (ggml's abort callback when an RPC worker is lost); [`tcp`] gives ggml's
+//! connections to RPC workers keepalive.
 
 #![allow(unsafe_code)] // FFI module: every block carries a `// SAFETY:` comment.
 
@@ -160,12 +164,121 @@ fn checked_pid(pid: u32) -> io::Result<i32> {
 
 extern "C" {
     fn geteuid() -> u32;
+    fn _exit(status: i32) -> !;
+}
+
+/// Ends the process at once with `code`: no destructors, no `atexit` handlers, no
+/// flushing of buffers. For a thread that must stop the process while others are
+/// inside C++ code (ggml's abort callback, `llama::rpc`), where the static
+/// destructors `std::process::exit` runs could crash or deadlock under them.
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: `_exit` takes a plain integer and never returns; skipping every
+    // destructor is its purpose, and nothing of ours needs one to stay sound.
+    unsafe { _exit(code) }
 }
 
 /// The effective user id: whose files this process may trust (token files).
 pub fn effective_uid() -> u32 {
     // SAFETY: `geteuid` takes no arguments, cannot fail and touches no memory of ours.
     unsafe { geteuid() }
+}
+
+pub mod tcp {
+    //! TCP options on connections this process holds but did not open: ggml's
+    //! RPC connections to its workers (`llama::rpc`), found by their peer
+    //! (`getpeername`) and given keepalive and a user timeout (`setsockopt`), so
+    //! that a worker box that vanishes turns into an error instead of a wait
+    //! without end.
+
+    use std::ffi::c_void;
+    use std::io;
+    use std::net::{Ipv4Addr, SocketAddrV4};
+
+    const AF_INET: u16 = 2;
+    const SOL_SOCKET: i32 = 1;
+    const SO_KEEPALIVE: i32 = 9;
+    const IPPROTO_TCP: i32 = 6;
+    const TCP_KEEPIDLE: i32 = 4;
+    const TCP_KEEPINTVL: i32 = 5;
+    const TCP_KEEPCNT: i32 = 6;
+    const TCP_USER_TIMEOUT: i32 = 18;
+
+    extern "C" {
+        fn getpeername(fd: i32, addr: *mut u8, len: *mut u32) -> i32;
+        fn setsockopt(fd: i32, level: i32, name: i32, value: *const c_void, len: u32) -> i32;
+        #[cfg(test)]
+        fn getsockopt(fd: i32, level: i32, name: i32, value: *mut c_void, len: *mut u32) -> i32;
+    }
+
+    /// The IPv4 peer of `fd`, or `None` when it is no connected IPv4 socket.
+    pub fn peer_v4(fd: i32) -> Option<SocketAddrV4> {
+        // Room for any `struct sockaddr` (`sockaddr_storage` is 128 bytes).
+        let mut buf = [0u8; 128];
+        let mut len = buf.len() as u32;
+        // SAFETY: `buf` is writable for `len` bytes and `len` is a valid `socklen_t`;
+        // the kernel writes at most `len` bytes and only reads `fd`, whatever it is.
+        if unsafe { getpeername(fd, buf.as_mut_ptr(), &mut len) } != 0 || len < 8 {
+            return None;
+        }
+        // `struct sockaddr_in`: family (host order), port and address (network order).
+        if u16::from_ne_bytes([buf[0], buf[1]]) != AF_INET {
+            return None;
+        }
+        let port = u16::from_be_bytes([buf[2], buf[3]]);
+        let ip = Ipv4Addr::new(buf[4], buf[5], buf[6], buf[7]);
+        Some(SocketAddrV4::new(ip, port))
+    }
+
+    /// When a silent peer counts as gone.
+    #[derive(Debug, Clone, Copy)]
+    pub struct KeepAlive {
+        /// Seconds of silence before the first probe.
+        pub idle_secs: i32,
+        pub interval_secs: i32,
+        /// Unanswered probes before the connection fails.
+        pub probes: i32,
+        /// How long sent data may stay unacknowledged before the connection fails.
+        pub user_timeout_ms: i32,
+    }
+
+    /// Turns keepalive on for the TCP socket `fd`, with `keep`'s timings.
+    pub fn keep_alive(fd: i32, keep: &KeepAlive) -> io::Result<()> {
+        set(fd, SOL_SOCKET, SO_KEEPALIVE, 1)?;
+        set(fd, IPPROTO_TCP, TCP_KEEPIDLE, keep.idle_secs)?;
+        set(fd, IPPROTO_TCP, TCP_KEEPINTVL, keep.interval_secs)?;
+        set(fd, IPPROTO_TCP, TCP_KEEPCNT, keep.probes)?;
+        set(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, keep.user_timeout_ms)
+    }
+
+    fn set(fd: i32, level: i32, name: i32, value: i32) -> io::Result<()> {
+        // SAFETY: `value` is an `int` that lives for the call, and its size is passed;
+        // the kernel only reads it.
+        let rc = unsafe { setsockopt(fd, level, name, (&raw const value).cast(), 4) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
+    /// An `int` socket option of `fd` (tests check what `keep_alive` set).
+    #[cfg(test)]
+    pub fn get(fd: i32, level: i32, name: i32) -> io::Result<i32> {
+        let mut value = 0i32;
+        let mut len = 4u32;
+        // SAFETY: `value` is a writable `int` and `len` says so; the kernel writes at most that.
+        let rc = unsafe { getsockopt(fd, level, name, (&raw mut value).cast(), &mut len) };
+        if rc == 0 {
+            Ok(value)
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
+    #[cfg(test)]
+    pub const KEEPALIVE_OPTION: (i32, i32) = (SOL_SOCKET, SO_KEEPALIVE);
+    #[cfg(test)]
+    pub const KEEPIDLE_OPTION: (i32, i32) = (IPPROTO_TCP, TCP_KEEPIDLE);
 }
 
 pub mod at {

@@ -535,6 +535,10 @@ struct WireStats {
     context_size: u64,
     #[serde(default)]
     cached_tokens: u64,
+    #[serde(default)]
+    draft_tokens: u64,
+    #[serde(default)]
+    draft_accepted: u64,
     provider: Option<String>,
 }
 
@@ -571,6 +575,8 @@ fn to_event(event: WireEvent) -> Option<Event> {
             context_used: s.context_used,
             context_size: s.context_size,
             cached_tokens: s.cached_tokens,
+            draft_tokens: s.draft_tokens,
+            draft_accepted: s.draft_accepted,
             provider: s.provider,
         }),
         WireEvent::Error {

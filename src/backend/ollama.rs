@@ -518,7 +518,7 @@ fn stats(done: &WireLine, num_ctx: u64) -> Stats {
         context_used: prompt + completion,
         context_size: num_ctx,
         cached_tokens: 0,
-        provider: None,
+        ..Stats::default()
     }
 }
 

@@ -544,6 +544,11 @@ struct WireTimings {
     predicted_n: Option<u64>,
     #[serde(default)]
     predicted_per_second: Option<f64>,
+    /// Speculative decoding's drafted and accepted tokens.
+    #[serde(default)]
+    draft_n: Option<u64>,
+    #[serde(default)]
+    draft_n_accepted: Option<u64>,
 }
 
 /// What one generation has produced so far.
@@ -717,6 +722,8 @@ impl Turn {
             context_used: usage.prompt_tokens + usage.completion_tokens,
             context_size: self.context_size,
             cached_tokens: 0,
+            draft_tokens: timings.draft_n.unwrap_or(0),
+            draft_accepted: timings.draft_n_accepted.unwrap_or(0),
             provider: None,
         }
     }

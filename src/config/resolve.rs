@@ -45,6 +45,8 @@ pub enum Mode {
     ApiServer,
     /// `--toolserver`: the tools over JSON-RPC, no model.
     ToolServer,
+    /// `--rpc-worker`: this box's devices lent over ggml's RPC, no model, no config file.
+    RpcWorker,
     /// `shepherd provider ...`, with the words after `provider`.
     Provider(Vec<String>),
     /// `shepherd config ...`, with the words after `config`.
@@ -157,6 +159,10 @@ pub struct LocalSettings {
     pub split_mode: Option<String>,
     pub tensor_split: Vec<f32>,
     pub main_gpu: u32,
+    /// `--rpc`: the `shepherd --rpc-worker`s the layers are spread over.
+    pub rpc_workers: Vec<String>,
+    /// `--rpc-allow-remote`: a `--rpc-worker` may listen on a non-loopback address.
+    pub rpc_allow_remote: bool,
     pub threads: Option<u32>,
     pub n_batch: Option<u32>,
     pub ubatch: Option<u32>,
@@ -172,6 +178,10 @@ pub struct LocalSettings {
     /// The prompt cache's cap on disk in bytes; 0 with `--no-prompt-cache`
     /// (or `kv_cache_max_mb` 0): no cache.
     pub prompt_cache_bytes: u64,
+    /// `--spec`, `--draft-max`, `--model-draft`, as typed.
+    pub spec: Option<String>,
+    pub draft_max: Option<u32>,
+    pub model_draft: Option<PathBuf>,
 }
 
 /// Sampling values from one layer; `None` means "this layer says nothing".
@@ -550,6 +560,7 @@ fn mode(low: &LowArgs) -> Mode {
         Some(Subcommand::Sessions(rest)) => Mode::Sessions(rest.clone()),
         Some(Subcommand::Completions(rest)) => Mode::Completions(rest.clone()),
         Some(Subcommand::Man(rest)) => Mode::Man(rest.clone()),
+        None if low.rpc_worker => Mode::RpcWorker,
         None if low.list_models => Mode::ListModels,
         None if low.json => Mode::JsonLines,
         None if low.cliserver => Mode::CliServer,
@@ -716,6 +727,7 @@ const DEFAULT_QUEUE_SIZE: usize = 16;
 fn server(low: &LowArgs, mode: &Mode) -> ServerSettings {
     let default_port = match mode {
         Mode::ToolServer => DEFAULT_TOOLSERVER_PORT,
+        Mode::RpcWorker => crate::llama::rpc::DEFAULT_PORT,
         _ => DEFAULT_PORT,
     };
     ServerSettings {
@@ -824,6 +836,8 @@ fn local(low: &LowArgs, file: &ConfigFile) -> LocalSettings {
         split_mode: low.split_mode.clone(),
         tensor_split: low.tensor_split.clone().unwrap_or_default(),
         main_gpu: low.main_gpu.unwrap_or(0),
+        rpc_workers: low.rpc.clone(),
+        rpc_allow_remote: low.rpc_allow_remote,
         threads: low.threads,
         n_batch: low.n_batch,
         ubatch: low.ubatch,
@@ -831,6 +845,9 @@ fn local(low: &LowArgs, file: &ConfigFile) -> LocalSettings {
         flash_attn: low.flash_attn,
         parallel: low.parallel,
         pooling: low.pooling.clone(),
+        spec: low.spec.clone(),
+        draft_max: low.draft_max,
+        model_draft: low.model_draft.clone(),
     }
 }
 

@@ -31,6 +31,10 @@ impl FinishReason {
     }
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 /// Performance and context figures for one generation.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Stats {
@@ -49,6 +53,12 @@ pub struct Stats {
     /// Prompt tokens reused from the KV cache instead of being decoded again
     /// (the in-process model's prefix reuse; 0 for backends that do not say).
     pub cached_tokens: u64,
+    /// Tokens speculative decoding drafted, and how many of them the model accepted
+    /// (the in-process model; 0 without speculation).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub draft_tokens: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub draft_accepted: u64,
     /// The provider that answered, when several are configured (`backend::failover`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub provider: Option<String>,

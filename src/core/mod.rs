@@ -9,6 +9,7 @@ pub mod error;
 pub mod event;
 pub mod message;
 pub mod session;
+pub mod spec;
 
 pub use error::BackendError;
 pub use event::{
@@ -16,3 +17,4 @@ pub use event::{
 };
 pub use message::{Artefact, Message, Role, ToolCall, ToolSpec};
 pub use session::Session;
+pub use spec::SpecMode;

@@ -18,6 +18,7 @@ use crate::backend::failover::{Board, FailoverBackend, Provider};
 use crate::backend::gemini::{self, GeminiBackend, GeminiConfig};
 use crate::backend::http::{ApiSettings, Timeouts};
 use crate::backend::llamacpp::prompt_cache::PromptCacheConfig;
+use crate::backend::llamacpp::speculative::{SpecConfig, SpecMode};
 use crate::backend::llamacpp::{self, LlamaBackend, LlamaConfig, LocalModel};
 use crate::backend::local;
 use crate::backend::ollama::{self, OllamaBackend, OllamaConfig};
@@ -27,7 +28,7 @@ use crate::backend::tensorrt::{TensorRtBackend, TensorRtConfig};
 use crate::backend::Backend;
 use crate::config::resolve::Settings;
 use crate::config::{ProviderConfig, ProviderKind};
-use crate::llama::{CacheType, GpuSplit, Pooling, SplitMode};
+use crate::llama::{rpc, CacheType, GpuSplit, Pooling, SplitMode};
 use crate::log;
 
 /// Why no backend could be built. All of these are configuration problems (exit 2).
@@ -107,6 +108,7 @@ pub fn open_backends(settings: &Settings, n: usize) -> Result<Opened, OpenError>
             check_tape(settings, only)?;
             let llama = LlamaBackend::new(llama_config(settings, only)?)
                 .map_err(|e| OpenError::Usage(e.to_string()))?;
+            keep_rpc_connections_alive(settings);
             let backends = (0..n.max(1))
                 .map(|_| Box::new(llama.clone()) as Box<dyn Backend>)
                 .collect();
@@ -165,10 +167,12 @@ pub fn open_provider(
             think: ollama::think(reasoning),
         })),
         ProviderKind::Cli => Box::new(CliBackend::new(cli_config(settings, provider))),
-        ProviderKind::Llamacpp => Box::new(
-            LlamaBackend::new(llama_config(settings, provider)?)
-                .map_err(|e| OpenError::Usage(e.to_string()))?,
-        ),
+        ProviderKind::Llamacpp => {
+            let llama = LlamaBackend::new(llama_config(settings, provider)?)
+                .map_err(|e| OpenError::Usage(e.to_string()))?;
+            keep_rpc_connections_alive(settings);
+            Box::new(llama)
+        }
         #[cfg(feature = "tensorrt")]
         ProviderKind::Tensorrt => Box::new(
             TensorRtBackend::new(tensorrt_config(settings, provider)?)
@@ -254,6 +258,28 @@ fn embedded_default() -> Result<ProviderConfig, OpenError> {
     Ok(provider)
 }
 
+/// Speculative decoding: `--model-draft` implies `--spec draft`, which needs it.
+fn spec_config(local: &crate::config::resolve::LocalSettings) -> Result<SpecConfig, OpenError> {
+    let defaults = SpecConfig::default();
+    let mode = match (local.spec.as_deref(), &local.model_draft) {
+        (None, Some(_)) => SpecMode::Draft,
+        (None, None) => defaults.mode,
+        (Some(name), _) => SpecMode::parse(name).ok_or_else(|| {
+            OpenError::Usage(format!("--spec {name}: expected one of off, ngram, draft"))
+        })?,
+    };
+    if mode == SpecMode::Draft && local.model_draft.is_none() {
+        return Err(OpenError::Usage(
+            "--spec draft needs a draft model: --model-draft FILE.gguf (or --spec ngram, which needs none)".into(),
+        ));
+    }
+    Ok(SpecConfig {
+        mode,
+        draft_max: local.draft_max.map_or(defaults.draft_max, |n| n as usize),
+        draft_model: local.model_draft.clone(),
+    })
+}
+
 /// The in-process model's settings: `--model-path`, `--gpu-layers`, threads, batches, cache.
 fn llama_config(settings: &Settings, provider: &ProviderConfig) -> Result<LlamaConfig, OpenError> {
     let local = &settings.local;
@@ -278,12 +304,18 @@ fn llama_config(settings: &Settings, provider: &ProviderConfig) -> Result<LlamaC
             OpenError::Usage(format!("--pooling {name}: expected one of mean, cls, last"))
         })?,
     };
+    connect_rpc_workers(&local.rpc_workers)?;
     let defaults = LlamaConfig::new(model.clone());
+    let spec = spec_config(local)?;
     let config = LlamaConfig {
         context_size: settings
             .context_size_for(provider)
             .map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
-        gpu_layers: local.gpu_layers.unwrap_or(DEFAULT_GPU_LAYERS),
+        gpu_layers: local.gpu_layers.unwrap_or(if local.rpc_workers.is_empty() {
+            DEFAULT_GPU_LAYERS
+        } else {
+            -1
+        }),
         split: gpu_split(local),
         threads: local.threads.map(|t| i32::try_from(t).unwrap_or(i32::MAX)),
         n_batch: local.n_batch.unwrap_or(defaults.n_batch),
@@ -297,10 +329,11 @@ fn llama_config(settings: &Settings, provider: &ProviderConfig) -> Result<LlamaC
             dir: crate::util::dirs::kv_cache_dir(),
             max_bytes: local.prompt_cache_bytes,
         }),
+        spec,
         ..defaults
     };
     if settings.stats {
-        eprintln!("{}", placement_text(&config));
+        eprintln!("{}", placement_text(&config, &local.rpc_workers));
     }
     if config.gpu_layers != 0 {
         if let Some(notice) = crate::llama::devices::no_gpu_notice() {
@@ -308,6 +341,36 @@ fn llama_config(settings: &Settings, provider: &ProviderConfig) -> Result<LlamaC
         }
     }
     Ok(config)
+}
+
+/// `--rpc`: checks the workers and registers them with ggml as devices, before
+/// the generation thread loads the model, so that the placement checks, `--stats`
+/// and the tuning see them. A worker lost later ends the process with a message
+/// naming it ([`super::signals::lost_worker`]); servers included, as nothing can
+/// go on without the layers it held (a service manager restarts the server).
+fn connect_rpc_workers(names: &[String]) -> Result<(), OpenError> {
+    if names.is_empty() {
+        return Ok(());
+    }
+    let workers = names
+        .iter()
+        .map(|name| rpc::Worker::resolve(name))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| OpenError::Usage(format!("--rpc: {e}")))?;
+    rpc::on_lost_worker(super::signals::lost_worker);
+    rpc::connect(&workers).map_err(|e| OpenError::Usage(format!("--rpc: {e}")))
+}
+
+/// Once the model is spread over `--rpc` workers: keepalive on ggml's connections
+/// to them, so a worker box that vanishes ends in the lost-worker message.
+fn keep_rpc_connections_alive(settings: &Settings) {
+    if settings.local.rpc_workers.is_empty() {
+        return;
+    }
+    let found = rpc::keep_connections_alive();
+    log::debug(log::Category::Llm, || {
+        format!("TCP keepalive on {found} connection(s) to RPC workers")
+    });
 }
 
 /// `--split-mode`, `--tensor-split` and `--main-gpu` (checked against the
@@ -325,7 +388,7 @@ fn gpu_split(local: &crate::config::resolve::LocalSettings) -> GpuSplit {
 }
 
 /// Where the in-process model runs, and the devices there are (`--stats`).
-fn placement_text(config: &LlamaConfig) -> String {
+fn placement_text(config: &LlamaConfig, rpc_workers: &[String]) -> String {
     let placement = if crate::backend::llamacpp::tuning::all_on_cpu(config.gpu_layers) {
         "model on: the CPU".to_string()
     } else {
@@ -339,8 +402,14 @@ fn placement_text(config: &LlamaConfig) -> String {
         } else {
             format!("shares {:?}", split.tensor_split)
         };
+        // llama.cpp lists RPC workers first, then the GPUs.
+        let devices = if rpc_workers.is_empty() {
+            "the GPU(s)".to_string()
+        } else {
+            format!("the RPC workers {} and any GPU(s)", rpc_workers.join(", "))
+        };
         format!(
-            "model on: the GPU(s), {layers}, split {:?} ({shares}), main GPU {}",
+            "model on: {devices}, {layers}, split {:?} ({shares}), main device {}",
             split.mode, split.main_gpu
         )
     };

@@ -18,6 +18,7 @@ mod line;
 mod progress;
 mod render;
 mod repl;
+mod rpc_worker;
 mod sanitize;
 mod signals;
 mod slash;
@@ -123,6 +124,7 @@ fn run_mode() -> i32 {
         Mode::CliServer => cli_server_mode(&settings),
         Mode::ApiServer => api_server::run(&settings),
         Mode::ToolServer => tool_server_mode(&settings),
+        Mode::RpcWorker => rpc_worker::run(&settings),
         Mode::Chat | Mode::JsonLines => chat(&settings),
     }
 }
@@ -201,6 +203,7 @@ fn list_models(settings: &Settings) -> i32 {
 pub fn version_text() -> String {
     let features = COMPILED_FEATURES
         .iter()
+        .chain([&("rpc", crate::llama::rpc::supported())])
         .map(|(name, on)| format!("{name} {}", if *on { "yes" } else { "no" }))
         .collect::<Vec<_>>()
         .join(", ");
@@ -241,7 +244,8 @@ fn cuda_text() -> String {
     format!("cuda: {cuda}\n{notice}")
 }
 
-/// Optional backends and whether this binary has them.
+/// Optional backends and whether this binary has them. (`rpc` is asked of ggml
+/// itself: a target directory whose llama.cpp predates GGML_RPC=ON lacks it.)
 const COMPILED_FEATURES: [(&str, bool); 2] = [
     ("cuda", cfg!(feature = "cuda")),
     ("tensorrt", cfg!(feature = "tensorrt")),

@@ -347,8 +347,13 @@ fn stats_line(stats: &Stats) -> String {
         0 => String::new(),
         n => format!(" ({n} cached)"),
     };
+    // Speculative decoding: how many drafted tokens the model accepted.
+    let drafts = match stats.draft_tokens {
+        0 => String::new(),
+        n => format!(", drafts: {} of {n} accepted", stats.draft_accepted),
+    };
     format!(
-        "[Prefill: {} tokens{cached}{}, context: {context}] [Decode: {} tokens{}]{provider}",
+        "[Prefill: {} tokens{cached}{}, context: {context}] [Decode: {} tokens{}{drafts}]{provider}",
         stats.prompt_tokens,
         speed(stats.prefill_tps),
         stats.completion_tokens,
@@ -526,6 +531,31 @@ mod tests {
         assert!(
             cold.starts_with("[Prefill: 1618 tokens, 54.9 t/s"),
             "{cold}"
+        );
+    }
+
+    #[test]
+    fn the_stats_line_says_how_many_drafted_tokens_were_accepted() {
+        let stats = Stats {
+            completion_tokens: 120,
+            decode_tps: Some(300.0),
+            draft_tokens: 110,
+            draft_accepted: 96,
+            ..Stats::default()
+        };
+        let line = stats_line(&stats);
+        assert!(
+            line.ends_with("[Decode: 120 tokens, 300.0 t/s, drafts: 96 of 110 accepted]"),
+            "{line}"
+        );
+        let plain = stats_line(&Stats {
+            draft_tokens: 0,
+            draft_accepted: 0,
+            ..stats
+        });
+        assert!(
+            plain.ends_with("[Decode: 120 tokens, 300.0 t/s]"),
+            "{plain}"
         );
     }
 

@@ -34,6 +34,17 @@ pub fn exit(code: i32) -> ! {
     std::process::exit(code)
 }
 
+/// Ends the process when an RPC worker was lost (called from ggml's abort
+/// callback, on ggml's thread, through `llama::rpc::on_lost_worker`): says why,
+/// cleans up as [`exit`] does, and ends at once, without the C++ static
+/// destructors `process::exit` would run under the threads still inside llama.cpp.
+pub fn lost_worker(message: &str) -> ! {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "shepherd: {message}");
+    cleanup();
+    sys::exit_now(super::exit::EXIT_FAILURE)
+}
+
 /// What the watcher asks of the mode it watches over.
 pub struct Watch {
     /// Whether work is running now.

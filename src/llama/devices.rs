@@ -83,13 +83,39 @@ pub fn no_gpu_notice() -> Option<String> {
 
 /// Every device ggml's backends registered, in ggml's order.
 pub fn devices() -> Vec<Device> {
+    handles().into_iter().map(|(_, device)| device).collect()
+}
+
+/// How many devices take offloaded layers: GPUs, and the workers `--rpc` added
+/// (ggml reports those as GPUs). Types only; no device is asked for its memory.
+pub fn offload_device_count() -> usize {
+    super::init();
+    // SAFETY: a pure query of the registered backends; no arguments.
+    let count = unsafe { sys::ggml_backend_dev_count() };
+    (0..count)
+        .filter(|index| {
+            // SAFETY: `index` is below `ggml_backend_dev_count()`; a non-null handle
+            // is owned by ggml's registry for the whole process.
+            let dev = unsafe { sys::ggml_backend_dev_get(*index) };
+            // SAFETY: `dev` is a valid device handle (checked non-null first).
+            !dev.is_null()
+                && matches!(
+                    kind_of(unsafe { sys::ggml_backend_dev_type(dev) }),
+                    DeviceKind::Gpu | DeviceKind::IntegratedGpu
+                )
+        })
+        .count()
+}
+
+/// Every device with ggml's handle for it (what `rpc` lends).
+pub(super) fn handles() -> Vec<(sys::ggml_backend_dev_t, Device)> {
     super::init();
     // SAFETY: a pure query of the registered backends; no arguments.
     let count = unsafe { sys::ggml_backend_dev_count() };
     (0..count).filter_map(device).collect()
 }
 
-fn device(index: usize) -> Option<Device> {
+fn device(index: usize) -> Option<(sys::ggml_backend_dev_t, Device)> {
     // SAFETY: `index` is below `ggml_backend_dev_count()`; the handle is owned by
     // ggml's registry and lives as long as the process.
     let dev = unsafe { sys::ggml_backend_dev_get(index) };
@@ -116,20 +142,24 @@ fn device(index: usize) -> Option<Device> {
             sys::ggml_backend_dev_type(dev),
         )
     };
-    let kind = match kind {
+    let device = Device {
+        name,
+        description,
+        kind: kind_of(kind),
+        free_bytes: free as u64,
+        total_bytes: total as u64,
+    };
+    Some((dev, device))
+}
+
+fn kind_of(raw: sys::ggml_backend_dev_type) -> DeviceKind {
+    match raw {
         sys::GGML_BACKEND_DEVICE_TYPE_CPU => DeviceKind::Cpu,
         sys::GGML_BACKEND_DEVICE_TYPE_GPU => DeviceKind::Gpu,
         sys::GGML_BACKEND_DEVICE_TYPE_IGPU => DeviceKind::IntegratedGpu,
         sys::GGML_BACKEND_DEVICE_TYPE_ACCEL => DeviceKind::Accelerator,
         _ => DeviceKind::Other,
-    };
-    Some(Device {
-        name,
-        description,
-        kind,
-        free_bytes: free as u64,
-        total_bytes: total as u64,
-    })
+    }
 }
 
 /// How the layers go over several GPUs (`--split-mode`).

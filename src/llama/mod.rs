@@ -7,10 +7,13 @@
 //! its context are created and used on one generation thread (see
 //! `crate::backend::llamacpp`), so C state never crosses threads.
 //!
+//! [`rpc`] is ggml's RPC backend: this process as a worker that lends its devices,
+//! or as the host that spreads a model over workers.
+//!
 //! Pure-Rust helpers that the token loop needs but that touch no C code live here too:
 //! [`utf8`] (streaming detokenisation) and [`grammar`] (JSON schema to GBNF).
 
-// llama.cpp calls live here and in batch, context, model and sampler; the
+// llama.cpp calls live here and in batch, context, devices, model, rpc and sampler; the
 // pure-Rust helpers (error, gguf, grammar, utf8) forbid `unsafe` again.
 #![allow(unsafe_code)]
 
@@ -21,6 +24,7 @@ pub mod error;
 pub mod gguf;
 pub mod grammar;
 pub mod model;
+pub mod rpc;
 pub mod sampler;
 pub mod utf8;
 
@@ -101,12 +105,11 @@ fn static_str(text: *const c_char) -> String {
         .to_string()
 }
 
-/// Whether this build can put layers on a GPU and found one (a CUDA build on a machine
-/// with no usable device says no).
+/// Whether layers can be offloaded: a GPU this build can use, or an RPC worker
+/// `--rpc` registered. (Not `llama_supports_gpu_offload`, which says yes in every
+/// build with the RPC backend, workers or not.)
 pub fn supports_gpu_offload() -> bool {
-    init();
-    // SAFETY: a pure query of the registered backends; no arguments, no preconditions.
-    unsafe { sys::llama_supports_gpu_offload() }
+    devices::offload_device_count() > 0
 }
 
 /// Whether ggml's CPU kernels were compiled with AVX-512 (a build for a CPU that has

@@ -162,6 +162,19 @@ impl Model {
         u32::try_from(n).unwrap_or(0)
     }
 
+    /// Whether the last few cached positions of a sequence can always be removed and
+    /// decoding go on from there (what speculative decoding does with a rejected
+    /// draft): not with a recurrent state, nor with sliding-window layers, which drop
+    /// the positions that fall out of their window at every decode.
+    pub fn can_rewind(&self) -> bool {
+        // SAFETY: `raw` is a valid model for the lifetime of `self`; both only read.
+        let recurrent = unsafe {
+            sys::llama_model_is_recurrent(self.raw.as_ptr())
+                || sys::llama_model_is_hybrid(self.raw.as_ptr())
+        };
+        !recurrent && self.n_swa() == 0
+    }
+
     /// The number of repeating layers (the output layer not counted).
     pub fn n_layer(&self) -> u32 {
         // SAFETY: `raw` is a valid model for the lifetime of `self`.

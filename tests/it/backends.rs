@@ -415,12 +415,7 @@ fn the_stats_say_which_provider_of_a_fleet_answered() {
     assert_eq!(run.stdout, "from one\n");
     assert!(run.stderr.contains("[Provider: one]"), "{}", run.stderr);
     let run = sandbox.run(&["--notools", "--json", "-e", "hello"], "");
-    let stats = run
-        .stdout
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .find(|v| v["type"] == "stats")
-        .unwrap_or_else(|| panic!("a stats event: {}", run.stdout));
+    let stats = run.json_stats();
     assert_eq!(stats["provider"], "one", "{stats}");
     assert!(two.requests().is_empty());
 }

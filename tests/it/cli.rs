@@ -564,7 +564,7 @@ fn version_names_revision_features_and_llama_build() {
     let cuda = if cfg!(feature = "cuda") { "yes" } else { "no" };
     assert!(
         run.stdout
-            .contains(&format!("features: cuda {cuda}, tensorrt no\n")),
+            .contains(&format!("features: cuda {cuda}, tensorrt no, rpc yes\n")),
         "{}",
         run.stdout
     );

@@ -42,6 +42,15 @@ pub struct Run {
 }
 
 impl Run {
+    /// The `stats` event of a `--json` run.
+    pub fn json_stats(&self) -> serde_json::Value {
+        self.stdout
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|v| v["type"] == "stats")
+            .unwrap_or_else(|| panic!("a stats event: {} {}", self.stdout, self.stderr))
+    }
+
     fn from(output: Output) -> Run {
         Run {
             status: output.status.code(),

@@ -30,7 +30,7 @@ fn smollm2() -> PathBuf {
     cached_model("SHEPHERD_TEST_MODEL", "SmolLM2-135M-Instruct.Q4_1.gguf")
 }
 
-fn gemma3() -> PathBuf {
+pub(crate) fn gemma3() -> PathBuf {
     cached_model("SHEPHERD_SWA_MODEL", "gemma-3-270m-q4_k_m.gguf")
 }
 

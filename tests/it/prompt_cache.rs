@@ -7,15 +7,6 @@ use serde_json::Value;
 use crate::api_server::test_model;
 use crate::harness::Sandbox;
 
-/// The `stats` event of a `--json` run.
-fn stats(run: &crate::harness::Run) -> Value {
-    run.stdout
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .find(|v| v["type"] == "stats")
-        .unwrap_or_else(|| panic!("a stats event: {} {}", run.stdout, run.stderr))
-}
-
 fn text(run: &crate::harness::Run) -> String {
     run.stdout
         .lines()
@@ -43,19 +34,19 @@ fn a_cold_one_shot_restores_the_opening_and_answers_the_same() {
         run
     };
     let first = run("What is the capital of France?", &[]);
-    assert_eq!(stats(&first)["cached_tokens"], 0);
+    assert_eq!(first.json_stats()["cached_tokens"], 0);
     assert_eq!(kv_files(&sandbox), 1, "the first run saved its prompt");
     let second = run("What is the capital of France?", &[]);
-    let prompt = stats(&second)["prompt_tokens"].as_u64().unwrap();
-    let cached = stats(&second)["cached_tokens"].as_u64().unwrap();
+    let prompt = second.json_stats()["prompt_tokens"].as_u64().unwrap();
+    let cached = second.json_stats()["cached_tokens"].as_u64().unwrap();
     assert!(prompt > 1000 && cached == prompt - 1, "{prompt} {cached}");
     assert_eq!(text(&second), text(&first));
     // Another question: the system prompt and tools come from the cache.
     let other = run("Name a large animal.", &[]);
-    let cached = stats(&other)["cached_tokens"].as_u64().unwrap();
+    let cached = other.json_stats()["cached_tokens"].as_u64().unwrap();
     assert!(cached > 1000, "{cached}");
     let uncached = run("Name a large animal.", &["--no-prompt-cache"]);
-    assert_eq!(stats(&uncached)["cached_tokens"], 0);
+    assert_eq!(uncached.json_stats()["cached_tokens"], 0);
     assert_eq!(text(&other), text(&uncached));
 }
 

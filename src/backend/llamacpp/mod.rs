@@ -41,6 +41,7 @@ pub mod prompt_cache;
 mod prompt_tokens;
 mod request;
 mod slots;
+pub mod speculative;
 pub mod tuning;
 
 use std::path::PathBuf;
@@ -90,6 +91,8 @@ pub struct LlamaConfig {
     pub progress: Option<LoadProgress>,
     /// The prompt cache on disk; `None` with `--no-prompt-cache`.
     pub prompt_cache: Option<prompt_cache::PromptCacheConfig>,
+    /// Speculative decoding (`--spec`, `--draft-max`, `--model-draft`).
+    pub spec: speculative::SpecConfig,
 }
 
 impl LlamaConfig {
@@ -108,6 +111,7 @@ impl LlamaConfig {
             pooling: Pooling::Mean,
             progress: None,
             prompt_cache: None,
+            spec: speculative::SpecConfig::default(),
         }
     }
 }
@@ -580,7 +584,14 @@ fn run_worker(
             model.description()
         )
     });
-    let mut worker = match slots::Worker::new(&model, &config, preempt) {
+    let draft = match load_draft(&model, &config, &params) {
+        Ok(draft) => draft,
+        Err(err) => {
+            let _ = ready.send(Err(err));
+            return;
+        }
+    };
+    let mut worker = match slots::Worker::new(&model, draft.as_ref(), &config, preempt) {
         Ok(worker) => worker,
         Err(err) => {
             let _ = ready.send(Err(err));
@@ -598,6 +609,35 @@ fn run_worker(
         return;
     }
     worker.serve(&jobs);
+}
+
+/// The draft model of `--spec draft`, checked against the model's vocabulary.
+fn load_draft(
+    model: &Model,
+    config: &LlamaConfig,
+    params: &ModelParams,
+) -> Result<Option<Model>, BackendError> {
+    let spec = &config.spec;
+    let Some(path) = spec.draft_model.as_ref() else {
+        return Ok(None);
+    };
+    if spec.mode != speculative::SpecMode::Draft {
+        return Ok(None);
+    }
+    let params = ModelParams {
+        progress: None,
+        ..params.clone()
+    };
+    let draft = Model::load(path, &params)
+        .map_err(|e| BackendError::Config(format!("--model-draft: {e}")))?;
+    speculative::check_vocab(model, &draft, path).map_err(BackendError::Config)?;
+    if !draft.can_rewind() {
+        return Err(BackendError::Config(format!(
+            "--model-draft {}: its cache cannot drop rejected drafts (sliding-window or recurrent layers); choose another draft model or --spec ngram",
+            path.display()
+        )));
+    }
+    Ok(Some(draft))
 }
 
 /// The model's chat template, or ChatML.

@@ -44,6 +44,7 @@ use super::model::{self, EmbedInput, Embedding, ModelError, ModelJob, ModelProps
 use super::prompt_cache::PromptCache;
 use super::prompt_tokens::PromptTokens;
 use super::request::{common_prefix, finish_reply, forced_tools, sampler_params, tokenize_prompt};
+use super::speculative::{ngram_draft, DraftModel, SlotSpec, SpecMode};
 use super::{
     load_template, tuning, BackendError, Event, FinishReason, Flow, Job, LlamaConfig,
     PrefillReport, Prompt, RequestJob, ToolChoice, ToolSpec, Usage, WorkerMsg,
@@ -143,6 +144,12 @@ pub(super) struct Worker<'m> {
     embeds: VecDeque<(Vec<EmbedInput>, EmbedReply)>,
     /// Decoded prompts on disk, for cold starts (`None`: `--no-prompt-cache`).
     prompt_cache: Option<PromptCache>,
+    /// Which drafter guesses generating slots' next tokens (`Off` where the model
+    /// cannot rewind a sequence), and the most it drafts at once.
+    spec: SpecMode,
+    draft_max: usize,
+    /// The draft model's context, for [`SpecMode::Draft`].
+    drafter: Option<DraftModel<'m>>,
     /// The context's flash attention and physical batch, for the bench's report.
     #[cfg(test)]
     settings: (Option<bool>, u32),
@@ -189,6 +196,9 @@ struct Task {
     /// For each text sent and not yet answered, the length of `text` once the sink
     /// has it: a cancel keeps the reply to what the sink saw.
     unanswered: VecDeque<usize>,
+    /// The draft in the batch being decoded, after the pending token.
+    drafts: Vec<Token>,
+    spec: SlotSpec,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -235,6 +245,59 @@ fn cache_key(config: &LlamaConfig, params: &ContextParams, n_ctx_seq: u32) -> St
     )
 }
 
+/// The context's parameters: the size, batches, threads and flash attention
+/// chosen for where the model runs (see [`tuning`]).
+fn context_params(model: &Model, config: &LlamaConfig, preempt: &Preempt) -> ContextParams {
+    let n_ctx = choose_context(config.context_size, model.n_ctx_train());
+    let defaults = ContextParams::default();
+    let parallel = config.parallel.max(1);
+    // Every generating slot needs a place in each batch.
+    let n_batch = config.n_batch.max(parallel).min(n_ctx);
+    let flash_attn = tuning::flash_attn_for(
+        config.flash_attn,
+        config.gpu_layers,
+        config.cache_type,
+        model.head_dim(),
+        llama::cpu_kernels_have_avx512(),
+    );
+    let n_ubatch = tuning::ubatch_for(config.ubatch, flash_attn, config.gpu_layers);
+    ContextParams {
+        n_ctx,
+        n_batch,
+        n_ubatch: n_ubatch.min(n_batch),
+        n_threads: tuning::threads_for(
+            config.threads,
+            tuning::all_on_gpu(config.gpu_layers, model.n_layer()),
+            defaults.n_threads,
+        ),
+        n_seq_max: parallel,
+        cache_type: config.cache_type,
+        flash_attn,
+        pooling: config.pooling,
+        abort: Arc::clone(&preempt.abort),
+    }
+}
+
+/// The drafter the worker speculates with, and the draft model's context: none
+/// where the model cannot rewind its cache (see [`Model::can_rewind`]).
+fn speculation<'m>(
+    model: &'m Model,
+    draft: Option<&'m Model>,
+    config: &LlamaConfig,
+    params: &ContextParams,
+) -> Result<(SpecMode, Option<DraftModel<'m>>), BackendError> {
+    let drafter = match draft {
+        Some(draft) => Some(DraftModel::new(draft, params).map_err(BackendError::Config)?),
+        None => None,
+    };
+    let spec = match config.spec.mode {
+        SpecMode::Draft if drafter.is_none() => SpecMode::Off,
+        _ if !model.can_rewind() => SpecMode::Off,
+        mode => mode,
+    };
+    Ok((spec, drafter))
+}
+
 /// The context size: the one requested, else the training context, capped.
 pub(super) fn choose_context(requested: Option<u32>, trained: u32) -> u32 {
     match requested {
@@ -247,37 +310,12 @@ pub(super) fn choose_context(requested: Option<u32>, trained: u32) -> u32 {
 impl<'m> Worker<'m> {
     pub(super) fn new(
         model: &'m Model,
+        draft: Option<&'m Model>,
         config: &LlamaConfig,
         preempt: Preempt,
     ) -> Result<Self, BackendError> {
-        let n_ctx = choose_context(config.context_size, model.n_ctx_train());
-        let defaults = ContextParams::default();
-        let parallel = config.parallel.max(1);
-        // Every generating slot needs a place in each batch.
-        let n_batch = config.n_batch.max(parallel).min(n_ctx);
-        let flash_attn = tuning::flash_attn_for(
-            config.flash_attn,
-            config.gpu_layers,
-            config.cache_type,
-            model.head_dim(),
-            llama::cpu_kernels_have_avx512(),
-        );
-        let n_ubatch = tuning::ubatch_for(config.ubatch, flash_attn, config.gpu_layers);
-        let params = ContextParams {
-            n_ctx,
-            n_batch,
-            n_ubatch: n_ubatch.min(n_batch),
-            n_threads: tuning::threads_for(
-                config.threads,
-                tuning::all_on_gpu(config.gpu_layers, model.n_layer()),
-                defaults.n_threads,
-            ),
-            n_seq_max: parallel,
-            cache_type: config.cache_type,
-            flash_attn,
-            pooling: config.pooling,
-            abort: Arc::clone(&preempt.abort),
-        };
+        let params = context_params(model, config, &preempt);
+        let flash_attn = params.flash_attn;
         let ctx = Context::new(model, &params).map_err(|e| BackendError::Config(e.to_string()))?;
         crate::log::debug(crate::log::Category::Llm, || {
             format!(
@@ -307,12 +345,16 @@ impl<'m> Worker<'m> {
             let key = cache_key(config, &params, ctx.n_ctx_seq());
             PromptCache::new(cache, key)
         });
+        let (spec, drafter) = speculation(model, draft, config, &params)?;
         Ok(Worker {
             template: load_template(model),
             prompt_tokens,
             waiting: None,
             embeds: VecDeque::new(),
             prompt_cache,
+            spec,
+            draft_max: config.spec.draft_max,
+            drafter,
             n_ctx_slot: ctx.n_ctx_seq() as usize,
             ctx,
             batch,
@@ -544,6 +586,8 @@ impl<'m> Worker<'m> {
             text: String::new(),
             n_tokens: 0,
             unanswered: VecDeque::new(),
+            drafts: Vec::new(),
+            spec: SlotSpec::default(),
         });
         Ok(())
     }
@@ -851,32 +895,66 @@ impl<'m> Worker<'m> {
         }
     }
 
-    /// One batch: a token per generating slot, then prompt chunks; one decode; samples.
-    fn step(&mut self) {
-        self.batch.clear();
+    /// Puts each generating slot's pending token, and its draft after it, into the
+    /// batch (cancelled requests end here; a slow sink's slot sits this step out).
+    fn push_generating(&mut self) {
         for index in 0..self.slots.len() {
             if self.cancelled(index) {
                 continue;
             }
-            let slot = &mut self.slots[index];
-            let Some(task) = slot.task.as_mut() else {
+            let Some(task) = self.slots[index].task.as_mut() else {
                 continue;
             };
             task.in_batch = 0;
             task.logits_at = None;
-            if task.blocked() {
+            task.drafts.clear();
+        }
+        let decoding: Vec<usize> = (0..self.slots.len())
+            .filter(|&i| {
+                self.slots[i]
+                    .task
+                    .as_ref()
+                    .is_some_and(|t| !t.blocked() && matches!(t.phase, Phase::Decode(_)))
+            })
+            .collect();
+        for (k, &index) in decoding.iter().enumerate() {
+            // Room for a draft: what the batch holds less a token for this slot and
+            // each decoding slot after it.
+            let room =
+                (self.batch.capacity() - self.batch.len()).saturating_sub(decoding.len() - k);
+            let drafts = self.propose(index, room);
+            let slot = &mut self.slots[index];
+            let Some(task) = slot.task.as_mut() else {
+                continue;
+            };
+            let Phase::Decode(token) = task.phase else {
+                continue;
+            };
+            let at = slot.mirror.len();
+            if self.batch.push_seq(token, at, slot.seq, true).is_err() {
                 continue;
             }
-            if let Phase::Decode(token) = task.phase {
-                let pushed = self
+            task.in_batch = 1;
+            task.logits_at = Some(self.batch.len() - 1);
+            for (j, &draft) in drafts.iter().enumerate() {
+                if self
                     .batch
-                    .push_seq(token, slot.mirror.len(), slot.seq, true);
-                if pushed.is_ok() {
-                    task.in_batch = 1;
-                    task.logits_at = Some(self.batch.len() - 1);
+                    .push_seq(draft, at + 1 + j, slot.seq, true)
+                    .is_err()
+                {
+                    break;
                 }
+                task.drafts.push(draft);
+                task.in_batch += 1;
             }
         }
+    }
+
+    /// One batch: a token per generating slot (with its draft), then prompt chunks;
+    /// one decode; samples.
+    fn step(&mut self) {
+        self.batch.clear();
+        self.push_generating();
         for slot in &mut self.slots {
             let Some(task) = slot.task.as_mut() else {
                 continue;
@@ -914,6 +992,39 @@ impl<'m> Worker<'m> {
         }
     }
 
+    /// The draft for slot `index`'s next tokens after its pending one, at most
+    /// `room` long (and within its context and `max_tokens`).
+    fn propose(&mut self, index: usize, room: usize) -> Vec<Token> {
+        if self.spec == SpecMode::Off {
+            return Vec::new();
+        }
+        let n_ctx = self.n_ctx_slot;
+        let slot = &mut self.slots[index];
+        let Some(task) = slot.task.as_mut() else {
+            return Vec::new();
+        };
+        let Phase::Decode(token) = task.phase else {
+            return Vec::new();
+        };
+
+        // The pending token goes at `mirror.len()`; the draft after it, and the
+        // request needs no more than the tokens it may still generate.
+        let most = room
+            .min(n_ctx.saturating_sub(slot.mirror.len() + 1))
+            .min(task.max_tokens.saturating_sub(task.n_tokens + 1));
+        let len = task.spec.draft_len(task.n_tokens, most.min(self.draft_max));
+        if len == 0 {
+            return Vec::new();
+        }
+        slot.mirror.push(token);
+        let drafts = match (&mut self.drafter, self.spec) {
+            (Some(drafter), SpecMode::Draft) => drafter.draft(slot.seq, &slot.mirror, len),
+            _ => ngram_draft(&slot.mirror, len),
+        };
+        slot.mirror.pop();
+        drafts
+    }
+
     /// Whether slot `index`'s request was cancelled (and is now finished).
     fn cancelled(&mut self, index: usize) -> bool {
         let Some(task) = &self.slots[index].task else {
@@ -941,7 +1052,7 @@ impl<'m> Worker<'m> {
             Phase::Prefill => slot
                 .mirror
                 .extend_from_slice(&task.prompt[from..from + task.in_batch]),
-            Phase::Decode(token) if task.in_batch == 1 => slot.mirror.push(token),
+            Phase::Decode(token) if task.in_batch > 0 => slot.mirror.push(token),
             _ => {}
         }
         let Some(at) = task.logits_at.take() else {
@@ -960,57 +1071,101 @@ impl<'m> Worker<'m> {
         self.sample(index, at);
     }
 
-    /// Samples slot `index`'s next token and passes its text on.
+    /// Samples slot `index`'s next token at batch entry `at`, and after it each
+    /// draft token the sampler agrees with (see [`super::speculative`]); keeps the
+    /// agreed draft in the cache, drops the rest, and passes the tokens on.
     fn sample(&mut self, index: usize, at: usize) {
-        let Worker { ctx, slots, .. } = self;
-        let Some(task) = slots[index].task.as_mut() else {
+        let Worker {
+            ctx,
+            slots,
+            draft_max,
+            ..
+        } = self;
+        let slot = &mut slots[index];
+        let Some(task) = slot.task.as_mut() else {
             return;
         };
-        let token = match task.sampler.sample_at(ctx, at) {
-            Ok(token) => token,
-            Err(err) => return self.fail(index, BackendError::Protocol(err.to_string())),
-        };
-        let model = ctx.model();
-        if model.is_eog(token) {
-            return self.finish(index, FinishReason::Stop);
+        let drafts = std::mem::take(&mut task.drafts);
+        let mut tokens = Vec::with_capacity(drafts.len() + 1);
+        loop {
+            let entry = at + tokens.len();
+            let token = match task.sampler.sample_at(ctx, entry) {
+                Ok(token) => token,
+                Err(err) => return self.fail(index, BackendError::Protocol(err.to_string())),
+            };
+            let agreed = drafts.get(tokens.len()) == Some(&token);
+            tokens.push(token);
+            if !agreed || ctx.model().is_eog(token) {
+                break;
+            }
         }
-        task.n_tokens += 1;
-        let bytes = match model.piece_bytes(token, false) {
-            Ok(bytes) => bytes,
-            Err(err) => return self.fail(index, BackendError::Protocol(err.to_string())),
-        };
-        let (visible, stopped) = task.stops.push(&task.utf8.push(&bytes));
-        task.text.push_str(&visible);
-        // A forced tool call is JSON for the agent, never text for the user.
-        if task.forced_tools || visible.is_empty() {
-            return self.after_token(index, token, stopped);
+        if !drafts.is_empty() {
+            // Every token sampled but the last agreed with the draft.
+            let accepted = tokens.len() - 1;
+            slot.mirror.extend_from_slice(&drafts[..accepted]);
+            task.spec.verified(drafts.len(), accepted, *draft_max);
+            if accepted < drafts.len() && !ctx.truncate_seq(slot.seq, slot.mirror.len()) {
+                slot.mirror.clear();
+                let err = "the cache could not drop a rejected draft (run with --spec off)";
+                return self.fail(index, BackendError::Protocol(err.into()));
+            }
+            task.spec.judge(tokens.len(), drafts.len(), task.n_tokens);
         }
-        if task
-            .job
-            .events
-            .send(WorkerMsg::Event(Event::Content(visible)))
-            .is_err()
-        {
-            return self.finish(index, FinishReason::Cancelled);
-        }
-        task.unanswered.push_back(task.text.len());
-        self.after_token(index, token, stopped);
+        self.emit(index, &tokens);
     }
 
-    /// `token` was sampled and its text passed on: stop, or decode it next step.
-    fn after_token(&mut self, index: usize, token: Token, stopped: bool) {
+    /// Passes the sampled `tokens` on as one text, in order, up to the first that
+    /// ends the request (an end token, a stop string, the length); the last left is
+    /// decoded next step.
+    fn emit(&mut self, index: usize, tokens: &[Token]) {
         let n_ctx = self.n_ctx_slot;
+        let model = self.ctx.model();
         let slot = &mut self.slots[index];
         let Some(task) = slot.task.as_mut() else {
             return;
         };
-        if stopped {
-            return self.finish(index, FinishReason::Stop);
+        let mut shown = String::new();
+        let mut end = None;
+        for (i, &token) in tokens.iter().enumerate() {
+            if model.is_eog(token) {
+                end = Some(FinishReason::Stop);
+                break;
+            }
+            task.n_tokens += 1;
+            let bytes = match model.piece_bytes(token, false) {
+                Ok(bytes) => bytes,
+                Err(err) => return self.fail(index, BackendError::Protocol(err.to_string())),
+            };
+            let (visible, stopped) = task.stops.push(&task.utf8.push(&bytes));
+            task.text.push_str(&visible);
+            shown.push_str(&visible);
+            if stopped {
+                end = Some(FinishReason::Stop);
+                break;
+            }
+            // Tokens before the last are in the cache already; the last goes next.
+            let full = i + 1 == tokens.len() && slot.mirror.len() >= n_ctx;
+            if task.n_tokens >= task.max_tokens || full {
+                end = Some(FinishReason::Length);
+                break;
+            }
+            task.phase = Phase::Decode(token);
         }
-        if task.n_tokens >= task.max_tokens || slot.mirror.len() >= n_ctx {
-            return self.finish(index, FinishReason::Length);
+        // A forced tool call is JSON for the agent, never text for the user.
+        if !task.forced_tools && !shown.is_empty() {
+            if task
+                .job
+                .events
+                .send(WorkerMsg::Event(Event::Content(shown)))
+                .is_err()
+            {
+                return self.finish(index, FinishReason::Cancelled);
+            }
+            task.unanswered.push_back(task.text.len());
         }
-        task.phase = Phase::Decode(token);
+        if let Some(reason) = end {
+            self.finish(index, reason);
+        }
     }
 
     /// Ends slot `index`'s request: the held-back text, the stats, the reply.
@@ -1058,6 +1213,8 @@ impl<'m> Worker<'m> {
             context_used: slot.mirror.len() as u64,
             context_size: n_ctx as u64,
             cached_tokens: task.report.reused_tokens as u64,
+            draft_tokens: task.spec.drafted,
+            draft_accepted: task.spec.accepted,
             provider: None,
         };
         let reply = finish_reply(task.forced_tools, std::mem::take(&mut task.text), reason);

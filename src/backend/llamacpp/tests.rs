@@ -96,11 +96,16 @@ fn a_model_without_a_template_stops_at_the_chatml_fallbacks_end_of_turn() {
 
 /// `parallel` slots over a context of `n_ctx` tokens in all.
 fn backend_with(n_ctx: u32, parallel: u32) -> LlamaBackend {
+    backend_with_spec(n_ctx, parallel, speculative::SpecMode::Ngram)
+}
+
+fn backend_with_spec(n_ctx: u32, parallel: u32, spec: speculative::SpecMode) -> LlamaBackend {
     let mut config = LlamaConfig::new(test_model_path());
     config.context_size = Some(n_ctx);
     config.threads = Some(2);
     config.progress = None;
     config.parallel = parallel;
+    config.spec.mode = spec;
     LlamaBackend::new(config).expect("the test model loads")
 }
 
@@ -420,7 +425,9 @@ fn clones_share_the_model_and_answer_from_several_threads() {
 
 #[test]
 fn requests_decoded_together_give_the_same_text_as_each_alone() {
-    let llm = backend_with(2048, 2);
+    // Without speculation: its drafts change the batch's shape, and llama.cpp's
+    // kernels with it (see `speculative`'s docs), which this test would count.
+    let llm = backend_with_spec(2048, 2, speculative::SpecMode::Off);
     assert_eq!(
         llm.info().context_size,
         1024,
@@ -452,7 +459,9 @@ fn requests_decoded_together_give_the_same_text_as_each_alone() {
 
 #[test]
 fn a_cancelled_request_frees_its_slot_while_the_other_goes_on() {
-    let llm = backend_with(2048, 2);
+    // The gates below meet at the first and second text of an answer, each one
+    // token: without speculation, which sends the tokens a step gave as one text.
+    let llm = backend_with_spec(2048, 2, speculative::SpecMode::Off);
     let story = question("Write a long story about a dragon.");
     let paris = question("What is the capital of France?");
     let colours = question("Name three colours.");
@@ -1192,4 +1201,127 @@ fn corrupt_truncated_and_foreign_cache_files_are_misses_and_are_replaced() {
             "{what}: replaced by a good file"
         );
     }
+}
+
+// ---------------------------------------------------------------- speculative decoding
+
+/// A request an agent makes all day: give back a file it just read, one name changed.
+fn edit_request() -> Session {
+    question(
+        "Here is a Python file:\n\n\
+         def compute_total(items):\n    total = 0\n    for item in items:\n        total += item.price * item.quantity\n    return total\n\n\
+         def apply_discount(total, rate):\n    if rate < 0 or rate > 1:\n        raise ValueError(\"rate must be between 0 and 1\")\n    return total * (1 - rate)\n\n\
+         Rewrite the whole file with the function compute_total renamed to sum_items. Output only the code.",
+    )
+}
+
+fn spec_backend(spec: speculative::SpecConfig) -> Result<LlamaBackend, BackendError> {
+    let mut config = LlamaConfig::new(test_model_path());
+    config.context_size = Some(2048);
+    config.threads = Some(2);
+    config.progress = None;
+    config.spec = spec;
+    LlamaBackend::new(config)
+}
+
+fn spec_off() -> speculative::SpecConfig {
+    speculative::SpecConfig {
+        mode: speculative::SpecMode::Off,
+        ..Default::default()
+    }
+}
+
+/// The greedy answer to the edit request with `spec`, and its stats.
+fn edit_answer(spec: speculative::SpecConfig) -> (String, Stats) {
+    let mut llm = spec_backend(spec).expect("the test model loads");
+    // The first 90 tokens: the code, which the model writes with a clear lead for
+    // each token (llama.cpp's batch and lone-token kernels part at near-ties, see
+    // `speculative`'s docs; this part has none on SmolLM2).
+    let (reply, events) = ask(&mut llm, &edit_request(), &greedy(90));
+    (reply.unwrap().content, stats_of(&events))
+}
+
+#[test]
+fn ngram_speculation_drafts_from_the_file_and_answers_as_decoding_does() {
+    let (plain, plain_stats) = edit_answer(spec_off());
+    assert_eq!(plain_stats.draft_tokens, 0, "{plain_stats:?}");
+    assert!(plain.contains("def sum_items(items):"), "{plain}");
+    let (fast, stats) = edit_answer(speculative::SpecConfig::default());
+    assert_eq!(fast, plain);
+    assert_eq!(stats.completion_tokens, plain_stats.completion_tokens);
+    // Most of the answer came from drafts of the file in the prompt.
+    assert!(stats.draft_accepted >= 40, "{stats:?}");
+    assert!(stats.draft_accepted <= stats.draft_tokens, "{stats:?}");
+}
+
+#[test]
+fn a_draft_model_drafts_and_answers_as_decoding_does() {
+    let draft = speculative::SpecConfig {
+        mode: speculative::SpecMode::Draft,
+        draft_max: 8,
+        draft_model: Some(test_model_path()),
+    };
+    let (plain, _) = edit_answer(spec_off());
+    let (drafted, stats) = edit_answer(draft);
+    assert_eq!(drafted, plain);
+    // The model drafting for itself: nearly every draft is right.
+    assert!(stats.draft_accepted >= 60, "{stats:?}");
+}
+
+#[test]
+fn a_draft_model_with_another_vocabulary_is_refused_by_name() {
+    let draft = speculative::SpecConfig {
+        mode: speculative::SpecMode::Draft,
+        draft_max: 8,
+        draft_model: Some(swa_test_model_path()),
+    };
+    let err = spec_backend(draft).err().expect("refused");
+    let text = err.to_string();
+    assert!(text.contains("--model-draft"), "{text}");
+    assert!(
+        text.contains("vocabulary") || text.contains("differs"),
+        "{text}"
+    );
+    assert!(text.contains("tokenizer"), "{text}");
+}
+
+#[test]
+fn a_sliding_window_model_does_not_speculate() {
+    // Gemma 3's window layers drop cells at every decode, so a rejected draft could
+    // not leave the cache: speculation is off for it, whatever the request repeats.
+    let mut llm = swa_backend();
+    let text = "one two three four five six seven eight nine ten. one two three four";
+    let (reply, events) = ask(&mut llm, &question(text), &greedy(24));
+    reply.unwrap();
+    assert_eq!(stats_of(&events).draft_tokens, 0);
+}
+
+#[test]
+fn speculation_keeps_stop_strings_and_max_tokens_exact() {
+    // Drafts run past where the answer must end: the end is where plain decoding
+    // puts it, to the token.
+    for max in [1, 7, 33] {
+        let mut plain = spec_backend(spec_off()).unwrap();
+        let mut fast = spec_backend(speculative::SpecConfig::default()).unwrap();
+        let (a, _) = ask(&mut plain, &edit_request(), &greedy(max));
+        let (b, events) = ask(&mut fast, &edit_request(), &greedy(max));
+        let (a, b) = (a.unwrap(), b.unwrap());
+        assert_eq!(a.content, b.content, "max_tokens {max}");
+        assert_eq!(stats_of(&events).completion_tokens, u64::from(max));
+        assert_eq!(b.finish, FinishReason::Length);
+    }
+    let stop = Sampling {
+        stop: vec!["quantity".into()],
+        ..greedy(90)
+    };
+    let mut plain = spec_backend(spec_off()).unwrap();
+    let mut fast = spec_backend(speculative::SpecConfig::default()).unwrap();
+    let (a, plain_events) = ask(&mut plain, &edit_request(), &stop);
+    let (b, events) = ask(&mut fast, &edit_request(), &stop);
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert!(b.content.ends_with("item.price * item."), "{:?}", b.content);
+    assert_eq!(b.content, a.content);
+    assert_eq!(content(&events), content(&plain_events));
+    assert_eq!(b.finish, FinishReason::Stop);
+    assert!(stats_of(&events).draft_accepted > 0, "{events:?}");
 }

@@ -447,7 +447,7 @@ impl Turn {
             context_size: u64::from(n_ctx),
             // The executor reuses KV blocks itself and does not report per request how many.
             cached_tokens: 0,
-            provider: None,
+            ..Stats::default()
         }
     }
 }

@@ -24,6 +24,9 @@ pub struct Metrics {
     pub prompt_tokens: AtomicU64,
     pub prompt_tokens_cached: AtomicU64,
     pub completion_tokens: AtomicU64,
+    /// Speculative decoding's drafted and accepted tokens.
+    pub draft_tokens: AtomicU64,
+    pub draft_accepted: AtomicU64,
     prefill_tps: AtomicU64,
     decode_tps: AtomicU64,
 }
@@ -38,6 +41,10 @@ impl Metrics {
         self.prompt_tokens_cached
             .fetch_add(usage.cached.unwrap_or(0), Ordering::Relaxed);
         if let Some(stats) = &usage.stats {
+            self.draft_tokens
+                .fetch_add(stats.draft_tokens, Ordering::Relaxed);
+            self.draft_accepted
+                .fetch_add(stats.draft_accepted, Ordering::Relaxed);
             if let Some(tps) = stats.prefill_tps {
                 self.prefill_tps.store(tps.to_bits(), Ordering::Relaxed);
             }
@@ -133,6 +140,18 @@ impl Metrics {
             "counter",
             "Generated tokens.",
             &[("", get(&self.completion_tokens) as f64)],
+        );
+        metric(
+            "draft_tokens_total",
+            "counter",
+            "Tokens drafted by speculative decoding.",
+            &[("", get(&self.draft_tokens) as f64)],
+        );
+        metric(
+            "draft_tokens_accepted_total",
+            "counter",
+            "Drafted tokens the model accepted.",
+            &[("", get(&self.draft_accepted) as f64)],
         );
         metric(
             "prompt_tokens_per_second",

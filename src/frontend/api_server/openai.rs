@@ -478,6 +478,8 @@ pub(super) fn wire_timings(usage: &Usage) -> Option<wire::Timings> {
         prompt_per_second: stats.prefill_tps,
         predicted_n: usage.completion,
         predicted_per_second: stats.decode_tps,
+        draft_n: (stats.draft_tokens > 0).then_some(stats.draft_tokens),
+        draft_n_accepted: (stats.draft_tokens > 0).then_some(stats.draft_accepted),
     })
 }
 

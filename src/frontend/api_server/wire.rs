@@ -161,6 +161,11 @@ pub mod openai {
         pub prompt_per_second: Option<f64>,
         pub predicted_n: u64,
         pub predicted_per_second: Option<f64>,
+        /// Speculative decoding's drafted and accepted tokens (as llama-server).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub draft_n: Option<u64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub draft_n_accepted: Option<u64>,
     }
 
     /// `text_completion` (`/v1/completions`): a whole answer, or one streamed

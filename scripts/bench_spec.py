@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""`make bench` part four: speculative decoding, shepherd against llama-server.
+
+Usage: bench_spec.py NAME=URL [NAME=URL ...]
+
+Every server gets the same two workloads through POST /v1/chat/completions,
+temperature 0, not streamed, one request at a time, servers interleaved within
+each round (the first server of a round rotates, so machine load hits all alike):
+
+  edit:  an agent turn: the user asks for a function renamed in a file of about
+         80 lines, the assistant called the read tool, the tool returned the file;
+         the model writes the file back with the name changed;
+  prose: a story, where the context holds nothing to copy.
+
+It reads each answer's generation speed from the server's own `timings`
+(`predicted_per_second`, which both servers report, so client and HTTP time are
+left out), prints medians per server and workload, and each server's ratio to
+the first one named. Standard library only.
+"""
+import http.client
+import json
+import os
+import statistics
+import sys
+import urllib.parse
+
+ROUNDS = int(os.environ.get("ROUNDS", "6"))
+EDIT_TOKENS = int(os.environ.get("EDIT_TOKENS", "400"))
+PROSE_TOKENS = int(os.environ.get("PROSE_TOKENS", "200"))
+
+SOURCE = '''"""Inventory: items, stock levels and the orders that change them."""
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Item:
+    name: str
+    price: float
+    quantity: int = 0
+    tags: list = field(default_factory=list)
+
+
+def compute_total(items):
+    """The value of everything in stock."""
+    total = 0.0
+    for item in items:
+        total += item.price * item.quantity
+    return total
+
+
+def restock(item, amount):
+    if amount <= 0:
+        raise ValueError("amount must be positive")
+    item.quantity += amount
+    return item.quantity
+
+
+def sell(item, amount):
+    if amount > item.quantity:
+        raise ValueError(f"only {item.quantity} of {item.name} left")
+    item.quantity -= amount
+    return item.price * amount
+
+
+def find(items, name):
+    for item in items:
+        if item.name == name:
+            return item
+    return None
+
+
+def tagged(items, tag):
+    return [item for item in items if tag in item.tags]
+
+
+def apply_discount(total, rate):
+    if rate < 0 or rate > 1:
+        raise ValueError("rate must be between 0 and 1")
+    return total * (1 - rate)
+
+
+def report(items, rate=0.0):
+    total = compute_total(items)
+    lines = []
+    for item in sorted(items, key=lambda i: i.name):
+        lines.append(f"{item.name:<20} {item.quantity:>5} x {item.price:>8.2f}")
+    lines.append(f"{'total':<20} {total:>16.2f}")
+    if rate:
+        lines.append(f"{'after discount':<20} {apply_discount(total, rate):>16.2f}")
+    return "\\n".join(lines)
+
+
+def low_stock(items, threshold=5):
+    return [item.name for item in items if item.quantity < threshold]
+
+
+def main():
+    items = [
+        Item("hammer", 12.5, 10, ["tools"]),
+        Item("nails", 0.05, 2000, ["tools", "small"]),
+        Item("paint", 21.0, 3, ["decor"]),
+    ]
+    sell(find(items, "hammer"), 2)
+    restock(find(items, "paint"), 4)
+    print(report(items, rate=0.1))
+    print("low stock:", ", ".join(low_stock(items)) or "none")
+    print("value:", compute_total(items))
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+EDIT = [
+    {"role": "system", "content": "You are a coding assistant. You edit files exactly as asked."},
+    {"role": "user", "content": "In inventory.py, rename the function compute_total to "
+                                "stock_value everywhere. Reply with the whole new file only."},
+    {"role": "assistant", "content": "", "tool_calls": [{
+        "id": "call_1", "type": "function",
+        "function": {"name": "read", "arguments": json.dumps({"path": "inventory.py"})}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": SOURCE},
+]
+PROSE = [
+    {"role": "system", "content": "You are a storyteller."},
+    {"role": "user", "content": "Write a long story about a lighthouse keeper who finds a "
+                                "map in a bottle."},
+]
+
+
+def chat(url, messages, max_tokens):
+    """One chat completion: its generation tokens/s from `timings`, and the text."""
+    parts = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=900)
+    body = json.dumps({"model": "bench", "messages": messages, "max_tokens": max_tokens,
+                       "temperature": 0, "stream": False})
+    conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    data = json.loads(resp.read())
+    conn.close()
+    if resp.status != 200:
+        raise SystemExit(f"{url}: HTTP {resp.status}: {data}")
+    timings = data.get("timings") or {}
+    text = data["choices"][0]["message"].get("content") or ""
+    return timings.get("predicted_per_second") or 0.0, timings, text
+
+
+def main():
+    servers = [arg.split("=", 1) for arg in sys.argv[1:]]
+    workloads = [("edit", EDIT, EDIT_TOKENS), ("prose", PROSE, PROSE_TOKENS)]
+    speeds = {(name, w): [] for name, _ in servers for w, _, _ in workloads}
+    drafts = {}
+    for round_no in range(ROUNDS):
+        order = servers[round_no % len(servers):] + servers[:round_no % len(servers)]
+        for workload, messages, max_tokens in workloads:
+            for name, url in order:
+                tps, timings, text = chat(url, messages, max_tokens)
+                speeds[(name, workload)].append(tps)
+                if "draft_n" in timings:
+                    drafts[(name, workload)] = (timings["draft_n_accepted"], timings["draft_n"])
+                if round_no == 0 and workload == "edit":
+                    renamed = "stock_value" in text and "compute_total" not in text
+                    print(f"  {name}: edit answer {len(text)} chars, renamed: {renamed}",
+                          file=sys.stderr)
+    base = servers[0][0]
+    print(f"speculative decoding, generation tokens/s (median of {ROUNDS} interleaved rounds)")
+    for workload, _, _ in workloads:
+        first = statistics.median(speeds[(base, workload)])
+        print(f"  {workload}:")
+        for name, _ in servers:
+            median = statistics.median(speeds[(name, workload)])
+            ratio = median / first if first else 0.0
+            accepted = drafts.get((name, workload))
+            note = f"  (drafts: {accepted[0]} of {accepted[1]} accepted)" if accepted else ""
+            print(f"    {name:<28} {median:8.1f} t/s  {ratio:5.2f}x {base}{note}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,400 @@
+//! Speculative decoding: a slot's next tokens are guessed cheaply (drafted) and
+//! checked in the same batch as its real next token, so one decode can give
+//! several tokens.
+//!
+//! **Verification.** The slot's pending token and its draft `d1..dk` go into the
+//! batch at consecutive positions, each with logits. The slot's own sampler chain
+//! then samples at the pending token's logits; while the token sampled equals the
+//! next draft token, it samples again at that draft token's logits. Every token
+//! emitted is thus one the sampler drew from the target model's own distribution
+//! given exactly the tokens before it, as without speculation: at temperature 0 each
+//! token is the model's own first choice, and with sampling the text keeps the
+//! model's distribution (the chain draws once per emitted token). The rejected
+//! draft tokens leave the cache again (`llama_memory_seq_rm`), which is why only
+//! models that can rewind a sequence ([`Model::can_rewind`]) speculate.
+//!
+//! **Not bit for bit.** llama.cpp computes a token's logits with other kernels in
+//! a batch than alone (its CPU matrix and attention code picks its path by the
+//! number of tokens and the cache length), and on a small quantized model the
+//! difference is not in the last bits: on SmolLM2-135M Q4_1 the gap between the two
+//! best logits moves by 0.13 (median) between a verification batch and a lone
+//! token, and prefilling the same prompt one token at a time instead of 512 changes
+//! the greedy answer from its second word. So where two tokens nearly tie, a greedy
+//! answer with speculation can part from one without it, as it can between two
+//! `--n_batch` values; llama-server's speculative decoding has the same property.
+//! A tie guard (decode again alone where the best two logits are close) was tried
+//! and measured: with a guard of 1.5 logits the answer still parted at the same
+//! place, because the cache written by a batch differs too, so it is not here.
+//!
+//! **Drafters.** [`ngram_draft`] (`--spec ngram`, the default) needs no model: it
+//! proposes what followed the latest earlier occurrence of the slot's last few
+//! tokens in its own context, which pays where an answer repeats what the context
+//! holds (a file a tool returned, code written two turns ago). [`DraftModel`]
+//! (`--spec draft`, `--model-draft FILE`) runs a small model with the same
+//! vocabulary, greedily, in a context of its own on the generation thread.
+//!
+//! **Adaptive.** [`SlotSpec`] grows a slot's draft length while drafts are accepted
+//! whole and cuts it to what was accepted otherwise, and weighs the tokens its
+//! speculative steps gave against what they cost in plain decoding steps (a lone
+//! token is 1, each drafted token adds [`DRAFT_TOKEN_COST`]): where speculation
+//! loses, it stops for a while (longer each time), so it is never much slower than
+//! decoding without it. The rule counts tokens, not seconds, so the same request
+//! drafts the same way on every run: its output does not depend on the load.
+
+use std::path::{Path, PathBuf};
+
+use super::request::common_prefix;
+use crate::llama::{Batch, Context, ContextParams, Model, Sampler, SamplerParams, Token};
+
+pub use crate::core::SpecMode;
+
+/// Speculative decoding's settings (`--spec`, `--draft-max`, `--model-draft`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpecConfig {
+    pub mode: SpecMode,
+    /// Most tokens drafted at once.
+    pub draft_max: usize,
+    /// The draft model, for [`SpecMode::Draft`].
+    pub draft_model: Option<PathBuf>,
+}
+
+/// llama-server's default `--draft-max`.
+pub const DEFAULT_DRAFT_MAX: usize = 16;
+
+impl Default for SpecConfig {
+    fn default() -> Self {
+        SpecConfig {
+            mode: SpecMode::Ngram,
+            draft_max: DEFAULT_DRAFT_MAX,
+            draft_model: None,
+        }
+    }
+}
+
+/// The longest and shortest run of last tokens [`ngram_draft`] looks up.
+const NGRAM_MAX: usize = 4;
+const NGRAM_MIN: usize = 2;
+
+/// The tokens that followed the latest earlier occurrence of `history`'s last `n`
+/// tokens, at most `max` of them, for the longest `n` from [`NGRAM_MAX`] down to
+/// [`NGRAM_MIN`] that occurs; empty when none does.
+pub fn ngram_draft(history: &[Token], max: usize) -> Vec<Token> {
+    if max == 0 {
+        return Vec::new();
+    }
+    for n in (NGRAM_MIN..=NGRAM_MAX).rev() {
+        let Some(start) = history.len().checked_sub(n) else {
+            continue;
+        };
+        let tail = &history[start..];
+        // Latest first: the nearest repetition is the likeliest to go on.
+        let found = (0..start).rev().find(|&i| history[i..i + n] == *tail);
+        if let Some(i) = found {
+            let from = i + n;
+            return history[from..(from + max).min(history.len())].to_vec();
+        }
+    }
+    Vec::new()
+}
+
+/// Draft length a request starts with, and the shortest one it goes down to.
+const START_LEN: usize = 4;
+const MIN_LEN: usize = 2;
+/// What one drafted token adds to a decode step, relative to decoding a lone
+/// token. An estimate for CPUs, not yet measured on a quiet machine: a drafted
+/// token runs through the weights the lone token already loads, at about the
+/// speed of prompt processing (four to eight times generation's on llama-bench).
+/// On a GPU a token costs less, and the rule is only cautious there.
+pub const DRAFT_TOKEN_COST: f64 = 0.23;
+/// Speculative steps judged together (older ones count less, by [`DECAY`]).
+const MIN_STEPS: u32 = 3;
+const DECAY: f64 = 0.7;
+/// Generated tokens without drafting after speculation lost; doubled each time it
+/// loses again, up to [`MAX_BACKOFF`].
+const BACKOFF: usize = 16;
+const MAX_BACKOFF: usize = 1024;
+
+/// One request's speculation: its draft length, what its speculative steps saved,
+/// and the counts reported in its stats.
+#[derive(Debug, Clone)]
+pub struct SlotSpec {
+    next_len: usize,
+    /// Decayed sums over speculative steps: the tokens they gave, and their cost
+    /// in lone-token steps.
+    saved: f64,
+    spent: f64,
+    steps: u32,
+    /// No drafting until the request has generated this many tokens.
+    off_until: usize,
+    backoff: usize,
+    /// Draft tokens proposed and accepted.
+    pub drafted: u64,
+    pub accepted: u64,
+}
+
+impl Default for SlotSpec {
+    fn default() -> Self {
+        SlotSpec {
+            next_len: START_LEN,
+            saved: 0.0,
+            spent: 0.0,
+            steps: 0,
+            off_until: 0,
+            backoff: BACKOFF,
+            drafted: 0,
+            accepted: 0,
+        }
+    }
+}
+
+impl SlotSpec {
+    /// How many tokens to draft now, at most `max`; 0 while speculation rests.
+    pub fn draft_len(&self, generated: usize, max: usize) -> usize {
+        if generated < self.off_until {
+            return 0;
+        }
+        self.next_len.min(max)
+    }
+
+    /// A draft of `drafted` tokens was checked and its first `accepted` kept.
+    pub fn verified(&mut self, drafted: usize, accepted: usize, draft_max: usize) {
+        self.drafted += drafted as u64;
+        self.accepted += accepted as u64;
+        self.next_len = if accepted == drafted {
+            (drafted * 2).clamp(MIN_LEN, draft_max.max(MIN_LEN))
+        } else {
+            (accepted + 1).clamp(MIN_LEN, draft_max.max(MIN_LEN))
+        };
+    }
+
+    /// A speculative step with `drafted` draft tokens gave `emitted` tokens: rests
+    /// when the last [`MIN_STEPS`] or more such steps cost more than they gave.
+    pub fn judge(&mut self, emitted: usize, drafted: usize, generated: usize) {
+        self.saved = self.saved * DECAY + emitted as f64;
+        self.spent = self.spent * DECAY + 1.0 + DRAFT_TOKEN_COST * drafted as f64;
+        self.steps += 1;
+        if self.steps < MIN_STEPS {
+            return;
+        }
+        if self.saved < self.spent {
+            self.off_until = generated + self.backoff;
+            self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+            self.saved = 0.0;
+            self.spent = 0.0;
+            self.steps = 0;
+            self.next_len = START_LEN;
+        } else {
+            self.backoff = BACKOFF;
+        }
+    }
+}
+
+/// Why a draft model cannot serve.
+fn incompatible(path: &Path, why: String) -> String {
+    format!(
+        "--model-draft {}: {why}; a draft model must share the model's tokenizer (a smaller model of the same family)",
+        path.display()
+    )
+}
+
+/// Whether `draft` tokenizes exactly as `target` does: the same vocabulary, the
+/// same text for every token, the same start and end tokens.
+pub fn check_vocab(target: &Model, draft: &Model, path: &Path) -> Result<(), String> {
+    let (n, m) = (target.n_vocab(), draft.n_vocab());
+    if n != m {
+        return Err(incompatible(
+            path,
+            format!("its vocabulary has {m} tokens, the model's {n}"),
+        ));
+    }
+    if target.bos_text() != draft.bos_text() || target.eos_text() != draft.eos_text() {
+        return Err(incompatible(
+            path,
+            "its start or end token differs".to_string(),
+        ));
+    }
+    for token in 0..n {
+        let (a, b) = (
+            target.piece_bytes(token, true),
+            draft.piece_bytes(token, true),
+        );
+        if a.ok() != b.ok() {
+            return Err(incompatible(path, format!("token {token} differs")));
+        }
+    }
+    Ok(())
+}
+
+/// A small model drafting for the big one: its own context with one sequence per
+/// slot, each holding what the slot's sequence holds (plus the last draft).
+pub struct DraftModel<'d> {
+    ctx: Context<'d>,
+    batch: Batch,
+    sampler: Sampler,
+    /// The tokens each sequence holds in the draft's cache.
+    mirrors: Vec<Vec<Token>>,
+}
+
+impl<'d> DraftModel<'d> {
+    pub fn new(model: &'d Model, params: &ContextParams) -> Result<DraftModel<'d>, String> {
+        let ctx = Context::new(model, params).map_err(|e| format!("draft model: {e}"))?;
+        let batch = Batch::new(ctx.n_batch() as usize).map_err(|e| format!("draft model: {e}"))?;
+        let greedy = SamplerParams {
+            temperature: 0.0,
+            ..SamplerParams::default()
+        };
+        let sampler = Sampler::new(model, &greedy).map_err(|e| format!("draft model: {e}"))?;
+        let mirrors = vec![Vec::new(); ctx.n_seq_max() as usize];
+        Ok(DraftModel {
+            ctx,
+            batch,
+            sampler,
+            mirrors,
+        })
+    }
+
+    /// Up to `max` tokens the draft model expects after `history` in sequence `seq`,
+    /// greedily; empty if its context cannot take them.
+    pub fn draft(&mut self, seq: i32, history: &[Token], max: usize) -> Vec<Token> {
+        let Some(mirror) = usize::try_from(seq)
+            .ok()
+            .and_then(|s| self.mirrors.get_mut(s))
+        else {
+            return Vec::new();
+        };
+        if max == 0 || history.is_empty() || history.len() + max > self.ctx.n_ctx_seq() as usize {
+            return Vec::new();
+        }
+        // Keep what the draft's cache shares with the history (at least one token is
+        // decoded again, for its logits).
+        let mut keep = common_prefix(mirror, history).min(history.len() - 1);
+        if keep < mirror.len() && !self.ctx.truncate_seq(seq, keep) {
+            keep = 0;
+        }
+        mirror.truncate(keep);
+        let mut at = 0;
+        for chunk in history[keep..].chunks(self.batch.capacity().max(1)) {
+            self.batch.clear();
+            let from = mirror.len();
+            for (j, &token) in chunk.iter().enumerate() {
+                let last = from + j + 1 == history.len();
+                if self.batch.push_seq(token, from + j, seq, last).is_err() {
+                    return self.lost(seq);
+                }
+            }
+            if self.ctx.decode(&self.batch).is_err() {
+                return self.lost(seq);
+            }
+            mirror.extend_from_slice(chunk);
+            at = chunk.len() - 1;
+        }
+        let mut drafts = Vec::with_capacity(max);
+        while let Ok(token) = self.sampler.sample_at(&mut self.ctx, at) {
+            drafts.push(token);
+            if drafts.len() == max || self.ctx.model().is_eog(token) {
+                break;
+            }
+            self.batch.clear();
+            if self.batch.push_seq(token, mirror.len(), seq, true).is_err()
+                || self.ctx.decode(&self.batch).is_err()
+            {
+                // What is in the mirror is still what the cache holds.
+                break;
+            }
+            mirror.push(token);
+            at = 0;
+        }
+        drafts
+    }
+
+    /// After a failed decode the sequence's cache is unknown: it starts over.
+    fn lost(&mut self, seq: i32) -> Vec<Token> {
+        self.ctx.truncate_seq(seq, 0);
+        if let Some(mirror) = usize::try_from(seq)
+            .ok()
+            .and_then(|s| self.mirrors.get_mut(s))
+        {
+            mirror.clear();
+        }
+        Vec::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ngram_drafter_proposes_what_followed_the_latest_longest_match() {
+        // "1 2 3 4 5 ... 1 2 3" → "4 5" (the 3-gram "1 2 3" occurred before).
+        let history = [1, 2, 3, 4, 5, 9, 9, 1, 2, 3];
+        assert_eq!(ngram_draft(&history, 2), vec![4, 5]);
+        assert_eq!(ngram_draft(&history, 10), vec![4, 5, 9, 9, 1, 2, 3]);
+        // The latest of two occurrences.
+        let history = [7, 8, 1, 7, 8, 2, 7, 8];
+        assert_eq!(ngram_draft(&history, 1), vec![2]);
+        // A longer match wins over a later shorter one.
+        let history = [5, 6, 7, 1, 0, 6, 7, 2, 5, 6, 7];
+        assert_eq!(ngram_draft(&history, 1), vec![1]);
+        // Nothing repeats, too short, nothing wanted.
+        assert!(ngram_draft(&[1, 2, 3, 4], 4).is_empty());
+        assert!(ngram_draft(&[1], 4).is_empty());
+        assert!(ngram_draft(&[1, 2, 1, 2], 0).is_empty());
+        // The draft may run up to the end of the history itself.
+        assert_eq!(ngram_draft(&[3, 3, 3], 5), vec![3]);
+    }
+
+    #[test]
+    fn draft_length_grows_with_whole_acceptance_and_shrinks_to_what_was_accepted() {
+        let mut spec = SlotSpec::default();
+        assert_eq!(spec.draft_len(0, 16), START_LEN);
+        spec.verified(4, 4, 16);
+        assert_eq!(spec.draft_len(0, 16), 8);
+        spec.verified(8, 8, 16);
+        spec.verified(16, 16, 16);
+        assert_eq!(spec.draft_len(0, 16), 16);
+        assert_eq!(spec.draft_len(0, 3), 3, "capped by the room left");
+        spec.verified(16, 5, 16);
+        assert_eq!(spec.draft_len(0, 16), 6);
+        spec.verified(6, 0, 16);
+        assert_eq!(spec.draft_len(0, 16), MIN_LEN);
+        assert_eq!((spec.drafted, spec.accepted), (50, 33));
+    }
+
+    #[test]
+    fn speculation_that_loses_rests_longer_each_time_and_one_that_pays_goes_on() {
+        let mut spec = SlotSpec::default();
+        // Three steps of 1 token for a draft of 8 (cost 2.84): it rests.
+        for generated in 1..=3 {
+            assert!(spec.draft_len(generated, 16) > 0);
+            spec.judge(1, 8, generated);
+        }
+        assert_eq!(spec.draft_len(3 + BACKOFF - 1, 16), 0);
+        assert!(spec.draft_len(3 + BACKOFF, 16) > 0);
+        let at = 3 + BACKOFF;
+        for generated in at..at + 3 {
+            spec.judge(1, 8, generated);
+        }
+        assert_eq!(
+            spec.draft_len(at + 2 + 2 * BACKOFF - 1, 16),
+            0,
+            "twice as long"
+        );
+        // Paying steps (4 tokens for a draft of 4, cost 1.92) never rest, nor do
+        // rejected drafts among accepted ones.
+        let mut spec = SlotSpec::default();
+        for generated in 0..100 {
+            let emitted = if generated % 3 == 0 { 1 } else { 4 };
+            spec.judge(emitted, 4, generated);
+            assert!(spec.draft_len(generated + 1, 16) > 0);
+        }
+    }
+
+    #[test]
+    fn spec_modes_parse_by_name() {
+        for name in SpecMode::NAMES {
+            assert!(SpecMode::parse(name).is_some(), "{name}");
+        }
+        assert_eq!(SpecMode::parse("lookup"), None);
+    }
+}

@@ -1,0 +1,56 @@
+//! Speculative decoding through the real binary: the flags, their errors, and the
+//! drafted and accepted tokens in `--json` stats.
+
+use crate::api_server::test_model;
+use crate::harness::Sandbox;
+
+const FILE: &str = "def add(a, b):\n    return a + b\n\ndef mul(a, b):\n    return a * b\n";
+
+fn ask(sandbox: &Sandbox, extra: &[&str]) -> crate::harness::Run {
+    let model = test_model().to_str().expect("UTF-8").to_string();
+    let question = format!("Here is a file:\n\n{FILE}\nRepeat the file exactly.");
+    let mut args = vec!["-m", model.as_str(), "--threads", "2", "--temperature", "0"];
+    args.extend_from_slice(&["--notools", "--no-prompt-cache", "--max-tokens", "24"]);
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["-e", question.as_str()]);
+    sandbox.run(&args, "")
+}
+
+#[test]
+fn drafted_and_accepted_tokens_are_in_the_stats() {
+    let sandbox = Sandbox::new("spec-stats");
+    let run = ask(&sandbox, &["--json"]);
+    assert_eq!(run.status, Some(0), "{}", run.stderr);
+    let stats = run.json_stats();
+    let drafted = stats["draft_tokens"].as_u64().expect("draft_tokens");
+    let accepted = stats["draft_accepted"].as_u64().expect("draft_accepted");
+    assert!(accepted > 0 && accepted <= drafted, "{stats}");
+    // Without speculation the stats say nothing of drafts.
+    let run = ask(&sandbox, &["--json", "--spec", "off"]);
+    assert_eq!(run.status, Some(0), "{}", run.stderr);
+    assert!(
+        run.stdout.contains("\"completion_tokens\""),
+        "{}",
+        run.stdout
+    );
+    assert!(!run.stdout.contains("draft_"), "{}", run.stdout);
+}
+
+#[test]
+fn speculation_flags_are_checked_before_anything_loads() {
+    let sandbox = Sandbox::new("spec-flags");
+    let run = ask(&sandbox, &["--spec", "draft"]);
+    assert_eq!(run.status, Some(2), "{}", run.stderr);
+    assert!(run.stderr.contains("--model-draft FILE"), "{}", run.stderr);
+    let run = ask(&sandbox, &["--spec", "lookahead"]);
+    assert_eq!(run.status, Some(2), "{}", run.stderr);
+    assert!(run.stderr.contains("off, ngram, draft"), "{}", run.stderr);
+    let run = ask(&sandbox, &["--draft-max", "0"]);
+    assert_eq!(run.status, Some(2), "{}", run.stderr);
+    assert!(run.stderr.contains("1 to 64"), "{}", run.stderr);
+    // A draft model of another vocabulary is refused by name.
+    let gemma = crate::models::gemma3();
+    let run = ask(&sandbox, &["--model-draft", gemma.to_str().unwrap()]);
+    assert_ne!(run.status, Some(0), "{}", run.stderr);
+    assert!(run.stderr.contains("tokenizer"), "{}", run.stderr);
+}
