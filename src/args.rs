@@ -272,7 +272,7 @@ pub const FLAGS: &[Flag] = &[
     flag(FlagId::NBatch, "n_batch", None, Val("N"), S::Local, "Logical batch size"),
     flag(FlagId::UBatch, "ubatch", None, Val("N"), S::Local, "Physical batch size (default 512; 256 on the CPU without flash attention)"),
     flag(FlagId::CacheType, "cache-type", None, Val("TYPE"), S::Local, "KV cache type: f16|f32|q8_0|q4_0"),
-    flag(FlagId::FlashAttn, "flash-attn", None, Opt("on|off|auto"), S::Local, "Flash attention; alone = on (default auto: off on AVX2 CPU kernels for heads up to 64 wide)"),
+    flag(FlagId::FlashAttn, "flash-attn", None, Opt("on|off|auto"), S::Local, "Flash attention; alone = on (default auto: off on the CPU for heads up to 64 wide)"),
     flag(FlagId::Parallel, "parallel", None, Val("N"), S::Local, "Requests decoded together in one batch (slots), 1 to 64 (default 1)"),
     flag(FlagId::Pooling, "pooling", None, Val("TYPE"), S::Local, "--server: how /v1/embeddings pools a sequence: mean|cls|last (default mean)"),
     flag(FlagId::NoPromptCache, "no-prompt-cache", None, Nothing, S::Local, "Neither restore nor save decoded prompts on disk (kv_cache_max_mb caps them)"),

@@ -339,8 +339,11 @@ impl<'m> Context<'m> {
     /// that has them keep only their window (and a batch), so the positions the token
     /// at `from` attends to may be gone from them although the other layers still hold
     /// them (llama-server makes the same test before it reuses a cached prefix).
+    ///
+    /// The last decode's logits stay readable: llama.cpp keeps them in the context's
+    /// output buffer, which only a decode rewrites, and a batch that verified several
+    /// slots' drafts is sampled slot by slot, each dropping its rejected draft.
     pub fn truncate_seq(&mut self, seq: i32, from: usize) -> bool {
-        self.logits.clear();
         if !self.is_seq(seq) {
             return false;
         }

@@ -112,13 +112,6 @@ pub fn supports_gpu_offload() -> bool {
     devices::offload_device_count() > 0
 }
 
-/// Whether ggml's CPU kernels were compiled with AVX-512 (a build for a CPU that has
-/// it: `.cargo/config.toml` builds for the CPU it is built on).
-pub fn cpu_kernels_have_avx512() -> bool {
-    // SAFETY: a pure function with no arguments that reports a compile-time flag.
-    unsafe { sys::ggml_cpu_has_avx512() != 0 }
-}
-
 /// llama.cpp's build and CPU feature summary, for `--version`.
 pub fn system_info() -> String {
     init();
@@ -176,11 +169,5 @@ mod tests {
     fn system_info_names_the_cpu_backend() {
         let info = system_info();
         assert!(info.contains("CPU"), "unexpected system info: {info}");
-        // The same compile-time flag, asked two ways.
-        assert_eq!(
-            cpu_kernels_have_avx512(),
-            info.contains("AVX512 = 1"),
-            "{info}"
-        );
     }
 }

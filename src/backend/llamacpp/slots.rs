@@ -148,6 +148,9 @@ pub(super) struct Worker<'m> {
     /// cannot rewind a sequence), and the most it drafts at once.
     spec: SpecMode,
     draft_max: usize,
+    /// Slots whose pending token is in this step's batch (what a draft costs depends
+    /// on it: [`super::speculative::draft_token_cost`]).
+    generating: usize,
     /// The draft model's context, for [`SpecMode::Draft`].
     drafter: Option<DraftModel<'m>>,
     /// The context's flash attention and physical batch, for the bench's report.
@@ -258,7 +261,6 @@ fn context_params(model: &Model, config: &LlamaConfig, preempt: &Preempt) -> Con
         config.gpu_layers,
         config.cache_type,
         model.head_dim(),
-        llama::cpu_kernels_have_avx512(),
     );
     let n_ubatch = tuning::ubatch_for(config.ubatch, flash_attn, config.gpu_layers);
     ContextParams {
@@ -354,6 +356,7 @@ impl<'m> Worker<'m> {
             prompt_cache,
             spec,
             draft_max: config.spec.draft_max,
+            generating: 0,
             drafter,
             n_ctx_slot: ctx.n_ctx_seq() as usize,
             ctx,
@@ -909,6 +912,7 @@ impl<'m> Worker<'m> {
             task.logits_at = None;
             task.drafts.clear();
         }
+        self.generating = 0;
         let decoding: Vec<usize> = (0..self.slots.len())
             .filter(|&i| {
                 self.slots[i]
@@ -936,6 +940,7 @@ impl<'m> Worker<'m> {
             }
             task.in_batch = 1;
             task.logits_at = Some(self.batch.len() - 1);
+            self.generating += 1;
             for (j, &draft) in drafts.iter().enumerate() {
                 if self
                     .batch
@@ -1019,7 +1024,7 @@ impl<'m> Worker<'m> {
         slot.mirror.push(token);
         let drafts = match (&mut self.drafter, self.spec) {
             (Some(drafter), SpecMode::Draft) => drafter.draft(slot.seq, &slot.mirror, len),
-            _ => ngram_draft(&slot.mirror, len),
+            _ => ngram_draft(&slot.mirror, len, task.spec.shortest_match()),
         };
         slot.mirror.pop();
         drafts
@@ -1079,6 +1084,7 @@ impl<'m> Worker<'m> {
             ctx,
             slots,
             draft_max,
+            generating,
             ..
         } = self;
         let slot = &mut slots[index];
@@ -1109,7 +1115,8 @@ impl<'m> Worker<'m> {
                 let err = "the cache could not drop a rejected draft (run with --spec off)";
                 return self.fail(index, BackendError::Protocol(err.into()));
             }
-            task.spec.judge(tokens.len(), drafts.len(), task.n_tokens);
+            task.spec
+                .judge(tokens.len(), drafts.len(), task.n_tokens, *generating);
         }
         self.emit(index, &tokens);
     }

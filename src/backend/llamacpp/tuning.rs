@@ -67,28 +67,34 @@ pub const CPU_FLASH_ATTN_OFF_MAX_HEAD_DIM: u32 = 64;
 /// - 128: about 10% slower deep (14% at 3,072), 5–14% faster on prompts: a wash.
 /// - 256 (Gemma 3): even deep, faster on prompts.
 ///
-/// Those are AVX2 kernels. Compiled with AVX-512 (`avx512`: a build for a CPU that has
-/// it, as builds from the tree are), the same kernel is no longer slower deep: on the
-/// AMD EPYC VM, SmolLM2 with llama-bench on our llama.cpp, 2 threads, it was on against
-/// off 112/101 and 101/93 t/s 1,536 deep at ubatch 256, 74/72, 70/66 and 73/73 at
-/// 3,072 deep, and 10% faster generating at depth 0 and 10–20% on prompts.
+/// Those are AVX2 kernels. With AVX-512 kernels it depends on the CPU. On an AMD EPYC
+/// VM (llama-bench on our llama.cpp, 2 threads) it was on against off 112/101 t/s
+/// 1,536 deep and 10% faster generating at depth 0. On an Intel Xeon VM (2026-11-25,
+/// 2 threads, llama-bench from the sdist) on against off was tg64 40.8/84.1 t/s 768
+/// deep and 60.7/98.5 256 deep (126.5/118.7 at depth 0), and shepherd's own server
+/// generated an 1,800-token-deep agent edit at 41.2 against 78.1 t/s. Flash
+/// attention's CPU kernel also takes each query of a batch on its own, so a
+/// speculative step's drafted tokens cost about twice what they do without it (pp17
+/// against pp1 at 1,500 deep: 42.3/29.7 t/s on, 181.9/65.4 off): with it, n-gram
+/// drafting gave 1.47x on that edit, without it 2.15x.
 ///
-/// So auto is off when every layer runs on AVX2 CPU kernels, the heads are at most
+/// So auto is off when every layer runs on the CPU, the heads are at most
 /// [`CPU_FLASH_ATTN_OFF_MAX_HEAD_DIM`] wide and the V cache is not quantized (llama.cpp
-/// needs flash attention for a quantized V cache); everywhere else llama.cpp's auto
-/// decides (on a GPU it was the faster choice: tg 891 against 781 t/s on an H100).
+/// needs flash attention for a quantized V cache), whatever the CPU: the most it costs
+/// (about 10% on that AMD CPU) is far less than what it saves where it loses (half the
+/// speed on that Intel one). Everywhere else llama.cpp's auto decides (on a GPU it was
+/// the faster choice: tg 891 against 781 t/s on an H100).
 pub fn flash_attn_for(
     requested: Option<bool>,
     gpu_layers: i32,
     cache_type: CacheType,
     head_dim: Option<u32>,
-    avx512: bool,
 ) -> Option<bool> {
     let quantized_v = matches!(cache_type, CacheType::Q8_0 | CacheType::Q4_0);
     let small_heads = head_dim.is_some_and(|d| d <= CPU_FLASH_ATTN_OFF_MAX_HEAD_DIM);
     match requested {
         Some(forced) => Some(forced),
-        None if all_on_cpu(gpu_layers) && small_heads && !quantized_v && !avx512 => Some(false),
+        None if all_on_cpu(gpu_layers) && small_heads && !quantized_v => Some(false),
         None => None,
     }
 }
@@ -120,42 +126,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn auto_flash_attention_is_off_on_avx2_cpu_kernels_for_small_heads_unless_the_v_cache_is_quantized(
-    ) {
-        // A forced choice is kept wherever the layers are, whatever the heads and kernels.
-        for avx512 in [false, true] {
-            for layers in [0, -1] {
-                for head in [Some(64), Some(256), None] {
-                    let on = flash_attn_for(Some(true), layers, CacheType::F16, head, avx512);
-                    assert_eq!(on, Some(true));
-                    let off = flash_attn_for(Some(false), layers, CacheType::Q8_0, head, avx512);
-                    assert_eq!(off, Some(false));
-                }
+    fn auto_flash_attention_is_off_on_the_cpu_for_small_heads_unless_the_v_cache_is_quantized() {
+        // A forced choice is kept wherever the layers are, whatever the heads.
+        for layers in [0, -1] {
+            for head in [Some(64), Some(256), None] {
+                assert_eq!(
+                    flash_attn_for(Some(true), layers, CacheType::F16, head),
+                    Some(true)
+                );
+                let off = flash_attn_for(Some(false), layers, CacheType::Q8_0, head);
+                assert_eq!(off, Some(false));
             }
         }
         for small in [Some(64), Some(32)] {
-            assert_eq!(
-                flash_attn_for(None, 0, CacheType::F16, small, false),
-                Some(false)
-            );
-            assert_eq!(
-                flash_attn_for(None, 0, CacheType::F32, small, false),
-                Some(false)
-            );
+            assert_eq!(flash_attn_for(None, 0, CacheType::F16, small), Some(false));
+            assert_eq!(flash_attn_for(None, 0, CacheType::F32, small), Some(false));
             // llama.cpp refuses a quantized V cache without flash attention.
-            assert_eq!(flash_attn_for(None, 0, CacheType::Q8_0, small, false), None);
-            assert_eq!(flash_attn_for(None, 0, CacheType::Q4_0, small, false), None);
-            // AVX-512 kernels: as fast deep with it, faster on prompts.
-            assert_eq!(flash_attn_for(None, 0, CacheType::F16, small, true), None);
+            assert_eq!(flash_attn_for(None, 0, CacheType::Q8_0, small), None);
+            assert_eq!(flash_attn_for(None, 0, CacheType::Q4_0, small), None);
         }
         // Wider heads, or a model that does not say: llama.cpp decides.
         for other in [Some(80), Some(128), Some(256), None] {
-            assert_eq!(flash_attn_for(None, 0, CacheType::F16, other, false), None);
+            assert_eq!(flash_attn_for(None, 0, CacheType::F16, other), None);
         }
         // Layers asked for the GPU: llama.cpp decides where there is one.
         let on_gpu = crate::llama::supports_gpu_offload();
         assert_eq!(
-            flash_attn_for(None, -1, CacheType::F16, Some(64), false),
+            flash_attn_for(None, -1, CacheType::F16, Some(64)),
             (!on_gpu).then_some(false)
         );
     }
