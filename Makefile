@@ -13,28 +13,28 @@ MODEL := $(MODEL_DIR)/$(MODEL_NAME)
 # The tests' second architecture: Gemma 3 270M (sliding-window attention).
 SWA_MODEL := $(MODEL_DIR)/gemma-3-270m-q4_k_m.gguf
 THREADS ?= 2
-# `make CUDA=1` builds llama.cpp with its CUDA backend (needs the CUDA toolkit).
+# `make CUDA=1` builds llama.cpp with its CUDA backend, on any machine, GPU or not: the
+# toolkit is fetched once into the cache (scripts/cuda-toolkit.sh; CUDA_TOOLKIT=DIR uses
+# an installed one instead). The CUDA section below has the rest.
 CUDA ?=
 CARGO_FEATURES := $(if $(CUDA),--features cuda,)
-# rustc must find libcudart_static.a itself (it bundles it into llama-cpp-sys-2's rlib),
-# and the crate looks only under CUDA_PATH, /usr/local/cuda* and /opt/cuda. Debian's
-# toolkit (nvidia-cuda-toolkit) keeps its libraries in the multiarch directory, so that
-# directory is added when it holds them. CUDA_LIB_DIR=DIR names another.
-CUDA_LIB_DIR ?= $(if $(CUDA),$(patsubst %/,%,$(dir $(firstword $(wildcard /usr/lib/x86_64-linux-gnu/libcudart_static.a)))),)
-CUDA_RUSTFLAGS := $(if $(CUDA_LIB_DIR),-L native=$(CUDA_LIB_DIR),)
 # Builds are for this machine's CPU (.cargo/config.toml: target-cpu=native, as llama.cpp
 # builds by default). PORTABLE=1 builds for any x86-64 CPU with AVX2 (x86-64-v3, what
 # `make static` always builds) in a target dir of its own, so that switching back and
 # forth rebuilds nothing. A RUSTFLAGS in the environment replaces the config's flags,
 # so whenever one is exported here it carries the CPU choice too (unless it names one).
-PORTABLE ?=
+# A CUDA build is for a GPU box, usually another machine: portable unless PORTABLE=
+# (empty) asks for this CPU, in target/cuda (target/cuda-native).
+PORTABLE ?= $(if $(CUDA),1,)
 CPU_RUSTFLAGS := $(if $(findstring target-cpu,$(RUSTFLAGS)),,$(if $(PORTABLE),-C target-cpu=x86-64-v3,-C target-cpu=native))
-ifneq ($(PORTABLE),)
+ifneq ($(CUDA),)
+export CARGO_TARGET_DIR ?= target/cuda$(if $(PORTABLE),,-native)
+else ifneq ($(PORTABLE),)
 export CARGO_TARGET_DIR ?= target/portable
 endif
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
-ifneq ($(or $(CUDA_RUSTFLAGS),$(PORTABLE),$(RUSTFLAGS)),)
-export RUSTFLAGS := $(strip $(RUSTFLAGS) $(CPU_RUSTFLAGS) $(CUDA_RUSTFLAGS))
+ifneq ($(or $(PORTABLE),$(RUSTFLAGS)),)
+export RUSTFLAGS := $(strip $(RUSTFLAGS) $(CPU_RUSTFLAGS))
 endif
 # `make TENSORRT=1 TRTLLM_ROOT=DIR` adds the TensorRT-LLM backend (docs/tensorrt.md).
 TENSORRT ?=
@@ -43,12 +43,16 @@ export TRTLLM_ROOT
 
 .PHONY: all build deps test test-tensorrt check-trtllm-shim vendor-trtllm-headers fmt clippy clean no-async-runtime check-layers model swa-model run bench jinja2 mcp-servers valgrind bench-cliserver bench-llama bench-server openai-py test-tools
 .PHONY: static vendor dist install uninstall check-static check-install offline-static release-deps
+.PHONY: cuda-toolkit cuda-link-dynamic cuda-link-static check-cuda check-cuda-if-changed
 
 all: build
 
-build: deps
-	$(CARGO) build --release $(CARGO_FEATURES) $(VENDORED)
+build: deps $(if $(CUDA),cuda-toolkit cuda-link-dynamic,)
+	$(CUDA_ENV_DYNAMIC) $(CARGO) build --release $(CARGO_FEATURES) $(VENDORED)
 	@echo "built $(TARGET_DIR)/release/shepherd"
+ifneq ($(CUDA),)
+	scripts/release-check.sh linkage $(TARGET_DIR)/release/shepherd cuda-dynamic 0
+endif
 
 # Installs the Debian packages the build needs, only those that are missing.
 deps:
@@ -66,6 +70,7 @@ test: deps no-async-runtime check-layers model swa-model jinja2 openai-py mcp-se
 	  SHEPHERD_TEST_MCP_EVERYTHING=$(MCP_EVERYTHING) $(CARGO) test $(CARGO_FEATURES)
 	$(MAKE) --no-print-directory test-tensorrt
 	$(MAKE) --no-print-directory check-static CUDA=
+	$(MAKE) --no-print-directory check-cuda-if-changed CUDA=
 
 # The TensorRT-LLM backend against the scripted C test library (no TensorRT-LLM, no GPU),
 # and the check that the real feature without TRTLLM_ROOT stops with a clear message.
@@ -222,6 +227,110 @@ clean:
 	$(CARGO) clean
 
 # ---------------------------------------------------------------------------------------
+# CUDA (docs/INSTALL.md, "CUDA"). No GPU and no driver are needed to build.
+#
+# The toolkit: Debian's nvidia-cuda-toolkit 12.4 (non-free, Debian 13), fetched with
+# apt-get download and unpacked into the cache as a CUDA_PATH (scripts/cuda-toolkit.sh),
+# because it is the only toolkit in the registries with a static cuBLAS. CUDA_TOOLKIT=DIR
+# uses an installed toolkit instead (NVIDIA's /usr/local/cuda, 12.x or 13.x).
+# Named by version: fetched once, so a change of packages in cuda-toolkit.sh needs a new name.
+CUDA_CACHE := $(CACHE)/cuda-12.4
+CUDA_TOOLKIT ?= $(CUDA_CACHE)/toolkit
+# The GPU architectures compiled in (CMake's CMAKE_CUDA_ARCHITECTURES), machine code for
+# Ampere (80: A100, and through binary compatibility every 8.x GPU: A10, A40, RTX 30xx),
+# Ada (89: L4, L40, RTX 40xx) and Hopper (90: H100, H200). Each costs build time and
+# binary size (INSTALL.md has the numbers); NN-virtual adds PTX that newer GPUs compile
+# at first start.
+CUDA_ARCHS ?= 80-real;89-real;90-real
+# nvcc flags for every CUDA file (CMAKE_CUDA_FLAGS). CUDA 12.4 stores GPU code
+# uncompressed unless told: compressed, llama.cpp's code for one architecture is about
+# a third of its 119 MB (cudart decompresses it when the program starts).
+CUDA_FLAGS ?= -Xfatbin=-compress-all
+# How each variant links: libcuda.a from ffi/cuda_driver.c (the driver, opened at run
+# time) first on the library path, and for the dynamic one empty stand-ins for the static
+# archives llama-cpp-sys-2 asks for, with build.rs linking libcudart/libcublas instead.
+CUDA_LINK_DIR = $(TARGET_DIR)/cuda-link
+STATIC_CUDA_LINK_DIR = $(STATIC_TARGET_DIR)/cuda-link
+# ggml compiles through ccache by itself when it is installed (GGML_CCACHE), nvcc
+# included: `make CUDA=1` installs it, so the second variant and rebuilds reuse the
+# CUDA objects. Paths are hashed relative to the tree (each variant has its own
+# target dir).
+CUDA_CCACHE := CCACHE_BASEDIR=$(CURDIR) CCACHE_NOHASHDIR=1 CCACHE_MAXSIZE=10G
+# CMAKE_* reach CMake through llama-cpp-sys-2 (as -D); GGML_* too, and a change to one
+# re-runs its build, so the architectures and flags ride along in an otherwise unused
+# GGML_ name.
+CUDA_CMAKE = $(CUDA_ARCHS) $(CUDA_FLAGS)
+CUDA_ENV = CUDA_PATH=$(CUDA_TOOLKIT) CMAKE_CUDA_COMPILER=$(CUDA_TOOLKIT)/bin/nvcc \
+  CMAKE_CUDA_ARCHITECTURES='$(CUDA_ARCHS)' CMAKE_CUDA_FLAGS='$(CUDA_FLAGS)' \
+  GGML_SHEPHERD_CUDA='$(CUDA_CMAKE)' $(CUDA_CCACHE)
+CUDA_ENV_DYNAMIC = $(if $(CUDA),$(CUDA_ENV) CUDA_LIBRARY_PATH=$(abspath $(CUDA_LINK_DIR)):$(CUDA_TOOLKIT) SHEPHERD_CUDA_RUNTIME=dynamic,)
+CUDA_ENV_STATIC = $(if $(CUDA),$(CUDA_ENV) CUDA_LIBRARY_PATH=$(abspath $(STATIC_CUDA_LINK_DIR)):$(CUDA_TOOLKIT) SHEPHERD_CUDA_RUNTIME=static,)
+
+cuda-toolkit:
+ifeq ($(CUDA_TOOLKIT),$(CUDA_CACHE)/toolkit)
+	@scripts/cuda-toolkit.sh $(CUDA_CACHE)
+else
+	@test -x $(CUDA_TOOLKIT)/bin/nvcc || { echo "CUDA_TOOLKIT=$(CUDA_TOOLKIT) has no bin/nvcc" >&2; exit 1; }
+endif
+	@$(MAKE) --no-print-directory deps APT_PACKAGES=ccache
+
+# find_cuda_helper (llama-cpp-sys-2's library search) adds DIR/lib64 for each DIR in
+# CUDA_LIBRARY_PATH, hence the lib64/. llama-cpp-sys-2 runs CMake's configure step only
+# in a fresh build directory, so when CUDA_ARCHS or CUDA_FLAGS changed its CMakeCache.txt
+# goes (the objects stay, and ccache has the rest).
+CUDA_STAND_INS := libcudart_static.a libcublas_static.a libcublasLt_static.a libculibos.a
+define cuda_archs_changed # $(1): the link dir, $(2): the target dir
+	@if [ "$$(cat $(1)/cmake 2>/dev/null)" != '$(CUDA_CMAKE)' ]; then \
+	  find $(2) -path '*/llama-cpp-sys-2-*/out/build/CMakeCache.txt' -delete 2>/dev/null; \
+	  echo '$(CUDA_CMAKE)' > $(1)/cmake; fi
+endef
+cuda-link-dynamic: cuda-toolkit
+	@mkdir -p $(CUDA_LINK_DIR)/lib64
+	$(call cuda_archs_changed,$(CUDA_LINK_DIR),$(TARGET_DIR))
+	$(CC) -O2 -fPIC -Wall -Wextra -I$(CUDA_TOOLKIT)/include -c ffi/cuda_driver.c -o $(CUDA_LINK_DIR)/cuda_driver.o
+	@rm -f $(CUDA_LINK_DIR)/lib64/*.a && ar rcs $(CUDA_LINK_DIR)/lib64/libcuda.a $(CUDA_LINK_DIR)/cuda_driver.o
+	@for a in $(CUDA_STAND_INS); do ar rcs $(CUDA_LINK_DIR)/lib64/$$a; done
+
+cuda-link-static: cuda-toolkit
+	@mkdir -p $(STATIC_CUDA_LINK_DIR)/lib64
+	$(call cuda_archs_changed,$(STATIC_CUDA_LINK_DIR),$(STATIC_TARGET_DIR))
+	$(CC) -O2 -fPIC -Wall -Wextra -I$(CUDA_TOOLKIT)/include -c ffi/cuda_driver.c -o $(STATIC_CUDA_LINK_DIR)/cuda_driver.o
+	@rm -f $(STATIC_CUDA_LINK_DIR)/lib64/*.a && ar rcs $(STATIC_CUDA_LINK_DIR)/lib64/libcuda.a $(STATIC_CUDA_LINK_DIR)/cuda_driver.o
+
+# CI's CUDA check, no GPU needed: `make CUDA=1 static` for one architecture (compile
+# and link: the CUDA kernels, cudart and cuBLAS static, the driver opened at run time),
+# its linkage, then the binary here: --version names CUDA, and on a machine without a
+# GPU it says so and answers on the CPU. In its own target dir; dist/ is left alone.
+CHECK_CUDA_ARCHS ?= 80-real
+check-cuda: model
+	$(MAKE) --no-print-directory static CUDA=1 CUDA_ARCHS='$(CHECK_CUDA_ARCHS)' \
+	  STATIC_TARGET_DIR=target/check-cuda STATIC_BIN=target/check-cuda/shepherd
+	scripts/release-check.sh cuda-cpu target/check-cuda/shepherd $(MODEL)
+
+# `make test` runs check-cuda only when what a CUDA build is made of changed since it
+# last passed: a hash of these files, not git history (CI clones fresh and maybe
+# shallow). A pass is recorded twice: a stamp in this machine's cache, and
+# .ci/cuda-checked in the tree (hash, date, minutes), which the session that changed
+# the inputs commits, so that CI on a fresh machine knows the check passed for them.
+# CHECK_CUDA=1 runs it always, CHECK_CUDA=0 never.
+CUDA_INPUTS = Cargo.lock Cargo.toml build.rs Makefile .cargo/config.toml ffi/cuda_driver.c \
+  scripts/cuda-toolkit.sh scripts/release-check.sh $(shell grep -rl 'feature = "cuda"' src | LC_ALL=C sort)
+CUDA_RECORD := .ci/cuda-checked
+CHECK_CUDA ?=
+check-cuda-if-changed:
+	@hash=$$(cat $(CUDA_INPUTS) | sha256sum | cut -c1-16); stamp=$(CACHE)/check-cuda/$$hash.ok; \
+	if [ "$(CHECK_CUDA)" = 0 ]; then echo "check-cuda: skipped (CHECK_CUDA=0)"; \
+	elif [ "$(CHECK_CUDA)" != 1 ] && [ -f $$stamp ]; then \
+	  echo "check-cuda: skipped, the CUDA build's inputs are unchanged since it passed here ($$(cat $$stamp))"; \
+	elif [ "$(CHECK_CUDA)" != 1 ] && grep -qs "^$$hash " $(CUDA_RECORD); then \
+	  echo "check-cuda: skipped, the CUDA build's inputs are those $(CUDA_RECORD) records as passed ($$(grep "^$$hash " $(CUDA_RECORD)))"; \
+	else echo "check-cuda: the CUDA build's inputs (hash $$hash) have no passing record: building it (about 20-40 minutes)"; \
+	  start=$$(date +%s) && $(MAKE) --no-print-directory check-cuda && mkdir -p $(CACHE)/check-cuda && \
+	  took="$$(( ($$(date +%s) - start + 59) / 60 )) min" && line="$$hash $$(date -u +%FT%TZ) $$took" && \
+	  echo "$$line" > $$stamp && echo "$$line" > $(CUDA_RECORD) && \
+	  echo "check-cuda: passed in $$took; recorded in $(CUDA_RECORD) (commit it)"; fi
+
+# ---------------------------------------------------------------------------------------
 # The release: one static binary, offline builds, a tarball, install (docs/INSTALL.md).
 
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
@@ -229,10 +338,13 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 # build scripts and proc-macros (which must stay dynamic to be loaded by cargo/rustc).
 STATIC_TRIPLE := x86_64-unknown-linux-gnu
 # Its own target dir: the static flags would otherwise rebuild target/release from scratch.
-STATIC_TARGET_DIR ?= target/static
+STATIC_TARGET_DIR ?= target/static$(if $(CUDA),-cuda,)
 STATIC_OUT := $(STATIC_TARGET_DIR)/$(STATIC_TRIPLE)/release/shepherd
-# CPU: glibc and libstdc++ linked in (static-pie). CUDA: libcuda.so is the driver and
-# must stay dynamic, so glibc does too; cudart, cuBLAS and libstdc++ are linked in.
+# Where `make static` leaves the stripped binary (check-cuda puts its own elsewhere).
+STATIC_BIN ?= dist/shepherd
+# CPU: glibc and libstdc++ linked in (static-pie). CUDA: the driver (libcuda.so.1) is
+# the GPU box's and is opened at run time, which needs the dynamic loader, so glibc
+# stays dynamic; cudart, cuBLAS and libstdc++ are linked in.
 STATIC_RUSTFLAGS := $(if $(CUDA),,-C target-feature=+crt-static)
 COMMA := ,
 STATIC_FEATURES := --features $(if $(CUDA),static$(COMMA)cuda,static)
@@ -273,13 +385,13 @@ $(VENDOR_DONE):
 
 # dist/shepherd: stripped, and checked that it really is static (a +crt-static build
 # without static-stdcxx links, then segfaults at start; see build-facts §2).
-static: deps release-deps
-	RUSTFLAGS='$(strip $(STATIC_RUSTFLAGS) $(CUDA_RUSTFLAGS))' $(CARGO) build --release --target $(STATIC_TRIPLE) \
+static: deps release-deps $(if $(CUDA),cuda-toolkit cuda-link-static,)
+	$(CUDA_ENV_STATIC) RUSTFLAGS='$(strip $(STATIC_RUSTFLAGS))' $(CARGO) build --release --target $(STATIC_TRIPLE) \
 	  $(STATIC_FEATURES) --target-dir $(STATIC_TARGET_DIR) $(VENDORED)
-	@mkdir -p dist
-	strip -o dist/shepherd.tmp $(STATIC_OUT)
-	@mv dist/shepherd.tmp dist/shepherd
-	scripts/release-check.sh linkage dist/shepherd $(if $(CUDA),cuda,static) $(MAX_STATIC_MB)
+	@mkdir -p $(dir $(STATIC_BIN))
+	strip -o $(STATIC_BIN).tmp $(STATIC_OUT)
+	@mv $(STATIC_BIN).tmp $(STATIC_BIN)
+	scripts/release-check.sh linkage $(STATIC_BIN) $(if $(CUDA),cuda,static) $(MAX_STATIC_MB)
 
 # Acceptance 2: the static build with no network at all, from the vendored crates.
 # The target dir is wiped whenever the dependency set (Cargo.lock, Cargo.toml) changed

@@ -10,6 +10,11 @@
 //! that it has ggml's RPC backend when `GGML_RPC=ON` (`.cargo/config.toml`): see
 //! [`check_llama_has_rpc`].
 //!
+//! - feature `cuda`: `SHEPHERD_CUDA`, what `--version` says of the CUDA build (the
+//!   toolkit's version from `$CUDA_PATH/bin/nvcc`, the GPU architectures from
+//!   `CMAKE_CUDA_ARCHITECTURES`, how the runtime is linked); with
+//!   `SHEPHERD_CUDA_RUNTIME=dynamic` (`make CUDA=1`) cudart and cuBLAS are linked as
+//!   shared libraries (the Makefile hands llama-cpp-sys-2 empty static stand-ins).
 //! - feature `tensorrt`: bindgen on `ffi/trtllm.h`, `ffi/trtllm_shim.cpp` compiled
 //!   as C++17 against `$TRTLLM_ROOT` with the C++ ABI of its `libtensorrt_llm.so`,
 //!   linked to `tensorrt_llm` and `nvinfer_plugin_tensorrt_llm`.
@@ -40,6 +45,9 @@ fn main() {
     println!("cargo:rustc-env=SHEPHERD_LLAMA_CRATE={llama}");
 
     check_llama_has_rpc();
+
+    #[cfg(feature = "cuda")]
+    cuda::build();
 
     #[cfg(any(feature = "tensorrt", feature = "tensorrt-testlib"))]
     trtllm::build();
@@ -74,6 +82,70 @@ fn check_llama_has_rpc() {
              (add --target-dir target/static --target x86_64-unknown-linux-gnu for `make static`)\n\n",
             lib_dir.display()
         );
+    }
+}
+
+#[cfg(feature = "cuda")]
+mod cuda {
+    use std::env;
+    use std::process::Command;
+
+    pub fn build() {
+        for var in [
+            "CUDA_PATH",
+            "CMAKE_CUDA_ARCHITECTURES",
+            "SHEPHERD_CUDA_RUNTIME",
+        ] {
+            println!("cargo:rerun-if-env-changed={var}");
+        }
+        let dynamic = env::var("SHEPHERD_CUDA_RUNTIME").is_ok_and(|v| v == "dynamic");
+        if dynamic {
+            for lib in ["cudart", "cublas", "cublasLt"] {
+                println!("cargo:rustc-link-lib=dylib={lib}");
+            }
+        }
+        let runtime = if dynamic {
+            "runtime dynamic: libcudart.so, libcublas.so"
+        } else {
+            "runtime static: cudart and cuBLAS linked in"
+        };
+        let archs = env::var("CMAKE_CUDA_ARCHITECTURES").map_or_else(
+            |_| "GPU code: llama.cpp's default architectures".to_string(),
+            |list| format!("GPU code: {}", describe_archs(&list)),
+        );
+        println!(
+            "cargo:rustc-env=SHEPHERD_CUDA=CUDA {} ({runtime}; driver opened at run time), {archs}",
+            toolkit_version()
+        );
+    }
+
+    /// `12.4.131` from `nvcc --version` ("Cuda compilation tools, release 12.4, V12.4.131").
+    fn toolkit_version() -> String {
+        let nvcc =
+            env::var("CUDA_PATH").map_or_else(|_| "nvcc".to_string(), |p| format!("{p}/bin/nvcc"));
+        let out = Command::new(nvcc).arg("--version").output().ok();
+        let text = out
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        // One line only: a newline would end cargo's rustc-env directive.
+        text.split_once(", V")
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .map_or_else(|| "(unknown version)".to_string(), str::to_string)
+    }
+
+    /// `80-real;90-virtual;89` -> `sm_80, compute_90 (PTX), sm_89 + compute_89 (PTX)`.
+    fn describe_archs(list: &str) -> String {
+        let names: Vec<String> = list
+            .split([';', ','])
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+            .map(|arch| match arch.split_once('-') {
+                Some((n, "real")) => format!("sm_{n}"),
+                Some((n, "virtual")) => format!("compute_{n} (PTX)"),
+                _ => format!("sm_{arch} + compute_{arch} (PTX)"),
+            })
+            .collect();
+        names.join(", ")
     }
 }
 

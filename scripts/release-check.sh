@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # Checks the release binary and its packaging; `make static` and `make check-static` run it.
 #
-#   release-check.sh linkage BIN static|cuda MAX_MB
+#   release-check.sh linkage BIN static|cuda|cuda-dynamic MAX_MB
 #       static: `file` says static and nothing is NEEDED (the silent failure of a
 #       +crt-static build without static-stdcxx is a PIE that still needs
 #       libstdc++.so and has no interpreter); at most MAX_MB (10^6 bytes).
-#       cuda: only glibc and the driver (libcuda.so.1) are dynamic.
+#       cuda (`make CUDA=1 static`): only glibc is NEEDED, not even the driver
+#       (libcuda.so.1 is opened at run time), and CUDA code is linked in.
+#       cuda-dynamic (`make CUDA=1`): libcudart and libcublas are NEEDED, and
+#       otherwise only glibc and the C++ runtime.
+#   release-check.sh cuda-cpu BIN MODEL
+#       a CUDA build run on this machine (check_cuda_cpu below).
 #   release-check.sh all BIN MODEL UNIT SAMPLE_CONFIG MAX_MB
 #       linkage as above, then: --version and a one-shot chat inside an empty root
 #       (the binary and the model only); the systemd unit passes `systemd-analyze
@@ -39,11 +44,24 @@ check_linkage() { # BIN KIND MAX_MB
         ((bytes <= max_mb * 1000 * 1000)) || fail "$bin is $bytes bytes, more than $max_mb MB"
         ok "$bin is static ($(echo "$desc" | grep -o 'static[-a-z]* linked')), $bytes bytes stripped"
         ;;
-    cuda)
-        local extra
-        extra=$(echo "$needed" | grep -vxE 'libcuda\.so\.1|libc\.so\.6|libm\.so\.6|libgcc_s\.so\.1|libdl\.so\.2|libpthread\.so\.0|librt\.so\.1|ld-linux-x86-64\.so\.2' || true)
-        [[ -z $extra ]] || fail "$bin needs more than glibc and the CUDA driver: $(echo "$extra" | tr '\n' ' ')"
-        ok "$bin needs only glibc and the CUDA driver, $bytes bytes stripped"
+    cuda | cuda-dynamic)
+        local glibc='libc\.so\.6|libm\.so\.6|libdl\.so\.2|libpthread\.so\.0|librt\.so\.1|ld-linux-x86-64\.so\.2|libgcc_s\.so\.1'
+        local allowed=$glibc extra
+        [[ $kind == cuda-dynamic ]] && allowed="$glibc|libstdc\+\+\.so\.6|libcudart\.so\.[0-9]+|libcublas\.so\.[0-9]+|libcublasLt\.so\.[0-9]+"
+        extra=$(echo "$needed" | grep -vxE "$allowed" || true)
+        [[ -z $extra ]] || fail "$bin needs more than it should ($kind): $(echo "$extra" | tr '\n' ' ')"
+        # The CUDA kernels are in (captured first: grep -q would stop the pipe early,
+        # which pipefail reports as a failure).
+        local sections
+        sections=$(readelf -SW "$bin")
+        grep -q ' \.nv_fatbin ' <<<"$sections" || fail "$bin has no CUDA kernels (.nv_fatbin)"
+        if [[ $kind == cuda ]]; then
+            ok "$bin needs only glibc (the driver is opened at run time), cudart and cuBLAS linked in, $bytes bytes"
+        else
+            grep -qx 'libcudart\.so\.[0-9]*' <<<"$needed" && grep -qx 'libcublas\.so\.[0-9]*' <<<"$needed" ||
+                fail "$bin does not link libcudart/libcublas dynamically: $(echo "$needed" | tr '\n' ' ')"
+            ok "$bin links $(grep -E 'cudart|cublas' <<<"$needed" | tr '\n' ' ')dynamically (the driver is opened at run time), $bytes bytes"
+        fi
         ;;
     *) fail "unknown linkage kind $kind" ;;
     esac
@@ -154,6 +172,35 @@ serve() { # CMD STATE LOG
     ok "the unit's ExecStart serves /health, and /status with its generated token only, on 127.0.0.1:$port only, as uid $uid: $status"
 }
 
+# A CUDA build run here: --version names the CUDA toolkit and the architectures, and
+# the one-shot chat answers. Where there is no GPU (CI) both say that no CUDA device
+# was found and the model answers on the CPU; where there is one, it answers on it.
+check_cuda_cpu() { # BIN MODEL
+    local bin=$1 model=$2 out err
+    out=$("$bin" --version </dev/null) || fail "$bin --version failed"
+    grep -q '^cuda: CUDA [0-9]' <<<"$out" || fail "--version does not name the CUDA build: $out"
+    ok "$(grep '^cuda:' <<<"$out")"
+    local gpu=yes
+    grep -q '^  CUDA[0-9]' <<<"$out" || gpu=no
+    if [[ $gpu == no ]]; then
+        grep -q '^no CUDA device found (.*): running on the CPU$' <<<"$out" ||
+            fail "--version on a machine without a GPU does not say so: $out"
+        ok "--version: $(grep '^no CUDA device' <<<"$out")"
+    fi
+    err=$(mktemp)
+    out=$("$bin" -m "$model" --threads 2 --temperature 0 -e "What is the capital of France?" </dev/null 2>"$err") ||
+        fail "the one-shot chat failed: $(cat "$err")"
+    grep -qi paris <<<"$out" || fail "the one-shot chat did not answer Paris: $out"
+    if [[ $gpu == no ]]; then
+        [[ $(grep -c '^shepherd: no CUDA device found' "$err") == 1 ]] ||
+            fail "the chat did not say once that it runs on the CPU: $(cat "$err")"
+        ok "one-shot chat without a GPU: $(grep '^shepherd: no CUDA' "$err"); answer: $out"
+    else
+        ok "one-shot chat on the GPU: $out"
+    fi
+    rm -f "$err"
+}
+
 main() {
     local mode=${1:-}
     case $mode in
@@ -175,8 +222,11 @@ main() {
     serve)
         serve "$2" "$3" "$4"
         ;;
+    cuda-cpu)
+        check_cuda_cpu "$2" "$3"
+        ;;
     *)
-        echo "usage: $0 linkage BIN static|cuda MAX_MB | all BIN MODEL UNIT SAMPLE_CONFIG MAX_MB" >&2
+        echo "usage: $0 linkage BIN static|cuda|cuda-dynamic MAX_MB | all BIN MODEL UNIT SAMPLE_CONFIG MAX_MB | cuda-cpu BIN MODEL" >&2
         exit 2
         ;;
     esac

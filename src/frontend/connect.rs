@@ -335,6 +335,11 @@ fn llama_config(settings: &Settings, provider: &ProviderConfig) -> Result<LlamaC
     if settings.stats {
         eprintln!("{}", placement_text(&config, &local.rpc_workers));
     }
+    if config.gpu_layers != 0 {
+        if let Some(notice) = crate::llama::devices::no_gpu_notice() {
+            eprintln!("shepherd: {notice}");
+        }
+    }
     Ok(config)
 }
 

@@ -219,16 +219,29 @@ pub fn version_text() -> String {
         "dynamic"
     };
     format!(
-        "shepherd {} (git {}, {}-{}, {linkage})\nfeatures: {features}\n\
+        "shepherd {} (git {}, {}-{}, {linkage})\nfeatures: {features}\n{}\
          llama.cpp: ggml {ggml} ({commit}llama-cpp-sys-2 {})\n{}\n{}",
         env!("CARGO_PKG_VERSION"),
         env!("SHEPHERD_GIT_REV"),
         std::env::consts::ARCH,
         std::env::consts::OS,
+        cuda_text(),
         env!("SHEPHERD_LLAMA_CRATE"),
         crate::llama::system_info(),
         crate::llama::devices::report()
     )
+}
+
+/// A CUDA build's toolkit, runtime linkage and GPU architectures (set by build.rs),
+/// and the notice when it found no GPU here; empty on other builds.
+fn cuda_text() -> String {
+    let Some(cuda) = option_env!("SHEPHERD_CUDA") else {
+        return String::new();
+    };
+    let notice = crate::llama::devices::no_gpu_notice()
+        .map(|n| format!("{n}\n"))
+        .unwrap_or_default();
+    format!("cuda: {cuda}\n{notice}")
 }
 
 /// Optional backends and whether this binary has them. (`rpc` is asked of ggml

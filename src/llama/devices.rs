@@ -64,6 +64,23 @@ pub fn report() -> String {
     format!("devices:\n{}", lines.join("\n"))
 }
 
+/// On a CUDA build that found no GPU, the one line that says so (shepherd then runs
+/// the model on the CPU); `None` on other builds and where a GPU was found.
+pub fn no_gpu_notice() -> Option<String> {
+    if !cfg!(feature = "cuda") || devices().iter().any(Device::is_gpu) {
+        return None;
+    }
+    let why = match super::cuda_init_error() {
+        // What cudart says when libcuda.so.1 is missing, too.
+        Some(e) if e.contains("driver version is insufficient") => {
+            format!("{e}: no NVIDIA driver, or one too old for this build")
+        }
+        Some(e) => e.to_string(),
+        None => "no CUDA GPU visible".to_string(),
+    };
+    Some(format!("no CUDA device found ({why}): running on the CPU"))
+}
+
 /// Every device ggml's backends registered, in ggml's order.
 pub fn devices() -> Vec<Device> {
     handles().into_iter().map(|(_, device)| device).collect()

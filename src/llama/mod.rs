@@ -29,7 +29,7 @@ pub mod sampler;
 pub mod utf8;
 
 use std::ffi::{c_char, c_void, CStr};
-use std::sync::Once;
+use std::sync::{Once, OnceLock};
 
 use llama_cpp_sys_2 as sys;
 
@@ -53,9 +53,28 @@ pub fn init() {
     });
 }
 
+/// Why llama.cpp's CUDA backend found no GPU, as it logged it ("failed to initialize
+/// CUDA: ..."), for the notice a CUDA build gives when it runs on the CPU.
+static CUDA_INIT_ERROR: OnceLock<String> = OnceLock::new();
+
+/// The CUDA runtime's reason for finding no GPU, if this is a CUDA build and it found none.
+pub fn cuda_init_error() -> Option<&'static str> {
+    CUDA_INIT_ERROR.get().map(String::as_str)
+}
+
 /// llama.cpp's own log lines go to the `llm` debug category, so they are quiet by default.
 unsafe extern "C" fn forward_log(_level: sys::ggml_log_level, text: *const c_char, _: *mut c_void) {
-    if text.is_null() || !crate::log::enabled(crate::log::Category::Llm) {
+    if text.is_null() {
+        return;
+    }
+    if cfg!(feature = "cuda") {
+        // SAFETY: as below.
+        let line = unsafe { CStr::from_ptr(text) }.to_string_lossy();
+        if let Some((_, why)) = line.split_once("failed to initialize CUDA: ") {
+            let _ = CUDA_INIT_ERROR.set(why.trim().to_string());
+        }
+    }
+    if !crate::log::enabled(crate::log::Category::Llm) {
         return;
     }
     // SAFETY: llama.cpp passes a NUL-terminated string that lives for the duration of the call.
