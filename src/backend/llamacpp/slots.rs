@@ -1017,14 +1017,21 @@ impl<'m> Worker<'m> {
         let most = room
             .min(n_ctx.saturating_sub(slot.mirror.len() + 1))
             .min(task.max_tokens.saturating_sub(task.n_tokens + 1));
-        let len = task.spec.draft_len(task.n_tokens, most.min(self.draft_max));
-        if len == 0 {
-            return Vec::new();
-        }
+        let most = most.min(self.draft_max);
         slot.mirror.push(token);
         let drafts = match (&mut self.drafter, self.spec) {
-            (Some(drafter), SpecMode::Draft) => drafter.draft(slot.seq, &slot.mirror, len),
-            _ => ngram_draft(&slot.mirror, len, task.spec.shortest_match()),
+            (Some(drafter), SpecMode::Draft) => {
+                let len = task.spec.draft_len(task.n_tokens, most);
+                drafter.draft(slot.seq, &slot.mirror, len)
+            }
+            _ => ngram_draft(&slot.mirror, most, task.spec.shortest_match())
+                .map(|found| {
+                    let len = task.spec.ngram_len(task.n_tokens, most, found.run);
+                    let mut tokens = found.tokens;
+                    tokens.truncate(len);
+                    tokens
+                })
+                .unwrap_or_default(),
         };
         slot.mirror.pop();
         drafts
