@@ -22,7 +22,9 @@
 //!   library `tests/trtllm_testlib/trtllm_testlib.c` instead (it wins when both
 //!   features are on, so `--all-features` builds anywhere).
 //!
-//! The default build compiles none of this and needs nothing new.
+//! The default build compiles none of this and needs nothing new. Every build links
+//! with `--wrap=ggml_backend_init_by_type` (see `src/llama/context.rs`,
+//! `Context::set_batch_invariant`).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -45,6 +47,10 @@ fn main() {
     println!("cargo:rustc-env=SHEPHERD_LLAMA_CRATE={llama}");
 
     check_llama_has_rpc();
+
+    // `src/llama/context.rs` finds each context's CPU backend through this wrapper,
+    // to turn ggml's batch-invariant kernels on for generation steps.
+    println!("cargo:rustc-link-arg=-Wl,--wrap=ggml_backend_init_by_type");
 
     #[cfg(feature = "cuda")]
     cuda::build();

@@ -6,7 +6,8 @@
 
 #![allow(unsafe_code)] // FFI module: every block carries a `// SAFETY:` comment.
 
-use std::ffi::c_void;
+use std::cell::Cell;
+use std::ffi::{c_char, c_int, c_void};
 use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,6 +18,41 @@ use llama_cpp_sys_2 as sys;
 use super::batch::Batch;
 use super::error::{DecodeError, InitError, InvalidParam};
 use super::model::Model;
+
+/// ggml's `GGML_BACKEND_DEVICE_TYPE_CPU`.
+const GGML_BACKEND_DEVICE_TYPE_CPU: c_int = 0;
+
+thread_local! {
+    /// The CPU backend `ggml_backend_init_by_type` made last on this thread.
+    static CPU_BACKEND_MADE: Cell<*mut c_void> = const { Cell::new(std::ptr::null_mut()) };
+}
+
+extern "C" {
+    /// ggml's own `ggml_backend_init_by_type` (the linker's `--wrap`, build.rs).
+    fn __real_ggml_backend_init_by_type(kind: c_int, params: *const c_char) -> *mut c_void;
+    /// Whether the CPU backend computes with its reference kernels: no llamafile
+    /// sgemm, no tiled or split flash attention, no fused ops.
+    fn ggml_backend_cpu_set_use_ref(backend: *mut c_void, use_ref: bool);
+}
+
+/// Every call llama.cpp makes to `ggml_backend_init_by_type` comes here (build.rs
+/// links with `--wrap`): llama.cpp makes a context's CPU backend with it and keeps
+/// it to itself, and [`Context::new`] needs it for [`Context::set_batch_invariant`].
+///
+/// # Safety
+/// As ggml's `ggml_backend_init_by_type`: `params` is what that function accepts.
+#[no_mangle]
+pub unsafe extern "C" fn __wrap_ggml_backend_init_by_type(
+    kind: c_int,
+    params: *const c_char,
+) -> *mut c_void {
+    // SAFETY: the caller's arguments go on to the real function unchanged.
+    let backend = unsafe { __real_ggml_backend_init_by_type(kind, params) };
+    if kind == GGML_BACKEND_DEVICE_TYPE_CPU {
+        CPU_BACKEND_MADE.with(|made| made.set(backend));
+    }
+    backend
+}
 
 /// Element type of the K and V caches (`--cache-type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -189,6 +225,10 @@ pub struct Context<'m> {
     n_ubatch: u32,
     /// Which entries of the last decoded batch have logits a sampler may read.
     logits: Vec<bool>,
+    /// The context's CPU backend (owned by llama.cpp, freed with the context), and
+    /// whether it computes with batch-invariant kernels now.
+    cpu_backend: Option<NonNull<c_void>>,
+    batch_invariant: bool,
     /// Raw pointers make the type `!Send` and `!Sync` on purpose.
     _not_send: PhantomData<*mut ()>,
 }
@@ -237,7 +277,9 @@ impl<'m> Context<'m> {
         raw_params.abort_callback_data = Arc::as_ptr(&params.abort) as *mut c_void;
         // SAFETY: `model` is valid and outlives the context (borrow `'m`); the abort data
         // pointer stays valid because the context stores a clone of the `Arc`.
+        CPU_BACKEND_MADE.with(|made| made.set(std::ptr::null_mut()));
         let raw = unsafe { sys::llama_init_from_model(model.as_ptr(), raw_params) };
+        let cpu_backend = NonNull::new(CPU_BACKEND_MADE.with(|made| made.take()));
         let raw = NonNull::new(raw)
             .ok_or_else(|| InitError::Failed(format!("n_ctx {} (out of memory?)", params.n_ctx)))?;
         // SAFETY: `raw` is a valid context.
@@ -262,8 +304,30 @@ impl<'m> Context<'m> {
             n_batch,
             n_ubatch,
             logits: Vec::new(),
+            cpu_backend,
+            batch_invariant: false,
             _not_send: PhantomData,
         })
+    }
+
+    /// Makes what the CPU computes for a token independent of the other tokens in
+    /// its batch, or lets the kernels choose by batch size again (the default).
+    /// llama.cpp's CPU matrix products take llamafile's sgemm from two columns on
+    /// and a lone token's dot products below, which round differently; ggml's
+    /// reference path computes every column as a lone token does. Speculative
+    /// decoding's verification batches turn it on, so that they give the logits
+    /// (and cache entries) that decoding each token alone gives. It changes nothing
+    /// on a GPU backend.
+    pub fn set_batch_invariant(&mut self, on: bool) {
+        let Some(backend) = self.cpu_backend else {
+            return;
+        };
+        if self.batch_invariant != on {
+            // SAFETY: `backend` is this context's CPU backend, alive as long as the
+            // context; ggml only stores the flag, read by the next graph computation.
+            unsafe { ggml_backend_cpu_set_use_ref(backend.as_ptr(), on) };
+            self.batch_invariant = on;
+        }
     }
 
     pub fn model(&self) -> &'m Model {

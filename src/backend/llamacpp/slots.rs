@@ -960,6 +960,7 @@ impl<'m> Worker<'m> {
     fn step(&mut self) {
         self.batch.clear();
         self.push_generating();
+        let generated = self.batch.len();
         for slot in &mut self.slots {
             let Some(task) = slot.task.as_mut() else {
                 continue;
@@ -988,6 +989,13 @@ impl<'m> Worker<'m> {
         if self.batch.is_empty() {
             return;
         }
+        // A lone generating slot, or one verifying a draft, with no prompt in the
+        // batch: batch-invariant kernels, so that a verified token gets the logits
+        // it would get decoded alone (see `speculative`).
+        let drafting = generated > self.generating;
+        let prompt = self.batch.len() > generated;
+        self.ctx
+            .set_batch_invariant(!prompt && (self.generating == 1 || drafting));
         if let Err(err) = self.ctx.decode(&self.batch) {
             self.decode_failed(err);
             return;
@@ -1017,21 +1025,14 @@ impl<'m> Worker<'m> {
         let most = room
             .min(n_ctx.saturating_sub(slot.mirror.len() + 1))
             .min(task.max_tokens.saturating_sub(task.n_tokens + 1));
-        let most = most.min(self.draft_max);
+        let len = task.spec.draft_len(task.n_tokens, most.min(self.draft_max));
+        if len == 0 {
+            return Vec::new();
+        }
         slot.mirror.push(token);
         let drafts = match (&mut self.drafter, self.spec) {
-            (Some(drafter), SpecMode::Draft) => {
-                let len = task.spec.draft_len(task.n_tokens, most);
-                drafter.draft(slot.seq, &slot.mirror, len)
-            }
-            _ => ngram_draft(&slot.mirror, most, task.spec.shortest_match())
-                .map(|found| {
-                    let len = task.spec.ngram_len(task.n_tokens, most, found.run);
-                    let mut tokens = found.tokens;
-                    tokens.truncate(len);
-                    tokens
-                })
-                .unwrap_or_default(),
+            (Some(drafter), SpecMode::Draft) => drafter.draft(slot.seq, &slot.mirror, len),
+            _ => ngram_draft(&slot.mirror, len, task.spec.shortest_match()),
         };
         slot.mirror.pop();
         drafts

@@ -13,19 +13,19 @@
 //! draft tokens leave the cache again (`llama_memory_seq_rm`), which is why only
 //! models that can rewind a sequence ([`Model::can_rewind`]) speculate.
 //!
-//! **Not bit for bit.** llama.cpp computes a token's logits with other kernels in
-//! a batch than alone (its CPU matrix and attention code picks its path by the
-//! number of tokens and the cache length), and on a small quantized model the
-//! difference is not in the last bits: on SmolLM2-135M Q4_1 the gap between the two
-//! best logits moves by 0.13 (median) between a verification batch and a lone
-//! token, and prefilling the same prompt one token at a time instead of 512 changes
-//! the greedy answer from its second word. So where two tokens nearly tie, a greedy
-//! answer with speculation can part from one without it, as it can between two
-//! `--n_batch` values; llama-server's speculative decoding has the same property.
-//! A tie guard (decode again alone where the best two logits are close) was tried
-//! and measured: with a guard of 1.5 logits the answer still parted at the same
-//! place, because the cache written by a batch differs too, so it is not here.
-//!
+//! **Bit for bit.** llama.cpp's CPU kernels pick their path by the number of tokens
+//! in a batch: matrix products take llamafile's sgemm from two columns on and a
+//! lone token's dot products below, and the two round differently. On SmolLM2-135M
+//! Q4_1 that is not in the last bits: the gap between the two best logits moves by
+//! 0.13 (median) between a verification batch and a lone token, and greedy answers
+//! with speculation parted from those without it after a few hundred characters
+//! (three of five test prompts). So the generation thread decodes every batch that
+//! holds no prompt, where one slot generates or a draft is verified, with ggml's
+//! reference CPU kernels (`Context::set_batch_invariant`): each column is computed
+//! as a lone token's is, and a greedy answer is the same token for token with and
+//! without speculation (all five, up to 400 tokens). Prompts still prefill with the
+//! fast kernels, in both cases alike. This holds on the CPU backend; a GPU's
+//! kernels are its own.
 //! **Drafters.** [`ngram_draft`] (`--spec ngram`, the default) needs no model: it
 //! proposes what followed the latest earlier occurrence of the slot's last few
 //! tokens in its own context, which pays where an answer repeats what the context
@@ -60,7 +60,7 @@ pub struct SpecConfig {
 
 /// Most tokens drafted at once unless `--draft-max` says otherwise: llama-server's
 /// for its n-gram drafter (`--spec-ngram-mod-n-max`). The adaptive length only
-/// reaches it while drafts are accepted whole, or in a copy that has run that long.
+/// reaches it while drafts are accepted whole.
 pub const DEFAULT_DRAFT_MAX: usize = 64;
 
 impl Default for SpecConfig {
@@ -80,24 +80,14 @@ impl Default for SpecConfig {
 const NGRAM_MAX: usize = 4;
 const NGRAM_MIN: usize = 3;
 
-/// What [`ngram_draft`] found: the tokens that followed the match, and how long the
-/// slot's text has agreed with the text before it (how far a verbatim copy, or a
-/// loop, has run; at least the n-gram's length).
-#[derive(Debug, Clone, PartialEq)]
-pub struct NgramMatch {
-    pub tokens: Vec<Token>,
-    pub run: usize,
-}
-
 /// The tokens that followed the latest earlier occurrence of `history`'s last `n`
 /// tokens, `max` of them, for the longest `n` from [`NGRAM_MAX`] down to `shortest`
-/// (at least [`NGRAM_MIN`]) that occurs; `None` when none does. A copy that reaches
+/// (at least [`NGRAM_MIN`]) that occurs; empty when none does. A copy that reaches
 /// the end of the history goes on into its own draft, as an LZ77 copy overlaps
-/// itself: a loop of 18 tokens drafts as far as asked, not 17 tokens. The `run` is
-/// counted up to `max`.
-pub fn ngram_draft(history: &[Token], max: usize, shortest: usize) -> Option<NgramMatch> {
+/// itself: in a loop of 18 tokens the draft runs as far as asked, not 17 tokens.
+pub fn ngram_draft(history: &[Token], max: usize, shortest: usize) -> Vec<Token> {
     if max == 0 {
-        return None;
+        return Vec::new();
     }
     let end = history.len();
     for n in (shortest.clamp(NGRAM_MIN, NGRAM_MAX)..=NGRAM_MAX).rev() {
@@ -109,19 +99,14 @@ pub fn ngram_draft(history: &[Token], max: usize, shortest: usize) -> Option<Ngr
         let Some(i) = (0..start).rev().find(|&i| history[i..i + n] == *tail) else {
             continue;
         };
-        let from = i + n;
-        let run = n
-            + (1..=max.saturating_sub(n))
-                .take_while(|&back| back <= i && history[i - back] == history[start - back])
-                .count();
         let mut tokens = Vec::with_capacity(max);
-        for k in from..from + max {
-            // `k - end` < `tokens.len()`: `from` < `end`.
+        for k in i + n..i + n + max {
+            // `k - end` < `tokens.len()`, since `i + n` < `end`.
             tokens.push(if k < end { history[k] } else { tokens[k - end] });
         }
-        return Some(NgramMatch { tokens, run });
+        return tokens;
     }
-    None
+    Vec::new()
 }
 
 /// Draft length a request starts with, and the shortest one it goes down to.
@@ -145,9 +130,6 @@ pub fn draft_token_cost(slots: usize) -> f64 {
     let n = slots.max(1) as f64;
     DRAFT_TOKEN_COST * n / (1.0 + DRAFT_TOKEN_COST * (n - 1.0))
 }
-
-/// A match whose text has agreed this long is a copy: [`SlotSpec::ngram_len`].
-const COPY_RUN: usize = 16;
 
 /// How much less each older speculative step counts when they are judged together.
 const DECAY: f64 = 0.7;
@@ -194,21 +176,6 @@ impl SlotSpec {
             return 0;
         }
         self.next_len.min(max)
-    }
-
-    /// How much of an n-gram draft to use, at most `max`, when its match has run
-    /// `run` tokens: a verbatim copy (or a loop) of [`COPY_RUN`] tokens or more is
-    /// drafted as far as it has run so far, even while speculation rests (the
-    /// longer a copy has held, the likelier it goes on; one that breaks off has run
-    /// too short at its next match to be tried again); shorter matches get
-    /// [`SlotSpec::draft_len`].
-    pub fn ngram_len(&self, generated: usize, max: usize, run: usize) -> usize {
-        let planned = self.draft_len(generated, max);
-        if run >= COPY_RUN {
-            planned.max(run.min(max))
-        } else {
-            planned
-        }
     }
 
     /// The shortest match [`ngram_draft`] may draft from: once drafting has lost
@@ -386,31 +353,26 @@ impl<'d> DraftModel<'d> {
 mod tests {
     use super::*;
 
-    /// The draft of [`ngram_draft`], or nothing.
-    fn drafted(history: &[Token], max: usize, shortest: usize) -> Vec<Token> {
-        ngram_draft(history, max, shortest).map_or_else(Vec::new, |m| m.tokens)
-    }
-
     #[test]
     fn the_ngram_drafter_proposes_what_followed_the_latest_longest_match() {
         // "1 2 3 4 5 ... 1 2 3" → "4 5" (the 3-gram "1 2 3" occurred before).
         let history = [1, 2, 3, 4, 5, 9, 9, 1, 2, 3];
-        assert_eq!(drafted(&history, 2, NGRAM_MIN), vec![4, 5]);
+        assert_eq!(ngram_draft(&history, 2, NGRAM_MIN), vec![4, 5]);
         // The latest of two occurrences.
         let history = [7, 8, 9, 1, 7, 8, 9, 2, 7, 8, 9];
-        assert_eq!(drafted(&history, 1, NGRAM_MIN), vec![2]);
+        assert_eq!(ngram_draft(&history, 1, NGRAM_MIN), vec![2]);
         // A longer match wins over a later shorter one.
         let history = [4, 5, 6, 7, 1, 0, 5, 6, 7, 2, 4, 5, 6, 7];
-        assert_eq!(drafted(&history, 1, NGRAM_MIN), vec![1]);
+        assert_eq!(ngram_draft(&history, 1, NGRAM_MIN), vec![1]);
         // Once drafting lost, only the longest match counts.
-        assert_eq!(drafted(&history, 1, NGRAM_MAX), vec![1]);
-        assert_eq!(ngram_draft(&[7, 8, 9, 1, 7, 8, 9], 4, NGRAM_MAX), None);
+        assert_eq!(ngram_draft(&history, 1, NGRAM_MAX), vec![1]);
+        assert!(ngram_draft(&[7, 8, 9, 1, 7, 8, 9], 4, NGRAM_MAX).is_empty());
         // Two tokens repeating are too weak a match (common in prose): no draft.
-        assert_eq!(ngram_draft(&[7, 8, 1, 7, 8], 4, NGRAM_MIN), None);
+        assert!(ngram_draft(&[7, 8, 1, 7, 8], 4, NGRAM_MIN).is_empty());
         // Nothing repeats, too short, nothing wanted.
-        assert_eq!(ngram_draft(&[1, 2, 3, 4], 4, NGRAM_MIN), None);
-        assert_eq!(ngram_draft(&[1], 4, NGRAM_MIN), None);
-        assert_eq!(ngram_draft(&[1, 2, 3, 1, 2, 3], 0, NGRAM_MIN), None);
+        assert!(ngram_draft(&[1, 2, 3, 4], 4, NGRAM_MIN).is_empty());
+        assert!(ngram_draft(&[1], 4, NGRAM_MIN).is_empty());
+        assert!(ngram_draft(&[1, 2, 3, 1, 2, 3], 0, NGRAM_MIN).is_empty());
     }
 
     #[test]
@@ -419,44 +381,10 @@ mod tests {
         // itself (period 7), as the text has so far.
         let history = [1, 2, 3, 4, 5, 9, 9, 1, 2, 3];
         assert_eq!(
-            drafted(&history, 10, NGRAM_MIN),
+            ngram_draft(&history, 10, NGRAM_MIN),
             vec![4, 5, 9, 9, 1, 2, 3, 4, 5, 9]
         );
-        assert_eq!(drafted(&[3, 3, 3, 3], 5, NGRAM_MIN), vec![3; 5]);
-    }
-
-    #[test]
-    fn the_run_counts_how_long_the_text_has_agreed_with_the_earlier_occurrence() {
-        // A loop of 5 tokens, repeated three times after a 9: the last 4-gram's
-        // earlier occurrence is one period back, and the text agrees for 10 tokens
-        // before the 9 breaks it.
-        let history = [9, 1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2, 3, 4, 5];
-        let found = ngram_draft(&history, 12, NGRAM_MIN).unwrap();
-        assert_eq!(found.tokens, [[1, 2, 3, 4, 5]; 3].concat()[..12]);
-        assert_eq!(found.run, 10);
-        // Counted up to the draft wanted.
-        assert_eq!(ngram_draft(&history, 6, NGRAM_MIN).unwrap().run, 6);
-        // A lone match has run just its own length.
-        let found = ngram_draft(&[1, 2, 3, 4, 5, 9, 9, 1, 2, 3], 8, NGRAM_MIN).unwrap();
-        assert_eq!(found.run, 3);
-    }
-
-    #[test]
-    fn a_long_copy_drafts_as_far_as_it_has_run_even_while_resting() {
-        let mut spec = SlotSpec::default();
-        assert_eq!(spec.ngram_len(0, 64, 3), START_LEN);
-        assert_eq!(spec.ngram_len(0, 64, COPY_RUN - 1), START_LEN);
-        assert_eq!(spec.ngram_len(0, 64, 40), 40);
-        assert_eq!(
-            spec.ngram_len(0, 32, 40),
-            32,
-            "capped by what may be drafted"
-        );
-        // Resting after a losing step: only a copy drafts.
-        spec.judge(1, 8, 3, 1);
-        assert_eq!(spec.draft_len(4, 64), 0);
-        assert_eq!(spec.ngram_len(4, 64, COPY_RUN - 1), 0);
-        assert_eq!(spec.ngram_len(4, 64, COPY_RUN), COPY_RUN);
+        assert_eq!(ngram_draft(&[3, 3, 3, 3], 5, NGRAM_MIN), vec![3; 5]);
     }
 
     #[test]
