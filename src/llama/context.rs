@@ -275,9 +275,10 @@ impl<'m> Context<'m> {
         raw_params.pooling_type = params.pooling.raw();
         raw_params.abort_callback = Some(abort_requested);
         raw_params.abort_callback_data = Arc::as_ptr(&params.abort) as *mut c_void;
+        // The CPU backend llama.cpp makes for this context (see the `--wrap` above).
+        CPU_BACKEND_MADE.with(|made| made.set(std::ptr::null_mut()));
         // SAFETY: `model` is valid and outlives the context (borrow `'m`); the abort data
         // pointer stays valid because the context stores a clone of the `Arc`.
-        CPU_BACKEND_MADE.with(|made| made.set(std::ptr::null_mut()));
         let raw = unsafe { sys::llama_init_from_model(model.as_ptr(), raw_params) };
         let cpu_backend = NonNull::new(CPU_BACKEND_MADE.with(|made| made.take()));
         let raw = NonNull::new(raw)
