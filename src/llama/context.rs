@@ -37,7 +37,7 @@ extern "C" {
 
 /// Every call llama.cpp makes to `ggml_backend_init_by_type` comes here (build.rs
 /// links with `--wrap`): llama.cpp makes a context's CPU backend with it and keeps
-/// it to itself, and [`Context::new`] needs it for [`Context::set_batch_invariant`].
+/// it to itself, and [`Context::new`] needs it for [`Context::decode_batch_invariant`].
 ///
 /// # Safety
 /// As ggml's `ggml_backend_init_by_type`: `params` is what that function accepts.
@@ -226,7 +226,8 @@ pub struct Context<'m> {
     /// Which entries of the last decoded batch have logits a sampler may read.
     logits: Vec<bool>,
     /// The context's CPU backend (owned by llama.cpp, freed with the context), and
-    /// whether it computes with batch-invariant kernels now.
+    /// whether it computes with batch-invariant kernels now
+    /// ([`Context::decode_batch_invariant`]).
     cpu_backend: Option<NonNull<c_void>>,
     batch_invariant: bool,
     /// Raw pointers make the type `!Send` and `!Sync` on purpose.
@@ -311,26 +312,6 @@ impl<'m> Context<'m> {
         })
     }
 
-    /// Makes what the CPU computes for a token independent of the other tokens in
-    /// its batch, or lets the kernels choose by batch size again (the default).
-    /// llama.cpp's CPU matrix products take llamafile's sgemm from two columns on
-    /// and a lone token's dot products below, which round differently; ggml's
-    /// reference path computes every column as a lone token does. Speculative
-    /// decoding's verification batches turn it on, so that they give the logits
-    /// (and cache entries) that decoding each token alone gives. It changes nothing
-    /// on a GPU backend.
-    pub fn set_batch_invariant(&mut self, on: bool) {
-        let Some(backend) = self.cpu_backend else {
-            return;
-        };
-        if self.batch_invariant != on {
-            // SAFETY: `backend` is this context's CPU backend, alive as long as the
-            // context; ggml only stores the flag, read by the next graph computation.
-            unsafe { ggml_backend_cpu_set_use_ref(backend.as_ptr(), on) };
-            self.batch_invariant = on;
-        }
-    }
-
     pub fn model(&self) -> &'m Model {
         self.model
     }
@@ -362,8 +343,34 @@ impl<'m> Context<'m> {
         self.n_seq_max
     }
 
-    /// Runs the model over `batch`, appending its tokens to the KV cache.
+    /// Runs the model over `batch`, appending its tokens to the KV cache, with the
+    /// kernels llama.cpp picks for the batch's size.
     pub fn decode(&mut self, batch: &Batch) -> Result<(), DecodeError> {
+        self.decode_with(batch, false)
+    }
+
+    /// [`Context::decode`], computing each token on the CPU as it would be computed
+    /// alone in a batch: the logits of a token verified in a batch equal those of
+    /// decoding it alone, and so do the cache entries it writes. llama.cpp's CPU
+    /// matrix products take llamafile's sgemm from two columns on and a lone
+    /// token's dot products below, which round differently; ggml's reference path
+    /// (`ggml_backend_cpu_set_use_ref`: no sgemm, no tiled or split flash
+    /// attention, no fused ops) computes every column as a lone token's. A batch
+    /// loses sgemm's speed by it. It changes nothing in a GPU backend's kernels.
+    pub fn decode_batch_invariant(&mut self, batch: &Batch) -> Result<(), DecodeError> {
+        self.decode_with(batch, true)
+    }
+
+    fn decode_with(&mut self, batch: &Batch, invariant: bool) -> Result<(), DecodeError> {
+        if let Some(backend) = self
+            .cpu_backend
+            .filter(|_| self.batch_invariant != invariant)
+        {
+            // SAFETY: `backend` is this context's CPU backend, alive as long as the
+            // context; ggml only stores the flag, read by the next graph computation.
+            unsafe { ggml_backend_cpu_set_use_ref(backend.as_ptr(), invariant) };
+            self.batch_invariant = invariant;
+        }
         if batch.is_empty() {
             return Err(DecodeError::BadBatch("empty batch".into()));
         }

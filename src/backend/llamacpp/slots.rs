@@ -994,9 +994,12 @@ impl<'m> Worker<'m> {
         // it would get decoded alone (see `speculative`).
         let drafting = generated > self.generating;
         let prompt = self.batch.len() > generated;
-        self.ctx
-            .set_batch_invariant(!prompt && (self.generating == 1 || drafting));
-        if let Err(err) = self.ctx.decode(&self.batch) {
+        let decoded = if !prompt && (self.generating == 1 || drafting) {
+            self.ctx.decode_batch_invariant(&self.batch)
+        } else {
+            self.ctx.decode(&self.batch)
+        };
+        if let Err(err) = decoded {
             self.decode_failed(err);
             return;
         }

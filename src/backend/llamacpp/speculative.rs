@@ -21,7 +21,7 @@
 //! with speculation parted from those without it after a few hundred characters
 //! (three of five test prompts). So the generation thread decodes every batch that
 //! holds no prompt, where one slot generates or a draft is verified, with ggml's
-//! reference CPU kernels (`Context::set_batch_invariant`): each column is computed
+//! reference CPU kernels (`Context::decode_batch_invariant`): each column is computed
 //! as a lone token's is, and a greedy answer is the same token for token with and
 //! without speculation (all five, up to 400 tokens). Prompts still prefill with the
 //! fast kernels, in both cases alike. This holds on the CPU backend; a GPU's
