@@ -24,7 +24,7 @@
 //!
 //! The default build compiles none of this and needs nothing new. Every build links
 //! with `--wrap=ggml_backend_init_by_type` (see `src/llama/context.rs`,
-//! `Context::set_batch_invariant`).
+//! `Context::decode_batch_invariant`).
 
 use std::path::PathBuf;
 use std::process::Command;
