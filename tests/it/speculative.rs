@@ -4,13 +4,23 @@
 use crate::api_server::test_model;
 use crate::harness::Sandbox;
 
-const FILE: &str = "def add(a, b):\n    return a + b\n\ndef mul(a, b):\n    return a * b\n";
+/// An edit that SmolLM2 answers with a copy of the file: greedy text depends on the
+/// CPU's kernels, and a two-function file it only half copied on an AMD EPYC (24
+/// tokens, its one draft rejected); this one it copies on every CPU tried.
+const FILE: &str = "def compute_total(items):\n    total = 0\n    for item in items:\n        \
+                    total += item.price * item.quantity\n    return total\n\n\
+                    def apply_discount(total, rate):\n    if rate < 0 or rate > 1:\n        \
+                    raise ValueError(\"rate must be between 0 and 1\")\n    \
+                    return total * (1 - rate)\n";
 
 fn ask(sandbox: &Sandbox, extra: &[&str]) -> crate::harness::Run {
     let model = test_model().to_str().expect("UTF-8").to_string();
-    let question = format!("Here is a file:\n\n{FILE}\nRepeat the file exactly.");
+    let question = format!(
+        "Here is a Python file:\n\n{FILE}\nRewrite the whole file with the function \
+         compute_total renamed to sum_items. Output only the code."
+    );
     let mut args = vec!["-m", model.as_str(), "--threads", "2", "--temperature", "0"];
-    args.extend_from_slice(&["--notools", "--no-prompt-cache", "--max-tokens", "24"]);
+    args.extend_from_slice(&["--notools", "--no-prompt-cache", "--max-tokens", "64"]);
     args.extend_from_slice(extra);
     args.extend_from_slice(&["-e", question.as_str()]);
     sandbox.run(&args, "")
