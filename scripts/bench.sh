@@ -306,7 +306,10 @@ $PYTHON scripts/bench_oneshot.py "$SHEPHERD" "$MODEL" "$THREADS" "${ONESHOT_ROUN
 # Part four: speculative decoding (scripts/bench_spec.py): the edit and prose workloads,
 # one request at a time, shepherd without and with its n-gram drafter against
 # llama-server without speculation and with its draftless drafters (ngram-simple,
-# ngram-mod, and ngram-mod without flash attention), each given the same --draft-max.
+# ngram-mod, and ngram-mod without flash attention), each drafter at its defaults:
+# shepherd's --draft-max 64, llama-server's ngram-mod 48 to 64 tokens and ngram-simple
+# 48 (`--spec-draft-n-max` is for a draft model; its n-gram drafters ignore it).
+# DRAFT_MAX=N caps all three at N.
 PIDS=()
 start_server() {  # NAME PORT COMMAND...
   local name=$1 port=$2; shift 2
@@ -316,20 +319,25 @@ start_server() {  # NAME PORT COMMAND...
   SPEC_SERVERS+=("$name=http://127.0.0.1:$port")
 }
 SPEC_SERVERS=()
-DRAFT_MAX=${DRAFT_MAX:-16}
+SHEPHERD_DRAFT=() MOD_DRAFT=() SIMPLE_DRAFT=()
+if [ -n "${DRAFT_MAX:-}" ]; then
+  SHEPHERD_DRAFT=(--draft-max "$DRAFT_MAX")
+  MOD_DRAFT=(--spec-ngram-mod-n-max "$DRAFT_MAX" --spec-ngram-mod-n-min "$(( DRAFT_MAX < 48 ? DRAFT_MAX : 48 ))")
+  SIMPLE_DRAFT=(--spec-ngram-simple-size-m "$DRAFT_MAX")
+fi
 SHEPHERD_ARGS=(--server --threads "$THREADS" --gpu-layers "$NGL" --context-size "$SERVER_CTX" -m "$MODEL" --no-prompt-cache)
 LLAMA_ARGS=(-m "$MODEL" -t "$THREADS" -tb "$THREADS" -ngl "$NGL" --parallel 1 -c "$SERVER_CTX")
 start_server shepherd-off "$(free_port)" "$SHEPHERD" "${SHEPHERD_ARGS[@]}" --spec off
-start_server shepherd-ngram "$(free_port)" "$SHEPHERD" "${SHEPHERD_ARGS[@]}" --spec ngram --draft-max "$DRAFT_MAX"
+start_server shepherd-ngram "$(free_port)" "$SHEPHERD" "${SHEPHERD_ARGS[@]}" --spec ngram "${SHEPHERD_DRAFT[@]}"
 start_server llama-server "$(free_port)" "$SERVER" "${LLAMA_ARGS[@]}"
-for type in ngram-simple ngram-mod; do
-  start_server "llama-server-$type" "$(free_port)" "$SERVER" "${LLAMA_ARGS[@]}" \
-    --spec-type "$type" --spec-draft-n-max "$DRAFT_MAX"
-done
+start_server llama-server-ngram-simple "$(free_port)" "$SERVER" "${LLAMA_ARGS[@]}" \
+  --spec-type ngram-simple "${SIMPLE_DRAFT[@]}"
+start_server llama-server-ngram-mod "$(free_port)" "$SERVER" "${LLAMA_ARGS[@]}" \
+  --spec-type ngram-mod "${MOD_DRAFT[@]}"
 # llama-server's flash attention is its auto (on, the CPU included); shepherd's is off
 # on the CPU for small heads (docs/LLAMA.md). Its best drafter without it too, so that
 # the comparison holds the attention kernels equal as well.
 start_server llama-server-ngram-mod-fa-off "$(free_port)" "$SERVER" "${LLAMA_ARGS[@]}" \
-  -fa off --spec-type ngram-mod --spec-draft-n-max "$DRAFT_MAX"
+  -fa off --spec-type ngram-mod "${MOD_DRAFT[@]}"
 ROUNDS=${SPEC_ROUNDS:-6} $PYTHON scripts/bench_spec.py "${SPEC_SERVERS[@]}"
 cleanup
