@@ -23,8 +23,9 @@
 //!   features are on, so `--all-features` builds anywhere).
 //!
 //! The default build compiles none of this and needs nothing new. Every build links
-//! with `--wrap=ggml_backend_init_by_type` (see `src/llama/context.rs`,
-//! `Context::decode_batch_invariant`).
+//! with `--wrap=ggml_backend_init_by_type` and `--wrap=llamafile_sgemm` (see
+//! `src/llama/context.rs`, `Context::decode_batch_invariant`) and, on x86-64, compiles
+//! `ffi/lone.c` (`src/llama/lone.rs`).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -48,15 +49,42 @@ fn main() {
 
     check_llama_has_rpc();
 
-    // `src/llama/context.rs` finds each context's CPU backend through this wrapper,
-    // to turn ggml's batch-invariant kernels on for generation steps.
+    // `src/llama/context.rs` finds each context's CPU backend through the first
+    // wrapper, to turn ggml's reference kernels on for generation steps, and makes
+    // llamafile's sgemm take a lone token's products through the second, so that a
+    // token's numbers do not depend on the batch it is in.
     println!("cargo:rustc-link-arg=-Wl,--wrap=ggml_backend_init_by_type");
+    println!("cargo:rustc-link-arg=-Wl,--wrap=llamafile_sgemm");
+    lone();
 
     #[cfg(feature = "cuda")]
     cuda::build();
 
     #[cfg(any(feature = "tensorrt", feature = "tensorrt-testlib"))]
     trtllm::build();
+}
+
+/// `ffi/lone.c`: a lone token's products as llamafile's sgemm computes a column
+/// (`src/llama/lone.rs`). Optimised whatever the profile (a test build decoded at 6
+/// t/s with them in unoptimised Rust), with ggml's AVX2 kernels' instruction set and
+/// no contraction, so that nothing is fused that sgemm does not fuse. x86-64 only.
+fn lone() {
+    const LONE: &str = "ffi/lone.c";
+    println!("cargo:rerun-if-changed={LONE}");
+    if std::env::var("CARGO_CFG_TARGET_ARCH").as_deref() != Ok("x86_64") {
+        return;
+    }
+    cc::Build::new()
+        .file(LONE)
+        .std("c11")
+        .opt_level(2)
+        .flag("-mavx2")
+        .flag("-mfma")
+        .flag("-mf16c")
+        .flag("-ffp-contract=off")
+        .warnings(true)
+        .extra_warnings(true)
+        .compile("shepherd_lone");
 }
 
 /// Stops the build when `GGML_RPC=ON` but the llama.cpp build it links has no

@@ -30,6 +30,22 @@ thread_local! {
 extern "C" {
     /// ggml's own `ggml_backend_init_by_type` (the linker's `--wrap`, build.rs).
     fn __real_ggml_backend_init_by_type(kind: c_int, params: *const c_char) -> *mut c_void;
+    /// llamafile's own `llamafile_sgemm` (the linker's `--wrap`, build.rs).
+    fn __real_llamafile_sgemm(
+        params: *const c_void,
+        m: i64,
+        n: i64,
+        k: i64,
+        a: *const c_void,
+        lda: i64,
+        b: *const c_void,
+        ldb: i64,
+        c: *mut c_void,
+        ldc: i64,
+        a_type: c_int,
+        b_type: c_int,
+        c_type: c_int,
+    ) -> bool;
     /// Whether the CPU backend computes with its reference kernels: no llamafile
     /// sgemm, no tiled or split flash attention, no fused ops.
     fn ggml_backend_cpu_set_use_ref(backend: *mut c_void, use_ref: bool);
@@ -52,6 +68,79 @@ pub unsafe extern "C" fn __wrap_ggml_backend_init_by_type(
         CPU_BACKEND_MADE.with(|made| made.set(backend));
     }
     backend
+}
+
+/// Every matrix product ggml's CPU backend offers llamafile's sgemm comes here
+/// (build.rs links with `--wrap`). llamafile refuses a single column (`n < 2`), so
+/// a lone token's products fell to ggml's dot products, which round differently
+/// from sgemm: the same token decoded alone and as a column of a batch (a verified
+/// draft, several slots in one step) got different logits. Where [`super::lone`]
+/// mirrors sgemm's kernels, a single column is computed there, exactly as sgemm
+/// computes each column; any other single column sgemm would take in a batch goes
+/// to sgemm as a batch of two equal columns (`ldb` and `ldc` 0: both read the one
+/// input column and write the one output column, and each tile of two columns is
+/// computed by one thread, so each result is written twice, with the same value, by
+/// that thread). Where `lone` does not apply, everything goes through unchanged.
+///
+/// # Safety
+/// As llamafile's `llamafile_sgemm`: the arguments describe valid matrices.
+#[no_mangle]
+pub unsafe extern "C" fn __wrap_llamafile_sgemm(
+    params: *const c_void,
+    m: i64,
+    n: i64,
+    k: i64,
+    a: *const c_void,
+    lda: i64,
+    b: *const c_void,
+    ldb: i64,
+    c: *mut c_void,
+    ldc: i64,
+    a_type: c_int,
+    b_type: c_int,
+    c_type: c_int,
+) -> bool {
+    let lone = n == 1 && super::lone::enabled();
+    if lone {
+        let types = (a_type, b_type, c_type);
+        // SAFETY: the caller's matrices, one column, as `column` requires; `enabled`.
+        if let Some(done) = unsafe { super::lone::column(params, m, k, a, lda, b, c, types) } {
+            return done;
+        }
+    }
+    let (n, ldb, ldc) = if lone { (2, 0, 0) } else { (n, ldb, ldc) };
+    // SAFETY: the caller's matrices, unchanged but for a single column read and
+    // written as two: `ldb` 0 reads only the column `b` holds and `ldc` 0 writes only
+    // the column `c` holds, so no access goes past either.
+    unsafe {
+        __real_llamafile_sgemm(
+            params, m, n, k, a, lda, b, ldb, c, ldc, a_type, b_type, c_type,
+        )
+    }
+}
+
+/// Whether this model, in a context made with `params`, computes a token on the CPU
+/// exactly as it would compute it in any batch with llama.cpp's fast kernels (and the
+/// [`__wrap_llamafile_sgemm`] above): ggml built with the kernels [`super::lone`]
+/// mirrors, every weight matrix of a type whose products go the same way for any
+/// number of columns, F16 cache, no flash attention. The types: F16 and Q8_0
+/// ([`super::lone`]), F32, BF16 and Q5_0 (sgemm, a lone column as two), Q4_1 and Q5_1
+/// (ggml's dot products for every column count). Not Q4_0, IQ4_NL, MXFP4 or the
+/// K-quants: ggml repacks those on AVX2 CPUs and multiplies them with gemv for up to
+/// three columns and gemm for groups of four (its reference mode does not change
+/// that either), and the K-quants and IQ types take a tiled kernel from eight
+/// columns. Flash attention splits a lone query's cache over threads and tiles a
+/// batch's; an F32 cache multiplies a batch's (non-contiguous) queries with dot
+/// products and a lone one's with sgemm.
+fn fast_kernels_batch_invariant(model: &Model, params: &ContextParams) -> bool {
+    /// F32, F16, Q4_1, Q5_0, Q5_1, Q8_0, BF16 (`ggml_type`).
+    const TYPES: [u32; 7] = [0, 1, 3, 6, 7, 8, 30];
+    super::lone::enabled()
+        && params.flash_attn == Some(false)
+        && params.cache_type == CacheType::F16
+        && model
+            .matrix_types()
+            .is_some_and(|types| types.iter().all(|t| TYPES.contains(t)))
 }
 
 /// Element type of the K and V caches (`--cache-type`).
@@ -226,10 +315,13 @@ pub struct Context<'m> {
     /// Which entries of the last decoded batch have logits a sampler may read.
     logits: Vec<bool>,
     /// The context's CPU backend (owned by llama.cpp, freed with the context), and
-    /// whether it computes with batch-invariant kernels now
+    /// whether it computes with its reference kernels now
     /// ([`Context::decode_batch_invariant`]).
     cpu_backend: Option<NonNull<c_void>>,
-    batch_invariant: bool,
+    reference_kernels: bool,
+    /// Whether the fast kernels are batch-invariant already for this model and
+    /// these parameters ([`fast_kernels_batch_invariant`]).
+    fast_kernels_invariant: bool,
     /// Raw pointers make the type `!Send` and `!Sync` on purpose.
     _not_send: PhantomData<*mut ()>,
 }
@@ -307,7 +399,8 @@ impl<'m> Context<'m> {
             n_ubatch,
             logits: Vec::new(),
             cpu_backend,
-            batch_invariant: false,
+            reference_kernels: false,
+            fast_kernels_invariant: fast_kernels_batch_invariant(model, params),
             _not_send: PhantomData,
         })
     }
@@ -350,26 +443,37 @@ impl<'m> Context<'m> {
     }
 
     /// [`Context::decode`], computing each token on the CPU as it would be computed
-    /// alone in a batch: the logits of a token verified in a batch equal those of
-    /// decoding it alone, and so do the cache entries it writes. llama.cpp's CPU
-    /// matrix products take llamafile's sgemm from two columns on and a lone
-    /// token's dot products below, which round differently; ggml's reference path
-    /// (`ggml_backend_cpu_set_use_ref`: no sgemm, no tiled or split flash
-    /// attention, no fused ops) computes every column as a lone token's. A batch
-    /// loses sgemm's speed by it. It changes nothing in a GPU backend's kernels.
+    /// alone: the logits of a token verified in a batch equal those of decoding it
+    /// alone, and so do the cache entries it writes. llama.cpp's kernels pick their
+    /// path by the number of columns. Where the fast kernels compute every column
+    /// alike anyway ([`fast_kernels_batch_invariant`]: SmolLM2's Q4_1 and Q8_0, say,
+    /// with llamafile's sgemm taking single columns too, see
+    /// [`__wrap_llamafile_sgemm`]) this is [`Context::decode`]. Elsewhere it decodes
+    /// with ggml's reference CPU kernels (`ggml_backend_cpu_set_use_ref`: no sgemm,
+    /// no tiled or split flash attention, no fused ops), which compute every column
+    /// as a lone token's dot products, and a batch loses sgemm's speed by it; those
+    /// kernels leave ggml's repacked weights (Q4_0, IQ4_NL and the K-quants on AVX2
+    /// CPUs) to their gemv and gemm, which do not agree. It changes nothing in a GPU
+    /// backend's kernels.
     pub fn decode_batch_invariant(&mut self, batch: &Batch) -> Result<(), DecodeError> {
-        self.decode_with(batch, true)
+        self.decode_with(batch, !self.fast_kernels_invariant)
     }
 
-    fn decode_with(&mut self, batch: &Batch, invariant: bool) -> Result<(), DecodeError> {
+    /// Whether [`Context::decode_batch_invariant`] decodes with the fast kernels.
+    #[cfg(test)]
+    pub fn fast_kernels_invariant(&self) -> bool {
+        self.fast_kernels_invariant
+    }
+
+    fn decode_with(&mut self, batch: &Batch, reference: bool) -> Result<(), DecodeError> {
         if let Some(backend) = self
             .cpu_backend
-            .filter(|_| self.batch_invariant != invariant)
+            .filter(|_| self.reference_kernels != reference)
         {
             // SAFETY: `backend` is this context's CPU backend, alive as long as the
             // context; ggml only stores the flag, read by the next graph computation.
-            unsafe { ggml_backend_cpu_set_use_ref(backend.as_ptr(), invariant) };
-            self.batch_invariant = invariant;
+            unsafe { ggml_backend_cpu_set_use_ref(backend.as_ptr(), reference) };
+            self.reference_kernels = reference;
         }
         if batch.is_empty() {
             return Err(DecodeError::BadBatch("empty batch".into()));
@@ -687,5 +791,76 @@ mod tests {
             .map(|(a, b)| (a - b).abs())
             .fold(0.0f32, f32::max);
         assert!(gap < 0.05, "{gap}");
+    }
+
+    /// With the fast kernels and SmolLM2's types, a token decoded alone gets exactly
+    /// the logits it gets as a column of a batch (llamafile's sgemm takes the lone
+    /// column too, `__wrap_llamafile_sgemm`), so a verified draft needs no slower
+    /// kernels. Where that cannot hold the context says so.
+    #[test]
+    fn a_lone_token_gets_the_logits_it_gets_in_a_batch() {
+        use crate::llama::{test_context_params, test_model, Batch, ModelParams};
+        use crate::util::dirs::test_models::swa_test_model_path;
+        let model = test_model();
+        let params = ContextParams {
+            flash_attn: Some(false),
+            ..test_context_params(512, 1)
+        };
+        let flash = ContextParams {
+            flash_attn: Some(true),
+            ..params.clone()
+        };
+        let ctx = Context::new(&model, &flash).unwrap();
+        assert!(
+            !ctx.fast_kernels_invariant(),
+            "flash attention tiles a batch"
+        );
+        drop(ctx);
+        let gemma = Model::load(&swa_test_model_path(), &ModelParams::default()).unwrap();
+        let ctx = Context::new(&gemma, &params).unwrap();
+        assert!(!ctx.fast_kernels_invariant(), "Q4_K is repacked");
+        drop(ctx);
+
+        let mut ctx = Context::new(&model, &params).unwrap();
+        // ggml built for AVX-512 has another F16 kernel, which `lone` does not mirror.
+        assert_eq!(ctx.fast_kernels_invariant(), super::super::lone::enabled());
+        if !ctx.fast_kernels_invariant() {
+            return;
+        }
+        let text = "<|im_start|>user\nName three rivers of Europe.<|im_end|>\n\
+                    <|im_start|>assistant\nThe Danube, which rises in the Black Forest";
+        let tokens = model.tokenize(text, false).unwrap();
+        let (head, tail) = tokens.split_at(tokens.len() - 6);
+        let mut batch = Batch::new(256).unwrap();
+        for (i, &t) in head.iter().enumerate() {
+            batch.push_seq(t, i, 0, false).unwrap();
+        }
+        ctx.decode(&batch).unwrap();
+        let mut alone = Vec::new();
+        for (j, &t) in tail.iter().enumerate() {
+            batch.clear();
+            batch.push_seq(t, head.len() + j, 0, true).unwrap();
+            ctx.decode(&batch).unwrap();
+            alone.push(ctx.logits_at(0).unwrap().to_vec());
+        }
+        assert!(ctx.truncate_seq(0, head.len()));
+        batch.clear();
+        for (j, &t) in tail.iter().enumerate() {
+            batch.push_seq(t, head.len() + j, 0, true).unwrap();
+        }
+        ctx.decode(&batch).unwrap();
+        for (j, lone) in alone.iter().enumerate() {
+            let batched = ctx.logits_at(j).unwrap();
+            let gap = lone
+                .iter()
+                .zip(batched)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0f32, f32::max);
+            let same = lone
+                .iter()
+                .zip(batched)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "token {j} of the batch: logits differ by up to {gap}");
+        }
     }
 }

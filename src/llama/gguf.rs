@@ -1,7 +1,8 @@
 //! Reads what `shepherd models` shows from a GGUF file's header, without
 //! loading the weights and without llama.cpp: the architecture, the name, the
 //! file type (quantisation), the context length, whether a chat template is
-//! present, and the parameter count summed over the tensor infos.
+//! present, the parameter count summed over the tensor infos, and the element
+//! types of its matrices (which of ggml's CPU kernels will multiply them).
 //!
 //! The layout (GGUF versions 2 and 3, little-endian): the magic `GGUF`, a
 //! `u32` version, `u64` tensor and key-value counts, the key-value pairs
@@ -18,6 +19,7 @@
 
 #![forbid(unsafe_code)]
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::fs::File;
 use std::io::{self, BufReader, Read, Seek, SeekFrom};
@@ -49,6 +51,9 @@ pub struct GgufInfo {
     pub tensor_count: u64,
     /// Elements over every tensor.
     pub parameters: u64,
+    /// The ggml element types (`ggml_type`) of the tensors with two or more
+    /// dimensions over 1: the weights a matrix product reads.
+    pub matrix_types: BTreeSet<u32>,
 }
 
 impl GgufInfo {
@@ -111,7 +116,8 @@ pub fn read<R: Read + Seek>(source: R, len: u64) -> Result<GgufInfo, GgufError> 
         key_value(&mut r, &mut info, &mut context_key)?;
     }
     for _ in 0..info.tensor_count {
-        let n = tensor_elements(&mut r)?;
+        let (n, matrix_type) = tensor_info(&mut r)?;
+        info.matrix_types.extend(matrix_type);
         info.parameters = info
             .parameters
             .checked_add(n)
@@ -183,8 +189,8 @@ fn keep_context(info: &mut GgufInfo, context_key: &Option<String>, key: &str, n:
     }
 }
 
-/// Reads one tensor info and returns its element count.
-fn tensor_elements<R: Read + Seek>(r: &mut Reader<R>) -> Result<u64, GgufError> {
+/// Reads one tensor info: its element count, and its type if it is a matrix.
+fn tensor_info<R: Read + Seek>(r: &mut Reader<R>) -> Result<(u64, Option<u32>), GgufError> {
     r.skip_string()?;
     let n_dims = r.u32()?;
     if n_dims > MAX_DIMS {
@@ -193,15 +199,17 @@ fn tensor_elements<R: Read + Seek>(r: &mut Reader<R>) -> Result<u64, GgufError> 
         )));
     }
     let mut elements: u64 = 1;
+    let mut long_dims = 0;
     for _ in 0..n_dims {
         let dim = r.u64()?;
+        long_dims += usize::from(dim > 1);
         elements = elements
             .checked_mul(dim)
             .ok_or_else(|| r.corrupt("a tensor's element count overflows"))?;
     }
-    let _ggml_type = r.u32()?;
+    let ggml_type = r.u32()?;
     let _offset = r.u64()?;
-    Ok(elements)
+    Ok((elements, (long_dims >= 2).then_some(ggml_type)))
 }
 
 const TYPE_U32: u32 = 4;
@@ -491,6 +499,7 @@ mod tests {
             .str_kv("tokenizer.chat_template", "{{ messages }}")
             .tensor("token_embd.weight", &[64, 10])
             .tensor("output_norm.weight", &[64])
+            .tensor("rope_freqs.weight", &[32, 1])
     }
 
     fn parse(bytes: &[u8]) -> Result<GgufInfo, GgufError> {
@@ -510,7 +519,12 @@ mod tests {
             "the file's own architecture's"
         );
         assert!(info.has_chat_template);
-        assert_eq!((info.tensor_count, info.parameters), (2, 704));
+        assert_eq!((info.tensor_count, info.parameters), (3, 736));
+        assert_eq!(
+            info.matrix_types,
+            BTreeSet::from([2]),
+            "the one matrix's type; a vector is none, whatever its dimension count"
+        );
     }
 
     #[test]
@@ -620,6 +634,7 @@ mod tests {
         assert_eq!(smol.quantisation(), "Q4_1");
         assert_eq!(smol.context_length, Some(8192));
         assert_eq!(smol.parameters, 134_515_008);
+        assert_eq!(smol.matrix_types, BTreeSet::from([3, 8]), "Q4_1, Q8_0");
         assert!(smol.has_chat_template);
         // Values checked against an independent reader of the same files.
         let gemma = read_file(&swa_test_model_path()).expect("gemma 3");
@@ -627,6 +642,8 @@ mod tests {
         assert_eq!(gemma.quantisation(), "Q4_K_M");
         assert_eq!(gemma.context_length, Some(32768));
         assert_eq!(gemma.parameters, 268_098_176);
+        let types = BTreeSet::from([6, 8, 12, 14]);
+        assert_eq!(gemma.matrix_types, types, "Q5_0, Q8_0, Q4_K, Q6_K");
         assert!(!gemma.has_chat_template, "this GGUF carries no template");
     }
 }

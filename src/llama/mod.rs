@@ -13,7 +13,7 @@
 //! Pure-Rust helpers that the token loop needs but that touch no C code live here too:
 //! [`utf8`] (streaming detokenisation) and [`grammar`] (JSON schema to GBNF).
 
-// llama.cpp calls live here and in batch, context, devices, model, rpc and sampler; the
+// llama.cpp calls live here and in batch, context, devices, lone, model, rpc and sampler; the
 // pure-Rust helpers (error, gguf, grammar, utf8) forbid `unsafe` again.
 #![allow(unsafe_code)]
 
@@ -23,6 +23,7 @@ pub mod devices;
 pub mod error;
 pub mod gguf;
 pub mod grammar;
+mod lone;
 pub mod model;
 pub mod rpc;
 pub mod sampler;

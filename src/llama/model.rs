@@ -6,6 +6,7 @@
 
 #![allow(unsafe_code)] // FFI module: every block carries a `// SAFETY:` comment.
 
+use std::collections::BTreeSet;
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::path::Path;
 use std::ptr::NonNull;
@@ -51,6 +52,9 @@ pub struct ModelParams {
 pub struct Model {
     raw: NonNull<sys::llama_model>,
     vocab: NonNull<sys::llama_vocab>,
+    /// The file's matrix types ([`super::gguf::GgufInfo::matrix_types`]); `None` when
+    /// its header could not be read a second time.
+    matrix_types: Option<BTreeSet<u32>>,
 }
 
 impl Drop for Model {
@@ -126,8 +130,17 @@ impl Model {
         let raw = NonNull::new(raw).ok_or_else(|| LoadError::Failed(path.display().to_string()))?;
         // SAFETY: `raw` is a valid model; the vocab it returns lives as long as the model.
         let vocab = unsafe { sys::llama_model_get_vocab(raw.as_ptr()) };
+        // What llama.cpp loaded, read again for what it does not say: the types of the
+        // weights (the header only; the vocabulary's arrays are skipped, not read).
+        let matrix_types = super::gguf::read_file(path)
+            .ok()
+            .map(|info| info.matrix_types);
         match NonNull::new(vocab.cast_mut()) {
-            Some(vocab) => Ok(Model { raw, vocab }),
+            Some(vocab) => Ok(Model {
+                raw,
+                vocab,
+                matrix_types,
+            }),
             None => {
                 // SAFETY: `raw` is valid and not yet owned by a `Model`, so it is freed once here.
                 unsafe { sys::llama_model_free(raw.as_ptr()) };
@@ -173,6 +186,11 @@ impl Model {
                 || sys::llama_model_is_hybrid(self.raw.as_ptr())
         };
         !recurrent && self.n_swa() == 0
+    }
+
+    /// The ggml element types of the model's weight matrices, `None` if unknown.
+    pub fn matrix_types(&self) -> Option<&BTreeSet<u32>> {
+        self.matrix_types.as_ref()
     }
 
     /// The number of repeating layers (the output layer not counted).

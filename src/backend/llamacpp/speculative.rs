@@ -19,10 +19,11 @@
 //! Q4_1 that is not in the last bits: the gap between the two best logits moves by
 //! 0.13 (median) between a verification batch and a lone token, and greedy answers
 //! with speculation parted from those without it after a few hundred characters
-//! (three of five test prompts). So the generation thread decodes every batch that
-//! holds no prompt, where one slot generates or a draft is verified, with ggml's
-//! reference CPU kernels (`Context::decode_batch_invariant`): each column is computed
-//! as a lone token's is, and a greedy answer is the same token for token with and
+//! (three of five test prompts). So every batch that holds no prompt, where one slot
+//! generates or a draft is verified, is decoded with kernels that compute each
+//! column as a lone token's is (`Context::decode_batch_invariant`): for SmolLM2's
+//! types the fast ones, a lone token's products computed as sgemm computes a
+//! column (`llama::lone`); for others ggml's reference kernels. A greedy answer is then the same token for token with and
 //! without speculation (all five, up to 400 tokens). Prompts still prefill with the
 //! fast kernels, in both cases alike. This holds on the CPU backend; a GPU's
 //! kernels are its own.
