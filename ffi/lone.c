@@ -74,3 +74,98 @@ void shepherd_lone_f16(int64_t m, int64_t k, const uint16_t *a, int64_t lda,
         c[i] = hsum(acc);
     }
 }
+
+/* ggml's block_q4_1 (an F16 scale and minimum, 32 four-bit quants) and block_q8_1
+ * (an F16 scale, the F16 sum of its quants times the scale, 32 signed bytes). */
+typedef struct {
+    uint16_t d;
+    uint16_t m;
+    uint8_t qs[16];
+} block_q4_1;
+
+typedef struct {
+    uint16_t d;
+    uint16_t s;
+    int8_t qs[32];
+} block_q8_1;
+
+/* The longest inner dimension shepherd_q4_1 takes, in blocks (32,768 elements);
+ * beyond it ggml's own dot products run (the same numbers, more slowly). */
+#define Q4_1_MAX_BLOCKS 1024
+
+/* ggml_vec_dot_q4_1_q8_1 (ggml-cpu/arch/x86/quants.c, AVX2) for rows `from..to` of
+ * `a` against `nc` columns of `b` at once, the row's quants unpacked once for all.
+ * Per output element exactly ggml's operations in ggml's order: per block
+ * acc = fma(d_a * d_b, float(sum of byte products), acc) and
+ * summs = fma(m_a, s_b, summs) (ggml's compiled code fuses that line), then
+ * hsum(acc) + summs. `d1` and `s1` hold the columns' scales and sums as floats,
+ * four per block. */
+static inline __attribute__((always_inline)) void q4_1_tile(
+    int nc, int64_t from, int64_t to, int64_t k, const block_q4_1 *a, int64_t lda,
+    const block_q8_1 *const *cols, const float *d1, const float *s1, float *const *out) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i low = _mm256_set1_epi8(0xF);
+    for (int64_t i = from; i < to; i++) {
+        const block_q4_1 *row = a + lda * i;
+        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                         _mm256_setzero_ps()};
+        __m128 summs = _mm_setzero_ps();
+        for (int64_t l = 0; l < k; l++) {
+            const __m128i tmp = _mm_loadu_si128((const __m128i *)row[l].qs);
+            const __m256i qx = _mm256_and_si256(
+                low, _mm256_inserti128_si256(_mm256_castsi128_si256(tmp), _mm_srli_epi16(tmp, 4), 1));
+            const __m256 d0 = _mm256_set1_ps(half(row[l].d));
+            summs = _mm_fmadd_ps(_mm_set1_ps(half(row[l].m)), _mm_loadu_ps(s1 + 4 * l), summs);
+            for (int j = 0; j < nc; j++) {
+                const __m256i qy = _mm256_loadu_si256((const __m256i *)cols[j][l].qs);
+                const __m256 xy = _mm256_cvtepi32_ps(_mm256_madd_epi16(ones, _mm256_maddubs_epi16(qx, qy)));
+                const __m256 d0d1 = _mm256_mul_ps(d0, _mm256_broadcast_ss(d1 + 4 * l + j));
+                acc[j] = _mm256_fmadd_ps(d0d1, xy, acc[j]);
+            }
+        }
+        float sums[4];
+        _mm_storeu_ps(sums, summs);
+        for (int j = 0; j < nc; j++) {
+            out[j][i] = hsum(acc[j]) + sums[j];
+        }
+    }
+}
+
+/* c = a · b for Q4_1 weights `a` (m rows of k blocks, lda blocks apart) and n
+ * columns of Q8_1 blocks `b` (ldb blocks apart) into c (columns ldc floats apart),
+ * each element exactly as ggml_vec_dot_q4_1_q8_1 computes it, whatever n is.
+ * Thread `ith` of `nth` computes its share of the rows. Returns 0, computing
+ * nothing, when k is over Q4_1_MAX_BLOCKS. */
+int shepherd_q4_1(int64_t m, int64_t n, int64_t k, const block_q4_1 *a, int64_t lda,
+                  const block_q8_1 *b, int64_t ldb, float *c, int64_t ldc, int ith, int nth) {
+    if (k > Q4_1_MAX_BLOCKS) {
+        return 0;
+    }
+    int64_t from, to;
+    rows(m, ith, nth, &from, &to);
+    float d1[4 * Q4_1_MAX_BLOCKS];
+    float s1[4 * Q4_1_MAX_BLOCKS];
+    for (int64_t j0 = 0; j0 < n; j0 += 4) {
+        const int nc = n - j0 < 4 ? (int)(n - j0) : 4;
+        const block_q8_1 *cols[4];
+        float *out[4];
+        for (int j = 0; j < 4; j++) {
+            const int64_t col = j0 + (j < nc ? j : 0);
+            cols[j] = b + ldb * col;
+            out[j] = c + ldc * col;
+        }
+        for (int64_t l = 0; l < k; l++) {
+            for (int j = 0; j < 4; j++) {
+                d1[4 * l + j] = half(cols[j][l].d);
+                s1[4 * l + j] = half(cols[j][l].s);
+            }
+        }
+        switch (nc) {
+        case 4: q4_1_tile(4, from, to, k, a, lda, cols, d1, s1, out); break;
+        case 3: q4_1_tile(3, from, to, k, a, lda, cols, d1, s1, out); break;
+        case 2: q4_1_tile(2, from, to, k, a, lda, cols, d1, s1, out); break;
+        default: q4_1_tile(1, from, to, k, a, lda, cols, d1, s1, out); break;
+        }
+    }
+    return 1;
+}

@@ -375,6 +375,7 @@ mod tests {
     use crate::core::{Artefact, Message, ToolCall};
     use crate::util::fs::test_support::temp_dir;
     use crate::util::names::MAX_NAME_LEN;
+    use crate::util::rng::Rng;
     use serde_json::json;
 
     fn rich_session() -> Session {
@@ -637,19 +638,6 @@ mod tests {
             return Err("last message wrong".into());
         }
         Ok(generation)
-    }
-
-    /// SplitMix64: a small seeded generator, so every run kills at the same offsets.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
-        }
     }
 
     #[test]

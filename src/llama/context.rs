@@ -100,9 +100,19 @@ pub unsafe extern "C" fn __wrap_llamafile_sgemm(
     b_type: c_int,
     c_type: c_int,
 ) -> bool {
-    let lone = n == 1 && super::lone::enabled();
+    let enabled = super::lone::enabled();
+    let types = (a_type, b_type, c_type);
+    // Q4_1 weights: every column count through `lone`'s kernel, as ggml's dot product.
+    if enabled {
+        // SAFETY: the caller's matrices, as `q4_1` requires; `enabled` returned true.
+        let done =
+            unsafe { super::lone::q4_1(params, (m, n, k), (a, lda), (b, ldb), (c, ldc), types) };
+        if done {
+            return true;
+        }
+    }
+    let lone = n == 1 && enabled;
     if lone {
-        let types = (a_type, b_type, c_type);
         // SAFETY: the caller's matrices, one column, as `column` requires; `enabled`.
         if let Some(done) = unsafe { super::lone::column(params, m, k, a, lda, b, c, types) } {
             return done;

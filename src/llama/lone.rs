@@ -32,10 +32,13 @@ use std::sync::OnceLock;
 
 use llama_cpp_sys_2 as sys;
 
-/// ggml's `GGML_TYPE_F32`, `GGML_TYPE_F16` and `GGML_TYPE_Q8_0`.
+/// ggml's `GGML_TYPE_F32`, `GGML_TYPE_F16`, `GGML_TYPE_Q4_1`, `GGML_TYPE_Q8_0` and
+/// `GGML_TYPE_Q8_1`.
 const GGML_TYPE_F32: i32 = 0;
 const GGML_TYPE_F16: i32 = 1;
+const GGML_TYPE_Q4_1: i32 = 3;
 const GGML_TYPE_Q8_0: i32 = 8;
+const GGML_TYPE_Q8_1: i32 = 9;
 
 /// The start of ggml's `struct ggml_compute_params`: this thread's index and the
 /// thread count (the rest is not read).
@@ -70,6 +73,23 @@ extern "C" {
         ith: i32,
         nth: i32,
     );
+    /// `ffi/lone.c`: this thread's rows of `a` (Q4_1 blocks, `lda` apart, `k` long)
+    /// times the `n` columns of `b` (Q8_1 blocks, `ldb` apart) into `c` (columns
+    /// `ldc` floats apart), as ggml's dot product computes each; 0 (nothing done)
+    /// when `k` is over the kernel's limit.
+    fn shepherd_q4_1(
+        m: i64,
+        n: i64,
+        k: i64,
+        a: *const c_void,
+        lda: i64,
+        b: *const c_void,
+        ldb: i64,
+        c: *mut f32,
+        ldc: i64,
+        ith: i32,
+        nth: i32,
+    ) -> i32;
 }
 
 /// Whether the loaded ggml computes with the kernels `ffi/lone.c` mirrors.
@@ -131,6 +151,71 @@ pub unsafe fn column(
     kernel(m, k, a, lda, b, c, (ith, nth), types)
 }
 
+/// Computes `c = a · b` for Q4_1 weights and Q8_1 columns, any number of them, each
+/// element exactly as ggml's own dot product (`ggml_vec_dot_q4_1_q8_1`) computes it,
+/// so a token gets the same numbers alone and in any batch; true when done. ggml
+/// offers these to sgemm, which refuses them, and then runs its dot product once per
+/// row and column: a batch's columns each unpack every weight again. The kernel
+/// unpacks a row once for four columns, which makes a verification batch (or four
+/// slots' tokens, or a prompt) cheaper, and a lone token no dearer.
+///
+/// # Safety
+/// The arguments are those of a `llamafile_sgemm` call: `params` is ggml's compute
+/// params, `a` holds `m` rows of `k` Q4_1 blocks `lda` blocks apart, `b` `n` columns
+/// of `k` Q8_1 blocks `ldb` blocks apart, `c` room for `n` columns of `m` floats,
+/// `ldc` floats apart; [`enabled`] returned true.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn q4_1(
+    params: *const c_void,
+    (m, n, k): (i64, i64, i64),
+    (a, lda): (*const c_void, i64),
+    (b, ldb): (*const c_void, i64),
+    (c, ldc): (*mut c_void, i64),
+    types: (i32, i32, i32),
+) -> bool {
+    if types != (GGML_TYPE_Q4_1, GGML_TYPE_Q8_1, GGML_TYPE_F32)
+        || m < 0
+        || n < 1
+        || k < 0
+        || lda < 0
+        || ldb < 0
+        || ldc < 0
+    {
+        return false;
+    }
+    // SAFETY: `params` points at ggml's compute params, which start with these two.
+    let ComputeParams { ith, nth } = unsafe { std::ptr::read(params.cast::<ComputeParams>()) };
+    if ith < 0 || nth <= ith {
+        return false;
+    }
+    // SAFETY: the matrices of the `llamafile_sgemm` call, as this function requires.
+    unsafe { q4_1_kernel((m, n, k), (a, lda), (b, ldb), (c.cast(), ldc), (ith, nth)) }
+}
+
+#[cfg(target_arch = "x86_64")]
+unsafe fn q4_1_kernel(
+    (m, n, k): (i64, i64, i64),
+    (a, lda): (*const c_void, i64),
+    (b, ldb): (*const c_void, i64),
+    (c, ldc): (*mut f32, i64),
+    (ith, nth): (i32, i32),
+) -> bool {
+    // SAFETY: the caller's matrices (see `q4_1`); `enabled` checked that this CPU has
+    // AVX2, FMA and F16C.
+    unsafe { shepherd_q4_1(m, n, k, a, lda, b, ldb, c, ldc, ith, nth) != 0 }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn q4_1_kernel(
+    _: (i64, i64, i64),
+    _: (*const c_void, i64),
+    _: (*const c_void, i64),
+    _: (*mut f32, i64),
+    _: (i32, i32),
+) -> bool {
+    false
+}
+
 /// A matrix of the `llamafile_sgemm` call, as the kernels read it.
 #[derive(Clone, Copy)]
 struct Matrix(*const c_void);
@@ -179,4 +264,139 @@ fn kernel(
     _: (i32, i32, i32),
 ) -> Option<bool> {
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::util::rng::Rng;
+
+    extern "C" {
+        /// ggml's own dot product of a Q4_1 row and a Q8_1 column (`nrc` 1).
+        fn ggml_vec_dot_q4_1_q8_1(
+            n: i32,
+            s: *mut f32,
+            bs: usize,
+            x: *const c_void,
+            bx: usize,
+            y: *const c_void,
+            by: usize,
+            nrc: i32,
+        );
+    }
+
+    /// ggml's `block_q4_1` and `block_q8_1`, as bytes.
+    const Q4_1_BYTES: usize = 20;
+    const Q8_1_BYTES: usize = 36;
+
+    fn half(rng: &mut Rng, scale: f32) -> [u8; 2] {
+        // SAFETY: a pure conversion.
+        unsafe { sys::ggml_fp32_to_fp16(rng.unit() * scale) }.to_le_bytes()
+    }
+
+    /// `count` blocks of `bytes` bytes: two F16 numbers, then random quants.
+    fn blocks(rng: &mut Rng, count: usize, bytes: usize) -> Vec<u8> {
+        let mut out = Vec::with_capacity(count * bytes);
+        for _ in 0..count {
+            out.extend(half(rng, 0.05));
+            out.extend(half(rng, 2.0));
+            out.extend((4..bytes).map(|_| rng.next() as u8));
+        }
+        out
+    }
+
+    #[test]
+    fn the_q4_1_kernel_computes_every_element_as_ggml_does_for_any_column_count() {
+        let params = |ith, nth| ComputeParams { ith, nth };
+        let types = (GGML_TYPE_Q4_1, GGML_TYPE_Q8_1, GGML_TYPE_F32);
+        if !enabled() {
+            // The wrapper never calls the kernel here (`context`'s tests check the
+            // gate on the real model).
+            eprintln!("ggml is not built with the kernels lone mirrors: nothing to compare");
+            return;
+        }
+        // SAFETY: fills ggml's F16 table, which its dot product reads; idempotent.
+        unsafe { sys::ggml_cpu_init() };
+        let mut rng = Rng(0x0004_0001);
+        // Rows not a multiple of the threads, columns on both sides of the tile of 4,
+        // inner dimensions of SmolLM2 (18 and 48 blocks) and one past the limit.
+        for (m, k) in [(7, 18), (33, 48), (5, 1), (3, 1025)] {
+            let lda = k + 1;
+            let a = blocks(&mut rng, m * lda, Q4_1_BYTES);
+            for n in [1, 2, 3, 4, 5, 9] {
+                let ldb = k + 2;
+                let b = blocks(&mut rng, n * ldb, Q8_1_BYTES);
+                let ldc = m + 3;
+                let mut want = vec![f32::NAN; n * ldc];
+                for j in 0..n {
+                    for i in 0..m {
+                        // SAFETY: row `i` and column `j` hold `k` blocks each.
+                        unsafe {
+                            ggml_vec_dot_q4_1_q8_1(
+                                (k * 32) as i32,
+                                &mut want[j * ldc + i],
+                                0,
+                                a[i * lda * Q4_1_BYTES..].as_ptr().cast(),
+                                0,
+                                b[j * ldb * Q8_1_BYTES..].as_ptr().cast(),
+                                0,
+                                1,
+                            )
+                        };
+                    }
+                }
+                for nth in [1, 2, 3] {
+                    let mut got = vec![f32::NAN; n * ldc];
+                    let mut done = Vec::new();
+                    for ith in 0..nth {
+                        let p = params(ith, nth);
+                        // SAFETY: `m` rows of `k` blocks `lda` apart, `n` columns of
+                        // `k` blocks `ldb` apart, room for `n` columns `ldc` apart.
+                        done.push(unsafe {
+                            q4_1(
+                                std::ptr::from_ref(&p).cast(),
+                                (m as i64, n as i64, k as i64),
+                                (a.as_ptr().cast(), lda as i64),
+                                (b.as_ptr().cast(), ldb as i64),
+                                (got.as_mut_ptr().cast(), ldc as i64),
+                                types,
+                            )
+                        });
+                    }
+                    if k > 1024 {
+                        assert!(done.iter().all(|&d| !d), "over the limit it declines");
+                        continue;
+                    }
+                    assert!(done.iter().all(|&d| d));
+                    for j in 0..n {
+                        for i in 0..m {
+                            let (g, w) = (got[j * ldc + i], want[j * ldc + i]);
+                            assert_eq!(
+                                g.to_bits(),
+                                w.to_bits(),
+                                "m {m} k {k} n {n} threads {nth}: [{i}, {j}] {g} against ggml's {w}"
+                            );
+                        }
+                        assert!(got[j * ldc + m..(j + 1) * ldc].iter().all(|x| x.is_nan()));
+                    }
+                }
+                // Another type pair is not this kernel's.
+                let p = params(0, 1);
+                let mut c = vec![0f32; n * ldc];
+                let other = (GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, GGML_TYPE_F32);
+                // SAFETY: declined before any access.
+                let done = unsafe {
+                    q4_1(
+                        std::ptr::from_ref(&p).cast(),
+                        (m as i64, n as i64, k as i64),
+                        (a.as_ptr().cast(), lda as i64),
+                        (b.as_ptr().cast(), ldb as i64),
+                        (c.as_mut_ptr().cast(), ldc as i64),
+                        other,
+                    )
+                };
+                assert!(!done);
+            }
+        }
+    }
 }

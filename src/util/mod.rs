@@ -8,4 +8,6 @@ pub mod dirs;
 pub mod fs;
 pub mod names;
 pub mod net;
+#[cfg(test)]
+pub mod rng;
 pub mod time;
