@@ -1,9 +1,11 @@
-/* A lone token's matrix products, computed exactly as llamafile's sgemm computes each
- * column of a batch (see src/llama/lone.rs, which calls these, for why).
+/* Matrix products computed the same way for any number of columns (see
+ * src/llama/lone.rs, which calls these, for why): a lone token's as llamafile's sgemm
+ * computes each column of a batch, and Q4_1 weights' for every column count as
+ * ggml's own dot product computes each element.
  *
- * Each function mirrors one of sgemm's AVX2 kernels in ggml-cpu/llamafile/sgemm.cpp
- * (llama.cpp, MIT licence): the same intrinsics in the same order per output element,
- * so the result is bit for bit that of sgemm's tiles. Always compiled with
+ * Each function mirrors one of the AVX2 kernels in ggml-cpu/llamafile/sgemm.cpp or
+ * ggml-cpu/arch/x86/quants.c (llama.cpp, MIT licence): the same intrinsics in the
+ * same order per output element, so the result is bit for bit ggml's. Always compiled with
  * optimisation (build.rs), whatever the Rust profile, and with contraction off, so
  * that the compiler fuses nothing sgemm does not fuse. Thread `ith` of `nth` computes
  * its own share of the rows; there is no barrier (ggml puts one after every node).
@@ -98,8 +100,9 @@ typedef struct {
  * Per output element exactly ggml's operations in ggml's order: per block
  * acc = fma(d_a * d_b, float(sum of byte products), acc) and
  * summs = fma(m_a, s_b, summs) (ggml's compiled code fuses that line), then
- * hsum(acc) + summs. `d1` and `s1` hold the columns' scales and sums as floats,
- * four per block. */
+ * hsum(acc) + summs (m_a * s_b, two F16 numbers, is exact in F32 anyway). `d1` and
+ * `s1` hold the columns' scales and sums as floats, four per block. Every step is
+ * per element; the columns only share the unpacked row. */
 static inline __attribute__((always_inline)) void q4_1_tile(
     int nc, int64_t from, int64_t to, int64_t k, const block_q4_1 *a, int64_t lda,
     const block_q8_1 *const *cols, const float *d1, const float *s1, float *const *out) {

@@ -80,7 +80,9 @@ pub unsafe extern "C" fn __wrap_ggml_backend_init_by_type(
 /// to sgemm as a batch of two equal columns (`ldb` and `ldc` 0: both read the one
 /// input column and write the one output column, and each tile of two columns is
 /// computed by one thread, so each result is written twice, with the same value, by
-/// that thread). Where `lone` does not apply, everything goes through unchanged.
+/// that thread). Q4_1 weights, which sgemm refuses, go to [`super::lone::q4_1`] for
+/// every column count: ggml's dot product per element, a row unpacked once for four
+/// columns. Where `lone` does not apply, everything goes through unchanged.
 ///
 /// # Safety
 /// As llamafile's `llamafile_sgemm`: the arguments describe valid matrices.
@@ -134,7 +136,8 @@ pub unsafe extern "C" fn __wrap_llamafile_sgemm(
 /// [`__wrap_llamafile_sgemm`] above): ggml built with the kernels [`super::lone`]
 /// mirrors, every weight matrix of a type whose products go the same way for any
 /// number of columns, F16 cache, no flash attention. The types: F16 and Q8_0
-/// ([`super::lone`]), F32, BF16 and Q5_0 (sgemm, a lone column as two), Q4_1 and Q5_1
+/// ([`super::lone`]), F32, BF16 and Q5_0 (sgemm, a lone column as two), Q4_1
+/// ([`super::lone::q4_1`], ggml's dot product for every column count) and Q5_1
 /// (ggml's dot products for every column count). Not Q4_0, IQ4_NL, MXFP4 or the
 /// K-quants: ggml repacks those on AVX2 CPUs and multiplies them with gemv for up to
 /// three columns and gemm for groups of four (its reference mode does not change

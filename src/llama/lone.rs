@@ -19,6 +19,14 @@
 //! Other products of a single column go to sgemm itself as two equal columns (exact,
 //! and slower; see the wrapper).
 //!
+//! Q4_1 weights (most of SmolLM2's) are the other way round: sgemm refuses them for
+//! any column count and ggml multiplies them with its dot product, once per row and
+//! column, unpacking every weight again for each column of a batch. [`q4_1`] (every
+//! column count, through the same wrapper) computes each element with exactly the
+//! operations of that dot product (`ggml_vec_dot_q4_1_q8_1`, AVX2) but unpacks a row
+//! once for four columns: the same numbers as llama.cpp's, alone or in any batch, and
+//! a verification batch, four slots' step or a prompt costs less (docs/LLAMA.md).
+//!
 //! This holds only for the ggml build it was written against: AVX2, FMA and F16C,
 //! without AVX-512 (whose F16 kernel takes 16 lanes and another sum). [`enabled`]
 //! asks ggml how it was built; elsewhere nothing here runs and the context falls
