@@ -43,7 +43,7 @@ export TRTLLM_ROOT
 
 .PHONY: all build deps test test-tensorrt check-trtllm-shim vendor-trtllm-headers fmt clippy clean no-async-runtime check-layers model swa-model run bench jinja2 mcp-servers valgrind bench-cliserver bench-llama bench-server openai-py test-tools
 .PHONY: static vendor dist install uninstall check-static check-install offline-static release-deps
-.PHONY: cuda-toolkit cuda-link-dynamic cuda-link-static check-cuda check-cuda-if-changed
+.PHONY: cuda-toolkit cuda-link-dynamic cuda-link-static check-cuda check-cuda-build check-cuda-if-changed check-cuda-inputs gpu-carry
 
 all: build
 
@@ -70,6 +70,7 @@ test: deps no-async-runtime check-layers model swa-model jinja2 openai-py mcp-se
 	  SHEPHERD_TEST_MCP_EVERYTHING=$(MCP_EVERYTHING) $(CARGO) test $(CARGO_FEATURES)
 	$(MAKE) --no-print-directory test-tensorrt
 	$(MAKE) --no-print-directory check-static CUDA=
+	$(MAKE) --no-print-directory check-cuda-inputs CUDA=
 	$(MAKE) --no-print-directory check-cuda-if-changed CUDA=
 
 # The TensorRT-LLM backend against the scripted C test library (no TensorRT-LLM, no GPU),
@@ -250,21 +251,31 @@ CUDA_FLAGS ?= -Xfatbin=-compress-all
 # time) first on the library path, and for the dynamic one empty stand-ins for the static
 # archives llama-cpp-sys-2 asks for, with build.rs linking libcudart/libcublas instead.
 CUDA_LINK_DIR = $(TARGET_DIR)/cuda-link
-STATIC_CUDA_LINK_DIR = $(STATIC_TARGET_DIR)/cuda-link
+# The static variant's dir is per CUDA_CUBLAS, so that each finds only its own archives.
+STATIC_CUDA_LINK_DIR = $(STATIC_TARGET_DIR)/cuda-link-$(CUDA_CUBLAS)
 # ggml compiles through ccache by itself when it is installed (GGML_CCACHE), nvcc
 # included: `make CUDA=1` installs it, so the second variant and rebuilds reuse the
 # CUDA objects. Paths are hashed relative to the tree (each variant has its own
 # target dir).
 CUDA_CCACHE := CCACHE_BASEDIR=$(CURDIR) CCACHE_NOHASHDIR=1 CCACHE_MAXSIZE=10G
 # CMAKE_* reach CMake through llama-cpp-sys-2 (as -D); GGML_* too, and a change to one
-# re-runs its build, so the architectures and flags ride along in an otherwise unused
-# GGML_ name.
+# re-runs its build script, so the architectures and flags ride along in an otherwise
+# unused GGML_ name. So does CUDA_CUBLAS: the crate bundles the CUDA archives it links
+# (cuBLAS pruned, or ffi/cublas_open.c) into its rlib, and looks again only then.
 CUDA_CMAKE = $(CUDA_ARCHS) $(CUDA_FLAGS)
 CUDA_ENV = CUDA_PATH=$(CUDA_TOOLKIT) CMAKE_CUDA_COMPILER=$(CUDA_TOOLKIT)/bin/nvcc \
   CMAKE_CUDA_ARCHITECTURES='$(CUDA_ARCHS)' CMAKE_CUDA_FLAGS='$(CUDA_FLAGS)' \
-  GGML_SHEPHERD_CUDA='$(CUDA_CMAKE)' $(CUDA_CCACHE)
+  GGML_SHEPHERD_CUDA='$(CUDA_CMAKE) cublas=$(CUDA_CUBLAS)' $(CUDA_CCACHE)
 CUDA_ENV_DYNAMIC = $(if $(CUDA),$(CUDA_ENV) CUDA_LIBRARY_PATH=$(abspath $(CUDA_LINK_DIR)):$(CUDA_TOOLKIT) SHEPHERD_CUDA_RUNTIME=dynamic,)
-CUDA_ENV_STATIC = $(if $(CUDA),$(CUDA_ENV) CUDA_LIBRARY_PATH=$(abspath $(STATIC_CUDA_LINK_DIR)):$(CUDA_TOOLKIT) SHEPHERD_CUDA_RUNTIME=static,)
+CUDA_ENV_STATIC = $(if $(CUDA),$(CUDA_ENV) CUDA_LIBRARY_PATH=$(abspath $(STATIC_CUDA_LINK_DIR)):$(CUDA_TOOLKIT) SHEPHERD_CUDA_RUNTIME=$(if $(filter dlopen,$(CUDA_CUBLAS)),cublas-dlopen,static),)
+# How `make CUDA=1 static` gets cuBLAS. static: linked in, pruned with the toolkit's
+# nvprune to the GPU code CUDA_ARCHS needs (scripts/cuda-prune.sh; cached per list).
+# dlopen: empty stand-ins for the static archives, and build.rs links
+# ffi/cublas_open.c instead, which opens the GPU box's own libcublas.so.13 or .12 at
+# run time; the binary is then llama.cpp's kernels and cudart, small enough to carry
+# to a box (INSTALL.md has the sizes of both).
+CUDA_CUBLAS ?= static
+CUDA_PRUNED = $(CUDA_CACHE)/cublas-pruned/$(subst ;,_,$(CUDA_ARCHS))
 
 cuda-toolkit:
 ifeq ($(CUDA_TOOLKIT),$(CUDA_CACHE)/toolkit)
@@ -279,56 +290,110 @@ endif
 # in a fresh build directory, so when CUDA_ARCHS or CUDA_FLAGS changed its CMakeCache.txt
 # goes (the objects stay, and ccache has the rest).
 CUDA_STAND_INS := libcudart_static.a libcublas_static.a libcublasLt_static.a libculibos.a
-define cuda_archs_changed # $(1): the link dir, $(2): the target dir
-	@if [ "$$(cat $(1)/cmake 2>/dev/null)" != '$(CUDA_CMAKE)' ]; then \
-	  find $(2) -path '*/llama-cpp-sys-2-*/out/build/CMakeCache.txt' -delete 2>/dev/null; \
-	  echo '$(CUDA_CMAKE)' > $(1)/cmake; fi
+define cuda_archs_changed # $(1): the target dir
+	@if [ "$$(cat $(1)/cuda-cmake 2>/dev/null)" != '$(CUDA_CMAKE)' ]; then \
+	  find $(1) -path '*/llama-cpp-sys-2-*/out/build/CMakeCache.txt' -delete 2>/dev/null; \
+	  mkdir -p $(1) && echo '$(CUDA_CMAKE)' > $(1)/cuda-cmake; fi
 endef
 cuda-link-dynamic: cuda-toolkit
 	@mkdir -p $(CUDA_LINK_DIR)/lib64
-	$(call cuda_archs_changed,$(CUDA_LINK_DIR),$(TARGET_DIR))
+	$(call cuda_archs_changed,$(TARGET_DIR))
 	$(CC) -O2 -fPIC -Wall -Wextra -I$(CUDA_TOOLKIT)/include -c ffi/cuda_driver.c -o $(CUDA_LINK_DIR)/cuda_driver.o
 	@rm -f $(CUDA_LINK_DIR)/lib64/*.a && ar rcs $(CUDA_LINK_DIR)/lib64/libcuda.a $(CUDA_LINK_DIR)/cuda_driver.o
 	@for a in $(CUDA_STAND_INS); do ar rcs $(CUDA_LINK_DIR)/lib64/$$a; done
 
 cuda-link-static: cuda-toolkit
 	@mkdir -p $(STATIC_CUDA_LINK_DIR)/lib64
-	$(call cuda_archs_changed,$(STATIC_CUDA_LINK_DIR),$(STATIC_TARGET_DIR))
+	$(call cuda_archs_changed,$(STATIC_TARGET_DIR))
 	$(CC) -O2 -fPIC -Wall -Wextra -I$(CUDA_TOOLKIT)/include -c ffi/cuda_driver.c -o $(STATIC_CUDA_LINK_DIR)/cuda_driver.o
 	@rm -f $(STATIC_CUDA_LINK_DIR)/lib64/*.a && ar rcs $(STATIC_CUDA_LINK_DIR)/lib64/libcuda.a $(STATIC_CUDA_LINK_DIR)/cuda_driver.o
+ifeq ($(CUDA_CUBLAS),dlopen)
+	@for a in libcublas_static.a libcublasLt_static.a; do ar rcs $(STATIC_CUDA_LINK_DIR)/lib64/$$a; done
+else ifeq ($(CUDA_CUBLAS),static)
+	@scripts/cuda-prune.sh $(CUDA_TOOLKIT) '$(CUDA_ARCHS)' $(CUDA_PRUNED)
+	@ln -sf $(CUDA_PRUNED)/libcublas_static.a $(CUDA_PRUNED)/libcublasLt_static.a $(STATIC_CUDA_LINK_DIR)/lib64/
+else
+	@echo "CUDA_CUBLAS=$(CUDA_CUBLAS): expected static or dlopen" >&2; exit 1
+endif
 
 # CI's CUDA check, no GPU needed: `make CUDA=1 static` for one architecture (compile
-# and link: the CUDA kernels, cudart and cuBLAS static, the driver opened at run time),
-# its linkage, then the binary here: --version names CUDA, and on a machine without a
-# GPU it says so and answers on the CPU. In its own target dir; dist/ is left alone.
-CHECK_CUDA_ARCHS ?= 80-real
-check-cuda: model
-	$(MAKE) --no-print-directory static CUDA=1 CUDA_ARCHS='$(CHECK_CUDA_ARCHS)' \
-	  STATIC_TARGET_DIR=target/check-cuda STATIC_BIN=target/check-cuda/shepherd
-	scripts/release-check.sh cuda-cpu target/check-cuda/shepherd $(MODEL)
+# and link: the CUDA kernels, cudart and pruned cuBLAS static, the driver opened at run
+# time) and its linkage, then the same objects linked with cuBLAS opened at run time
+# (CUDA_CUBLAS=dlopen, the binary that travels to a GPU box: scripts/gpu-check.sh),
+# then both binaries here: --version names CUDA, and on a machine without a GPU they
+# say so and answer on the CPU. In its own target dir; dist/ is left alone. Hopper
+# (90-real) is the architecture of the GPU box this project borrows, so the check's
+# build is the one that is carried there.
+CHECK_CUDA_ARCHS ?= 90-real
+CHECK_CUDA_DIR := target/check-cuda
+CHECK_CUDA_STATIC := STATIC_TARGET_DIR=$(CHECK_CUDA_DIR) CUDA_ARCHS='$(CHECK_CUDA_ARCHS)'
+check-cuda: check-cuda-build model
+	scripts/release-check.sh cuda-cpu $(CHECK_CUDA_DIR)/shepherd $(MODEL)
+	scripts/release-check.sh cuda-cpu $(CHECK_CUDA_DIR)/shepherd-dlopen $(MODEL)
+
+check-cuda-build:
+	$(MAKE) --no-print-directory static CUDA=1 CUDA_CUBLAS=static $(CHECK_CUDA_STATIC) STATIC_BIN=$(CHECK_CUDA_DIR)/shepherd
+	$(MAKE) --no-print-directory static CUDA=1 CUDA_CUBLAS=dlopen $(CHECK_CUDA_STATIC) STATIC_BIN=$(CHECK_CUDA_DIR)/shepherd-dlopen
 
 # `make test` runs check-cuda only when what a CUDA build is made of changed since it
-# last passed: a hash of these files, not git history (CI clones fresh and maybe
-# shallow). A pass is recorded twice: a stamp in this machine's cache, and
-# .ci/cuda-checked in the tree (hash, date, minutes), which the session that changed
-# the inputs commits, so that CI on a fresh machine knows the check passed for them.
+# last passed: scripts/cuda-inputs.sh hashes the commands check-cuda-build runs and the
+# files they read (not git history: CI clones fresh and maybe shallow; not whole files:
+# a comment or an unrelated target must not cost a 45-minute build). A pass is recorded
+# twice: a stamp in this machine's cache, and .ci/cuda-checked in the tree (hash, date,
+# minutes), which the session that changed the inputs commits, so that CI on a fresh
+# machine knows the check passed for them. In CI (CI set) inputs without a record fail
+# at once, naming the command, rather than spend 45 of CI's 90 minutes building.
 # CHECK_CUDA=1 runs it always, CHECK_CUDA=0 never.
-CUDA_INPUTS = Cargo.lock Cargo.toml build.rs Makefile .cargo/config.toml ffi/cuda_driver.c \
-  scripts/cuda-toolkit.sh scripts/release-check.sh $(shell grep -rl 'feature = "cuda"' src | LC_ALL=C sort)
 CUDA_RECORD := .ci/cuda-checked
 CHECK_CUDA ?=
 check-cuda-if-changed:
-	@hash=$$(cat $(CUDA_INPUTS) | sha256sum | cut -c1-16); stamp=$(CACHE)/check-cuda/$$hash.ok; \
+	@hash=$$(CACHE=$(CACHE) scripts/cuda-inputs.sh); stamp=$(CACHE)/check-cuda/$$hash.ok; \
 	if [ "$(CHECK_CUDA)" = 0 ]; then echo "check-cuda: skipped (CHECK_CUDA=0)"; \
 	elif [ "$(CHECK_CUDA)" != 1 ] && [ -f $$stamp ]; then \
 	  echo "check-cuda: skipped, the CUDA build's inputs are unchanged since it passed here ($$(cat $$stamp))"; \
 	elif [ "$(CHECK_CUDA)" != 1 ] && grep -qs "^$$hash " $(CUDA_RECORD); then \
 	  echo "check-cuda: skipped, the CUDA build's inputs are those $(CUDA_RECORD) records as passed ($$(grep "^$$hash " $(CUDA_RECORD)))"; \
-	else echo "check-cuda: the CUDA build's inputs (hash $$hash) have no passing record: building it (about 20-40 minutes)"; \
+	elif [ "$(CHECK_CUDA)" != 1 ] && [ -n "$$CI" ]; then \
+	  echo "check-cuda: the CUDA build's inputs (hash $$hash) have no passing record in $(CUDA_RECORD)." >&2; \
+	  echo "  Run 'make check-cuda-if-changed CHECK_CUDA=1' (about 45 minutes on 2 cores) and commit $(CUDA_RECORD)." >&2; exit 1; \
+	else echo "check-cuda: the CUDA build's inputs (hash $$hash) have no passing record: building it (about 20-45 minutes)"; \
 	  start=$$(date +%s) && $(MAKE) --no-print-directory check-cuda && mkdir -p $(CACHE)/check-cuda && \
 	  took="$$(( ($$(date +%s) - start + 59) / 60 )) min" && line="$$hash $$(date -u +%FT%TZ) $$took" && \
 	  echo "$$line" > $$stamp && echo "$$line" > $(CUDA_RECORD) && \
 	  echo "check-cuda: passed in $$took; recorded in $(CUDA_RECORD) (commit it)"; fi
+
+# What scripts/gpu-check.sh needs on a GPU box, in target/gpu-carry (the device tool's
+# `carry`, at most 64 MiB with the tree): the check's CUDA build with cuBLAS opened at
+# run time, xz-compressed; the sdist's llama.cpp tree without the other backends,
+# models and docs; SmolLM2's tokenizer for the random-weight models. The real SmolLM2
+# goes along only with GPU_CARRY_MODEL=1 (it does not fit beside the binary today).
+GPU_CARRY := target/gpu-carry
+GPU_CARRY_MAX_MIB ?= 60
+LLAMA_SDIST_DIR := $(CACHE)/llama-bench
+gpu-carry: model
+	$(MAKE) --no-print-directory static CUDA=1 CUDA_CUBLAS=dlopen $(CHECK_CUDA_STATIC) STATIC_BIN=$(CHECK_CUDA_DIR)/shepherd-dlopen
+	@mkdir -p $(GPU_CARRY) && rm -f $(GPU_CARRY)/*
+	xz -T0 -6 -c $(CHECK_CUDA_DIR)/shepherd-dlopen > $(GPU_CARRY)/shepherd.xz
+	tree=$$(PYTHON=$(PYTHON) scripts/llama-sdist.sh $(LLAMA_SDIST_DIR)) && \
+	tar -C $$tree/.. -c $(foreach b,et metal hexagon sycl vulkan opencl cann musa hip webgpu zdnn zendnn openvino virtgpu blas,--exclude='llama.cpp/ggml/src/ggml-$(b)') \
+	  --exclude='*.gguf' $(addprefix llama.cpp/,CMakeLists.txt LICENSE cmake ggml src include common vendor tools scripts) | \
+	  xz -T0 -6 > $(GPU_CARRY)/llama-src.tar.xz
+	$(PYTHON) scripts/synthetic_gguf.py --extract-tokenizer $(MODEL) $(GPU_CARRY)/tokenizer.gguf
+	$(if $(GPU_CARRY_MODEL),cp $(MODEL) $(GPU_CARRY)/model.gguf)
+	@ls -l $(GPU_CARRY) && total=$$(du -cb $(GPU_CARRY)/* | tail -1 | cut -f1) && \
+	echo "gpu-carry: $$total bytes ($$((total / 1048576)) MiB; at most $(GPU_CARRY_MAX_MIB) MiB travel with the tree)" && \
+	[ $$total -le $$(($(GPU_CARRY_MAX_MIB) * 1048576)) ] || { echo "gpu-carry: too large to carry" >&2; exit 1; }
+
+# The hash above follows the CUDA build and nothing else: a comment added to the
+# Makefile keeps it, a changed CUDA setting changes it.
+check-cuda-inputs:
+	@base=$$(scripts/cuda-inputs.sh) && tmp=$$(mktemp -d) && \
+	{ cat Makefile; echo '# a comment at the end'; } > $$tmp/comment.mk && \
+	sed 's/^CHECK_CUDA_ARCHS ?= .*/CHECK_CUDA_ARCHS ?= 86-real/' Makefile > $$tmp/archs.mk && \
+	comment=$$(scripts/cuda-inputs.sh $$tmp/comment.mk) && archs=$$(scripts/cuda-inputs.sh $$tmp/archs.mk) && \
+	rm -rf $$tmp && [ "$$comment" = "$$base" ] && [ "$$archs" != "$$base" ] && \
+	echo "check-cuda-inputs: a Makefile comment keeps the hash ($$base), a changed architecture changes it ($$archs)" || \
+	{ echo "check-cuda-inputs: base $$base, with a comment $$comment, with another architecture $$archs" >&2; exit 1; }
 
 # ---------------------------------------------------------------------------------------
 # The release: one static binary, offline builds, a tarball, install (docs/INSTALL.md).
@@ -391,7 +456,7 @@ static: deps release-deps $(if $(CUDA),cuda-toolkit cuda-link-static,)
 	@mkdir -p $(dir $(STATIC_BIN))
 	strip -o $(STATIC_BIN).tmp $(STATIC_OUT)
 	@mv $(STATIC_BIN).tmp $(STATIC_BIN)
-	scripts/release-check.sh linkage $(STATIC_BIN) $(if $(CUDA),cuda,static) $(MAX_STATIC_MB)
+	scripts/release-check.sh linkage $(STATIC_BIN) $(if $(CUDA),$(if $(filter dlopen,$(CUDA_CUBLAS)),cuda-dlopen,cuda),static) $(MAX_STATIC_MB)
 
 # Acceptance 2: the static build with no network at all, from the vendored crates.
 # The target dir is wiped whenever the dependency set (Cargo.lock, Cargo.toml) changed

@@ -14,7 +14,10 @@
 //!   toolkit's version from `$CUDA_PATH/bin/nvcc`, the GPU architectures from
 //!   `CMAKE_CUDA_ARCHITECTURES`, how the runtime is linked); with
 //!   `SHEPHERD_CUDA_RUNTIME=dynamic` (`make CUDA=1`) cudart and cuBLAS are linked as
-//!   shared libraries (the Makefile hands llama-cpp-sys-2 empty static stand-ins).
+//!   shared libraries (the Makefile hands llama-cpp-sys-2 empty static stand-ins);
+//!   with `cublas-dlopen` (`make CUDA=1 static CUDA_CUBLAS=dlopen`) static cuBLAS's
+//!   stand-ins are empty too and `ffi/cublas_open.c` is compiled and linked in its
+//!   place, and `cfg(cublas_dlopen)` lets `--version` ask it which library it opened.
 //! - feature `tensorrt`: bindgen on `ffi/trtllm.h`, `ffi/trtllm_shim.cpp` compiled
 //!   as C++17 against `$TRTLLM_ROOT` with the C++ ABI of its `libtensorrt_llm.so`,
 //!   linked to `tensorrt_llm` and `nvinfer_plugin_tensorrt_llm`.
@@ -48,6 +51,8 @@ fn main() {
     println!("cargo:rustc-env=SHEPHERD_LLAMA_CRATE={llama}");
 
     check_llama_has_rpc();
+    // Set by the CUDA build with cuBLAS opened at run time (`cuda::build`).
+    println!("cargo::rustc-check-cfg=cfg(cublas_dlopen)");
 
     // `src/llama/context.rs` finds each context's CPU backend through the first
     // wrapper, to turn ggml's reference kernels on for generation steps, and makes
@@ -132,16 +137,21 @@ mod cuda {
         ] {
             println!("cargo:rerun-if-env-changed={var}");
         }
-        let dynamic = env::var("SHEPHERD_CUDA_RUNTIME").is_ok_and(|v| v == "dynamic");
-        if dynamic {
-            for lib in ["cudart", "cublas", "cublasLt"] {
-                println!("cargo:rustc-link-lib=dylib={lib}");
+        let runtime = match env::var("SHEPHERD_CUDA_RUNTIME").as_deref() {
+            Ok("dynamic") => {
+                for lib in ["cudart", "cublas", "cublasLt"] {
+                    println!("cargo:rustc-link-lib=dylib={lib}");
+                }
+                "runtime dynamic: libcudart.so, libcublas.so"
             }
-        }
-        let runtime = if dynamic {
-            "runtime dynamic: libcudart.so, libcublas.so"
-        } else {
-            "runtime static: cudart and cuBLAS linked in"
+            // `make CUDA=1 static CUDA_CUBLAS=dlopen`: ffi/cublas_open.c stands in for
+            // static cuBLAS and opens the box's library; `--version` asks it which.
+            Ok("cublas-dlopen") => {
+                println!("cargo:rustc-cfg=cublas_dlopen");
+                cublas_open();
+                "runtime static: cudart linked in, cuBLAS opened at run time (libcublas.so.13 or .12)"
+            }
+            _ => "runtime static: cudart and cuBLAS linked in",
         };
         let archs = env::var("CMAKE_CUDA_ARCHITECTURES").map_or_else(
             |_| "GPU code: llama.cpp's default architectures".to_string(),
@@ -151,6 +161,30 @@ mod cuda {
             "cargo:rustc-env=SHEPHERD_CUDA=CUDA {} ({runtime}; driver opened at run time), {archs}",
             toolkit_version()
         );
+    }
+
+    /// `ffi/cublas_open.c`, in place of static cuBLAS (the Makefile hands llama-cpp-sys-2
+    /// empty stand-ins). Whole-archive: the symbols are wanted by libggml-cuda, which a
+    /// linker that reads archives in order meets only after this library.
+    fn cublas_open() {
+        const FILE: &str = "ffi/cublas_open.c";
+        println!("cargo:rerun-if-changed={FILE}");
+        let include = env::var("CUDA_PATH").map_or_else(
+            |_| "/usr/local/cuda/include".into(),
+            |p| format!("{p}/include"),
+        );
+        cc::Build::new()
+            .file(FILE)
+            .include(include)
+            .opt_level(2)
+            .warnings(true)
+            .extra_warnings(true)
+            .cargo_metadata(false)
+            .compile("shepherd_cublas_open");
+        let out = env::var("OUT_DIR").expect("cargo sets OUT_DIR");
+        println!("cargo:rustc-link-search=native={out}");
+        println!("cargo:rustc-link-lib=static:+whole-archive=shepherd_cublas_open");
+        println!("cargo:rustc-link-lib=dylib=dl");
     }
 
     /// `12.4.131` from `nvcc --version` ("Cuda compilation tools, release 12.4, V12.4.131").

@@ -34,15 +34,9 @@ BENCH="$BUILD/bin/llama-bench"
 SERVER="$BUILD/bin/llama-server"
 
 build_llama_bench() {
-  mkdir -p "$DIR/sdist"
-  if [ ! -d "$DIR/llama_cpp_python-0.3.36" ]; then
-    # scikit-build-core only lets pip read the sdist's metadata; nothing is built by pip.
-    $PYTHON -c 'import scikit_build_core' 2>/dev/null || $PYTHON -m pip install --quiet scikit-build-core
-    $PYTHON -m pip download --quiet --no-deps --no-binary=:all: --no-build-isolation \
-      -d "$DIR/sdist" llama-cpp-python==0.3.36
-    tar xzf "$DIR/sdist/llama_cpp_python-0.3.36.tar.gz" -C "$DIR"
-  fi
-  cmake -S "$DIR/llama_cpp_python-0.3.36/vendor/llama.cpp" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
+  local tree
+  tree=$(PYTHON=$PYTHON scripts/llama-sdist.sh "$DIR")
+  cmake -S "$tree" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF \
     -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF -DGGML_NATIVE="$([ -n "$NATIVE" ] && echo ON || echo OFF)" \
     -DGGML_OPENMP=OFF -DBUILD_SHARED_LIBS=OFF ${CUDA:+-DGGML_CUDA=ON -DGGML_CUDA_NCCL=OFF} >/dev/null

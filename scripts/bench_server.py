@@ -15,7 +15,8 @@ and prints medians and the ratio of each server to the first one. Then the time 
 first token in a scripted 10-turn chat (the in-process bench's conversation, over
 HTTP): turn 1 from a cold cache, turn 10 with nine turns before it, each turn sent
 either as soon as the last answer is in (a script) or after a pause (a user); the
-servers again interleaved. Standard library only: http.client and threads.
+servers again interleaved (TTFT_ROUNDS=0 leaves this part out). RESULTS_JSON=FILE also
+writes every round's speeds there. Standard library only: http.client and threads.
 """
 import http.client
 import json
@@ -175,7 +176,11 @@ def main():
             for n, _ in servers[1:])
         spread = " ".join(f"{n}:{min(speeds[n][test]):.0f}-{max(speeds[n][test]):.0f}" for n, _ in servers)
         print(f"{test:12} {cells}   {ratios}  {spread}")
-    time_to_first_token(servers)
+    if os.environ.get("RESULTS_JSON"):
+        with open(os.environ["RESULTS_JSON"], "w") as f:
+            json.dump({"streams": STREAMS, "max_tokens": MAX_TOKENS, "rounds": ROUNDS, "speeds": speeds}, f)
+    if TTFT_ROUNDS > 0:
+        time_to_first_token(servers)
 
 
 def time_to_first_token(servers):

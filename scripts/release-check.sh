@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Checks the release binary and its packaging; `make static` and `make check-static` run it.
 #
-#   release-check.sh linkage BIN static|cuda|cuda-dynamic MAX_MB
+#   release-check.sh linkage BIN static|cuda|cuda-dlopen|cuda-dynamic MAX_MB
 #       static: `file` says static and nothing is NEEDED (the silent failure of a
 #       +crt-static build without static-stdcxx is a PIE that still needs
 #       libstdc++.so and has no interpreter); at most MAX_MB (10^6 bytes).
 #       cuda (`make CUDA=1 static`): only glibc is NEEDED, not even the driver
 #       (libcuda.so.1 is opened at run time), and CUDA code is linked in.
+#       cuda-dlopen (`make CUDA=1 static CUDA_CUBLAS=dlopen`): the same, and cuBLAS
+#       is opened at run time too (ffi/cublas_open.c is in).
 #       cuda-dynamic (`make CUDA=1`): libcudart and libcublas are NEEDED, and
 #       otherwise only glibc and the C++ runtime.
 #   release-check.sh cuda-cpu BIN MODEL
@@ -44,7 +46,7 @@ check_linkage() { # BIN KIND MAX_MB
         ((bytes <= max_mb * 1000 * 1000)) || fail "$bin is $bytes bytes, more than $max_mb MB"
         ok "$bin is static ($(echo "$desc" | grep -o 'static[-a-z]* linked')), $bytes bytes stripped"
         ;;
-    cuda | cuda-dynamic)
+    cuda | cuda-dlopen | cuda-dynamic)
         local glibc='libc\.so\.6|libm\.so\.6|libdl\.so\.2|libpthread\.so\.0|librt\.so\.1|ld-linux-x86-64\.so\.2|libgcc_s\.so\.1'
         local allowed=$glibc extra
         [[ $kind == cuda-dynamic ]] && allowed="$glibc|libstdc\+\+\.so\.6|libcudart\.so\.[0-9]+|libcublas\.so\.[0-9]+|libcublasLt\.so\.[0-9]+"
@@ -57,6 +59,9 @@ check_linkage() { # BIN KIND MAX_MB
         grep -q ' \.nv_fatbin ' <<<"$sections" || fail "$bin has no CUDA kernels (.nv_fatbin)"
         if [[ $kind == cuda ]]; then
             ok "$bin needs only glibc (the driver is opened at run time), cudart and cuBLAS linked in, $bytes bytes"
+        elif [[ $kind == cuda-dlopen ]]; then
+            grep -q 'libcublas\.so\.13' "$bin" || fail "$bin does not open cuBLAS at run time (no libcublas.so.13 in it)"
+            ok "$bin needs only glibc (the driver and cuBLAS are opened at run time), cudart linked in, $bytes bytes"
         else
             grep -qx 'libcudart\.so\.[0-9]*' <<<"$needed" && grep -qx 'libcublas\.so\.[0-9]*' <<<"$needed" ||
                 fail "$bin does not link libcudart/libcublas dynamically: $(echo "$needed" | tr '\n' ' ')"
@@ -226,7 +231,7 @@ main() {
         check_cuda_cpu "$2" "$3"
         ;;
     *)
-        echo "usage: $0 linkage BIN static|cuda|cuda-dynamic MAX_MB | all BIN MODEL UNIT SAMPLE_CONFIG MAX_MB | cuda-cpu BIN MODEL" >&2
+        echo "usage: $0 linkage BIN static|cuda|cuda-dlopen|cuda-dynamic MAX_MB | all BIN MODEL UNIT SAMPLE_CONFIG MAX_MB | cuda-cpu BIN MODEL" >&2
         exit 2
         ;;
     esac

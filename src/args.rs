@@ -296,6 +296,7 @@ pub enum Subcommand {
     Sessions(Vec<String>),
     Completions(Vec<String>),
     Man(Vec<String>),
+    Bench(Vec<String>),
 }
 
 impl Subcommand {
@@ -310,6 +311,7 @@ impl Subcommand {
             Subcommand::Sessions(_) => "sessions",
             Subcommand::Completions(_) => "completions",
             Subcommand::Man(_) => "man",
+            Subcommand::Bench(_) => "bench",
         }
     }
 
@@ -323,7 +325,8 @@ impl Subcommand {
             | Subcommand::Models(w)
             | Subcommand::Sessions(w)
             | Subcommand::Completions(w)
-            | Subcommand::Man(w) => w,
+            | Subcommand::Man(w)
+            | Subcommand::Bench(w) => w,
         }
     }
 }
@@ -489,6 +492,7 @@ fn subcommand(word: OsString, parser: &mut lexopt::Parser) -> Result<Subcommand,
         "sessions" => Subcommand::Sessions,
         "completions" => Subcommand::Completions,
         "man" => Subcommand::Man,
+        "bench" => Subcommand::Bench,
         _ => {
             return Err(UsageError(format!(
                 "unexpected argument '{word}' (commands are {}; use -e TEXT for a prompt)",

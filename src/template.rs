@@ -210,6 +210,7 @@ fn jinja_environment(source: &str) -> Result<Environment<'static>, TemplateError
     env.set_syntax(syntax);
     env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
     env.add_filter("tojson", tojson);
+    env.add_test("iterable", is_iterable);
     env.add_function("raise_exception", raise_exception);
     env.add_function("strftime_now", strftime_now);
     env.add_template_owned(TEMPLATE_NAME, strip_generation_tags(source))
@@ -238,6 +239,14 @@ pub fn strip_generation_tags(source: &str) -> String {
     }
     out.push_str(rest);
     out
+}
+
+/// Python's `iterable` test: `none` is not iterable there, although minijinja iterates
+/// it as empty (and its own test says yes). Qwen3-Coder's and Nemotron's templates ask
+/// `tools is iterable and tools | length > 0`, which then failed on `none | length`
+/// whenever no tools were offered. Undefined stays iterable, as in jinja2.
+fn is_iterable(value: &JinjaValue) -> bool {
+    !value.is_none() && value.try_iter().is_ok()
 }
 
 fn raise_exception(message: String) -> Result<JinjaValue, Error> {
@@ -438,6 +447,14 @@ mod tests {
             "Python separators: {out}"
         );
         check("{{ tools | tojson(indent=2) }}\n{{ messages[0] | tojson(indent=4) }}{{ [] | tojson }}{{ {} | tojson(indent=2) }}", &chat(), &tools(), false);
+    }
+
+    #[test]
+    fn none_is_not_iterable_as_in_python() {
+        // Qwen3-Coder's and Nemotron's guard around their tool section.
+        let source = "{% if tools is iterable and tools | length > 0 %}T{% else %}N{% endif %}";
+        assert_eq!(check(source, &chat(), &[], false), "N");
+        assert_eq!(check(source, &chat(), &tools(), false), "T");
     }
 
     #[test]

@@ -253,6 +253,20 @@ const SESSIONS_ACTIONS: &[Action] = &[
     with_flags(action("export", &["export ID [--format md|json]"], ActionFirst, &[Any], "Write a session to stdout as Markdown or JSON"), SESSIONS_EXPORT_FLAGS),
 ];
 
+#[rustfmt::skip]
+const BENCH_FLAGS: &[ActionFlag] = &[
+    ActionFlag { long: "n-prompt", short: Some('p'), value: Some("N"), values: Values::Any, help: "Prompt tokens decoded as one prompt (default 512; 0 skips the test)" },
+    ActionFlag { long: "n-gen", short: Some('n'), value: Some("N"), values: Values::Any, help: "Tokens generated one at a time (default 128; 0 skips the test)" },
+    ActionFlag { long: "n-depth", short: Some('d'), value: Some("N"), values: Values::Any, help: "Tokens already in the cache before each test, not timed (default 0)" },
+    ActionFlag { long: "repetitions", short: Some('r'), value: Some("N"), values: Values::Any, help: "Timed runs of each test after one warm-up (default 5)" },
+    ActionFlag { long: "output", short: Some('o'), value: Some("FORMAT"), values: Values::Choices(&["md", "jsonl"]), help: "A Markdown table (the default) or one JSON object a test, llama-bench's fields" },
+];
+
+#[rustfmt::skip]
+const BENCH_ACTIONS: &[Action] = &[
+    with_flags(action("run", &["[run] [-p N] [-n N] [-d N] [-r N] [-o md|jsonl]"], ActionFirst, &[], "Run the tests (the default action)"), BENCH_FLAGS),
+];
+
 /// Every subcommand, in the order `--help` lists them.
 #[rustfmt::skip]
 pub const COMMANDS: &[Command] = &[
@@ -263,6 +277,7 @@ pub const COMMANDS: &[Command] = &[
     Command { name: "models", summary: "List the local GGUF models (-m NAME runs one by name or prefix)", operand: Any, actions: MODELS_ACTIONS, note: "", hidden: false },
     Command { name: "sessions", summary: "List, show, delete and export saved sessions (/save, --continue)", operand: Any, actions: SESSIONS_ACTIONS, note: "", hidden: false },
     Command { name: "completions", summary: "Print a shell completion script (bash, zsh, fish)", operand: Any, actions: COMPLETIONS_ACTIONS, note: "", hidden: false },
+    Command { name: "bench", summary: "Measure the local model as llama-bench does: prompt and generation tokens/s", operand: Any, actions: BENCH_ACTIONS, note: "Model and placement come from the usual flags before 'bench': -m FILE --gpu-layers N --flash-attn on|off --threads N.", hidden: false },
     Command { name: "man", summary: "Print the man page (roff)", operand: Any, actions: &[], note: "", hidden: true },
 ];
 

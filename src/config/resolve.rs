@@ -65,6 +65,8 @@ pub enum Mode {
     Completions(Vec<String>),
     /// `shepherd man`, with any words after it (refused).
     Man(Vec<String>),
+    /// `shepherd bench ...`: llama-bench's tests on the local model, with the words after `bench`.
+    Bench(Vec<String>),
     Version,
     Help,
 }
@@ -560,6 +562,7 @@ fn mode(low: &LowArgs) -> Mode {
         Some(Subcommand::Sessions(rest)) => Mode::Sessions(rest.clone()),
         Some(Subcommand::Completions(rest)) => Mode::Completions(rest.clone()),
         Some(Subcommand::Man(rest)) => Mode::Man(rest.clone()),
+        Some(Subcommand::Bench(rest)) => Mode::Bench(rest.clone()),
         None if low.rpc_worker => Mode::RpcWorker,
         None if low.list_models => Mode::ListModels,
         None if low.json => Mode::JsonLines,

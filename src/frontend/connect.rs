@@ -258,6 +258,25 @@ fn embedded_default() -> Result<ProviderConfig, OpenError> {
     Ok(provider)
 }
 
+/// The in-process model's settings for `shepherd bench`: the first llama.cpp
+/// provider of the chain (`-m FILE.gguf` makes one), else the embedded default.
+pub fn local_config(settings: &Settings) -> Result<LlamaConfig, OpenError> {
+    let provider = match settings
+        .providers
+        .iter()
+        .find(|p| p.kind == ProviderKind::Llamacpp)
+    {
+        Some(provider) => provider.clone(),
+        None if settings.providers.is_empty() => embedded_default()?,
+        None => {
+            return Err(OpenError::Usage(
+                "bench measures the in-process model: give one with -m FILE.gguf".into(),
+            ))
+        }
+    };
+    llama_config(settings, &provider)
+}
+
 /// Speculative decoding: `--model-draft` implies `--spec draft`, which needs it.
 fn spec_config(local: &crate::config::resolve::LocalSettings) -> Result<SpecConfig, OpenError> {
     let defaults = SpecConfig::default();

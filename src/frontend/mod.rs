@@ -8,6 +8,7 @@ mod access;
 mod agent_api;
 mod api_server;
 mod approve;
+mod bench;
 mod cli_server;
 mod connect;
 mod editor;
@@ -121,6 +122,7 @@ fn run_mode() -> i32 {
             &mut io::stdout(),
         )),
         Mode::Man(words) => subcommand(commands::completions::run_man(words, &mut io::stdout())),
+        Mode::Bench(words) => bench::run(&settings, words),
         Mode::CliServer => cli_server_mode(&settings),
         Mode::ApiServer => api_server::run(&settings),
         Mode::ToolServer => tool_server_mode(&settings),
@@ -241,7 +243,15 @@ fn cuda_text() -> String {
     let notice = crate::llama::devices::no_gpu_notice()
         .map(|n| format!("{n}\n"))
         .unwrap_or_default();
-    format!("cuda: {cuda}\n{notice}")
+    let cublas = match crate::llama::devices::cublas_library() {
+        Some(Ok(name)) => format!("cublas: {name}\n"),
+        Some(Err(())) => {
+            "cublas: none found (libcublas.so.13 or .12; set LD_LIBRARY_PATH or SHEPHERD_CUBLAS)\n"
+                .into()
+        }
+        None => String::new(),
+    };
+    format!("cuda: {cuda}\n{cublas}{notice}")
 }
 
 /// Optional backends and whether this binary has them. (`rpc` is asked of ggml

@@ -515,7 +515,6 @@ impl<'m> Context<'m> {
     /// Waits until the last decode has finished on its device (a GPU runs it after
     /// `decode` returns; reading logits waits the same way). The benchmark's loop reads
     /// no logits, so it waits here.
-    #[cfg(test)]
     pub fn synchronize(&mut self) {
         // SAFETY: `raw` is a valid context, used on this thread only.
         unsafe { sys::llama_synchronize(self.raw.as_ptr()) }

@@ -81,6 +81,30 @@ pub fn no_gpu_notice() -> Option<String> {
     Some(format!("no CUDA device found ({why}): running on the CPU"))
 }
 
+/// A `CUDA_CUBLAS=dlopen` build's cuBLAS (`ffi/cublas_open.c`): `Some(Ok(file name))`
+/// of the library it opened, `Some(Err(()))` when the box has none; `None` on other
+/// builds, where cuBLAS is linked.
+pub fn cublas_library() -> Option<Result<String, ()>> {
+    #[cfg(cublas_dlopen)]
+    {
+        extern "C" {
+            fn shepherd_cublas_library() -> *const std::ffi::c_char;
+        }
+        // SAFETY: takes no arguments; opens the library once (pthread_once) and returns
+        // NULL or a pointer to a NUL-terminated name that lives for the whole process
+        // (a string literal or the environment's value).
+        let name = unsafe { shepherd_cublas_library() };
+        if name.is_null() {
+            return Some(Err(()));
+        }
+        // SAFETY: non-null, NUL-terminated and never freed (above).
+        let name = unsafe { CStr::from_ptr(name) };
+        Some(Ok(name.to_string_lossy().into_owned()))
+    }
+    #[cfg(not(cublas_dlopen))]
+    None
+}
+
 /// Every device ggml's backends registered, in ggml's order.
 pub fn devices() -> Vec<Device> {
     handles().into_iter().map(|(_, device)| device).collect()

@@ -22,6 +22,7 @@ mod rpc;
 mod secrets;
 mod server_tools;
 mod speculative;
+mod synthetic;
 mod terminal;
 mod tool_server;
 mod ui;

@@ -139,9 +139,8 @@ pub struct PrefillReport {
     pub decoded_tokens: usize,
 }
 
-/// Benchmark figures in the units llama-bench prints (`make bench` runs the
-/// benchmark through the test binary in release mode).
-#[cfg(test)]
+/// Benchmark figures in the units llama-bench prints (`shepherd bench`, and `make
+/// bench` through the test binary in release mode).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct BenchReport {
     pub pp_tps: f64,
@@ -154,7 +153,6 @@ pub struct BenchReport {
 /// One llama-bench style test: `n_prompt` tokens decoded as one prompt, then `n_gen`
 /// tokens one at a time, both after `depth` tokens already in the cache (llama-bench's
 /// `-d`; filling the cache is not timed).
-#[cfg(test)]
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct BenchTest {
     pub n_prompt: usize,
@@ -171,7 +169,6 @@ enum Job {
     Warm(Vec<TemplateMessage>, Vec<ToolSpec>),
     /// Embeddings and the tokenizer ([`LocalModel`]).
     Model(model::ModelJob),
-    #[cfg(test)]
     Bench(BenchTest, Sender<Result<BenchReport, BackendError>>),
     /// How many tokens each slot's cache holds.
     #[cfg(test)]
@@ -462,7 +459,6 @@ impl LlamaBackend {
 
     /// Measures prompt processing and generation as llama-bench's pp/tg tests do
     /// (see [`BenchTest`]). Clears the cache.
-    #[cfg(test)]
     pub fn bench(&mut self, test: BenchTest) -> Result<BenchReport, BackendError> {
         let (reply, result) = bounded(1);
         self.send(Job::Bench(test, reply))?;

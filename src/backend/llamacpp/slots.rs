@@ -154,7 +154,6 @@ pub(super) struct Worker<'m> {
     /// The draft model's context, for [`SpecMode::Draft`].
     drafter: Option<DraftModel<'m>>,
     /// The context's flash attention and physical batch, for the bench's report.
-    #[cfg(test)]
     settings: (Option<bool>, u32),
 }
 
@@ -366,7 +365,6 @@ impl<'m> Worker<'m> {
             clock: 0,
             finished_at: Instant::now(),
             preempt,
-            #[cfg(test)]
             settings: (flash_attn, params.n_ubatch),
         })
     }
@@ -509,7 +507,6 @@ impl<'m> Worker<'m> {
                 // (`-e`, a script) finds the worker idle, not decoding.
                 self.finished_at = Instant::now();
             }
-            #[cfg(test)]
             Job::Bench(test, reply) => {
                 let _ = reply.send(self.bench(test));
             }
@@ -1329,7 +1326,6 @@ fn pick_slot<'a>(free: impl Iterator<Item = (usize, &'a [Token], u64)>, prompt: 
 
 // ---------------------------------------------------------------- benchmark
 
-#[cfg(test)]
 impl Worker<'_> {
     /// Like llama-bench's pp and tg tests, on slot 0 from an empty cache (then `depth`
     /// untimed tokens); only while no request is running. Leaves every slot empty.
