@@ -364,12 +364,14 @@ check-cuda-if-changed:
 
 # What scripts/gpu-check.sh needs on a GPU box, in target/gpu-carry (the device tool's
 # `carry`, at most 64 MiB with the tree): the check's CUDA build with cuBLAS opened at
-# run time, xz-compressed; the sdist's llama.cpp tree without the other backends,
-# models and docs; SmolLM2's tokenizer for the random-weight models. The real SmolLM2
+# run time, xz-compressed; the sdist's llama.cpp tree and the one shepherd links (for a
+# same-version llama-bench), without the other backends, models and docs; SmolLM2's
+# tokenizer for the random-weight models. The real SmolLM2
 # goes along only with GPU_CARRY_MODEL=1 (it does not fit beside the binary today).
 GPU_CARRY := target/gpu-carry
 GPU_CARRY_MAX_MIB ?= 60
 LLAMA_SDIST_DIR := $(CACHE)/llama-bench
+LLAMA_CRATE_VERSION := $(shell sed -n '/^name = "llama-cpp-sys-2"/{n;s/^version = "\(.*\)"/\1/p}' Cargo.lock)
 gpu-carry: model
 	$(MAKE) --no-print-directory static CUDA=1 CUDA_CUBLAS=dlopen $(CHECK_CUDA_STATIC) STATIC_BIN=$(CHECK_CUDA_DIR)/shepherd-dlopen
 	@mkdir -p $(GPU_CARRY) && rm -f $(GPU_CARRY)/*
@@ -378,6 +380,11 @@ gpu-carry: model
 	tar -C $$tree/.. -c $(foreach b,et metal hexagon sycl vulkan opencl cann musa hip webgpu zdnn zendnn openvino virtgpu blas,--exclude='llama.cpp/ggml/src/ggml-$(b)') \
 	  --exclude='*.gguf' $(addprefix llama.cpp/,CMakeLists.txt LICENSE cmake ggml src include common vendor tools scripts) | \
 	  xz -T0 -6 > $(GPU_CARRY)/llama-src.tar.xz
+	crate=$$(ls -d $(VENDOR_DIR)/crates/llama-cpp-sys-2-$(LLAMA_CRATE_VERSION)/llama.cpp \
+	  $${CARGO_HOME:-$$HOME/.cargo}/registry/src/*/llama-cpp-sys-2-$(LLAMA_CRATE_VERSION)/llama.cpp 2>/dev/null | head -1) && \
+	tar -C $$crate/.. -c $(foreach b,et metal hexagon sycl vulkan opencl cann musa hip webgpu zdnn zendnn openvino virtgpu blas,--exclude='llama.cpp/ggml/src/ggml-$(b)') \
+	  --exclude='*.gguf' $(addprefix llama.cpp/,CMakeLists.txt LICENSE cmake ggml src include common vendor tools) | \
+	  xz -T0 -6 > $(GPU_CARRY)/crate-src.tar.xz
 	$(PYTHON) scripts/synthetic_gguf.py --extract-tokenizer $(MODEL) $(GPU_CARRY)/tokenizer.gguf
 	$(if $(GPU_CARRY_MODEL),cp $(MODEL) $(GPU_CARRY)/model.gguf)
 	@ls -l $(GPU_CARRY) && total=$$(du -cb $(GPU_CARRY)/* | tail -1 | cut -f1) && \

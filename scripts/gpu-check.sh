@@ -102,27 +102,48 @@ say "shepherd --version:"
 tee -a "$LOG" <"$WORK/version.txt" >&2
 
 # ---------------------------------------------------------------- 2. llama.cpp tools
-LLAMA=$WORK/llama-build${ARCH:+-$ARCH}
+# LLAMA_TREE=crate: llama-bench built instead against the llama.cpp tree shepherd links
+# (crate-src.tar.xz, llama-cpp-sys-2's; the sdist's tools/llama-bench on top, as
+# scripts/bench.sh's same-version build does), so that the ratio has no version
+# difference in it; no llama-server then.
+LLAMA_TREE=${LLAMA_TREE:-sdist}
+LLAMA=$WORK/llama-build-$LLAMA_TREE${ARCH:+-$ARCH}
+unpack() { # TARBALL DIR
+    if [ ! -f "$2/.unpacked" ] || [ "$1" -nt "$2/.unpacked" ]; then
+        rm -rf "$2" && mkdir -p "$2" && tar -xJf "$1" -C "$2" --strip-components=1 && touch "$2/.unpacked"
+    fi
+}
 build_llama() {
-    local src=$WORK/llama-src
-    if [ ! -f "$src/.unpacked" ] || [ "$CARRY/llama-src.tar.xz" -nt "$src/.unpacked" ]; then
-        rm -rf "$src" && mkdir -p "$src" && tar -xJf "$CARRY/llama-src.tar.xz" -C "$src" --strip-components=1 &&
-            touch "$src/.unpacked" || return 1
+    local src=$WORK/llama-src targets=(llama-bench llama-server)
+    unpack "$CARRY/llama-src.tar.xz" "$src" || return 1
+    if [ "$LLAMA_TREE" = crate ]; then
+        unpack "$CARRY/crate-src.tar.xz" "$WORK/crate-src" || return 1
+        src=$WORK/same-src targets=(llama-bench)
+        mkdir -p "$src"
+        printf '%s\n' 'cmake_minimum_required(VERSION 3.14)' 'project(llama-bench-same-version C CXX)' \
+            "add_subdirectory(\"$WORK/crate-src\" llama.cpp)" \
+            "add_subdirectory(\"$WORK/llama-src/tools/llama-bench\" llama-bench)" >"$src/CMakeLists.txt"
     fi
     local gen=() cuda=()
     command -v ninja >/dev/null && gen=(-G Ninja)
+    local c cxx nvcc
+    c=$(command -v gcc || command -v cc || command -v clang) cxx=$(command -v g++ || command -v c++ || command -v clang++)
+    nvcc=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+    gen+=(${c:+-DCMAKE_C_COMPILER=$c} ${cxx:+-DCMAKE_CXX_COMPILER=$cxx} ${nvcc:+-DCMAKE_CUDA_COMPILER=$nvcc})
+    echo "compilers: C $c, C++ $cxx, CUDA $nvcc; cmake $(cmake --version | head -1)"
     [ -n "$ARCH" ] && cuda=(-DGGML_CUDA=ON -DGGML_CUDA_NCCL=OFF "-DCMAKE_CUDA_ARCHITECTURES=$ARCH")
     cmake -S "$src" -B "$LLAMA" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
         -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF \
         -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF -DGGML_NATIVE=ON -DGGML_OPENMP=OFF \
-        "${cuda[@]}" &&
-        cmake --build "$LLAMA" -j"$(nproc)" --target llama-bench llama-server
+        -DLLAMA_BUILD_COMMON=ON -DLLAMA_BUILD_TOOLS="$([ "$LLAMA_TREE" = crate ] && echo OFF || echo ON)" \
+        -DCMAKE_RUNTIME_OUTPUT_DIRECTORY="$LLAMA/bin" "${cuda[@]}" &&
+        cmake --build "$LLAMA" -j"$(nproc)" --target "${targets[@]}"
 }
-if [ -x "$LLAMA/bin/llama-bench" ] && [ -x "$LLAMA/bin/llama-server" ]; then
+if [ -x "$LLAMA/bin/llama-bench" ] && { [ "$LLAMA_TREE" = crate ] || [ -x "$LLAMA/bin/llama-server" ]; }; then
     say "llama.cpp: built already in $LLAMA"
     BUILD_PID=
 else
-    say "llama.cpp: building llama-bench and llama-server${ARCH:+ for $ARCH} (background)"
+    say "llama.cpp ($LLAMA_TREE tree): building llama-bench${ARCH:+ for $ARCH} (background)"
     build_started=$(date +%s)
     (build_llama >"$WORK/llama-build.log" 2>&1; echo $? >"$WORK/llama-build.rc") &
     BUILD_PID=$!
@@ -185,7 +206,7 @@ one_bench() {
             "$SHEPHERD" -m "$BIG" --gpu-layers "$NGL" "${T_SHEPHERD[@]}" "${fa_args[@]}" bench -p 0 -n "$N" -d "$DEPTH" -r "$REPS" -o jsonl; } 2>>"$LOG")
     fi
     echo "$lines" | while read -r line; do
-        [ -n "$line" ] && record "{\"kind\":\"bench\",\"side\":\"$side\",\"fa\":\"$fa\",\"line\":$line}"
+        [ -n "$line" ] && record "{\"kind\":\"bench\",\"side\":\"$side\",\"tree\":\"$LLAMA_TREE\",\"fa\":\"$fa\",\"line\":$line}"
     done
     say "$side fa=$fa: $(echo "$lines" | $PYTHON -c 'import json,sys; print(", ".join("%s%s %.1f t/s" % ("pp%d" % r["n_prompt"] if r["n_prompt"] else "tg%d" % r["n_gen"], " @ d%d" % r["n_depth"] if r.get("n_depth") else "", r["avg_ts"]) for r in map(json.loads, filter(None, sys.stdin.read().splitlines()))))' 2>&1)"
 }
