@@ -102,6 +102,9 @@ pub struct ChatTemplate {
     env: Option<Environment<'static>>,
     /// Whether the Jinja source looks at `tools`; if not, tools must be described in the system prompt.
     handles_tools: bool,
+    /// Whether a system message reaches the prompt; where it does not (Gemma 2 raises,
+    /// others drop it), it is folded into the next message, as llama.cpp does.
+    system_role: bool,
     bos_token: String,
     eos_token: String,
 }
@@ -122,12 +125,30 @@ impl ChatTemplate {
         eos_token: &str,
     ) -> Result<Self, TemplateError> {
         let env = source.map(jinja_environment).transpose()?;
-        Ok(ChatTemplate {
+        let mut template = ChatTemplate {
             env,
             handles_tools: source.is_some_and(|s| s.contains("tools")),
+            system_role: true,
             bos_token: bos_token.to_string(),
             eos_token: eos_token.to_string(),
-        })
+        };
+        template.system_role = template.renders_system_role();
+        Ok(template)
+    }
+
+    /// llama.cpp's probe (`supports_system_role`): a system message and a user message
+    /// rendered; the role is supported when the system text is in the prompt.
+    fn renders_system_role(&self) -> bool {
+        const PROBE: &str = "System message probe 7f3a";
+        let Some(env) = &self.env else {
+            return true;
+        };
+        let messages = [
+            TemplateMessage::new("system", PROBE),
+            TemplateMessage::new("user", "User message"),
+        ];
+        self.render_jinja(env, &messages, &[], false)
+            .is_ok_and(|text| text.contains(PROBE))
     }
 
     pub fn handles_tools(&self) -> bool {
@@ -152,6 +173,10 @@ impl ChatTemplate {
         add_generation_prompt: bool,
     ) -> Result<String, TemplateError> {
         match &self.env {
+            Some(env) if !self.system_role => {
+                let folded = fold_system_message(messages);
+                self.render_jinja(env, &folded, tools, add_generation_prompt)
+            }
             Some(env) => self.render_jinja(env, messages, tools, add_generation_prompt),
             None => render_chatml(messages, add_generation_prompt),
         }
@@ -174,6 +199,23 @@ impl ChatTemplate {
             eos_token => &self.eos_token,
         };
         template.render(ctx).map_err(describe)
+    }
+}
+
+/// For a template without a system role: a leading system message joins the next
+/// message's text (`system + "\n" + content`), or goes when it is alone, as llama.cpp's
+/// `system_message_not_supported` does.
+fn fold_system_message(messages: &[TemplateMessage]) -> Vec<TemplateMessage> {
+    match messages {
+        [system, next, rest @ ..] if system.role == "system" => {
+            let mut joined = next.clone();
+            joined.content = format!("{}\n{}", system.content, next.content);
+            std::iter::once(joined)
+                .chain(rest.iter().cloned())
+                .collect()
+        }
+        [system] if system.role == "system" => Vec::new(),
+        other => other.to_vec(),
     }
 }
 
@@ -447,6 +489,22 @@ mod tests {
             "Python separators: {out}"
         );
         check("{{ tools | tojson(indent=2) }}\n{{ messages[0] | tojson(indent=4) }}{{ [] | tojson }}{{ {} | tojson(indent=2) }}", &chat(), &tools(), false);
+    }
+
+    #[test]
+    fn a_template_without_a_system_role_gets_the_system_prompt_in_the_first_turn() {
+        // Gemma 2's refusal, as its template words it.
+        let source = "{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}<{{ m.role }}>{{ m.content }}{% endfor %}";
+        let template = ChatTemplate::new(Some(source), "", "").unwrap();
+        let out = template.render(&chat(), &[], false).unwrap();
+        assert_eq!(
+            out,
+            "<user>You are terse.\nHi <b> & \"you\"<assistant>Héllo!<user>What is 2+2?"
+        );
+        // A template that has the role keeps it as it is.
+        let source = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}";
+        let out = check(source, &chat(), &[], false);
+        assert!(out.starts_with("<system>You are terse.<user>"), "{out}");
     }
 
     #[test]

@@ -17,47 +17,44 @@ fn smollm2() -> PathBuf {
     )
 }
 
-/// Runs the writer (standard library only: any python3) and returns the file.
-fn write_model(dir: &TempDir, shape: &str, extra: &[&str]) -> PathBuf {
+/// Runs the writer (standard library only: any python3) with `args`.
+fn writer(args: &[&std::ffi::OsStr]) {
     let python = std::env::var("SHEPHERD_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
-    let out = dir.path().join(format!("{shape}.gguf"));
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/synthetic_gguf.py");
     let status = Command::new(python)
         .arg(script)
-        .args(["--like", shape, "--tokenizer-from"])
-        .arg(smollm2())
-        .args(extra)
-        .arg(&out)
+        .args(args)
         .status()
         .expect("run synthetic_gguf.py");
-    assert!(status.success(), "synthetic_gguf.py failed");
+    assert!(status.success(), "synthetic_gguf.py {args:?} failed");
+}
+
+/// A model of `shape` with the tokenizer of `tokenizer`, written into `dir`.
+fn write_model(dir: &TempDir, shape: &str, tokenizer: &std::path::Path) -> PathBuf {
+    let out = dir.path().join(format!("{shape}.gguf"));
+    writer(&[
+        "--like".as_ref(),
+        shape.as_ref(),
+        "--tokenizer-from".as_ref(),
+        tokenizer.as_ref(),
+        out.as_ref(),
+    ]);
     out
 }
 
 #[test]
 fn a_synthetic_smollm2_shape_loads_and_generates_what_is_asked() {
     let dir = TempDir::new("synthetic-gguf");
-    let model = write_model(&dir, "smollm2-135m", &[]);
+    let model = write_model(&dir, "smollm2-135m", &smollm2());
     let sandbox = Sandbox::new("synthetic-run");
     let model = model.to_str().expect("UTF-8");
-    let run = sandbox.run(
-        &[
-            "-m",
-            model,
-            "--json",
-            "--notools",
-            "--no-prompt-cache",
-            "--threads",
-            "1",
-            "--temperature",
-            "0",
-            "--max-tokens",
-            "12",
-            "-e",
-            "Say something.",
-        ],
-        "",
+    let mut args = vec!["-m", model];
+    args.extend(
+        "--json --notools --no-prompt-cache --threads 1 --temperature 0 --max-tokens 12 -e"
+            .split(' '),
     );
+    args.push("Say something.");
+    let run = sandbox.run(&args, "");
     assert_eq!(run.status, Some(0), "{}", run.stderr);
     let stats = run.json_stats();
     // The writer silences the end-of-turn rows, so the reply runs to the cap.
@@ -96,30 +93,18 @@ fn a_synthetic_smollm2_shape_loads_and_generates_what_is_asked() {
 #[test]
 fn the_writer_is_deterministic_and_the_tokenizer_alone_travels() {
     let dir = TempDir::new("synthetic-tokenizer");
-    let python = std::env::var("SHEPHERD_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/synthetic_gguf.py");
     let tokenizer = dir.path().join("tokenizer.gguf");
-    let status = Command::new(&python)
-        .arg(script)
-        .arg("--extract-tokenizer")
-        .arg(smollm2())
-        .arg(&tokenizer)
-        .status()
-        .expect("run synthetic_gguf.py");
-    assert!(status.success());
+    writer(&[
+        "--extract-tokenizer".as_ref(),
+        smollm2().as_ref(),
+        tokenizer.as_ref(),
+    ]);
     let size = std::fs::metadata(&tokenizer).unwrap().len();
     assert!(size < 4_000_000, "the tokenizer alone is {size} bytes");
     // A model from the small file is the model from the whole one, byte for byte.
-    let from_model = write_model(&dir, "smollm2-135m", &[]);
+    let from_model = write_model(&dir, "smollm2-135m", &smollm2());
     let copy = dir.path().join("copy.gguf");
     std::fs::rename(&from_model, &copy).unwrap();
-    let status = Command::new(&python)
-        .arg(script)
-        .args(["--like", "smollm2-135m", "--tokenizer-from"])
-        .arg(&tokenizer)
-        .arg(&from_model)
-        .status()
-        .unwrap();
-    assert!(status.success());
-    assert!(std::fs::read(&copy).unwrap() == std::fs::read(&from_model).unwrap());
+    let from_tokenizer = write_model(&dir, "smollm2-135m", &tokenizer);
+    assert!(std::fs::read(&copy).unwrap() == std::fs::read(&from_tokenizer).unwrap());
 }
