@@ -102,8 +102,8 @@ pub struct ChatTemplate {
     env: Option<Environment<'static>>,
     /// Whether the Jinja source looks at `tools`; if not, tools must be described in the system prompt.
     handles_tools: bool,
-    /// Whether a system message reaches the prompt; where it does not (Gemma 2 raises,
-    /// others drop it), it is folded into the next message, as llama.cpp does.
+    /// Whether a system message renders; where the template refuses one (Gemma 2
+    /// raises) it is folded into the next message, as llama.cpp does.
     system_role: bool,
     bos_token: String,
     eos_token: String,
@@ -136,19 +136,21 @@ impl ChatTemplate {
         Ok(template)
     }
 
-    /// llama.cpp's probe (`supports_system_role`): a system message and a user message
-    /// rendered; the role is supported when the system text is in the prompt.
+    /// Whether the template renders a system message: false only when a system and a
+    /// user message fail where the user message alone renders. (llama.cpp also folds
+    /// where a template renders but ignores the system text; transformers then drops
+    /// it, and shepherd renders as transformers does wherever that renders.)
     fn renders_system_role(&self) -> bool {
-        const PROBE: &str = "System message probe 7f3a";
         let Some(env) = &self.env else {
             return true;
         };
-        let messages = [
-            TemplateMessage::new("system", PROBE),
-            TemplateMessage::new("user", "User message"),
+        let user = TemplateMessage::new("user", "User message");
+        let with_system = [
+            TemplateMessage::new("system", "System message"),
+            user.clone(),
         ];
-        self.render_jinja(env, &messages, &[], false)
-            .is_ok_and(|text| text.contains(PROBE))
+        self.render_jinja(env, &with_system, &[], false).is_ok()
+            || self.render_jinja(env, &[user], &[], false).is_err()
     }
 
     pub fn handles_tools(&self) -> bool {
