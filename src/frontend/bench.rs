@@ -150,8 +150,10 @@ fn write_error(error: io::Error) -> String {
 /// One test in a fresh context of its own size: a warm-up, then `runs` timed runs.
 fn measure(config: &LlamaConfig, test: BenchTest, runs: usize) -> Result<Vec<BenchReport>, String> {
     let mut config = config.clone();
-    config.context_size =
-        Some(u32::try_from(test.depth + test.n_prompt + test.n_gen).unwrap_or(u32::MAX));
+    // Just big enough, as llama-bench sizes it, but never under llama.cpp's padding
+    // of a context (256): a `-n 4` test alone would be refused.
+    let n_ctx = (test.depth + test.n_prompt + test.n_gen).max(256);
+    config.context_size = Some(u32::try_from(n_ctx).unwrap_or(u32::MAX));
     config.parallel = 1;
     config.prompt_cache = None;
     let mut llm = LlamaBackend::new(config).map_err(|e| e.to_string())?;
