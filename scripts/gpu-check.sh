@@ -11,6 +11,8 @@
 #                     opens the box's own libcublas.so.13 (or .12) at run time
 #   llama-src.tar.xz  the llama.cpp tree of the llama-cpp-python sdist `make bench` uses
 #                     (backends other than CPU and CUDA, models and docs left out)
+#   crate-src.tar.xz  the llama.cpp tree shepherd links (llama-cpp-sys-2's), for
+#                     LLAMA_TREE=crate
 #   tokenizer.gguf    SmolLM2's tokenizer, for the random-weight models
 #   model.gguf        optional: the real SmolLM2, for a one-shot that answers sensibly
 #
@@ -20,7 +22,7 @@
 #   2. llama-bench and llama-server built from the carried tree for the GPU's
 #      architecture (in the background, while 3 and 4 run);
 #   3. random-weight GGUFs written by scripts/synthetic_gguf.py: the SmolLM2 shape
-#      and Llama-3.1-8B's (Q4_0, 3.9 GB);
+#      and Llama-3.1-8B's (Q4_0, 4.5 GB; BIG_SHAPE picks another);
 #   4. a one-shot answer on the GPU (the real SmolLM2 if carried, else the synthetic);
 #   5. shepherd bench against llama-bench on the 8B shape: pp512, tg128 and tg128 at
 #      depth 4096, flash attention at each side's default and forced on;
@@ -28,6 +30,7 @@
 #      concurrent streams (scripts/bench_server.py), both with as many slots.
 # 5 and 6 run in the order of STEPS (default: bench-default servers-16 bench-on
 # servers-4), so that what is left out when time runs short is the least wanted.
+# On the H200 of 2026-11-26 the whole run took 353 s, 285 of them the llama.cpp build.
 # The files it leaves: summary.md (the ratios), results.jsonl (every measurement),
 # log.txt (every step's output), servers.txt. Work files stay in $WORK (default
 # /tmp/gpu-check), which a second call on a still-warm machine reuses: the llama.cpp
