@@ -105,6 +105,9 @@ pub struct ChatTemplate {
     /// Whether a system message renders; where the template refuses one (Gemma 2
     /// raises) it is folded into the next message, as llama.cpp does.
     system_role: bool,
+    /// Whether the template refuses tool-call ids that are not 9 alphanumerics (Mistral
+    /// Nemo, Small 3.2); shepherd's ids are then rendered as [`nine_alphanumerics`].
+    nine_char_ids: bool,
     bos_token: String,
     eos_token: String,
 }
@@ -129,11 +132,39 @@ impl ChatTemplate {
             env,
             handles_tools: source.is_some_and(|s| s.contains("tools")),
             system_role: true,
+            nine_char_ids: false,
             bos_token: bos_token.to_string(),
             eos_token: eos_token.to_string(),
         };
         template.system_role = template.renders_system_role();
+        template.nine_char_ids = template.wants_nine_char_ids();
         Ok(template)
+    }
+
+    /// A tool call and its result rendered with the id `call_0`, then with a 9-character
+    /// one: the template demands the second form when only it renders.
+    fn wants_nine_char_ids(&self) -> bool {
+        let Some(env) = &self.env else {
+            return false;
+        };
+        let tools = [
+            serde_json::json!({"type": "function", "function": {"name": "probe_tool",
+            "description": "A probe.", "parameters": {"type": "object", "properties": {}}}}),
+        ];
+        let conversation = |id: &str| {
+            let mut call = TemplateMessage::new("assistant", "");
+            call.tool_calls = Some(vec![serde_json::json!({"id": id, "type": "function",
+                "function": {"name": "probe_tool", "arguments": {}}})]);
+            let mut result = TemplateMessage::new("tool", "Tool result");
+            result.tool_call_id = Some(id.to_string());
+            result.name = Some("probe_tool".into());
+            [TemplateMessage::new("user", "User message"), call, result]
+        };
+        let renders = |id: &str| {
+            self.render_jinja(env, &conversation(id), &tools, true)
+                .is_ok()
+        };
+        !renders("call_0") && renders("abcdefghi")
     }
 
     /// Whether the template renders a system message: false only when a system and a
@@ -174,14 +205,21 @@ impl ChatTemplate {
         tools: &[Value],
         add_generation_prompt: bool,
     ) -> Result<String, TemplateError> {
-        match &self.env {
-            Some(env) if !self.system_role => {
-                let folded = fold_system_message(messages);
-                self.render_jinja(env, &folded, tools, add_generation_prompt)
-            }
-            Some(env) => self.render_jinja(env, messages, tools, add_generation_prompt),
-            None => render_chatml(messages, add_generation_prompt),
+        let Some(env) = &self.env else {
+            return render_chatml(messages, add_generation_prompt);
+        };
+        if self.system_role && !self.nine_char_ids {
+            return self.render_jinja(env, messages, tools, add_generation_prompt);
         }
+        let mut adapted = if self.system_role {
+            messages.to_vec()
+        } else {
+            fold_system_message(messages)
+        };
+        if self.nine_char_ids {
+            adapted.iter_mut().for_each(shorten_ids);
+        }
+        self.render_jinja(env, &adapted, tools, add_generation_prompt)
     }
 
     fn render_jinja(
@@ -219,6 +257,38 @@ fn fold_system_message(messages: &[TemplateMessage]) -> Vec<TemplateMessage> {
         [system] if system.role == "system" => Vec::new(),
         other => other.to_vec(),
     }
+}
+
+/// A message's tool-call ids and result id as [`nine_alphanumerics`].
+fn shorten_ids(message: &mut TemplateMessage) {
+    for call in message.tool_calls.iter_mut().flatten() {
+        if let Some(id) = call.get("id").and_then(Value::as_str) {
+            call["id"] = Value::String(nine_alphanumerics(id));
+        }
+    }
+    if let Some(id) = &message.tool_call_id {
+        message.tool_call_id = Some(nine_alphanumerics(id));
+    }
+}
+
+/// The id a template that demands 9 alphanumerics gets for `id`: the id itself when it
+/// already is one, else 9 base-62 digits of its FNV-1a hash, so that a call and the
+/// result that answers it (the same stored id) keep matching on every turn.
+pub fn nine_alphanumerics(id: &str) -> String {
+    if id.len() == 9 && id.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return id.to_string();
+    }
+    const DIGITS: &[u8; 62] = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    let mut hash = id.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    (0..9)
+        .map(|_| {
+            let digit = DIGITS[(hash % 62) as usize];
+            hash /= 62;
+            char::from(digit)
+        })
+        .collect()
 }
 
 /// ChatML through llama.cpp's built-in template code (the fallback when a model has none).
@@ -507,6 +577,42 @@ mod tests {
         let source = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}";
         let out = check(source, &chat(), &[], false);
         assert!(out.starts_with("<system>You are terse.<user>"), "{out}");
+    }
+
+    #[test]
+    fn a_template_that_demands_nine_character_ids_gets_them_and_calls_still_match() {
+        // Mistral Nemo's checks, as its template words them.
+        let source = "{% for m in messages %}{% if m.tool_calls %}{% for c in m.tool_calls %}{% if c.id | length != 9 %}{{ raise_exception('Tool call IDs should be alphanumeric strings with length 9!') }}{% endif %}[CALL {{ c.id }}]{% endfor %}{% elif m.role == 'tool' %}{% if m.tool_call_id | length != 9 %}{{ raise_exception('Tool call IDs should be alphanumeric strings with length 9!') }}{% endif %}[RESULT {{ m.tool_call_id }}]{% else %}{{ m.content }}{% endif %}{% endfor %}";
+        let template = ChatTemplate::new(Some(source), "", "").unwrap();
+        let tool_call = crate::core::ToolCall {
+            id: "call_7".into(),
+            name: "read".into(),
+            arguments: json!({}),
+        };
+        let result = Message::tool_result(&tool_call, "text");
+        let mut call = Message::assistant("");
+        call.tool_calls = vec![tool_call];
+        let messages = conversation("", &[Message::user("Hi"), call, result]);
+        let out = template.render(&messages, &tools(), true).unwrap();
+        let id = nine_alphanumerics("call_7");
+        assert_eq!(out, format!("Hi[CALL {id}][RESULT {id}]"));
+        assert!(
+            id.len() == 9 && id.bytes().all(|b| b.is_ascii_alphanumeric()),
+            "{id}"
+        );
+        assert_ne!(nine_alphanumerics("call_8"), id);
+        assert_eq!(nine_alphanumerics("abcdefghi"), "abcdefghi");
+        // A template without the demand keeps shepherd's ids.
+        let plain = ChatTemplate::new(
+            Some("{% for m in messages %}{{ m.tool_call_id }}{% endfor %}"),
+            "",
+            "",
+        )
+        .unwrap();
+        assert!(plain
+            .render(&messages, &[], true)
+            .unwrap()
+            .contains("call_7"));
     }
 
     #[test]
