@@ -26,7 +26,7 @@ fn cached_model(var: &str, file: &str) -> PathBuf {
     path
 }
 
-fn smollm2() -> PathBuf {
+pub(crate) fn smollm2() -> PathBuf {
     cached_model("SHEPHERD_TEST_MODEL", "SmolLM2-135M-Instruct.Q4_1.gguf")
 }
 

@@ -6,16 +6,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use crate::harness::{Sandbox, TempDir};
-
-fn smollm2() -> PathBuf {
-    std::env::var_os("SHEPHERD_TEST_MODEL").map_or_else(
-        || {
-            let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
-            home.join(".cache/shepherd/models/SmolLM2-135M-Instruct.Q4_1.gguf")
-        },
-        PathBuf::from,
-    )
-}
+use crate::models::smollm2;
 
 /// Runs the writer (standard library only: any python3) with `args`.
 fn writer(args: &[&std::ffi::OsStr]) {
