@@ -9,6 +9,9 @@ tests where only the shape matters (speed, memory, offload), not the answers.
         copied verbatim). If the shape's vocabulary is larger than SRC's token
         list, the list is padded with `<|synthetic_pad_N|>` tokens of type 5
         (UNUSED) so that token_embd/output have the real model's vocab size.
+        --special TEXT (repeatable) appends TEXT to the token list as a control
+        token and --chat-template FILE sets tokenizer.chat_template: a real
+        family's template and markers on a borrowed tokenizer.
     synthetic_gguf.py --extract-tokenizer SRC.gguf OUT.gguf
         Writes a GGUF with no tensors that holds only SRC's `tokenizer.*` keys
         (and general.name): a file of a few MB to carry in place of a whole
@@ -208,6 +211,35 @@ def tokenizer_kvs(src):
         raise SystemExit(f"{src}: no tokenizer.ggml.tokens key")
     names = [kv for kv in kvs if kv[0] == "general.name"]
     return tok, (decode_scalar(T_STR, names[0][2]) if names else None)
+
+
+def add_specials(tok, specials):
+    """The tokenizer keys with `specials` appended to the token list as control
+    tokens (type 3, score 0): a real family's markers on a borrowed tokenizer."""
+    if not specials:
+        return tok
+    _, n_tokens = array_header(dict((k, p) for k, _, p in tok)["tokenizer.ggml.tokens"])
+    out = []
+    for key, vtype, payload in tok:
+        if vtype == T_ARR and key in ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type",
+                                      "tokenizer.ggml.scores"):
+            sub, n = array_header(payload)
+            if key == "tokenizer.ggml.tokens":
+                items = b"".join(enc_str(t) for t in specials)
+            elif key == "tokenizer.ggml.token_type":
+                items = struct.pack("<%d%s" % (len(specials), PACK[sub]),
+                                    *([TOKEN_TYPE_CONTROL] * len(specials)))
+            else:
+                items = struct.pack("<%d%s" % (len(specials), PACK[sub]), *([0] * len(specials)))
+            payload = struct.pack("<IQ", sub, n + len(specials)) + payload[12:] + items
+        out.append((key, vtype, payload))
+    return out
+
+
+def set_chat_template(tok, source):
+    """The tokenizer keys with tokenizer.chat_template set to `source`."""
+    return [kv for kv in tok if kv[0] != "tokenizer.chat_template"] + [
+        kv_str("tokenizer.chat_template", source)]
 
 
 def pad_tokenizer(tok, n_vocab):
@@ -456,10 +488,13 @@ def write_file(out, kvs, tensors, seed):
     os.replace(partial, out)
 
 
-def synthesize(name, src, wtype_name, seed, out):
+def synthesize(name, src, wtype_name, seed, out, specials=(), template=None):
     s = SHAPES[name]
     gtype, file_type = WEIGHT_TYPES[wtype_name]
     tok, _ = tokenizer_kvs(src)
+    tok = add_specials(tok, list(specials))
+    if template is not None:
+        tok = set_chat_template(tok, template)
     n_tokens = array_header(dict((k, p) for k, _, p in tok)["tokenizer.ggml.tokens"])[1]
     n_vocab = max(s["n_vocab"], n_tokens)
     tok, padded = pad_tokenizer(tok, n_vocab)
@@ -515,6 +550,10 @@ def main():
     ap.add_argument("--type", choices=sorted(WEIGHT_TYPES), default="q4_0",
                     help="type of token_embd and the weight matrices (default q4_0)")
     ap.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    ap.add_argument("--special", action="append", default=[], metavar="TEXT",
+                    help="append TEXT to the vocabulary as a control token (repeatable)")
+    ap.add_argument("--chat-template", metavar="FILE",
+                    help="set tokenizer.chat_template to FILE's text")
     ap.add_argument("out", nargs="?", metavar="OUT.gguf")
     args = ap.parse_args()
 
@@ -527,7 +566,12 @@ def main():
     if args.like:
         if not args.tokenizer_from:
             ap.error("--like needs --tokenizer-from")
-        params = synthesize(args.like, args.tokenizer_from, args.type, args.seed, args.out)
+        template = None
+        if args.chat_template:
+            with open(args.chat_template, encoding="utf-8") as f:
+                template = f.read()
+        params = synthesize(args.like, args.tokenizer_from, args.type, args.seed, args.out,
+                            args.special, template)
     else:
         params = extract_tokenizer(args.extract_tokenizer, args.out)
     elapsed = time.monotonic() - started

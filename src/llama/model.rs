@@ -322,6 +322,22 @@ impl Model {
             .unwrap_or(0)
     }
 
+    /// The control tokens whose text `keep` accepts, in id order: the in-process
+    /// backend decodes these as text (a chat format's markers) and hides the rest.
+    pub fn control_tokens(&self, keep: impl Fn(&str) -> bool) -> Vec<Token> {
+        (0..self.n_vocab())
+            .filter(|&t| {
+                // SAFETY: `vocab` is valid and `t` is in range.
+                let attr = unsafe { sys::llama_vocab_get_attr(self.vocab.as_ptr(), t) };
+                attr & sys::LLAMA_TOKEN_ATTR_CONTROL != 0
+            })
+            .filter(|&t| {
+                self.piece_bytes(t, true)
+                    .is_ok_and(|p| std::str::from_utf8(&p).is_ok_and(&keep))
+            })
+            .collect()
+    }
+
     /// The text of the beginning-of-sequence token, empty when the model has none.
     pub fn bos_text(&self) -> String {
         // SAFETY: `vocab` is valid for the lifetime of `self`.

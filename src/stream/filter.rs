@@ -12,6 +12,10 @@
 //! fences count only at the start of a line; a bare JSON call must start a
 //! line with `{"`; markup inside a code fence or a think block is text.
 
+use super::format::{
+    self, HarmonyMessage, Marker, Opener, PromptEnd, FENCE, MARKERS, RECIPIENT, RESPONSE_CLOSE,
+    RESPONSE_OPEN,
+};
 use super::textcalls;
 use super::toolcall::ensure_ids;
 use crate::core::{Event, EventSink, Flow, ToolCall};
@@ -19,41 +23,29 @@ use crate::core::{Event, EventSink, Flow, ToolCall};
 /// Held tool-call text beyond this size is shown as text instead.
 const MAX_HELD_BYTES: usize = 4 * 1024 * 1024;
 
-const FENCE: &str = "```";
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Opener {
-    Think(&'static str),
-    Fence,
-    Markup(&'static str),
-}
-
-/// Tags that switch mode, with what they switch to. Longer tags sharing a
-/// prefix with a shorter one differ before the shorter one ends, so the first
-/// full match is the right one.
-const OPENERS: [(&str, Opener); 7] = [
-    ("<think>", Opener::Think("</think>")),
-    ("<thinking>", Opener::Think("</thinking>")),
-    (FENCE, Opener::Fence),
-    ("<tool_call>", Opener::Markup("</tool_call>")),
-    ("<function_calls>", Opener::Markup("</function_calls>")),
-    ("<tool>", Opener::Markup("</tool>")),
-    ("<function=", Opener::Markup("</function>")),
-];
+const FENCE_MARKER: Marker = Marker {
+    tag: FENCE,
+    opener: Opener::Fence,
+    line_start: true,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
     Text,
-    Think(&'static str),
+    Think(&'static [&'static str]),
     /// After an opening fence, until the end of the language-tag line.
     FenceHeader,
     Code,
     /// Holding tool-call markup (it starts `pending`) until `close`; `scanned`
     /// bytes were already searched.
     Markup {
-        close: &'static str,
+        close: &'static [&'static str],
         scanned: usize,
     },
+    /// Holding a harmony header (it starts `pending`) until `<|message|>`.
+    Header,
+    /// Holding a Functionary recipient line until its newline.
+    Recipient,
     /// Holding a possible bare JSON call (it starts `pending`).
     Json(JsonScan),
 }
@@ -77,8 +69,8 @@ enum JsonProgress {
 
 /// Where a scan of text stopped.
 enum Scan {
-    /// An opener starts at this byte.
-    Opener(usize, Opener),
+    /// A marker starts at this byte.
+    Opener(usize, Marker),
     /// A possible bare JSON call starts at this byte.
     Json(usize),
     /// The text from this byte may be the start of a tag: hold it.
@@ -101,6 +93,18 @@ pub struct OutputFilter {
     pending: String,
     /// Whether the next character starts a line (only whitespace since the last newline).
     line_start: bool,
+    /// The tool a harmony header or recipient line addressed: the held markup is
+    /// its arguments.
+    recipient: Option<String>,
+    /// Inside a reasoning block the prompt opened: a tool call ends it (models
+    /// that think before calling may never write the closing marker).
+    prompt_think: bool,
+    /// The prompt ended with Functionary's `>>>`: each `>>>` starts a recipient line.
+    recipients: bool,
+    /// A reasoning block just closed: a `<response>` wrapper may follow.
+    after_think: bool,
+    /// The answer is wrapped in `<response>`: its `</response>` is dropped.
+    in_response: bool,
     visible: String,
     thinking: String,
     tool_calls: Vec<ToolCall>,
@@ -114,10 +118,35 @@ impl OutputFilter {
             mode: Mode::Text,
             pending: String::new(),
             line_start: true,
+            recipient: None,
+            prompt_think: false,
+            recipients: false,
+            after_think: false,
+            in_response: false,
             visible: String::new(),
             thinking: String::new(),
             tool_calls: Vec::new(),
         }
+    }
+
+    /// Starts where the prompt left off ([`format::prompt_end`]): inside a reasoning
+    /// block, before a harmony header, or before a recipient line. Call before the
+    /// first push.
+    pub fn after_prompt(&mut self, end: PromptEnd) {
+        if self.mode != Mode::Text || !self.pending.is_empty() {
+            return;
+        }
+        self.mode = match end {
+            PromptEnd::Reasoning(close) => {
+                self.prompt_think = true;
+                Mode::Think(close)
+            }
+            PromptEnd::Header => Mode::Header,
+            PromptEnd::Recipient => {
+                self.recipients = true;
+                Mode::Recipient
+            }
+        };
     }
 
     /// Feeds model text; returns `Cancel` as soon as the sink asks to stop.
@@ -135,7 +164,7 @@ impl OutputFilter {
         let rest = std::mem::take(&mut self.pending);
         let mode = std::mem::replace(&mut self.mode, Mode::Text);
         let flow = match mode {
-            Mode::Text | Mode::Json(_) => self.show(&rest, sink),
+            Mode::Text | Mode::Json(_) | Mode::Header | Mode::Recipient => self.show(&rest, sink),
             Mode::Think(_) => self.think(&rest, sink),
             Mode::FenceHeader => {
                 self.visible.push_str(&rest);
@@ -169,6 +198,8 @@ impl OutputFilter {
                 Mode::FenceHeader => self.step_fence_header(),
                 Mode::Code => self.step_code(sink),
                 Mode::Markup { close, scanned } => self.step_markup(close, scanned, sink),
+                Mode::Header => self.step_header(sink),
+                Mode::Recipient => self.step_recipient(),
                 Mode::Json(scan) => self.step_json(scan, sink),
             };
             match step {
@@ -186,7 +217,23 @@ impl OutputFilter {
     }
 
     fn step_text(&mut self, sink: &mut dyn EventSink) -> Step {
-        let scan = scan_text(&self.pending, self.line_start);
+        if self.after_think {
+            let rest = self.pending.trim_start();
+            if rest.len() < RESPONSE_OPEN.len() && RESPONSE_OPEN.starts_with(rest) {
+                return Step::Wait;
+            }
+            self.after_think = false;
+            if rest.starts_with(RESPONSE_OPEN) {
+                let at = self.pending.len() - rest.len();
+                self.in_response = true;
+                self.pending.drain(..at + RESPONSE_OPEN.len());
+            }
+        }
+        let extra = [
+            self.recipients.then_some(RECIPIENT),
+            self.in_response.then_some(RESPONSE_CLOSE),
+        ];
+        let scan = scan_text(&self.pending, self.line_start, &extra);
         let (flow, step) = match scan {
             Scan::Clear => (
                 self.emit_prefix(self.pending.len(), self.pending.len(), sink),
@@ -197,7 +244,7 @@ impl OutputFilter {
                 self.mode = Mode::Json(JsonScan::default());
                 (self.emit_prefix(at, at, sink), Step::Again)
             }
-            Scan::Opener(at, opener) => (self.open(at, opener, sink), Step::Again),
+            Scan::Opener(at, marker) => (self.open(at, marker, sink), Step::Again),
         };
         if flow == Flow::Cancel {
             return Step::Cancel;
@@ -205,12 +252,9 @@ impl OutputFilter {
         step
     }
 
-    fn open(&mut self, at: usize, opener: Opener, sink: &mut dyn EventSink) -> Flow {
-        let tag_len = OPENERS
-            .iter()
-            .find(|(_, o)| *o == opener)
-            .map_or(0, |(tag, _)| tag.len());
-        match opener {
+    fn open(&mut self, at: usize, marker: Marker, sink: &mut dyn EventSink) -> Flow {
+        let tag_len = marker.tag.len();
+        match marker.opener {
             Opener::Think(close) => {
                 self.mode = Mode::Think(close);
                 self.emit_prefix(at, at + tag_len, sink)
@@ -228,20 +272,46 @@ impl OutputFilter {
                 };
                 self.emit_prefix(at, at, sink)
             }
+            Opener::Header => {
+                self.mode = Mode::Header;
+                self.emit_prefix(at, at, sink)
+            }
+            Opener::Drop => self.emit_prefix(at, at + tag_len, sink),
+            Opener::Recipient => {
+                self.mode = Mode::Recipient;
+                self.emit_prefix(at, at + tag_len, sink)
+            }
         }
     }
 
-    fn step_think(&mut self, close: &'static str, sink: &mut dyn EventSink) -> Step {
-        let (emit, drop, done) = match self.pending.find(close) {
-            Some(at) => (at, at + close.len(), true),
-            None => {
-                let keep = partial_suffix(&self.pending, close);
+    fn step_think(&mut self, close: &'static [&'static str], sink: &mut dyn EventSink) -> Step {
+        let closed = find_any(&self.pending, 0, close);
+        // In a block the prompt opened, a tool call ends the reasoning (and stays).
+        let call = self
+            .prompt_think
+            .then(|| find_call(&self.pending))
+            .flatten()
+            .filter(|&call| closed.is_none_or(|(at, _)| call < at));
+        let (emit, drop, done) = match (call, closed) {
+            (Some(at), _) => (at, at, true),
+            (None, Some((at, len))) => (at, at + len, true),
+            (None, None) => {
+                let calls = MARKERS.iter().filter(|m| self.prompt_think && is_call(m));
+                let keep = close
+                    .iter()
+                    .copied()
+                    .chain(calls.map(|m| m.tag))
+                    .map(|c| partial_suffix(&self.pending, c))
+                    .max()
+                    .unwrap_or(0);
                 (self.pending.len() - keep, self.pending.len() - keep, false)
             }
         };
         let head: String = self.pending.drain(..drop).collect();
         if done {
             self.mode = Mode::Text;
+            self.prompt_think = false;
+            self.after_think = true;
         }
         match self.think(&head[..emit], sink) {
             Flow::Cancel => Step::Cancel,
@@ -283,15 +353,16 @@ impl OutputFilter {
 
     fn step_markup(
         &mut self,
-        close: &'static str,
+        close: &'static [&'static str],
         scanned: usize,
         sink: &mut dyn EventSink,
     ) -> Step {
-        let mut from = scanned.saturating_sub(close.len()).min(self.pending.len());
+        let longest = close.iter().map(|c| c.len()).max().unwrap_or(0);
+        let mut from = scanned.saturating_sub(longest).min(self.pending.len());
         while !self.pending.is_char_boundary(from) {
             from -= 1;
         }
-        let Some(found) = self.pending[from..].find(close) else {
+        let Some((at, len)) = find_any(&self.pending, from, close) else {
             if self.pending.len() <= MAX_HELD_BYTES {
                 self.mode = Mode::Markup {
                     close,
@@ -300,13 +371,67 @@ impl OutputFilter {
                 return Step::Wait;
             }
             self.mode = Mode::Text;
+            self.recipient = None;
             let held = std::mem::take(&mut self.pending);
             return flow_step(self.show(&held, sink));
         };
-        let end = from + found + close.len();
+        // The next recipient marker starts the next message: it stays.
+        let end = if self.pending[at..].starts_with(RECIPIENT.tag) {
+            at
+        } else {
+            at + len
+        };
         let markup: String = self.pending.drain(..end).collect();
         self.mode = Mode::Text;
         flow_step(self.resolve_markup(&markup, sink))
+    }
+
+    /// A harmony header: what follows `<|message|>` is reasoning, answer, or a call.
+    fn step_header(&mut self, sink: &mut dyn EventSink) -> Step {
+        let Some(at) = self.pending.find(format::HARMONY_MESSAGE) else {
+            if self.pending.len() <= format::MAX_HEADER_BYTES {
+                return Step::Wait;
+            }
+            // Too long for a header: it was text after all.
+            self.mode = Mode::Text;
+            return flow_step(self.emit_prefix(1, 1, sink));
+        };
+        let header: String = self
+            .pending
+            .drain(..at + format::HARMONY_MESSAGE.len())
+            .collect();
+        self.mode = match format::harmony_header(&header[..at]) {
+            HarmonyMessage::Call(name) => {
+                self.recipient = Some(name);
+                Mode::Markup {
+                    close: format::HARMONY_END,
+                    scanned: 0,
+                }
+            }
+            HarmonyMessage::Reasoning => Mode::Think(format::HARMONY_END),
+            HarmonyMessage::Answer => Mode::Text,
+        };
+        Step::Again
+    }
+
+    /// A Functionary recipient line: `all` introduces text, a tool's name its arguments.
+    fn step_recipient(&mut self) -> Step {
+        let Some(newline) = self.pending.find('\n') else {
+            return Step::Wait;
+        };
+        let line: String = self.pending.drain(..=newline).collect();
+        self.mode = match line.trim() {
+            "all" => Mode::Text,
+            name => {
+                self.recipient = Some(name.to_string());
+                Mode::Markup {
+                    close: &[RECIPIENT.tag],
+                    scanned: 0,
+                }
+            }
+        };
+        self.line_start = true;
+        Step::Again
     }
 
     fn step_json(&mut self, mut scan: JsonScan, sink: &mut dyn EventSink) -> Step {
@@ -335,7 +460,11 @@ impl OutputFilter {
     }
 
     fn resolve_markup(&mut self, markup: &str, sink: &mut dyn EventSink) -> Flow {
-        match textcalls::parse_markup(markup, &self.tool_names) {
+        let parsed = match self.recipient.take() {
+            Some(name) => textcalls::parse_addressed(&name, markup, &self.tool_names),
+            None => textcalls::parse_markup(markup, &self.tool_names),
+        };
+        match parsed {
             Some(calls) => {
                 self.tool_calls.extend(calls);
                 Flow::Continue
@@ -380,6 +509,26 @@ impl OutputFilter {
     }
 }
 
+fn is_call(marker: &Marker) -> bool {
+    matches!(marker.opener, Opener::Markup(_)) && !marker.line_start
+}
+
+/// Where the first tool-call marker in `text` starts.
+fn find_call(text: &str) -> Option<usize> {
+    MARKERS
+        .iter()
+        .filter(|m| is_call(m))
+        .filter_map(|m| text.find(m.tag))
+        .min()
+}
+
+/// The first of `tags` found in `text` from byte `from`: its start and length.
+fn find_any(text: &str, from: usize, tags: &[&str]) -> Option<(usize, usize)> {
+    tags.iter()
+        .filter_map(|tag| text[from..].find(tag).map(|at| (from + at, tag.len())))
+        .min()
+}
+
 fn flow_step(flow: Flow) -> Step {
     match flow {
         Flow::Continue => Step::Again,
@@ -405,25 +554,18 @@ fn update_line_start(line_start: bool, c: char) -> bool {
     }
 }
 
-/// Finds the first opener (fences only at a line start), possible JSON call,
-/// or possible partial tag at the end of `text`.
-fn scan_text(text: &str, mut line_start: bool) -> Scan {
+/// Finds the first marker (some only at a line start), possible JSON call, or
+/// possible partial marker at the end of `text`.
+fn scan_text(text: &str, mut line_start: bool, extra: &[Option<Marker>]) -> Scan {
+    let markers = || MARKERS.iter().chain(extra.iter().flatten());
     for (i, c) in text.char_indices() {
-        if c == '<' || c == '`' {
+        if markers().any(|m| m.tag.starts_with(c)) {
             let rest = &text[i..];
-            let eligible = |tag: &&str| *tag != FENCE || line_start;
-            if let Some((_, opener)) = OPENERS
-                .iter()
-                .filter(|(t, _)| eligible(t))
-                .find(|(t, _)| rest.starts_with(t))
-            {
-                return Scan::Opener(i, *opener);
+            let eligible = |m: &&Marker| !m.line_start || line_start;
+            if let Some(marker) = markers().filter(eligible).find(|m| rest.starts_with(m.tag)) {
+                return Scan::Opener(i, *marker);
             }
-            if OPENERS
-                .iter()
-                .filter(|(t, _)| eligible(t))
-                .any(|(t, _)| t.starts_with(rest))
-            {
+            if markers().filter(eligible).any(|m| m.tag.starts_with(rest)) {
                 return Scan::Hold(i);
             }
         }
@@ -441,7 +583,7 @@ fn scan_fence(text: &str, mut line_start: bool) -> Scan {
         if c == '`' && line_start {
             let rest = &text[i..];
             if rest.starts_with(FENCE) {
-                return Scan::Opener(i, Opener::Fence);
+                return Scan::Opener(i, FENCE_MARKER);
             }
             if FENCE.starts_with(rest) {
                 return Scan::Hold(i);
@@ -457,7 +599,10 @@ fn partial_suffix(text: &str, tag: &str) -> usize {
     (1..tag.len())
         .rev()
         .find(|&n| {
-            text.len() >= n && text.is_char_boundary(text.len() - n) && text.ends_with(&tag[..n])
+            tag.is_char_boundary(n)
+                && text.len() >= n
+                && text.is_char_boundary(text.len() - n)
+                && text.ends_with(&tag[..n])
         })
         .unwrap_or(0)
 }
@@ -715,6 +860,118 @@ mod tests {
         assert_eq!(out.content, "Hi\n```sh\nls\n```\n");
         assert_eq!(out.thinking, "hm");
         assert_eq!(out.tool_calls[0].id, "call_0");
+    }
+
+    /// One row of `format_cases.json`: a family's model output and what it means.
+    #[derive(serde::Deserialize)]
+    struct FormatCase {
+        family: String,
+        source: String,
+        #[serde(default)]
+        opened_reasoning: bool,
+        tools: Vec<String>,
+        text: String,
+        content: String,
+        reasoning: String,
+        calls: Vec<CaseCall>,
+    }
+
+    #[derive(serde::Deserialize)]
+    struct CaseCall {
+        name: String,
+        arguments: Value,
+    }
+
+    /// What the filter made of `chunks` for `case`: content, reasoning (both trimmed) and calls.
+    fn read_case(case: &FormatCase, chunks: &[&str]) -> (String, String, Vec<(String, Value)>) {
+        let mut filter = OutputFilter::new(case.tools.clone());
+        // How the family's generation prompt ends.
+        let prompt = if case.opened_reasoning {
+            // With the opening marker whose closer the answer holds.
+            let opener = MARKERS
+                .iter()
+                .filter(|m| matches!(m.opener, Opener::Think(close) if close.iter().any(|c| case.text.contains(c))))
+                .map(|m| m.tag)
+                .next()
+                .unwrap_or("<think>");
+            format!("<|im_start|>assistant\n{opener}\n")
+        } else if case.family == "gpt-oss" {
+            "<|start|>user<|message|>hi<|end|><|start|>assistant".to_string()
+        } else if case.family == "functionary-v3.2" {
+            "<|start_header_id|>assistant<|end_header_id|>\n\n>>>".to_string()
+        } else {
+            String::new()
+        };
+        if let Some(end) = format::prompt_end(&prompt) {
+            filter.after_prompt(end);
+        }
+        let mut events = Vec::new();
+        for chunk in chunks {
+            filter.push(chunk, &mut events);
+        }
+        filter.finish(&mut events);
+        let out = filter.into_output();
+        let calls = out.tool_calls.into_iter().map(|c| (c.name, c.arguments));
+        (
+            out.content.trim().to_string(),
+            out.thinking.trim().to_string(),
+            calls.collect(),
+        )
+    }
+
+    /// Every family's documented output (src/stream/format_cases.json, taken from
+    /// llama.cpp's tests/test-chat.cpp and the families' templates) gives the right
+    /// content, reasoning and calls, whole, split at every byte offset (rounded to a
+    /// character), and one character at a time.
+    #[test]
+    fn every_family_in_the_format_table_parses() {
+        let cases: Vec<FormatCase> =
+            serde_json::from_str(include_str!("format_cases.json")).expect("format_cases.json");
+        let mut failed = Vec::new();
+        let mut families = std::collections::BTreeSet::new();
+        for case in &cases {
+            families.insert(case.family.as_str());
+            let want = (
+                case.content.trim().to_string(),
+                case.reasoning.trim().to_string(),
+                case.calls
+                    .iter()
+                    .map(|c| (c.name.clone(), c.arguments.clone()))
+                    .collect::<Vec<_>>(),
+            );
+            let whole = read_case(case, &[&case.text]);
+            if whole != want {
+                failed.push(format!(
+                    "{} ({}): got {whole:?}, want {want:?}",
+                    case.family, case.source
+                ));
+                continue;
+            }
+            let text = case.text.as_str();
+            for byte in 0..=text.len() {
+                let mut at = byte;
+                while !text.is_char_boundary(at) {
+                    at -= 1;
+                }
+                let split = read_case(case, &[&text[..at], &text[at..]]);
+                assert_eq!(split, whole, "{} split at {at}", case.family);
+            }
+            let chars: Vec<String> = text.chars().map(String::from).collect();
+            let chars: Vec<&str> = chars.iter().map(String::as_str).collect();
+            assert_eq!(
+                read_case(case, &chars),
+                whole,
+                "{} char by char",
+                case.family
+            );
+        }
+        println!(
+            "format table: {} of {} cases, {} families",
+            cases.len() - failed.len(),
+            cases.len(),
+            families.len()
+        );
+        assert!(failed.is_empty(), "{}", failed.join("\n"));
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! Nothing here does network I/O; everything works on any `BufRead`.
 
 pub mod filter;
+pub mod format;
 pub mod ndjson;
 pub mod sse;
 pub mod textcalls;

@@ -1,11 +1,18 @@
 //! Parsers for tool calls that models write as text instead of using the API's
-//! native field: bare JSON, Hermes/ChatML `<tool_call>{…}</tool_call>`,
-//! Qwen3-Coder `<function=…><parameter=…>`, GLM `<arg_key>/<arg_value>`,
-//! `<tool>{…}</tool>` and Anthropic-style `<function_calls><invoke>`.
+//! native field, one per family's syntax: bare JSON; Hermes/Qwen
+//! `<tool_call>{…}</tool_call>`; Qwen3-Coder and Seed-OSS `<function=…><parameter=…>`;
+//! Llama 3.1 and Functionary `<function=NAME>{…}</function>` and `<|python_tag|>`;
+//! GLM `<arg_key>/<arg_value>`; Anthropic, MiniMax and DeepSeek V3.2 (DSML)
+//! `<invoke name=…>`; Mistral `[TOOL_CALLS]` (a JSON array, or `NAME[ARGS]{…}`);
+//! DeepSeek R1 and V3.1 `<｜tool▁call▁begin｜>`; Kimi K2 `functions.NAME:N`; Granite
+//! `<|tool_call|>[…]`; Command R `<|START_ACTION|>`; Nemotron `<TOOLCALL>`; Apertus
+//! `<|tools_prefix|>`; LFM2's Python calls; Gemma 4 `<|tool_call>call:NAME{…}`;
+//! Firefunction `functools[…]`; gpt-oss harmony messages addressed `to=functions.NAME`.
 //!
 //! The output filter ([`super::filter`]) decides which stretch of text is
-//! markup and hands it here whole. Every call is validated against the
-//! registered tool names; ids are left empty for the filter to synthesise.
+//! markup (by the opening markers of [`super::format`]) and hands it here whole.
+//! Every call is validated against the registered tool names; an id is kept
+//! when the format carries one, else left empty for the filter to synthesise.
 //! A missing closing tag is tolerated: generation often stops on it.
 
 use serde_json::{Map, Value};
@@ -16,18 +23,70 @@ use crate::core::ToolCall;
 /// call to a registered tool (then the filter shows it as plain text).
 pub fn parse_markup(text: &str, tool_names: &[String]) -> Option<Vec<ToolCall>> {
     let text = text.trim();
-    let calls = if text.starts_with("<function_calls>") {
+    let after = |open: &str, close: &str| text.strip_prefix(open).map(|rest| inner(rest, close));
+    let calls = if text.starts_with("<function_calls>") || text.starts_with("<minimax:tool_call>") {
         parse_invokes(text)
-    } else if let Some(rest) = text.strip_prefix("<tool_call>") {
-        parse_tool_call_body(inner(rest, "</tool_call>"))
-    } else if let Some(rest) = text.strip_prefix("<tool>") {
-        parse_json_object(inner(rest, "</tool>")).map(|c| vec![c])
+    } else if text.starts_with("<｜DSML｜") {
+        parse_invokes(&text.replace("<｜DSML｜", "<").replace("</｜DSML｜", "</"))
+    } else if text.starts_with("]<]minimax[>[") {
+        parse_invokes(&text.replace("]<]minimax[>[", ""))
+    } else if let Some(body) = after("<|open|>tools<|sep|>", "<|close|>tools<|sep|>") {
+        parse_open_calls(body)
+    } else if let Some(body) = after("Action:", "\n```\n") {
+        json_calls(body.trim().trim_start_matches("```json"))
+    } else if let Some(body) = after("<tool_calls>", "</tool_calls>") {
+        json_calls(body)
+    } else if let Some(body) = after("<tool_call>", "</tool_call>") {
+        parse_tool_call_body(body)
+    } else if let Some(body) = after("<tool>", "</tool>") {
+        parse_json_object(body).map(|c| vec![c])
     } else if text.starts_with("<function=") {
         parse_functions(text)
+    } else if let Some(body) = after("<seed:tool_call>", "</seed:tool_call>") {
+        parse_functions(body)
+    } else if let Some(rest) = text.strip_prefix("[TOOL_CALLS]") {
+        parse_mistral(rest)
+    } else if let Some(rest) = text.strip_prefix("<|python_tag|>") {
+        parse_python_tag(rest)
+    } else if let Some(body) = after("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>") {
+        parse_deepseek(body)
+    } else if let Some(body) = after("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>") {
+        parse_kimi(body)
+    } else if let Some(body) = text.strip_prefix("<|tool_call|>") {
+        json_calls(body)
+    } else if let Some(body) = after("<|START_ACTION|>", "<|END_ACTION|>") {
+        json_calls(body)
+    } else if let Some(body) = after("<TOOLCALL>", "</TOOLCALL>") {
+        json_calls(body)
+    } else if let Some(body) = after("<|tools_prefix|>", "<|tools_suffix|>") {
+        json_calls(body)
+    } else if let Some(body) = after("<|tool_call_start|>", "<|tool_call_end|>") {
+        python_calls(body)
+    } else if let Some(body) = after("<|tool_call>", "<tool_call|>") {
+        parse_gemma4(body)
+    } else if let Some(body) = text.strip_prefix("functools") {
+        json_calls(body)
     } else {
         parse_json_object(text).map(|c| vec![c])
     }?;
     validate(calls, tool_names)
+}
+
+/// The body of a message addressed to tool `name` (gpt-oss harmony): its JSON
+/// arguments, up to the message's end marker.
+pub fn parse_addressed(name: &str, body: &str, tool_names: &[String]) -> Option<Vec<ToolCall>> {
+    let end = super::format::HARMONY_END
+        .iter()
+        .filter_map(|m| body.find(m))
+        .min()
+        .unwrap_or(body.len());
+    let body = body[..end].trim();
+    let arguments = if body.is_empty() {
+        Value::Object(Map::new())
+    } else {
+        serde_json::from_str(body).ok()?
+    };
+    validate(vec![call(name, arguments)], tool_names)
 }
 
 /// Parses a bare JSON call `{"name": …, "arguments"|"parameters": {…}}`.
@@ -83,14 +142,298 @@ fn parse_json_object(text: &str) -> Option<ToolCall> {
     call_from_object(object)
 }
 
+/// `{"name", "arguments"|"parameters", "id"?}`, Command R's `{"tool_name",
+/// "parameters", "tool_call_id"}`, or Apertus's `{"NAME": {arguments}}`.
 fn call_from_object(object: &Map<String, Value>) -> Option<ToolCall> {
-    let name = object.get("name")?.as_str()?;
+    let Some(name) = object.get("name").or_else(|| object.get("tool_name")) else {
+        return match object.iter().next() {
+            Some((name, arguments @ Value::Object(_))) if object.len() == 1 => {
+                Some(call(name, arguments.clone()))
+            }
+            _ => None,
+        };
+    };
     let arguments = match object.get("arguments").or_else(|| object.get("parameters")) {
         None | Some(Value::Null) => Value::Object(Map::new()),
         Some(Value::String(s)) => super::toolcall::parse_arguments(s),
         Some(other) => other.clone(),
     };
-    Some(call(name, arguments))
+    let mut found = call(name.as_str()?, arguments);
+    let id = object.get("id").or_else(|| object.get("tool_call_id"));
+    if let Some(id) = id.and_then(Value::as_str) {
+        found.id = id.to_string();
+    }
+    Some(found)
+}
+
+/// The JSON value at the start of `text` and the text after it.
+fn leading_json(text: &str) -> Option<(Value, &str)> {
+    let text = text.trim_start();
+    let mut values = serde_json::Deserializer::from_str(text).into_iter::<Value>();
+    let value = values.next()?.ok()?;
+    Some((value, &text[values.byte_offset()..]))
+}
+
+/// A JSON array of call objects, or one call object.
+fn json_calls(text: &str) -> Option<Vec<ToolCall>> {
+    match leading_json(text)?.0 {
+        Value::Array(items) => items
+            .iter()
+            .map(|item| call_from_object(item.as_object()?))
+            .collect(),
+        Value::Object(object) => call_from_object(&object).map(|c| vec![c]),
+        _ => None,
+    }
+}
+
+/// Mistral: `[{"name", "arguments", "id"}]` (Nemo), or `NAME[ARGS]{…}` with an
+/// optional `[CALL_ID]ID` before `[ARGS]` (Small 3.2, Magistral, Devstral), each
+/// further call after another `[TOOL_CALLS]`.
+fn parse_mistral(rest: &str) -> Option<Vec<ToolCall>> {
+    if rest.trim_start().starts_with('[') {
+        return json_calls(rest);
+    }
+    let mut calls = Vec::new();
+    for part in rest.split("[TOOL_CALLS]") {
+        if part.trim().is_empty() {
+            continue;
+        }
+        let (head, arguments) = part.split_once("[ARGS]")?;
+        let (name, id) = head.split_once("[CALL_ID]").unwrap_or((head, ""));
+        let mut found = call(name, leading_json(arguments)?.0);
+        found.id = id.trim().to_string();
+        calls.push(found);
+    }
+    Some(calls)
+}
+
+/// Llama 3.x after `<|python_tag|>`: JSON calls (`;`-separated), a built-in tool's
+/// `NAME.call(k=v)`, or code for the `python` tool.
+fn parse_python_tag(rest: &str) -> Option<Vec<ToolCall>> {
+    let rest = rest.trim();
+    if rest.starts_with('{') {
+        return rest
+            .split(';')
+            .filter(|part| !part.trim().is_empty())
+            .map(parse_json_object)
+            .collect();
+    }
+    if let Some((name, args)) = rest.split_once(".call(") {
+        if is_identifier(name) {
+            return python_calls(&format!("{name}({args}")).filter(|c| c.len() == 1);
+        }
+    }
+    Some(vec![call("python", serde_json::json!({ "code": rest }))])
+}
+
+/// DeepSeek R1 (`function<｜tool▁sep｜>NAME\n```json\n{…}\n````) and V3.1
+/// (`NAME<｜tool▁sep｜>{…}`) calls, each between `<｜tool▁call▁begin｜>` and
+/// `<｜tool▁call▁end｜>`.
+fn parse_deepseek(body: &str) -> Option<Vec<ToolCall>> {
+    let mut calls = Vec::new();
+    for part in body.split("<｜tool▁call▁begin｜>").skip(1) {
+        let part = inner(part, "<｜tool▁call▁end｜>");
+        let (head, rest) = part.split_once("<｜tool▁sep｜>")?;
+        let (name, arguments) = if head.trim() == "function" || head.trim().is_empty() {
+            let (name, fenced) = rest.split_once('\n').unwrap_or((rest, ""));
+            let json = fenced
+                .trim()
+                .trim_start_matches("```json")
+                .trim_start_matches("```");
+            (name, leading_json(json)?.0)
+        } else {
+            (head, leading_json(rest)?.0)
+        };
+        calls.push(call(name, arguments));
+    }
+    Some(calls)
+}
+
+/// Kimi K2: `<|tool_call_begin|>functions.NAME:N<|tool_call_argument_begin|>{…}<|tool_call_end|>`;
+/// `functions.NAME:N` is the call's id.
+fn parse_kimi(body: &str) -> Option<Vec<ToolCall>> {
+    let mut calls = Vec::new();
+    for part in body.split("<|tool_call_begin|>").skip(1) {
+        let part = inner(part, "<|tool_call_end|>");
+        let (id, arguments) = part.split_once("<|tool_call_argument_begin|>")?;
+        let id = id.trim();
+        let name = id.strip_prefix("functions.").unwrap_or(id);
+        let name = name.rsplit_once(':').map_or(name, |(name, _)| name);
+        let mut found = call(name, leading_json(arguments)?.0);
+        found.id = id.to_string();
+        calls.push(found);
+    }
+    Some(calls)
+}
+
+/// Gemma 4: `call:NAME{key:VALUE,…}`, keys bare, strings quoted by `<|"|>`.
+fn parse_gemma4(body: &str) -> Option<Vec<ToolCall>> {
+    let rest = body.trim().strip_prefix("call:")?;
+    let open = rest.find('{')?;
+    let mut parser = PyParser {
+        text: &rest[open..],
+        at: 0,
+    };
+    let arguments = parser.value()?;
+    Some(vec![call(&rest[..open], arguments)])
+}
+
+fn is_identifier(text: &str) -> bool {
+    !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
+/// Python-style calls, `[NAME(k=v, …), …]` or one `NAME(k=v)` (LFM2, Llama's built-in tools).
+fn python_calls(text: &str) -> Option<Vec<ToolCall>> {
+    let mut parser = PyParser {
+        text: text.trim(),
+        at: 0,
+    };
+    let listed = parser.eat('[');
+    let mut calls = Vec::new();
+    loop {
+        calls.push(parser.call()?);
+        if !listed || !parser.eat(',') {
+            break;
+        }
+    }
+    if listed && !parser.eat(']') {
+        return None;
+    }
+    Some(calls)
+}
+
+/// Gemma 4's string quote.
+const GEMMA_QUOTE: &str = "<|\"|>";
+
+/// A cursor over Python call syntax with literal arguments (and Gemma 4's values).
+struct PyParser<'a> {
+    text: &'a str,
+    at: usize,
+}
+
+impl PyParser<'_> {
+    fn rest(&self) -> &str {
+        &self.text[self.at..]
+    }
+
+    fn skip_space(&mut self) {
+        let rest = self.rest();
+        self.at += rest.len() - rest.trim_start().len();
+    }
+
+    fn eat(&mut self, c: char) -> bool {
+        self.skip_space();
+        if self.rest().starts_with(c) {
+            self.at += c.len_utf8();
+            return true;
+        }
+        false
+    }
+
+    fn word(&mut self) -> &str {
+        self.skip_space();
+        let rest = self.rest();
+        let len = rest
+            .find(|c: char| !(c.is_alphanumeric() || matches!(c, '_' | '-' | '.')))
+            .unwrap_or(rest.len());
+        self.at += len;
+        &self.text[self.at - len..self.at]
+    }
+
+    fn call(&mut self) -> Option<ToolCall> {
+        let name = self.word().to_string();
+        if name.is_empty() || !self.eat('(') {
+            return None;
+        }
+        let mut arguments = Map::new();
+        while !self.eat(')') {
+            let key = self.word().to_string();
+            if key.is_empty() || !self.eat('=') {
+                return None;
+            }
+            arguments.insert(key, self.value()?);
+            self.eat(',');
+        }
+        Some(call(&name, Value::Object(arguments)))
+    }
+
+    fn value(&mut self) -> Option<Value> {
+        self.skip_space();
+        if let Some(quoted) = self.rest().strip_prefix(GEMMA_QUOTE) {
+            let end = quoted.find(GEMMA_QUOTE)?;
+            let text = quoted[..end].to_string();
+            self.at += 2 * GEMMA_QUOTE.len() + end;
+            return Some(Value::String(text));
+        }
+        let first = self.rest().chars().next()?;
+        match first {
+            '"' | '\'' => self.string(first).map(Value::String),
+            '[' => {
+                self.at += 1;
+                let mut items = Vec::new();
+                while !self.eat(']') {
+                    items.push(self.value()?);
+                    self.eat(',');
+                }
+                Some(Value::Array(items))
+            }
+            '{' => {
+                self.at += 1;
+                let mut object = Map::new();
+                while !self.eat('}') {
+                    self.skip_space();
+                    let quoted = self.rest().starts_with(['"', '\''])
+                        || self.rest().starts_with(GEMMA_QUOTE);
+                    let key = match quoted {
+                        true => match self.value()? {
+                            Value::String(key) => key,
+                            other => other.to_string(),
+                        },
+                        // Gemma 4 writes keys bare.
+                        false => self.word().to_string(),
+                    };
+                    if !self.eat(':') {
+                        return None;
+                    }
+                    object.insert(key, self.value()?);
+                    self.eat(',');
+                }
+                Some(Value::Object(object))
+            }
+            _ => match self.word() {
+                "True" | "true" => Some(Value::Bool(true)),
+                "False" | "false" => Some(Value::Bool(false)),
+                "None" | "null" => Some(Value::Null),
+                number => serde_json::from_str(number).ok(),
+            },
+        }
+    }
+
+    fn string(&mut self, quote: char) -> Option<String> {
+        let mut out = String::new();
+        let mut chars = self.rest().char_indices().skip(1);
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '\\' => {
+                    let (_, escaped) = chars.next()?;
+                    out.push(match escaped {
+                        'n' => '\n',
+                        't' => '\t',
+                        other => other,
+                    });
+                }
+                c if c == quote => {
+                    self.at += i + c.len_utf8();
+                    return Some(out);
+                }
+                c => out.push(c),
+            }
+        }
+        None
+    }
 }
 
 /// The inside of `<tool_call>`: JSON, Qwen3-Coder functions, or GLM argument pairs.
@@ -105,7 +448,8 @@ fn parse_tool_call_body(body: &str) -> Option<Vec<ToolCall>> {
     parse_glm(body).map(|c| vec![c])
 }
 
-/// Qwen3-Coder: `<function=NAME><parameter=K>V</parameter>…</function>`, one or more.
+/// Qwen3-Coder and Seed-OSS `<function=NAME><parameter=K>V</parameter>…</function>`,
+/// or Llama 3.1 and Functionary v3.1 `<function=NAME>{…}</function>`, one or more.
 fn parse_functions(text: &str) -> Option<Vec<ToolCall>> {
     let mut calls = Vec::new();
     let mut rest = text;
@@ -113,7 +457,12 @@ fn parse_functions(text: &str) -> Option<Vec<ToolCall>> {
         let after = &rest[start + "<function=".len()..];
         let (name, body) = after.split_once('>')?;
         let body_end = body.find("</function>").unwrap_or(body.len());
-        let arguments = tagged_params(&body[..body_end], "<parameter=", ">", "</parameter>")?;
+        let inside = body[..body_end].trim();
+        let arguments = if inside.starts_with('{') {
+            serde_json::from_str(inside).ok()?
+        } else {
+            tagged_params(inside, "<parameter=", ">", "</parameter>")?
+        };
         calls.push(call(name, arguments));
         rest = &body[body_end..];
     }
@@ -153,7 +502,12 @@ fn parse_invokes(text: &str) -> Option<Vec<ToolCall>> {
         let (attributes, body) = after.split_once('>')?;
         let name = attribute(attributes, "name")?;
         let body_end = body.find("</invoke>").unwrap_or(body.len());
-        let arguments = named_params(&body[..body_end])?;
+        let inside = &body[..body_end];
+        let arguments = if inside.contains("<parameter") {
+            named_params(inside)?
+        } else {
+            element_params(inside)?
+        };
         calls.push(call(&name, arguments));
         rest = &body[body_end..];
     }
@@ -169,10 +523,53 @@ fn named_params(body: &str) -> Option<Value> {
         let (attributes, value_text) = after.split_once('>')?;
         let key = attribute(attributes, "name")?;
         let value_end = value_text.find("</parameter>").unwrap_or(value_text.len());
-        arguments.insert(key, param_value(&value_text[..value_end]));
+        let raw = &value_text[..value_end];
+        // DeepSeek V3.2 marks which values are strings: `string="true"`.
+        let value = match attribute(attributes, "string").as_deref() {
+            Some("true") => Value::String(raw.to_string()),
+            _ => param_value(raw),
+        };
+        arguments.insert(key, value);
         rest = &value_text[value_end..];
     }
     Some(Value::Object(arguments))
+}
+
+/// MiniMax M3: `<KEY>V</KEY>` elements.
+fn element_params(body: &str) -> Option<Value> {
+    let mut arguments = Map::new();
+    let mut rest = body.trim();
+    while let Some(after) = rest.strip_prefix('<') {
+        let (key, value_text) = after.split_once('>')?;
+        let close = format!("</{key}>");
+        let value_end = value_text.find(&close)?;
+        arguments.insert(key.to_string(), param_value(&value_text[..value_end]));
+        rest = value_text[value_end + close.len()..].trim_start();
+    }
+    Some(Value::Object(arguments))
+}
+
+/// Kimi K3: `<|open|>call tool="NAME" index="N"<|sep|>` with arguments
+/// `<|open|>argument key="K" type="T"<|sep|>V<|close|>argument<|sep|>`.
+fn parse_open_calls(body: &str) -> Option<Vec<ToolCall>> {
+    let mut calls = Vec::new();
+    for part in body.split("<|open|>call").skip(1) {
+        let (attributes, rest) = part.split_once("<|sep|>")?;
+        let name = attribute(attributes, "tool")?;
+        let mut arguments = Map::new();
+        for argument in rest.split("<|open|>argument").skip(1) {
+            let (attributes, value) = argument.split_once("<|sep|>")?;
+            let value = inner(value, "<|close|>argument");
+            let key = attribute(attributes, "key")?;
+            let value = match attribute(attributes, "type").as_deref() {
+                Some("string") => Value::String(value.to_string()),
+                _ => param_value(value),
+            };
+            arguments.insert(key, value);
+        }
+        calls.push(call(&name, Value::Object(arguments)));
+    }
+    Some(calls)
 }
 
 /// `<open KEY close_key>V</close>` pairs, e.g. `<parameter=K>V</parameter>`.
@@ -205,8 +602,11 @@ fn attribute(attributes: &str, key: &str) -> Option<String> {
 /// A parameter value: JSON when it parses as JSON, else the text. One leading
 /// and one trailing newline are layout, not content.
 pub fn param_value(raw: &str) -> Value {
-    let text = raw.strip_prefix('\n').unwrap_or(raw);
-    let text = text.strip_suffix('\n').unwrap_or(text);
+    // A newline after the opening tag pairs with one before the closing tag.
+    let text = match raw.strip_prefix('\n') {
+        Some(text) => text.strip_suffix('\n').unwrap_or(text),
+        None => raw,
+    };
     serde_json::from_str(text.trim()).unwrap_or_else(|_| Value::String(text.to_string()))
 }
 
@@ -284,7 +684,7 @@ mod tests {
         );
         check(
             "<function=bash><parameter=command>echo \"hi\"\n</parameter></function>",
-            Some(vec![("bash", json!({"command":"echo \"hi\""}))]),
+            Some(vec![("bash", json!({"command":"echo \"hi\"\n"}))]),
         );
         check("<tool_call><function=bogus></function></tool_call>", None);
     }

@@ -99,3 +99,175 @@ fn the_writer_is_deterministic_and_the_tokenizer_alone_travels() {
     let from_tokenizer = write_model(&dir, "smollm2-135m", &tokenizer);
     assert!(std::fs::read(&copy).unwrap() == std::fs::read(&from_tokenizer).unwrap());
 }
+
+/// The templates directory of llama.cpp's corpus (`make test` fetches it and names it
+/// in `SHEPHERD_TEMPLATE_CORPUS`); `None` under a plain `cargo test`.
+fn template_corpus() -> Option<PathBuf> {
+    let dir = PathBuf::from(std::env::var_os("SHEPHERD_TEMPLATE_CORPUS")?);
+    assert!(
+        dir.is_dir(),
+        "SHEPHERD_TEMPLATE_CORPUS={} is no directory",
+        dir.display()
+    );
+    Some(dir)
+}
+
+/// Families whose templates frame turns and calls with special tokens: the template
+/// file and the markers the tokenizer must know as control tokens.
+const MARKED_FAMILIES: [(&str, &[&str]); 4] = [
+    (
+        "openai-gpt-oss-120b.jinja",
+        &[
+            "<|start|>",
+            "<|end|>",
+            "<|message|>",
+            "<|channel|>",
+            "<|constrain|>",
+            "<|return|>",
+            "<|call|>",
+        ],
+    ),
+    (
+        "Mistral-Small-3.2-24B-Instruct-2506.jinja",
+        &[
+            "[INST]",
+            "[/INST]",
+            "[TOOL_CALLS]",
+            "[ARGS]",
+            "[CALL_ID]",
+            "[TOOL_RESULTS]",
+            "[/TOOL_RESULTS]",
+            "[AVAILABLE_TOOLS]",
+            "[/AVAILABLE_TOOLS]",
+            "[SYSTEM_PROMPT]",
+            "[/SYSTEM_PROMPT]",
+        ],
+    ),
+    (
+        "moonshotai-Kimi-K2.jinja",
+        &[
+            "<|im_system|>",
+            "<|im_user|>",
+            "<|im_assistant|>",
+            "<|im_middle|>",
+            "<|im_end|>",
+            "<|tool_calls_section_begin|>",
+            "<|tool_calls_section_end|>",
+            "<|tool_call_begin|>",
+            "<|tool_call_argument_begin|>",
+            "<|tool_call_end|>",
+        ],
+    ),
+    (
+        "deepseek-ai-DeepSeek-V3.1.jinja",
+        &[
+            "<｜User｜>",
+            "<｜Assistant｜>",
+            "<｜tool▁calls▁begin｜>",
+            "<｜tool▁calls▁end｜>",
+            "<｜tool▁call▁begin｜>",
+            "<｜tool▁call▁end｜>",
+            "<｜tool▁sep｜>",
+            "<｜tool▁output▁begin｜>",
+            "<｜tool▁output▁end｜>",
+            "<think>",
+            "</think>",
+        ],
+    ),
+];
+
+/// A conversation with a tool call (with reasoning) and its result, then a second
+/// round, sent through the OpenAI API to the in-process backend: every turn after the
+/// first renders through the family's own template and special tokens.
+#[test]
+fn multi_turn_tool_conversations_render_with_special_token_templates() {
+    let Some(corpus) = template_corpus() else {
+        println!("SHEPHERD_TEMPLATE_CORPUS unset: skipped (make test sets it)");
+        return;
+    };
+    let dir = TempDir::new("synthetic-families");
+    let tokenizer = smollm2();
+    for (file, specials) in MARKED_FAMILIES {
+        let model = dir.path().join(file.replace(".jinja", ".gguf"));
+        let template = corpus.join(file);
+        let mut args: Vec<&std::ffi::OsStr> = vec![
+            "--like".as_ref(),
+            "smollm2-135m".as_ref(),
+            "--tokenizer-from".as_ref(),
+            tokenizer.as_os_str(),
+            "--chat-template".as_ref(),
+            template.as_os_str(),
+        ];
+        for special in specials {
+            args.push("--special".as_ref());
+            args.push(std::ffi::OsStr::new(special));
+        }
+        args.push(model.as_os_str());
+        writer(&args);
+        converse(&model, file);
+    }
+}
+
+/// Three rounds against a server on `model`: the call and its result, then a follow-up.
+fn converse(model: &std::path::Path, family: &str) {
+    use serde_json::json;
+    let sandbox = Sandbox::new("synthetic-family");
+    let model = model.to_str().expect("UTF-8");
+    let args = [
+        "--server",
+        "--port",
+        "0",
+        "--backend",
+        "llamacpp",
+        "-m",
+        model,
+        "--threads",
+        "1",
+        "--context-size",
+        "4096",
+        "--no-prompt-cache",
+    ];
+    let mut child = sandbox.spawn(&args);
+    let (address, log) = crate::harness::wait_listening(&mut child);
+    let base = format!("http://{}", address.trim_start_matches("http://"));
+    let agent = crate::harness::http_agent(std::time::Duration::from_secs(120));
+    let tools = json!([{"type": "function", "function": {"name": "get_weather",
+        "description": "The weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                       "required": ["city"]}}}]);
+    let mut messages = vec![
+        json!({"role": "system", "content": "You are terse."}),
+        json!({"role": "user", "content": "Weather in Paris?"}),
+        json!({"role": "assistant", "content": "", "reasoning_content": "The user wants the weather.",
+               "tool_calls": [{"id": "call_0", "type": "function",
+                   "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]}),
+        json!({"role": "tool", "tool_call_id": "call_0", "content": "18 C, clear"}),
+    ];
+    for round in 0..2 {
+        let body = json!({"model": "m", "messages": messages, "tools": tools,
+                          "max_tokens": 6, "temperature": 0});
+        let response = agent
+            .post(&format!("{base}/v1/chat/completions"))
+            .header("Content-Type", "application/json")
+            .send(body.to_string())
+            .expect("post");
+        let status = response.status().as_u16();
+        let text = response.into_body().read_to_string().expect("body");
+        assert_eq!(
+            status,
+            200,
+            "{family} round {round}: {text}\nlog: {}",
+            log.lock().unwrap()
+        );
+        let reply: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+        let answer = &reply["choices"][0]["message"];
+        assert_eq!(answer["role"], "assistant", "{family}: {reply}");
+        assert_eq!(reply["usage"]["completion_tokens"], 6, "{family}: {reply}");
+        messages.push(
+            json!({"role": "assistant", "content": answer["content"].as_str().unwrap_or("")}),
+        );
+        messages.push(json!({"role": "user", "content": "And tomorrow?"}));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}

@@ -137,6 +137,9 @@ pub struct PrefillReport {
     pub reused_tokens: usize,
     /// Tokens actually decoded this turn.
     pub decoded_tokens: usize,
+    /// How the rendered prompt ends, where that decides how the answer starts
+    /// ([`crate::stream::format::prompt_end`]).
+    pub prompt_end: Option<crate::stream::format::PromptEnd>,
 }
 
 /// Benchmark figures in the units llama-bench prints (`shepherd bench`, and `make
@@ -382,6 +385,9 @@ impl LlamaBackend {
             }
         };
         self.last_prefill = Some(report);
+        if let (Some(filter), Some(end)) = (self.filter.as_mut(), report.prompt_end) {
+            filter.after_prompt(end);
+        }
         self.pending = Some(Pending {
             events,
             flow: flow_tx,

@@ -50,9 +50,11 @@ use super::{
     PrefillReport, Prompt, RequestJob, ToolChoice, ToolSpec, Usage, WorkerMsg,
 };
 use crate::backend::local::{answer_reserve, overflow, render, StopMatcher};
-use crate::core::Stats;
+use crate::core::{Message, Stats};
 use crate::llama::{self, utf8::Utf8Stream, Batch, Context, ContextParams, Model, Sampler, Token};
-use crate::template::{ChatTemplate, TemplateMessage};
+use crate::stream::filter::OutputFilter;
+use crate::stream::format;
+use crate::template::{self, ChatTemplate, TemplateMessage};
 
 /// Where an embedding request's answer goes.
 type EmbedReply = crossbeam_channel::Sender<Result<Vec<Embedding>, ModelError>>;
@@ -126,6 +128,9 @@ impl Preempt {
 pub(super) struct Worker<'m> {
     pub(super) ctx: Context<'m>,
     template: ChatTemplate,
+    /// The control tokens that are chat-format markers, decoded as text for the
+    /// output filter in a chat (sorted; see [`crate::stream::format::is_marker`]).
+    markers: Vec<Token>,
     batch: Batch,
     slots: Vec<Slot>,
     queue: VecDeque<Box<RequestJob>>,
@@ -181,6 +186,9 @@ struct Task {
     sampler: Sampler,
     max_tokens: usize,
     forced_tools: bool,
+    /// Whether chat-format markers are decoded as text (a chat whose text the
+    /// output filter reads), not hidden like other control tokens.
+    markers: bool,
     report: PrefillReport,
     phase: Phase,
     /// Tokens this slot put into the batch being decoded.
@@ -349,6 +357,7 @@ impl<'m> Worker<'m> {
         let (spec, drafter) = speculation(model, draft, config, &params)?;
         Ok(Worker {
             template: load_template(model),
+            markers: model.control_tokens(format::is_marker),
             prompt_tokens,
             waiting: None,
             embeds: VecDeque::new(),
@@ -540,7 +549,8 @@ impl<'m> Worker<'m> {
             Ok(prepared) => prepared,
             Err(err) => return Err((job, err)),
         };
-        let (prompt, sampler, forced_tools, max_tokens, stops) = prepared;
+        let (prompt, sampler, forced_tools, max_tokens, stops, prompt_end) = prepared;
+        let markers = !forced_tools && matches!(job.prompt, Prompt::Chat(_));
         let index = self.choose_slot(&prompt);
         self.adopt_prefix(index, &prompt);
         self.restore(index, &prompt);
@@ -559,6 +569,7 @@ impl<'m> Worker<'m> {
             prompt_tokens: prompt.len(),
             reused_tokens: keep,
             decoded_tokens: prompt.len() - keep,
+            prompt_end,
         };
         crate::log::debug(crate::log::Category::Llm, || {
             format!(
@@ -574,6 +585,7 @@ impl<'m> Worker<'m> {
             sampler,
             max_tokens,
             forced_tools,
+            markers,
             report,
             phase: Phase::Prefill,
             in_batch: 0,
@@ -596,7 +608,17 @@ impl<'m> Worker<'m> {
     fn prepare(
         &mut self,
         job: &RequestJob,
-    ) -> Result<(Vec<Token>, Sampler, bool, usize, StopMatcher), BackendError> {
+    ) -> Result<
+        (
+            Vec<Token>,
+            Sampler,
+            bool,
+            usize,
+            StopMatcher,
+            Option<format::PromptEnd>,
+        ),
+        BackendError,
+    > {
         let tools: &[ToolSpec] = if job.tool_choice == ToolChoice::None {
             &[]
         } else {
@@ -608,6 +630,10 @@ impl<'m> Worker<'m> {
             Prompt::Raw(text) => text.clone(),
         };
         let tokens = tokenize_prompt(self.model(), &mut self.prompt_tokens, &prompt)?;
+        let prompt_end = match job.prompt {
+            Prompt::Chat(_) if forced.is_none() => format::prompt_end(&prompt),
+            _ => None,
+        };
         let n_ctx = self.n_ctx_slot;
         let reserve = answer_reserve(job.sampling.max_tokens, n_ctx as u32) as usize;
         if tokens.len() + reserve > n_ctx {
@@ -628,7 +654,14 @@ impl<'m> Worker<'m> {
             Prompt::Raw(_) => job.sampling.stop.clone(),
         };
         let stops = StopMatcher::new(stops);
-        Ok((tokens, sampler, forced.is_some(), max_tokens, stops))
+        Ok((
+            tokens,
+            sampler,
+            forced.is_some(),
+            max_tokens,
+            stops,
+            prompt_end,
+        ))
     }
 
     fn choose_slot(&self, prompt: &[Token]) -> usize {
@@ -1147,7 +1180,8 @@ impl<'m> Worker<'m> {
                 break;
             }
             task.n_tokens += 1;
-            let bytes = match model.piece_bytes(token, false) {
+            let marker = task.markers && self.markers.binary_search(&token).is_ok();
+            let bytes = match model.piece_bytes(token, marker) {
                 Ok(bytes) => bytes,
                 Err(err) => return self.fail(index, BackendError::Protocol(err.to_string())),
             };
@@ -1206,7 +1240,8 @@ impl<'m> Worker<'m> {
         slot.next_turn = chat
             .filter(|_| answered && !task.forced_tools)
             .map(|mut conversation| {
-                conversation.push(TemplateMessage::new("assistant", &task.text));
+                let answer = answer_message(&task.text, &task.job.tools, task.report);
+                conversation.extend(template::conversation("", &[answer]));
                 let tools = match task.job.tool_choice {
                     ToolChoice::None => Vec::new(),
                     _ => std::mem::take(&mut task.job.tools),
@@ -1395,6 +1430,24 @@ impl Worker<'_> {
     }
 }
 
+/// The assistant message the agent will store for `text`: what the output filter
+/// makes of it (content, reasoning, calls with ids), so the next turn's prompt is
+/// rendered as it will be asked for.
+fn answer_message(text: &str, tools: &[ToolSpec], report: PrefillReport) -> Message {
+    let mut filter = OutputFilter::new(tools.iter().map(|t| t.name.clone()).collect());
+    if let Some(end) = report.prompt_end {
+        filter.after_prompt(end);
+    }
+    let mut ignore = |_: Event| Flow::Continue;
+    filter.push(text, &mut ignore);
+    filter.finish(&mut ignore);
+    let mut message = Message::assistant(filter.content());
+    if !filter.thinking().is_empty() {
+        message.thinking = Some(filter.thinking().to_string());
+    }
+    message.tool_calls = filter.take_tool_calls();
+    message
+}
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -38,6 +38,7 @@ use super::local::{self, message_text, overflow, StopMatcher};
 use super::{Backend, BackendInfo, GenerateRequest, Reply, Sampling, ToolChoice, Usage};
 use crate::core::{BackendError, Event, EventSink, FinishReason, Flow, Message, Session, Stats};
 use crate::stream::filter::OutputFilter;
+use crate::stream::format::{self, PromptEnd};
 use crate::template::{self, ChatTemplate};
 
 /// How long one wait for a response lasts before the sink's cancel flag is checked.
@@ -121,6 +122,8 @@ pub struct Prepared {
     options: RequestOptions,
     stops: Vec<String>,
     tool_names: Vec<String>,
+    /// How the prompt ends, where that decides how the answer starts.
+    prompt_end: Option<PromptEnd>,
     stream: bool,
 }
 
@@ -199,6 +202,7 @@ impl TensorRtBackend {
             tokens,
             stops: self.template.stop_strings(&request.sampling.stop),
             tool_names: tools.iter().map(|t| t.name.clone()).collect(),
+            prompt_end: format::prompt_end(&prompt),
             stream: request.stream,
         })
     }
@@ -341,10 +345,14 @@ struct Turn {
 
 impl Turn {
     fn new(prepared: &Prepared) -> Turn {
+        let mut filter = OutputFilter::new(prepared.tool_names.clone());
+        if let Some(end) = prepared.prompt_end {
+            filter.after_prompt(end);
+        }
         Turn {
             detokenizer: Detokenizer::default(),
             stops: StopMatcher::new(prepared.stops.clone()),
-            filter: OutputFilter::new(prepared.tool_names.clone()),
+            filter,
             stream: prepared.stream,
             held: String::new(),
             cut: false,
