@@ -41,7 +41,7 @@ TENSORRT ?=
 CARGO_FEATURES += $(if $(TENSORRT),--features tensorrt,)
 export TRTLLM_ROOT
 
-.PHONY: all build deps test test-tensorrt check-trtllm-shim vendor-trtllm-headers fmt clippy clean no-async-runtime check-layers model swa-model run bench jinja2 mcp-servers valgrind bench-cliserver bench-llama bench-server openai-py test-tools
+.PHONY: all build deps test chat-templates test-tensorrt check-trtllm-shim vendor-trtllm-headers fmt clippy clean no-async-runtime check-layers model swa-model run bench jinja2 mcp-servers valgrind bench-cliserver bench-llama bench-server openai-py test-tools
 .PHONY: static vendor dist install uninstall check-static check-install offline-static release-deps
 .PHONY: cuda-toolkit cuda-link-dynamic cuda-link-static check-cuda check-cuda-build check-cuda-if-changed check-cuda-inputs gpu-carry
 
@@ -63,11 +63,12 @@ deps:
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
 
-test: deps no-async-runtime check-layers model swa-model jinja2 openai-py mcp-servers test-tools
+test: deps no-async-runtime check-layers model swa-model jinja2 chat-templates openai-py mcp-servers test-tools
 	$(CARGO) fmt --check
 	$(CARGO) clippy --all-targets $(CARGO_FEATURES) -- -D warnings
 	SHEPHERD_TEST_MODEL=$(MODEL) SHEPHERD_SWA_MODEL=$(SWA_MODEL) SHEPHERD_OPENAI_PYTHON=$(PYTHON) SHEPHERD_TEST_PYTHON=$(PYTHON) \
-	  SHEPHERD_TEST_MCP_EVERYTHING=$(MCP_EVERYTHING) $(CARGO) test $(CARGO_FEATURES)
+	  SHEPHERD_TEST_MCP_EVERYTHING=$(MCP_EVERYTHING) SHEPHERD_TEMPLATE_CORPUS=$$($(LLAMA_SDIST))/models/templates \
+	  $(CARGO) test $(CARGO_FEATURES)
 	$(MAKE) --no-print-directory test-tensorrt
 	$(MAKE) --no-print-directory check-static CUDA=
 	$(MAKE) --no-print-directory check-cuda-inputs CUDA=
@@ -149,6 +150,16 @@ $(SWA_MODEL):
 # The chat-template tests compare against Python's jinja2; install it only when missing.
 jinja2:
 	@$(PYTHON) -c 'import jinja2' 2>/dev/null || $(PYTHON) -m pip install --quiet jinja2
+
+# The chat-template corpus (src/backend/local/template_corpus.rs): the templates of the
+# llama.cpp tree in the llama-cpp-python sdist, unpacked once into the cache `make bench`
+# uses; `test` names their directory in SHEPHERD_TEMPLATE_CORPUS (the test fails when
+# it holds none, and skips only where the variable is unset: a plain `cargo test`).
+LLAMA_SDIST = PYTHON=$(PYTHON) scripts/llama-sdist.sh $(LLAMA_SDIST_DIR)
+chat-templates:
+	@dir=$$($(LLAMA_SDIST))/models/templates && n=$$(ls $$dir/*.jinja 2>/dev/null | wc -l) && \
+	  if [ $$n -gt 0 ]; then echo "chat-templates: $$n in $$dir"; \
+	  else echo "chat-templates: no templates in $$dir" >&2; exit 1; fi
 
 # The API server's acceptance test drives it with the official `openai` package; install it only when missing.
 openai-py:

@@ -215,10 +215,19 @@ def tokenizer_kvs(src):
 
 def add_specials(tok, specials):
     """The tokenizer keys with `specials` appended to the token list as control
-    tokens (type 3, score 0): a real family's markers on a borrowed tokenizer."""
+    tokens (type 3, score 0): a real family's markers on a borrowed tokenizer.
+    Those the list holds already are left as they are."""
+    payload = dict((k, p) for k, _, p in tok)["tokenizer.ggml.tokens"]
+    _, n_tokens = array_header(payload)
+    known, at = set(), 12
+    for _ in range(n_tokens):
+        (length,) = struct.unpack_from("<Q", payload, at)
+        known.add(payload[at + 8:at + 8 + length].decode("utf-8", "replace"))
+        at += 8 + length
+    # A token the vocabulary has already keeps its place (llama.cpp refuses duplicates).
+    specials = [t for t in dict.fromkeys(specials) if t not in known]
     if not specials:
         return tok
-    _, n_tokens = array_header(dict((k, p) for k, _, p in tok)["tokenizer.ggml.tokens"])
     out = []
     for key, vtype, payload in tok:
         if vtype == T_ARR and key in ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type",

@@ -2,24 +2,38 @@
 //!
 //! The GGUF file's Jinja template is rendered with minijinja the way Hugging Face
 //! transformers renders it (trim/lstrip blocks, loop controls, Python string and dict
-//! methods from minijinja-contrib's pycompat), plus three compatibility shims measured
+//! methods from minijinja-contrib's pycompat), plus compatibility shims measured
 //! against real templates: a `tojson` filter identical to Python's `json.dumps`,
-//! insertion-ordered maps (the `preserve_order` features), and stripping the
-//! `{% generation %}` tags that only training code understands. `raise_exception` and
-//! `strftime_now` are registered like transformers does.
+//! insertion-ordered maps (the `preserve_order` features), `none` not iterable, and
+//! stripping the `{% generation %}` tags that only training code understands.
+//! `raise_exception` and `strftime_now` are registered like transformers does.
 //!
-//! When a model has no template, llama.cpp's built-in ChatML is the fallback.
-//! `crate::backend::llamacpp` calls [`ChatTemplate::render`] for every turn.
+//! Where a template cannot render what shepherd has, shepherd adapts the messages the
+//! way llama.cpp does, each adaptation found by probing the template when it is
+//! loaded (never by its name): a system prompt folded into the first turn, tool-call
+//! ids of 9 alphanumerics, arguments as JSON text, reasoning under `thinking`, tool
+//! results as user turns, llama.cpp's `functions`/`datetime` globals, and lists in a
+//! `namespace` that `append` and `pop` change (llama.cpp's engine allows that; the
+//! sandbox transformers uses refuses it). [`ChatTemplate::prepare`] returns the
+//! adapted context, which is what the corpus test gives the jinja2 reference.
+//!
+//! A GGUF may carry a second template for requests with tools (`tool_use`: Hermes 2
+//! Pro, Command R+); it is used whenever tools are offered, and for everything when it
+//! is the only one, as llama.cpp does. When a model has no template, llama.cpp's
+//! built-in ChatML is the fallback. `crate::backend::local` renders every turn.
 
-use minijinja::value::{Kwargs, Serde, Value as JinjaValue};
-use minijinja::{Environment, Error, ErrorKind};
+mod environment;
+
+use minijinja::value::{Serde, Value as JinjaValue};
+use minijinja::{Environment, Error};
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::core::ToolSpec;
 use crate::core::{Message, Role};
-
-const TEMPLATE_NAME: &str = "chat";
+#[cfg(test)]
+use environment::strip_generation_tags;
+use environment::{jinja_environment, strftime_now, write_python_json, TEMPLATE_NAME};
 
 /// Why a prompt could not be rendered.
 #[derive(Debug, Clone, PartialEq)]
@@ -44,6 +58,14 @@ pub struct TemplateMessage {
     pub tool_call_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// The assistant's reasoning, under the name llama.cpp passes it and Qwen3,
+    /// DeepSeek and GLM templates read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+    /// The same reasoning under the name gpt-oss reads: set only for a template that
+    /// reads it (see [`ChatTemplate::prepare`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<String>,
 }
 
 impl TemplateMessage {
@@ -54,10 +76,14 @@ impl TemplateMessage {
             tool_calls: None,
             tool_call_id: None,
             name: None,
+            reasoning_content: None,
+            thinking: None,
         }
     }
 
-    fn from_message(message: &Message) -> Self {
+    /// A session message as templates read it: tool calls in the OpenAI shape (arguments
+    /// as an object), a tool result's id and tool name, an assistant's reasoning.
+    pub fn from_message(message: &Message) -> Self {
         let mut out = TemplateMessage::new(message.role.as_str(), &message.content);
         if !message.tool_calls.is_empty() {
             let calls = message.tool_calls.iter().map(|c| {
@@ -72,6 +98,9 @@ impl TemplateMessage {
         if message.role == Role::Tool {
             out.tool_call_id.clone_from(&message.tool_call_id);
             out.name.clone_from(&message.tool_name);
+        }
+        if message.role == Role::Assistant {
+            out.reasoning_content = message.thinking.clone().filter(|t| !t.is_empty());
         }
         out
     }
@@ -97,17 +126,49 @@ pub fn conversation(system_prompt: &str, messages: &[Message]) -> Vec<TemplateMe
         .collect()
 }
 
-/// A parsed chat template ready to render.
+/// What a template is rendered with once shepherd has adapted the messages to it: the
+/// context minijinja gets, serialisable as the jinja2 reference takes it.
+#[derive(Debug, Clone, Serialize)]
+pub struct RenderContext {
+    pub messages: Vec<TemplateMessage>,
+    /// `None` when no tools are offered, as transformers passes it.
+    pub tools: Option<Vec<Value>>,
+    pub add_generation_prompt: bool,
+    pub bos_token: String,
+    pub eos_token: String,
+    /// llama.cpp's `functions` (the tools as indented JSON) and `datetime`, only for a
+    /// template that cannot render without them (Firefunction v2).
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// A conversation ready to render: the template variant it goes through and the
+/// adapted context.
+pub struct Prepared<'a> {
+    jinja: Option<&'a Jinja>,
+    pub context: RenderContext,
+}
+
+impl Prepared<'_> {
+    /// The Jinja source that renders it; `None` for the ChatML fallback.
+    #[cfg(test)]
+    pub fn source(&self) -> Option<&str> {
+        self.jinja.map(|j| j.source.as_str())
+    }
+
+    pub fn render(&self) -> Result<String, TemplateError> {
+        match self.jinja {
+            Some(jinja) => jinja.render(&self.context),
+            None => render_chatml(&self.context.messages, self.context.add_generation_prompt),
+        }
+    }
+}
+
+/// A model's chat template (and its `tool_use` variant), parsed and probed.
 pub struct ChatTemplate {
-    env: Option<Environment<'static>>,
-    /// Whether the Jinja source looks at `tools`; if not, tools must be described in the system prompt.
-    handles_tools: bool,
-    /// Whether a system message renders; where the template refuses one (Gemma 2
-    /// raises) it is folded into the next message, as llama.cpp does.
-    system_role: bool,
-    /// Whether the template refuses tool-call ids that are not 9 alphanumerics (Mistral
-    /// Nemo, Small 3.2); shepherd's ids are then rendered as [`nine_alphanumerics`].
-    nine_char_ids: bool,
+    /// `None` (with no `tool_use` either) selects the ChatML fallback.
+    default: Option<Jinja>,
+    tool_use: Option<Jinja>,
     bos_token: String,
     eos_token: String,
 }
@@ -115,7 +176,8 @@ pub struct ChatTemplate {
 impl std::fmt::Debug for ChatTemplate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ChatTemplate")
-            .field("jinja", &self.env.is_some())
+            .field("jinja", &self.default.is_some())
+            .field("tool_use", &self.tool_use.is_some())
             .finish()
     }
 }
@@ -127,65 +189,51 @@ impl ChatTemplate {
         bos_token: &str,
         eos_token: &str,
     ) -> Result<Self, TemplateError> {
-        let env = source.map(jinja_environment).transpose()?;
-        let mut template = ChatTemplate {
-            env,
-            handles_tools: source.is_some_and(|s| s.contains("tools")),
-            system_role: true,
-            nine_char_ids: false,
+        Self::with_tool_use(source, None, bos_token, eos_token)
+    }
+
+    /// Parses the default template and the `tool_use` one (either may be missing). A
+    /// `tool_use` template that does not parse is left out, as llama.cpp does.
+    pub fn with_tool_use(
+        source: Option<&str>,
+        tool_use: Option<&str>,
+        bos_token: &str,
+        eos_token: &str,
+    ) -> Result<Self, TemplateError> {
+        let parse = |s: &str| Jinja::new(s, bos_token, eos_token);
+        let default = source.map(parse).transpose()?;
+        let tool_use = tool_use.and_then(|s| match parse(s) {
+            Ok(jinja) => Some(jinja),
+            Err(err) => {
+                crate::log::debug(crate::log::Category::Llm, || {
+                    format!("tool_use template left out: {err}")
+                });
+                None
+            }
+        });
+        Ok(ChatTemplate {
+            default,
+            tool_use,
             bos_token: bos_token.to_string(),
             eos_token: eos_token.to_string(),
-        };
-        template.system_role = template.renders_system_role();
-        template.nine_char_ids = template.wants_nine_char_ids();
-        Ok(template)
+        })
     }
 
-    /// A tool call and its result rendered with the id `call_0`, then with a 9-character
-    /// one: the template demands the second form when only it renders.
-    fn wants_nine_char_ids(&self) -> bool {
-        let Some(env) = &self.env else {
-            return false;
+    /// The variant that renders a request with `tools`: `tool_use` when tools are
+    /// offered, or when it is the only template; `None` is ChatML.
+    fn variant(&self, tools: &[Value]) -> Option<&Jinja> {
+        let (first, second) = match tools.is_empty() {
+            true => (&self.default, &self.tool_use),
+            false => (&self.tool_use, &self.default),
         };
-        let tools = [
-            serde_json::json!({"type": "function", "function": {"name": "probe_tool",
-            "description": "A probe.", "parameters": {"type": "object", "properties": {}}}}),
-        ];
-        let conversation = |id: &str| {
-            let mut call = TemplateMessage::new("assistant", "");
-            call.tool_calls = Some(vec![serde_json::json!({"id": id, "type": "function",
-                "function": {"name": "probe_tool", "arguments": {}}})]);
-            let mut result = TemplateMessage::new("tool", "Tool result");
-            result.tool_call_id = Some(id.to_string());
-            result.name = Some("probe_tool".into());
-            [TemplateMessage::new("user", "User message"), call, result]
-        };
-        let renders = |id: &str| {
-            self.render_jinja(env, &conversation(id), &tools, true)
-                .is_ok()
-        };
-        !renders("call_0") && renders("abcdefghi")
+        first.as_ref().or(second.as_ref())
     }
 
-    /// Whether the template renders a system message: false only when a system and a
-    /// user message fail where the user message alone renders. (llama.cpp also folds
-    /// where a template renders but ignores the system text; transformers then drops
-    /// it, and shepherd renders as transformers does wherever that renders.)
-    fn renders_system_role(&self) -> bool {
-        let Some(env) = &self.env else {
-            return true;
-        };
-        let user = TemplateMessage::new("user", "User message");
-        let with_system = [
-            TemplateMessage::new("system", "System message"),
-            user.clone(),
-        ];
-        self.render_jinja(env, &with_system, &[], false).is_ok()
-            || self.render_jinja(env, &[user], &[], false).is_err()
-    }
-
+    /// Whether the template that renders requests with tools describes them to the
+    /// model; if not, tools must be described in the system prompt.
     pub fn handles_tools(&self) -> bool {
-        self.handles_tools
+        let with_tools = self.tool_use.as_ref().or(self.default.as_ref());
+        with_tools.is_some_and(|j| j.caps.renders_tools)
     }
 
     /// The strings an answer rendered with this template stops at: the request's
@@ -193,53 +241,280 @@ impl ChatTemplate {
     /// has no template of its own usually has no `<|im_end|>` token either, so that
     /// text is all that ends its turn.
     pub fn stop_strings(&self, requested: &[String]) -> Vec<String> {
-        let end_of_turn = self.env.is_none().then(|| "<|im_end|>".to_string());
+        let chatml = self.default.is_none() && self.tool_use.is_none();
+        let end_of_turn = chatml.then(|| "<|im_end|>".to_string());
         let requested = requested.iter().filter(|s| !s.is_empty()).cloned();
         requested.chain(end_of_turn).collect()
     }
 
     /// Renders `messages`; `tools` empty renders as `tools: none` like transformers does.
+    #[cfg(test)]
     pub fn render(
         &self,
         messages: &[TemplateMessage],
         tools: &[Value],
         add_generation_prompt: bool,
     ) -> Result<String, TemplateError> {
-        let Some(env) = &self.env else {
-            return render_chatml(messages, add_generation_prompt);
+        self.prepare(messages, tools, add_generation_prompt)
+            .render()
+    }
+
+    /// The variant that renders `messages` and the context it renders them with: the
+    /// messages adapted to what the template's probes found.
+    pub fn prepare(
+        &self,
+        messages: &[TemplateMessage],
+        tools: &[Value],
+        add_generation_prompt: bool,
+    ) -> Prepared<'_> {
+        let jinja = self.variant(tools);
+        let context = match jinja {
+            Some(jinja) => jinja.context(messages, tools, add_generation_prompt),
+            None => RenderContext {
+                messages: messages.to_vec(),
+                tools: None,
+                add_generation_prompt,
+                bos_token: self.bos_token.clone(),
+                eos_token: self.eos_token.clone(),
+                extra: Map::new(),
+            },
         };
-        if self.system_role && !self.nine_char_ids {
-            return self.render_jinja(env, messages, tools, add_generation_prompt);
+        Prepared { jinja, context }
+    }
+}
+
+/// What probing a template found; each field names the adaptation it turns on.
+#[derive(Debug, Clone, Copy, Default)]
+struct Caps {
+    /// The template fails without llama.cpp's `functions` and `datetime` globals.
+    llama_globals: bool,
+    /// A system message renders; where the template refuses one (Gemma 2 raises) it
+    /// is folded into the next message, as llama.cpp does.
+    system_role: bool,
+    /// The template refuses tool-call ids that are not 9 alphanumerics (Mistral Nemo,
+    /// Small 3.2); shepherd's ids are then rendered as [`nine_alphanumerics`].
+    nine_char_ids: bool,
+    /// Arguments must be JSON text: calls with object arguments fail where text
+    /// renders (Functionary v3.2 concatenates them), llama.cpp's probe.
+    string_arguments: bool,
+    /// The tool descriptions appear in the prompt; if not, they go in the system prompt.
+    renders_tools: bool,
+    /// The template reads reasoning as `thinking` (gpt-oss).
+    reads_thinking: bool,
+    /// …and refuses it beside content in a message with tool calls (gpt-oss): the
+    /// content goes, as llama.cpp drops it.
+    thinking_or_content: bool,
+    /// Tool results cannot render as such (see [`Jinja::refuses_tool_results`]): they
+    /// go as user turns instead.
+    tool_results_as_user: bool,
+}
+
+/// One parsed Jinja template, with what its probes found.
+struct Jinja {
+    env: Environment<'static>,
+    /// The source as the model gives it, for the tests' jinja2 reference.
+    #[cfg(test)]
+    source: String,
+    bos_token: String,
+    eos_token: String,
+    caps: Caps,
+}
+
+const PROBE_TOOL: &str = "probe_tool";
+const REASONING_MARKER: &str = "Reasoning marker";
+
+impl Jinja {
+    fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<Self, TemplateError> {
+        let mut jinja = Jinja {
+            env: jinja_environment(source).map_err(describe)?,
+            #[cfg(test)]
+            source: source.to_string(),
+            bos_token: bos_token.to_string(),
+            eos_token: eos_token.to_string(),
+            caps: Caps {
+                system_role: true,
+                ..Caps::default()
+            },
+        };
+        jinja.probe();
+        Ok(jinja)
+    }
+
+    /// Runs the probes in order; each renders its messages adapted by what the earlier
+    /// ones found.
+    fn probe(&mut self) {
+        let user = || TemplateMessage::new("user", "User message");
+        let plain = [user()];
+        self.caps.llama_globals = self.probe_render(&plain, &[]).is_err() && {
+            self.caps.llama_globals = true;
+            self.probe_render(&plain, &[]).is_ok()
+        };
+        let with_system = [TemplateMessage::new("system", "System message"), user()];
+        self.caps.system_role =
+            self.probe_render(&with_system, &[]).is_ok() || self.probe_render(&plain, &[]).is_err();
+        let renders_call = |jinja: &Self, id: &str, arguments: Value| {
+            let messages = probe_call(id, arguments, "");
+            jinja.probe_render(&messages, &probe_tools()).is_ok()
+        };
+        let object = || serde_json::json!({"arg": "value"});
+        self.caps.nine_char_ids =
+            !renders_call(self, "call_0", object()) && renders_call(self, "abcdefghi", object());
+        let text = Value::String(object().to_string());
+        self.caps.string_arguments =
+            !renders_call(self, "call_0", object()) && renders_call(self, "call_0", text);
+        self.caps.renders_tools = [&plain[..], &with_system[..]].iter().any(|m| {
+            let out = self.probe_render(m, &probe_tools());
+            out.is_ok_and(|out| out.contains(PROBE_TOOL))
+        });
+        self.probe_reasoning();
+        self.caps.tool_results_as_user = self.refuses_tool_results();
+    }
+
+    /// Whether a tool result renders to nothing (Phi-3.5 knows no tool role) or fails
+    /// where the same text as a user turn renders (Gemma 2 wants roles to alternate).
+    fn refuses_tool_results(&self) -> bool {
+        let tools = match self.caps.renders_tools {
+            true => probe_tools(),
+            false => Vec::new(),
+        };
+        let mut call = probe_call("call_0", serde_json::json!({"arg": "value"}), "");
+        let with_result = self.probe_render(&call, &tools);
+        let result = call.pop().expect("the probe ends with a result");
+        if with_result.is_err() {
+            call.push(tool_result_as_user(&result));
+            return self.probe_render(&call, &tools).is_ok();
         }
-        let mut adapted = if self.system_role {
+        with_result == self.probe_render(&call, &tools)
+    }
+
+    /// Whether reasoning given only as `thinking` shows, after a tool call or before an
+    /// answer; then whether it may stand beside content in a message with tool calls.
+    fn probe_reasoning(&mut self) {
+        let thinking_only = |mut messages: Vec<TemplateMessage>| {
+            messages[1].thinking = Some(REASONING_MARKER.into());
+            messages
+        };
+        let mut answer = probe_call("call_0", serde_json::json!({}), "");
+        answer.truncate(1);
+        answer.push(TemplateMessage::new("assistant", "Answer"));
+        answer.push(TemplateMessage::new("user", "User message"));
+        let call = probe_call("call_0", serde_json::json!({}), "");
+        self.caps.reads_thinking = [call, answer].into_iter().any(|m| {
+            let out = self.probe_render(&thinking_only(m), &probe_tools());
+            out.is_ok_and(|out| out.contains(REASONING_MARKER))
+        });
+        if self.caps.reads_thinking {
+            let both = thinking_only(probe_call("call_0", serde_json::json!({}), "Content"));
+            self.caps.thinking_or_content = self.probe_render(&both, &probe_tools()).is_err();
+        }
+    }
+
+    /// Renders probe messages adapted by the caps found so far, with `tools` and the
+    /// generation prompt.
+    fn probe_render(
+        &self,
+        messages: &[TemplateMessage],
+        tools: &[Value],
+    ) -> Result<String, TemplateError> {
+        self.render(&self.context(messages, tools, true))
+    }
+
+    /// What `messages` render with: adapted, `tools` none when empty, and llama.cpp's
+    /// globals where the template needs them.
+    fn context(
+        &self,
+        messages: &[TemplateMessage],
+        tools: &[Value],
+        add_generation_prompt: bool,
+    ) -> RenderContext {
+        let extra = match self.caps.llama_globals {
+            true => llama_globals(tools),
+            false => Map::new(),
+        };
+        RenderContext {
+            messages: self.adapt(messages),
+            tools: (!tools.is_empty()).then(|| tools.to_vec()),
+            add_generation_prompt,
+            bos_token: self.bos_token.clone(),
+            eos_token: self.eos_token.clone(),
+            extra,
+        }
+    }
+
+    /// `messages` as this template can render them (see [`Caps`]).
+    fn adapt(&self, messages: &[TemplateMessage]) -> Vec<TemplateMessage> {
+        let caps = self.caps;
+        let mut adapted = if caps.system_role {
             messages.to_vec()
         } else {
             fold_system_message(messages)
         };
-        if self.nine_char_ids {
-            adapted.iter_mut().for_each(shorten_ids);
+        for message in &mut adapted {
+            if caps.nine_char_ids {
+                shorten_ids(message);
+            }
+            if caps.string_arguments {
+                arguments_as_text(message);
+            }
+            if caps.reads_thinking && message.reasoning_content.is_some() {
+                message.thinking.clone_from(&message.reasoning_content);
+            }
+            if caps.thinking_or_content
+                && message.thinking.is_some()
+                && message.tool_calls.is_some()
+            {
+                message.content.clear();
+            }
+            if caps.tool_results_as_user && message.role == Role::Tool.as_str() {
+                *message = tool_result_as_user(message);
+            }
         }
-        self.render_jinja(env, &adapted, tools, add_generation_prompt)
+        adapted
     }
 
-    fn render_jinja(
-        &self,
-        env: &Environment<'static>,
-        messages: &[TemplateMessage],
-        tools: &[Value],
-        add_generation_prompt: bool,
-    ) -> Result<String, TemplateError> {
-        let template = env.get_template(TEMPLATE_NAME).map_err(describe)?;
-        let tools = if tools.is_empty() { None } else { Some(tools) };
-        let ctx = minijinja::context! {
-            messages => JinjaValue::from(Serde(messages)),
-            tools => JinjaValue::from(Serde(tools)),
-            add_generation_prompt => add_generation_prompt,
-            bos_token => &self.bos_token,
-            eos_token => &self.eos_token,
-        };
-        template.render(ctx).map_err(describe)
+    fn render(&self, context: &RenderContext) -> Result<String, TemplateError> {
+        let template = self.env.get_template(TEMPLATE_NAME).map_err(describe)?;
+        template
+            .render(JinjaValue::from(Serde(context)))
+            .map_err(describe)
     }
+}
+
+/// The probe's tool, shaped like llama.cpp's (a described string argument).
+fn probe_tools() -> Vec<Value> {
+    vec![
+        serde_json::json!({"type": "function", "function": {"name": PROBE_TOOL,
+        "description": "A probe.", "parameters": {"type": "object", "properties": {
+        "arg": {"type": "string", "description": "An argument."}}, "required": ["arg"]}}}),
+    ]
+}
+
+/// A user message, an assistant message with `content` and one call with `id` and
+/// `arguments`, and the call's result.
+fn probe_call(id: &str, arguments: Value, content: &str) -> Vec<TemplateMessage> {
+    let mut call = TemplateMessage::new("assistant", content);
+    call.tool_calls = Some(vec![serde_json::json!({"id": id, "type": "function",
+        "function": {"name": PROBE_TOOL, "arguments": arguments}})]);
+    let mut result = TemplateMessage::new("tool", "Tool result");
+    result.tool_call_id = Some(id.to_string());
+    result.name = Some(PROBE_TOOL.into());
+    vec![TemplateMessage::new("user", "User message"), call, result]
+}
+
+/// llama.cpp's globals: `functions`, the tools as JSON indented by 2 (empty without
+/// tools), and `datetime`, today as `%b %d %Y`.
+fn llama_globals(tools: &[Value]) -> Map<String, Value> {
+    let mut functions = String::new();
+    if !tools.is_empty() {
+        write_python_json(&Value::Array(tools.to_vec()), Some(2), 0, &mut functions);
+    }
+    let mut globals = Map::new();
+    globals.insert("functions".into(), Value::String(functions));
+    globals.insert(
+        "datetime".into(),
+        Value::String(strftime_now("%b %d %Y".into())),
+    );
+    globals
 }
 
 /// For a template without a system role: a leading system message joins the next
@@ -269,6 +544,24 @@ fn shorten_ids(message: &mut TemplateMessage) {
     if let Some(id) = &message.tool_call_id {
         message.tool_call_id = Some(nine_alphanumerics(id));
     }
+}
+
+/// A message's call arguments as compact JSON text, as llama.cpp passes them.
+fn arguments_as_text(message: &mut TemplateMessage) {
+    for call in message.tool_calls.iter_mut().flatten() {
+        if let Some(arguments) = call.pointer_mut("/function/arguments") {
+            if !arguments.is_string() {
+                *arguments = Value::String(arguments.to_string());
+            }
+        }
+    }
+}
+
+/// A tool result as a user turn, in the `<tool_response>` tags that go with the
+/// `<tool_call>` tags of shepherd's own tool instructions.
+fn tool_result_as_user(message: &TemplateMessage) -> TemplateMessage {
+    let content = format!("<tool_response>\n{}\n</tool_response>", message.content);
+    TemplateMessage::new("user", &content)
 }
 
 /// The id a template that demands 9 alphanumerics gets for `id`: the id itself when it
@@ -314,130 +607,6 @@ fn describe(err: Error) -> TemplateError {
     TemplateError(text)
 }
 
-fn jinja_environment(source: &str) -> Result<Environment<'static>, TemplateError> {
-    let mut env = Environment::new();
-    let syntax = minijinja::syntax::SyntaxConfig::builder()
-        .trim_blocks(true)
-        .lstrip_blocks(true)
-        .build()
-        .map_err(describe)?;
-    env.set_syntax(syntax);
-    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-    env.add_filter("tojson", tojson);
-    env.add_test("iterable", is_iterable);
-    env.add_function("raise_exception", raise_exception);
-    env.add_function("strftime_now", strftime_now);
-    env.add_template_owned(TEMPLATE_NAME, strip_generation_tags(source))
-        .map_err(describe)?;
-    Ok(env)
-}
-
-/// Removes `{% generation %}` / `{% endgeneration %}` (with any whitespace control).
-pub fn strip_generation_tags(source: &str) -> String {
-    let mut out = String::with_capacity(source.len());
-    let mut rest = source;
-    while let Some(start) = rest.find("{%") {
-        let Some(len) = rest[start..].find("%}") else {
-            break;
-        };
-        let tag = &rest[start..start + len + 2];
-        let word = tag
-            .trim_start_matches("{%")
-            .trim_end_matches("%}")
-            .trim_matches(['-', '+', ' ', '\t', '\n']);
-        out.push_str(&rest[..start]);
-        if word != "generation" && word != "endgeneration" {
-            out.push_str(tag);
-        }
-        rest = &rest[start + len + 2..];
-    }
-    out.push_str(rest);
-    out
-}
-
-/// Python's `iterable` test: `none` is not iterable there, although minijinja iterates
-/// it as empty (and its own test says yes). Qwen3-Coder's and Nemotron's templates ask
-/// `tools is iterable and tools | length > 0`, which then failed on `none | length`
-/// whenever no tools were offered. Undefined stays iterable, as in jinja2.
-fn is_iterable(value: &JinjaValue) -> bool {
-    !value.is_none() && value.try_iter().is_ok()
-}
-
-fn raise_exception(message: String) -> Result<JinjaValue, Error> {
-    Err(Error::new(ErrorKind::InvalidOperation, message))
-}
-
-/// transformers passes the current local time; shepherd formats UTC with the one
-/// strftime subset of `util::time`.
-fn strftime_now(format: String) -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    crate::util::time::strftime(&format, i64::try_from(secs).unwrap_or(i64::MAX))
-}
-
-/// Python's `json.dumps(value, ensure_ascii=False, indent=indent)`: `", "` and `": "`
-/// separators (`","` between items when indenting), no HTML escaping. `ensure_ascii`,
-/// `sort_keys` and `separators` are accepted and ignored, as the measured templates need.
-fn tojson(value: JinjaValue, kwargs: Kwargs) -> Result<JinjaValue, Error> {
-    let indent: Option<usize> = kwargs.get("indent")?;
-    for ignored in ["ensure_ascii", "sort_keys", "separators"] {
-        let _: Option<JinjaValue> = kwargs.get(ignored)?;
-    }
-    kwargs.assert_all_used()?;
-    let json = serde_json::to_value(&value)
-        .map_err(|e| Error::new(ErrorKind::InvalidOperation, format!("tojson: {e}")))?;
-    let mut out = String::new();
-    write_python_json(&json, indent, 0, &mut out);
-    Ok(JinjaValue::from_safe_string(out))
-}
-
-fn write_python_json(value: &Value, indent: Option<usize>, depth: usize, out: &mut String) {
-    match value {
-        Value::Array(items) if !items.is_empty() => {
-            let parts = items.iter().map(|v| {
-                let mut s = String::new();
-                write_python_json(v, indent, depth + 1, &mut s);
-                s
-            });
-            write_container(('[', ']'), parts.collect(), indent, depth, out);
-        }
-        Value::Object(map) if !map.is_empty() => {
-            let parts = map.iter().map(|(k, v)| {
-                let mut s = Value::String(k.clone()).to_string();
-                s.push_str(": ");
-                write_python_json(v, indent, depth + 1, &mut s);
-                s
-            });
-            write_container(('{', '}'), parts.collect(), indent, depth, out);
-        }
-        other => out.push_str(&other.to_string()),
-    }
-}
-
-fn write_container(
-    brackets: (char, char),
-    parts: Vec<String>,
-    indent: Option<usize>,
-    depth: usize,
-    out: &mut String,
-) {
-    out.push(brackets.0);
-    match indent {
-        None => out.push_str(&parts.join(", ")),
-        Some(width) => {
-            let inner = " ".repeat(width * (depth + 1));
-            let sep = format!(",\n{inner}");
-            out.push('\n');
-            out.push_str(&inner);
-            out.push_str(&parts.join(&sep));
-            out.push('\n');
-            out.push_str(&" ".repeat(width * depth));
-        }
-    }
-    out.push(brackets.1);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -445,24 +614,13 @@ mod tests {
     use std::io::Write;
     use std::process::{Command, Stdio};
 
-    /// Renders with the Python jinja2 reference (scripts/render_template.py).
-    fn python_render(
-        source: &str,
-        messages: &[TemplateMessage],
-        tools: &[Value],
-        add_gen: bool,
-    ) -> String {
-        let request = json!({
-            "template": source,
-            "messages": messages,
-            "tools": if tools.is_empty() { Value::Null } else { json!(tools) },
-            "add_generation_prompt": add_gen,
-            "bos_token": "<s>",
-            "eos_token": "</s>",
-        });
+    /// Renders `context` with the Python jinja2 reference (scripts/render_template.py).
+    fn python_render(source: &str, context: &RenderContext) -> String {
+        let request = json!({"template": source, "context": context});
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/render_template.py");
         let mut child = Command::new("python3")
             .arg(script)
+            .env("TZ", "UTC")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -482,13 +640,15 @@ mod tests {
         String::from_utf8(output.stdout).expect("python output is UTF-8")
     }
 
-    /// Renders `source` with minijinja and with Python's jinja2 and demands identical bytes.
+    /// Renders `source` with minijinja and with Python's jinja2, both given what
+    /// shepherd renders (the messages adapted to the template), and demands identical bytes.
     fn check(source: &str, messages: &[TemplateMessage], tools: &[Value], add_gen: bool) -> String {
         let template = ChatTemplate::new(Some(source), "<s>", "</s>").unwrap();
-        let ours = template.render(messages, tools, add_gen).unwrap();
+        let prepared = template.prepare(messages, tools, add_gen);
+        let ours = prepared.render().unwrap();
         assert_eq!(
             ours,
-            python_render(source, messages, tools, add_gen),
+            python_render(source, &prepared.context),
             "template:\n{source}"
         );
         ours
@@ -700,6 +860,176 @@ mod tests {
         assert_eq!(
             crate::util::time::strftime("%d %B %Y (%b, %m) %%", 19_782 * 86_400),
             "29 February 2024 (Feb, 02) %"
+        );
+    }
+
+    /// A question, the assistant's call to `lookup` (with `content` and `thinking`)
+    /// and its result, as the session stores them.
+    fn tool_turn(content: &str, thinking: Option<&str>) -> Vec<TemplateMessage> {
+        let call = crate::core::ToolCall {
+            id: "call_0".into(),
+            name: "lookup".into(),
+            arguments: json!({"zeta": "z"}),
+        };
+        let result = Message::tool_result(&call, "found");
+        let mut asks = Message::assistant(content);
+        asks.tool_calls = vec![call];
+        asks.thinking = thinking.map(str::to_string);
+        conversation("", &[Message::user("Hi"), asks, result])
+    }
+
+    #[test]
+    fn reasoning_goes_as_reasoning_content_and_as_thinking_where_the_template_reads_it() {
+        let messages = tool_turn("", Some("Ponder."));
+        assert_eq!(messages[1].reasoning_content.as_deref(), Some("Ponder."));
+        assert_eq!(messages[1].thinking, None);
+        assert_eq!(
+            tool_turn("", Some(""))[1].reasoning_content,
+            None,
+            "empty is none"
+        );
+        // Qwen3 and DeepSeek read reasoning_content: no `thinking` is added.
+        let qwen = "{% for m in messages %}{{ m.reasoning_content }}|{% endfor %}";
+        let template = ChatTemplate::new(Some(qwen), "", "").unwrap();
+        let prepared = template.prepare(&messages, &tools(), true);
+        assert_eq!(prepared.context.messages[1].thinking, None);
+        assert_eq!(check(qwen, &messages, &tools(), true), "|Ponder.||");
+        // gpt-oss reads `thinking`.
+        let gpt_oss = "{% for m in messages %}{% if m.thinking %}<think>{{ m.thinking }}</think>{% endif %}{{ m.content }}{% endfor %}";
+        let out = check(gpt_oss, &messages, &tools(), true);
+        assert_eq!(out, "Hi<think>Ponder.</think>found");
+    }
+
+    #[test]
+    fn a_template_that_takes_thinking_or_content_beside_a_call_gets_the_thinking() {
+        // gpt-oss's refusal, as its template words it; llama.cpp drops the content.
+        let source = "{% for m in messages %}{% if m.tool_calls and m.content and m.thinking %}{{ raise_exception('Cannot pass both content and thinking in an assistant message with tool calls!') }}{% endif %}[{{ m.thinking or m.content }}]{% endfor %}";
+        let out = check(
+            source,
+            &tool_turn("Let me look.", Some("Ponder.")),
+            &tools(),
+            true,
+        );
+        assert_eq!(out, "[Hi][Ponder.][found]");
+        let out = check(source, &tool_turn("Let me look.", None), &tools(), true);
+        assert_eq!(
+            out, "[Hi][Let me look.][found]",
+            "without reasoning the content stays"
+        );
+    }
+
+    #[test]
+    fn arguments_go_as_json_text_where_objects_fail() {
+        // Functionary v3.2 concatenates the arguments to its text.
+        let source = "{% for m in messages %}{% for c in m.tool_calls or [] %}{{ c.function.name + ' ' + c.function.arguments }}{% endfor %}{% endfor %}";
+        let out = check(source, &tool_turn("", None), &tools(), true);
+        assert_eq!(out, "lookup {\"zeta\":\"z\"}");
+        let source = "{% for m in messages %}{% for c in m.tool_calls or [] %}{{ c.function.arguments | tojson }}{% endfor %}{% endfor %}";
+        let out = check(source, &tool_turn("", None), &tools(), true);
+        assert_eq!(
+            out, "{\"zeta\": \"z\"}",
+            "where objects render they stay objects"
+        );
+    }
+
+    #[test]
+    fn tool_results_go_as_user_turns_where_the_template_drops_or_refuses_them() {
+        // Phi-3.5 knows no tool role; Gemma 2 wants user and assistant to alternate.
+        let drops = "{% for m in messages %}{% if m.role != 'tool' %}<{{ m.role }}>{{ m.content }}{% endif %}{% endfor %}";
+        let want = "<user>Hi<assistant><user><tool_response>\nfound\n</tool_response>";
+        assert_eq!(check(drops, &tool_turn("", None), &[], true), want);
+        let alternates = "{% for m in messages %}{% if (m.role == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}<{{ m.role }}>{{ m.content }}{% endfor %}";
+        assert_eq!(check(alternates, &tool_turn("", None), &[], true), want);
+        let shows = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}";
+        let out = check(shows, &tool_turn("", None), &[], true);
+        assert!(
+            out.ends_with("<tool>found"),
+            "a template that shows results keeps them: {out}"
+        );
+    }
+
+    #[test]
+    fn tools_go_to_a_template_only_where_it_describes_them() {
+        let describes = "{% for t in tools or [] %}{{ t.function.name }}{% endfor %}";
+        assert!(ChatTemplate::new(Some(describes), "", "")
+            .unwrap()
+            .handles_tools());
+        // Mentions `tools` but never shows them (DeepSeek V3.1 leaves that to the caller).
+        let mentions = "{% if tools %}You have tools.{% endif %}{{ messages[0].content }}";
+        assert!(!ChatTemplate::new(Some(mentions), "", "")
+            .unwrap()
+            .handles_tools());
+    }
+
+    #[test]
+    fn the_tool_use_template_renders_requests_with_tools() {
+        let default = "default:{{ messages[0].content }}";
+        let tool_use = "tool_use:{% for t in tools or [] %}{{ t.function.name }}{% endfor %}";
+        let both = ChatTemplate::with_tool_use(Some(default), Some(tool_use), "", "").unwrap();
+        assert_eq!(
+            both.render(&chat(), &[], true).unwrap(),
+            "default:You are terse."
+        );
+        assert_eq!(
+            both.render(&chat(), &tools(), true).unwrap(),
+            "tool_use:lookup"
+        );
+        assert!(both.handles_tools());
+        // The only template renders everything, as llama.cpp does.
+        let only = ChatTemplate::with_tool_use(None, Some(tool_use), "", "").unwrap();
+        assert_eq!(only.render(&chat(), &[], true).unwrap(), "tool_use:");
+        assert!(only.stop_strings(&[]).is_empty(), "not the ChatML fallback");
+        // A tool_use template that does not parse is left out.
+        let broken = ChatTemplate::with_tool_use(Some(default), Some("{% if %}"), "", "").unwrap();
+        assert_eq!(
+            broken.render(&chat(), &tools(), true).unwrap(),
+            "default:You are terse."
+        );
+    }
+
+    #[test]
+    fn a_template_that_needs_llama_cpps_functions_and_datetime_gets_them() {
+        // Firefunction v2 concatenates both into its system prompt.
+        let source = "{{ 'Functions:' + functions + '|Today is ' + datetime + '.' }}";
+        assert!(ChatTemplate::new(Some(source), "", "")
+            .unwrap()
+            .handles_tools());
+        let today = strftime_now("%b %d %Y".into());
+        let out = check(source, &chat(), &tools(), true);
+        assert!(
+            out.starts_with("Functions:[\n  {\n    \"type\": \"function\",\n"),
+            "{out}"
+        );
+        assert!(out.ends_with(&format!("}}\n]|Today is {today}.")), "{out}");
+        let out = check(source, &chat(), &[], true);
+        assert_eq!(out, format!("Functions:|Today is {today}."));
+    }
+
+    #[test]
+    fn lists_in_a_namespace_change_in_place_as_in_llama_cpp() {
+        // Kimi K2 queues its tool-call ids this way; transformers' sandbox refuses it.
+        let source = "{% set q = namespace(ids=[], n=0) %}{% set _ = q.ids.append('a') %}{% set _ = q.ids.append('b') %}{% set _ = q.ids.extend(['c', 'b']) %}{% set _ = q.ids.extend(q.ids) %}{{ q.ids.pop(0) }}{{ q.ids | length }}{{ q.ids[-1] }}{{ q.ids | tojson }}{% if q.ids %}T{% endif %}{{ q.ids.pop() }}{{ q.ids.count('b') }}{{ q.n }}";
+        let template = ChatTemplate::new(Some(source), "", "").unwrap();
+        let out = template.render(&chat(), &[], true).unwrap();
+        assert_eq!(
+            out,
+            "a7b[\"b\", \"c\", \"b\", \"a\", \"b\", \"c\", \"b\"]Tb30"
+        );
+        let empty = "{% set q = namespace(ids=[]) %}{{ q.ids.pop() }}";
+        let err = ChatTemplate::new(Some(empty), "", "")
+            .unwrap()
+            .render(&chat(), &[], true);
+        assert!(err.unwrap_err().to_string().contains("pop"));
+    }
+
+    #[test]
+    fn indent_matches_jinja2() {
+        // Command R+ indents '{\n' and keeps its newline, as jinja2 does.
+        check(
+            "{{ '{\\n' | indent(4, first=true) }}|{{ 'a\\nb\\n\\nc' | indent(2) }}|{{ 'a\\n\\nb' | indent('> ', true, true) }}|{{ 'x\\r\\ny\\u2028z' | indent }}|{{ '' | indent(width=3, first=true) }}|{{ tools[0] | tojson(indent=4) | indent(8) }}",
+            &chat(),
+            &tools(),
+            false,
         );
     }
 }

@@ -11,7 +11,8 @@ use super::models::{self, FindError};
 use super::Reply;
 use crate::core::{BackendError, FinishReason, Message, Role, ToolCall, ToolSpec};
 use crate::stream::filter::OutputFilter;
-use crate::template::{self, ChatTemplate, TemplateMessage};
+use crate::stream::format::{self, CallSyntax};
+use crate::template::{self, ChatTemplate, Prepared, TemplateMessage};
 
 /// The answer's reserve when the request sets no `max_tokens`, at most a quarter of the context.
 const DEFAULT_RESERVE: u32 = 512;
@@ -70,8 +71,20 @@ fn tool_call_json(call: &ToolCall) -> String {
 }
 
 /// The model's chat template (`source`), or ChatML when it has none or it does not parse.
+#[cfg(feature = "tensorrt")]
 pub(crate) fn load_template(source: Option<&str>, bos: &str, eos: &str) -> ChatTemplate {
-    ChatTemplate::new(source, bos, eos).unwrap_or_else(|err| {
+    load_templates(source, None, bos, eos)
+}
+
+/// The model's chat template (`source`) and the GGUF's `tool_use` variant, used when
+/// tools are offered; ChatML when it has neither or the default does not parse.
+pub(crate) fn load_templates(
+    source: Option<&str>,
+    tool_use: Option<&str>,
+    bos: &str,
+    eos: &str,
+) -> ChatTemplate {
+    ChatTemplate::with_tool_use(source, tool_use, bos, eos).unwrap_or_else(|err| {
         crate::log::debug(crate::log::Category::Llm, || format!("{err}; using ChatML"));
         ChatTemplate::new(None, bos, eos).expect("the ChatML fallback needs no parsing")
     })
@@ -83,16 +96,75 @@ pub(crate) fn render(
     conversation: &[TemplateMessage],
     tools: &[ToolSpec],
 ) -> Result<String, BackendError> {
-    let template_error = |e: template::TemplateError| BackendError::Config(e.to_string());
+    let prepared = prepare(template, conversation, tools);
+    prepared
+        .render()
+        .map_err(|e| BackendError::Config(e.to_string()))
+}
+
+/// What [`render`] renders: the template's own tool handling where it describes tools,
+/// else the tools described in the system message and no `tools` passed.
+pub(crate) fn prepare<'a>(
+    template: &'a ChatTemplate,
+    conversation: &[TemplateMessage],
+    tools: &[ToolSpec],
+) -> Prepared<'a> {
+    prepare_turn(template, conversation, tools, true)
+}
+
+/// [`prepare`], with or without the generation prompt.
+fn prepare_turn<'a>(
+    template: &'a ChatTemplate,
+    conversation: &[TemplateMessage],
+    tools: &[ToolSpec],
+    generation_prompt: bool,
+) -> Prepared<'a> {
     if tools.is_empty() || template.handles_tools() {
-        let rendered = template.render(conversation, &template::template_tools(tools), true);
-        return rendered.map_err(template_error);
+        let tools = template::template_tools(tools);
+        return template.prepare(conversation, &tools, generation_prompt);
     }
-    // The template knows nothing about tools: describe them in the system message.
     let messages = with_tool_instructions(conversation, tools);
-    template
-        .render(&messages, &[], true)
-        .map_err(template_error)
+    template.prepare(&messages, &[], generation_prompt)
+}
+
+/// How a tool call is written in prompts rendered with `template`, learnt by rendering
+/// a probe call the way [`render`] renders every prompt ([`format::call_syntax`]): the
+/// template's own syntax where it renders tools, else the `<tool_call>` form the tool
+/// instructions ask for. `None` where the call's arguments are not JSON. `turn_end`
+/// finds the end-of-turn token in the text after the arguments.
+pub(crate) fn call_syntax(
+    template: &ChatTemplate,
+    turn_end: impl Fn(&str) -> usize,
+) -> Option<CallSyntax> {
+    let probe = ToolSpec {
+        name: format::PROBE_TOOL.into(),
+        description: "A probe.".into(),
+        parameters: serde_json::json!({"type": "object",
+            "properties": {"probe_arg": {"type": "string"}}}),
+    };
+    let user = Message::user("Call the probe.");
+    let mut call = Message::assistant("");
+    call.tool_calls = vec![ToolCall {
+        id: format::PROBE_ID.into(),
+        name: format::PROBE_TOOL.into(),
+        arguments: format::probe_arguments(),
+    }];
+    let tools = [probe];
+    let render = |messages: &[Message], generation_prompt: bool| {
+        let conversation = template::conversation("", messages);
+        let prepared = prepare_turn(template, &conversation, &tools, generation_prompt);
+        prepared.render().ok()
+    };
+    let plain = render(std::slice::from_ref(&user), true)?;
+    let with_call = render(&[user, call], false)?;
+    let short_id = template::nine_alphanumerics(format::PROBE_ID);
+    let syntax = format::call_syntax(&plain, &with_call, &short_id, turn_end);
+    if syntax.is_none() {
+        crate::log::debug(crate::log::Category::Llm, || {
+            format!("no tool-call syntax in the probe: {plain:?} then {with_call:?}")
+        });
+    }
+    syntax
 }
 
 /// The typed overflow for a prompt of `prompt` tokens that, with `reserve` for the
@@ -209,6 +281,9 @@ pub(crate) fn read_filter(reply: &mut Reply, filter: &mut OutputFilter) {
         reply.finish = FinishReason::ToolCalls;
     }
 }
+
+#[cfg(test)]
+mod template_corpus;
 
 #[cfg(test)]
 mod tests {

@@ -44,6 +44,72 @@ pub fn tool_call_grammar<'a>(tools: impl IntoIterator<Item = (&'a str, &'a Value
     out
 }
 
+/// How a model family writes one call, as literal text around the tool's name and
+/// its JSON arguments; `id`, where the template wrote an id into that text, becomes
+/// any id of the same length.
+pub struct CallShape<'a> {
+    pub before: &'a str,
+    pub between: &'a str,
+    pub after: &'a str,
+    pub id: Option<&'a str>,
+}
+
+/// A grammar whose root is one call (or, with `repeat`, one or more) of `tools` in
+/// the family's own syntax `shape`.
+pub fn shaped_call_grammar<'a>(
+    shape: &CallShape<'_>,
+    tools: impl IntoIterator<Item = (&'a str, &'a Value)>,
+    repeat: bool,
+) -> String {
+    let mut builder = Builder::default();
+    let id = shape.id.map(|id| {
+        let body = format!("[a-zA-Z0-9_]{{{}}}", id.chars().count());
+        builder.rule("call-id".into(), body)
+    });
+    // A literal part as grammar items: its text, with the id's places as `id`.
+    let items = |part: &str| -> Vec<String> {
+        let mut out = Vec::new();
+        let pieces: Vec<&str> = match shape.id {
+            Some(shown) if id.is_some() => part.split(shown).collect(),
+            _ => vec![part],
+        };
+        for (i, piece) in pieces.iter().enumerate() {
+            if i > 0 {
+                out.extend(id.clone());
+            }
+            if !piece.is_empty() {
+                out.push(literal(piece));
+            }
+        }
+        out
+    };
+    let calls: Vec<String> = tools
+        .into_iter()
+        .enumerate()
+        .map(|(i, (name, schema))| {
+            let args = builder.value(&format!("call{i}-args"), schema);
+            let mut body = items(shape.before);
+            body.push(literal(name));
+            body.extend(items(shape.between));
+            body.push(args);
+            body.extend(items(shape.after));
+            builder.rule(format!("call{i}"), body.join(" "))
+        })
+        .collect();
+    let call = builder.rule("call".into(), calls.join(" | "));
+    let root = if repeat {
+        format!("{call} ( ws {call} )*")
+    } else {
+        call
+    };
+    let mut out = format!("root ::= {root}\n");
+    for (name, body) in &builder.rules {
+        out.push_str(&format!("{name} ::= {body}\n"));
+    }
+    out.push_str(JSON_RULES);
+    out
+}
+
 /// A grammar for `response_format`: a value following `schema`, or any JSON
 /// object when there is no schema (`json_object`).
 pub fn json_grammar(schema: Option<&Value>) -> String {
@@ -190,6 +256,33 @@ mod tests {
 
     fn check_literal(input: &str, expected: &str) {
         assert_eq!(literal(input), expected);
+    }
+
+    #[test]
+    fn a_call_in_a_familys_own_syntax() {
+        let shape = CallShape {
+            before: "[TOOL_CALLS][{\"name\": \"",
+            between: "\", \"arguments\": ",
+            after: ", \"id\": \"Ab3dEf9hI\"}]",
+            id: Some("Ab3dEf9hI"),
+        };
+        let schema =
+            json!({"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]});
+        let grammar = shaped_call_grammar(&shape, [("search", &schema)], false);
+        assert!(grammar.starts_with("root ::= call\n"), "{grammar}");
+        assert!(
+            grammar.contains("call-id ::= [a-zA-Z0-9_]{9}\n"),
+            "{grammar}"
+        );
+        assert!(
+            grammar.contains(r#"call0 ::= "[TOOL_CALLS][{\"name\": \"" "search" "\", \"arguments\": " call0-args ", \"id\": \"" call-id "\"}]""#),
+            "{grammar}"
+        );
+        let repeated = shaped_call_grammar(&shape, [("search", &schema)], true);
+        assert!(
+            repeated.starts_with("root ::= call ( ws call )*\n"),
+            "{repeated}"
+        );
     }
 
     #[test]

@@ -35,6 +35,10 @@ pub struct SamplerParams {
     pub seed: u32,
     /// A GBNF grammar (root rule `root`) that constrains the output.
     pub grammar: Option<String>,
+    /// Makes the grammar lazy: it constrains nothing until one of these regexes
+    /// (matched against the whole output so far) matches, then applies from the
+    /// match's first group on, as llama.cpp's lazy grammars do. Empty: from the start.
+    pub grammar_triggers: Vec<String>,
 }
 
 impl Default for SamplerParams {
@@ -50,6 +54,7 @@ impl Default for SamplerParams {
             penalty_last_n: 64,
             seed: 0xFFFF_FFFF,
             grammar: None,
+            grammar_triggers: Vec::new(),
         }
     }
 }
@@ -138,7 +143,7 @@ impl Sampler {
             argmax: params.grammar.is_none() && params.is_greedy() && !params.penalties_on(),
         };
         if let Some(grammar) = &params.grammar {
-            sampler.add(grammar_sampler(model, grammar)?)?;
+            sampler.add(grammar_sampler(model, grammar, &params.grammar_triggers)?)?;
         }
         sampler.add_stages(model, params)?;
         Ok(sampler)
@@ -244,13 +249,38 @@ fn first_max(values: &[f32]) -> usize {
     values.iter().position(|&v| v == max).unwrap_or(0)
 }
 
-fn grammar_sampler(model: &Model, grammar: &str) -> Result<*mut sys::llama_sampler, SamplerError> {
+fn grammar_sampler(
+    model: &Model,
+    grammar: &str,
+    triggers: &[String],
+) -> Result<*mut sys::llama_sampler, SamplerError> {
     let text = CString::new(grammar).map_err(|_| SamplerError::Grammar("NUL in grammar".into()))?;
     let root = CString::new("root").map_err(|_| SamplerError::Failed("grammar root"))?;
-    // SAFETY: the vocab is valid while `model` lives; both strings are NUL-terminated and
-    // outlive the call (llama.cpp copies what it keeps).
-    let raw =
-        unsafe { sys::llama_sampler_init_grammar(model.vocab_ptr(), text.as_ptr(), root.as_ptr()) };
+    let patterns = triggers
+        .iter()
+        .map(|t| CString::new(t.as_str()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| SamplerError::Grammar("NUL in a grammar trigger".into()))?;
+    let pointers: Vec<*const std::ffi::c_char> = patterns.iter().map(|p| p.as_ptr()).collect();
+    let raw = if pointers.is_empty() {
+        // SAFETY: the vocab is valid while `model` lives; both strings are NUL-terminated
+        // and outlive the call (llama.cpp copies what it keeps).
+        unsafe { sys::llama_sampler_init_grammar(model.vocab_ptr(), text.as_ptr(), root.as_ptr()) }
+    } else {
+        // SAFETY: as above; `pointers` holds `pointers.len()` NUL-terminated strings that
+        // outlive the call (`patterns` owns them), and no trigger tokens (null, 0).
+        unsafe {
+            sys::llama_sampler_init_grammar_lazy_patterns(
+                model.vocab_ptr(),
+                text.as_ptr(),
+                root.as_ptr(),
+                pointers.as_ptr().cast_mut(),
+                pointers.len(),
+                std::ptr::null(),
+                0,
+            )
+        }
+    };
     if raw.is_null() {
         return Err(SamplerError::Grammar(grammar.chars().take(200).collect()));
     }

@@ -114,7 +114,21 @@ fn template_corpus() -> Option<PathBuf> {
 
 /// Families whose templates frame turns and calls with special tokens: the template
 /// file and the markers the tokenizer must know as control tokens.
-const MARKED_FAMILIES: [(&str, &[&str]); 4] = [
+const MARKED_FAMILIES: [(&str, &[&str]); 6] = [
+    (
+        "Qwen-Qwen2.5-7B-Instruct.jinja",
+        &["<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>"],
+    ),
+    (
+        "meta-llama-Llama-3.1-8B-Instruct.jinja",
+        &[
+            "<|start_header_id|>",
+            "<|end_header_id|>",
+            "<|eot_id|>",
+            "<|eom_id|>",
+            "<|python_tag|>",
+        ],
+    ),
     (
         "openai-gpt-oss-120b.jinja",
         &[
@@ -208,7 +222,9 @@ fn multi_turn_tool_conversations_render_with_special_token_templates() {
     }
 }
 
-/// Three rounds against a server on `model`: the call and its result, then a follow-up.
+/// Against a server on `model`: a conversation with a call and its result, then a
+/// follow-up; then a call forced with `tool_choice`, which must come out whole in
+/// the family's own syntax (the template's probe found one: the log says so).
 fn converse(model: &std::path::Path, family: &str) {
     use serde_json::json;
     let sandbox = Sandbox::new("synthetic-family");
@@ -226,11 +242,24 @@ fn converse(model: &std::path::Path, family: &str) {
         "--context-size",
         "4096",
         "--no-prompt-cache",
+        "--debug=llm",
     ];
     let mut child = sandbox.spawn(&args);
     let (address, log) = crate::harness::wait_listening(&mut child);
     let base = format!("http://{}", address.trim_start_matches("http://"));
     let agent = crate::harness::http_agent(std::time::Duration::from_secs(120));
+    let healthy = || {
+        agent
+            .get(&format!("{base}/health"))
+            .call()
+            .is_ok_and(|r| r.status() == 200)
+    };
+    let ready = crate::harness::poll_until(std::time::Duration::from_secs(60), healthy);
+    assert!(
+        ready,
+        "{family}: never healthy; log: {}",
+        log.lock().unwrap()
+    );
     let tools = json!([{"type": "function", "function": {"name": "get_weather",
         "description": "The weather in a city.",
         "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
@@ -268,6 +297,33 @@ fn converse(model: &std::path::Path, family: &str) {
         );
         messages.push(json!({"role": "user", "content": "And tomorrow?"}));
     }
+    // A forced call: random weights, but the grammar makes it a whole, valid call.
+    let count = json!([{"type": "function", "function": {"name": "count",
+        "description": "Counts.",
+        "parameters": {"type": "object", "properties": {"n": {"type": "integer"}},
+                       "required": ["n"]}}}]);
+    let body = json!({"model": "m", "messages": [{"role": "user", "content": "Count."}],
+                      "tools": count, "tool_choice": "required", "max_tokens": 200,
+                      "temperature": 0});
+    let response = agent
+        .post(&format!("{base}/v1/chat/completions"))
+        .header("Content-Type", "application/json")
+        .send(body.to_string())
+        .expect("post");
+    let text = response.into_body().read_to_string().expect("body");
+    let reply: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let choice = &reply["choices"][0];
+    assert_eq!(choice["finish_reason"], "tool_calls", "{family}: {reply}");
+    let call = &choice["message"]["tool_calls"][0]["function"];
+    assert_eq!(call["name"], "count", "{family}: {reply}");
+    let arguments: serde_json::Value =
+        serde_json::from_str(call["arguments"].as_str().expect("arguments text")).expect("JSON");
+    assert!(arguments["n"].is_i64(), "{family}: {reply}");
+    let log = log.lock().unwrap().clone();
+    assert!(
+        log.contains("the template's tool-call syntax: Some(CallSyntax"),
+        "{family}: no call syntax found; log: {log}"
+    );
     let _ = child.kill();
     let _ = child.wait();
 }

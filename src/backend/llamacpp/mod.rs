@@ -337,12 +337,11 @@ impl LlamaBackend {
         request: &GenerateRequest<'_>,
         cancelled: &dyn Fn() -> bool,
     ) -> Result<PrefillReport, BackendError> {
-        let forced = matches!(
-            request.tool_choice,
-            ToolChoice::Required | ToolChoice::Named(_)
-        ) && !request.tools.is_empty();
-        let filter = (!forced)
-            .then(|| OutputFilter::new(request.tools.iter().map(|t| t.name.clone()).collect()));
+        // A call forced in the generic JSON shape bypasses the filter (the worker
+        // parses it and sends no text); every other answer is read through it.
+        let filter = Some(OutputFilter::new(
+            request.tools.iter().map(|t| t.name.clone()).collect(),
+        ));
         let conversation = template::conversation(&session.system_prompt, &session.messages);
         self.prefill(Prompt::Chat(conversation), request, filter, cancelled)
     }
@@ -642,10 +641,13 @@ fn load_draft(
     Ok(Some(draft))
 }
 
-/// The model's chat template, or ChatML.
+/// The model's chat template and its `tool_use` variant (the GGUF key
+/// `tokenizer.chat_template.tool_use`: Hermes 2 Pro, Command R+), or ChatML.
 fn load_template(model: &Model) -> ChatTemplate {
     let source = model.chat_template();
-    local::load_template(source.as_deref(), &model.bos_text(), &model.eos_text())
+    let tool_use = model.meta_str("tokenizer.chat_template.tool_use");
+    let (bos, eos) = (model.bos_text(), model.eos_text());
+    local::load_templates(source.as_deref(), tool_use.as_deref(), &bos, &eos)
 }
 
 #[cfg(test)]

@@ -9,7 +9,9 @@ use serde_json::Value;
 use super::prompt_tokens::PromptTokens;
 use crate::backend::{Reply, ResponseFormat, Sampling, ToolChoice};
 use crate::core::{BackendError, FinishReason, ToolCall, ToolSpec};
+use crate::llama::grammar::CallShape;
 use crate::llama::{self, Model, SamplerParams, Token};
+use crate::stream::format::CallSyntax;
 
 pub(super) fn tokenize_prompt(
     model: &Model,
@@ -31,32 +33,102 @@ pub(super) fn common_prefix(a: &[Token], b: &[Token]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
-/// The tools a grammar must force, or `None` when the model may answer freely.
-pub(super) fn forced_tools(
+/// The grammar that constrains a request's tool calls.
+#[derive(Debug)]
+pub(super) struct ToolGrammar {
+    pub grammar: String,
+    /// The call comes out as shepherd's generic JSON (`{"name", "arguments"}`), not
+    /// as the model family's own text: it is parsed here, not by the output filter.
+    pub json: bool,
+    /// The regex that starts the grammar (lazily), `None` when it holds from the start.
+    pub trigger: Option<String>,
+}
+
+/// The grammar for the request's tools: a forced call (`required` or a named tool)
+/// in the family's own syntax where the template's probe found one (else in the
+/// generic JSON shape); with `auto`, the same syntax applied lazily from the
+/// call's marker, so a call the model starts is always a valid call. `None` when
+/// the model answers freely.
+pub(super) fn tool_grammar(
     tools: &[ToolSpec],
     choice: &ToolChoice,
-) -> Result<Option<String>, BackendError> {
+    syntax: Option<&CallSyntax>,
+) -> Result<Option<ToolGrammar>, BackendError> {
     let selected: Vec<&ToolSpec> = match choice {
         ToolChoice::Required => tools.iter().collect(),
         ToolChoice::Named(name) => tools.iter().filter(|t| &t.name == name).collect(),
-        ToolChoice::Auto | ToolChoice::None => return Ok(None),
+        ToolChoice::Auto => {
+            let lazy = syntax.and_then(|s| Some((s, s.trigger?)));
+            return Ok(lazy
+                .filter(|_| !tools.is_empty())
+                .map(|(syntax, trigger)| ToolGrammar {
+                    grammar: shaped(syntax, tools.iter(), true),
+                    json: false,
+                    trigger: Some(format!("[\\s\\S]*?({})[\\s\\S]*", regex_escape(trigger))),
+                }));
+        }
+        ToolChoice::None => return Ok(None),
     };
     if selected.is_empty() {
         return Err(BackendError::Config(format!(
             "tool_choice {choice:?} names no offered tool"
         )));
     }
-    let pairs = selected.iter().map(|t| (t.name.as_str(), &t.parameters));
-    Ok(Some(llama::grammar::tool_call_grammar(pairs)))
+    let grammar = match syntax {
+        Some(syntax) => ToolGrammar {
+            grammar: shaped(syntax, selected.into_iter(), false),
+            json: false,
+            trigger: None,
+        },
+        None => {
+            let pairs = selected.iter().map(|t| (t.name.as_str(), &t.parameters));
+            ToolGrammar {
+                grammar: llama::grammar::tool_call_grammar(pairs),
+                json: true,
+                trigger: None,
+            }
+        }
+    };
+    Ok(Some(grammar))
+}
+
+fn shaped<'a>(
+    syntax: &CallSyntax,
+    tools: impl Iterator<Item = &'a ToolSpec>,
+    repeat: bool,
+) -> String {
+    let shape = CallShape {
+        before: &syntax.before,
+        between: &syntax.between,
+        after: &syntax.after,
+        id: syntax.id.as_deref(),
+    };
+    let pairs = tools.map(|t| (t.name.as_str(), &t.parameters));
+    llama::grammar::shaped_call_grammar(&shape, pairs, repeat)
+}
+
+/// `text` with the characters that mean something in a regex escaped.
+fn regex_escape(text: &str) -> String {
+    let mut out = String::new();
+    for c in text.chars() {
+        if "\\^$.|?*+()[]{}".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }
 
 pub(super) fn sampler_params(
     sampling: &Sampling,
-    grammar: Option<&str>,
+    tools: Option<&ToolGrammar>,
 ) -> Result<SamplerParams, BackendError> {
     let defaults = SamplerParams::default();
-    // A forced tool call wins over `response_format`: the call is JSON already.
-    let grammar = grammar.map(str::to_string).or_else(|| {
+    // A forced tool call wins over `response_format`; `response_format` wins over
+    // the lazy grammar of `auto` (an answer in that format is what was asked for).
+    let tools = tools.filter(|t| t.trigger.is_none() || sampling.response_format.is_none());
+    let grammar_triggers = tools.and_then(|t| t.trigger.clone()).into_iter().collect();
+    let grammar = tools.map(|t| t.grammar.clone()).or_else(|| {
         sampling
             .response_format
             .as_ref()
@@ -84,6 +156,7 @@ pub(super) fn sampler_params(
             .presence_penalty
             .unwrap_or(defaults.presence_penalty),
         grammar,
+        grammar_triggers,
     };
     params
         .validate()

@@ -43,13 +43,13 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Select, TryRecvError};
 use super::model::{self, EmbedInput, Embedding, ModelError, ModelJob, ModelProps};
 use super::prompt_cache::PromptCache;
 use super::prompt_tokens::PromptTokens;
-use super::request::{common_prefix, finish_reply, forced_tools, sampler_params, tokenize_prompt};
+use super::request::{common_prefix, finish_reply, sampler_params, tokenize_prompt, tool_grammar};
 use super::speculative::{ngram_draft, DraftModel, SlotSpec, SpecMode};
 use super::{
     load_template, tuning, BackendError, Event, FinishReason, Flow, Job, LlamaConfig,
     PrefillReport, Prompt, RequestJob, ToolChoice, ToolSpec, Usage, WorkerMsg,
 };
-use crate::backend::local::{answer_reserve, overflow, render, StopMatcher};
+use crate::backend::local::{self, answer_reserve, overflow, render, StopMatcher};
 use crate::core::{Message, Stats};
 use crate::llama::{self, utf8::Utf8Stream, Batch, Context, ContextParams, Model, Sampler, Token};
 use crate::stream::filter::OutputFilter;
@@ -131,6 +131,8 @@ pub(super) struct Worker<'m> {
     /// The control tokens that are chat-format markers, decoded as text for the
     /// output filter in a chat (sorted; see [`crate::stream::format::is_marker`]).
     markers: Vec<Token>,
+    /// How the template writes a tool call, for grammars in the family's own syntax.
+    call_syntax: Option<format::CallSyntax>,
     batch: Batch,
     slots: Vec<Slot>,
     queue: VecDeque<Box<RequestJob>>,
@@ -355,8 +357,14 @@ impl<'m> Worker<'m> {
             PromptCache::new(cache, key)
         });
         let (spec, drafter) = speculation(model, draft, config, &params)?;
+        let template = load_template(model);
+        let call_syntax = local::call_syntax(&template, |tail| end_of_turn(model, tail));
+        crate::log::debug(crate::log::Category::Llm, || {
+            format!("the template's tool-call syntax: {call_syntax:?}")
+        });
         Ok(Worker {
-            template: load_template(model),
+            template,
+            call_syntax,
             markers: model.control_tokens(format::is_marker),
             prompt_tokens,
             waiting: None,
@@ -624,7 +632,9 @@ impl<'m> Worker<'m> {
         } else {
             &job.tools
         };
-        let forced = forced_tools(tools, &job.tool_choice)?;
+        let grammar = tool_grammar(tools, &job.tool_choice, self.call_syntax.as_ref())?;
+        // A call in the generic JSON shape is parsed at the end, never shown.
+        let forced = grammar.as_ref().filter(|g| g.json);
         let prompt = match &job.prompt {
             Prompt::Chat(conversation) => render(&self.template, conversation, tools)?,
             Prompt::Raw(text) => text.clone(),
@@ -639,7 +649,7 @@ impl<'m> Worker<'m> {
         if tokens.len() + reserve > n_ctx {
             return Err(overflow(tokens.len(), reserve, n_ctx));
         }
-        let params = sampler_params(&job.sampling, forced.as_deref())?;
+        let params = sampler_params(&job.sampling, grammar.as_ref())?;
         let sampler =
             Sampler::new(self.model(), &params).map_err(|e| BackendError::Config(e.to_string()))?;
         let room = n_ctx - tokens.len();
@@ -1428,6 +1438,20 @@ impl Worker<'_> {
         }
         Ok(())
     }
+}
+
+/// The length of `text` before the first end-of-generation token in it.
+fn end_of_turn(model: &Model, text: &str) -> usize {
+    let Ok(tokens) = model.tokenize(text, false) else {
+        return text.len();
+    };
+    tokens
+        .into_iter()
+        .filter(|&t| model.is_eog(t))
+        .filter_map(|t| model.piece_bytes(t, true).ok())
+        .filter_map(|piece| text.find(std::str::from_utf8(&piece).ok()?))
+        .min()
+        .unwrap_or(text.len())
 }
 
 /// The assistant message the agent will store for `text`: what the output filter

@@ -23,7 +23,15 @@ const WORDS: [&str; 12] = [
     "▁Hello", "▁world", "▁how", "▁are", "▁you", "▁It", "▁is", "▁noon", "▁abc", "▁h", "llo", "▁tell",
 ];
 
-const SPECIALS: [&str; 5] = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"];
+const SPECIALS: [&str; 7] = [
+    "<unk>",
+    "<s>",
+    "</s>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<think>",
+    "</think>",
+];
 
 /// A Llama-2-style tokenizer.json: byte-fallback BPE over `▁`-spaced text.
 fn tokenizer_json() -> Value {
@@ -568,4 +576,31 @@ fn special_tokens_and_template_come_from_the_engine_dir() {
     std::fs::remove_file(dir.join("tokenizer.json")).unwrap();
     let err = EngineTokenizer::load(&dir).err().unwrap();
     assert!(err.to_string().contains("tokenizer.json"), "{err}");
+}
+
+#[test]
+fn marker_tokens_reach_the_filter_and_other_special_tokens_stay_out() {
+    let probe = engine("probe", "");
+    let tok = tokenizer(&probe);
+    let (think, end_think) = (
+        tok.token_id("<think>").unwrap(),
+        tok.token_id("</think>").unwrap(),
+    );
+    let start = tok.token_id("<|im_start|>").unwrap();
+    let mut reply_ids = vec![think];
+    reply_ids.extend(ids(&probe, "Hello"));
+    reply_ids.push(end_think);
+    reply_ids.push(start);
+    reply_ids.extend(ids(&probe, "world"));
+    let mut script = String::from("request\n");
+    for id in &reply_ids {
+        script += &line("chunk", &[*id]);
+    }
+    script += &line("final end_id", &[4]);
+    let dir = engine("markers", &script);
+    let mut llm = backend(&dir);
+    let mut events = Vec::new();
+    let reply = ask(&mut llm, &sampling(64, &[]), &mut events).unwrap();
+    assert_eq!(reply.thinking.trim(), "Hello");
+    assert_eq!(reply.content.trim(), "world", "{events:?}");
 }

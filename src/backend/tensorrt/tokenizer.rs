@@ -14,7 +14,7 @@
 //!   at a chunk boundary survives and a character split over several byte tokens
 //!   comes out whole, once.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use serde_json::Value;
@@ -43,6 +43,10 @@ pub struct EngineTokenizer {
     pub end_ids: BTreeSet<u32>,
     /// The Jinja chat template, `None` when the engine directory has none.
     pub chat_template: Option<String>,
+    /// The special tokens that are chat-format markers, decoded as text for the
+    /// output filter (llama-server's preserved tokens; see
+    /// [`crate::stream::format::is_marker`]); other special tokens are left out.
+    markers: BTreeMap<u32, String>,
 }
 
 fn config_error(path: &Path, what: impl std::fmt::Display) -> BackendError {
@@ -130,6 +134,12 @@ impl EngineTokenizer {
                 .iter()
                 .filter_map(|t| inner.token_to_id(t)),
         );
+        let markers = inner
+            .get_added_tokens_decoder()
+            .into_iter()
+            .filter(|(_, token)| token.special && crate::stream::format::is_marker(&token.content))
+            .map(|(id, token)| (id, token.content))
+            .collect();
         Ok(EngineTokenizer {
             inner,
             bos_text,
@@ -137,6 +147,7 @@ impl EngineTokenizer {
             eos_id,
             end_ids,
             chat_template,
+            markers,
         })
     }
 
@@ -150,9 +161,19 @@ impl EngineTokenizer {
         Ok(encoding.get_ids().to_vec())
     }
 
-    /// The text of `ids`, special tokens left out.
+    /// The text of `ids`, special tokens left out except the chat-format markers.
     fn decode(&self, ids: &[u32]) -> String {
-        self.inner.decode(ids, true).unwrap_or_default()
+        let mut text = String::new();
+        let mut run = 0;
+        for (i, id) in ids.iter().enumerate() {
+            if let Some(marker) = self.markers.get(id) {
+                text.push_str(&self.inner.decode(&ids[run..i], true).unwrap_or_default());
+                text.push_str(marker);
+                run = i + 1;
+            }
+        }
+        text.push_str(&self.inner.decode(&ids[run..], true).unwrap_or_default());
+        text
     }
 
     /// The text of `ids` with special tokens, to read what was enqueued.
