@@ -279,9 +279,9 @@ pub struct CallSyntax {
     /// The id as the template wrote it into the text, when it did (a grammar lets
     /// the model write one of the same shape).
     pub id: Option<String>,
-    /// The tool-call marker that starts a call, when the syntax starts with one: a
-    /// grammar may wait for it (lazily) and leave the text before it free. (Not a
-    /// harmony header: its reasoning starts with the same marker.)
+    /// The tool-call marker a call's text holds, when it holds one: a grammar may
+    /// wait for it (lazily) and leave the text before it free, reasoning included.
+    /// (Not a harmony header: its reasoning starts with the same marker.)
     pub trigger: Option<&'static str>,
     /// How the prompt ends (the filter must know to read the call back).
     pub prompt_end: Option<PromptEnd>,
@@ -294,6 +294,13 @@ impl CallSyntax {
             "{}{name}{}{arguments}{}",
             self.before, self.between, self.after
         )
+    }
+
+    /// `before` from the trigger on: what a lazy grammar constrains once the
+    /// trigger appears (an empty reasoning block before it, say, is the model's).
+    pub fn trigger_onward(&self) -> Option<&str> {
+        let at = self.before.find(self.trigger?)?;
+        Some(&self.before[at..])
     }
 }
 
@@ -329,9 +336,10 @@ pub fn call_syntax(
         .map(str::to_string);
     let trigger = MARKERS
         .iter()
-        .filter(|m| matches!(m.opener, Opener::Markup(_)))
-        .find(|m| before.trim_start().starts_with(m.tag))
-        .map(|m| m.tag);
+        .filter(|m| matches!(m.opener, Opener::Markup(_)) && !m.line_start)
+        .filter_map(|m| before.find(m.tag).map(|at| (at, m.tag)))
+        .min()
+        .map(|(_, tag)| tag);
     let syntax = CallSyntax {
         before: before.to_string(),
         between: between.to_string(),
@@ -429,6 +437,12 @@ mod tests {
         assert_eq!(syntax.before, "<|channel|>commentary to=functions.");
         assert_eq!(syntax.prompt_end, Some(PromptEnd::Header));
         assert_eq!(syntax.trigger, None);
+
+        // A call after an empty reasoning block: a lazy grammar starts at the call.
+        let qwen = format!("{plain}<think>\n\n</think>\n\n<tool_call>\n{{\"name\": \"probe_tool\", \"arguments\": {}}}\n</tool_call>", PROBE_ARGUMENT_TEXTS[0]);
+        let syntax = call_syntax(plain, &qwen, "x", |t: &str| t.len()).expect("qwen3");
+        assert_eq!(syntax.trigger, Some("<tool_call>"));
+        assert_eq!(syntax.trigger_onward(), Some("<tool_call>\n{\"name\": \""));
 
         // Arguments the template does not write as JSON: no syntax to force.
         let xml = format!("{plain}<tool_call>\n<function=probe_tool>\n<parameter=probe_arg>\nprobe_value\n</parameter>\n</function>\n</tool_call>");

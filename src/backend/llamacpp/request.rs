@@ -58,11 +58,11 @@ pub(super) fn tool_grammar(
         ToolChoice::Required => tools.iter().collect(),
         ToolChoice::Named(name) => tools.iter().filter(|t| &t.name == name).collect(),
         ToolChoice::Auto => {
-            let lazy = syntax.and_then(|s| Some((s, s.trigger?)));
+            let lazy = syntax.and_then(|s| Some((s, s.trigger?, s.trigger_onward()?)));
             return Ok(lazy
                 .filter(|_| !tools.is_empty())
-                .map(|(syntax, trigger)| ToolGrammar {
-                    grammar: shaped(syntax, tools.iter(), true),
+                .map(|(syntax, trigger, before)| ToolGrammar {
+                    grammar: shaped(syntax, before, tools.iter(), true),
                     json: false,
                     trigger: Some(format!("[\\s\\S]*?({})[\\s\\S]*", regex_escape(trigger))),
                 }));
@@ -76,7 +76,7 @@ pub(super) fn tool_grammar(
     }
     let grammar = match syntax {
         Some(syntax) => ToolGrammar {
-            grammar: shaped(syntax, selected.into_iter(), false),
+            grammar: shaped(syntax, &syntax.before, selected.into_iter(), false),
             json: false,
             trigger: None,
         },
@@ -92,13 +92,15 @@ pub(super) fn tool_grammar(
     Ok(Some(grammar))
 }
 
+/// The grammar of calls to `tools` in `syntax`, its text before the name `before`.
 fn shaped<'a>(
     syntax: &CallSyntax,
+    before: &str,
     tools: impl Iterator<Item = &'a ToolSpec>,
     repeat: bool,
 ) -> String {
     let shape = CallShape {
-        before: &syntax.before,
+        before,
         between: &syntax.between,
         after: &syntax.after,
         id: syntax.id.as_deref(),
@@ -215,4 +217,91 @@ fn call_from_json(value: &Value) -> Option<ToolCall> {
         name,
         arguments,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn tool(name: &str) -> ToolSpec {
+        ToolSpec {
+            name: name.into(),
+            description: String::new(),
+            parameters: json!({"type": "object", "properties": {"n": {"type": "integer"}}}),
+        }
+    }
+
+    fn hermes() -> CallSyntax {
+        CallSyntax {
+            before: "<think>\n\n</think>\n\n<tool_call>\n{\"name\": \"".into(),
+            between: "\", \"arguments\": ".into(),
+            after: "}\n</tool_call>".into(),
+            id: None,
+            trigger: Some("<tool_call>"),
+            prompt_end: None,
+        }
+    }
+
+    #[test]
+    fn each_tool_choice_gets_its_grammar() {
+        let tools = [tool("count"), tool("add")];
+        let syntax = hermes();
+        // auto: lazy, from the marker on, one or more calls.
+        let auto = tool_grammar(&tools, &ToolChoice::Auto, Some(&syntax))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            auto.trigger.as_deref(),
+            Some(r"[\s\S]*?(<tool_call>)[\s\S]*")
+        );
+        assert!(!auto.json);
+        assert!(
+            auto.grammar.starts_with("root ::= call ( ws call )*\n"),
+            "{}",
+            auto.grammar
+        );
+        assert!(!auto.grammar.contains("think"), "{}", auto.grammar);
+        // required: from the first token, in the family's syntax.
+        let required = tool_grammar(&tools, &ToolChoice::Required, Some(&syntax))
+            .unwrap()
+            .unwrap();
+        assert_eq!(required.trigger, None);
+        assert!(
+            required
+                .grammar
+                .contains(r#""<think>\n\n</think>\n\n<tool_call>\n{\"name\": \"" "count""#),
+            "{}",
+            required.grammar
+        );
+        // A named tool: only that one.
+        let named = ToolChoice::Named("add".into());
+        let one = tool_grammar(&tools, &named, Some(&syntax))
+            .unwrap()
+            .unwrap();
+        assert!(one.grammar.contains("\"add\"") && !one.grammar.contains("\"count\""));
+        // No syntax: the generic JSON shape, parsed here; auto stays free.
+        let generic = tool_grammar(&tools, &ToolChoice::Required, None)
+            .unwrap()
+            .unwrap();
+        assert!(generic.json);
+        assert!(tool_grammar(&tools, &ToolChoice::Auto, None)
+            .unwrap()
+            .is_none());
+        assert!(tool_grammar(&tools, &ToolChoice::None, Some(&syntax))
+            .unwrap()
+            .is_none());
+        assert!(tool_grammar(&[], &ToolChoice::Auto, Some(&syntax))
+            .unwrap()
+            .is_none());
+        let missing = ToolChoice::Named("nope".into());
+        assert!(tool_grammar(&tools, &missing, Some(&syntax)).is_err());
+    }
+
+    #[test]
+    fn triggers_are_regex_escaped() {
+        assert_eq!(regex_escape("[TOOL_CALLS]"), r"\[TOOL_CALLS\]");
+        assert_eq!(regex_escape("<|tool_call|>"), r"<\|tool_call\|>");
+        assert_eq!(regex_escape("a.b*c"), r"a\.b\*c");
+    }
 }
