@@ -114,8 +114,10 @@ impl AnthropicBackend {
             .authorised(self.agent.post(url))
             .header("Content-Type", "application/json");
         let response = http::send(builder, body, url, &self.config.api.tape)?;
-        let names = request.tools.iter().map(|t| t.name.clone()).collect();
-        let turn = Turn::new(OutputFilter::new(names), self.config.api.context_size);
+        let turn = Turn::new(
+            OutputFilter::for_tools(request.tools),
+            self.config.api.context_size,
+        );
         let reader = BufReader::new(response.into_body().into_reader());
         if request.stream {
             read_stream(reader, turn, sink, url)

@@ -138,8 +138,10 @@ impl OllamaBackend {
         sink: &mut dyn EventSink,
     ) -> Result<Reply, BackendError> {
         let response = http::send(self.post(url), body, url, &self.config.api.tape)?;
-        let names = request.tools.iter().map(|t| t.name.clone()).collect();
-        let turn = Turn::new(OutputFilter::new(names), self.num_ctx.unwrap_or(0));
+        let turn = Turn::new(
+            OutputFilter::for_tools(request.tools),
+            self.num_ctx.unwrap_or(0),
+        );
         let reader = BufReader::new(response.into_body().into_reader());
         read_stream(reader, turn, sink, url)
     }

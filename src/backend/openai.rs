@@ -129,8 +129,10 @@ impl OpenAiBackend {
         sink: &mut dyn EventSink,
     ) -> Result<Reply, BackendError> {
         let response = http::send(self.post(url, request.stream), body, url, &self.config.tape)?;
-        let names = request.tools.iter().map(|t| t.name.clone()).collect();
-        let turn = Turn::new(OutputFilter::new(names), self.config.context_size);
+        let turn = Turn::new(
+            OutputFilter::for_tools(request.tools),
+            self.config.context_size,
+        );
         let reader = BufReader::new(response.into_body().into_reader());
         if request.stream {
             read_stream(reader, turn, sink, url)

@@ -16,9 +16,9 @@ use super::format::{
     self, HarmonyMessage, Marker, Opener, PromptEnd, FENCE, MARKERS, RECIPIENT, RESPONSE_CLOSE,
     RESPONSE_OPEN,
 };
-use super::textcalls;
+use super::textcalls::{self, Offered};
 use super::toolcall::ensure_ids;
-use crate::core::{Event, EventSink, Flow, ToolCall};
+use crate::core::{Event, EventSink, Flow, ToolCall, ToolSpec};
 
 /// Held tool-call text beyond this size is shown as text instead.
 const MAX_HELD_BYTES: usize = 4 * 1024 * 1024;
@@ -87,7 +87,7 @@ enum Step {
 
 /// Splits model text into typed events; see the module docs.
 pub struct OutputFilter {
-    tool_names: Vec<String>,
+    tools: Vec<Offered>,
     mode: Mode,
     /// Text received but not yet emitted.
     pending: String,
@@ -113,8 +113,22 @@ pub struct OutputFilter {
 impl OutputFilter {
     /// A filter that recognises calls to these tools only.
     pub fn new(tool_names: Vec<String>) -> Self {
+        OutputFilter::offered(Offered::names(tool_names))
+    }
+
+    /// A filter for calls to `tools`, whose schemas type the values of formats that
+    /// write every value as text.
+    pub fn for_tools(tools: &[ToolSpec]) -> Self {
+        let offered = |t: &ToolSpec| Offered {
+            name: t.name.clone(),
+            parameters: Some(t.parameters.clone()),
+        };
+        OutputFilter::offered(tools.iter().map(offered).collect())
+    }
+
+    fn offered(tools: Vec<Offered>) -> Self {
         OutputFilter {
-            tool_names,
+            tools,
             mode: Mode::Text,
             pending: String::new(),
             line_start: true,
@@ -443,7 +457,7 @@ impl OutputFilter {
             JsonProgress::Complete(end) => {
                 self.mode = Mode::Text;
                 let candidate: String = self.pending.drain(..end).collect();
-                match textcalls::parse_json_call(&candidate, &self.tool_names) {
+                match textcalls::parse_json_call(&candidate, &self.tools) {
                     Some(call) => {
                         self.tool_calls.push(call);
                         Step::Again
@@ -461,8 +475,8 @@ impl OutputFilter {
 
     fn resolve_markup(&mut self, markup: &str, sink: &mut dyn EventSink) -> Flow {
         let parsed = match self.recipient.take() {
-            Some(name) => textcalls::parse_addressed(&name, markup, &self.tool_names),
-            None => textcalls::parse_markup(markup, &self.tool_names),
+            Some(name) => textcalls::parse_addressed(&name, markup, &self.tools),
+            None => textcalls::parse_markup(markup, &self.tools),
         };
         match parsed {
             Some(calls) => {

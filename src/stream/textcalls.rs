@@ -19,31 +19,59 @@ use serde_json::{Map, Value};
 
 use crate::core::ToolCall;
 
+/// A tool the model may call: its name and, where known, its parameters' JSON schema,
+/// which types the values of the formats that write every value as text (a string
+/// parameter `123` stays the string "123", as llama.cpp's parsers keep it).
+#[derive(Debug, Clone)]
+pub struct Offered {
+    pub name: String,
+    pub parameters: Option<Value>,
+}
+
+impl Offered {
+    /// Tools known by name only: values are typed by how they read.
+    pub fn names(names: Vec<String>) -> Vec<Offered> {
+        let offered = |name| Offered {
+            name,
+            parameters: None,
+        };
+        names.into_iter().map(offered).collect()
+    }
+}
+
+/// Types a value written as text: (tool, parameter, raw text) to its JSON value.
+type Typer<'a> = &'a dyn Fn(&str, &str, &str) -> Value;
+
 /// Parses one stretch of tool-call markup. `None` when it is not a well-formed
 /// call to a registered tool (then the filter shows it as plain text).
-pub fn parse_markup(text: &str, tool_names: &[String]) -> Option<Vec<ToolCall>> {
+pub fn parse_markup(text: &str, tools: &[Offered]) -> Option<Vec<ToolCall>> {
     let text = text.trim();
+    let typer = |tool: &str, key: &str, raw: &str| typed_value(tools, tool, key, raw);
+    let ty: Typer = &typer;
     let after = |open: &str, close: &str| text.strip_prefix(open).map(|rest| inner(rest, close));
     let calls = if text.starts_with("<function_calls>") || text.starts_with("<minimax:tool_call>") {
-        parse_invokes(text)
+        parse_invokes(text, ty)
     } else if text.starts_with("<｜DSML｜") {
-        parse_invokes(&text.replace("<｜DSML｜", "<").replace("</｜DSML｜", "</"))
+        parse_invokes(
+            &text.replace("<｜DSML｜", "<").replace("</｜DSML｜", "</"),
+            ty,
+        )
     } else if text.starts_with("]<]minimax[>[") {
-        parse_invokes(&text.replace("]<]minimax[>[", ""))
+        parse_invokes(&text.replace("]<]minimax[>[", ""), ty)
     } else if let Some(body) = after("<|open|>tools<|sep|>", "<|close|>tools<|sep|>") {
-        parse_open_calls(body)
+        parse_open_calls(body, ty)
     } else if let Some(body) = after("Action:", "\n```\n") {
         json_calls(body.trim().trim_start_matches("```json"))
     } else if let Some(body) = after("<tool_calls>", "</tool_calls>") {
         json_calls(body)
     } else if let Some(body) = after("<tool_call>", "</tool_call>") {
-        parse_tool_call_body(body)
+        parse_tool_call_body(body, ty)
     } else if let Some(body) = after("<tool>", "</tool>") {
         parse_json_object(body).map(|c| vec![c])
     } else if text.starts_with("<function=") {
-        parse_functions(text)
+        parse_functions(text, ty)
     } else if let Some(body) = after("<seed:tool_call>", "</seed:tool_call>") {
-        parse_functions(body)
+        parse_functions(body, ty)
     } else if let Some(rest) = text.strip_prefix("[TOOL_CALLS]") {
         parse_mistral(rest)
     } else if let Some(rest) = text.strip_prefix("<|python_tag|>") {
@@ -69,12 +97,32 @@ pub fn parse_markup(text: &str, tool_names: &[String]) -> Option<Vec<ToolCall>> 
     } else {
         parse_json_object(text).map(|c| vec![c])
     }?;
-    validate(calls, tool_names)
+    validate(calls, tools)
+}
+
+/// A value written as text: a string where the tool's schema says the parameter
+/// is one, else JSON where it parses as JSON ([`param_value`]).
+fn typed_value(tools: &[Offered], tool: &str, key: &str, raw: &str) -> Value {
+    let schema = resolve(tool, tools).and_then(|t| t.parameters.as_ref());
+    let kind = schema.and_then(|s| s.get("properties")?.get(key)?.get("type"));
+    let string = match kind {
+        Some(Value::String(kind)) => kind == "string",
+        Some(Value::Array(kinds)) => {
+            let mut kinds = kinds.iter().filter(|k| k.as_str() != Some("null"));
+            kinds.all(|k| k.as_str() == Some("string"))
+        }
+        _ => false,
+    };
+    match param_value(raw) {
+        Value::String(text) => Value::String(text),
+        _ if string => Value::String(layout(raw).to_string()),
+        value => value,
+    }
 }
 
 /// The body of a message addressed to tool `name` (gpt-oss harmony): its JSON
 /// arguments, up to the message's end marker.
-pub fn parse_addressed(name: &str, body: &str, tool_names: &[String]) -> Option<Vec<ToolCall>> {
+pub fn parse_addressed(name: &str, body: &str, tools: &[Offered]) -> Option<Vec<ToolCall>> {
     let end = super::format::HARMONY_END
         .iter()
         .filter_map(|m| body.find(m))
@@ -86,37 +134,37 @@ pub fn parse_addressed(name: &str, body: &str, tool_names: &[String]) -> Option<
     } else {
         serde_json::from_str(body).ok()?
     };
-    validate(vec![call(name, arguments)], tool_names)
+    validate(vec![call(name, arguments)], tools)
 }
 
 /// Parses a bare JSON call `{"name": …, "arguments"|"parameters": {…}}`.
-pub fn parse_json_call(text: &str, tool_names: &[String]) -> Option<ToolCall> {
+pub fn parse_json_call(text: &str, tools: &[Offered]) -> Option<ToolCall> {
     let call = parse_json_object(text)?;
-    validate(vec![call], tool_names)?.pop()
+    validate(vec![call], tools)?.pop()
 }
 
 /// Keeps the calls only when every one names a registered tool (matched
 /// case-insensitively, reported with the registered spelling).
-fn validate(calls: Vec<ToolCall>, tool_names: &[String]) -> Option<Vec<ToolCall>> {
+fn validate(calls: Vec<ToolCall>, tools: &[Offered]) -> Option<Vec<ToolCall>> {
     if calls.is_empty() {
         return None;
     }
     calls
         .into_iter()
         .map(|mut call| {
-            call.name = resolve_name(&call.name, tool_names)?;
+            call.name = resolve(&call.name, tools)?.name.clone();
             Some(call)
         })
         .collect()
 }
 
-fn resolve_name(name: &str, tool_names: &[String]) -> Option<String> {
+/// The offered tool `name` names: the exact spelling, else matched ignoring case.
+fn resolve<'a>(name: &str, tools: &'a [Offered]) -> Option<&'a Offered> {
     let name = name.trim();
-    tool_names
+    tools
         .iter()
-        .find(|t| t.as_str() == name)
-        .or_else(|| tool_names.iter().find(|t| t.eq_ignore_ascii_case(name)))
-        .cloned()
+        .find(|t| t.name == name)
+        .or_else(|| tools.iter().find(|t| t.name.eq_ignore_ascii_case(name)))
 }
 
 /// The text before `close`, or all of it when the closing tag never came.
@@ -437,20 +485,20 @@ impl PyParser<'_> {
 }
 
 /// The inside of `<tool_call>`: JSON, Qwen3-Coder functions, or GLM argument pairs.
-fn parse_tool_call_body(body: &str) -> Option<Vec<ToolCall>> {
+fn parse_tool_call_body(body: &str, ty: Typer) -> Option<Vec<ToolCall>> {
     let body = body.trim();
     if body.starts_with('{') {
         return parse_json_object(body).map(|c| vec![c]);
     }
     if body.starts_with("<function=") {
-        return parse_functions(body);
+        return parse_functions(body, ty);
     }
-    parse_glm(body).map(|c| vec![c])
+    parse_glm(body, ty).map(|c| vec![c])
 }
 
 /// Qwen3-Coder and Seed-OSS `<function=NAME><parameter=K>V</parameter>…</function>`,
 /// or Llama 3.1 and Functionary v3.1 `<function=NAME>{…}</function>`, one or more.
-fn parse_functions(text: &str) -> Option<Vec<ToolCall>> {
+fn parse_functions(text: &str, ty: Typer) -> Option<Vec<ToolCall>> {
     let mut calls = Vec::new();
     let mut rest = text;
     while let Some(start) = rest.find("<function=") {
@@ -461,7 +509,8 @@ fn parse_functions(text: &str) -> Option<Vec<ToolCall>> {
         let arguments = if inside.starts_with('{') {
             serde_json::from_str(inside).ok()?
         } else {
-            tagged_params(inside, "<parameter=", ">", "</parameter>")?
+            let value = |key: &str, raw: &str| ty(name, key, raw);
+            tagged_params(inside, "<parameter=", ">", "</parameter>", &value)?
         };
         calls.push(call(name, arguments));
         rest = &body[body_end..];
@@ -470,7 +519,7 @@ fn parse_functions(text: &str) -> Option<Vec<ToolCall>> {
 }
 
 /// GLM: `NAME<arg_key>K</arg_key><arg_value>V</arg_value>…`.
-fn parse_glm(body: &str) -> Option<ToolCall> {
+fn parse_glm(body: &str, ty: Typer) -> Option<ToolCall> {
     let name_end = body.find("<arg_key>").unwrap_or(body.len());
     let name = body[..name_end].trim();
     if name.is_empty() || name.contains(['<', '>', '{', '\n']) {
@@ -484,17 +533,15 @@ fn parse_glm(body: &str) -> Option<ToolCall> {
         let value_start = after_key.find("<arg_value>")? + "<arg_value>".len();
         let value_text = &after_key[value_start..];
         let value_end = value_text.find("</arg_value>").unwrap_or(value_text.len());
-        arguments.insert(
-            key.trim().to_string(),
-            param_value(&value_text[..value_end]),
-        );
+        let key = key.trim();
+        arguments.insert(key.to_string(), ty(name, key, &value_text[..value_end]));
         rest = &value_text[value_end..];
     }
     Some(call(name, Value::Object(arguments)))
 }
 
 /// Anthropic style: `<invoke name="X"><parameter name="K">V</parameter></invoke>`.
-fn parse_invokes(text: &str) -> Option<Vec<ToolCall>> {
+fn parse_invokes(text: &str, ty: Typer) -> Option<Vec<ToolCall>> {
     let mut calls = Vec::new();
     let mut rest = text;
     while let Some(start) = rest.find("<invoke") {
@@ -503,10 +550,11 @@ fn parse_invokes(text: &str) -> Option<Vec<ToolCall>> {
         let name = attribute(attributes, "name")?;
         let body_end = body.find("</invoke>").unwrap_or(body.len());
         let inside = &body[..body_end];
+        let value = |key: &str, raw: &str| ty(&name, key, raw);
         let arguments = if inside.contains("<parameter") {
-            named_params(inside)?
+            named_params(inside, &value)?
         } else {
-            element_params(inside)?
+            element_params(inside, &value)?
         };
         calls.push(call(&name, arguments));
         rest = &body[body_end..];
@@ -515,7 +563,7 @@ fn parse_invokes(text: &str) -> Option<Vec<ToolCall>> {
 }
 
 /// `<parameter name="K">V</parameter>` pairs.
-fn named_params(body: &str) -> Option<Value> {
+fn named_params(body: &str, value: &dyn Fn(&str, &str) -> Value) -> Option<Value> {
     let mut arguments = Map::new();
     let mut rest = body;
     while let Some(start) = rest.find("<parameter") {
@@ -525,25 +573,26 @@ fn named_params(body: &str) -> Option<Value> {
         let value_end = value_text.find("</parameter>").unwrap_or(value_text.len());
         let raw = &value_text[..value_end];
         // DeepSeek V3.2 marks which values are strings: `string="true"`.
-        let value = match attribute(attributes, "string").as_deref() {
+        let typed = match attribute(attributes, "string").as_deref() {
             Some("true") => Value::String(raw.to_string()),
-            _ => param_value(raw),
+            Some(_) => param_value(raw),
+            None => value(&key, raw),
         };
-        arguments.insert(key, value);
+        arguments.insert(key, typed);
         rest = &value_text[value_end..];
     }
     Some(Value::Object(arguments))
 }
 
 /// MiniMax M3: `<KEY>V</KEY>` elements.
-fn element_params(body: &str) -> Option<Value> {
+fn element_params(body: &str, value: &dyn Fn(&str, &str) -> Value) -> Option<Value> {
     let mut arguments = Map::new();
     let mut rest = body.trim();
     while let Some(after) = rest.strip_prefix('<') {
         let (key, value_text) = after.split_once('>')?;
         let close = format!("</{key}>");
         let value_end = value_text.find(&close)?;
-        arguments.insert(key.to_string(), param_value(&value_text[..value_end]));
+        arguments.insert(key.to_string(), value(key, &value_text[..value_end]));
         rest = value_text[value_end + close.len()..].trim_start();
     }
     Some(Value::Object(arguments))
@@ -551,7 +600,7 @@ fn element_params(body: &str) -> Option<Value> {
 
 /// Kimi K3: `<|open|>call tool="NAME" index="N"<|sep|>` with arguments
 /// `<|open|>argument key="K" type="T"<|sep|>V<|close|>argument<|sep|>`.
-fn parse_open_calls(body: &str) -> Option<Vec<ToolCall>> {
+fn parse_open_calls(body: &str, ty: Typer) -> Option<Vec<ToolCall>> {
     let mut calls = Vec::new();
     for part in body.split("<|open|>call").skip(1) {
         let (attributes, rest) = part.split_once("<|sep|>")?;
@@ -563,7 +612,8 @@ fn parse_open_calls(body: &str) -> Option<Vec<ToolCall>> {
             let key = attribute(attributes, "key")?;
             let value = match attribute(attributes, "type").as_deref() {
                 Some("string") => Value::String(value.to_string()),
-                _ => param_value(value),
+                Some(_) => param_value(value),
+                None => ty(&name, &key, value),
             };
             arguments.insert(key, value);
         }
@@ -573,17 +623,21 @@ fn parse_open_calls(body: &str) -> Option<Vec<ToolCall>> {
 }
 
 /// `<open KEY close_key>V</close>` pairs, e.g. `<parameter=K>V</parameter>`.
-fn tagged_params(body: &str, open: &str, close_key: &str, close: &str) -> Option<Value> {
+fn tagged_params(
+    body: &str,
+    open: &str,
+    close_key: &str,
+    close: &str,
+    value: &dyn Fn(&str, &str) -> Value,
+) -> Option<Value> {
     let mut arguments = Map::new();
     let mut rest = body;
     while let Some(start) = rest.find(open) {
         let after = &rest[start + open.len()..];
         let (key, value_text) = after.split_once(close_key)?;
         let value_end = value_text.find(close).unwrap_or(value_text.len());
-        arguments.insert(
-            key.trim().to_string(),
-            param_value(&value_text[..value_end]),
-        );
+        let key = key.trim();
+        arguments.insert(key.to_string(), value(key, &value_text[..value_end]));
         rest = &value_text[value_end..];
     }
     Some(Value::Object(arguments))
@@ -599,14 +653,19 @@ fn attribute(attributes: &str, key: &str) -> Option<String> {
     Some(value[..end].to_string())
 }
 
+/// A value's text without its layout: a newline after the opening tag pairs with
+/// one before the closing tag.
+fn layout(raw: &str) -> &str {
+    match raw.strip_prefix('\n') {
+        Some(text) => text.strip_suffix('\n').unwrap_or(text),
+        None => raw,
+    }
+}
+
 /// A parameter value: JSON when it parses as JSON, else the text. One leading
 /// and one trailing newline are layout, not content.
 pub fn param_value(raw: &str) -> Value {
-    // A newline after the opening tag pairs with one before the closing tag.
-    let text = match raw.strip_prefix('\n') {
-        Some(text) => text.strip_suffix('\n').unwrap_or(text),
-        None => raw,
-    };
+    let text = layout(raw);
     serde_json::from_str(text.trim()).unwrap_or_else(|_| Value::String(text.to_string()))
 }
 
@@ -620,7 +679,7 @@ mod tests {
     }
 
     fn check(text: &str, expected: Option<Vec<(&str, Value)>>) {
-        let got = parse_markup(text, &names()).map(|calls| {
+        let got = parse_markup(text, &Offered::names(names())).map(|calls| {
             calls
                 .into_iter()
                 .map(|c| (c.name, c.arguments))
@@ -713,6 +772,31 @@ mod tests {
             None,
         );
         check("<function_calls></function_calls>", None);
+    }
+
+    /// Formats that write every value as text: the tool's schema says which are strings.
+    #[test]
+    fn text_values_are_typed_by_the_schema() {
+        let schema = json!({"type": "object", "properties": {
+            "path": {"type": "string"}, "n": {"type": "integer"},
+            "note": {"type": ["string", "null"]}}});
+        let tools = [Offered {
+            name: "write".into(),
+            parameters: Some(schema),
+        }];
+        let parse = |text: &str| parse_markup(text, &tools).expect(text)[0].arguments.clone();
+        let qwen = "<tool_call>\n<function=write>\n<parameter=path>\n2024\n</parameter>\n<parameter=n>\n7\n</parameter>\n<parameter=note>\ntrue\n</parameter>\n</function>\n</tool_call>";
+        assert_eq!(parse(qwen), json!({"path": "2024", "n": 7, "note": "true"}));
+        let glm = "<tool_call>write<arg_key>path</arg_key><arg_value>[1]</arg_value><arg_key>n</arg_key><arg_value>3</arg_value></tool_call>";
+        assert_eq!(parse(glm), json!({"path": "[1]", "n": 3}));
+        let minimax = "<minimax:tool_call><invoke name=\"write\"><parameter name=\"path\">007</parameter></invoke></minimax:tool_call>";
+        assert_eq!(parse(minimax), json!({"path": "007"}));
+        // Known by name only: values are typed by how they read.
+        let untyped = parse_markup(qwen, &Offered::names(vec!["write".into()])).unwrap();
+        assert_eq!(
+            untyped[0].arguments,
+            json!({"path": 2024, "n": 7, "note": true})
+        );
     }
 
     #[test]

@@ -339,9 +339,7 @@ impl LlamaBackend {
     ) -> Result<PrefillReport, BackendError> {
         // A call forced in the generic JSON shape bypasses the filter (the worker
         // parses it and sends no text); every other answer is read through it.
-        let filter = Some(OutputFilter::new(
-            request.tools.iter().map(|t| t.name.clone()).collect(),
-        ));
+        let filter = Some(OutputFilter::for_tools(request.tools));
         let conversation = template::conversation(&session.system_prompt, &session.messages);
         self.prefill(Prompt::Chat(conversation), request, filter, cancelled)
     }

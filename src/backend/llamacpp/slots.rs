@@ -1458,7 +1458,7 @@ fn end_of_turn(model: &Model, text: &str) -> usize {
 /// makes of it (content, reasoning, calls with ids), so the next turn's prompt is
 /// rendered as it will be asked for.
 fn answer_message(text: &str, tools: &[ToolSpec], report: PrefillReport) -> Message {
-    let mut filter = OutputFilter::new(tools.iter().map(|t| t.name.clone()).collect());
+    let mut filter = OutputFilter::for_tools(tools);
     if let Some(end) = report.prompt_end {
         filter.after_prompt(end);
     }

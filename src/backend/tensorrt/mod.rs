@@ -36,7 +36,9 @@ use self::tokenizer::{Detokenizer, EngineTokenizer};
 use super::estimate::TokenEstimator;
 use super::local::{self, message_text, overflow, StopMatcher};
 use super::{Backend, BackendInfo, GenerateRequest, Reply, Sampling, ToolChoice, Usage};
-use crate::core::{BackendError, Event, EventSink, FinishReason, Flow, Message, Session, Stats};
+use crate::core::{
+    BackendError, Event, EventSink, FinishReason, Flow, Message, Session, Stats, ToolSpec,
+};
 use crate::stream::filter::OutputFilter;
 use crate::stream::format::{self, PromptEnd};
 use crate::template::{self, ChatTemplate};
@@ -121,7 +123,7 @@ pub struct Prepared {
     tokens: Vec<u32>,
     options: RequestOptions,
     stops: Vec<String>,
-    tool_names: Vec<String>,
+    tools: Vec<ToolSpec>,
     /// How the prompt ends, where that decides how the answer starts.
     prompt_end: Option<PromptEnd>,
     stream: bool,
@@ -201,7 +203,7 @@ impl TensorRtBackend {
             options: self.request_options(max_tokens, request.sampling),
             tokens,
             stops: self.template.stop_strings(&request.sampling.stop),
-            tool_names: tools.iter().map(|t| t.name.clone()).collect(),
+            tools: tools.to_vec(),
             prompt_end: format::prompt_end(&prompt),
             stream: request.stream,
         })
@@ -345,7 +347,7 @@ struct Turn {
 
 impl Turn {
     fn new(prepared: &Prepared) -> Turn {
-        let mut filter = OutputFilter::new(prepared.tool_names.clone());
+        let mut filter = OutputFilter::for_tools(&prepared.tools);
         if let Some(end) = prepared.prompt_end {
             filter.after_prompt(end);
         }
