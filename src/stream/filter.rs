@@ -13,8 +13,8 @@
 //! line with `{"`; markup inside a code fence or a think block is text.
 
 use super::format::{
-    self, HarmonyMessage, Marker, Opener, PromptEnd, FENCE, MARKERS, RECIPIENT, RESPONSE_CLOSE,
-    RESPONSE_OPEN,
+    self, HarmonyMessage, LearntCall, Marker, Opener, PromptEnd, FENCE, MARKERS, RECIPIENT,
+    RESPONSE_CLOSE, RESPONSE_OPEN,
 };
 use super::textcalls::{self, Offered};
 use super::toolcall::ensure_ids;
@@ -101,6 +101,8 @@ pub struct OutputFilter {
     prompt_think: bool,
     /// The prompt ended with Functionary's `>>>`: each `>>>` starts a recipient line.
     recipients: bool,
+    /// The call syntax of a template whose markers the table does not know.
+    learnt: Option<LearntCall>,
     /// A reasoning block just closed: a `<response>` wrapper may follow.
     after_think: bool,
     /// The answer is wrapped in `<response>`: its `</response>` is dropped.
@@ -135,6 +137,7 @@ impl OutputFilter {
             recipient: None,
             prompt_think: false,
             recipients: false,
+            learnt: None,
             after_think: false,
             in_response: false,
             visible: String::new(),
@@ -161,6 +164,11 @@ impl OutputFilter {
                 Mode::Recipient
             }
         };
+    }
+
+    /// Reads calls in a syntax learnt from the template ([`format::CallSyntax::learnt`]).
+    pub fn learn(&mut self, learnt: LearntCall) {
+        self.learnt = Some(learnt);
     }
 
     /// Feeds model text; returns `Cancel` as soon as the sink asks to stop.
@@ -246,6 +254,7 @@ impl OutputFilter {
         let extra = [
             self.recipients.then_some(RECIPIENT),
             self.in_response.then_some(RESPONSE_CLOSE),
+            self.learnt.map(|l| l.opener()),
         ];
         let scan = scan_text(&self.pending, self.line_start, &extra);
         let (flow, step) = match scan {
@@ -474,9 +483,15 @@ impl OutputFilter {
     }
 
     fn resolve_markup(&mut self, markup: &str, sink: &mut dyn EventSink) -> Flow {
-        let parsed = match self.recipient.take() {
-            Some(name) => textcalls::parse_addressed(&name, markup, &self.tools),
-            None => textcalls::parse_markup(markup, &self.tools),
+        let learnt = self
+            .learnt
+            .filter(|l| markup.trim_start().starts_with(l.marker));
+        let parsed = match (self.recipient.take(), learnt) {
+            (Some(name), _) => textcalls::parse_addressed(&name, markup, &self.tools),
+            (None, Some(learnt)) => learnt
+                .read(markup)
+                .and_then(|calls| textcalls::named_calls(calls, &self.tools)),
+            (None, None) => textcalls::parse_markup(markup, &self.tools),
         };
         match parsed {
             Some(calls) => {

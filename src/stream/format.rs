@@ -351,11 +351,101 @@ pub fn call_syntax(
     reads_back(&syntax).then_some(syntax)
 }
 
+/// The call syntax of a template whose markers the table does not know, learnt from
+/// its probe: the opening text of a call becomes a marker of its own, and calls are
+/// read by the syntax itself (`before NAME between JSON after`, one or more). The
+/// texts are leaked: one syntax per loaded template, for the life of the process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LearntCall {
+    pub marker: &'static str,
+    /// Where a call's markup ends: the closing marker after the arguments, none
+    /// when the call runs to the end of the answer.
+    pub close: &'static [&'static str],
+    pub before: &'static str,
+    pub between: &'static str,
+    pub after: &'static str,
+}
+
+impl CallSyntax {
+    /// The syntax as a [`LearntCall`], for a template whose calls start with a tag the
+    /// marker table does not know (`<|fn|>{"name": …}` of some new family). `None`
+    /// where a known marker, bare JSON or a harmony header starts the call.
+    pub fn learnt(&self) -> Option<LearntCall> {
+        if self.trigger.is_some() || self.prompt_end.is_some() {
+            return None;
+        }
+        let before = self.before.trim_start();
+        let open_end = before.find(['{', '"', '\n']).unwrap_or(before.len());
+        let marker = before[..open_end].trim_end();
+        let tag_like = marker.starts_with(['<', '[']) && marker.chars().count() >= 3;
+        let known = MARKERS
+            .iter()
+            .any(|m| m.tag.starts_with(marker) || marker.starts_with(m.tag));
+        if !tag_like || known || !self.between.chars().any(|c| !c.is_whitespace()) {
+            return None;
+        }
+        let after = self.after.trim();
+        let close = after.find(['<', '[']).map(|at| after[at..].trim());
+        let leak = |text: &str| -> &'static str { Box::leak(text.to_string().into_boxed_str()) };
+        let close: &'static [&'static str] = match close.filter(|c| !c.is_empty()) {
+            Some(close) => Box::leak(vec![leak(close)].into_boxed_slice()),
+            None => &[],
+        };
+        Some(LearntCall {
+            marker: leak(marker),
+            close,
+            before: leak(before),
+            between: leak(&self.between),
+            after: leak(after),
+        })
+    }
+}
+
+impl LearntCall {
+    /// The opening marker, as the filter scans for it.
+    pub fn opener(&self) -> Marker {
+        marker(self.marker, Opener::Markup(self.close))
+    }
+
+    /// The calls (name, arguments) in `text`, one or more written in this syntax.
+    pub fn read(&self, text: &str) -> Option<Vec<(String, serde_json::Value)>> {
+        let mut calls = Vec::new();
+        let mut rest = text.trim();
+        while !rest.is_empty() {
+            let call = rest.strip_prefix(self.before)?;
+            let (name, arguments) = call.split_once(self.between)?;
+            let mut values = serde_json::Deserializer::from_str(arguments.trim_start())
+                .into_iter::<serde_json::Value>();
+            let value = values.next()?.ok()?;
+            let skipped = arguments.len() - arguments.trim_start().len();
+            let tail = arguments[skipped + values.byte_offset()..].trim_start();
+            calls.push((name.trim().to_string(), value));
+            rest = tail.strip_prefix(self.after).unwrap_or(tail).trim_start();
+            if !rest.starts_with(self.before) {
+                break;
+            }
+        }
+        (!calls.is_empty()).then_some(calls)
+    }
+
+    /// Whether a special token with this text belongs to this syntax's markers.
+    pub fn holds(&self, text: &str) -> bool {
+        text.chars().count() >= 3
+            && !text.starts_with(char::is_alphanumeric)
+            && [self.marker, self.before, self.after]
+                .iter()
+                .any(|m| m.contains(text))
+    }
+}
+
 /// Whether the output filter reads the probe call written in `syntax` back.
 fn reads_back(syntax: &CallSyntax) -> bool {
     let mut filter = super::filter::OutputFilter::new(vec![PROBE_TOOL.to_string()]);
     if let Some(end) = syntax.prompt_end {
         filter.after_prompt(end);
+    }
+    if let Some(learnt) = syntax.learnt() {
+        filter.learn(learnt);
     }
     let mut ignore = |_: crate::core::Event| crate::core::Flow::Continue;
     filter.push(
@@ -447,6 +537,39 @@ mod tests {
         // Arguments the template does not write as JSON: no syntax to force.
         let xml = format!("{plain}<tool_call>\n<function=probe_tool>\n<parameter=probe_arg>\nprobe_value\n</parameter>\n</function>\n</tool_call>");
         assert_eq!(call_syntax(plain, &xml, "x", |t: &str| t.len()), None);
+    }
+
+    /// A family the table does not know: its call's opening tag is learnt.
+    #[test]
+    fn an_unknown_familys_call_syntax_is_learnt() {
+        let plain = "<|user|>Call.<|end_user|><|bot|>";
+        let call = format!(
+            "{plain}<|fn|>{{\"name\": \"probe_tool\", \"arguments\": {}}}<|/fn|><|end_bot|>",
+            PROBE_ARGUMENT_TEXTS[0]
+        );
+        let end = |tail: &str| tail.find("<|end_bot|>").unwrap_or(tail.len());
+        let syntax =
+            call_syntax(plain, &call, "x", end).expect("read back through the learnt marker");
+        let learnt = syntax.learnt().expect("learnt");
+        assert_eq!((learnt.marker, learnt.close), ("<|fn|>", &["<|/fn|>"][..]));
+        assert!(learnt.holds("<|fn|>") && learnt.holds("<|/fn|>") && !learnt.holds("<|end_bot|>"));
+        let two = "<|fn|>{\"name\": \"a\", \"arguments\": {\"x\": 1}}<|/fn|>\n<|fn|>{\"name\": \"b\", \"arguments\": {}}<|/fn|>";
+        let calls = learnt.read(two).expect("two calls");
+        assert_eq!(
+            calls,
+            vec![
+                ("a".into(), serde_json::json!({"x": 1})),
+                ("b".into(), serde_json::json!({}))
+            ]
+        );
+        assert_eq!(learnt.read("<|fn|>not a call"), None);
+        // Known markers are never learnt again.
+        let hermes = format!(
+            "{plain}<tool_call>\n{{\"name\": \"probe_tool\", \"arguments\": {}}}\n</tool_call>",
+            PROBE_ARGUMENT_TEXTS[0]
+        );
+        let known = call_syntax(plain, &hermes, "x", |t: &str| t.len()).expect("hermes");
+        assert_eq!(known.learnt(), None);
     }
 
     #[test]

@@ -137,6 +137,15 @@ pub fn parse_addressed(name: &str, body: &str, tools: &[Offered]) -> Option<Vec<
     validate(vec![call(name, arguments)], tools)
 }
 
+/// Calls read by a learnt syntax ([`super::format::LearntCall::read`]), kept when every
+/// one names an offered tool.
+pub fn named_calls(calls: Vec<(String, Value)>, tools: &[Offered]) -> Option<Vec<ToolCall>> {
+    let calls = calls
+        .into_iter()
+        .map(|(name, arguments)| call(&name, arguments));
+    validate(calls.collect(), tools)
+}
+
 /// Parses a bare JSON call `{"name": …, "arguments"|"parameters": {…}}`.
 pub fn parse_json_call(text: &str, tools: &[Offered]) -> Option<ToolCall> {
     let call = parse_json_object(text)?;

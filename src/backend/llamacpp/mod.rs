@@ -140,6 +140,8 @@ pub struct PrefillReport {
     /// How the rendered prompt ends, where that decides how the answer starts
     /// ([`crate::stream::format::prompt_end`]).
     pub prompt_end: Option<crate::stream::format::PromptEnd>,
+    /// The call syntax learnt from a template whose markers the table does not know.
+    pub learnt_call: Option<crate::stream::format::LearntCall>,
 }
 
 /// Benchmark figures in the units llama-bench prints (`shepherd bench`, and `make
@@ -382,8 +384,13 @@ impl LlamaBackend {
             }
         };
         self.last_prefill = Some(report);
-        if let (Some(filter), Some(end)) = (self.filter.as_mut(), report.prompt_end) {
-            filter.after_prompt(end);
+        if let Some(filter) = self.filter.as_mut() {
+            if let Some(end) = report.prompt_end {
+                filter.after_prompt(end);
+            }
+            if let Some(learnt) = report.learnt_call {
+                filter.learn(learnt);
+            }
         }
         self.pending = Some(Pending {
             events,

@@ -133,6 +133,8 @@ pub(super) struct Worker<'m> {
     markers: Vec<Token>,
     /// How the template writes a tool call, for grammars in the family's own syntax.
     call_syntax: Option<format::CallSyntax>,
+    /// That syntax as a marker of its own, where the table knows none of its markers.
+    learnt_call: Option<format::LearntCall>,
     batch: Batch,
     slots: Vec<Slot>,
     queue: VecDeque<Box<RequestJob>>,
@@ -359,13 +361,17 @@ impl<'m> Worker<'m> {
         let (spec, drafter) = speculation(model, draft, config, &params)?;
         let template = load_template(model);
         let call_syntax = local::call_syntax(&template, |tail| end_of_turn(model, tail));
+        let learnt = call_syntax.as_ref().and_then(format::CallSyntax::learnt);
         crate::log::debug(crate::log::Category::Llm, || {
             format!("the template's tool-call syntax: {call_syntax:?}")
         });
         Ok(Worker {
             template,
             call_syntax,
-            markers: model.control_tokens(format::is_marker),
+            markers: model.control_tokens(|text| {
+                format::is_marker(text) || learnt.is_some_and(|l| l.holds(text))
+            }),
+            learnt_call: learnt,
             prompt_tokens,
             waiting: None,
             embeds: VecDeque::new(),
@@ -578,6 +584,7 @@ impl<'m> Worker<'m> {
             reused_tokens: keep,
             decoded_tokens: prompt.len() - keep,
             prompt_end,
+            learnt_call: self.learnt_call,
         };
         crate::log::debug(crate::log::Category::Llm, || {
             format!(
@@ -1461,6 +1468,9 @@ fn answer_message(text: &str, tools: &[ToolSpec], report: PrefillReport) -> Mess
     let mut filter = OutputFilter::for_tools(tools);
     if let Some(end) = report.prompt_end {
         filter.after_prompt(end);
+    }
+    if let Some(learnt) = report.learnt_call {
+        filter.learn(learnt);
     }
     let mut ignore = |_: Event| Flow::Continue;
     filter.push(text, &mut ignore);
