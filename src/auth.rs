@@ -82,6 +82,7 @@ pub fn token_file(port: u16) -> PathBuf {
 pub fn publish(kind: &str, address: &str, addr: SocketAddr, token: &str) -> io::Result<PathBuf> {
     let dir = token_dir();
     ensure_private_dir(&dir)?;
+    remove_stale(&dir);
     let path = dir.join(format!("server-{}.json", addr.port()));
     let record = TokenRecord {
         kind: kind.to_string(),
@@ -119,6 +120,11 @@ pub fn find(host: &str, port: u16) -> Option<String> {
     }
     let path = token_file(port);
     match read_record(&path) {
+        // The server that wrote it is gone: whatever listens there now is not it.
+        Ok(record) if !alive(record.pid) => {
+            let _ = fs::remove_file(&path);
+            None
+        }
         Ok(record) if record.port == port => {
             crate::redact::register_secret(&record.token);
             Some(record.token)
@@ -144,6 +150,28 @@ pub fn find_for_url(url: &str) -> Option<String> {
 pub fn find_for_address(address: &str) -> Option<String> {
     let (host, port) = net::host_and_port(address)?;
     find(host, port)
+}
+
+/// Whether process `pid` still runs (its `/proc` entry is there).
+fn alive(pid: u32) -> bool {
+    Path::new("/proc").join(pid.to_string()).exists()
+}
+
+/// Removes the token files in `dir` whose server is gone (killed, so it never
+/// cleaned up); files this user does not own, or cannot read, are left alone.
+fn remove_stale(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for path in entries.flatten().map(|e| e.path()) {
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if !(name.starts_with("server-") && name.ends_with(".json")) {
+            continue;
+        }
+        if read_record(&path).is_ok_and(|r| !alive(r.pid)) {
+            let _ = fs::remove_file(&path);
+        }
+    }
 }
 
 /// Reads a token file, trusting it only when this user owns it and nobody
@@ -244,6 +272,32 @@ mod tests {
         fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
         let error = read_record(&path).unwrap_err();
         assert!(error.to_string().contains("0600"), "{error}");
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn token_files_of_servers_that_are_gone_are_removed() {
+        let dir = std::env::temp_dir().join(format!("shepherd-stale-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        ensure_private_dir(&dir).unwrap();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let gone = child.id();
+        child.wait().unwrap();
+        let write = |port: u16, pid: u32| {
+            let record = format!(
+                r#"{{"kind":"server","address":"127.0.0.1:{port}","port":{port},"pid":{pid},"token":"t"}}"#
+            );
+            let path = dir.join(format!("server-{port}.json"));
+            crate::util::fs::write_atomic(&path, record.as_bytes()).unwrap();
+            path
+        };
+        let (stale, live) = (write(1, gone), write(2, std::process::id()));
+        let other = dir.join("notes.json");
+        fs::write(&other, "{}").unwrap();
+        assert!(!alive(gone) && alive(std::process::id()));
+        remove_stale(&dir);
+        assert!(!stale.exists(), "the killed server's file is gone");
+        assert!(live.exists() && other.exists(), "the rest stays");
         let _ = fs::remove_dir_all(&dir);
     }
 }

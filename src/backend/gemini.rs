@@ -77,7 +77,7 @@ impl GeminiBackend {
 
     fn url(&self, stream: bool) -> String {
         let base = self.config.api.base();
-        let model = self.config.api.model.trim_start_matches("models/");
+        let model = http::path_segment(self.config.api.model.trim_start_matches("models/"));
         if stream {
             format!("{base}/models/{model}:streamGenerateContent?alt=sse")
         } else {
@@ -953,6 +953,31 @@ mod tests {
         let error = generate(&server, &fake::session(), &mut Vec::new()).expect_err("error");
         assert!(matches!(error, BackendError::Protocol(_)), "{error:?}");
         server.finish();
+    }
+
+    /// A model name goes into the URL path as one segment: it can never climb out
+    /// of `models/` or add a query.
+    #[test]
+    fn a_model_name_is_one_path_segment() {
+        let body = json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "ok"}]}, "finishReason": "STOP"}]});
+        let server = FakeServer::start(vec![Canned::json(200, body)]);
+        let mut api = ApiSettings::new(format!("{}/v1beta", server.base_url), "a/../../admin?x");
+        api.api_key = Some("g-key".into());
+        let mut backend = GeminiBackend::new(GeminiConfig {
+            api,
+            thinking_budget: None,
+        });
+        let tools = fake::tools();
+        let sampling = Sampling::default();
+        let request = fake::request(&tools, &sampling, false);
+        backend
+            .generate(&fake::session(), &request, &mut Vec::new())
+            .expect("reply");
+        let requests = server.finish();
+        assert_eq!(
+            requests[0].url,
+            "/v1beta/models/a%2F..%2F..%2Fadmin%3Fx:generateContent"
+        );
     }
 
     #[test]

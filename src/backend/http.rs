@@ -221,6 +221,21 @@ pub fn read_text(reader: impl Read, url: &str) -> Result<String, BackendError> {
     Ok(text)
 }
 
+/// `text` as one URL path segment: every byte but RFC 3986's unreserved characters
+/// percent-encoded, so a name (a model's) can never change the path or add a query
+/// (`a/../../admin?x`).
+pub fn path_segment(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
 /// Parses a JSON body or stream payload; bad JSON is a `Protocol` error quoting its start.
 pub fn parse_json(text: &str) -> Result<Value, BackendError> {
     serde_json::from_str(text).map_err(|e| {
@@ -634,6 +649,13 @@ pub fn encode<T: serde::Serialize>(wire: &T) -> Result<Vec<u8>, BackendError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_path_segment_encodes_all_but_unreserved_characters() {
+        assert_eq!(path_segment("gemini-2.5-flash_x~1"), "gemini-2.5-flash_x~1");
+        assert_eq!(path_segment("a/../b?c=d#e f"), "a%2F..%2Fb%3Fc%3Dd%23e%20f");
+        assert_eq!(path_segment("é"), "%C3%A9");
+    }
     use std::cell::Cell;
 
     fn overflow(prompt: Option<u64>, limit: Option<u64>) -> (Option<u64>, Option<u64>) {

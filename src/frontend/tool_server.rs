@@ -83,6 +83,8 @@ impl ToolServerConfig {
 struct Shared {
     tools: ToolRegistry,
     config: ToolServerConfig,
+    /// The port the listener really bound (`--port 0` picks one), for the refusal's hint.
+    port: u16,
     audit: Option<AuditLog>,
     /// Open connections, for the cap.
     active: AtomicUsize,
@@ -111,8 +113,10 @@ pub fn run(
     };
     // The watcher is in place before the listening line: a signal right after
     // it still goes through the one cleanup.
+    let port = listener.local_addr().map_or(config.port, |a| a.port());
     let shared = Arc::new(Shared {
         tools,
+        port,
         config,
         audit,
         active: AtomicUsize::new(0),
@@ -400,7 +404,7 @@ impl Connection<'_> {
                 format!(
                     "this tool server requires a token: call auth with {{\"token\": ...}} \
                      first; {}",
-                    super::access::refusal_hint(self.shared.config.port)
+                    super::access::refusal_hint(self.shared.port)
                 ),
             ));
         }
@@ -646,6 +650,7 @@ mod tests {
         config.root = std::env::temp_dir();
         Shared {
             tools: ToolRegistry::builtin(),
+            port: 0,
             config,
             audit: None,
             active: AtomicUsize::new(0),

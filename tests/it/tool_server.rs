@@ -237,6 +237,12 @@ fn non_loopback_binds_need_a_token_and_tokens_are_checked() {
     assert_eq!(code(&refused), -32001, "{refused}");
     let message = refused["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("call auth"), "{refused}");
+    // The token file of the port it really bound, not of `--port 0`.
+    let port = server.addr.rsplit(':').next().unwrap();
+    assert!(
+        message.contains(&format!("server-{port}.json")),
+        "{refused}"
+    );
     assert_eq!(
         client.answer(),
         None,
