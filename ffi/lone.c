@@ -77,6 +77,28 @@ void shepherd_lone_f16(int64_t m, int64_t k, const uint16_t *a, int64_t lda,
     }
 }
 
+/* The same for ggml built with AVX-512 (GGML_NATIVE on such a CPU), where sgemm takes
+ * tinyBLAS<16, __m512, __m512, ggml_fp16_t, ggml_fp16_t, float>: sixteen elements at a
+ * time, fma(a, b, acc) into one 16-lane accumulator, then hsum(__m512), which is
+ * _mm512_reduce_add_ps (the header's own order of halves); k is a multiple of 16.
+ * Compiled for AVX-512 here only; called only where ggml was built for it. */
+__attribute__((target("avx512f,f16c,fma")))
+void shepherd_lone_f16_avx512(int64_t m, int64_t k, const uint16_t *a, int64_t lda,
+                              const uint16_t *b, float *c, int ith, int nth) {
+    int64_t from, to;
+    rows(m, ith, nth, &from, &to);
+    for (int64_t i = from; i < to; i++) {
+        const uint16_t *row = a + lda * i;
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t l = 0; l < k; l += 16) {
+            const __m512 av = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + l)));
+            const __m512 bv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(b + l)));
+            acc = _mm512_fmadd_ps(av, bv, acc);
+        }
+        c[i] = _mm512_reduce_add_ps(acc);
+    }
+}
+
 /* ggml's block_q4_1 (an F16 scale and minimum, 32 four-bit quants) and block_q8_1
  * (an F16 scale, the F16 sum of its quants times the scale, 32 signed bytes). */
 typedef struct {

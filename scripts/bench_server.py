@@ -16,7 +16,10 @@ first token in a scripted 10-turn chat (the in-process bench's conversation, ove
 HTTP): turn 1 from a cold cache, turn 10 with nine turns before it, each turn sent
 either as soon as the last answer is in (a script) or after a pause (a user); the
 servers again interleaved (TTFT_ROUNDS=0 leaves this part out). RESULTS_JSON=FILE also
-writes every round's speeds there. Standard library only: http.client and threads.
+writes every round's speeds there. SYSTEM_WORDS=N opens every request of the speed
+rounds with the same long system prompt of about N words (an agent's opening: its
+instructions and tool descriptions), as a front-end's requests do. Standard library
+only: http.client and threads.
 """
 import http.client
 import json
@@ -32,6 +35,29 @@ STREAMS = int(os.environ.get("STREAMS", "4"))
 MAX_TOKENS = int(os.environ.get("MAX_TOKENS", "128"))
 TTFT_ROUNDS = int(os.environ.get("TTFT_ROUNDS", "4"))
 PAUSE = int(os.environ.get("PAUSE_MS", "300")) / 1000
+SYSTEM_WORDS = int(os.environ.get("SYSTEM_WORDS", "0"))
+TOOLS = ["read_file", "write_file", "list_directory", "search_files", "run_command",
+         "fetch_url", "edit_file", "move_file", "git_status", "git_diff"]
+
+
+def system_prompt():
+    """The system prompt of every speed request: short, or about SYSTEM_WORDS words of
+    instructions and tool descriptions, the same for every request."""
+    if SYSTEM_WORDS <= 0:
+        return "You are a helpful assistant."
+    words = ["You are a careful coding agent working in the user's repository."]
+    i = 0
+    while sum(len(w.split()) for w in words) < SYSTEM_WORDS:
+        tool = TOOLS[i % len(TOOLS)]
+        words.append(
+            f"Tool {tool} (variant {i // len(TOOLS)}): takes a JSON object with a path, "
+            f"an optional limit of lines and an optional offset; returns the result as "
+            f"text. Use {tool} only when the task needs it, explain why before you call "
+            f"it, and never call it twice with the same arguments.")
+        i += 1
+    return " ".join(words)
+
+
 PROMPTS = [
     "Write a long story about a dragon who learns to cook.",
     "Write a long story about a lighthouse keeper and a storm.",
@@ -89,7 +115,7 @@ def stream_chat(url, messages, max_tokens):
 def stream_completion(url, prompt, max_tokens=None):
     """One streamed answer to PROMPT; returns (completion tokens, seconds)."""
     messages = [
-        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "system", "content": system_prompt()},
         {"role": "user", "content": prompt},
     ]
     tokens, elapsed, _, _ = stream_chat(url, messages, max_tokens or MAX_TOKENS)
@@ -162,8 +188,9 @@ def main():
             f"{n} {speeds[n]['single'][-1]:.1f}/{speeds[n]['aggregate'][-1]:.1f}" for n, _ in servers),
             file=sys.stderr)
     base = servers[0][0]
+    system = f", a {SYSTEM_WORDS}-word system prompt" if SYSTEM_WORDS > 0 else ""
     print(f"servers: medians of {ROUNDS} interleaved rounds, tokens/s "
-          f"(max_tokens {MAX_TOKENS}, {STREAMS} concurrent streams for aggregate)")
+          f"(max_tokens {MAX_TOKENS}, {STREAMS} concurrent streams for aggregate{system})")
     print(f"{'test':12} " + " ".join(f"{n:>14}" for n, _ in servers)
           + "   ratio  paired  spread(min-max)")
     for test in ("single", "aggregate"):

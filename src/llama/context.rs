@@ -51,6 +51,10 @@ extern "C" {
     fn ggml_backend_cpu_set_use_ref(backend: *mut c_void, use_ref: bool);
 }
 
+/// llama.h's `LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY` (a `#define` bindgen leaves out):
+/// a sequence's state of the sliding-window (or recurrent) layers alone.
+const LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY: sys::llama_state_seq_flags = 1;
+
 /// Every call llama.cpp makes to `ggml_backend_init_by_type` comes here (build.rs
 /// links with `--wrap`): llama.cpp makes a context's CPU backend with it and keeps
 /// it to itself, and [`Context::new`] needs it for [`Context::decode_batch_invariant`].
@@ -154,6 +158,20 @@ fn fast_kernels_batch_invariant(model: &Model, params: &ContextParams) -> bool {
         && model
             .matrix_types()
             .is_some_and(|types| types.iter().all(|t| TYPES.contains(t)))
+}
+
+/// Whether ggml's reference kernels make this model batch-invariant where the fast
+/// ones are not: no weight matrix of a type ggml repacks on x86 CPUs (Q4_0, Q4_K,
+/// IQ4_NL and MXFP4 with AVX2, Q2_K with AVX-512), whose gemv and gemm disagree in
+/// either mode. Where it does not hold, decoding with the reference kernels would
+/// cost their speed and buy nothing, so [`Context::decode_batch_invariant`] keeps the
+/// fast ones (docs/LLAMA.md, "Speculation and exactness").
+fn reference_kernels_batch_invariant(model: &Model) -> bool {
+    /// Q4_0, Q2_K, Q4_K, IQ4_NL, MXFP4 (`ggml_type`).
+    const REPACKED: [u32; 5] = [2, 10, 12, 20, 39];
+    model
+        .matrix_types()
+        .is_some_and(|types| !types.iter().any(|t| REPACKED.contains(t)))
 }
 
 /// Element type of the K and V caches (`--cache-type`).
@@ -335,6 +353,9 @@ pub struct Context<'m> {
     /// Whether the fast kernels are batch-invariant already for this model and
     /// these parameters ([`fast_kernels_batch_invariant`]).
     fast_kernels_invariant: bool,
+    /// Whether the reference kernels would make it so where the fast ones do not
+    /// ([`reference_kernels_batch_invariant`]).
+    reference_invariant: bool,
     /// Raw pointers make the type `!Send` and `!Sync` on purpose.
     _not_send: PhantomData<*mut ()>,
 }
@@ -414,6 +435,7 @@ impl<'m> Context<'m> {
             cpu_backend,
             reference_kernels: false,
             fast_kernels_invariant: fast_kernels_batch_invariant(model, params),
+            reference_invariant: reference_kernels_batch_invariant(model),
             _not_send: PhantomData,
         })
     }
@@ -464,12 +486,15 @@ impl<'m> Context<'m> {
     /// [`__wrap_llamafile_sgemm`]) this is [`Context::decode`]. Elsewhere it decodes
     /// with ggml's reference CPU kernels (`ggml_backend_cpu_set_use_ref`: no sgemm,
     /// no tiled or split flash attention, no fused ops), which compute every column
-    /// as a lone token's dot products, and a batch loses sgemm's speed by it; those
-    /// kernels leave ggml's repacked weights (Q4_0, IQ4_NL and the K-quants on AVX2
-    /// CPUs) to their gemv and gemm, which do not agree. It changes nothing in a GPU
-    /// backend's kernels.
+    /// as a lone token's dot products, and a batch loses sgemm's speed by it. Those
+    /// kernels leave ggml's repacked weights (Q4_0, Q4_K, IQ4_NL, MXFP4; Q2_K with
+    /// AVX-512) to their gemv and gemm, which do not agree: for such a model nothing
+    /// is invariant, and this decodes with the fast kernels, as llama-server's
+    /// speculation does ([`reference_kernels_batch_invariant`]). It changes nothing
+    /// in a GPU backend's kernels.
     pub fn decode_batch_invariant(&mut self, batch: &Batch) -> Result<(), DecodeError> {
-        self.decode_with(batch, !self.fast_kernels_invariant)
+        let reference = !self.fast_kernels_invariant && self.reference_invariant;
+        self.decode_with(batch, reference)
     }
 
     /// Whether [`Context::decode_batch_invariant`] decodes with the fast kernels.
@@ -676,6 +701,65 @@ impl<'m> Context<'m> {
         read != 0
     }
 
+    /// The state of sequence `seq`'s sliding-window layers alone (llama.cpp's partial
+    /// state: the part a cut cannot give back), for a checkpoint that
+    /// [`Context::restore_window`] puts back; `None` for a model without such layers,
+    /// an empty sequence, or when it could not be read.
+    pub fn window_state(&mut self, seq: i32) -> Option<Vec<u8>> {
+        if !self.is_seq(seq) || self.model.n_swa() == 0 {
+            return None;
+        }
+        let flags = LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY;
+        // SAFETY: `raw` is valid and `seq` is one of its sequences (checked above);
+        // this only measures.
+        let size = unsafe { sys::llama_state_seq_get_size_ext(self.raw.as_ptr(), seq, flags) };
+        if size == 0 {
+            return None;
+        }
+        let mut state = vec![0u8; size];
+        // SAFETY: `state` is a writable buffer of exactly `size` bytes, the size
+        // llama.cpp just asked for this sequence and flags; nothing decodes between.
+        let written = unsafe {
+            sys::llama_state_seq_get_data_ext(
+                self.raw.as_ptr(),
+                state.as_mut_ptr(),
+                size,
+                seq,
+                flags,
+            )
+        };
+        (written == size).then_some(state)
+    }
+
+    /// Puts back the sliding-window layers' `state` ([`Context::window_state`], taken
+    /// when a sequence held positions `0..at` of the tokens `seq`'s other layers hold
+    /// now) and cuts the other layers to `at`: `seq` then holds `0..at`, and decoding
+    /// goes on there. False, with `seq` left empty, when llama.cpp refused it.
+    pub fn restore_window(&mut self, seq: i32, state: &[u8], at: usize) -> bool {
+        self.logits.clear();
+        if !self.is_seq(seq) {
+            return false;
+        }
+        let flags = LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY;
+        // SAFETY: `state` is a readable buffer of `state.len()` bytes; llama.cpp
+        // checks what it reads against its own format and fails with 0. It replaces
+        // only the sliding-window layers' cells of `seq`.
+        let read = unsafe {
+            sys::llama_state_seq_set_data_ext(
+                self.raw.as_ptr(),
+                state.as_ptr(),
+                state.len(),
+                seq,
+                flags,
+            )
+        };
+        if read == 0 || !self.truncate_seq(seq, at) {
+            self.truncate_seq(seq, 0);
+            return false;
+        }
+        true
+    }
+
     /// Whether entry `index` of the last decoded batch has logits.
     pub fn has_logits_at(&self, index: usize) -> bool {
         self.logits.get(index).copied().unwrap_or(false)
@@ -834,7 +918,7 @@ mod tests {
         drop(ctx);
 
         let mut ctx = Context::new(&model, &params).unwrap();
-        // ggml built for AVX-512 has another F16 kernel, which `lone` does not mirror.
+        // Native (AVX-512 too) and portable builds alike: `lone` mirrors both.
         assert_eq!(ctx.fast_kernels_invariant(), super::super::lone::enabled());
         if !ctx.fast_kernels_invariant() {
             return;

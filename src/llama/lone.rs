@@ -27,11 +27,14 @@
 //! once for four columns: the same numbers as llama.cpp's, alone or in any batch, and
 //! a verification batch, four slots' step or a prompt costs less (docs/LLAMA.md).
 //!
-//! This holds only for the ggml build it was written against: AVX2, FMA and F16C,
-//! without AVX-512 (whose F16 kernel takes 16 lanes and another sum). [`enabled`]
-//! asks ggml how it was built; elsewhere nothing here runs and the context falls
-//! back to ggml's reference kernels for verification. The tests in
-//! `super::context` check the claim on the real model, bit for bit.
+//! This holds for the ggml builds it was written against: AVX2, FMA and F16C, and
+//! the same with AVX-512 (a native build on such a CPU), where sgemm's F16 kernel
+//! takes sixteen lanes and `_mm512_reduce_add_ps` for its sum and `ffi/lone.c` has
+//! that kernel's twin; the integer parts of the Q8_0 and Q4_1 kernels (VNNI's
+//! `dpbusd` where ggml has it) give the same exact sums either way. [`enabled`] asks
+//! ggml how it was built; elsewhere nothing here runs and the context falls back to
+//! ggml's reference kernels for verification. The tests in `super::context` check
+//! the claim on the real model, bit for bit.
 
 #![allow(unsafe_code)] // FFI module: every block carries a `// SAFETY:` comment.
 
@@ -61,6 +64,18 @@ extern "C" {
     /// `ffi/lone.c`: rows `m * ith / nth .. m * (ith + 1) / nth` of `a` (Q8_0 blocks,
     /// `lda` blocks apart, `k` blocks long) times the column `b` (`k` blocks) into `c`.
     fn shepherd_lone_q8_0(
+        m: i64,
+        k: i64,
+        a: *const c_void,
+        lda: i64,
+        b: *const c_void,
+        c: *mut f32,
+        ith: i32,
+        nth: i32,
+    );
+    /// The same for F16 elements as sgemm's AVX-512 kernel computes them, `k` a
+    /// multiple of 16.
+    fn shepherd_lone_f16_avx512(
         m: i64,
         k: i64,
         a: *const c_void,
@@ -102,29 +117,46 @@ extern "C" {
 
 /// Whether the loaded ggml computes with the kernels `ffi/lone.c` mirrors.
 pub fn enabled() -> bool {
-    static ENABLED: OnceLock<bool> = OnceLock::new();
-    *ENABLED.get_or_init(|| {
+    build().is_some()
+}
+
+/// How the loaded ggml was built, as far as its F16 kernel goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Build {
+    /// AVX2, FMA and F16C: sgemm's eight-lane F16 kernel.
+    Avx2,
+    /// The same with AVX-512: sgemm's sixteen-lane F16 kernel.
+    Avx512,
+}
+
+fn build() -> Option<Build> {
+    static BUILD: OnceLock<Option<Build>> = OnceLock::new();
+    *BUILD.get_or_init(|| {
         // SAFETY: each only reports how ggml's CPU backend was compiled.
-        let built = unsafe {
-            sys::ggml_cpu_has_llamafile() != 0
-                && sys::ggml_cpu_has_avx2() != 0
-                && sys::ggml_cpu_has_fma() != 0
-                && sys::ggml_cpu_has_f16c() != 0
-                && sys::ggml_cpu_has_avx512() == 0
+        let (built, avx512) = unsafe {
+            (
+                sys::ggml_cpu_has_llamafile() != 0
+                    && sys::ggml_cpu_has_avx2() != 0
+                    && sys::ggml_cpu_has_fma() != 0
+                    && sys::ggml_cpu_has_f16c() != 0,
+                sys::ggml_cpu_has_avx512() != 0,
+            )
         };
-        built && cpu_runs_it()
+        let build = if avx512 { Build::Avx512 } else { Build::Avx2 };
+        (built && cpu_runs_it(build)).then_some(build)
     })
 }
 
 #[cfg(target_arch = "x86_64")]
-fn cpu_runs_it() -> bool {
+fn cpu_runs_it(build: Build) -> bool {
     std::arch::is_x86_feature_detected!("avx2")
         && std::arch::is_x86_feature_detected!("fma")
         && std::arch::is_x86_feature_detected!("f16c")
+        && (build == Build::Avx2 || std::arch::is_x86_feature_detected!("avx512f"))
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn cpu_runs_it() -> bool {
+fn cpu_runs_it(_: Build) -> bool {
     false
 }
 
@@ -249,12 +281,21 @@ fn kernel(
         }
         // sgemm's F16 kernel takes no row count that is not a multiple of 4.
         (GGML_TYPE_F16, GGML_TYPE_F16, GGML_TYPE_F32) if m % 4 != 0 => Some(false),
-        (GGML_TYPE_F16, GGML_TYPE_F16, GGML_TYPE_F32) if k % 8 == 0 => {
-            // SAFETY: the matrices of the `llamafile_sgemm` call (see `column`), F16
-            // elements, `k` a multiple of 8; `enabled` checked AVX2, FMA and F16C.
-            unsafe { shepherd_lone_f16(m, k, a.0, lda, b.0, c, ith, nth) };
-            Some(true)
-        }
+        (GGML_TYPE_F16, GGML_TYPE_F16, GGML_TYPE_F32) => match build()? {
+            Build::Avx2 if k % 8 == 0 => {
+                // SAFETY: the matrices of the `llamafile_sgemm` call (see `column`),
+                // F16 elements, `k` a multiple of 8; `build` checked AVX2, FMA, F16C.
+                unsafe { shepherd_lone_f16(m, k, a.0, lda, b.0, c, ith, nth) };
+                Some(true)
+            }
+            Build::Avx512 if k % 16 == 0 => {
+                // SAFETY: as above, `k` a multiple of 16; `build` checked AVX-512F.
+                unsafe { shepherd_lone_f16_avx512(m, k, a.0, lda, b.0, c, ith, nth) };
+                Some(true)
+            }
+            // sgemm's partial loads for the rest: a lone column goes as two.
+            _ => None,
+        },
         _ => None,
     }
 }

@@ -36,6 +36,7 @@
 //! server's `/v1/completions`). [`LocalModel`] (`model.rs`) is the handle for what
 //! the model offers besides generation: embeddings, the tokenizer, its properties.
 
+mod checkpoints;
 mod model;
 pub mod prompt_cache;
 mod prompt_tokens;

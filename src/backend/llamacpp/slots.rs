@@ -40,6 +40,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Select, TryRecvError};
 
+use super::checkpoints::{Checkpoints, CHECKPOINT_MIN};
 use super::model::{self, EmbedInput, Embedding, ModelError, ModelJob, ModelProps};
 use super::prompt_cache::PromptCache;
 use super::prompt_tokens::PromptTokens;
@@ -73,6 +74,10 @@ const IDLE_POLL: Duration = Duration::from_millis(50);
 /// How long the worker stays idle after an answer before it warms up the next turn:
 /// a caller that asks again at once (an agent, a script) is not made to wait.
 const WARM_QUIET: Duration = Duration::from_millis(20);
+/// How many sliding-window checkpoints ([`super::checkpoints`]) are kept per slot,
+/// and the most bytes all of them take.
+const CHECKPOINTS_PER_SLOT: usize = 2;
+const CHECKPOINT_BYTES: usize = 512 << 20;
 /// See [`copy_min`].
 const COPY_MIN_TOKENS: usize = 8;
 /// See [`copy_min`].
@@ -153,6 +158,9 @@ pub(super) struct Worker<'m> {
     embeds: VecDeque<(Vec<EmbedInput>, EmbedReply)>,
     /// Decoded prompts on disk, for cold starts (`None`: `--no-prompt-cache`).
     prompt_cache: Option<PromptCache>,
+    /// The sliding-window layers' state at the start of recent prompts' newest
+    /// messages, for a model with such layers (see [`super::checkpoints`]).
+    checkpoints: Checkpoints,
     /// Which drafter guesses generating slots' next tokens (`Off` where the model
     /// cannot rewind a sequence), and the most it drafts at once.
     spec: SpecMode,
@@ -213,6 +221,10 @@ struct Task {
     /// The draft in the batch being decoded, after the pending token.
     drafts: Vec<Token>,
     spec: SlotSpec,
+    /// Where the prompt's newest message starts, when the sliding-window layers'
+    /// state is to be kept there ([`super::checkpoints`]): the prefill stops a batch
+    /// at it and saves the checkpoint.
+    checkpoint_at: Option<usize>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -376,6 +388,7 @@ impl<'m> Worker<'m> {
             waiting: None,
             embeds: VecDeque::new(),
             prompt_cache,
+            checkpoints: Checkpoints::new(CHECKPOINTS_PER_SLOT * slots.len(), CHECKPOINT_BYTES),
             spec,
             draft_max: config.spec.draft_max,
             generating: 0,
@@ -570,15 +583,10 @@ impl<'m> Worker<'m> {
         self.restore(index, &prompt);
         // A request came: the session it continues waits no longer.
         self.waiting = None;
+        self.slots[index].next_turn = None;
+        let keep = self.keep_prefix(index, &prompt);
+        let checkpoint_at = self.checkpoint_at(&job, &prompt, keep);
         let slot = &mut self.slots[index];
-        slot.next_turn = None;
-        let common = common_prefix(&slot.mirror, &prompt);
-        // At least one token must be decoded so that there are logits to sample from.
-        let mut keep = common.min(prompt.len() - 1);
-        if keep < slot.mirror.len() && !self.ctx.truncate_seq(slot.seq, keep) {
-            keep = 0;
-        }
-        slot.mirror.truncate(keep);
         let report = PrefillReport {
             prompt_tokens: prompt.len(),
             reused_tokens: keep,
@@ -615,8 +623,73 @@ impl<'m> Worker<'m> {
             unanswered: VecDeque::new(),
             drafts: Vec::new(),
             spec: SlotSpec::default(),
+            checkpoint_at,
         });
         Ok(())
+    }
+
+    /// Cuts slot `index`'s cache to what it shares with `prompt` (all but the last
+    /// token at most: something must decode to give logits) and returns its length.
+    /// Where the sliding-window layers no longer hold what that cut needs, a
+    /// checkpoint puts them back at a shorter shared prefix; without one the slot
+    /// starts over.
+    fn keep_prefix(&mut self, index: usize, prompt: &[Token]) -> usize {
+        let Worker {
+            ctx,
+            slots,
+            checkpoints,
+            ..
+        } = self;
+        let slot = &mut slots[index];
+        let mut keep = common_prefix(&slot.mirror, prompt).min(prompt.len() - 1);
+        if keep < slot.mirror.len() && !ctx.holds_window(slot.seq, keep) {
+            let shared = keep;
+            keep = match checkpoints.best(prompt, shared) {
+                Some(c) if ctx.restore_window(slot.seq, &c.state, c.tokens.len()) => c.tokens.len(),
+                _ => {
+                    ctx.truncate_seq(slot.seq, 0);
+                    0
+                }
+            };
+            crate::log::debug(crate::log::Category::Llm, || {
+                format!(
+                    "slot {}: {shared} tokens shared, past the sliding window: {keep} kept",
+                    slot.seq
+                )
+            });
+        } else if keep < slot.mirror.len() && !ctx.truncate_seq(slot.seq, keep) {
+            keep = 0;
+        }
+        slot.mirror.truncate(keep);
+        keep
+    }
+
+    /// Where `prompt`'s newest message starts, when a checkpoint is to be made there
+    /// ([`super::checkpoints`]): a model with sliding-window layers, a chat prompt,
+    /// at least [`CHECKPOINT_MIN`] tokens before it, past what the slot keeps, and
+    /// no checkpoint for those tokens yet. The start is where the prompt parts from
+    /// the same conversation rendered with another newest message.
+    fn checkpoint_at(&mut self, job: &RequestJob, prompt: &[Token], keep: usize) -> Option<usize> {
+        let Prompt::Chat(conversation) = &job.prompt else {
+            return None;
+        };
+        if self.model().n_swa() == 0 || conversation.is_empty() {
+            return None;
+        }
+        let tools: &[ToolSpec] = if job.tool_choice == ToolChoice::None {
+            &[]
+        } else {
+            &job.tools
+        };
+        let mut other = conversation.clone();
+        let last = other.last_mut()?;
+        last.content = if last.content == "A" { "B" } else { "A" }.to_string();
+        let text = render(&self.template, &other, tools).ok()?;
+        let tokens = tokenize_prompt(self.model(), &mut self.prompt_tokens, &text).ok()?;
+        let at = common_prefix(&tokens, prompt);
+        (at >= CHECKPOINT_MIN && at > keep && at < prompt.len())
+            .then_some(at)
+            .filter(|&at| !self.checkpoints.covers(&prompt[..at]))
     }
 
     #[allow(clippy::type_complexity)]
@@ -1017,7 +1090,11 @@ impl<'m> Worker<'m> {
             }
             let from = slot.mirror.len();
             let room = self.batch.capacity() - self.batch.len();
-            let n = room.min(task.prompt.len() - from);
+            let mut n = room.min(task.prompt.len() - from);
+            // The batch stops where a checkpoint is to be made.
+            if let Some(at) = task.checkpoint_at.filter(|&at| from < at && at < from + n) {
+                n = at - from;
+            }
             for (j, &token) in task.prompt[from..from + n].iter().enumerate() {
                 let last = from + j + 1 == task.prompt.len();
                 if self
@@ -1037,11 +1114,13 @@ impl<'m> Worker<'m> {
             return;
         }
         // A lone generating slot, or one verifying a draft, with no prompt in the
-        // batch: batch-invariant kernels, so that a verified token gets the logits
-        // it would get decoded alone (see `speculative`).
+        // batch, where drafts may be verified: batch-invariant kernels, so that a
+        // verified token gets the logits it would get decoded alone (see
+        // `speculative`). Without speculation nothing is verified.
         let drafting = generated > self.generating;
         let prompt = self.batch.len() > generated;
-        let decoded = if !prompt && (self.generating == 1 || drafting) {
+        let speculating = self.spec != SpecMode::Off;
+        let decoded = if speculating && !prompt && (self.generating == 1 || drafting) {
             self.ctx.decode_batch_invariant(&self.batch)
         } else {
             self.ctx.decode(&self.batch)
@@ -1117,6 +1196,19 @@ impl<'m> Worker<'m> {
                 .extend_from_slice(&task.prompt[from..from + task.in_batch]),
             Phase::Decode(token) if task.in_batch > 0 => slot.mirror.push(token),
             _ => {}
+        }
+        if task.phase == Phase::Prefill && task.checkpoint_at == Some(slot.mirror.len()) {
+            task.checkpoint_at = None;
+            if let Some(state) = self.ctx.window_state(slot.seq) {
+                crate::log::debug(crate::log::Category::Llm, || {
+                    let (n, kb) = (slot.mirror.len(), state.len() >> 10);
+                    format!(
+                        "slot {}: checkpoint of the sliding window at {n} ({kb} KiB)",
+                        slot.seq
+                    )
+                });
+                self.checkpoints.insert(slot.mirror.clone(), state);
+            }
         }
         let Some(at) = task.logits_at.take() else {
             return;

@@ -23,10 +23,15 @@
 //! generates or a draft is verified, is decoded with kernels that compute each
 //! column as a lone token's is (`Context::decode_batch_invariant`): for SmolLM2's
 //! types the fast ones, a lone token's products computed as sgemm computes a
-//! column (`llama::lone`); for others ggml's reference kernels. A greedy answer is then the same token for token with and
-//! without speculation (all five, up to 400 tokens). Prompts still prefill with the
-//! fast kernels, in both cases alike. This holds on the CPU backend; a GPU's
-//! kernels are its own.
+//! column (`llama::lone`, AVX2 and AVX-512 builds); for others ggml's reference
+//! kernels. A greedy answer is then the same token for token with and without
+//! speculation (all five, up to 400 tokens). Prompts still prefill with the fast
+//! kernels, in both cases alike. This holds on the CPU backend; a GPU's kernels are
+//! their own. Weights ggml repacks (Q4_0, Q4_K and friends) disagree between gemv
+//! and gemm in either kernel mode, so those models verify with the fast kernels and
+//! a greedy answer may part from the unspeculated one where two logits nearly tie,
+//! as with llama-server's drafting (docs/LLAMA.md). Without speculation
+//! (`--spec off`, or a model that cannot rewind) every step takes the fast kernels.
 //! **Drafters.** [`ngram_draft`] (`--spec ngram`, the default) needs no model: it
 //! proposes what followed the latest earlier occurrence of the slot's last few
 //! tokens in its own context, which pays where an answer repeats what the context

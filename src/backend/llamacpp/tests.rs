@@ -77,6 +77,43 @@ fn a_sliding_window_cache_is_reused_only_where_it_still_holds_the_window() {
 }
 
 #[test]
+fn an_opening_past_the_sliding_window_is_reused_from_a_checkpoint() {
+    // An agent's opening (a long system prompt), then a conversation long enough
+    // that the sliding-window layers no longer hold the opening's end.
+    let rules: Vec<String> = (1..=30)
+        .map(|i| format!("Rule {i}: answer briefly and name your sources."))
+        .collect();
+    let lines: Vec<String> = (1..=60)
+        .map(|i| format!("Line {i}: the quick brown fox jumps over the lazy dog."))
+        .collect();
+    let conversation = |user: &str| {
+        let mut session = Session::new(&rules.join("\n"));
+        session.messages.push(Message::user(user));
+        session
+    };
+    let mut llm = swa_backend();
+    let (reply, _) = ask(&mut llm, &conversation(&lines.join("\n")), &greedy(4));
+    reply.unwrap();
+    let first = llm.last_prefill().unwrap();
+    assert!(first.prompt_tokens > 1000, "{first:?}");
+    // Another conversation with the same opening decodes only its own message:
+    // the window layers come back from the checkpoint made where the first
+    // conversation's message started.
+    let other = conversation("Name a colour.");
+    let (reply, _) = ask(&mut llm, &other, &greedy(8));
+    let second = llm.last_prefill().unwrap();
+    assert!(
+        second.reused_tokens > 300 && second.decoded_tokens < 20,
+        "{first:?} then {second:?}"
+    );
+    // And answers as from a cold start, to the token.
+    let mut cold = swa_backend();
+    let (cold_reply, _) = ask(&mut cold, &other, &greedy(8));
+    assert_eq!(cold.last_prefill().unwrap().reused_tokens, 0);
+    assert_eq!(reply.unwrap().content, cold_reply.unwrap().content);
+}
+
+#[test]
 fn a_model_without_a_template_stops_at_the_chatml_fallbacks_end_of_turn() {
     // Gemma 3 270M is a base model: no template, no `<|im_end|>` token. After the
     // answer it writes the fallback's turn markers as text, and `<|im_end|>` ends it.
