@@ -87,7 +87,7 @@ fn an_opening_past_the_sliding_window_is_reused_from_a_checkpoint() {
         .map(|i| format!("Line {i}: the quick brown fox jumps over the lazy dog."))
         .collect();
     let conversation = |user: &str| {
-        let mut session = Session::new(&rules.join("\n"));
+        let mut session = Session::new(rules.join("\n"));
         session.messages.push(Message::user(user));
         session
     };
