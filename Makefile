@@ -190,16 +190,16 @@ $(MCP_EVERYTHING):
 # llama.cpp's llama-bench (built once from the llama-cpp-python sdist, cached) against
 # shepherd's own loop: pp512/tg128 and their ratios, plus time to first token at turns 1 and 10.
 # What scripts/bench.sh needs to know of this build.
-BENCH_ENV = MODEL=$(MODEL) THREADS=$(THREADS) CACHE=$(CACHE) PYTHON=$(PYTHON) CUDA=$(CUDA) \
+BENCH_ENV = MODELS="$(MODEL) $(SWA_MODEL)" THREADS=$(THREADS) CACHE=$(CACHE) PYTHON=$(PYTHON) CUDA=$(CUDA) \
   CARGO_FEATURES='$(CARGO_FEATURES)' NATIVE=$(if $(PORTABLE),,1)
-bench: deps model
+bench: deps model swa-model
 	$(BENCH_ENV) scripts/bench.sh
 
 # Only one half of `make bench`: llama-bench vs the in-process loop, or the servers.
-bench-llama: deps model
+bench-llama: deps model swa-model
 	$(BENCH_ENV) scripts/bench.sh --llama-only
 
-bench-server: deps model
+bench-server: deps model swa-model
 	$(BENCH_ENV) scripts/bench.sh --servers-only
 
 # A short generation under valgrind: no invalid reads or writes in the llama wrapper.

@@ -14,6 +14,15 @@
 # same source built against the llama.cpp that shepherd links, takes the version
 # difference out of the ratio.
 set -euo pipefail
+# MODELS="A.gguf B.gguf" (what `make bench` passes: the shipped SmolLM2 Q4_1 and the
+# tests' Gemma 3 Q4_K_M) runs the whole bench once per model.
+if [ -n "${MODELS:-}" ]; then
+  for model in $MODELS; do
+    echo "=== $(basename "$model") ===" >&2
+    MODELS="" MODEL="$model" "$0" "$@"
+  done
+  exit 0
+fi
 MODEL=${MODEL:?set MODEL to a GGUF file}
 THREADS=${THREADS:-2}
 # Layers on the GPU for both sides (a `make CUDA=1` build; llama-bench built with CUDA too).
@@ -92,6 +101,20 @@ CMAKE
 }
 [ "${1:-}" = "--build-only" ] && exit 0
 PART=${1:-all}  # all | --servers-only | --llama-only
+
+# What the numbers were measured on: the CPU, and the instruction sets the builds
+# use (a native build everything the CPU has, as llama.cpp's GGML_NATIVE; a portable
+# one x86-64-v3).
+cpu_features() {
+  local have="" f
+  for f in avx2 fma f16c avx512f avx512bw avx512vl avx512_vnni avx512_bf16 avx_vnni amx_tile; do
+    grep -qw "$f" /proc/cpuinfo && have="$have $f"
+  done
+  echo "${have# }"
+}
+echo "model: $(basename "$MODEL"); CPU: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)," \
+  "$(nproc) cores, $THREADS threads; builds: $([ -n "$NATIVE" ] && echo "native ($(cpu_features))" \
+  || echo "portable (x86-64-v3: avx2 fma f16c)")"
 
 # Timing noise on a shared 2-core VM is ±20% run to run, so the two are measured in
 # interleaved rounds (each program once per round, ROUNDS times) and compared by median.
@@ -269,29 +292,37 @@ PY
   return 1
 }
 
-LLAMA_PORT=$(free_port)
-"$SERVER" -m "$MODEL" -t "$THREADS" -tb "$THREADS" -ngl "$NGL" --parallel "$STREAMS" -c "$SERVER_CTX" \
-  --host 127.0.0.1 --port "$LLAMA_PORT" > "$LOGS/llama-server.log" 2>&1 &
-PIDS+=($!)
-if ! wait_healthy "$LLAMA_PORT" "${PIDS[-1]}"; then
-  echo "llama-server did not start; see $LOGS/llama-server.log" >&2
-  exit 1
-fi
-
-SHEPHERD_PORT=$(free_port)
-"$SHEPHERD" --server --host 127.0.0.1 --port "$SHEPHERD_PORT" --parallel "$STREAMS" \
-  --threads "$THREADS" --gpu-layers "$NGL" --context-size "$SERVER_CTX" -m "$MODEL" > "$LOGS/shepherd.log" 2>&1 &
-PIDS+=($!)
-if ! wait_healthy "$SHEPHERD_PORT" "${PIDS[-1]}"; then
-  echo "SKIPPED the server comparison: shepherd's OpenAI-compatible server did not come up" >&2
-  echo "(it lands with the apiserver branch; this build says: $(head -c 300 "$LOGS/shepherd.log"))" >&2
-  exit 0
-fi
-
-# An even number of rounds: each server goes first in half of them.
-ROUNDS=${SERVER_ROUNDS:-8} STREAMS=$STREAMS $PYTHON scripts/bench_server.py \
-  "llama-server=http://127.0.0.1:$LLAMA_PORT" "shepherd=http://127.0.0.1:$SHEPHERD_PORT"
-cleanup
+# Both servers with $STREAMS slots over a context of $1 tokens; then bench_server.py
+# with the environment given after it.
+server_pair() {
+  local ctx=$1; shift
+  PIDS=()
+  LLAMA_PORT=$(free_port)
+  "$SERVER" -m "$MODEL" -t "$THREADS" -tb "$THREADS" -ngl "$NGL" --parallel "$STREAMS" -c "$ctx" \
+    --host 127.0.0.1 --port "$LLAMA_PORT" > "$LOGS/llama-server.log" 2>&1 &
+  PIDS+=($!)
+  if ! wait_healthy "$LLAMA_PORT" "${PIDS[-1]}"; then
+    echo "llama-server did not start; see $LOGS/llama-server.log" >&2
+    exit 1
+  fi
+  SHEPHERD_PORT=$(free_port)
+  "$SHEPHERD" --server --host 127.0.0.1 --port "$SHEPHERD_PORT" --parallel "$STREAMS" \
+    --threads "$THREADS" --gpu-layers "$NGL" --context-size "$ctx" -m "$MODEL" > "$LOGS/shepherd.log" 2>&1 &
+  PIDS+=($!)
+  if ! wait_healthy "$SHEPHERD_PORT" "${PIDS[-1]}"; then
+    echo "shepherd's server did not start; see $LOGS/shepherd.log" >&2
+    exit 1
+  fi
+  # An even number of rounds: each server goes first in half of them.
+  env ROUNDS="${SERVER_ROUNDS:-8}" STREAMS="$STREAMS" "$@" $PYTHON scripts/bench_server.py \
+    "llama-server=http://127.0.0.1:$LLAMA_PORT" "shepherd=http://127.0.0.1:$SHEPHERD_PORT"
+  cleanup
+}
+server_pair "$SERVER_CTX"
+# The same streams, each opening with one long system prompt (about 1,500 tokens: an
+# agent's instructions and tools), as a front-end's requests do; each slot has room
+# for it (2,048 tokens a slot).
+server_pair "$(( STREAMS * 2048 ))" SYSTEM_WORDS="${SYSTEM_WORDS:-1100}" TTFT_ROUNDS=0
 
 # Part three: the cold one-shot with the default tools, prompt cache empty and warm,
 # against --notools (scripts/bench_oneshot.py).
