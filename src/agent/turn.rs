@@ -204,10 +204,9 @@ impl Turn<'_> {
     fn evict_for(&mut self, error: &BackendError) -> bool {
         count_unmeasured(self.session, &*self.backend);
         let estimated = self.session.estimated_tokens();
-        let reserve = u64::from(self.config.sampling.max_tokens.unwrap_or(1024));
         let needed = match (error.tokens_over(), error) {
             (Some(over), BackendError::ContextOverflow { limit, .. }) => {
-                over + reserve.min(limit.unwrap_or(0) / 4)
+                over + (self.config.sampling).answer_reserve(limit.unwrap_or(0))
             }
             _ => (estimated / 4).max(1),
         };

@@ -14,15 +14,6 @@ use crate::stream::filter::OutputFilter;
 use crate::stream::format::{self, CallSyntax};
 use crate::template::{self, ChatTemplate, Prepared, TemplateMessage};
 
-/// The answer's reserve when the request sets no `max_tokens`, at most a quarter of the context.
-const DEFAULT_RESERVE: u32 = 512;
-
-/// The tokens kept free for the answer: the request's `max_tokens`, else
-/// [`DEFAULT_RESERVE`] or a quarter of a smaller context (at least one).
-pub(crate) fn answer_reserve(max_tokens: Option<u32>, n_ctx: u32) -> u32 {
-    max_tokens.unwrap_or(DEFAULT_RESERVE.min(n_ctx / 4).max(1))
-}
-
 /// The model file for `-m NAME`, the one place `-m` becomes a path: an
 /// absolute path as given; `model_path/NAME` or `NAME` when that exists; a
 /// path with a directory part as given (the loader names what is missing);

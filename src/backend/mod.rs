@@ -61,6 +61,24 @@ pub struct Sampling {
     pub response_format: Option<ResponseFormat>,
 }
 
+/// The most tokens a prompt must leave free for its answer, [`Sampling::answer_reserve`].
+pub const ANSWER_RESERVE: u32 = 512;
+
+impl Sampling {
+    /// The tokens a prompt must leave free in a context of `n_ctx` for the answer
+    /// to have room: the request's `max_tokens`, but never more than
+    /// [`ANSWER_RESERVE`] or a quarter of the context (at least one). `max_tokens` is
+    /// a cap, not a reservation, as llama-server and the hosted APIs treat it: an
+    /// answer that reaches the end of the context stops there with
+    /// `finish_reason: length`, so a `max_tokens` of 32,000 on an 8k context is no
+    /// error. The one rule for every backend that checks a prompt's fit (in-process,
+    /// Ollama) and for the agent's eviction.
+    pub fn answer_reserve(&self, n_ctx: u64) -> u64 {
+        let cap = u64::from(self.max_tokens.unwrap_or(ANSWER_RESERVE));
+        cap.min(u64::from(ANSWER_RESERVE)).min(n_ctx / 4).max(1)
+    }
+}
+
 /// A structured-output constraint: local models enforce it with a grammar,
 /// API backends pass it on.
 #[derive(Debug, Clone, PartialEq)]
@@ -161,5 +179,33 @@ pub trait Backend: Send {
             "the {} backend cannot list models",
             self.info().kind
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_answer_reserve_is_max_tokens_capped_by_the_reserve_and_a_quarter_of_the_context() {
+        let reserve = |max_tokens: Option<u32>, n_ctx: u64| {
+            Sampling {
+                max_tokens,
+                ..Sampling::default()
+            }
+            .answer_reserve(n_ctx)
+        };
+        // A cap, not a reservation: 32,000 on an 8k context reserves what a
+        // request without max_tokens does.
+        assert_eq!(reserve(Some(32_000), 8192), ANSWER_RESERVE as u64);
+        assert_eq!(reserve(Some(8192), 8192), ANSWER_RESERVE as u64);
+        assert_eq!(reserve(None, 8192), ANSWER_RESERVE as u64);
+        // A smaller max_tokens reserves only that.
+        assert_eq!(reserve(Some(16), 8192), 16);
+        // A small context keeps three quarters for the prompt.
+        assert_eq!(reserve(None, 256), 64);
+        assert_eq!(reserve(Some(1000), 256), 64);
+        // Never nothing, even where the context is unknown.
+        assert_eq!(reserve(None, 0), 1);
     }
 }

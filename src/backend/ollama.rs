@@ -27,7 +27,7 @@ use serde_json::Value;
 
 use super::estimate::TokenEstimator;
 use super::http::{self, ApiSettings};
-use super::{Backend, BackendInfo, GenerateRequest, Reply, Usage};
+use super::{Backend, BackendInfo, GenerateRequest, Reply, Sampling, Usage};
 use crate::core::ToolSpec;
 use crate::core::{
     BackendError, Event, EventSink, FinishReason, Flow, Message, Role, Session, Stats,
@@ -148,13 +148,8 @@ impl OllamaBackend {
 }
 
 /// Refuses a session that cannot fit, so the agent evicts instead of Ollama truncating.
-fn check_fits(
-    session: &Session,
-    num_ctx: u64,
-    max_tokens: Option<u32>,
-) -> Result<(), BackendError> {
-    let reserve = u64::from(max_tokens.unwrap_or(0)).min(num_ctx / 4);
-    let needed = session.estimated_tokens() + reserve;
+fn check_fits(session: &Session, num_ctx: u64, sampling: &Sampling) -> Result<(), BackendError> {
+    let needed = session.estimated_tokens() + sampling.answer_reserve(num_ctx);
     if needed <= num_ctx {
         return Ok(());
     }
@@ -191,7 +186,7 @@ impl Backend for OllamaBackend {
         sink: &mut dyn EventSink,
     ) -> Result<Reply, BackendError> {
         let num_ctx = self.num_ctx();
-        check_fits(session, num_ctx, request.sampling.max_tokens)?;
+        check_fits(session, num_ctx, request.sampling)?;
         let wire = build_request(&self.config, num_ctx, session, request);
         let body = http::encode(&wire)?;
         let url = self.url("chat");

@@ -50,7 +50,7 @@ use super::{
     load_template, tuning, BackendError, Event, FinishReason, Flow, Job, LlamaConfig,
     PrefillReport, Prompt, RequestJob, ToolChoice, ToolSpec, Usage, WorkerMsg,
 };
-use crate::backend::local::{self, answer_reserve, overflow, render, StopMatcher};
+use crate::backend::local::{self, overflow, render, StopMatcher};
 use crate::core::{Message, Stats};
 use crate::llama::{self, utf8::Utf8Stream, Batch, Context, ContextParams, Model, Sampler, Token};
 use crate::stream::filter::OutputFilter;
@@ -725,7 +725,7 @@ impl<'m> Worker<'m> {
             _ => None,
         };
         let n_ctx = self.n_ctx_slot;
-        let reserve = answer_reserve(job.sampling.max_tokens, n_ctx as u32) as usize;
+        let reserve = job.sampling.answer_reserve(n_ctx as u64) as usize;
         if tokens.len() + reserve > n_ctx {
             return Err(overflow(tokens.len(), reserve, n_ctx));
         }

@@ -786,6 +786,21 @@ fn prompt_that_does_not_fit_is_a_typed_overflow_before_any_output() {
 }
 
 #[test]
+fn max_tokens_past_the_context_is_a_cap_that_ends_at_the_context() {
+    // llama-server's reading: max_tokens caps the answer, the context ends it.
+    let mut llm = backend(256);
+    let story = question("Tell me a long story about a dragon and a knight.");
+    let (reply, events) = ask(&mut llm, &story, &greedy(8192));
+    let reply = reply.expect("a cap past the context is no error");
+    let stats = stats_of(&events);
+    assert_eq!(reply.finish, FinishReason::Length, "{reply:?}");
+    assert!(
+        stats.prompt_tokens + stats.completion_tokens <= 256 && stats.completion_tokens > 100,
+        "{stats:?}"
+    );
+}
+
+#[test]
 fn conversation_that_outgrows_the_context_is_evicted_and_continues() {
     let mut llm = backend(256);
     let mut session = Session::new("");

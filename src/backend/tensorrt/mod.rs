@@ -212,7 +212,7 @@ impl TensorRtBackend {
     /// The request's `max_tokens` once the prompt and the answer's reserve fit the context.
     fn check_fit(&self, n_prompt: usize, sampling: &Sampling) -> Result<u32, BackendError> {
         let n_ctx = self.n_ctx as usize;
-        let reserve = local::answer_reserve(sampling.max_tokens, self.n_ctx) as usize;
+        let reserve = sampling.answer_reserve(u64::from(self.n_ctx)) as usize;
         if n_prompt + reserve > n_ctx {
             return Err(overflow(n_prompt, reserve, n_ctx));
         }

@@ -454,7 +454,6 @@ mod tests {
         Defaults {
             model: "served".into(),
             system_prompt: "server prompt".into(),
-            context_size: 2048,
             ..Defaults::default()
         }
     }

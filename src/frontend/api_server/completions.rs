@@ -215,7 +215,6 @@ mod tests {
     fn defaults() -> Defaults {
         Defaults {
             model: "served".into(),
-            context_size: 2048,
             ..Defaults::default()
         }
     }

@@ -74,18 +74,15 @@ pub struct Defaults {
     pub model: String,
     pub system_prompt: String,
     pub sampling: Sampling,
-    /// The context window, 0 when unknown.
-    pub context_size: u64,
     pub use_tools: bool,
 }
 
 impl Defaults {
-    /// The largest `max_tokens` accepted: the context, or a generous cap when unknown.
+    /// The largest `max_tokens` accepted: any count a client may write. It is a cap,
+    /// not a reservation (`Sampling::answer_reserve`): as with llama-server, an answer
+    /// that reaches the end of the context stops there with `finish_reason: length`.
     fn max_tokens_limit(&self) -> i64 {
-        match self.context_size {
-            0 => 1 << 24,
-            n => i64::try_from(n).unwrap_or(i64::MAX),
-        }
+        i64::from(u32::MAX)
     }
 }
 
@@ -719,7 +716,6 @@ fn load(settings: &Settings) -> Result<Loaded, String> {
         model: model_id(&provider),
         system_prompt: settings.system_prompt.clone(),
         sampling: settings.sampling_for(&provider),
-        context_size: info.context_size,
         use_tools: settings.use_tools,
     };
     Ok(Loaded {
