@@ -377,7 +377,7 @@ impl Connection {
         let request = Request { body, ..request };
         let responder = self.into_responder(log, cors);
         if request.method == "OPTIONS" {
-            responder.preflight();
+            responder.preflight(request.header("access-control-request-headers"));
         } else {
             handler.handle(request, responder);
         }
@@ -972,16 +972,26 @@ impl Responder {
         self.send(status, extra, body.as_bytes());
     }
 
-    fn preflight(self) {
+    /// Answers a CORS preflight. The headers it allows are those the preflight asks
+    /// for (`Access-Control-Request-Headers`, each a valid header name), as nginx's
+    /// and most API servers' CORS setups do: an allowed origin is trusted with any
+    /// header it sends (the openai JS SDK sends `X-Stainless-*` on every request);
+    /// the origin itself was checked before this. Without the question, the ones
+    /// shepherd reads.
+    fn preflight(self, requested: Option<&str>) {
+        let asked = requested
+            .map(|list| list.split(',').map(str::trim).collect::<Vec<_>>())
+            .filter(|names| names.iter().all(|name| is_token(name)));
+        let headers = asked.map_or_else(
+            || "Authorization, Content-Type, X-Api-Key".to_string(),
+            |names| names.join(", "),
+        );
         let extra = [
             (
                 "Access-Control-Allow-Methods",
                 "GET, POST, PUT, PATCH, DELETE, OPTIONS".into(),
             ),
-            (
-                "Access-Control-Allow-Headers",
-                "Authorization, Content-Type, X-Api-Key".into(),
-            ),
+            ("Access-Control-Allow-Headers", headers),
             ("Access-Control-Max-Age", "600".into()),
         ];
         self.send(204, &extra, b"");
@@ -1476,7 +1486,29 @@ mod tests {
         assert!(!local.contains("Access-Control-Allow-Origin"), "{local}");
         let preflight =
             "OPTIONS /x HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: https://app.example\r\n\r\n";
-        assert_eq!(status(&raw(addr, preflight.as_bytes())), 204);
+        let answer = raw(addr, preflight.as_bytes());
+        assert_eq!(status(&answer), 204);
+        assert!(answer.contains("Access-Control-Allow-Headers: Authorization, Content-Type"));
+        // What the openai JS SDK asks for: every header it names is allowed.
+        let sdk = "OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+                   Origin: https://app.example\r\nAccess-Control-Request-Method: POST\r\n\
+                   Access-Control-Request-Headers: authorization,content-type,\
+                   x-stainless-arch,x-stainless-lang,x-stainless-retry-count\r\n\r\n";
+        let answer = raw(addr, sdk.as_bytes());
+        assert_eq!(status(&answer), 204);
+        assert!(
+            answer.contains(
+                "Access-Control-Allow-Headers: authorization, content-type, \
+                 x-stainless-arch, x-stainless-lang, x-stainless-retry-count\r\n"
+            ),
+            "{answer}"
+        );
+        assert!(answer.contains("Access-Control-Allow-Origin: https://app.example"));
+        // A name that is no header name gets the plain list, never an echo.
+        let odd = "OPTIONS /x HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: https://app.example\r\n\
+                   Access-Control-Request-Headers: x-a, bad name\r\n\r\n";
+        let answer = raw(addr, odd.as_bytes());
+        assert!(!answer.contains("bad name"), "{answer}");
     }
 
     #[test]
