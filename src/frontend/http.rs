@@ -10,11 +10,16 @@
 //! connection threads are private, so this module is a small HTTP/1.1 server
 //! of its own (see docs/DEPENDENCIES.md). What it does:
 //!
-//! - The accept loop survives every error, backing off on resource exhaustion.
+//! - The accept loop survives every error, backing off on resource exhaustion
+//!   (`accept.rs`, shared with the tool server).
 //! - One named thread per connection, at most [`Limits::max_connections`]. At
 //!   the cap the oldest connection still reading its request is shut down to
 //!   make room (slow-loris); only when every connection is past its head does
 //!   a newcomer get `503` and close at once.
+//! - A connection that cannot be a request is answered or closed at once: a
+//!   request line that is no HTTP/1.x one (`GET /` of HTTP/0.9) or a first byte
+//!   no method starts with gets `400` without waiting for more; a TLS or SSLv2
+//!   hello is closed unanswered; a head or body that stops arriving gets `408`.
 //! - An absolute deadline for the request head and body (slow-loris), a cap on
 //!   the head (`431`) and on the body (`413`, decided from `Content-Length`
 //!   before reading it).
@@ -37,15 +42,14 @@
 //! A [`Handler`] gets a parsed [`Request`] and a [`Responder`] that must be
 //! used once: a JSON answer, or turned into an SSE stream.
 
-use std::collections::VecDeque;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use super::accept::{self, DeadlineReader, Gate, Reading, Slot};
 use crate::auth;
 use crate::util::net;
 
@@ -156,30 +160,22 @@ impl Server {
 
     /// Accepts connections forever.
     pub fn run(self, handler: Arc<dyn Handler>) {
-        let gate = Arc::new(Gate::default());
-        let mut backoff = AcceptBackoff::default();
-        loop {
-            match self.listener.accept() {
-                Ok((stream, peer)) => {
-                    backoff.reset();
-                    self.dispatch(stream, peer, &gate, &handler);
-                }
-                Err(error) => backoff.wait(&error),
-            }
-        }
+        accept::run(
+            &self.listener,
+            self.limits.max_connections,
+            |stream, peer, slot, gate| self.dispatch(stream, peer, slot, gate, &handler),
+            refuse_busy,
+        );
     }
 
     fn dispatch(
         &self,
         stream: TcpStream,
         peer: SocketAddr,
+        slot: Slot,
         gate: &Arc<Gate>,
         handler: &Arc<dyn Handler>,
     ) {
-        let Some(slot) = gate.admit(self.limits.max_connections) else {
-            refuse_busy(stream);
-            return;
-        };
         let stream = Arc::new(stream);
         let reading = gate.reading(stream.clone());
         let connection = Connection {
@@ -200,112 +196,6 @@ impl Server {
         if let Err(error) = spawned {
             eprintln!("shepherd: cannot start a connection thread: {error}");
         }
-    }
-}
-
-/// The connection cap, and the connections still reading their request,
-/// oldest first. At the cap the oldest of those is shut down to make room:
-/// idle half-sent requests (slow-loris) cannot lock out a client that sends
-/// its request at once, and a connection past its head never gives way.
-#[derive(Default)]
-struct Gate {
-    active: AtomicUsize,
-    readers: Mutex<Readers>,
-}
-
-#[derive(Default)]
-struct Readers {
-    next_id: u64,
-    queue: VecDeque<(u64, Arc<TcpStream>)>,
-}
-
-impl Gate {
-    /// A slot for a new connection: a free one, or one an evicted reader is
-    /// giving back. At most `max / 8 + 1` evicted threads may still be
-    /// winding down; past that (or with no reader to evict) the answer is no.
-    fn admit(self: &Arc<Self>, max: usize) -> Option<Slot> {
-        let count = self.active.fetch_add(1, Ordering::SeqCst);
-        let slot = Slot(self.clone());
-        let admitted = count < max || (count < max + max / 8 + 1 && self.evict_oldest());
-        admitted.then_some(slot)
-    }
-
-    fn evict_oldest(&self) -> bool {
-        let victim = self.lock_readers().queue.pop_front();
-        victim.is_some_and(|(_, stream)| {
-            let _ = stream.shutdown(Shutdown::Both);
-            true
-        })
-    }
-
-    /// Registers a connection that starts reading its request.
-    fn reading(self: &Arc<Self>, stream: Arc<TcpStream>) -> Reading {
-        let mut readers = self.lock_readers();
-        let id = readers.next_id;
-        readers.next_id += 1;
-        readers.queue.push_back((id, stream));
-        Reading {
-            gate: self.clone(),
-            id,
-        }
-    }
-
-    fn lock_readers(&self) -> std::sync::MutexGuard<'_, Readers> {
-        self.readers.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-/// One place of the connection cap, given back when dropped.
-struct Slot(Arc<Gate>);
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.0.active.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-/// A connection still reading its request (evictable); dropped once the
-/// request is read.
-struct Reading {
-    gate: Arc<Gate>,
-    id: u64,
-}
-
-impl Drop for Reading {
-    fn drop(&mut self) {
-        let id = self.id;
-        self.gate
-            .lock_readers()
-            .queue
-            .retain(|(other, _)| *other != id);
-    }
-}
-
-/// Waits after a failed `accept()`: out of descriptors or memory, retrying at
-/// once would spin, and giving up would take the server down for good.
-#[derive(Default)]
-struct AcceptBackoff {
-    delay_ms: u64,
-}
-
-impl AcceptBackoff {
-    fn reset(&mut self) {
-        self.delay_ms = 0;
-    }
-
-    fn wait(&mut self, error: &io::Error) {
-        if matches!(
-            error.kind(),
-            io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted
-        ) {
-            return;
-        }
-        self.delay_ms = (self.delay_ms * 2).clamp(10, 1000);
-        eprintln!(
-            "shepherd: accept failed ({error}); retrying in {} ms",
-            self.delay_ms
-        );
-        std::thread::sleep(Duration::from_millis(self.delay_ms));
     }
 }
 
@@ -358,7 +248,7 @@ impl Connection {
         let deadline = started + self.limits.request_deadline;
         let mut reader = BufReader::new(DeadlineReader {
             stream: &stream,
-            deadline,
+            deadline: Some(deadline),
         });
         let (request, framing) = match read_head(&mut reader, self.peer, &self.limits) {
             Ok(head) => head,
@@ -482,24 +372,6 @@ fn origin_is_loopback(origin: &str) -> bool {
     rest.is_some_and(|authority| !authority.contains('/') && net::is_loopback_host(authority))
 }
 
-/// A `Read` over the socket that gives up at an absolute deadline, however
-/// slowly the bytes trickle in.
-struct DeadlineReader<'a> {
-    stream: &'a TcpStream,
-    deadline: Instant,
-}
-
-impl Read for DeadlineReader<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let left = self.deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(io::ErrorKind::TimedOut.into());
-        }
-        self.stream.set_read_timeout(Some(left))?;
-        (&*self.stream).read(buf)
-    }
-}
-
 /// How a request's body is framed, decided from its head.
 #[derive(Debug)]
 struct BodyFraming {
@@ -515,12 +387,21 @@ fn read_head(
     peer: SocketAddr,
     limits: &Limits,
 ) -> Result<(Request, BodyFraming), ReadError> {
-    let lines = read_head_lines(reader, limits)?;
-    let Some((first, header_lines)) = lines.split_first() else {
-        return Err(ReadError::Gone);
+    refuse_non_http(reader)?;
+    let mut used = 0usize;
+    // Stray CRLFs before a request are tolerated (RFC 9112 §2.2).
+    let first = loop {
+        match read_head_line(reader, limits, &mut used)? {
+            Some(line) if line.is_empty() => continue,
+            Some(line) => break line,
+            None => return Err(ReadError::Gone),
+        }
     };
-    let line = parse_request_line(first)?;
-    let mut headers = parse_headers(header_lines)?;
+    // Checked before the headers are read: an HTTP/0.9 line (`GET /`) or any
+    // other line that is no request gets its 400 at once, not at the deadline.
+    let line = parse_request_line(&first)?;
+    let header_lines = read_header_lines(reader, limits, &mut used)?;
+    let mut headers = parse_headers(&header_lines)?;
     if let Some(authority) = line.authority {
         // RFC 9112 §3.2.2: the target's authority replaces the Host header.
         headers.retain(|(name, _)| !name.eq_ignore_ascii_case("host"));
@@ -537,41 +418,92 @@ fn read_head(
     Ok((request, framing))
 }
 
-/// The request line and header lines, without terminators.
-fn read_head_lines(reader: &mut impl BufRead, limits: &Limits) -> Result<Vec<String>, ReadError> {
+/// Closes at once on a connection whose first byte cannot start a request: a TLS
+/// or SSLv2 hello (a client speaking HTTPS to a plain port) gets no answer it could
+/// read, any other such byte a 400. Waits for the first byte within the deadline.
+fn refuse_non_http(reader: &mut impl BufRead) -> Result<(), ReadError> {
+    let first = match reader.fill_buf() {
+        Ok([]) => return Err(ReadError::Gone),
+        Ok(bytes) => bytes[0],
+        Err(_) => return Err(ReadError::Gone),
+    };
+    match first {
+        // A TLS record (handshake) or an SSLv2 hello.
+        0x16 | 0x80 => Err(ReadError::Gone),
+        b'\r' | b'\n' => Ok(()),
+        b if is_token(std::str::from_utf8(&[b]).unwrap_or("")) => Ok(()),
+        _ => Err(ReadError::Reject(400, "not an HTTP request".into())),
+    }
+}
+
+/// One line of the head without its terminator, `None` at the end of the stream
+/// before any byte of it. `used` counts the head's bytes against its cap. A head
+/// that stops arriving partway is answered 408 at the deadline (nginx's and
+/// Apache's rule); a connection that sent nothing is just closed.
+fn read_head_line(
+    reader: &mut impl BufRead,
+    limits: &Limits,
+    used: &mut usize,
+) -> Result<Option<String>, ReadError> {
+    let mut line = Vec::new();
+    let cap = (limits.max_head_bytes - (*used).min(limits.max_head_bytes)) as u64 + 1;
+    let started = *used;
+    let n = reader
+        .take(cap)
+        .read_until(b'\n', &mut line)
+        .map_err(|e| timed_out(&e, started + line.len() > 0, "request head"))?;
+    *used += n;
+    let ended = line.ends_with(b"\n");
+    // End of stream before the head is complete: the client gave up.
+    if !ended && (n as u64) < cap {
+        return if n == 0 {
+            Ok(None)
+        } else {
+            Err(ReadError::Gone)
+        };
+    }
+    if !ended || *used > limits.max_head_bytes {
+        return Err(ReadError::Reject(431, "request head too large".into()));
+    }
+    let text = String::from_utf8(line)
+        .map_err(|_| ReadError::Reject(400, "request head is not UTF-8".into()))?;
+    // CRLF or a bare LF (RFC 9112 §2.2); a bare CR stays and is refused later.
+    let text = text.strip_suffix('\n').unwrap_or(&text);
+    Ok(Some(text.strip_suffix('\r').unwrap_or(text).to_string()))
+}
+
+/// The header lines up to the empty line that ends the head.
+fn read_header_lines(
+    reader: &mut impl BufRead,
+    limits: &Limits,
+    used: &mut usize,
+) -> Result<Vec<String>, ReadError> {
     let mut lines = Vec::new();
-    let mut used = 0usize;
     loop {
-        let mut line = Vec::new();
-        let cap = (limits.max_head_bytes - used.min(limits.max_head_bytes)) as u64 + 1;
-        let n = reader
-            .take(cap)
-            .read_until(b'\n', &mut line)
-            .map_err(|_| ReadError::Gone)?;
-        used += n;
-        let ended = line.ends_with(b"\n");
-        // End of stream before the head is complete: the client gave up.
-        if !ended && (n as u64) < cap {
+        let Some(text) = read_head_line(reader, limits, used)? else {
             return Err(ReadError::Gone);
-        }
-        if !ended || used > limits.max_head_bytes {
-            return Err(ReadError::Reject(431, "request head too large".into()));
-        }
-        let text = String::from_utf8(line)
-            .map_err(|_| ReadError::Reject(400, "request head is not UTF-8".into()))?;
-        // CRLF or a bare LF (RFC 9112 §2.2); a bare CR stays and is refused later.
-        let text = text.strip_suffix('\n').unwrap_or(&text);
-        let text = text.strip_suffix('\r').unwrap_or(text);
+        };
         if text.is_empty() {
-            if lines.is_empty() {
-                continue; // tolerated: stray CRLF before a request
-            }
             return Ok(lines);
         }
-        if lines.len() > limits.max_headers {
+        if lines.len() >= limits.max_headers {
             return Err(ReadError::Reject(431, "too many headers".into()));
         }
-        lines.push(text.to_string());
+        lines.push(text);
+    }
+}
+
+/// A read that failed: 408 when it timed out after part of `what` arrived (the
+/// client is told, as nginx and Apache tell it), else the client is gone.
+fn timed_out(error: &io::Error, partial: bool, what: &str) -> ReadError {
+    let timeout = matches!(
+        error.kind(),
+        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
+    );
+    if timeout && partial {
+        ReadError::Reject(408, format!("{what} not received in time"))
+    } else {
+        ReadError::Gone
     }
 }
 
@@ -778,7 +710,7 @@ fn read_body(
     reader
         .take(framing.length)
         .read_to_end(&mut body)
-        .map_err(|_| ReadError::Gone)?;
+        .map_err(|e| timed_out(&e, true, "request body"))?;
     if body.len() as u64 != framing.length {
         return Err(ReadError::Gone);
     }
@@ -1078,7 +1010,10 @@ fn peer_closed(stream: &TcpStream) -> bool {
 fn linger_close(stream: &TcpStream) {
     let _ = stream.shutdown(Shutdown::Write);
     let deadline = Instant::now() + Duration::from_millis(500);
-    let mut reader = DeadlineReader { stream, deadline };
+    let mut reader = DeadlineReader {
+        stream,
+        deadline: Some(deadline),
+    };
     let mut sink = [0u8; 8192];
     while let Ok(n) = reader.read(&mut sink) {
         if n == 0 {
@@ -1219,6 +1154,60 @@ mod tests {
 
     fn get(path: &str, extra: &str) -> Vec<u8> {
         format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{extra}\r\n").into_bytes()
+    }
+
+    /// Sends `request` without closing the writing side and reads what comes back
+    /// before `patience` passes: what the server says (or that it closed) on its
+    /// own, while the client still waits.
+    fn held(addr: SocketAddr, request: &[u8], patience: Duration) -> (String, bool) {
+        let mut stream = TcpStream::connect(addr).expect("connect");
+        stream.set_read_timeout(Some(patience)).unwrap();
+        stream.write_all(request).expect("write");
+        let mut out = Vec::new();
+        let closed = stream.read_to_end(&mut out).is_ok();
+        (String::from_utf8_lossy(&out).into_owned(), closed)
+    }
+
+    #[test]
+    fn junk_connections_get_an_answer_or_a_prompt_close() {
+        // A deadline far past the client's patience: whatever comes, comes early.
+        let slow = Limits {
+            request_deadline: Duration::from_secs(60),
+            ..Limits::default()
+        };
+        let (addr, _) = start(slow, Policy::default());
+        let patience = Duration::from_secs(5);
+        // HTTP/0.9: a request line with no version, then nothing more.
+        let (answer, closed) = held(addr, b"GET /\r\n", patience);
+        assert_eq!((status(&answer), closed), (400, true), "{answer}");
+        // Binary that cannot start a request.
+        let (answer, closed) = held(addr, b"\x00\x01\x02", patience);
+        assert_eq!((status(&answer), closed), (400, true), "{answer}");
+        // A TLS hello and an SSLv2 one: closed, with nothing a TLS client could read.
+        for hello in [
+            &b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"[..],
+            b"\x80\x2e\x01\x00\x02",
+        ] {
+            let (answer, closed) = held(addr, hello, patience);
+            assert_eq!((answer.as_str(), closed), ("", true));
+        }
+        // A head or a body that stops arriving: 408 at the deadline.
+        let (addr, _) = start(
+            Limits {
+                request_deadline: Duration::from_millis(300),
+                ..Limits::default()
+            },
+            Policy::default(),
+        );
+        let (answer, closed) = held(addr, b"GET /x HTTP/1.1\r\nHost: 127", patience);
+        assert_eq!((status(&answer), closed), (408, true), "{answer}");
+        let body = b"POST /x HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 10\r\n\r\nab";
+        let (answer, closed) = held(addr, body, patience);
+        assert_eq!((status(&answer), closed), (408, true), "{answer}");
+        assert!(answer.contains("not received in time"), "{answer}");
+        // A connection that sends nothing is closed at the deadline, unanswered.
+        let (answer, closed) = held(addr, b"", patience);
+        assert_eq!((answer.as_str(), closed), ("", true));
     }
 
     #[test]
@@ -1381,7 +1370,8 @@ mod tests {
         let (addr, _) = start(limits, Policy::default());
         let started = Instant::now();
         let answer = raw(addr, b"GET /x HTTP/1.1\r\n");
-        assert_eq!(answer, "");
+        // Told why, as nginx and Apache tell it, then closed.
+        assert_eq!(status(&answer), 408, "{answer}");
         assert!(started.elapsed() < Duration::from_secs(5));
     }
 

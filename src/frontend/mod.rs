@@ -4,6 +4,7 @@
 //! a runtime failure (a provider error, an unreachable API), 2 for a usage or
 //! configuration error. Everything below returns typed errors.
 
+mod accept;
 mod access;
 mod agent_api;
 mod api_server;

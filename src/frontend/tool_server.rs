@@ -6,12 +6,16 @@
 //! them with `executeTool`. The registry is the one the agent would get, so
 //! every tool shepherd has is offered.
 //!
-//! Threads and limits: one accept loop (backing off on errors such as EMFILE
-//! instead of dying), one named thread per connection up to
-//! [`ToolServerConfig::max_connections`] (the next one gets a [`rpc::BUSY`]
-//! error and is closed), lines capped at [`ToolServerConfig::max_line`], a
-//! connection that sends nothing for 10 s after connecting, or stays silent
-//! for [`ToolServerConfig::idle_timeout`] later, is closed.
+//! Threads and limits: one accept loop (`accept.rs`, the HTTP servers' own:
+//! backing off on errors such as EMFILE instead of dying), one named thread per
+//! connection up to [`ToolServerConfig::max_connections`], lines capped at
+//! [`ToolServerConfig::max_line`]. A connection has 10 s from accept, however
+//! slowly its bytes come, to send its first request and, with a token, to
+//! authenticate; until then it is the first to give way at the cap (the oldest
+//! such one is closed for a newcomer), so connections that never authenticate
+//! cannot lock out the token holder; only when none is left does a newcomer get
+//! a [`rpc::BUSY`] error. A client that stays silent for
+//! [`ToolServerConfig::idle_timeout`] later is closed.
 //!
 //! Framing: a connection must open with a JSON-RPC request. Another protocol
 //! talking to the port is refused before any later line runs: an HTTP request
@@ -46,6 +50,7 @@ use crate::core::ToolCall;
 use crate::tools::rpc::{self, Frame, Line, Response, RpcError, ToolEntry};
 use crate::tools::{args, ToolContext, ToolOutput, ToolRegistry};
 
+use super::accept::{self, DeadlineReader, Gate, Reading, Slot};
 use super::access::Access;
 use super::signals;
 
@@ -86,8 +91,6 @@ struct Shared {
     /// The port the listener really bound (`--port 0` picks one), for the refusal's hint.
     port: u16,
     audit: Option<AuditLog>,
-    /// Open connections, for the cap.
-    active: AtomicUsize,
     /// Tool runs in progress, for a clean exit on a signal.
     running: AtomicUsize,
     /// Set on a signal: running tools stop and kill their process groups.
@@ -119,7 +122,6 @@ pub fn run(
         port,
         config,
         audit,
-        active: AtomicUsize::new(0),
         running: AtomicUsize::new(0),
         cancel: Arc::new(AtomicBool::new(false)),
     });
@@ -138,52 +140,42 @@ pub fn run(
         ),
         Err(error) => eprintln!("shepherd: toolserver listening (address unknown: {error})"),
     }
-    accept_loop(&listener, &shared);
+    serve(&listener, &shared);
     0
 }
 
-fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
-    let mut backoff = Duration::from_millis(10);
-    loop {
-        match listener.accept() {
-            Ok((stream, peer)) => {
-                backoff = Duration::from_millis(10);
-                start_connection(stream, peer, shared);
-            }
-            // EMFILE and friends pass; the listener must not die of them.
-            Err(error) => {
-                crate::log::debug(crate::log::Category::Tools, || {
-                    format!("toolserver accept failed: {error}")
-                });
-                std::thread::sleep(backoff);
-                backoff = (backoff * 2).min(Duration::from_secs(1));
-            }
-        }
-    }
+/// The accept loop ([`accept::run`]): each connection within the cap gets its own
+/// thread; one over it, when no unauthenticated connection is left to give way,
+/// gets [`rpc::BUSY`] and is closed.
+fn serve(listener: &TcpListener, shared: &Arc<Shared>) {
+    accept::run(
+        listener,
+        shared.config.max_connections,
+        |stream, peer, slot, gate| start_connection(stream, peer, slot, gate, shared),
+        refuse_busy,
+    );
 }
 
-/// Holds one slot of the connection cap while it lives.
-struct Slot(Arc<Shared>);
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.0.active.fetch_sub(1, Ordering::SeqCst);
-    }
+fn refuse_busy(stream: TcpStream) {
+    let error = RpcError::new(rpc::BUSY, "too many connections; try again later");
+    let _ = answer_and_close(stream, &Response::err(Value::Null, error));
 }
 
-fn start_connection(stream: TcpStream, peer: SocketAddr, shared: &Arc<Shared>) {
-    let count = shared.active.fetch_add(1, Ordering::SeqCst);
-    let slot = Slot(shared.clone());
-    if count >= shared.config.max_connections {
-        let error = RpcError::new(rpc::BUSY, "too many connections; try again later");
-        let _ = answer_and_close(stream, &Response::err(Value::Null, error));
-        return;
-    }
+fn start_connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    slot: Slot,
+    gate: &Arc<Gate>,
+    shared: &Arc<Shared>,
+) {
+    // Until it has authenticated (and sent a request), the connection may be
+    // evicted to make room: see `accept`.
+    let reading = stream.try_clone().ok().map(|s| gate.reading(Arc::new(s)));
+    let shared = shared.clone();
     let spawned = std::thread::Builder::new()
         .name("shepherd-toolconn".into())
         .spawn(move || {
-            let shared = slot.0.clone();
-            if let Err(error) = serve_connection(stream, &shared) {
+            if let Err(error) = serve_connection(stream, &shared, reading) {
                 crate::log::debug(crate::log::Category::Tools, || {
                     format!("toolserver connection {peer}: {error}")
                 });
@@ -217,10 +209,12 @@ struct Connection<'a> {
     socket: Option<TcpStream>,
 }
 
-/// How long a new connection may take to send its first line; after that
-/// the idle timeout applies. A client sends its request as soon as it has
-/// connected, so this only stops idle sockets from holding slots of the cap.
-const FIRST_LINE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long after it was accepted a connection may take to send its first
+/// request and, where a token is set, to authenticate: a hard deadline, however
+/// slowly its bytes trickle in (OpenSSH's `LoginGraceTime`). After that the idle
+/// timeout applies. A client does both as soon as it has connected, so this only
+/// stops sockets that never become clients from holding places of the cap.
+const PRE_AUTH_DEADLINE: Duration = Duration::from_secs(10);
 
 /// How long a closing connection reads (and drops) what its client still
 /// sends, so the last answer is not lost to a reset.
@@ -229,10 +223,18 @@ const LINGER: Duration = Duration::from_millis(500);
 /// The line loop. A connection must open with a JSON-RPC request: anything
 /// else is another protocol talking to this port (a web page's `fetch` sends
 /// an HTTP request line first) and is closed before a later line runs.
-fn serve_connection(stream: TcpStream, shared: &Shared) -> io::Result<()> {
-    stream.set_read_timeout(Some(FIRST_LINE_TIMEOUT.min(shared.config.idle_timeout)))?;
+fn serve_connection(
+    stream: TcpStream,
+    shared: &Shared,
+    mut reading: Option<Reading>,
+) -> io::Result<()> {
+    let deadline = Instant::now() + PRE_AUTH_DEADLINE.min(shared.config.idle_timeout);
     stream.set_write_timeout(Some(shared.config.write_timeout))?;
-    let mut reader = BufReader::new(stream.try_clone()?);
+    let socket = stream.try_clone()?;
+    let mut reader = BufReader::new(DeadlineReader {
+        stream: &socket,
+        deadline: Some(deadline),
+    });
     let mut writer = BufWriter::new(stream.try_clone()?);
     let mut conn = Connection {
         shared,
@@ -256,10 +258,12 @@ fn serve_connection(stream: TcpStream, shared: &Shared) -> io::Result<()> {
             After::Close => break,
             _ if conn.close => break,
             After::Read => {}
-            After::Greeted => {
-                greeted = true;
-                stream.set_read_timeout(Some(shared.config.idle_timeout))?;
-            }
+            After::Greeted => greeted = true,
+        }
+        // A client now: no deadline but the idle timeout, and never evicted.
+        if greeted && conn.authenticated && reading.take().is_some() {
+            reader.get_mut().deadline = None;
+            stream.set_read_timeout(Some(shared.config.idle_timeout))?;
         }
     }
     linger_close(&stream, &mut reader);
@@ -653,7 +657,6 @@ mod tests {
             port: 0,
             config,
             audit: None,
-            active: AtomicUsize::new(0),
             running: AtomicUsize::new(0),
             cancel: Arc::default(),
         }
@@ -752,32 +755,89 @@ mod tests {
         assert_eq!(code(&batch[1]), rpc::INVALID_REQUEST);
     }
 
+    /// A tool server on a free port, serving in the background.
+    fn listening(shared: Shared) -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shared = Arc::new(shared);
+        std::thread::spawn(move || serve(&listener, &shared));
+        addr
+    }
+
+    /// One line of answer (`Null` when the server closed instead).
+    fn answer(reader: &mut impl std::io::BufRead) -> Value {
+        let mut line = String::new();
+        match reader.read_line(&mut line) {
+            Ok(n) if n > 0 => serde_json::from_str(&line).unwrap(),
+            _ => Value::Null,
+        }
+    }
+
     #[test]
     fn a_connection_over_the_cap_gets_an_answer_then_closes() {
-        use std::io::BufRead;
         let mut over = shared(None, Policy::default());
         over.config.max_connections = 0;
-        let over = Arc::new(over);
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-        let (stream, peer) = listener.accept().unwrap();
-        start_connection(stream, peer, &over);
+        let addr = listening(over);
+        let client = TcpStream::connect(addr).unwrap();
         let mut reader = std::io::BufReader::new(client);
-        let mut line = String::new();
-        reader.read_line(&mut line).unwrap();
-        let answer: Value = serde_json::from_str(&line).unwrap();
-        assert_eq!(code(&answer), rpc::BUSY, "{answer}");
-        line.clear();
-        assert_eq!(
-            reader.read_line(&mut line).unwrap(),
-            0,
-            "closed after the answer"
-        );
-        assert_eq!(
-            over.active.load(Ordering::SeqCst),
-            0,
-            "the slot is given back"
-        );
+        assert_eq!(code(&answer(&mut reader)), rpc::BUSY);
+        assert_eq!(answer(&mut reader), Value::Null, "closed after the answer");
+    }
+
+    #[test]
+    fn connections_that_never_authenticate_cannot_lock_out_the_token_holder() {
+        // 70 connections past the cap of 64, each having sent part of a line and
+        // going on a byte at a time: each newcomer takes the place of the oldest
+        // of them, so the token holder always gets in.
+        let addr = listening(shared(Some("s3cret"), Policy::default()));
+        let mut drips = Vec::new();
+        for _ in 0..70 {
+            let mut stream = TcpStream::connect(addr).unwrap();
+            stream.write_all(b"{\"jsonrpc\"").unwrap();
+            drips.push(stream);
+        }
+        for round in 0..5 {
+            for stream in &mut drips {
+                let _ = stream.write_all(b" ");
+            }
+            let client = TcpStream::connect(addr).unwrap();
+            let mut writer = client.try_clone().unwrap();
+            let mut reader = std::io::BufReader::new(client);
+            let auth = r#"{"jsonrpc":"2.0","method":"auth","params":{"token":"s3cret"},"id":1}"#;
+            let list = r#"{"jsonrpc":"2.0","method":"listTools","id":2}"#;
+            writer
+                .write_all(format!("{auth}\n{list}\n").as_bytes())
+                .unwrap();
+            assert_eq!(answer(&mut reader)["result"], true, "round {round}");
+            assert!(answer(&mut reader)["result"].is_array(), "round {round}");
+            drips.push(TcpStream::connect(addr).unwrap());
+        }
+    }
+
+    #[test]
+    fn a_connection_that_trickles_bytes_is_closed_at_its_deadline() {
+        // The deadline counts from accept, not from the last byte.
+        let mut config = shared(Some("s3cret"), Policy::default());
+        config.config.idle_timeout = Duration::from_millis(400);
+        let addr = listening(config);
+        let mut stream = TcpStream::connect(addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_millis(50)))
+            .unwrap();
+        let started = Instant::now();
+        let mut byte = [0u8; 1];
+        let closed = loop {
+            if stream.write_all(b" ").is_err() {
+                break true;
+            }
+            match stream.read(&mut byte) {
+                Ok(0) => break true,
+                Ok(_) => break false,
+                Err(_) if started.elapsed() < Duration::from_secs(10) => continue,
+                Err(_) => break false,
+            }
+        };
+        assert!(closed, "still open after {:?}", started.elapsed());
     }
 
     #[test]
