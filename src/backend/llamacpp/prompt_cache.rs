@@ -58,6 +58,9 @@ pub(super) struct PromptCache {
     /// and kept up to date by [`PromptCache::save`], so a request does no
     /// directory I/O unless a file can help it.
     index: Option<Vec<(PathBuf, Vec<Token>)>>,
+    /// Only files whose tokens all start the prompt are of use: the model's
+    /// sliding-window layers cannot be cut far back ([`PromptCache::whole_prefixes`]).
+    whole_prefixes: bool,
 }
 
 impl PromptCache {
@@ -70,7 +73,17 @@ impl PromptCache {
             max_bytes: config.max_bytes,
             writers: Vec::new(),
             index: None,
+            whole_prefixes: false,
         }
+    }
+
+    /// Makes [`PromptCache::best`] take only files whose tokens are a prefix of the
+    /// prompt, for a model with sliding-window layers: a state that holds more
+    /// cannot be cut back more than a window (`Context::truncate_seq`), and loading
+    /// it would only cost the file's read.
+    pub(super) fn whole_prefixes(mut self) -> PromptCache {
+        self.whole_prefixes = true;
+        self
     }
 
     /// The cached prompt that shares the longest prefix with `prompt`, at least
@@ -85,7 +98,9 @@ impl PromptCache {
         let (at, _) = index
             .iter()
             .enumerate()
-            .map(|(at, (_, tokens))| (at, common_prefix(tokens, prompt)))
+            .map(|(at, (_, tokens))| (at, common_prefix(tokens, prompt), tokens.len()))
+            .filter(|&(_, shared, len)| !self.whole_prefixes || shared == len)
+            .map(|(at, shared, _)| (at, shared))
             .filter(|&(_, shared)| shared >= min)
             .max_by_key(|&(_, shared)| shared)?;
         let (path, _) = index.remove(at);
@@ -367,6 +382,12 @@ mod tests {
         saved(&mut kv, &[1, 2, 9], b"newer");
         assert_eq!(own_files(&dir, &kv.tag).len(), 2);
         assert_eq!(kv.best(&[1, 2, 9], 3).unwrap().state, b"newer");
+        // For a sliding-window model only a whole prefix of the prompt will do.
+        let mut kv = cache(&dir, "model A", u64::MAX).whole_prefixes();
+        saved(&mut kv, &[1, 2], b"state two");
+        assert_eq!(kv.best(&[1, 2, 3, 4, 7, 8], 2).unwrap().tokens, [1, 2]);
+        assert!(kv.best(&[1, 2, 9, 4], 3).is_some(), "[1, 2, 9] is whole");
+        assert!(kv.best(&[1, 2, 3], 3).is_none(), "[1, 2] is too short");
     }
 
     #[test]

@@ -368,7 +368,12 @@ impl<'m> Worker<'m> {
         let prompt_tokens = PromptTokens::new(model, 3 * slots.len());
         let prompt_cache = config.prompt_cache.as_ref().map(|cache| {
             let key = cache_key(config, &params, ctx.n_ctx_seq());
-            PromptCache::new(cache, key)
+            let cache = PromptCache::new(cache, key);
+            if model.n_swa() > 0 {
+                cache.whole_prefixes()
+            } else {
+                cache
+            }
         });
         let (spec, drafter) = speculation(model, draft, config, &params)?;
         let template = load_template(model);
@@ -1199,17 +1204,13 @@ impl<'m> Worker<'m> {
         }
         if task.phase == Phase::Prefill && task.checkpoint_at == Some(slot.mirror.len()) {
             task.checkpoint_at = None;
-            if let Some(state) = self.ctx.window_state(slot.seq) {
-                crate::log::debug(crate::log::Category::Llm, || {
-                    let (n, kb) = (slot.mirror.len(), state.len() >> 10);
-                    format!(
-                        "slot {}: checkpoint of the sliding window at {n} ({kb} KiB)",
-                        slot.seq
-                    )
-                });
-                self.checkpoints.insert(slot.mirror.clone(), state);
-            }
+            let decoded = slot.mirror.len() - task.report.reused_tokens;
+            self.checkpoint(index, decoded);
         }
+        let slot = &mut self.slots[index];
+        let Some(task) = slot.task.as_mut() else {
+            return;
+        };
         let Some(at) = task.logits_at.take() else {
             return;
         };
@@ -1224,6 +1225,26 @@ impl<'m> Worker<'m> {
             }
         }
         self.sample(index, at);
+    }
+
+    /// Slot `index` holds the opening of its prompt up to the newest message: keeps
+    /// the sliding-window layers' state there ([`super::checkpoints`]), and the whole
+    /// state in the prompt cache on disk when `decoded` of those tokens were not
+    /// cached, so that a cold start with the same opening finds it (the state saved
+    /// at the request's end cannot be cut back to it on such a model).
+    fn checkpoint(&mut self, index: usize, decoded: usize) {
+        let slot = &self.slots[index];
+        if let Some(state) = self.ctx.window_state(slot.seq) {
+            crate::log::debug(crate::log::Category::Llm, || {
+                let (n, kb) = (slot.mirror.len(), state.len() >> 10);
+                format!(
+                    "slot {}: checkpoint of the sliding window at {n} ({kb} KiB)",
+                    slot.seq
+                )
+            });
+            self.checkpoints.insert(slot.mirror.clone(), state);
+            self.save(index, decoded);
+        }
     }
 
     /// Samples slot `index`'s next token at batch entry `at`, and after it each
