@@ -279,12 +279,8 @@ fn context_params(model: &Model, config: &LlamaConfig, preempt: &Preempt) -> Con
     let parallel = config.parallel.max(1);
     // Every generating slot needs a place in each batch.
     let n_batch = config.n_batch.max(parallel).min(n_ctx);
-    let flash_attn = tuning::flash_attn_for(
-        config.flash_attn,
-        config.gpu_layers,
-        config.cache_type,
-        model.head_dim(),
-    );
+    let flash_attn =
+        tuning::flash_attn_for(config.flash_attn, config.gpu_layers, config.cache_type);
     let n_ubatch = tuning::ubatch_for(config.ubatch, flash_attn, config.gpu_layers);
     ContextParams {
         n_ctx,
@@ -344,11 +340,12 @@ impl<'m> Worker<'m> {
         let ctx = Context::new(model, &params).map_err(|e| BackendError::Config(e.to_string()))?;
         crate::log::debug(crate::log::Category::Llm, || {
             format!(
-                "context: {} tokens, {} slot(s) of {}, flash attention {}, ubatch {}, {} thread(s)",
+                "context: {} tokens, {} slot(s) of {}, flash attention {} (heads of {:?}), ubatch {}, {} thread(s)",
                 ctx.n_ctx(),
                 ctx.n_seq_max(),
                 ctx.n_ctx_seq(),
                 tuning::flash_attn_label(flash_attn),
+                model.head_dim(),
                 params.n_ubatch,
                 params.n_threads
             )

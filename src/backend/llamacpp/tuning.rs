@@ -48,53 +48,43 @@ pub fn threads_for(requested: Option<i32>, all_on_gpu: bool, cores: i32) -> i32 
     }
 }
 
-/// The largest attention head (key length) for which auto turns flash attention off
-/// on the CPU (see [`flash_attn_for`]).
-pub const CPU_FLASH_ATTN_OFF_MAX_HEAD_DIM: u32 = 64;
-
 /// Flash attention as requested, with auto (`None`) decided for this placement and
-/// model (`head_dim`: the model's key length per attention head).
+/// cache type.
 ///
 /// llama.cpp's own auto turns it on wherever the op is supported, the CPU included. Its
 /// CPU kernel walks the cache cell by cell for a small batch, with a fixed cost per cell
-/// and head on top of the head's vector work, so what it costs depends on the head size.
-/// With 2 threads, generating 1,536 tokens deep (an agent's opening alone is about
-/// 1,500 tokens), measured on random-weight models of equal width that differ only in
-/// head size, and on two real ones:
-/// - 64 (SmolLM2, Llama 3.2 1B, Qwen2.5 0.5B, TinyLlama): 57–63 tokens/s with it on
-///   SmolLM2 against 89–91 without, and at 3,000 deep 40 against 72. It gains only
-///   10–20% on long prompts. So auto is off there.
-/// - 128: about 10% slower deep (14% at 3,072), 5–14% faster on prompts: a wash.
-/// - 256 (Gemma 3): even deep, faster on prompts.
+/// and head on top of the head's vector work, and takes each query of a batch on its
+/// own, so a speculative step's drafted tokens cost about twice what they do without it.
+/// Measured with 2 threads, generating at depth 0 and 1,536 tokens deep (an agent's
+/// opening alone is about 1,500 tokens):
+/// - Intel Xeon VM (AVX-512, 2026-11-25; random-weight models of equal width that
+///   differ only in head size, and two real ones): heads of 64 (SmolLM2, Llama 3.2 1B,
+///   Qwen2.5 0.5B, TinyLlama) 57–63 t/s with it against 89–91 without 1,536 deep,
+///   40 against 72 at 3,000; SmolLM2 in llama-bench tg64 40.8/84.1 768 deep; an
+///   1,800-token-deep agent edit 41.2 against 78.1 t/s. Heads of 128: about 10% slower
+///   deep with it, 5–14% faster on prompts. Heads of 256 (Gemma 3): even deep, faster
+///   on prompts.
+/// - AMD EPYC VM (AVX-512, 2026-11-26, shepherd's own loop with `lone`): SmolLM2
+///   (64) tg128 162.8/164.3 t/s without/with it, 87.3/85.2 1,536 deep: even. Gemma 3
+///   270M (256): tg128 78.9/74.9 and 79.3/75.9 (two rounds), 1,536 deep 64.0/56.0 and
+///   71.1/71.4; its server with four streams and a 1,500-token system prompt 75.3/75.6.
 ///
-/// Those are AVX2 kernels. With AVX-512 kernels it depends on the CPU. On an AMD EPYC
-/// VM (llama-bench on our llama.cpp, 2 threads) it was on against off 112/101 t/s
-/// 1,536 deep and 10% faster generating at depth 0. On an Intel Xeon VM (2026-11-25,
-/// 2 threads, llama-bench from the sdist) on against off was tg64 40.8/84.1 t/s 768
-/// deep and 60.7/98.5 256 deep (126.5/118.7 at depth 0), and shepherd's own server
-/// generated an 1,800-token-deep agent edit at 41.2 against 78.1 t/s. Flash
-/// attention's CPU kernel also takes each query of a batch on its own, so a
-/// speculative step's drafted tokens cost about twice what they do without it (pp17
-/// against pp1 at 1,500 deep: 42.3/29.7 t/s on, 181.9/65.4 off): with it, n-gram
-/// drafting gave 1.47x on that edit, without it 2.15x.
-///
-/// So auto is off when every layer runs on the CPU, the heads are at most
-/// [`CPU_FLASH_ATTN_OFF_MAX_HEAD_DIM`] wide and the V cache is not quantized (llama.cpp
-/// needs flash attention for a quantized V cache), whatever the CPU: the most it costs
-/// (about 10% on that AMD CPU) is far less than what it saves where it loses (half the
-/// speed on that Intel one). Everywhere else llama.cpp's auto decides (on a GPU it was
-/// the faster choice: tg 891 against 781 t/s on an H100).
+/// So auto is off whenever every layer runs on the CPU and the V cache is not
+/// quantized (llama.cpp needs flash attention for a quantized V cache), whatever the
+/// CPU and head size: on every measurement above it is at most a few percent behind
+/// the better setting at either depth, where turning it on is up to 45% behind (and
+/// `lone`'s exact verification needs it off). What it gives up: prompts on wide heads on
+/// the Intel CPU (5–14%). Wherever layers go to a GPU llama.cpp's auto decides (on CUDA
+/// flash attention is the faster one: tg 891 against 781 t/s on an H100).
 pub fn flash_attn_for(
     requested: Option<bool>,
     gpu_layers: i32,
     cache_type: CacheType,
-    head_dim: Option<u32>,
 ) -> Option<bool> {
     let quantized_v = matches!(cache_type, CacheType::Q8_0 | CacheType::Q4_0);
-    let small_heads = head_dim.is_some_and(|d| d <= CPU_FLASH_ATTN_OFF_MAX_HEAD_DIM);
     match requested {
         Some(forced) => Some(forced),
-        None if all_on_cpu(gpu_layers) && small_heads && !quantized_v => Some(false),
+        None if all_on_cpu(gpu_layers) && !quantized_v => Some(false),
         None => None,
     }
 }
@@ -126,33 +116,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn auto_flash_attention_is_off_on_the_cpu_for_small_heads_unless_the_v_cache_is_quantized() {
-        // A forced choice is kept wherever the layers are, whatever the heads.
+    fn auto_flash_attention_is_off_on_the_cpu_unless_the_v_cache_is_quantized() {
+        // A forced choice is kept wherever the layers are.
         for layers in [0, -1] {
-            for head in [Some(64), Some(256), None] {
-                assert_eq!(
-                    flash_attn_for(Some(true), layers, CacheType::F16, head),
-                    Some(true)
-                );
-                let off = flash_attn_for(Some(false), layers, CacheType::Q8_0, head);
-                assert_eq!(off, Some(false));
-            }
+            assert_eq!(
+                flash_attn_for(Some(true), layers, CacheType::F16),
+                Some(true)
+            );
+            let off = flash_attn_for(Some(false), layers, CacheType::Q8_0);
+            assert_eq!(off, Some(false));
         }
-        for small in [Some(64), Some(32)] {
-            assert_eq!(flash_attn_for(None, 0, CacheType::F16, small), Some(false));
-            assert_eq!(flash_attn_for(None, 0, CacheType::F32, small), Some(false));
-            // llama.cpp refuses a quantized V cache without flash attention.
-            assert_eq!(flash_attn_for(None, 0, CacheType::Q8_0, small), None);
-            assert_eq!(flash_attn_for(None, 0, CacheType::Q4_0, small), None);
-        }
-        // Wider heads, or a model that does not say: llama.cpp decides.
-        for other in [Some(80), Some(128), Some(256), None] {
-            assert_eq!(flash_attn_for(None, 0, CacheType::F16, other), None);
-        }
+        assert_eq!(flash_attn_for(None, 0, CacheType::F16), Some(false));
+        assert_eq!(flash_attn_for(None, 0, CacheType::F32), Some(false));
+        // llama.cpp refuses a quantized V cache without flash attention.
+        assert_eq!(flash_attn_for(None, 0, CacheType::Q8_0), None);
+        assert_eq!(flash_attn_for(None, 0, CacheType::Q4_0), None);
         // Layers asked for the GPU: llama.cpp decides where there is one.
         let on_gpu = crate::llama::supports_gpu_offload();
         assert_eq!(
-            flash_attn_for(None, -1, CacheType::F16, Some(64)),
+            flash_attn_for(None, -1, CacheType::F16),
             (!on_gpu).then_some(false)
         );
     }
