@@ -44,7 +44,12 @@ def main():
             end = next((i for i, l in enumerate(lines) if l.startswith("#[cfg(test)]")), len(lines))
             for at in range(end):
                 m = FN.match(lines[at])
-                if not m or lines[at].rstrip().endswith(";"):
+                if not m:
+                    continue
+                # A declaration without a body (in an `extern` block or a trait),
+                # on one line or several: its signature ends with `;`, not `{`.
+                head = next((j for j in range(at, end) if lines[j].rstrip().endswith(("{", ";"))), at)
+                if lines[head].rstrip().endswith(";"):
                     continue
                 close = m.group(1) + "}"
                 last = next((j for j in range(at + 1, end) if lines[j] == close), at)
