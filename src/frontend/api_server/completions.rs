@@ -6,7 +6,8 @@
 //! [`Backend::complete`](crate::backend::Backend::complete)). Sampling fields
 //! are chat completions' ([`openai::sampling`]); what this server cannot do
 //! (several choices, `echo`, `logprobs`, `suffix`, token-id prompts) is a 400
-//! naming the field rather than silently ignored. Answers are
+//! naming the field rather than silently ignored; a field it does not know at
+//! all is ignored, as llama-server ignores it, and named in a debug line. Answers are
 //! `text_completion` objects, streamed as chunks of the same shape ending in
 //! `data: [DONE]`.
 
@@ -15,7 +16,7 @@ use std::io;
 use serde_json::{Map, Value};
 
 use super::error::ApiError;
-use super::fields::{json_body, only_known, Fields};
+use super::fields::{json_body, unknown_fields, Fields};
 use super::openai::{self, finish_reason, wire_timings, wire_usage};
 use super::pool::Work;
 use super::text::{Assembler, Piece};
@@ -33,13 +34,18 @@ pub struct CompletionRequest {
     pub stream: bool,
     pub include_usage: bool,
     pub model: String,
+    /// Fields this server does not know and ignored ([`unknown_fields`]).
+    pub ignored: Vec<String>,
 }
 
-/// Fields accepted and ignored.
-const IGNORED: [&str; 2] = ["user", "cache_prompt"];
+/// Fields accepted and ignored (llama-server's `cache_prompt` and `id_slot`: see
+/// chat completions').
+const IGNORED: [&str; 3] = ["user", "cache_prompt", "id_slot"];
 
-const KNOWN: [&str; 23] = [
+/// Every field this server reads; any other is ignored and named in a debug line.
+const KNOWN: [&str; 24] = [
     "model",
+    "n_predict",
     "prompt",
     "stream",
     "stream_options",
@@ -68,7 +74,7 @@ const KNOWN: [&str; 23] = [
 pub fn parse(body: &[u8], defaults: &Defaults) -> Result<CompletionRequest, ApiError> {
     let value = json_body(body)?;
     let f = Fields::of(&value, "")?;
-    only_known(&value, &KNOWN, &IGNORED)?;
+    let ignored = unknown_fields(&value, &KNOWN, &IGNORED);
     let model = f.str("model")?.unwrap_or(&defaults.model).to_string();
     let prompt = prompt(&f)?;
     let stream = f.bool("stream")?.unwrap_or(false);
@@ -94,6 +100,7 @@ pub fn parse(body: &[u8], defaults: &Defaults) -> Result<CompletionRequest, ApiE
         stream,
         include_usage,
         model,
+        ignored,
     })
 }
 
@@ -262,7 +269,11 @@ mod tests {
         check_invalid(json!({"prompt": "a", "suffix": "x"}), "suffix");
         check_invalid(json!({"prompt": "a", "max_tokens": 0}), "max_tokens");
         check_invalid(json!({"prompt": "a", "temperature": "hot"}), "temperature");
-        check_invalid(json!({"prompt": "a", "messages": []}), "messages");
+        // A field this route does not read is ignored and named, as llama-server
+        // ignores it; n_predict is llama-server's max_tokens.
+        let chat = parse_json(json!({"prompt": "a", "messages": [], "n_predict": 3})).unwrap();
+        assert_eq!(chat.ignored, ["messages"]);
+        assert_eq!(chat.work.sampling.max_tokens, Some(3));
         check_invalid(
             json!({"prompt": "a", "stream_options": {}}),
             "stream_options",

@@ -22,19 +22,27 @@ pub fn json_body(body: &[u8]) -> Result<Value, ApiError> {
 }
 
 /// Refuses a top-level field that neither `known` nor `ignored` names, in
-/// OpenAI's words, so a client learns of a typo instead of being ignored.
+/// OpenAI's words, so a client learns of a typo instead of being ignored (the
+/// tokenizer and embedding routes).
 pub fn only_known(value: &Value, known: &[&str], ignored: &[&str]) -> Result<(), ApiError> {
-    let Value::Object(map) = value else {
-        return Ok(());
-    };
-    let named = |k: &String| known.contains(&k.as_str()) || ignored.contains(&k.as_str());
-    match map.keys().find(|k| !named(k)) {
+    match unknown_fields(value, known, ignored).first() {
         Some(unknown) => Err(ApiError::invalid(
             unknown,
             format!("unrecognized request argument supplied: {unknown}"),
         )),
         None => Ok(()),
     }
+}
+
+/// The top-level fields that neither `known` nor `ignored` names. The completion
+/// routes ignore them, as llama-server does with a field it does not know (clients
+/// written for it send its own extensions and more), and say which in a debug line.
+pub fn unknown_fields(value: &Value, known: &[&str], ignored: &[&str]) -> Vec<String> {
+    let Value::Object(map) = value else {
+        return Vec::new();
+    };
+    let named = |k: &String| known.contains(&k.as_str()) || ignored.contains(&k.as_str());
+    map.keys().filter(|k| !named(k)).cloned().collect()
 }
 
 impl<'a> Fields<'a> {

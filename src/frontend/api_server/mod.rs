@@ -208,6 +208,16 @@ impl Drop for Held<'_> {
     }
 }
 
+/// Names in a debug line (`--debug=http`) the request fields a route ignored, as
+/// llama-server ignores a field it does not know.
+fn log_ignored(route: &str, ignored: &[String]) {
+    if !ignored.is_empty() {
+        crate::log::debug(crate::log::Category::Http, || {
+            format!("{route}: ignored request fields: {}", ignored.join(", "))
+        });
+    }
+}
+
 fn now_secs() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -321,6 +331,7 @@ impl ApiServer {
                 return responder.json_with(error.status, &error.openai_body(), &error.headers());
             }
         };
+        log_ignored("/v1/chat/completions", &parsed.ignored);
         let answer = Answer::OpenAi(openai::Answer {
             id: self.new_id("chatcmpl-"),
             created: now_secs(),
@@ -342,6 +353,7 @@ impl ApiServer {
             Ok(_) => return self.refuse(responder, &local::unsupported("/v1/completions")),
             Err(error) => return self.refuse(responder, &error),
         };
+        log_ignored("/v1/completions", &parsed.ignored);
         let answer = Answer::Text(completions::Answer {
             id: self.new_id("cmpl-"),
             created: now_secs(),

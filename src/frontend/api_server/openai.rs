@@ -12,7 +12,7 @@ use std::io;
 use serde_json::{json, Map, Value};
 
 use super::error::ApiError;
-use super::fields::{json_body, only_known, stop_list, valid_tool_name, Fields};
+use super::fields::{json_body, stop_list, unknown_fields, valid_tool_name, Fields};
 use super::pool::Work;
 use super::text::{Assembler, Piece};
 use super::wire::openai as wire;
@@ -31,10 +31,14 @@ pub struct ChatRequest {
     pub include_usage: bool,
     /// Echoed in every answer.
     pub model: String,
+    /// Fields this server does not know and ignored ([`unknown_fields`]).
+    pub ignored: Vec<String>,
 }
 
-/// Fields accepted but with no effect here (documented as such).
-const IGNORED: [&str; 7] = [
+/// Fields accepted but with no effect here (documented as such): llama-server's
+/// `cache_prompt` (shepherd always reuses the cache) and `id_slot` (the slot is the
+/// one whose cache shares most with the prompt).
+const IGNORED: [&str; 8] = [
     "user",
     "metadata",
     "store",
@@ -42,12 +46,13 @@ const IGNORED: [&str; 7] = [
     "reasoning_effort",
     "service_tier",
     "cache_prompt",
+    "id_slot",
 ];
 
-/// Every field this server reads, so a misspelt one is refused rather than
-/// silently ignored.
-const KNOWN: [&str; 26] = [
+/// Every field this server reads; any other is ignored and named in a debug line.
+const KNOWN: [&str; 27] = [
     "model",
+    "n_predict",
     "messages",
     "tools",
     "tool_choice",
@@ -81,7 +86,7 @@ const KNOWN: [&str; 26] = [
 pub fn parse(body: &[u8], defaults: &Defaults) -> Result<ChatRequest, ApiError> {
     let value = json_body(body)?;
     let f = Fields::of(&value, "")?;
-    only_known(&value, &KNOWN, &IGNORED)?;
+    let ignored = unknown_fields(&value, &KNOWN, &IGNORED);
     let model = f.str("model")?.unwrap_or(&defaults.model).to_string();
     let (system, messages) = messages(&f)?;
     let tools = tools(&f)?;
@@ -120,6 +125,7 @@ pub fn parse(body: &[u8], defaults: &Defaults) -> Result<ChatRequest, ApiError> 
         stream,
         include_usage,
         model,
+        ignored,
     })
 }
 
@@ -128,9 +134,11 @@ pub fn parse(body: &[u8], defaults: &Defaults) -> Result<ChatRequest, ApiError> 
 pub(super) fn sampling(f: &Fields<'_>, defaults: &Defaults) -> Result<Sampling, ApiError> {
     let mut sampling = defaults.sampling.clone();
     let max_len = defaults.max_tokens_limit();
+    // llama-server's `n_predict` too, where -1 (or 0) means no cap but the context.
     let length = f
         .integer("max_completion_tokens", 1, max_len)?
-        .or(f.integer("max_tokens", 1, max_len)?);
+        .or(f.integer("max_tokens", 1, max_len)?)
+        .or(f.integer("n_predict", -1, max_len)?.filter(|&n| n > 0));
     if let Some(n) = length {
         sampling.max_tokens = u32::try_from(n).ok();
     }
@@ -703,6 +711,38 @@ mod tests {
     }
 
     #[test]
+    fn llama_server_fields_are_read_and_unknown_ones_ignored_by_name() {
+        // What a client written for llama-server sends: its n_predict caps the
+        // answer, cache_prompt and id_slot are accepted, a field nobody knows is
+        // ignored (as llama-server ignores it) and named.
+        let body = json!({
+            "messages": user(),
+            "n_predict": 20,
+            "cache_prompt": true,
+            "id_slot": 0,
+            "temprature": 1,
+            "t_max_predict_ms": 500,
+        });
+        let parsed = parse(body.to_string().as_bytes(), &defaults()).unwrap();
+        assert_eq!(parsed.work.sampling.max_tokens, Some(20));
+        assert_eq!(parsed.ignored, ["temprature", "t_max_predict_ms"]);
+        // -1 is llama-server's "no cap"; max_tokens wins over n_predict.
+        let endless = json!({"messages": user(), "n_predict": -1});
+        let parsed = parse(endless.to_string().as_bytes(), &defaults()).unwrap();
+        assert_eq!(
+            parsed.work.sampling.max_tokens,
+            defaults().sampling.max_tokens
+        );
+        let both = json!({"messages": user(), "n_predict": 5, "max_tokens": 9});
+        let parsed = parse(both.to_string().as_bytes(), &defaults()).unwrap();
+        assert_eq!(parsed.work.sampling.max_tokens, Some(9));
+        assert!(parsed.ignored.is_empty());
+        // A wrong value of a field it does read is still a 400 naming it.
+        let bad = json!({"messages": user(), "n_predict": -2});
+        assert_eq!(err(bad).param.as_deref(), Some("n_predict"));
+    }
+
+    #[test]
     fn every_bad_field_is_a_400_naming_it() {
         let cases = [
             (json!({"messages": []}), "messages"),
@@ -772,7 +812,6 @@ mod tests {
             ),
             (json!({"messages": user(), "logprobs": true}), "logprobs"),
             (json!({"messages": user(), "use_tools": true}), "use_tools"),
-            (json!({"messages": user(), "temprature": 1}), "temprature"),
             (
                 json!({"messages": user(), "repeat_penalty": -1}),
                 "repeat_penalty",
