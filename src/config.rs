@@ -250,6 +250,10 @@ pub struct ConfigFile {
     /// The prompt cache's cap on disk, in MiB (0 turns it off).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv_cache_max_mb: Option<u64>,
+    /// The cap on one reply from an API provider, in MiB (content, reasoning and
+    /// tool-call arguments together; default 16).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_reply_mb: Option<u64>,
     /// The token the servers require (`--auth-token`, `SHEPHERD_AUTH_TOKEN`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth_token: Option<String>,

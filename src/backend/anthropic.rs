@@ -20,7 +20,7 @@
 //!   the window after output was shown: it ends the reply as `Length` with a
 //!   notice rather than an overflow error, which would re-run shown text.
 
-use std::io::{BufRead, BufReader};
+use std::io::BufRead;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -73,7 +73,7 @@ pub struct AnthropicBackend {
 
 impl AnthropicBackend {
     pub fn new(config: AnthropicConfig) -> Self {
-        let agent = http::build_agent(&config.api.base_url, &config.api.timeouts);
+        let agent = http::build_agent(&config.api.base_url, &config.api.limits);
         AnthropicBackend {
             config,
             agent,
@@ -118,7 +118,7 @@ impl AnthropicBackend {
             OutputFilter::for_tools(request.tools),
             self.config.api.context_size,
         );
-        let reader = BufReader::new(response.into_body().into_reader());
+        let reader = http::body_reader(response, &self.config.api.limits, request.stream);
         if request.stream {
             read_stream(reader, turn, sink, url)
         } else {

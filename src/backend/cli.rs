@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::estimate::TokenEstimator;
-use super::http::{self, Timeouts};
+use super::http::{self, Limits};
 use super::{Backend, BackendInfo, GenerateRequest, Reply, Usage};
 use crate::core::error::ErrorKind;
 use crate::core::{
@@ -45,7 +45,7 @@ pub struct CliConfig {
     pub model: String,
     /// Connect and per-read limits; the longest silence tolerated while a
     /// request runs is `per_read` (the server sends keep-alives every 10 s).
-    pub timeouts: Timeouts,
+    pub limits: Limits,
 }
 
 /// Events the listener may hold while nobody is generating; more are dropped
@@ -70,7 +70,7 @@ pub struct CliBackend {
 
 impl CliBackend {
     pub fn new(config: CliConfig) -> Self {
-        let agent = http::build_agent(&config.base_url, &config.timeouts);
+        let agent = http::build_agent(&config.base_url, &config.limits);
         CliBackend {
             config,
             agent,
@@ -213,10 +213,10 @@ impl CliBackend {
                 }
                 Err(RecvTimeoutError::Timeout) => {
                     silent += TICK;
-                    if silent > self.config.timeouts.per_read {
+                    if silent > self.config.limits.per_read {
                         return Err(BackendError::Timeout(format!(
                             "{}: no event for {:?}",
-                            self.config.base_url, self.config.timeouts.per_read
+                            self.config.base_url, self.config.limits.per_read
                         )));
                     }
                     continue;
@@ -254,6 +254,10 @@ impl CliBackend {
                 continue;
             };
             turn.note(&event);
+            if turn.bytes() > self.config.limits.reply_bytes {
+                self.send_cancel();
+                return Err(http::too_large("the reply", self.config.limits.reply_bytes));
+            }
             if sink.emit(event) == Flow::Cancel && cancel_sent.is_none() {
                 cancel_sent = Some(self.send_cancel());
             }
@@ -367,12 +371,13 @@ fn spawn_listener(
 /// Keeps `/updates` open until the backend is dropped, reconnecting with backoff.
 fn listen(url: &str, api_key: Option<&str>, base_url: &str, tx: &Sender<Feed>) {
     // No overall limit: the stream is meant to stay open; keep-alives reset the per-read one.
-    let timeouts = Timeouts {
+    let limits = Limits {
         connect: Duration::from_secs(10),
         per_read: Duration::from_secs(60),
         overall: Duration::from_secs(365 * 24 * 3600),
+        ..Limits::default()
     };
-    let agent = http::build_agent(url, &timeouts);
+    let agent = http::build_agent(url, &limits);
     let mut backoff = Duration::from_millis(250);
     loop {
         let key = server_key(api_key, base_url);
@@ -633,6 +638,11 @@ struct TurnText {
 }
 
 impl TurnText {
+    /// What the reply holds so far, for its cap.
+    fn bytes(&self) -> u64 {
+        (self.content.len() + self.thinking.len()) as u64
+    }
+
     fn note(&mut self, event: &Event) {
         match event {
             Event::Content(text) => {

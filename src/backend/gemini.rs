@@ -17,7 +17,7 @@
 //!   `finishReason` was cut off and is a `Protocol` error.
 //! - Thought-summary parts (`thought: true`) become thinking, and are not sent back.
 
-use std::io::{BufRead, BufReader};
+use std::io::BufRead;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -67,7 +67,7 @@ pub struct GeminiBackend {
 
 impl GeminiBackend {
     pub fn new(config: GeminiConfig) -> Self {
-        let agent = http::build_agent(&config.api.base_url, &config.api.timeouts);
+        let agent = http::build_agent(&config.api.base_url, &config.api.limits);
         GeminiBackend {
             config,
             agent,
@@ -108,7 +108,7 @@ impl GeminiBackend {
             OutputFilter::for_tools(request.tools),
             self.config.api.context_size,
         );
-        let reader = BufReader::new(response.into_body().into_reader());
+        let reader = http::body_reader(response, &self.config.api.limits, request.stream);
         if request.stream {
             read_stream(reader, turn, sink, url)
         } else {

@@ -1,4 +1,5 @@
 //! HTTP plumbing shared by the API backends: ureq agents with timeouts, the
+//! caps on what a provider may send (one reply, one body after decompression), the
 //! mapping of transport failures and provider error bodies to
 //! [`BackendError`], the one context-overflow classifier, and the retry loop.
 //!
@@ -18,26 +19,52 @@ use crate::core::{Answer, BackendError, Event, EventSink, Flow, ToolCall};
 use crate::log::{self, Category};
 use crate::util::net::is_loopback_url;
 
-/// Largest error or non-streamed body read into memory.
+/// Largest error or non-streamed body read into memory, after decompression.
 pub const MAX_BODY_BYTES: u64 = 64 * 1024 * 1024;
 
-/// Timeouts for one backend's requests.
+/// What one reply may grow to by default (content, reasoning and tool-call
+/// arguments together): far above any model's output limit (128k tokens are about
+/// 0.5 MiB), far below what would strain memory. The config key is `max_reply_mb`.
+pub const DEFAULT_MAX_REPLY_BYTES: u64 = 16 * 1024 * 1024;
+
+/// A streamed body may be this many times the reply cap (after decompression), for
+/// the JSON around each delta; never less than [`MAX_BODY_BYTES`].
+const STREAM_OVERHEAD: u64 = 4;
+
+/// Timeouts and size caps for one backend's requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Timeouts {
+pub struct Limits {
     /// Connection setup, TLS included.
     pub connect: Duration,
     /// Longest silence between two reads; on a stream, the longest pause between tokens.
     pub per_read: Duration,
     /// The whole request, body included.
     pub overall: Duration,
+    /// The largest reply (see [`DEFAULT_MAX_REPLY_BYTES`]).
+    pub reply_bytes: u64,
 }
 
-impl Default for Timeouts {
+impl Default for Limits {
     fn default() -> Self {
-        Timeouts {
+        Limits {
             connect: Duration::from_secs(10),
             per_read: Duration::from_secs(120),
             overall: Duration::from_secs(600),
+            reply_bytes: DEFAULT_MAX_REPLY_BYTES,
+        }
+    }
+}
+
+impl Limits {
+    /// The cap on a response body after decompression: a stream carries a whole
+    /// reply in many small JSON events, a plain body one JSON document.
+    pub fn body_bytes(&self, stream: bool) -> u64 {
+        match stream {
+            true => self
+                .reply_bytes
+                .saturating_mul(STREAM_OVERHEAD)
+                .max(MAX_BODY_BYTES),
+            false => MAX_BODY_BYTES.max(self.reply_bytes),
         }
     }
 }
@@ -52,7 +79,7 @@ pub struct ApiSettings {
     /// Context window in tokens, 0 when unknown.
     pub context_size: u64,
     pub extra_headers: Vec<(String, String)>,
-    pub timeouts: Timeouts,
+    pub limits: Limits,
     pub max_retries: u32,
     /// Where exchanges are recorded to or replayed from (`--record`, `--replay`).
     pub tape: Tape,
@@ -66,7 +93,7 @@ impl ApiSettings {
             model: model.into(),
             context_size: 0,
             extra_headers: Vec::new(),
-            timeouts: Timeouts::default(),
+            limits: Limits::default(),
             max_retries: RetryPolicy::default().max_retries,
             tape: Tape::off(),
         }
@@ -76,6 +103,7 @@ impl ApiSettings {
     pub fn policy(&self) -> RetryPolicy {
         RetryPolicy {
             max_retries: self.max_retries,
+            reply_bytes: self.limits.reply_bytes,
             ..RetryPolicy::default()
         }
     }
@@ -97,11 +125,11 @@ impl ApiSettings {
 /// An agent for requests to `url`. Error statuses come back as responses so
 /// their bodies and `Retry-After` can be read; loopback hosts bypass any
 /// proxy from the environment (ureq honours `HTTP(S)_PROXY` by default).
-pub fn build_agent(url: &str, timeouts: &Timeouts) -> ureq::Agent {
+pub fn build_agent(url: &str, limits: &Limits) -> ureq::Agent {
     let builder = ureq::Agent::config_builder()
-        .timeout_connect(Some(timeouts.connect))
-        .timeout_per_read(Some(timeouts.per_read))
-        .timeout_global(Some(timeouts.overall))
+        .timeout_connect(Some(limits.connect))
+        .timeout_per_read(Some(limits.per_read))
+        .timeout_global(Some(limits.overall))
         .http_status_as_error(false);
     let builder = if is_loopback_url(url) {
         builder.proxy(None)
@@ -127,9 +155,13 @@ pub fn transport_error(error: ureq::Error, url: &str) -> BackendError {
 }
 
 /// Maps an I/O failure, also one while reading a streamed body (ureq wraps
-/// its own errors, timeouts included, inside `io::Error`).
+/// its own errors, timeouts included, inside `io::Error`); a body over its cap
+/// becomes [`BackendError::TooLarge`].
 pub fn io_error(error: io::Error, url: &str) -> BackendError {
     use io::ErrorKind as K;
+    if let Some(Oversize(cap)) = error.get_ref().and_then(|e| e.downcast_ref::<Oversize>()) {
+        return too_large(&format!("{url}: the response body"), *cap);
+    }
     if let Some(ureq::Error::Timeout(which)) = error
         .get_ref()
         .and_then(|e| e.downcast_ref::<ureq::Error>())
@@ -211,15 +243,73 @@ pub fn error_response(response: ureq::http::Response<ureq::Body>, status: u16) -
     error_from_body(status, &text, retry_after)
 }
 
-/// Reads a whole (non-streamed) body, at most [`MAX_BODY_BYTES`].
+/// Reads a whole (non-streamed) body; one over [`MAX_BODY_BYTES`] is an error.
 pub fn read_text(reader: impl Read, url: &str) -> Result<String, BackendError> {
     let mut text = String::new();
-    reader
-        .take(MAX_BODY_BYTES)
+    Capped::new(reader, MAX_BODY_BYTES)
         .read_to_string(&mut text)
         .map_err(|e| io_error(e, url))?;
     Ok(text)
 }
+
+/// A response's body as it arrives (decompressed), capped as `limits` says for
+/// a stream or a plain body; past the cap a read fails with [`BackendError::TooLarge`]
+/// (through [`io_error`]).
+pub fn body_reader(
+    response: ureq::http::Response<ureq::Body>,
+    limits: &Limits,
+    stream: bool,
+) -> io::BufReader<Capped<impl Read>> {
+    let cap = limits.body_bytes(stream);
+    io::BufReader::new(Capped::new(response.into_body().into_reader(), cap))
+}
+
+/// A reader that fails once more than `cap` bytes came through, rather than
+/// cutting the body short (a cut JSON document would read as a bad one).
+pub struct Capped<R> {
+    inner: R,
+    cap: u64,
+    read: u64,
+}
+
+impl<R: Read> Capped<R> {
+    pub fn new(inner: R, cap: u64) -> Self {
+        Capped {
+            inner,
+            cap,
+            read: 0,
+        }
+    }
+}
+
+impl<R: Read> Read for Capped<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        // One byte past the cap is enough to know the body is over it.
+        let room = (self.cap - self.read.min(self.cap)).saturating_add(1);
+        let want = buf.len().min(usize::try_from(room).unwrap_or(usize::MAX));
+        let n = self.inner.read(&mut buf[..want])?;
+        self.read += n as u64;
+        if self.read > self.cap {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                Oversize(self.cap),
+            ));
+        }
+        Ok(n)
+    }
+}
+
+/// The error a [`Capped`] reader fails with: its cap.
+#[derive(Debug)]
+struct Oversize(u64);
+
+impl std::fmt::Display for Oversize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "body over {} bytes", self.0)
+    }
+}
+
+impl std::error::Error for Oversize {}
 
 /// `text` as one URL path segment: every byte but RFC 3986's unreserved characters
 /// percent-encoded, so a name (a model's) can never change the path or add a query
@@ -530,6 +620,8 @@ fn days_from_civil(year: u64, month: u64, day: u64) -> Option<u64> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryPolicy {
     pub max_retries: u32,
+    /// The cap each attempt's reply is held to ([`Limits::reply_bytes`]).
+    pub reply_bytes: u64,
     /// The first backoff; each further one doubles, jittered by ±25 %.
     pub base_delay: Duration,
     pub max_delay: Duration,
@@ -539,6 +631,7 @@ impl Default for RetryPolicy {
     fn default() -> Self {
         RetryPolicy {
             max_retries: 3,
+            reply_bytes: DEFAULT_MAX_REPLY_BYTES,
             base_delay: Duration::from_millis(250),
             max_delay: Duration::from_secs(8),
         }
@@ -568,20 +661,34 @@ fn jitter_fraction(attempt: u32) -> f64 {
 }
 
 /// Passes events on and remembers whether anything reached the user, which
-/// makes a retry unsafe (the user would see the text twice).
-struct ShownSink<'a> {
+/// makes a retry unsafe (the user would see the text twice); counts the reply's
+/// text and stops the attempt once it passes the cap.
+struct AttemptSink<'a> {
     inner: &'a mut dyn EventSink,
     shown: bool,
+    /// Bytes of content, reasoning and tool-call arguments so far.
+    bytes: u64,
+    cap: u64,
 }
 
-impl EventSink for ShownSink<'_> {
+impl AttemptSink<'_> {
+    fn over(&self) -> bool {
+        self.bytes > self.cap
+    }
+}
+
+impl EventSink for AttemptSink<'_> {
     fn emit(&mut self, event: Event) -> Flow {
         self.shown = true;
+        self.bytes += reply_bytes_of(&event);
+        if self.over() {
+            return Flow::Cancel;
+        }
         self.inner.emit(event)
     }
 
     fn cancelled(&self) -> bool {
-        self.inner.cancelled()
+        self.over() || self.inner.cancelled()
     }
 
     fn approve(&mut self, call: &ToolCall) -> Answer {
@@ -589,7 +696,29 @@ impl EventSink for ShownSink<'_> {
     }
 }
 
+/// What an event adds to the reply: its text, or a tool call's name and arguments.
+fn reply_bytes_of(event: &Event) -> u64 {
+    let len = match event {
+        Event::Content(text) | Event::Thinking(text) | Event::CodeBlock(text) => text.len(),
+        Event::ToolCall(call) => call.name.len() + call.arguments.to_string().len(),
+        _ => 0,
+    };
+    len as u64
+}
+
+/// The error for a reply or body past its cap, naming the cap and how to raise it.
+pub fn too_large(what: &str, cap: u64) -> BackendError {
+    BackendError::TooLarge(format!(
+        "{what} passed {} MiB; raise the cap with \"max_reply_mb\" in the config file \
+         (a stream may carry {STREAM_OVERHEAD} times that, a plain body at least {} MiB)",
+        cap.div_ceil(1024 * 1024),
+        MAX_BODY_BYTES / (1024 * 1024)
+    ))
+}
+
 /// Runs `attempt` until it succeeds, fails for good, or `policy` runs out.
+/// A reply whose text passes `policy.reply_bytes` is stopped there and ends
+/// with [`BackendError::TooLarge`], never retried.
 /// A retryable error is retried only when the failed attempt showed nothing;
 /// before each wait a `System` notice says why; a cancel during the wait
 /// ends with [`BackendError::Cancelled`].
@@ -600,11 +729,17 @@ pub fn with_retries<T>(
 ) -> Result<T, BackendError> {
     let mut retries = 0;
     loop {
-        let mut shown = ShownSink {
+        let mut shown = AttemptSink {
             inner: &mut *sink,
             shown: false,
+            bytes: 0,
+            cap: policy.reply_bytes,
         };
-        let error = match attempt(&mut shown) {
+        let result = attempt(&mut shown);
+        if shown.over() {
+            return Err(too_large("the reply", policy.reply_bytes));
+        }
+        let error = match result {
             Ok(value) => return Ok(value),
             Err(error) => error,
         };
@@ -823,6 +958,7 @@ mod tests {
     fn fast_policy() -> RetryPolicy {
         RetryPolicy {
             max_retries: 2,
+            reply_bytes: DEFAULT_MAX_REPLY_BYTES,
             base_delay: Duration::from_millis(1),
             max_delay: Duration::from_millis(2),
         }
@@ -874,6 +1010,77 @@ mod tests {
         });
         assert!(result.is_err());
         assert_eq!(calls.get(), 1);
+    }
+
+    #[test]
+    fn a_reply_past_its_cap_is_stopped_there_and_named() {
+        let policy = RetryPolicy {
+            reply_bytes: 10,
+            ..fast_policy()
+        };
+        let calls = Cell::new(0);
+        let mut events = Vec::new();
+        let result: Result<(), _> = with_retries(&policy, &mut events, |sink| {
+            calls.set(calls.get() + 1);
+            let mut sent = 0;
+            // An endless reply: only the sink can stop it.
+            while sink.emit(Event::Content("four".into())) == Flow::Continue {
+                sent += 1;
+                assert!(sent < 1000, "the cap never stopped the reply");
+            }
+            Ok(())
+        });
+        let error = result.expect_err("a reply over its cap is an error");
+        assert!(matches!(error, BackendError::TooLarge(_)), "{error:?}");
+        assert!(error.to_string().contains("max_reply_mb"), "{error}");
+        assert_eq!(calls.get(), 1, "never retried");
+        // What passed on stayed within the cap: two pieces of four bytes.
+        assert_eq!(events.len(), 2, "{events:?}");
+        // Exactly at the cap is still a reply.
+        let exact: Result<(), _> = with_retries(&policy, &mut Vec::new(), |sink| {
+            sink.emit(Event::Content("0123456789".into()));
+            Ok(())
+        });
+        assert_eq!(exact, Ok(()));
+    }
+
+    #[test]
+    fn a_body_past_its_cap_fails_instead_of_being_cut() {
+        for (len, cap, fits) in [
+            (0, 0, true),
+            (10, 10, true),
+            (11, 10, false),
+            (5000, 4096, false),
+        ] {
+            let body = vec![b'x'; len];
+            // One byte per read and whole reads: the boundary holds either way.
+            for bytewise in [false, true] {
+                let mut reader: Box<dyn Read> = match bytewise {
+                    true => Box::new(crate::stream::ChunkReader::new(
+                        body.iter().map(|b| vec![*b]).collect(),
+                    )),
+                    false => Box::new(&body[..]),
+                };
+                let mut out = Vec::new();
+                let result = Capped::new(&mut reader, cap).read_to_end(&mut out);
+                match result {
+                    Ok(n) => assert!(fits && n == len, "{len} over {cap} read whole"),
+                    Err(e) => {
+                        assert!(!fits, "{len} within {cap} refused: {e}");
+                        assert!(
+                            out.len() as u64 <= cap + 1,
+                            "read {} past the cap",
+                            out.len()
+                        );
+                        let error = io_error(e, "http://x");
+                        assert!(matches!(error, BackendError::TooLarge(_)), "{error:?}");
+                    }
+                }
+            }
+        }
+        let plain = Limits::default();
+        assert_eq!(plain.body_bytes(false), MAX_BODY_BYTES);
+        assert_eq!(plain.body_bytes(true), 4 * DEFAULT_MAX_REPLY_BYTES);
     }
 
     #[test]

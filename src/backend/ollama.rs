@@ -20,7 +20,7 @@
 //! - The stream ends with a `done: true` line carrying counts and durations
 //!   (ns), which become the `Stats`; without it the reply was cut off.
 
-use std::io::{BufRead, BufReader};
+use std::io::BufRead;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -68,7 +68,7 @@ pub struct OllamaBackend {
 
 impl OllamaBackend {
     pub fn new(config: OllamaConfig) -> Self {
-        let agent = http::build_agent(&config.api.base_url, &config.api.timeouts);
+        let agent = http::build_agent(&config.api.base_url, &config.api.limits);
         let num_ctx = Some(config.api.context_size).filter(|n| *n > 0);
         OllamaBackend {
             config,
@@ -142,7 +142,7 @@ impl OllamaBackend {
             OutputFilter::for_tools(request.tools),
             self.num_ctx.unwrap_or(0),
         );
-        let reader = BufReader::new(response.into_body().into_reader());
+        let reader = http::body_reader(response, &self.config.api.limits, true);
         read_stream(reader, turn, sink, url)
     }
 }

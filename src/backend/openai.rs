@@ -17,13 +17,13 @@
 //!   `Stats`; tool calls come back in [`Reply::tool_calls`] and the agent
 //!   announces them, as it also emits `Stop`.
 
-use std::io::{BufReader, Read};
+use std::io::Read;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::estimate::TokenEstimator;
-use super::http::{self, RetryPolicy, Timeouts};
+use super::http::{self, Limits, RetryPolicy};
 use super::recording::Tape;
 use super::toolnames;
 use super::{Backend, BackendInfo, GenerateRequest, Reply, ResponseFormat, ToolChoice, Usage};
@@ -61,7 +61,7 @@ pub struct OpenAiConfig {
     /// Context window in tokens, 0 when unknown.
     pub context_size: u64,
     pub extra_headers: Vec<(String, String)>,
-    pub timeouts: Timeouts,
+    pub limits: Limits,
     pub max_retries: u32,
     pub azure: Option<AzureDeployment>,
     pub max_tokens_param: MaxTokensParam,
@@ -77,7 +77,7 @@ impl OpenAiConfig {
             model: model.into(),
             context_size: 0,
             extra_headers: Vec::new(),
-            timeouts: Timeouts::default(),
+            limits: Limits::default(),
             max_retries: RetryPolicy::default().max_retries,
             azure: None,
             max_tokens_param: MaxTokensParam::default(),
@@ -95,7 +95,7 @@ pub struct OpenAiBackend {
 
 impl OpenAiBackend {
     pub fn new(config: OpenAiConfig) -> Self {
-        let agent = http::build_agent(&config.base_url, &config.timeouts);
+        let agent = http::build_agent(&config.base_url, &config.limits);
         OpenAiBackend {
             config,
             agent,
@@ -133,7 +133,7 @@ impl OpenAiBackend {
             OutputFilter::for_tools(request.tools),
             self.config.context_size,
         );
-        let reader = BufReader::new(response.into_body().into_reader());
+        let reader = http::body_reader(response, &self.config.limits, request.stream);
         if request.stream {
             read_stream(reader, turn, sink, url)
         } else {
@@ -165,6 +165,7 @@ impl OpenAiBackend {
         }
         let policy = RetryPolicy {
             max_retries: self.config.max_retries,
+            reply_bytes: self.config.limits.reply_bytes,
             ..RetryPolicy::default()
         };
         http::with_retries(&policy, sink, |sink| {
@@ -775,11 +776,7 @@ fn read_whole(
     sink: &mut dyn EventSink,
     url: &str,
 ) -> Result<Reply, BackendError> {
-    let mut text = String::new();
-    reader
-        .take(http::MAX_BODY_BYTES)
-        .read_to_string(&mut text)
-        .map_err(|e| http::io_error(e, url))?;
+    let text = http::read_text(reader, url)?;
     if turn.apply(parse_json(&text)?, sink)? == Flow::Cancel {
         return Ok(turn.cancelled());
     }

@@ -473,6 +473,7 @@ fn failure_of(error: &BackendError) -> Failure {
         BackendError::Connect(m) => ("connect", m.clone()),
         BackendError::Timeout(m) => ("timeout", m.clone()),
         BackendError::Config(m) => ("config", m.clone()),
+        BackendError::TooLarge(m) => ("too_large", m.clone()),
         other => ("protocol", other.to_string()),
     };
     Failure {
@@ -487,6 +488,7 @@ fn error_of(failure: &Failure) -> BackendError {
         "connect" => BackendError::Connect(message),
         "timeout" => BackendError::Timeout(message),
         "config" => BackendError::Config(message),
+        "too_large" => BackendError::TooLarge(message),
         _ => BackendError::Protocol(message),
     }
 }

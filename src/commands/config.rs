@@ -34,7 +34,7 @@ const fn key(name: &'static str, kind: KeyKind, default: &'static str) -> Config
     }
 }
 
-static CONFIG_KEYS: [ConfigKey; 15] = [
+static CONFIG_KEYS: [ConfigKey; 16] = [
     key("streaming", KeyKind::Bool, "true"),
     key("system_prompt", KeyKind::Text, "(built in)"),
     key("max_rounds", KeyKind::Int, "50"),
@@ -54,6 +54,7 @@ static CONFIG_KEYS: [ConfigKey; 15] = [
         "~/.local/share/shepherd/models",
     ),
     key("kv_cache_max_mb", KeyKind::Int, "1024"),
+    key("max_reply_mb", KeyKind::Int, "16"),
 ];
 
 /// The keys `shepherd config` knows, for completion.
@@ -142,6 +143,7 @@ fn key_value(file: &ConfigFile, name: &str) -> Option<String> {
         "timeout" => show(file.timeout),
         "models_dir" => file.models_dir.clone(),
         "kv_cache_max_mb" => show(file.kv_cache_max_mb),
+        "max_reply_mb" => show(file.max_reply_mb),
         _ => None,
     }
 }
@@ -184,6 +186,7 @@ fn apply_key(file: &mut ConfigFile, key: &ConfigKey, value: &str) -> Result<(), 
         "context_size" => file.context_size = optional(name, value, parse_int)?,
         "timeout" => file.timeout = optional(name, value, parse_timeout)?,
         "kv_cache_max_mb" => file.kv_cache_max_mb = optional(name, value, parse_int)?,
+        "max_reply_mb" => file.max_reply_mb = optional(name, value, parse_reply_mb)?,
         "disabled_tools" => file.disabled_tools = args::split_globs(value).collect(),
         _ => return Err(format!("unknown config key '{name}'")),
     }
@@ -203,6 +206,14 @@ fn parse_timeout(value: &str) -> Result<u64, String> {
     match value.trim().parse::<u64>() {
         Ok(n) if n >= 1 => Ok(n),
         _ => Err("a number of seconds of at least 1".to_string()),
+    }
+}
+
+/// A reply cap in MiB: at least 1, at most 1 TiB.
+fn parse_reply_mb(value: &str) -> Result<u64, String> {
+    match value.trim().parse::<u64>() {
+        Ok(n) if (1..=1 << 20).contains(&n) => Ok(n),
+        _ => Err("a number of MiB from 1 to 1048576".to_string()),
     }
 }
 

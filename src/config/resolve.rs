@@ -13,6 +13,7 @@ use super::{
 };
 use crate::approval::Policy;
 use crate::args::{self, LowArgs, Subcommand, MAX_TOKEN_COUNT};
+use crate::backend::http::DEFAULT_MAX_REPLY_BYTES;
 use crate::backend::models::FindError;
 use crate::backend::recording::Tape;
 use crate::backend::Sampling;
@@ -263,6 +264,8 @@ pub struct Settings {
     pub show_thinking: bool,
     pub stats: bool,
     pub timeout_secs: u64,
+    /// The cap on one reply from an API provider (`max_reply_mb`).
+    pub max_reply_bytes: u64,
     pub debug: Vec<Category>,
     /// The file `provider`/`config` commands and saves write to.
     pub config_path: PathBuf,
@@ -660,6 +663,9 @@ pub fn resolve_with(
         show_thinking: low.thinking || file.thinking.unwrap_or(false),
         stats: low.stats || file.stats.unwrap_or(false),
         timeout_secs: file.timeout.unwrap_or(DEFAULT_TIMEOUT_SECS),
+        max_reply_bytes: file
+            .max_reply_mb
+            .map_or(DEFAULT_MAX_REPLY_BYTES, |mb| mb.saturating_mul(1024 * 1024)),
         debug: low
             .debug
             .clone()

@@ -63,6 +63,10 @@ pub enum BackendError {
     Timeout(String),
     /// The provider's answer did not follow its documented format.
     Protocol(String),
+    /// The provider sent more than a cap allows (one reply, one body); the
+    /// message names the cap and how to raise it. Never retried: the same
+    /// request would likely do it again.
+    TooLarge(String),
     /// The sink asked to stop.
     Cancelled,
     /// The backend is misconfigured (no API key, no model).
@@ -88,7 +92,7 @@ impl BackendError {
             BackendError::Http { .. } => ErrorKind::Http,
             BackendError::Connect(_) => ErrorKind::Connect,
             BackendError::Timeout(_) => ErrorKind::Timeout,
-            BackendError::Protocol(_) => ErrorKind::Protocol,
+            BackendError::Protocol(_) | BackendError::TooLarge(_) => ErrorKind::Protocol,
             BackendError::Cancelled => ErrorKind::Cancelled,
             BackendError::Config(_) => ErrorKind::Config,
         }
@@ -128,6 +132,7 @@ impl fmt::Display for BackendError {
             BackendError::Connect(m) => write!(f, "cannot connect: {m}"),
             BackendError::Timeout(m) => write!(f, "timed out: {m}"),
             BackendError::Protocol(m) => write!(f, "unexpected response: {m}"),
+            BackendError::TooLarge(m) => write!(f, "too large: {m}"),
             BackendError::Cancelled => write!(f, "cancelled"),
             BackendError::Config(m) => write!(f, "{m}"),
         }

@@ -16,7 +16,7 @@ use crate::backend::anthropic::{self, AnthropicBackend, AnthropicConfig};
 use crate::backend::cli::{CliBackend, CliConfig};
 use crate::backend::failover::{Board, FailoverBackend, Provider};
 use crate::backend::gemini::{self, GeminiBackend, GeminiConfig};
-use crate::backend::http::{ApiSettings, Timeouts};
+use crate::backend::http::{ApiSettings, Limits};
 use crate::backend::llamacpp::prompt_cache::PromptCacheConfig;
 use crate::backend::llamacpp::speculative::{SpecConfig, SpecMode};
 use crate::backend::llamacpp::{self, LlamaBackend, LlamaConfig, LocalModel};
@@ -474,10 +474,11 @@ fn model_of(provider: &ProviderConfig) -> Result<String, OpenError> {
     })
 }
 
-fn timeouts(settings: &Settings) -> Timeouts {
-    Timeouts {
+fn limits(settings: &Settings) -> Limits {
+    Limits {
         overall: Duration::from_secs(settings.timeout_secs),
-        ..Timeouts::default()
+        reply_bytes: settings.max_reply_bytes,
+        ..Limits::default()
     }
 }
 
@@ -496,7 +497,7 @@ fn api_settings(
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
-        timeouts: timeouts(settings),
+        limits: limits(settings),
         tape: settings.tape.clone(),
         ..ApiSettings::new(base, model_of(provider)?)
     })
@@ -533,7 +534,7 @@ fn openai_config(
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
-        timeouts: timeouts(settings),
+        limits: limits(settings),
         max_retries: 3,
         azure,
         max_tokens_param,
@@ -554,9 +555,10 @@ fn cli_config(settings: &Settings, provider: &ProviderConfig) -> CliConfig {
             .model
             .clone()
             .unwrap_or_else(|| "remote".to_string()),
-        timeouts: Timeouts {
+        limits: Limits {
             per_read: Duration::from_secs(settings.timeout_secs.max(30)),
-            ..Timeouts::default()
+            reply_bytes: settings.max_reply_bytes,
+            ..Limits::default()
         },
     }
 }

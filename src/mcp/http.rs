@@ -20,7 +20,7 @@ use serde_json::Value;
 
 use super::client::{lock, McpError, Router, Transport};
 use super::stdio::MAX_MESSAGE_BYTES;
-use crate::backend::http::{build_agent, Timeouts};
+use crate::backend::http::{build_agent, Limits};
 use crate::config::mcp::{expand_vars, McpServerConfig};
 use crate::log::{self, Category};
 use crate::stream::sse::SseDecoder;
@@ -64,12 +64,13 @@ impl HttpTransport {
             ));
         }
         let call = config.call_timeout().max(config.startup_timeout());
-        let timeouts = Timeouts {
+        let limits = Limits {
             connect: config.startup_timeout().min(Duration::from_secs(10)),
             per_read: call,
             overall: call + Duration::from_secs(30),
+            ..Limits::default()
         };
-        let agent = build_agent(&url, &timeouts);
+        let agent = build_agent(&url, &limits);
         Ok(HttpTransport {
             shared: Arc::new(Shared {
                 name: name.to_string(),

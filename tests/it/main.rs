@@ -15,6 +15,7 @@ mod hostile;
 mod loading;
 mod mcp;
 mod models;
+mod peers;
 mod persist;
 mod prompt_cache;
 mod record;

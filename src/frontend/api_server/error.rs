@@ -131,7 +131,9 @@ pub fn from_backend(error: &BackendError) -> ApiError {
         }
         BackendError::Connect(_) => ApiError::new(502, "upstream_error", error.to_string()),
         BackendError::Timeout(_) => ApiError::new(504, "upstream_error", error.to_string()),
-        BackendError::Protocol(_) => ApiError::new(502, "upstream_error", error.to_string()),
+        BackendError::Protocol(_) | BackendError::TooLarge(_) => {
+            ApiError::new(502, "upstream_error", error.to_string())
+        }
         BackendError::Cancelled => ApiError::new(499, "cancelled", "cancelled"),
         BackendError::Config(message) => ApiError::new(500, "server_error", message.clone()),
     }
