@@ -12,6 +12,9 @@
 //! a directory handle they already hold and never follows a symlink, which is
 //! what keeps them inside the workspace while its contents change under them.
 //!
+//! The MCP reaper (`mcp::reaper`) uses [`become_subreaper`], [`reap_one`] and
+//! [`children`] to end everything a server started, however it got away.
+//!
 //! [`exit_now`] ends the process from a thread that cannot return to `main`
 //! (ggml's abort callback when an RPC worker is lost); [`tcp`] gives ggml's
 //! connections to RPC workers keepalive.
@@ -26,7 +29,7 @@ use std::sync::OnceLock;
 
 use crossbeam_channel::Receiver;
 
-const SIGKILL: i32 = 9;
+pub const SIGKILL: i32 = 9;
 pub const SIGINT: i32 = 2;
 pub const SIGTERM: i32 = 15;
 
@@ -114,6 +117,86 @@ pub fn kill_process_group(pgid: u32) -> io::Result<()> {
         Ok(())
     } else {
         Err(err)
+    }
+}
+
+/// Sends `signum` to the process `pid` alone; one that is already gone counts as done.
+pub fn signal_process(pid: u32, signum: i32) -> io::Result<()> {
+    let pid = checked_pid(pid)?;
+    // SAFETY: `kill` takes two plain integers and touches no memory of ours; a
+    // positive pid above 1 (`checked_pid`) addresses exactly one process.
+    let rc = unsafe { kill(pid, signum) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let err = io::Error::last_os_error();
+    if err.raw_os_error() == Some(ESRCH) {
+        Ok(())
+    } else {
+        Err(err)
+    }
+}
+
+const PR_SET_CHILD_SUBREAPER: i32 = 36;
+const WNOHANG: i32 = 1;
+pub const SIGHUP: i32 = 1;
+
+extern "C" {
+    fn waitpid(pid: i32, status: *mut i32, options: i32) -> i32;
+}
+
+/// Makes this process the parent of every orphan among its descendants (Linux's
+/// child subreaper): a process that calls `setsid` or double-forks to get away
+/// is still one of ours when its parent dies, so it can be found and ended.
+pub fn become_subreaper() -> io::Result<()> {
+    // SAFETY: `prctl` with this option takes one plain integer and touches no memory of ours.
+    if unsafe { prctl(PR_SET_CHILD_SUBREAPER, 1 as std::ffi::c_ulong) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Reaps one child that has ended, without waiting: its pid and exit code (128 +
+/// the signal when a signal ended it), or `None` while none has ended (or there are
+/// no children).
+pub fn reap_one() -> Option<(u32, i32)> {
+    let mut status = 0i32;
+    // SAFETY: `status` is a valid, writable int for the duration of the call;
+    // pid -1 with WNOHANG asks for any ended child and never blocks.
+    let pid = unsafe { waitpid(-1, &mut status, WNOHANG) };
+    let pid = u32::try_from(pid).ok().filter(|p| *p > 0)?;
+    let code = match status & 0x7f {
+        0 => (status >> 8) & 0xff,
+        signal => 128 + signal,
+    };
+    Some((pid, code))
+}
+
+/// Every child of this process (all its threads' children), from `/proc`.
+pub fn children() -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return Vec::new();
+    };
+    let mut out: Vec<u32> = tasks
+        .filter_map(Result::ok)
+        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+        .flat_map(|list| {
+            list.split_whitespace()
+                .filter_map(|pid| pid.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// Routes `signum` too to the channel of [`interrupt_signals`] (installed first).
+pub fn route_signal(signum: i32) {
+    // SAFETY: as in `interrupt_signals`: `on_signal` only does async-signal-safe work.
+    unsafe {
+        signal(signum, on_signal);
     }
 }
 

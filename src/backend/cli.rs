@@ -254,14 +254,21 @@ impl CliBackend {
                 continue;
             };
             turn.note(&event);
-            if turn.bytes() > self.config.limits.reply_bytes {
-                self.send_cancel();
-                return Err(http::too_large("the reply", self.config.limits.reply_bytes));
-            }
+            self.check_cap(&turn)?;
             if sink.emit(event) == Flow::Cancel && cancel_sent.is_none() {
                 cancel_sent = Some(self.send_cancel());
             }
         }
+    }
+
+    /// Stops the server's turn once the reply passed its cap.
+    fn check_cap(&self, turn: &TurnText) -> Result<(), BackendError> {
+        let cap = self.config.limits.reply_bytes;
+        if turn.bytes() <= cap {
+            return Ok(());
+        }
+        self.send_cancel();
+        Err(http::too_large("the reply", cap))
     }
 
     fn send_cancel(&self) -> Instant {

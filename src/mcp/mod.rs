@@ -17,6 +17,7 @@
 pub mod client;
 mod http;
 pub mod hub;
+pub mod reaper;
 mod stdio;
 pub mod tool;
 

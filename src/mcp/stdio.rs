@@ -1,14 +1,17 @@
 //! The stdio transport: the server is a child process speaking line-delimited
 //! JSON-RPC on stdin/stdout.
 //!
-//! The child runs in its own process group and gets SIGTERM if the thread
-//! that spawned it dies ([`crate::sys::term_with_parent`]). One reader thread
+//! The child runs under a [`reaper`] (which ends everything the server starts),
+//! in its own process group, and gets SIGTERM if the thread that spawned it
+//! dies ([`crate::sys::term_with_parent`]). One reader thread
 //! per server turns stdout lines into messages for the [`Router`] (oversized
 //! and malformed lines are logged and skipped, never fatal); another drains
 //! stderr into the debug log, so a chatty server never blocks on a full pipe.
-//! Closing ends stdin, gives the server a moment to exit, then kills the
-//! whole group; every live group is also listed in [`LIVE_GROUPS`] so that
-//! [`kill_all`] can clean up on any exit path, signals included.
+//! When stdout ends the router is closed with the server's last stderr lines,
+//! so a server that dies at start is reported at once and says why. Closing
+//! ends stdin, gives the server a moment to exit, then asks the reaper to end
+//! it all; every live server is also listed in [`LIVE`] so that [`kill_all`]
+//! can clean up on any exit path, signals included.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::CommandExt;
@@ -21,6 +24,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::client::{lock, McpError, Router, Transport};
+use super::reaper;
 use crate::config::mcp::{expand_vars, McpServerConfig};
 use crate::log::{self, Category};
 
@@ -31,14 +35,37 @@ const EXIT_GRACE: Duration = Duration::from_millis(300);
 /// Longest stderr line kept in the log.
 const MAX_LOG_LINE: usize = 2000;
 
-/// Process groups of every running stdio server in this process.
-static LIVE_GROUPS: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+/// How long a reaper may take to end its server's processes once asked.
+const REAPER_GRACE: Duration = Duration::from_secs(2);
 
-/// Kills every server process group still running. Called on every exit path
-/// of the program, because `process::exit` runs no destructors.
+/// Every running stdio server in this process: the pid of what was started
+/// (the reaper, or the server itself where reapers are not available), which
+/// also leads its process group.
+static LIVE: Mutex<Vec<Started>> = Mutex::new(Vec::new());
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Started {
+    pid: u32,
+    reaped: bool,
+}
+
+impl Started {
+    /// Asks a reaper to end everything its server started (it needs the time
+    /// to do so, so SIGTERM, not SIGKILL); a server without one loses its group.
+    fn end(self) {
+        let _ = match self.reaped {
+            true => crate::sys::signal_process(self.pid, crate::sys::SIGTERM),
+            false => crate::sys::kill_process_group(self.pid),
+        };
+    }
+}
+
+/// Ends every server still running. Called on every exit path of the program,
+/// because `process::exit` runs no destructors. A reaper finishes its work
+/// after shepherd has gone.
 pub fn kill_all() {
-    for pgid in lock(&LIVE_GROUPS).drain(..) {
-        let _ = crate::sys::kill_process_group(pgid);
+    for started in lock(&LIVE).drain(..) {
+        started.end();
     }
 }
 
@@ -46,12 +73,12 @@ pub fn kill_all() {
 pub struct StdioTransport {
     stdin: Mutex<Option<ChildStdin>>,
     child: Mutex<Child>,
-    pgid: u32,
+    started: Started,
     closed: AtomicBool,
 }
 
 impl StdioTransport {
-    /// Spawns the server of `config`, named `name` in logs and thread names.
+    /// Spawns the server of `config` (under a [`reaper`]), named `name` in logs and thread names.
     pub fn spawn(
         name: &str,
         config: &McpServerConfig,
@@ -61,7 +88,10 @@ impl StdioTransport {
             .command
             .as_deref()
             .ok_or_else(|| McpError::Spawn("no command configured".into()))?;
-        let mut command = Command::new(program);
+        let (mut command, reaped) = match reaper::command(program) {
+            Some(command) => (command, true),
+            None => (Command::new(program), false),
+        };
         command
             .args(&config.args)
             .stdin(Pipe::piped())
@@ -80,18 +110,22 @@ impl StdioTransport {
         let mut child = command
             .spawn()
             .map_err(|e| McpError::Spawn(format!("{program}: {e}")))?;
-        let pgid = child.id();
-        lock(&LIVE_GROUPS).push(pgid);
+        let started = Started {
+            pid: child.id(),
+            reaped,
+        };
+        lock(&LIVE).push(started);
+        let stderr_done = child
+            .stderr
+            .take()
+            .map(|stderr| spawn_stderr_logger(name, stderr));
         if let Some(stdout) = child.stdout.take() {
-            spawn_reader(name, stdout, router.clone());
-        }
-        if let Some(stderr) = child.stderr.take() {
-            spawn_stderr_logger(name, stderr);
+            spawn_reader(name, stdout, router.clone(), stderr_done);
         }
         Ok(StdioTransport {
             stdin: Mutex::new(child.stdin.take()),
             child: Mutex::new(child),
-            pgid,
+            started,
             closed: AtomicBool::new(false),
         })
     }
@@ -118,17 +152,31 @@ impl Transport for StdioTransport {
         }
         lock(&self.stdin).take();
         let mut child = lock(&self.child);
-        let deadline = Instant::now() + EXIT_GRACE;
-        while Instant::now() < deadline {
-            match child.try_wait() {
-                Ok(None) => thread::sleep(Duration::from_millis(10)),
-                _ => break,
+        // The server may end by itself once its input is closed (its reaper with it).
+        if !exited_within(&mut child, EXIT_GRACE) {
+            self.started.end();
+            if self.started.reaped && !exited_within(&mut child, REAPER_GRACE) {
+                let _ = crate::sys::kill_process_group(self.started.pid);
             }
         }
-        // The whole group, also when the server exited: its children must not stay.
-        let _ = crate::sys::kill_process_group(self.pgid);
+        // Without a reaper, the whole group, also when the server exited: its children must not stay.
+        if !self.started.reaped {
+            let _ = crate::sys::kill_process_group(self.started.pid);
+        }
         let _ = child.wait();
-        lock(&LIVE_GROUPS).retain(|g| *g != self.pgid);
+        lock(&LIVE).retain(|s| *s != self.started);
+    }
+}
+
+/// Whether `child` exits within `limit`.
+fn exited_within(child: &mut Child, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        match child.try_wait() {
+            Ok(None) if Instant::now() < deadline => thread::sleep(Duration::from_millis(10)),
+            Ok(None) => return false,
+            _ => return true,
+        }
     }
 }
 
@@ -146,8 +194,14 @@ fn spawn_thread(name: String, body: impl FnOnce() + Send + 'static) {
     }
 }
 
-/// Reads stdout line by line until EOF, then closes the router.
-fn spawn_reader(name: &str, stdout: impl Read + Send + 'static, router: Arc<Router>) {
+/// Reads stdout line by line until EOF, then closes the router, naming what
+/// the server last said on stderr (why it exited, most often).
+fn spawn_reader(
+    name: &str,
+    stdout: impl Read + Send + 'static,
+    router: Arc<Router>,
+    stderr: Option<StderrTail>,
+) {
     let server = name.to_string();
     spawn_thread(format!("mcp-{name}-out"), move || {
         let mut reader = BufReader::with_capacity(64 * 1024, stdout);
@@ -162,8 +216,32 @@ fn spawn_reader(name: &str, stdout: impl Read + Send + 'static, router: Arc<Rout
                 Ok(Line::Complete) => route_line(&server, &line, &router),
             }
         }
-        router.close("the server exited");
+        let said = stderr.map(|tail| tail.last_words()).unwrap_or_default();
+        match said.is_empty() {
+            true => router.close("the server exited"),
+            false => router.close(&format!("the server exited: {said}")),
+        }
     });
+}
+
+/// What a server wrote last on stderr, for the report when it exits.
+struct StderrTail {
+    lines: Arc<Mutex<Vec<String>>>,
+    /// Disconnects when the logger has read stderr to its end.
+    done: crossbeam_channel::Receiver<()>,
+}
+
+impl StderrTail {
+    /// How many of the last lines are kept.
+    const LINES: usize = 3;
+    /// How long to wait for stderr's end after stdout's.
+    const WAIT: Duration = Duration::from_secs(1);
+
+    /// The last lines, joined, once stderr has ended (or after [`Self::WAIT`]).
+    fn last_words(&self) -> String {
+        let _ = self.done.recv_timeout(Self::WAIT);
+        lock(&self.lines).join(" / ")
+    }
 }
 
 fn route_line(server: &str, line: &[u8], router: &Router) {
@@ -228,21 +306,31 @@ fn finished(total: usize, cap: usize) -> Line {
     }
 }
 
-fn spawn_stderr_logger(name: &str, stderr: impl Read + Send + 'static) {
+fn spawn_stderr_logger(name: &str, stderr: impl Read + Send + 'static) -> StderrTail {
     let server = name.to_string();
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let (finished, done) = crossbeam_channel::bounded::<()>(0);
+    let kept = lines.clone();
     spawn_thread(format!("mcp-{name}-err"), move || {
+        let _finished = finished;
         let mut reader = BufReader::new(stderr);
         let mut line = Vec::new();
         while let Ok(Line::Complete | Line::TooLong(_)) =
             read_line_capped(&mut reader, &mut line, MAX_LOG_LINE)
         {
-            let text = String::from_utf8_lossy(&line);
-            log::debug(Category::Tools, || {
-                format!("mcp {server} stderr: {}", text.trim_end())
-            });
+            let text = String::from_utf8_lossy(&line).trim_end().to_string();
+            log::debug(Category::Tools, || format!("mcp {server} stderr: {text}"));
+            if !text.is_empty() {
+                let mut kept = lock(&kept);
+                if kept.len() == StderrTail::LINES {
+                    kept.remove(0);
+                }
+                kept.push(text);
+            }
             line.clear();
         }
     });
+    StderrTail { lines, done }
 }
 
 #[cfg(test)]

@@ -397,6 +397,100 @@ fn no_server_process_remains_after_exit() {
         .any(|t| t.starts_with("fx__")));
 }
 
+/// A script whose first call starts a sleeper in a session of its own
+/// (`setsid`, out of the server's process group), then `then`.
+fn detached_sleeper_script(sleeper_marker: &str, then: Canned) -> Vec<Canned> {
+    vec![
+        Canned::sse(&tool_call_stream(
+            "call_d",
+            "fx__spawn_sleeper",
+            json!({"marker": sleeper_marker, "detach": true}),
+        )),
+        then,
+    ]
+}
+
+#[test]
+fn a_grandchild_that_calls_setsid_ends_with_shepherd() {
+    let Some(python) = python() else { return };
+    let server_marker = marker("setsid");
+    let sleeper_marker = marker("setsid-sleeper");
+    let sandbox = Sandbox::new("mcp-setsid");
+    write_config(
+        &sandbox,
+        json!({"fx": stdio_server(&python, &server_marker, json!({}))}),
+    );
+    let fake = FakeOpenAi::start(detached_sleeper_script(
+        &sleeper_marker,
+        Canned::sse(&text_stream(&["Started."])),
+    ));
+    let run = sandbox.run(&args(&fake, &["-e", "start a detached sleeper"]), "");
+    assert_eq!(run.status, Some(0), "stderr: {}", run.stderr);
+    assert_eq!(tool_results(&fake.requests()[1].body)[0].1, "started");
+    let gone = poll_until(Duration::from_secs(5), || {
+        !process_running(&server_marker) && !process_running(&sleeper_marker)
+    });
+    assert!(gone, "a process the MCP server started outlived shepherd");
+}
+
+#[test]
+fn a_grandchild_that_calls_setsid_ends_when_shepherd_is_killed() {
+    let Some(python) = python() else { return };
+    let server_marker = marker("sigkill");
+    let sleeper_marker = marker("sigkill-sleeper");
+    let sandbox = Sandbox::new("mcp-sigkill");
+    write_config(
+        &sandbox,
+        json!({"fx": stdio_server(&python, &server_marker, json!({}))}),
+    );
+    let fake = FakeOpenAi::start(detached_sleeper_script(
+        &sleeper_marker,
+        Canned::sse(&tool_call_stream("call_h", "fx__hang", json!({}))),
+    ));
+    let mut child = sandbox.spawn(&args(&fake, &["-e", "start a sleeper, then hang"]));
+    let started = poll_until(Duration::from_secs(30), || {
+        fake.requests().len() >= 2 && process_running(&sleeper_marker)
+    });
+    assert!(started, "the detached sleeper never started");
+    // No cleanup code of shepherd's runs after SIGKILL.
+    child.kill().expect("kill -9 shepherd");
+    let _ = child.wait();
+    let gone = poll_until(Duration::from_secs(5), || {
+        !process_running(&server_marker) && !process_running(&sleeper_marker)
+    });
+    assert!(
+        gone,
+        "a process the MCP server started outlived a killed shepherd"
+    );
+}
+
+#[test]
+fn a_server_that_dies_at_start_is_reported_at_once_with_its_last_words() {
+    let Some(python) = python() else { return };
+    let sandbox = Sandbox::new("mcp-dies");
+    write_config(
+        &sandbox,
+        json!({
+            // Far longer than the harness's deadline: only an early report passes.
+            "dead": {
+                "command": "sh",
+                "args": ["-c", "echo 'ModuleNotFoundError: no module named mcp' >&2; exit 3"],
+                "startup_timeout": 600,
+            },
+            "fx": stdio_server(&python, &marker("dies"), json!({})),
+        }),
+    );
+    let fake = FakeOpenAi::start(vec![Canned::sse(&text_stream(&["Fine."]))]);
+    let run = sandbox.run(&args(&fake, &["-e", "go"]), "");
+    assert_eq!(run.status, Some(0), "stderr: {}", run.stderr);
+    assert!(
+        run.stderr.contains("MCP server dead") && run.stderr.contains("no module named mcp"),
+        "the report names the server and why: {}",
+        run.stderr
+    );
+    assert!(offered_tools(&fake.requests()[0].body).contains(&"fx__echo".to_string()));
+}
+
 #[test]
 fn sigterm_during_a_call_cancels_it_and_leaves_no_server_behind() {
     let Some(python) = python() else { return };

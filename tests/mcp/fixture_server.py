@@ -54,9 +54,13 @@ def crash() -> str:
 
 
 @server.tool()
-def spawn_sleeper(marker: str) -> str:
-    """Starts a background sleeper whose argv carries the marker."""
-    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1000)", marker])
+def spawn_sleeper(marker: str, detach: bool = False) -> str:
+    """Starts a background sleeper whose argv carries the marker; with detach,
+    in a session of its own (setsid), out of the server's process group."""
+    subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(1000)", marker],
+        start_new_session=detach,
+    )
     return "started"
 
 
