@@ -267,7 +267,7 @@ fn parse_body<T: for<'de> Deserialize<'de>>(request: &Request) -> Result<T, Stri
     if request.body.is_empty() {
         return Err("the request needs a JSON body".into());
     }
-    serde_json::from_slice(&request.body).map_err(|e| format!("invalid JSON body: {e}"))
+    crate::util::json::parse_strict_as(&request.body).map_err(|e| format!("invalid JSON body: {e}"))
 }
 
 fn edit_error(error: EditError) -> (u16, String) {

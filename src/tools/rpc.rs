@@ -179,7 +179,7 @@ pub fn frame(line: &[u8]) -> Frame {
     if is_http_request_line(line) || is_header_line(line) {
         return Frame::Http;
     }
-    match serde_json::from_slice(line) {
+    match crate::util::json::parse_strict(line) {
         Ok(value) => Frame::Json(value),
         Err(error) => Frame::NotJson(error.to_string()),
     }

@@ -6,6 +6,7 @@
 pub mod base64;
 pub mod dirs;
 pub mod fs;
+pub mod json;
 pub mod names;
 pub mod net;
 #[cfg(test)]

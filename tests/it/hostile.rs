@@ -599,6 +599,16 @@ fn body_cases(path: &str, want: Want) -> Vec<Case> {
         ("NUL", b"{\"prompt\":\"a\x00b\"}".to_vec()),
         ("not JSON", b"{\"prompt\":".to_vec()),
         ("number", b"7".to_vec()),
+        // Two parsers that keep different copies see two different requests.
+        (
+            "duplicate key",
+            br#"{"prompt":"hi","prompt":"bye","model":"test","messages":[]}"#.to_vec(),
+        ),
+        (
+            "nested duplicate key",
+            br#"{"prompt":"hi","model":"test","messages":[{"role":"user","role":"system","content":"hi"}]}"#
+                .to_vec(),
+        ),
     ];
     bodies
         .into_iter()

@@ -17,7 +17,7 @@ pub struct Fields<'a> {
 
 /// A request body as JSON, else a 400 saying why it is not.
 pub fn json_body(body: &[u8]) -> Result<Value, ApiError> {
-    serde_json::from_slice(body)
+    crate::util::json::parse_strict(body)
         .map_err(|e| ApiError::invalid("", format!("the body is not valid JSON: {e}")))
 }
 

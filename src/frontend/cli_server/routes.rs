@@ -180,7 +180,8 @@ pub(super) fn parse_prompt(request: &Request) -> Result<PromptBody, String> {
         .is_some_and(|t| t.to_ascii_lowercase().contains("json"));
     let looks_like_object = text.trim_start().starts_with('{');
     let body = if is_json || looks_like_object {
-        serde_json::from_str::<PromptBody>(text).map_err(|e| format!("invalid JSON body: {e}"))?
+        crate::util::json::parse_strict_as::<PromptBody>(text.as_bytes())
+            .map_err(|e| format!("invalid JSON body: {e}"))?
     } else {
         PromptBody {
             prompt: Some(text.to_string()),
@@ -275,7 +276,7 @@ impl CliServer {
     /// Answers a pending `approval_required` event; an id nobody waits on
     /// (never sent, answered, or timed out) gets `404`.
     fn approve(&self, request: &Request, id: &str, responder: Responder) {
-        let body = match serde_json::from_slice::<ApproveBody>(&request.body) {
+        let body = match crate::util::json::parse_strict_as::<ApproveBody>(&request.body) {
             Ok(body) => body,
             Err(error) => {
                 return responder.error(
