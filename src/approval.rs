@@ -1,6 +1,9 @@
 //! Tool approvals: which calls may run, and asking the user about the rest.
 //!
-//! Every tool call the model makes passes the agent's [`Gate`] before it runs.
+//! Every tool call passes a [`Gate`] before it runs, whoever asks for it: the
+//! agent's for the model's calls, the API server's for `--use-tools`, the tool
+//! server's for `executeTool`, and one per `POST /v1/tools/call`; each writes
+//! the call's audit line.
 //! The gate asks the [`Policy`] first (rules from config.json and `--approve` /
 //! `--deny`, then the default: read-only calls run, side-effecting calls ask).
 //! A call that needs asking goes to the [`Approver`] the front-end gave the
@@ -139,6 +142,17 @@ pub struct Headless;
 impl Approver for Headless {
     fn ask(&mut self, _: &ApprovalRequest, _: &mut dyn FnMut(Event), _: &AtomicBool) -> Asked {
         Asked::NoOne
+    }
+}
+
+/// For a request that is itself the user's approval (`POST /v1/tools/call`, an
+/// authenticated client naming the tool and its arguments): whatever asks is allowed;
+/// only the policy's deny rules refuse.
+pub struct DirectRequest;
+
+impl Approver for DirectRequest {
+    fn ask(&mut self, _: &ApprovalRequest, _: &mut dyn FnMut(Event), _: &AtomicBool) -> Asked {
+        Asked::Answered(Answer::Allow)
     }
 }
 
@@ -369,6 +383,19 @@ impl Gate {
         cancel: &AtomicBool,
         run: impl FnOnce() -> ToolOutput,
     ) -> ToolOutput {
+        self.run_judged(call, side_effecting, notify, cancel, run).1
+    }
+
+    /// [`Gate::run`], also saying how the call was judged, for front-ends that answer
+    /// a refusal differently from a tool's own failure (a 403, a JSON-RPC error).
+    pub fn run_judged(
+        &mut self,
+        call: &ToolCall,
+        side_effecting: Option<bool>,
+        notify: &mut dyn FnMut(Event),
+        cancel: &AtomicBool,
+        run: impl FnOnce() -> ToolOutput,
+    ) -> (Verdict, ToolOutput) {
         let verdict = match side_effecting {
             Some(side_effecting) => self.check(call, side_effecting, notify, cancel),
             None => Verdict::allow(DecidedBy::Policy),
@@ -380,7 +407,7 @@ impl Gate {
             verdict.refusal(&call.name)
         };
         self.record(call, verdict, started.elapsed(), &output);
-        output
+        (verdict, output)
     }
 
     /// Appends the call, its verdict and its outcome to the audit log.

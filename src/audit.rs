@@ -137,7 +137,8 @@ pub struct AuditRecord<'a> {
     pub time: String,
     pub unix_ms: u128,
     pub pid: u32,
-    /// Which front-end ran the agent: `repl`, `tui`, `headless`, `json`, `cliserver`, `toolserver`.
+    /// Who asked for the call: the agent of `repl`, `tui`, `headless`, `json` or
+    /// `cliserver`; `server` (`--use-tools`), `toolserver`, or `api` (`POST /v1/tools/call`).
     pub mode: &'a str,
     pub tool: &'a str,
     pub call_id: &'a str,

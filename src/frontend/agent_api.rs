@@ -30,6 +30,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use crate::approval::{DirectRequest, Gate, Policy};
 use crate::config::profile::{self, EditError, Profile};
 use crate::core::ToolCall;
 use crate::stop::StopRegistry;
@@ -42,7 +43,7 @@ pub type RegistryFactory = Box<dyn Fn() -> ToolRegistry + Send + Sync>;
 /// The MCP manager's status as a JSON array of servers.
 pub type McpStatus = Box<dyn Fn() -> Value + Send + Sync>;
 /// The approval policy for a direct call: `Err(reason)` refuses it.
-pub type ToolGate = Box<dyn Fn(&ToolCall) -> Result<(), String> + Send + Sync>;
+pub type ToolGate = Box<dyn Fn() -> Gate + Send + Sync>;
 /// Told the new profile and its full system prompt when the active profile changes.
 pub type ProfileHook = Box<dyn Fn(&Profile, &str) + Send + Sync>;
 
@@ -84,7 +85,9 @@ impl AgentApi {
             active: RwLock::new(Active { profile, registry }),
             stops: StopRegistry::new(),
             mcp_status: Mutex::new(Box::new(move || configured_servers(&status_path))),
-            gate: Mutex::new(Arc::new(Box::new(|_: &ToolCall| Ok(())))),
+            gate: Mutex::new(Arc::new(Box::new(|| {
+                Gate::new(Policy::default(), Box::new(DirectRequest), "api")
+            }))),
             hook: Mutex::new(None),
         }
     }
@@ -99,7 +102,7 @@ impl AgentApi {
         *lock(&self.mcp_status) = status;
     }
 
-    /// Replaces the approval policy of direct tool calls.
+    /// Replaces the gate each direct tool call passes (its rules and audit log).
     pub fn set_gate(&self, gate: ToolGate) {
         *lock(&self.gate) = Arc::new(gate);
     }
@@ -409,16 +412,26 @@ fn call_tool(api: &AgentApi, request: &Request, responder: Responder) {
         name: tool.name().to_string(),
         arguments: input.arguments,
     };
-    let gate = lock(&api.gate).clone();
-    if let Err(reason) = gate(&call) {
-        return responder.error(
-            403,
-            &format!("the approval policy refused '{}': {reason}", call.name),
-        );
-    }
+    let mut gate = (lock(&api.gate).clone())();
     let ctx = ToolContext::new(api.tool_root.clone());
     let _registered = api.stops.register_flag(ctx.cancel.clone());
-    let output = registry.run(&call, &ctx);
+    let side_effecting = tool.side_effecting(&call.arguments);
+    let (verdict, output) = gate.run_judged(
+        &call,
+        Some(side_effecting),
+        &mut |_| {},
+        &ctx.cancel,
+        || registry.run(&call, &ctx),
+    );
+    if !verdict.allowed {
+        return responder.error(
+            403,
+            &format!(
+                "the approval rules deny '{}' (see --deny and config.json's approvals)",
+                call.name
+            ),
+        );
+    }
     responder.json(
         200,
         &CallResult {
@@ -745,12 +758,12 @@ mod tests {
         assert_eq!(status, 404, "{body}");
         assert!(!fx.dir.join("x.txt").exists());
         call(&fx, "POST", "/v1/profiles/default/activate", "");
-        fx.api.set_gate(Box::new(|c: &ToolCall| {
-            if c.name == "write" {
-                Err("write needs approval".into())
-            } else {
-                Ok(())
-            }
+        fx.api.set_gate(Box::new(|| {
+            let policy = crate::approval::Policy {
+                deny: vec!["write".into()],
+                ..crate::approval::Policy::default()
+            };
+            Gate::new(policy, Box::new(DirectRequest), "api")
         }));
         let (status, body) = call(&fx, "POST", "/v1/tools/call", write);
         assert_eq!(status, 403, "{body}");

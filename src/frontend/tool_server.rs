@@ -44,8 +44,8 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::approval::{Decision, Policy};
-use crate::audit::{AuditLog, AuditRecord, DecidedBy, Verdict};
+use crate::approval::{self, Headless, Policy};
+use crate::audit::AuditLog;
 use crate::core::ToolCall;
 use crate::tools::rpc::{self, Frame, Line, Response, RpcError, ToolEntry};
 use crate::tools::{args, ToolContext, ToolOutput, ToolRegistry};
@@ -472,27 +472,17 @@ impl Connection<'_> {
             )));
         }
         let side_effecting = tool.side_effecting(&call.arguments);
-        let verdict = match self.shared.config.policy.decide(&call.name, side_effecting) {
-            Decision::Allow => Verdict {
-                allowed: true,
-                by: DecidedBy::Policy,
-            },
-            Decision::Deny => Verdict {
-                allowed: false,
-                by: DecidedBy::Policy,
-            },
-            Decision::Ask => Verdict {
-                allowed: false,
-                by: DecidedBy::NoApprover,
-            },
-        };
-        let started = Instant::now();
-        let output = if verdict.allowed {
-            self.run_watched(&call)
-        } else {
-            verdict.refusal(&call.name)
-        };
-        self.audit(&call, verdict, started.elapsed(), &output);
+        // Nobody to ask here: what the rules do not allow is refused.
+        let policy = self.shared.config.policy.clone();
+        let mut gate = approval::Gate::new(policy, Box::new(Headless), "toolserver")
+            .with_audit(self.shared.audit.clone());
+        let (verdict, output) = gate.run_judged(
+            &call,
+            Some(side_effecting),
+            &mut |_| {},
+            &AtomicBool::new(false),
+            || self.run_watched(&call),
+        );
         if !verdict.allowed {
             return Err(RpcError::new(rpc::DENIED, output.content));
         }
@@ -533,12 +523,6 @@ impl Connection<'_> {
         match self.shared.tools.get(&call.name) {
             Some(tool) => Ok(Value::Bool(tool.side_effecting(&call.arguments))),
             None => Err(invalid_params(format!("unknown tool '{}'", call.name))),
-        }
-    }
-
-    fn audit(&self, call: &ToolCall, verdict: Verdict, took: Duration, output: &ToolOutput) {
-        if let Some(audit) = &self.shared.audit {
-            audit.append(&AuditRecord::new("toolserver", call, verdict, took, output));
         }
     }
 }

@@ -9,6 +9,8 @@ use std::sync::{Arc, OnceLock};
 
 use super::agent_api;
 use super::exit::EXIT_FAILURE;
+use crate::approval::{DirectRequest, Gate};
+use crate::audit::AuditLog;
 use crate::config::resolve::{Mode, Settings};
 use crate::config::{self};
 use crate::mcp;
@@ -31,14 +33,9 @@ pub(super) fn agent_api_for(settings: &Settings) -> agent_api::AgentApi {
     // A direct `POST /v1/tools/call` is the authenticated user's own request, so it
     // counts as their approval; only the configured deny rules refuse it.
     let policy = settings.approvals.policy.clone();
-    api.set_gate(Box::new(move |call: &crate::core::ToolCall| {
-        match policy.decide(&call.name.to_ascii_lowercase(), true) {
-            crate::approval::Decision::Deny => Err(format!(
-                "the approval rules deny '{}' (see --deny and config.json's approvals)",
-                call.name
-            )),
-            _ => Ok(()),
-        }
+    let audit = AuditLog::open_default();
+    api.set_gate(Box::new(move || {
+        Gate::new(policy.clone(), Box::new(DirectRequest), "api").with_audit(audit.clone())
     }));
     api
 }

@@ -576,7 +576,12 @@ mod tests {
         assert!(tool(json!({"readOnlyHint": false})).side_effecting(&args));
         assert!(tool(json!({"destructiveHint": true})).side_effecting(&args));
         assert!(!tool(json!({"readOnlyHint": true})).side_effecting(&args));
-        assert!(!tool(json!({"destructiveHint": false})).side_effecting(&args));
+        // A write that destroys nothing is still a write.
+        assert!(tool(json!({"destructiveHint": false})).side_effecting(&args));
+        let create_directory = json!({"readOnlyHint": false, "destructiveHint": false});
+        assert!(tool(create_directory).side_effecting(&args));
+        let odd = json!({"readOnlyHint": "true"});
+        assert!(tool(odd).side_effecting(&args), "only the boolean counts");
         assert_eq!(tool(serde_json::Value::Null).name(), "s:t");
     }
 }

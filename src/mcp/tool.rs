@@ -74,13 +74,12 @@ impl Tool for McpTool {
         }
     }
 
-    /// Follows the server's annotations: read-only, or explicitly not
-    /// destructive, tools need no approval; everything else does.
+    /// Only a tool its server calls read-only (`readOnlyHint: true`) runs
+    /// without approval. `destructiveHint: false` is no such claim: by the MCP
+    /// spec it only qualifies a tool that writes (the filesystem server's
+    /// `create_directory` says `readOnlyHint: false, destructiveHint: false`).
     fn side_effecting(&self, _args: &Value) -> bool {
-        let hints = &self.info.annotations;
-        let read_only = hints["readOnlyHint"].as_bool() == Some(true);
-        let not_destructive = hints["destructiveHint"].as_bool() == Some(false);
-        !(read_only || not_destructive)
+        self.info.annotations["readOnlyHint"].as_bool() != Some(true)
     }
 }
 

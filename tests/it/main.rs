@@ -9,6 +9,7 @@ mod cli;
 mod cli_server;
 mod escapes;
 mod fake_openai;
+mod gate;
 mod harness;
 mod help;
 mod hostile;

@@ -397,6 +397,42 @@ fn no_server_process_remains_after_exit() {
         .any(|t| t.starts_with("fx__")));
 }
 
+#[test]
+fn a_tool_that_writes_without_destroying_still_needs_approval() {
+    let Some(python) = python() else { return };
+    let sandbox = Sandbox::new("mcp-readonly");
+    write_config(
+        &sandbox,
+        json!({"fx": stdio_server(&python, &marker("readonly"), json!({}))}),
+    );
+    let fake = FakeOpenAi::start(vec![
+        Canned::sse(&tool_call_stream(
+            "call_m",
+            "fx__make_dir",
+            json!({"name": "made"}),
+        )),
+        Canned::sse(&text_stream(&["Not made."])),
+    ]);
+    let no_approvals = [
+        "--backend",
+        "openai",
+        "--api-base",
+        &fake.base_url,
+        "-m",
+        "test",
+        "-e",
+        "make a dir",
+    ];
+    let run = sandbox.run(&no_approvals, "");
+    assert_eq!(run.status, Some(0), "stderr: {}", run.stderr);
+    let result = &tool_results(&fake.requests()[1].body)[0].1;
+    assert!(result.contains("needs approval"), "{result}");
+    assert!(
+        !sandbox.work().join("made").exists(),
+        "it ran with nobody to approve it"
+    );
+}
+
 /// A script whose first call starts a sleeper in a session of its own
 /// (`setsid`, out of the server's process group), then `then`.
 fn detached_sleeper_script(sleeper_marker: &str, then: Canned) -> Vec<Canned> {

@@ -6,7 +6,8 @@ Usage: fixture_server.py stdio [MARKER]
 MARKER is ignored; tests put a unique word in the argv to find the process.
 
 Tools: echo (read-only), add, fail (raises: an isError result), hang (never
-answers), crash (the process exits), spawn_sleeper (leaves a grandchild behind,
+answers), crash (the process exits), make_dir (writes, annotated not
+destructive), spawn_sleeper (leaves a grandchild behind,
 for the orphan check), grow (adds a tool and sends tools/list_changed).
 """
 
@@ -51,6 +52,13 @@ def hang() -> str:
 def crash() -> str:
     """Exits the server process at once."""
     os._exit(3)
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False))
+def make_dir(name: str) -> str:
+    """Creates a directory (annotated as the filesystem server's create_directory is)."""
+    os.makedirs(name, exist_ok=True)
+    return "made"
 
 
 @server.tool()
