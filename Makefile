@@ -41,7 +41,7 @@ TENSORRT ?=
 CARGO_FEATURES += $(if $(TENSORRT),--features tensorrt,)
 export TRTLLM_ROOT
 
-.PHONY: all build deps test chat-templates test-tensorrt check-trtllm-shim vendor-trtllm-headers fmt clippy clean no-async-runtime check-layers model swa-model run bench jinja2 mcp-servers valgrind bench-cliserver bench-llama bench-server openai-py test-tools
+.PHONY: fuzz soak all build deps test chat-templates test-tensorrt check-trtllm-shim vendor-trtllm-headers fmt clippy clean no-async-runtime check-layers model swa-model run bench jinja2 mcp-servers valgrind bench-cliserver bench-llama bench-server openai-py test-tools
 .PHONY: static vendor dist install uninstall check-static check-install offline-static release-deps
 .PHONY: cuda-toolkit cuda-link-dynamic cuda-link-static check-cuda check-cuda-build check-cuda-if-changed check-cuda-inputs gpu-carry
 
@@ -230,6 +230,19 @@ no-async-runtime:
 
 fmt:
 	$(CARGO) fmt
+
+# Mutation fuzzing of every parser of what peers send (src/fuzz.rs), FUZZ_SECS seconds
+# per target in a release build; prints executions and crashes per target.
+FUZZ_SECS ?= 30
+fuzz: deps
+	FUZZ_SECS=$(FUZZ_SECS) $(CARGO) test --release $(CARGO_FEATURES) --bin shepherd -- \
+	  --ignored fuzz_every_target --nocapture
+
+# Soak of --cliserver and --server (not a test): RSS growth after warm-up, descriptors,
+# lost events; SOAK_SECS per server.
+SOAK_SECS ?= 300
+soak: build
+	python3 scripts/soak.py $(TARGET_DIR)/release/shepherd --secs $(SOAK_SECS)
 
 # Fan-out benchmark of --cliserver (not a test): events/s and latency with 64 /updates subscribers.
 bench-cliserver: build

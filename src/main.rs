@@ -19,6 +19,8 @@ mod commands;
 mod config;
 mod core;
 mod frontend;
+#[cfg(test)]
+mod fuzz;
 mod llama;
 mod log;
 mod mcp;

@@ -692,6 +692,14 @@ fn read_stream(
     Ok(turn.complete(sink))
 }
 
+/// The fuzzer's entry (`crate::fuzz`): a body read as a stream and as a whole reply.
+#[cfg(test)]
+pub(crate) fn fuzz_reply(bytes: &[u8]) {
+    let turn = || Turn::new(OutputFilter::new(vec!["read".into()]), 0);
+    let _ = read_stream(bytes, turn(), &mut Vec::new(), "fuzz");
+    let _ = read_whole(&String::from_utf8_lossy(bytes), turn(), &mut Vec::new());
+}
+
 /// Reads a whole `generateContent` response.
 fn read_whole(text: &str, mut turn: Turn, sink: &mut dyn EventSink) -> Result<Reply, BackendError> {
     if turn.apply(parse_response(text)?, sink) == Flow::Cancel {

@@ -528,6 +528,13 @@ fn parse_line(value: Value) -> Result<WireLine, BackendError> {
         .map_err(|e| BackendError::Protocol(format!("bad line from the server ({e})")))
 }
 
+/// The fuzzer's entry (`crate::fuzz`): a body read as an NDJSON stream.
+#[cfg(test)]
+pub(crate) fn fuzz_reply(bytes: &[u8]) {
+    let turn = Turn::new(OutputFilter::new(vec!["read".into()]), 64);
+    let _ = read_stream(bytes, turn, &mut Vec::new(), "fuzz");
+}
+
 /// Reads NDJSON lines until `done: true` (a whole reply is the same, one line).
 fn read_stream(
     reader: impl BufRead,

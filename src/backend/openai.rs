@@ -769,6 +769,14 @@ fn read_stream(
     Ok(turn.complete(sink))
 }
 
+/// The fuzzer's entry (`crate::fuzz`): a body read as a stream and as a whole reply.
+#[cfg(test)]
+pub(crate) fn fuzz_reply(bytes: &[u8]) {
+    let turn = || Turn::new(OutputFilter::new(vec!["read".into()]), 0);
+    let _ = read_stream(bytes, turn(), &mut Vec::new(), "fuzz");
+    let _ = read_whole(bytes, turn(), &mut Vec::new(), "fuzz");
+}
+
 /// Reads a whole `chat.completion` body.
 fn read_whole(
     reader: impl Read,

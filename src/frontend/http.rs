@@ -418,6 +418,13 @@ fn read_head(
     Ok((request, framing))
 }
 
+/// The fuzzer's entry (`crate::fuzz`): a request head as a peer sends it.
+#[cfg(test)]
+pub(crate) fn fuzz_head(bytes: &[u8]) {
+    let peer = SocketAddr::from(([127, 0, 0, 1], 9));
+    let _ = read_head(&mut &bytes[..], peer, &Limits::default());
+}
+
 /// Closes at once on a connection whose first byte cannot start a request: a TLS
 /// or SSLv2 hello (a client speaking HTTPS to a plain port) gets no answer it could
 /// read, any other such byte a 400. Waits for the first byte within the deadline.

@@ -14,7 +14,7 @@ mod cli_server;
 mod connect;
 mod editor;
 mod exit;
-mod http;
+pub(crate) mod http;
 mod json;
 mod line;
 mod progress;
