@@ -171,8 +171,9 @@ pub enum FlagId {
 pub struct Flag {
     pub id: FlagId,
     pub long: &'static str,
-    /// A second accepted long spelling, not shown in `--help` on its own line.
-    pub alias: Option<&'static str>,
+    /// Other accepted long spellings (llama-server's among them), shown beside
+    /// the flag in `--help`, not on lines of their own.
+    pub aliases: &'static [&'static str],
     pub short: Option<char>,
     pub takes: Takes,
     pub help: &'static str,
@@ -190,7 +191,7 @@ const fn flag(
     Flag {
         id,
         long,
-        alias: None,
+        aliases: &[],
         short,
         takes,
         help,
@@ -198,11 +199,8 @@ const fn flag(
     }
 }
 
-const fn aliased(base: Flag, alias: &'static str) -> Flag {
-    Flag {
-        alias: Some(alias),
-        ..base
-    }
+const fn aliased(base: Flag, aliases: &'static [&'static str]) -> Flag {
+    Flag { aliases, ..base }
 }
 
 use Section as S;
@@ -222,7 +220,7 @@ pub const FLAGS: &[Flag] = &[
     flag(FlagId::Temperature, "temperature", None, Val("T"), S::Generation, "Sampling temperature, 0 to 2"),
     flag(FlagId::TopP, "top-p", None, Val("P"), S::Generation, "Nucleus sampling, 0 to 1"),
     flag(FlagId::TopK, "top-k", None, Val("K"), S::Generation, "Top-k sampling, 0 or more"),
-    flag(FlagId::ContextSize, "context-size", None, Val("N"), S::Generation, "Context window in tokens (0 = the model's full context)"),
+    aliased(flag(FlagId::ContextSize, "context-size", None, Val("N"), S::Generation, "Context window in tokens (0 = the model's full context)"), &["ctx-size"]),
     flag(FlagId::Reasoning, "reasoning", None, Val("LEVEL"), S::Generation, "Reasoning effort: off|low|medium|high"),
     flag(FlagId::Prompt, "prompt", Some('e'), Val("TEXT"), S::Prompting, "Answer TEXT once, then exit"),
     flag(FlagId::SystemPrompt, "system-prompt", None, Val("TEXT"), S::Prompting, "System prompt text"),
@@ -262,8 +260,8 @@ pub const FLAGS: &[Flag] = &[
     flag(FlagId::Fresh, "fresh", None, Nothing, S::Modes, "CLI server: start with an empty session instead of the saved one"),
     flag(FlagId::Record, "record", None, Val("DIR"), S::General, "Record every upstream request and response (secrets redacted) into DIR, for bug reports"),
     flag(FlagId::Replay, "replay", None, Val("DIR"), S::General, "Serve the upstream responses recorded in DIR instead of contacting the provider"),
-    aliased(flag(FlagId::ModelPath, "model-path", None, Val("PATH"), S::Local, "GGUF model file or directory"), "model_path"),
-    flag(FlagId::GpuLayers, "gpu-layers", None, Val("N"), S::Local, "Layers on the GPU (-1 = all)"),
+    aliased(flag(FlagId::ModelPath, "model-path", None, Val("PATH"), S::Local, "GGUF model file or directory"), &["model_path"]),
+    aliased(flag(FlagId::GpuLayers, "gpu-layers", None, Val("N"), S::Local, "Layers on the GPU (-1 = all; llama-server's -ngl too)"), &["n-gpu-layers"]),
     flag(FlagId::SplitMode, "split-mode", None, Val("MODE"), S::Local, "Several GPUs: none (all on --main-gpu), layer (default) or row"),
     flag(FlagId::TensorSplit, "tensor-split", None, Val("A,B,..."), S::Local, "Several GPUs: each GPU's share of the layers, e.g. 3,1 (default: by free memory)"),
     flag(FlagId::MainGpu, "main-gpu", None, Val("N"), S::Local, "The GPU for the whole model with --split-mode none, else for its small tensors (default 0)"),
@@ -271,7 +269,7 @@ pub const FLAGS: &[Flag] = &[
     flag(FlagId::Threads, "threads", None, Val("N"), S::Local, "CPU threads (default: one per core up to 16; 2 with every layer on a GPU)"),
     flag(FlagId::NBatch, "n_batch", None, Val("N"), S::Local, "Logical batch size"),
     flag(FlagId::UBatch, "ubatch", None, Val("N"), S::Local, "Physical batch size (default 512; 256 on the CPU without flash attention)"),
-    flag(FlagId::CacheType, "cache-type", None, Val("TYPE"), S::Local, "KV cache type: f16|f32|q8_0|q4_0"),
+    aliased(flag(FlagId::CacheType, "cache-type", None, Val("TYPE"), S::Local, "KV cache type, K and V alike: f16|f32|q8_0|q4_0"), &["cache-type-k", "cache-type-v"]),
     flag(FlagId::FlashAttn, "flash-attn", None, Opt("on|off|auto"), S::Local, "Flash attention; alone = on (default auto: off on the CPU for heads up to 64 wide)"),
     flag(FlagId::Parallel, "parallel", None, Val("N"), S::Local, "Requests decoded together in one batch (slots), 1 to 64 (default 1)"),
     flag(FlagId::Pooling, "pooling", None, Val("TYPE"), S::Local, "--server: how /v1/embeddings pools a sequence: mean|cls|last (default mean)"),
@@ -435,6 +433,14 @@ where
     I: IntoIterator,
     I::Item: Into<OsString>,
 {
+    let args = args.into_iter().map(|arg| {
+        let arg: OsString = arg.into();
+        // llama-server's one single-dash long flag people type from habit.
+        match arg.to_str() {
+            Some("-ngl") => OsString::from("--gpu-layers"),
+            _ => arg,
+        }
+    });
     let mut parser = lexopt::Parser::from_args(args);
     let mut low = LowArgs::default();
     while let Some(arg) = parser.next().map_err(lexopt_error)? {
@@ -459,7 +465,7 @@ where
 fn find_long(name: &str) -> Option<&'static Flag> {
     FLAGS
         .iter()
-        .find(|f| f.long == name || f.alias == Some(name))
+        .find(|f| f.long == name || f.aliases.contains(&name))
 }
 
 fn find_short(c: char) -> Option<&'static Flag> {
@@ -616,7 +622,21 @@ fn set_value(low: &mut LowArgs, flag: &Flag, raw: &str) -> Result<(), UsageError
         FlagId::Reasoning => low.reasoning = Some(choice(flag, raw, &REASONING_LEVELS)?),
         FlagId::Pooling => low.pooling = Some(choice(flag, raw, &POOLING_MODES)?),
         FlagId::Spec => low.spec = Some(choice(flag, raw, &SPEC_MODES)?),
-        FlagId::CacheType => low.cache_type = Some(choice(flag, raw, &CACHE_TYPES)?),
+        FlagId::CacheType => {
+            let chosen = choice(flag, raw, &CACHE_TYPES)?;
+            // `--cache-type-k` and `--cache-type-v` (llama-server) name one type here.
+            if low
+                .cache_type
+                .as_ref()
+                .is_some_and(|before| *before != chosen)
+            {
+                return Err(UsageError(format!(
+                    "--{}: shepherd keeps K and V in one cache type; give one --cache-type",
+                    flag.long
+                )));
+            }
+            low.cache_type = Some(chosen);
+        }
         FlagId::FlashAttn => {
             low.flash_attn = match choice(flag, raw, &FLASH_ATTN_MODES)?.as_str() {
                 "on" => Some(true),
@@ -954,7 +974,7 @@ fn flag_label(f: &Flag) -> String {
     let short = f
         .short
         .map_or_else(|| "    ".to_string(), |c| format!("-{c}, "));
-    let alias = f.alias.map(|a| format!(", --{a}")).unwrap_or_default();
+    let alias: String = f.aliases.iter().map(|a| format!(", --{a}")).collect();
     let value = match f.takes {
         Takes::Nothing => String::new(),
         Takes::Value(name) => format!(" {name}"),
@@ -1260,7 +1280,7 @@ mod tests {
             if let Some(c) = f.short {
                 assert!(help.contains(&format!("-{c}, --{}", f.long)));
             }
-            if let Some(a) = f.alias {
+            for a in f.aliases {
                 assert!(help.contains(&format!("--{a}")));
             }
         }

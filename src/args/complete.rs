@@ -31,7 +31,7 @@ fn visible_commands() -> impl Iterator<Item = &'static Command> {
 fn spellings(f: &Flag) -> Vec<String> {
     let mut out: Vec<String> = f.short.map(|c| format!("-{c}")).into_iter().collect();
     out.push(format!("--{}", f.long));
-    out.extend(f.alias.map(|a| format!("--{a}")));
+    out.extend(f.aliases.iter().map(|a| format!("--{a}")));
     out
 }
 
@@ -487,8 +487,8 @@ fn fish_top_flags() -> String {
         };
         let cond = "__shepherd_using -";
         out.push_str(&fish_flag(cond, f.short, f.long, value.clone(), f.help));
-        if let Some(alias) = f.alias {
-            out.push_str(&fish_flag(cond, None, alias, value, f.help));
+        for alias in f.aliases {
+            out.push_str(&fish_flag(cond, None, alias, value.clone(), f.help));
         }
     }
     out
@@ -586,7 +586,7 @@ fn man_flag(f: &Flag) -> String {
         names.push(format!("\\fB\\-{c}\\fR"));
     }
     names.push(format!("\\fB\\-\\-{}\\fR", roff(f.long)));
-    if let Some(alias) = f.alias {
+    for alias in f.aliases {
         names.push(format!("\\fB\\-\\-{}\\fR", roff(alias)));
     }
     let value = match f.takes {

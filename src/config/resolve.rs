@@ -590,6 +590,9 @@ pub fn resolve(low: &LowArgs, env: EnvLookup) -> Result<Settings, ConfigError> {
         | Mode::ApiServer
         | Mode::ToolServer
         | Mode::ListModels => {
+            if let Some(explicit) = &low.config {
+                check_explicit_config(explicit)?;
+            }
             let file = load(&location.read_from)?;
             let settings = resolve_with(low, &file, location.path, env)?;
             register_secrets(&settings, &file, env);
@@ -597,6 +600,27 @@ pub fn resolve(low: &LowArgs, env: EnvLookup) -> Result<Settings, ConfigError> {
         }
         _ => resolve_with(low, &ConfigFile::default(), location.path, &|_| None),
     }
+}
+
+/// A config file named with `-c` must exist for a run (the `provider` and `config`
+/// commands create it). llama-server's `-c` is the context size, so `-c 4096` is
+/// more likely that habit than a file named 4096: say so instead of running
+/// without the config.
+fn check_explicit_config(path: &Path) -> Result<(), ConfigError> {
+    if path.exists() {
+        return Ok(());
+    }
+    let shown = path.display();
+    let hint = match shown.to_string().parse::<u64>() {
+        Ok(n) => format!(
+            "; for a context window of {n} tokens use --context-size {n} (llama-server's -c)"
+        ),
+        Err(_) => String::new(),
+    };
+    Err(ConfigError::invalid(
+        "-c",
+        format!("the config file '{shown}' does not exist{hint}"),
+    ))
 }
 
 /// Registers every credential shepherd was given with [`crate::redact`], so
@@ -638,6 +662,7 @@ pub fn resolve_with(
     let env_layer = read_env(env)?;
     let mode = mode(low);
     let providers = provider_chain(file, &selection(low, &env_layer), env)?;
+    let key_as_token = llama_server_key(low, &mode, &providers);
     let file_layer = SamplingLayer::of_file(file);
     let override_layer = overrides(low, &env_layer);
     let merged = file_layer.under(override_layer);
@@ -673,7 +698,7 @@ pub fn resolve_with(
             .unwrap_or_default(),
         config_path,
         server: server(low, &mode),
-        server_auth: server_auth(low, env, file)?,
+        server_auth: server_auth(low, env, file, key_as_token)?,
         use_tools: low.use_tools,
         queue_size: low.queue_size.map_or(DEFAULT_QUEUE_SIZE, |n| n as usize),
         local: local(low, file),
@@ -787,10 +812,23 @@ fn tool_backend(low: &LowArgs, env: &EnvLayer, file: &ConfigFile) -> Option<Tool
     Some(ToolBackendSettings { address, token })
 }
 
+/// llama-server's `--api-key` is the key its clients must send. With the model in
+/// process there is no provider to give a key to, so `--server --api-key KEY` means
+/// that here too: the server's token (unless `--auth-token` names one).
+fn llama_server_key(low: &LowArgs, mode: &Mode, providers: &[ProviderConfig]) -> Option<String> {
+    let in_process = providers
+        .first()
+        .is_some_and(|p| matches!(p.kind, ProviderKind::Llamacpp | ProviderKind::Tensorrt));
+    (*mode == Mode::ApiServer && in_process)
+        .then(|| low.api_key.clone())
+        .flatten()
+}
+
 fn server_auth(
     low: &LowArgs,
     env: EnvLookup,
     file: &ConfigFile,
+    llama_server_key: Option<String>,
 ) -> Result<ServerAuth, ConfigError> {
     let from_file = match &low.auth_token_file {
         Some(path) => Some(read_token_file(path)?),
@@ -800,6 +838,7 @@ fn server_auth(
         .auth_token
         .clone()
         .or(from_file)
+        .or(llama_server_key)
         .or_else(|| env("SHEPHERD_AUTH_TOKEN"))
         .or_else(|| file.auth_token.clone())
         .filter(|t| !t.trim().is_empty());
@@ -1142,6 +1181,62 @@ mod tests {
             &ConfigFile::default(),
         );
         assert_eq!(s.providers[0].kind, ProviderKind::Openai);
+    }
+
+    #[test]
+    fn llama_server_habits_on_the_command_line() {
+        // `--server --api-key` with the model in process: the key clients must send.
+        let s = settings(
+            &["--server", "-m", "m.gguf", "--api-key", "k-123"],
+            &[],
+            &file(),
+        );
+        assert_eq!(s.server_auth.token.as_deref(), Some("k-123"));
+        let s = settings(
+            &[
+                "--server",
+                "-m",
+                "m.gguf",
+                "--api-key",
+                "k",
+                "--auth-token",
+                "t",
+            ],
+            &[],
+            &file(),
+        );
+        assert_eq!(
+            s.server_auth.token.as_deref(),
+            Some("t"),
+            "--auth-token wins"
+        );
+        // In front of a provider it stays the provider's key.
+        let s = settings(
+            &[
+                "--server",
+                "--backend",
+                "openai",
+                "-m",
+                "x",
+                "--api-key",
+                "sk",
+            ],
+            &[],
+            &file(),
+        );
+        assert_eq!(s.server_auth.token, None);
+        assert_eq!(s.providers[0].api_key.as_deref(), Some("sk"));
+        // `-c 4096` is llama-server's context size, not a config file here.
+        let low = args::parse(["-c", "4096", "-e", "hi"]).expect("parses");
+        let error = resolve(&low, &|_| None).expect_err("no such config file");
+        assert!(error.to_string().contains("--context-size 4096"), "{error}");
+        // Its spellings of shepherd's flags.
+        let low =
+            args::parse(["-ngl", "99", "--ctx-size", "4096", "--cache-type-k", "q8_0"]).unwrap();
+        assert_eq!((low.gpu_layers, low.context_size), (Some(99), Some(4096)));
+        assert_eq!(low.cache_type.as_deref(), Some("q8_0"));
+        let mixed = args::parse(["--cache-type-k", "q8_0", "--cache-type-v", "f16"]);
+        assert!(mixed.is_err(), "one type for K and V");
     }
 
     #[test]

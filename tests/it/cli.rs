@@ -365,6 +365,18 @@ fn malformed_config_names_file_and_line_and_exits_two() {
 }
 
 #[test]
+fn a_config_file_that_does_not_exist_is_refused_with_llama_server_s_meaning() {
+    let sandbox = Sandbox::new("dash-c");
+    let run = sandbox.run(&["-c", "4096", "-e", "hi"], "");
+    assert_eq!(run.status, Some(2), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("'4096' does not exist") && run.stderr.contains("--context-size 4096"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
 fn unknown_flag_exits_two_with_usage() {
     let sandbox = Sandbox::new("badflag");
     let run = sandbox.run(&["--bogus-flag"], "");
