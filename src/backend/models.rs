@@ -37,6 +37,8 @@ pub enum FindError {
     NotFound {
         name: String,
         searched: Vec<PathBuf>,
+        /// Local models whose names look like it, closest first.
+        near: Vec<String>,
     },
     Ambiguous {
         name: String,
@@ -47,7 +49,11 @@ pub enum FindError {
 impl fmt::Display for FindError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            FindError::NotFound { name, searched } => {
+            FindError::NotFound {
+                name,
+                searched,
+                near,
+            } => {
                 let dirs: Vec<String> = searched.iter().map(|d| d.display().to_string()).collect();
                 write!(
                     f,
@@ -55,7 +61,11 @@ impl fmt::Display for FindError {
                      or starts so; `shepherd models` lists them",
                     name.escape_debug(),
                     dirs.join(", ")
-                )
+                )?;
+                match near.as_slice() {
+                    [] => Ok(()),
+                    near => write!(f, " (did you mean {}?)", near.join(", ")),
+                }
             }
             FindError::Ambiguous { name, candidates } => write!(
                 f,
@@ -145,12 +155,46 @@ pub fn find(name: &str, dirs: &[PathBuf]) -> Result<PathBuf, FindError> {
         [] => Err(FindError::NotFound {
             name: name.to_string(),
             searched: dirs.to_vec(),
+            near: near_names(&wanted, &models),
         }),
         many => Err(FindError::Ambiguous {
             name: name.to_string(),
             candidates: many.iter().map(|m| m.name.clone()).collect(),
         }),
     }
+}
+
+/// Up to five local names that share a run of at least four characters with
+/// `wanted` (lower case), longest run first: `qwen2.5-7b` finds `Qwen2.5-7B-Instruct-Q4_K_M`.
+fn near_names(wanted: &str, models: &[LocalModel]) -> Vec<String> {
+    let mut scored: Vec<(usize, &str)> = models
+        .iter()
+        .map(|m| (common_run(wanted, &m.name.to_lowercase()), m.name.as_str()))
+        .filter(|(run, _)| *run >= 4)
+        .collect();
+    scored.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
+    scored
+        .into_iter()
+        .take(5)
+        .map(|(_, name)| name.to_string())
+        .collect()
+}
+
+/// The length in bytes of the longest run `a` and `b` share.
+fn common_run(a: &str, b: &str) -> usize {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let mut best = 0;
+    let mut row = vec![0usize; b.len() + 1];
+    for x in a {
+        let mut diagonal = 0;
+        for (j, y) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = if x == y { diagonal + 1 } else { 0 };
+            best = best.max(row[j + 1]);
+            diagonal = above;
+        }
+    }
+    best
 }
 
 /// A parameter count as people write it: `135M`, `7.2B`.

@@ -445,7 +445,13 @@ fn provider_chain(
         // configured, a model the local models directories hold is the in-process one.
         match file.providers.first() {
             Some(first) => vec![overridden(first.clone(), sel)],
-            None => vec![cmdline_provider(file, sel, names_local_model(sel, file))],
+            None => {
+                let local = names_local_model(sel, file);
+                if !local && sel.api_key.is_none() {
+                    refuse_unknown_model(sel, file, env)?;
+                }
+                vec![cmdline_provider(file, sel, local)]
+            }
         }
     } else {
         file.providers.clone()
@@ -496,6 +502,34 @@ fn names_local_model(sel: &Selection, file: &ConfigFile) -> bool {
     };
     let found = crate::backend::models::find(model, &models_dirs(file));
     !matches!(found, Err(FindError::NotFound { .. }))
+}
+
+/// `-m NAME` with no provider configured, no key and nothing local of that name:
+/// Ollama's and llama-server's users mean a local model, so say it is not found,
+/// where shepherd looked and which local names are near, rather than send the name
+/// to OpenAI without a key. With `OPENAI_API_KEY` set it goes to OpenAI as before.
+fn refuse_unknown_model(
+    sel: &Selection,
+    file: &ConfigFile,
+    env: EnvLookup,
+) -> Result<(), ConfigError> {
+    let Some(model) = sel.model.as_deref() else {
+        return Ok(());
+    };
+    let has_key = ProviderKind::Openai
+        .key_env_vars()
+        .iter()
+        .any(|name| env(name).is_some_and(|v| !v.is_empty()));
+    if has_key || Path::new(model).exists() {
+        return Ok(());
+    }
+    match crate::backend::models::find(model, &models_dirs(file)) {
+        Err(error @ FindError::NotFound { .. }) => Err(ConfigError::invalid(
+            "-m",
+            format!("{error}; for a provider's model, configure one (`shepherd provider add`) or pass --backend"),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// The directories `-m NAME` and `shepherd models` search.
@@ -1164,7 +1198,12 @@ mod tests {
         let s = settings(&["-m", "qwen3"], &[], &file());
         assert_eq!(names(&s), ["local"]);
         assert_eq!(s.providers[0].model.as_deref(), Some("qwen3"));
-        let s = settings(&["-m", "gpt-y"], &[], &ConfigFile::default());
+        // With nothing configured, a name that is not local needs a provider's key.
+        let s = settings(
+            &["-m", "gpt-y"],
+            &[("OPENAI_API_KEY", "sk")],
+            &ConfigFile::default(),
+        );
         assert_eq!(names(&s), ["cmdline"]);
     }
 
@@ -1181,6 +1220,41 @@ mod tests {
             &ConfigFile::default(),
         );
         assert_eq!(s.providers[0].kind, ProviderKind::Openai);
+    }
+
+    #[test]
+    fn a_model_name_that_is_nowhere_is_not_sent_to_openai_without_a_key() {
+        let dir = crate::util::fs::test_support::temp_dir("near-names");
+        for name in [
+            "Qwen2.5-7B-Instruct-Q4_K_M.gguf",
+            "gemma-3-270m-q4_k_m.gguf",
+        ] {
+            std::fs::write(dir.join(name), b"GGUF").unwrap();
+        }
+        let file: ConfigFile =
+            serde_json::from_value(serde_json::json!({"models_dir": dir.display().to_string()}))
+                .unwrap();
+        let low = args::parse(["-m", "qwen2.5:7b", "-e", "hi"]).unwrap();
+        let error =
+            resolve_with(&low, &file, PathBuf::from("c.json"), &|_| None).expect_err("not found");
+        let text = error.to_string();
+        assert!(
+            text.contains("not found") && text.contains(&dir.display().to_string()),
+            "{text}"
+        );
+        assert!(
+            text.contains("did you mean Qwen2.5-7B-Instruct-Q4_K_M"),
+            "{text}"
+        );
+        assert!(!text.contains("gemma"), "{text}");
+        // With a key it is OpenAI's model, as before.
+        let key = |name: &str| (name == "OPENAI_API_KEY").then(|| "sk-x".to_string());
+        let s = resolve_with(&low, &file, PathBuf::from("c.json"), &key).expect("openai");
+        assert_eq!(s.providers[0].kind, ProviderKind::Openai);
+        // A prefix of a local name is local.
+        let low = args::parse(["-m", "gemma-3", "-e", "hi"]).unwrap();
+        let s = resolve_with(&low, &file, PathBuf::from("c.json"), &|_| None).expect("local");
+        assert_eq!(s.providers[0].kind, ProviderKind::Llamacpp);
     }
 
     #[test]
