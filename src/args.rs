@@ -292,6 +292,7 @@ pub enum Subcommand {
     Mcp(Vec<String>),
     Models(Vec<String>),
     Sessions(Vec<String>),
+    Ps(Vec<String>),
     Completions(Vec<String>),
     Man(Vec<String>),
     Bench(Vec<String>),
@@ -307,6 +308,7 @@ impl Subcommand {
             Subcommand::Mcp(_) => "mcp",
             Subcommand::Models(_) => "models",
             Subcommand::Sessions(_) => "sessions",
+            Subcommand::Ps(_) => "ps",
             Subcommand::Completions(_) => "completions",
             Subcommand::Man(_) => "man",
             Subcommand::Bench(_) => "bench",
@@ -322,6 +324,7 @@ impl Subcommand {
             | Subcommand::Mcp(w)
             | Subcommand::Models(w)
             | Subcommand::Sessions(w)
+            | Subcommand::Ps(w)
             | Subcommand::Completions(w)
             | Subcommand::Man(w)
             | Subcommand::Bench(w) => w,
@@ -496,6 +499,7 @@ fn subcommand(word: OsString, parser: &mut lexopt::Parser) -> Result<Subcommand,
         "mcp" => Subcommand::Mcp,
         "models" => Subcommand::Models,
         "sessions" => Subcommand::Sessions,
+        "ps" => Subcommand::Ps,
         "completions" => Subcommand::Completions,
         "man" => Subcommand::Man,
         "bench" => Subcommand::Bench,

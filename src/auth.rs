@@ -152,6 +152,46 @@ pub fn find_for_address(address: &str) -> Option<String> {
     find(host, port)
 }
 
+/// One of this user's running servers, as its token file describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Running {
+    /// `cliserver`, `toolserver` or `server`.
+    pub kind: String,
+    pub address: String,
+    pub pid: u32,
+}
+
+/// This user's running shepherd servers, by port; token files of servers that
+/// are gone are removed on the way.
+pub fn running() -> Vec<Running> {
+    let dir = token_dir();
+    remove_stale(&dir);
+    let Ok(entries) = fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    let mut found: Vec<(u16, Running)> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("server-"))
+        })
+        .filter_map(|p| read_record(&p).ok())
+        .filter(|r| alive(r.pid))
+        .map(|r| {
+            let running = Running {
+                kind: r.kind,
+                address: r.address,
+                pid: r.pid,
+            };
+            (r.port, running)
+        })
+        .collect();
+    found.sort_by_key(|(port, _)| *port);
+    found.into_iter().map(|(_, r)| r).collect()
+}
+
 /// Whether process `pid` still runs (its `/proc` entry is there).
 fn alive(pid: u32) -> bool {
     Path::new("/proc").join(pid.to_string()).exists()

@@ -18,6 +18,7 @@ pub mod config;
 pub mod mcp;
 pub mod models;
 pub mod profile;
+pub mod ps;
 pub mod sessions;
 
 use std::fmt;

@@ -60,6 +60,8 @@ pub enum Mode {
     Models(Vec<String>),
     /// `shepherd sessions ...`, with the words after `sessions`.
     Sessions(Vec<String>),
+    /// `shepherd ps`, with the words after `ps`.
+    Ps(Vec<String>),
     /// `--list-models`: what the first provider offers.
     ListModels,
     /// `shepherd completions ...`, with the words after `completions`.
@@ -597,6 +599,7 @@ fn mode(low: &LowArgs) -> Mode {
         Some(Subcommand::Mcp(rest)) => Mode::Mcp(rest.clone()),
         Some(Subcommand::Models(rest)) => Mode::Models(rest.clone()),
         Some(Subcommand::Sessions(rest)) => Mode::Sessions(rest.clone()),
+        Some(Subcommand::Ps(rest)) => Mode::Ps(rest.clone()),
         Some(Subcommand::Completions(rest)) => Mode::Completions(rest.clone()),
         Some(Subcommand::Man(rest)) => Mode::Man(rest.clone()),
         Some(Subcommand::Bench(rest)) => Mode::Bench(rest.clone()),

@@ -116,6 +116,7 @@ fn run_mode() -> i32 {
             &crate::store::Store::user(),
             &mut command_output(&mut io::stdout()),
         )),
+        Mode::Ps(words) => subcommand(commands::ps::run(words, &mut io::stdout())),
         Mode::ListModels => list_models(&settings),
         Mode::Completions(words) => subcommand(commands::completions::run(
             words,

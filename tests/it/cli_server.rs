@@ -251,6 +251,35 @@ fn tool_call_markup_never_reaches_delta() {
 }
 
 #[test]
+fn ps_lists_the_running_servers_without_their_tokens() {
+    let fake = FakeOpenAi::start(Vec::new());
+    let mut server = CliServer::start(&fake, &[]);
+    let run = server.sandbox.run(&["ps"], "");
+    assert_eq!(run.status, Some(0), "{}", run.stderr);
+    let pid = server.child.id().to_string();
+    let line = run
+        .stdout
+        .lines()
+        .find(|l| l.split_whitespace().last() == Some(pid.as_str()))
+        .unwrap_or_else(|| panic!("no line for pid {pid}: {}", run.stdout));
+    assert!(
+        line.starts_with("cliserver") && line.contains(&server.addr),
+        "{line}"
+    );
+    assert!(!run.stdout.contains(TOKEN), "a token was printed");
+    let _ = server.child.kill();
+    let _ = server.child.wait();
+    let run = server.sandbox.run(&["ps"], "");
+    assert!(
+        !run.stdout
+            .lines()
+            .any(|l| l.split_whitespace().last() == Some(pid.as_str())),
+        "a killed server is still listed: {}",
+        run.stdout
+    );
+}
+
+#[test]
 fn non_streaming_request_answers_once() {
     let fake = FakeOpenAi::start(vec![
         Canned::sse(&text_stream(&["Hello", " there"])),
