@@ -467,7 +467,9 @@ fn messages_stream_in_anthropic_shape() {
         eprintln!("skipped: curl is not installed (make test installs it)");
         return;
     }
-    let fake = FakeOpenAi::start(vec![Canned::sse(&text_stream(&["Hi", " you"]))]);
+    let mut chunks = text_stream(&["Hi", " you"]);
+    chunks.push(crate::fake_openai::usage_chunk(12, 2));
+    let fake = FakeOpenAi::start(vec![Canned::sse(&chunks)]);
     let server = ApiServer::with_fake(&fake.base_url, &[]);
     let body = json!({"model": "claude-x", "max_tokens": 64, "stream": true,
                       "system": "be kind", "messages": user("hello")});
@@ -501,6 +503,11 @@ fn messages_stream_in_anthropic_shape() {
         json!({"type": "text_delta", "text": "Hi"})
     );
     assert_eq!(data[5]["delta"]["stop_reason"], "end_turn");
+    // The counts come at the end (the start went out before the prompt was read).
+    assert_eq!(
+        data[5]["usage"],
+        json!({"input_tokens": 12, "output_tokens": 2, "cache_read_input_tokens": 0})
+    );
     let sent = &fake.requests()[0].body;
     assert_eq!(
         sent["messages"][0],

@@ -390,10 +390,12 @@ impl Answer {
                     stop_reason: stop_reason(reply),
                     stop_sequence: Null,
                 },
+                // Cumulative, as Anthropic's are: the input is known only now (the
+                // `message_start` went out before the prompt was read).
                 usage: wire::Usage {
-                    input_tokens: None,
+                    input_tokens: Some(uncached_input(usage)),
                     output_tokens: usage.completion,
-                    cache_read_input_tokens: None,
+                    cache_read_input_tokens: Some(usage.cached.unwrap_or(0)),
                 },
             },
         )?;
@@ -436,12 +438,18 @@ impl Answer {
             stop_reason: stop_reason(reply),
             stop_sequence: Null,
             usage: wire::Usage {
-                input_tokens: Some(usage.prompt),
+                input_tokens: Some(uncached_input(usage)),
                 output_tokens: usage.completion,
                 cache_read_input_tokens: Some(usage.cached.unwrap_or(0)),
             },
         }
     }
+}
+
+/// Anthropic counts the input read from the cache apart: `input_tokens` plus
+/// `cache_read_input_tokens` is the whole prompt, so neither counts it twice.
+fn uncached_input(usage: &Usage) -> u64 {
+    usage.prompt.saturating_sub(usage.cached.unwrap_or(0))
 }
 
 #[cfg(test)]
@@ -565,6 +573,18 @@ mod tests {
                 "stop_sequence": null,
                 "usage": {"input_tokens": 10, "output_tokens": 4, "cache_read_input_tokens": 0},
             })
+        );
+        // Tokens read from the prompt cache are counted once, apart from the rest.
+        let cached = Usage {
+            prompt: 10,
+            completion: 4,
+            cached: Some(6),
+            ..Usage::default()
+        };
+        let usage = value(&a.whole(&text, &reply, &cached))["usage"].clone();
+        assert_eq!(
+            usage,
+            json!({"input_tokens": 4, "output_tokens": 4, "cache_read_input_tokens": 6})
         );
     }
 
