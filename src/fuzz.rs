@@ -198,11 +198,12 @@ fn fuzz_filter(bytes: &[u8]) {
 
 fn fuzz_rpc_line(bytes: &[u8]) {
     let mut reader = bytes;
-    while let Ok(line) = crate::tools::rpc::read_line(&mut reader, 1 << 16) {
+    use crate::stream::CappedLine;
+    while let Ok(line) = crate::stream::read_capped_line(&mut reader, 1 << 16) {
         match line {
-            crate::tools::rpc::Line::Eof => break,
-            crate::tools::rpc::Line::TooLong => continue,
-            crate::tools::rpc::Line::Text(line) => {
+            CappedLine::Eof => break,
+            CappedLine::TooLong { .. } => continue,
+            CappedLine::Text(line) => {
                 if let crate::tools::rpc::Frame::Json(value) = crate::tools::rpc::frame(&line) {
                     let _ = crate::tools::rpc::is_request_shaped(&value);
                 }

@@ -47,7 +47,8 @@ use serde_json::{json, Value};
 use crate::approval::{self, Headless, Policy};
 use crate::audit::AuditLog;
 use crate::core::ToolCall;
-use crate::tools::rpc::{self, Frame, Line, Response, RpcError, ToolEntry};
+use crate::stream::{read_capped_line, CappedLine};
+use crate::tools::rpc::{self, Frame, Response, RpcError, ToolEntry};
 use crate::tools::{args, ToolContext, ToolOutput, ToolRegistry};
 
 use super::accept::{self, DeadlineReader, Gate, Reading, Slot};
@@ -245,10 +246,10 @@ fn serve_connection(
     let mut greeted = false;
     loop {
         // An idle timeout or a reset ends the connection; there is no request to answer.
-        let (reply, after) = match rpc::read_line(&mut reader, shared.config.max_line)? {
-            Line::Eof => return Ok(()),
-            Line::TooLong => too_long(shared.config.max_line, greeted),
-            Line::Text(bytes) => conn.step(&bytes, greeted),
+        let (reply, after) = match read_capped_line(&mut reader, shared.config.max_line)? {
+            CappedLine::Eof => return Ok(()),
+            CappedLine::TooLong { .. } => too_long(shared.config.max_line, greeted),
+            CappedLine::Text(bytes) => conn.step(&bytes, greeted),
         };
         if let Some(reply) = reply {
             write_reply(&mut writer, &reply)?;

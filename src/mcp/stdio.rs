@@ -13,7 +13,7 @@
 //! it all; every live server is also listed in [`LIVE`] so that [`kill_all`]
 //! can clean up on any exit path, signals included.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, ChildStdin, Command, Stdio as Pipe};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,6 +27,7 @@ use super::client::{lock, McpError, Router, Transport};
 use super::reaper;
 use crate::config::mcp::{expand_vars, McpServerConfig};
 use crate::log::{self, Category};
+use crate::stream::{read_capped_line, CappedLine};
 
 /// The largest message accepted from a server; longer lines are skipped.
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
@@ -205,15 +206,15 @@ fn spawn_reader(
     let server = name.to_string();
     spawn_thread(format!("mcp-{name}-out"), move || {
         let mut reader = BufReader::with_capacity(64 * 1024, stdout);
-        let mut line = Vec::new();
         loop {
-            line.clear();
-            match read_line_capped(&mut reader, &mut line, MAX_MESSAGE_BYTES) {
-                Ok(Line::Eof) | Err(_) => break,
-                Ok(Line::TooLong(n)) => log::debug(Category::Tools, || {
-                    format!("mcp {server}: skipped a {n}-byte message (limit {MAX_MESSAGE_BYTES})")
-                }),
-                Ok(Line::Complete) => route_line(&server, &line, &router),
+            match read_capped_line(&mut reader, MAX_MESSAGE_BYTES) {
+                Ok(CappedLine::Eof) | Err(_) => break,
+                Ok(CappedLine::TooLong { len, .. }) => {
+                    log::debug(Category::Tools, || {
+                        format!("mcp {server}: skipped a {len}-byte message (limit {MAX_MESSAGE_BYTES})")
+                    })
+                }
+                Ok(CappedLine::Text(line)) => route_line(&server, &line, &router),
             }
         }
         let said = stderr.map(|tail| tail.last_words()).unwrap_or_default();
@@ -259,53 +260,6 @@ fn route_line(server: &str, line: &[u8], router: &Router) {
     }
 }
 
-enum Line {
-    Complete,
-    TooLong(usize),
-    Eof,
-}
-
-/// Reads one `\n`-terminated line into `out`, keeping at most `cap` bytes; a
-/// longer line is consumed to its end and reported instead of kept.
-fn read_line_capped(
-    reader: &mut impl BufRead,
-    out: &mut Vec<u8>,
-    cap: usize,
-) -> std::io::Result<Line> {
-    let mut total = 0usize;
-    loop {
-        let buf = reader.fill_buf()?;
-        if buf.is_empty() {
-            return Ok(if total == 0 {
-                Line::Eof
-            } else {
-                finished(total, cap)
-            });
-        }
-        let (chunk, done) = match buf.iter().position(|b| *b == b'\n') {
-            Some(i) => (&buf[..i], i + 1),
-            None => (buf, buf.len()),
-        };
-        if total + chunk.len() <= cap {
-            out.extend_from_slice(chunk);
-        }
-        total += chunk.len();
-        let found = done > chunk.len();
-        reader.consume(done);
-        if found {
-            return Ok(finished(total, cap));
-        }
-    }
-}
-
-fn finished(total: usize, cap: usize) -> Line {
-    if total > cap {
-        Line::TooLong(total)
-    } else {
-        Line::Complete
-    }
-}
-
 fn spawn_stderr_logger(name: &str, stderr: impl Read + Send + 'static) -> StderrTail {
     let server = name.to_string();
     let lines = Arc::new(Mutex::new(Vec::new()));
@@ -314,9 +268,9 @@ fn spawn_stderr_logger(name: &str, stderr: impl Read + Send + 'static) -> Stderr
     spawn_thread(format!("mcp-{name}-err"), move || {
         let _finished = finished;
         let mut reader = BufReader::new(stderr);
-        let mut line = Vec::new();
-        while let Ok(Line::Complete | Line::TooLong(_)) =
-            read_line_capped(&mut reader, &mut line, MAX_LOG_LINE)
+        // A long line is logged cut to its head.
+        while let Ok(CappedLine::Text(line) | CappedLine::TooLong { head: line, .. }) =
+            read_capped_line(&mut reader, MAX_LOG_LINE)
         {
             let text = String::from_utf8_lossy(&line).trim_end().to_string();
             log::debug(Category::Tools, || format!("mcp {server} stderr: {text}"));
@@ -327,37 +281,7 @@ fn spawn_stderr_logger(name: &str, stderr: impl Read + Send + 'static) -> Stderr
                 }
                 kept.push(text);
             }
-            line.clear();
         }
     });
     StderrTail { lines, done }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn lines(input: &[u8], cap: usize) -> Vec<String> {
-        let mut reader = BufReader::with_capacity(4, input);
-        let mut out = Vec::new();
-        let mut line = Vec::new();
-        loop {
-            line.clear();
-            match read_line_capped(&mut reader, &mut line, cap).unwrap() {
-                Line::Eof => return out,
-                Line::TooLong(n) => out.push(format!("<{n}>")),
-                Line::Complete => out.push(String::from_utf8(line.clone()).unwrap()),
-            }
-        }
-    }
-
-    #[test]
-    fn long_lines_are_skipped_whole() {
-        assert_eq!(
-            lines(b"ab\n0123456789\ncd\nlast", 5),
-            ["ab", "<10>", "cd", "last"]
-        );
-        assert_eq!(lines(b"", 5), Vec::<String>::new());
-        assert_eq!(lines(b"\n\n", 5), ["", ""]);
-    }
 }

@@ -75,6 +75,50 @@ impl<R: BufRead> LineReader<R> {
     }
 }
 
+/// What reading one capped line produced ([`read_capped_line`]).
+#[derive(Debug, PartialEq, Eq)]
+pub enum CappedLine {
+    /// A whole line without its `\n` (a last line without one counts too).
+    Text(Vec<u8>),
+    /// A line longer than the cap, read to its end: its length and its first `cap` bytes.
+    TooLong {
+        len: usize,
+        head: Vec<u8>,
+    },
+    Eof,
+}
+
+/// Reads one `\n`-terminated line, holding at most `cap` bytes of it in memory:
+/// the one reader of line protocols a peer writes (the tool server's JSON-RPC,
+/// MCP servers' stdout and stderr), so a line without end is never an allocation bomb.
+pub fn read_capped_line(reader: &mut impl BufRead, cap: usize) -> io::Result<CappedLine> {
+    let mut head = Vec::new();
+    let mut len = 0usize;
+    loop {
+        let buffer = match reader.fill_buf() {
+            Ok(buffer) => buffer,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        let (piece, done) = match buffer.iter().position(|b| *b == b'\n') {
+            Some(at) => (&buffer[..at], Some(at + 1)),
+            None if buffer.is_empty() && len == 0 => return Ok(CappedLine::Eof),
+            None => (buffer, None),
+        };
+        let room = cap.saturating_sub(head.len()).min(piece.len());
+        head.extend_from_slice(&piece[..room]);
+        len += piece.len();
+        let (at_end, used) = (buffer.is_empty(), done.unwrap_or(piece.len()));
+        reader.consume(used);
+        if done.is_some() || at_end {
+            return Ok(match len > cap {
+                true => CappedLine::TooLong { len, head },
+                false => CappedLine::Text(head),
+            });
+        }
+    }
+}
+
 /// Decodes a collected line; at EOF an empty collection means "no more lines".
 fn finish_line(bytes: Vec<u8>, at_eof: bool) -> Option<String> {
     if at_eof && bytes.is_empty() {
@@ -177,6 +221,43 @@ mod tests {
 
     fn check(input: &[u8], expected: &[&str]) {
         assert_eq!(lines(input), expected, "input {input:?}");
+    }
+
+    fn capped(input: &[u8], cap: usize) -> Vec<String> {
+        let mut reader = io::BufReader::with_capacity(4, input);
+        let mut out = Vec::new();
+        loop {
+            match read_capped_line(&mut reader, cap).unwrap() {
+                CappedLine::Eof => return out,
+                CappedLine::TooLong { len, head } => {
+                    assert_eq!(head.len(), cap, "the head keeps the cap's worth");
+                    out.push(format!("<{len}>"));
+                }
+                CappedLine::Text(line) => out.push(String::from_utf8(line).unwrap()),
+            }
+        }
+    }
+
+    #[test]
+    fn capped_lines_skip_long_ones_whole() {
+        assert_eq!(
+            capped(b"ab\n0123456789\ncd\nlast", 5),
+            ["ab", "<10>", "cd", "last"]
+        );
+        assert_eq!(capped(b"", 5), Vec::<String>::new());
+        assert_eq!(capped(b"\n\n", 5), ["", ""]);
+        assert_eq!(capped(b"12345\n123456", 5), ["12345", "<6>"]);
+        let input = b"one\ntwo two\nthree";
+        for at in 0..=input.len() {
+            let mut reader = ChunkReader::split_at(input, at);
+            let mut got = Vec::new();
+            while let CappedLine::Text(line) | CappedLine::TooLong { head: line, .. } =
+                read_capped_line(&mut reader, 5).unwrap()
+            {
+                got.push(String::from_utf8(line).unwrap());
+            }
+            assert_eq!(got, ["one", "two t", "three"], "split at {at}");
+        }
     }
 
     #[test]

@@ -14,8 +14,6 @@
 //! JSON-RPC client from another protocol talking to its port (a web page's
 //! `fetch` arrives as an HTTP request line and header lines).
 
-use std::io::{self, BufRead};
-
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -109,55 +107,6 @@ pub struct Failure {
     pub summary: String,
 }
 
-/// What reading one line produced.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Line {
-    Text(Vec<u8>),
-    /// The line was longer than the cap; it was read to its end and dropped.
-    TooLong,
-    Eof,
-}
-
-/// Reads one `\n`-terminated line, holding at most `cap` bytes of it in memory.
-/// A final line without `\n` still counts as a line.
-pub fn read_line(reader: &mut impl BufRead, cap: usize) -> io::Result<Line> {
-    let mut line = Vec::new();
-    let mut too_long = false;
-    loop {
-        let buffer = match reader.fill_buf() {
-            Ok(buffer) => buffer,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        if buffer.is_empty() {
-            return Ok(match (too_long, line.is_empty()) {
-                (true, _) => Line::TooLong,
-                (false, true) => Line::Eof,
-                (false, false) => Line::Text(line),
-            });
-        }
-        let (piece, done) = match buffer.iter().position(|b| *b == b'\n') {
-            Some(at) => (&buffer[..at], Some(at + 1)),
-            None => (buffer, None),
-        };
-        if !too_long && line.len() + piece.len() <= cap {
-            line.extend_from_slice(piece);
-        } else {
-            too_long = true;
-            line = Vec::new();
-        }
-        let used = done.unwrap_or(buffer.len());
-        reader.consume(used);
-        if done.is_some() {
-            return Ok(if too_long {
-                Line::TooLong
-            } else {
-                Line::Text(line)
-            });
-        }
-    }
-}
-
 /// What a received line is, before any JSON-RPC meaning is given to it.
 #[derive(Debug, PartialEq)]
 pub enum Frame {
@@ -229,30 +178,6 @@ fn token_len(line: &[u8]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::BufReader;
-
-    #[test]
-    fn lines_are_capped_and_the_stream_stays_usable() {
-        let input = b"{\"a\":1}\r\n0123456789abcdef\nok\nlast";
-        // A tiny buffer makes every line span several reads.
-        let mut reader = BufReader::with_capacity(3, &input[..]);
-        let mut got = Vec::new();
-        loop {
-            match read_line(&mut reader, 10).unwrap() {
-                Line::Eof => break,
-                other => got.push(other),
-            }
-        }
-        assert_eq!(
-            got,
-            [
-                Line::Text(b"{\"a\":1}\r".to_vec()),
-                Line::TooLong,
-                Line::Text(b"ok".to_vec()),
-                Line::Text(b"last".to_vec()),
-            ]
-        );
-    }
 
     #[test]
     fn frames_tell_http_from_json_rpc() {

@@ -306,7 +306,7 @@ fn a_crashed_server_is_restarted() {
     let server = &status["servers"][0];
     assert_eq!(server["name"], "fx");
     assert_eq!(server["state"], "ready");
-    assert_eq!(server["tools"], 7);
+    assert_eq!(server["tools"], 8);
     assert!(server["restarts"].as_u64().unwrap() >= 1, "{status}");
 }
 
@@ -615,7 +615,7 @@ fn cliserver_status_shows_each_server() {
     let servers = status()["mcp_servers"].clone();
     assert_eq!(servers[0]["name"], "fx");
     assert_eq!(servers[0]["transport"], "stdio");
-    assert_eq!(servers[0]["tools"], 7);
+    assert_eq!(servers[0]["tools"], 8);
     assert_eq!(servers[1]["name"], "off");
     assert_eq!(servers[1]["state"], "disabled");
     let _ = child.kill();

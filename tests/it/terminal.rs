@@ -679,7 +679,7 @@ fn tools_command_shows_each_mcp_server() {
         tmux.type_text("/tools");
         tmux.key("Enter");
         poll_until(Duration::from_secs(3), || {
-            tmux.screen().contains("fx (stdio): ready, 7 tools")
+            tmux.screen().contains("fx (stdio): ready, 8 tools")
         })
     });
     let screen = tmux.screen();
