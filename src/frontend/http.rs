@@ -593,10 +593,7 @@ fn split_target(target: &str) -> Option<(String, Option<String>)> {
 
 /// An RFC 9110 token: what a method and a header name are made of.
 fn is_token(text: &str) -> bool {
-    !text.is_empty()
-        && text
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+    !text.is_empty() && text.bytes().all(crate::util::net::is_http_tchar)
 }
 
 /// `Name: value` lines. A name must be a token (no spaces, no folded

@@ -171,7 +171,7 @@ fn is_header_line(line: &[u8]) -> bool {
 /// Length of the RFC 9110 token (`tchar`s) at the start of `line`.
 fn token_len(line: &[u8]) -> usize {
     line.iter()
-        .take_while(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b))
+        .take_while(|b| crate::util::net::is_http_tchar(**b))
         .count()
 }
 

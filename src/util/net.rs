@@ -142,6 +142,13 @@ fn parse_aton_part(part: &str) -> Option<u32> {
     u32::from_str_radix(digits, radix).ok()
 }
 
+/// Whether `b` may appear in an HTTP token (RFC 9110 §5.6.2 `tchar`): methods
+/// and header names. The one grammar the HTTP server checks requests with and
+/// the tool server tells an HTTP request line from JSON-RPC with.
+pub fn is_http_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
