@@ -120,6 +120,12 @@ pub fn enabled() -> bool {
     build().is_some()
 }
 
+/// Whether ggml's CPU kernels are x86's AVX2 ones (a portable build, or a CPU
+/// without AVX-512), which flash attention's choice depends on (`tuning`).
+pub fn avx2_kernels() -> bool {
+    build() == Some(Build::Avx2)
+}
+
 /// How the loaded ggml was built, as far as its F16 kernel goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Build {

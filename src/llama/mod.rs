@@ -38,6 +38,7 @@ pub use batch::Batch;
 pub use context::{CacheType, Context, ContextParams, Pooling};
 pub use devices::{GpuSplit, SplitMode};
 pub use error::DecodeError;
+pub use lone::avx2_kernels;
 pub use model::{LoadProgress, Model, ModelParams, Token};
 pub use sampler::{Sampler, SamplerParams};
 

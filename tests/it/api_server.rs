@@ -872,6 +872,40 @@ fn the_official_openai_client_completes_text_and_embeds_against_smollm2() {
 }
 
 #[test]
+fn count_tokens_counts_what_the_model_will_read() {
+    let server = ApiServer::with_model(&["--context-size", "2048"]);
+    let messages = json!([{"role": "user", "content": "Name three colours of the sea."}]);
+    let (status, counted) = server.post(
+        "/v1/messages/count_tokens",
+        &json!({"model": "m", "messages": messages}),
+    );
+    assert_eq!(status, 200, "{counted}");
+    let counted = counted["input_tokens"].as_u64().expect("input_tokens");
+    // The same prompt, generated: what the model read is what was counted.
+    let request = json!({"model": "m", "max_tokens": 4, "messages": messages});
+    let (status, answer) = server.post("/v1/messages", &request);
+    assert_eq!(status, 200, "{answer}");
+    let usage = &answer["usage"];
+    let read = usage["input_tokens"].as_u64().unwrap()
+        + usage["cache_read_input_tokens"].as_u64().unwrap();
+    assert_eq!(counted, read, "{answer}");
+    // Tools are part of the prompt; a bad body is a 400 in Anthropic's shape.
+    let tool = json!({"name": "weather", "description": "The weather in a city",
+                      "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}});
+    let (_, with_tool) = server.post(
+        "/v1/messages/count_tokens",
+        &json!({"model": "m", "messages": messages, "tools": [tool]}),
+    );
+    assert!(
+        with_tool["input_tokens"].as_u64().unwrap() > counted,
+        "{with_tool}"
+    );
+    let (status, bad) = server.post("/v1/messages/count_tokens", &json!({"model": "m"}));
+    assert_eq!(status, 400, "{bad}");
+    assert_eq!(bad["type"], "error", "{bad}");
+}
+
+#[test]
 fn tokenize_detokenize_and_props_answer_in_llama_servers_shapes() {
     let server = ApiServer::with_model(&["--context-size", "2048", "--parallel", "2"]);
     let text = "Hello world, <|im_start|>user";

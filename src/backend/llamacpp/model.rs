@@ -104,6 +104,12 @@ pub(super) enum ModelJob {
         reply: Sender<Result<Vec<Piece>, ModelError>>,
     },
     Detokenize(Vec<Token>, Sender<Result<String, ModelError>>),
+    /// The tokens a chat prompt renders to, with its tools (`/v1/messages/count_tokens`).
+    CountChat {
+        conversation: Vec<crate::template::TemplateMessage>,
+        tools: Vec<crate::core::ToolSpec>,
+        reply: Sender<Result<usize, ModelError>>,
+    },
 }
 
 /// A handle to the in-process model for the non-generating routes.
@@ -141,6 +147,21 @@ impl LocalModel {
         self.ask(|reply| ModelJob::Tokenize {
             text,
             add_special,
+            reply,
+        })
+    }
+
+    /// How many tokens `session` with `tools` takes as a prompt: rendered with the
+    /// model's chat template as a request would be, then tokenized.
+    pub fn count_chat(
+        &self,
+        session: &crate::core::Session,
+        tools: Vec<crate::core::ToolSpec>,
+    ) -> Result<usize, ModelError> {
+        let conversation = crate::template::conversation(&session.system_prompt, &session.messages);
+        self.ask(|reply| ModelJob::CountChat {
+            conversation,
+            tools,
             reply,
         })
     }

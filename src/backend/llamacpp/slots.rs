@@ -279,8 +279,16 @@ fn context_params(model: &Model, config: &LlamaConfig, preempt: &Preempt) -> Con
     let parallel = config.parallel.max(1);
     // Every generating slot needs a place in each batch.
     let n_batch = config.n_batch.max(parallel).min(n_ctx);
-    let flash_attn =
-        tuning::flash_attn_for(config.flash_attn, config.gpu_layers, config.cache_type);
+    let heads = tuning::CpuHeads {
+        head_dim: model.head_dim(),
+        avx2_kernels: crate::llama::avx2_kernels(),
+    };
+    let flash_attn = tuning::flash_attn_for(
+        config.flash_attn,
+        config.gpu_layers,
+        config.cache_type,
+        heads,
+    );
     let n_ubatch = tuning::ubatch_for(config.ubatch, flash_attn, config.gpu_layers);
     ContextParams {
         n_ctx,
@@ -535,6 +543,17 @@ impl<'m> Worker<'m> {
             }
             Job::Model(ModelJob::Detokenize(tokens, reply)) => {
                 let _ = reply.send(model::detokenize(self.model(), &tokens));
+            }
+            Job::Model(ModelJob::CountChat {
+                conversation,
+                tools,
+                reply,
+            }) => {
+                let counted = render(&self.template, &conversation, &tools)
+                    .map_err(|e| ModelError::Failed(e.to_string()))
+                    .and_then(|prompt| model::tokenize(self.model(), &prompt, false))
+                    .map(|tokens| tokens.len());
+                let _ = reply.send(counted);
             }
             Job::Warm(conversation, tools) => {
                 self.waiting = Some(NextTurn {

@@ -69,23 +69,56 @@ pub fn threads_for(requested: Option<i32>, all_on_gpu: bool, cores: i32) -> i32 
 ///   270M (256): tg128 78.9/74.9 and 79.3/75.9 (two rounds), 1,536 deep 64.0/56.0 and
 ///   71.1/71.4; its server with four streams and a 1,500-token system prompt 75.3/75.6.
 ///
-/// So auto is off whenever every layer runs on the CPU and the V cache is not
-/// quantized (llama.cpp needs flash attention for a quantized V cache), whatever the
-/// CPU and head size: on every measurement above it is at most a few percent behind
+/// - The same AMD VM with AVX2 kernels (a `PORTABLE=1` build, 2026-11-26, shepherd's
+///   loop, two rounds, off/on): SmolLM2 tg128 149.4/177.9 and 152.5/182.5, 1,536
+///   deep 88.2/65.8 and 88.7/65.8; Gemma 3 270M tg128 82.2/81.9 and 80.6/89.2, 1,536
+///   deep 72.5/73.6 and 68.9/72.2. llama-bench on the same kernels, tg64: Gemma
+///   64.3/66.3, deep 57.3/56.8; SmolLM2 109.4/130.3, deep 77.6/60.7.
+///
+/// So on AVX2 kernels heads of 256 or more ([`AVX2_FLASH_ATTN_MIN_HEAD_DIM`]) get it:
+/// there it is level or ahead at both depths. Elsewhere auto is off whenever every
+/// layer runs on the CPU and the V cache is not quantized (llama.cpp needs flash
+/// attention for a quantized V cache), whatever the CPU and head size: on every measurement above it is at most a few percent behind
 /// the better setting at either depth, where turning it on is up to 45% behind (and
 /// `lone`'s exact verification needs it off). What it gives up: prompts on wide heads on
-/// the Intel CPU (5–14%). Wherever layers go to a GPU llama.cpp's auto decides (on CUDA
+/// the Intel CPU (5–14%), and on AVX2 kernels SmolLM2's generation near depth 0
+/// (about 17%), where turning it on costs a quarter of the speed 1,536 deep: no fixed
+/// choice is within 5% at both depths there, and an agent is always deep. Wherever layers go to a GPU llama.cpp's auto decides (on CUDA
 /// flash attention is the faster one: tg 891 against 781 t/s on an H100).
 pub fn flash_attn_for(
     requested: Option<bool>,
     gpu_layers: i32,
     cache_type: CacheType,
+    heads: CpuHeads,
 ) -> Option<bool> {
     let quantized_v = matches!(cache_type, CacheType::Q8_0 | CacheType::Q4_0);
     match requested {
         Some(forced) => Some(forced),
-        None if all_on_cpu(gpu_layers) && !quantized_v => Some(false),
+        None if all_on_cpu(gpu_layers) && !quantized_v => Some(heads.wide_on_avx2()),
         None => None,
+    }
+}
+
+/// What flash attention's CPU rule looks at: the model's head size and the kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CpuHeads {
+    /// `Model::head_dim`, when the model says.
+    pub head_dim: Option<u32>,
+    /// ggml's kernels are x86's AVX2 ones (`llama::avx2_kernels`).
+    pub avx2_kernels: bool,
+}
+
+/// Heads at least this wide use flash attention on AVX2 kernels.
+pub const AVX2_FLASH_ATTN_MIN_HEAD_DIM: u32 = 256;
+
+impl CpuHeads {
+    /// Heads of 256 (Gemma) on AVX2 kernels: the one CPU case where flash attention
+    /// is as fast or faster at every depth measured (see [`flash_attn_for`]).
+    fn wide_on_avx2(self) -> bool {
+        self.avx2_kernels
+            && self
+                .head_dim
+                .is_some_and(|d| d >= AVX2_FLASH_ATTN_MIN_HEAD_DIM)
     }
 }
 
@@ -115,26 +148,56 @@ pub fn ubatch_for(requested: Option<u32>, flash_attn: Option<bool>, gpu_layers: 
 mod tests {
     use super::*;
 
+    const NARROW: CpuHeads = CpuHeads {
+        head_dim: Some(64),
+        avx2_kernels: true,
+    };
+    const WIDE_AVX2: CpuHeads = CpuHeads {
+        head_dim: Some(256),
+        avx2_kernels: true,
+    };
+
     #[test]
-    fn auto_flash_attention_is_off_on_the_cpu_unless_the_v_cache_is_quantized() {
+    fn auto_flash_attention_on_the_cpu_is_off_but_for_wide_heads_on_avx2_kernels() {
         // A forced choice is kept wherever the layers are.
         for layers in [0, -1] {
             assert_eq!(
-                flash_attn_for(Some(true), layers, CacheType::F16),
+                flash_attn_for(Some(true), layers, CacheType::F16, NARROW),
                 Some(true)
             );
-            let off = flash_attn_for(Some(false), layers, CacheType::Q8_0);
+            let off = flash_attn_for(Some(false), layers, CacheType::Q8_0, WIDE_AVX2);
             assert_eq!(off, Some(false));
         }
-        assert_eq!(flash_attn_for(None, 0, CacheType::F16), Some(false));
-        assert_eq!(flash_attn_for(None, 0, CacheType::F32), Some(false));
+        assert_eq!(flash_attn_for(None, 0, CacheType::F16, NARROW), Some(false));
+        assert_eq!(flash_attn_for(None, 0, CacheType::F32, NARROW), Some(false));
+        // Heads of 256 on AVX2 kernels are the exception; on AVX-512 kernels they are not.
+        assert_eq!(
+            flash_attn_for(None, 0, CacheType::F16, WIDE_AVX2),
+            Some(true)
+        );
+        let wide_avx512 = CpuHeads {
+            avx2_kernels: false,
+            ..WIDE_AVX2
+        };
+        assert_eq!(
+            flash_attn_for(None, 0, CacheType::F16, wide_avx512),
+            Some(false)
+        );
+        let unknown = CpuHeads {
+            head_dim: None,
+            ..WIDE_AVX2
+        };
+        assert_eq!(
+            flash_attn_for(None, 0, CacheType::F16, unknown),
+            Some(false)
+        );
         // llama.cpp refuses a quantized V cache without flash attention.
-        assert_eq!(flash_attn_for(None, 0, CacheType::Q8_0), None);
-        assert_eq!(flash_attn_for(None, 0, CacheType::Q4_0), None);
+        assert_eq!(flash_attn_for(None, 0, CacheType::Q8_0, NARROW), None);
+        assert_eq!(flash_attn_for(None, 0, CacheType::Q4_0, NARROW), None);
         // Layers asked for the GPU: llama.cpp decides where there is one.
         let on_gpu = crate::llama::supports_gpu_offload();
         assert_eq!(
-            flash_attn_for(None, -1, CacheType::F16),
+            flash_attn_for(None, -1, CacheType::F16, NARROW),
             (!on_gpu).then_some(false)
         );
     }

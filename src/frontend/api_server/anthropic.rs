@@ -32,6 +32,28 @@ pub struct MessagesRequest {
     pub model: String,
 }
 
+/// `/v1/messages/count_tokens`: a messages request without `max_tokens` (Anthropic's
+/// shape: `model`, `system`, `messages`, `tools`, `tool_choice`, `thinking`).
+pub fn parse_count(body: &[u8], defaults: &Defaults) -> Result<Work, ApiError> {
+    let value = json_body(body)?;
+    let f = Fields::of(&value, "")?;
+    f.str("model")?;
+    let system = system(&f)?;
+    let messages = messages(&f)?;
+    let tools = tools(&f)?;
+    tool_choice(&f, &tools)?;
+    let mut session = Session::new(system.unwrap_or_else(|| defaults.system_prompt.clone()));
+    session.messages = messages;
+    Ok(Work {
+        session,
+        tools,
+        tool_choice: ToolChoice::Auto,
+        sampling: defaults.sampling.clone(),
+        use_tools: false,
+        raw_prompt: None,
+    })
+}
+
 pub fn parse(body: &[u8], defaults: &Defaults) -> Result<MessagesRequest, ApiError> {
     let value = json_body(body)?;
     let f = Fields::of(&value, "")?;

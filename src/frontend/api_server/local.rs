@@ -129,7 +129,7 @@ fn token_ids(items: &[Value], name: &str) -> Result<Vec<Token>, ApiError> {
 }
 
 /// The status and body for a model failure: the client's input, or the model.
-fn from_model(error: ModelError, param: &str) -> ApiError {
+pub(super) fn from_model(error: ModelError, param: &str) -> ApiError {
     match error {
         ModelError::Invalid { index, message } => {
             let param = index.map_or(param.to_string(), |i| format!("{param}[{i}]"));

@@ -419,6 +419,30 @@ impl ApiServer {
         }
     }
 
+    /// Anthropic's `POST /v1/messages/count_tokens`: the request's prompt as the model
+    /// would read it (template and tools included), `{"input_tokens": N}`.
+    fn count_tokens(&self, request: &Request, responder: Responder) {
+        self.metrics
+            .tokenize_requests
+            .fetch_add(1, Ordering::Relaxed);
+        let Some((loaded, model, responder)) =
+            self.local_model("/v1/messages/count_tokens", responder)
+        else {
+            return;
+        };
+        let counted = anthropic::parse_count(&request.body, &loaded.defaults).and_then(|work| {
+            model
+                .count_chat(&work.session, work.tools)
+                .map_err(|e| local::from_model(e, "messages"))
+        });
+        match counted {
+            Ok(n) => responder.json(200, &serde_json::json!({ "input_tokens": n })),
+            Err(error) => {
+                responder.json_with(error.status, &error.anthropic_body(), &error.headers())
+            }
+        }
+    }
+
     fn detokenize(&self, request: &Request, responder: Responder) {
         self.metrics
             .tokenize_requests
@@ -624,6 +648,7 @@ impl Handler for ApiServer {
             }
             ("POST", "/v1/chat/completions") => self.chat(&request, responder),
             ("POST", "/v1/messages") => self.messages(&request, responder),
+            ("POST", "/v1/messages/count_tokens") => self.count_tokens(&request, responder),
             ("POST", "/v1/completions") => self.completions(&request, responder),
             ("POST", "/v1/embeddings") => self.embeddings(&request, responder),
             ("POST", "/tokenize") => self.tokenize(&request, responder),
@@ -636,6 +661,7 @@ impl Handler for ApiServer {
                 | "/v1/models"
                 | "/v1/chat/completions"
                 | "/v1/messages"
+                | "/v1/messages/count_tokens"
                 | "/v1/completions"
                 | "/v1/embeddings"
                 | "/tokenize"
