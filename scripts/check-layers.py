@@ -37,6 +37,8 @@ LAYERS = [
     ["agent"],
     ["commands"],
     ["frontend"],
+    # The fuzzer (tests only) reaches the parsers of every layer, the HTTP server's too.
+    ["fuzz"],
     ["main"],
 ]
 
