@@ -293,6 +293,7 @@ pub enum Subcommand {
     Models(Vec<String>),
     Sessions(Vec<String>),
     Ps(Vec<String>),
+    Pull(Vec<String>),
     Completions(Vec<String>),
     Man(Vec<String>),
     Bench(Vec<String>),
@@ -309,6 +310,7 @@ impl Subcommand {
             Subcommand::Models(_) => "models",
             Subcommand::Sessions(_) => "sessions",
             Subcommand::Ps(_) => "ps",
+            Subcommand::Pull(_) => "pull",
             Subcommand::Completions(_) => "completions",
             Subcommand::Man(_) => "man",
             Subcommand::Bench(_) => "bench",
@@ -325,6 +327,7 @@ impl Subcommand {
             | Subcommand::Models(w)
             | Subcommand::Sessions(w)
             | Subcommand::Ps(w)
+            | Subcommand::Pull(w)
             | Subcommand::Completions(w)
             | Subcommand::Man(w)
             | Subcommand::Bench(w) => w,
@@ -500,6 +503,7 @@ fn subcommand(word: OsString, parser: &mut lexopt::Parser) -> Result<Subcommand,
         "models" => Subcommand::Models,
         "sessions" => Subcommand::Sessions,
         "ps" => Subcommand::Ps,
+        "pull" => Subcommand::Pull,
         "completions" => Subcommand::Completions,
         "man" => Subcommand::Man,
         "bench" => Subcommand::Bench,

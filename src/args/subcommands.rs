@@ -233,6 +233,11 @@ const PS_ACTIONS: &[Action] = &[
 ];
 
 #[rustfmt::skip]
+const PULL_ACTIONS: &[Action] = &[
+    action("pull", &["URL|FILE [--sha256 HEX] [--name NAME.gguf]"], ActionFirst, &[], "Fetch (or copy) a GGUF model into models_dir: resumable, checked against --sha256, named by the URL's last segment or --name"),
+];
+
+#[rustfmt::skip]
 const COMPLETIONS_ACTIONS: &[Action] = &[
     action("bash", &["bash"], ActionFirst, &[], "Print the bash completion script"),
     action("zsh", &["zsh"], ActionFirst, &[], "Print the zsh completion script"),
@@ -282,6 +287,7 @@ pub const COMMANDS: &[Command] = &[
     Command { name: "models", summary: "List the local GGUF models (-m NAME runs one by name or prefix)", operand: Any, actions: MODELS_ACTIONS, note: "", hidden: false },
     Command { name: "sessions", summary: "List, show, delete and export saved sessions (/save, --continue)", operand: Any, actions: SESSIONS_ACTIONS, note: "", hidden: false },
     Command { name: "ps", summary: "List this user's running shepherd servers (from their token files)", operand: Any, actions: PS_ACTIONS, note: "", hidden: false },
+    Command { name: "pull", summary: "Fetch a GGUF model into models_dir (resumable, sha256-checked)", operand: Any, actions: PULL_ACTIONS, note: "", hidden: false },
     Command { name: "completions", summary: "Print a shell completion script (bash, zsh, fish)", operand: Any, actions: COMPLETIONS_ACTIONS, note: "", hidden: false },
     Command { name: "bench", summary: "Measure the local model as llama-bench does: prompt and generation tokens/s", operand: Any, actions: BENCH_ACTIONS, note: "Model and placement come from the usual flags before 'bench': -m FILE --gpu-layers N --flash-attn on|off --threads N.", hidden: false },
     Command { name: "man", summary: "Print the man page (roff)", operand: Any, actions: &[], note: "", hidden: true },

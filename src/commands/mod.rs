@@ -19,6 +19,7 @@ pub mod mcp;
 pub mod models;
 pub mod profile;
 pub mod ps;
+pub mod pull;
 pub mod sessions;
 
 use std::fmt;

@@ -62,6 +62,8 @@ pub enum Mode {
     Sessions(Vec<String>),
     /// `shepherd ps`, with the words after `ps`.
     Ps(Vec<String>),
+    /// `shepherd pull`, with the words after `pull`.
+    Pull(Vec<String>),
     /// `--list-models`: what the first provider offers.
     ListModels,
     /// `shepherd completions ...`, with the words after `completions`.
@@ -600,6 +602,7 @@ fn mode(low: &LowArgs) -> Mode {
         Some(Subcommand::Models(rest)) => Mode::Models(rest.clone()),
         Some(Subcommand::Sessions(rest)) => Mode::Sessions(rest.clone()),
         Some(Subcommand::Ps(rest)) => Mode::Ps(rest.clone()),
+        Some(Subcommand::Pull(rest)) => Mode::Pull(rest.clone()),
         Some(Subcommand::Completions(rest)) => Mode::Completions(rest.clone()),
         Some(Subcommand::Man(rest)) => Mode::Man(rest.clone()),
         Some(Subcommand::Bench(rest)) => Mode::Bench(rest.clone()),

@@ -117,6 +117,11 @@ fn run_mode() -> i32 {
             &mut command_output(&mut io::stdout()),
         )),
         Mode::Ps(words) => subcommand(commands::ps::run(words, &mut io::stdout())),
+        Mode::Pull(words) => subcommand(commands::pull::run(
+            words,
+            &settings.config_path,
+            &mut io::stdout(),
+        )),
         Mode::ListModels => list_models(&settings),
         Mode::Completions(words) => subcommand(commands::completions::run(
             words,

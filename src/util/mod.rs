@@ -11,4 +11,5 @@ pub mod names;
 pub mod net;
 #[cfg(test)]
 pub mod rng;
+pub mod sha256;
 pub mod time;

@@ -349,3 +349,151 @@ fn model_list_in_the_repl_lists_the_providers_models_and_marks_the_current_one()
         ("GET", "/v1/models")
     );
 }
+
+/// A model server for `shepherd pull` on a plain socket: serves `file` at
+/// `/m/model.gguf`, answers a `Range: bytes=N-` with `206`, and drops the
+/// connection halfway through the first full download (its length promised whole).
+struct ModelServer {
+    url: String,
+    /// The `Range` header of each request (empty when none).
+    ranges: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl ModelServer {
+    fn start(file: Vec<u8>) -> ModelServer {
+        use std::io::{BufRead, BufReader, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().unwrap().port();
+        let ranges = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = ranges.clone();
+        // Serves until the test process ends; each connection is one request.
+        std::thread::spawn(move || {
+            for (n, stream) in listener.incoming().enumerate() {
+                let Ok(mut stream) = stream else { continue };
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut range = String::new();
+                let mut line = String::new();
+                while reader.read_line(&mut line).is_ok_and(|read| read > 2) {
+                    if let Some(value) = line.to_ascii_lowercase().strip_prefix("range:") {
+                        range = value.trim().to_string();
+                    }
+                    line.clear();
+                }
+                seen.lock().unwrap().push(range.clone());
+                let start: usize = range
+                    .strip_prefix("bytes=")
+                    .and_then(|r| r.trim_end_matches('-').parse().ok())
+                    .unwrap_or(0);
+                let rest = &file[start.min(file.len())..];
+                let head = match start {
+                    0 => format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n", rest.len()),
+                    _ => format!(
+                        "HTTP/1.1 206 Partial Content\r\nContent-Length: {}\r\nContent-Range: bytes {start}-{}/{}\r\n",
+                        rest.len(),
+                        file.len() - 1,
+                        file.len()
+                    ),
+                };
+                let _ = stream.write_all(format!("{head}Connection: close\r\n\r\n").as_bytes());
+                let body = match (n, start) {
+                    (0, 0) => &rest[..rest.len() / 2],
+                    _ => rest,
+                };
+                let _ = stream.write_all(body);
+                // Dropping the stream closes the connection, cut or not.
+            }
+        });
+        ModelServer {
+            url: format!("http://127.0.0.1:{port}/m/model.gguf"),
+            ranges,
+        }
+    }
+}
+
+/// A GGUF-looking file of `len` bytes (the magic, then a pattern) and its sha256,
+/// from `sha256sum`.
+fn fake_gguf(dir: &std::path::Path, len: usize) -> (Vec<u8>, String) {
+    let mut bytes = b"GGUF".to_vec();
+    bytes.extend((0..len - 4).map(|i| (i * 131 % 251) as u8));
+    let path = dir.join("fake.gguf");
+    std::fs::write(&path, &bytes).unwrap();
+    let out = std::process::Command::new("sha256sum")
+        .arg(&path)
+        .output()
+        .expect("sha256sum");
+    let digest = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+    (bytes, digest)
+}
+
+#[test]
+fn pull_resumes_a_cut_download_checks_its_sha256_and_names_it_only_when_whole() {
+    let sandbox = Sandbox::new("pull");
+    let (bytes, digest) = fake_gguf(&sandbox.work(), 3 << 20);
+    let server = ModelServer::start(bytes.clone());
+    let dir = models_dir(&sandbox);
+    let target = dir.join("model.gguf");
+    // Cut off halfway: an error, the part kept, the name not taken.
+    let run = sandbox.run(&["pull", &server.url, "--sha256", &digest], "");
+    assert_eq!(run.status, Some(1), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("pull again to resume"),
+        "{}",
+        run.stderr
+    );
+    let part = std::fs::metadata(dir.join("model.gguf.part"))
+        .expect("the part is kept")
+        .len();
+    assert!(
+        part > 0 && part < bytes.len() as u64,
+        "part of {part} bytes"
+    );
+    assert!(!target.exists());
+    // Again: the rest from where the part ends, checked whole.
+    let run = sandbox.run(&["pull", &server.url, "--sha256", &digest], "");
+    assert_ok(&run, "resumed pull");
+    assert!(run.stdout.contains(&digest), "{}", run.stdout);
+    assert_eq!(
+        server.ranges.lock().unwrap().as_slice(),
+        ["".to_string(), format!("bytes={part}-")]
+    );
+    assert_eq!(std::fs::read(&target).unwrap(), bytes);
+    assert!(!dir.join("model.gguf.part").exists());
+    // A wrong digest keeps nothing.
+    let wrong = "0".repeat(64);
+    let run = sandbox.run(
+        &[
+            "pull",
+            &server.url,
+            "--sha256",
+            &wrong,
+            "--name",
+            "other.gguf",
+        ],
+        "",
+    );
+    assert_eq!(run.status, Some(1), "{}", run.stderr);
+    assert!(
+        run.stderr.contains(&digest) && run.stderr.contains(&wrong),
+        "{}",
+        run.stderr
+    );
+    assert!(!dir.join("other.gguf").exists() && !dir.join("other.gguf.part").exists());
+    // A local file is copied the same way; a file that is not GGUF is refused.
+    let local = sandbox.work().join("fake.gguf");
+    let run = sandbox.run(
+        &["pull", local.to_str().unwrap(), "--name", "copy.gguf"],
+        "",
+    );
+    assert_ok(&run, "local pull");
+    assert_eq!(std::fs::read(dir.join("copy.gguf")).unwrap(), bytes);
+    let text = sandbox.work().join("notes.gguf");
+    std::fs::write(&text, "not a model").unwrap();
+    let run = sandbox.run(&["pull", text.to_str().unwrap()], "");
+    assert_eq!(run.status, Some(1), "{}", run.stderr);
+    assert!(run.stderr.contains("not a GGUF file"), "{}", run.stderr);
+    assert!(!dir.join("notes.gguf").exists());
+}
