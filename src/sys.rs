@@ -109,6 +109,11 @@ pub fn kill_process_group(pgid: u32) -> io::Result<()> {
     // a negative pid addresses the process group, and `checked_pid` rules out
     // 0 and 1, which would address our own group or every process we may signal.
     let rc = unsafe { kill(-pgid, SIGKILL) };
+    gone_is_done(rc)
+}
+
+/// `kill`'s result, where a target that is already gone (ESRCH) counts as done.
+fn gone_is_done(rc: i32) -> io::Result<()> {
     if rc == 0 {
         return Ok(());
     }
@@ -126,15 +131,7 @@ pub fn signal_process(pid: u32, signum: i32) -> io::Result<()> {
     // SAFETY: `kill` takes two plain integers and touches no memory of ours; a
     // positive pid above 1 (`checked_pid`) addresses exactly one process.
     let rc = unsafe { kill(pid, signum) };
-    if rc == 0 {
-        return Ok(());
-    }
-    let err = io::Error::last_os_error();
-    if err.raw_os_error() == Some(ESRCH) {
-        Ok(())
-    } else {
-        Err(err)
-    }
+    gone_is_done(rc)
 }
 
 const PR_SET_CHILD_SUBREAPER: i32 = 36;

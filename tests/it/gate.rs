@@ -13,16 +13,7 @@ use serde_json::{json, Value};
 
 use crate::fake_openai::{text_stream, tool_call_stream, Canned, FakeOpenAi};
 use crate::harness::{http_agent, wait_listening, Sandbox, TOKEN};
-
-/// Every line of a sandbox's audit log.
-fn audit_lines(sandbox: &Sandbox) -> Vec<Value> {
-    let path = sandbox.root.path().join("home/state/shepherd/audit.jsonl");
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("audit line is JSON"))
-        .collect()
-}
+use crate::tool_server::audit_lines;
 
 /// The model asks for `get_time`, then for `bash` (denied by the rules), then answers.
 fn script() -> Vec<Canned> {

@@ -272,7 +272,7 @@ fn non_loopback_binds_need_a_token_and_tokens_are_checked() {
 }
 
 /// Reads the audit log lines of a sandbox.
-fn audit_lines(sandbox: &Sandbox) -> Vec<Value> {
+pub fn audit_lines(sandbox: &Sandbox) -> Vec<Value> {
     let path = sandbox.root.path().join("home/state/shepherd/audit.jsonl");
     std::fs::read_to_string(path)
         .unwrap_or_default()
