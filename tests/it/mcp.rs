@@ -58,6 +58,17 @@ pub fn write_config(sandbox: &Sandbox, servers: Value) {
     std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
 }
 
+/// A sandbox whose config has the one fixture server `fx` over stdio, its argv
+/// carrying `server_marker`.
+fn fx_sandbox(python: &str, tag: &str, server_marker: &str) -> Sandbox {
+    let sandbox = Sandbox::new(tag);
+    write_config(
+        &sandbox,
+        json!({"fx": stdio_server(python, server_marker, json!({}))}),
+    );
+    sandbox
+}
+
 /// These tests are about MCP, not approvals: every tool is allowed explicitly.
 fn args<'a>(fake: &'a FakeOpenAi, extra: &[&'a str]) -> Vec<&'a str> {
     let mut all = vec![
@@ -251,11 +262,7 @@ fn encoded_tool_names_reach_the_model_and_calls_come_back_to_the_server() {
 #[test]
 fn tool_errors_reach_the_model_as_failures() {
     let Some(python) = python() else { return };
-    let sandbox = Sandbox::new("mcp-errors");
-    write_config(
-        &sandbox,
-        json!({"fx": stdio_server(&python, &marker("errors"), json!({}))}),
-    );
+    let sandbox = fx_sandbox(&python, "mcp-errors", &marker("errors"));
     let fake = FakeOpenAi::start(vec![
         Canned::sse(&tool_call_stream(
             "call_f",
@@ -276,11 +283,7 @@ fn tool_errors_reach_the_model_as_failures() {
 #[test]
 fn a_crashed_server_is_restarted() {
     let Some(python) = python() else { return };
-    let sandbox = Sandbox::new("mcp-crash");
-    write_config(
-        &sandbox,
-        json!({"fx": stdio_server(&python, &marker("crash"), json!({}))}),
-    );
+    let sandbox = fx_sandbox(&python, "mcp-crash", &marker("crash"));
     let fake = FakeOpenAi::start(vec![
         Canned::sse(&tool_call_stream("call_c", "fx__crash", json!({}))),
         Canned::sse(&tool_call_stream(
@@ -343,11 +346,7 @@ fn a_server_that_never_answers_times_out_without_blocking_others() {
 #[test]
 fn a_changed_tool_list_is_offered_next_round() {
     let Some(python) = python() else { return };
-    let sandbox = Sandbox::new("mcp-grow");
-    write_config(
-        &sandbox,
-        json!({"fx": stdio_server(&python, &marker("grow"), json!({}))}),
-    );
+    let sandbox = fx_sandbox(&python, "mcp-grow", &marker("grow"));
     let fake = FakeOpenAi::start(vec![
         Canned::sse(&tool_call_stream("call_g", "fx__grow", json!({}))),
         Canned::sse(&tool_call_stream("call_n", "fx__grown", json!({}))),
@@ -366,11 +365,7 @@ fn no_server_process_remains_after_exit() {
     let Some(python) = python() else { return };
     let server_marker = marker("orphans");
     let sleeper_marker = marker("orphans-sleeper");
-    let sandbox = Sandbox::new("mcp-orphans");
-    write_config(
-        &sandbox,
-        json!({"fx": stdio_server(&python, &server_marker, json!({}))}),
-    );
+    let sandbox = fx_sandbox(&python, "mcp-orphans", &server_marker);
     let fake = FakeOpenAi::start(vec![
         Canned::sse(&tool_call_stream(
             "call_s",
@@ -400,11 +395,7 @@ fn no_server_process_remains_after_exit() {
 #[test]
 fn a_tool_that_writes_without_destroying_still_needs_approval() {
     let Some(python) = python() else { return };
-    let sandbox = Sandbox::new("mcp-readonly");
-    write_config(
-        &sandbox,
-        json!({"fx": stdio_server(&python, &marker("readonly"), json!({}))}),
-    );
+    let sandbox = fx_sandbox(&python, "mcp-readonly", &marker("readonly"));
     let fake = FakeOpenAi::start(vec![
         Canned::sse(&tool_call_stream(
             "call_m",
@@ -451,11 +442,7 @@ fn a_grandchild_that_calls_setsid_ends_with_shepherd() {
     let Some(python) = python() else { return };
     let server_marker = marker("setsid");
     let sleeper_marker = marker("setsid-sleeper");
-    let sandbox = Sandbox::new("mcp-setsid");
-    write_config(
-        &sandbox,
-        json!({"fx": stdio_server(&python, &server_marker, json!({}))}),
-    );
+    let sandbox = fx_sandbox(&python, "mcp-setsid", &server_marker);
     let fake = FakeOpenAi::start(detached_sleeper_script(
         &sleeper_marker,
         Canned::sse(&text_stream(&["Started."])),
@@ -474,11 +461,7 @@ fn a_grandchild_that_calls_setsid_ends_when_shepherd_is_killed() {
     let Some(python) = python() else { return };
     let server_marker = marker("sigkill");
     let sleeper_marker = marker("sigkill-sleeper");
-    let sandbox = Sandbox::new("mcp-sigkill");
-    write_config(
-        &sandbox,
-        json!({"fx": stdio_server(&python, &server_marker, json!({}))}),
-    );
+    let sandbox = fx_sandbox(&python, "mcp-sigkill", &server_marker);
     let fake = FakeOpenAi::start(detached_sleeper_script(
         &sleeper_marker,
         Canned::sse(&tool_call_stream("call_h", "fx__hang", json!({}))),
@@ -531,11 +514,7 @@ fn a_server_that_dies_at_start_is_reported_at_once_with_its_last_words() {
 fn sigterm_during_a_call_cancels_it_and_leaves_no_server_behind() {
     let Some(python) = python() else { return };
     let server_marker = marker("sigterm");
-    let sandbox = Sandbox::new("mcp-sigterm");
-    write_config(
-        &sandbox,
-        json!({"fx": stdio_server(&python, &server_marker, json!({}))}),
-    );
+    let sandbox = fx_sandbox(&python, "mcp-sigterm", &server_marker);
     let fake = FakeOpenAi::start(vec![
         Canned::sse(&tool_call_stream("call_h", "fx__hang", json!({}))),
         Canned::sse(&text_stream(&["should not be asked for"])),
