@@ -161,9 +161,10 @@ chat-templates:
 	  if [ $$n -gt 0 ]; then echo "chat-templates: $$n in $$dir"; \
 	  else echo "chat-templates: no templates in $$dir" >&2; exit 1; fi
 
-# The API server's acceptance test drives it with the official `openai` package; install it only when missing.
+# The API server's acceptance tests drive it with the official `openai` and `anthropic`
+# packages; install them only when missing.
 openai-py:
-	@$(PYTHON) -c 'import openai' 2>/dev/null || $(PYTHON) -m pip install --quiet openai
+	@$(PYTHON) -c 'import openai, anthropic' 2>/dev/null || $(PYTHON) -m pip install --quiet openai anthropic
 # The chat page's browser test (tests/it/ui.rs) drives headless Chromium with Selenium:
 # Debian's chromium and chromium-driver (only when missing), selenium from PyPI (only when missing).
 BROWSER_APT_PACKAGES := chromium chromium-driver

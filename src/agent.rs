@@ -470,6 +470,7 @@ mod tests {
             finish: FinishReason::Stop,
             usage: None,
             artefacts: Vec::new(),
+            stop_sequence: None,
         })
     }
 
@@ -488,6 +489,7 @@ mod tests {
             finish: FinishReason::ToolCalls,
             usage: None,
             artefacts: Vec::new(),
+            stop_sequence: None,
         })
     }
 
@@ -676,6 +678,7 @@ mod tests {
             finish: FinishReason::ToolCalls,
             usage: None,
             artefacts: Vec::new(),
+            stop_sequence: None,
         })
     }
 

@@ -463,6 +463,7 @@ mod tests {
             },
             usage,
             artefacts: Vec::new(),
+            stop_sequence: None,
         })
     }
 

@@ -682,6 +682,7 @@ impl Turn {
             finish: FinishReason::Cancelled,
             usage: None,
             artefacts: Vec::new(),
+            stop_sequence: None,
         }
     }
 
@@ -717,6 +718,7 @@ impl Turn {
             finish,
             usage,
             artefacts: self.artefacts,
+            stop_sequence: None,
         }
     }
 }

@@ -694,6 +694,7 @@ impl TurnText {
             finish,
             usage: self.usage,
             artefacts: Vec::new(),
+            stop_sequence: None,
         }
     }
 }

@@ -345,6 +345,7 @@ mod tests {
             finish: FinishReason::Stop,
             usage: None,
             artefacts: Vec::new(),
+            stop_sequence: None,
         }
     }
 

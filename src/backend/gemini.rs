@@ -582,6 +582,7 @@ impl Turn {
             finish: FinishReason::Cancelled,
             usage: None,
             artefacts: Vec::new(),
+            stop_sequence: None,
         }
     }
 
@@ -641,6 +642,7 @@ impl Turn {
             finish,
             usage,
             artefacts,
+            stop_sequence: None,
         }
     }
 }

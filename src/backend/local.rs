@@ -207,6 +207,8 @@ fn tool_calls_as_text(message: &TemplateMessage) -> TemplateMessage {
 pub(crate) struct StopMatcher {
     stops: Vec<String>,
     pending: String,
+    /// The stop string that was reached, once one was.
+    matched: Option<usize>,
 }
 
 impl StopMatcher {
@@ -214,6 +216,7 @@ impl StopMatcher {
         StopMatcher {
             stops,
             pending: String::new(),
+            matched: None,
         }
     }
 
@@ -223,11 +226,13 @@ impl StopMatcher {
         let first_stop = self
             .stops
             .iter()
-            .filter_map(|s| self.pending.find(s.as_str()))
+            .enumerate()
+            .filter_map(|(i, s)| self.pending.find(s.as_str()).map(|at| (at, i)))
             .min();
-        if let Some(at) = first_stop {
+        if let Some((at, i)) = first_stop {
             let visible = self.pending[..at].to_string();
             self.pending.clear();
+            self.matched = Some(i);
             return (visible, true);
         }
         let hold = self.held_suffix();
@@ -248,6 +253,11 @@ impl StopMatcher {
             }
         }
         best
+    }
+
+    /// The stop string that ended the text, when one did.
+    pub(crate) fn matched(&self) -> Option<&str> {
+        self.matched.map(|i| self.stops[i].as_str())
     }
 
     pub(crate) fn finish(&mut self, text: &str) -> String {
@@ -296,6 +306,23 @@ mod tests {
             shown.push_str(&matcher.finish(""));
         }
         assert_eq!((shown.as_str(), stopped), expected);
+    }
+
+    #[test]
+    fn the_stop_string_that_ended_the_text_is_named() {
+        let stops = || vec!["STOP".to_string(), "ST".to_string()];
+        let mut matcher = StopMatcher::new(stops());
+        assert_eq!(matcher.push("a S"), ("a ".to_string(), false));
+        assert_eq!(matcher.matched(), None);
+        assert_eq!(matcher.push("Tx"), (String::new(), true));
+        assert_eq!(matcher.matched(), Some("ST"));
+        // Two stops at the same place: the first listed.
+        let mut matcher = StopMatcher::new(stops());
+        assert!(matcher.push("xSTOP").1);
+        assert_eq!(matcher.matched(), Some("STOP"));
+        let mut matcher = StopMatcher::new(stops());
+        assert_eq!(matcher.finish("plain"), "plain");
+        assert_eq!(matcher.matched(), None);
     }
 
     #[test]

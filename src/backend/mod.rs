@@ -110,6 +110,15 @@ pub struct Usage {
     pub completion_tokens: u64,
 }
 
+/// One part of a prompt continued as it is: text, or token ids (OpenAI's
+/// `/v1/completions` and llama-server's `/completion` take either, llama-server
+/// both mixed in one array).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PromptPart {
+    Text(String),
+    Tokens(Vec<i32>),
+}
+
 /// The result of one generation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Reply {
@@ -122,6 +131,10 @@ pub struct Reply {
     pub usage: Option<Usage>,
     /// Reasoning artefacts to store on the assistant message and send back later.
     pub artefacts: Vec<Artefact>,
+    /// The request's stop string that ended the reply, when one did (never the
+    /// template's own end-of-turn text): Anthropic's `stop_sequence`,
+    /// llama-server's `stopping_word`.
+    pub stop_sequence: Option<String>,
 }
 
 /// How a backend describes itself.
@@ -148,12 +161,12 @@ pub trait Backend: Send {
         sink: &mut dyn EventSink,
     ) -> Result<Reply, BackendError>;
 
-    /// Continues `prompt` as plain text: no chat template, no tools, no output
-    /// filter (the API server's `/v1/completions`). Only the in-process model
-    /// can; the others refuse.
+    /// Continues `prompt` as it is: no chat template, no tools, no output
+    /// filter (the API server's `/v1/completions` and `/completion`). Only the
+    /// in-process model can; the others refuse.
     fn complete(
         &mut self,
-        _prompt: &str,
+        _prompt: &[PromptPart],
         _request: &GenerateRequest<'_>,
         _sink: &mut dyn EventSink,
     ) -> Result<Reply, BackendError> {

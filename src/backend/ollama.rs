@@ -455,6 +455,7 @@ impl Turn {
             finish: FinishReason::Cancelled,
             usage: None,
             artefacts: Vec::new(),
+            stop_sequence: None,
         }
     }
 
@@ -494,6 +495,7 @@ impl Turn {
             finish,
             usage,
             artefacts: Vec::new(),
+            stop_sequence: None,
         }
     }
 }

@@ -667,6 +667,7 @@ impl Turn {
             finish: FinishReason::Cancelled,
             usage: None,
             artefacts: Vec::new(),
+            stop_sequence: None,
         }
     }
 
@@ -700,6 +701,7 @@ impl Turn {
             finish,
             usage,
             artefacts: Vec::new(),
+            stop_sequence: None,
         }
     }
 

@@ -303,6 +303,7 @@ mod tests {
                 finish: FinishReason::ToolCalls,
                 usage: None,
                 artefacts: Vec::new(),
+                stop_sequence: None,
             })
         })
         .unwrap();

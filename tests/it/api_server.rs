@@ -33,7 +33,7 @@ pub(crate) fn test_model() -> PathBuf {
 }
 
 /// A running `shepherd --server`, killed on drop.
-struct ApiServer {
+pub(crate) struct ApiServer {
     child: Child,
     base: String,
     log: Arc<Mutex<String>>,
@@ -68,7 +68,7 @@ impl ApiServer {
         ApiServer::start(&args)
     }
 
-    fn with_model(extra: &[&str]) -> ApiServer {
+    pub(crate) fn with_model(extra: &[&str]) -> ApiServer {
         let model = test_model();
         let model = model.to_str().expect("UTF-8 model path").to_string();
         let mut args = vec![
@@ -85,15 +85,15 @@ impl ApiServer {
         ApiServer::start(&args)
     }
 
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         self.log.lock().unwrap().clone()
     }
 
-    fn get(&self, path: &str) -> (u16, String) {
+    pub(crate) fn get(&self, path: &str) -> (u16, String) {
         match agent().get(&self.url(path)).call() {
             Ok(response) => {
                 let status = response.status().as_u16();
@@ -106,7 +106,7 @@ impl ApiServer {
         }
     }
 
-    fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+    pub(crate) fn post(&self, path: &str, body: &Value) -> (u16, Value) {
         let response = agent()
             .post(&self.url(path))
             .header("Content-Type", "application/json")
@@ -138,24 +138,24 @@ fn agent() -> ureq::Agent {
 }
 
 /// curl's answer: status, headers (lower-cased names) and body.
-struct Curl {
-    status: u16,
-    headers: String,
-    body: String,
+pub(crate) struct Curl {
+    pub(crate) status: u16,
+    pub(crate) headers: String,
+    pub(crate) body: String,
 }
 
 impl Curl {
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
     }
 }
 
-fn have_curl() -> bool {
+pub(crate) fn have_curl() -> bool {
     Command::new("curl").arg("--version").output().is_ok()
 }
 
 /// `curl -sS -i -X POST url -d body` (and extra arguments).
-fn curl_post(url: &str, body: &str, extra: &[&str]) -> Curl {
+pub(crate) fn curl_post(url: &str, body: &str, extra: &[&str]) -> Curl {
     let output = Command::new("curl")
         .args([
             "-sS",
@@ -184,7 +184,7 @@ fn curl_post(url: &str, body: &str, extra: &[&str]) -> Curl {
 }
 
 /// The `data:` payloads of an SSE body, with their `event:` names.
-fn sse_events(body: &str) -> Vec<(String, String)> {
+pub(crate) fn sse_events(body: &str) -> Vec<(String, String)> {
     let mut events = Vec::new();
     let mut name = String::new();
     for line in body.lines() {
@@ -557,9 +557,10 @@ fn a_non_loopback_bind_without_a_token_is_refused() {
     );
 }
 
-/// Runs `tests/it/SCRIPT` (a client written with the official `openai` package)
+/// Runs `tests/it/SCRIPT` (a client written with the official `openai` or
+/// `anthropic` package, each given its base URL and key in its own variables)
 /// against `--server` on SmolLM2; it prints "all checks passed" when every check held.
-fn run_openai_script(script: &str) {
+fn run_client_script(script: &str) {
     let Some(python) = std::env::var_os("SHEPHERD_OPENAI_PYTHON") else {
         eprintln!("skipped: SHEPHERD_OPENAI_PYTHON is not set (make test installs the openai package and sets it)");
         return;
@@ -572,6 +573,8 @@ fn run_openai_script(script: &str) {
         .arg(script)
         .env("OPENAI_BASE_URL", server.url("/v1"))
         .env("OPENAI_API_KEY", "t0ken")
+        .env("ANTHROPIC_BASE_URL", server.url(""))
+        .env("ANTHROPIC_API_KEY", "t0ken")
         .output()
         .expect("run python");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -586,7 +589,7 @@ fn run_openai_script(script: &str) {
 
 #[test]
 fn the_official_openai_client_works_against_smollm2() {
-    run_openai_script("openai_client.py");
+    run_client_script("openai_client.py");
 }
 
 #[test]
@@ -868,7 +871,12 @@ fn use_tools_obeys_the_approval_rules_and_mounts_the_agent_endpoints() {
 
 #[test]
 fn the_official_openai_client_completes_text_and_embeds_against_smollm2() {
-    run_openai_script("openai_routes.py");
+    run_client_script("openai_routes.py");
+}
+
+#[test]
+fn the_official_anthropic_client_sees_the_stop_sequence_that_ended_the_message() {
+    run_client_script("anthropic_routes.py");
 }
 
 #[test]

@@ -76,6 +76,28 @@ stopped = client.completions.create(model=MODEL, prompt=PROMPT, temperature=0, m
 check(stopped.choices[0].text == " 5", f"stopped {stopped.choices[0].text!r}")
 check(stopped.choices[0].finish_reason == "stop", stopped.choices[0].finish_reason)
 
+# The prompt as token ids (OpenAI's and llama-server's other spelling): the
+# same tokens, the same greedy text.
+ids = tokens_of(PROMPT)
+by_ids = client.completions.create(model=MODEL, prompt=ids, temperature=0, max_tokens=8)
+check(by_ids.choices[0].text == text, f"token-id prompt {by_ids.choices[0].text!r} != {text!r}")
+check(by_ids.usage.prompt_tokens == len(ids), f"usage {by_ids.usage}")
+check(whole.system_fingerprint, f"system_fingerprint {whole.system_fingerprint!r}")
+
+# A client given the server's root (no /v1), as llama-server's users write it:
+# the unprefixed routes are the same routes.
+root = os.environ["OPENAI_BASE_URL"].removesuffix("/v1")
+bare = openai.OpenAI(base_url=root, max_retries=0, timeout=120)
+check([m.id for m in bare.models.list().data] == [MODEL], "GET /models")
+check(bare.models.retrieve(MODEL).id == MODEL, "GET /models/ID")
+again = bare.completions.create(model=MODEL, prompt=PROMPT, temperature=0, max_tokens=8)
+check(again.choices[0].text == text, f"/completions {again.choices[0].text!r}")
+chat = bare.chat.completions.create(
+    model=MODEL, messages=[{"role": "user", "content": "Say hi."}], temperature=0, max_tokens=4
+)
+check(chat.object == "chat.completion" and chat.system_fingerprint, f"/chat/completions {chat}")
+check(len(bare.embeddings.create(model=MODEL, input="x").data[0].embedding) == N_EMBD, "/embeddings")
+
 # An unsupported field is a 400 naming it.
 try:
     client.completions.create(model=MODEL, prompt=PROMPT, echo=True)

@@ -55,7 +55,9 @@ use crossbeam_channel::{bounded, unbounded, Receiver, RecvTimeoutError, Sender};
 
 use super::estimate::TokenEstimator;
 use super::local::{self, message_text};
-use super::{Backend, BackendInfo, GenerateRequest, Reply, Sampling, ToolChoice, Usage};
+use super::{
+    Backend, BackendInfo, GenerateRequest, PromptPart, Reply, Sampling, ToolChoice, Usage,
+};
 use crate::core::ToolSpec;
 use crate::core::{BackendError, Event, EventSink, FinishReason, Flow, Message, Session};
 use crate::llama::{CacheType, GpuSplit, LoadProgress, Model, ModelParams, Pooling};
@@ -185,8 +187,9 @@ enum Job {
 enum Prompt {
     /// A conversation, rendered with the chat template (and the tools).
     Chat(Vec<TemplateMessage>),
-    /// Text continued as it is: no template, no tools, no output filter.
-    Raw(String),
+    /// Text or token ids continued as they are: no template, no tools, no
+    /// output filter.
+    Raw(Vec<PromptPart>),
 }
 
 struct RequestJob {
@@ -535,11 +538,11 @@ impl Backend for LlamaBackend {
 
     fn complete(
         &mut self,
-        prompt: &str,
+        prompt: &[PromptPart],
         request: &GenerateRequest<'_>,
         sink: &mut dyn EventSink,
     ) -> Result<Reply, BackendError> {
-        let prompt = Prompt::Raw(prompt.to_string());
+        let prompt = Prompt::Raw(prompt.to_vec());
         self.prefill(prompt, request, None, &|| sink.cancelled())?;
         self.generate_prefilled(request.stream, sink)
     }

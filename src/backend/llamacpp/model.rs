@@ -104,11 +104,12 @@ pub(super) enum ModelJob {
         reply: Sender<Result<Vec<Piece>, ModelError>>,
     },
     Detokenize(Vec<Token>, Sender<Result<String, ModelError>>),
-    /// The tokens a chat prompt renders to, with its tools (`/v1/messages/count_tokens`).
-    CountChat {
+    /// The text a chat prompt renders to with its tools, as a request's would
+    /// (`/apply-template`, `/v1/messages/count_tokens`).
+    RenderChat {
         conversation: Vec<crate::template::TemplateMessage>,
         tools: Vec<crate::core::ToolSpec>,
-        reply: Sender<Result<usize, ModelError>>,
+        reply: Sender<Result<String, ModelError>>,
     },
 }
 
@@ -158,8 +159,19 @@ impl LocalModel {
         session: &crate::core::Session,
         tools: Vec<crate::core::ToolSpec>,
     ) -> Result<usize, ModelError> {
+        let prompt = self.render_chat(session, tools)?;
+        Ok(self.tokenize(prompt, false)?.len())
+    }
+
+    /// The prompt `session` with `tools` renders to with the model's chat
+    /// template, as a request's would, up to where the answer starts.
+    pub fn render_chat(
+        &self,
+        session: &crate::core::Session,
+        tools: Vec<crate::core::ToolSpec>,
+    ) -> Result<String, ModelError> {
         let conversation = crate::template::conversation(&session.system_prompt, &session.messages);
-        self.ask(|reply| ModelJob::CountChat {
+        self.ask(|reply| ModelJob::RenderChat {
             conversation,
             tools,
             reply,

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde_json::Value;
 
 use super::prompt_tokens::PromptTokens;
-use crate::backend::{Reply, ResponseFormat, Sampling, ToolChoice};
+use crate::backend::{PromptPart, Reply, ResponseFormat, Sampling, ToolChoice};
 use crate::core::{BackendError, FinishReason, ToolCall, ToolSpec};
 use crate::llama::grammar::CallShape;
 use crate::llama::{self, Model, SamplerParams, Token};
@@ -25,6 +25,45 @@ pub(super) fn tokenize_prompt(
         .map_err(|e| BackendError::Config(e.to_string()))?;
     if tokens.is_empty() {
         return Err(BackendError::Config("the rendered prompt is empty".into()));
+    }
+    Ok(tokens)
+}
+
+/// The tokens of a prompt continued as it is. A text alone is tokenized as a
+/// chat prompt is (the model's BOS unless the text opens with it); in a mixed
+/// prompt, as llama-server reads one, token ids go in as given (checked against
+/// the vocabulary) and text is tokenized in place, the BOS only before text
+/// that opens the prompt.
+pub(super) fn raw_tokens(
+    model: &Model,
+    cache: &mut PromptTokens,
+    parts: &[PromptPart],
+) -> Result<Vec<Token>, BackendError> {
+    if let [PromptPart::Text(text)] = parts {
+        return tokenize_prompt(model, cache, text);
+    }
+    let mut tokens = Vec::new();
+    for (i, part) in parts.iter().enumerate() {
+        match part {
+            PromptPart::Text(text) if i == 0 => tokens.extend(tokenize_prompt(model, cache, text)?),
+            PromptPart::Text(text) => tokens.extend(
+                model
+                    .tokenize(text, false)
+                    .map_err(|e| BackendError::Config(e.to_string()))?,
+            ),
+            PromptPart::Tokens(ids) => {
+                if let Some(bad) = ids.iter().find(|&&t| t < 0 || t >= model.n_vocab()) {
+                    return Err(BackendError::Config(format!(
+                        "token id {bad} is outside the vocabulary (0 to {})",
+                        model.n_vocab() - 1
+                    )));
+                }
+                tokens.extend_from_slice(ids);
+            }
+        }
+    }
+    if tokens.is_empty() {
+        return Err(BackendError::Config("the prompt is empty".into()));
     }
     Ok(tokens)
 }
@@ -179,6 +218,7 @@ pub(super) fn finish_reply(
         finish,
         usage: None,
         artefacts: Vec::new(),
+        stop_sequence: None,
     };
     if finish == FinishReason::Cancelled {
         reply.content = text;

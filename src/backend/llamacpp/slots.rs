@@ -44,7 +44,9 @@ use super::checkpoints::{Checkpoints, CHECKPOINT_MIN};
 use super::model::{self, EmbedInput, Embedding, ModelError, ModelJob, ModelProps};
 use super::prompt_cache::PromptCache;
 use super::prompt_tokens::PromptTokens;
-use super::request::{common_prefix, finish_reply, sampler_params, tokenize_prompt, tool_grammar};
+use super::request::{
+    common_prefix, finish_reply, raw_tokens, sampler_params, tokenize_prompt, tool_grammar,
+};
 use super::speculative::{ngram_draft, DraftModel, SlotSpec, SpecMode};
 use super::{
     load_template, tuning, BackendError, Event, FinishReason, Flow, Job, LlamaConfig,
@@ -544,16 +546,14 @@ impl<'m> Worker<'m> {
             Job::Model(ModelJob::Detokenize(tokens, reply)) => {
                 let _ = reply.send(model::detokenize(self.model(), &tokens));
             }
-            Job::Model(ModelJob::CountChat {
+            Job::Model(ModelJob::RenderChat {
                 conversation,
                 tools,
                 reply,
             }) => {
-                let counted = render(&self.template, &conversation, &tools)
-                    .map_err(|e| ModelError::Failed(e.to_string()))
-                    .and_then(|prompt| model::tokenize(self.model(), &prompt, false))
-                    .map(|tokens| tokens.len());
-                let _ = reply.send(counted);
+                let rendered = render(&self.template, &conversation, &tools)
+                    .map_err(|e| ModelError::Failed(e.to_string()));
+                let _ = reply.send(rendered);
             }
             Job::Warm(conversation, tools) => {
                 self.waiting = Some(NextTurn {
@@ -736,14 +736,17 @@ impl<'m> Worker<'m> {
         let grammar = tool_grammar(tools, &job.tool_choice, self.call_syntax.as_ref())?;
         // A call in the generic JSON shape is parsed at the end, never shown.
         let forced = grammar.as_ref().filter(|g| g.json);
-        let prompt = match &job.prompt {
-            Prompt::Chat(conversation) => render(&self.template, conversation, tools)?,
-            Prompt::Raw(text) => text.clone(),
-        };
-        let tokens = tokenize_prompt(self.model(), &mut self.prompt_tokens, &prompt)?;
-        let prompt_end = match job.prompt {
-            Prompt::Chat(_) if forced.is_none() => format::prompt_end(&prompt),
-            _ => None,
+        let (tokens, prompt_end) = match &job.prompt {
+            Prompt::Chat(conversation) => {
+                let prompt = render(&self.template, conversation, tools)?;
+                let tokens = tokenize_prompt(self.model(), &mut self.prompt_tokens, &prompt)?;
+                let end = forced.is_none().then(|| format::prompt_end(&prompt));
+                (tokens, end.flatten())
+            }
+            Prompt::Raw(parts) => (
+                raw_tokens(self.model(), &mut self.prompt_tokens, parts)?,
+                None,
+            ),
         };
         let n_ctx = self.n_ctx_slot;
         let reserve = job.sampling.answer_reserve(n_ctx as u64) as usize;
@@ -1415,6 +1418,8 @@ impl<'m> Worker<'m> {
         };
         let reply = finish_reply(task.forced_tools, std::mem::take(&mut task.text), reason);
         let reply = reply.map(|mut reply| {
+            let user_stop = |s: &&str| task.job.sampling.stop.iter().any(|u| u == s);
+            reply.stop_sequence = task.stops.matched().filter(user_stop).map(String::from);
             let _ = task
                 .job
                 .events

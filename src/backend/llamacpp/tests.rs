@@ -1101,12 +1101,39 @@ fn a_raw_prompt_is_continued_as_written_without_the_chat_template() {
         stream: true,
     };
     let mut events = Vec::new();
-    let reply = llm.complete(prompt, &request, &mut events).unwrap();
+    let text = [PromptPart::Text(prompt.into())];
+    let reply = llm.complete(&text, &request, &mut events).unwrap();
     assert!(reply.content.starts_with(" 5"), "{:?}", reply.content);
     assert_eq!(content(&events), reply.content);
     let raw_tokens = llm.local_model().tokenize(prompt.into(), true).unwrap();
     let usage = reply.usage.expect("usage");
     assert_eq!(usage.prompt_tokens, raw_tokens.len() as u64, "templated?");
+
+    // The same prompt as token ids, and as ids then text (llama-server's mixed
+    // prompt): the same tokens, so the same greedy answer.
+    let ids: Vec<i32> = raw_tokens.iter().map(|(id, _)| *id).collect();
+    let by_ids = llm
+        .complete(
+            &[PromptPart::Tokens(ids.clone())],
+            &request,
+            &mut Vec::new(),
+        )
+        .unwrap();
+    assert_eq!(by_ids.content, reply.content);
+    let tail = llm.local_model().tokenize(" 4,".into(), false).unwrap();
+    let mixed = [
+        PromptPart::Tokens(ids[..ids.len() - tail.len()].to_vec()),
+        PromptPart::Text(" 4,".into()),
+    ];
+    let by_mixed = llm.complete(&mixed, &request, &mut Vec::new()).unwrap();
+    assert_eq!(by_mixed.content, reply.content);
+    // An id outside the vocabulary is an error, not a crash.
+    let bad = [PromptPart::Tokens(vec![i32::MAX])];
+    let error = llm.complete(&bad, &request, &mut Vec::new()).unwrap_err();
+    assert!(
+        error.to_string().contains("outside the vocabulary"),
+        "{error}"
+    );
 }
 
 #[test]

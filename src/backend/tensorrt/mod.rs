@@ -439,6 +439,7 @@ impl Turn {
                 completion_tokens: stats.completion_tokens,
             }),
             artefacts: Vec::new(),
+            stop_sequence: None,
         };
         local::read_filter(&mut reply, &mut self.filter);
         reply

@@ -294,8 +294,9 @@ fn stop_reason(reply: &Reply) -> &'static str {
     if !reply.tool_calls.is_empty() {
         return "tool_use";
     }
-    match reply.finish {
-        FinishReason::Length => "max_tokens",
+    match (reply.finish, &reply.stop_sequence) {
+        (FinishReason::Length, _) => "max_tokens",
+        (_, Some(_)) => "stop_sequence",
         _ => "end_turn",
     }
 }
@@ -410,7 +411,7 @@ impl Answer {
             &wire::Event::MessageDelta {
                 delta: wire::StopDelta {
                     stop_reason: stop_reason(reply),
-                    stop_sequence: Null,
+                    stop_sequence: reply.stop_sequence.as_deref(),
                 },
                 // Cumulative, as Anthropic's are: the input is known only now (the
                 // `message_start` went out before the prompt was read).
@@ -458,7 +459,7 @@ impl Answer {
             model: &self.model,
             content,
             stop_reason: stop_reason(reply),
-            stop_sequence: Null,
+            stop_sequence: reply.stop_sequence.as_deref(),
             usage: wire::Usage {
                 input_tokens: Some(uncached_input(usage)),
                 output_tokens: usage.completion,
@@ -576,6 +577,7 @@ mod tests {
             finish: FinishReason::Stop,
             usage: None,
             artefacts: Vec::new(),
+            stop_sequence: None,
         };
         let usage = Usage {
             prompt: 10,
@@ -666,7 +668,7 @@ mod tests {
                 wire::Event::MessageDelta {
                     delta: wire::StopDelta {
                         stop_reason: "end_turn",
-                        stop_sequence: Null,
+                        stop_sequence: None,
                     },
                     usage: wire::Usage {
                         input_tokens: None,

@@ -5,7 +5,7 @@
 //! tools, no output filter (the backend's raw-prompt path,
 //! [`Backend::complete`](crate::backend::Backend::complete)). Sampling fields
 //! are chat completions' ([`openai::sampling`]); what this server cannot do
-//! (several choices, `echo`, `logprobs`, `suffix`, token-id prompts) is a 400
+//! (several choices, `echo`, `logprobs`, `suffix`) is a 400
 //! naming the field rather than silently ignored; a field it does not know at
 //! all is ignored, as llama-server ignores it, and named in a debug line. Answers are
 //! `text_completion` objects, streamed as chunks of the same shape ending in
@@ -23,7 +23,7 @@ use super::text::{Assembler, Piece};
 use super::wire::openai as wire;
 use super::wire::{encode, Null};
 use super::{Defaults, Usage};
-use crate::backend::{Reply, ToolChoice};
+use crate::backend::{PromptPart, Reply, ToolChoice};
 use crate::core::Session;
 use crate::frontend::http::SseStream;
 
@@ -71,12 +71,16 @@ const KNOWN: [&str; 24] = [
 ];
 
 /// Checks a `/v1/completions` body field by field.
-pub fn parse(body: &[u8], defaults: &Defaults) -> Result<CompletionRequest, ApiError> {
+pub fn parse(
+    body: &[u8],
+    defaults: &Defaults,
+    n_vocab: i32,
+) -> Result<CompletionRequest, ApiError> {
     let value = json_body(body)?;
     let f = Fields::of(&value, "")?;
     let ignored = unknown_fields(&value, &KNOWN, &IGNORED);
     let model = f.str("model")?.unwrap_or(&defaults.model).to_string();
-    let prompt = prompt(&f)?;
+    let prompt = prompt(&f, n_vocab)?;
     let stream = f.bool("stream")?.unwrap_or(false);
     let include_usage = openai::stream_options(&f, stream)?;
     f.integer("n", 1, 1)?;
@@ -104,37 +108,70 @@ pub fn parse(body: &[u8], defaults: &Defaults) -> Result<CompletionRequest, ApiE
     })
 }
 
-/// The one prompt: a string, or an array holding one string (what SDKs send
-/// for a list). Several prompts would be several choices, which this server
-/// does not produce; token-id prompts are not taken either.
-fn prompt(f: &Fields<'_>) -> Result<String, ApiError> {
-    let text = match f.get("prompt") {
-        None => return Err(f.missing("prompt", "a string")),
-        Some(Value::String(text)) => text,
+/// The one prompt, as OpenAI and llama-server take it: a string, token ids, an
+/// array mixing the two (llama-server's), or an array holding one of those.
+/// Several prompts would be several choices, which this server does not
+/// produce. Token ids must be in the model's vocabulary (`n_vocab`).
+pub(super) fn prompt(f: &Fields<'_>, n_vocab: i32) -> Result<Vec<PromptPart>, ApiError> {
+    let wrong = || {
+        ApiError::invalid(
+            "prompt",
+            "'prompt' must be a string, an array of token ids, an array mixing the two, or an array of one of those",
+        )
+    };
+    let parts = match f.get("prompt") {
+        None => return Err(f.missing("prompt", "a string or token ids")),
+        Some(Value::String(text)) => vec![PromptPart::Text(text.clone())],
         Some(Value::Array(items)) => match items.as_slice() {
-            [Value::String(text)] => text,
-            [_] | [] => return Err(ApiError::invalid(
-                "prompt",
-                "'prompt' must be a string or an array of one string (token ids are not supported)",
-            )),
-            _ => {
+            [Value::String(text)] => vec![PromptPart::Text(text.clone())],
+            [Value::Array(one)] => mixed(one, n_vocab).ok_or_else(wrong)??,
+            [_, _, ..] if items.iter().all(|i| i.is_string() || i.is_array()) => {
                 return Err(ApiError::invalid(
                     "prompt",
                     "one prompt per request: this server returns one choice",
                 ))
             }
+            _ => mixed(items, n_vocab).ok_or_else(wrong)??,
         },
-        Some(_) => {
-            return Err(ApiError::invalid(
-                "prompt",
-                "'prompt' must be a string or an array of one string",
-            ))
-        }
+        Some(_) => return Err(wrong()),
     };
-    if text.is_empty() {
+    let empty = |part: &PromptPart| match part {
+        PromptPart::Text(text) => text.is_empty(),
+        PromptPart::Tokens(ids) => ids.is_empty(),
+    };
+    if parts.iter().all(empty) {
         return Err(ApiError::invalid("prompt", "'prompt' must not be empty"));
     }
-    Ok(text.clone())
+    Ok(parts)
+}
+
+/// One prompt of token ids and strings in any order; `None` when an item is
+/// neither, a 400 when an id is outside the vocabulary.
+fn mixed(items: &[Value], n_vocab: i32) -> Option<Result<Vec<PromptPart>, ApiError>> {
+    let mut parts: Vec<PromptPart> = Vec::new();
+    for item in items {
+        match item {
+            Value::String(text) => parts.push(PromptPart::Text(text.clone())),
+            Value::Number(n) => {
+                let id = n.as_i64().filter(|id| (0..i64::from(n_vocab)).contains(id));
+                let Some(id) = id.and_then(|id| i32::try_from(id).ok()) else {
+                    return Some(Err(ApiError::invalid(
+                        "prompt",
+                        format!(
+                            "token id {n} is outside the vocabulary (0 to {})",
+                            n_vocab - 1
+                        ),
+                    )));
+                };
+                match parts.last_mut() {
+                    Some(PromptPart::Tokens(ids)) => ids.push(id),
+                    _ => parts.push(PromptPart::Tokens(vec![id])),
+                }
+            }
+            _ => return None,
+        }
+    }
+    Some(Ok(parts))
 }
 
 /// How one text completion is answered, whole or streamed.
@@ -157,7 +194,7 @@ impl Answer {
             object: "text_completion",
             created: self.created,
             model: &self.model,
-            system_fingerprint: Null,
+            system_fingerprint: super::FINGERPRINT,
             choices: [wire::TextChoice {
                 text,
                 index: 0,
@@ -227,7 +264,7 @@ mod tests {
     }
 
     fn parse_json(body: Value) -> Result<CompletionRequest, ApiError> {
-        parse(body.to_string().as_bytes(), &defaults())
+        parse(body.to_string().as_bytes(), &defaults(), 1000)
     }
 
     /// Each malformed body is a 400 naming `param`.
@@ -245,7 +282,10 @@ mod tests {
             "stream_options": {"include_usage": true}
         }))
         .unwrap();
-        assert_eq!(request.work.raw_prompt.as_deref(), Some("Once upon a time"));
+        assert_eq!(
+            request.work.raw_prompt,
+            Some(vec![PromptPart::Text("Once upon a time".into())])
+        );
         assert_eq!(request.work.sampling.max_tokens, Some(7));
         assert_eq!(request.work.sampling.temperature, Some(0.0));
         assert_eq!(request.work.sampling.stop, vec!["\n".to_string()]);
@@ -257,12 +297,38 @@ mod tests {
     }
 
     #[test]
+    fn token_ids_and_mixed_prompts_are_taken_as_llama_server_takes_them() {
+        let raw = |prompt: Value| {
+            parse_json(json!({ "prompt": prompt }))
+                .unwrap()
+                .work
+                .raw_prompt
+        };
+        let ids = Some(vec![PromptPart::Tokens(vec![1, 2])]);
+        assert_eq!(raw(json!([1, 2])), ids);
+        assert_eq!(raw(json!([[1, 2]])), ids);
+        assert_eq!(
+            raw(json!([7, "a b", 8, 9])),
+            Some(vec![
+                PromptPart::Tokens(vec![7]),
+                PromptPart::Text("a b".into()),
+                PromptPart::Tokens(vec![8, 9]),
+            ])
+        );
+    }
+
+    #[test]
     fn malformed_and_unsupported_fields_are_400s_naming_the_field() {
         check_invalid(json!({}), "prompt");
         check_invalid(json!({"prompt": ""}), "prompt");
         check_invalid(json!({"prompt": 5}), "prompt");
         check_invalid(json!({"prompt": ["a", "b"]}), "prompt");
-        check_invalid(json!({"prompt": [[1, 2]]}), "prompt");
+        check_invalid(json!({"prompt": [[1, 2], [3]]}), "prompt");
+        check_invalid(json!({"prompt": [1, 1000]}), "prompt");
+        check_invalid(json!({"prompt": [1, -1]}), "prompt");
+        check_invalid(json!({"prompt": [1.5]}), "prompt");
+        check_invalid(json!({"prompt": [1, {"a": 1}]}), "prompt");
+        check_invalid(json!({"prompt": []}), "prompt");
         check_invalid(json!({"prompt": "a", "n": 2}), "n");
         check_invalid(json!({"prompt": "a", "echo": true}), "echo");
         check_invalid(json!({"prompt": "a", "logprobs": 2}), "logprobs");
@@ -278,7 +344,7 @@ mod tests {
             json!({"prompt": "a", "stream_options": {}}),
             "stream_options",
         );
-        let error = parse(b"{not json", &defaults()).unwrap_err();
+        let error = parse(b"{not json", &defaults(), 1000).unwrap_err();
         assert_eq!(error.status, 400);
     }
 }

@@ -16,6 +16,7 @@ use super::fields::{json_body, only_known, Fields};
 use super::wire::{llama as lwire, openai as owire};
 use super::Defaults;
 use crate::backend::llamacpp::{EmbedInput, LocalModel, ModelError, ModelProps};
+use crate::backend::Sampling;
 use crate::llama::{SamplerParams, Token};
 
 /// Most inputs one embeddings request may carry (OpenAI's limit).
@@ -233,23 +234,10 @@ pub fn detokenize(model: &LocalModel, body: &[u8]) -> Result<lwire::Detokenized,
 /// `/props`: the model, its context per slot, the slots, the chat template and
 /// the sampling a request gets by default.
 pub fn props<'a>(props: &'a ModelProps, defaults: &'a Defaults) -> lwire::Props<'a> {
-    let fallback = SamplerParams::default();
-    let sampling = &defaults.sampling;
     lwire::Props {
         default_generation_settings: lwire::GenerationSettings {
             n_ctx: props.n_ctx_slot,
-            params: lwire::Params {
-                temperature: sampling.temperature.unwrap_or(fallback.temperature),
-                top_k: sampling
-                    .top_k
-                    .map_or(fallback.top_k, |k| i32::try_from(k).unwrap_or(i32::MAX)),
-                top_p: sampling.top_p.unwrap_or(fallback.top_p),
-                min_p: sampling.min_p.unwrap_or(fallback.min_p),
-                repeat_penalty: sampling.repeat_penalty.unwrap_or(fallback.repeat_penalty),
-                n_predict: sampling.max_tokens.map_or(-1, i64::from),
-                seed: sampling.seed.unwrap_or(u64::from(fallback.seed)),
-                stop: &sampling.stop,
-            },
+            params: params(&defaults.sampling),
         },
         total_slots: props.slots,
         model_path: &props.model_path,
@@ -258,7 +246,25 @@ pub fn props<'a>(props: &'a ModelProps, defaults: &'a Defaults) -> lwire::Props<
             vision: false,
             audio: false,
         },
-        build_info: format!("shepherd {}", env!("CARGO_PKG_VERSION")),
+        build_info: super::FINGERPRINT,
+    }
+}
+
+/// The sampling `sampling` comes to, llama.cpp's defaults filled in for what it
+/// leaves out (`/props`, and `/completion`'s `generation_settings`).
+pub fn params(sampling: &Sampling) -> lwire::Params<'_> {
+    let fallback = SamplerParams::default();
+    lwire::Params {
+        temperature: sampling.temperature.unwrap_or(fallback.temperature),
+        top_k: sampling
+            .top_k
+            .map_or(fallback.top_k, |k| i32::try_from(k).unwrap_or(i32::MAX)),
+        top_p: sampling.top_p.unwrap_or(fallback.top_p),
+        min_p: sampling.min_p.unwrap_or(fallback.min_p),
+        repeat_penalty: sampling.repeat_penalty.unwrap_or(fallback.repeat_penalty),
+        n_predict: sampling.max_tokens.map_or(-1, i64::from),
+        seed: sampling.seed.unwrap_or(u64::from(fallback.seed)),
+        stop: &sampling.stop,
     }
 }
 

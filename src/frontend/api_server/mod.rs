@@ -6,9 +6,12 @@
 //! `POST /v1/completions` (a raw prompt, no chat template; [`completions`]),
 //! `GET /v1/models`, `GET /v1/models/{id}`, `GET /health` (503 while the
 //! model loads; public, as is the chat page at `GET /`, `super::ui`),
-//! `GET /metrics` (Prometheus text).
+//! `GET /metrics` (Prometheus text); llama-server's unprefixed spellings of
+//! the OpenAI routes (`/chat/completions`, `/completions`, `/models`,
+//! `/embeddings`) are the same routes.
 //! With the in-process model also `POST /v1/embeddings`, and llama-server's
-//! `POST /tokenize`, `POST /detokenize` and `GET /props` ([`local`]); other
+//! `POST /tokenize`, `POST /detokenize`, `POST /apply-template` and
+//! `GET /props` ([`local`]) and its own `POST /completion` ([`native`]); other
 //! backends answer those, and `/v1/completions`, with 501.
 //!
 //! Flow of a generation request, on its connection's thread:
@@ -33,6 +36,7 @@ mod error;
 mod fields;
 mod local;
 mod metrics;
+mod native;
 mod openai;
 mod pool;
 mod text;
@@ -138,13 +142,14 @@ enum Answer {
     OpenAi(openai::Answer),
     Anthropic(anthropic::Answer),
     Text(completions::Answer),
+    Native(native::Answer),
 }
 
 impl Answer {
     fn error(&self, responder: Responder, error: &ApiError) {
         let headers = error.headers();
         match self {
-            Answer::OpenAi(_) | Answer::Text(_) => {
+            Answer::OpenAi(_) | Answer::Text(_) | Answer::Native(_) => {
                 responder.json_with(error.status, &error.openai_body(), &headers)
             }
             Answer::Anthropic(_) => {
@@ -158,6 +163,7 @@ impl Answer {
             Answer::OpenAi(a) => a.start(sse),
             Answer::Anthropic(a) => a.start(sse),
             Answer::Text(a) => a.start(sse),
+            Answer::Native(a) => a.start(sse),
         }
     }
 
@@ -166,6 +172,7 @@ impl Answer {
             Answer::OpenAi(a) => a.piece(sse, piece),
             Answer::Anthropic(a) => a.piece(sse, piece),
             Answer::Text(a) => a.piece(sse, piece),
+            Answer::Native(a) => a.piece(sse, piece),
         }
     }
 
@@ -174,13 +181,15 @@ impl Answer {
             Answer::OpenAi(a) => a.finish(sse, reply, usage),
             Answer::Anthropic(a) => a.finish(sse, reply, usage),
             Answer::Text(a) => a.finish(sse, reply, usage),
+            Answer::Native(a) => a.finish(sse, reply, usage),
         }
     }
 
     fn fail(&self, sse: &mut SseStream, error: &ApiError) -> std::io::Result<()> {
         match self {
-            // Chat and text completions end a failed stream alike.
-            Answer::OpenAi(_) | Answer::Text(_) => openai::fail(sse, error),
+            // Chat and text completions end a failed stream alike (and
+            // llama-server ends its own the same way).
+            Answer::OpenAi(_) | Answer::Text(_) | Answer::Native(_) => openai::fail(sse, error),
             Answer::Anthropic(a) => a.fail(sse, error),
         }
     }
@@ -191,6 +200,7 @@ impl Answer {
             Answer::OpenAi(a) => responder.json(200, &a.whole(text, reply, usage)),
             Answer::Anthropic(a) => responder.json(200, &a.whole(text, reply, usage)),
             Answer::Text(a) => responder.json(200, &a.whole(text, reply, usage)),
+            Answer::Native(a) => responder.json(200, &a.whole(text, reply, usage)),
         }
     }
 }
@@ -345,12 +355,13 @@ impl ApiServer {
         self.metrics
             .completions_requests
             .fetch_add(1, Ordering::Relaxed);
-        let Some((loaded, responder)) = self.loaded(responder) else {
+        let Some((loaded, model, responder)) = self.local_model("/v1/completions", responder)
+        else {
             return;
         };
-        let parsed = match completions::parse(&request.body, &loaded.defaults) {
-            Ok(parsed) if loaded.local.is_some() => parsed,
-            Ok(_) => return self.refuse(responder, &local::unsupported("/v1/completions")),
+        let n_vocab = model.props().n_vocab;
+        let parsed = match completions::parse(&request.body, &loaded.defaults, n_vocab) {
+            Ok(parsed) => parsed,
             Err(error) => return self.refuse(responder, &error),
         };
         log_ignored("/v1/completions", &parsed.ignored);
@@ -635,8 +646,8 @@ impl ApiServer {
 
 impl Handler for ApiServer {
     fn handle(&self, request: Request, responder: Responder) {
-        let path = request.path.trim_end_matches('/');
-        match (request.method.as_str(), path) {
+        let path = openai_route(request.path.trim_end_matches('/'));
+        match (request.method.as_str(), path.as_ref()) {
             ("GET", "/health" | "/v1/health") => self.health(responder),
             ("GET", "/metrics") => {
                 let pool = self.loaded.get().map(|l| &*l.pool);
@@ -654,6 +665,8 @@ impl Handler for ApiServer {
             ("POST", "/tokenize") => self.tokenize(&request, responder),
             ("POST", "/detokenize") => self.detokenize(&request, responder),
             ("GET", "/props") => self.props(responder),
+            ("POST", "/completion") => self.native_completion(&request, responder),
+            ("POST", "/apply-template") => self.apply_template(&request, responder),
             (
                 _,
                 "/health"
@@ -666,7 +679,9 @@ impl Handler for ApiServer {
                 | "/v1/embeddings"
                 | "/tokenize"
                 | "/detokenize"
-                | "/props",
+                | "/props"
+                | "/completion"
+                | "/apply-template",
             ) => {
                 let error = ApiError::new(405, "invalid_request_error", "method not allowed");
                 responder.json_with(405, &error.openai_body(), &[]);
@@ -686,6 +701,26 @@ impl Handler for ApiServer {
                 responder.json_with(404, &error.openai_body(), &[]);
             }
         }
+    }
+}
+
+/// What built the answers (`system_fingerprint`, `/props`' `build_info`): this
+/// program and its version, as llama-server puts its build there.
+pub(crate) const FINGERPRINT: &str = concat!("shepherd-", env!("CARGO_PKG_VERSION"));
+
+/// llama-server's unprefixed spellings of the OpenAI routes, as their `/v1`
+/// forms: the `openai` SDKs given a base URL without `/v1` call these.
+fn openai_route(path: &str) -> std::borrow::Cow<'_, str> {
+    const UNPREFIXED: [&str; 4] = [
+        "/chat/completions",
+        "/completions",
+        "/models",
+        "/embeddings",
+    ];
+    if UNPREFIXED.contains(&path) || path.starts_with("/models/") {
+        std::borrow::Cow::Owned(format!("/v1{path}"))
+    } else {
+        std::borrow::Cow::Borrowed(path)
     }
 }
 

@@ -480,11 +480,20 @@ pub(super) fn wire_usage(usage: &Usage) -> wire::Usage {
 /// llama.cpp's `timings`, for clients that show speed.
 pub(super) fn wire_timings(usage: &Usage) -> Option<wire::Timings> {
     let stats = usage.stats.as_ref()?;
+    let cache_n = usage.cached.unwrap_or(0);
+    let prompt_n = usage.prompt.saturating_sub(cache_n);
+    // Milliseconds in all and per token, from a rate over `n` tokens.
+    let ms = |n: u64, rate: Option<f64>| rate.filter(|r| *r > 0.0).map(|r| 1000.0 * n as f64 / r);
+    let per_token = |rate: Option<f64>| rate.filter(|r| *r > 0.0).map(|r| 1000.0 / r);
     Some(wire::Timings {
-        prompt_n: usage.prompt,
-        cache_n: usage.cached.unwrap_or(0),
+        prompt_n,
+        cache_n,
+        prompt_ms: ms(prompt_n, stats.prefill_tps),
+        prompt_per_token_ms: per_token(stats.prefill_tps),
         prompt_per_second: stats.prefill_tps,
         predicted_n: usage.completion,
+        predicted_ms: ms(usage.completion, stats.decode_tps),
+        predicted_per_token_ms: per_token(stats.decode_tps),
         predicted_per_second: stats.decode_tps,
         draft_n: (stats.draft_tokens > 0).then_some(stats.draft_tokens),
         draft_n_accepted: (stats.draft_tokens > 0).then_some(stats.draft_accepted),
@@ -502,7 +511,7 @@ impl Answer {
             object: "chat.completion.chunk",
             created: self.created,
             model: &self.model,
-            system_fingerprint: Null,
+            system_fingerprint: super::FINGERPRINT,
             choices: [wire::ChunkChoice {
                 index: 0,
                 delta,
@@ -526,10 +535,12 @@ impl Answer {
     }
 
     /// The first chunk: the role.
+    /// The opening chunk: the role alone, so a reply that goes straight to tool
+    /// calls never shows an empty `content` (llama-server's opening has none
+    /// either).
     pub fn start(&self, sse: &mut SseStream) -> io::Result<()> {
         let delta = wire::Delta {
             role: Some("assistant"),
-            content: Some(""),
             ..wire::Delta::default()
         };
         sse.send(&encode(&self.chunk(delta, None)))
@@ -582,7 +593,7 @@ impl Answer {
             object: "chat.completion",
             created: self.created,
             model: &self.model,
-            system_fingerprint: Null,
+            system_fingerprint: super::FINGERPRINT,
             choices: [wire::Choice {
                 index: 0,
                 message: wire::AssistantMessage {
@@ -847,6 +858,7 @@ mod tests {
             finish: FinishReason::Stop,
             usage: None,
             artefacts: Vec::new(),
+            stop_sequence: None,
         }
     }
 
@@ -880,7 +892,7 @@ mod tests {
             value(&a.whole(&text, &calls, &usage)),
             json!({
                 "id": "chatcmpl-1", "object": "chat.completion", "created": 7, "model": "m",
-                "system_fingerprint": null,
+                "system_fingerprint": super::super::FINGERPRINT,
                 "choices": [{
                     "index": 0,
                     "message": {
@@ -893,8 +905,10 @@ mod tests {
                 }],
                 "usage": {"prompt_tokens": 10, "completion_tokens": 4, "total_tokens": 14,
                           "prompt_tokens_details": {"cached_tokens": 6}},
-                "timings": {"prompt_n": 10, "cache_n": 6, "prompt_per_second": 100.0,
-                            "predicted_n": 4, "predicted_per_second": null},
+                "timings": {"prompt_n": 4, "cache_n": 6, "prompt_ms": 40.0,
+                            "prompt_per_token_ms": 10.0, "prompt_per_second": 100.0,
+                            "predicted_n": 4, "predicted_ms": null,
+                            "predicted_per_token_ms": null, "predicted_per_second": null},
             })
         );
         let mut text = Assembler::new();
@@ -917,15 +931,14 @@ mod tests {
         let a = answer();
         let role = wire::Delta {
             role: Some("assistant"),
-            content: Some(""),
             ..wire::Delta::default()
         };
         assert_eq!(
             value(&a.chunk(role, None)),
             json!({
                 "id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 7, "model": "m",
-                "system_fingerprint": null,
-                "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                "system_fingerprint": super::super::FINGERPRINT,
+                "choices": [{"index": 0, "delta": {"role": "assistant"},
                              "logprobs": null, "finish_reason": null}],
             })
         );

@@ -28,7 +28,7 @@ use crossbeam_channel::{Receiver, Sender};
 use crate::agent::turn::{Outcome, Toolbox, Turn, TurnConfig};
 use crate::approval::{Gate, Headless, Policy};
 use crate::audit::AuditLog;
-use crate::backend::{Backend, GenerateRequest, Reply, Sampling, ToolChoice};
+use crate::backend::{Backend, GenerateRequest, PromptPart, Reply, Sampling, ToolChoice};
 use crate::core::ToolSpec;
 use crate::core::{BackendError, Event, EventSink, FinishReason, Flow, Session, ToolCall};
 use crate::tools::{ToolContext, ToolRegistry};
@@ -43,9 +43,10 @@ pub struct Work {
     pub sampling: Sampling,
     /// Run the server's own tools (`--use-tools`) through the tool loop.
     pub use_tools: bool,
-    /// `/v1/completions`: text the model continues as it is, with no chat
-    /// template ([`Backend::complete`]); `session` and the tools are unused.
-    pub raw_prompt: Option<String>,
+    /// `/v1/completions` and `/completion`: text or token ids the model
+    /// continues as they are, with no chat template ([`Backend::complete`]);
+    /// `session` and the tools are unused.
+    pub raw_prompt: Option<Vec<PromptPart>>,
 }
 
 /// What a job sends back: its events, then exactly one `Done`.
@@ -323,6 +324,7 @@ impl Worker {
                 finish: FinishReason::Length,
                 usage: Some(usage),
                 artefacts: Vec::new(),
+                stop_sequence: None,
             }),
             Outcome::Failed(error) => Err(error),
         }
@@ -403,6 +405,7 @@ mod tests {
                 finish: FinishReason::Stop,
                 usage: None,
                 artefacts: Vec::new(),
+                stop_sequence: None,
             })
         }
 

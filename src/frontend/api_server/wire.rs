@@ -11,7 +11,7 @@
 use serde::Serialize;
 
 /// Serializes as `null`: a field clients expect to see that this server
-/// never fills (`logprobs`, `system_fingerprint`, `stop_sequence`).
+/// never fills (`logprobs`, a stream's opening `stop_sequence`).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Null;
 
@@ -41,7 +41,7 @@ pub mod openai {
         pub object: &'static str,
         pub created: u64,
         pub model: &'a str,
-        pub system_fingerprint: Null,
+        pub system_fingerprint: &'static str,
         pub choices: [Choice<'a>; 1],
         pub usage: Usage,
         #[serde(skip_serializing_if = "Option::is_none")]
@@ -96,7 +96,7 @@ pub mod openai {
         pub object: &'static str,
         pub created: u64,
         pub model: &'a str,
-        pub system_fingerprint: Null,
+        pub system_fingerprint: &'static str,
         pub choices: [ChunkChoice<'a>; 1],
     }
 
@@ -156,10 +156,15 @@ pub mod openai {
     /// llama.cpp's `timings`, for clients that show speed.
     #[derive(Debug, Serialize)]
     pub struct Timings {
+        /// Prompt tokens decoded (not those read from the cache), as llama-server counts.
         pub prompt_n: u64,
         pub cache_n: u64,
+        pub prompt_ms: Option<f64>,
+        pub prompt_per_token_ms: Option<f64>,
         pub prompt_per_second: Option<f64>,
         pub predicted_n: u64,
+        pub predicted_ms: Option<f64>,
+        pub predicted_per_token_ms: Option<f64>,
         pub predicted_per_second: Option<f64>,
         /// Speculative decoding's drafted and accepted tokens (as llama-server).
         #[serde(skip_serializing_if = "Option::is_none")]
@@ -177,7 +182,7 @@ pub mod openai {
         pub object: &'static str,
         pub created: u64,
         pub model: &'a str,
-        pub system_fingerprint: Null,
+        pub system_fingerprint: &'static str,
         pub choices: [TextChoice<'a>; 1],
         #[serde(skip_serializing_if = "Option::is_none")]
         pub usage: Option<Usage>,
@@ -315,7 +320,7 @@ pub mod llama {
         pub model_path: &'a str,
         pub chat_template: &'a str,
         pub modalities: Modalities,
-        pub build_info: String,
+        pub build_info: &'static str,
     }
 
     #[derive(Debug, Serialize)]
@@ -344,6 +349,47 @@ pub mod llama {
         pub vision: bool,
         pub audio: bool,
     }
+
+    /// `POST /completion`: the whole answer, or a stream's last chunk (content
+    /// empty there: it was streamed).
+    #[derive(Debug, Serialize)]
+    pub struct Completion<'a> {
+        pub index: u32,
+        pub content: &'a str,
+        /// The answer's token ids: always empty (`return_tokens` is refused).
+        pub tokens: [i32; 0],
+        pub id_slot: i32,
+        pub stop: bool,
+        pub model: &'a str,
+        pub tokens_predicted: u64,
+        pub tokens_evaluated: u64,
+        pub generation_settings: Params<'a>,
+        pub prompt: &'a str,
+        pub has_new_line: bool,
+        pub truncated: bool,
+        /// `eos`, `word` (a stop string), `limit` (`n_predict` or the context).
+        pub stop_type: &'static str,
+        pub stopping_word: &'a str,
+        pub tokens_cached: u64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub timings: Option<super::openai::Timings>,
+    }
+
+    /// One streamed piece of a `/completion` answer.
+    #[derive(Debug, Serialize)]
+    pub struct CompletionChunk<'a> {
+        pub index: u32,
+        pub content: &'a str,
+        pub tokens: [i32; 0],
+        pub stop: bool,
+        pub id_slot: i32,
+    }
+
+    /// `POST /apply-template`: the prompt the model would read.
+    #[derive(Debug, Serialize)]
+    pub struct Applied {
+        pub prompt: String,
+    }
 }
 
 /// Anthropic's shapes.
@@ -365,7 +411,8 @@ pub mod anthropic {
         pub model: &'a str,
         pub content: Vec<Block<'a>>,
         pub stop_reason: &'static str,
-        pub stop_sequence: Null,
+        /// The request's stop sequence that ended the message, else `null`.
+        pub stop_sequence: Option<&'a str>,
         pub usage: Usage,
     }
 
@@ -433,9 +480,9 @@ pub mod anthropic {
 
     /// `message_delta`'s `delta`.
     #[derive(Debug, Serialize)]
-    pub struct StopDelta {
+    pub struct StopDelta<'a> {
         pub stop_reason: &'static str,
-        pub stop_sequence: Null,
+        pub stop_sequence: Option<&'a str>,
     }
 
     /// One stream event; its `type` is also the SSE event name.
@@ -457,7 +504,7 @@ pub mod anthropic {
             index: usize,
         },
         MessageDelta {
-            delta: StopDelta,
+            delta: StopDelta<'a>,
             usage: Usage,
         },
         MessageStop,

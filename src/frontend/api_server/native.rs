@@ -1,0 +1,310 @@
+//! llama-server's own `POST /completion`, for the scripts written against it:
+//! its request (`prompt` as text, token ids or both mixed, `n_predict`,
+//! `stream`, the sampling fields) and its answer (`content`, `stop`,
+//! `stop_type`, `stopping_word`, `tokens_predicted`, `tokens_evaluated`,
+//! `generation_settings`, `timings`), streamed as `data:` lines of
+//! `{"content", "stop": false}` and a last one with `"stop": true` and the
+//! figures, with no `[DONE]`, as llama-server streams it. The in-process model
+//! only, like `/v1/completions`, whose prompt and sampling checks it shares.
+//!
+//! `n_probs` and `return_tokens` (token probabilities and ids) are a 400 rather
+//! than an answer without them: this server's generation reports text, not
+//! ids. A field neither server knows is ignored and named in a debug line.
+//!
+//! Also llama-server's `POST /apply-template`: a chat request's `messages`
+//! (and `tools`) rendered with the model's chat template as a generation
+//! would read them, `{"prompt": "..."}`.
+
+use std::io;
+use std::sync::atomic::Ordering;
+
+use serde_json::Value;
+
+use super::completions::prompt;
+use super::error::ApiError;
+use super::fields::{json_body, unknown_fields, Fields};
+use super::local;
+use super::openai::{self, wire_timings};
+use super::pool::Work;
+use super::text::{Assembler, Piece};
+use super::wire::encode;
+use super::wire::llama as wire;
+use super::{Defaults, Usage};
+use crate::backend::{PromptPart, Reply, Sampling, ToolChoice};
+use crate::core::{FinishReason, Session};
+use crate::frontend::http::{Request, Responder, SseStream};
+
+/// A checked `/completion` request.
+#[derive(Debug)]
+pub struct NativeRequest {
+    pub work: Work,
+    pub stream: bool,
+    /// Fields neither this server nor llama-server's route reads, ignored.
+    pub ignored: Vec<String>,
+}
+
+/// Fields llama-server reads that change nothing here: its cache and slot
+/// hints (the prompt cache is always on; slots are chosen by prefix), and
+/// whether to send timings with every chunk.
+const IGNORED: [&str; 4] = [
+    "cache_prompt",
+    "id_slot",
+    "timings_per_token",
+    "t_max_predict_ms",
+];
+
+/// Every field this route reads.
+const KNOWN: [&str; 17] = [
+    "prompt",
+    "stream",
+    "n_predict",
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "repeat_penalty",
+    "repeat_last_n",
+    "frequency_penalty",
+    "presence_penalty",
+    "seed",
+    "stop",
+    "n_probs",
+    "return_tokens",
+    "model",
+];
+
+/// Checks a `/completion` body field by field; token ids against `n_vocab`.
+pub fn parse(body: &[u8], defaults: &Defaults, n_vocab: i32) -> Result<NativeRequest, ApiError> {
+    let value = json_body(body)?;
+    let f = Fields::of(&value, "")?;
+    let ignored = unknown_fields(&value, &KNOWN, &IGNORED);
+    let prompt = prompt(&f, n_vocab)?;
+    let stream = f.bool("stream")?.unwrap_or(false);
+    f.unsupported("n_probs", &[Value::from(0)])?;
+    f.unsupported("return_tokens", &[Value::Bool(false)])?;
+    let sampling = openai::sampling(&f, defaults)?;
+    Ok(NativeRequest {
+        work: Work {
+            session: Session::new(String::new()),
+            tools: Vec::new(),
+            tool_choice: ToolChoice::None,
+            sampling,
+            use_tools: false,
+            raw_prompt: Some(prompt),
+        },
+        stream,
+        ignored,
+    })
+}
+
+/// How one `/completion` is answered, whole or streamed.
+#[derive(Debug)]
+pub struct Answer {
+    pub model: String,
+    /// The prompt as text (token ids written out), as llama-server echoes it.
+    pub prompt: String,
+    pub sampling: Sampling,
+}
+
+/// The prompt as llama-server echoes it: text as given, token ids written
+/// out through `detokenize`.
+pub fn prompt_text(
+    parts: &[PromptPart],
+    detokenize: impl Fn(Vec<i32>) -> Option<String>,
+) -> String {
+    parts
+        .iter()
+        .map(|part| match part {
+            PromptPart::Text(text) => text.clone(),
+            PromptPart::Tokens(ids) => detokenize(ids.clone()).unwrap_or_default(),
+        })
+        .collect()
+}
+
+/// llama-server's `stop_type` and `stopping_word` for `reply`.
+fn stop_type(reply: &Reply) -> (&'static str, &str) {
+    match (&reply.stop_sequence, reply.finish) {
+        (Some(word), _) => ("word", word),
+        (None, FinishReason::Length) => ("limit", ""),
+        (None, FinishReason::Stop | FinishReason::ToolCalls) => ("eos", ""),
+        (None, FinishReason::Cancelled | FinishReason::Error) => ("none", ""),
+    }
+}
+
+impl Answer {
+    /// Nothing opens a llama-server stream.
+    pub fn start(&self, _sse: &mut SseStream) -> io::Result<()> {
+        Ok(())
+    }
+
+    pub fn piece(&self, sse: &mut SseStream, piece: Piece) -> io::Result<()> {
+        match piece {
+            Piece::Text(content) => sse.send(&encode(&wire::CompletionChunk {
+                index: 0,
+                content: &content,
+                tokens: [],
+                stop: false,
+                id_slot: -1,
+            })),
+            // The raw path has no output filter, so no reasoning is ever split off.
+            Piece::Reasoning(_) => Ok(()),
+        }
+    }
+
+    /// The last chunk: `"stop": true`, empty content (it was streamed), the figures.
+    pub fn finish(&self, sse: &mut SseStream, reply: &Reply, usage: &Usage) -> io::Result<()> {
+        sse.send(&encode(&self.completion("", reply, usage)))
+    }
+
+    /// The whole answer (or, with `content` empty, a stream's last chunk).
+    fn completion<'a>(
+        &'a self,
+        content: &'a str,
+        reply: &'a Reply,
+        usage: &Usage,
+    ) -> wire::Completion<'a> {
+        let (stop_type, stopping_word) = stop_type(reply);
+        wire::Completion {
+            index: 0,
+            content,
+            tokens: [],
+            id_slot: 0,
+            stop: true,
+            model: &self.model,
+            tokens_predicted: usage.completion,
+            tokens_evaluated: usage.prompt,
+            generation_settings: local::params(&self.sampling),
+            prompt: &self.prompt,
+            has_new_line: content.contains('\n'),
+            truncated: false,
+            stop_type,
+            stopping_word,
+            tokens_cached: usage.prompt + usage.completion,
+            timings: wire_timings(usage),
+        }
+    }
+
+    /// The whole answer of a finished job.
+    pub fn whole<'a>(
+        &'a self,
+        text: &'a Assembler,
+        reply: &'a Reply,
+        usage: &Usage,
+    ) -> wire::Completion<'a> {
+        self.completion(&text.text, reply, usage)
+    }
+}
+
+impl super::ApiServer {
+    /// `POST /completion`.
+    pub(super) fn native_completion(&self, request: &Request, responder: Responder) {
+        self.metrics
+            .completions_requests
+            .fetch_add(1, Ordering::Relaxed);
+        let Some((loaded, model, responder)) = self.local_model("/completion", responder) else {
+            return;
+        };
+        let parsed = match parse(&request.body, &loaded.defaults, model.props().n_vocab) {
+            Ok(parsed) => parsed,
+            Err(error) => return self.refuse(responder, &error),
+        };
+        super::log_ignored("/completion", &parsed.ignored);
+        let parts = parsed.work.raw_prompt.as_deref().unwrap_or_default();
+        let answer = super::Answer::Native(Answer {
+            model: loaded.defaults.model.clone(),
+            prompt: prompt_text(parts, |ids| model.detokenize(ids).ok()),
+            sampling: parsed.work.sampling.clone(),
+        });
+        self.serve(loaded, answer, parsed.work, parsed.stream, responder);
+    }
+
+    /// `POST /apply-template`.
+    pub(super) fn apply_template(&self, request: &Request, responder: Responder) {
+        self.metrics
+            .tokenize_requests
+            .fetch_add(1, Ordering::Relaxed);
+        let Some((loaded, model, responder)) = self.local_model("/apply-template", responder)
+        else {
+            return;
+        };
+        let rendered = openai::parse(&request.body, &loaded.defaults).and_then(|parsed| {
+            model
+                .render_chat(&parsed.work.session, parsed.work.tools)
+                .map_err(|e| local::from_model(e, "messages"))
+        });
+        match rendered {
+            Ok(prompt) => responder.json(200, &wire::Applied { prompt }),
+            Err(error) => self.refuse(responder, &error),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn parse_json(body: Value) -> Result<NativeRequest, ApiError> {
+        parse(body.to_string().as_bytes(), &Defaults::default(), 1000)
+    }
+
+    #[test]
+    fn llama_servers_fields_are_read_and_its_hints_ignored() {
+        let request = parse_json(json!({
+            "prompt": [1, 2, "x"], "n_predict": 5, "stream": true, "top_k": 3,
+            "cache_prompt": true, "id_slot": 2, "mirostat": 0, "stop": ["\n"]
+        }))
+        .unwrap();
+        assert_eq!(
+            request.work.raw_prompt,
+            Some(vec![
+                PromptPart::Tokens(vec![1, 2]),
+                PromptPart::Text("x".into())
+            ])
+        );
+        assert_eq!(request.work.sampling.max_tokens, Some(5));
+        assert_eq!(request.work.sampling.top_k, Some(3));
+        assert_eq!(request.work.sampling.stop, ["\n"]);
+        assert!(request.stream);
+        assert_eq!(request.ignored, ["mirostat"]);
+    }
+
+    #[test]
+    fn what_this_server_cannot_answer_is_a_400_naming_the_field() {
+        for (body, param) in [
+            (json!({"prompt": "a", "n_probs": 3}), "n_probs"),
+            (
+                json!({"prompt": "a", "return_tokens": true}),
+                "return_tokens",
+            ),
+            (json!({"prompt": [5000]}), "prompt"),
+            (json!({}), "prompt"),
+            (json!({"prompt": "a", "n_predict": "x"}), "n_predict"),
+        ] {
+            let error = parse_json(body.clone()).expect_err("a 400");
+            assert_eq!(error.status, 400, "{body}");
+            assert_eq!(error.param.as_deref(), Some(param), "{body}");
+        }
+        assert!(parse_json(json!({"prompt": "a", "n_probs": 0})).is_ok());
+    }
+
+    #[test]
+    fn the_stop_type_says_what_ended_the_answer() {
+        let reply = |finish, word: Option<&str>| Reply {
+            content: String::new(),
+            thinking: String::new(),
+            tool_calls: Vec::new(),
+            finish,
+            usage: None,
+            artefacts: Vec::new(),
+            stop_sequence: word.map(String::from),
+        };
+        assert_eq!(stop_type(&reply(FinishReason::Stop, None)), ("eos", ""));
+        assert_eq!(
+            stop_type(&reply(FinishReason::Stop, Some("\n\n"))),
+            ("word", "\n\n")
+        );
+        assert_eq!(stop_type(&reply(FinishReason::Length, None)), ("limit", ""));
+    }
+}

@@ -1,0 +1,202 @@
+//! llama-server's own routes on `shepherd --server` with SmolLM2, as the
+//! scripts written against llama-server call them (curl and plain HTTP):
+//! `POST /completion` whole and streamed, with text, token-id and mixed
+//! prompts and its stop fields; `POST /apply-template`; and an OpenAI stream
+//! that goes straight to a tool call.
+
+use serde_json::{json, Value};
+
+use crate::api_server::{curl_post, have_curl, sse_events, ApiServer};
+
+const PROMPT: &str = "1, 2, 3, 4,";
+
+fn ids(server: &ApiServer, text: &str) -> Vec<i64> {
+    let (status, tokens) = server.post("/tokenize", &json!({ "content": text }));
+    assert_eq!(status, 200, "{tokens}");
+    tokens["tokens"]
+        .as_array()
+        .expect("tokens")
+        .iter()
+        .map(|t| t.as_i64().expect("an id"))
+        .collect()
+}
+
+fn complete(server: &ApiServer, body: Value) -> Value {
+    let (status, answer) = server.post("/completion", &body);
+    assert_eq!(status, 200, "{body}: {answer}");
+    answer
+}
+
+#[test]
+fn completion_answers_in_llama_servers_own_shape() {
+    let server = ApiServer::with_model(&["--context-size", "2048"]);
+    let whole = complete(
+        &server,
+        json!({"prompt": PROMPT, "n_predict": 8, "temperature": 0, "cache_prompt": true}),
+    );
+    let content = whole["content"].as_str().expect("content").to_string();
+    assert!(content.starts_with(" 5"), "{whole}");
+    assert_eq!(whole["stop"], json!(true), "{whole}");
+    assert_eq!(whole["tokens"], json!([]), "{whole}");
+    assert_eq!(whole["prompt"], json!(PROMPT), "{whole}");
+    assert_eq!(
+        whole["generation_settings"]["n_predict"],
+        json!(8),
+        "{whole}"
+    );
+    assert_eq!(
+        whole["tokens_evaluated"].as_u64(),
+        Some(ids(&server, PROMPT).len() as u64),
+        "{whole}"
+    );
+    let predicted = whole["tokens_predicted"]
+        .as_u64()
+        .expect("tokens_predicted");
+    assert!((1..=8).contains(&predicted), "{whole}");
+    assert_eq!(whole["timings"]["predicted_n"].as_u64(), Some(predicted));
+    assert!(
+        whole["timings"]["predicted_ms"].as_f64().is_some(),
+        "{whole}"
+    );
+    let expected_type = if predicted == 8 { "limit" } else { "eos" };
+    assert_eq!(whole["stop_type"], json!(expected_type), "{whole}");
+
+    // A stop string: the text ends before it and the answer names it.
+    let stopped = complete(
+        &server,
+        json!({"prompt": PROMPT, "n_predict": 8, "temperature": 0, "stop": [","]}),
+    );
+    assert_eq!(stopped["content"], json!(" 5"), "{stopped}");
+    assert_eq!(stopped["stop_type"], json!("word"), "{stopped}");
+    assert_eq!(stopped["stopping_word"], json!(","), "{stopped}");
+
+    // The prompt as token ids, and as ids then text: the same greedy answer.
+    let prompt_ids = ids(&server, PROMPT);
+    let by_ids = complete(
+        &server,
+        json!({"prompt": prompt_ids, "n_predict": 8, "temperature": 0}),
+    );
+    assert_eq!(by_ids["content"], json!(content), "{by_ids}");
+    assert_eq!(by_ids["prompt"], json!(PROMPT), "{by_ids}");
+    let mut head: Vec<Value> = ids(&server, "1, 2, 3,")
+        .into_iter()
+        .map(Value::from)
+        .collect();
+    head.push(json!(" 4,"));
+    let mixed = complete(
+        &server,
+        json!({"prompt": head, "n_predict": 8, "temperature": 0}),
+    );
+    assert_eq!(mixed["content"], json!(content), "{mixed}");
+
+    for (body, param) in [
+        (json!({"prompt": PROMPT, "n_probs": 2}), "n_probs"),
+        (json!({"prompt": [99_999_999]}), "prompt"),
+        (json!({"prompt": {"text": PROMPT}}), "prompt"),
+        (json!({"n_predict": 3}), "prompt"),
+    ] {
+        let (status, error) = server.post("/completion", &body);
+        assert_eq!(status, 400, "{body}: {error}");
+        assert_eq!(error["error"]["param"], json!(param), "{body}: {error}");
+    }
+
+    if !have_curl() {
+        eprintln!("skipped the streamed half: no curl");
+        return;
+    }
+    let body = json!({"prompt": PROMPT, "n_predict": 8, "temperature": 0, "stream": true});
+    let streamed = curl_post(&server.url("/completion"), &body.to_string(), &["-N"]);
+    assert_eq!(streamed.status, 200, "{}", streamed.body);
+    assert!(
+        streamed.headers.contains("text/event-stream"),
+        "{}",
+        streamed.headers
+    );
+    assert!(!streamed.body.contains("[DONE]"), "{}", streamed.body);
+    let chunks: Vec<Value> = sse_events(&streamed.body)
+        .iter()
+        .map(|(_, data)| serde_json::from_str(data).expect("JSON chunk"))
+        .collect();
+    let (last, pieces) = chunks.split_last().expect("chunks");
+    assert!(
+        pieces.iter().all(|c| c["stop"] == json!(false)),
+        "{pieces:?}"
+    );
+    let text: String = pieces
+        .iter()
+        .filter_map(|c| c["content"].as_str())
+        .collect();
+    assert_eq!(text, content);
+    assert_eq!(last["stop"], json!(true), "{last}");
+    assert_eq!(last["content"], json!(""), "{last}");
+    assert_eq!(last["tokens_predicted"].as_u64(), Some(predicted), "{last}");
+    assert!(last["timings"]["predicted_n"].is_u64(), "{last}");
+}
+
+#[test]
+fn apply_template_renders_the_prompt_a_chat_request_reads() {
+    let server = ApiServer::with_model(&["--context-size", "2048"]);
+    let messages = json!([{"role": "user", "content": "Name a colour."}]);
+    let (status, applied) = server.post("/apply-template", &json!({ "messages": messages }));
+    assert_eq!(status, 200, "{applied}");
+    let prompt = applied["prompt"].as_str().expect("prompt");
+    assert!(
+        prompt.contains("<|im_start|>user\nName a colour.<|im_end|>"),
+        "{prompt:?}"
+    );
+    assert!(prompt.ends_with("<|im_start|>assistant\n"), "{prompt:?}");
+    // What a chat request with the same messages reads, token for token.
+    let (status, chat) = server.post(
+        "/v1/chat/completions",
+        &json!({"messages": messages, "max_tokens": 1}),
+    );
+    assert_eq!(status, 200, "{chat}");
+    assert_eq!(
+        chat["usage"]["prompt_tokens"].as_u64(),
+        Some(ids(&server, prompt).len() as u64),
+        "{chat}"
+    );
+    let (status, error) = server.post("/apply-template", &json!({"messages": []}));
+    assert_eq!(status, 400, "{error}");
+    assert_eq!(error["error"]["param"], json!("messages"), "{error}");
+}
+
+#[test]
+fn a_stream_that_goes_straight_to_a_tool_call_shows_no_empty_content() {
+    if !have_curl() {
+        eprintln!("skipped: no curl");
+        return;
+    }
+    let server = ApiServer::with_model(&["--context-size", "2048"]);
+    let tool = json!({"type": "function", "function": {
+        "name": "get_weather", "description": "The weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                       "required": ["city"]}}});
+    let body = json!({
+        "messages": [{"role": "user", "content": "Weather in Paris?"}],
+        "tools": [tool], "stream": true, "max_tokens": 40, "temperature": 0,
+        "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+    });
+    let streamed = curl_post(
+        &server.url("/v1/chat/completions"),
+        &body.to_string(),
+        &["-N"],
+    );
+    assert_eq!(streamed.status, 200, "{}", streamed.body);
+    let deltas: Vec<Value> = sse_events(&streamed.body)
+        .iter()
+        .filter(|(_, data)| data.as_str() != "[DONE]")
+        .map(|(_, data)| serde_json::from_str::<Value>(data).expect("JSON chunk"))
+        .filter_map(|chunk| chunk["choices"].get(0).map(|c| c["delta"].clone()))
+        .collect();
+    assert_eq!(deltas[0]["role"], json!("assistant"), "{deltas:?}");
+    assert!(
+        deltas.iter().all(|d| d.get("content").is_none()),
+        "a content delta in a stream of only a tool call: {deltas:?}"
+    );
+    let call = deltas
+        .iter()
+        .find_map(|d| d["tool_calls"].get(0))
+        .expect("a tool call");
+    assert_eq!(call["function"]["name"], json!("get_weather"), "{deltas:?}");
+}
