@@ -100,7 +100,7 @@ CMAKE
   if [ -x "$build/bin/llama-bench" ]; then echo "$build/bin/llama-bench"; fi
 }
 [ "${1:-}" = "--build-only" ] && exit 0
-PART=${1:-all}  # all | --servers-only | --llama-only
+PART=${1:-all}  # all | --servers-only | --llama-only | --spec-only (part four alone)
 
 # What the numbers were measured on: the CPU, and the instruction sets the builds
 # use (a native build everything the CPU has, as llama.cpp's GGML_NATIVE; a portable
@@ -122,7 +122,7 @@ ROUNDS=${ROUNDS:-5}
 # The depth of the deep generation test: about an agent's opening (system prompt and
 # tool descriptions).
 DEPTH=${DEPTH:-1536}
-if [ "$PART" != "--servers-only" ]; then
+if [ "$PART" != "--servers-only" ] && [ "$PART" != "--spec-only" ]; then
 # SHEPHERD_TEST_BIN: a release test binary built elsewhere (a GPU box with no Rust
 # toolchain); by default cargo builds it here.
 if [ -n "${SHEPHERD_TEST_BIN:-}" ]; then
@@ -318,6 +318,7 @@ server_pair() {
     "llama-server=http://127.0.0.1:$LLAMA_PORT" "shepherd=http://127.0.0.1:$SHEPHERD_PORT"
   cleanup
 }
+if [ "$PART" != "--spec-only" ]; then
 server_pair "$SERVER_CTX"
 # The same streams, each opening with one long system prompt (about 1,500 tokens: an
 # agent's instructions and tools), as a front-end's requests do; each slot has room
@@ -327,6 +328,7 @@ server_pair "$(( STREAMS * 2048 ))" SYSTEM_WORDS="${SYSTEM_WORDS:-1100}" TTFT_RO
 # Part three: the cold one-shot with the default tools, prompt cache empty and warm,
 # against --notools (scripts/bench_oneshot.py).
 $PYTHON scripts/bench_oneshot.py "$SHEPHERD" "$MODEL" "$THREADS" "${ONESHOT_ROUNDS:-6}"
+fi
 
 # Part four: speculative decoding (scripts/bench_spec.py): the edit and prose workloads,
 # one request at a time, shepherd without and with its n-gram drafter against

@@ -12,6 +12,13 @@ each round (the first server of a round rotates, so machine load hits all alike)
          the model writes the file back with the name changed;
   prose: a story, where the context holds nothing to copy.
 
+A model without a chat template (a base model, such as the tests' Gemma 3 270M)
+does not follow instructions, and a chat request would measure each server's
+fallback template instead: for it both workloads go as raw prompts through
+POST /v1/completions (the file, then a comment asking for it again renamed;
+the story's first sentence), told apart by shepherd's `/props` (an empty
+`chat_template`). The rename check then says whether the base model copied it.
+
 It reads each answer's generation speed from the server's own `timings`
 (`predicted_per_second`, which both servers report, so client and HTTP time are
 left out), prints medians per server and workload, and each server's ratio to
@@ -127,26 +134,59 @@ PROSE = [
 ]
 
 
-def chat(url, messages, max_tokens):
-    """One chat completion: its generation tokens/s from `timings`, and the text."""
+# The same two workloads for a base model: text it continues.
+RAW_EDIT = ("# inventory.py\n" + SOURCE + "\n\n# inventory.py again, with the function "
+            "compute_total renamed to stock_value everywhere:\n")
+RAW_PROSE = "The lighthouse keeper found a map in a bottle. "
+
+
+def request(url, path, body):
+    """POSTs `body` (JSON) to `path`; the answer's JSON."""
     parts = urllib.parse.urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=900)
-    body = json.dumps({"model": "bench", "messages": messages, "max_tokens": max_tokens,
-                       "temperature": 0, "stream": False})
-    conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+    conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
     resp = conn.getresponse()
     data = json.loads(resp.read())
     conn.close()
     if resp.status != 200:
-        raise SystemExit(f"{url}: HTTP {resp.status}: {data}")
+        raise SystemExit(f"{url}{path}: HTTP {resp.status}: {data}")
+    return data
+
+
+def chat(url, prompt, max_tokens):
+    """One completion (a chat, or a raw prompt when `prompt` is text): its
+    generation tokens/s from `timings`, and the text."""
+    body = {"model": "bench", "max_tokens": max_tokens, "temperature": 0, "stream": False}
+    if isinstance(prompt, str):
+        data = request(url, "/v1/completions", dict(body, prompt=prompt))
+        text = data["choices"][0].get("text") or ""
+    else:
+        data = request(url, "/v1/chat/completions", dict(body, messages=prompt))
+        text = data["choices"][0]["message"].get("content") or ""
     timings = data.get("timings") or {}
-    text = data["choices"][0]["message"].get("content") or ""
     return timings.get("predicted_per_second") or 0.0, timings, text
+
+
+def has_template(servers):
+    """Whether the model has a chat template, as shepherd's `/props` says."""
+    for name, url in servers:
+        if name.startswith("shepherd"):
+            parts = urllib.parse.urlsplit(url)
+            conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
+            conn.request("GET", "/props")
+            props = json.loads(conn.getresponse().read())
+            conn.close()
+            return bool(props.get("chat_template"))
+    return True
 
 
 def main():
     servers = [arg.split("=", 1) for arg in sys.argv[1:]]
-    workloads = [("edit", EDIT, EDIT_TOKENS), ("prose", PROSE, PROSE_TOKENS)]
+    chat_model = has_template(servers)
+    edit, prose = (EDIT, PROSE) if chat_model else (RAW_EDIT, RAW_PROSE)
+    if not chat_model:
+        print("no chat template: raw prompts through /v1/completions", file=sys.stderr)
+    workloads = [("edit", edit, EDIT_TOKENS), ("prose", prose, PROSE_TOKENS)]
     speeds = {(name, w): [] for name, _ in servers for w, _, _ in workloads}
     drafts = {}
     for round_no in range(ROUNDS):

@@ -321,8 +321,13 @@ impl Agent {
                     self.tools.refresh();
                     match change {
                         ToolsOp::List => {}
-                        ToolsOp::Enable(glob) => self.tools.enable(&glob),
-                        ToolsOp::Disable(glob) => self.tools.disable(&glob),
+                        // `/tools disable a,b`: several globs, as the flags take them.
+                        ToolsOp::Enable(globs) => {
+                            globs.split(',').for_each(|g| self.tools.enable(g.trim()))
+                        }
+                        ToolsOp::Disable(globs) => {
+                            globs.split(',').for_each(|g| self.tools.disable(g.trim()))
+                        }
                     }
                     let _ = reply.send(self.tools.names());
                 }

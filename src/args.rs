@@ -164,6 +164,10 @@ pub enum FlagId {
     Fresh,
     Record,
     Replay,
+    Seed,
+    Alias,
+    ChatTemplate,
+    ChatTemplateFile,
 }
 
 /// One row of the flag table.
@@ -220,6 +224,7 @@ pub const FLAGS: &[Flag] = &[
     flag(FlagId::Temperature, "temperature", None, Val("T"), S::Generation, "Sampling temperature, 0 to 2"),
     flag(FlagId::TopP, "top-p", None, Val("P"), S::Generation, "Nucleus sampling, 0 to 1"),
     flag(FlagId::TopK, "top-k", None, Val("K"), S::Generation, "Top-k sampling, 0 or more"),
+    flag(FlagId::Seed, "seed", None, Val("N"), S::Generation, "Sampling seed, for answers that repeat (default: a new one each time)"),
     aliased(flag(FlagId::ContextSize, "context-size", None, Val("N"), S::Generation, "Context window in tokens (0 = the model's full context)"), &["ctx-size"]),
     flag(FlagId::Reasoning, "reasoning", None, Val("LEVEL"), S::Generation, "Reasoning effort: off|low|medium|high"),
     flag(FlagId::Prompt, "prompt", Some('e'), Val("TEXT"), S::Prompting, "Answer TEXT once, then exit"),
@@ -248,13 +253,14 @@ pub const FLAGS: &[Flag] = &[
     flag(FlagId::ToolServer, "toolserver", None, Nothing, S::Modes, "Serve the tools as JSON-RPC lines over TCP (default port 9876)"),
     flag(FlagId::RpcWorker, "rpc-worker", None, Nothing, S::Modes, "Lend this box's GPUs (else its CPU) to --rpc hosts over ggml's RPC (port 50052; no authentication)"),
     flag(FlagId::RpcAllowRemote, "rpc-allow-remote", None, Nothing, S::Modes, "--rpc-worker: allow a --host that is not loopback (trusted networks only)"),
-    flag(FlagId::Host, "host", None, Val("ADDR"), S::Modes, "Address the servers listen on"),
+    flag(FlagId::Host, "host", None, Val("ADDR[,ADDR]"), S::Modes, "Address the servers listen on (--server and --cliserver: several, comma-separated)"),
     flag(FlagId::Port, "port", None, Val("PORT"), S::Modes, "Port the servers listen on, 1 to 65535 (0 = any free port)"),
     flag(FlagId::AuthToken, "auth-token", None, Val("TOKEN"), S::Modes, "Token the servers require (prefer --auth-token-file: argv is visible in ps)"),
     flag(FlagId::AuthTokenFile, "auth-token-file", None, Val("FILE"), S::Modes, "Read the servers' token from FILE"),
     flag(FlagId::NoAuth, "no-auth", None, Nothing, S::Modes, "Servers: no token (loopback only; any local user can then run tools as you)"),
     flag(FlagId::CorsOrigin, "cors-origin", None, Val("ORIGIN"), S::Modes, "Web origin allowed to call the servers (repeatable)"),
     flag(FlagId::UseTools, "use-tools", None, Nothing, S::Modes, "--server runs shepherd's own tools for its clients"),
+    flag(FlagId::Alias, "alias", None, Val("NAME"), S::Modes, "--server: the model id clients see (default: the model's file name)"),
     flag(FlagId::QueueSize, "queue-size", None, Val("N"), S::Modes, "--server: requests that may wait for a slot, 0 to 4096 (default 16)"),
     flag(FlagId::Continue, "continue", None, Nothing, S::Modes, "Continue the last saved session in this directory"),
     flag(FlagId::Fresh, "fresh", None, Nothing, S::Modes, "CLI server: start with an empty session instead of the saved one"),
@@ -272,6 +278,8 @@ pub const FLAGS: &[Flag] = &[
     aliased(flag(FlagId::CacheType, "cache-type", None, Val("TYPE"), S::Local, "KV cache type, K and V alike: f16|f32|q8_0|q4_0"), &["cache-type-k", "cache-type-v"]),
     flag(FlagId::FlashAttn, "flash-attn", None, Opt("on|off|auto"), S::Local, "Flash attention; alone = on (default auto: off on the CPU for heads up to 64 wide)"),
     flag(FlagId::Parallel, "parallel", None, Val("N"), S::Local, "Requests decoded together in one batch (slots), 1 to 64 (default 1)"),
+    flag(FlagId::ChatTemplate, "chat-template", None, Val("JINJA|chatml"), S::Local, "Chat template instead of the model's own: Jinja source, or chatml"),
+    flag(FlagId::ChatTemplateFile, "chat-template-file", None, Val("FILE"), S::Local, "Read the chat template (Jinja) from FILE"),
     flag(FlagId::Pooling, "pooling", None, Val("TYPE"), S::Local, "--server: how /v1/embeddings pools a sequence: mean|cls|last (default mean)"),
     flag(FlagId::NoPromptCache, "no-prompt-cache", None, Nothing, S::Local, "Neither restore nor save decoded prompts on disk (kv_cache_max_mb caps them)"),
     flag(FlagId::Spec, "spec", None, Val("MODE"), S::Local, "Speculative decoding: off, ngram (default: drafts from the context itself) or draft (--model-draft)"),
@@ -413,6 +421,11 @@ pub struct LowArgs {
     pub model_draft: Option<PathBuf>,
     pub parallel: Option<u32>,
     pub pooling: Option<String>,
+    /// `--chat-template` (Jinja source or `chatml`), `--chat-template-file`.
+    pub chat_template: Option<String>,
+    pub chat_template_file: Option<PathBuf>,
+    pub seed: Option<u64>,
+    pub alias: Option<String>,
     pub config: Option<PathBuf>,
     /// `Some` when `-d` was given: the categories named, or all of them.
     pub debug: Option<Vec<Category>>,
@@ -565,6 +578,7 @@ fn is_path_flag(id: FlagId) -> bool {
             | FlagId::ModelPath
             | FlagId::ModelDraft
             | FlagId::AuthTokenFile
+            | FlagId::ChatTemplateFile
             | FlagId::Record
             | FlagId::Replay
     )
@@ -578,6 +592,7 @@ fn set_path(low: &mut LowArgs, id: FlagId, path: PathBuf) {
         FlagId::Record => low.record = Some(path),
         FlagId::Replay => low.replay = Some(path),
         FlagId::ModelDraft => low.model_draft = Some(path),
+        FlagId::ChatTemplateFile => low.chat_template_file = Some(path),
         _ => low.model_path = Some(path),
     }
 }
@@ -652,7 +667,9 @@ fn set_value(low: &mut LowArgs, flag: &Flag, raw: &str) -> Result<(), UsageError
                 _ => None,
             }
         }
-        FlagId::Host => low.host = text(),
+        FlagId::Host => low.host = Some(hosts(flag, raw)?),
+        FlagId::Alias => low.alias = Some(alias(flag, raw)?),
+        FlagId::ChatTemplate => low.chat_template = Some(chat_template(flag, raw)?),
         FlagId::AuthToken => low.auth_token = text(),
         FlagId::CorsOrigin => low.cors_origins.push(raw.to_string()),
         FlagId::EnableTools => low.enable_tools.extend(split_globs(raw)),
@@ -692,6 +709,7 @@ fn set_number(low: &mut LowArgs, flag: &Flag, raw: &str) -> Result<(), UsageErro
         FlagId::UBatch => low.ubatch = Some(ranged(flag, raw, 1, 1 << 20)? as u32),
         FlagId::Parallel => low.parallel = Some(ranged(flag, raw, 1, MAX_PARALLEL as u64)? as u32),
         FlagId::DraftMax => low.draft_max = Some(ranged(flag, raw, 1, 64)? as u32),
+        FlagId::Seed => low.seed = Some(ranged(flag, raw, 0, u64::from(u32::MAX) - 1)?),
         // Every id is handled above or in `set_value`/`set_switch`/`set_path`.
         _ => {
             return Err(UsageError(format!(
@@ -749,6 +767,46 @@ fn gpu_layers(flag: &Flag, raw: &str) -> Result<i32, UsageError> {
         Ok(n) if n >= -1 => Ok(n),
         _ => Err(bad(flag, raw, "-1 (all) or a whole number of layers")),
     }
+}
+
+/// `--host`: one address, or several comma-separated, none empty.
+fn hosts(flag: &Flag, raw: &str) -> Result<String, UsageError> {
+    match raw.split(',').all(|h| !h.trim().is_empty()) {
+        true => Ok(raw.to_string()),
+        false => Err(bad(flag, raw, "an address, or several separated by commas")),
+    }
+}
+
+/// `--alias`: a model id clients can send back (no control characters, no spaces
+/// at either end), at most 256 bytes.
+fn alias(flag: &Flag, raw: &str) -> Result<String, UsageError> {
+    let fine = !raw.is_empty()
+        && raw.len() <= 256
+        && raw.trim() == raw
+        && !raw.chars().any(char::is_control);
+    match fine {
+        true => Ok(raw.to_string()),
+        false => Err(bad(
+            flag,
+            raw,
+            "a model name of 1 to 256 characters, no control characters",
+        )),
+    }
+}
+
+/// `--chat-template`: Jinja source (it has `{{` or `{%`), or `chatml` for the
+/// built-in ChatML. llama-server also takes the names of its built-in
+/// templates; shepherd has only ChatML built in, so another name is refused
+/// with the way to give the template.
+fn chat_template(flag: &Flag, raw: &str) -> Result<String, UsageError> {
+    if raw == crate::template::CHATML || raw.contains("{{") || raw.contains("{%") {
+        return Ok(raw.to_string());
+    }
+    Err(bad(
+        flag,
+        raw,
+        "Jinja source or 'chatml' (the only template built in; give another as --chat-template-file FILE)",
+    ))
 }
 
 fn choice(flag: &Flag, raw: &str, allowed: &[&str]) -> Result<String, UsageError> {
@@ -909,6 +967,11 @@ fn check_combinations(low: &LowArgs) -> Result<(), UsageError> {
             low.system_prompt.is_some() && low.system_prompt_file.is_some(),
             "--system-prompt",
             "--system-prompt-file",
+        ),
+        (
+            low.chat_template.is_some() && low.chat_template_file.is_some(),
+            "--chat-template",
+            "--chat-template-file",
         ),
         (low.json && low.server, "--json", "--server"),
         (low.json && low.cliserver, "--json", "--cliserver"),
@@ -1307,6 +1370,46 @@ mod tests {
                 assert!(!msg.contains("not understood"), "{msg}");
             }
         }
+    }
+
+    #[test]
+    fn llama_servers_seed_alias_and_chat_template_flags() {
+        let low = ok(&[
+            "--seed",
+            "42",
+            "--alias",
+            "my model",
+            "--chat-template",
+            "chatml",
+        ]);
+        assert_eq!(low.seed, Some(42));
+        assert_eq!(low.alias.as_deref(), Some("my model"));
+        assert_eq!(low.chat_template.as_deref(), Some("chatml"));
+        let jinja = "{% for m in messages %}{{ m.content }}{% endfor %}";
+        assert_eq!(
+            ok(&["--chat-template", jinja]).chat_template.as_deref(),
+            Some(jinja)
+        );
+        assert_eq!(
+            ok(&["--chat-template-file", "t.jinja"]).chat_template_file,
+            Some(PathBuf::from("t.jinja"))
+        );
+        check_err(&["--seed", "-1"], &["--seed", "whole number"]);
+        check_err(&["--alias", " padded"], &["--alias"]);
+        check_err(&["--alias", ""], &["--alias"]);
+        check_err(
+            &["--chat-template", "llama3"],
+            &["chatml", "--chat-template-file"],
+        );
+        check_err(
+            &[
+                "--chat-template",
+                "chatml",
+                "--chat-template-file",
+                "t.jinja",
+            ],
+            &["--chat-template", "--chat-template-file"],
+        );
     }
 
     #[test]

@@ -182,6 +182,10 @@ impl std::fmt::Debug for ChatTemplate {
     }
 }
 
+/// The name that selects the built-in ChatML where a template is given
+/// (`--chat-template chatml`, as llama-server spells it).
+pub const CHATML: &str = "chatml";
+
 impl ChatTemplate {
     /// Parses a Jinja template; `None` selects the ChatML fallback.
     pub fn new(

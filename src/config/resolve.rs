@@ -109,6 +109,16 @@ impl MaxTokens {
 pub struct ServerSettings {
     pub host: String,
     pub port: u16,
+    /// `--alias`: the model id the API server reports, instead of the model's name.
+    pub alias: Option<String>,
+}
+
+impl ServerSettings {
+    /// The addresses to listen on: `--host` may name several, comma-separated,
+    /// as llama-server's does.
+    pub fn hosts(&self) -> Vec<&str> {
+        self.host.split(',').map(str::trim).collect()
+    }
 }
 
 /// Who may use the servers: the token (flag, flag file, `SHEPHERD_AUTH_TOKEN`,
@@ -182,6 +192,9 @@ pub struct LocalSettings {
     pub models_dirs: Vec<PathBuf>,
     /// `--pooling`: how embeddings pool a sequence; `None` means mean.
     pub pooling: Option<String>,
+    /// `--chat-template` or the text of `--chat-template-file`: the template to
+    /// use instead of the model's own (`chatml`: the built-in ChatML).
+    pub chat_template: Option<String>,
     /// The prompt cache's cap on disk in bytes; 0 with `--no-prompt-cache`
     /// (or `kv_cache_max_mb` 0): no cache.
     pub prompt_cache_bytes: u64,
@@ -199,6 +212,8 @@ struct SamplingLayer {
     top_k: Option<u32>,
     max_tokens: Option<i64>,
     context_size: Option<u64>,
+    /// `--seed` only: no file or provider key sets it.
+    seed: Option<u64>,
 }
 
 impl SamplingLayer {
@@ -210,6 +225,7 @@ impl SamplingLayer {
             top_k: top.top_k.or(self.top_k),
             max_tokens: top.max_tokens.or(self.max_tokens),
             context_size: top.context_size.or(self.context_size),
+            seed: top.seed.or(self.seed),
         }
     }
 
@@ -220,6 +236,7 @@ impl SamplingLayer {
             top_k: file.top_k,
             max_tokens: file.max_tokens,
             context_size: file.context_size,
+            seed: None,
         }
     }
 
@@ -230,6 +247,7 @@ impl SamplingLayer {
             top_k: p.top_k,
             max_tokens: p.max_tokens,
             context_size: p.context_size,
+            seed: None,
         }
     }
 
@@ -242,6 +260,7 @@ impl SamplingLayer {
                 .max_tokens
                 .map(MaxTokens::from_count)
                 .and_then(MaxTokens::limit),
+            seed: self.seed,
             ..Sampling::default()
         }
     }
@@ -587,6 +606,22 @@ fn system_prompt(low: &LowArgs, env: &EnvLayer, file: &ConfigFile) -> Result<Str
     Ok(configured.unwrap_or_else(|| DEFAULT_SYSTEM_PROMPT.to_string()))
 }
 
+/// `--chat-template`'s text, or `--chat-template-file`'s contents.
+fn chat_template(low: &LowArgs) -> Result<Option<String>, ConfigError> {
+    let Some(path) = &low.chat_template_file else {
+        return Ok(low.chat_template.clone());
+    };
+    let read = |message: String| ConfigError::Read {
+        path: path.clone(),
+        message,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| read(e.to_string()))?;
+    if text.trim().is_empty() {
+        return Err(read("the chat template file is empty".into()));
+    }
+    Ok(Some(text))
+}
+
 fn mode(low: &LowArgs) -> Mode {
     if low.help {
         return Mode::Help;
@@ -741,7 +776,10 @@ pub fn resolve_with(
         server_auth: server_auth(low, env, file, key_as_token)?,
         use_tools: low.use_tools,
         queue_size: low.queue_size.map_or(DEFAULT_QUEUE_SIZE, |n| n as usize),
-        local: local(low, file),
+        local: LocalSettings {
+            chat_template: chat_template(low)?,
+            ..local(low, file)
+        },
         tui: if interactive { low.tui } else { Some(false) },
         colors: !low.no_colors && env("NO_COLOR").is_none_or(|v| v.is_empty()),
         continue_session: low.continue_session,
@@ -792,6 +830,7 @@ fn overrides(low: &LowArgs, env: &EnvLayer) -> SamplingLayer {
         top_k: low.top_k,
         max_tokens: low.max_tokens.or(env.max_tokens),
         context_size: low.context_size.or(env.context_size),
+        seed: low.seed,
     }
 }
 
@@ -807,6 +846,7 @@ fn server(low: &LowArgs, mode: &Mode) -> ServerSettings {
     ServerSettings {
         host: low.host.clone().unwrap_or_else(|| DEFAULT_HOST.to_string()),
         port: low.port.unwrap_or(default_port),
+        alias: low.alias.clone(),
     }
 }
 
@@ -933,6 +973,7 @@ fn local(low: &LowArgs, file: &ConfigFile) -> LocalSettings {
         flash_attn: low.flash_attn,
         parallel: low.parallel,
         pooling: low.pooling.clone(),
+        chat_template: None,
         spec: low.spec.clone(),
         draft_max: low.draft_max,
         model_draft: low.model_draft.clone(),
@@ -1008,7 +1049,8 @@ mod tests {
             s.server,
             ServerSettings {
                 host: "127.0.0.1".into(),
-                port: 8000
+                port: 8000,
+                alias: None,
             }
         );
         assert!(s.debug.is_empty());
@@ -1372,6 +1414,42 @@ mod tests {
             &[],
         );
         assert!(msg.contains("gone.txt"), "{msg}");
+    }
+
+    #[test]
+    fn chat_template_seed_and_alias_reach_the_settings() {
+        let dir = temp_dir("chattemplate");
+        let path = dir.join("t.jinja");
+        std::fs::write(&path, "{{ messages[0].content }}").expect("writable");
+        let file_arg = path.to_str().expect("utf-8 temp path");
+        let s = settings(
+            &[
+                "--chat-template-file",
+                file_arg,
+                "--seed",
+                "9",
+                "--alias",
+                "m",
+            ],
+            &[],
+            &file(),
+        );
+        assert_eq!(
+            s.local.chat_template.as_deref(),
+            Some("{{ messages[0].content }}")
+        );
+        assert_eq!(s.sampling.seed, Some(9));
+        assert_eq!(s.server.alias.as_deref(), Some("m"));
+        let given = settings(&["--chat-template", "chatml"], &[], &file());
+        assert_eq!(given.local.chat_template.as_deref(), Some("chatml"));
+        std::fs::write(&path, " \n").expect("writable");
+        assert!(resolve_err(&["--chat-template-file", file_arg], &[]).contains("empty"));
+        let missing = dir.join("gone.jinja");
+        let msg = resolve_err(
+            &["--chat-template-file", missing.to_str().expect("utf-8")],
+            &[],
+        );
+        assert!(msg.contains("gone.jinja"), "{msg}");
     }
 
     #[test]

@@ -23,17 +23,28 @@ use std::time::{Duration, Instant};
 pub(super) fn run(
     listener: &TcpListener,
     max: usize,
+    admitted: impl FnMut(TcpStream, SocketAddr, Slot, &Arc<Gate>),
+    busy: impl FnMut(TcpStream),
+) {
+    run_gated(listener, &Arc::new(Gate::default()), max, admitted, busy);
+}
+
+/// [`run`] under a `gate` shared with other listeners of the same server, so
+/// that the cap holds for them together.
+pub(super) fn run_gated(
+    listener: &TcpListener,
+    gate: &Arc<Gate>,
+    max: usize,
     mut admitted: impl FnMut(TcpStream, SocketAddr, Slot, &Arc<Gate>),
     mut busy: impl FnMut(TcpStream),
 ) {
-    let gate = Arc::new(Gate::default());
     let mut backoff = AcceptBackoff::default();
     loop {
         match listener.accept() {
             Ok((stream, peer)) => {
                 backoff.reset();
                 match gate.admit(max) {
-                    Some(slot) => admitted(stream, peer, slot, &gate),
+                    Some(slot) => admitted(stream, peer, slot, gate),
                     None => busy(stream),
                 }
             }

@@ -91,7 +91,7 @@ impl Access {
         auth: &ServerAuth,
         kind: ServerKind,
     ) -> Result<Access, String> {
-        let loopback = net::is_loopback_host(&server.host);
+        let loopback = server.hosts().iter().all(|h| net::is_loopback_host(h));
         let (token, source) = if auth.no_auth {
             if !loopback {
                 return Err(format!(
@@ -157,7 +157,7 @@ impl Access {
     /// it got; a failure is said on stderr and becomes exit code 1.
     pub fn bind(&self, server: &ServerSettings) -> Result<http::Server, i32> {
         let policy = |addr: SocketAddr| self.http_policy(addr.port());
-        http::Server::bind_with(&server.host, server.port, Limits::default(), policy).map_err(
+        http::Server::bind_with(&server.hosts(), server.port, Limits::default(), policy).map_err(
             |error| {
                 eprintln!(
                     "shepherd: cannot listen on {}:{}: {error}",

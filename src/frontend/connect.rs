@@ -349,6 +349,7 @@ fn llama_config(settings: &Settings, provider: &ProviderConfig) -> Result<LlamaC
             max_bytes: local.prompt_cache_bytes,
         }),
         spec,
+        chat_template: local.chat_template.clone(),
         ..defaults
     };
     if settings.stats {

@@ -121,81 +121,134 @@ pub trait Handler: Send + Sync {
     fn handle(&self, request: Request, responder: Responder);
 }
 
-/// A bound listener, not yet serving.
+/// Bound listeners (one per address, `--host a,b`), not yet serving.
 pub struct Server {
-    listener: TcpListener,
+    listeners: Vec<TcpListener>,
     limits: Limits,
     policy: Arc<Policy>,
-    loopback: bool,
 }
 
 impl Server {
     /// Binds `host:port` (port 0 picks a free port).
     #[cfg(test)]
     pub fn bind(host: &str, port: u16, limits: Limits, policy: Policy) -> io::Result<Server> {
-        Server::bind_with(host, port, limits, |_| policy)
+        Server::bind_with(&[host], port, limits, |_| policy)
     }
 
-    /// [`Server::bind`] with the policy made once the address is known (its
-    /// refusals name the port).
+    /// Binds every one of `hosts` on `port`, with the policy made once the
+    /// address is known (its refusals name the port). Port 0 picks a free port
+    /// on the first address, and the others take the same.
     pub fn bind_with(
-        host: &str,
+        hosts: &[&str],
         port: u16,
         limits: Limits,
         policy: impl FnOnce(SocketAddr) -> Policy,
     ) -> io::Result<Server> {
-        let listener = TcpListener::bind((host, port))?;
+        let (first, others) = hosts.split_first().ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, "no address to listen on")
+        })?;
+        let listener = TcpListener::bind((*first, port))?;
         let addr = listener.local_addr()?;
+        let mut listeners = vec![listener];
+        for host in others {
+            listeners.push(TcpListener::bind((*host, addr.port()))?);
+        }
         Ok(Server {
-            listener,
+            listeners,
             limits,
             policy: Arc::new(policy(addr)),
-            loopback: addr.ip().is_loopback(),
         })
     }
 
+    /// The first address's (where port 0 was chosen).
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.listener.local_addr()
+        self.listeners[0].local_addr()
     }
 
-    /// Accepts connections forever.
+    /// Every address listened on, as `http://ADDR` joined with `and`.
+    pub fn urls(&self) -> String {
+        let urls: Vec<String> = self
+            .listeners
+            .iter()
+            .filter_map(|l| l.local_addr().ok())
+            .map(|addr| format!("http://{addr}"))
+            .collect();
+        urls.join(" and ")
+    }
+
+    /// Accepts connections forever: on this thread for the first address, on
+    /// one thread each for the others, all within one connection cap.
     pub fn run(self, handler: Arc<dyn Handler>) {
-        accept::run(
-            &self.listener,
-            self.limits.max_connections,
-            |stream, peer, slot, gate| self.dispatch(stream, peer, slot, gate, &handler),
-            refuse_busy,
-        );
-    }
-
-    fn dispatch(
-        &self,
-        stream: TcpStream,
-        peer: SocketAddr,
-        slot: Slot,
-        gate: &Arc<Gate>,
-        handler: &Arc<dyn Handler>,
-    ) {
-        let stream = Arc::new(stream);
-        let reading = gate.reading(stream.clone());
-        let connection = Connection {
-            stream,
-            peer,
-            limits: self.limits,
-            policy: self.policy.clone(),
-            loopback: self.loopback,
-        };
-        let handler = handler.clone();
-        let spawned = std::thread::Builder::new()
-            .name("shepherd-http".into())
-            .stack_size(512 * 1024)
-            .spawn(move || {
-                let _slot = slot;
-                connection.serve(&*handler, reading);
-            });
-        if let Err(error) = spawned {
-            eprintln!("shepherd: cannot start a connection thread: {error}");
+        let gate = Arc::new(accept::Gate::default());
+        let Server {
+            mut listeners,
+            limits,
+            policy,
+        } = self;
+        let first = listeners.remove(0);
+        for listener in listeners {
+            let (gate, handler, policy) = (gate.clone(), handler.clone(), policy.clone());
+            let spawned = std::thread::Builder::new()
+                .name("shepherd-accept".into())
+                .spawn(move || serve_listener(&listener, &gate, limits, &policy, &handler));
+            if let Err(error) = spawned {
+                eprintln!("shepherd: cannot start an accept thread: {error}");
+            }
         }
+        serve_listener(&first, &gate, limits, &policy, &handler);
+    }
+}
+
+/// One listener's accept loop ([`accept::run`]) under the shared `gate`.
+fn serve_listener(
+    listener: &TcpListener,
+    gate: &Arc<Gate>,
+    limits: Limits,
+    policy: &Arc<Policy>,
+    handler: &Arc<dyn Handler>,
+) {
+    accept::run_gated(
+        listener,
+        gate,
+        limits.max_connections,
+        |stream, peer, slot, gate| dispatch(stream, peer, slot, gate, limits, policy, handler),
+        refuse_busy,
+    );
+}
+
+/// Serves an admitted connection on a thread of its own. Loopback is the
+/// address it reached: the Host check guards a loopback listener only.
+fn dispatch(
+    stream: TcpStream,
+    peer: SocketAddr,
+    slot: Slot,
+    gate: &Arc<Gate>,
+    limits: Limits,
+    policy: &Arc<Policy>,
+    handler: &Arc<dyn Handler>,
+) {
+    let loopback = stream
+        .local_addr()
+        .is_ok_and(|addr| addr.ip().is_loopback());
+    let stream = Arc::new(stream);
+    let reading = gate.reading(stream.clone());
+    let connection = Connection {
+        stream,
+        peer,
+        limits,
+        policy: policy.clone(),
+        loopback,
+    };
+    let handler = handler.clone();
+    let spawned = std::thread::Builder::new()
+        .name("shepherd-http".into())
+        .stack_size(512 * 1024)
+        .spawn(move || {
+            let _slot = slot;
+            connection.serve(&*handler, reading);
+        });
+    if let Err(error) = spawned {
+        eprintln!("shepherd: cannot start a connection thread: {error}");
     }
 }
 

@@ -60,6 +60,10 @@ pub(super) fn tool_registry(settings: &Settings) -> Result<ToolRegistry, i32> {
     for glob in &settings.disable_tools {
         tools.disable(glob);
     }
+    // `--enable-tools`: only the matching tools, whatever was disabled before.
+    if !settings.enable_tools.is_empty() {
+        tools.disable("*");
+    }
     for glob in &settings.enable_tools {
         tools.enable(glob);
     }

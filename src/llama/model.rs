@@ -177,15 +177,19 @@ impl Model {
 
     /// Whether the last few cached positions of a sequence can always be removed and
     /// decoding go on from there (what speculative decoding does with a rejected
-    /// draft): not with a recurrent state, nor with sliding-window layers, which drop
-    /// the positions that fall out of their window at every decode.
+    /// draft): not with a recurrent state. Sliding-window layers can: llama.cpp
+    /// reuses a cell for a batch only when the cell is outside the window of the
+    /// position right after the sequence's last one (`find_slot`), so the cells that
+    /// position attends to outlive a batch decoded after it and then removed
+    /// ([`crate::llama::Context::truncate_seq`] checks it all the same, and
+    /// llama-server's own test, decoding two tokens and removing one, passes too).
     pub fn can_rewind(&self) -> bool {
         // SAFETY: `raw` is a valid model for the lifetime of `self`; both only read.
         let recurrent = unsafe {
             sys::llama_model_is_recurrent(self.raw.as_ptr())
                 || sys::llama_model_is_hybrid(self.raw.as_ptr())
         };
-        !recurrent && self.n_swa() == 0
+        !recurrent
     }
 
     /// The ggml element types of the model's weight matrices, `None` if unknown.

@@ -134,8 +134,9 @@ impl ToolContext {
 /// The tools on offer, with the user's enable/disable globs applied.
 pub struct ToolRegistry {
     tools: Vec<Box<dyn Tool>>,
-    disabled: Vec<String>,
-    enabled: Vec<String>,
+    /// Enable (`true`) and disable globs in the order given: the last one that
+    /// matches a tool decides; a tool none matches is enabled.
+    rules: Vec<(String, bool)>,
     /// A profile's tool globs: when not empty, only matching tools are offered.
     allowed: Vec<String>,
     /// Dynamic tool sources, each with the generation its tools were taken at.
@@ -154,8 +155,7 @@ impl ToolRegistry {
     pub fn empty() -> Self {
         ToolRegistry {
             tools: Vec::new(),
-            disabled: Vec::new(),
-            enabled: Vec::new(),
+            rules: Vec::new(),
             allowed: Vec::new(),
             sources: Vec::new(),
             dynamic: Vec::new(),
@@ -216,15 +216,16 @@ impl ToolRegistry {
         }
     }
 
-    /// Disables the tools whose names match `glob` (fnmatch style, case-insensitive).
+    /// Disables the tools whose names match `glob` (fnmatch style,
+    /// case-insensitive), over any rule before it.
     pub fn disable(&mut self, glob: &str) {
-        self.disabled.push(glob.to_ascii_lowercase());
+        self.rules.push((glob.to_ascii_lowercase(), false));
     }
 
-    /// Re-enables matching tools. Enable globs win over disable globs whatever
-    /// the call order, as `--disable-tools` is applied before `--enable-tools`.
+    /// Enables matching tools, over any rule before it (REPL `/tools enable`,
+    /// `--enable-tools` after `--disable-tools`).
     pub fn enable(&mut self, glob: &str) {
-        self.enabled.push(glob.to_ascii_lowercase());
+        self.rules.push((glob.to_ascii_lowercase(), true));
     }
 
     /// Offers only tools matching one of `globs` (a profile's set); empty
@@ -238,7 +239,12 @@ impl ToolRegistry {
         let name = name.to_ascii_lowercase();
         let any = |globs: &[String]| globs.iter().any(|g| pattern::fnmatch(g, &name));
         let allowed = self.allowed.is_empty() || any(&self.allowed);
-        allowed && (!any(&self.disabled) || any(&self.enabled))
+        let last = self
+            .rules
+            .iter()
+            .rev()
+            .find(|(glob, _)| pattern::fnmatch(glob, &name));
+        allowed && last.is_none_or(|(_, on)| *on)
     }
 
     fn enabled_tools(&self) -> impl Iterator<Item = &dyn Tool> {
@@ -340,14 +346,28 @@ mod tests {
     }
 
     #[test]
-    fn disable_then_enable() {
+    fn the_last_matching_rule_decides() {
         let mut registry = ToolRegistry::builtin();
-        registry.enable("webfetch");
         registry.disable("*");
-        assert_eq!(registry.names(), vec!["webfetch".to_string()]);
-        registry.disable("web*");
+        registry.enable("webfetch");
         assert_eq!(registry.names(), vec!["webfetch".to_string()]);
         assert_eq!(registry.specs().len(), 1);
+        // What the REPL's /tools does in turn: each command changes the offer.
+        registry.disable("web*");
+        assert!(registry.names().is_empty());
+        registry.enable("*");
+        assert_eq!(
+            registry.names().len(),
+            ToolRegistry::builtin().names().len()
+        );
+        registry.disable("bash");
+        registry.disable("grep");
+        let names = registry.names();
+        assert!(
+            !names.iter().any(|n| n == "bash" || n == "grep"),
+            "{names:?}"
+        );
+        assert!(names.iter().any(|n| n == "read"), "{names:?}");
     }
 
     #[test]

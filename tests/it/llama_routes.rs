@@ -200,3 +200,88 @@ fn a_stream_that_goes_straight_to_a_tool_call_shows_no_empty_content() {
         .expect("a tool call");
     assert_eq!(call["function"]["name"], json!("get_weather"), "{deltas:?}");
 }
+
+#[test]
+fn seed_alias_and_chat_template_flags_do_what_llama_servers_do() {
+    let sandbox = crate::harness::Sandbox::new("chattemplate");
+    let template = sandbox.path().join("t.jinja");
+    let source = "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}\
+                  {% if add_generation_prompt %}[assistant] {% endif %}";
+    std::fs::write(&template, source).expect("write the template");
+    let template = template.to_str().expect("UTF-8 path").to_string();
+    let server = ApiServer::with_model(&[
+        "--context-size",
+        "2048",
+        "--seed",
+        "1234",
+        "--alias",
+        "my-model",
+        "--chat-template-file",
+        &template,
+    ]);
+    let (status, models) = server.get("/v1/models");
+    assert_eq!(status, 200, "{models}");
+    let models: Value = serde_json::from_str(&models).expect("JSON");
+    assert_eq!(models["data"][0]["id"], json!("my-model"), "{models}");
+    let (_, props) = server.get("/props");
+    let props: Value = serde_json::from_str(&props).expect("JSON");
+    assert_eq!(props["chat_template"], json!(source), "{props}");
+    assert_eq!(
+        props["default_generation_settings"]["params"]["seed"],
+        json!(1234),
+        "{props}"
+    );
+    let messages = json!([{"role": "user", "content": "Hi"}]);
+    let (_, applied) = server.post("/apply-template", &json!({ "messages": messages }));
+    let prompt = applied["prompt"].as_str().expect("prompt");
+    assert!(prompt.ends_with("[user] Hi\n[assistant] "), "{prompt:?}");
+    // The server's seed is every request's seed: sampled answers repeat.
+    let request = json!({"messages": messages, "max_tokens": 12, "temperature": 1.5});
+    let answers: Vec<Value> = (0..2)
+        .map(|_| server.post("/v1/chat/completions", &request).1)
+        .map(|answer| answer["choices"][0]["message"]["content"].clone())
+        .collect();
+    assert_eq!(answers[0], answers[1], "{answers:?}");
+    assert_eq!(
+        server.post("/v1/chat/completions", &request).1["model"],
+        json!("my-model")
+    );
+}
+
+#[test]
+fn host_takes_several_addresses_as_llama_servers_does() {
+    // Every 127.0.0.0/8 address is this machine's loopback on Linux.
+    let server = ApiServer::with_model(&["--host", "127.0.0.1,127.0.0.2"]);
+    let port = server
+        .url("")
+        .rsplit(':')
+        .next()
+        .expect("a port")
+        .to_string();
+    let second = format!("http://127.0.0.2:{port}");
+    assert!(
+        server.log().contains(&format!("and {second}")),
+        "{}",
+        server.log()
+    );
+    let agent = crate::harness::http_agent(std::time::Duration::from_secs(30));
+    let models = agent
+        .get(&format!("{second}/v1/models"))
+        .call()
+        .expect("the second address answers")
+        .into_body()
+        .read_to_string()
+        .expect("a body");
+    assert!(models.contains("SmolLM2"), "{models}");
+    // A list with an address that is not loopback needs a token, as one does.
+    let refused = crate::harness::Sandbox::new("hosts").run(
+        &["--server", "--host", "127.0.0.1,0.0.0.0", "--port", "0"],
+        "",
+    );
+    assert_eq!(refused.status, Some(2), "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("without an auth token"),
+        "{}",
+        refused.stderr
+    );
+}

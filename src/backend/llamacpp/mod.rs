@@ -96,6 +96,9 @@ pub struct LlamaConfig {
     pub prompt_cache: Option<prompt_cache::PromptCacheConfig>,
     /// Speculative decoding (`--spec`, `--draft-max`, `--model-draft`).
     pub spec: speculative::SpecConfig,
+    /// `--chat-template`: Jinja source used instead of the model's own template
+    /// (and its `tool_use` one); `chatml` is the built-in ChatML.
+    pub chat_template: Option<String>,
 }
 
 impl LlamaConfig {
@@ -115,6 +118,7 @@ impl LlamaConfig {
             progress: None,
             prompt_cache: None,
             spec: speculative::SpecConfig::default(),
+            chat_template: None,
         }
     }
 }
@@ -652,11 +656,25 @@ fn load_draft(
 
 /// The model's chat template and its `tool_use` variant (the GGUF key
 /// `tokenizer.chat_template.tool_use`: Hermes 2 Pro, Command R+), or ChatML.
-fn load_template(model: &Model) -> ChatTemplate {
-    let source = model.chat_template();
-    let tool_use = model.meta_str("tokenizer.chat_template.tool_use");
+/// The model's chat template, or the one given instead of it (`--chat-template`),
+/// which must parse: a typo there is an error at start, not a silent ChatML.
+fn load_template(model: &Model, given: Option<&str>) -> Result<ChatTemplate, BackendError> {
     let (bos, eos) = (model.bos_text(), model.eos_text());
-    local::load_templates(source.as_deref(), tool_use.as_deref(), &bos, &eos)
+    match given {
+        Some(template::CHATML) => Ok(local::load_templates(None, None, &bos, &eos)),
+        Some(source) => ChatTemplate::new(Some(source), &bos, &eos)
+            .map_err(|e| BackendError::Config(format!("--chat-template: {e}"))),
+        None => {
+            let source = model.chat_template();
+            let tool_use = model.meta_str("tokenizer.chat_template.tool_use");
+            Ok(local::load_templates(
+                source.as_deref(),
+                tool_use.as_deref(),
+                &bos,
+                &eos,
+            ))
+        }
+    }
 }
 
 #[cfg(test)]

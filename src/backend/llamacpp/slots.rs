@@ -383,7 +383,7 @@ impl<'m> Worker<'m> {
             }
         });
         let (spec, drafter) = speculation(model, draft, config, &params)?;
-        let template = load_template(model);
+        let template = load_template(model, config.chat_template.as_deref())?;
         let call_syntax = local::call_syntax(&template, |tail| end_of_turn(model, tail));
         let learnt = call_syntax.as_ref().and_then(format::CallSyntax::learnt);
         crate::log::debug(crate::log::Category::Llm, || {
@@ -429,7 +429,10 @@ impl<'m> Worker<'m> {
             n_ctx: self.ctx.n_ctx(),
             n_ctx_slot: self.ctx.n_ctx_seq(),
             slots: self.ctx.n_seq_max(),
-            chat_template: model.chat_template().unwrap_or_default(),
+            chat_template: config
+                .chat_template
+                .clone()
+                .unwrap_or_else(|| model.chat_template().unwrap_or_default()),
             n_embd: usize::try_from(model.n_embd()).unwrap_or(0),
             n_vocab: model.n_vocab(),
             pooling: config.pooling,

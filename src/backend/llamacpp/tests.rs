@@ -1401,14 +1401,42 @@ fn a_draft_model_with_another_vocabulary_is_refused_by_name() {
 }
 
 #[test]
-fn a_sliding_window_model_does_not_speculate() {
-    // Gemma 3's window layers drop cells at every decode, so a rejected draft could
-    // not leave the cache: speculation is off for it, whatever the request repeats.
-    let mut llm = swa_backend();
-    let text = "one two three four five six seven eight nine ten. one two three four";
-    let (reply, events) = ask(&mut llm, &question(text), &greedy(24));
-    reply.unwrap();
-    assert_eq!(stats_of(&events).draft_tokens, 0);
+fn a_sliding_window_model_speculates_and_keeps_its_window() {
+    // A prompt longer than the window layers' cache (512 + 64, padded to 768), so
+    // every verification batch lands in a full window cache and every rejected
+    // draft is removed from it; the answer repeats what the prompt holds.
+    let lines: Vec<String> = (1..=70)
+        .map(|i| format!("Line {i}: the quick brown fox jumps over the lazy dog."))
+        .collect();
+    let prompt = [PromptPart::Text(format!("{}\nLine 71:", lines.join("\n")))];
+    let answer = |spec: speculative::SpecConfig| {
+        let mut config = LlamaConfig::new(swa_test_model_path());
+        config.context_size = Some(2048);
+        config.ubatch = Some(64);
+        config.threads = Some(2);
+        config.progress = None;
+        config.spec = spec;
+        let mut llm = LlamaBackend::new(config).expect("the SWA test model loads");
+        let request = GenerateRequest {
+            tools: &[],
+            tool_choice: &ToolChoice::None,
+            sampling: &greedy(80),
+            stream: true,
+        };
+        let mut events = Vec::new();
+        let reply = llm
+            .complete(&prompt, &request, &mut events)
+            .expect("an answer");
+        (reply.content, stats_of(&events))
+    };
+    let (plain, _) = answer(spec_off());
+    let (drafted, stats) = answer(speculative::SpecConfig::default());
+    assert!(stats.prompt_tokens > 768, "{stats:?}");
+    assert!(stats.draft_accepted >= 20, "drafts taken: {stats:?}");
+    // The window the next token attends to outlived every rejected draft: the
+    // answer goes on as without speculation.
+    assert_eq!(drafted, plain);
+    assert!(plain.contains("Line 72: the quick brown fox"), "{plain:?}");
 }
 
 #[test]

@@ -737,7 +737,8 @@ fn earlier_call<'a>(messages: &'a [Message], id: &str) -> Option<&'a ToolCall> {
 // ---------------------------------------------------------------------------
 // Start-up.
 
-/// The id clients see: the configured model name, or a model file's name.
+/// The id clients see without `--alias`: the configured model name, or a model
+/// file's name.
 fn model_id(provider: &crate::config::ProviderConfig) -> String {
     let name = provider
         .model
@@ -786,7 +787,7 @@ fn load(settings: &Settings) -> Result<Loaded, String> {
             .map_err(|e| format!("cannot start a worker thread: {e}"))?;
     }
     let defaults = Defaults {
-        model: model_id(&provider),
+        model: (settings.server.alias.clone()).unwrap_or_else(|| model_id(&provider)),
         system_prompt: settings.system_prompt.clone(),
         sampling: settings.sampling_for(&provider),
         use_tools: settings.use_tools,
@@ -859,7 +860,10 @@ pub fn run(settings: &Settings) -> i32 {
         Box::new(|| {}),
     ));
     match listener.local_addr() {
-        Ok(addr) => access.announce(addr, &format!("API server listening on http://{addr}")),
+        Ok(addr) => access.announce(
+            addr,
+            &format!("API server listening on {}", listener.urls()),
+        ),
         Err(error) => eprintln!("shepherd: API server listening (address unknown: {error})"),
     }
     listener.run(api);

@@ -37,7 +37,7 @@ pub fn run(
         }),
     ));
     match listener.local_addr() {
-        Ok(addr) => access.announce(addr, &format!("cliserver listening on http://{addr}")),
+        Ok(addr) => access.announce(addr, &format!("cliserver listening on {}", listener.urls())),
         Err(error) => eprintln!("shepherd: cliserver listening (address unknown: {error})"),
     }
     listener.run(cli);
