@@ -204,7 +204,7 @@ fn a_stream_that_goes_straight_to_a_tool_call_shows_no_empty_content() {
 #[test]
 fn seed_alias_and_chat_template_flags_do_what_llama_servers_do() {
     let sandbox = crate::harness::Sandbox::new("chattemplate");
-    let template = sandbox.path().join("t.jinja");
+    let template = sandbox.work().join("t.jinja");
     let source = "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}\
                   {% if add_generation_prompt %}[assistant] {% endif %}";
     std::fs::write(&template, source).expect("write the template");
