@@ -31,7 +31,8 @@
 //! and gemm in either kernel mode, so those models verify with the fast kernels and
 //! a greedy answer may part from the unspeculated one where two logits nearly tie,
 //! as with llama-server's drafting (docs/LLAMA.md). Without speculation
-//! (`--spec off`, or a model that cannot rewind) every step takes the fast kernels.
+//! (`--spec off`, or a recurrent model, which cannot rewind) every step takes the
+//! fast kernels.
 //! **Drafters.** [`ngram_draft`] (`--spec ngram`, the default) needs no model: it
 //! proposes what followed the latest earlier occurrence of the slot's last few
 //! tokens in its own context, which pays where an answer repeats what the context
