@@ -220,6 +220,40 @@ impl Sampler {
     }
 }
 
+/// Stepping a chain by hand, for tests that check what its grammar allows.
+#[cfg(test)]
+impl Sampler {
+    /// Whether the chain lets `token` through now: its logit is not masked to
+    /// -inf when it is the only candidate (what a grammar does to a token it
+    /// rejects, end of generation included).
+    pub(crate) fn allows(&mut self, token: Token) -> bool {
+        let mut data = [sys::llama_token_data {
+            id: token,
+            logit: 0.0,
+            p: 0.0,
+        }];
+        let mut candidates = sys::llama_token_data_array {
+            data: data.as_mut_ptr(),
+            size: data.len(),
+            selected: -1,
+            sorted: false,
+        };
+        // SAFETY: `raw` is a valid chain; `candidates` points at `data`, one
+        // initialised entry that outlives the call; the stages only rewrite the
+        // entry's fields and `selected`.
+        unsafe { sys::llama_sampler_apply(self.raw.as_ptr(), &mut candidates) };
+        data[0].logit != f32::NEG_INFINITY
+    }
+
+    /// Records `token` as generated: the grammar advances over it. Call it only
+    /// with a token [`Sampler::allows`]: llama.cpp's grammar throws (aborting
+    /// the process) on one it rejects.
+    pub(crate) fn accept(&mut self, token: Token) {
+        // SAFETY: `raw` is a valid chain and `token` one the grammar allows now.
+        unsafe { sys::llama_sampler_accept(self.raw.as_ptr(), token) };
+    }
+}
+
 /// The index of the first highest value, as llama.cpp's greedy sampler picks it
 /// (a later value wins only if strictly greater; NaN never wins).
 fn first_max(values: &[f32]) -> usize {

@@ -875,6 +875,11 @@ fn the_official_openai_client_completes_text_and_embeds_against_smollm2() {
 }
 
 #[test]
+fn the_official_openai_client_speaks_the_responses_api_and_gets_its_schemas_kept() {
+    run_client_script("responses_client.py");
+}
+
+#[test]
 fn the_official_anthropic_client_sees_the_stop_sequence_that_ended_the_message() {
     run_client_script("anthropic_routes.py");
 }

@@ -169,17 +169,20 @@ pub(super) fn sampler_params(
     // the lazy grammar of `auto` (an answer in that format is what was asked for).
     let tools = tools.filter(|t| t.trigger.is_none() || sampling.response_format.is_none());
     let grammar_triggers = tools.and_then(|t| t.trigger.clone()).into_iter().collect();
-    let grammar = tools.map(|t| t.grammar.clone()).or_else(|| {
-        sampling
-            .response_format
-            .as_ref()
-            .map(|format| match format {
-                ResponseFormat::JsonObject => llama::grammar::json_grammar(None),
-                ResponseFormat::JsonSchema { schema, .. } => {
-                    llama::grammar::json_grammar(Some(schema))
-                }
-            })
-    });
+    // A schema outside the supported subset is an invalid request: the API
+    // server checks it first (`check_schema`); this covers every other caller.
+    let grammar = match tools {
+        Some(tools) => Some(tools.grammar.clone()),
+        None => match &sampling.response_format {
+            None => None,
+            Some(ResponseFormat::JsonObject) => Some(llama::grammar::json_grammar(None)),
+            Some(ResponseFormat::JsonSchema { schema, .. }) => {
+                Some(llama::grammar::json_grammar(Some(schema)))
+            }
+        }
+        .transpose()
+        .map_err(|e| BackendError::Config(format!("response_format: {e}")))?,
+    };
     let params = SamplerParams {
         temperature: sampling.temperature.unwrap_or(defaults.temperature),
         top_p: sampling.top_p.unwrap_or(defaults.top_p),

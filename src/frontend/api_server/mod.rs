@@ -39,6 +39,7 @@ mod metrics;
 mod native;
 mod openai;
 mod pool;
+mod responses;
 mod text;
 mod wire;
 
@@ -143,13 +144,14 @@ enum Answer {
     Anthropic(anthropic::Answer),
     Text(completions::Answer),
     Native(native::Answer),
+    Responses(responses::Answer),
 }
 
 impl Answer {
     fn error(&self, responder: Responder, error: &ApiError) {
         let headers = error.headers();
         match self {
-            Answer::OpenAi(_) | Answer::Text(_) | Answer::Native(_) => {
+            Answer::OpenAi(_) | Answer::Text(_) | Answer::Native(_) | Answer::Responses(_) => {
                 responder.json_with(error.status, &error.openai_body(), &headers)
             }
             Answer::Anthropic(_) => {
@@ -164,6 +166,7 @@ impl Answer {
             Answer::Anthropic(a) => a.start(sse),
             Answer::Text(a) => a.start(sse),
             Answer::Native(a) => a.start(sse),
+            Answer::Responses(a) => a.start(sse),
         }
     }
 
@@ -173,6 +176,7 @@ impl Answer {
             Answer::Anthropic(a) => a.piece(sse, piece),
             Answer::Text(a) => a.piece(sse, piece),
             Answer::Native(a) => a.piece(sse, piece),
+            Answer::Responses(a) => a.piece(sse, piece),
         }
     }
 
@@ -182,15 +186,17 @@ impl Answer {
             Answer::Anthropic(a) => a.finish(sse, reply, usage),
             Answer::Text(a) => a.finish(sse, reply, usage),
             Answer::Native(a) => a.finish(sse, reply, usage),
+            Answer::Responses(a) => a.finish(sse, reply, usage),
         }
     }
 
-    fn fail(&self, sse: &mut SseStream, error: &ApiError) -> std::io::Result<()> {
+    fn fail(&mut self, sse: &mut SseStream, error: &ApiError) -> std::io::Result<()> {
         match self {
             // Chat and text completions end a failed stream alike (and
             // llama-server ends its own the same way).
             Answer::OpenAi(_) | Answer::Text(_) | Answer::Native(_) => openai::fail(sse, error),
             Answer::Anthropic(a) => a.fail(sse, error),
+            Answer::Responses(a) => a.fail(sse, error),
         }
     }
 
@@ -201,6 +207,7 @@ impl Answer {
             Answer::Anthropic(a) => responder.json(200, &a.whole(text, reply, usage)),
             Answer::Text(a) => responder.json(200, &a.whole(text, reply, usage)),
             Answer::Native(a) => responder.json(200, &a.whole(text, reply, usage)),
+            Answer::Responses(a) => responder.json(200, &a.whole(text, reply, usage)),
         }
     }
 }
@@ -659,6 +666,7 @@ impl Handler for ApiServer {
             }
             ("POST", "/v1/chat/completions") => self.chat(&request, responder),
             ("POST", "/v1/messages") => self.messages(&request, responder),
+            ("POST", "/v1/responses") => self.responses(&request, responder),
             ("POST", "/v1/messages/count_tokens") => self.count_tokens(&request, responder),
             ("POST", "/v1/completions") => self.completions(&request, responder),
             ("POST", "/v1/embeddings") => self.embeddings(&request, responder),
@@ -674,6 +682,7 @@ impl Handler for ApiServer {
                 | "/v1/models"
                 | "/v1/chat/completions"
                 | "/v1/messages"
+                | "/v1/responses"
                 | "/v1/messages/count_tokens"
                 | "/v1/completions"
                 | "/v1/embeddings"
@@ -711,11 +720,12 @@ pub(crate) const FINGERPRINT: &str = concat!("shepherd-", env!("CARGO_PKG_VERSIO
 /// llama-server's unprefixed spellings of the OpenAI routes, as their `/v1`
 /// forms: the `openai` SDKs given a base URL without `/v1` call these.
 fn openai_route(path: &str) -> std::borrow::Cow<'_, str> {
-    const UNPREFIXED: [&str; 4] = [
+    const UNPREFIXED: [&str; 5] = [
         "/chat/completions",
         "/completions",
         "/models",
         "/embeddings",
+        "/responses",
     ];
     if UNPREFIXED.contains(&path) || path.starts_with("/models/") {
         std::borrow::Cow::Owned(format!("/v1{path}"))

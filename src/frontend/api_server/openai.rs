@@ -290,7 +290,9 @@ fn tool_result(m: &Fields<'_>, earlier: &[Message]) -> Result<Message, ApiError>
 }
 
 /// `tools`, OpenAI-style (`{type, function:{...}}`) or flat (`{name, ...}`).
-fn tools(f: &Fields<'_>) -> Result<Vec<ToolSpec>, ApiError> {
+/// `tools`: function tools, in chat's shape (`{type, function: {name, ...}}`)
+/// or the Responses API's flat one (`{type, name, ...}`).
+pub(super) fn tools(f: &Fields<'_>) -> Result<Vec<ToolSpec>, ApiError> {
     let mut specs = Vec::new();
     let mut seen = HashSet::new();
     for (i, item) in f.array("tools")?.into_iter().flatten().enumerate() {
@@ -337,7 +339,9 @@ fn tool_spec(f: &Fields<'_>) -> Result<ToolSpec, ApiError> {
     })
 }
 
-fn tool_choice(f: &Fields<'_>, tools: &[ToolSpec]) -> Result<ToolChoice, ApiError> {
+/// `tool_choice`: a mode, or one function named in chat's shape
+/// (`{type, function: {name}}`) or the Responses API's (`{type, name}`).
+pub(super) fn tool_choice(f: &Fields<'_>, tools: &[ToolSpec]) -> Result<ToolChoice, ApiError> {
     let choice = match f.get("tool_choice") {
         None => return Ok(ToolChoice::Auto),
         Some(Value::String(mode)) => match mode.as_str() {
@@ -354,10 +358,12 @@ fn tool_choice(f: &Fields<'_>, tools: &[ToolSpec]) -> Result<ToolChoice, ApiErro
                 return Ok(ToolChoice::Auto);
             };
             c.choice("type", &["function"])?;
-            let function = c
-                .object("function")?
-                .ok_or_else(|| c.missing("function", "an object"))?;
-            ToolChoice::Named(function.required_str("name")?.to_string())
+            let name = match c.object("function")? {
+                Some(function) => function.required_str("name")?,
+                None if c.has("name") => c.required_str("name")?,
+                None => return Err(c.missing("function", "an object")),
+            };
+            ToolChoice::Named(name.to_string())
         }
     };
     let offered = |name: &str| tools.iter().any(|t| t.name == name);
@@ -392,6 +398,20 @@ fn response_format(f: &Fields<'_>) -> Result<Option<ResponseFormat>, ApiError> {
     let Some(format) = f.object("response_format")? else {
         return Ok(None);
     };
+    match format.object("json_schema")? {
+        Some(spec) => format_of(&format, &spec),
+        None => format_of(&format, &format),
+    }
+}
+
+/// A response format from its `type` in `format` and, for `json_schema`, the
+/// `name`, `schema` and `strict` in `spec` (chat nests them in `json_schema`,
+/// the Responses API puts them beside the type). A schema is checked here: a
+/// keyword the grammar cannot enforce is a 400 naming it, never ignored.
+pub(super) fn format_of(
+    format: &Fields<'_>,
+    spec: &Fields<'_>,
+) -> Result<Option<ResponseFormat>, ApiError> {
     let kind = format
         .choice("type", &["text", "json_object", "json_schema"])?
         .ok_or_else(|| format.missing("type", "text, json_object or json_schema"))?;
@@ -399,9 +419,9 @@ fn response_format(f: &Fields<'_>) -> Result<Option<ResponseFormat>, ApiError> {
         "text" => None,
         "json_object" => Some(ResponseFormat::JsonObject),
         _ => {
-            let spec = format
-                .object("json_schema")?
-                .ok_or_else(|| format.missing("json_schema", "an object"))?;
+            if !spec.has("name") && !format.has("json_schema") && !format.has("schema") {
+                return Err(format.missing("json_schema", "an object"));
+            }
             let name = spec.required_str("name")?.to_string();
             let schema = match spec.get("schema") {
                 Some(schema @ Value::Object(_)) => schema.clone(),
@@ -413,6 +433,11 @@ fn response_format(f: &Fields<'_>) -> Result<Option<ResponseFormat>, ApiError> {
                     ))
                 }
             };
+            crate::llama::grammar::check_schema(&schema).map_err(|e| {
+                let mut error = ApiError::invalid(&spec.name("schema"), e.to_string());
+                error.code = Some("unsupported_schema".into());
+                error
+            })?;
             let strict = spec.bool("strict")?.unwrap_or(false);
             Some(ResponseFormat::JsonSchema {
                 name,

@@ -1,0 +1,815 @@
+//! `POST /v1/responses`: OpenAI's Responses API, which Codex and the OpenAI
+//! Agents SDK speak, over the same pool as chat completions.
+//!
+//! Stateless, as every route here: the request carries the whole conversation
+//! in `input` (what clients send with `store: false`); `previous_response_id`,
+//! `conversation` and `item_reference` items need stored responses and are a 400
+//! saying so. `input` is a string or a list of items: messages (`user`,
+//! `assistant`, and `system`/`developer`, which join `instructions` as the
+//! system prompt) whose content is a string or text parts, `function_call` and
+//! `function_call_output` items, and `reasoning` items (skipped: the model
+//! reasons afresh). `tools` are `function` tools (the flat shape); other tool
+//! types (web search, file search, ...) are a 400. `tool_choice`,
+//! `max_output_tokens`, `temperature`, `top_p`, `text.format` (`json_schema`,
+//! `json_object`) work as in chat completions; `store`, `include`,
+//! `parallel_tool_calls`, `reasoning` and `metadata` are accepted and echoed.
+//!
+//! The answer is a `response` with `reasoning`, `message` and `function_call`
+//! output items; streamed, the documented events from `response.created` to
+//! `response.completed` (`response.incomplete` when `max_output_tokens` cut it),
+//! each with its `sequence_number`.
+
+use std::io;
+use std::sync::atomic::Ordering;
+
+use serde_json::{json, Map, Value};
+
+use super::error::ApiError;
+use super::fields::{json_body, unknown_fields, Fields};
+use super::openai;
+use super::pool::Work;
+use super::text::{Assembler, Piece};
+use super::wire::encode;
+use super::wire::responses as wire;
+use super::{Defaults, Usage};
+use crate::backend::{Reply, ResponseFormat};
+use crate::core::{FinishReason, Message, Session, ToolCall};
+use crate::frontend::http::{Request, Responder, SseStream};
+
+/// A checked `/v1/responses` request.
+#[derive(Debug)]
+pub struct ResponsesRequest {
+    pub work: Work,
+    pub stream: bool,
+    pub model: String,
+    /// The settings the `response` object echoes.
+    pub echo: Map<String, Value>,
+    pub ignored: Vec<String>,
+}
+
+/// Fields accepted that change nothing here.
+const IGNORED: [&str; 8] = [
+    "store",
+    "include",
+    "parallel_tool_calls",
+    "reasoning",
+    "metadata",
+    "user",
+    "truncation",
+    "service_tier",
+];
+
+/// Every field this route reads.
+const KNOWN: [&str; 14] = [
+    "model",
+    "input",
+    "instructions",
+    "tools",
+    "tool_choice",
+    "max_output_tokens",
+    "temperature",
+    "top_p",
+    "stream",
+    "text",
+    "previous_response_id",
+    "conversation",
+    "background",
+    "top_logprobs",
+];
+
+/// Checks a `/v1/responses` body field by field.
+pub fn parse(body: &[u8], defaults: &Defaults) -> Result<ResponsesRequest, ApiError> {
+    let value = json_body(body)?;
+    let f = Fields::of(&value, "")?;
+    let ignored = unknown_fields(&value, &KNOWN, &IGNORED);
+    for key in ["previous_response_id", "conversation"] {
+        if f.get(key).is_some() {
+            return Err(ApiError::invalid(
+                key,
+                format!("'{key}' needs stored responses; this server keeps none: send the whole conversation in 'input' (store: false)"),
+            ));
+        }
+    }
+    f.unsupported("background", &[Value::Bool(false)])?;
+    f.unsupported("top_logprobs", &[Value::from(0)])?;
+    let model = f.str("model")?.unwrap_or(&defaults.model).to_string();
+    let instructions = f.str("instructions")?;
+    let (system, messages) = input(&f)?;
+    let tools = openai::tools(&f)?;
+    let tool_choice = openai::tool_choice(&f, &tools)?;
+    let mut sampling = openai::sampling(&f, defaults)?;
+    if let Some(n) = f.integer("max_output_tokens", 1, defaults.max_tokens_limit())? {
+        sampling.max_tokens = u32::try_from(n).ok();
+    }
+    sampling.response_format = text_format(&f)?;
+    let system = [instructions.map(str::to_string), system]
+        .into_iter()
+        .flatten()
+        .reduce(|a, b| format!("{a}\n\n{b}"));
+    let mut session = Session::new(system.unwrap_or_else(|| defaults.system_prompt.clone()));
+    session.messages = messages;
+    Ok(ResponsesRequest {
+        work: Work {
+            session,
+            tools,
+            tool_choice,
+            sampling,
+            use_tools: defaults.use_tools,
+            raw_prompt: None,
+        },
+        stream: f.bool("stream")?.unwrap_or(false),
+        model,
+        echo: echo(&f),
+        ignored,
+    })
+}
+
+/// The settings a `response` object shows, as the request gave them.
+fn echo(f: &Fields<'_>) -> Map<String, Value> {
+    let given = |key: &str, default: Value| f.get(key).cloned().unwrap_or(default);
+    let mut echo = Map::new();
+    echo.insert("instructions".into(), given("instructions", Value::Null));
+    echo.insert(
+        "max_output_tokens".into(),
+        given("max_output_tokens", Value::Null),
+    );
+    echo.insert("temperature".into(), given("temperature", Value::Null));
+    echo.insert("top_p".into(), given("top_p", Value::Null));
+    echo.insert("tools".into(), given("tools", json!([])));
+    echo.insert("tool_choice".into(), given("tool_choice", json!("auto")));
+    echo.insert(
+        "parallel_tool_calls".into(),
+        given("parallel_tool_calls", json!(true)),
+    );
+    echo.insert(
+        "text".into(),
+        given("text", json!({"format": {"type": "text"}})),
+    );
+    echo.insert(
+        "reasoning".into(),
+        given("reasoning", json!({"effort": null, "summary": null})),
+    );
+    echo.insert("metadata".into(), given("metadata", json!({})));
+    echo.insert("user".into(), given("user", Value::Null));
+    echo.insert("store".into(), json!(false));
+    echo.insert("previous_response_id".into(), Value::Null);
+    echo.insert("truncation".into(), json!("disabled"));
+    echo
+}
+
+/// `text.format`: `text`, `json_object`, or `json_schema` with `name`,
+/// `schema` and `strict` beside the type (the Responses API's flat shape).
+fn text_format(f: &Fields<'_>) -> Result<Option<ResponseFormat>, ApiError> {
+    let Some(text) = f.object("text")? else {
+        return Ok(None);
+    };
+    match text.object("format")? {
+        Some(format) => openai::format_of(&format, &format),
+        None => Ok(None),
+    }
+}
+
+/// The system text the input's `system`/`developer` messages add, and the
+/// conversation.
+fn input(f: &Fields<'_>) -> Result<(Option<String>, Vec<Message>), ApiError> {
+    let items = match f.get("input") {
+        Some(Value::String(text)) => return Ok((None, vec![Message::user(text.clone())])),
+        Some(Value::Array(items)) if !items.is_empty() => items,
+        _ => return Err(f.missing("input", "a string or a non-empty array of items")),
+    };
+    let mut system: Option<String> = None;
+    let mut out = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let it = Fields::of(item, &format!("input[{i}]"))?;
+        match it.str("type")?.unwrap_or("message") {
+            "message" => message(&it, &mut system, &mut out)?,
+            "function_call" => function_call(&it, &mut out)?,
+            "function_call_output" => {
+                let id = it.required_str("call_id")?;
+                let call = super::earlier_call(&out, id).ok_or_else(|| {
+                    ApiError::invalid(
+                        &it.name("call_id"),
+                        format!("call_id '{id}' answers no earlier function_call item"),
+                    )
+                })?;
+                let output = text_of(&it, "output")?;
+                out.push(Message::tool_result(call, output));
+            }
+            "reasoning" => {}
+            other => {
+                return Err(ApiError::invalid(
+                    &it.name("type"),
+                    format!("input items of type '{other}' are not supported here (stateless: no item references, no built-in tools)"),
+                ))
+            }
+        }
+    }
+    Ok((system, out))
+}
+
+fn message(
+    it: &Fields<'_>,
+    system: &mut Option<String>,
+    out: &mut Vec<Message>,
+) -> Result<(), ApiError> {
+    let role = it
+        .choice("role", &["user", "assistant", "system", "developer"])?
+        .ok_or_else(|| it.missing("role", "user, assistant, system or developer"))?;
+    let text = text_of(it, "content")?;
+    match role {
+        "user" => out.push(Message::user(text)),
+        "assistant" => out.push(Message::assistant(text)),
+        _ => {
+            *system = Some(match system.take() {
+                Some(before) => format!("{before}\n\n{text}"),
+                None => text,
+            })
+        }
+    }
+    Ok(())
+}
+
+/// A `function_call` item: a call of the assistant turn before it (or of a
+/// turn of its own).
+fn function_call(it: &Fields<'_>, out: &mut Vec<Message>) -> Result<(), ApiError> {
+    let arguments = it.required_str("arguments")?;
+    let arguments: Value = serde_json::from_str(arguments).map_err(|e| {
+        ApiError::invalid(
+            &it.name("arguments"),
+            format!("'arguments' must be a JSON object as text: {e}"),
+        )
+    })?;
+    let call = ToolCall {
+        id: it.required_str("call_id")?.to_string(),
+        name: it.required_str("name")?.to_string(),
+        arguments,
+    };
+    match out.last_mut() {
+        Some(last) if last.role == crate::core::Role::Assistant => last.tool_calls.push(call),
+        _ => {
+            let mut turn = Message::assistant(String::new());
+            turn.tool_calls.push(call);
+            out.push(turn);
+        }
+    }
+    Ok(())
+}
+
+/// A string, or text parts (`input_text`, `output_text`, `text`, `refusal`)
+/// joined; an image or a file is a 400.
+fn text_of(it: &Fields<'_>, key: &str) -> Result<String, ApiError> {
+    let parts = match it.get(key) {
+        Some(Value::String(text)) => return Ok(text.clone()),
+        Some(Value::Array(parts)) => parts,
+        _ => return Err(it.missing(key, "a string or an array of text parts")),
+    };
+    let mut text = String::new();
+    for (k, part) in parts.iter().enumerate() {
+        let p = Fields::of(part, &format!("{}[{k}]", it.name(key)))?;
+        match p.required_str("type")? {
+            "input_text" | "output_text" | "text" => text.push_str(p.required_str("text")?),
+            "refusal" => text.push_str(p.required_str("refusal")?),
+            other => {
+                return Err(ApiError::invalid(
+                    &p.name("type"),
+                    format!("content parts of type '{other}' are not supported (text only)"),
+                ))
+            }
+        }
+    }
+    Ok(text)
+}
+
+// ---------------------------------------------------------------------------
+// Answers.
+
+/// What kind of output item is open in a stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Reasoning,
+    Message,
+}
+
+/// An output item streamed so far: its kind, id and text.
+#[derive(Debug)]
+struct Streamed {
+    kind: Kind,
+    id: String,
+    text: String,
+}
+
+/// Writes one response, whole or as events.
+pub struct Answer {
+    pub id: String,
+    pub created: u64,
+    pub model: String,
+    echo: Map<String, Value>,
+    sequence: u64,
+    /// The items streamed so far; the last is open while `open` says so.
+    items: Vec<Streamed>,
+    open: bool,
+}
+
+impl Answer {
+    pub fn new(id: String, created: u64, model: String, echo: Map<String, Value>) -> Answer {
+        Answer {
+            id,
+            created,
+            model,
+            echo,
+            sequence: 0,
+            items: Vec::new(),
+            open: false,
+        }
+    }
+
+    fn item_id(&self, prefix: &str, index: usize) -> String {
+        let stem = self.id.strip_prefix("resp_").unwrap_or(&self.id);
+        format!("{prefix}_{stem}{index}")
+    }
+
+    fn send(&mut self, sse: &mut SseStream, event: wire::Event<'_>) -> io::Result<()> {
+        let name = event.name();
+        let sequenced = wire::Sequenced {
+            event,
+            sequence_number: self.sequence,
+        };
+        self.sequence += 1;
+        sse.send_event(name, &encode(&sequenced))
+    }
+
+    /// The `response` object with `output`, its status and usage.
+    fn response<'a>(
+        &'a self,
+        output: Vec<wire::Item<'a>>,
+        finished: Option<(&Reply, &Usage)>,
+    ) -> wire::Response<'a> {
+        let incomplete = finished.is_some_and(|(reply, _)| reply.finish == FinishReason::Length);
+        wire::Response {
+            id: &self.id,
+            object: "response",
+            created_at: self.created,
+            status: match finished {
+                None => "in_progress",
+                Some(_) if incomplete => "incomplete",
+                Some(_) => "completed",
+            },
+            model: &self.model,
+            output,
+            usage: finished.map(|(_, usage)| wire_usage(usage)),
+            incomplete_details: incomplete.then_some(wire::Incomplete {
+                reason: "max_output_tokens",
+            }),
+            error: None,
+            echo: &self.echo,
+        }
+    }
+
+    pub fn start(&mut self, sse: &mut SseStream) -> io::Result<()> {
+        let created = wire::Event::Created {
+            response: self.response(Vec::new(), None),
+        };
+        let created = encode(&wire::Sequenced {
+            event: created,
+            sequence_number: 0,
+        });
+        let in_progress = encode(&wire::Sequenced {
+            event: wire::Event::InProgress {
+                response: self.response(Vec::new(), None),
+            },
+            sequence_number: 1,
+        });
+        self.sequence = 2;
+        sse.send_event("response.created", &created)?;
+        sse.send_event("response.in_progress", &in_progress)
+    }
+
+    pub fn piece(&mut self, sse: &mut SseStream, piece: Piece) -> io::Result<()> {
+        let (kind, delta) = match piece {
+            Piece::Text(text) => (Kind::Message, text),
+            Piece::Reasoning(text) => (Kind::Reasoning, text),
+        };
+        if !self.open || self.items.last().map(|i| i.kind) != Some(kind) {
+            self.close(sse)?;
+            self.open_item(sse, kind)?;
+        }
+        let index = self.items.len() - 1;
+        let id = self.items[index].id.clone();
+        self.items[index].text.push_str(&delta);
+        let event = match kind {
+            Kind::Message => wire::Event::TextDelta {
+                item_id: &id,
+                output_index: index,
+                content_index: 0,
+                delta: &delta,
+            },
+            Kind::Reasoning => wire::Event::ReasoningDelta {
+                item_id: &id,
+                output_index: index,
+                content_index: 0,
+                delta: &delta,
+            },
+        };
+        self.send(sse, event)
+    }
+
+    fn open_item(&mut self, sse: &mut SseStream, kind: Kind) -> io::Result<()> {
+        let index = self.items.len();
+        let prefix = if kind == Kind::Message { "msg" } else { "rs" };
+        let id = self.item_id(prefix, index);
+        let (item, part) = match kind {
+            Kind::Message => (
+                message_item(id.clone(), "in_progress", Vec::new()),
+                output_text(""),
+            ),
+            Kind::Reasoning => (reasoning_item(id.clone(), Vec::new()), reasoning_text("")),
+        };
+        self.send(
+            sse,
+            wire::Event::ItemAdded {
+                output_index: index,
+                item,
+            },
+        )?;
+        self.send(
+            sse,
+            wire::Event::PartAdded {
+                item_id: &id,
+                output_index: index,
+                content_index: 0,
+                part,
+            },
+        )?;
+        self.items.push(Streamed {
+            kind,
+            id,
+            text: String::new(),
+        });
+        self.open = true;
+        Ok(())
+    }
+
+    /// Ends the open item: its text's `done`, its part's, its own.
+    fn close(&mut self, sse: &mut SseStream) -> io::Result<()> {
+        if !self.open {
+            return Ok(());
+        }
+        self.open = false;
+        let index = self.items.len() - 1;
+        let Streamed { kind, id, text } = &self.items[index];
+        let (kind, id, text) = (*kind, id.clone(), text.clone());
+        let (done, part, item) = match kind {
+            Kind::Message => (
+                wire::Event::TextDone {
+                    item_id: &id,
+                    output_index: index,
+                    content_index: 0,
+                    text: &text,
+                },
+                output_text(&text),
+                message_item(id.clone(), "completed", vec![output_text(&text)]),
+            ),
+            Kind::Reasoning => (
+                wire::Event::ReasoningDone {
+                    item_id: &id,
+                    output_index: index,
+                    content_index: 0,
+                    text: &text,
+                },
+                reasoning_text(&text),
+                reasoning_item(id.clone(), vec![reasoning_text(&text)]),
+            ),
+        };
+        self.send(sse, done)?;
+        let part_done = wire::Event::PartDone {
+            item_id: &id,
+            output_index: index,
+            content_index: 0,
+            part,
+        };
+        self.send(sse, part_done)?;
+        self.send(
+            sse,
+            wire::Event::ItemDone {
+                output_index: index,
+                item,
+            },
+        )
+    }
+
+    /// The tool calls as items, then `response.completed` (or `.incomplete`).
+    pub fn finish(&mut self, sse: &mut SseStream, reply: &Reply, usage: &Usage) -> io::Result<()> {
+        self.close(sse)?;
+        let first = self.items.len();
+        for (k, call) in reply.tool_calls.iter().enumerate() {
+            let index = first + k;
+            let id = self.item_id("fc", index);
+            let arguments = call.arguments.to_string();
+            let added = function_item(id.clone(), call, String::new(), "in_progress");
+            self.send(
+                sse,
+                wire::Event::ItemAdded {
+                    output_index: index,
+                    item: added,
+                },
+            )?;
+            let delta = wire::Event::ArgumentsDelta {
+                item_id: &id,
+                output_index: index,
+                delta: &arguments,
+            };
+            self.send(sse, delta)?;
+            let done = wire::Event::ArgumentsDone {
+                item_id: &id,
+                output_index: index,
+                arguments: &arguments,
+            };
+            self.send(sse, done)?;
+            let item = function_item(id.clone(), call, arguments.clone(), "completed");
+            self.send(
+                sse,
+                wire::Event::ItemDone {
+                    output_index: index,
+                    item,
+                },
+            )?;
+        }
+        let mut output: Vec<wire::Item<'_>> = self.items.iter().map(streamed_item).collect();
+        output.extend(self.calls(reply, first));
+        let response = self.response(output, Some((reply, usage)));
+        let event = if response.status == "incomplete" {
+            wire::Event::Incomplete { response }
+        } else {
+            wire::Event::Completed { response }
+        };
+        let name = event.name();
+        let sequenced = wire::Sequenced {
+            event,
+            sequence_number: self.sequence,
+        };
+        sse.send_event(name, &encode(&sequenced))
+    }
+
+    fn calls<'a>(&self, reply: &'a Reply, first: usize) -> Vec<wire::Item<'a>> {
+        let items = reply.tool_calls.iter().enumerate();
+        items
+            .map(|(k, call)| {
+                let id = self.item_id("fc", first + k);
+                function_item(id, call, call.arguments.to_string(), "completed")
+            })
+            .collect()
+    }
+
+    /// An error after the stream started: the `error` event.
+    pub fn fail(&mut self, sse: &mut SseStream, error: &ApiError) -> io::Result<()> {
+        let event = wire::Event::Error {
+            code: error.code.as_deref(),
+            message: &error.message,
+            param: error.param.as_deref(),
+        };
+        self.send(sse, event)
+    }
+
+    /// The whole `response`.
+    pub fn whole<'a>(
+        &'a self,
+        text: &'a Assembler,
+        reply: &'a Reply,
+        usage: &Usage,
+    ) -> wire::Response<'a> {
+        let mut output = Vec::new();
+        if !text.reasoning.is_empty() {
+            let content = vec![reasoning_text(&text.reasoning)];
+            output.push(reasoning_item(self.item_id("rs", output.len()), content));
+        }
+        if !text.text.is_empty() || reply.tool_calls.is_empty() {
+            let content = vec![output_text(&text.text)];
+            let id = self.item_id("msg", output.len());
+            output.push(message_item(id, "completed", content));
+        }
+        let first = output.len();
+        output.extend(self.calls(reply, first));
+        self.response(output, Some((reply, usage)))
+    }
+}
+
+fn output_text(text: &str) -> wire::Part<'_> {
+    wire::Part::OutputText {
+        text,
+        annotations: [],
+    }
+}
+
+fn reasoning_text(text: &str) -> wire::Part<'_> {
+    wire::Part::ReasoningText { text }
+}
+
+fn message_item<'a>(
+    id: String,
+    status: &'static str,
+    content: Vec<wire::Part<'a>>,
+) -> wire::Item<'a> {
+    wire::Item::Message {
+        id,
+        status,
+        role: "assistant",
+        content,
+    }
+}
+
+fn reasoning_item<'a>(id: String, content: Vec<wire::Part<'a>>) -> wire::Item<'a> {
+    wire::Item::Reasoning {
+        id,
+        summary: [],
+        content,
+    }
+}
+
+fn function_item<'a>(
+    id: String,
+    call: &'a ToolCall,
+    arguments: String,
+    status: &'static str,
+) -> wire::Item<'a> {
+    wire::Item::FunctionCall {
+        id,
+        call_id: &call.id,
+        name: &call.name,
+        arguments,
+        status,
+    }
+}
+
+fn streamed_item(item: &Streamed) -> wire::Item<'_> {
+    match item.kind {
+        Kind::Message => message_item(item.id.clone(), "completed", vec![output_text(&item.text)]),
+        Kind::Reasoning => reasoning_item(item.id.clone(), vec![reasoning_text(&item.text)]),
+    }
+}
+
+fn wire_usage(usage: &Usage) -> wire::Usage {
+    wire::Usage {
+        input_tokens: usage.prompt,
+        input_tokens_details: wire::InputDetails {
+            cached_tokens: usage.cached.unwrap_or(0),
+        },
+        output_tokens: usage.completion,
+        output_tokens_details: wire::OutputDetails {
+            reasoning_tokens: 0,
+        },
+        total_tokens: usage.prompt + usage.completion,
+    }
+}
+
+impl super::ApiServer {
+    /// `POST /v1/responses`.
+    pub(super) fn responses(&self, request: &Request, responder: Responder) {
+        self.metrics.chat_requests.fetch_add(1, Ordering::Relaxed);
+        let Some((loaded, responder)) = self.loaded(responder) else {
+            return;
+        };
+        let parsed = match parse(&request.body, &loaded.defaults) {
+            Ok(parsed) => parsed,
+            Err(error) => return self.refuse(responder, &error),
+        };
+        super::log_ignored("/v1/responses", &parsed.ignored);
+        let id = self.new_id("resp_");
+        let answer = Answer::new(id, super::now_secs(), parsed.model, parsed.echo);
+        let answer = super::Answer::Responses(answer);
+        self.serve(loaded, answer, parsed.work, parsed.stream, responder);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::Role;
+
+    fn parse_json(body: Value) -> Result<ResponsesRequest, ApiError> {
+        let defaults = Defaults {
+            model: "served".into(),
+            system_prompt: "server prompt".into(),
+            ..Defaults::default()
+        };
+        parse(body.to_string().as_bytes(), &defaults)
+    }
+
+    #[test]
+    fn an_agents_conversation_becomes_the_session() {
+        let request = parse_json(json!({
+            "model": "m", "instructions": "Be brief.", "store": false,
+            "include": ["reasoning.encrypted_content"],
+            "input": [
+                {"role": "developer", "content": "Use tools."},
+                {"role": "user", "content": [{"type": "input_text", "text": "Weather?"}]},
+                {"type": "reasoning", "id": "rs_1", "summary": []},
+                {"type": "function_call", "call_id": "c1", "name": "weather",
+                 "arguments": "{\"city\": \"Paris\"}"},
+                {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+            ],
+            "tools": [{"type": "function", "name": "weather", "parameters": {"type": "object"}}],
+            "tool_choice": {"type": "function", "name": "weather"},
+            "max_output_tokens": 50, "temperature": 0.2,
+            "text": {"format": {"type": "json_schema", "name": "r", "schema": {"type": "object"}}},
+        }))
+        .unwrap();
+        let session = &request.work.session;
+        assert_eq!(session.system_prompt, "Be brief.\n\nUse tools.");
+        let roles: Vec<Role> = session.messages.iter().map(|m| m.role).collect();
+        assert_eq!(roles, [Role::User, Role::Assistant, Role::Tool]);
+        assert_eq!(
+            session.messages[1].tool_calls[0].arguments,
+            json!({"city": "Paris"})
+        );
+        assert_eq!(request.work.sampling.max_tokens, Some(50));
+        assert!(matches!(
+            request.work.sampling.response_format,
+            Some(ResponseFormat::JsonSchema { .. })
+        ));
+        assert_eq!(
+            request.work.tool_choice,
+            crate::backend::ToolChoice::Named("weather".into())
+        );
+        assert_eq!(request.echo["instructions"], json!("Be brief."));
+        assert_eq!(request.echo["store"], json!(false));
+        assert!(request.ignored.is_empty(), "{:?}", request.ignored);
+    }
+
+    #[test]
+    fn what_needs_stored_state_or_other_tools_is_a_400_naming_it() {
+        for (body, param) in [
+            (
+                json!({"input": "hi", "previous_response_id": "resp_1"}),
+                "previous_response_id",
+            ),
+            (json!({"input": []}), "input"),
+            (json!({}), "input"),
+            (
+                json!({"input": [{"type": "item_reference", "id": "x"}]}),
+                "input[0].type",
+            ),
+            (
+                json!({"input": [{"role": "user", "content": [{"type": "input_image"}]}]}),
+                "input[0].content[0].type",
+            ),
+            (
+                json!({"input": [{"type": "function_call_output", "call_id": "c9", "output": "x"}]}),
+                "input[0].call_id",
+            ),
+            (
+                json!({"input": "hi", "tools": [{"type": "web_search"}]}),
+                "tools[0].type",
+            ),
+            (
+                json!({"input": "hi", "max_output_tokens": 0}),
+                "max_output_tokens",
+            ),
+        ] {
+            let error = parse_json(body.clone()).expect_err("a 400");
+            assert_eq!(error.status, 400, "{body}");
+            assert_eq!(error.param.as_deref(), Some(param), "{body}: {error:?}");
+        }
+    }
+
+    #[test]
+    fn a_whole_response_has_its_items_in_order() {
+        let answer = Answer::new("resp_x".into(), 7, "m".into(), Map::new());
+        let mut text = Assembler::new();
+        text.reasoning = "hmm".into();
+        let call = ToolCall {
+            id: "c1".into(),
+            name: "weather".into(),
+            arguments: json!({"city": "Paris"}),
+        };
+        let reply = Reply {
+            content: String::new(),
+            thinking: String::new(),
+            tool_calls: vec![call],
+            finish: FinishReason::ToolCalls,
+            usage: None,
+            artefacts: Vec::new(),
+            stop_sequence: None,
+        };
+        let usage = Usage {
+            prompt: 10,
+            completion: 4,
+            cached: Some(6),
+            stats: None,
+        };
+        let body = serde_json::to_value(answer.whole(&text, &reply, &usage)).unwrap();
+        assert_eq!(body["status"], json!("completed"));
+        assert_eq!(body["output"][0]["type"], json!("reasoning"));
+        assert_eq!(body["output"][0]["content"][0]["text"], json!("hmm"));
+        assert_eq!(body["output"][1]["type"], json!("function_call"));
+        assert_eq!(body["output"][1]["call_id"], json!("c1"));
+        assert_eq!(
+            body["output"][1]["arguments"],
+            json!("{\"city\":\"Paris\"}")
+        );
+        assert_eq!(
+            body["usage"]["input_tokens_details"]["cached_tokens"],
+            json!(6)
+        );
+        assert_eq!(body["usage"]["total_tokens"], json!(14));
+    }
+}
