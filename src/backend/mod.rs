@@ -91,6 +91,8 @@ pub enum ResponseFormat {
         schema: Value,
         strict: bool,
     },
+    /// Text following a GBNF grammar (llama-server's `grammar` field).
+    Grammar(String),
 }
 
 /// What the agent asks of a backend for one generation.

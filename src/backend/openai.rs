@@ -287,6 +287,9 @@ struct ChatRequest<'a> {
     repeat_penalty: Option<f32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     repeat_last_n: Option<i32>,
+    /// llama-server's GBNF `grammar` (a host that does not know it answers 400).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    grammar: Option<&'a str>,
 }
 
 #[derive(Debug, Serialize)]
@@ -379,18 +382,27 @@ fn build_request<'a>(
         top_k: sampling.top_k.filter(|_| !strict_host),
         seed: sampling.seed,
         stop: &sampling.stop,
-        response_format: sampling.response_format.as_ref().map(wire_response_format),
+        response_format: sampling
+            .response_format
+            .as_ref()
+            .and_then(wire_response_format),
         frequency_penalty: sampling.frequency_penalty,
         presence_penalty: sampling.presence_penalty,
         min_p: sampling.min_p.filter(|_| !strict_host),
         repeat_penalty: sampling.repeat_penalty.filter(|_| !strict_host),
         repeat_last_n: sampling.repeat_last_n.filter(|_| !strict_host),
+        grammar: match &sampling.response_format {
+            Some(ResponseFormat::Grammar(grammar)) => Some(grammar),
+            _ => None,
+        },
     }
 }
 
-fn wire_response_format(format: &ResponseFormat) -> Value {
-    match format {
+/// `response_format` for a format OpenAI's API has (a grammar goes as `grammar`).
+fn wire_response_format(format: &ResponseFormat) -> Option<Value> {
+    Some(match format {
         ResponseFormat::JsonObject => serde_json::json!({"type": "json_object"}),
+        ResponseFormat::Grammar(_) => return None,
         ResponseFormat::JsonSchema {
             name,
             schema,
@@ -399,7 +411,7 @@ fn wire_response_format(format: &ResponseFormat) -> Value {
             "type": "json_schema",
             "json_schema": {"name": name, "schema": schema, "strict": strict},
         }),
-    }
+    })
 }
 
 fn wire_messages(session: &Session) -> Vec<WireMessage<'_>> {

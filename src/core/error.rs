@@ -71,6 +71,9 @@ pub enum BackendError {
     Cancelled,
     /// The backend is misconfigured (no API key, no model).
     Config(String),
+    /// The request asks for what cannot be done with it as given (a GBNF
+    /// grammar that does not parse): the client's fault, never retried.
+    Invalid(String),
 }
 
 impl BackendError {
@@ -94,7 +97,7 @@ impl BackendError {
             BackendError::Timeout(_) => ErrorKind::Timeout,
             BackendError::Protocol(_) | BackendError::TooLarge(_) => ErrorKind::Protocol,
             BackendError::Cancelled => ErrorKind::Cancelled,
-            BackendError::Config(_) => ErrorKind::Config,
+            BackendError::Config(_) | BackendError::Invalid(_) => ErrorKind::Config,
         }
     }
 
@@ -134,7 +137,7 @@ impl fmt::Display for BackendError {
             BackendError::Protocol(m) => write!(f, "unexpected response: {m}"),
             BackendError::TooLarge(m) => write!(f, "too large: {m}"),
             BackendError::Cancelled => write!(f, "cancelled"),
-            BackendError::Config(m) => write!(f, "{m}"),
+            BackendError::Config(m) | BackendError::Invalid(m) => write!(f, "{m}"),
         }
     }
 }

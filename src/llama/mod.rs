@@ -37,7 +37,7 @@ use llama_cpp_sys_2 as sys;
 pub use batch::Batch;
 pub use context::{CacheType, Context, ContextParams, Pooling};
 pub use devices::{GpuSplit, SplitMode};
-pub use error::DecodeError;
+pub use error::{DecodeError, SamplerError};
 pub use lone::avx2_kernels;
 pub use model::{LoadProgress, Model, ModelParams, Token};
 pub use sampler::{Sampler, SamplerParams};

@@ -285,3 +285,40 @@ fn host_takes_several_addresses_as_llama_servers_does() {
         refused.stderr
     );
 }
+
+#[test]
+fn llama_servers_grammar_and_json_schema_fields_constrain_the_answer() {
+    let server = ApiServer::with_model(&["--context-size", "2048"]);
+    let answer = complete(
+        &server,
+        json!({"prompt": "Is the sky blue? Answer:", "n_predict": 8, "temperature": 0,
+               "grammar": "root ::= \" yes\" | \" no\""}),
+    );
+    let content = answer["content"].as_str().expect("content");
+    assert!(content == " yes" || content == " no", "{answer}");
+    let schema = json!({"type": "object", "required": ["age"], "additionalProperties": false,
+                        "properties": {"age": {"type": "integer", "minimum": 18, "maximum": 99}}});
+    let (status, chat) = server.post(
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "How old is Ann?"}],
+                "max_tokens": 20, "temperature": 0, "json_schema": schema}),
+    );
+    assert_eq!(status, 200, "{chat}");
+    let text = chat["choices"][0]["message"]["content"]
+        .as_str()
+        .expect("content");
+    let value: Value = serde_json::from_str(text).expect("JSON as the schema says");
+    let age = value["age"].as_i64().expect("an integer age");
+    assert!((18..=99).contains(&age), "{value}");
+    for (body, param) in [
+        (json!({"prompt": "x", "grammar": "root ::= ("}), "grammar"),
+        (
+            json!({"prompt": "x", "json_schema": {"type": "integer", "multipleOf": 3}}),
+            "json_schema",
+        ),
+    ] {
+        let (status, error) = server.post("/completion", &body);
+        assert_eq!(status, 400, "{body}: {error}");
+        assert_eq!(error["error"]["param"], json!(param), "{body}: {error}");
+    }
+}

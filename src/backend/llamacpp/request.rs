@@ -68,6 +68,17 @@ pub(super) fn raw_tokens(
     Ok(tokens)
 }
 
+/// A sampler that could not be built: the client's grammar did not parse (a
+/// 400), or a fault of ours.
+pub(super) fn sampler_error(error: llama::SamplerError, sampling: &Sampling) -> BackendError {
+    match (&error, &sampling.response_format) {
+        (llama::SamplerError::Grammar(_), Some(ResponseFormat::Grammar(_))) => {
+            BackendError::Invalid(format!("'grammar' is not valid GBNF: {error}"))
+        }
+        _ => BackendError::Config(error.to_string()),
+    }
+}
+
 pub(super) fn common_prefix(a: &[Token], b: &[Token]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
@@ -179,6 +190,7 @@ pub(super) fn sampler_params(
             Some(ResponseFormat::JsonSchema { schema, .. }) => {
                 Some(llama::grammar::json_grammar(Some(schema)))
             }
+            Some(ResponseFormat::Grammar(grammar)) => Some(Ok(grammar.clone())),
         }
         .transpose()
         .map_err(|e| BackendError::Config(format!("response_format: {e}")))?,

@@ -45,7 +45,8 @@ use super::model::{self, EmbedInput, Embedding, ModelError, ModelJob, ModelProps
 use super::prompt_cache::PromptCache;
 use super::prompt_tokens::PromptTokens;
 use super::request::{
-    common_prefix, finish_reply, raw_tokens, sampler_params, tokenize_prompt, tool_grammar,
+    common_prefix, finish_reply, raw_tokens, sampler_error, sampler_params, tokenize_prompt,
+    tool_grammar,
 };
 use super::speculative::{ngram_draft, DraftModel, SlotSpec, SpecMode};
 use super::{
@@ -758,7 +759,7 @@ impl<'m> Worker<'m> {
         }
         let params = sampler_params(&job.sampling, grammar.as_ref())?;
         let sampler =
-            Sampler::new(self.model(), &params).map_err(|e| BackendError::Config(e.to_string()))?;
+            Sampler::new(self.model(), &params).map_err(|e| sampler_error(e, &job.sampling))?;
         let room = n_ctx - tokens.len();
         let max_tokens = job
             .sampling

@@ -43,7 +43,9 @@ pub struct CompletionRequest {
 const IGNORED: [&str; 3] = ["user", "cache_prompt", "id_slot"];
 
 /// Every field this server reads; any other is ignored and named in a debug line.
-const KNOWN: [&str; 24] = [
+const KNOWN: [&str; 26] = [
+    "grammar",
+    "json_schema",
     "model",
     "n_predict",
     "prompt",

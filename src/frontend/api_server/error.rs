@@ -136,6 +136,7 @@ pub fn from_backend(error: &BackendError) -> ApiError {
         }
         BackendError::Cancelled => ApiError::new(499, "cancelled", "cancelled"),
         BackendError::Config(message) => ApiError::new(500, "server_error", message.clone()),
+        BackendError::Invalid(message) => ApiError::invalid("grammar", message.clone()),
     }
 }
 

@@ -54,7 +54,9 @@ const IGNORED: [&str; 4] = [
 ];
 
 /// Every field this route reads.
-const KNOWN: [&str; 17] = [
+const KNOWN: [&str; 19] = [
+    "grammar",
+    "json_schema",
     "prompt",
     "stream",
     "n_predict",

@@ -50,7 +50,9 @@ const IGNORED: [&str; 8] = [
 ];
 
 /// Every field this server reads; any other is ignored and named in a debug line.
-const KNOWN: [&str; 27] = [
+const KNOWN: [&str; 29] = [
+    "grammar",
+    "json_schema",
     "model",
     "n_predict",
     "messages",
@@ -110,7 +112,9 @@ pub fn parse(body: &[u8], defaults: &Defaults) -> Result<ChatRequest, ApiError> 
         None => defaults.use_tools,
     };
     let mut sampling = sampling(&f, defaults)?;
-    sampling.response_format = response_format(&f)?;
+    if let Some(format) = response_format(&f)? {
+        sampling.response_format = Some(format);
+    }
     let mut session = Session::new(system.unwrap_or_else(|| defaults.system_prompt.clone()));
     session.messages = messages;
     Ok(ChatRequest {
@@ -171,7 +175,35 @@ pub(super) fn sampling(f: &Fields<'_>, defaults: &Defaults) -> Result<Sampling, 
     if f.has("stop") {
         sampling.stop = stop_list(f, "stop", 4)?;
     }
+    sampling.response_format = llama_server_format(f)?.or(sampling.response_format);
     Ok(sampling)
+}
+
+/// llama-server's own constraints: a GBNF `grammar`, or a top-level
+/// `json_schema` (checked as `response_format`'s is).
+fn llama_server_format(f: &Fields<'_>) -> Result<Option<ResponseFormat>, ApiError> {
+    if let Some(grammar) = f.str("grammar")?.filter(|g| !g.trim().is_empty()) {
+        return Ok(Some(ResponseFormat::Grammar(grammar.to_string())));
+    }
+    let Some(schema) = f.get("json_schema") else {
+        return Ok(None);
+    };
+    if !schema.is_object() {
+        return Err(ApiError::invalid(
+            "json_schema",
+            "'json_schema' must be a JSON schema object",
+        ));
+    }
+    crate::llama::grammar::check_schema(schema).map_err(|e| {
+        let mut error = ApiError::invalid("json_schema", e.to_string());
+        error.code = Some("unsupported_schema".into());
+        error
+    })?;
+    Ok(Some(ResponseFormat::JsonSchema {
+        name: "json_schema".into(),
+        schema: schema.clone(),
+        strict: true,
+    }))
 }
 
 /// The system prompt (when the request has one) and the other messages.

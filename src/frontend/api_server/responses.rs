@@ -60,7 +60,9 @@ const IGNORED: [&str; 8] = [
 ];
 
 /// Every field this route reads.
-const KNOWN: [&str; 14] = [
+const KNOWN: [&str; 16] = [
+    "grammar",
+    "json_schema",
     "model",
     "input",
     "instructions",
@@ -101,7 +103,9 @@ pub fn parse(body: &[u8], defaults: &Defaults) -> Result<ResponsesRequest, ApiEr
     if let Some(n) = f.integer("max_output_tokens", 1, defaults.max_tokens_limit())? {
         sampling.max_tokens = u32::try_from(n).ok();
     }
-    sampling.response_format = text_format(&f)?;
+    if let Some(format) = text_format(&f)? {
+        sampling.response_format = Some(format);
+    }
     let system = [instructions.map(str::to_string), system]
         .into_iter()
         .flatten()
