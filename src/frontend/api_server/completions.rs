@@ -223,7 +223,11 @@ impl Answer {
 
     /// The finish reason, the usage chunk when asked for, and `[DONE]`.
     pub fn finish(&self, sse: &mut SseStream, reply: &Reply, usage: &Usage) -> io::Result<()> {
-        sse.send(&encode(&self.chunk("", Some(finish_reason(reply)))))?;
+        let last = wire::TextCompletion {
+            timings: wire_timings(usage),
+            ..self.chunk("", Some(finish_reason(reply)))
+        };
+        sse.send(&encode(&last))?;
         if self.include_usage {
             let chunk = wire::TextUsageChunk {
                 id: &self.id,

@@ -575,6 +575,7 @@ impl Answer {
                 logprobs: Null,
                 finish_reason: finish,
             }],
+            timings: None,
         }
     }
 
@@ -627,7 +628,10 @@ impl Answer {
             };
             sse.send(&encode(&self.chunk(delta, None)))?;
         }
-        let last = self.chunk(wire::Delta::default(), Some(finish_reason(reply)));
+        let last = wire::Chunk {
+            timings: wire_timings(usage),
+            ..self.chunk(wire::Delta::default(), Some(finish_reason(reply)))
+        };
         sse.send(&encode(&last))?;
         if self.include_usage {
             sse.send(&encode(&self.usage_chunk(usage)))?;

@@ -98,6 +98,9 @@ pub mod openai {
         pub model: &'a str,
         pub system_fingerprint: &'static str,
         pub choices: [ChunkChoice<'a>; 1],
+        /// llama-server's figures, on the chunk with the finish reason only.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub timings: Option<Timings>,
     }
 
     #[derive(Debug, Serialize)]
