@@ -48,7 +48,7 @@ use super::request::{
     common_prefix, finish_reply, raw_tokens, sampler_error, sampler_params, tokenize_prompt,
     tool_grammar,
 };
-use super::speculative::{ngram_draft, DraftModel, SlotSpec, SpecMode};
+use super::speculative::{copy_len, ngram_copy, DraftModel, SlotSpec, SpecMode};
 use super::{
     load_template, tuning, BackendError, Event, FinishReason, Flow, Job, LlamaConfig,
     PrefillReport, Prompt, RequestJob, ToolChoice, ToolSpec, Usage, WorkerMsg,
@@ -1189,7 +1189,13 @@ impl<'m> Worker<'m> {
         slot.mirror.push(token);
         let drafts = match (&mut self.drafter, self.spec) {
             (Some(drafter), SpecMode::Draft) => drafter.draft(slot.seq, &slot.mirror, len),
-            _ => ngram_draft(&slot.mirror, len, task.spec.shortest_match()),
+            _ => {
+                let cap = most.min(self.draft_max);
+                let shortest = task.spec.shortest_match();
+                let (mut tokens, run) = ngram_copy(&slot.mirror, cap, shortest);
+                tokens.truncate(copy_len(run, len, cap));
+                tokens
+            }
         };
         slot.mirror.pop();
         drafts

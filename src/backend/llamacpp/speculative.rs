@@ -33,7 +33,7 @@
 //! as with llama-server's drafting (docs/LLAMA.md). Without speculation
 //! (`--spec off`, or a recurrent model, which cannot rewind) every step takes the
 //! fast kernels.
-//! **Drafters.** [`ngram_draft`] (`--spec ngram`, the default) needs no model: it
+//! **Drafters.** [`ngram_copy`] (`--spec ngram`, the default) needs no model: it
 //! proposes what followed the latest earlier occurrence of the slot's last few
 //! tokens in its own context, which pays where an answer repeats what the context
 //! holds (a file a tool returned, code written two turns ago). [`DraftModel`]
@@ -46,7 +46,10 @@
 //! token is 1, each drafted token adds [`DRAFT_TOKEN_COST`]): where speculation
 //! loses, it stops for a while (longer each time), so it is never much slower than
 //! decoding without it. The rule counts tokens, not seconds, so the same request
-//! drafts the same way on every run: its output does not depend on the load.
+//! drafts the same way on every run: its output does not depend on the load. An
+//! n-gram draft that continues a long repetition may be longer than the learnt
+//! length: half the repetition's run so far ([`copy_len`]), so a copy under way
+//! drafts 32 tokens at once instead of growing from 2.
 
 use std::path::{Path, PathBuf};
 
@@ -80,7 +83,7 @@ impl Default for SpecConfig {
     }
 }
 
-/// The longest and shortest run of last tokens [`ngram_draft`] looks up. Two tokens
+/// The longest and shortest run of last tokens [`ngram_copy`] looks up. Two tokens
 /// match too often in prose ("of the") to predict what follows: on eight story
 /// prompts of 128 tokens, drafts from 2-grams up were accepted 122 of 341 times,
 /// from 3-grams up 129 of 234, while an agent's edit drafted as much either way.
@@ -92,9 +95,14 @@ const NGRAM_MIN: usize = 3;
 /// (at least [`NGRAM_MIN`]) that occurs; empty when none does. A copy that reaches
 /// the end of the history goes on into its own draft, as an LZ77 copy overlaps
 /// itself: in a loop of 18 tokens the draft runs as far as asked, not 17 tokens.
-pub fn ngram_draft(history: &[Token], max: usize, shortest: usize) -> Vec<Token> {
+///
+/// With the draft, how long the repetition it copies has run: the tokens before
+/// the history's end that equal those before the match (at least the n-gram, at
+/// most [`RUN_CAP`]). A copy under way (a file written back, a loop) has run for
+/// many tokens; a phrase that happens to recur, for a few ([`copy_len`]).
+pub fn ngram_copy(history: &[Token], max: usize, shortest: usize) -> (Vec<Token>, usize) {
     if max == 0 {
-        return Vec::new();
+        return (Vec::new(), 0);
     }
     let end = history.len();
     for n in (shortest.clamp(NGRAM_MIN, NGRAM_MAX)..=NGRAM_MAX).rev() {
@@ -111,9 +119,23 @@ pub fn ngram_draft(history: &[Token], max: usize, shortest: usize) -> Vec<Token>
             // `k - end` < `tokens.len()`, since `i + n` < `end`.
             tokens.push(if k < end { history[k] } else { tokens[k - end] });
         }
-        return tokens;
+        let run = (0..RUN_CAP.min(i + n))
+            .take_while(|&back| history[i + n - 1 - back] == history[end - 1 - back])
+            .count();
+        return (tokens, run);
     }
-    Vec::new()
+    (Vec::new(), 0)
+}
+
+/// The longest repetition [`ngram_copy`] measures.
+const RUN_CAP: usize = 256;
+
+/// The draft length a copy that has run `run` tokens earns: half its run (a copy
+/// 64 tokens along drafts 32 at once from its first step, where the length
+/// learnt from acceptance would start at 2 and double), never more than `max`.
+/// A short recurring phrase earns nothing beyond the learnt length.
+pub fn copy_len(run: usize, learnt: usize, max: usize) -> usize {
+    learnt.max(run / 2).min(max)
 }
 
 /// Draft length a request starts with, and the shortest one it goes down to.
@@ -185,7 +207,7 @@ impl SlotSpec {
         self.next_len.min(max)
     }
 
-    /// The shortest match [`ngram_draft`] may draft from: once drafting has lost
+    /// The shortest match [`ngram_copy`] may draft from: once drafting has lost
     /// and rested, only the longest, so that text where it does not pay (prose)
     /// tries it seldom, while a copy (whose matches are long) goes on.
     pub fn shortest_match(&self) -> usize {
@@ -360,6 +382,10 @@ impl<'d> DraftModel<'d> {
 mod tests {
     use super::*;
 
+    fn ngram_draft(history: &[Token], max: usize, shortest: usize) -> Vec<Token> {
+        ngram_copy(history, max, shortest).0
+    }
+
     #[test]
     fn the_ngram_drafter_proposes_what_followed_the_latest_longest_match() {
         // "1 2 3 4 5 ... 1 2 3" → "4 5" (the 3-gram "1 2 3" occurred before).
@@ -380,6 +406,23 @@ mod tests {
         assert!(ngram_draft(&[1, 2, 3, 4], 4, NGRAM_MIN).is_empty());
         assert!(ngram_draft(&[1], 4, NGRAM_MIN).is_empty());
         assert!(ngram_draft(&[1, 2, 3, 1, 2, 3], 0, NGRAM_MIN).is_empty());
+    }
+
+    #[test]
+    fn a_copy_under_way_drafts_more_than_a_recurring_phrase() {
+        // A loop of 5 tokens, 40 long: the copy has run 35 tokens.
+        let looped: Vec<Token> = (0..40).map(|i| i % 5).collect();
+        let (draft, run) = ngram_copy(&looped, 64, NGRAM_MIN);
+        assert_eq!(run, 35);
+        assert_eq!(draft[..5], [0, 1, 2, 3, 4]);
+        assert_eq!(copy_len(run, START_LEN, 64), 17);
+        // A phrase that recurs once: its run is the n-gram, the learnt length stays.
+        let history = [1, 2, 3, 4, 5, 9, 9, 1, 2, 3];
+        assert_eq!(ngram_copy(&history, 4, NGRAM_MIN).1, 3);
+        assert_eq!(copy_len(3, START_LEN, 64), START_LEN);
+        // Never past the room there is.
+        assert_eq!(copy_len(200, 2, 10), 10);
+        assert_eq!(ngram_copy(&[1, 2, 3], 4, NGRAM_MIN), (Vec::new(), 0));
     }
 
     #[test]
