@@ -39,7 +39,7 @@ use crate::agent::{AgentConfig, AgentHandle};
 use crate::approval::{Approver, ChannelApprover, Gate, Headless};
 use crate::args::{self, USAGE};
 use crate::audit::AuditLog;
-use crate::backend::ToolChoice;
+use crate::backend::{BackendInfo, ToolChoice};
 use crate::commands;
 use crate::config::resolve::{self, Mode, Settings};
 use crate::config::{self};
@@ -270,12 +270,12 @@ const COMPILED_FEATURES: [(&str, bool); 2] = [
 
 /// Runs the chat front-ends: `-e`, piped lines, or `--json`.
 fn chat(settings: &Settings) -> i32 {
-    let (agent, provider) = match start_agent(settings) {
+    let (agent, provider, info) = match start_agent(settings) {
         Ok(started) => started,
         Err(code) => return code,
     };
     if interactive(settings) {
-        return run_interactive(&agent, settings, provider);
+        return run_interactive(&agent, settings, provider, &info);
     }
     let interrupted = watch_signals(&agent);
     let ok = run_front_end(&agent, settings, &interrupted.stop);
@@ -297,7 +297,7 @@ fn cli_server_mode(settings: &Settings) -> i32 {
             return EXIT_USAGE;
         }
     };
-    let (agent, provider) = match start_agent(settings) {
+    let (agent, provider, _) = match start_agent(settings) {
         Ok(started) => started,
         Err(code) => return code,
     };
@@ -365,8 +365,11 @@ fn gate(settings: &Settings) -> Gate {
         .with_audit(AuditLog::open_default())
 }
 
-/// Opens the first provider and starts the agent with the configured tools.
-fn start_agent(settings: &Settings) -> Result<(AgentHandle, config::ProviderConfig), i32> {
+/// Opens the first provider and starts the agent with the configured tools;
+/// with the backend's own description (model, context size).
+fn start_agent(
+    settings: &Settings,
+) -> Result<(AgentHandle, config::ProviderConfig, BackendInfo), i32> {
     let (backend, provider) = match connect::open_backend(settings) {
         Ok(opened) => opened,
         Err(connect::OpenError::Usage(message)) => {
@@ -388,8 +391,9 @@ fn start_agent(settings: &Settings) -> Result<(AgentHandle, config::ProviderConf
         first_tool_choice: ToolChoice::Auto,
     };
     let root = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let info = backend.info();
     match AgentHandle::spawn_gated(backend, tools, root, agent_config, gate(settings)) {
-        Ok(agent) => Ok((agent, provider)),
+        Ok(agent) => Ok((agent, provider, info)),
         Err(error) => {
             eprintln!("shepherd: cannot start the agent thread: {error}");
             Err(EXIT_FAILURE)
@@ -403,11 +407,12 @@ fn run_interactive(
     agent: &AgentHandle,
     settings: &Settings,
     provider: config::ProviderConfig,
+    info: &BackendInfo,
 ) -> i32 {
     let result = if settings.tui == Some(true) {
-        tui::run(agent, settings, provider)
+        tui::run(agent, settings, provider, info)
     } else {
-        repl::run(agent, settings, provider)
+        repl::run(agent, settings, provider, info)
     };
     match result {
         Ok(true) => EXIT_OK,

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use crossbeam_channel::{never, select, Receiver};
 
 use crate::agent::{AgentHandle, Op};
+use crate::backend::BackendInfo;
 use crate::config::resolve::Settings;
 use crate::config::ProviderConfig;
 use crate::core::Event;
@@ -107,6 +108,18 @@ fn restore(
     }
 }
 
+/// The line the REPL opens with: the model, where it runs, its context.
+pub fn greeting(info: &BackendInfo) -> String {
+    let context = match info.context_size {
+        0 => String::new(),
+        n => format!(", context {n} tokens"),
+    };
+    format!(
+        "{} ({}{context}); /help lists the commands",
+        info.model, info.kind
+    )
+}
+
 /// SIGINT/SIGTERM as a channel; in raw mode Ctrl-C arrives as a key, so a
 /// signal here means someone else asked shepherd to stop.
 pub fn signals() -> Receiver<i32> {
@@ -114,7 +127,12 @@ pub fn signals() -> Receiver<i32> {
 }
 
 /// Runs the REPL until `/quit`, Ctrl-D or a signal. Returns whether it ended cleanly.
-pub fn run(agent: &AgentHandle, settings: &Settings, provider: ProviderConfig) -> io::Result<bool> {
+pub fn run(
+    agent: &AgentHandle,
+    settings: &Settings,
+    provider: ProviderConfig,
+    info: &BackendInfo,
+) -> io::Result<bool> {
     let guard = RawGuard::enter()?;
     let keys = terminal::spawn_input()?;
     let signals = signals();
@@ -130,6 +148,7 @@ pub fn run(agent: &AgentHandle, settings: &Settings, provider: ProviderConfig) -
         renderer: Renderer::new(Crlf(io::stdout()), Crlf(io::stderr()), options),
         approval: PendingApproval::default(),
     };
+    repl.say(&[greeting(info)])?;
     if let Some(notice) = notice {
         repl.say(&[notice])?;
     }

@@ -21,6 +21,7 @@ use std::time::Duration;
 use crossbeam_channel::{select, tick, Receiver};
 
 use crate::agent::AgentHandle;
+use crate::backend::BackendInfo;
 use crate::config::resolve::Settings;
 use crate::config::ProviderConfig;
 use crate::core::{Event, Stats};
@@ -179,7 +180,12 @@ pub fn wrap(line: &str, width: usize) -> Vec<String> {
 }
 
 /// Runs the TUI until `/quit`, Ctrl-D or a signal.
-pub fn run(agent: &AgentHandle, settings: &Settings, provider: ProviderConfig) -> io::Result<bool> {
+pub fn run(
+    agent: &AgentHandle,
+    settings: &Settings,
+    provider: ProviderConfig,
+    info: &BackendInfo,
+) -> io::Result<bool> {
     let raw = RawGuard::enter()?;
     let screen = AltScreen::enter()?;
     let keys = terminal::spawn_input()?;
@@ -197,7 +203,11 @@ pub fn run(agent: &AgentHandle, settings: &Settings, provider: ProviderConfig) -
         renderer: Renderer::new(buffer.clone(), buffer.clone(), options),
         buffer,
         scrollback: Scrollback::default(),
-        stats: Stats::default(),
+        // The context's size shows before the first reply.
+        stats: Stats {
+            context_size: info.context_size,
+            ..Stats::default()
+        },
         size: terminal::size(),
         approval: PendingApproval::default(),
     };

@@ -322,8 +322,17 @@ fn repl_streams_answers_shows_tool_lines_and_recalls_history() {
     ]);
     let sandbox = Sandbox::new("repl");
     std::fs::write(sandbox.work().join("a.txt"), "a").unwrap();
-    let tmux = Tmux::start(&sandbox, &fake_args(&fake.base_url, &[]));
+    let tmux = Tmux::start(
+        &sandbox,
+        &fake_args(&fake.base_url, &["--context-size", "4096"]),
+    );
     tmux.wait_for("the prompt", |s| s.trim_end().ends_with('>'));
+    // The REPL says what it talks to before the first question.
+    let opening = tmux.screen();
+    assert!(
+        opening.contains("test (openai, context 4096 tokens); /help lists the commands"),
+        "{opening}"
+    );
     tmux.type_text("what files?");
     tmux.key("Enter");
     tmux.wait_text("There are two files ✓");
@@ -444,8 +453,13 @@ fn tui_shows_status_bar_and_answers_queued_input_next() {
         Paced::Whole(sse(&second)),
     ]);
     let sandbox = Sandbox::new("tui");
-    let tmux = Tmux::start(&sandbox, &fake_args(&fake.base_url, &["--tui"]));
+    let tmux = Tmux::start(
+        &sandbox,
+        &fake_args(&fake.base_url, &["--tui", "--context-size", "4096"]),
+    );
     tmux.wait_text("cmdline | test");
+    // The context's size shows before the first reply.
+    tmux.wait_for("the context size", |s| s.contains("0/4096 tokens"));
     tmux.type_text("first question");
     tmux.key("Enter");
     tmux.wait_text("Working");
@@ -455,7 +469,7 @@ fn tui_shows_status_bar_and_answers_queued_input_next() {
     assert_eq!(fake.requests().len(), 1);
     release.send(()).unwrap();
     tmux.wait_text("Second answer.");
-    tmux.wait_for("the token count", |s| s.contains("53/? tokens"));
+    tmux.wait_for("the token count", |s| s.contains("53/4096 tokens"));
     let screen = tmux.screen();
     assert!(screen.contains("Working done."), "{screen}");
     assert!(!screen.contains("queued:"), "{screen}");
