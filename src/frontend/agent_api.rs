@@ -116,6 +116,14 @@ impl AgentApi {
         read(&self.active).profile.clone()
     }
 
+    /// The active profile's registry built again (with the MCP servers' tools as
+    /// they are now), kept for the next calls.
+    fn rebuild(&self) -> Arc<ToolRegistry> {
+        let mut active = self.active.write().unwrap_or_else(|e| e.into_inner());
+        active.registry = restricted(&self.make_registry, &active.profile);
+        active.registry.clone()
+    }
+
     /// Makes `profile` active here and tells the hook.
     fn apply(&self, profile: Profile) {
         let registry = restricted(&self.make_registry, &profile);
@@ -391,7 +399,12 @@ fn call_tool(api: &AgentApi, request: &Request, responder: Responder) {
         Ok(input) => input,
         Err(message) => return responder.error(400, &message),
     };
-    let registry = read(&api.active).registry.clone();
+    let mut registry = read(&api.active).registry.clone();
+    if registry.get(&input.name).is_none() {
+        // MCP servers start in the background: their tools join a registry built
+        // after they came up (what `/status` lists), so look again in a fresh one.
+        registry = api.rebuild();
+    }
     let Some(tool) = registry.get(&input.name) else {
         let message = format!(
             "no tool '{}' is offered under profile '{}'; offered: {}",

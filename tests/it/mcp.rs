@@ -597,6 +597,15 @@ fn cliserver_status_shows_each_server() {
     assert_eq!(servers[0]["tools"], 8);
     assert_eq!(servers[1]["name"], "off");
     assert_eq!(servers[1]["state"], "disabled");
+    // A tool /status lists is one /v1/tools/call runs.
+    let called = crate::harness::http_agent(Duration::from_secs(30))
+        .post(&format!("http://{addr}/v1/tools/call"))
+        .send(json!({"name": "fx__echo", "arguments": {"text": "direct"}}).to_string())
+        .expect("the MCP tool is found")
+        .into_body()
+        .read_to_string()
+        .expect("a body");
+    assert!(called.contains("direct"), "{called}");
     let _ = child.kill();
     let _ = child.wait();
 }
