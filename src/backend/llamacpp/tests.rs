@@ -1409,9 +1409,10 @@ fn a_sliding_window_model_speculates_and_keeps_its_window() {
         .map(|i| format!("Line {i}: the quick brown fox jumps over the lazy dog."))
         .collect();
     let prompt = [PromptPart::Text(format!("{}\nLine 71:", lines.join("\n")))];
-    let answer = |spec: speculative::SpecConfig| {
+    let answer = |spec: speculative::SpecConfig, parallel: u32| {
         let mut config = LlamaConfig::new(swa_test_model_path());
-        config.context_size = Some(2048);
+        config.parallel = parallel;
+        config.context_size = Some(2048 * parallel);
         config.ubatch = Some(64);
         config.threads = Some(2);
         config.progress = None;
@@ -1429,14 +1430,18 @@ fn a_sliding_window_model_speculates_and_keeps_its_window() {
             .expect("an answer");
         (reply.content, stats_of(&events))
     };
-    let (plain, _) = answer(spec_off());
-    let (drafted, stats) = answer(speculative::SpecConfig::default());
+    let (plain, _) = answer(spec_off(), 1);
+    let (drafted, stats) = answer(speculative::SpecConfig::default(), 1);
     assert!(stats.prompt_tokens > 768, "{stats:?}");
     assert!(stats.draft_accepted >= 20, "drafts taken: {stats:?}");
     // The window the next token attends to outlived every rejected draft: the
     // answer goes on as without speculation.
     assert_eq!(drafted, plain);
     assert!(plain.contains("Line 72: the quick brown fox"), "{plain:?}");
+    // With several slots such a model does not speculate (slower, measured).
+    let (beside, stats) = answer(speculative::SpecConfig::default(), 2);
+    assert_eq!(stats.draft_tokens, 0, "{stats:?}");
+    assert_eq!(beside, plain);
 }
 
 #[test]
