@@ -59,6 +59,12 @@ pub struct Sampling {
     pub presence_penalty: Option<f32>,
     /// Constrains the reply to JSON (the API server's `response_format`).
     pub response_format: Option<ResponseFormat>,
+    /// Report each generated token's log-probability and this many likeliest
+    /// alternatives ([`crate::core::Event::Logprobs`]); the in-process model only.
+    pub logprobs: Option<u32>,
+    /// Added to a token's logit before sampling (token id, bias); `-inf` bans the
+    /// token. The in-process model only.
+    pub logit_bias: Vec<(i32, f32)>,
 }
 
 /// The most tokens a prompt must leave free for its answer, [`Sampling::answer_reserve`].

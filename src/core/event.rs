@@ -64,6 +64,25 @@ pub struct Stats {
     pub provider: Option<String>,
 }
 
+/// One token and its log-probability (natural log) under the model, before any
+/// sampling setting changed the odds: what OpenAI's `logprobs` report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenProb {
+    /// The token's id in the model's vocabulary.
+    pub id: i32,
+    /// The token's text as bytes (a piece of a multi-byte character is not UTF-8).
+    pub bytes: Vec<u8>,
+    pub logprob: f32,
+}
+
+/// A generated token's probability and the likeliest tokens at its place, most
+/// likely first ([`Event::Logprobs`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprobs {
+    pub chosen: TokenProb,
+    pub top: Vec<TokenProb>,
+}
+
 /// A finished tool run, as shown to front-ends.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ToolResultEvent {
@@ -140,6 +159,10 @@ pub enum Event {
     Stats(Stats),
     /// A side-effecting tool call waits for the user's approval.
     ApprovalRequired(ApprovalRequest),
+    /// The probabilities of tokens just generated, sent before their text and only
+    /// when the request asked for them ([`crate::backend::Sampling::logprobs`]):
+    /// they cover every generated token, reasoning and tool-call text included.
+    Logprobs(Vec<TokenLogprobs>),
 }
 
 /// What a sink tells the producer after each event: the seeds' callback returning `false`.

@@ -40,7 +40,7 @@ pub use devices::{GpuSplit, SplitMode};
 pub use error::{DecodeError, SamplerError};
 pub use lone::avx2_kernels;
 pub use model::{LoadProgress, Model, ModelParams, Token};
-pub use sampler::{Sampler, SamplerParams};
+pub use sampler::{log_probs, Sampler, SamplerParams};
 
 static BACKEND_INIT: Once = Once::new();
 

@@ -39,6 +39,8 @@ pub struct SamplerParams {
     /// (matched against the whole output so far) matches, then applies from the
     /// match's first group on, as llama.cpp's lazy grammars do. Empty: from the start.
     pub grammar_triggers: Vec<String>,
+    /// Added to these tokens' logits before any other stage (`-inf` bans one).
+    pub logit_bias: Vec<(Token, f32)>,
 }
 
 impl Default for SamplerParams {
@@ -55,6 +57,7 @@ impl Default for SamplerParams {
             seed: 0xFFFF_FFFF,
             grammar: None,
             grammar_triggers: Vec::new(),
+            logit_bias: Vec::new(),
         }
     }
 }
@@ -77,6 +80,12 @@ impl SamplerParams {
             (0.0..=100.0).contains(&self.temperature.max(0.0)),
         )?;
         check("top_k", self.top_k >= 0)?;
+        check(
+            "logit_bias",
+            self.logit_bias
+                .iter()
+                .all(|&(token, bias)| token >= 0 && !bias.is_nan() && bias != f32::INFINITY),
+        )?;
         check("top_p", (0.0..=1.0).contains(&self.top_p))?;
         check("min_p", (0.0..=1.0).contains(&self.min_p))?;
         check(
@@ -140,8 +149,24 @@ impl Sampler {
             unsafe { sys::llama_sampler_chain_init(sys::llama_sampler_chain_default_params()) };
         let mut sampler = Sampler {
             raw: NonNull::new(chain).ok_or(SamplerError::Failed("chain"))?,
-            argmax: params.grammar.is_none() && params.is_greedy() && !params.penalties_on(),
+            argmax: params.grammar.is_none()
+                && params.is_greedy()
+                && !params.penalties_on()
+                && params.logit_bias.is_empty(),
         };
+        if !params.logit_bias.is_empty() {
+            let biases: Vec<sys::llama_logit_bias> = params
+                .logit_bias
+                .iter()
+                .map(|&(token, bias)| sys::llama_logit_bias { token, bias })
+                .collect();
+            let n = i32::try_from(biases.len()).map_err(|_| SamplerError::Failed("logit_bias"))?;
+            // SAFETY: `biases` holds `n` initialised entries and outlives the call
+            // (llama.cpp copies them); every token id was checked against the vocabulary.
+            sampler.add(unsafe {
+                sys::llama_sampler_init_logit_bias(model.n_vocab(), n, biases.as_ptr())
+            })?;
+        }
         if let Some(grammar) = &params.grammar {
             sampler.add(grammar_sampler(model, grammar, &params.grammar_triggers)?)?;
         }
@@ -252,6 +277,35 @@ impl Sampler {
         // SAFETY: `raw` is a valid chain and `token` one the grammar allows now.
         unsafe { sys::llama_sampler_accept(self.raw.as_ptr(), token) };
     }
+}
+
+/// The log-probability of `chosen` under `logits` (a softmax over the whole
+/// vocabulary, before any sampling stage) and the `top` likeliest tokens, most
+/// likely first (the lower id first among equals): what llama-server reports
+/// as `logprobs` without `post_sampling_probs`.
+pub fn log_probs(logits: &[f32], chosen: Token, top: usize) -> (f32, Vec<(Token, f32)>) {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits.iter().map(|&l| f64::from(l - max).exp()).sum();
+    let log_z = f64::from(max) + sum.ln();
+    let lp = |l: f32| (f64::from(l) - log_z) as f32;
+    let mut best: Vec<(Token, f32)> = Vec::with_capacity(top + 1);
+    if top > 0 {
+        for (id, &l) in logits.iter().enumerate() {
+            if best.len() == top && best.last().is_some_and(|&(_, worst)| l <= worst) {
+                continue;
+            }
+            let at = best.partition_point(|&(_, v)| v >= l);
+            best.insert(at, (id as Token, l));
+            best.truncate(top);
+        }
+    }
+    let chosen_logit = usize::try_from(chosen)
+        .ok()
+        .and_then(|i| logits.get(i))
+        .copied()
+        .unwrap_or(f32::NEG_INFINITY);
+    let top = best.into_iter().map(|(id, l)| (id, lp(l))).collect();
+    (lp(chosen_logit), top)
 }
 
 /// The index of the first highest value, as llama.cpp's greedy sampler picks it
@@ -419,6 +473,27 @@ mod tests {
 
     fn check_params(params: SamplerParams, ok: bool) {
         assert_eq!(params.validate().is_ok(), ok, "{params:?}");
+    }
+
+    #[test]
+    fn log_probs_are_a_softmax_over_the_logits_with_the_likeliest_first() {
+        let logits = [1.0f32, 3.0, 2.0, 3.0, -1.0];
+        let z: f64 = logits.iter().map(|&l| f64::from(l).exp()).sum();
+        let expect = |l: f32| (f64::from(l) - z.ln()) as f32;
+        let (chosen, top) = log_probs(&logits, 2, 3);
+        assert!((chosen - expect(2.0)).abs() < 1e-6);
+        // Equal logits keep the lower id first; then the next likeliest.
+        let ids: Vec<Token> = top.iter().map(|&(id, _)| id).collect();
+        assert_eq!(ids, [1, 3, 2]);
+        assert!((top[0].1 - expect(3.0)).abs() < 1e-6);
+        let total: f64 = logits.iter().map(|&l| f64::from(expect(l)).exp()).sum();
+        assert!((total - 1.0).abs() < 1e-5);
+        // No alternatives asked for; an id outside the logits has no chance.
+        assert!(log_probs(&logits, 0, 0).1.is_empty());
+        assert_eq!(log_probs(&logits, 9, 0).0, f32::NEG_INFINITY);
+        // Huge logits do not overflow.
+        let (big, _) = log_probs(&[1000.0, 1000.0], 0, 1);
+        assert!((big - 0.5f32.ln()).abs() < 1e-6);
     }
 
     #[test]

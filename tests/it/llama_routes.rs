@@ -89,8 +89,33 @@ fn completion_answers_in_llama_servers_own_shape() {
     );
     assert_eq!(mixed["content"], json!(content), "{mixed}");
 
+    // n_probs and return_tokens: each token's id, text and log-probability with
+    // its likeliest alternatives, greedy's choice first among them.
+    let probs = complete(
+        &server,
+        json!({"prompt": PROMPT, "n_predict": 4, "temperature": 0, "n_probs": 2, "return_tokens": true}),
+    );
+    let list = probs["completion_probabilities"]
+        .as_array()
+        .expect("completion_probabilities");
+    assert_eq!(Some(list.len() as u64), probs["tokens_predicted"].as_u64());
+    let ids_listed: Vec<&Value> = list.iter().map(|p| &p["id"]).collect();
+    assert_eq!(json!(ids_listed), probs["tokens"], "{probs}");
+    for p in list {
+        let top = p["top_logprobs"].as_array().expect("top_logprobs");
+        assert_eq!(top.len(), 2, "{p}");
+        assert_eq!(top[0]["id"], p["id"], "{p}");
+        assert!(p["logprob"].as_f64().is_some_and(|l| l <= 0.0), "{p}");
+    }
+    let spelled: String = list.iter().filter_map(|p| p["token"].as_str()).collect();
+    assert_eq!(json!(spelled), probs["content"], "{probs}");
+    assert!(
+        content.starts_with(spelled.as_str()),
+        "{spelled:?} vs {content:?}"
+    );
+
     for (body, param) in [
-        (json!({"prompt": PROMPT, "n_probs": 2}), "n_probs"),
+        (json!({"prompt": PROMPT, "n_probs": 101}), "n_probs"),
         (json!({"prompt": [99_999_999]}), "prompt"),
         (json!({"prompt": {"text": PROMPT}}), "prompt"),
         (json!({"n_predict": 3}), "prompt"),

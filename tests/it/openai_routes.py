@@ -105,6 +105,60 @@ try:
 except openai.BadRequestError as error:
     check(error.status_code == 400 and error.body.get("param") == "echo", f"body {error.body}")
 
+# Token log-probabilities in chat's shape. Greedy takes the likeliest token, so
+# each chosen token heads its own list of alternatives; the tokens spell the
+# answer; the stream carries the same tokens in its chunks.
+ASK = [{"role": "user", "content": "Count on: 1, 2, 3,"}]
+lp_chat = client.chat.completions.create(
+    model=MODEL, messages=ASK, temperature=0, max_tokens=8, logprobs=True, top_logprobs=3
+)
+content_lp = lp_chat.choices[0].logprobs.content
+check(len(content_lp) == lp_chat.usage.completion_tokens, f"{len(content_lp)} tokens {lp_chat.usage}")
+for t in content_lp:
+    tops = t.top_logprobs
+    check(len(tops) == 3, f"top_logprobs {tops}")
+    check(tops[0].token == t.token and abs(tops[0].logprob - t.logprob) < 1e-4, f"{t}")
+    check(all(a.logprob >= b.logprob for a, b in zip(tops, tops[1:])), f"unsorted {tops}")
+    check(t.logprob <= 0 and bytes(t.bytes).decode("utf-8", "replace") == t.token, f"{t}")
+spelled = "".join(t.token for t in content_lp)
+check(spelled.strip() == lp_chat.choices[0].message.content.strip(), f"{spelled!r}")
+streamed_lp = []
+for chunk in client.chat.completions.create(
+    model=MODEL, messages=ASK, temperature=0, max_tokens=8, logprobs=True, top_logprobs=3, stream=True
+):
+    for choice in chunk.choices:
+        if choice.logprobs is not None and choice.logprobs.content:
+            streamed_lp.extend(choice.logprobs.content)
+check([t.token for t in streamed_lp] == [t.token for t in content_lp], f"streamed {streamed_lp}")
+plain = client.chat.completions.create(model=MODEL, messages=ASK, temperature=0, max_tokens=2)
+check(plain.choices[0].logprobs is None, f"logprobs not asked for: {plain.choices[0].logprobs}")
+
+# logit_bias: banning the greedy first token makes the answer start otherwise.
+first = content_lp[0]
+banned_id = getattr(first, "id")
+banned = client.chat.completions.create(
+    model=MODEL, messages=ASK, temperature=0, max_tokens=4, logprobs=True,
+    logit_bias={str(banned_id): -100},
+)
+check(banned.choices[0].logprobs.content[0].token != first.token, f"{banned.choices[0]}")
+try:
+    client.chat.completions.create(model=MODEL, messages=ASK, logit_bias={"99999999": 1})
+    check(False, "a token outside the vocabulary was accepted")
+except openai.BadRequestError as error:
+    check(error.body.get("param") == "logit_bias", f"body {error.body}")
+
+# Text completions' legacy logprobs: parallel lists, offsets into the text.
+lp_text = client.completions.create(model=MODEL, prompt=PROMPT, temperature=0, max_tokens=8, logprobs=2)
+lp = lp_text.choices[0].logprobs
+check("".join(lp.tokens) == lp_text.choices[0].text, f"{lp.tokens} != {lp_text.choices[0].text!r}")
+check(len(lp.token_logprobs) == len(lp.tokens) == len(lp.top_logprobs), f"{lp}")
+offsets = [0]
+for token in lp.tokens[:-1]:
+    offsets.append(offsets[-1] + len(token.encode()))
+check(lp.text_offset == offsets, f"offsets {lp.text_offset} != {offsets}")
+for chosen, top in zip(lp.token_logprobs, lp.top_logprobs):
+    check(1 <= len(top) <= 2 and abs(max(top.values()) - chosen) < 1e-4, f"{chosen} {top}")
+
 # Embeddings: a batch, floats.
 CAT = "The cat sat on the mat."
 PHYSICS = "Quantum chromodynamics describes the strong interaction."

@@ -59,7 +59,9 @@ use super::{
     Backend, BackendInfo, GenerateRequest, PromptPart, Reply, Sampling, ToolChoice, Usage,
 };
 use crate::core::ToolSpec;
-use crate::core::{BackendError, Event, EventSink, FinishReason, Flow, Message, Session};
+use crate::core::{
+    BackendError, Event, EventSink, FinishReason, Flow, Message, Session, TokenLogprobs,
+};
 use crate::llama::{CacheType, GpuSplit, LoadProgress, Model, ModelParams, Pooling};
 use crate::stream::filter::OutputFilter;
 use crate::template::{self, ChatTemplate, TemplateMessage};
@@ -214,6 +216,9 @@ struct RequestJob {
 
 enum WorkerMsg {
     Event(Event),
+    /// The probabilities of the tokens whose text comes next; unlike an event, it
+    /// is not answered with a [`Flow`].
+    Logprobs(Vec<TokenLogprobs>),
     Done(Result<Reply, BackendError>),
 }
 
@@ -425,6 +430,11 @@ impl LlamaBackend {
         let mut stopped = false;
         loop {
             match pending.events.recv_timeout(POLL) {
+                Ok(WorkerMsg::Logprobs(probs)) => {
+                    if !stopped {
+                        sink.emit(Event::Logprobs(probs));
+                    }
+                }
                 Ok(WorkerMsg::Event(Event::Content(_))) if stopped => {
                     let _ = pending.flow.send(Flow::Cancel);
                 }

@@ -213,6 +213,7 @@ pub(super) fn sampler_params(
             .unwrap_or(defaults.presence_penalty),
         grammar,
         grammar_triggers,
+        logit_bias: sampling.logit_bias.clone(),
     };
     params
         .validate()

@@ -54,7 +54,7 @@ use super::{
     PrefillReport, Prompt, RequestJob, ToolChoice, ToolSpec, Usage, WorkerMsg,
 };
 use crate::backend::local::{self, overflow, render, StopMatcher};
-use crate::core::{Message, Stats};
+use crate::core::{Message, Stats, TokenLogprobs, TokenProb};
 use crate::llama::{self, utf8::Utf8Stream, Batch, Context, ContextParams, Model, Sampler, Token};
 use crate::stream::filter::OutputFilter;
 use crate::stream::format;
@@ -1299,12 +1299,16 @@ impl<'m> Worker<'m> {
         };
         let drafts = std::mem::take(&mut task.drafts);
         let mut tokens = Vec::with_capacity(drafts.len() + 1);
+        let mut probs = Vec::new();
         loop {
             let entry = at + tokens.len();
             let token = match task.sampler.sample_at(ctx, entry) {
                 Ok(token) => token,
                 Err(err) => return self.fail(index, BackendError::Protocol(err.to_string())),
             };
+            if let Some(top) = task.job.sampling.logprobs {
+                probs.push(token_logprobs(ctx, entry, token, top as usize));
+            }
             let agreed = drafts.get(tokens.len()) == Some(&token);
             tokens.push(token);
             if !agreed || ctx.model().is_eog(token) {
@@ -1324,13 +1328,13 @@ impl<'m> Worker<'m> {
             task.spec
                 .judge(tokens.len(), drafts.len(), task.n_tokens, *generating);
         }
-        self.emit(index, &tokens);
+        self.emit(index, &tokens, probs);
     }
 
     /// Passes the sampled `tokens` on as one text, in order, up to the first that
     /// ends the request (an end token, a stop string, the length); the last left is
-    /// decoded next step.
-    fn emit(&mut self, index: usize, tokens: &[Token]) {
+    /// decoded next step. Their `probs`, when the request asked for them, go first.
+    fn emit(&mut self, index: usize, tokens: &[Token], mut probs: Vec<TokenLogprobs>) {
         let n_ctx = self.n_ctx_slot;
         let model = self.ctx.model();
         let slot = &mut self.slots[index];
@@ -1339,6 +1343,7 @@ impl<'m> Worker<'m> {
         };
         let mut shown = String::new();
         let mut end = None;
+        let n_before = task.n_tokens;
         for (i, &token) in tokens.iter().enumerate() {
             if model.is_eog(token) {
                 end = Some(FinishReason::Stop);
@@ -1364,6 +1369,12 @@ impl<'m> Worker<'m> {
                 break;
             }
             task.phase = Phase::Decode(token);
+        }
+        // The tokens passed on: all up to the one that ended the request, that
+        // one included unless it is an end token.
+        probs.truncate(task.n_tokens - n_before);
+        if !task.forced_tools && !probs.is_empty() {
+            let _ = task.job.events.send(WorkerMsg::Logprobs(probs));
         }
         // A forced tool call is JSON for the agent, never text for the user.
         if !task.forced_tools && !shown.is_empty() {
@@ -1632,6 +1643,25 @@ fn answer_message(text: &str, tools: &[ToolSpec], report: PrefillReport) -> Mess
     message.tool_calls = filter.take_tool_calls();
     message
 }
+
+/// Token `token`'s log-probability at batch entry `entry` of the last decode, and
+/// the `top` likeliest tokens there ([`llama::log_probs`]).
+fn token_logprobs(ctx: &Context<'_>, entry: usize, token: Token, top: usize) -> TokenLogprobs {
+    let model = ctx.model();
+    let prob = |id: Token, logprob: f32| TokenProb {
+        id,
+        bytes: model.piece_bytes(id, true).unwrap_or_default(),
+        logprob,
+    };
+    let (logprob, best) = ctx.logits_at(entry).map_or((0.0, Vec::new()), |logits| {
+        llama::log_probs(logits, token, top)
+    });
+    TokenLogprobs {
+        chosen: prob(token, logprob),
+        top: best.into_iter().map(|(id, lp)| prob(id, lp)).collect(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,13 +4,16 @@
 //! The prompt is continued as it is: no chat template, no system prompt, no
 //! tools, no output filter (the backend's raw-prompt path,
 //! [`Backend::complete`](crate::backend::Backend::complete)). Sampling fields
-//! are chat completions' ([`openai::sampling`]); what this server cannot do
-//! (several choices, `echo`, `logprobs`, `suffix`) is a 400
+//! are chat completions' ([`openai::sampling`]), `logprobs` (0 to 20
+//! alternatives) is reported in the legacy shape (`tokens`, `token_logprobs`,
+//! `top_logprobs`, `text_offset`); what this server cannot do (several
+//! choices, `echo`, `suffix`) is a 400
 //! naming the field rather than silently ignored; a field it does not know at
 //! all is ignored, as llama-server ignores it, and named in a debug line. Answers are
 //! `text_completion` objects, streamed as chunks of the same shape ending in
 //! `data: [DONE]`.
 
+use std::cell::Cell;
 use std::io;
 
 use serde_json::{Map, Value};
@@ -20,11 +23,11 @@ use super::fields::{json_body, unknown_fields, Fields};
 use super::openai::{self, finish_reason, wire_timings, wire_usage};
 use super::pool::Work;
 use super::text::{Assembler, Piece};
+use super::wire::encode;
 use super::wire::openai as wire;
-use super::wire::{encode, Null};
 use super::{Defaults, Usage};
 use crate::backend::{PromptPart, Reply, ToolChoice};
-use crate::core::Session;
+use crate::core::{Session, TokenLogprobs};
 use crate::frontend::http::SseStream;
 
 /// A checked `/v1/completions` request.
@@ -88,12 +91,12 @@ pub fn parse(
     f.integer("n", 1, 1)?;
     f.integer("best_of", 1, 1)?;
     f.unsupported("echo", &[Value::Bool(false)])?;
-    f.unsupported("logprobs", &[])?;
+    let logprobs = f.integer("logprobs", 0, 20)?;
     f.unsupported("suffix", &[Value::String(String::new())])?;
-    f.unsupported("logit_bias", &[Value::Object(Map::new())])?;
     f.unsupported("use_tools", &[Value::Bool(false)])?;
     f.unsupported("response_format", &[])?;
-    let sampling = openai::sampling(&f, defaults)?;
+    let mut sampling = openai::sampling(&f, defaults)?;
+    sampling.logprobs = logprobs.map(|n| n as u32);
     Ok(CompletionRequest {
         work: Work {
             session: Session::new(String::new()),
@@ -183,9 +186,48 @@ pub struct Answer {
     pub created: u64,
     pub model: String,
     pub include_usage: bool,
+    /// The request asked for `logprobs`.
+    pub logprobs: bool,
+    /// Where the next streamed token starts in the completion's text.
+    pub offset: Cell<usize>,
+}
+
+/// Text completions' `logprobs` for `probs`, whose first token starts at
+/// byte `offset` of the completion; the offset after the last token.
+fn text_logprobs(probs: &[TokenLogprobs], mut offset: usize) -> (wire::TextLogprobs, usize) {
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    let mut out = wire::TextLogprobs {
+        tokens: Vec::with_capacity(probs.len()),
+        token_logprobs: Vec::with_capacity(probs.len()),
+        top_logprobs: Vec::with_capacity(probs.len()),
+        text_offset: Vec::with_capacity(probs.len()),
+    };
+    for p in probs {
+        out.tokens.push(text(&p.chosen.bytes));
+        out.token_logprobs.push(p.chosen.logprob);
+        out.top_logprobs.push(
+            p.top
+                .iter()
+                .map(|t| (text(&t.bytes), Value::from(t.logprob)))
+                .collect::<Map<String, Value>>(),
+        );
+        out.text_offset.push(offset);
+        offset += p.chosen.bytes.len();
+    }
+    (out, offset)
 }
 
 impl Answer {
+    /// `logprobs` for the tokens `probs`, `None` unless asked for.
+    fn logprobs(&self, probs: &[TokenLogprobs]) -> Option<wire::TextLogprobs> {
+        if !self.logprobs {
+            return None;
+        }
+        let (out, next) = text_logprobs(probs, self.offset.get());
+        self.offset.set(next);
+        Some(out)
+    }
+
     fn chunk<'a>(
         &'a self,
         text: &'a str,
@@ -200,7 +242,7 @@ impl Answer {
             choices: [wire::TextChoice {
                 text,
                 index: 0,
-                logprobs: Null,
+                logprobs: None,
                 finish_reason: finish,
             }],
             usage: None,
@@ -213,9 +255,18 @@ impl Answer {
         Ok(())
     }
 
-    pub fn piece(&self, sse: &mut SseStream, piece: Piece) -> io::Result<()> {
+    pub fn piece(
+        &self,
+        sse: &mut SseStream,
+        piece: Piece,
+        logprobs: &[TokenLogprobs],
+    ) -> io::Result<()> {
         match piece {
-            Piece::Text(text) => sse.send(&encode(&self.chunk(&text, None))),
+            Piece::Text(text) => {
+                let mut chunk = self.chunk(&text, None);
+                chunk.choices[0].logprobs = self.logprobs(logprobs);
+                sse.send(&encode(&chunk))
+            }
             // The raw path has no output filter, so no reasoning is ever split off.
             Piece::Reasoning(_) => Ok(()),
         }
@@ -249,11 +300,13 @@ impl Answer {
         reply: &Reply,
         usage: &Usage,
     ) -> wire::TextCompletion<'a> {
-        wire::TextCompletion {
+        let mut whole = wire::TextCompletion {
             usage: Some(wire_usage(usage)),
             timings: wire_timings(usage),
             ..self.chunk(&text.text, Some(finish_reason(reply)))
-        }
+        };
+        whole.choices[0].logprobs = self.logprobs(&text.logprobs);
+        whole
     }
 }
 
@@ -337,7 +390,10 @@ mod tests {
         check_invalid(json!({"prompt": []}), "prompt");
         check_invalid(json!({"prompt": "a", "n": 2}), "n");
         check_invalid(json!({"prompt": "a", "echo": true}), "echo");
-        check_invalid(json!({"prompt": "a", "logprobs": 2}), "logprobs");
+        check_invalid(json!({"prompt": "a", "logprobs": 21}), "logprobs");
+        check_invalid(json!({"prompt": "a", "logprobs": true}), "logprobs");
+        let asked = parse_json(json!({"prompt": "a", "logprobs": 2})).unwrap();
+        assert_eq!(asked.work.sampling.logprobs, Some(2));
         check_invalid(json!({"prompt": "a", "suffix": "x"}), "suffix");
         check_invalid(json!({"prompt": "a", "max_tokens": 0}), "max_tokens");
         check_invalid(json!({"prompt": "a", "temperature": "hot"}), "temperature");

@@ -52,7 +52,7 @@ use crossbeam_channel::RecvTimeoutError;
 use crate::backend::llamacpp::LocalModel;
 use crate::backend::{BackendInfo, Reply, Sampling};
 use crate::config::resolve::Settings;
-use crate::core::{Message, Role, Stats, ToolCall};
+use crate::core::{Message, Role, Stats, TokenLogprobs, ToolCall};
 
 use super::access::{Access, ServerKind};
 use super::agent_api::{self, AgentApi};
@@ -170,12 +170,20 @@ impl Answer {
         }
     }
 
-    fn piece(&mut self, sse: &mut SseStream, piece: text::Piece) -> std::io::Result<()> {
+    /// A piece of the answer, with the probabilities of the tokens generated since
+    /// the last piece (empty unless the request asked for them, which only the
+    /// OpenAI and llama-server routes can).
+    fn piece(
+        &mut self,
+        sse: &mut SseStream,
+        piece: text::Piece,
+        logprobs: &[TokenLogprobs],
+    ) -> std::io::Result<()> {
         match self {
-            Answer::OpenAi(a) => a.piece(sse, piece),
+            Answer::OpenAi(a) => a.piece(sse, piece, logprobs),
             Answer::Anthropic(a) => a.piece(sse, piece),
-            Answer::Text(a) => a.piece(sse, piece),
-            Answer::Native(a) => a.piece(sse, piece),
+            Answer::Text(a) => a.piece(sse, piece, logprobs),
+            Answer::Native(a) => a.piece(sse, piece, logprobs),
             Answer::Responses(a) => a.piece(sse, piece),
         }
     }
@@ -232,6 +240,35 @@ fn log_ignored(route: &str, ignored: &[String]) {
         crate::log::debug(crate::log::Category::Http, || {
             format!("{route}: ignored request fields: {}", ignored.join(", "))
         });
+    }
+}
+
+/// Token probabilities and logit biases name the in-process model's tokens: with
+/// another backend they are a 400, and a biased id must be in the vocabulary.
+fn check_local_sampling(loaded: &Loaded, sampling: &Sampling) -> Result<(), ApiError> {
+    let wants = if sampling.logprobs.is_some() {
+        "logprobs"
+    } else if !sampling.logit_bias.is_empty() {
+        "logit_bias"
+    } else {
+        return Ok(());
+    };
+    let Some(model) = &loaded.local else {
+        return Err(ApiError::invalid(
+            wants,
+            format!("'{wants}' needs the in-process model (--server -m FILE.gguf)"),
+        ));
+    };
+    let n_vocab = model.props().n_vocab;
+    match sampling.logit_bias.iter().find(|(id, _)| *id >= n_vocab) {
+        Some((id, _)) => Err(ApiError::invalid(
+            "logit_bias",
+            format!(
+                "token id {id} is outside the vocabulary (0 to {})",
+                n_vocab - 1
+            ),
+        )),
+        None => Ok(()),
     }
 }
 
@@ -349,11 +386,15 @@ impl ApiServer {
             }
         };
         log_ignored("/v1/chat/completions", &parsed.ignored);
+        if let Err(error) = check_local_sampling(loaded, &parsed.work.sampling) {
+            return self.refuse(responder, &error);
+        }
         let answer = Answer::OpenAi(openai::Answer {
             id: self.new_id("chatcmpl-"),
             created: now_secs(),
             model: parsed.model,
             include_usage: parsed.include_usage,
+            logprobs: parsed.work.sampling.logprobs.is_some(),
         });
         self.serve(loaded, answer, parsed.work, parsed.stream, responder);
     }
@@ -372,11 +413,16 @@ impl ApiServer {
             Err(error) => return self.refuse(responder, &error),
         };
         log_ignored("/v1/completions", &parsed.ignored);
+        if let Err(error) = check_local_sampling(loaded, &parsed.work.sampling) {
+            return self.refuse(responder, &error);
+        }
         let answer = Answer::Text(completions::Answer {
             id: self.new_id("cmpl-"),
             created: now_secs(),
             model: parsed.model,
             include_usage: parsed.include_usage,
+            logprobs: parsed.work.sampling.logprobs.is_some(),
+            offset: std::cell::Cell::new(0),
         });
         self.serve(loaded, answer, parsed.work, parsed.stream, responder);
     }
@@ -588,12 +634,12 @@ impl ApiServer {
             match out {
                 Out::Event(event) => {
                     if let Some(piece) = text.push(event) {
-                        answer.piece(&mut sse, piece)?;
+                        answer.piece(&mut sse, piece, text.unsent_logprobs())?;
                     }
                 }
                 Out::Done(Ok(reply)) => {
                     if let Some(piece) = text.finish() {
-                        answer.piece(&mut sse, piece)?;
+                        answer.piece(&mut sse, piece, text.unsent_logprobs())?;
                     }
                     let usage = Usage::of(&reply, text.stats.as_ref());
                     self.metrics.record(&usage);

@@ -7,9 +7,10 @@
 //! figures, with no `[DONE]`, as llama-server streams it. The in-process model
 //! only, like `/v1/completions`, whose prompt and sampling checks it shares.
 //!
-//! `n_probs` and `return_tokens` (token probabilities and ids) are a 400 rather
-//! than an answer without them: this server's generation reports text, not
-//! ids. A field neither server knows is ignored and named in a debug line.
+//! `n_probs` adds llama-server's `completion_probabilities` (each token's id,
+//! text, bytes and log-probability, with the `n_probs` likeliest others) and
+//! `return_tokens` the ids in `tokens`, streamed with the chunk that carries
+//! their text. A field neither server knows is ignored and named in a debug line.
 //!
 //! Also llama-server's `POST /apply-template`: a chat request's `messages`
 //! (and `tools`) rendered with the model's chat template as a generation
@@ -18,26 +19,29 @@
 use std::io;
 use std::sync::atomic::Ordering;
 
-use serde_json::Value;
-
 use super::completions::prompt;
 use super::error::ApiError;
 use super::fields::{json_body, unknown_fields, Fields};
 use super::local;
-use super::openai::{self, wire_timings};
+use super::openai::{self, wire_logprobs, wire_timings};
 use super::pool::Work;
 use super::text::{Assembler, Piece};
 use super::wire::encode;
 use super::wire::llama as wire;
+use super::wire::openai::TokenLogprob;
 use super::{Defaults, Usage};
 use crate::backend::{PromptPart, Reply, Sampling, ToolChoice};
-use crate::core::{FinishReason, Session};
+use crate::core::{FinishReason, Session, TokenLogprobs};
 use crate::frontend::http::{Request, Responder, SseStream};
 
 /// A checked `/completion` request.
 #[derive(Debug)]
 pub struct NativeRequest {
     pub work: Work,
+    /// Whether the answer reports `completion_probabilities` (`n_probs` > 0).
+    pub n_probs: bool,
+    /// Whether the answer lists its token ids (`return_tokens`).
+    pub return_tokens: bool,
     pub stream: bool,
     /// Fields neither this server nor llama-server's route reads, ignored.
     pub ignored: Vec<String>,
@@ -83,10 +87,15 @@ pub fn parse(body: &[u8], defaults: &Defaults, n_vocab: i32) -> Result<NativeReq
     let ignored = unknown_fields(&value, &KNOWN, &IGNORED);
     let prompt = prompt(&f, n_vocab)?;
     let stream = f.bool("stream")?.unwrap_or(false);
-    f.unsupported("n_probs", &[Value::from(0)])?;
-    f.unsupported("return_tokens", &[Value::Bool(false)])?;
-    let sampling = openai::sampling(&f, defaults)?;
+    let n_probs = f.integer("n_probs", 0, 100)?.filter(|&n| n > 0);
+    let return_tokens = f.bool("return_tokens")?.unwrap_or(false);
+    let mut sampling = openai::sampling(&f, defaults)?;
+    // The ids come with the probabilities; with `return_tokens` alone no
+    // alternatives are looked up.
+    sampling.logprobs = n_probs.map(|n| n as u32).or(return_tokens.then_some(0));
     Ok(NativeRequest {
+        n_probs: n_probs.is_some(),
+        return_tokens,
         work: Work {
             session: Session::new(String::new()),
             tools: Vec::new(),
@@ -107,6 +116,10 @@ pub struct Answer {
     /// The prompt as text (token ids written out), as llama-server echoes it.
     pub prompt: String,
     pub sampling: Sampling,
+    /// Report `completion_probabilities` (`n_probs`).
+    pub n_probs: bool,
+    /// List the token ids (`return_tokens`).
+    pub return_tokens: bool,
 }
 
 /// The prompt as llama-server echoes it: text as given, token ids written
@@ -140,14 +153,33 @@ impl Answer {
         Ok(())
     }
 
-    pub fn piece(&self, sse: &mut SseStream, piece: Piece) -> io::Result<()> {
+    /// The ids of `probs` with `return_tokens`, else none.
+    fn tokens(&self, probs: &[TokenLogprobs]) -> Vec<i32> {
+        if !self.return_tokens {
+            return Vec::new();
+        }
+        probs.iter().map(|p| p.chosen.id).collect()
+    }
+
+    /// `completion_probabilities` for `probs` with `n_probs`.
+    fn probabilities<'a>(&self, probs: &'a [TokenLogprobs]) -> Option<Vec<TokenLogprob<'a>>> {
+        self.n_probs.then(|| wire_logprobs(probs))
+    }
+
+    pub fn piece(
+        &self,
+        sse: &mut SseStream,
+        piece: Piece,
+        logprobs: &[TokenLogprobs],
+    ) -> io::Result<()> {
         match piece {
             Piece::Text(content) => sse.send(&encode(&wire::CompletionChunk {
                 index: 0,
                 content: &content,
-                tokens: [],
+                tokens: self.tokens(logprobs),
                 stop: false,
                 id_slot: -1,
+                completion_probabilities: self.probabilities(logprobs),
             })),
             // The raw path has no output filter, so no reasoning is ever split off.
             Piece::Reasoning(_) => Ok(()),
@@ -156,13 +188,14 @@ impl Answer {
 
     /// The last chunk: `"stop": true`, empty content (it was streamed), the figures.
     pub fn finish(&self, sse: &mut SseStream, reply: &Reply, usage: &Usage) -> io::Result<()> {
-        sse.send(&encode(&self.completion("", reply, usage)))
+        sse.send(&encode(&self.completion("", &[], reply, usage)))
     }
 
     /// The whole answer (or, with `content` empty, a stream's last chunk).
     fn completion<'a>(
         &'a self,
         content: &'a str,
+        probs: &'a [TokenLogprobs],
         reply: &'a Reply,
         usage: &Usage,
     ) -> wire::Completion<'a> {
@@ -170,7 +203,7 @@ impl Answer {
         wire::Completion {
             index: 0,
             content,
-            tokens: [],
+            tokens: self.tokens(probs),
             id_slot: 0,
             stop: true,
             model: &self.model,
@@ -184,6 +217,9 @@ impl Answer {
             stopping_word,
             tokens_cached: usage.prompt + usage.completion,
             timings: wire_timings(usage),
+            completion_probabilities: (!content.is_empty() || !probs.is_empty())
+                .then(|| self.probabilities(probs))
+                .flatten(),
         }
     }
 
@@ -194,7 +230,7 @@ impl Answer {
         reply: &'a Reply,
         usage: &Usage,
     ) -> wire::Completion<'a> {
-        self.completion(&text.text, reply, usage)
+        self.completion(&text.text, &text.logprobs, reply, usage)
     }
 }
 
@@ -212,11 +248,16 @@ impl super::ApiServer {
             Err(error) => return self.refuse(responder, &error),
         };
         super::log_ignored("/completion", &parsed.ignored);
+        if let Err(error) = super::check_local_sampling(loaded, &parsed.work.sampling) {
+            return self.refuse(responder, &error);
+        }
         let parts = parsed.work.raw_prompt.as_deref().unwrap_or_default();
         let answer = super::Answer::Native(Answer {
             model: loaded.defaults.model.clone(),
             prompt: prompt_text(parts, |ids| model.detokenize(ids).ok()),
             sampling: parsed.work.sampling.clone(),
+            n_probs: parsed.n_probs,
+            return_tokens: parsed.return_tokens,
         });
         self.serve(loaded, answer, parsed.work, parsed.stream, responder);
     }
@@ -245,7 +286,7 @@ impl super::ApiServer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     fn parse_json(body: Value) -> Result<NativeRequest, ApiError> {
         parse(body.to_string().as_bytes(), &Defaults::default(), 1000)
@@ -273,13 +314,10 @@ mod tests {
     }
 
     #[test]
-    fn what_this_server_cannot_answer_is_a_400_naming_the_field() {
+    fn a_wrong_field_is_a_400_naming_it_and_probabilities_are_asked_for() {
         for (body, param) in [
-            (json!({"prompt": "a", "n_probs": 3}), "n_probs"),
-            (
-                json!({"prompt": "a", "return_tokens": true}),
-                "return_tokens",
-            ),
+            (json!({"prompt": "a", "n_probs": 101}), "n_probs"),
+            (json!({"prompt": "a", "return_tokens": 1}), "return_tokens"),
             (json!({"prompt": [5000]}), "prompt"),
             (json!({}), "prompt"),
             (json!({"prompt": "a", "n_predict": "x"}), "n_predict"),
@@ -288,7 +326,19 @@ mod tests {
             assert_eq!(error.status, 400, "{body}");
             assert_eq!(error.param.as_deref(), Some(param), "{body}");
         }
-        assert!(parse_json(json!({"prompt": "a", "n_probs": 0})).is_ok());
+        let none = parse_json(json!({"prompt": "a", "n_probs": 0})).unwrap();
+        assert_eq!((none.n_probs, none.work.sampling.logprobs), (false, None));
+        let probs = parse_json(json!({"prompt": "a", "n_probs": 3})).unwrap();
+        assert_eq!(
+            (probs.n_probs, probs.work.sampling.logprobs),
+            (true, Some(3))
+        );
+        // Ids alone need the chosen tokens, not their alternatives.
+        let ids = parse_json(json!({"prompt": "a", "return_tokens": true})).unwrap();
+        assert_eq!(
+            (ids.return_tokens, ids.work.sampling.logprobs),
+            (true, Some(0))
+        );
     }
 
     #[test]

@@ -20,7 +20,7 @@ use super::wire::{encode, Null};
 use super::{Defaults, Usage};
 use crate::backend::{Reply, ResponseFormat, Sampling, ToolChoice};
 use crate::core::ToolSpec;
-use crate::core::{FinishReason, Message, Session, ToolCall};
+use crate::core::{FinishReason, Message, Session, TokenLogprobs, TokenProb, ToolCall};
 use crate::frontend::http::SseStream;
 
 /// A checked chat-completions request.
@@ -96,9 +96,14 @@ pub fn parse(body: &[u8], defaults: &Defaults) -> Result<ChatRequest, ApiError> 
     let stream = f.bool("stream")?.unwrap_or(false);
     let include_usage = stream_options(&f, stream)?;
     f.integer("n", 1, 1)?;
-    f.unsupported("logprobs", &[Value::Bool(false)])?;
-    f.unsupported("top_logprobs", &[])?;
-    f.unsupported("logit_bias", &[Value::Object(Map::new())])?;
+    let logprobs = f.bool("logprobs")?.unwrap_or(false);
+    let top_logprobs = f.integer("top_logprobs", 0, 20)?;
+    if top_logprobs.is_some() && !logprobs {
+        return Err(ApiError::invalid(
+            "top_logprobs",
+            "'top_logprobs' needs 'logprobs': true",
+        ));
+    }
     f.unsupported("modalities", &[Value::Array(vec!["text".into()])])?;
     f.unsupported("prediction", &[])?;
     let use_tools = match f.bool("use_tools")? {
@@ -112,6 +117,7 @@ pub fn parse(body: &[u8], defaults: &Defaults) -> Result<ChatRequest, ApiError> 
         None => defaults.use_tools,
     };
     let mut sampling = sampling(&f, defaults)?;
+    sampling.logprobs = logprobs.then(|| top_logprobs.unwrap_or(0) as u32);
     if let Some(format) = response_format(&f)? {
         sampling.response_format = Some(format);
     }
@@ -176,7 +182,51 @@ pub(super) fn sampling(f: &Fields<'_>, defaults: &Defaults) -> Result<Sampling, 
         sampling.stop = stop_list(f, "stop", 4)?;
     }
     sampling.response_format = llama_server_format(f)?.or(sampling.response_format);
+    sampling.logit_bias = logit_bias(f)?;
     Ok(sampling)
+}
+
+/// `logit_bias`: OpenAI's object of token id to bias (-100 to 100), or
+/// llama-server's array of `[id, bias]` pairs, where a bias of `false` bans the
+/// token. Ids are checked against the vocabulary where the model is known
+/// ([`super::check_local_sampling`]).
+fn logit_bias(f: &Fields<'_>) -> Result<Vec<(i32, f32)>, ApiError> {
+    let wrong = || {
+        ApiError::invalid(
+            "logit_bias",
+            "'logit_bias' maps token ids to a bias from -100 to 100 (or false to ban the token)",
+        )
+    };
+    let bias = |value: &Value| match value {
+        Value::Bool(false) => Some(f32::NEG_INFINITY),
+        value => value
+            .as_f64()
+            .filter(|b| (-100.0..=100.0).contains(b))
+            .map(|b| b as f32),
+    };
+    let id = |n: Option<i64>| n.and_then(|n| i32::try_from(n).ok()).filter(|&n| n >= 0);
+    let pairs: Vec<(Option<i32>, Option<f32>)> = match f.get("logit_bias") {
+        None => return Ok(Vec::new()),
+        Some(Value::Object(map)) => map
+            .iter()
+            .map(|(k, v)| (id(k.trim().parse().ok()), bias(v)))
+            .collect(),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|item| match item.as_array().map(Vec::as_slice) {
+                Some([token, b]) => (id(token.as_i64()), bias(b)),
+                _ => (None, None),
+            })
+            .collect(),
+        Some(_) => return Err(wrong()),
+    };
+    pairs
+        .into_iter()
+        .map(|pair| match pair {
+            (Some(token), Some(bias)) => Ok((token, bias)),
+            _ => Err(wrong()),
+        })
+        .collect()
 }
 
 /// llama-server's own constraints: a GBNF `grammar`, or a top-level
@@ -490,6 +540,8 @@ pub struct Answer {
     pub created: u64,
     pub model: String,
     pub include_usage: bool,
+    /// The request asked for `logprobs`.
+    pub logprobs: bool,
 }
 
 /// OpenAI's name for how the reply ended.
@@ -519,6 +571,26 @@ fn wire_calls(calls: &[ToolCall], streamed: bool) -> Vec<wire::ToolCall<'_>> {
                 },
             },
             index: streamed.then_some(i),
+        })
+        .collect()
+}
+
+/// Token probabilities in chat's shape (and llama-server's).
+pub(super) fn wire_logprobs(probs: &[TokenLogprobs]) -> Vec<wire::TokenLogprob<'_>> {
+    fn entry(p: &TokenProb) -> wire::TokenLogprob<'_> {
+        wire::TokenLogprob {
+            id: p.id,
+            token: String::from_utf8_lossy(&p.bytes).into_owned(),
+            bytes: &p.bytes,
+            logprob: p.logprob,
+            top_logprobs: None,
+        }
+    }
+    probs
+        .iter()
+        .map(|t| wire::TokenLogprob {
+            top_logprobs: Some(t.top.iter().map(entry).collect()),
+            ..entry(&t.chosen)
         })
         .collect()
 }
@@ -572,11 +644,19 @@ impl Answer {
             choices: [wire::ChunkChoice {
                 index: 0,
                 delta,
-                logprobs: Null,
+                logprobs: None,
                 finish_reason: finish,
             }],
             timings: None,
         }
+    }
+
+    /// `logprobs` for `probs`: `None` (null) unless the request asked for them.
+    fn logprobs<'a>(&self, probs: &'a [TokenLogprobs]) -> Option<wire::Logprobs<'a>> {
+        self.logprobs.then(|| wire::Logprobs {
+            content: wire_logprobs(probs),
+            refusal: Null,
+        })
     }
 
     /// The chunk after the finish reason when `include_usage` asked for it.
@@ -604,7 +684,12 @@ impl Answer {
         sse.send(&encode(&self.chunk(delta, None)))
     }
 
-    pub fn piece(&self, sse: &mut SseStream, piece: Piece) -> io::Result<()> {
+    pub fn piece(
+        &self,
+        sse: &mut SseStream,
+        piece: Piece,
+        logprobs: &[TokenLogprobs],
+    ) -> io::Result<()> {
         let delta = match &piece {
             Piece::Text(text) => wire::Delta {
                 content: Some(text),
@@ -615,7 +700,9 @@ impl Answer {
                 ..wire::Delta::default()
             },
         };
-        sse.send(&encode(&self.chunk(delta, None)))
+        let mut chunk = self.chunk(delta, None);
+        chunk.choices[0].logprobs = self.logprobs(logprobs);
+        sse.send(&encode(&chunk))
     }
 
     /// Tool calls (one chunk, whole arguments), the finish reason, the usage
@@ -664,7 +751,7 @@ impl Answer {
                         .then_some(text.reasoning.as_str()),
                     tool_calls,
                 },
-                logprobs: Null,
+                logprobs: self.logprobs(&text.logprobs),
                 finish_reason: finish_reason(reply),
             }],
             usage: wire_usage(usage),
@@ -815,6 +902,35 @@ mod tests {
     }
 
     #[test]
+    fn logprobs_and_logit_bias_in_both_dialects_reach_the_sampling() {
+        let body = json!({
+            "messages": user(), "logprobs": true, "top_logprobs": 3,
+            "logit_bias": {"15": -100, " 7": 2.5}
+        });
+        let parsed = parse(body.to_string().as_bytes(), &defaults()).unwrap();
+        assert_eq!(parsed.work.sampling.logprobs, Some(3));
+        let mut bias = parsed.work.sampling.logit_bias.clone();
+        bias.sort_by_key(|&(id, _)| id);
+        assert_eq!(bias, [(7, 2.5), (15, -100.0)]);
+        // llama-server's pairs, where false bans the token; logprobs alone
+        // reports the chosen token only.
+        let body = json!({
+            "messages": user(), "logprobs": true, "logit_bias": [[3, false], [4, 1]]
+        });
+        let parsed = parse(body.to_string().as_bytes(), &defaults()).unwrap();
+        assert_eq!(parsed.work.sampling.logprobs, Some(0));
+        assert_eq!(
+            parsed.work.sampling.logit_bias,
+            [(3, f32::NEG_INFINITY), (4, 1.0)]
+        );
+        let plain = parse(
+            json!({"messages": user()}).to_string().as_bytes(),
+            &defaults(),
+        );
+        assert_eq!(plain.unwrap().work.sampling.logprobs, None);
+    }
+
+    #[test]
     fn every_bad_field_is_a_400_naming_it() {
         let cases = [
             (json!({"messages": []}), "messages"),
@@ -882,7 +998,31 @@ mod tests {
                 json!({"messages": user(), "response_format": {"type": "xml"}}),
                 "response_format.type",
             ),
-            (json!({"messages": user(), "logprobs": true}), "logprobs"),
+            (json!({"messages": user(), "logprobs": 1}), "logprobs"),
+            (
+                json!({"messages": user(), "top_logprobs": 2}),
+                "top_logprobs",
+            ),
+            (
+                json!({"messages": user(), "logprobs": true, "top_logprobs": 21}),
+                "top_logprobs",
+            ),
+            (
+                json!({"messages": user(), "logit_bias": {"x": 1}}),
+                "logit_bias",
+            ),
+            (
+                json!({"messages": user(), "logit_bias": {"5": 101}}),
+                "logit_bias",
+            ),
+            (
+                json!({"messages": user(), "logit_bias": [[5]]}),
+                "logit_bias",
+            ),
+            (
+                json!({"messages": user(), "logit_bias": {"-1": 1}}),
+                "logit_bias",
+            ),
             (json!({"messages": user(), "use_tools": true}), "use_tools"),
             (
                 json!({"messages": user(), "repeat_penalty": -1}),
@@ -908,6 +1048,7 @@ mod tests {
             created: 7,
             model: "m".into(),
             include_usage: true,
+            logprobs: false,
         }
     }
 

@@ -7,7 +7,7 @@
 //! `--use-tools`, each server tool run is shown as `name(args)` and its
 //! one-line summary, so a client sees what ran on the server.
 
-use crate::core::{Event, Stats};
+use crate::core::{Event, Stats, TokenLogprobs};
 
 /// A piece of the answer, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,6 +26,10 @@ pub struct Assembler {
     pub reasoning: String,
     /// The backend's figures for the last generation.
     pub stats: Option<Stats>,
+    /// Every generated token's probabilities, when the request asked for them.
+    pub logprobs: Vec<TokenLogprobs>,
+    /// How many of `logprobs` streamed chunks carried already.
+    sent: usize,
 }
 
 impl Assembler {
@@ -73,14 +77,28 @@ impl Assembler {
                 self.stats = Some(stats);
                 None
             }
+            Event::Logprobs(probs) => {
+                self.logprobs.extend(probs);
+                None
+            }
             _ => None,
         }
     }
 
-    /// Closes a code block left open at the end.
+    /// Closes a code block left open at the end; an empty text when only token
+    /// probabilities are left to send.
     pub fn finish(&mut self) -> Option<Piece> {
         let out = self.close_fence();
-        self.text(out)
+        match self.text(out) {
+            None if self.sent < self.logprobs.len() => Some(Piece::Text(String::new())),
+            piece => piece,
+        }
+    }
+
+    /// The token probabilities no streamed chunk carried yet, now counted as sent.
+    pub fn unsent_logprobs(&mut self) -> &[TokenLogprobs] {
+        let from = std::mem::replace(&mut self.sent, self.logprobs.len());
+        &self.logprobs[from..]
     }
 
     fn close_fence(&mut self) -> String {

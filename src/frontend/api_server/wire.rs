@@ -52,8 +52,40 @@ pub mod openai {
     pub struct Choice<'a> {
         pub index: u32,
         pub message: AssistantMessage<'a>,
-        pub logprobs: Null,
+        /// `null` unless the request asked for `logprobs`.
+        pub logprobs: Option<Logprobs<'a>>,
         pub finish_reason: &'static str,
+    }
+
+    /// Chat's `logprobs`: one entry per generated token.
+    #[derive(Debug, Serialize)]
+    pub struct Logprobs<'a> {
+        pub content: Vec<TokenLogprob<'a>>,
+        pub refusal: Null,
+    }
+
+    /// One token's log-probability, in chat's shape with llama-server's `id`
+    /// (its `/completion` reports the same entries as `completion_probabilities`).
+    #[derive(Debug, Serialize)]
+    pub struct TokenLogprob<'a> {
+        pub id: i32,
+        pub token: String,
+        pub bytes: &'a [u8],
+        pub logprob: f32,
+        /// The likeliest tokens at this place; absent inside that list.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub top_logprobs: Option<Vec<TokenLogprob<'a>>>,
+    }
+
+    /// Text completions' (legacy) `logprobs`: parallel lists per token.
+    #[derive(Debug, Serialize)]
+    pub struct TextLogprobs {
+        pub tokens: Vec<String>,
+        pub token_logprobs: Vec<f32>,
+        /// The likeliest tokens at each place, token text to log-probability.
+        pub top_logprobs: Vec<serde_json::Map<String, serde_json::Value>>,
+        /// Where each token starts in the completion's text, in bytes.
+        pub text_offset: Vec<usize>,
     }
 
     #[derive(Debug, Serialize)]
@@ -107,7 +139,8 @@ pub mod openai {
     pub struct ChunkChoice<'a> {
         pub index: u32,
         pub delta: Delta<'a>,
-        pub logprobs: Null,
+        /// The chunk's tokens' log-probabilities, when asked for.
+        pub logprobs: Option<Logprobs<'a>>,
         /// `null` until the last content chunk.
         pub finish_reason: Option<&'static str>,
     }
@@ -197,7 +230,7 @@ pub mod openai {
     pub struct TextChoice<'a> {
         pub text: &'a str,
         pub index: u32,
-        pub logprobs: Null,
+        pub logprobs: Option<TextLogprobs>,
         pub finish_reason: Option<&'static str>,
     }
 
@@ -359,8 +392,8 @@ pub mod llama {
     pub struct Completion<'a> {
         pub index: u32,
         pub content: &'a str,
-        /// The answer's token ids: always empty (`return_tokens` is refused).
-        pub tokens: [i32; 0],
+        /// The answer's token ids with `return_tokens` (else empty).
+        pub tokens: Vec<i32>,
         pub id_slot: i32,
         pub stop: bool,
         pub model: &'a str,
@@ -376,6 +409,9 @@ pub mod llama {
         pub tokens_cached: u64,
         #[serde(skip_serializing_if = "Option::is_none")]
         pub timings: Option<super::openai::Timings>,
+        /// With `n_probs`: each token's log-probability and the likeliest others.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub completion_probabilities: Option<Vec<super::openai::TokenLogprob<'a>>>,
     }
 
     /// One streamed piece of a `/completion` answer.
@@ -383,9 +419,13 @@ pub mod llama {
     pub struct CompletionChunk<'a> {
         pub index: u32,
         pub content: &'a str,
-        pub tokens: [i32; 0],
+        /// The chunk's token ids with `return_tokens` (else empty).
+        pub tokens: Vec<i32>,
         pub stop: bool,
         pub id_slot: i32,
+        /// With `n_probs`: each token's log-probability and the likeliest others.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub completion_probabilities: Option<Vec<super::openai::TokenLogprob<'a>>>,
     }
 
     /// `POST /apply-template`: the prompt the model would read.

@@ -48,15 +48,17 @@ impl Hub {
     }
 
     /// Numbers and serialises `event` once and sends it to every observer;
-    /// returns the line for the request's own client. Numbering and sending
-    /// happen under one lock so every observer sees the same order.
-    pub(super) fn publish(&self, request_id: u64, event: &Event) -> Arc<str> {
+    /// returns the line for the request's own client (`None` for an event the
+    /// stream does not carry). Numbering and sending happen under one lock so
+    /// every observer sees the same order.
+    pub(super) fn publish(&self, request_id: u64, event: &Event) -> Option<Arc<str>> {
+        let event = wire_event(event)?;
         let mut state = self.lock();
         state.seq += 1;
         let line = WireLine {
             seq: state.seq,
             request_id,
-            event: wire_event(event),
+            event,
         };
         let line: Arc<str> = serde_json::to_string(&line).unwrap_or_default().into();
         state
@@ -66,7 +68,7 @@ impl Hub {
                 // Too slow (see the module docs) or gone: drop it.
                 Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => false,
             });
-        line
+        Some(line)
     }
 
     pub(super) fn observers(&self) -> usize {

@@ -161,7 +161,9 @@ impl CliServer {
                 }
                 _ => {}
             }
-            let line = self.hub.publish(job.id, event);
+            let Some(line) = self.hub.publish(job.id, event) else {
+                return Ok(());
+            };
             match &job.reply {
                 // The streaming client is gone: `run_prompt` cancels the turn.
                 JobReply::Stream(tx) => tx.send(line).map_err(|_| io::ErrorKind::BrokenPipe)?,
@@ -198,7 +200,9 @@ impl CliServer {
                 });
             }
             JobReply::Stream(tx) => {
-                let _ = tx.send(line);
+                if let Some(line) = line {
+                    let _ = tx.send(line);
+                }
             }
             JobReply::Queued => {}
         }

@@ -12,7 +12,7 @@ use crate::frontend::http::Request;
 
 fn line(event: &Event) -> Value {
     let hub = Hub::new(4);
-    serde_json::from_str(&hub.publish(7, event)).unwrap()
+    serde_json::from_str(&hub.publish(7, event).unwrap()).unwrap()
 }
 
 #[test]

@@ -64,9 +64,10 @@ pub(super) enum WireEvent<'a> {
     },
 }
 
-/// The typed SSE shape of `event`.
-pub(super) fn wire_event(event: &Event) -> WireEvent<'_> {
-    match event {
+/// The typed SSE shape of `event`; `None` for token probabilities, which this
+/// server's requests never ask for.
+pub(super) fn wire_event(event: &Event) -> Option<WireEvent<'_>> {
+    Some(match event {
         Event::UserPrompt(text) => WireEvent::UserPrompt { content: text },
         Event::Content(text) => WireEvent::Delta { content: text },
         Event::Thinking(text) => WireEvent::Thinking { content: text },
@@ -99,7 +100,8 @@ pub(super) fn wire_event(event: &Event) -> WireEvent<'_> {
             args: &request.call.arguments,
             tool_call_id: &request.call.id,
         },
-    }
+        Event::Logprobs(_) => return None,
+    })
 }
 
 /// The first event on `/updates`.
