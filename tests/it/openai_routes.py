@@ -147,6 +147,42 @@ try:
 except openai.BadRequestError as error:
     check(error.body.get("param") == "logit_bias", f"body {error.body}")
 
+# Several choices (n): each with its index and finish reason; the usage counts
+# every choice's tokens (the logprobs list one entry per token).
+many = client.chat.completions.create(
+    model=MODEL, messages=ASK, temperature=1.0, seed=5, max_tokens=6, n=3, logprobs=True
+)
+check([c.index for c in many.choices] == [0, 1, 2], f"indices {many.choices}")
+check(all(c.finish_reason in ("stop", "length") for c in many.choices), f"{many.choices}")
+counted = sum(len(c.logprobs.content) for c in many.choices)
+check(many.usage.completion_tokens == counted, f"usage {many.usage} != {counted} tokens")
+finishes, streamed_n, stream_usage = {}, {0: 0, 1: 0}, None
+for chunk in client.chat.completions.create(
+    model=MODEL, messages=ASK, temperature=1.0, seed=5, max_tokens=6, n=2, logprobs=True,
+    stream=True, stream_options={"include_usage": True},
+):
+    if chunk.usage is not None:
+        stream_usage = chunk.usage
+    for choice in chunk.choices:
+        if choice.logprobs is not None and choice.logprobs.content:
+            streamed_n[choice.index] += len(choice.logprobs.content)
+        if choice.finish_reason:
+            check(choice.index not in finishes, f"choice {choice.index} finished twice")
+            finishes[choice.index] = choice.finish_reason
+check(sorted(finishes) == [0, 1], f"finishes {finishes}")
+check(all(streamed_n.values()), f"tokens per choice {streamed_n}")
+check(
+    stream_usage is not None and stream_usage.completion_tokens == sum(streamed_n.values()),
+    f"usage {stream_usage} != {streamed_n}",
+)
+texts = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=4, n=2, temperature=1.0)
+check([c.index for c in texts.choices] == [0, 1], f"text choices {texts.choices}")
+try:
+    client.chat.completions.create(model=MODEL, messages=ASK, n=17)
+    check(False, "n=17 was accepted")
+except openai.BadRequestError as error:
+    check(error.body.get("param") == "n", f"body {error.body}")
+
 # Text completions' legacy logprobs: parallel lists, offsets into the text.
 lp_text = client.completions.create(model=MODEL, prompt=PROMPT, temperature=0, max_tokens=8, logprobs=2)
 lp = lp_text.choices[0].logprobs

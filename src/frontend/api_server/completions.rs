@@ -6,14 +6,14 @@
 //! [`Backend::complete`](crate::backend::Backend::complete)). Sampling fields
 //! are chat completions' ([`openai::sampling`]), `logprobs` (0 to 20
 //! alternatives) is reported in the legacy shape (`tokens`, `token_logprobs`,
-//! `top_logprobs`, `text_offset`); what this server cannot do (several
-//! choices, `echo`, `suffix`) is a 400
+//! `top_logprobs`, `text_offset`); what this server cannot do (`echo`,
+//! `suffix`, `best_of` above `n`) is a 400
 //! naming the field rather than silently ignored; a field it does not know at
 //! all is ignored, as llama-server ignores it, and named in a debug line. Answers are
 //! `text_completion` objects, streamed as chunks of the same shape ending in
 //! `data: [DONE]`.
 
-use std::cell::Cell;
+use std::cell::RefCell;
 use std::io;
 
 use serde_json::{Map, Value};
@@ -39,6 +39,8 @@ pub struct CompletionRequest {
     pub model: String,
     /// Fields this server does not know and ignored ([`unknown_fields`]).
     pub ignored: Vec<String>,
+    /// How many choices to generate (`n`).
+    pub n: u32,
 }
 
 /// Fields accepted and ignored (llama-server's `cache_prompt` and `id_slot`: see
@@ -88,8 +90,17 @@ pub fn parse(
     let prompt = prompt(&f, n_vocab)?;
     let stream = f.bool("stream")?.unwrap_or(false);
     let include_usage = openai::stream_options(&f, stream)?;
-    f.integer("n", 1, 1)?;
-    f.integer("best_of", 1, 1)?;
+    let n = f.integer("n", 1, openai::MAX_CHOICES)?.unwrap_or(1);
+    // `best_of` generates more and returns the `n` likeliest; only all of them
+    // (the same number) is what this server does.
+    if f.integer("best_of", 1, openai::MAX_CHOICES)?
+        .is_some_and(|b| b != n)
+    {
+        return Err(ApiError::invalid(
+            "best_of",
+            "'best_of' other than 'n' is not supported by this server",
+        ));
+    }
     f.unsupported("echo", &[Value::Bool(false)])?;
     let logprobs = f.integer("logprobs", 0, 20)?;
     f.unsupported("suffix", &[Value::String(String::new())])?;
@@ -110,6 +121,7 @@ pub fn parse(
         include_usage,
         model,
         ignored,
+        n: n as u32,
     })
 }
 
@@ -188,8 +200,8 @@ pub struct Answer {
     pub include_usage: bool,
     /// The request asked for `logprobs`.
     pub logprobs: bool,
-    /// Where the next streamed token starts in the completion's text.
-    pub offset: Cell<usize>,
+    /// Where each choice's next streamed token starts in its text.
+    pub offsets: RefCell<Vec<usize>>,
 }
 
 /// Text completions' `logprobs` for `probs`, whose first token starts at
@@ -218,18 +230,26 @@ fn text_logprobs(probs: &[TokenLogprobs], mut offset: usize) -> (wire::TextLogpr
 }
 
 impl Answer {
-    /// `logprobs` for the tokens `probs`, `None` unless asked for.
-    fn logprobs(&self, probs: &[TokenLogprobs]) -> Option<wire::TextLogprobs> {
+    /// `logprobs` for the tokens `probs` of choice `index`, whose text so far
+    /// (`offset` is where the next token starts) came in streamed chunks;
+    /// `None` unless asked for.
+    fn logprobs(&self, index: u32, probs: &[TokenLogprobs]) -> Option<wire::TextLogprobs> {
         if !self.logprobs {
             return None;
         }
-        let (out, next) = text_logprobs(probs, self.offset.get());
-        self.offset.set(next);
+        let mut offsets = self.offsets.borrow_mut();
+        let at = index as usize;
+        if offsets.len() <= at {
+            offsets.resize(at + 1, 0);
+        }
+        let (out, next) = text_logprobs(probs, offsets[at]);
+        offsets[at] = next;
         Some(out)
     }
 
     fn chunk<'a>(
         &'a self,
+        index: u32,
         text: &'a str,
         finish: Option<&'static str>,
     ) -> wire::TextCompletion<'a> {
@@ -239,9 +259,9 @@ impl Answer {
             created: self.created,
             model: &self.model,
             system_fingerprint: super::FINGERPRINT,
-            choices: [wire::TextChoice {
+            choices: vec![wire::TextChoice {
                 text,
-                index: 0,
+                index,
                 logprobs: None,
                 finish_reason: finish,
             }],
@@ -251,20 +271,21 @@ impl Answer {
     }
 
     /// Text completions have no opening chunk (no role).
-    pub fn start(&self, _sse: &mut SseStream) -> io::Result<()> {
+    pub fn start(&self, _sse: &mut SseStream, _index: u32) -> io::Result<()> {
         Ok(())
     }
 
     pub fn piece(
         &self,
         sse: &mut SseStream,
+        index: u32,
         piece: Piece,
         logprobs: &[TokenLogprobs],
     ) -> io::Result<()> {
         match piece {
             Piece::Text(text) => {
-                let mut chunk = self.chunk(&text, None);
-                chunk.choices[0].logprobs = self.logprobs(logprobs);
+                let mut chunk = self.chunk(index, &text, None);
+                chunk.choices[0].logprobs = self.logprobs(index, logprobs);
                 sse.send(&encode(&chunk))
             }
             // The raw path has no output filter, so no reasoning is ever split off.
@@ -272,13 +293,23 @@ impl Answer {
         }
     }
 
-    /// The finish reason, the usage chunk when asked for, and `[DONE]`.
-    pub fn finish(&self, sse: &mut SseStream, reply: &Reply, usage: &Usage) -> io::Result<()> {
+    /// Choice `index`'s finish reason, with the generation's `timings`.
+    pub fn finish_choice(
+        &self,
+        sse: &mut SseStream,
+        index: u32,
+        reply: &Reply,
+        usage: &Usage,
+    ) -> io::Result<()> {
         let last = wire::TextCompletion {
             timings: wire_timings(usage),
-            ..self.chunk("", Some(finish_reason(reply)))
+            ..self.chunk(index, "", Some(finish_reason(reply)))
         };
-        sse.send(&encode(&last))?;
+        sse.send(&encode(&last))
+    }
+
+    /// The usage chunk when asked for (every choice's), and `[DONE]`.
+    pub fn end(&self, sse: &mut SseStream, usage: &Usage) -> io::Result<()> {
         if self.include_usage {
             let chunk = wire::TextUsageChunk {
                 id: &self.id,
@@ -293,20 +324,27 @@ impl Answer {
         sse.send("[DONE]")
     }
 
-    /// The whole `text_completion`.
+    /// The whole `text_completion` of `choices`, in order.
     pub fn whole<'a>(
         &'a self,
-        text: &'a Assembler,
-        reply: &Reply,
+        choices: &'a [(Assembler, Reply)],
         usage: &Usage,
     ) -> wire::TextCompletion<'a> {
-        let mut whole = wire::TextCompletion {
+        let choices = (0u32..)
+            .zip(choices)
+            .map(|(index, (text, reply))| wire::TextChoice {
+                text: &text.text,
+                index,
+                logprobs: self.logprobs(index, &text.logprobs),
+                finish_reason: Some(finish_reason(reply)),
+            })
+            .collect();
+        wire::TextCompletion {
             usage: Some(wire_usage(usage)),
             timings: wire_timings(usage),
-            ..self.chunk(&text.text, Some(finish_reason(reply)))
-        };
-        whole.choices[0].logprobs = self.logprobs(&text.logprobs);
-        whole
+            choices,
+            ..self.chunk(0, "", None)
+        }
     }
 }
 
@@ -388,7 +426,9 @@ mod tests {
         check_invalid(json!({"prompt": [1.5]}), "prompt");
         check_invalid(json!({"prompt": [1, {"a": 1}]}), "prompt");
         check_invalid(json!({"prompt": []}), "prompt");
-        check_invalid(json!({"prompt": "a", "n": 2}), "n");
+        check_invalid(json!({"prompt": "a", "n": 17}), "n");
+        check_invalid(json!({"prompt": "a", "n": 2, "best_of": 3}), "best_of");
+        assert_eq!(parse_json(json!({"prompt": "a", "n": 2})).unwrap().n, 2);
         check_invalid(json!({"prompt": "a", "echo": true}), "echo");
         check_invalid(json!({"prompt": "a", "logprobs": 21}), "logprobs");
         check_invalid(json!({"prompt": "a", "logprobs": true}), "logprobs");

@@ -40,6 +40,7 @@ mod native;
 mod openai;
 mod pool;
 mod responses;
+mod serve;
 mod text;
 mod wire;
 
@@ -47,22 +48,20 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crossbeam_channel::RecvTimeoutError;
-
 use crate::backend::llamacpp::LocalModel;
 use crate::backend::{BackendInfo, Reply, Sampling};
 use crate::config::resolve::Settings;
-use crate::core::{Message, Role, Stats, TokenLogprobs, ToolCall};
+use crate::core::{Message, Role, Stats, ToolCall};
 
 use super::access::{Access, ServerKind};
 use super::agent_api::{self, AgentApi};
 use super::connect;
-use super::http::{Handler, Request, Responder, SseStream};
+use super::http::{Handler, Request, Responder};
 use super::ui;
-use error::{from_backend, ApiError};
+use error::ApiError;
 use metrics::Metrics;
-use pool::{Out, Pool, ServerTools, Ticket, Work};
-use text::Assembler;
+use pool::{Pool, ServerTools};
+use serve::Answer;
 
 /// How often a waiting connection checks whether its client is still there.
 const TICK: Duration = Duration::from_millis(100);
@@ -136,101 +135,6 @@ pub struct ApiServer {
     metrics: Metrics,
     started: u64,
     next_id: AtomicU64,
-}
-
-/// One answer in the protocol it was asked in.
-enum Answer {
-    OpenAi(openai::Answer),
-    Anthropic(anthropic::Answer),
-    Text(completions::Answer),
-    Native(native::Answer),
-    Responses(responses::Answer),
-}
-
-impl Answer {
-    fn error(&self, responder: Responder, error: &ApiError) {
-        let headers = error.headers();
-        match self {
-            Answer::OpenAi(_) | Answer::Text(_) | Answer::Native(_) | Answer::Responses(_) => {
-                responder.json_with(error.status, &error.openai_body(), &headers)
-            }
-            Answer::Anthropic(_) => {
-                responder.json_with(error.status, &error.anthropic_body(), &headers)
-            }
-        }
-    }
-
-    fn start(&mut self, sse: &mut SseStream) -> std::io::Result<()> {
-        match self {
-            Answer::OpenAi(a) => a.start(sse),
-            Answer::Anthropic(a) => a.start(sse),
-            Answer::Text(a) => a.start(sse),
-            Answer::Native(a) => a.start(sse),
-            Answer::Responses(a) => a.start(sse),
-        }
-    }
-
-    /// A piece of the answer, with the probabilities of the tokens generated since
-    /// the last piece (empty unless the request asked for them, which only the
-    /// OpenAI and llama-server routes can).
-    fn piece(
-        &mut self,
-        sse: &mut SseStream,
-        piece: text::Piece,
-        logprobs: &[TokenLogprobs],
-    ) -> std::io::Result<()> {
-        match self {
-            Answer::OpenAi(a) => a.piece(sse, piece, logprobs),
-            Answer::Anthropic(a) => a.piece(sse, piece),
-            Answer::Text(a) => a.piece(sse, piece, logprobs),
-            Answer::Native(a) => a.piece(sse, piece, logprobs),
-            Answer::Responses(a) => a.piece(sse, piece),
-        }
-    }
-
-    fn finish(&mut self, sse: &mut SseStream, reply: &Reply, usage: &Usage) -> std::io::Result<()> {
-        match self {
-            Answer::OpenAi(a) => a.finish(sse, reply, usage),
-            Answer::Anthropic(a) => a.finish(sse, reply, usage),
-            Answer::Text(a) => a.finish(sse, reply, usage),
-            Answer::Native(a) => a.finish(sse, reply, usage),
-            Answer::Responses(a) => a.finish(sse, reply, usage),
-        }
-    }
-
-    fn fail(&mut self, sse: &mut SseStream, error: &ApiError) -> std::io::Result<()> {
-        match self {
-            // Chat and text completions end a failed stream alike (and
-            // llama-server ends its own the same way).
-            Answer::OpenAi(_) | Answer::Text(_) | Answer::Native(_) => openai::fail(sse, error),
-            Answer::Anthropic(a) => a.fail(sse, error),
-            Answer::Responses(a) => a.fail(sse, error),
-        }
-    }
-
-    /// The whole answer, `200`.
-    fn whole(&self, responder: Responder, text: &Assembler, reply: &Reply, usage: &Usage) {
-        match self {
-            Answer::OpenAi(a) => responder.json(200, &a.whole(text, reply, usage)),
-            Answer::Anthropic(a) => responder.json(200, &a.whole(text, reply, usage)),
-            Answer::Text(a) => responder.json(200, &a.whole(text, reply, usage)),
-            Answer::Native(a) => responder.json(200, &a.whole(text, reply, usage)),
-            Answer::Responses(a) => responder.json(200, &a.whole(text, reply, usage)),
-        }
-    }
-}
-
-/// Cancels its ticket when the connection is done with it, however it ends
-/// (a no-op for a finished job).
-struct Held<'a> {
-    pool: &'a Pool,
-    ticket: Ticket,
-}
-
-impl Drop for Held<'_> {
-    fn drop(&mut self) {
-        self.pool.cancel(&self.ticket);
-    }
 }
 
 /// Names in a debug line (`--debug=http`) the request fields a route ignored, as
@@ -396,7 +300,14 @@ impl ApiServer {
             include_usage: parsed.include_usage,
             logprobs: parsed.work.sampling.logprobs.is_some(),
         });
-        self.serve(loaded, answer, parsed.work, parsed.stream, responder);
+        self.serve(
+            loaded,
+            answer,
+            parsed.work,
+            parsed.n,
+            parsed.stream,
+            responder,
+        );
     }
 
     fn completions(&self, request: &Request, responder: Responder) {
@@ -422,9 +333,16 @@ impl ApiServer {
             model: parsed.model,
             include_usage: parsed.include_usage,
             logprobs: parsed.work.sampling.logprobs.is_some(),
-            offset: std::cell::Cell::new(0),
+            offsets: std::cell::RefCell::new(Vec::new()),
         });
-        self.serve(loaded, answer, parsed.work, parsed.stream, responder);
+        self.serve(
+            loaded,
+            answer,
+            parsed.work,
+            parsed.n,
+            parsed.stream,
+            responder,
+        );
     }
 
     /// A request refused before any work: counted, answered in OpenAI's shape.
@@ -548,152 +466,7 @@ impl ApiServer {
             }
         };
         let answer = Answer::Anthropic(anthropic::Answer::new(self.new_id("msg_"), parsed.model));
-        self.serve(loaded, answer, parsed.work, parsed.stream, responder);
-    }
-
-    /// Queues the work and answers from its output (see the module docs).
-    fn serve(
-        &self,
-        loaded: &Loaded,
-        answer: Answer,
-        work: Work,
-        stream: bool,
-        responder: Responder,
-    ) {
-        let Some(ticket) = loaded.pool.submit(work) else {
-            self.metrics.rejected_busy.fetch_add(1, Ordering::Relaxed);
-            let error = ApiError::busy("every slot and the queue are full; retry later", 1);
-            return answer.error(responder, &error);
-        };
-        // The emergency stop (`POST /v1/emergency-stop`) reaches this job too.
-        let _stop = self
-            .agent_api
-            .as_ref()
-            .map(|api| api.stops().register_flag(ticket.cancel_flag()));
-        let held = Held {
-            pool: &loaded.pool,
-            ticket,
-        };
-        let Some(first) = self.first_output(&held.ticket, &responder) else {
-            self.metrics.cancelled.fetch_add(1, Ordering::Relaxed);
-            return;
-        };
-        if let Out::Done(Err(error)) = &first {
-            self.metrics.failed.fetch_add(1, Ordering::Relaxed);
-            return answer.error(responder, &from_backend(error));
-        }
-        if stream {
-            self.stream(answer, first, &held.ticket, responder);
-        } else {
-            self.whole(answer, first, &held.ticket, responder);
-        }
-    }
-
-    /// Waits for the job's first output; `None` when the client left first.
-    fn first_output(&self, ticket: &Ticket, responder: &Responder) -> Option<Out> {
-        loop {
-            match ticket.events.recv_timeout(TICK) {
-                Ok(out) => return Some(out),
-                Err(RecvTimeoutError::Timeout) if responder.client_gone() => return None,
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => {
-                    return Some(Out::Done(Err(crate::core::BackendError::Config(
-                        "the worker stopped".into(),
-                    ))))
-                }
-            }
-        }
-    }
-
-    fn stream(&self, mut answer: Answer, first: Out, ticket: &Ticket, responder: Responder) {
-        let Ok(mut sse) = responder.sse() else {
-            self.metrics.cancelled.fetch_add(1, Ordering::Relaxed);
-            return;
-        };
-        let mut text = Assembler::new();
-        let mut next = Some(first);
-        let result = answer.start(&mut sse).and_then(|()| loop {
-            let out = match next.take() {
-                Some(out) => out,
-                None => match ticket.events.recv_timeout(TICK) {
-                    Ok(out) => out,
-                    Err(RecvTimeoutError::Timeout) => {
-                        if sse.client_gone() {
-                            break Err(std::io::ErrorKind::BrokenPipe.into());
-                        }
-                        if sse.idle() >= KEEPALIVE {
-                            sse.comment("keepalive")?;
-                        }
-                        continue;
-                    }
-                    Err(RecvTimeoutError::Disconnected) => {
-                        break Err(std::io::ErrorKind::BrokenPipe.into())
-                    }
-                },
-            };
-            match out {
-                Out::Event(event) => {
-                    if let Some(piece) = text.push(event) {
-                        answer.piece(&mut sse, piece, text.unsent_logprobs())?;
-                    }
-                }
-                Out::Done(Ok(reply)) => {
-                    if let Some(piece) = text.finish() {
-                        answer.piece(&mut sse, piece, text.unsent_logprobs())?;
-                    }
-                    let usage = Usage::of(&reply, text.stats.as_ref());
-                    self.metrics.record(&usage);
-                    break answer.finish(&mut sse, &reply, &usage);
-                }
-                Out::Done(Err(error)) => {
-                    self.metrics.failed.fetch_add(1, Ordering::Relaxed);
-                    break answer.fail(&mut sse, &from_backend(&error));
-                }
-            }
-        });
-        match result {
-            Ok(()) => sse.finish(),
-            Err(_) => {
-                self.metrics.cancelled.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    }
-
-    fn whole(&self, answer: Answer, first: Out, ticket: &Ticket, responder: Responder) {
-        let mut text = Assembler::new();
-        let mut next = Some(first);
-        loop {
-            let out = match next.take() {
-                Some(out) => out,
-                None => match ticket.events.recv_timeout(TICK) {
-                    Ok(out) => out,
-                    Err(RecvTimeoutError::Timeout) if responder.client_gone() => {
-                        self.metrics.cancelled.fetch_add(1, Ordering::Relaxed);
-                        return;
-                    }
-                    Err(RecvTimeoutError::Timeout) => continue,
-                    Err(RecvTimeoutError::Disconnected) => {
-                        let error = ApiError::new(500, "server_error", "the worker stopped");
-                        return answer.error(responder, &error);
-                    }
-                },
-            };
-            match out {
-                Out::Event(event) => {
-                    text.push(event);
-                }
-                Out::Done(Ok(reply)) => {
-                    text.finish();
-                    let usage = Usage::of(&reply, text.stats.as_ref());
-                    self.metrics.record(&usage);
-                    return answer.whole(responder, &text, &reply, &usage);
-                }
-                Out::Done(Err(error)) => {
-                    self.metrics.failed.fetch_add(1, Ordering::Relaxed);
-                    return answer.error(responder, &from_backend(&error));
-                }
-            }
-        }
+        self.serve(loaded, answer, parsed.work, 1, parsed.stream, responder);
     }
 }
 

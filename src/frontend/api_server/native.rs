@@ -252,14 +252,14 @@ impl super::ApiServer {
             return self.refuse(responder, &error);
         }
         let parts = parsed.work.raw_prompt.as_deref().unwrap_or_default();
-        let answer = super::Answer::Native(Answer {
+        let answer = super::serve::Answer::Native(Answer {
             model: loaded.defaults.model.clone(),
             prompt: prompt_text(parts, |ids| model.detokenize(ids).ok()),
             sampling: parsed.work.sampling.clone(),
             n_probs: parsed.n_probs,
             return_tokens: parsed.return_tokens,
         });
-        self.serve(loaded, answer, parsed.work, parsed.stream, responder);
+        self.serve(loaded, answer, parsed.work, 1, parsed.stream, responder);
     }
 
     /// `POST /apply-template`.

@@ -33,7 +33,12 @@ pub struct ChatRequest {
     pub model: String,
     /// Fields this server does not know and ignored ([`unknown_fields`]).
     pub ignored: Vec<String>,
+    /// How many choices to generate (`n`).
+    pub n: u32,
 }
+
+/// The most choices one request may ask for.
+pub const MAX_CHOICES: i64 = 16;
 
 /// Fields accepted but with no effect here (documented as such): llama-server's
 /// `cache_prompt` (shepherd always reuses the cache) and `id_slot` (the slot is the
@@ -95,7 +100,7 @@ pub fn parse(body: &[u8], defaults: &Defaults) -> Result<ChatRequest, ApiError> 
     let tool_choice = tool_choice(&f, &tools)?;
     let stream = f.bool("stream")?.unwrap_or(false);
     let include_usage = stream_options(&f, stream)?;
-    f.integer("n", 1, 1)?;
+    let n = f.integer("n", 1, MAX_CHOICES)?.unwrap_or(1) as u32;
     let logprobs = f.bool("logprobs")?.unwrap_or(false);
     let top_logprobs = f.integer("top_logprobs", 0, 20)?;
     if top_logprobs.is_some() && !logprobs {
@@ -136,6 +141,7 @@ pub fn parse(body: &[u8], defaults: &Defaults) -> Result<ChatRequest, ApiError> 
         include_usage,
         model,
         ignored,
+        n,
     })
 }
 
@@ -632,6 +638,7 @@ pub(super) fn wire_timings(usage: &Usage) -> Option<wire::Timings> {
 impl Answer {
     fn chunk<'a>(
         &'a self,
+        index: u32,
         delta: wire::Delta<'a>,
         finish: Option<&'static str>,
     ) -> wire::Chunk<'a> {
@@ -642,7 +649,7 @@ impl Answer {
             model: &self.model,
             system_fingerprint: super::FINGERPRINT,
             choices: [wire::ChunkChoice {
-                index: 0,
+                index,
                 delta,
                 logprobs: None,
                 finish_reason: finish,
@@ -672,21 +679,21 @@ impl Answer {
         }
     }
 
-    /// The first chunk: the role.
-    /// The opening chunk: the role alone, so a reply that goes straight to tool
-    /// calls never shows an empty `content` (llama-server's opening has none
-    /// either).
-    pub fn start(&self, sse: &mut SseStream) -> io::Result<()> {
+    /// Choice `index`'s opening chunk: the role alone, so a reply that goes
+    /// straight to tool calls never shows an empty `content` (llama-server's
+    /// opening has none either).
+    pub fn start(&self, sse: &mut SseStream, index: u32) -> io::Result<()> {
         let delta = wire::Delta {
             role: Some("assistant"),
             ..wire::Delta::default()
         };
-        sse.send(&encode(&self.chunk(delta, None)))
+        sse.send(&encode(&self.chunk(index, delta, None)))
     }
 
     pub fn piece(
         &self,
         sse: &mut SseStream,
+        index: u32,
         piece: Piece,
         logprobs: &[TokenLogprobs],
     ) -> io::Result<()> {
@@ -700,60 +707,76 @@ impl Answer {
                 ..wire::Delta::default()
             },
         };
-        let mut chunk = self.chunk(delta, None);
+        let mut chunk = self.chunk(index, delta, None);
         chunk.choices[0].logprobs = self.logprobs(logprobs);
         sse.send(&encode(&chunk))
     }
 
-    /// Tool calls (one chunk, whole arguments), the finish reason, the usage
-    /// chunk when asked for, and `[DONE]`.
-    pub fn finish(&self, sse: &mut SseStream, reply: &Reply, usage: &Usage) -> io::Result<()> {
+    /// Choice `index`'s tool calls (one chunk, whole arguments) and finish
+    /// reason, with the generation's `timings`.
+    pub fn finish_choice(
+        &self,
+        sse: &mut SseStream,
+        index: u32,
+        reply: &Reply,
+        usage: &Usage,
+    ) -> io::Result<()> {
         if !reply.tool_calls.is_empty() {
             let delta = wire::Delta {
                 tool_calls: wire_calls(&reply.tool_calls, true),
                 ..wire::Delta::default()
             };
-            sse.send(&encode(&self.chunk(delta, None)))?;
+            sse.send(&encode(&self.chunk(index, delta, None)))?;
         }
         let last = wire::Chunk {
             timings: wire_timings(usage),
-            ..self.chunk(wire::Delta::default(), Some(finish_reason(reply)))
+            ..self.chunk(index, wire::Delta::default(), Some(finish_reason(reply)))
         };
-        sse.send(&encode(&last))?;
+        sse.send(&encode(&last))
+    }
+
+    /// The usage chunk when asked for (the usage of every choice), and `[DONE]`.
+    pub fn end(&self, sse: &mut SseStream, usage: &Usage) -> io::Result<()> {
         if self.include_usage {
             sse.send(&encode(&self.usage_chunk(usage)))?;
         }
         sse.send("[DONE]")
     }
 
-    /// The whole `chat.completion`.
-    pub fn whole<'a>(
-        &'a self,
-        text: &'a Assembler,
-        reply: &'a Reply,
-        usage: &Usage,
-    ) -> wire::Completion<'a> {
+    /// Choice `index` of a whole answer.
+    fn choice<'a>(&'a self, index: u32, text: &'a Assembler, reply: &'a Reply) -> wire::Choice<'a> {
         let tool_calls = wire_calls(&reply.tool_calls, false);
         let content =
             (tool_calls.is_empty() || !text.text.is_empty()).then_some(text.text.as_str());
+        wire::Choice {
+            index,
+            message: wire::AssistantMessage {
+                role: "assistant",
+                content,
+                reasoning_content: (!text.reasoning.is_empty()).then_some(text.reasoning.as_str()),
+                tool_calls,
+            },
+            logprobs: self.logprobs(&text.logprobs),
+            finish_reason: finish_reason(reply),
+        }
+    }
+
+    /// The whole `chat.completion` of `choices`, in order.
+    pub fn whole<'a>(
+        &'a self,
+        choices: &'a [(Assembler, Reply)],
+        usage: &Usage,
+    ) -> wire::Completion<'a> {
         wire::Completion {
             id: &self.id,
             object: "chat.completion",
             created: self.created,
             model: &self.model,
             system_fingerprint: super::FINGERPRINT,
-            choices: [wire::Choice {
-                index: 0,
-                message: wire::AssistantMessage {
-                    role: "assistant",
-                    content,
-                    reasoning_content: (!text.reasoning.is_empty())
-                        .then_some(text.reasoning.as_str()),
-                    tool_calls,
-                },
-                logprobs: self.logprobs(&text.logprobs),
-                finish_reason: finish_reason(reply),
-            }],
+            choices: (0u32..)
+                .zip(choices)
+                .map(|(i, (text, reply))| self.choice(i, text, reply))
+                .collect(),
             usage: wire_usage(usage),
             timings: wire_timings(usage),
         }
@@ -971,7 +994,8 @@ mod tests {
             (json!({"messages": user(), "top_p": 1.5}), "top_p"),
             (json!({"messages": user(), "top_k": -1}), "top_k"),
             (json!({"messages": user(), "seed": -1}), "seed"),
-            (json!({"messages": user(), "n": 2}), "n"),
+            (json!({"messages": user(), "n": 0}), "n"),
+            (json!({"messages": user(), "n": 17}), "n"),
             (json!({"messages": user(), "stream": "yes"}), "stream"),
             (
                 json!({"messages": user(), "stream_options": {"include_usage": true}}),
@@ -1089,9 +1113,10 @@ mod tests {
         };
         let mut text = Assembler::new();
         text.reasoning = "hmm".into();
-        let (a, calls) = (answer(), reply(vec![weather_call()]));
+        let a = answer();
+        let choices = [(text, reply(vec![weather_call()]))];
         assert_eq!(
-            value(&a.whole(&text, &calls, &usage)),
+            value(&a.whole(&choices, &usage)),
             json!({
                 "id": "chatcmpl-1", "object": "chat.completion", "created": 7, "model": "m",
                 "system_fingerprint": super::super::FINGERPRINT,
@@ -1115,12 +1140,12 @@ mod tests {
         );
         let mut text = Assembler::new();
         text.text = "hi".into();
-        let plain = reply(Vec::new());
+        let plain = [(text, reply(Vec::new()))];
         assert_eq!(
-            value(&a.whole(&text, &plain, &Usage::default()))["choices"][0]["message"],
+            value(&a.whole(&plain, &Usage::default()))["choices"][0]["message"],
             json!({"role": "assistant", "content": "hi"})
         );
-        let body = value(&a.whole(&text, &plain, &Usage::default()));
+        let body = value(&a.whole(&plain, &Usage::default()));
         assert_eq!(
             body["usage"],
             json!({"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0})
@@ -1136,7 +1161,7 @@ mod tests {
             ..wire::Delta::default()
         };
         assert_eq!(
-            value(&a.chunk(role, None)),
+            value(&a.chunk(0, role, None)),
             json!({
                 "id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 7, "model": "m",
                 "system_fingerprint": super::super::FINGERPRINT,
@@ -1150,11 +1175,11 @@ mod tests {
             ..wire::Delta::default()
         };
         assert_eq!(
-            value(&a.chunk(delta, None))["choices"][0]["delta"],
+            value(&a.chunk(0, delta, None))["choices"][0]["delta"],
             json!({"tool_calls": [{"id": "c1", "type": "function", "index": 0,
                 "function": {"name": "weather", "arguments": "{\"city\":\"Paris\"}"}}]})
         );
-        let last = value(&a.chunk(wire::Delta::default(), Some("stop")));
+        let last = value(&a.chunk(0, wire::Delta::default(), Some("stop")));
         assert_eq!(
             last["choices"][0],
             json!({"index": 0, "delta": {}, "logprobs": null, "finish_reason": "stop"})

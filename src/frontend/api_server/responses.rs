@@ -679,8 +679,8 @@ impl super::ApiServer {
         super::log_ignored("/v1/responses", &parsed.ignored);
         let id = self.new_id("resp_");
         let answer = Answer::new(id, super::now_secs(), parsed.model, parsed.echo);
-        let answer = super::Answer::Responses(answer);
-        self.serve(loaded, answer, parsed.work, parsed.stream, responder);
+        let answer = super::serve::Answer::Responses(answer);
+        self.serve(loaded, answer, parsed.work, 1, parsed.stream, responder);
     }
 }
 

@@ -42,7 +42,7 @@ pub mod openai {
         pub created: u64,
         pub model: &'a str,
         pub system_fingerprint: &'static str,
-        pub choices: [Choice<'a>; 1],
+        pub choices: Vec<Choice<'a>>,
         pub usage: Usage,
         #[serde(skip_serializing_if = "Option::is_none")]
         pub timings: Option<Timings>,
@@ -219,7 +219,7 @@ pub mod openai {
         pub created: u64,
         pub model: &'a str,
         pub system_fingerprint: &'static str,
-        pub choices: [TextChoice<'a>; 1],
+        pub choices: Vec<TextChoice<'a>>,
         #[serde(skip_serializing_if = "Option::is_none")]
         pub usage: Option<Usage>,
         #[serde(skip_serializing_if = "Option::is_none")]

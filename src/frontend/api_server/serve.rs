@@ -1,0 +1,409 @@
+//! Serving a generation request once it is checked: its work queued as one job
+//! per choice (`n`, on chat and text completions; one elsewhere), the response
+//! head written when every job has its first output (so an error before any
+//! output is a proper status), then the answer whole or streamed in the
+//! protocol it was asked in ([`Answer`]).
+//!
+//! Several choices run side by side on the pool's workers (each its own slot,
+//! choice `i` seeded `seed + i` so a seeded request stays reproducible yet its
+//! choices differ); their chunks interleave as they come, each naming its
+//! choice's `index`, and the usage counts the prompt once and every answer.
+
+use std::io;
+use std::sync::atomic::Ordering;
+
+use crossbeam_channel::{RecvTimeoutError, Select};
+
+use super::error::{from_backend, ApiError};
+use super::pool::{Out, Pool, Ticket, Work};
+use super::text::{Assembler, Piece};
+use super::{anthropic, completions, native, openai, responses};
+use super::{ApiServer, Loaded, Usage, KEEPALIVE, TICK};
+use crate::backend::Reply;
+use crate::core::TokenLogprobs;
+use crate::frontend::http::{Responder, SseStream};
+
+/// One answer in the protocol it was asked in.
+pub(super) enum Answer {
+    OpenAi(openai::Answer),
+    Anthropic(anthropic::Answer),
+    Text(completions::Answer),
+    Native(native::Answer),
+    Responses(responses::Answer),
+}
+
+impl Answer {
+    fn error(&self, responder: Responder, error: &ApiError) {
+        let headers = error.headers();
+        match self {
+            Answer::OpenAi(_) | Answer::Text(_) | Answer::Native(_) | Answer::Responses(_) => {
+                responder.json_with(error.status, &error.openai_body(), &headers)
+            }
+            Answer::Anthropic(_) => {
+                responder.json_with(error.status, &error.anthropic_body(), &headers)
+            }
+        }
+    }
+
+    /// Choice `index`'s opening (the protocols without choices have one, 0).
+    fn start(&mut self, sse: &mut SseStream, index: u32) -> io::Result<()> {
+        match self {
+            Answer::OpenAi(a) => a.start(sse, index),
+            Answer::Anthropic(a) => a.start(sse),
+            Answer::Text(a) => a.start(sse, index),
+            Answer::Native(a) => a.start(sse),
+            Answer::Responses(a) => a.start(sse),
+        }
+    }
+
+    /// A piece of choice `index`, with the probabilities of the tokens generated
+    /// since its last piece (empty unless the request asked for them, which only
+    /// the OpenAI and llama-server routes can).
+    fn piece(
+        &mut self,
+        sse: &mut SseStream,
+        index: u32,
+        piece: Piece,
+        logprobs: &[TokenLogprobs],
+    ) -> io::Result<()> {
+        match self {
+            Answer::OpenAi(a) => a.piece(sse, index, piece, logprobs),
+            Answer::Anthropic(a) => a.piece(sse, piece),
+            Answer::Text(a) => a.piece(sse, index, piece, logprobs),
+            Answer::Native(a) => a.piece(sse, piece, logprobs),
+            Answer::Responses(a) => a.piece(sse, piece),
+        }
+    }
+
+    /// Choice `index`'s end; for a protocol without choices, the stream's.
+    fn finish(
+        &mut self,
+        sse: &mut SseStream,
+        index: u32,
+        reply: &Reply,
+        usage: &Usage,
+    ) -> io::Result<()> {
+        match self {
+            Answer::OpenAi(a) => a.finish_choice(sse, index, reply, usage),
+            Answer::Anthropic(a) => a.finish(sse, reply, usage),
+            Answer::Text(a) => a.finish_choice(sse, index, reply, usage),
+            Answer::Native(a) => a.finish(sse, reply, usage),
+            Answer::Responses(a) => a.finish(sse, reply, usage),
+        }
+    }
+
+    /// The stream's end after every choice's: the usage of all, `[DONE]`.
+    fn end(&mut self, sse: &mut SseStream, usage: &Usage) -> io::Result<()> {
+        match self {
+            Answer::OpenAi(a) => a.end(sse, usage),
+            Answer::Text(a) => a.end(sse, usage),
+            Answer::Anthropic(_) | Answer::Native(_) | Answer::Responses(_) => Ok(()),
+        }
+    }
+
+    fn fail(&mut self, sse: &mut SseStream, error: &ApiError) -> io::Result<()> {
+        match self {
+            // Chat and text completions end a failed stream alike (and
+            // llama-server ends its own the same way).
+            Answer::OpenAi(_) | Answer::Text(_) | Answer::Native(_) => openai::fail(sse, error),
+            Answer::Anthropic(a) => a.fail(sse, error),
+            Answer::Responses(a) => a.fail(sse, error),
+        }
+    }
+
+    /// The whole answer, `200`: every choice where the protocol has several
+    /// (`n`), else the one.
+    fn whole(&self, responder: Responder, choices: &[(Assembler, Reply)], usage: &Usage) {
+        let Some((text, reply)) = choices.first() else {
+            let error = ApiError::new(500, "server_error", "no choice was generated");
+            return self.error(responder, &error);
+        };
+        match self {
+            Answer::OpenAi(a) => responder.json(200, &a.whole(choices, usage)),
+            Answer::Anthropic(a) => responder.json(200, &a.whole(text, reply, usage)),
+            Answer::Text(a) => responder.json(200, &a.whole(choices, usage)),
+            Answer::Native(a) => responder.json(200, &a.whole(text, reply, usage)),
+            Answer::Responses(a) => responder.json(200, &a.whole(text, reply, usage)),
+        }
+    }
+}
+
+/// Cancels its ticket when the connection is done with it, however it ends
+/// (a no-op for a finished job).
+struct Held<'a> {
+    pool: &'a Pool,
+    ticket: Ticket,
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.pool.cancel(&self.ticket);
+    }
+}
+
+/// The usage of several choices of one prompt: the prompt once (as the first
+/// choice read it), every choice's answer; the speed figures of one choice
+/// alone say nothing of the whole, so there are none.
+fn total(usages: &[Usage]) -> Usage {
+    match usages {
+        [one] => one.clone(),
+        _ => Usage {
+            prompt: usages.first().map_or(0, |u| u.prompt),
+            completion: usages.iter().map(|u| u.completion).sum(),
+            cached: usages.first().and_then(|u| u.cached),
+            stats: None,
+        },
+    }
+}
+
+/// A streamed choice's state.
+struct Choice {
+    text: Assembler,
+    /// Its first output, taken before the stream opened.
+    first: Option<Out>,
+    usage: Option<Usage>,
+}
+
+impl ApiServer {
+    /// Queues `n` choices of the work and answers from their output (see the
+    /// module docs).
+    pub(super) fn serve(
+        &self,
+        loaded: &Loaded,
+        answer: Answer,
+        work: Work,
+        n: u32,
+        stream: bool,
+        responder: Responder,
+    ) {
+        let pool = &*loaded.pool;
+        let room = pool.capacity() + pool.workers();
+        if n as usize > room {
+            let mut error = ApiError::invalid(
+                "n",
+                format!(
+                    "this server runs at most {room} choices at once (--parallel and its queue)"
+                ),
+            );
+            error.status = 400;
+            return answer.error(responder, &error);
+        }
+        let mut held = Vec::with_capacity(n as usize);
+        for i in 0..n {
+            let mut choice = work.clone();
+            choice.sampling.seed = choice.sampling.seed.map(|s| s.wrapping_add(u64::from(i)));
+            let Some(ticket) = pool.submit(choice) else {
+                self.metrics.rejected_busy.fetch_add(1, Ordering::Relaxed);
+                let error = ApiError::busy("every slot and the queue are full; retry later", 1);
+                return answer.error(responder, &error);
+            };
+            held.push(Held { pool, ticket });
+        }
+        // The emergency stop (`POST /v1/emergency-stop`) reaches these jobs too.
+        let _stops: Vec<_> = held
+            .iter()
+            .filter_map(|h| {
+                (self.agent_api.as_ref())
+                    .map(|api| api.stops().register_flag(h.ticket.cancel_flag()))
+            })
+            .collect();
+        let mut firsts = Vec::with_capacity(held.len());
+        for h in &held {
+            let Some(first) = self.first_output(&h.ticket, &responder) else {
+                self.metrics.cancelled.fetch_add(1, Ordering::Relaxed);
+                return;
+            };
+            if let Out::Done(Err(error)) = &first {
+                self.metrics.failed.fetch_add(1, Ordering::Relaxed);
+                return answer.error(responder, &from_backend(error));
+            }
+            firsts.push(first);
+        }
+        if stream {
+            self.stream(answer, firsts, &held, responder);
+        } else {
+            self.whole(answer, firsts, &held, responder);
+        }
+    }
+
+    /// Waits for the job's first output; `None` when the client left first.
+    fn first_output(&self, ticket: &Ticket, responder: &Responder) -> Option<Out> {
+        loop {
+            match ticket.events.recv_timeout(TICK) {
+                Ok(out) => return Some(out),
+                Err(RecvTimeoutError::Timeout) if responder.client_gone() => return None,
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Some(Out::Done(Err(crate::core::BackendError::Config(
+                        "the worker stopped".into(),
+                    ))))
+                }
+            }
+        }
+    }
+
+    fn stream(&self, mut answer: Answer, firsts: Vec<Out>, held: &[Held], responder: Responder) {
+        let Ok(mut sse) = responder.sse() else {
+            self.metrics.cancelled.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let mut choices: Vec<Choice> = firsts
+            .into_iter()
+            .map(|first| Choice {
+                text: Assembler::new(),
+                first: Some(first),
+                usage: None,
+            })
+            .collect();
+        let result = self.stream_choices(&mut answer, &mut sse, &mut choices, held);
+        match result {
+            Ok(()) => sse.finish(),
+            Err(_) => {
+                self.metrics.cancelled.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Opens every choice, then passes each output on as it comes until every
+    /// choice finished (or one failed, which ends the stream).
+    fn stream_choices(
+        &self,
+        answer: &mut Answer,
+        sse: &mut SseStream,
+        choices: &mut [Choice],
+        held: &[Held],
+    ) -> io::Result<()> {
+        for index in 0..choices.len() {
+            answer.start(sse, index as u32)?;
+        }
+        loop {
+            let open: Vec<usize> = (0..choices.len())
+                .filter(|&i| choices[i].usage.is_none())
+                .collect();
+            if open.is_empty() {
+                let usages: Vec<Usage> = choices.iter().filter_map(|c| c.usage.clone()).collect();
+                return answer.end(sse, &total(&usages));
+            }
+            let Some((i, out)) = self.next_output(sse, choices, &open, held)? else {
+                continue;
+            };
+            let choice = &mut choices[i];
+            let index = i as u32;
+            match out {
+                Out::Event(event) => {
+                    if let Some(piece) = choice.text.push(event) {
+                        answer.piece(sse, index, piece, choice.text.unsent_logprobs())?;
+                    }
+                }
+                Out::Done(Ok(reply)) => {
+                    if let Some(piece) = choice.text.finish() {
+                        answer.piece(sse, index, piece, choice.text.unsent_logprobs())?;
+                    }
+                    let usage = Usage::of(&reply, choice.text.stats.as_ref());
+                    self.metrics.record(&usage);
+                    answer.finish(sse, index, &reply, &usage)?;
+                    choice.usage = Some(usage);
+                }
+                Out::Done(Err(error)) => {
+                    self.metrics.failed.fetch_add(1, Ordering::Relaxed);
+                    return answer.fail(sse, &from_backend(&error));
+                }
+            }
+        }
+    }
+
+    /// The next output of one of the `open` choices: a first output kept from
+    /// before the stream opened, else whichever job speaks first; `None` after a
+    /// quiet tick (a keep-alive comment sent when due). An error when the client
+    /// left or a worker vanished.
+    fn next_output(
+        &self,
+        sse: &mut SseStream,
+        choices: &mut [Choice],
+        open: &[usize],
+        held: &[Held],
+    ) -> io::Result<Option<(usize, Out)>> {
+        if let Some(&i) = open.iter().find(|&&i| choices[i].first.is_some()) {
+            return Ok(choices[i].first.take().map(|out| (i, out)));
+        }
+        let mut select = Select::new();
+        for &i in open {
+            select.recv(&held[i].ticket.events);
+        }
+        match select.select_timeout(TICK) {
+            Ok(operation) => {
+                let i = open[operation.index()];
+                match operation.recv(&held[i].ticket.events) {
+                    Ok(out) => Ok(Some((i, out))),
+                    Err(_) => Err(io::ErrorKind::BrokenPipe.into()),
+                }
+            }
+            Err(_) if sse.client_gone() => Err(io::ErrorKind::BrokenPipe.into()),
+            Err(_) => {
+                if sse.idle() >= KEEPALIVE {
+                    sse.comment("keepalive")?;
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    fn whole(&self, answer: Answer, firsts: Vec<Out>, held: &[Held], responder: Responder) {
+        let mut choices = Vec::with_capacity(held.len());
+        for (first, h) in firsts.into_iter().zip(held) {
+            match self.collect(first, &h.ticket, &responder) {
+                None => return,
+                Some(Err(error)) => return answer.error(responder, &error),
+                Some(Ok(choice)) => choices.push(choice),
+            }
+        }
+        let usages: Vec<Usage> = choices
+            .iter()
+            .map(|(text, reply)| Usage::of(reply, text.stats.as_ref()))
+            .collect();
+        answer.whole(responder, &choices, &total(&usages));
+    }
+
+    /// A job's whole output from its `first` on, counted in the metrics; `None`
+    /// when the client left first.
+    fn collect(
+        &self,
+        first: Out,
+        ticket: &Ticket,
+        responder: &Responder,
+    ) -> Option<Result<(Assembler, Reply), ApiError>> {
+        let mut text = Assembler::new();
+        let mut next = Some(first);
+        loop {
+            let out = match next.take() {
+                Some(out) => out,
+                None => match ticket.events.recv_timeout(TICK) {
+                    Ok(out) => out,
+                    Err(RecvTimeoutError::Timeout) if responder.client_gone() => {
+                        self.metrics.cancelled.fetch_add(1, Ordering::Relaxed);
+                        return None;
+                    }
+                    Err(RecvTimeoutError::Timeout) => continue,
+                    Err(RecvTimeoutError::Disconnected) => {
+                        let error = ApiError::new(500, "server_error", "the worker stopped");
+                        return Some(Err(error));
+                    }
+                },
+            };
+            match out {
+                Out::Event(event) => {
+                    text.push(event);
+                }
+                Out::Done(Ok(reply)) => {
+                    text.finish();
+                    self.metrics.record(&Usage::of(&reply, text.stats.as_ref()));
+                    return Some(Ok((text, reply)));
+                }
+                Out::Done(Err(error)) => {
+                    self.metrics.failed.fetch_add(1, Ordering::Relaxed);
+                    return Some(Err(from_backend(&error)));
+                }
+            }
+        }
+    }
+}
