@@ -159,6 +159,13 @@ pub enum Event {
     Stats(Stats),
     /// A side-effecting tool call waits for the user's approval.
     ApprovalRequired(ApprovalRequest),
+    /// The prompt is read and the answer begins: its size in tokens and how many
+    /// of them came from the cache (the in-process model says so before its first
+    /// token; an API server reports it at the start of an Anthropic stream).
+    Prefilled {
+        prompt_tokens: u64,
+        cached_tokens: u64,
+    },
     /// The probabilities of tokens just generated, sent before their text and only
     /// when the request asked for them ([`crate::backend::Sampling::logprobs`]):
     /// they cover every generated token, reasoning and tool-call text included.

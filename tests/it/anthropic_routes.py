@@ -53,4 +53,19 @@ check(final.stop_reason == "stop_sequence", f"streamed stop_reason {final.stop_r
 check(final.stop_sequence == stop, f"streamed stop_sequence {final.stop_sequence!r}")
 check(final.usage.input_tokens > 0, f"streamed usage {final.usage}")
 
+# message_start already counts the prompt (as llama-server's does): what it
+# says is what the whole answer says, the cached part apart.
+with client.messages.stream(model=MODEL, max_tokens=8, messages=COUNT, extra_body=GREEDY) as stream:
+    opening = None
+    for event in stream:
+        if event.type == "message_start":
+            opening = event.message.usage
+    final = stream.get_final_message()
+check(opening is not None and opening.input_tokens + (opening.cache_read_input_tokens or 0) > 0, f"message_start usage {opening}")
+check(
+    opening.input_tokens + (opening.cache_read_input_tokens or 0)
+    == final.usage.input_tokens + (final.usage.cache_read_input_tokens or 0),
+    f"message_start {opening} != final {final.usage}",
+)
+
 print("all checks passed")

@@ -494,6 +494,14 @@ impl LlamaBackend {
     }
 }
 
+/// Tells `sink` the prompt is read ([`Event::Prefilled`]).
+fn prefilled(report: &PrefillReport, sink: &mut dyn EventSink) {
+    sink.emit(Event::Prefilled {
+        prompt_tokens: report.prompt_tokens as u64,
+        cached_tokens: report.reused_tokens as u64,
+    });
+}
+
 /// Shows the text a non-streaming request held back, in one piece.
 fn flush_held(held: &mut String, filter: &mut Option<OutputFilter>, sink: &mut dyn EventSink) {
     if !held.is_empty() {
@@ -546,7 +554,8 @@ impl Backend for LlamaBackend {
         request: &GenerateRequest<'_>,
         sink: &mut dyn EventSink,
     ) -> Result<Reply, BackendError> {
-        self.prefill_until(session, request, &|| sink.cancelled())?;
+        let report = self.prefill_until(session, request, &|| sink.cancelled())?;
+        prefilled(&report, sink);
         self.generate_prefilled(request.stream, sink)
     }
 
@@ -557,7 +566,8 @@ impl Backend for LlamaBackend {
         sink: &mut dyn EventSink,
     ) -> Result<Reply, BackendError> {
         let prompt = Prompt::Raw(prompt.to_vec());
-        self.prefill(prompt, request, None, &|| sink.cancelled())?;
+        let report = self.prefill(prompt, request, None, &|| sink.cancelled())?;
+        prefilled(&report, sink);
         self.generate_prefilled(request.stream, sink)
     }
 

@@ -315,12 +315,15 @@ impl Answer {
         sse.send_event(event.name(), &encode(event))
     }
 
-    pub fn start(&self, sse: &mut SseStream) -> io::Result<()> {
-        Self::send(sse, &self.opening())
+    /// `message_start`, with the prompt's tokens when the backend said them
+    /// before its first output (`prefilled`: the prompt and its cached part).
+    pub fn start(&self, sse: &mut SseStream, prefilled: Option<(u64, u64)>) -> io::Result<()> {
+        Self::send(sse, &self.opening(prefilled))
     }
 
-    /// `message_start`: the message, empty.
-    fn opening(&self) -> wire::Event<'_> {
+    /// `message_start`: the message, empty; the input as far as known.
+    fn opening(&self, prefilled: Option<(u64, u64)>) -> wire::Event<'_> {
+        let (prompt, cached) = prefilled.unwrap_or((0, 0));
         let message = wire::Opening {
             id: &self.id,
             kind: "message",
@@ -330,9 +333,9 @@ impl Answer {
             stop_reason: Null,
             stop_sequence: Null,
             usage: wire::Usage {
-                input_tokens: Some(0),
+                input_tokens: Some(prompt.saturating_sub(cached)),
                 output_tokens: 0,
-                cache_read_input_tokens: None,
+                cache_read_input_tokens: prefilled.map(|_| cached),
             },
         };
         wire::Event::MessageStart { message }
@@ -615,7 +618,7 @@ mod tests {
     #[test]
     fn stream_events_are_typed_by_their_name() {
         let a = Answer::new("msg_1".into(), "m".into());
-        let start = a.opening();
+        let start = a.opening(None);
         assert_eq!(start.name(), "message_start");
         assert_eq!(
             value(&start),
@@ -624,6 +627,12 @@ mod tests {
                 "model": "m", "stop_reason": null, "stop_sequence": null,
                 "usage": {"input_tokens": 0, "output_tokens": 0},
             }})
+        );
+        // The prompt's figures, when the backend said them first: the cached
+        // part apart, as Anthropic counts it.
+        assert_eq!(
+            value(&a.opening(Some((100, 60))))["message"]["usage"],
+            json!({"input_tokens": 40, "output_tokens": 0, "cache_read_input_tokens": 60})
         );
         let input = json!({});
         let events = [

@@ -20,7 +20,7 @@ use super::text::{Assembler, Piece};
 use super::{anthropic, completions, native, openai, responses};
 use super::{ApiServer, Loaded, Usage, KEEPALIVE, TICK};
 use crate::backend::Reply;
-use crate::core::TokenLogprobs;
+use crate::core::{Event, TokenLogprobs};
 use crate::frontend::http::{Responder, SseStream};
 
 /// One answer in the protocol it was asked in.
@@ -45,11 +45,12 @@ impl Answer {
         }
     }
 
-    /// Choice `index`'s opening (the protocols without choices have one, 0).
-    fn start(&mut self, sse: &mut SseStream, index: u32) -> io::Result<()> {
+    /// Choice `index`'s opening (the protocols without choices have one, 0), with
+    /// the prompt's figures when the backend said them first.
+    fn start(&mut self, sse: &mut SseStream, index: u32, text: &Assembler) -> io::Result<()> {
         match self {
             Answer::OpenAi(a) => a.start(sse, index),
-            Answer::Anthropic(a) => a.start(sse),
+            Answer::Anthropic(a) => a.start(sse, text.prefilled),
             Answer::Text(a) => a.start(sse, index),
             Answer::Native(a) => a.start(sse),
             Answer::Responses(a) => a.start(sse),
@@ -273,8 +274,14 @@ impl ApiServer {
         choices: &mut [Choice],
         held: &[Held],
     ) -> io::Result<()> {
-        for index in 0..choices.len() {
-            answer.start(sse, index as u32)?;
+        for (index, choice) in choices.iter_mut().enumerate() {
+            // The prompt's figures, when they came first, belong in the opening.
+            if matches!(choice.first, Some(Out::Event(Event::Prefilled { .. }))) {
+                if let Some(Out::Event(event)) = choice.first.take() {
+                    choice.text.push(event);
+                }
+            }
+            answer.start(sse, index as u32, &choice.text)?;
         }
         loop {
             let open: Vec<usize> = (0..choices.len())

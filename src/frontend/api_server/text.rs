@@ -30,6 +30,9 @@ pub struct Assembler {
     pub logprobs: Vec<TokenLogprobs>,
     /// How many of `logprobs` streamed chunks carried already.
     sent: usize,
+    /// The prompt's tokens and how many came from the cache, once read
+    /// ([`Event::Prefilled`]).
+    pub prefilled: Option<(u64, u64)>,
 }
 
 impl Assembler {
@@ -79,6 +82,13 @@ impl Assembler {
             }
             Event::Logprobs(probs) => {
                 self.logprobs.extend(probs);
+                None
+            }
+            Event::Prefilled {
+                prompt_tokens,
+                cached_tokens,
+            } => {
+                self.prefilled = Some((prompt_tokens, cached_tokens));
                 None
             }
             _ => None,

@@ -64,8 +64,9 @@ pub(super) enum WireEvent<'a> {
     },
 }
 
-/// The typed SSE shape of `event`; `None` for token probabilities, which this
-/// server's requests never ask for.
+/// The typed SSE shape of `event`; `None` for what this stream does not carry:
+/// token probabilities (its requests never ask for them) and the prefill's
+/// figures (the stats at the end say the same).
 pub(super) fn wire_event(event: &Event) -> Option<WireEvent<'_>> {
     Some(match event {
         Event::UserPrompt(text) => WireEvent::UserPrompt { content: text },
@@ -100,7 +101,7 @@ pub(super) fn wire_event(event: &Event) -> Option<WireEvent<'_>> {
             args: &request.call.arguments,
             tool_call_id: &request.call.id,
         },
-        Event::Logprobs(_) => return None,
+        Event::Logprobs(_) | Event::Prefilled { .. } => return None,
     })
 }
 
