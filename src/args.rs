@@ -168,6 +168,7 @@ pub enum FlagId {
     Alias,
     ChatTemplate,
     ChatTemplateFile,
+    SlotSavePath,
 }
 
 /// One row of the flag table.
@@ -280,6 +281,7 @@ pub const FLAGS: &[Flag] = &[
     flag(FlagId::Parallel, "parallel", None, Val("N"), S::Local, "Requests decoded together in one batch (slots), 1 to 64 (default 1)"),
     flag(FlagId::ChatTemplate, "chat-template", None, Val("JINJA|chatml"), S::Local, "Chat template instead of the model's own: Jinja source, or chatml"),
     flag(FlagId::ChatTemplateFile, "chat-template-file", None, Val("FILE"), S::Local, "Read the chat template (Jinja) from FILE"),
+    flag(FlagId::SlotSavePath, "slot-save-path", None, Val("DIR"), S::Local, "--server: where POST /slots/N?action=save|restore keeps slot caches (off without it)"),
     flag(FlagId::Pooling, "pooling", None, Val("TYPE"), S::Local, "--server: how /v1/embeddings pools a sequence: mean|cls|last (default mean)"),
     flag(FlagId::NoPromptCache, "no-prompt-cache", None, Nothing, S::Local, "Neither restore nor save decoded prompts on disk (kv_cache_max_mb caps them)"),
     flag(FlagId::Spec, "spec", None, Val("MODE"), S::Local, "Speculative decoding: off, ngram (default: drafts from the context itself) or draft (--model-draft)"),
@@ -424,6 +426,8 @@ pub struct LowArgs {
     /// `--chat-template` (Jinja source or `chatml`), `--chat-template-file`.
     pub chat_template: Option<String>,
     pub chat_template_file: Option<PathBuf>,
+    /// `--slot-save-path`: the directory slot saves and restores use.
+    pub slot_save_path: Option<PathBuf>,
     pub seed: Option<u64>,
     pub alias: Option<String>,
     pub config: Option<PathBuf>,
@@ -579,6 +583,7 @@ fn is_path_flag(id: FlagId) -> bool {
             | FlagId::ModelDraft
             | FlagId::AuthTokenFile
             | FlagId::ChatTemplateFile
+            | FlagId::SlotSavePath
             | FlagId::Record
             | FlagId::Replay
     )
@@ -593,6 +598,7 @@ fn set_path(low: &mut LowArgs, id: FlagId, path: PathBuf) {
         FlagId::Replay => low.replay = Some(path),
         FlagId::ModelDraft => low.model_draft = Some(path),
         FlagId::ChatTemplateFile => low.chat_template_file = Some(path),
+        FlagId::SlotSavePath => low.slot_save_path = Some(path),
         _ => low.model_path = Some(path),
     }
 }

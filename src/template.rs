@@ -240,6 +240,32 @@ impl ChatTemplate {
         with_tools.is_some_and(|j| j.caps.renders_tools)
     }
 
+    /// What the template can render, in llama-server's words (`/props`'
+    /// `chat_template_caps`), from the probes: the template that renders requests
+    /// with tools is asked, as llama-server asks it; the ChatML fallback renders
+    /// system messages and nothing of tools.
+    pub fn capabilities(&self) -> Vec<(&'static str, bool)> {
+        let caps = match self.tool_use.as_ref().or(self.default.as_ref()) {
+            Some(jinja) => jinja.caps,
+            None => Caps {
+                system_role: true,
+                ..Caps::default()
+            },
+        };
+        vec![
+            ("supports_string_content", true),
+            ("supports_system_role", caps.system_role),
+            ("supports_tools", caps.renders_tools),
+            ("supports_tool_calls", caps.renders_calls),
+            ("supports_parallel_tool_calls", caps.renders_parallel_calls),
+            (
+                "supports_object_arguments",
+                caps.renders_calls && !caps.string_arguments,
+            ),
+            ("supports_preserve_reasoning", caps.reads_thinking),
+        ]
+    }
+
     /// The strings an answer rendered with this template stops at: the request's
     /// (empty ones dropped) and, with the ChatML fallback, `<|im_end|>`. A model that
     /// has no template of its own usually has no `<|im_end|>` token either, so that
@@ -311,6 +337,9 @@ struct Caps {
     /// Tool results cannot render as such (see [`Jinja::refuses_tool_results`]): they
     /// go as user turns instead.
     tool_results_as_user: bool,
+    /// An assistant message's tool call shows in the prompt; two calls both show.
+    renders_calls: bool,
+    renders_parallel_calls: bool,
 }
 
 /// One parsed Jinja template, with what its probes found.
@@ -372,6 +401,36 @@ impl Jinja {
         });
         self.probe_reasoning();
         self.caps.tool_results_as_user = self.refuses_tool_results();
+        self.probe_calls();
+    }
+
+    /// Whether a call the assistant made shows in the prompt (no tools offered, so
+    /// only the call can name the tool), and whether two calls in one message do.
+    fn probe_calls(&mut self) {
+        const SECOND: &str = "second_probe_tool";
+        let id = match self.caps.nine_char_ids {
+            true => "abcdefghi",
+            false => "call_0",
+        };
+        let mut arguments = serde_json::json!({"arg": "value"});
+        if self.caps.string_arguments {
+            arguments = Value::String(arguments.to_string());
+        }
+        let mut messages = probe_call(id, arguments, "");
+        messages.truncate(2);
+        let shows = |out: &Result<String, TemplateError>, name: &str| {
+            out.as_ref().is_ok_and(|out| out.contains(name))
+        };
+        self.caps.renders_calls = shows(&self.probe_render(&messages, &[]), PROBE_TOOL);
+        if let Some(calls) = messages[1].tool_calls.as_mut() {
+            let mut second = calls[0].clone();
+            second["id"] = Value::String(format!("{}1", &id[..id.len() - 1]));
+            second["function"]["name"] = Value::String(SECOND.into());
+            calls.push(second);
+        }
+        let both = self.probe_render(&messages, &[]);
+        self.caps.renders_parallel_calls =
+            self.caps.renders_calls && shows(&both, PROBE_TOOL) && shows(&both, SECOND);
     }
 
     /// Whether a tool result renders to nothing (Phi-3.5 knows no tool role) or fails
@@ -615,6 +674,7 @@ fn describe(err: Error) -> TemplateError {
 mod tests {
     use super::*;
     use serde_json::json;
+    use std::collections::BTreeMap;
     use std::io::Write;
     use std::process::{Command, Stdio};
 
@@ -777,6 +837,32 @@ mod tests {
             .render(&messages, &[], true)
             .unwrap()
             .contains("call_7"));
+    }
+
+    #[test]
+    fn capabilities_say_what_the_probes_saw_render() {
+        let caps = |source: Option<&str>| {
+            let template = ChatTemplate::new(source, "", "").expect("parses");
+            template
+                .capabilities()
+                .into_iter()
+                .collect::<BTreeMap<_, _>>()
+        };
+        // ChatML: system messages, nothing of tools.
+        let chatml = caps(None);
+        assert!(chatml["supports_system_role"] && !chatml["supports_tools"]);
+        assert!(!chatml["supports_tool_calls"]);
+        // One call per message only, object arguments, tools listed, no system.
+        let one_call = "{% if tools %}{{ tools | tojson }}{% endif %}{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('no') }}{% endif %}{% if m.tool_calls %}<{{ m.tool_calls[0].function.name }} {{ m.tool_calls[0].function.arguments.arg }}>{% else %}{{ m.content }}{% endif %}{% endfor %}";
+        let one = caps(Some(one_call));
+        assert!(!one["supports_system_role"] && one["supports_tools"]);
+        assert!(one["supports_tool_calls"] && !one["supports_parallel_tool_calls"]);
+        assert!(one["supports_object_arguments"]);
+        // Every call, its arguments as text.
+        let every = "{% for m in messages %}{% for c in m.tool_calls or [] %}<{{ c.function.name }} {{ c.function.arguments + '' }}>{% endfor %}{{ m.content }}{% endfor %}";
+        let all = caps(Some(every));
+        assert!(all["supports_tool_calls"] && all["supports_parallel_tool_calls"]);
+        assert!(!all["supports_object_arguments"] && !all["supports_tools"]);
     }
 
     #[test]

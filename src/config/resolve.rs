@@ -192,6 +192,8 @@ pub struct LocalSettings {
     pub models_dirs: Vec<PathBuf>,
     /// `--pooling`: how embeddings pool a sequence; `None` means mean.
     pub pooling: Option<String>,
+    /// `--slot-save-path`: where the API server saves and restores slot caches.
+    pub slot_save_path: Option<PathBuf>,
     /// `--chat-template` or the text of `--chat-template-file`: the template to
     /// use instead of the model's own (`chatml`: the built-in ChatML).
     pub chat_template: Option<String>,
@@ -973,6 +975,7 @@ fn local(low: &LowArgs, file: &ConfigFile) -> LocalSettings {
         flash_attn: low.flash_attn,
         parallel: low.parallel,
         pooling: low.pooling.clone(),
+        slot_save_path: low.slot_save_path.clone(),
         chat_template: None,
         spec: low.spec.clone(),
         draft_max: low.draft_max,

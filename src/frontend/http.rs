@@ -101,12 +101,24 @@ pub struct Request {
     pub method: String,
     /// The path without the query string.
     pub path: String,
+    /// The query string after `?`, as sent (empty without one).
+    pub query: String,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
     pub peer: SocketAddr,
 }
 
 impl Request {
+    /// The value of query parameter `name` (`?action=save`), percent-decoded;
+    /// the first where it repeats.
+    pub fn query_param(&self, name: &str) -> Option<String> {
+        self.query
+            .split('&')
+            .filter_map(|pair| pair.split_once('=').or(Some((pair, ""))))
+            .find(|(key, _)| *key == name)
+            .map(|(_, value)| percent_decode(value))
+    }
+
     /// The first header called `name` (case-insensitive).
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
@@ -460,9 +472,11 @@ fn read_head(
         headers.retain(|(name, _)| !name.eq_ignore_ascii_case("host"));
         headers.push(("Host".into(), authority));
     }
+    let (path, query) = line.target.split_once('?').unwrap_or((&line.target, ""));
     let request = Request {
-        method: line.method,
-        path: line.target.split('?').next().unwrap_or("").to_string(),
+        method: line.method.clone(),
+        path: path.to_string(),
+        query: query.to_string(),
         headers,
         body: Vec::new(),
         peer,
@@ -642,6 +656,31 @@ fn split_target(target: &str) -> Option<(String, Option<String>)> {
         path => path.to_string(),
     };
     Some((path, Some(authority.to_string())))
+}
+
+/// `%XX` escapes and `+` (a space, in a form-encoded query) decoded; a bad
+/// escape stays as it is, and bytes that are not UTF-8 are replaced.
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| char::from(b).to_digit(16);
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                (Some(hi), Some(lo)) => {
+                    out.push((hi * 16 + lo) as u8);
+                    i += 3;
+                    continue;
+                }
+                _ => out.push(b'%'),
+            },
+            b'+' => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// An RFC 9110 token: what a method and a header name are made of.
@@ -1394,6 +1433,29 @@ mod tests {
         stream.read_exact(&mut head).unwrap();
         drop(stream);
         assert!(gone.recv_timeout(Duration::from_secs(5)).is_ok());
+    }
+
+    #[test]
+    fn query_parameters_are_found_by_name_and_decoded() {
+        let request = |query: &str| Request {
+            method: "POST".into(),
+            path: "/slots/0".into(),
+            query: query.into(),
+            headers: Vec::new(),
+            body: Vec::new(),
+            peer: "127.0.0.1:1".parse().unwrap(),
+        };
+        let r = request("action=save&name=a%20b+c&flag&action=erase&bad=%zz%4");
+        assert_eq!(r.query_param("action").as_deref(), Some("save"));
+        assert_eq!(r.query_param("name").as_deref(), Some("a b c"));
+        assert_eq!(r.query_param("flag").as_deref(), Some(""));
+        assert_eq!(r.query_param("bad").as_deref(), Some("%zz%4"));
+        assert_eq!(r.query_param("missing"), None);
+        assert_eq!(request("").query_param("action"), None);
+        assert_eq!(
+            request("x=%C3%A9%FF").query_param("x").as_deref(),
+            Some("é\u{fffd}")
+        );
     }
 
     #[test]

@@ -225,6 +225,20 @@ impl Model {
         String::from_utf8_lossy(&buf[..n]).into_owned()
     }
 
+    /// The weights' type as llama.cpp names it (`Q4_1`, `Q4_K - Medium`, ...).
+    pub fn ftype_name(&self) -> String {
+        // SAFETY: `raw` is a loaded model; `llama_ftype_name` returns a pointer to a
+        // static NUL-terminated string for any value, "unknown, may not work" included.
+        let name = unsafe { sys::llama_ftype_name(sys::llama_model_ftype(self.raw.as_ptr())) };
+        if name.is_null() {
+            return String::new();
+        }
+        // SAFETY: non-null, NUL-terminated and static (see above).
+        unsafe { std::ffi::CStr::from_ptr(name) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
     /// A GGUF metadata value as text (`general.architecture`, ...); `None` when the
     /// file has no such key.
     pub fn meta_str(&self, key: &str) -> Option<String> {

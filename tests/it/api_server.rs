@@ -997,6 +997,18 @@ fn tokenize_detokenize_and_props_answer_in_llama_servers_shapes() {
     assert!(path.ends_with(".gguf"), "{props}");
     let template = props["chat_template"].as_str().expect("chat_template");
     assert!(template.contains("<|im_start|>"), "{props}");
+    // What llama-server's clients read besides: the name they should send, the
+    // weights' type, the model's own end token, what the template can render
+    // (SmolLM2's renders system turns, and neither tools nor calls).
+    let (_, models) = server.get("/v1/models");
+    let models: Value = serde_json::from_str(&models).expect("JSON");
+    assert_eq!(props["model_alias"], models["data"][0]["id"], "{props}");
+    assert_eq!(props["model_ftype"], json!("Q4_1"), "{props}");
+    assert_eq!(props["eos_token"], json!("<|im_end|>"), "{props}");
+    assert!(props["bos_token"].is_string(), "{props}");
+    let caps = &props["chat_template_caps"];
+    assert_eq!(caps["supports_system_role"], json!(true), "{props}");
+    assert_eq!(caps["supports_tool_calls"], json!(false), "{props}");
     assert_eq!(
         server.metric("shepherd_requests_total{endpoint=\"tokenize\"}"),
         11.0

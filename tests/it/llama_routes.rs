@@ -347,3 +347,104 @@ fn llama_servers_grammar_and_json_schema_fields_constrain_the_answer() {
         assert_eq!(error["error"]["param"], json!(param), "{body}: {error}");
     }
 }
+
+/// The slot that caches the most tokens, and how many.
+fn fullest_slot(server: &ApiServer) -> (usize, u64) {
+    let (status, slots) = server.get("/slots");
+    assert_eq!(status, 200, "{slots}");
+    let slots: Value = serde_json::from_str(&slots).expect("JSON");
+    let slots = slots.as_array().expect("an array");
+    assert!(slots
+        .iter()
+        .all(|s| s["n_ctx"].is_u64() && s["is_processing"] == json!(false)));
+    (slots.iter())
+        .map(|s| {
+            (
+                s["id"].as_u64().unwrap() as usize,
+                s["n_cached"].as_u64().unwrap(),
+            )
+        })
+        .max_by_key(|&(_, n)| n)
+        .expect("slots")
+}
+
+#[test]
+fn a_slot_saved_erased_and_restored_serves_its_prompt_from_the_cache_again() {
+    let dir = crate::harness::TempDir::new("slots");
+    let dir_arg = dir.path().to_str().expect("UTF-8").to_string();
+    let server = ApiServer::with_model(&[
+        "--parallel",
+        "2",
+        "--no-prompt-cache",
+        "--slot-save-path",
+        &dir_arg,
+    ]);
+    let chat = json!({
+        "messages": [{"role": "user", "content": "Name three colours, please."}],
+        "max_tokens": 4, "temperature": 0
+    });
+    let cached =
+        |answer: &Value| answer["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64();
+    let (status, first) = server.post("/v1/chat/completions", &chat);
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(cached(&first), Some(0), "{first}");
+    let (slot, held) = fullest_slot(&server);
+    assert!(held > 0, "nothing cached after a chat");
+
+    let at = |action: &str| format!("/slots/{slot}?action={action}");
+    let (status, saved) = server.post(&at("save"), &json!({"filename": "colours.bin"}));
+    assert_eq!(status, 200, "{saved}");
+    assert_eq!(saved["id_slot"], json!(slot), "{saved}");
+    assert_eq!(saved["n_saved"].as_u64(), Some(held), "{saved}");
+    let written = std::fs::metadata(dir.path().join("colours.bin"))
+        .expect("the file")
+        .len();
+    assert_eq!(saved["n_written"].as_u64(), Some(written), "{saved}");
+    assert!(saved["timings"]["save_ms"].is_f64(), "{saved}");
+
+    let (status, erased) = server.post(&at("erase"), &json!({}));
+    assert_eq!(status, 200, "{erased}");
+    assert_eq!(erased["n_erased"].as_u64(), Some(held), "{erased}");
+    assert_eq!(fullest_slot(&server).1, 0, "erased, yet cached");
+
+    let (status, restored) = server.post(&at("restore"), &json!({"filename": "colours.bin"}));
+    assert_eq!(status, 200, "{restored}");
+    assert_eq!(restored["n_restored"].as_u64(), Some(held), "{restored}");
+    assert_eq!(restored["n_read"].as_u64(), Some(written), "{restored}");
+    assert_eq!(fullest_slot(&server), (slot, held));
+    // The same request again reads its prompt from the restored cache, and
+    // answers as it did.
+    let (status, again) = server.post("/v1/chat/completions", &chat);
+    assert_eq!(status, 200, "{again}");
+    assert!(cached(&again).is_some_and(|n| n > 0), "{again}");
+    assert_eq!(
+        again["choices"][0]["message"]["content"],
+        first["choices"][0]["message"]["content"]
+    );
+
+    // What is refused, and how: a name outside the directory, a file that is
+    // not there, one that is not a saved slot, a slot that is not there, an
+    // action llama-server does not know.
+    std::fs::write(dir.path().join("junk.bin"), b"not a slot").unwrap();
+    for (path, body, status) in [
+        (at("save"), json!({"filename": "../escape.bin"}), 400),
+        (at("restore"), json!({"filename": "missing.bin"}), 404),
+        (at("restore"), json!({"filename": "junk.bin"}), 400),
+        (at("save"), json!({}), 400),
+        ("/slots/7?action=erase".to_string(), json!({}), 404),
+        ("/slots/x?action=erase".to_string(), json!({}), 400),
+        (at("load"), json!({"filename": "a.bin"}), 400),
+    ] {
+        let (got, error) = server.post(&path, &body);
+        assert_eq!(got, status, "{path} {body}: {error}");
+        assert!(error["error"]["message"].is_string(), "{error}");
+    }
+    assert!(!dir.path().parent().unwrap().join("escape.bin").exists());
+
+    // Without --slot-save-path there is nowhere to save: 501, as llama-server.
+    let plain = ApiServer::with_model(&["--no-prompt-cache"]);
+    let (got, error) = plain.post("/slots/0?action=save", &json!({"filename": "a.bin"}));
+    assert_eq!(got, 501, "{error}");
+    let (got, _) = plain.post("/slots/0?action=erase", &json!({}));
+    assert_eq!(got, 200);
+}

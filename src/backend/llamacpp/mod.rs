@@ -67,6 +67,7 @@ use crate::stream::filter::OutputFilter;
 use crate::template::{self, ChatTemplate, TemplateMessage};
 use crate::util::dirs::{model_cache_dir, DEFAULT_MODEL_FILE};
 pub use model::{EmbedInput, LocalModel, ModelError, ModelProps};
+pub use slots::files::SlotReport;
 
 /// How often a handle waiting for the generation thread asks its caller about a cancel.
 const POLL: Duration = Duration::from_millis(50);
@@ -101,6 +102,8 @@ pub struct LlamaConfig {
     /// `--chat-template`: Jinja source used instead of the model's own template
     /// (and its `tool_use` one); `chatml` is the built-in ChatML.
     pub chat_template: Option<String>,
+    /// Where slot saves and restores go (`--slot-save-path`); `None`: refused.
+    pub slot_save_path: Option<PathBuf>,
 }
 
 impl LlamaConfig {
@@ -121,6 +124,7 @@ impl LlamaConfig {
             prompt_cache: None,
             spec: speculative::SpecConfig::default(),
             chat_template: None,
+            slot_save_path: None,
         }
     }
 }

@@ -24,6 +24,7 @@ use std::sync::Arc;
 
 use crossbeam_channel::{bounded, Sender};
 
+use super::slots::files::{self, SlotInfo, SlotJob, SlotReport};
 use super::{worker_gone, Job, Shared};
 use crate::core::BackendError;
 use crate::llama::{Batch, Context, Model, Pooling, Token};
@@ -57,6 +58,10 @@ pub enum ModelError {
     },
     /// The model failed, or its thread is gone.
     Failed(String),
+    /// What the request names is not there (a slot, a saved file).
+    NotFound(String),
+    /// The server was not started for this (`--slot-save-path`).
+    Unsupported(String),
 }
 
 impl From<BackendError> for ModelError {
@@ -68,9 +73,10 @@ impl From<BackendError> for ModelError {
 impl std::fmt::Display for ModelError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ModelError::Invalid { message, .. } | ModelError::Failed(message) => {
-                f.write_str(message)
-            }
+            ModelError::Invalid { message, .. }
+            | ModelError::Failed(message)
+            | ModelError::NotFound(message)
+            | ModelError::Unsupported(message) => f.write_str(message),
         }
     }
 }
@@ -93,6 +99,15 @@ pub struct ModelProps {
     pub pooling: Pooling,
     /// The most tokens one embedding input may have.
     pub n_ubatch: u32,
+    /// The model's begin and end tokens as text (empty where it has none).
+    pub bos_token: String,
+    pub eos_token: String,
+    /// The weights' type as llama.cpp names it (`Q4_1`, `Q4_K - Medium`).
+    pub ftype: String,
+    /// What the chat template in use can render ([`crate::template::ChatTemplate::capabilities`]).
+    pub template_caps: Vec<(&'static str, bool)>,
+    /// Where slot files go (`--slot-save-path`); `None`: slot saves are refused.
+    pub slot_save_path: Option<std::path::PathBuf>,
 }
 
 /// A job for the generation thread besides generation.
@@ -111,6 +126,10 @@ pub(super) enum ModelJob {
         tools: Vec<crate::core::ToolSpec>,
         reply: Sender<Result<String, ModelError>>,
     },
+    /// Every slot's state (`GET /slots`).
+    Slots(Sender<Result<Vec<SlotInfo>, ModelError>>),
+    /// A slot's cache saved, restored or erased, once the slot is free.
+    SlotAction(SlotJob),
 }
 
 /// A handle to the in-process model for the non-generating routes.
@@ -181,6 +200,38 @@ impl LocalModel {
     /// The text of `tokens` (special tokens written out).
     pub fn detokenize(&self, tokens: Vec<Token>) -> Result<String, ModelError> {
         self.ask(|reply| ModelJob::Detokenize(tokens, reply))
+    }
+
+    /// Every slot: its context, whether it serves a request, what it caches.
+    pub fn slots(&self) -> Result<Vec<SlotInfo>, ModelError> {
+        self.ask(ModelJob::Slots)
+    }
+
+    /// Saves slot `slot`'s cache to `filename` in the `--slot-save-path`
+    /// directory, restores it from there, or erases it; waits until the slot
+    /// has finished the request it serves. A file name is a plain name (no
+    /// directory, no `..`), as llama-server checks it.
+    pub fn slot_action(
+        &self,
+        slot: usize,
+        action: &str,
+        filename: Option<&str>,
+    ) -> Result<SlotReport, ModelError> {
+        let action = files::action(self.props.slot_save_path.as_deref(), action, filename)?;
+        if slot >= self.props.slots as usize {
+            return Err(ModelError::NotFound(format!(
+                "no slot {slot}: this server has {} (0 to {})",
+                self.props.slots,
+                self.props.slots.saturating_sub(1)
+            )));
+        }
+        self.ask(|reply| {
+            ModelJob::SlotAction(SlotJob {
+                slot,
+                action,
+                reply,
+            })
+        })
     }
 }
 

@@ -275,7 +275,20 @@ fn read_tokens(path: &Path, key: &str) -> io::Result<Vec<Token>> {
 }
 
 /// The whole entry at `path`, every length and the checksum checked.
-fn read_entry(path: &Path, key: &str) -> io::Result<Entry> {
+/// Writes one sequence's `tokens` and `state` to `path` in the cache's own
+/// format (checked on reading, tied to `key`), atomically; the bytes written.
+pub(super) fn write_state_file(
+    path: &Path,
+    key: &str,
+    tokens: &[Token],
+    state: &[u8],
+) -> io::Result<usize> {
+    let bytes = encode(key, tokens, state);
+    write_atomic(path, &bytes)?;
+    Ok(bytes.len())
+}
+
+pub(super) fn read_entry(path: &Path, key: &str) -> io::Result<Entry> {
     let bytes = fs::read(path)?;
     decode(&bytes, key)
 }

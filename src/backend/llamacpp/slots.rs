@@ -40,6 +40,8 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Select, TryRecvError};
 
+pub(super) mod files;
+
 use super::checkpoints::{Checkpoints, CHECKPOINT_MIN};
 use super::model::{self, EmbedInput, Embedding, ModelError, ModelJob, ModelProps};
 use super::prompt_cache::PromptCache;
@@ -175,6 +177,11 @@ pub(super) struct Worker<'m> {
     drafter: Option<DraftModel<'m>>,
     /// The context's flash attention and physical batch, for the bench's report.
     settings: (Option<bool>, u32),
+    /// What a saved sequence state depends on ([`cache_key`]): a slot file saved
+    /// under another key is not restored.
+    state_key: String,
+    /// Slot saves and restores waiting for their slot to finish its request.
+    slot_actions: VecDeque<files::SlotJob>,
 }
 
 struct Slot {
@@ -380,9 +387,9 @@ impl<'m> Worker<'m> {
             .collect();
         // Each slot's last prompt, and the two renderings of each warm-up.
         let prompt_tokens = PromptTokens::new(model, 3 * slots.len());
+        let state_key = cache_key(config, &params, ctx.n_ctx_seq());
         let prompt_cache = config.prompt_cache.as_ref().map(|cache| {
-            let key = cache_key(config, &params, ctx.n_ctx_seq());
-            let cache = PromptCache::new(cache, key);
+            let cache = PromptCache::new(cache, state_key.clone());
             if model.n_swa() > 0 {
                 cache.whole_prefixes()
             } else {
@@ -421,6 +428,8 @@ impl<'m> Worker<'m> {
             finished_at: Instant::now(),
             preempt,
             settings: (flash_attn, params.n_ubatch),
+            state_key,
+            slot_actions: VecDeque::new(),
         })
     }
 
@@ -444,6 +453,11 @@ impl<'m> Worker<'m> {
             n_vocab: model.n_vocab(),
             pooling: config.pooling,
             n_ubatch: self.ctx.n_ubatch(),
+            bos_token: model.bos_text(),
+            eos_token: model.eos_text(),
+            ftype: model.ftype_name(),
+            template_caps: self.template.capabilities(),
+            slot_save_path: config.slot_save_path.clone(),
         }
     }
 
@@ -495,6 +509,7 @@ impl<'m> Worker<'m> {
     pub(super) fn serve(&mut self, jobs: &Receiver<Job>) {
         while self.receive(jobs) {
             self.embed_waiting();
+            self.run_slot_actions();
             self.assign();
             self.await_flows(jobs);
             self.step();
@@ -504,6 +519,7 @@ impl<'m> Worker<'m> {
     fn idle(&self) -> bool {
         self.queue.is_empty()
             && self.embeds.is_empty()
+            && self.slot_actions.is_empty()
             && self.slots.iter().all(|s| s.task.is_none())
     }
 
@@ -556,6 +572,10 @@ impl<'m> Worker<'m> {
             Job::Model(ModelJob::Detokenize(tokens, reply)) => {
                 let _ = reply.send(model::detokenize(self.model(), &tokens));
             }
+            Job::Model(ModelJob::Slots(reply)) => {
+                let _ = reply.send(Ok(self.slot_list()));
+            }
+            Job::Model(ModelJob::SlotAction(job)) => self.slot_actions.push_back(job),
             Job::Model(ModelJob::RenderChat {
                 conversation,
                 tools,

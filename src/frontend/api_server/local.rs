@@ -15,7 +15,7 @@ use super::error::ApiError;
 use super::fields::{json_body, only_known, Fields};
 use super::wire::{llama as lwire, openai as owire};
 use super::Defaults;
-use crate::backend::llamacpp::{EmbedInput, LocalModel, ModelError, ModelProps};
+use crate::backend::llamacpp::{EmbedInput, LocalModel, ModelError, ModelProps, SlotReport};
 use crate::backend::Sampling;
 use crate::llama::{SamplerParams, Token};
 
@@ -137,6 +137,8 @@ pub(super) fn from_model(error: ModelError, param: &str) -> ApiError {
             ApiError::invalid(&param, message)
         }
         ModelError::Failed(message) => ApiError::new(500, "server_error", message),
+        ModelError::NotFound(message) => ApiError::new(404, "not_found_error", message),
+        ModelError::Unsupported(message) => ApiError::new(501, "not_supported_error", message),
     }
 }
 
@@ -240,14 +242,89 @@ pub fn props<'a>(props: &'a ModelProps, defaults: &'a Defaults) -> lwire::Props<
             params: params(&defaults.sampling),
         },
         total_slots: props.slots,
+        model_alias: &defaults.model,
+        model_ftype: &props.ftype,
         model_path: &props.model_path,
         chat_template: &props.chat_template,
+        chat_template_caps: props.template_caps.iter().copied().collect(),
+        bos_token: &props.bos_token,
+        eos_token: &props.eos_token,
         modalities: lwire::Modalities {
             vision: false,
             audio: false,
         },
         build_info: super::FINGERPRINT,
     }
+}
+
+/// `GET /slots`.
+pub fn slots(model: &LocalModel) -> Result<Vec<lwire::Slot>, ApiError> {
+    let slots = model.slots().map_err(|e| from_model(e, ""))?;
+    Ok(slots
+        .into_iter()
+        .map(|s| lwire::Slot {
+            id: s.id,
+            n_ctx: s.n_ctx,
+            speculative: s.speculative,
+            is_processing: s.is_processing,
+            n_cached: s.n_cached,
+            n_decoded: s.n_decoded,
+        })
+        .collect())
+}
+
+/// `POST /slots/{id}?action=save|restore|erase`, the file named in the body's
+/// `filename`; answers as llama-server does.
+pub fn slot_action(
+    model: &LocalModel,
+    id: &str,
+    action: &str,
+    body: &[u8],
+) -> Result<Value, ApiError> {
+    let slot: usize = id
+        .parse()
+        .map_err(|_| ApiError::invalid("id_slot", format!("'{id}' is not a slot number")))?;
+    let value = if body.iter().all(u8::is_ascii_whitespace) {
+        Value::Object(serde_json::Map::new())
+    } else {
+        json_body(body)?
+    };
+    let f = Fields::of(&value, "")?;
+    let filename = f.str("filename")?;
+    let report = model
+        .slot_action(slot, action, filename)
+        .map_err(|e| from_model(e, "filename"))?;
+    let done = match &report {
+        SlotReport::Saved {
+            filename,
+            n_tokens,
+            n_bytes,
+            ms,
+        } => lwire::SlotDone::Saved {
+            id_slot: slot,
+            filename,
+            n_saved: *n_tokens,
+            n_written: *n_bytes,
+            timings: lwire::SaveTimings { save_ms: *ms },
+        },
+        SlotReport::Restored {
+            filename,
+            n_tokens,
+            n_bytes,
+            ms,
+        } => lwire::SlotDone::Restored {
+            id_slot: slot,
+            filename,
+            n_restored: *n_tokens,
+            n_read: *n_bytes,
+            timings: lwire::RestoreTimings { restore_ms: *ms },
+        },
+        SlotReport::Erased { n_tokens } => lwire::SlotDone::Erased {
+            id_slot: slot,
+            n_erased: *n_tokens,
+        },
+    };
+    Ok(serde_json::to_value(&done).unwrap_or_default())
 }
 
 /// The sampling `sampling` comes to, llama.cpp's defaults filled in for what it

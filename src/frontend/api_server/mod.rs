@@ -438,6 +438,25 @@ impl ApiServer {
         }
     }
 
+    /// `GET /slots`, and `POST /slots/{id}?action=...` (see [`local::slot_action`]).
+    fn slots(&self, request: &Request, responder: Responder) {
+        let Some((_, model, responder)) = self.local_model("/slots", responder) else {
+            return;
+        };
+        let answer = match request.method.as_str() {
+            "GET" => local::slots(model).map(|s| serde_json::to_value(s).unwrap_or_default()),
+            _ => {
+                let id = request.path.trim_start_matches("/slots/");
+                let action = request.query_param("action").unwrap_or_default();
+                local::slot_action(model, id, &action, &request.body)
+            }
+        };
+        match answer {
+            Ok(body) => responder.json(200, &body),
+            Err(error) => self.refuse(responder, &error),
+        }
+    }
+
     fn props(&self, responder: Responder) {
         let Some((loaded, model, responder)) = self.local_model("/props", responder) else {
             return;
@@ -492,6 +511,8 @@ impl Handler for ApiServer {
             ("POST", "/tokenize") => self.tokenize(&request, responder),
             ("POST", "/detokenize") => self.detokenize(&request, responder),
             ("GET", "/props") => self.props(responder),
+            ("GET", "/slots") => self.slots(&request, responder),
+            ("POST", slot) if slot.starts_with("/slots/") => self.slots(&request, responder),
             ("POST", "/completion") => self.native_completion(&request, responder),
             ("POST", "/apply-template") => self.apply_template(&request, responder),
             (
@@ -508,6 +529,7 @@ impl Handler for ApiServer {
                 | "/tokenize"
                 | "/detokenize"
                 | "/props"
+                | "/slots"
                 | "/completion"
                 | "/apply-template",
             ) => {

@@ -321,6 +321,53 @@ pub mod openai {
 pub mod llama {
     use serde::Serialize;
 
+    /// One entry of `GET /slots`.
+    #[derive(Debug, Serialize)]
+    pub struct Slot {
+        pub id: usize,
+        pub n_ctx: usize,
+        pub speculative: bool,
+        pub is_processing: bool,
+        /// Tokens the slot's cache holds (what a request sharing them reuses).
+        pub n_cached: usize,
+        /// Tokens generated so far by the request it serves.
+        pub n_decoded: usize,
+    }
+
+    /// `POST /slots/N?action=save|restore|erase`, in llama-server's words.
+    #[derive(Debug, Serialize)]
+    #[serde(untagged)]
+    pub enum SlotDone<'a> {
+        Saved {
+            id_slot: usize,
+            filename: &'a str,
+            n_saved: usize,
+            n_written: usize,
+            timings: SaveTimings,
+        },
+        Restored {
+            id_slot: usize,
+            filename: &'a str,
+            n_restored: usize,
+            n_read: usize,
+            timings: RestoreTimings,
+        },
+        Erased {
+            id_slot: usize,
+            n_erased: usize,
+        },
+    }
+
+    #[derive(Debug, Serialize)]
+    pub struct SaveTimings {
+        pub save_ms: f64,
+    }
+
+    #[derive(Debug, Serialize)]
+    pub struct RestoreTimings {
+        pub restore_ms: f64,
+    }
+
     /// `{"tokens": [...]}`: ids, or `{id, piece}` with `with_pieces`.
     #[derive(Debug, Serialize)]
     pub struct Tokens {
@@ -353,8 +400,16 @@ pub mod llama {
     pub struct Props<'a> {
         pub default_generation_settings: GenerationSettings<'a>,
         pub total_slots: u32,
+        /// The id clients see (`--alias`, else the model's name).
+        pub model_alias: &'a str,
+        /// The weights' type as llama.cpp names it.
+        pub model_ftype: &'a str,
         pub model_path: &'a str,
         pub chat_template: &'a str,
+        /// What the template can render, llama-server's `supports_*` flags.
+        pub chat_template_caps: std::collections::BTreeMap<&'static str, bool>,
+        pub bos_token: &'a str,
+        pub eos_token: &'a str,
         pub modalities: Modalities,
         pub build_info: &'static str,
     }

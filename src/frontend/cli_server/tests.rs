@@ -117,6 +117,7 @@ fn post(body: &str, content_type: Option<&str>) -> Request {
     Request {
         method: "POST".into(),
         path: "/request".into(),
+        query: String::new(),
         headers,
         body: body.as_bytes().to_vec(),
         peer: "127.0.0.1:1".parse().unwrap(),
