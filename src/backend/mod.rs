@@ -125,6 +125,19 @@ pub struct Usage {
 pub enum PromptPart {
     Text(String),
     Tokens(Vec<i32>),
+    /// llama-server's `/infill`: a fill-in-the-middle prompt, laid out with the
+    /// model's FIM tokens where its vocabulary is at hand.
+    Infill(Infill),
+}
+
+/// The code around a gap to fill (`/infill`): what comes before and after it,
+/// text that starts the middle, and other files for context (file name, text).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Infill {
+    pub prefix: String,
+    pub suffix: String,
+    pub prompt: String,
+    pub extra: Vec<(String, String)>,
 }
 
 /// The result of one generation.

@@ -47,6 +47,17 @@ pub struct ModelParams {
     pub progress: Option<LoadProgress>,
 }
 
+/// A model's fill-in-the-middle tokens ([`Model::fim_tokens`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FimTokens {
+    pub pre: Option<Token>,
+    pub suf: Option<Token>,
+    pub mid: Option<Token>,
+    /// The repository and file separators of repo-level FIM (Qwen2.5-Coder's).
+    pub rep: Option<Token>,
+    pub sep: Option<Token>,
+}
+
 /// An owned `llama_model`.
 #[derive(Debug)]
 pub struct Model {
@@ -379,14 +390,53 @@ impl Model {
             .unwrap_or_default()
     }
 
+    /// The fill-in-the-middle tokens (`None` each where the model has none), for
+    /// llama-server's `/infill`.
+    pub fn fim_tokens(&self) -> FimTokens {
+        let vocab = self.vocab.as_ptr();
+        let known = |token: Token| (token >= 0 && token < self.n_vocab()).then_some(token);
+        // SAFETY: `vocab` is valid for the lifetime of `self`; these only read ids.
+        unsafe {
+            FimTokens {
+                pre: known(sys::llama_vocab_fim_pre(vocab)),
+                suf: known(sys::llama_vocab_fim_suf(vocab)),
+                mid: known(sys::llama_vocab_fim_mid(vocab)),
+                rep: known(sys::llama_vocab_fim_rep(vocab)),
+                sep: known(sys::llama_vocab_fim_sep(vocab)),
+            }
+        }
+    }
+
+    /// The beginning-of-sequence token when the model adds one to a prompt.
+    pub fn bos_added(&self) -> Option<Token> {
+        // SAFETY: `vocab` is valid for the lifetime of `self`.
+        let bos = unsafe { sys::llama_vocab_bos(self.vocab.as_ptr()) };
+        (self.adds_bos() && bos >= 0 && bos < self.n_vocab()).then_some(bos)
+    }
+
     /// Tokenizes `text`, parsing special-token markup such as `<|im_start|>`.
     pub fn tokenize(&self, text: &str, add_bos: bool) -> Result<Vec<Token>, TokenizeError> {
+        self.tokenize_with(text, add_bos, true)
+    }
+
+    /// Tokenizes `text` as plain text: markup such as `<|fim_prefix|>` in it is
+    /// text, never the special token (what a user's code must be).
+    pub fn tokenize_plain(&self, text: &str) -> Result<Vec<Token>, TokenizeError> {
+        self.tokenize_with(text, false, false)
+    }
+
+    fn tokenize_with(
+        &self,
+        text: &str,
+        add_bos: bool,
+        special: bool,
+    ) -> Result<Vec<Token>, TokenizeError> {
         let len = i32::try_from(text.len()).map_err(|_| TokenizeError::TooLong(text.len()))?;
         let mut tokens: Vec<Token> = vec![0; text.len() + 2];
-        let mut n = self.tokenize_into(text, len, add_bos, &mut tokens)?;
+        let mut n = self.tokenize_into(text, len, (add_bos, special), &mut tokens)?;
         if n < 0 {
             tokens.resize(n.unsigned_abs() as usize, 0);
-            n = self.tokenize_into(text, len, add_bos, &mut tokens)?;
+            n = self.tokenize_into(text, len, (add_bos, special), &mut tokens)?;
         }
         let n = usize::try_from(n).map_err(|_| TokenizeError::Failed(n))?;
         tokens.truncate(n);
@@ -397,7 +447,7 @@ impl Model {
         &self,
         text: &str,
         len: i32,
-        add_bos: bool,
+        (add_bos, special): (bool, bool),
         out: &mut [Token],
     ) -> Result<i32, TokenizeError> {
         let cap = i32::try_from(out.len()).map_err(|_| TokenizeError::TooLong(out.len()))?;
@@ -411,7 +461,7 @@ impl Model {
                 out.as_mut_ptr(),
                 cap,
                 add_bos,
-                true,
+                special,
             )
         };
         if n == i32::MIN {

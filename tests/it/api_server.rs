@@ -69,7 +69,11 @@ impl ApiServer {
     }
 
     pub(crate) fn with_model(extra: &[&str]) -> ApiServer {
-        let model = test_model();
+        ApiServer::with_gguf(&test_model(), extra)
+    }
+
+    /// A server on the GGUF file `model`.
+    pub(crate) fn with_gguf(model: &std::path::Path, extra: &[&str]) -> ApiServer {
         let model = model.to_str().expect("UTF-8 model path").to_string();
         let mut args = vec![
             "--backend",

@@ -339,3 +339,96 @@ fn converse(model: &std::path::Path, family: &str) {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// `/infill` on a model with fill-in-the-middle tokens (SmolLM2's shape and
+/// tokenizer, with Qwen's FIM tokens added): llama-server's layout, token for
+/// token, `[PRE] prefix [SUF] suffix [MID]`, where the user's code is text even
+/// when it spells a FIM token; other files come before it. A model without
+/// those tokens answers 501.
+#[test]
+fn infill_lays_out_the_fim_tokens_and_keeps_markup_in_code_as_text() {
+    use crate::api_server::ApiServer;
+    use serde_json::{json, Value};
+    let dir = TempDir::new("synthetic-fim");
+    let tokenizer = smollm2();
+    let model = dir.path().join("fim.gguf");
+    let mut args: Vec<&std::ffi::OsStr> = vec![
+        "--like".as_ref(),
+        "smollm2-135m".as_ref(),
+        "--tokenizer-from".as_ref(),
+        tokenizer.as_os_str(),
+    ];
+    for special in ["<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"] {
+        args.push("--special".as_ref());
+        args.push(special.as_ref());
+    }
+    args.push(model.as_os_str());
+    writer(&args);
+    let server = ApiServer::with_gguf(&model, &["--no-prompt-cache", "--context-size", "2048"]);
+    let count = |text: &str| {
+        let (status, tokens) = server.post("/tokenize", &json!({ "content": text }));
+        assert_eq!(status, 200, "{tokens}");
+        tokens["tokens"].as_array().expect("tokens").len() as u64
+    };
+    let infill = |body: Value| {
+        let (status, answer) = server.post("/infill", &body);
+        assert_eq!(status, 200, "{body}: {answer}");
+        answer
+    };
+    let (prefix, suffix) = ("def add(a, b):\n    return ", "\n\nprint(add(1, 2))\n");
+    let base = json!({"input_prefix": prefix, "input_suffix": suffix, "n_predict": 4,
+                      "temperature": 0, "return_tokens": true});
+    let answer = infill(base.clone());
+    // The writer silences end tokens, so the answer runs to n_predict.
+    assert_eq!(answer["tokens_predicted"], json!(4), "{answer}");
+    assert_eq!(
+        answer["tokens"].as_array().map(Vec::len),
+        Some(4),
+        "{answer}"
+    );
+    // SmolLM2's tokenizer has StarCoder's `<repo_name>`, which llama.cpp takes
+    // for the FIM repository token (and no file separator it knows): the
+    // project's name comes first, as llama-server writes it (`[REP]myproject\n`;
+    // /tokenize reads the marker).
+    let framing = count("<repo_name>myproject\n");
+    let laid_out = framing + 3 + count(prefix) + count(suffix);
+    assert_eq!(answer["tokens_evaluated"], json!(laid_out), "{answer}");
+
+    // Markup in the code is text: /tokenize reads `<|fim_middle|>` as one
+    // token, the infill's prefix as the characters it is.
+    let marked = "x = '<|fim_middle|>'";
+    let mut body = base.clone();
+    body["input_prefix"] = json!(marked);
+    let answer = infill(body);
+    let as_text = answer["tokens_evaluated"].as_u64().unwrap() - framing - 3 - count(suffix);
+    assert!(as_text > count(marked), "{answer}: markup became a token");
+
+    // Other files and a prompt text lengthen what is read.
+    let mut body = base.clone();
+    body["input_extra"] = json!([{"filename": "util.py", "text": "X = 1\n"}]);
+    body["prompt"] = json!("a");
+    let longer = infill(body)["tokens_evaluated"].as_u64().unwrap();
+    // Without a file separator a file follows a plain-text one, not its name.
+    let file = count("\n\n--- snippet ---\n\n") + count("X = 1\n");
+    assert_eq!(longer, laid_out + file + count("a"));
+
+    for (body, param) in [
+        (json!({"input_suffix": suffix}), "input_prefix"),
+        (
+            json!({"input_prefix": prefix, "input_suffix": 3}),
+            "input_suffix",
+        ),
+        (
+            json!({"input_prefix": prefix, "input_suffix": suffix, "input_extra": [{"filename": "a"}]}),
+            "input_extra[0].text",
+        ),
+    ] {
+        let (status, error) = server.post("/infill", &body);
+        assert_eq!(status, 400, "{body}: {error}");
+        assert_eq!(error["error"]["param"], json!(param), "{error}");
+    }
+    drop(server);
+    let plain = ApiServer::with_model(&["--no-prompt-cache"]);
+    let (status, error) = plain.post("/infill", &base);
+    assert_eq!(status, 501, "{error}");
+}

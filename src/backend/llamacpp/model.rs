@@ -108,6 +108,8 @@ pub struct ModelProps {
     pub template_caps: Vec<(&'static str, bool)>,
     /// Where slot files go (`--slot-save-path`); `None`: slot saves are refused.
     pub slot_save_path: Option<std::path::PathBuf>,
+    /// The model has fill-in-the-middle tokens (`/infill`).
+    pub infill: bool,
 }
 
 /// A job for the generation thread besides generation.

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde_json::Value;
 
 use super::prompt_tokens::PromptTokens;
-use crate::backend::{PromptPart, Reply, ResponseFormat, Sampling, ToolChoice};
+use crate::backend::{Infill, PromptPart, Reply, ResponseFormat, Sampling, ToolChoice};
 use crate::core::{BackendError, FinishReason, ToolCall, ToolSpec};
 use crate::llama::grammar::CallShape;
 use crate::llama::{self, Model, SamplerParams, Token};
@@ -38,9 +38,12 @@ pub(super) fn raw_tokens(
     model: &Model,
     cache: &mut PromptTokens,
     parts: &[PromptPart],
+    room: InfillRoom,
 ) -> Result<Vec<Token>, BackendError> {
-    if let [PromptPart::Text(text)] = parts {
-        return tokenize_prompt(model, cache, text);
+    match parts {
+        [PromptPart::Text(text)] => return tokenize_prompt(model, cache, text),
+        [PromptPart::Infill(infill)] => return infill_tokens(model, infill, room),
+        _ => {}
     }
     let mut tokens = Vec::new();
     for (i, part) in parts.iter().enumerate() {
@@ -51,6 +54,11 @@ pub(super) fn raw_tokens(
                     .tokenize(text, false)
                     .map_err(|e| BackendError::Config(e.to_string()))?,
             ),
+            PromptPart::Infill(_) => {
+                return Err(BackendError::Config(
+                    "a fill-in-the-middle prompt stands alone".into(),
+                ))
+            }
             PromptPart::Tokens(ids) => {
                 if let Some(bad) = ids.iter().find(|&&t| t < 0 || t >= model.n_vocab()) {
                     return Err(BackendError::Config(format!(
@@ -70,6 +78,80 @@ pub(super) fn raw_tokens(
 
 /// A sampler that could not be built: the client's grammar did not parse (a
 /// 400), or a fault of ours.
+/// What a fill-in-the-middle prompt may take: the logical batch (the prefix and
+/// suffix fit one, 3:1), the slot's context and the answer's length (the other
+/// files fill what is left).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct InfillRoom {
+    pub n_batch: usize,
+    pub n_ctx: usize,
+    pub n_predict: usize,
+}
+
+/// llama-server's fill-in-the-middle layout, token for token: the other files
+/// (each after the file separator and its name, or a plain-text separator where
+/// the model has none, all after the repository token where it has one), then
+/// `[PRE] prefix prompt [SUF] suffix [MID]`; the prefix keeps its end and the
+/// suffix its start where they are too long, the other files their end. Every
+/// text is tokenized as plain text: markup in the user's code is not a token.
+fn infill_tokens(
+    model: &Model,
+    infill: &Infill,
+    room: InfillRoom,
+) -> Result<Vec<Token>, BackendError> {
+    let fim = model.fim_tokens();
+    let (Some(pre), Some(suf), Some(mid)) = (fim.pre, fim.suf, fim.mid) else {
+        return Err(BackendError::Config(
+            "infill is not supported by this model: it has no fill-in-the-middle tokens".into(),
+        ));
+    };
+    let plain = |text: &str| {
+        model
+            .tokenize_plain(text)
+            .map_err(|e| BackendError::Config(e.to_string()))
+    };
+    let mut extra = Vec::new();
+    if let Some(rep) = fim.rep {
+        extra.push(rep);
+        extra.extend(plain("myproject\n")?);
+    }
+    for (filename, text) in &infill.extra {
+        match fim.sep {
+            Some(sep) => {
+                extra.push(sep);
+                extra.extend(plain(&format!("{filename}\n"))?);
+            }
+            None => extra.extend(plain("\n\n--- snippet ---\n\n")?),
+        }
+        extra.extend(plain(text)?);
+    }
+    if let Some(sep) = fim.sep {
+        extra.push(sep);
+        extra.extend(plain("filename\n")?);
+    }
+    let prompt = plain(&infill.prompt)?;
+    let mut prefix = plain(&infill.prefix)?;
+    let mut suffix = plain(&infill.suffix)?;
+    let prefix_take = prefix.len().min(3 * (room.n_batch / 4));
+    let suffix_take = suffix
+        .len()
+        .min((room.n_batch / 4).saturating_sub(2 + prompt.len()));
+    let extra_take = extra
+        .len()
+        .min(room.n_ctx.saturating_sub(room.n_batch + 2 * room.n_predict));
+    prefix.drain(..prefix.len() - prefix_take);
+    suffix.truncate(suffix_take);
+    let mut tokens = extra.split_off(extra.len() - extra_take);
+    tokens.extend(model.bos_added());
+    tokens.push(pre);
+    tokens.extend(prefix);
+    tokens.extend(prompt);
+    tokens.push(suf);
+    tokens.extend(suffix);
+    tokens.push(mid);
+    Ok(tokens)
+}
+
 pub(super) fn sampler_error(error: llama::SamplerError, sampling: &Sampling) -> BackendError {
     match (&error, &sampling.response_format) {
         (llama::SamplerError::Grammar(_), Some(ResponseFormat::Grammar(_))) => {

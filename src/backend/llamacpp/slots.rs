@@ -48,7 +48,7 @@ use super::prompt_cache::PromptCache;
 use super::prompt_tokens::PromptTokens;
 use super::request::{
     common_prefix, finish_reply, raw_tokens, sampler_error, sampler_params, tokenize_prompt,
-    tool_grammar,
+    tool_grammar, InfillRoom,
 };
 use super::speculative::{copy_len, ngram_copy, DraftModel, SlotSpec, SpecMode};
 use super::{
@@ -458,6 +458,10 @@ impl<'m> Worker<'m> {
             ftype: model.ftype_name(),
             template_caps: self.template.capabilities(),
             slot_save_path: config.slot_save_path.clone(),
+            infill: {
+                let fim = model.fim_tokens();
+                fim.pre.is_some() && fim.suf.is_some() && fim.mid.is_some()
+            },
         }
     }
 
@@ -773,10 +777,15 @@ impl<'m> Worker<'m> {
                 let end = forced.is_none().then(|| format::prompt_end(&prompt));
                 (tokens, end.flatten())
             }
-            Prompt::Raw(parts) => (
-                raw_tokens(self.model(), &mut self.prompt_tokens, parts)?,
-                None,
-            ),
+            Prompt::Raw(parts) => {
+                let room = InfillRoom {
+                    n_batch: self.ctx.n_batch() as usize,
+                    n_ctx: self.n_ctx_slot,
+                    n_predict: job.sampling.max_tokens.unwrap_or(0) as usize,
+                };
+                let tokens = raw_tokens(self.model(), &mut self.prompt_tokens, parts, room)?;
+                (tokens, None)
+            }
         };
         let n_ctx = self.n_ctx_slot;
         let reserve = job.sampling.answer_reserve(n_ctx as u64) as usize;

@@ -155,6 +155,7 @@ pub(super) fn prompt(f: &Fields<'_>, n_vocab: i32) -> Result<Vec<PromptPart>, Ap
     let empty = |part: &PromptPart| match part {
         PromptPart::Text(text) => text.is_empty(),
         PromptPart::Tokens(ids) => ids.is_empty(),
+        PromptPart::Infill(_) => false,
     };
     if parts.iter().all(empty) {
         return Err(ApiError::invalid("prompt", "'prompt' must not be empty"));

@@ -514,6 +514,7 @@ impl Handler for ApiServer {
             ("GET", "/slots") => self.slots(&request, responder),
             ("POST", slot) if slot.starts_with("/slots/") => self.slots(&request, responder),
             ("POST", "/completion") => self.native_completion(&request, responder),
+            ("POST", "/infill") => self.infill(&request, responder),
             ("POST", "/apply-template") => self.apply_template(&request, responder),
             (
                 _,
@@ -531,6 +532,7 @@ impl Handler for ApiServer {
                 | "/props"
                 | "/slots"
                 | "/completion"
+                | "/infill"
                 | "/apply-template",
             ) => {
                 let error = ApiError::new(405, "invalid_request_error", "method not allowed");

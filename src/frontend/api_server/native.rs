@@ -30,7 +30,7 @@ use super::wire::encode;
 use super::wire::llama as wire;
 use super::wire::openai::TokenLogprob;
 use super::{Defaults, Usage};
-use crate::backend::{PromptPart, Reply, Sampling, ToolChoice};
+use crate::backend::{Infill, PromptPart, Reply, Sampling, ToolChoice};
 use crate::core::{FinishReason, Session, TokenLogprobs};
 use crate::frontend::http::{Request, Responder, SseStream};
 
@@ -80,12 +80,56 @@ const KNOWN: [&str; 19] = [
     "model",
 ];
 
+/// The fields `/infill` reads besides `/completion`'s.
+const INFILL: [&str; 3] = ["input_prefix", "input_suffix", "input_extra"];
+
 /// Checks a `/completion` body field by field; token ids against `n_vocab`.
 pub fn parse(body: &[u8], defaults: &Defaults, n_vocab: i32) -> Result<NativeRequest, ApiError> {
+    parse_with(body, defaults, &KNOWN, |f| prompt(f, n_vocab))
+}
+
+/// Checks an `/infill` body: `/completion`'s fields, with the code before and
+/// after the gap (`input_prefix`, `input_suffix`, both required strings), other
+/// files (`input_extra`: `{filename, text}` objects) and a `prompt` text that
+/// starts the middle, in place of the prompt.
+pub fn parse_infill(body: &[u8], defaults: &Defaults) -> Result<NativeRequest, ApiError> {
+    let known: Vec<&str> = KNOWN.iter().chain(&INFILL).copied().collect();
+    parse_with(body, defaults, &known, |f| {
+        let text = |key: &str| -> Result<String, ApiError> {
+            f.str(key)?
+                .map(str::to_string)
+                .ok_or_else(|| f.missing(key, "a string"))
+        };
+        let mut extra = Vec::new();
+        for (i, chunk) in f.array("input_extra")?.into_iter().flatten().enumerate() {
+            let c = Fields::of(chunk, &format!("input_extra[{i}]"))?;
+            let filename = c.str("filename")?.unwrap_or("tmp").to_string();
+            extra.push((filename, c.required_str("text")?.to_string()));
+        }
+        let prompt = match f.get("prompt") {
+            None => String::new(),
+            Some(_) => f.required_str("prompt")?.to_string(),
+        };
+        Ok(vec![PromptPart::Infill(Infill {
+            prefix: text("input_prefix")?,
+            suffix: text("input_suffix")?,
+            prompt,
+            extra,
+        })])
+    })
+}
+
+/// The checks `/completion` and `/infill` share, with the prompt read by `prompt`.
+fn parse_with(
+    body: &[u8],
+    defaults: &Defaults,
+    known: &[&str],
+    prompt: impl FnOnce(&Fields<'_>) -> Result<Vec<PromptPart>, ApiError>,
+) -> Result<NativeRequest, ApiError> {
     let value = json_body(body)?;
     let f = Fields::of(&value, "")?;
-    let ignored = unknown_fields(&value, &KNOWN, &IGNORED);
-    let prompt = prompt(&f, n_vocab)?;
+    let ignored = unknown_fields(&value, known, &IGNORED);
+    let prompt = prompt(&f)?;
     let stream = f.bool("stream")?.unwrap_or(false);
     let n_probs = f.integer("n_probs", 0, 100)?.filter(|&n| n > 0);
     let return_tokens = f.bool("return_tokens")?.unwrap_or(false);
@@ -133,6 +177,10 @@ pub fn prompt_text(
         .map(|part| match part {
             PromptPart::Text(text) => text.clone(),
             PromptPart::Tokens(ids) => detokenize(ids.clone()).unwrap_or_default(),
+            // The code around the gap, as written (the FIM tokens are the model's).
+            PromptPart::Infill(infill) => {
+                format!("{}{}{}", infill.prefix, infill.prompt, infill.suffix)
+            }
         })
         .collect()
 }
@@ -255,6 +303,42 @@ impl super::ApiServer {
         let answer = super::serve::Answer::Native(Answer {
             model: loaded.defaults.model.clone(),
             prompt: prompt_text(parts, |ids| model.detokenize(ids).ok()),
+            sampling: parsed.work.sampling.clone(),
+            n_probs: parsed.n_probs,
+            return_tokens: parsed.return_tokens,
+        });
+        self.serve(loaded, answer, parsed.work, 1, parsed.stream, responder);
+    }
+
+    /// `POST /infill`: a fill-in-the-middle completion, for a model with FIM
+    /// tokens (501 otherwise, as llama-server answers).
+    pub(super) fn infill(&self, request: &Request, responder: Responder) {
+        self.metrics
+            .completions_requests
+            .fetch_add(1, Ordering::Relaxed);
+        let Some((loaded, model, responder)) = self.local_model("/infill", responder) else {
+            return;
+        };
+        if !model.props().infill {
+            let error = ApiError::new(
+                501,
+                "not_supported_error",
+                "infill is not supported by this model: it has no fill-in-the-middle tokens",
+            );
+            return self.refuse(responder, &error);
+        }
+        let parsed = match parse_infill(&request.body, &loaded.defaults) {
+            Ok(parsed) => parsed,
+            Err(error) => return self.refuse(responder, &error),
+        };
+        super::log_ignored("/infill", &parsed.ignored);
+        if let Err(error) = super::check_local_sampling(loaded, &parsed.work.sampling) {
+            return self.refuse(responder, &error);
+        }
+        let parts = parsed.work.raw_prompt.as_deref().unwrap_or_default();
+        let answer = super::serve::Answer::Native(Answer {
+            model: loaded.defaults.model.clone(),
+            prompt: prompt_text(parts, |_| None),
             sampling: parsed.work.sampling.clone(),
             n_probs: parsed.n_probs,
             return_tokens: parsed.return_tokens,
