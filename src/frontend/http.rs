@@ -29,9 +29,14 @@
 //!   `Transfer-Encoding` is refused (`411`), so a chunked body is never read
 //!   as a request. `Expect: 100-continue` is answered once the request has
 //!   passed the [`Policy`], before its body is read.
-//! - One request per connection (`Connection: close`), so an idle keep-alive
-//!   connection never holds a thread, and bytes after the request (a
-//!   pipelined one) are never parsed.
+//! - Keep-alive for HTTP/1.1 clients that ask for it (`Connection:
+//!   keep-alive`, as the SDKs' HTTP clients and browsers do; others get
+//!   `Connection: close`): after a whole answer the connection
+//!   waits for the next request under the same deadline and may be evicted
+//!   while it waits, so an idle one never locks out a new client; at most
+//!   [`MAX_REQUESTS_PER_CONNECTION`] per connection. Bytes a client sent
+//!   before the answer began (a pipelined request) are never parsed: that
+//!   answer says `Connection: close`. A stream always closes.
 //! - [`Policy`]: `Host` and `Origin` checks against DNS rebinding, CORS for
 //!   configured origins only, a bearer token compared in constant time.
 //! - [`SseStream`] writes chunked frames itself and flushes every event, and
@@ -44,6 +49,7 @@
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -243,6 +249,7 @@ fn dispatch(
         .local_addr()
         .is_ok_and(|addr| addr.ip().is_loopback());
     let stream = Arc::new(stream);
+    // Registered here, in the accept loop, so the cap sees it before the next accept.
     let reading = gate.reading(stream.clone());
     let connection = Connection {
         stream,
@@ -250,6 +257,7 @@ fn dispatch(
         limits,
         policy: policy.clone(),
         loopback,
+        gate: gate.clone(),
     };
     let handler = handler.clone();
     let spawned = std::thread::Builder::new()
@@ -289,7 +297,12 @@ struct Connection {
     limits: Limits,
     policy: Arc<Policy>,
     loopback: bool,
+    /// Where a connection waiting for its next request registers as evictable.
+    gate: Arc<Gate>,
 }
+
+/// Most requests one kept-alive connection serves before it closes.
+const MAX_REQUESTS_PER_CONNECTION: usize = 1000;
 
 /// Why a request could not be read.
 #[derive(Debug)]
@@ -301,56 +314,100 @@ enum ReadError {
 }
 
 impl Connection {
-    /// Head, checks, body, handler. Host, Origin and token are checked
-    /// before the body is read (and before `100 Continue`), so a refused
-    /// client never uploads it.
-    fn serve(self, handler: &dyn Handler, reading: Reading) {
+    /// Serves requests one after the other while the client keeps the
+    /// connection open (see [`Connection::serve_one`]); each has the request
+    /// deadline from when the previous answer ended, and while it is awaited
+    /// the connection may be evicted to make room for a new one.
+    fn serve(self, handler: &dyn Handler, first: Reading) {
         let _ = self
             .stream
             .set_write_timeout(Some(self.limits.write_timeout));
-        let started = Instant::now();
         let stream = self.stream.clone();
-        let deadline = started + self.limits.request_deadline;
         let mut reader = BufReader::new(DeadlineReader {
             stream: &stream,
-            deadline: Some(deadline),
+            deadline: None,
         });
-        let (request, framing) = match read_head(&mut reader, self.peer, &self.limits) {
+        let mut first = Some(first);
+        for served in 1..=MAX_REQUESTS_PER_CONNECTION {
+            let started = Instant::now();
+            reader.get_mut().deadline = Some(started + self.limits.request_deadline);
+            let reading = first
+                .take()
+                .unwrap_or_else(|| self.gate.reading(stream.clone()));
+            let last = served == MAX_REQUESTS_PER_CONNECTION;
+            if !self.serve_one(handler, &mut reader, reading, started, last) {
+                return;
+            }
+        }
+    }
+
+    /// Head, checks, body, handler; whether the connection stays open for the
+    /// next request. Host, Origin and token are checked before the body is
+    /// read (and before `100 Continue`), so a refused client never uploads it.
+    /// It stays open only for an HTTP/1.1 client that did not ask to close and
+    /// sent nothing after this request before the answer began: bytes that came
+    /// that early (a pipelined request) are never read as a request.
+    fn serve_one(
+        &self,
+        handler: &dyn Handler,
+        reader: &mut BufReader<DeadlineReader<'_>>,
+        reading: Reading,
+        started: Instant,
+        last: bool,
+    ) -> bool {
+        let (request, framing) = match read_head(reader, self.peer, &self.limits) {
             Ok(head) => head,
-            Err(error) => return self.refuse(|| AccessLog::new("-", "-", started), None, error),
+            Err(error) => {
+                self.refuse(|| AccessLog::new("-", "-", started), None, error);
+                return false;
+            }
         };
         let log = AccessLog::new(&request.method, &request.path, started);
         let cors = self.allowed_cors(request.header("origin"));
         if let Err((status, message)) = self.check(&request) {
-            return self.into_responder(log, cors).error(status, &message);
+            self.responder(log, cors, None).error(status, &message);
+            return false;
         }
-        let body = match read_body(&mut reader, &stream, &framing) {
+        let body = match read_body(reader, &self.stream, &framing) {
             Ok(body) => body,
-            Err(error) => return self.refuse(|| log, cors, error),
+            Err(error) => {
+                self.refuse(|| log, cors, error);
+                return false;
+            }
         };
         drop(reading);
         let request = Request { body, ..request };
-        let responder = self.into_responder(log, cors);
+        let kept = (framing.keep_alive && !last && reader.buffer().is_empty())
+            .then(|| Arc::new(AtomicBool::new(false)));
+        let responder = self.responder(log, cors, kept.clone());
         if request.method == "OPTIONS" {
             responder.preflight(request.header("access-control-request-headers"));
         } else {
             handler.handle(request, responder);
         }
+        kept.is_some_and(|kept| kept.load(Ordering::SeqCst))
     }
 
     /// Answers a request that could not be read, or just closes.
-    fn refuse(self, log: impl FnOnce() -> AccessLog, cors: Option<String>, error: ReadError) {
+    fn refuse(&self, log: impl FnOnce() -> AccessLog, cors: Option<String>, error: ReadError) {
         if let ReadError::Reject(status, message) = error {
-            self.into_responder(log(), cors).error(status, &message);
+            self.responder(log(), cors, None).error(status, &message);
         }
     }
 
-    /// Hands the socket to the one responder of this connection.
-    fn into_responder(self, log: AccessLog, cors: Option<String>) -> Responder {
+    /// The one responder of a request; `kept`, where the connection may stay
+    /// open, is set once a whole answer went out promising so.
+    fn responder(
+        &self,
+        log: AccessLog,
+        cors: Option<String>,
+        kept: Option<Arc<AtomicBool>>,
+    ) -> Responder {
         Responder {
-            stream: Some(self.stream),
+            stream: Some(self.stream.clone()),
             log,
             cors_origin: cors,
+            kept,
         }
     }
 
@@ -444,6 +501,11 @@ struct BodyFraming {
     /// `Expect: 100-continue` from an HTTP/1.1 client: say `100 Continue`
     /// before reading, or it waits a second (curl) before sending the body.
     expect_continue: bool,
+    /// An HTTP/1.1 request that asked to keep the connection open
+    /// (`Connection: keep-alive`, as httpx, urllib3, undici and browsers send
+    /// it): it may stay open for the next one. Without the word it closes, as
+    /// HTTP lets a server decide.
+    keep_alive: bool,
 }
 
 /// Reads and parses the request line and headers.
@@ -754,9 +816,16 @@ fn body_framing(
             ))
         }
     };
+    let tokens = request.header("connection").unwrap_or("");
+    let said = |word: &str| {
+        tokens
+            .split(',')
+            .any(|t| t.trim().eq_ignore_ascii_case(word))
+    };
     Ok(BodyFraming {
         length,
         expect_continue,
+        keep_alive: http11 && said("keep-alive") && !said("close"),
     })
 }
 
@@ -785,8 +854,8 @@ fn content_length(request: &Request) -> Result<u64, ReadError> {
 }
 
 /// Reads exactly the declared body, after `100 Continue` when asked for.
-/// Bytes after it (a pipelined request) are never read as a request: the
-/// connection closes after this one.
+/// Bytes after it are read only as the next request of a kept-alive
+/// connection, and only when none had come before the answer began.
 fn read_body(
     reader: &mut impl Read,
     stream: &TcpStream,
@@ -919,8 +988,20 @@ fn write_head(
     headers: &[(&str, String)],
     content_length: Option<usize>,
 ) -> io::Result<()> {
+    write_head_kept(out, status, headers, content_length, false)
+}
+
+/// The status line and headers; `keep_alive` says the connection stays open.
+fn write_head_kept(
+    out: &mut impl Write,
+    status: u16,
+    headers: &[(&str, String)],
+    content_length: Option<usize>,
+    keep_alive: bool,
+) -> io::Result<()> {
+    let connection = if keep_alive { "keep-alive" } else { "close" };
     let mut head = format!(
-        "HTTP/1.1 {status} {}\r\nConnection: close\r\n",
+        "HTTP/1.1 {status} {}\r\nConnection: {connection}\r\n",
         reason(status)
     );
     for (name, value) in headers {
@@ -938,6 +1019,9 @@ pub struct Responder {
     stream: Option<Arc<TcpStream>>,
     log: AccessLog,
     cors_origin: Option<String>,
+    /// Where the connection may stay open: set once a whole answer went out
+    /// saying so (a stream always closes).
+    kept: Option<Arc<AtomicBool>>,
 }
 
 impl Responder {
@@ -981,12 +1065,29 @@ impl Responder {
         let mut headers = self.base_headers();
         headers.push(("Content-Type", content_type.to_string()));
         headers.extend(extra.iter().cloned());
-        let mut writer = &*stream;
-        let result = write_head(&mut writer, status, &headers, Some(body.len()))
-            .and_then(|()| writer.write_all(body.as_bytes()))
+        self.write_whole(&stream, status, &headers, body.as_bytes());
+    }
+
+    /// Writes a whole answer. The connection stays open where it may and the
+    /// client sent nothing more yet (else what it sent is a pipelined request,
+    /// which is not served): `Connection: keep-alive`, and the connection's
+    /// thread reads the next request. Otherwise it closes gracefully.
+    fn write_whole(
+        &self,
+        stream: &TcpStream,
+        status: u16,
+        headers: &[(&str, String)],
+        body: &[u8],
+    ) {
+        let keep = self.kept.is_some() && !pending_bytes(stream);
+        let mut writer = stream;
+        let result = write_head_kept(&mut writer, status, headers, Some(body.len()), keep)
+            .and_then(|()| writer.write_all(body))
             .and_then(|()| writer.flush());
-        if result.is_ok() {
-            linger_close(&stream);
+        match (&self.kept, result) {
+            (Some(kept), Ok(())) if keep => kept.store(true, Ordering::SeqCst),
+            (_, Ok(())) => linger_close(stream),
+            (_, Err(_)) => {}
         }
     }
 
@@ -1033,19 +1134,18 @@ impl Responder {
         let mut headers = self.base_headers();
         headers.push(("Content-Type", "application/json".into()));
         headers.extend(extra.iter().cloned());
-        let mut writer = &*stream;
-        let result = write_head(&mut writer, status, &headers, Some(body.len()))
-            .and_then(|()| writer.write_all(body))
-            .and_then(|()| writer.flush());
-        if result.is_ok() {
-            linger_close(&stream);
-        }
+        self.write_whole(&stream, status, &headers, body);
     }
 
     /// Whether the client went away before the answer started (a queued or
     /// prefilling request whose client hung up).
     pub fn client_gone(&self) -> bool {
-        self.stream.as_deref().is_none_or(peer_closed)
+        match (self.stream.as_deref(), &self.kept) {
+            (None, _) => true,
+            // The next request may be on its way: look, do not read it.
+            (Some(stream), Some(_)) => peer_closed_keeping(stream),
+            (Some(stream), None) => peer_closed(stream),
+        }
     }
 
     /// Starts a `text/event-stream` answer.
@@ -1099,6 +1199,38 @@ fn peer_closed(stream: &TcpStream) -> bool {
         }
     }
     false
+}
+
+/// Whether the peer closed its side, without consuming what it sent: on a
+/// connection that may stay open, bytes waiting are its next request.
+fn peer_closed_keeping(stream: &TcpStream) -> bool {
+    if stream
+        .set_read_timeout(Some(Duration::from_millis(1)))
+        .is_err()
+    {
+        return true;
+    }
+    match stream.peek(&mut [0u8; 1]) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => !matches!(
+            e.kind(),
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+        ),
+    }
+}
+
+/// Whether bytes from the client wait on the socket (a pipelined request, or
+/// a close).
+fn pending_bytes(stream: &TcpStream) -> bool {
+    if stream.set_nonblocking(true).is_err() {
+        return true;
+    }
+    let waiting = !matches!(
+        stream.peek(&mut [0u8; 1]),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock
+    );
+    stream.set_nonblocking(false).is_err() || waiting
 }
 
 /// Closes gracefully: stop sending, then read (and drop) what the client was
@@ -1417,6 +1549,64 @@ mod tests {
         let head = "POST /x HTTP/1.1\r\nHost: 127.0.0.1\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n";
         let answer = raw(addr, head.as_bytes());
         assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+    }
+
+    /// Writes `request` on `stream` and reads one whole answer (its head and
+    /// `Content-Length` body) without waiting for a close.
+    fn one_answer(stream: &mut TcpStream, request: &[u8]) -> String {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        stream.write_all(request).expect("write");
+        let mut out = Vec::new();
+        let mut buffer = [0u8; 4096];
+        loop {
+            let text = String::from_utf8_lossy(&out).into_owned();
+            if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                let length = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("Content-Length: "))
+                    .and_then(|n| n.parse::<usize>().ok());
+                if length.is_some_and(|n| body.len() >= n) {
+                    return text;
+                }
+            }
+            match stream.read(&mut buffer) {
+                Ok(0) | Err(_) => return text,
+                Ok(n) => out.extend_from_slice(&buffer[..n]),
+            }
+        }
+    }
+
+    #[test]
+    fn a_client_that_asks_keeps_its_connection_for_the_next_requests() {
+        let (addr, _) = start(Limits::default(), Policy::default());
+        let mut stream = TcpStream::connect(addr).unwrap();
+        let keep = "Connection: keep-alive\r\n";
+        for path in ["/x", "/y", "/z"] {
+            let answer = one_answer(&mut stream, &get(path, keep));
+            assert_eq!(status(&answer), 200, "{answer}");
+            assert!(answer.contains("Connection: keep-alive"), "{answer}");
+        }
+        // Asked to close: the answer says so and the connection ends.
+        let answer = one_answer(&mut stream, &get("/x", "Connection: close\r\n"));
+        assert!(answer.contains("Connection: close"), "{answer}");
+        let mut rest = Vec::new();
+        assert_eq!(
+            stream.read_to_end(&mut rest).map(|_| rest.len()).ok(),
+            Some(0)
+        );
+        // Not asked (curl, raw clients): one request, then closed, as before.
+        let answer = raw(addr, &get("/x", ""));
+        assert!(answer.contains("Connection: close"), "{answer}");
+        // A stream closes when it ends, asked or not.
+        let answer = raw(addr, &get("/sse", keep));
+        assert!(answer.contains("Connection: close"), "{answer}");
+        // Two requests sent at once: the first answered with a close, the second
+        // never read (a pipelined request is never parsed).
+        let answer = raw(addr, &[get("/x", keep), get("/y", keep)].concat());
+        assert_eq!(answer.matches("HTTP/1.1").count(), 1, "{answer}");
+        assert!(answer.contains("Connection: close"), "{answer}");
     }
 
     #[test]

@@ -388,14 +388,17 @@ fn a_slot_saved_erased_and_restored_serves_its_prompt_from_the_cache_again() {
     let (status, first) = server.post("/v1/chat/completions", &chat);
     assert_eq!(status, 200, "{first}");
     assert_eq!(cached(&first), Some(0), "{first}");
-    let (slot, held) = fullest_slot(&server);
-    assert!(held > 0, "nothing cached after a chat");
+    let (slot, before) = fullest_slot(&server);
+    assert!(before > 0, "nothing cached after a chat");
 
     let at = |action: &str| format!("/slots/{slot}?action={action}");
     let (status, saved) = server.post(&at("save"), &json!({"filename": "colours.bin"}));
     assert_eq!(status, 200, "{saved}");
     assert_eq!(saved["id_slot"], json!(slot), "{saved}");
-    assert_eq!(saved["n_saved"].as_u64(), Some(held), "{saved}");
+    // The idle slot may have decoded the next turn's opening meanwhile (the
+    // warm-up): at least what it held.
+    let held = saved["n_saved"].as_u64().expect("n_saved");
+    assert!(held >= before, "{saved}");
     let written = std::fs::metadata(dir.path().join("colours.bin"))
         .expect("the file")
         .len();
@@ -404,7 +407,7 @@ fn a_slot_saved_erased_and_restored_serves_its_prompt_from_the_cache_again() {
 
     let (status, erased) = server.post(&at("erase"), &json!({}));
     assert_eq!(status, 200, "{erased}");
-    assert_eq!(erased["n_erased"].as_u64(), Some(held), "{erased}");
+    assert!(erased["n_erased"].as_u64() >= Some(held), "{erased}");
     assert_eq!(fullest_slot(&server).1, 0, "erased, yet cached");
 
     let (status, restored) = server.post(&at("restore"), &json!({"filename": "colours.bin"}));

@@ -195,6 +195,31 @@ check(lp.text_offset == offsets, f"offsets {lp.text_offset} != {offsets}")
 for chosen, top in zip(lp.token_logprobs, lp.top_logprobs):
     check(1 <= len(top) <= 2 and abs(max(top.values()) - chosen) < 1e-4, f"{chosen} {top}")
 
+# Keep-alive: a client that asks for it (httpx and urllib3 do) sends its next
+# requests over the same connection, a generation included.
+import http.client
+import json as jsonlib
+from urllib.parse import urlparse
+
+base = urlparse(os.environ["OPENAI_BASE_URL"])
+conn = http.client.HTTPConnection(base.hostname, base.port, timeout=60)
+auth = {"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"], "Connection": "keep-alive"}
+ports = []
+for method, path, body in [
+    ("GET", "/v1/models", None),
+    ("POST", "/v1/chat/completions", {"messages": ASK, "max_tokens": 2, "temperature": 0}),
+    ("GET", "/health", None),
+]:
+    headers = dict(auth, **({"Content-Type": "application/json"} if body else {}))
+    conn.request(method, path, body=jsonlib.dumps(body) if body else None, headers=headers)
+    answer = conn.getresponse()
+    answer.read()
+    check(answer.status == 200, f"{path}: {answer.status}")
+    check(answer.getheader("Connection") == "keep-alive", f"{path}: {answer.getheaders()}")
+    ports.append(conn.sock.getsockname()[1])
+check(len(set(ports)) == 1, f"a new connection per request: local ports {ports}")
+conn.close()
+
 # Embeddings: a batch, floats.
 CAT = "The cat sat on the mat."
 PHYSICS = "Quantum chromodynamics describes the strong interaction."
