@@ -600,14 +600,25 @@ fn man_flag(f: &Flag) -> String {
 fn man_command(c: &Command) -> String {
     let mut out = format!(".SS {}\n{}.\n", c.name, roff(c.summary));
     for a in c.visible_actions() {
-        let usage: Vec<String> = a
-            .usage
+        // A usage line that starts with spaces continues the one before (the
+        // help wraps it); each other line is another form, a tag of its own.
+        let mut forms: Vec<String> = Vec::new();
+        for line in a.usage {
+            match forms.last_mut() {
+                Some(form) if line.starts_with(' ') => {
+                    form.push(' ');
+                    form.push_str(line.trim());
+                }
+                _ => forms.push(line.trim().to_string()),
+            }
+        }
+        let tags: Vec<String> = forms
             .iter()
-            .map(|line| format!("\\fBshepherd {}\\fR {}", c.name, roff(line.trim_start())))
+            .map(|form| format!("\\fBshepherd {}\\fR {}", c.name, roff(form)))
             .collect();
         out.push_str(&format!(
             ".TP\n{}\n{}.\n",
-            usage.join("\n.br\n"),
+            tags.join("\n.TQ\n"),
             roff(a.summary)
         ));
         for f in a.flags {
@@ -691,6 +702,32 @@ mod tests {
             assert!(bash.contains(&format!("{}:{}", c.name, a.name)));
             assert!(fish.contains(&format!("'__shepherd_using {} -' -a {}", c.name, a.name)));
             assert!(man.contains(&format!("shepherd {}", c.name)));
+        }
+    }
+
+    #[test]
+    fn a_wrapped_usage_is_one_tag_and_another_form_a_tag_of_its_own() {
+        let man = man_page();
+        // `provider add` wraps in --help; the man page tags the whole usage.
+        let add = "\\fBshepherd provider\\fR add NAME [\\-\\-type TYPE]";
+        let line = man
+            .lines()
+            .find(|l| l.starts_with(add))
+            .expect("the add usage");
+        assert!(line.ends_with("[\\-\\-model\\-path PATH]"), "{line}");
+        // `mcp add` has two forms: the second is a tag too, not body text.
+        let url = "\\fBshepherd mcp\\fR add NAME \\-\\-url URL";
+        let at = man
+            .lines()
+            .position(|l| l.starts_with(url))
+            .expect("the URL form");
+        assert_eq!(man.lines().nth(at - 1), Some(".TQ"));
+        // No usage line lands in a paragraph's body.
+        for (c, a) in each_action() {
+            for line in a.usage.iter().filter(|l| l.starts_with(' ')) {
+                let alone = format!("\\fBshepherd {}\\fR {}", c.name, roff(line.trim()));
+                assert!(!man.contains(&alone), "{alone}");
+            }
         }
     }
 
