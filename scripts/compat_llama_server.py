@@ -70,6 +70,13 @@ REQUESTS = [
      chat(tools=[WEATHER], tool_choice="required", max_tokens=40, stream=True), True),
     ("chat, logprobs", "POST", "/v1/chat/completions", chat(logprobs=True, top_logprobs=2), False),
     ("chat, n 2", "POST", "/v1/chat/completions", chat(n=2), False),
+    ("chat, logit_bias", "POST", "/v1/chat/completions", chat(logit_bias={"15": -100}), False),
+    ("completions, logprobs", "POST", "/v1/completions",
+     {"prompt": PROMPT, "max_tokens": 4, "temperature": 0, "logprobs": 2}, False),
+    ("completion (native), n_probs", "POST", "/completion",
+     {"prompt": PROMPT, "n_predict": 4, "temperature": 0, "n_probs": 2}, False),
+    ("infill (no FIM tokens)", "POST", "/infill",
+     {"input_prefix": "def f():", "input_suffix": "\n", "n_predict": 4}, False),
     ("chat, no messages", "POST", "/v1/chat/completions", {"messages": []}, False),
     ("chat, bad temperature", "POST", "/v1/chat/completions", chat(temperature="hot"), False),
     ("chat, not JSON", "POST", "/v1/chat/completions", "{not json", False),
@@ -140,14 +147,12 @@ REQUIRED = {
 
 # Why shepherd answers otherwise, where it does.
 REASONS = {
-    "chat, logprobs": "not implemented yet: a 400 naming the field, never silently dropped",
     "chat streamed with usage": "the figures ride on the chunk with the finish reason here, "
                                 "on the usage chunk in llama-server",
     "chat, no messages": "OpenAI's API requires at least one message: a 400 naming 'messages'",
     "chat, not JSON": "a body that is not JSON is the client's fault: a 400, not a 500",
     "props": "llama-server's web UI and router settings (ui, ui_settings, endpoint_*, "
-             "cors_proxy_enabled, is_sleeping, media_marker) have no counterpart; bos/eos "
-             "tokens, model_alias, model_ftype and chat_template_caps are not reported yet",
+             "cors_proxy_enabled, is_sleeping, media_marker) have no counterpart",
     "models": "llama-server adds an Ollama-style 'models' list beside OpenAI's 'data'",
     "models unprefixed": "llama-server adds an Ollama-style 'models' list beside OpenAI's 'data'",
     "responses": "shepherd echoes the request's settings as OpenAI's response object "
@@ -156,9 +161,11 @@ REASONS = {
                           "leaves it out) and no timings there",
     "completions streamed": "OpenAI sends usage only with stream_options.include_usage; "
                             "llama-server always does",
-    "chat, n 2": "one choice per request: a 400 naming 'n'",
+    "chat, n 2": "llama-server caps n at its --parallel slots (1 here); shepherd runs "
+                 "the choices it cannot place at once from its queue",
     "embeddings": "llama-server needs --embeddings for it; shepherd serves embeddings always",
-    "slots": "not implemented yet (slot save/restore): 404",
+    "slots": "each slot's cached and decoded tokens (n_cached, n_decoded) rather than "
+             "llama-server's per-task figures and its last prompt's text",
     "metrics": "llama-server needs --metrics; shepherd serves Prometheus text always",
     "chat, unknown field": "",
     "messages count_tokens": "",
