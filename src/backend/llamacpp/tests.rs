@@ -713,6 +713,12 @@ fn non_streaming_shows_the_whole_text_once_before_the_stats() {
     let reply = llm.generate(&session, &request, &mut events).unwrap();
     let (stats, text) = events.split_last().unwrap();
     assert!(matches!(stats, Event::Stats(_)), "{events:?}");
+    // The prompt's figures come first, before any text.
+    let (prefilled, text) = text.split_first().unwrap();
+    assert!(
+        matches!(prefilled, Event::Prefilled { prompt_tokens, .. } if *prompt_tokens > 0),
+        "{events:?}"
+    );
     assert!(text.iter().all(|e| matches!(e, Event::Content(_))));
     assert!(!reply.content.is_empty());
     assert_eq!(content(&events), reply.content);
