@@ -1,7 +1,8 @@
 //! The few libc calls shepherd needs that std does not offer, declared by hand.
 //!
-//! This is the only file outside the llama.cpp bindings allowed to hold
-//! `unsafe`. The tool runner (`tools::bash`) uses it to kill a whole process
+//! Besides the FFI modules (the llama.cpp bindings under `llama/`, the
+//! TensorRT-LLM executor's `backend/tensorrt/ffi.rs`), this is the only file
+//! allowed to hold `unsafe`. The tool runner (`tools::bash`) uses it to kill a whole process
 //! group, so that children a command put in the background die with it; the
 //! front-ends use [`interrupt_signals`] so that Ctrl-C or SIGTERM cancels the
 //! running turn (and with it any tool process group) instead of killing

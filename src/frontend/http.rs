@@ -1,6 +1,7 @@
-//! The HTTP/1.1 server layer shared by every server mode (the CLI server now,
-//! the OpenAI API server later): the only module that touches sockets for our
-//! servers.
+//! The HTTP/1.1 server layer shared by the HTTP server modes (the CLI server
+//! and the OpenAI API server). The tool server speaks JSON-RPC over TCP on its
+//! own (sharing the accept loop of `accept.rs`), and `--rpc-worker` hands its
+//! socket to ggml's RPC server.
 //!
 //! Why not tiny_http: as measured (reference "tiny_http 0.12.0"), its accept
 //! loop exits for good on the first `accept()` error (EMFILE), it starts a

@@ -1,8 +1,10 @@
 //! Front-ends and the program's entry: arguments in, one front-end run, an exit code out.
 //!
-//! This is the one place that maps errors to exit codes: 0 for success, 1 for
-//! a runtime failure (a provider error, an unreachable API), 2 for a usage or
-//! configuration error. Everything below returns typed errors.
+//! Exit codes are named once, in [`exit`]: 0 for success, 1 for a runtime
+//! failure (a provider error, an unreachable API), 2 for a usage or
+//! configuration error; this module maps a chat run's errors to them, each
+//! server mode (and the signal watcher) its own ending. Everything below returns
+//! typed errors.
 
 mod accept;
 mod access;

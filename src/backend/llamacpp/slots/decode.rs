@@ -1,0 +1,552 @@
+//! The decode step: waiting for the sinks' answers, one batch with every
+//! generating slot's pending token (and its draft) and the prompts' next chunks,
+//! then sampling, speculative verification, the text passed on (with token
+//! probabilities when asked for), and a request's end.
+
+use super::*;
+
+impl Worker<'_> {
+    /// Collects the sinks' answers. With something to decode it waits at most
+    /// [`FLOW_GRACE`] for the rest; with nothing, until an answer or a job arrives.
+    pub(super) fn await_flows(&mut self, jobs: &Receiver<Job>) {
+        self.poll_flows();
+        let deadline = Instant::now() + FLOW_GRACE;
+        while self.awaiting() {
+            if self.runnable() {
+                let now = Instant::now();
+                if now >= deadline || !self.wait_any(None, deadline - now) {
+                    return;
+                }
+                self.poll_flows();
+                continue;
+            }
+            if self.wait_any(Some(jobs), IDLE_POLL) {
+                while let Ok(job) = jobs.try_recv() {
+                    self.accept(job);
+                }
+                self.assign();
+            }
+            self.poll_flows();
+            if jobs.is_empty() && self.idle() {
+                return;
+            }
+        }
+    }
+    pub(super) fn awaiting(&self) -> bool {
+        self.tasks().any(Task::blocked)
+    }
+    pub(super) fn runnable(&self) -> bool {
+        self.tasks().any(|t| !t.blocked())
+    }
+    pub(super) fn tasks(&self) -> impl Iterator<Item = &Task> {
+        self.slots.iter().filter_map(|s| s.task.as_ref())
+    }
+    /// Blocks until a waiting slot's answer (or a job, when `jobs` is given) is ready.
+    pub(super) fn wait_any(&self, jobs: Option<&Receiver<Job>>, timeout: Duration) -> bool {
+        let mut select = Select::new();
+        for task in self.tasks() {
+            if task.blocked() {
+                select.recv(&task.job.flow);
+            }
+        }
+        if let Some(jobs) = jobs {
+            select.recv(jobs);
+        }
+        select.ready_timeout(timeout).is_ok()
+    }
+    /// Applies every answer that has arrived; a cancel flag counts as one.
+    pub(super) fn poll_flows(&mut self) {
+        for index in 0..self.slots.len() {
+            let Some(task) = self.slots[index].task.as_mut() else {
+                continue;
+            };
+            while let Some(&shown) = task.unanswered.front() {
+                match task.job.flow.try_recv() {
+                    Ok(Flow::Continue) => {
+                        task.unanswered.pop_front();
+                    }
+                    Ok(Flow::Cancel) | Err(TryRecvError::Disconnected) => {
+                        // The reply is what the sink saw, not the token decoded since.
+                        task.text.truncate(shown);
+                        self.finish(index, FinishReason::Cancelled);
+                        break;
+                    }
+                    Err(TryRecvError::Empty) if task.job.cancel.load(Ordering::Relaxed) => {
+                        self.finish(index, FinishReason::Cancelled);
+                        break;
+                    }
+                    Err(TryRecvError::Empty) => break,
+                }
+            }
+        }
+    }
+    /// Puts each generating slot's pending token, and its draft after it, into the
+    /// batch (cancelled requests end here; a slow sink's slot sits this step out).
+    pub(super) fn push_generating(&mut self) {
+        for index in 0..self.slots.len() {
+            if self.cancelled(index) {
+                continue;
+            }
+            let Some(task) = self.slots[index].task.as_mut() else {
+                continue;
+            };
+            task.in_batch = 0;
+            task.logits_at = None;
+            task.drafts.clear();
+        }
+        self.generating = 0;
+        let decoding: Vec<usize> = (0..self.slots.len())
+            .filter(|&i| {
+                self.slots[i]
+                    .task
+                    .as_ref()
+                    .is_some_and(|t| !t.blocked() && matches!(t.phase, Phase::Decode(_)))
+            })
+            .collect();
+        for (k, &index) in decoding.iter().enumerate() {
+            // Room for a draft: what the batch holds less a token for this slot and
+            // each decoding slot after it.
+            let room =
+                (self.batch.capacity() - self.batch.len()).saturating_sub(decoding.len() - k);
+            let drafts = self.propose(index, room);
+            let slot = &mut self.slots[index];
+            let Some(task) = slot.task.as_mut() else {
+                continue;
+            };
+            let Phase::Decode(token) = task.phase else {
+                continue;
+            };
+            let at = slot.mirror.len();
+            if self.batch.push_seq(token, at, slot.seq, true).is_err() {
+                continue;
+            }
+            task.in_batch = 1;
+            task.logits_at = Some(self.batch.len() - 1);
+            self.generating += 1;
+            for (j, &draft) in drafts.iter().enumerate() {
+                if self
+                    .batch
+                    .push_seq(draft, at + 1 + j, slot.seq, true)
+                    .is_err()
+                {
+                    break;
+                }
+                task.drafts.push(draft);
+                task.in_batch += 1;
+            }
+        }
+    }
+    /// One batch: a token per generating slot (with its draft), then prompt chunks;
+    /// one decode; samples.
+    pub(super) fn step(&mut self) {
+        self.batch.clear();
+        self.push_generating();
+        let generated = self.batch.len();
+        for slot in &mut self.slots {
+            let Some(task) = slot.task.as_mut() else {
+                continue;
+            };
+            if task.phase != Phase::Prefill {
+                continue;
+            }
+            let from = slot.mirror.len();
+            let room = self.batch.capacity() - self.batch.len();
+            let mut n = room.min(task.prompt.len() - from);
+            // The batch stops where a checkpoint is to be made.
+            if let Some(at) = task.checkpoint_at.filter(|&at| from < at && at < from + n) {
+                n = at - from;
+            }
+            for (j, &token) in task.prompt[from..from + n].iter().enumerate() {
+                let last = from + j + 1 == task.prompt.len();
+                if self
+                    .batch
+                    .push_seq(token, from + j, slot.seq, last)
+                    .is_err()
+                {
+                    break;
+                }
+                task.in_batch += 1;
+                if last {
+                    task.logits_at = Some(self.batch.len() - 1);
+                }
+            }
+        }
+        if self.batch.is_empty() {
+            return;
+        }
+        // A lone generating slot, or one verifying a draft, with no prompt in the
+        // batch, where drafts may be verified: batch-invariant kernels, so that a
+        // verified token gets the logits it would get decoded alone (see
+        // `speculative`). Without speculation nothing is verified.
+        let drafting = generated > self.generating;
+        let prompt = self.batch.len() > generated;
+        let speculating = self.spec != SpecMode::Off;
+        let decoded = if speculating && !prompt && (self.generating == 1 || drafting) {
+            self.ctx.decode_batch_invariant(&self.batch)
+        } else {
+            self.ctx.decode(&self.batch)
+        };
+        if let Err(err) = decoded {
+            self.decode_failed(err);
+            return;
+        }
+        for index in 0..self.slots.len() {
+            self.after_decode(index);
+        }
+    }
+    /// The draft for slot `index`'s next tokens after its pending one, at most
+    /// `room` long (and within its context and `max_tokens`).
+    pub(super) fn propose(&mut self, index: usize, room: usize) -> Vec<Token> {
+        if self.spec == SpecMode::Off {
+            return Vec::new();
+        }
+        let n_ctx = self.n_ctx_slot;
+        let slot = &mut self.slots[index];
+        let Some(task) = slot.task.as_mut() else {
+            return Vec::new();
+        };
+        let Phase::Decode(token) = task.phase else {
+            return Vec::new();
+        };
+
+        // The pending token goes at `mirror.len()`; the draft after it, and the
+        // request needs no more than the tokens it may still generate.
+        let most = room
+            .min(n_ctx.saturating_sub(slot.mirror.len() + 1))
+            .min(task.max_tokens.saturating_sub(task.n_tokens + 1));
+        let len = task.spec.draft_len(task.n_tokens, most.min(self.draft_max));
+        if len == 0 {
+            return Vec::new();
+        }
+        slot.mirror.push(token);
+        let drafts = match (&mut self.drafter, self.spec) {
+            (Some(drafter), SpecMode::Draft) => drafter.draft(slot.seq, &slot.mirror, len),
+            _ => {
+                let cap = most.min(self.draft_max);
+                let shortest = task.spec.shortest_match();
+                let (mut tokens, run) = ngram_copy(&slot.mirror, cap, shortest);
+                tokens.truncate(copy_len(run, len, cap));
+                tokens
+            }
+        };
+        slot.mirror.pop();
+        drafts
+    }
+    /// Whether slot `index`'s request was cancelled (and is now finished).
+    pub(super) fn cancelled(&mut self, index: usize) -> bool {
+        let Some(task) = &self.slots[index].task else {
+            return false;
+        };
+        if !task.job.cancel.load(Ordering::Relaxed) {
+            return false;
+        }
+        if task.generating_since.is_none() {
+            self.fail(index, BackendError::Cancelled);
+        } else {
+            self.finish(index, FinishReason::Cancelled);
+        }
+        true
+    }
+    /// Records what slot `index` decoded; samples when its logits are ready.
+    pub(super) fn after_decode(&mut self, index: usize) {
+        let slot = &mut self.slots[index];
+        let Some(task) = slot.task.as_mut() else {
+            return;
+        };
+        let from = slot.mirror.len();
+        match task.phase {
+            Phase::Prefill => slot
+                .mirror
+                .extend_from_slice(&task.prompt[from..from + task.in_batch]),
+            Phase::Decode(token) if task.in_batch > 0 => slot.mirror.push(token),
+            _ => {}
+        }
+        if task.phase == Phase::Prefill && task.checkpoint_at == Some(slot.mirror.len()) {
+            task.checkpoint_at = None;
+            let decoded = slot.mirror.len() - task.report.reused_tokens;
+            self.checkpoint(index, decoded);
+        }
+        let slot = &mut self.slots[index];
+        let Some(task) = slot.task.as_mut() else {
+            return;
+        };
+        let Some(at) = task.logits_at.take() else {
+            return;
+        };
+        if task.phase == Phase::Prefill {
+            task.prefill_secs = task.started.elapsed().as_secs_f64();
+            task.generating_since = Some(Instant::now());
+            // The prefill phase's answer comes before any output; a caller that is
+            // gone no longer wants the rest.
+            if task.job.prefilled.send(Ok(task.report)).is_err() {
+                self.release(index);
+                return;
+            }
+        }
+        self.sample(index, at);
+    }
+    /// Samples slot `index`'s next token at batch entry `at`, and after it each
+    /// draft token the sampler agrees with (see [`super::super::speculative`]); keeps the
+    /// agreed draft in the cache, drops the rest, and passes the tokens on.
+    pub(super) fn sample(&mut self, index: usize, at: usize) {
+        let Worker {
+            ctx,
+            slots,
+            draft_max,
+            generating,
+            ..
+        } = self;
+        let slot = &mut slots[index];
+        let Some(task) = slot.task.as_mut() else {
+            return;
+        };
+        let drafts = std::mem::take(&mut task.drafts);
+        let mut tokens = Vec::with_capacity(drafts.len() + 1);
+        let mut probs = Vec::new();
+        loop {
+            let entry = at + tokens.len();
+            let token = match task.sampler.sample_at(ctx, entry) {
+                Ok(token) => token,
+                Err(err) => return self.fail(index, BackendError::Protocol(err.to_string())),
+            };
+            if let Some(top) = task.job.sampling.logprobs {
+                probs.push(token_logprobs(ctx, entry, token, top as usize));
+            }
+            let agreed = drafts.get(tokens.len()) == Some(&token);
+            tokens.push(token);
+            if !agreed || ctx.model().is_eog(token) {
+                break;
+            }
+        }
+        if !drafts.is_empty() {
+            // Every token sampled but the last agreed with the draft.
+            let accepted = tokens.len() - 1;
+            slot.mirror.extend_from_slice(&drafts[..accepted]);
+            task.spec.verified(drafts.len(), accepted, *draft_max);
+            if accepted < drafts.len() && !ctx.truncate_seq(slot.seq, slot.mirror.len()) {
+                slot.mirror.clear();
+                let err = "the cache could not drop a rejected draft (run with --spec off)";
+                return self.fail(index, BackendError::Protocol(err.into()));
+            }
+            task.spec
+                .judge(tokens.len(), drafts.len(), task.n_tokens, *generating);
+        }
+        self.emit(index, &tokens, probs);
+    }
+    /// Passes the sampled `tokens` on as one text, in order, up to the first that
+    /// ends the request (an end token, a stop string, the length); the last left is
+    /// decoded next step. Their `probs`, when the request asked for them, go first.
+    pub(super) fn emit(&mut self, index: usize, tokens: &[Token], mut probs: Vec<TokenLogprobs>) {
+        let n_ctx = self.n_ctx_slot;
+        let model = self.ctx.model();
+        let slot = &mut self.slots[index];
+        let Some(task) = slot.task.as_mut() else {
+            return;
+        };
+        let mut shown = String::new();
+        let mut end = None;
+        let n_before = task.n_tokens;
+        for (i, &token) in tokens.iter().enumerate() {
+            if model.is_eog(token) {
+                end = Some(FinishReason::Stop);
+                break;
+            }
+            task.n_tokens += 1;
+            let marker = task.markers && self.markers.binary_search(&token).is_ok();
+            let bytes = match model.piece_bytes(token, marker) {
+                Ok(bytes) => bytes,
+                Err(err) => return self.fail(index, BackendError::Protocol(err.to_string())),
+            };
+            let (visible, stopped) = task.stops.push(&task.utf8.push(&bytes));
+            task.text.push_str(&visible);
+            shown.push_str(&visible);
+            if stopped {
+                end = Some(FinishReason::Stop);
+                break;
+            }
+            // Tokens before the last are in the cache already; the last goes next.
+            let full = i + 1 == tokens.len() && slot.mirror.len() >= n_ctx;
+            if task.n_tokens >= task.max_tokens || full {
+                end = Some(FinishReason::Length);
+                break;
+            }
+            task.phase = Phase::Decode(token);
+        }
+        // The tokens passed on: all up to the one that ended the request, that
+        // one included unless it is an end token.
+        probs.truncate(task.n_tokens - n_before);
+        if !task.forced_tools && !probs.is_empty() {
+            let _ = task.job.events.send(WorkerMsg::Logprobs(probs));
+        }
+        // A forced tool call is JSON for the agent, never text for the user.
+        if !task.forced_tools && !shown.is_empty() {
+            if task
+                .job
+                .events
+                .send(WorkerMsg::Event(Event::Content(shown)))
+                .is_err()
+            {
+                return self.finish(index, FinishReason::Cancelled);
+            }
+            task.unanswered.push_back(task.text.len());
+        }
+        if let Some(reason) = end {
+            self.finish(index, reason);
+        }
+    }
+    /// Ends slot `index`'s request: the held-back text, the stats, the reply.
+    pub(super) fn finish(&mut self, index: usize, reason: FinishReason) {
+        let n_ctx = self.n_ctx_slot;
+        let slot = &mut self.slots[index];
+        let Some(mut task) = slot.task.take() else {
+            return;
+        };
+        if reason != FinishReason::Cancelled {
+            let rest = task.stops.finish(&task.utf8.finish());
+            task.text.push_str(&rest);
+            if !task.forced_tools && !rest.is_empty() {
+                let _ = task.job.events.send(WorkerMsg::Event(Event::Content(rest)));
+            }
+        }
+        // A whole answer (or one cut at its length): the user's turn comes next.
+        let answered = matches!(reason, FinishReason::Stop | FinishReason::Length);
+        let chat = match &mut task.job.prompt {
+            Prompt::Chat(conversation) => Some(std::mem::take(conversation)),
+            Prompt::Raw(_) => None,
+        };
+        slot.next_turn = chat
+            .filter(|_| answered && !task.forced_tools)
+            .map(|mut conversation| {
+                let answer = answer_message(&task.text, &task.job.tools, task.report);
+                conversation.extend(template::conversation("", &[answer]));
+                let tools = match task.job.tool_choice {
+                    ToolChoice::None => Vec::new(),
+                    _ => std::mem::take(&mut task.job.tools),
+                };
+                NextTurn {
+                    conversation,
+                    tools,
+                }
+            });
+        let decode_secs = task
+            .generating_since
+            .map_or(0.0, |t| t.elapsed().as_secs_f64());
+        let rate = |n: usize, secs: f64| (secs > 0.0 && n > 0).then(|| n as f64 / secs);
+        let stats = Stats {
+            prompt_tokens: task.report.prompt_tokens as u64,
+            completion_tokens: task.n_tokens as u64,
+            prefill_tps: rate(task.report.decoded_tokens, task.prefill_secs),
+            decode_tps: rate(task.n_tokens, decode_secs),
+            context_used: slot.mirror.len() as u64,
+            context_size: n_ctx as u64,
+            cached_tokens: task.report.reused_tokens as u64,
+            draft_tokens: task.spec.drafted,
+            draft_accepted: task.spec.accepted,
+            provider: None,
+        };
+        let reply = finish_reply(task.forced_tools, std::mem::take(&mut task.text), reason);
+        let reply = reply.map(|mut reply| {
+            let user_stop = |s: &&str| task.job.sampling.stop.iter().any(|u| u == s);
+            reply.stop_sequence = task.stops.matched().filter(user_stop).map(String::from);
+            let _ = task
+                .job
+                .events
+                .send(WorkerMsg::Event(Event::Stats(stats.clone())));
+            reply.usage = Some(Usage {
+                prompt_tokens: stats.prompt_tokens,
+                completion_tokens: stats.completion_tokens,
+            });
+            reply
+        });
+        let _ = task.job.events.send(WorkerMsg::Done(reply));
+        self.save(index, task.report.decoded_tokens);
+        self.release(index);
+    }
+    /// Ends slot `index`'s request with an error, in whichever phase it is.
+    pub(super) fn fail(&mut self, index: usize, err: BackendError) {
+        let Some(task) = self.slots[index].task.as_ref() else {
+            return;
+        };
+        // Until the prefill's answer went out, the caller waits for that answer; after
+        // it, for events (the first sample may still fail).
+        if task.generating_since.is_none() {
+            let _ = task.job.prefilled.send(Err(err));
+        } else {
+            let _ = task.job.events.send(WorkerMsg::Done(Err(err)));
+        }
+        self.release(index);
+    }
+    /// Frees slot `index`; its cache stays for the next request that shares it.
+    pub(super) fn release(&mut self, index: usize) {
+        self.clock += 1;
+        self.finished_at = Instant::now();
+        let slot = &mut self.slots[index];
+        slot.task = None;
+        slot.last_used = self.clock;
+    }
+    /// After a failed decode the cache content of every slot in the batch is unknown:
+    /// those slots start over, and their requests get the error.
+    pub(super) fn decode_failed(&mut self, err: llama::DecodeError) {
+        let n_ctx = self.n_ctx_slot;
+        for index in 0..self.slots.len() {
+            let slot = &mut self.slots[index];
+            if slot.task.as_ref().is_none_or(|t| t.in_batch == 0) {
+                continue;
+            }
+            self.ctx.truncate_seq(slot.seq, 0);
+            slot.mirror.clear();
+            let err = match &err {
+                llama::DecodeError::Aborted => BackendError::Cancelled,
+                llama::DecodeError::ContextFull { needed, n_ctx } => overflow(*needed, 0, *n_ctx),
+                llama::DecodeError::NoKvSlot => overflow(n_ctx, 1, n_ctx),
+                other => BackendError::Protocol(other.to_string()),
+            };
+            self.fail(index, err);
+        }
+    }
+}
+
+/// Token `token`'s log-probability at batch entry `entry` of the last decode, and
+/// the `top` likeliest tokens there ([`llama::log_probs`]).
+pub(super) fn token_logprobs(
+    ctx: &Context<'_>,
+    entry: usize,
+    token: Token,
+    top: usize,
+) -> TokenLogprobs {
+    let model = ctx.model();
+    let prob = |id: Token, logprob: f32| TokenProb {
+        id,
+        bytes: model.piece_bytes(id, true).unwrap_or_default(),
+        logprob,
+    };
+    let (logprob, best) = ctx.logits_at(entry).map_or((0.0, Vec::new()), |logits| {
+        llama::log_probs(logits, token, top)
+    });
+    TokenLogprobs {
+        chosen: prob(token, logprob),
+        top: best.into_iter().map(|(id, lp)| prob(id, lp)).collect(),
+    }
+}
+
+/// The assistant message the agent will store for `text`: what the output filter
+/// makes of it (content, reasoning, calls with ids), so the next turn's prompt is
+/// rendered as it will be asked for.
+pub(super) fn answer_message(text: &str, tools: &[ToolSpec], report: PrefillReport) -> Message {
+    let mut filter = OutputFilter::for_tools(tools);
+    if let Some(end) = report.prompt_end {
+        filter.after_prompt(end);
+    }
+    if let Some(learnt) = report.learnt_call {
+        filter.learn(learnt);
+    }
+    let mut ignore = |_: Event| Flow::Continue;
+    filter.push(text, &mut ignore);
+    filter.finish(&mut ignore);
+    let mut message = Message::assistant(filter.content());
+    if !filter.thinking().is_empty() {
+        message.thinking = Some(filter.thinking().to_string());
+    }
+    message.tool_calls = filter.take_tool_calls();
+    message
+}
