@@ -1,0 +1,280 @@
+//! Reading and checking flag values: numbers in their ranges, words from
+//! their lists (shared with the completion scripts), host and port shapes,
+//! tool globs, and the value lists a flag's completion offers.
+
+use super::*;
+
+pub(super) fn set_number(low: &mut LowArgs, flag: &Flag, raw: &str) -> Result<(), UsageError> {
+    match flag.id {
+        FlagId::MaxTokens => {
+            low.max_tokens = Some(max_tokens(raw).map_err(|e| bad(flag, raw, &e))?)
+        }
+        FlagId::Temperature => low.temperature = Some(ranged_f32(flag, raw, 2.0)?),
+        FlagId::TopP => low.top_p = Some(ranged_f32(flag, raw, 1.0)?),
+        FlagId::TopK => low.top_k = Some(ranged(flag, raw, 0, u32::MAX as u64)? as u32),
+        FlagId::ContextSize => low.context_size = Some(ranged(flag, raw, 0, MAX_TOKEN_COUNT)?),
+        FlagId::MaxRounds => {
+            low.max_rounds = Some(max_rounds(raw).map_err(|e| bad(flag, raw, &e))?)
+        }
+        FlagId::Port => low.port = Some(ranged(flag, raw, 0, 65535)? as u16),
+        FlagId::QueueSize => low.queue_size = Some(ranged(flag, raw, 0, 4096)? as u32),
+        FlagId::ApprovalTimeout => low.approval_timeout = Some(ranged(flag, raw, 1, 86_400)?),
+        FlagId::GpuLayers => low.gpu_layers = Some(gpu_layers(flag, raw)?),
+        FlagId::SplitMode => low.split_mode = Some(choice(flag, raw, &SPLIT_MODES)?),
+        FlagId::TensorSplit => low.tensor_split = Some(tensor_split(flag, raw)?),
+        FlagId::MainGpu => low.main_gpu = Some(ranged(flag, raw, 0, 255)? as u32),
+        FlagId::Threads => low.threads = Some(ranged(flag, raw, 1, 1024)? as u32),
+        FlagId::NBatch => low.n_batch = Some(ranged(flag, raw, 1, 1 << 20)? as u32),
+        FlagId::UBatch => low.ubatch = Some(ranged(flag, raw, 1, 1 << 20)? as u32),
+        FlagId::Parallel => low.parallel = Some(ranged(flag, raw, 1, MAX_PARALLEL as u64)? as u32),
+        FlagId::DraftMax => low.draft_max = Some(ranged(flag, raw, 1, 64)? as u32),
+        FlagId::Seed => low.seed = Some(ranged(flag, raw, 0, u64::from(u32::MAX) - 1)?),
+        // Every id is handled above or in `set_value`/`set_switch`/`set_path`.
+        _ => {
+            return Err(UsageError(format!(
+                "flag --{} was not understood",
+                flag.long
+            )))
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn bad(flag: &Flag, raw: &str, expected: &str) -> UsageError {
+    UsageError(format!(
+        "invalid value '{raw}' for --{}: expected {expected}",
+        flag.long
+    ))
+}
+
+/// An unsigned integer in `min..=max`.
+pub(super) fn ranged(flag: &Flag, raw: &str, min: u64, max: u64) -> Result<u64, UsageError> {
+    match raw.trim().parse::<u64>() {
+        Ok(n) if (min..=max).contains(&n) => Ok(n),
+        _ => Err(bad(
+            flag,
+            raw,
+            &format!("a whole number from {min} to {max}"),
+        )),
+    }
+}
+
+/// A finite float in `0..=max`.
+pub(super) fn ranged_f32(flag: &Flag, raw: &str, max: f32) -> Result<f32, UsageError> {
+    parse_unit_float(raw, max).map_err(|e| bad(flag, raw, &e))
+}
+
+/// `--tensor-split 3,1`: each GPU's share, numbers of 0 or more, not all 0.
+pub(super) fn tensor_split(flag: &Flag, raw: &str) -> Result<Vec<f32>, UsageError> {
+    let shares: Option<Vec<f32>> = raw
+        .split(',')
+        .map(|part| part.trim().parse::<f32>().ok())
+        .map(|share| share.filter(|s| s.is_finite() && *s >= 0.0))
+        .collect();
+    match shares {
+        Some(shares) if shares.iter().any(|s| *s > 0.0) => Ok(shares),
+        _ => Err(bad(
+            flag,
+            raw,
+            "shares of 0 or more, comma-separated, not all 0 (e.g. 3,1)",
+        )),
+    }
+}
+
+pub(super) fn gpu_layers(flag: &Flag, raw: &str) -> Result<i32, UsageError> {
+    match raw.trim().parse::<i32>() {
+        Ok(n) if n >= -1 => Ok(n),
+        _ => Err(bad(flag, raw, "-1 (all) or a whole number of layers")),
+    }
+}
+
+/// `--host`: one address, or several comma-separated, none empty.
+pub(super) fn hosts(flag: &Flag, raw: &str) -> Result<String, UsageError> {
+    match raw.split(',').all(|h| !h.trim().is_empty()) {
+        true => Ok(raw.to_string()),
+        false => Err(bad(flag, raw, "an address, or several separated by commas")),
+    }
+}
+
+/// `--alias`: a model id clients can send back (no control characters, no spaces
+/// at either end), at most 256 bytes.
+pub(super) fn alias(flag: &Flag, raw: &str) -> Result<String, UsageError> {
+    let fine = !raw.is_empty()
+        && raw.len() <= 256
+        && raw.trim() == raw
+        && !raw.chars().any(char::is_control);
+    match fine {
+        true => Ok(raw.to_string()),
+        false => Err(bad(
+            flag,
+            raw,
+            "a model name of 1 to 256 characters, no control characters",
+        )),
+    }
+}
+
+/// `--chat-template`: Jinja source (it has `{{` or `{%`), or `chatml` for the
+/// built-in ChatML. llama-server also takes the names of its built-in
+/// templates; shepherd has only ChatML built in, so another name is refused
+/// with the way to give the template.
+pub(super) fn chat_template(flag: &Flag, raw: &str) -> Result<String, UsageError> {
+    if raw == crate::template::CHATML || raw.contains("{{") || raw.contains("{%") {
+        return Ok(raw.to_string());
+    }
+    Err(bad(
+        flag,
+        raw,
+        "Jinja source or 'chatml' (the only template built in; give another as --chat-template-file FILE)",
+    ))
+}
+
+pub(super) fn choice(flag: &Flag, raw: &str, allowed: &[&str]) -> Result<String, UsageError> {
+    if allowed.contains(&raw) {
+        Ok(raw.to_string())
+    } else {
+        Err(bad(flag, raw, &format!("one of {}", allowed.join(", "))))
+    }
+}
+
+pub const REASONING_LEVELS: [&str; 4] = ["off", "low", "medium", "high"];
+/// `--split-mode`: how offloaded layers go over several GPUs.
+pub const SPLIT_MODES: [&str; 3] = crate::llama::SplitMode::NAMES;
+/// `--spec`: speculative decoding's drafter.
+pub const SPEC_MODES: [&str; 3] = crate::core::SpecMode::NAMES;
+/// How `/v1/embeddings` pools a sequence (`--pooling`).
+pub const POOLING_MODES: [&str; 3] = ["mean", "cls", "last"];
+pub const CACHE_TYPES: [&str; 4] = ["f16", "f32", "q8_0", "q4_0"];
+pub const FLASH_ATTN_MODES: [&str; 3] = ["on", "off", "auto"];
+/// What `--approve` accepts besides tool-name globs.
+pub const APPROVE_WORDS: [&str; 1] = ["all"];
+
+/// What a flag's value is completed from (the completion scripts and the man page ask).
+/// A flag not named here takes free text.
+pub fn flag_values(id: FlagId) -> subcommands::Values {
+    use subcommands::{NameKind, Values};
+    match id {
+        FlagId::Provider => Values::Names(NameKind::Providers),
+        FlagId::Profile => Values::Names(NameKind::Profiles),
+        FlagId::Backend => Values::Choices(&BACKEND_NAMES),
+        FlagId::Reasoning => Values::Choices(&REASONING_LEVELS),
+        FlagId::Pooling => Values::Choices(&POOLING_MODES),
+        FlagId::Spec => Values::Choices(&SPEC_MODES),
+        FlagId::SplitMode => Values::Choices(&SPLIT_MODES),
+        FlagId::CacheType => Values::Choices(&CACHE_TYPES),
+        FlagId::FlashAttn => Values::Choices(&FLASH_ATTN_MODES),
+        FlagId::Debug => Values::Choices(&["llm", "tools", "http", "all"]),
+        FlagId::Approve => Values::Choices(&APPROVE_WORDS),
+        id if is_path_flag(id) => Values::File,
+        _ => Values::Any,
+    }
+}
+
+/// The backend types a provider can have; `config` owns the enum, this only checks the word.
+pub const BACKEND_NAMES: [&str; 7] = [
+    "openai",
+    "anthropic",
+    "gemini",
+    "ollama",
+    "llamacpp",
+    "tensorrt",
+    "cli",
+];
+
+pub(super) fn backend_name(raw: &str) -> Result<String, UsageError> {
+    if BACKEND_NAMES.contains(&raw) {
+        Ok(raw.to_string())
+    } else {
+        Err(UsageError(format!(
+            "invalid value '{raw}' for --backend: expected one of {}",
+            BACKEND_NAMES.join(", ")
+        )))
+    }
+}
+
+/// Parses a float in `0..=max`, rejecting NaN and infinities. Shared with the
+/// environment and config checks so all three layers accept the same values.
+pub fn parse_unit_float(raw: &str, max: f32) -> Result<f32, String> {
+    match raw.trim().parse::<f32>() {
+        Ok(x) if x.is_finite() && (0.0..=max).contains(&x) => Ok(x),
+        _ => Err(format!("a number from 0 to {max}")),
+    }
+}
+
+/// Parses a `--max-tokens` value: -1 (maximum), 0 (automatic) or a positive count.
+pub fn max_tokens(raw: &str) -> Result<i64, String> {
+    match raw.trim().parse::<i64>() {
+        Ok(n) if n >= -1 && n <= MAX_TOKEN_COUNT as i64 => Ok(n),
+        _ => Err(format!("-1, 0 or a token count up to {MAX_TOKEN_COUNT}")),
+    }
+}
+
+/// Parses a `--max-rounds` value in `1..=1000`.
+pub fn max_rounds(raw: &str) -> Result<u32, String> {
+    match raw.trim().parse::<u32>() {
+        Ok(n) if (1..=MAX_ROUNDS_LIMIT).contains(&n) => Ok(n),
+        _ => Err(format!("a whole number from 1 to {MAX_ROUNDS_LIMIT}")),
+    }
+}
+
+/// Parses `llm,tools,http`; `all` or an empty list means every category.
+pub fn debug_categories(raw: &str) -> Result<Vec<Category>, String> {
+    let expected = || "a comma-separated list of llm, tools, http (or all)".to_string();
+    let mut out = Vec::new();
+    for word in raw.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+        if word == "all" {
+            return Ok(Category::ALL.to_vec());
+        }
+        let category = Category::parse(word).ok_or_else(expected)?;
+        if !out.contains(&category) {
+            out.push(category);
+        }
+    }
+    if out.is_empty() {
+        return Ok(Category::ALL.to_vec());
+    }
+    Ok(out)
+}
+
+/// Checks a `HOST:PORT` value (the port part at least); shared with the environment layer.
+pub fn parse_host_port(raw: &str) -> Result<String, String> {
+    let raw = raw.trim();
+    match raw.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0) => {
+            Ok(raw.to_string())
+        }
+        _ => Err("HOST:PORT with a port from 1 to 65535".into()),
+    }
+}
+
+pub(super) fn host_port(flag: &Flag, raw: &str) -> Result<String, UsageError> {
+    parse_host_port(raw).map_err(|e| bad(flag, raw, &e))
+}
+
+/// `--rpc 10.0.0.2:50052,box3:50052`: `HOST:PORT`s, checked for their shape (the
+/// names are resolved when the model loads).
+pub(super) fn rpc_workers(flag: &Flag, raw: &str) -> Result<Vec<String>, UsageError> {
+    let workers: Vec<String> = split_globs(raw).collect();
+    if workers.is_empty() {
+        return Err(bad(flag, raw, "HOST:PORT,... (at least one worker)"));
+    }
+    for worker in &workers {
+        let (host, _) = worker.rsplit_once(':').unwrap_or_default();
+        if host.contains([':', '[', ']']) {
+            return Err(bad(
+                flag,
+                raw,
+                "HOST:PORT,... with IPv4 addresses or host names (ggml's RPC has no IPv6)",
+            ));
+        }
+        parse_host_port(worker).map_err(|e| bad(flag, worker, &e))?;
+    }
+    Ok(workers)
+}
+
+/// Splits `a*,b` into globs, dropping empty pieces.
+pub fn split_globs(raw: &str) -> impl Iterator<Item = String> + '_ {
+    raw.split(',')
+        .map(str::trim)
+        .filter(|g| !g.is_empty())
+        .map(str::to_string)
+}
