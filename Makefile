@@ -229,10 +229,12 @@ run: build model
 # Architecture invariant: no async runtime anywhere in the dependency graph.
 # Modules depend on each other one way only, lower layers never on higher ones
 # (scripts/check-layers.py holds the layer order; docs/ARCHITECTURE.md explains it),
-# and no function outside tests runs past 80 lines without saying why.
+# no function outside tests runs past 80 lines without saying why, and each flag is
+# defined once (scripts/check-flags.py: one FLAGS entry, no second table).
 check-layers:
 	@python3 scripts/check-layers.py
 	@python3 scripts/check-long-functions.py
+	@python3 scripts/check-flags.py
 
 no-async-runtime:
 	@if grep -qE '^name = "(tokio|async-std|smol|futures-executor|async-executor)"$$' Cargo.lock; then \

@@ -5,9 +5,11 @@
 //! (stage two) layers these values over defaults, config.json and the
 //! environment to build `config::Settings`.
 //!
-//! One static table, [`FLAGS`], says which flags exist, which take a value and
-//! how they are described; the parser and the generated `--help` text both
-//! read it, so the two cannot drift apart.
+//! One static table, [`FLAGS`], defines each flag once: its spellings, its
+//! value, its help, what its value completes from and how it updates
+//! [`LowArgs`] ([`Apply`]). The parser, `--help`, the completion scripts and the
+//! man page all read it, so they cannot drift apart; `scripts/check-flags.py`
+//! (run by `make check-layers`) fails on a second table.
 //!
 //! The first positional word is a subcommand (`provider`, `config`, ...; the
 //! table in [`subcommands`]): everything after it is kept verbatim for
@@ -93,91 +95,29 @@ pub enum Takes {
     OptionalValue(&'static str),
 }
 
-/// Identifies a flag so the parser's dispatch is checked for completeness by the compiler.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FlagId {
-    Provider,
-    ListModels,
-    Model,
-    Backend,
-    ApiBase,
-    ApiKey,
-    Prompt,
-    SystemPrompt,
-    SystemPromptFile,
-    MaxTokens,
-    Temperature,
-    TopP,
-    TopK,
-    ContextSize,
-    NoStream,
-    NoTools,
-    EnableTools,
-    DisableTools,
-    MaxRounds,
-    Json,
-    Stats,
-    Thinking,
-    Config,
-    Debug,
-    Version,
-    Help,
-    CliServer,
-    Server,
-    Host,
-    Port,
-    AuthToken,
-    AuthTokenFile,
-    NoAuth,
-    CorsOrigin,
-    Tui,
-    NoTui,
-    NoColors,
-    Continue,
-    GpuLayers,
-    SplitMode,
-    TensorSplit,
-    MainGpu,
-    Rpc,
-    RpcWorker,
-    RpcAllowRemote,
-    ModelPath,
-    Threads,
-    NBatch,
-    UBatch,
-    CacheType,
-    FlashAttn,
-    Parallel,
-    Pooling,
-    NoPromptCache,
-    Spec,
-    DraftMax,
-    ModelDraft,
-    Reasoning,
-    NoMcp,
-    UseTools,
-    QueueSize,
-    ToolServer,
-    ToolBackend,
-    ToolBackendToken,
-    Approve,
-    Deny,
-    ApprovalTimeout,
-    Profile,
-    Fresh,
-    Record,
-    Replay,
-    Seed,
-    Alias,
-    ChatTemplate,
-    ChatTemplateFile,
-    SlotSavePath,
+/// How a flag updates [`LowArgs`]: the one place its meaning is written.
+#[derive(Debug, Clone, Copy)]
+pub enum Apply {
+    /// A flag given alone.
+    Switch(fn(&mut LowArgs)),
+    /// A value taken as typed.
+    Text(fn(&mut LowArgs, String)),
+    /// A value checked (and converted); the error names the flag.
+    Value(fn(&mut LowArgs, &Flag, &str) -> Result<(), UsageError>),
+    /// A file or directory, any bytes.
+    Path(fn(&mut LowArgs, PathBuf)),
+    /// Alone (the first) or with `=VALUE` (the second).
+    Optional(
+        fn(&mut LowArgs),
+        fn(&mut LowArgs, &Flag, &str) -> Result<(), UsageError>,
+    ),
 }
 
-/// One row of the flag table.
+/// One flag, defined once: its spellings, its value, its help, what its value
+/// completes from, and how it updates the arguments. The parser, `--help`, the
+/// completion scripts and the man page all read [`FLAGS`].
 #[derive(Debug, Clone, Copy)]
 pub struct Flag {
-    pub id: FlagId,
     pub long: &'static str,
     /// Other accepted long spellings (llama-server's among them), shown beside
     /// the flag in `--help`, not on lines of their own.
@@ -186,114 +126,274 @@ pub struct Flag {
     pub takes: Takes,
     pub help: &'static str,
     pub section: Section,
+    /// What the value is completed from.
+    pub values: subcommands::Values,
+    pub apply: Apply,
+}
+
+/// A flag's description, before its [`Apply`] makes it a [`Flag`].
+pub struct FlagDef {
+    long: &'static str,
+    aliases: &'static [&'static str],
+    short: Option<char>,
+    takes: Takes,
+    help: &'static str,
+    section: Section,
+    values: subcommands::Values,
 }
 
 const fn flag(
-    id: FlagId,
     long: &'static str,
     short: Option<char>,
     takes: Takes,
     section: Section,
     help: &'static str,
-) -> Flag {
-    Flag {
-        id,
+) -> FlagDef {
+    FlagDef {
         long,
         aliases: &[],
         short,
         takes,
         help,
         section,
+        values: subcommands::Values::Any,
     }
 }
 
-const fn aliased(base: Flag, aliases: &'static [&'static str]) -> Flag {
-    Flag { aliases, ..base }
+impl FlagDef {
+    const fn aliases(self, aliases: &'static [&'static str]) -> FlagDef {
+        FlagDef { aliases, ..self }
+    }
+
+    const fn values(self, values: subcommands::Values) -> FlagDef {
+        FlagDef { values, ..self }
+    }
+
+    const fn with(self, apply: Apply) -> Flag {
+        Flag {
+            long: self.long,
+            aliases: self.aliases,
+            short: self.short,
+            takes: self.takes,
+            help: self.help,
+            section: self.section,
+            values: self.values,
+            apply,
+        }
+    }
+
+    const fn switch(self, set: fn(&mut LowArgs)) -> Flag {
+        self.with(Apply::Switch(set))
+    }
+
+    const fn text(self, set: fn(&mut LowArgs, String)) -> Flag {
+        self.with(Apply::Text(set))
+    }
+
+    const fn value(self, set: fn(&mut LowArgs, &Flag, &str) -> Result<(), UsageError>) -> Flag {
+        self.with(Apply::Value(set))
+    }
+
+    /// A file or directory: completed from the file system.
+    const fn path(self, set: fn(&mut LowArgs, PathBuf)) -> Flag {
+        FlagDef {
+            values: subcommands::Values::File,
+            ..self
+        }
+        .with(Apply::Path(set))
+    }
 }
 
+impl Flag {
+    /// A switch that also takes `=VALUE`.
+    const fn value(self, set: fn(&mut LowArgs, &Flag, &str) -> Result<(), UsageError>) -> Flag {
+        let Apply::Switch(alone) = self.apply else {
+            panic!("only a switch takes an optional value");
+        };
+        Flag {
+            apply: Apply::Optional(alone, set),
+            ..self
+        }
+    }
+}
+
+use subcommands::{NameKind, Values};
 use Section as S;
 use Takes::{Nothing, OptionalValue as Opt, Value as Val};
 
-/// Every flag shepherd accepts. The parser and `--help` are both driven by this table.
-// One row per line reads as a table; rustfmt would explode each row into eight lines.
+/// Every flag shepherd accepts, each defined here once (see [`Flag`]).
+// Each flag's lines read as one entry; rustfmt would explode them.
 #[rustfmt::skip]
 pub const FLAGS: &[Flag] = &[
-    flag(FlagId::Provider, "provider", Some('p'), Val("NAME"), S::Provider, "Use the configured provider NAME only"),
-    flag(FlagId::Model, "model", Some('m'), Val("MODEL"), S::Provider, "Model name (overrides the provider's model); a local GGUF file by path, name or unique prefix"),
-    flag(FlagId::ListModels, "list-models", None, Nothing, S::Provider, "List the models the provider offers (local GGUF files for the in-process model), then exit"),
-    flag(FlagId::Backend, "backend", None, Val("TYPE"), S::Provider, "openai|anthropic|gemini|ollama|llamacpp|tensorrt|cli; builds a one-off provider"),
-    flag(FlagId::ApiBase, "api-base", None, Val("URL"), S::Provider, "Base URL of the API; builds a one-off provider"),
-    flag(FlagId::ApiKey, "api-key", None, Val("KEY"), S::Provider, "API key (prefer the config file or *_API_KEY: argv is visible in ps)"),
-    flag(FlagId::MaxTokens, "max-tokens", None, Val("N"), S::Generation, "Reply length: -1 = model maximum, 0 = automatic, N = at most N tokens"),
-    flag(FlagId::Temperature, "temperature", None, Val("T"), S::Generation, "Sampling temperature, 0 to 2"),
-    flag(FlagId::TopP, "top-p", None, Val("P"), S::Generation, "Nucleus sampling, 0 to 1"),
-    flag(FlagId::TopK, "top-k", None, Val("K"), S::Generation, "Top-k sampling, 0 or more"),
-    flag(FlagId::Seed, "seed", None, Val("N"), S::Generation, "Sampling seed, for answers that repeat (default: a new one each time)"),
-    aliased(flag(FlagId::ContextSize, "context-size", None, Val("N"), S::Generation, "Context window in tokens (0 = the model's full context)"), &["ctx-size"]),
-    flag(FlagId::Reasoning, "reasoning", None, Val("LEVEL"), S::Generation, "Reasoning effort: off|low|medium|high"),
-    flag(FlagId::Prompt, "prompt", Some('e'), Val("TEXT"), S::Prompting, "Answer TEXT once, then exit"),
-    flag(FlagId::SystemPrompt, "system-prompt", None, Val("TEXT"), S::Prompting, "System prompt text"),
-    flag(FlagId::SystemPromptFile, "system-prompt-file", None, Val("FILE"), S::Prompting, "Read the system prompt from FILE"),
-    flag(FlagId::NoTools, "notools", None, Nothing, S::Tools, "Offer no tools to the model"),
-    flag(FlagId::EnableTools, "enable-tools", None, Val("GLOB[,GLOB]"), S::Tools, "Enable only matching tools (repeatable; applied after --disable-tools)"),
-    flag(FlagId::DisableTools, "disable-tools", None, Val("GLOB[,GLOB]"), S::Tools, "Disable matching tools (repeatable)"),
-    flag(FlagId::MaxRounds, "max-rounds", None, Val("N"), S::Tools, "Most model calls per turn, 1 to 1000 (default 50)"),
-    flag(FlagId::NoMcp, "nomcp", None, Nothing, S::Tools, "Do not start MCP servers"),
-    flag(FlagId::Approve, "approve", None, Val("GLOB[,GLOB]"), S::Tools, "Run matching tools without asking; 'all' for every tool (repeatable)"),
-    flag(FlagId::Deny, "deny", None, Val("GLOB[,GLOB]"), S::Tools, "Never run matching tools (repeatable; beats --approve)"),
-    flag(FlagId::ApprovalTimeout, "approval-timeout", None, Val("SECS"), S::Tools, "Seconds an approval may take before the call is denied, 1 to 86400 (default 300)"),
-    flag(FlagId::ToolBackend, "tool-backend", None, Val("HOST:PORT"), S::Tools, "Run tools on a `shepherd --toolserver` there instead of here"),
-    flag(FlagId::ToolBackendToken, "tool-backend-token", None, Val("TOKEN"), S::Tools, "Token for --tool-backend (prefer SHEPHERD_TOOL_BACKEND_TOKEN: argv is visible in ps)"),
-    flag(FlagId::Profile, "profile", None, Val("NAME"), S::Tools, "Use profile NAME: its tools, MCP servers and guidelines"),
-    flag(FlagId::NoStream, "nostream", None, Nothing, S::Output, "Wait for whole replies instead of streaming"),
-    flag(FlagId::Stats, "stats", None, Nothing, S::Output, "Show token counts and speed after each reply"),
-    flag(FlagId::Thinking, "thinking", None, Nothing, S::Output, "Show the model's reasoning"),
-    flag(FlagId::Tui, "tui", None, Nothing, S::Output, "Use the full-screen interface"),
-    flag(FlagId::NoTui, "no-tui", None, Nothing, S::Output, "Use the line interface"),
-    flag(FlagId::NoColors, "no-colors", None, Nothing, S::Output, "No colours in the output"),
-    flag(FlagId::Json, "json", None, Nothing, S::Modes, "JSON lines on stdin and stdout"),
-    flag(FlagId::CliServer, "cliserver", None, Nothing, S::Modes, "Serve one shared session over HTTP for `--backend cli` clients"),
-    flag(FlagId::Server, "server", None, Nothing, S::Modes, "Serve an OpenAI-compatible API"),
-    flag(FlagId::ToolServer, "toolserver", None, Nothing, S::Modes, "Serve the tools as JSON-RPC lines over TCP (default port 9876)"),
-    flag(FlagId::RpcWorker, "rpc-worker", None, Nothing, S::Modes, "Lend this box's GPUs (else its CPU) to --rpc hosts over ggml's RPC (port 50052; no authentication)"),
-    flag(FlagId::RpcAllowRemote, "rpc-allow-remote", None, Nothing, S::Modes, "--rpc-worker: allow a --host that is not loopback (trusted networks only)"),
-    flag(FlagId::Host, "host", None, Val("ADDR[,ADDR]"), S::Modes, "Address the servers listen on (--server and --cliserver: several, comma-separated)"),
-    flag(FlagId::Port, "port", None, Val("PORT"), S::Modes, "Port the servers listen on, 1 to 65535 (0 = any free port)"),
-    flag(FlagId::AuthToken, "auth-token", None, Val("TOKEN"), S::Modes, "Token the servers require (prefer --auth-token-file: argv is visible in ps)"),
-    flag(FlagId::AuthTokenFile, "auth-token-file", None, Val("FILE"), S::Modes, "Read the servers' token from FILE"),
-    flag(FlagId::NoAuth, "no-auth", None, Nothing, S::Modes, "Servers: no token (loopback only; any local user can then run tools as you)"),
-    flag(FlagId::CorsOrigin, "cors-origin", None, Val("ORIGIN"), S::Modes, "Web origin allowed to call the servers (repeatable)"),
-    flag(FlagId::UseTools, "use-tools", None, Nothing, S::Modes, "--server runs shepherd's own tools for its clients"),
-    flag(FlagId::Alias, "alias", None, Val("NAME"), S::Modes, "--server: the model id clients see (default: the model's file name)"),
-    flag(FlagId::QueueSize, "queue-size", None, Val("N"), S::Modes, "--server: requests that may wait for a slot, 0 to 4096 (default 16)"),
-    flag(FlagId::Continue, "continue", None, Nothing, S::Modes, "Continue the last saved session in this directory"),
-    flag(FlagId::Fresh, "fresh", None, Nothing, S::Modes, "CLI server: start with an empty session instead of the saved one"),
-    flag(FlagId::Record, "record", None, Val("DIR"), S::General, "Record every upstream request and response (secrets redacted) into DIR, for bug reports"),
-    flag(FlagId::Replay, "replay", None, Val("DIR"), S::General, "Serve the upstream responses recorded in DIR instead of contacting the provider"),
-    aliased(flag(FlagId::ModelPath, "model-path", None, Val("PATH"), S::Local, "GGUF model file or directory"), &["model_path"]),
-    aliased(flag(FlagId::GpuLayers, "gpu-layers", None, Val("N"), S::Local, "Layers on the GPU (-1 = all; llama-server's -ngl too)"), &["n-gpu-layers"]),
-    flag(FlagId::SplitMode, "split-mode", None, Val("MODE"), S::Local, "Several GPUs: none (all on --main-gpu), layer (default) or row"),
-    flag(FlagId::TensorSplit, "tensor-split", None, Val("A,B,..."), S::Local, "Several GPUs: each GPU's share of the layers, e.g. 3,1 (default: by free memory)"),
-    flag(FlagId::MainGpu, "main-gpu", None, Val("N"), S::Local, "The GPU for the whole model with --split-mode none, else for its small tensors (default 0)"),
-    flag(FlagId::Rpc, "rpc", None, Val("HOST:PORT,..."), S::Local, "Spread the model's layers over these `shepherd --rpc-worker`s (trusted network only)"),
-    flag(FlagId::Threads, "threads", None, Val("N"), S::Local, "CPU threads (default: one per core up to 16; 2 with every layer on a GPU)"),
-    flag(FlagId::NBatch, "n_batch", None, Val("N"), S::Local, "Logical batch size"),
-    flag(FlagId::UBatch, "ubatch", None, Val("N"), S::Local, "Physical batch size (default 512; 256 on the CPU without flash attention)"),
-    aliased(flag(FlagId::CacheType, "cache-type", None, Val("TYPE"), S::Local, "KV cache type, K and V alike: f16|f32|q8_0|q4_0"), &["cache-type-k", "cache-type-v"]),
-    flag(FlagId::FlashAttn, "flash-attn", None, Opt("on|off|auto"), S::Local, "Flash attention; alone = on (default auto: off on the CPU for heads up to 64 wide)"),
-    flag(FlagId::Parallel, "parallel", None, Val("N"), S::Local, "Requests decoded together in one batch (slots), 1 to 64 (default 1)"),
-    flag(FlagId::ChatTemplate, "chat-template", None, Val("JINJA|chatml"), S::Local, "Chat template instead of the model's own: Jinja source, or chatml"),
-    flag(FlagId::ChatTemplateFile, "chat-template-file", None, Val("FILE"), S::Local, "Read the chat template (Jinja) from FILE"),
-    flag(FlagId::SlotSavePath, "slot-save-path", None, Val("DIR"), S::Local, "--server: where POST /slots/N?action=save|restore keeps slot caches (off without it)"),
-    flag(FlagId::Pooling, "pooling", None, Val("TYPE"), S::Local, "--server: how /v1/embeddings pools a sequence: mean|cls|last (default mean)"),
-    flag(FlagId::NoPromptCache, "no-prompt-cache", None, Nothing, S::Local, "Neither restore nor save decoded prompts on disk (kv_cache_max_mb caps them)"),
-    flag(FlagId::Spec, "spec", None, Val("MODE"), S::Local, "Speculative decoding: off, ngram (default: drafts from the context itself) or draft (--model-draft)"),
-    flag(FlagId::DraftMax, "draft-max", None, Val("N"), S::Local, "Speculative decoding: most tokens drafted at once, 1 to 64 (default 64)"),
-    flag(FlagId::ModelDraft, "model-draft", None, Val("FILE"), S::Local, "A small GGUF model with the model's vocabulary that drafts for it (implies --spec draft)"),
-    flag(FlagId::Config, "config", Some('c'), Val("FILE"), S::General, "Read and write FILE instead of the default config.json"),
-    flag(FlagId::Debug, "debug", Some('d'), Opt("llm,tools,http"), S::General, "Debug output to stderr for these categories (none given = all)"),
-    flag(FlagId::Version, "version", Some('v'), Nothing, S::General, "Print the version and exit"),
-    flag(FlagId::Help, "help", Some('h'), Nothing, S::General, "Print this help and exit"),
+    flag("provider", Some('p'), Val("NAME"), S::Provider, "Use the configured provider NAME only")
+        .values(Values::Names(NameKind::Providers))
+        .text(|low, raw| low.provider = Some(raw)),
+    flag("model", Some('m'), Val("MODEL"), S::Provider, "Model name (overrides the provider's model); a local GGUF file by path, name or unique prefix")
+        .text(|low, raw| low.model = Some(raw)),
+    flag("list-models", None, Nothing, S::Provider, "List the models the provider offers (local GGUF files for the in-process model), then exit")
+        .switch(|low| low.list_models = true),
+    flag("backend", None, Val("TYPE"), S::Provider, "openai|anthropic|gemini|ollama|llamacpp|tensorrt|cli; builds a one-off provider")
+        .values(Values::Choices(&BACKEND_NAMES))
+        .value(|low, _, raw| { low.backend = Some(backend_name(raw)?); Ok(()) }),
+    flag("api-base", None, Val("URL"), S::Provider, "Base URL of the API; builds a one-off provider")
+        .text(|low, raw| low.api_base = Some(raw)),
+    flag("api-key", None, Val("KEY"), S::Provider, "API key (prefer the config file or *_API_KEY: argv is visible in ps)")
+        .text(|low, raw| low.api_key = Some(raw)),
+    flag("max-tokens", None, Val("N"), S::Generation, "Reply length: -1 = model maximum, 0 = automatic, N = at most N tokens")
+        .value(|low, flag, raw| { low.max_tokens = Some(max_tokens(raw).map_err(|e| bad(flag, raw, &e))?); Ok(()) }),
+    flag("temperature", None, Val("T"), S::Generation, "Sampling temperature, 0 to 2")
+        .value(|low, flag, raw| { low.temperature = Some(ranged_f32(flag, raw, 2.0)?); Ok(()) }),
+    flag("top-p", None, Val("P"), S::Generation, "Nucleus sampling, 0 to 1")
+        .value(|low, flag, raw| { low.top_p = Some(ranged_f32(flag, raw, 1.0)?); Ok(()) }),
+    flag("top-k", None, Val("K"), S::Generation, "Top-k sampling, 0 or more")
+        .value(|low, flag, raw| { low.top_k = Some(ranged(flag, raw, 0, u32::MAX as u64)? as u32); Ok(()) }),
+    flag("seed", None, Val("N"), S::Generation, "Sampling seed, for answers that repeat (default: a new one each time)")
+        .value(|low, flag, raw| { low.seed = Some(ranged(flag, raw, 0, u64::from(u32::MAX) - 1)?); Ok(()) }),
+    flag("context-size", None, Val("N"), S::Generation, "Context window in tokens (0 = the model's full context)")
+        .aliases(&["ctx-size"])
+        .value(|low, flag, raw| { low.context_size = Some(ranged(flag, raw, 0, MAX_TOKEN_COUNT)?); Ok(()) }),
+    flag("reasoning", None, Val("LEVEL"), S::Generation, "Reasoning effort: off|low|medium|high")
+        .values(Values::Choices(&REASONING_LEVELS))
+        .value(|low, flag, raw| { low.reasoning = Some(choice(flag, raw, &REASONING_LEVELS)?); Ok(()) }),
+    flag("prompt", Some('e'), Val("TEXT"), S::Prompting, "Answer TEXT once, then exit")
+        .text(|low, raw| low.prompt = Some(raw)),
+    flag("system-prompt", None, Val("TEXT"), S::Prompting, "System prompt text")
+        .text(|low, raw| low.system_prompt = Some(raw)),
+    flag("system-prompt-file", None, Val("FILE"), S::Prompting, "Read the system prompt from FILE")
+        .path(|low, path| low.system_prompt_file = Some(path)),
+    flag("notools", None, Nothing, S::Tools, "Offer no tools to the model")
+        .switch(|low| low.no_tools = true),
+    flag("enable-tools", None, Val("GLOB[,GLOB]"), S::Tools, "Enable only matching tools (repeatable; applied after --disable-tools)")
+        .text(|low, raw| low.enable_tools.extend(split_globs(&raw))),
+    flag("disable-tools", None, Val("GLOB[,GLOB]"), S::Tools, "Disable matching tools (repeatable)")
+        .text(|low, raw| low.disable_tools.extend(split_globs(&raw))),
+    flag("max-rounds", None, Val("N"), S::Tools, "Most model calls per turn, 1 to 1000 (default 50)")
+        .value(|low, flag, raw| { low.max_rounds = Some(max_rounds(raw).map_err(|e| bad(flag, raw, &e))?); Ok(()) }),
+    flag("nomcp", None, Nothing, S::Tools, "Do not start MCP servers")
+        .switch(|low| low.no_mcp = true),
+    flag("approve", None, Val("GLOB[,GLOB]"), S::Tools, "Run matching tools without asking; 'all' for every tool (repeatable)")
+        .values(Values::Choices(&APPROVE_WORDS))
+        .text(|low, raw| low.approve.extend(split_globs(&raw))),
+    flag("deny", None, Val("GLOB[,GLOB]"), S::Tools, "Never run matching tools (repeatable; beats --approve)")
+        .text(|low, raw| low.deny.extend(split_globs(&raw))),
+    flag("approval-timeout", None, Val("SECS"), S::Tools, "Seconds an approval may take before the call is denied, 1 to 86400 (default 300)")
+        .value(|low, flag, raw| { low.approval_timeout = Some(ranged(flag, raw, 1, 86_400)?); Ok(()) }),
+    flag("tool-backend", None, Val("HOST:PORT"), S::Tools, "Run tools on a `shepherd --toolserver` there instead of here")
+        .value(|low, flag, raw| { low.tool_backend = Some(host_port(flag, raw)?); Ok(()) }),
+    flag("tool-backend-token", None, Val("TOKEN"), S::Tools, "Token for --tool-backend (prefer SHEPHERD_TOOL_BACKEND_TOKEN: argv is visible in ps)")
+        .text(|low, raw| low.tool_backend_token = Some(raw)),
+    flag("profile", None, Val("NAME"), S::Tools, "Use profile NAME: its tools, MCP servers and guidelines")
+        .values(Values::Names(NameKind::Profiles))
+        .text(|low, raw| low.profile = Some(raw)),
+    flag("nostream", None, Nothing, S::Output, "Wait for whole replies instead of streaming")
+        .switch(|low| low.no_stream = true),
+    flag("stats", None, Nothing, S::Output, "Show token counts and speed after each reply")
+        .switch(|low| low.stats = true),
+    flag("thinking", None, Nothing, S::Output, "Show the model's reasoning")
+        .switch(|low| low.thinking = true),
+    flag("tui", None, Nothing, S::Output, "Use the full-screen interface")
+        .switch(|low| low.tui = Some(true)),
+    flag("no-tui", None, Nothing, S::Output, "Use the line interface")
+        .switch(|low| low.tui = Some(false)),
+    flag("no-colors", None, Nothing, S::Output, "No colours in the output")
+        .switch(|low| low.no_colors = true),
+    flag("json", None, Nothing, S::Modes, "JSON lines on stdin and stdout")
+        .switch(|low| low.json = true),
+    flag("cliserver", None, Nothing, S::Modes, "Serve one shared session over HTTP for `--backend cli` clients")
+        .switch(|low| low.cliserver = true),
+    flag("server", None, Nothing, S::Modes, "Serve an OpenAI-compatible API")
+        .switch(|low| low.server = true),
+    flag("toolserver", None, Nothing, S::Modes, "Serve the tools as JSON-RPC lines over TCP (default port 9876)")
+        .switch(|low| low.toolserver = true),
+    flag("rpc-worker", None, Nothing, S::Modes, "Lend this box's GPUs (else its CPU) to --rpc hosts over ggml's RPC (port 50052; no authentication)")
+        .switch(|low| low.rpc_worker = true),
+    flag("rpc-allow-remote", None, Nothing, S::Modes, "--rpc-worker: allow a --host that is not loopback (trusted networks only)")
+        .switch(|low| low.rpc_allow_remote = true),
+    flag("host", None, Val("ADDR[,ADDR]"), S::Modes, "Address the servers listen on (--server and --cliserver: several, comma-separated)")
+        .value(|low, flag, raw| { low.host = Some(hosts(flag, raw)?); Ok(()) }),
+    flag("port", None, Val("PORT"), S::Modes, "Port the servers listen on, 1 to 65535 (0 = any free port)")
+        .value(|low, flag, raw| { low.port = Some(ranged(flag, raw, 0, 65535)? as u16); Ok(()) }),
+    flag("auth-token", None, Val("TOKEN"), S::Modes, "Token the servers require (prefer --auth-token-file: argv is visible in ps)")
+        .text(|low, raw| low.auth_token = Some(raw)),
+    flag("auth-token-file", None, Val("FILE"), S::Modes, "Read the servers' token from FILE")
+        .path(|low, path| low.auth_token_file = Some(path)),
+    flag("no-auth", None, Nothing, S::Modes, "Servers: no token (loopback only; any local user can then run tools as you)")
+        .switch(|low| low.no_auth = true),
+    flag("cors-origin", None, Val("ORIGIN"), S::Modes, "Web origin allowed to call the servers (repeatable)")
+        .text(|low, raw| low.cors_origins.push(raw)),
+    flag("use-tools", None, Nothing, S::Modes, "--server runs shepherd's own tools for its clients")
+        .switch(|low| low.use_tools = true),
+    flag("alias", None, Val("NAME"), S::Modes, "--server: the model id clients see (default: the model's file name)")
+        .value(|low, flag, raw| { low.alias = Some(alias(flag, raw)?); Ok(()) }),
+    flag("queue-size", None, Val("N"), S::Modes, "--server: requests that may wait for a slot, 0 to 4096 (default 16)")
+        .value(|low, flag, raw| { low.queue_size = Some(ranged(flag, raw, 0, 4096)? as u32); Ok(()) }),
+    flag("continue", None, Nothing, S::Modes, "Continue the last saved session in this directory")
+        .switch(|low| low.continue_session = true),
+    flag("fresh", None, Nothing, S::Modes, "CLI server: start with an empty session instead of the saved one")
+        .switch(|low| low.fresh = true),
+    flag("record", None, Val("DIR"), S::General, "Record every upstream request and response (secrets redacted) into DIR, for bug reports")
+        .path(|low, path| low.record = Some(path)),
+    flag("replay", None, Val("DIR"), S::General, "Serve the upstream responses recorded in DIR instead of contacting the provider")
+        .path(|low, path| low.replay = Some(path)),
+    flag("model-path", None, Val("PATH"), S::Local, "GGUF model file or directory")
+        .aliases(&["model_path"])
+        .path(|low, path| low.model_path = Some(path)),
+    flag("gpu-layers", None, Val("N"), S::Local, "Layers on the GPU (-1 = all; llama-server's -ngl too)")
+        .aliases(&["n-gpu-layers"])
+        .value(|low, flag, raw| { low.gpu_layers = Some(gpu_layers(flag, raw)?); Ok(()) }),
+    flag("split-mode", None, Val("MODE"), S::Local, "Several GPUs: none (all on --main-gpu), layer (default) or row")
+        .values(Values::Choices(&SPLIT_MODES))
+        .value(|low, flag, raw| { low.split_mode = Some(choice(flag, raw, &SPLIT_MODES)?); Ok(()) }),
+    flag("tensor-split", None, Val("A,B,..."), S::Local, "Several GPUs: each GPU's share of the layers, e.g. 3,1 (default: by free memory)")
+        .value(|low, flag, raw| { low.tensor_split = Some(tensor_split(flag, raw)?); Ok(()) }),
+    flag("main-gpu", None, Val("N"), S::Local, "The GPU for the whole model with --split-mode none, else for its small tensors (default 0)")
+        .value(|low, flag, raw| { low.main_gpu = Some(ranged(flag, raw, 0, 255)? as u32); Ok(()) }),
+    flag("rpc", None, Val("HOST:PORT,..."), S::Local, "Spread the model's layers over these `shepherd --rpc-worker`s (trusted network only)")
+        .value(|low, flag, raw| { low.rpc.extend(rpc_workers(flag, raw)?); Ok(()) }),
+    flag("threads", None, Val("N"), S::Local, "CPU threads (default: one per core up to 16; 2 with every layer on a GPU)")
+        .value(|low, flag, raw| { low.threads = Some(ranged(flag, raw, 1, 1024)? as u32); Ok(()) }),
+    flag("n_batch", None, Val("N"), S::Local, "Logical batch size")
+        .value(|low, flag, raw| { low.n_batch = Some(ranged(flag, raw, 1, 1 << 20)? as u32); Ok(()) }),
+    flag("ubatch", None, Val("N"), S::Local, "Physical batch size (default 512; 256 on the CPU without flash attention)")
+        .value(|low, flag, raw| { low.ubatch = Some(ranged(flag, raw, 1, 1 << 20)? as u32); Ok(()) }),
+    flag("cache-type", None, Val("TYPE"), S::Local, "KV cache type, K and V alike: f16|f32|q8_0|q4_0")
+        .aliases(&["cache-type-k", "cache-type-v"])
+        .values(Values::Choices(&CACHE_TYPES))
+        .value(cache_type),
+    flag("flash-attn", None, Opt("on|off|auto"), S::Local, "Flash attention; alone = on (default auto: off on the CPU for heads up to 64 wide)")
+        .values(Values::Choices(&FLASH_ATTN_MODES))
+        .switch(|low| low.flash_attn = Some(true))
+        .value(flash_attn),
+    flag("parallel", None, Val("N"), S::Local, "Requests decoded together in one batch (slots), 1 to 64 (default 1)")
+        .value(|low, flag, raw| { low.parallel = Some(ranged(flag, raw, 1, MAX_PARALLEL as u64)? as u32); Ok(()) }),
+    flag("chat-template", None, Val("JINJA|chatml"), S::Local, "Chat template instead of the model's own: Jinja source, or chatml")
+        .value(|low, flag, raw| { low.chat_template = Some(chat_template(flag, raw)?); Ok(()) }),
+    flag("chat-template-file", None, Val("FILE"), S::Local, "Read the chat template (Jinja) from FILE")
+        .path(|low, path| low.chat_template_file = Some(path)),
+    flag("slot-save-path", None, Val("DIR"), S::Local, "--server: where POST /slots/N?action=save|restore keeps slot caches (off without it)")
+        .path(|low, path| low.slot_save_path = Some(path)),
+    flag("pooling", None, Val("TYPE"), S::Local, "--server: how /v1/embeddings pools a sequence: mean|cls|last (default mean)")
+        .values(Values::Choices(&POOLING_MODES))
+        .value(|low, flag, raw| { low.pooling = Some(choice(flag, raw, &POOLING_MODES)?); Ok(()) }),
+    flag("no-prompt-cache", None, Nothing, S::Local, "Neither restore nor save decoded prompts on disk (kv_cache_max_mb caps them)")
+        .switch(|low| low.no_prompt_cache = true),
+    flag("spec", None, Val("MODE"), S::Local, "Speculative decoding: off, ngram (default: drafts from the context itself) or draft (--model-draft)")
+        .values(Values::Choices(&SPEC_MODES))
+        .value(|low, flag, raw| { low.spec = Some(choice(flag, raw, &SPEC_MODES)?); Ok(()) }),
+    flag("draft-max", None, Val("N"), S::Local, "Speculative decoding: most tokens drafted at once, 1 to 64 (default 64)")
+        .value(|low, flag, raw| { low.draft_max = Some(ranged(flag, raw, 1, 64)? as u32); Ok(()) }),
+    flag("model-draft", None, Val("FILE"), S::Local, "A small GGUF model with the model's vocabulary that drafts for it (implies --spec draft)")
+        .path(|low, path| low.model_draft = Some(path)),
+    flag("config", Some('c'), Val("FILE"), S::General, "Read and write FILE instead of the default config.json")
+        .path(|low, path| low.config = Some(path)),
+    flag("debug", Some('d'), Opt("llm,tools,http"), S::General, "Debug output to stderr for these categories (none given = all)")
+        .values(Values::Choices(&["llm", "tools", "http", "all"]))
+        .switch(|low| low.debug = Some(Category::ALL.to_vec()))
+        .value(|low, flag, raw| { low.debug = Some(debug_categories(raw).map_err(|e| bad(flag, raw, &e))?); Ok(()) }),
+    flag("version", Some('v'), Nothing, S::General, "Print the version and exit")
+        .switch(|low| low.version = true),
+    flag("help", Some('h'), Nothing, S::General, "Print this help and exit")
+        .switch(|low| low.help = true),
 ];
 
 /// A subcommand and the words after it, kept for `commands` to parse.
@@ -561,137 +661,24 @@ fn take_flag(
         Takes::Value(name) => Some(parser.value().map_err(|_| missing(flag, name))?),
         Takes::OptionalValue(_) => parser.optional_value(),
     };
-    match value {
-        None => set_switch(low, flag.id),
-        Some(raw) if is_path_flag(flag.id) => set_path(low, flag.id, PathBuf::from(raw)),
-        Some(raw) => set_value(
-            low,
-            flag,
-            &utf8(raw, &format!("value for --{}", flag.long))?,
-        )?,
+    let text = |raw: OsString| utf8(raw, &format!("value for --{}", flag.long));
+    match (flag.apply, value) {
+        (Apply::Switch(set) | Apply::Optional(set, _), None) => set(low),
+        (Apply::Text(set), Some(raw)) => set(low, text(raw)?),
+        (Apply::Path(set), Some(raw)) => set(low, PathBuf::from(raw)),
+        (Apply::Value(set) | Apply::Optional(_, set), Some(raw)) => set(low, flag, &text(raw)?)?,
+        _ => {
+            return Err(UsageError(format!(
+                "flag --{} was not understood",
+                flag.long
+            )))
+        }
     }
     Ok(())
 }
 
 fn missing(flag: &Flag, value_name: &str) -> UsageError {
     UsageError(format!("flag --{} needs a value ({value_name})", flag.long))
-}
-
-fn is_path_flag(id: FlagId) -> bool {
-    matches!(
-        id,
-        FlagId::Config
-            | FlagId::SystemPromptFile
-            | FlagId::ModelPath
-            | FlagId::ModelDraft
-            | FlagId::AuthTokenFile
-            | FlagId::ChatTemplateFile
-            | FlagId::SlotSavePath
-            | FlagId::Record
-            | FlagId::Replay
-    )
-}
-
-fn set_path(low: &mut LowArgs, id: FlagId, path: PathBuf) {
-    match id {
-        FlagId::Config => low.config = Some(path),
-        FlagId::SystemPromptFile => low.system_prompt_file = Some(path),
-        FlagId::AuthTokenFile => low.auth_token_file = Some(path),
-        FlagId::Record => low.record = Some(path),
-        FlagId::Replay => low.replay = Some(path),
-        FlagId::ModelDraft => low.model_draft = Some(path),
-        FlagId::ChatTemplateFile => low.chat_template_file = Some(path),
-        FlagId::SlotSavePath => low.slot_save_path = Some(path),
-        _ => low.model_path = Some(path),
-    }
-}
-
-/// Records a flag that was given without a value.
-fn set_switch(low: &mut LowArgs, id: FlagId) {
-    match id {
-        FlagId::NoStream => low.no_stream = true,
-        FlagId::NoTools => low.no_tools = true,
-        FlagId::NoMcp => low.no_mcp = true,
-        FlagId::Json => low.json = true,
-        FlagId::Stats => low.stats = true,
-        FlagId::Thinking => low.thinking = true,
-        FlagId::Tui => low.tui = Some(true),
-        FlagId::NoTui => low.tui = Some(false),
-        FlagId::NoColors => low.no_colors = true,
-        FlagId::NoPromptCache => low.no_prompt_cache = true,
-        FlagId::CliServer => low.cliserver = true,
-        FlagId::Server => low.server = true,
-        FlagId::UseTools => low.use_tools = true,
-        FlagId::ToolServer => low.toolserver = true,
-        FlagId::Continue => low.continue_session = true,
-        FlagId::Fresh => low.fresh = true,
-        FlagId::ListModels => low.list_models = true,
-        FlagId::RpcWorker => low.rpc_worker = true,
-        FlagId::RpcAllowRemote => low.rpc_allow_remote = true,
-        FlagId::NoAuth => low.no_auth = true,
-        FlagId::FlashAttn => low.flash_attn = Some(true),
-        FlagId::Version => low.version = true,
-        FlagId::Help => low.help = true,
-        // `-d` alone turns every category on.
-        FlagId::Debug => low.debug = Some(Category::ALL.to_vec()),
-        // Flags with a required value never arrive here without one.
-        _ => {}
-    }
-}
-
-/// Records a flag's value, converting and range-checking numbers.
-fn set_value(low: &mut LowArgs, flag: &Flag, raw: &str) -> Result<(), UsageError> {
-    let text = || Some(raw.to_string());
-    match flag.id {
-        FlagId::Provider => low.provider = text(),
-        FlagId::Profile => low.profile = text(),
-        FlagId::Model => low.model = text(),
-        FlagId::Backend => low.backend = Some(backend_name(raw)?),
-        FlagId::ApiBase => low.api_base = text(),
-        FlagId::ApiKey => low.api_key = text(),
-        FlagId::Prompt => low.prompt = text(),
-        FlagId::SystemPrompt => low.system_prompt = text(),
-        FlagId::Reasoning => low.reasoning = Some(choice(flag, raw, &REASONING_LEVELS)?),
-        FlagId::Pooling => low.pooling = Some(choice(flag, raw, &POOLING_MODES)?),
-        FlagId::Spec => low.spec = Some(choice(flag, raw, &SPEC_MODES)?),
-        FlagId::CacheType => {
-            let chosen = choice(flag, raw, &CACHE_TYPES)?;
-            // `--cache-type-k` and `--cache-type-v` (llama-server) name one type here.
-            if low
-                .cache_type
-                .as_ref()
-                .is_some_and(|before| *before != chosen)
-            {
-                return Err(UsageError(format!(
-                    "--{}: shepherd keeps K and V in one cache type; give one --cache-type",
-                    flag.long
-                )));
-            }
-            low.cache_type = Some(chosen);
-        }
-        FlagId::FlashAttn => {
-            low.flash_attn = match choice(flag, raw, &FLASH_ATTN_MODES)?.as_str() {
-                "on" => Some(true),
-                "off" => Some(false),
-                _ => None,
-            }
-        }
-        FlagId::Host => low.host = Some(hosts(flag, raw)?),
-        FlagId::Alias => low.alias = Some(alias(flag, raw)?),
-        FlagId::ChatTemplate => low.chat_template = Some(chat_template(flag, raw)?),
-        FlagId::AuthToken => low.auth_token = text(),
-        FlagId::CorsOrigin => low.cors_origins.push(raw.to_string()),
-        FlagId::EnableTools => low.enable_tools.extend(split_globs(raw)),
-        FlagId::DisableTools => low.disable_tools.extend(split_globs(raw)),
-        FlagId::Approve => low.approve.extend(split_globs(raw)),
-        FlagId::Deny => low.deny.extend(split_globs(raw)),
-        FlagId::ToolBackend => low.tool_backend = Some(host_port(flag, raw)?),
-        FlagId::Rpc => low.rpc.extend(rpc_workers(flag, raw)?),
-        FlagId::ToolBackendToken => low.tool_backend_token = text(),
-        FlagId::Debug => low.debug = Some(debug_categories(raw).map_err(|e| bad(flag, raw, &e))?),
-        _ => set_number(low, flag, raw)?,
-    }
-    Ok(())
 }
 
 /// Rejects flag combinations that contradict each other.
@@ -791,6 +778,26 @@ fn flag_label(f: &Flag) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_flag_updates_the_arguments_as_its_value_says() {
+        for f in FLAGS {
+            let fits = matches!(
+                (f.takes, f.apply),
+                (Takes::Nothing, Apply::Switch(_))
+                    | (
+                        Takes::Value(_),
+                        Apply::Text(_) | Apply::Value(_) | Apply::Path(_)
+                    )
+                    | (Takes::OptionalValue(_), Apply::Optional(..))
+            );
+            assert!(fits, "--{}: {:?} with {:?}", f.long, f.takes, f.apply);
+            // A path completes from the file system.
+            if matches!(f.apply, Apply::Path(_)) {
+                assert_eq!(f.values, subcommands::Values::File, "--{}", f.long);
+            }
+        }
+    }
 
     fn ok(args: &[&str]) -> LowArgs {
         match parse(args) {

@@ -10,7 +10,7 @@
 //! `commands::completions` answers.
 
 use super::subcommands::{Action, ActionFlag, Command, Form, Values, COMMANDS};
-use super::{flag_values, Flag, Section, Takes, DESCRIPTION, FLAGS};
+use super::{Flag, Section, Takes, DESCRIPTION, FLAGS};
 
 /// A value spec as the scripts' data functions print it: `file`, `choices:a,b`,
 /// `names:KIND` or `any`.
@@ -58,7 +58,7 @@ fn each_action() -> impl Iterator<Item = (&'static Command, &'static Action)> {
 /// The data functions both the bash and the zsh script read (plain `case`, valid in both).
 fn shared_data() -> String {
     let value_flags = FLAGS.iter().filter_map(|f| match f.takes {
-        Takes::Value(_) => Some((spellings(f).join("|"), spec(flag_values(f.id)))),
+        Takes::Value(_) => Some((spellings(f).join("|"), spec(f.values))),
         _ => None,
     });
     let actions = visible_commands().map(|c| {
@@ -330,7 +330,7 @@ fn zsh_flag_specs(f: &Flag) -> Vec<String> {
                 Takes::Nothing => format!("'{exclusive}{s}[{help}]'"),
                 Takes::Value(name) => {
                     let suffix = if long { "=" } else { "+" };
-                    let action = zsh_action(flag_values(f.id));
+                    let action = zsh_action(f.values);
                     format!(
                         "'{exclusive}{s}{suffix}[{help}]:{}:{action}'",
                         zsh_text(name)
@@ -338,7 +338,7 @@ fn zsh_flag_specs(f: &Flag) -> Vec<String> {
                 }
                 Takes::OptionalValue(name) => {
                     let suffix = if long { "=-" } else { "-" };
-                    let action = zsh_action(flag_values(f.id));
+                    let action = zsh_action(f.values);
                     format!(
                         "'{exclusive}{s}{suffix}[{help}]::{}:{action}'",
                         zsh_text(name)
@@ -481,9 +481,9 @@ fn fish_top_flags() -> String {
     for f in FLAGS {
         let value = match f.takes {
             Takes::Nothing => "-f".to_string(),
-            Takes::Value(_) => fish_value(flag_values(f.id)),
+            Takes::Value(_) => fish_value(f.values),
             // fish takes an optional value only as `--flag=VALUE`.
-            Takes::OptionalValue(_) => fish_value(flag_values(f.id)).replacen("-x", "-f", 1),
+            Takes::OptionalValue(_) => fish_value(f.values).replacen("-x", "-f", 1),
         };
         let cond = "__shepherd_using -";
         out.push_str(&fish_flag(cond, f.short, f.long, value.clone(), f.help));

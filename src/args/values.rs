@@ -4,39 +4,31 @@
 
 use super::*;
 
-pub(super) fn set_number(low: &mut LowArgs, flag: &Flag, raw: &str) -> Result<(), UsageError> {
-    match flag.id {
-        FlagId::MaxTokens => {
-            low.max_tokens = Some(max_tokens(raw).map_err(|e| bad(flag, raw, &e))?)
-        }
-        FlagId::Temperature => low.temperature = Some(ranged_f32(flag, raw, 2.0)?),
-        FlagId::TopP => low.top_p = Some(ranged_f32(flag, raw, 1.0)?),
-        FlagId::TopK => low.top_k = Some(ranged(flag, raw, 0, u32::MAX as u64)? as u32),
-        FlagId::ContextSize => low.context_size = Some(ranged(flag, raw, 0, MAX_TOKEN_COUNT)?),
-        FlagId::MaxRounds => {
-            low.max_rounds = Some(max_rounds(raw).map_err(|e| bad(flag, raw, &e))?)
-        }
-        FlagId::Port => low.port = Some(ranged(flag, raw, 0, 65535)? as u16),
-        FlagId::QueueSize => low.queue_size = Some(ranged(flag, raw, 0, 4096)? as u32),
-        FlagId::ApprovalTimeout => low.approval_timeout = Some(ranged(flag, raw, 1, 86_400)?),
-        FlagId::GpuLayers => low.gpu_layers = Some(gpu_layers(flag, raw)?),
-        FlagId::SplitMode => low.split_mode = Some(choice(flag, raw, &SPLIT_MODES)?),
-        FlagId::TensorSplit => low.tensor_split = Some(tensor_split(flag, raw)?),
-        FlagId::MainGpu => low.main_gpu = Some(ranged(flag, raw, 0, 255)? as u32),
-        FlagId::Threads => low.threads = Some(ranged(flag, raw, 1, 1024)? as u32),
-        FlagId::NBatch => low.n_batch = Some(ranged(flag, raw, 1, 1 << 20)? as u32),
-        FlagId::UBatch => low.ubatch = Some(ranged(flag, raw, 1, 1 << 20)? as u32),
-        FlagId::Parallel => low.parallel = Some(ranged(flag, raw, 1, MAX_PARALLEL as u64)? as u32),
-        FlagId::DraftMax => low.draft_max = Some(ranged(flag, raw, 1, 64)? as u32),
-        FlagId::Seed => low.seed = Some(ranged(flag, raw, 0, u64::from(u32::MAX) - 1)?),
-        // Every id is handled above or in `set_value`/`set_switch`/`set_path`.
-        _ => {
-            return Err(UsageError(format!(
-                "flag --{} was not understood",
-                flag.long
-            )))
-        }
+/// `--cache-type` (and llama-server's `--cache-type-k`/`-v`, which name one
+/// type here: both given must agree).
+pub(super) fn cache_type(low: &mut LowArgs, flag: &Flag, raw: &str) -> Result<(), UsageError> {
+    let chosen = choice(flag, raw, &CACHE_TYPES)?;
+    if low
+        .cache_type
+        .as_ref()
+        .is_some_and(|before| *before != chosen)
+    {
+        return Err(UsageError(format!(
+            "--{}: shepherd keeps K and V in one cache type; give one --cache-type",
+            flag.long
+        )));
     }
+    low.cache_type = Some(chosen);
+    Ok(())
+}
+
+/// `--flash-attn=on|off|auto` (alone: on).
+pub(super) fn flash_attn(low: &mut LowArgs, flag: &Flag, raw: &str) -> Result<(), UsageError> {
+    low.flash_attn = match choice(flag, raw, &FLASH_ATTN_MODES)?.as_str() {
+        "on" => Some(true),
+        "off" => Some(false),
+        _ => None,
+    };
     Ok(())
 }
 
@@ -147,27 +139,6 @@ pub const CACHE_TYPES: [&str; 4] = ["f16", "f32", "q8_0", "q4_0"];
 pub const FLASH_ATTN_MODES: [&str; 3] = ["on", "off", "auto"];
 /// What `--approve` accepts besides tool-name globs.
 pub const APPROVE_WORDS: [&str; 1] = ["all"];
-
-/// What a flag's value is completed from (the completion scripts and the man page ask).
-/// A flag not named here takes free text.
-pub fn flag_values(id: FlagId) -> subcommands::Values {
-    use subcommands::{NameKind, Values};
-    match id {
-        FlagId::Provider => Values::Names(NameKind::Providers),
-        FlagId::Profile => Values::Names(NameKind::Profiles),
-        FlagId::Backend => Values::Choices(&BACKEND_NAMES),
-        FlagId::Reasoning => Values::Choices(&REASONING_LEVELS),
-        FlagId::Pooling => Values::Choices(&POOLING_MODES),
-        FlagId::Spec => Values::Choices(&SPEC_MODES),
-        FlagId::SplitMode => Values::Choices(&SPLIT_MODES),
-        FlagId::CacheType => Values::Choices(&CACHE_TYPES),
-        FlagId::FlashAttn => Values::Choices(&FLASH_ATTN_MODES),
-        FlagId::Debug => Values::Choices(&["llm", "tools", "http", "all"]),
-        FlagId::Approve => Values::Choices(&APPROVE_WORDS),
-        id if is_path_flag(id) => Values::File,
-        _ => Values::Any,
-    }
-}
 
 /// The backend types a provider can have; `config` owns the enum, this only checks the word.
 pub const BACKEND_NAMES: [&str; 7] = [
