@@ -60,7 +60,7 @@ use super::{
 };
 use crate::core::ToolSpec;
 use crate::core::{
-    BackendError, Event, EventSink, FinishReason, Flow, Message, Session, TokenLogprobs,
+    BackendError, Event, EventSink, FinishReason, Flow, Message, Session, Stats, TokenLogprobs,
 };
 use crate::llama::{CacheType, GpuSplit, LoadProgress, Model, ModelParams, Pooling};
 use crate::stream::filter::OutputFilter;
@@ -71,6 +71,9 @@ pub use slots::files::SlotReport;
 
 /// How often a handle waiting for the generation thread asks its caller about a cancel.
 const POLL: Duration = Duration::from_millis(50);
+
+/// Longest `count_tokens` waits for the generation thread before it estimates.
+const COUNT_DEADLINE: Duration = Duration::from_secs(1);
 
 /// Settings for loading the model and creating its context (`--context-size`, `--gpu-layers`, ...).
 #[derive(Debug, Clone)]
@@ -218,11 +221,17 @@ struct RequestJob {
     cancel: Arc<AtomicBool>,
 }
 
+/// What the generation thread sends a request's handle: the model's raw text
+/// (reasoning and tool-call markup included: the output filter's input, never
+/// shown as it is), then the figures, then the reply. Its own type, so raw text
+/// never travels as [`Event::Content`], which carries only filtered text.
 enum WorkerMsg {
-    Event(Event),
-    /// The probabilities of the tokens whose text comes next; unlike an event, it
-    /// is not answered with a [`Flow`].
+    /// Raw text, answered with a [`Flow`].
+    Text(String),
+    /// The probabilities of the tokens whose text comes next; not answered.
     Logprobs(Vec<TokenLogprobs>),
+    /// The generation's figures, after its last text; answered with a [`Flow`].
+    Stats(Stats),
     Done(Result<Reply, BackendError>),
 }
 
@@ -439,10 +448,10 @@ impl LlamaBackend {
                         sink.emit(Event::Logprobs(probs));
                     }
                 }
-                Ok(WorkerMsg::Event(Event::Content(_))) if stopped => {
+                Ok(WorkerMsg::Text(_)) if stopped => {
                     let _ = pending.flow.send(Flow::Cancel);
                 }
-                Ok(WorkerMsg::Event(Event::Content(text))) if !stream => {
+                Ok(WorkerMsg::Text(text)) if !stream => {
                     held.push_str(&text);
                     let answer = if sink.cancelled() {
                         Flow::Cancel
@@ -452,9 +461,13 @@ impl LlamaBackend {
                     stopped = answer == Flow::Cancel;
                     let _ = pending.flow.send(answer);
                 }
-                Ok(WorkerMsg::Event(event)) => {
+                Ok(message @ (WorkerMsg::Text(_) | WorkerMsg::Stats(_))) => {
                     flush_held(&mut held, &mut filter, sink);
-                    let mut answer = forward(event, &mut filter, sink);
+                    let mut answer = match message {
+                        WorkerMsg::Text(text) => show(text, &mut filter, sink),
+                        // The figures come after whatever the filter still holds.
+                        _ => close(message, &mut filter, sink),
+                    };
                     if sink.cancelled() {
                         answer = Flow::Cancel;
                     }
@@ -509,22 +522,30 @@ fn prefilled(report: &PrefillReport, sink: &mut dyn EventSink) {
 /// Shows the text a non-streaming request held back, in one piece.
 fn flush_held(held: &mut String, filter: &mut Option<OutputFilter>, sink: &mut dyn EventSink) {
     if !held.is_empty() {
-        forward(Event::Content(std::mem::take(held)), filter, sink);
+        show(std::mem::take(held), filter, sink);
     }
 }
 
-/// Passes one worker event on: generated text through the output filter, the
-/// closing stats after whatever the filter still holds.
-fn forward(event: Event, filter: &mut Option<OutputFilter>, sink: &mut dyn EventSink) -> Flow {
-    match (event, filter.as_mut()) {
-        (Event::Content(text), Some(f)) => f.push(&text, sink),
-        (event @ Event::Stats(_), Some(f)) => {
-            if f.finish(sink) == Flow::Cancel {
-                return Flow::Cancel;
-            }
-            sink.emit(event)
-        }
-        (event, _) => sink.emit(event),
+/// Raw text through the output filter (visible text, reasoning, tool calls);
+/// without a filter (a forced call sends none) it is the text itself.
+fn show(text: String, filter: &mut Option<OutputFilter>, sink: &mut dyn EventSink) -> Flow {
+    match filter.as_mut() {
+        Some(f) => f.push(&text, sink),
+        None => sink.emit(Event::Content(text)),
+    }
+}
+
+/// The generation's figures, after whatever the filter still holds.
+fn close(message: WorkerMsg, filter: &mut Option<OutputFilter>, sink: &mut dyn EventSink) -> Flow {
+    if filter
+        .as_mut()
+        .is_some_and(|f| f.finish(sink) == Flow::Cancel)
+    {
+        return Flow::Cancel;
+    }
+    match message {
+        WorkerMsg::Stats(stats) => sink.emit(Event::Stats(stats)),
+        _ => Flow::Continue,
     }
 }
 
@@ -578,10 +599,12 @@ impl Backend for LlamaBackend {
     fn count_tokens(&self, message: &Message) -> u32 {
         let (reply, result) = bounded(1);
         let text = message_text(message);
+        // The generation thread answers between steps; one long step (a big
+        // prompt's batch) must not stall the caller: the estimate stands in.
         let counted = self
             .send(Job::Count(text, reply))
             .ok()
-            .and_then(|()| result.recv().ok().flatten());
+            .and_then(|()| result.recv_timeout(COUNT_DEADLINE).ok().flatten());
         match counted {
             Some(n) => u32::try_from(n).unwrap_or(u32::MAX).saturating_add(4),
             None => self.estimator.count_message(message),

@@ -380,12 +380,7 @@ impl Worker<'_> {
         }
         // A forced tool call is JSON for the agent, never text for the user.
         if !task.forced_tools && !shown.is_empty() {
-            if task
-                .job
-                .events
-                .send(WorkerMsg::Event(Event::Content(shown)))
-                .is_err()
-            {
+            if task.job.events.send(WorkerMsg::Text(shown)).is_err() {
                 return self.finish(index, FinishReason::Cancelled);
             }
             task.unanswered.push_back(task.text.len());
@@ -405,7 +400,7 @@ impl Worker<'_> {
             let rest = task.stops.finish(&task.utf8.finish());
             task.text.push_str(&rest);
             if !task.forced_tools && !rest.is_empty() {
-                let _ = task.job.events.send(WorkerMsg::Event(Event::Content(rest)));
+                let _ = task.job.events.send(WorkerMsg::Text(rest));
             }
         }
         // A whole answer (or one cut at its length): the user's turn comes next.
@@ -448,10 +443,7 @@ impl Worker<'_> {
         let reply = reply.map(|mut reply| {
             let user_stop = |s: &&str| task.job.sampling.stop.iter().any(|u| u == s);
             reply.stop_sequence = task.stops.matched().filter(user_stop).map(String::from);
-            let _ = task
-                .job
-                .events
-                .send(WorkerMsg::Event(Event::Stats(stats.clone())));
+            let _ = task.job.events.send(WorkerMsg::Stats(stats.clone()));
             reply.usage = Some(Usage {
                 prompt_tokens: stats.prompt_tokens,
                 completion_tokens: stats.completion_tokens,
