@@ -6,11 +6,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use serde::Serialize;
-
 /// The category of an [`crate::core::Event::Error`], also used as a stable string on the wire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorKind {
     ContextOverflow,
     Http,

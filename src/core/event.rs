@@ -6,11 +6,9 @@
 
 use super::error::ErrorKind;
 use super::message::ToolCall;
-use serde::Serialize;
 
 /// Why a generation (or a whole agent turn) ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FinishReason {
     Stop,
     Length,
@@ -31,20 +29,15 @@ impl FinishReason {
     }
 }
 
-fn is_zero(n: &u64) -> bool {
-    *n == 0
-}
-
-/// Performance and context figures for one generation.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+/// Performance and context figures for one generation. Not a wire shape:
+/// the formats that write it have their own (`frontend::stats_line`).
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Stats {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
     /// Prompt tokens per second, when the backend can measure it.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub prefill_tps: Option<f64>,
     /// Generated tokens per second, when the backend can measure it.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub decode_tps: Option<f64>,
     /// Tokens the conversation occupies in the context after this generation.
     pub context_used: u64,
@@ -55,12 +48,9 @@ pub struct Stats {
     pub cached_tokens: u64,
     /// Tokens speculative decoding drafted, and how many of them the model accepted
     /// (the in-process model; 0 without speculation).
-    #[serde(skip_serializing_if = "is_zero")]
     pub draft_tokens: u64,
-    #[serde(skip_serializing_if = "is_zero")]
     pub draft_accepted: u64,
     /// The provider that answered, when several are configured (`backend::failover`).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub provider: Option<String>,
 }
 
@@ -84,7 +74,7 @@ pub struct TokenLogprobs {
 }
 
 /// A finished tool run, as shown to front-ends.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ToolResultEvent {
     pub id: String,
     pub name: String,

@@ -23,9 +23,10 @@ use crossbeam_channel::{never, select, Receiver};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::stats_line::StatsLine;
 use crate::agent::{AgentHandle, Op};
 use crate::approval::Answer;
-use crate::core::{Event, FinishReason, Stats};
+use crate::core::{Event, FinishReason};
 
 /// One output line.
 #[derive(Serialize)]
@@ -67,7 +68,7 @@ enum JsonOut<'a> {
         message: &'a str,
         error_type: &'a str,
     },
-    Stats(&'a Stats),
+    Stats(StatsLine<'a>),
     /// How far loading the in-process model has got, 0.0 to 1.0.
     Loading {
         progress: f32,
@@ -149,7 +150,7 @@ fn event_line(out: &mut impl Write, event: &Event, totals: &mut Totals) -> io::R
             totals.context_used = stats.context_used;
             totals.prompt_tokens += stats.prompt_tokens;
             totals.completion_tokens += stats.completion_tokens;
-            JsonOut::Stats(stats)
+            JsonOut::Stats(stats.into())
         }
         Event::Stop(reason) => {
             totals.turns += 1;
@@ -360,6 +361,7 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::Stats;
 
     #[test]
     fn input_lines_are_checked() {

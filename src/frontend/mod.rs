@@ -26,6 +26,7 @@ mod rpc_worker;
 mod sanitize;
 mod signals;
 mod slash;
+mod stats_line;
 mod terminal;
 mod tool_server;
 mod tui;

@@ -4,7 +4,8 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::core::{Event, Stats};
+use crate::core::Event;
+use crate::frontend::stats_line::StatsLine;
 
 /// One event as sent: its sequence number, the request it belongs to, and the event.
 #[derive(Serialize)]
@@ -47,7 +48,7 @@ pub(super) enum WireEvent<'a> {
     System {
         content: &'a str,
     },
-    Stats(&'a Stats),
+    Stats(StatsLine<'a>),
     Error {
         message: &'a str,
         error_type: &'a str,
@@ -87,7 +88,7 @@ pub(super) fn wire_event(event: &Event) -> Option<WireEvent<'_>> {
             error: (!r.success).then_some(r.content.as_str()),
         },
         Event::System(text) => WireEvent::System { content: text },
-        Event::Stats(stats) => WireEvent::Stats(stats),
+        Event::Stats(stats) => WireEvent::Stats(stats.into()),
         Event::Error { kind, message } => WireEvent::Error {
             message,
             error_type: kind.as_str(),
