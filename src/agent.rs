@@ -27,7 +27,7 @@ use crossbeam_channel::{Receiver, Sender};
 use crate::approval::{Approvals, Gate};
 use crate::backend::{Backend, Sampling, ToolChoice};
 use crate::core::ToolSpec;
-use crate::core::{BackendError, Event, EventSink, FinishReason, Flow, Message, Session};
+use crate::core::{BackendError, ChannelSink, Event, FinishReason, Message, Session};
 use crate::tools::{ToolContext, ToolRegistry};
 
 pub mod turn;
@@ -232,30 +232,6 @@ struct Agent {
     busy: Arc<AtomicBool>,
 }
 
-/// Forwards backend events to the front-end and reports cancellation.
-struct ChannelSink<'a> {
-    events: &'a Sender<Event>,
-    cancel: &'a AtomicBool,
-}
-
-impl EventSink for ChannelSink<'_> {
-    fn emit(&mut self, event: Event) -> Flow {
-        // A front-end that went away is the same as a cancel.
-        if self.events.send(event).is_err() {
-            self.cancel.store(true, Ordering::SeqCst);
-        }
-        if self.cancelled() {
-            Flow::Cancel
-        } else {
-            Flow::Continue
-        }
-    }
-
-    fn cancelled(&self) -> bool {
-        self.cancel.load(Ordering::SeqCst)
-    }
-}
-
 /// The agent's tools: its registry, refreshed before each generation and
 /// offered unless tools are off. Every call the model makes is the agent's
 /// to run (an unknown name gets the registry's error as its result).
@@ -380,8 +356,9 @@ impl Agent {
         turn::push_message(&mut self.session, &*self.backend, Message::user(prompt));
         let mut toolbox = AgentToolbox::of(&mut self.tools, &self.config);
         let mut sink = ChannelSink {
-            events: &self.events,
+            out: &self.events,
             cancel: &self.cancel,
+            wrap: Some,
         };
         let outcome = Turn {
             backend: &mut *self.backend,

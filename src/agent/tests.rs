@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use crate::core::EventSink;
+
 use super::*;
 use crate::backend::{BackendInfo, GenerateRequest, Reply};
 use crate::core::Role;

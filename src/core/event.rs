@@ -4,6 +4,10 @@
 //! backend), and every front-end renders from it. Reasoning and tool calls
 //! never travel inside [`Event::Content`].
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crossbeam_channel::Sender;
+
 use super::error::ErrorKind;
 use super::message::ToolCall;
 
@@ -192,6 +196,35 @@ pub trait EventSink {
 impl<F: FnMut(Event) -> Flow> EventSink for F {
     fn emit(&mut self, event: Event) -> Flow {
         self(event)
+    }
+}
+
+/// Forwards events to another thread over a channel (the agent's to its
+/// front-end, an API job's to its connection) and answers with a cancel flag; a
+/// receiver that is gone is the same as a cancel.
+pub struct ChannelSink<'a, T> {
+    pub out: &'a Sender<T>,
+    pub cancel: &'a AtomicBool,
+    /// What goes on the channel for an event; `None` keeps it off.
+    pub wrap: fn(Event) -> Option<T>,
+}
+
+impl<T> EventSink for ChannelSink<'_, T> {
+    fn emit(&mut self, event: Event) -> Flow {
+        if let Some(item) = (self.wrap)(event) {
+            if self.out.send(item).is_err() {
+                self.cancel.store(true, Ordering::SeqCst);
+            }
+        }
+        if self.cancelled() {
+            Flow::Cancel
+        } else {
+            Flow::Continue
+        }
+    }
+
+    fn cancelled(&self) -> bool {
+        self.cancel.load(Ordering::SeqCst)
     }
 }
 

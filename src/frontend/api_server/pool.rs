@@ -30,7 +30,7 @@ use crate::approval::{Gate, Headless, Policy};
 use crate::audit::AuditLog;
 use crate::backend::{Backend, GenerateRequest, PromptPart, Reply, Sampling, ToolChoice};
 use crate::core::ToolSpec;
-use crate::core::{BackendError, Event, EventSink, FinishReason, Flow, Session, ToolCall};
+use crate::core::{BackendError, ChannelSink, Event, FinishReason, Session, ToolCall};
 use crate::tools::{ToolContext, ToolRegistry};
 
 /// One generation request, stateless: the conversation comes with it.
@@ -211,32 +211,12 @@ impl Pool {
     }
 }
 
-/// Hands a job's events to its connection and answers with its cancel flag.
-struct JobSink<'a> {
-    out: &'a Sender<Out>,
-    cancel: &'a AtomicBool,
-}
-
-impl EventSink for JobSink<'_> {
-    fn emit(&mut self, event: Event) -> Flow {
-        // Notices for a person at a terminal (an eviction, the round cap, a
-        // failover) have no place in an API answer; passing one on would also
-        // write the response head before any output, so a later error could
-        // no longer be a proper status.
-        let notice = matches!(event, Event::System(_));
-        if !notice && self.out.send(Out::Event(event)).is_err() {
-            self.cancel.store(true, Ordering::SeqCst);
-        }
-        if self.cancelled() {
-            Flow::Cancel
-        } else {
-            Flow::Continue
-        }
-    }
-
-    fn cancelled(&self) -> bool {
-        self.cancel.load(Ordering::SeqCst)
-    }
+/// What of a job's events its connection gets: all but the notices for a
+/// person at a terminal (an eviction, the round cap, a failover), which have no
+/// place in an API answer; passing one on would also write the response head
+/// before any output, so a later error could no longer be a proper status.
+fn api_event(event: Event) -> Option<Out> {
+    (!matches!(event, Event::System(_))).then_some(Out::Event(event))
 }
 
 struct Worker {
@@ -249,9 +229,10 @@ impl Worker {
         if job.cancel.load(Ordering::SeqCst) {
             return;
         }
-        let mut sink = JobSink {
+        let mut sink = ChannelSink {
             out: &job.out,
             cancel: &job.cancel,
+            wrap: api_event,
         };
         let result = match (&self.tools, job.work.use_tools, &job.work.raw_prompt) {
             (_, _, Some(prompt)) => {
@@ -290,7 +271,7 @@ impl Worker {
         tools: &ServerTools,
         work: &Work,
         cancel: &Arc<AtomicBool>,
-        sink: &mut JobSink<'_>,
+        sink: &mut ChannelSink<'_, Out>,
     ) -> Result<Reply, BackendError> {
         let mut session = work.session.clone();
         let mut toolbox = ServerToolbox {
@@ -365,6 +346,7 @@ impl Toolbox for ServerToolbox<'_> {
 mod tests {
     use super::*;
     use crate::backend::BackendInfo;
+    use crate::core::EventSink;
     use crate::core::Message;
     use std::time::Duration;
 
