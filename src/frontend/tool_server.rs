@@ -384,7 +384,7 @@ impl Connection<'_> {
 
     /// Answers one request object; `None` for a notification.
     fn handle(&mut self, value: Value) -> Option<Response> {
-        let request = match parse_request(value) {
+        let request = match rpc::parse_request(value) {
             Ok(request) => request,
             Err(response) => return Some(*response),
         };
@@ -557,45 +557,6 @@ fn watch_peer(socket: &TcpStream, cancel: &AtomicBool, finished: &Receiver<()>, 
             }
         }
     }
-}
-
-/// A request object, checked.
-struct ParsedRequest {
-    /// `None` for a notification.
-    id: Option<Value>,
-    method: String,
-    params: Value,
-}
-
-/// Checks the JSON-RPC envelope; the error answer carries the id when it could be read.
-fn parse_request(value: Value) -> Result<ParsedRequest, Box<Response>> {
-    let refuse = |id: Value, message: &str| {
-        Box::new(Response::err(
-            id,
-            RpcError::new(rpc::INVALID_REQUEST, message),
-        ))
-    };
-    let Value::Object(mut object) = value else {
-        return Err(refuse(Value::Null, "a request must be a JSON object"));
-    };
-    let id = object.remove("id");
-    let usable_id = match &id {
-        None => Value::Null,
-        Some(id @ (Value::String(_) | Value::Number(_) | Value::Null)) => id.clone(),
-        Some(_) => return Err(refuse(Value::Null, "id must be a string, number or null")),
-    };
-    let invalid = |message: &str| refuse(usable_id.clone(), message);
-    if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-        return Err(invalid("jsonrpc must be \"2.0\""));
-    }
-    let Some(Value::String(method)) = object.remove("method") else {
-        return Err(invalid("method must be a string"));
-    };
-    let params = object.remove("params").unwrap_or(Value::Null);
-    if !matches!(params, Value::Null | Value::Object(_) | Value::Array(_)) {
-        return Err(invalid("params must be an object or an array"));
-    }
-    Ok(ParsedRequest { id, method, params })
 }
 
 fn invalid_params(message: impl Into<String>) -> RpcError {

@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use serde_json::{json, Map, Value};
 
+use crate::tools::rpc;
+
 /// The protocol versions shepherd speaks, newest first; the first is offered.
 pub const PROTOCOL_VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
 
@@ -282,7 +284,7 @@ impl Client {
     ) -> Result<Value, McpError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let answer = self.router.register(id)?;
-        let message = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let message = rpc::Request::call(method, params, id).to_value();
         if let Err(error) = self.transport.send(&message) {
             self.router.forget(id);
             return Err(error);
@@ -321,11 +323,8 @@ impl Client {
 
     /// Sends a notification (no answer expected).
     pub fn notify(&self, method: &str, params: Option<Value>) -> Result<(), McpError> {
-        let mut message = json!({"jsonrpc": "2.0", "method": method});
-        if let Some(params) = params {
-            message["params"] = params;
-        }
-        self.transport.send(&message)
+        let message = rpc::Request::notification(method, params.unwrap_or(Value::Null));
+        self.transport.send(&message.to_value())
     }
 
     /// Answers a request the server sent us: `ping` gets `{}`, anything else
@@ -336,12 +335,14 @@ impl Client {
         };
         let method = request["method"].as_str().unwrap_or_default();
         let reply = if method == "ping" {
-            json!({"jsonrpc": "2.0", "id": id, "result": {}})
+            rpc::Response::ok(id, json!({}))
         } else {
             let message = format!("shepherd does not support {method}");
-            json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": message}})
+            rpc::Response::err(id, rpc::RpcError::new(rpc::METHOD_NOT_FOUND, message))
         };
-        let _ = self.transport.send(&reply);
+        let _ = self
+            .transport
+            .send(&serde_json::to_value(&reply).unwrap_or(Value::Null));
     }
 
     /// Every tool, following `nextCursor` through the pages.

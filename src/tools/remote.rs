@@ -187,12 +187,7 @@ impl ToolBackend {
         cancel: &AtomicBool,
     ) -> Result<Value, RemoteError> {
         let id = self.next_id.fetch_add(1, Ordering::SeqCst);
-        let request = Request {
-            jsonrpc: "2.0",
-            method,
-            params,
-            id,
-        };
+        let request = Request::call(method, params, id);
         let mut line = serde_json::to_vec(&request).map_err(|e| RemoteError::Io(e.to_string()))?;
         line.push(b'\n');
         conn.stream

@@ -30,14 +30,89 @@ pub const DENIED: i64 = -32003;
 /// The tool ran and reported a failure; `data` holds `{content, summary}`.
 pub const TOOL_FAILED: i64 = -32010;
 
-/// A request as sent by the client.
+/// A request as a client sends it (the tool server's client and the MCP
+/// client); without an `id` it is a notification.
 #[derive(Serialize)]
 pub struct Request<'a> {
     pub jsonrpc: &'static str,
     pub method: &'a str,
     #[serde(skip_serializing_if = "Value::is_null")]
     pub params: Value,
-    pub id: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<u64>,
+}
+
+impl<'a> Request<'a> {
+    /// A call that expects an answer with `id`.
+    pub fn call(method: &'a str, params: Value, id: u64) -> Request<'a> {
+        Request {
+            jsonrpc: "2.0",
+            method,
+            params,
+            id: Some(id),
+        }
+    }
+
+    /// A notification: no answer expected.
+    pub fn notification(method: &'a str, params: Value) -> Request<'a> {
+        Request {
+            jsonrpc: "2.0",
+            method,
+            params,
+            id: None,
+        }
+    }
+
+    /// The request as a JSON value (it has only string keys: cannot fail).
+    pub fn to_value(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+}
+
+/// A request object as a server reads it, checked ([`parse_request`]).
+pub struct ParsedRequest {
+    /// `None` for a notification.
+    pub id: Option<Value>,
+    pub method: String,
+    pub params: Value,
+}
+
+/// What makes an object a request: `jsonrpc` 2.0 and a string `method`; the
+/// one check behind [`is_request_shaped`] and [`parse_request`].
+fn names_a_method(object: &serde_json::Map<String, Value>) -> Result<(), &'static str> {
+    if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err("jsonrpc must be \"2.0\"");
+    }
+    if !object.get("method").is_some_and(Value::is_string) {
+        return Err("method must be a string");
+    }
+    Ok(())
+}
+
+/// Checks a request's envelope; the error answer carries the id when it
+/// could be read.
+pub fn parse_request(value: Value) -> Result<ParsedRequest, Box<Response>> {
+    let refuse = |id: Value, message: &str| {
+        Box::new(Response::err(id, RpcError::new(INVALID_REQUEST, message)))
+    };
+    let Value::Object(mut object) = value else {
+        return Err(refuse(Value::Null, "a request must be a JSON object"));
+    };
+    let id = object.remove("id");
+    let usable_id = match &id {
+        None => Value::Null,
+        Some(id @ (Value::String(_) | Value::Number(_) | Value::Null)) => id.clone(),
+        Some(_) => return Err(refuse(Value::Null, "id must be a string, number or null")),
+    };
+    names_a_method(&object).map_err(|message| refuse(usable_id.clone(), message))?;
+    let Some(Value::String(method)) = object.remove("method") else {
+        return Err(refuse(usable_id, "method must be a string"));
+    };
+    let params = object.remove("params").unwrap_or(Value::Null);
+    if !matches!(params, Value::Null | Value::Object(_) | Value::Array(_)) {
+        return Err(refuse(usable_id, "params must be an object or an array"));
+    }
+    Ok(ParsedRequest { id, method, params })
 }
 
 /// A response: exactly one of `result` and `error`.
@@ -138,10 +213,7 @@ pub fn frame(line: &[u8]) -> Frame {
 /// what the first line of a connection must be.
 pub fn is_request_shaped(value: &Value) -> bool {
     match value {
-        Value::Object(object) => {
-            object.get("jsonrpc").and_then(Value::as_str) == Some("2.0")
-                && object.get("method").is_some_and(Value::is_string)
-        }
+        Value::Object(object) => names_a_method(object).is_ok(),
         Value::Array(items) => {
             !items.is_empty()
                 && items
