@@ -20,6 +20,7 @@
 //!   the window after output was shown: it ends the reply as `Length` with a
 //!   notice rather than an overflow error, which would re-run shown text.
 
+use super::ending::{assemble, Ending};
 use std::io::BufRead;
 
 use serde::{Deserialize, Serialize};
@@ -688,37 +689,26 @@ impl Turn {
 
     /// Flushes the filter, emits `Stats` and builds the reply.
     fn complete(mut self, sink: &mut dyn EventSink) -> Reply {
-        if self.filter.finish(sink) == Flow::Cancel {
-            return self.cancelled();
-        }
-        let mut tool_calls = std::mem::take(&mut self.calls).finish();
-        tool_calls.extend(self.filter.take_tool_calls().into_iter().map(|mut call| {
-            call.id.clear();
-            call
-        }));
-        crate::stream::toolcall::ensure_ids(&mut tool_calls);
         let usage = self.reply_usage();
         let counted = usage.unwrap_or_default();
-        sink.emit(Event::Stats(Stats {
-            prompt_tokens: counted.prompt_tokens,
-            completion_tokens: counted.completion_tokens,
-            context_used: counted.prompt_tokens + counted.completion_tokens,
-            context_size: self.context_size,
-            ..Stats::default()
-        }));
-        let finish = match self.finish {
-            _ if !tool_calls.is_empty() => FinishReason::ToolCalls,
-            Some(FinishReason::ToolCalls) | None => FinishReason::Stop,
-            Some(finish) => finish,
-        };
-        Reply {
-            content: self.filter.content().to_string(),
-            thinking: self.thinking.clone() + self.filter.thinking(),
-            tool_calls,
-            finish,
+        let ending = Ending {
+            calls: std::mem::take(&mut self.calls).finish(),
+            thinking: self.thinking.clone(),
+            finish: self.finish,
             usage,
-            artefacts: self.artefacts,
-            stop_sequence: None,
+            stats: Stats {
+                prompt_tokens: counted.prompt_tokens,
+                completion_tokens: counted.completion_tokens,
+                context_used: counted.prompt_tokens + counted.completion_tokens,
+                context_size: self.context_size,
+                ..Stats::default()
+            },
+            artefacts: std::mem::take(&mut self.artefacts),
+            notice: None,
+        };
+        match assemble(&mut self.filter, ending, sink) {
+            Some(reply) => reply,
+            None => self.cancelled(),
         }
     }
 }

@@ -17,6 +17,7 @@
 //!   `finishReason` was cut off and is a `Protocol` error.
 //! - Thought-summary parts (`thought: true`) become thinking, and are not sent back.
 
+use super::ending::{assemble, Ending};
 use std::io::BufRead;
 
 use serde::{Deserialize, Serialize};
@@ -588,10 +589,9 @@ impl Turn {
 
     /// Flushes the filter, emits `Stats` and builds the reply.
     fn complete(mut self, sink: &mut dyn EventSink) -> Reply {
-        if self.filter.finish(sink) == Flow::Cancel {
-            return self.cancelled();
-        }
-        let mut tool_calls = std::mem::take(&mut self.calls).finish();
+        let calls = std::mem::take(&mut self.calls).finish();
+        // Signatures name the native calls they belong to, before text-parsed
+        // calls join them.
         let mut artefacts: Vec<Artefact> = self
             .text_signature
             .take()
@@ -608,41 +608,34 @@ impl Turn {
                 .filter_map(|(at, signature)| {
                     Some(Artefact::Signature {
                         origin: KIND.into(),
-                        call_id: Some(tool_calls.get(at)?.id.clone()),
+                        call_id: Some(calls.get(at)?.id.clone()),
                         signature,
                     })
                 }),
         );
-        tool_calls.extend(self.filter.take_tool_calls().into_iter().map(|mut call| {
-            call.id.clear();
-            call
-        }));
-        crate::stream::toolcall::ensure_ids(&mut tool_calls);
         let usage = self.usage.map(|u| Usage {
             prompt_tokens: u.prompt_token_count,
             completion_tokens: u.candidates_token_count + u.thoughts_token_count,
         });
         let counted = usage.unwrap_or_default();
-        sink.emit(Event::Stats(Stats {
-            prompt_tokens: counted.prompt_tokens,
-            completion_tokens: counted.completion_tokens,
-            context_used: counted.prompt_tokens + counted.completion_tokens,
-            context_size: self.context_size,
-            ..Stats::default()
-        }));
-        let finish = match self.finish {
-            _ if !tool_calls.is_empty() => FinishReason::ToolCalls,
-            Some(finish) => finish,
-            None => FinishReason::Stop,
-        };
-        Reply {
-            content: self.filter.content().to_string(),
-            thinking: self.thinking.clone() + self.filter.thinking(),
-            tool_calls,
-            finish,
+        let ending = Ending {
+            calls,
+            thinking: self.thinking.clone(),
+            finish: self.finish,
             usage,
+            stats: Stats {
+                prompt_tokens: counted.prompt_tokens,
+                completion_tokens: counted.completion_tokens,
+                context_used: counted.prompt_tokens + counted.completion_tokens,
+                context_size: self.context_size,
+                ..Stats::default()
+            },
             artefacts,
-            stop_sequence: None,
+            notice: None,
+        };
+        match assemble(&mut self.filter, ending, sink) {
+            Some(reply) => reply,
+            None => self.cancelled(),
         }
     }
 }

@@ -13,6 +13,7 @@ use crate::core::{
 
 pub mod anthropic;
 pub mod cli;
+pub mod ending;
 pub mod estimate;
 pub mod failover;
 #[cfg(test)]

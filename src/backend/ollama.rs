@@ -20,6 +20,7 @@
 //! - The stream ends with a `done: true` line carrying counts and durations
 //!   (ns), which become the `Stats`; without it the reply was cut off.
 
+use super::ending::{assemble, Ending};
 use std::io::BufRead;
 
 use serde::{Deserialize, Serialize};
@@ -461,41 +462,28 @@ impl Turn {
 
     /// Flushes the filter, warns about truncation, emits `Stats` and builds the reply.
     fn complete(mut self, done: WireLine, sink: &mut dyn EventSink) -> Reply {
-        if self.filter.finish(sink) == Flow::Cancel {
-            return self.cancelled();
-        }
-        let mut tool_calls = std::mem::take(&mut self.calls).finish();
-        tool_calls.extend(self.filter.take_tool_calls().into_iter().map(|mut call| {
-            call.id.clear();
-            call
-        }));
-        crate::stream::toolcall::ensure_ids(&mut tool_calls);
         let prompt = done.prompt_eval_count.unwrap_or(0);
-        if self.num_ctx > 0 && prompt >= self.num_ctx {
-            sink.emit(Event::System(format!(
+        let notice = (self.num_ctx > 0 && prompt >= self.num_ctx).then(|| {
+            format!(
                 "Ollama read {prompt} prompt tokens with num_ctx {}: it may have dropped the start of the conversation",
                 self.num_ctx
-            )));
-        }
-        let usage =
-            (done.prompt_eval_count.is_some() || done.eval_count.is_some()).then(|| Usage {
+            )
+        });
+        let ending = Ending {
+            calls: std::mem::take(&mut self.calls).finish(),
+            thinking: self.thinking.clone(),
+            finish: (done.done_reason.as_deref() == Some("length")).then_some(FinishReason::Length),
+            usage: (done.prompt_eval_count.is_some() || done.eval_count.is_some()).then(|| Usage {
                 prompt_tokens: prompt,
                 completion_tokens: done.eval_count.unwrap_or(0),
-            });
-        sink.emit(Event::Stats(stats(&done, self.num_ctx)));
-        let finish = match done.done_reason.as_deref() {
-            _ if !tool_calls.is_empty() => FinishReason::ToolCalls,
-            Some("length") => FinishReason::Length,
-            _ => FinishReason::Stop,
-        };
-        Reply {
-            content: self.filter.content().to_string(),
-            thinking: self.thinking.clone() + self.filter.thinking(),
-            tool_calls,
-            finish,
-            usage,
+            }),
+            stats: stats(&done, self.num_ctx),
             artefacts: Vec::new(),
-            stop_sequence: None,
+            notice,
+        };
+        match assemble(&mut self.filter, ending, sink) {
+            Some(reply) => reply,
+            None => self.cancelled(),
         }
     }
 }

@@ -17,6 +17,7 @@
 //!   `Stats`; tool calls come back in [`Reply::tool_calls`] and the agent
 //!   announces them, as it also emits `Stop`.
 
+use super::ending::{assemble, Ending};
 use std::io::Read;
 
 use serde::{Deserialize, Serialize};
@@ -33,7 +34,7 @@ use crate::core::{
 use crate::log::{self, Category};
 use crate::stream::filter::OutputFilter;
 use crate::stream::sse::SseDecoder;
-use crate::stream::toolcall::{ensure_ids, ToolCallAccumulator, ToolCallDelta};
+use crate::stream::toolcall::{ToolCallAccumulator, ToolCallDelta};
 
 /// Which request field carries the answer's length limit (newer OpenAI models
 /// reject `max_tokens`).
@@ -685,35 +686,20 @@ impl Turn {
 
     /// Flushes the filter, emits `Stats` and builds the reply.
     fn complete(mut self, sink: &mut dyn EventSink) -> Reply {
-        if self.filter.finish(sink) == Flow::Cancel {
-            return self.cancelled();
-        }
-        let mut tool_calls = std::mem::take(&mut self.calls).finish();
-        // Text-parsed calls are numbered again after the native ones, so ids stay unique and stable.
-        tool_calls.extend(self.filter.take_tool_calls().into_iter().map(|mut call| {
-            call.id.clear();
-            call
-        }));
-        ensure_ids(&mut tool_calls);
-        let usage = self.usage().map(|u| Usage {
-            prompt_tokens: u.prompt_tokens,
-            completion_tokens: u.completion_tokens,
-        });
-        sink.emit(Event::Stats(self.stats()));
-        let finish = match self.finish {
-            _ if !tool_calls.is_empty() => FinishReason::ToolCalls,
-            // Calls that were announced but did not survive parsing are no calls.
-            Some(FinishReason::ToolCalls) | None => FinishReason::Stop,
-            Some(finish) => finish,
+        let ending = Ending {
+            calls: std::mem::take(&mut self.calls).finish(),
+            thinking: self.reasoning.clone(),
+            finish: self.finish,
+            usage: self.usage().map(|u| Usage {
+                prompt_tokens: u.prompt_tokens,
+                completion_tokens: u.completion_tokens,
+            }),
+            stats: self.stats(),
+            ..Ending::default()
         };
-        Reply {
-            content: self.filter.content().to_string(),
-            thinking: self.reasoning.clone() + self.filter.thinking(),
-            tool_calls,
-            finish,
-            usage,
-            artefacts: Vec::new(),
-            stop_sequence: None,
+        match assemble(&mut self.filter, ending, sink) {
+            Some(reply) => reply,
+            None => self.cancelled(),
         }
     }
 
