@@ -20,7 +20,7 @@
 //!   the window after output was shown: it ends the reply as `Length` with a
 //!   notice rather than an overflow error, which would re-run shown text.
 
-use super::ending::{assemble, Ending};
+use super::ending::{assemble, counted_stats, Ending};
 use std::io::BufRead;
 
 use serde::{Deserialize, Serialize};
@@ -32,7 +32,7 @@ use super::toolnames;
 use super::{Backend, BackendInfo, GenerateRequest, Reply, ToolChoice, Usage};
 use crate::core::ToolSpec;
 use crate::core::{
-    Artefact, BackendError, Event, EventSink, FinishReason, Flow, Message, Role, Session, Stats,
+    Artefact, BackendError, Event, EventSink, FinishReason, Flow, Message, Role, Session,
 };
 use crate::log::{self, Category};
 use crate::stream::filter::OutputFilter;
@@ -690,19 +690,12 @@ impl Turn {
     /// Flushes the filter, emits `Stats` and builds the reply.
     fn complete(mut self, sink: &mut dyn EventSink) -> Reply {
         let usage = self.reply_usage();
-        let counted = usage.unwrap_or_default();
         let ending = Ending {
             calls: std::mem::take(&mut self.calls).finish(),
             thinking: self.thinking.clone(),
             finish: self.finish,
             usage,
-            stats: Stats {
-                prompt_tokens: counted.prompt_tokens,
-                completion_tokens: counted.completion_tokens,
-                context_used: counted.prompt_tokens + counted.completion_tokens,
-                context_size: self.context_size,
-                ..Stats::default()
-            },
+            stats: counted_stats(usage, self.context_size),
             artefacts: std::mem::take(&mut self.artefacts),
             notice: None,
         };

@@ -27,6 +27,19 @@ pub struct Ending {
     pub notice: Option<String>,
 }
 
+/// The figures of a provider that reports only token counts: the tokens the
+/// conversation now fills, in a context of `context_size` (0 when unknown).
+pub fn counted_stats(usage: Option<Usage>, context_size: u64) -> Stats {
+    let counted = usage.unwrap_or_default();
+    Stats {
+        prompt_tokens: counted.prompt_tokens,
+        completion_tokens: counted.completion_tokens,
+        context_used: counted.prompt_tokens + counted.completion_tokens,
+        context_size,
+        ..Stats::default()
+    }
+}
+
 /// The one finish rule: a reply with tool calls ends for them; one announced
 /// as calls whose calls did not survive parsing (or with no reason at all)
 /// simply stopped; any other reason the provider gave stands.

@@ -17,7 +17,7 @@
 //!   `finishReason` was cut off and is a `Protocol` error.
 //! - Thought-summary parts (`thought: true`) become thinking, and are not sent back.
 
-use super::ending::{assemble, Ending};
+use super::ending::{assemble, counted_stats, Ending};
 use std::io::BufRead;
 
 use serde::{Deserialize, Serialize};
@@ -29,7 +29,7 @@ use super::toolnames;
 use super::{Backend, BackendInfo, GenerateRequest, Reply, ToolChoice, Usage};
 use crate::core::ToolSpec;
 use crate::core::{
-    Artefact, BackendError, Event, EventSink, FinishReason, Flow, Message, Role, Session, Stats,
+    Artefact, BackendError, Event, EventSink, FinishReason, Flow, Message, Role, Session,
 };
 use crate::log::{self, Category};
 use crate::stream::filter::OutputFilter;
@@ -617,19 +617,12 @@ impl Turn {
             prompt_tokens: u.prompt_token_count,
             completion_tokens: u.candidates_token_count + u.thoughts_token_count,
         });
-        let counted = usage.unwrap_or_default();
         let ending = Ending {
             calls,
             thinking: self.thinking.clone(),
             finish: self.finish,
             usage,
-            stats: Stats {
-                prompt_tokens: counted.prompt_tokens,
-                completion_tokens: counted.completion_tokens,
-                context_used: counted.prompt_tokens + counted.completion_tokens,
-                context_size: self.context_size,
-                ..Stats::default()
-            },
+            stats: counted_stats(usage, self.context_size),
             artefacts,
             notice: None,
         };
