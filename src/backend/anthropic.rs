@@ -27,9 +27,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::estimate::TokenEstimator;
+use super::hosted::Dialect;
 use super::http::{self, ApiSettings};
-use super::toolnames;
-use super::{Backend, BackendInfo, GenerateRequest, Reply, ToolChoice, Usage};
+use super::{GenerateRequest, Reply, ToolChoice, Usage};
 use crate::core::ToolSpec;
 use crate::core::{
     Artefact, BackendError, Event, EventSink, FinishReason, Flow, Message, Role, Session,
@@ -140,10 +140,18 @@ pub(super) fn ids_in(list: &Value, key: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
-impl AnthropicBackend {
+impl AnthropicBackend {}
+
+impl Dialect for AnthropicBackend {
+    const KIND: &'static str = KIND;
+
+    fn model(&self) -> (String, u64) {
+        (self.config.api.model.clone(), self.config.api.context_size)
+    }
+
     /// Builds, sends and reads one request (with retries), names already in wire form.
     fn send(
-        &self,
+        &mut self,
         session: &Session,
         request: &GenerateRequest<'_>,
         sink: &mut dyn EventSink,
@@ -162,40 +170,20 @@ impl AnthropicBackend {
             self.attempt(&url, &body, request, sink)
         })
     }
-}
 
-impl Backend for AnthropicBackend {
     /// The model ids `/v1/models` lists.
-    fn list_models(&self) -> Result<Vec<String>, BackendError> {
+    fn models(&self) -> Result<Vec<String>, BackendError> {
         let url = self.url("models");
         let value = http::get_json(self.authorised(self.agent.get(&url)), &url)?;
         Ok(ids_in(&value["data"], "id"))
     }
 
-    fn info(&self) -> BackendInfo {
-        BackendInfo {
-            kind: KIND,
-            model: self.config.api.model.clone(),
-            context_size: self.config.api.context_size,
-            local: false,
-        }
+    fn estimator(&self) -> &TokenEstimator {
+        &self.estimator
     }
 
-    fn generate(
-        &mut self,
-        session: &Session,
-        request: &GenerateRequest<'_>,
-        sink: &mut dyn EventSink,
-    ) -> Result<Reply, BackendError> {
-        let reply = toolnames::with_wire_names(session, request, |session, request| {
-            self.send(session, request, sink)
-        })?;
-        self.estimator.observe(session, &reply);
-        Ok(reply)
-    }
-
-    fn count_tokens(&self, message: &Message) -> u32 {
-        self.estimator.count_message(message)
+    fn estimator_mut(&mut self) -> &mut TokenEstimator {
+        &mut self.estimator
     }
 }
 
@@ -813,7 +801,7 @@ fn read_whole(
 mod tests {
     use super::*;
     use crate::backend::fake::{self, Canned, FakeServer};
-    use crate::backend::Sampling;
+    use crate::backend::{Backend, Sampling};
     use crate::core::ToolCall;
     use serde_json::json;
 

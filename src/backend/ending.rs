@@ -1,9 +1,12 @@
-//! The end of a streamed reply, written once for every API backend (OpenAI,
-//! Anthropic, Gemini, Ollama): flush the output filter, merge the provider's
+//! The end of a reply, written once. For every API backend (OpenAI, Anthropic,
+//! Gemini, Ollama), [`assemble`]: flush the output filter, merge the provider's
 //! native tool calls with the calls parsed from its text (renumbered after the
 //! native ones, so ids stay unique and stable), give every call an id, emit the
 //! figures, pick the finish reason by [`finish_reason`], and build the
-//! [`Reply`]. Each backend maps its own events; only the ending is shared.
+//! [`Reply`]. Each backend maps its own events; only the ending is shared. For
+//! the in-process models (llama.cpp, TensorRT-LLM), whose generation side has
+//! flushed the filter and shown the figures already, [`finish_local`] reads the
+//! filter into the reply under the same finish rule.
 
 use super::{Reply, Usage};
 use crate::core::{Artefact, Event, EventSink, FinishReason, Flow, Stats, ToolCall};
@@ -80,6 +83,21 @@ pub fn assemble(
         artefacts: ending.artefacts,
         stop_sequence: None,
     })
+}
+
+/// Ends an in-process model's reply, whose filter was flushed and whose figures
+/// were shown on the generation side: the filter's view of the text (visible
+/// content, thinking, the calls it recognised) goes into `reply`, and the finish
+/// follows [`finish_reason`]. A cancelled reply keeps its reason and runs no
+/// calls.
+pub fn finish_local(reply: &mut Reply, filter: &mut OutputFilter) {
+    reply.content = filter.content().to_string();
+    reply.thinking = filter.thinking().to_string();
+    if reply.finish == FinishReason::Cancelled {
+        return;
+    }
+    reply.tool_calls = filter.take_tool_calls();
+    reply.finish = finish_reason(!reply.tool_calls.is_empty(), Some(reply.finish));
 }
 
 #[cfg(test)]

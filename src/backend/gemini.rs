@@ -24,9 +24,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::estimate::TokenEstimator;
+use super::hosted::Dialect;
 use super::http::{self, ApiSettings};
-use super::toolnames;
-use super::{Backend, BackendInfo, GenerateRequest, Reply, ToolChoice, Usage};
+use super::{GenerateRequest, Reply, ToolChoice, Usage};
 use crate::core::ToolSpec;
 use crate::core::{
     Artefact, BackendError, Event, EventSink, FinishReason, Flow, Message, Role, Session,
@@ -119,10 +119,18 @@ impl GeminiBackend {
     }
 }
 
-impl GeminiBackend {
+impl GeminiBackend {}
+
+impl Dialect for GeminiBackend {
+    const KIND: &'static str = KIND;
+
+    fn model(&self) -> (String, u64) {
+        (self.config.api.model.clone(), self.config.api.context_size)
+    }
+
     /// Builds, sends and reads one request (with retries), names already in wire form.
     fn send(
-        &self,
+        &mut self,
         session: &Session,
         request: &GenerateRequest<'_>,
         sink: &mut dyn EventSink,
@@ -141,11 +149,9 @@ impl GeminiBackend {
             self.attempt(&url, &body, request, sink)
         })
     }
-}
 
-impl Backend for GeminiBackend {
     /// The model names `models` lists, without their `models/` prefix.
-    fn list_models(&self) -> Result<Vec<String>, BackendError> {
+    fn models(&self) -> Result<Vec<String>, BackendError> {
         let url = format!("{}/models", self.config.api.base());
         let value = http::get_json(self.authorised(self.agent.get(&url)), &url)?;
         let names = super::anthropic::ids_in(&value["models"], "name");
@@ -155,30 +161,12 @@ impl Backend for GeminiBackend {
             .collect())
     }
 
-    fn info(&self) -> BackendInfo {
-        BackendInfo {
-            kind: KIND,
-            model: self.config.api.model.clone(),
-            context_size: self.config.api.context_size,
-            local: false,
-        }
+    fn estimator(&self) -> &TokenEstimator {
+        &self.estimator
     }
 
-    fn generate(
-        &mut self,
-        session: &Session,
-        request: &GenerateRequest<'_>,
-        sink: &mut dyn EventSink,
-    ) -> Result<Reply, BackendError> {
-        let reply = toolnames::with_wire_names(session, request, |session, request| {
-            self.send(session, request, sink)
-        })?;
-        self.estimator.observe(session, &reply);
-        Ok(reply)
-    }
-
-    fn count_tokens(&self, message: &Message) -> u32 {
-        self.estimator.count_message(message)
+    fn estimator_mut(&mut self) -> &mut TokenEstimator {
+        &mut self.estimator
     }
 }
 
@@ -700,7 +688,7 @@ fn read_whole(text: &str, mut turn: Turn, sink: &mut dyn EventSink) -> Result<Re
 mod tests {
     use super::*;
     use crate::backend::fake::{self, Canned, FakeServer};
-    use crate::backend::Sampling;
+    use crate::backend::{Backend, Sampling};
     use crate::core::ToolCall;
     use serde_json::json;
 

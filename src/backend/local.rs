@@ -8,9 +8,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::models::{self, FindError};
-use super::Reply;
-use crate::core::{BackendError, FinishReason, Message, Role, ToolCall, ToolSpec};
-use crate::stream::filter::OutputFilter;
+use crate::core::{BackendError, Message, Role, ToolCall, ToolSpec};
 use crate::stream::format::{self, CallSyntax};
 use crate::template::{self, ChatTemplate, Prepared, TemplateMessage};
 
@@ -267,19 +265,6 @@ impl StopMatcher {
         }
         self.pending.clear();
         visible
-    }
-}
-
-/// Reads the output filter's view of the text into `reply`: visible content,
-/// thinking, and the tool calls it recognised (which make the finish
-/// [`FinishReason::ToolCalls`] unless the reply was cancelled).
-pub(crate) fn read_filter(reply: &mut Reply, filter: &mut OutputFilter) {
-    reply.content = filter.content().to_string();
-    reply.thinking = filter.thinking().to_string();
-    let calls = filter.take_tool_calls();
-    if !calls.is_empty() && reply.finish != FinishReason::Cancelled {
-        reply.tool_calls = calls;
-        reply.finish = FinishReason::ToolCalls;
     }
 }
 

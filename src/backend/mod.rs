@@ -19,6 +19,7 @@ pub mod failover;
 #[cfg(test)]
 pub(crate) mod fake;
 pub mod gemini;
+pub mod hosted;
 pub mod http;
 pub mod llamacpp;
 pub mod local;

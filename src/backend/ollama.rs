@@ -27,8 +27,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::estimate::TokenEstimator;
+use super::hosted::Dialect;
 use super::http::{self, ApiSettings};
-use super::{Backend, BackendInfo, GenerateRequest, Reply, Sampling, Usage};
+use super::{GenerateRequest, Reply, Sampling, Usage};
 use crate::core::ToolSpec;
 use crate::core::{
     BackendError, Event, EventSink, FinishReason, Flow, Message, Role, Session, Stats,
@@ -163,24 +164,15 @@ fn check_fits(session: &Session, num_ctx: u64, sampling: &Sampling) -> Result<()
     })
 }
 
-impl Backend for OllamaBackend {
-    /// The model names `/api/tags` lists.
-    fn list_models(&self) -> Result<Vec<String>, BackendError> {
-        let url = self.url("tags");
-        let value = http::get_json(self.config.api.with_headers(self.agent.get(&url)), &url)?;
-        Ok(super::anthropic::ids_in(&value["models"], "name"))
+impl Dialect for OllamaBackend {
+    const KIND: &'static str = KIND;
+    const WIRE_NAMES: bool = false;
+
+    fn model(&self) -> (String, u64) {
+        (self.config.api.model.clone(), self.num_ctx.unwrap_or(0))
     }
 
-    fn info(&self) -> BackendInfo {
-        BackendInfo {
-            kind: KIND,
-            model: self.config.api.model.clone(),
-            context_size: self.num_ctx.unwrap_or(0),
-            local: false,
-        }
-    }
-
-    fn generate(
+    fn send(
         &mut self,
         session: &Session,
         request: &GenerateRequest<'_>,
@@ -198,15 +190,24 @@ impl Backend for OllamaBackend {
                 body.len()
             )
         });
-        let reply = http::with_retries(&self.config.api.policy(), sink, |sink| {
+        http::with_retries(&self.config.api.policy(), sink, |sink| {
             self.attempt(&url, &body, request, sink)
-        })?;
-        self.estimator.observe(session, &reply);
-        Ok(reply)
+        })
     }
 
-    fn count_tokens(&self, message: &Message) -> u32 {
-        self.estimator.count_message(message)
+    /// The model names `/api/tags` lists.
+    fn models(&self) -> Result<Vec<String>, BackendError> {
+        let url = self.url("tags");
+        let value = http::get_json(self.config.api.with_headers(self.agent.get(&url)), &url)?;
+        Ok(super::anthropic::ids_in(&value["models"], "name"))
+    }
+
+    fn estimator(&self) -> &TokenEstimator {
+        &self.estimator
+    }
+
+    fn estimator_mut(&mut self) -> &mut TokenEstimator {
+        &mut self.estimator
     }
 }
 
@@ -553,7 +554,7 @@ fn read_stream(
 mod tests {
     use super::*;
     use crate::backend::fake::{self, Canned, FakeServer};
-    use crate::backend::Sampling;
+    use crate::backend::{Backend, Sampling};
     use crate::core::ToolCall;
     use serde_json::json;
 

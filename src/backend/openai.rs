@@ -24,10 +24,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::estimate::TokenEstimator;
+use super::hosted::Dialect;
 use super::http::{self, Limits, RetryPolicy};
 use super::recording::Tape;
-use super::toolnames;
-use super::{Backend, BackendInfo, GenerateRequest, Reply, ResponseFormat, ToolChoice, Usage};
+use super::{GenerateRequest, Reply, ResponseFormat, ToolChoice, Usage};
 use crate::core::{
     BackendError, Event, EventSink, FinishReason, Flow, Message, Role, Session, Stats, ToolCall,
 };
@@ -142,9 +142,42 @@ impl OpenAiBackend {
         }
     }
 
+    fn post(&self, url: &str, stream: bool) -> ureq::RequestBuilder<ureq::typestate::WithBody> {
+        let mut builder = self
+            .agent
+            .post(url)
+            .header("Content-Type", "application/json")
+            .header(
+                "Accept",
+                if stream {
+                    "text/event-stream"
+                } else {
+                    "application/json"
+                },
+            );
+        if let Some(key) = &self.config.api_key {
+            builder = match self.config.azure {
+                Some(_) => builder.header("api-key", key),
+                None => builder.header("Authorization", format!("Bearer {key}")),
+            };
+        }
+        for (name, value) in &self.config.extra_headers {
+            builder = builder.header(name, value);
+        }
+        builder
+    }
+}
+
+impl Dialect for OpenAiBackend {
+    const KIND: &'static str = "openai";
+
+    fn model(&self) -> (String, u64) {
+        (self.config.model.clone(), self.config.context_size)
+    }
+
     /// Builds, sends and reads one request (with retries), names already in wire form.
     fn send(
-        &self,
+        &mut self,
         session: &Session,
         request: &GenerateRequest<'_>,
         sink: &mut dyn EventSink,
@@ -174,36 +207,9 @@ impl OpenAiBackend {
         })
     }
 
-    fn post(&self, url: &str, stream: bool) -> ureq::RequestBuilder<ureq::typestate::WithBody> {
-        let mut builder = self
-            .agent
-            .post(url)
-            .header("Content-Type", "application/json")
-            .header(
-                "Accept",
-                if stream {
-                    "text/event-stream"
-                } else {
-                    "application/json"
-                },
-            );
-        if let Some(key) = &self.config.api_key {
-            builder = match self.config.azure {
-                Some(_) => builder.header("api-key", key),
-                None => builder.header("Authorization", format!("Bearer {key}")),
-            };
-        }
-        for (name, value) in &self.config.extra_headers {
-            builder = builder.header(name, value);
-        }
-        builder
-    }
-}
-
-impl Backend for OpenAiBackend {
     /// The model ids `GET /models` lists (vLLM, llama-server and shepherd's
     /// own `--server` answer it too).
-    fn list_models(&self) -> Result<Vec<String>, BackendError> {
+    fn models(&self) -> Result<Vec<String>, BackendError> {
         if self.config.azure.is_some() {
             return Err(BackendError::Config(
                 "an Azure deployment serves one model; list them in the Azure portal".into(),
@@ -221,30 +227,12 @@ impl Backend for OpenAiBackend {
         Ok(super::anthropic::ids_in(&value["data"], "id"))
     }
 
-    fn info(&self) -> BackendInfo {
-        BackendInfo {
-            kind: "openai",
-            model: self.config.model.clone(),
-            context_size: self.config.context_size,
-            local: false,
-        }
+    fn estimator(&self) -> &TokenEstimator {
+        &self.estimator
     }
 
-    fn generate(
-        &mut self,
-        session: &Session,
-        request: &GenerateRequest<'_>,
-        sink: &mut dyn EventSink,
-    ) -> Result<Reply, BackendError> {
-        let reply = toolnames::with_wire_names(session, request, |session, request| {
-            self.send(session, request, sink)
-        })?;
-        self.estimator.observe(session, &reply);
-        Ok(reply)
-    }
-
-    fn count_tokens(&self, message: &Message) -> u32 {
-        self.estimator.count_message(message)
+    fn estimator_mut(&mut self) -> &mut TokenEstimator {
+        &mut self.estimator
     }
 }
 
@@ -794,7 +782,7 @@ fn read_whole(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::{fake, Sampling};
+    use crate::backend::{fake, Backend, Sampling};
     use crate::core::ToolSpec;
     use crate::stream::tests_support::sse_fixture;
     use crossbeam_channel::{Receiver, Sender};

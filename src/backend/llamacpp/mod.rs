@@ -53,6 +53,7 @@ use std::time::Duration;
 
 use crossbeam_channel::{bounded, unbounded, Receiver, RecvTimeoutError, Sender};
 
+use super::ending;
 use super::estimate::TokenEstimator;
 use super::local::{self, message_text};
 use super::{
@@ -560,7 +561,7 @@ fn filtered_reply(
     };
     // Flushing twice is harmless: an already finished filter holds nothing.
     filter.finish(sink);
-    local::read_filter(&mut reply, &mut filter);
+    ending::finish_local(&mut reply, &mut filter);
     Ok(reply)
 }
 

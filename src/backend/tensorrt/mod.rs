@@ -33,6 +33,7 @@ use serde_json::Value;
 
 use self::ffi::{Awaited, Executor, ExecutorOptions, FfiError, Finish, RequestId, RequestOptions};
 use self::tokenizer::{Detokenizer, EngineTokenizer};
+use super::ending;
 use super::estimate::TokenEstimator;
 use super::local::{self, message_text, overflow, StopMatcher};
 use super::{Backend, BackendInfo, GenerateRequest, Reply, Sampling, ToolChoice, Usage};
@@ -441,7 +442,7 @@ impl Turn {
             artefacts: Vec::new(),
             stop_sequence: None,
         };
-        local::read_filter(&mut reply, &mut self.filter);
+        ending::finish_local(&mut reply, &mut self.filter);
         reply
     }
 
