@@ -21,8 +21,10 @@ the story's first sentence), told apart by shepherd's `/props` (an empty
 
 It reads each answer's generation speed from the server's own `timings`
 (`predicted_per_second`, which both servers report, so client and HTTP time are
-left out), prints medians per server and workload, and each server's ratio to
-the first one named. Standard library only.
+left out), prints medians per server and workload, each server's ratio to
+the first one named, and marks a server whose first answer was another text than
+the first server's (greedy answers differ where the kernels round differently,
+and a text that repeats itself drafts far better). Standard library only.
 """
 import http.client
 import json
@@ -189,6 +191,7 @@ def main():
     workloads = [("edit", edit, EDIT_TOKENS), ("prose", prose, PROSE_TOKENS)]
     speeds = {(name, w): [] for name, _ in servers for w, _, _ in workloads}
     drafts = {}
+    texts = {}
     for round_no in range(ROUNDS):
         order = servers[round_no % len(servers):] + servers[:round_no % len(servers)]
         for workload, messages, max_tokens in workloads:
@@ -197,6 +200,8 @@ def main():
                 speeds[(name, workload)].append(tps)
                 if "draft_n" in timings:
                     drafts[(name, workload)] = (timings["draft_n_accepted"], timings["draft_n"])
+                if round_no == 0:
+                    texts[(name, workload)] = text
                 if round_no == 0 and workload == "edit":
                     renamed = "stock_value" in text and "compute_total" not in text
                     print(f"  {name}: edit answer {len(text)} chars, renamed: {renamed}",
@@ -211,7 +216,12 @@ def main():
             ratio = median / first if first else 0.0
             accepted = drafts.get((name, workload))
             note = f"  (drafts: {accepted[0]} of {accepted[1]} accepted)" if accepted else ""
-            print(f"    {name:<28} {median:8.1f} t/s  {ratio:5.2f}x {base}{note}")
+            # Greedy answers differ where the kernels' rounding does (flash attention
+            # on or off, another build): a text that repeats itself drafts far
+            # better, so a speed is only comparable to another on the same text.
+            same = texts.get((name, workload)) == texts.get((base, workload))
+            text = "" if same else f"  [another text: {len(texts.get((name, workload), ''))} chars]"
+            print(f"    {name:<28} {median:8.1f} t/s  {ratio:5.2f}x {base}{note}{text}")
 
 
 if __name__ == "__main__":
