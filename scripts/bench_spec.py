@@ -10,20 +10,24 @@ each round (the first server of a round rotates, so machine load hits all alike)
   edit:  an agent turn: the user asks for a function renamed in a file of about
          80 lines, the assistant called the read tool, the tool returned the file;
          the model writes the file back with the name changed;
-  prose: a story, where the context holds nothing to copy.
+  prose: four stories, where the context holds nothing to copy; the speed of a
+         round is all four answers' tokens over their time. A small model's greedy
+         story falls into a loop now and then, which drafts far better, and where
+         the kernels round differently the loop comes in one server's text and not
+         in another's: over four stories the luck of one text weighs a quarter.
 
 A model without a chat template (a base model, such as the tests' Gemma 3 270M)
 does not follow instructions, and a chat request would measure each server's
 fallback template instead: for it both workloads go as raw prompts through
 POST /v1/completions (the file, then a comment asking for it again renamed;
-the story's first sentence), told apart by shepherd's `/props` (an empty
+each story's first sentence), told apart by shepherd's `/props` (an empty
 `chat_template`). The rename check then says whether the base model copied it.
 
-It reads each answer's generation speed from the server's own `timings`
-(`predicted_per_second`, which both servers report, so client and HTTP time are
-left out), prints medians per server and workload, each server's ratio to
-the first one named, and marks a server whose first answer was another text than
-the first server's (greedy answers differ where the kernels round differently,
+It reads each answer's generation time from the server's own `timings`
+(`predicted_n` and `predicted_ms`, which both servers report, so client and HTTP
+time are left out), prints medians per server and workload, each server's ratio to
+the first one named, and marks a server whose first round's answers were other
+texts than the first server's (how many of the workload's prompts) (greedy answers differ where the kernels round differently,
 and a text that repeats itself drafts far better). Standard library only.
 """
 import http.client
@@ -129,17 +133,27 @@ EDIT = [
         "function": {"name": "read", "arguments": json.dumps({"path": "inventory.py"})}}]},
     {"role": "tool", "tool_call_id": "call_1", "content": SOURCE},
 ]
-PROSE = [
-    {"role": "system", "content": "You are a storyteller."},
-    {"role": "user", "content": "Write a long story about a lighthouse keeper who finds a "
-                                "map in a bottle."},
+STORIES = [
+    "a lighthouse keeper who finds a map in a bottle",
+    "a girl who builds a robot from scrap in her grandfather's barn",
+    "a baker in a mountain village during the first snow of winter",
+    "two rival chess players stranded at a small train station",
 ]
+PROSE = [[
+    {"role": "system", "content": "You are a storyteller."},
+    {"role": "user", "content": f"Write a long story about {story}."},
+] for story in STORIES]
 
 
 # The same two workloads for a base model: text it continues.
 RAW_EDIT = ("# inventory.py\n" + SOURCE + "\n\n# inventory.py again, with the function "
             "compute_total renamed to stock_value everywhere:\n")
-RAW_PROSE = "The lighthouse keeper found a map in a bottle. "
+RAW_PROSE = [
+    "The lighthouse keeper found a map in a bottle. ",
+    "The girl built a robot from scrap in her grandfather's barn. ",
+    "The first snow of winter fell on the mountain village before dawn. ",
+    "Two rival chess players were stranded at a small train station. ",
+]
 
 
 def request(url, path, body):
@@ -185,7 +199,7 @@ def has_template(servers):
 def main():
     servers = [arg.split("=", 1) for arg in sys.argv[1:]]
     chat_model = has_template(servers)
-    edit, prose = (EDIT, PROSE) if chat_model else (RAW_EDIT, RAW_PROSE)
+    edit, prose = ([EDIT], PROSE) if chat_model else ([RAW_EDIT], RAW_PROSE)
     if not chat_model:
         print("no chat template: raw prompts through /v1/completions", file=sys.stderr)
     workloads = [("edit", edit, EDIT_TOKENS), ("prose", prose, PROSE_TOKENS)]
@@ -194,21 +208,31 @@ def main():
     texts = {}
     for round_no in range(ROUNDS):
         order = servers[round_no % len(servers):] + servers[:round_no % len(servers)]
-        for workload, messages, max_tokens in workloads:
+        for workload, prompts, max_tokens in workloads:
             for name, url in order:
-                tps, timings, text = chat(url, messages, max_tokens)
-                speeds[(name, workload)].append(tps)
-                if "draft_n" in timings:
-                    drafts[(name, workload)] = (timings["draft_n_accepted"], timings["draft_n"])
-                if round_no == 0:
-                    texts[(name, workload)] = text
-                if round_no == 0 and workload == "edit":
-                    renamed = "stock_value" in text and "compute_total" not in text
-                    print(f"  {name}: edit answer {len(text)} chars, renamed: {renamed}",
-                          file=sys.stderr)
+                # A round's speed over the workload's prompts: their tokens over their
+                # time (each answer's `predicted_ms`, or its tokens/s where a server
+                # reports no time).
+                tokens = ms = 0.0
+                for k, prompt in enumerate(prompts):
+                    tps, timings, text = chat(url, prompt, max_tokens)
+                    n = timings.get("predicted_n") or 0
+                    tokens += n
+                    ms += timings.get("predicted_ms") or (n / tps * 1000 if tps else 0.0)
+                    if round_no == 0:
+                        texts[(name, workload, k)] = text
+                        if "draft_n" in timings:
+                            taken, made = drafts.get((name, workload), (0, 0))
+                            drafts[(name, workload)] = (taken + timings["draft_n_accepted"],
+                                                        made + timings["draft_n"])
+                    if round_no == 0 and workload == "edit":
+                        renamed = "stock_value" in text and "compute_total" not in text
+                        print(f"  {name}: edit answer {len(text)} chars, renamed: {renamed}",
+                              file=sys.stderr)
+                speeds[(name, workload)].append(tokens / ms * 1000 if ms else 0.0)
     base = servers[0][0]
     print(f"speculative decoding, generation tokens/s (median of {ROUNDS} interleaved rounds)")
-    for workload, _, _ in workloads:
+    for workload, prompts, _ in workloads:
         first = statistics.median(speeds[(base, workload)])
         print(f"  {workload}:")
         for name, _ in servers:
@@ -219,8 +243,9 @@ def main():
             # Greedy answers differ where the kernels' rounding does (flash attention
             # on or off, another build): a text that repeats itself drafts far
             # better, so a speed is only comparable to another on the same text.
-            same = texts.get((name, workload)) == texts.get((base, workload))
-            text = "" if same else f"  [another text: {len(texts.get((name, workload), ''))} chars]"
+            other = sum(texts.get((name, workload, k)) != texts.get((base, workload, k))
+                        for k in range(len(prompts)))
+            text = f"  [another text: {other} of {len(prompts)}]" if other else ""
             print(f"    {name:<28} {median:8.1f} t/s  {ratio:5.2f}x {base}{note}{text}")
 
 
