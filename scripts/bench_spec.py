@@ -26,9 +26,10 @@ each story's first sentence), told apart by shepherd's `/props` (an empty
 It reads each answer's generation time from the server's own `timings`
 (`predicted_n` and `predicted_ms`, which both servers report, so client and HTTP
 time are left out), prints medians per server and workload, each server's ratio to
-the first one named, and marks a server whose first round's answers were other
-texts than the first server's (how many of the workload's prompts) (greedy answers differ where the kernels round differently,
-and a text that repeats itself drafts far better). Standard library only.
+the first one named, and marks on how many of a workload's prompts a server's
+first-round answer was another text than the first server's (greedy answers differ
+where the kernels round differently, and a text that repeats itself drafts far
+better). Standard library only.
 """
 import http.client
 import json
@@ -219,13 +220,14 @@ def main():
                     n = timings.get("predicted_n") or 0
                     tokens += n
                     ms += timings.get("predicted_ms") or (n / tps * 1000 if tps else 0.0)
-                    if round_no == 0:
-                        texts[(name, workload, k)] = text
-                        if "draft_n" in timings:
-                            taken, made = drafts.get((name, workload), (0, 0))
-                            drafts[(name, workload)] = (taken + timings["draft_n_accepted"],
-                                                        made + timings["draft_n"])
-                    if round_no == 0 and workload == "edit":
+                    if round_no > 0:
+                        continue
+                    texts[(name, workload, k)] = text
+                    if "draft_n" in timings:
+                        taken, made = drafts.get((name, workload), (0, 0))
+                        drafts[(name, workload)] = (taken + timings["draft_n_accepted"],
+                                                    made + timings["draft_n"])
+                    if workload == "edit":
                         renamed = "stock_value" in text and "compute_total" not in text
                         print(f"  {name}: edit answer {len(text)} chars, renamed: {renamed}",
                               file=sys.stderr)
