@@ -36,7 +36,10 @@ with client.responses.stream(**ASK) as stream:
         kinds.append(event.type)
         if event.type == "response.output_text.delta":
             deltas.append(event.delta)
-    final = stream.get_final_response()
+    # The SDK builds its final response from `response.completed` only (openai 3.57
+    # raises otherwise); a stream cut by max_output_tokens ends with
+    # `response.incomplete`, whose event carries the response itself.
+    final = stream.get_final_response() if kinds[-1] == "response.completed" else event.response
 check(kinds[0] == "response.created" and kinds[1] == "response.in_progress", f"opening {kinds[:2]}")
 check(kinds[-1] in ("response.completed", "response.incomplete"), f"closing {kinds[-1]}")
 for needed in ("response.output_item.added", "response.content_part.added",
@@ -44,6 +47,7 @@ for needed in ("response.output_item.added", "response.content_part.added",
     check(needed in kinds, f"no {needed} in {kinds}")
 check("".join(deltas) == whole.output_text, f"streamed {''.join(deltas)!r} != {whole.output_text!r}")
 check(final.output_text == whole.output_text, f"final {final.output_text!r}")
+check(final.status == whole.status, f"final status {final.status} != {whole.status}")
 
 # A function call, forced, then its output sent back as the Agents SDK does
 # (the previous output items, then a function_call_output), stateless.
