@@ -33,6 +33,29 @@ else ifneq ($(PORTABLE),)
 export CARGO_TARGET_DIR ?= target/portable
 endif
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
+# ggml's AMX kernels (Intel Xeon from Sapphire Rapids on, which -march=native turns on)
+# die of SIGILL in every prompt when GCC builds them: GCC 12's `_tile_loadconfig` tells
+# the compiler it reads 8 bytes, so ggml's tile configuration, built on the stack, loses
+# its row and column counts as dead stores, and the first tile instruction faults
+# (llama.cpp's own llama-bench too; upstream PR #26954). -mno-amx-* wins over
+# -march=native in either order, so ggml keeps AVX-512 and VNNI and leaves AMX out.
+# Every CPU build of llama.cpp (the crate's, through the cc crate's CFLAGS/CXXFLAGS, and
+# scripts/bench.sh's); a CUDA build is portable and has no AMX, and keeps its own flags.
+NO_AMX := $(if $(filter x86_64,$(shell uname -m)),-mno-amx-tile -mno-amx-int8 -mno-amx-bf16,)
+# llama-cpp-sys-2 reruns its build script only for the GGML_* variables it forwards to
+# CMake, and configures only a fresh build dir: GGML_SHEPHERD_CFLAGS names the flags
+# (a CMake entry nothing reads), and `deps` drops a CPU build's CMakeCache.txt made
+# with other ones and the crate's fingerprints, so that cargo runs the script and links
+# its libraries again (the objects stay; CMake recompiles what the flags change).
+ifeq ($(CUDA),)
+export CFLAGS := $(strip $(filter-out $(NO_AMX),$(CFLAGS)) $(NO_AMX))
+export CXXFLAGS := $(strip $(filter-out $(NO_AMX),$(CXXFLAGS)) $(NO_AMX))
+export GGML_SHEPHERD_CFLAGS := $(NO_AMX)
+else
+CFLAGS := $(filter-out $(NO_AMX),$(CFLAGS))
+CXXFLAGS := $(filter-out $(NO_AMX),$(CXXFLAGS))
+unexport GGML_SHEPHERD_CFLAGS
+endif
 ifneq ($(or $(PORTABLE),$(RUSTFLAGS)),)
 export RUSTFLAGS := $(strip $(RUSTFLAGS) $(CPU_RUSTFLAGS))
 endif
@@ -62,6 +85,11 @@ deps:
 	  echo "installing:$$missing"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
+ifeq ($(CUDA),)
+	@for c in $$(find target $(TARGET_DIR) -path '*/llama-cpp-sys-2-*/out/build/CMakeCache.txt' 2>/dev/null); do \
+	  grep -q '^GGML_CUDA:BOOL=ON' $$c || grep -qx 'GGML_SHEPHERD_CFLAGS:[A-Z]*=$(NO_AMX)' $$c || { \
+	  run=$${c%/out/build/CMakeCache.txt}; rm -rf $$c $${run%/build/*}/.fingerprint/llama-cpp-sys-2-*; }; done
+endif
 
 test: deps no-async-runtime check-layers model swa-model jinja2 chat-templates openai-py mcp-servers test-tools
 	$(CARGO) fmt --check
@@ -207,10 +235,9 @@ bench-server: deps model swa-model
 # (scripts/compat_llama_server.py): statuses, shapes, the keys each API documents, and
 # the reason for every row where shepherd differs. Not part of make test.
 compat: deps model
-	MODELS= MODEL=$(MODEL) THREADS=$(THREADS) CACHE=$(CACHE) PYTHON=$(PYTHON) NATIVE=1 scripts/bench.sh --build-only
-	$(CARGO) build --release --quiet
-	$(PYTHON) scripts/compat_llama_server.py $(CACHE)/llama-bench/build-native/bin/llama-server \
-	  $(TARGET_DIR)/release/shepherd $(MODEL) $(THREADS)
+	server=$$(MODELS= MODEL=$(MODEL) THREADS=$(THREADS) CACHE=$(CACHE) PYTHON=$(PYTHON) NATIVE=1 scripts/bench.sh --build-only) && \
+	$(CARGO) build --release --quiet && \
+	$(PYTHON) scripts/compat_llama_server.py $$server $(TARGET_DIR)/release/shepherd $(MODEL) $(THREADS)
 
 # A short generation under valgrind: no invalid reads or writes in the llama wrapper.
 # Portable: valgrind does not decode AVX-512, which a native build uses where present.

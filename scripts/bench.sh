@@ -38,14 +38,17 @@ FEATURES=${CARGO_FEATURES:-}
 # `make PORTABLE=1` shepherd, both then built for any AVX2 CPU.
 NATIVE=${NATIVE-1}
 TARGET_DIR=${CARGO_TARGET_DIR:-target}
-BUILD="$DIR/build${NATIVE:+-native}${CUDA:+-cuda}"
+# The compiler flags the Makefile exports for llama.cpp (-mno-amx-*: see NO_AMX there)
+# name a build of their own, so that a build made with other flags is never reused.
+FLAGS_KEY=$(printf '%s|%s' "${CFLAGS:-}" "${CXXFLAGS:-}" | sha256sum | cut -c1-8)
+BUILD="$DIR/build${NATIVE:+-native}${CUDA:+-cuda}${CFLAGS:+-$FLAGS_KEY}"
 BENCH="$BUILD/bin/llama-bench"
 SERVER="$BUILD/bin/llama-server"
 
 build_llama_bench() {
   local tree
   tree=$(PYTHON=$PYTHON scripts/llama-sdist.sh "$DIR")
-  cmake -S "$tree" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
+  cmake -S "$tree" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS="${CFLAGS:-}" -DCMAKE_CXX_FLAGS="${CXXFLAGS:-}" \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF \
     -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF -DGGML_NATIVE="$([ -n "$NATIVE" ] && echo ON || echo OFF)" \
     -DGGML_OPENMP=OFF -DBUILD_SHARED_LIBS=OFF ${CUDA:+-DGGML_CUDA=ON -DGGML_CUDA_NCCL=OFF} >/dev/null
@@ -99,7 +102,8 @@ CMAKE
   fi
   if [ -x "$build/bin/llama-bench" ]; then echo "$build/bin/llama-bench"; fi
 }
-[ "${1:-}" = "--build-only" ] && exit 0
+# --build-only (`make compat`): the tools built, llama-server's path printed.
+if [ "${1:-}" = "--build-only" ]; then echo "$SERVER"; exit 0; fi
 PART=${1:-all}  # all | --servers-only | --llama-only | --spec-only (part four alone)
 
 # What the numbers were measured on: the CPU, and the instruction sets the builds
