@@ -584,4 +584,7 @@ fn version_names_revision_features_and_llama_build() {
     assert!(run.stdout.contains("llama.cpp: ggml "), "{}", run.stdout);
     assert!(run.stdout.contains(&crate_version), "{}", run.stdout);
     assert!(run.stdout.contains("CPU : "), "{}", run.stdout);
+    // ggml's AMX kernels, built by GCC, die of SIGILL at the first prompt on a Xeon
+    // that has AMX: the Makefile builds llama.cpp without them (NO_AMX).
+    assert!(!run.stdout.contains("AMX_INT8 = 1"), "{}", run.stdout);
 }
