@@ -39,15 +39,17 @@ TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 # its row and column counts as dead stores, and the first tile instruction faults
 # (llama.cpp's own llama-bench too; upstream PR #26954). -mno-amx-* wins over
 # -march=native in either order, so ggml keeps AVX-512 and VNNI and leaves AMX out.
-# Every CPU build of llama.cpp (the crate's, through the cc crate's CFLAGS/CXXFLAGS, and
-# scripts/bench.sh's); a CUDA build is portable and has no AMX, and keeps its own flags.
+# Every build of llama.cpp but a portable CUDA one (the crate's, through the cc crate's
+# CFLAGS/CXXFLAGS, and scripts/bench.sh's): a native CUDA build (PORTABLE=) runs layers
+# left on the CPU with the same kernels, and the portable CUDA build, x86-64-v3 with no
+# AMX anyway, keeps its flags (and the CUDA check's hash) as they were.
 NO_AMX := $(if $(filter x86_64,$(shell uname -m)),-mno-amx-tile -mno-amx-int8 -mno-amx-bf16,)
 # llama-cpp-sys-2 reruns its build script only for the GGML_* variables it forwards to
 # CMake, and configures only a fresh build dir: GGML_SHEPHERD_CFLAGS names the flags
-# (a CMake entry nothing reads), and `deps` drops a CPU build's CMakeCache.txt made
+# (a CMake entry nothing reads), and `deps` drops a native build's CMakeCache.txt made
 # with other ones and the crate's fingerprints, so that cargo runs the script and links
 # its libraries again (the objects stay; CMake recompiles what the flags change).
-ifeq ($(CUDA),)
+ifeq ($(and $(CUDA),$(PORTABLE)),)
 export CFLAGS := $(strip $(filter-out $(NO_AMX),$(CFLAGS)) $(NO_AMX))
 export CXXFLAGS := $(strip $(filter-out $(NO_AMX),$(CXXFLAGS)) $(NO_AMX))
 export GGML_SHEPHERD_CFLAGS := $(NO_AMX)
@@ -85,9 +87,9 @@ deps:
 	  echo "installing:$$missing"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
-ifeq ($(CUDA),)
+ifeq ($(and $(CUDA),$(PORTABLE)),)
 	@for c in $$(find target $(TARGET_DIR) -path '*/llama-cpp-sys-2-*/out/build/CMakeCache.txt' 2>/dev/null); do \
-	  grep -q '^GGML_CUDA:BOOL=ON' $$c || grep -qx 'GGML_SHEPHERD_CFLAGS:[A-Z]*=$(NO_AMX)' $$c || { \
+	  ! grep -q '^GGML_NATIVE:BOOL=ON' $$c || grep -qx 'GGML_SHEPHERD_CFLAGS:[A-Z]*=$(NO_AMX)' $$c || { \
 	  run=$${c%/out/build/CMakeCache.txt}; rm -rf $$c $${run%/build/*}/.fingerprint/llama-cpp-sys-2-*; }; done
 endif
 
