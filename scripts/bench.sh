@@ -114,6 +114,8 @@ cpu_features() {
   for f in avx2 fma f16c avx512f avx512bw avx512vl avx512_vnni avx512_bf16 avx_vnni amx_tile; do
     grep -qw "$f" /proc/cpuinfo && have="$have $f"
   done
+  # The Makefile's NO_AMX keeps AMX out of both sides' builds.
+  case " ${CFLAGS:-} " in *" -mno-amx-tile "*) have="${have/ amx_tile/} (amx_tile left out)" ;; esac
   echo "${have# }"
 }
 echo "model: $(basename "$MODEL"); CPU: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)," \
