@@ -559,7 +559,7 @@ fn the_agent_runs_a_grammar_forced_call() {
     use crate::util::dirs::test_models::test_model_path;
     let mut llama = LlamaConfig::new(test_model_path());
     llama.context_size = Some(2048);
-    llama.threads = Some(2);
+    llama.threads = Some(crate::util::dirs::test_models::TEST_THREADS);
     llama.progress = None;
     llama.parallel = 1;
     let backend = LlamaBackend::new(llama).expect("the test model loads");

@@ -150,6 +150,7 @@ pub(crate) fn test_context_params(n_ctx: u32, n_seq_max: u32) -> ContextParams {
         n_batch: 256,
         n_ubatch: 256,
         n_seq_max,
+        n_threads: crate::util::dirs::test_models::TEST_THREADS,
         ..Default::default()
     }
 }

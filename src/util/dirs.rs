@@ -47,6 +47,14 @@ pub mod test_models {
     use super::{model_cache_dir, DEFAULT_MODEL_FILE};
     use std::path::PathBuf;
 
+    /// The CPU threads a test model decodes with: one. Cargo runs tests side by
+    /// side, one per core, and ggml's thread pool waits at every barrier by
+    /// spinning, so two models of two threads each on CI's two cores each wait
+    /// for a thread the other holds: measured here, the four official-client
+    /// server tests took 231 s at two threads against 15 s at one (18 s one at
+    /// a time), and on CI a request ran into its client's 120 s timeout.
+    pub const TEST_THREADS: i32 = 1;
+
     /// The model the tests use: `SHEPHERD_TEST_MODEL`, else the `make model` cache.
     /// Panics (failing the test) with instructions when the file is missing.
     pub fn test_model_path() -> PathBuf {

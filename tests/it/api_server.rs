@@ -81,7 +81,7 @@ impl ApiServer {
             "-m",
             &model,
             "--threads",
-            "2",
+            crate::harness::MODEL_THREADS,
             "--system-prompt",
             "You are a helpful assistant.",
         ];

@@ -14,9 +14,10 @@ fn model() -> String {
 fn a_terminal_shows_a_loading_bar_that_erases_itself() {
     let sandbox = Sandbox::new("loading-tty");
     let command = format!(
-        "'{}' -m '{}' --notools --threads 2 --max-tokens 4 -e hi",
+        "'{}' -m '{}' --notools --threads {} --max-tokens 4 -e hi",
         env!("CARGO_BIN_EXE_shepherd"),
-        model()
+        model(),
+        crate::harness::MODEL_THREADS
     );
     // `script` gives shepherd a terminal and copies everything it shows.
     let output = sandbox
@@ -38,7 +39,7 @@ fn a_pipe_gets_no_bar() {
         &model,
         "--notools",
         "--threads",
-        "2",
+        crate::harness::MODEL_THREADS,
         "--max-tokens",
         "4",
         "-e",
@@ -59,7 +60,7 @@ fn json_mode_reports_loading_as_lines_before_the_session() {
         &model,
         "--notools",
         "--threads",
-        "2",
+        crate::harness::MODEL_THREADS,
         "--max-tokens",
         "4",
         "--json",
@@ -123,7 +124,7 @@ fn gpu_placement_flags_are_checked_and_stats_say_where_the_model_runs() {
         "-m",
         &model,
         "--threads",
-        "2",
+        crate::harness::MODEL_THREADS,
         "--max-tokens",
         "2",
         "--stats",

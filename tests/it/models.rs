@@ -146,6 +146,8 @@ fn a_name_prefix_runs_the_local_model() {
         "-m",
         "smollm2",
         "--notools",
+        "--threads",
+        crate::harness::MODEL_THREADS,
         "--max-tokens",
         "16",
         "--debug=llm",

@@ -26,10 +26,16 @@ fn a_cold_one_shot_restores_the_opening_and_answers_the_same() {
     let sandbox = Sandbox::new("kv-oneshot");
     let model = test_model().to_str().expect("UTF-8").to_string();
     let run = |question: &str, extra: &[&str]| {
-        // One thread: the tests run two at a time on CI's 2 cores, and a prefill of
-        // the opening with ggml's spinning thread pools oversubscribed takes 3x as
-        // long (measured: two runs at once, 2 threads each 44 s, 1 thread each 16 s).
-        let mut args = vec!["-m", &model, "--threads", "1", "--temperature", "0"];
+        // One thread (`MODEL_THREADS`; here two runs at once took 44 s at two
+        // threads each, 16 s at one).
+        let mut args = vec![
+            "-m",
+            &model,
+            "--threads",
+            crate::harness::MODEL_THREADS,
+            "--temperature",
+            "0",
+        ];
         args.extend_from_slice(&["--max-tokens", "12", "--json", "-e", question]);
         args.extend_from_slice(extra);
         let run = sandbox.run(&args, "");
@@ -61,7 +67,7 @@ fn no_prompt_cache_writes_nothing() {
         "-m",
         &model,
         "--threads",
-        "1",
+        crate::harness::MODEL_THREADS,
         "--max-tokens",
         "4",
         "--no-prompt-cache",

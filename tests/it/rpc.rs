@@ -20,7 +20,13 @@ struct Worker {
 
 impl Worker {
     fn start(sandbox: &Sandbox) -> Worker {
-        let mut child = sandbox.spawn(&["--rpc-worker", "--port", "0", "--threads", "1"]);
+        let mut child = sandbox.spawn(&[
+            "--rpc-worker",
+            "--port",
+            "0",
+            "--threads",
+            crate::harness::MODEL_THREADS,
+        ]);
         // ggml prints its banner and every connection to stdout: drain it.
         let mut stdout = child.stdout.take().expect("stdout");
         std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
@@ -56,7 +62,7 @@ fn chat_args<'a>(model: &'a str, prompt: &'a str, max_tokens: &'a str) -> Vec<&'
         "--notools",
         "--no-prompt-cache",
         "--threads",
-        "1",
+        crate::harness::MODEL_THREADS,
         "--temperature",
         "0",
         "--max-tokens",

@@ -19,7 +19,14 @@ fn ask(sandbox: &Sandbox, extra: &[&str]) -> crate::harness::Run {
         "Here is a Python file:\n\n{FILE}\nRewrite the whole file with the function \
          compute_total renamed to sum_items. Output only the code."
     );
-    let mut args = vec!["-m", model.as_str(), "--threads", "2", "--temperature", "0"];
+    let mut args = vec![
+        "-m",
+        model.as_str(),
+        "--threads",
+        crate::harness::MODEL_THREADS,
+        "--temperature",
+        "0",
+    ];
     args.extend_from_slice(&["--notools", "--no-prompt-cache", "--max-tokens", "64"]);
     args.extend_from_slice(extra);
     args.extend_from_slice(&["-e", question.as_str()]);

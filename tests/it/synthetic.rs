@@ -40,10 +40,8 @@ fn a_synthetic_smollm2_shape_loads_and_generates_what_is_asked() {
     let sandbox = Sandbox::new("synthetic-run");
     let model = model.to_str().expect("UTF-8");
     let mut args = vec!["-m", model];
-    args.extend(
-        "--json --notools --no-prompt-cache --threads 1 --temperature 0 --max-tokens 12 -e"
-            .split(' '),
-    );
+    args.extend(["--threads", crate::harness::MODEL_THREADS]);
+    args.extend("--json --notools --no-prompt-cache --temperature 0 --max-tokens 12 -e".split(' '));
     args.push("Say something.");
     let run = sandbox.run(&args, "");
     assert_eq!(run.status, Some(0), "{}", run.stderr);
@@ -58,7 +56,7 @@ fn a_synthetic_smollm2_shape_loads_and_generates_what_is_asked() {
             "-m",
             model,
             "--threads",
-            "1",
+            crate::harness::MODEL_THREADS,
             "bench",
             "-p",
             "32",
@@ -250,7 +248,7 @@ fn converse(model: &std::path::Path, family: &str) {
         "-m",
         model,
         "--threads",
-        "1",
+        crate::harness::MODEL_THREADS,
         "--context-size",
         "4096",
         "--no-prompt-cache",

@@ -6,7 +6,7 @@ use super::tuning::*;
 use super::*;
 use crate::core::Role;
 use crate::core::Stats;
-use crate::util::dirs::test_models::{swa_test_model_path, test_model_path};
+use crate::util::dirs::test_models::{swa_test_model_path, test_model_path, TEST_THREADS};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -37,7 +37,7 @@ fn swa_backend() -> LlamaBackend {
     config.context_size = Some(2048);
     // Those layers' cache holds the window and one batch: 512 + 64, padded to 768.
     config.ubatch = Some(64);
-    config.threads = Some(2);
+    config.threads = Some(TEST_THREADS);
     config.progress = None;
     LlamaBackend::new(config).expect("the SWA test model loads")
 }
@@ -134,7 +134,7 @@ fn backend_with(n_ctx: u32, parallel: u32) -> LlamaBackend {
 fn backend_with_spec(n_ctx: u32, parallel: u32, spec: speculative::SpecMode) -> LlamaBackend {
     let mut config = LlamaConfig::new(test_model_path());
     config.context_size = Some(n_ctx);
-    config.threads = Some(2);
+    config.threads = Some(TEST_THREADS);
     config.progress = None;
     config.parallel = parallel;
     config.spec.mode = spec;
@@ -1185,7 +1185,7 @@ fn embeddings_are_unit_vectors_equal_for_equal_inputs_and_checked_first() {
 fn cached_backend(dir: &Path) -> LlamaBackend {
     let mut config = LlamaConfig::new(test_model_path());
     config.context_size = Some(2048);
-    config.threads = Some(2);
+    config.threads = Some(TEST_THREADS);
     config.prompt_cache = Some(prompt_cache::PromptCacheConfig {
         dir: dir.to_path_buf(),
         max_bytes: u64::MAX,
@@ -1249,7 +1249,7 @@ fn corrupt_truncated_and_foreign_cache_files_are_misses_and_are_replaced() {
     // A file another context wrote (another size), under this context's name.
     let other_dir = crate::util::fs::test_support::temp_dir("kv-other");
     let mut config = LlamaConfig::new(test_model_path());
-    (config.context_size, config.threads) = (Some(1024), Some(2));
+    (config.context_size, config.threads) = (Some(1024), Some(TEST_THREADS));
     config.prompt_cache = Some(prompt_cache::PromptCacheConfig {
         dir: other_dir.clone(),
         max_bytes: u64::MAX,
@@ -1298,7 +1298,7 @@ fn edit_request() -> Session {
 fn spec_backend(spec: speculative::SpecConfig) -> Result<LlamaBackend, BackendError> {
     let mut config = LlamaConfig::new(test_model_path());
     config.context_size = Some(2048);
-    config.threads = Some(2);
+    config.threads = Some(TEST_THREADS);
     config.progress = None;
     config.spec = spec;
     LlamaBackend::new(config)
@@ -1420,7 +1420,7 @@ fn a_sliding_window_model_speculates_and_keeps_its_window() {
         config.parallel = parallel;
         config.context_size = Some(2048 * parallel);
         config.ubatch = Some(64);
-        config.threads = Some(2);
+        config.threads = Some(TEST_THREADS);
         config.progress = None;
         config.spec = spec;
         let mut llm = LlamaBackend::new(config).expect("the SWA test model loads");
