@@ -10,7 +10,7 @@ use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_void};
 use std::marker::PhantomData;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use llama_cpp_sys_2 as sys;
@@ -74,6 +74,15 @@ pub unsafe extern "C" fn __wrap_ggml_backend_init_by_type(
     backend
 }
 
+/// How many live contexts compute a lone token as sgemm computes a batch's column
+/// ([`fast_kernels_batch_invariant`]). While none does (a model with K-quants or
+/// other repacked weights, flash attention on, a quantized cache), nothing can make
+/// a lone token agree with a batch, and [`__wrap_llamafile_sgemm`] leaves single
+/// columns to ggml's own dot products: sgemm's kernel for them, or sgemm taking one
+/// as two, only cost speed there (Gemma 3 270M Q4_K_M, tg128 on an Intel Xeon: 36.1
+/// t/s diverted against llama-bench's 43.4 on the same llama.cpp; docs/LLAMA.md).
+static EXACT_COLUMNS: AtomicUsize = AtomicUsize::new(0);
+
 /// Every matrix product ggml's CPU backend offers llamafile's sgemm comes here
 /// (build.rs links with `--wrap`). llamafile refuses a single column (`n < 2`), so
 /// a lone token's products fell to ggml's dot products, which round differently
@@ -86,7 +95,8 @@ pub unsafe extern "C" fn __wrap_ggml_backend_init_by_type(
 /// computed by one thread, so each result is written twice, with the same value, by
 /// that thread). Q4_1 weights, which sgemm refuses, go to [`super::lone::q4_1`] for
 /// every column count: ggml's dot product per element, a row unpacked once for four
-/// columns. Where `lone` does not apply, everything goes through unchanged.
+/// columns. Where `lone` does not apply, or no live context needs a lone column
+/// exact ([`EXACT_COLUMNS`]), single columns go through unchanged.
 ///
 /// # Safety
 /// As llamafile's `llamafile_sgemm`: the arguments describe valid matrices.
@@ -117,7 +127,7 @@ pub unsafe extern "C" fn __wrap_llamafile_sgemm(
             return true;
         }
     }
-    let lone = n == 1 && enabled;
+    let lone = n == 1 && enabled && EXACT_COLUMNS.load(Ordering::SeqCst) > 0;
     if lone {
         // SAFETY: the caller's matrices, one column, as `column` requires; `enabled`.
         if let Some(done) = unsafe { super::lone::column(params, m, k, a, lda, b, c, types) } {
@@ -365,6 +375,9 @@ impl Drop for Context<'_> {
         // SAFETY: `raw` came from `llama_init_from_model` and is freed exactly once here,
         // before the borrowed model can be dropped.
         unsafe { sys::llama_free(self.raw.as_ptr()) };
+        if self.fast_kernels_invariant {
+            EXACT_COLUMNS.fetch_sub(1, Ordering::SeqCst);
+        }
         if let Some(pool) = self.threadpool.take() {
             // SAFETY: the pool came from `ggml_threadpool_new`; the context that used it
             // was freed just above, so nothing references it any more.
@@ -421,6 +434,10 @@ impl<'m> Context<'m> {
             )
         };
         let threadpool = attach_threadpool(raw, params.n_threads);
+        let fast_kernels_invariant = fast_kernels_batch_invariant(model, params);
+        if fast_kernels_invariant {
+            EXACT_COLUMNS.fetch_add(1, Ordering::SeqCst);
+        }
         Ok(Context {
             raw,
             model,
@@ -434,7 +451,7 @@ impl<'m> Context<'m> {
             logits: Vec::new(),
             cpu_backend,
             reference_kernels: false,
-            fast_kernels_invariant: fast_kernels_batch_invariant(model, params),
+            fast_kernels_invariant,
             reference_invariant: reference_kernels_batch_invariant(model),
             _not_send: PhantomData,
         })
@@ -923,6 +940,8 @@ mod tests {
         if !ctx.fast_kernels_invariant() {
             return;
         }
+        // This context's lone columns go the exact way whatever other tests hold.
+        assert!(EXACT_COLUMNS.load(Ordering::SeqCst) >= 1);
         let text = "<|im_start|>user\nName three rivers of Europe.<|im_end|>\n\
                     <|im_start|>assistant\nThe Danube, which rises in the Black Forest";
         let tokens = model.tokenize(text, false).unwrap();

@@ -5,7 +5,9 @@
 //! ggml's CPU backend hands every matrix product to llamafile's sgemm first, and
 //! sgemm refuses a single column (`n < 2`): a lone token's products fall to ggml's
 //! dot products, which add in another order. `context::__wrap_llamafile_sgemm` (the
-//! linker's `--wrap`, build.rs) sends a single column here. For the two products a
+//! linker's `--wrap`, build.rs) sends a single column here while a live context
+//! needs it exact (`context::EXACT_COLUMNS`); for a model with K-quants nothing
+//! can be, and ggml's own dot products are faster. For the two products a
 //! decode step is made of on the models we claim ([`super::context`]'s
 //! `fast_kernels_batch_invariant`), Q8_0 weights (SmolLM2's output layer) and the F16
 //! cache (attention scores and values), `ffi/lone.c` computes the column with the
