@@ -49,7 +49,9 @@ NO_AMX := $(if $(filter x86_64,$(shell uname -m)),-mno-amx-tile -mno-amx-int8 -m
 # (a CMake entry nothing reads), and `deps` drops a native build's CMakeCache.txt made
 # with other ones and the crate's fingerprints, so that cargo runs the script and links
 # its libraries again (the objects stay; CMake recompiles what the flags change).
-ifeq ($(and $(CUDA),$(PORTABLE)),)
+# PORTABLE_CUDA: the one build that keeps its flags.
+PORTABLE_CUDA := $(and $(CUDA),$(PORTABLE))
+ifeq ($(PORTABLE_CUDA),)
 export CFLAGS := $(strip $(filter-out $(NO_AMX),$(CFLAGS)) $(NO_AMX))
 export CXXFLAGS := $(strip $(filter-out $(NO_AMX),$(CXXFLAGS)) $(NO_AMX))
 export GGML_SHEPHERD_CFLAGS := $(NO_AMX)
@@ -87,7 +89,7 @@ deps:
 	  echo "installing:$$missing"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
-ifeq ($(and $(CUDA),$(PORTABLE)),)
+ifeq ($(PORTABLE_CUDA),)
 	@for c in $$(find target $(TARGET_DIR) -path '*/llama-cpp-sys-2-*/out/build/CMakeCache.txt' 2>/dev/null); do \
 	  ! grep -q '^GGML_NATIVE:BOOL=ON' $$c || grep -qx 'GGML_SHEPHERD_CFLAGS:[A-Z]*=$(NO_AMX)' $$c || { \
 	  run=$${c%/out/build/CMakeCache.txt}; rm -rf $$c $${run%/build/*}/.fingerprint/llama-cpp-sys-2-*; }; done

@@ -214,7 +214,6 @@ pub fn wait_listening(
     (address, log)
 }
 
-/// The token the tests' servers that run tools are started with (`--auth-token`).
 /// `--threads` for every test that runs a model: one. Cargo runs the tests side
 /// by side, one per core, and ggml's thread pool waits at each barrier by
 /// spinning, so two models of two threads each on CI's two cores wait for the
@@ -223,6 +222,7 @@ pub fn wait_listening(
 /// 120 s timeout). The unit tests' `TEST_THREADS` is the same.
 pub const MODEL_THREADS: &str = "1";
 
+/// The token the tests' servers that run tools are started with (`--auth-token`).
 pub const TOKEN: &str = "it-token-5d1f0c9e27b4";
 
 /// A ureq agent for the tests' servers: no proxy, error statuses as responses,
