@@ -7,8 +7,10 @@
  * ggml-cpu/arch/x86/quants.c (llama.cpp, MIT licence): the same intrinsics in the
  * same order per output element, so the result is bit for bit ggml's. Always compiled with
  * optimisation (build.rs), whatever the Rust profile, and with contraction off, so
- * that the compiler fuses nothing sgemm does not fuse. Thread `ith` of `nth` computes
- * its own share of the rows; there is no barrier (ggml puts one after every node).
+ * that the compiler fuses nothing sgemm does not fuse. A call computes the rows
+ * `from..to` of the result it is given: src/llama/lone.rs hands each thread its rows,
+ * in chunks as ggml hands out its own; there is no barrier (ggml puts one after every
+ * node).
  */
 #include <immintrin.h>
 #include <stdint.h>
@@ -31,18 +33,11 @@ static inline float half(uint16_t h) {
     return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
 }
 
-static void rows(int64_t m, int ith, int nth, int64_t *from, int64_t *to) {
-    *from = m * ith / nth;
-    *to = m * (ith + 1) / nth;
-}
-
 /* tinyBLAS_Q0_AVX<block_q8_0, block_q8_0, float> for one column: per block,
  * updot(|a|, sign(b, a)) (exact sums of four byte products per lane), then
  * fma(scale_a * scale_b, dot, acc). */
-void shepherd_lone_q8_0(int64_t m, int64_t k, const block_q8_0 *a, int64_t lda,
-                        const block_q8_0 *b, float *c, int ith, int nth) {
-    int64_t from, to;
-    rows(m, ith, nth, &from, &to);
+void shepherd_lone_q8_0(int64_t k, const block_q8_0 *a, int64_t lda,
+                        const block_q8_0 *b, float *c, int64_t from, int64_t to) {
     const __m256i ones = _mm256_set1_epi16(1);
     for (int64_t i = from; i < to; i++) {
         const block_q8_0 *row = a + lda * i;
@@ -61,10 +56,8 @@ void shepherd_lone_q8_0(int64_t m, int64_t k, const block_q8_0 *a, int64_t lda,
 
 /* tinyBLAS<8, __m256, __m256, ggml_fp16_t, ggml_fp16_t, float> for one column:
  * eight elements at a time widened to F32, fma(a, b, acc); k is a multiple of 8. */
-void shepherd_lone_f16(int64_t m, int64_t k, const uint16_t *a, int64_t lda,
-                       const uint16_t *b, float *c, int ith, int nth) {
-    int64_t from, to;
-    rows(m, ith, nth, &from, &to);
+void shepherd_lone_f16(int64_t k, const uint16_t *a, int64_t lda,
+                       const uint16_t *b, float *c, int64_t from, int64_t to) {
     for (int64_t i = from; i < to; i++) {
         const uint16_t *row = a + lda * i;
         __m256 acc = _mm256_setzero_ps();
@@ -83,10 +76,8 @@ void shepherd_lone_f16(int64_t m, int64_t k, const uint16_t *a, int64_t lda,
  * _mm512_reduce_add_ps (the header's own order of halves); k is a multiple of 16.
  * Compiled for AVX-512 here only; called only where ggml was built for it. */
 __attribute__((target("avx512f,f16c,fma")))
-void shepherd_lone_f16_avx512(int64_t m, int64_t k, const uint16_t *a, int64_t lda,
-                              const uint16_t *b, float *c, int ith, int nth) {
-    int64_t from, to;
-    rows(m, ith, nth, &from, &to);
+void shepherd_lone_f16_avx512(int64_t k, const uint16_t *a, int64_t lda,
+                              const uint16_t *b, float *c, int64_t from, int64_t to) {
     for (int64_t i = from; i < to; i++) {
         const uint16_t *row = a + lda * i;
         __m512 acc = _mm512_setzero_ps();
@@ -114,8 +105,10 @@ typedef struct {
 } block_q8_1;
 
 /* The longest inner dimension shepherd_q4_1 takes, in blocks (32,768 elements);
- * beyond it ggml's own dot products run (the same numbers, more slowly). */
+ * beyond it ggml's own dot products run (the same numbers, more slowly). Exported
+ * so that src/llama/lone.rs asks before it takes chunks of ggml's counter. */
 #define Q4_1_MAX_BLOCKS 1024
+const int64_t shepherd_q4_1_max_blocks = Q4_1_MAX_BLOCKS;
 
 /* ggml_vec_dot_q4_1_q8_1 (ggml-cpu/arch/x86/quants.c, AVX2) for rows `from..to` of
  * `a` against `nc` columns of `b` at once, the row's quants unpacked once for all.
@@ -159,15 +152,14 @@ static inline __attribute__((always_inline)) void q4_1_tile(
 /* c = a · b for Q4_1 weights `a` (m rows of k blocks, lda blocks apart) and n
  * columns of Q8_1 blocks `b` (ldb blocks apart) into c (columns ldc floats apart),
  * each element exactly as ggml_vec_dot_q4_1_q8_1 computes it, whatever n is.
- * Thread `ith` of `nth` computes its share of the rows. Returns 0, computing
- * nothing, when k is over Q4_1_MAX_BLOCKS. */
-int shepherd_q4_1(int64_t m, int64_t n, int64_t k, const block_q4_1 *a, int64_t lda,
-                  const block_q8_1 *b, int64_t ldb, float *c, int64_t ldc, int ith, int nth) {
+ * Computes rows `from..to` of c. Returns 0, computing nothing, when k is over
+ * Q4_1_MAX_BLOCKS. */
+int shepherd_q4_1(int64_t n, int64_t k, const block_q4_1 *a, int64_t lda,
+                  const block_q8_1 *b, int64_t ldb, float *c, int64_t ldc, int64_t from,
+                  int64_t to) {
     if (k > Q4_1_MAX_BLOCKS) {
         return 0;
     }
-    int64_t from, to;
-    rows(m, ith, nth, &from, &to);
     float d1[4 * Q4_1_MAX_BLOCKS];
     float s1[4 * Q4_1_MAX_BLOCKS];
     for (int64_t j0 = 0; j0 < n; j0 += 4) {
