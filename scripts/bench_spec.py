@@ -15,6 +15,11 @@ each round (the first server of a round rotates, so machine load hits all alike)
          story falls into a loop now and then, which drafts far better, and where
          the kernels round differently the loop comes in one server's text and not
          in another's: over four stories the luck of one text weighs a quarter.
+         Each round sets the four stories somewhere else (SETTINGS), so that no
+         server is asked a prompt twice: llama-server's ngram-mod keeps the n-grams
+         of earlier requests, and the same story asked again drafts from its last
+         answer (measured: one story three times, 83, 70 and 92 t/s, 18, 133 and
+         260 draft tokens accepted), which is a retry, not prose.
 
 A model without a chat template (a base model, such as the tests' Gemma 3 270M)
 does not follow instructions, and a chat request would measure each server's
@@ -140,21 +145,41 @@ STORIES = [
     "a baker in a mountain village during the first snow of winter",
     "two rival chess players stranded at a small train station",
 ]
-PROSE = [[
-    {"role": "system", "content": "You are a storyteller."},
-    {"role": "user", "content": f"Write a long story about {story}."},
-] for story in STORIES]
+# Where round r's stories take place: one setting a round, so no prompt repeats.
+SETTINGS = [
+    "on a rainy coast in the 1890s", "in a desert city at the height of summer",
+    "on a research ship in the Arctic", "in a busy market town before a festival",
+    "in a quiet valley after a long war", "on an island cut off by a storm",
+    "in a river port during a flood", "in a mountain monastery in spring",
+    "in a mining town at the edge of a forest", "on a night train crossing a border",
+    "in a seaside village at the end of the season", "in an old city under fog",
+]
+
+
+def prose(round_no):
+    """Round `round_no`'s four story requests."""
+    setting = SETTINGS[round_no % len(SETTINGS)]
+    return [[
+        {"role": "system", "content": "You are a storyteller."},
+        {"role": "user", "content": f"Write a long story about {story}, set {setting}."},
+    ] for story in STORIES]
 
 
 # The same two workloads for a base model: text it continues.
 RAW_EDIT = ("# inventory.py\n" + SOURCE + "\n\n# inventory.py again, with the function "
             "compute_total renamed to stock_value everywhere:\n")
-RAW_PROSE = [
+RAW_OPENINGS = [
     "The lighthouse keeper found a map in a bottle. ",
     "The girl built a robot from scrap in her grandfather's barn. ",
     "The first snow of winter fell on the mountain village before dawn. ",
     "Two rival chess players were stranded at a small train station. ",
 ]
+
+
+def raw_prose(round_no):
+    """Round `round_no`'s four story openings for a base model."""
+    setting = SETTINGS[round_no % len(SETTINGS)]
+    return [f"A story set {setting}.\n\n{opening}" for opening in RAW_OPENINGS]
 
 
 def request(url, path, body):
@@ -200,16 +225,21 @@ def has_template(servers):
 def main():
     servers = [arg.split("=", 1) for arg in sys.argv[1:]]
     chat_model = has_template(servers)
-    edit, prose = ([EDIT], PROSE) if chat_model else ([RAW_EDIT], RAW_PROSE)
+    edit, stories = ([EDIT], prose) if chat_model else ([RAW_EDIT], raw_prose)
     if not chat_model:
         print("no chat template: raw prompts through /v1/completions", file=sys.stderr)
-    workloads = [("edit", edit, EDIT_TOKENS), ("prose", prose, PROSE_TOKENS)]
+    if ROUNDS > len(SETTINGS):
+        print(f"more rounds than settings: round {len(SETTINGS) + 1} on asks again",
+              file=sys.stderr)
+    # Each workload's prompts for a round.
+    workloads = [("edit", lambda _: edit, EDIT_TOKENS), ("prose", stories, PROSE_TOKENS)]
     speeds = {(name, w): [] for name, _ in servers for w, _, _ in workloads}
     drafts = {}
     texts = {}
     for round_no in range(ROUNDS):
         order = servers[round_no % len(servers):] + servers[:round_no % len(servers)]
-        for workload, prompts, max_tokens in workloads:
+        for workload, prompts_of, max_tokens in workloads:
+            prompts = prompts_of(round_no)
             for name, url in order:
                 # A round's speed over the workload's prompts: their tokens over their
                 # time (each answer's `predicted_ms`, or its tokens/s where a server
@@ -234,7 +264,8 @@ def main():
                 speeds[(name, workload)].append(tokens / ms * 1000 if ms else 0.0)
     base = servers[0][0]
     print(f"speculative decoding, generation tokens/s (median of {ROUNDS} interleaved rounds)")
-    for workload, prompts, _ in workloads:
+    for workload, prompts_of, _ in workloads:
+        prompts = prompts_of(0)
         first = statistics.median(speeds[(base, workload)])
         print(f"  {workload}:")
         for name, _ in servers:
