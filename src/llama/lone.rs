@@ -66,9 +66,11 @@ struct ComputeParams {
     threadpool: *mut c_void,
 }
 
-/// Rows a thread takes at a time from ggml's chunk counter: ggml's own chunk for a
-/// single column (`ggml_compute_forward_mul_mat`), and for a batch's columns too, where
-/// the Q4_1 kernel reads each column's scales again per call.
+/// Rows a thread takes at a time from ggml's chunk counter ([`for_each_chunk`], a
+/// batch's products only): ggml's own chunk for a single column
+/// (`ggml_compute_forward_mul_mat`; a batch's it cuts 16 rows by 16 columns), here
+/// for a batch's columns too, where the Q4_1 kernel reads each column's scales again
+/// per call.
 const CHUNK_ROWS: i64 = 64;
 
 extern "C" {
