@@ -513,9 +513,10 @@ mod tests {
                         let threads: Vec<_> = (0..nth)
                             .map(|ith| {
                                 let (a, b) = (&a, &b);
-                                let p = params(ith, nth, wdata, counter);
-                                let p = SendParams(p);
+                                let p = SendParams(params(ith, nth, wdata, counter));
                                 scope.spawn(move || {
+                                    // The whole wrapper moves in (a closure would
+                                    // capture only the field, which is not `Send`).
                                     let p = p;
                                     // SAFETY: `m` rows of `k` blocks `lda` apart, `n`
                                     // columns of `k` blocks `ldb` apart, room for `n`
