@@ -78,9 +78,10 @@ pub unsafe extern "C" fn __wrap_ggml_backend_init_by_type(
 /// ([`fast_kernels_batch_invariant`]). While none does (a model with K-quants or
 /// other repacked weights, flash attention on, a quantized cache), nothing can make
 /// a lone token agree with a batch, and [`__wrap_llamafile_sgemm`] leaves single
-/// columns to ggml's own dot products: sgemm's kernel for them, or sgemm taking one
-/// as two, only cost speed there (Gemma 3 270M Q4_K_M, tg128 on an Intel Xeon: 36.1
-/// t/s diverted against llama-bench's 43.4 on the same llama.cpp; docs/LLAMA.md).
+/// columns to ggml's own dot products, but for Q8_0 and Q5_0 weights, whose
+/// [`super::lone`] kernel is that dot product, prefetching: sgemm taking a column as
+/// two, or sgemm's F16 kernel, would only cost speed there (Gemma 3 270M Q4_K_M, tg128
+/// on an Intel Xeon: 36.1 t/s diverted against llama-bench's 43.4; docs/LLAMA.md).
 static EXACT_COLUMNS: AtomicUsize = AtomicUsize::new(0);
 
 /// Every matrix product ggml's CPU backend offers llamafile's sgemm comes here
@@ -95,8 +96,10 @@ static EXACT_COLUMNS: AtomicUsize = AtomicUsize::new(0);
 /// computed by one thread, so each result is written twice, with the same value, by
 /// that thread). Q4_1 weights, which sgemm refuses, go to [`super::lone::q4_1`] for
 /// every column count: ggml's dot product per element, a row unpacked once for four
-/// columns. Where `lone` does not apply, or no live context needs a lone column
-/// exact ([`EXACT_COLUMNS`]), single columns go through unchanged.
+/// columns. Q8_0 and Q5_0 single columns go to [`super::lone::column`] whether or
+/// not a context needs them exact (its kernel is ggml's dot product too). Where
+/// `lone` does not apply, or no live context needs a lone column exact
+/// ([`EXACT_COLUMNS`]), other single columns go through unchanged.
 ///
 /// # Safety
 /// As llamafile's `llamafile_sgemm`: the arguments describe valid matrices.
@@ -127,13 +130,15 @@ pub unsafe extern "C" fn __wrap_llamafile_sgemm(
             return true;
         }
     }
-    let lone = n == 1 && enabled && EXACT_COLUMNS.load(Ordering::SeqCst) > 0;
-    if lone {
+    let exact = EXACT_COLUMNS.load(Ordering::SeqCst) > 0;
+    if n == 1 && enabled {
         // SAFETY: the caller's matrices, one column, as `column` requires; `enabled`.
-        if let Some(done) = unsafe { super::lone::column(params, m, k, a, lda, b, c, types) } {
+        let done = unsafe { super::lone::column(params, m, k, a, lda, b, c, types, exact) };
+        if let Some(done) = done {
             return done;
         }
     }
+    let lone = n == 1 && enabled && exact;
     let (n, ldb, ldc) = if lone { (2, 0, 0) } else { (n, ldb, ldc) };
     // SAFETY: the caller's matrices, unchanged but for a single column read and
     // written as two: `ldb` 0 reads only the column `b` holds and `ldc` 0 writes only
@@ -149,8 +154,8 @@ pub unsafe extern "C" fn __wrap_llamafile_sgemm(
 /// exactly as it would compute it in any batch with llama.cpp's fast kernels (and the
 /// [`__wrap_llamafile_sgemm`] above): ggml built with the kernels [`super::lone`]
 /// mirrors, every weight matrix of a type whose products go the same way for any
-/// number of columns, F16 cache, no flash attention. The types: F16 and Q8_0
-/// ([`super::lone`]), F32, BF16 and Q5_0 (sgemm, a lone column as two), Q4_1
+/// number of columns, F16 cache, no flash attention. The types: F16, Q8_0 and Q5_0
+/// ([`super::lone`]), F32 and BF16 (sgemm, a lone column as two), Q4_1
 /// ([`super::lone::q4_1`], ggml's dot product for every column count) and Q5_1
 /// (ggml's dot products for every column count). Not Q4_0, IQ4_NL, MXFP4 or the
 /// K-quants: ggml repacks those on AVX2 CPUs and multiplies them with gemv for up to

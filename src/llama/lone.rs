@@ -22,6 +22,13 @@
 //! Other products of a single column go to sgemm itself as two equal columns (exact,
 //! and slower; see the wrapper).
 //!
+//! For Q8_0 and Q5_0 weights sgemm's column and ggml's own dot product
+//! (`ggml_vec_dot_q8_0_q8_0`, `ggml_vec_dot_q5_0_q8_0`) are the same computation, so
+//! [`column`] takes their single columns whether or not a context needs them exact:
+//! the kernels ask for the weights ahead of the block they multiply (`ffi/lone.c`'s
+//! `prefetch`), which ggml's do not, and a lone token streams every weight once
+//! (Gemma 3 270M Q4_K_M, whose output layer is Q8_0: tg128 1.26x, docs/LLAMA.md).
+//!
 //! Q4_1 weights (most of SmolLM2's) are the other way round: sgemm refuses them for
 //! any column count and ggml multiplies them with its dot product, once per row and
 //! column, unpacking every weight again for each column of a batch. [`q4_1`] (every
@@ -51,6 +58,7 @@ use llama_cpp_sys_2 as sys;
 const GGML_TYPE_F32: i32 = 0;
 const GGML_TYPE_F16: i32 = 1;
 const GGML_TYPE_Q4_1: i32 = 3;
+const GGML_TYPE_Q5_0: i32 = 6;
 const GGML_TYPE_Q8_0: i32 = 8;
 const GGML_TYPE_Q8_1: i32 = 9;
 
@@ -83,6 +91,16 @@ extern "C" {
     /// `ffi/lone.c`: rows `from..to` of `a` (Q8_0 blocks, `lda` blocks apart, `k`
     /// blocks long) times the column `b` (`k` blocks) into `c`.
     fn shepherd_lone_q8_0(
+        k: i64,
+        a: *const c_void,
+        lda: i64,
+        b: *const c_void,
+        c: *mut f32,
+        from: i64,
+        to: i64,
+    );
+    /// The same for Q5_0 blocks.
+    fn shepherd_lone_q5_0(
         k: i64,
         a: *const c_void,
         lda: i64,
@@ -230,7 +248,12 @@ fn for_each_chunk(
 
 /// Computes `c = a · b` for one column `b` as sgemm computes a column, if there is a
 /// kernel for it: `Some(true)` when done, `Some(false)` where sgemm would refuse the
-/// product for any column count too, `None` when the caller must go on.
+/// product for any column count too, `None` when the caller must go on. Q8_0 and
+/// Q5_0 weights' columns sgemm computes as ggml's own dot products do, so they come
+/// here whether or not a context needs a lone column `exact` (and stream their rows
+/// with prefetching, which ggml's do not: Gemma 3 270M Q4_K_M, whose output layer is
+/// Q8_0 and some layers Q5_0, decoded faster; docs/LLAMA.md). The F16 kernels round
+/// as sgemm does, not as ggml's dot product, so only an `exact` column takes them.
 ///
 /// # Safety
 /// The arguments are those of a `llamafile_sgemm` call with `n == 1`: `params` is
@@ -246,13 +269,14 @@ pub unsafe fn column(
     b: *const c_void,
     c: *mut c_void,
     types: (i32, i32, i32),
+    exact: bool,
 ) -> Option<bool> {
     if m < 0 || k < 0 || lda < 0 {
         return None;
     }
     // SAFETY: `params` points at ggml's compute params.
     let params = unsafe { compute_params(params) }?;
-    let kernel = match column_kernel(m, k, types)? {
+    let kernel = match column_kernel(m, k, types, exact)? {
         Ok(kernel) => kernel,
         Err(refused) => return Some(refused),
     };
@@ -271,11 +295,18 @@ type ColumnKernel =
 
 /// The kernel for a single column of these types and sizes: `Ok` a kernel,
 /// `Err(false)` where sgemm refuses the product for any column count, `None` where
-/// the caller must go on.
+/// the caller must go on. Only an `exact` column takes the F16 kernels ([`column`]).
 #[cfg(target_arch = "x86_64")]
-fn column_kernel(m: i64, k: i64, types: (i32, i32, i32)) -> Option<Result<ColumnKernel, bool>> {
+fn column_kernel(
+    m: i64,
+    k: i64,
+    types: (i32, i32, i32),
+    exact: bool,
+) -> Option<Result<ColumnKernel, bool>> {
     let kernel: ColumnKernel = match types {
         (GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, GGML_TYPE_F32) => shepherd_lone_q8_0,
+        (GGML_TYPE_Q5_0, GGML_TYPE_Q8_0, GGML_TYPE_F32) => shepherd_lone_q5_0,
+        (GGML_TYPE_F16, GGML_TYPE_F16, GGML_TYPE_F32) if !exact => return None,
         // sgemm's F16 kernel takes no row count that is not a multiple of 4.
         (GGML_TYPE_F16, GGML_TYPE_F16, GGML_TYPE_F32) if m % 4 != 0 => return Some(Err(false)),
         (GGML_TYPE_F16, GGML_TYPE_F16, GGML_TYPE_F32) => match build()? {
@@ -290,7 +321,12 @@ fn column_kernel(m: i64, k: i64, types: (i32, i32, i32)) -> Option<Result<Column
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn column_kernel(_: i64, _: i64, _: (i32, i32, i32)) -> Option<Result<ColumnKernel, bool>> {
+fn column_kernel(
+    _: i64,
+    _: i64,
+    _: (i32, i32, i32),
+    _: bool,
+) -> Option<Result<ColumnKernel, bool>> {
     None
 }
 
@@ -586,6 +622,84 @@ mod tests {
                 assert!(!done);
             }
         }
+    }
+
+    #[test]
+    fn q8_0_and_q5_0_columns_are_ggmls_dot_products_exact_or_not() {
+        if !enabled() {
+            eprintln!("ggml is not built with the kernels lone mirrors: nothing to compare");
+            return;
+        }
+        // SAFETY: fills ggml's F16 table, which its dot product reads; idempotent.
+        unsafe { sys::ggml_cpu_init() };
+        let mut rng = Rng(0x0008_0005);
+        // ggml's block_q8_0 and block_q5_0, in bytes; both multiply Q8_0 columns.
+        for (a_type, a_bytes) in [(GGML_TYPE_Q8_0, 34), (GGML_TYPE_Q5_0, 22)] {
+            // SAFETY: ggml's table of CPU traits, for a type it has.
+            let traits = unsafe { &*sys::ggml_get_type_traits_cpu(a_type as sys::ggml_type) };
+            let dot = traits.vec_dot.expect("ggml has a dot product for the type");
+            // Inner dimensions of SmolLM2 (18 blocks) and Gemma 3 270M (20, 64).
+            for (m, k) in [(7, 18), (130, 20), (5, 64), (1, 1)] {
+                let lda = k + 3;
+                let a = blocks(&mut rng, m * lda, a_bytes);
+                let b = blocks(&mut rng, k, 34);
+                let want: Vec<f32> = (0..m)
+                    .map(|i| {
+                        let mut out = f32::NAN;
+                        // SAFETY: row `i` and the column hold `k` blocks each.
+                        unsafe {
+                            dot(
+                                (k * 32) as i32,
+                                &mut out,
+                                0,
+                                a[i * lda * a_bytes..].as_ptr().cast(),
+                                0,
+                                b.as_ptr().cast(),
+                                0,
+                                1,
+                            )
+                        };
+                        out
+                    })
+                    .collect();
+                for (nth, exact) in [(1, false), (2, false), (3, true)] {
+                    let mut got = vec![f32::NAN; m + 1];
+                    for ith in 0..nth {
+                        let p = params(ith, nth, std::ptr::null(), std::ptr::null_mut());
+                        // SAFETY: `m` rows of `k` blocks `lda` apart, one column of
+                        // `k` blocks, room for `m` floats.
+                        let done = unsafe {
+                            column(
+                                std::ptr::from_ref(&p).cast(),
+                                m as i64,
+                                k as i64,
+                                a.as_ptr().cast(),
+                                lda as i64,
+                                b.as_ptr().cast(),
+                                got.as_mut_ptr().cast(),
+                                (a_type, GGML_TYPE_Q8_0, GGML_TYPE_F32),
+                                exact,
+                            )
+                        };
+                        assert_eq!(done, Some(true), "type {a_type} m {m} k {k}");
+                    }
+                    for i in 0..m {
+                        assert_eq!(
+                            got[i].to_bits(),
+                            want[i].to_bits(),
+                            "type {a_type} m {m} k {k} threads {nth} row {i}: {} against ggml's {}",
+                            got[i],
+                            want[i]
+                        );
+                    }
+                    assert!(got[m].is_nan(), "nothing written past the rows");
+                }
+            }
+        }
+        // The F16 kernels round as sgemm does: only an exact column takes them.
+        let f16 = (GGML_TYPE_F16, GGML_TYPE_F16, GGML_TYPE_F32);
+        assert!(column_kernel(16, 64, f16, false).is_none());
+        assert!(matches!(column_kernel(16, 64, f16, true), Some(Ok(_))));
     }
 
     /// Compute params sent to a test's thread (the pointers are the test's own).
