@@ -16,6 +16,7 @@
  * node).
  */
 #include <immintrin.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -31,6 +32,14 @@
  * them). Read access, kept in every cache level: what _mm_prefetch's T0 asks. */
 static inline void prefetch(const void *p) {
     __builtin_prefetch((const char *)p + PREFETCH_BYTES, 0, 3);
+}
+
+/* Asks for every cache line of the `len` bytes at `p`. */
+static inline void prefetch_bytes(const void *p, size_t len) {
+    const char *end = (const char *)p + len;
+    for (const char *line = (const char *)((uintptr_t)p & ~(uintptr_t)63); line < end; line += 64) {
+        __builtin_prefetch(line, 0, 3);
+    }
 }
 
 /* ggml's block_q8_0: an F16 scale and 32 signed bytes. */
@@ -256,4 +265,24 @@ int shepherd_q4_1(int64_t n, int64_t k, const block_q4_1 *a, int64_t lda,
         }
     }
     return 1;
+}
+
+/* ggml's `ggml_vec_dot_t`: one dot product of `n` elements into `*s` (nrc 1). */
+typedef void (*vec_dot_t)(int n, float *s, size_t bs, const void *x, size_t bx,
+                          const void *y, size_t by, int nrc);
+
+/* Rows `from..to` of c = a · b for one column `b`, each element ggml's own dot
+ * product `dot` of a row (`len` bytes, `stride` apart, `n` elements) and the column,
+ * called as ggml_compute_forward_mul_mat_one_chunk calls it for a single column: the
+ * same numbers. The dot product is ggml's, so the row PREFETCH_BYTES ahead is asked
+ * for whole before each call rather than block by block. */
+void shepherd_dot_rows(vec_dot_t dot, int n, const void *a, size_t stride, size_t len,
+                       const void *b, float *c, int64_t from, int64_t to) {
+    const int64_t ahead = len == 0 ? 1 : (int64_t)((PREFETCH_BYTES + len - 1) / len);
+    for (int64_t i = from; i < to; i++) {
+        if (i + ahead < to) {
+            prefetch_bytes((const char *)a + (size_t)(i + ahead) * stride, len);
+        }
+        dot(n, c + i, 0, (const char *)a + (size_t)i * stride, 0, b, 0, 1);
+    }
 }

@@ -97,9 +97,11 @@ static EXACT_COLUMNS: AtomicUsize = AtomicUsize::new(0);
 /// that thread). Q4_1 weights, which sgemm refuses, go to [`super::lone::q4_1`] for
 /// every column count: ggml's dot product per element, a row unpacked once for four
 /// columns. Q8_0 and Q5_0 single columns go to [`super::lone::column`] whether or
-/// not a context needs them exact (its kernel is ggml's dot product too). Where
-/// `lone` does not apply, or no live context needs a lone column exact
-/// ([`EXACT_COLUMNS`]), other single columns go through unchanged.
+/// not a context needs them exact (its kernel is ggml's dot product too). While no
+/// live context needs a lone column exact ([`EXACT_COLUMNS`]), other single columns
+/// of ggml's dot-product types go to [`super::lone::dot_rows`]: ggml's own dot
+/// product per row, the row ahead prefetched. Where `lone` does not apply, single
+/// columns go through unchanged.
 ///
 /// # Safety
 /// As llamafile's `llamafile_sgemm`: the arguments describe valid matrices.
@@ -136,6 +138,12 @@ pub unsafe extern "C" fn __wrap_llamafile_sgemm(
         let done = unsafe { super::lone::column(params, m, k, a, lda, b, c, types, exact) };
         if let Some(done) = done {
             return done;
+        }
+        // Any other single column not needed exact: ggml's own dot products, the row
+        // ahead prefetched.
+        // SAFETY: the caller's matrices, one column, as `dot_rows` requires.
+        if !exact && unsafe { super::lone::dot_rows(params, m, k, a, lda, b, c, types) } {
+            return true;
         }
     }
     let lone = n == 1 && enabled && exact;

@@ -48,7 +48,7 @@
 
 #![allow(unsafe_code)] // FFI module: every block carries a `// SAFETY:` comment.
 
-use std::ffi::c_void;
+use std::ffi::{c_int, c_void};
 use std::sync::OnceLock;
 
 use llama_cpp_sys_2 as sys;
@@ -146,6 +146,19 @@ extern "C" {
         from: i64,
         to: i64,
     ) -> i32;
+    /// `ffi/lone.c`: rows `from..to` of `a` (`len` bytes each, `stride` apart, `n`
+    /// elements) times the column `b` into `c`, each ggml's dot product `dot`.
+    fn shepherd_dot_rows(
+        dot: sys::ggml_vec_dot_t,
+        n: c_int,
+        a: *const c_void,
+        stride: usize,
+        len: usize,
+        b: *const c_void,
+        c: *mut f32,
+        from: i64,
+        to: i64,
+    );
     /// The longest inner dimension, in blocks, `shepherd_q4_1` takes.
     static shepherd_q4_1_max_blocks: i64;
 }
@@ -287,6 +300,95 @@ pub unsafe fn column(
         unsafe { kernel(k, a, lda, b, c, from, to) }
     });
     Some(true)
+}
+
+/// Computes `c = a · b` for one column `b` with ggml's own dot product for `a`'s type,
+/// row by row as ggml's single-column path calls it (`ggml_compute_forward_mul_mat`
+/// once sgemm refuses the column), so the numbers are llama.cpp's; true when done.
+/// What differs is that each thread asks for the row ahead of the one it computes
+/// (`shepherd_dot_rows`), as [`column`]'s kernels do block by block. For the types
+/// no kernel here mirrors (the K-quants ggml does not repack, F16 where no context
+/// needs a column exact, ...). Only a column of the dot product's own type (ggml's
+/// converted column), F32 results, and dot products of one row at a time (x86's).
+///
+/// # Safety
+/// As [`column`].
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn dot_rows(
+    params: *const c_void,
+    m: i64,
+    k: i64,
+    a: *const c_void,
+    lda: i64,
+    b: *const c_void,
+    c: *mut c_void,
+    (a_type, b_type, c_type): (i32, i32, i32),
+) -> bool {
+    if m < 0 || k < 0 || lda < 0 || c_type != GGML_TYPE_F32 || !cfg!(target_arch = "x86_64") {
+        return false;
+    }
+    let Ok(a_type) = sys::ggml_type::try_from(a_type) else {
+        return false;
+    };
+    if a_type >= sys::GGML_TYPE_COUNT {
+        return false;
+    }
+    // SAFETY: ggml's table of CPU traits, indexed by a type below its count.
+    let Some(traits) = (unsafe { sys::ggml_get_type_traits_cpu(a_type).as_ref() }) else {
+        return false;
+    };
+    if traits.vec_dot.is_none()
+        || traits.nrows != 1
+        || i64::from(traits.vec_dot_type) != i64::from(b_type)
+    {
+        return false;
+    }
+    // SAFETY: sizes of a type below ggml's count.
+    let (block, size) = unsafe { (sys::ggml_blck_size(a_type), sys::ggml_type_size(a_type)) };
+    let (Ok(n), Ok(stride), Ok(len)) = (
+        c_int::try_from(k.saturating_mul(block)),
+        usize::try_from(lda),
+        usize::try_from(k),
+    ) else {
+        return false;
+    };
+    let (stride, len) = (stride.saturating_mul(size), len.saturating_mul(size));
+    // SAFETY: `params` points at ggml's compute params.
+    let Some(params) = (unsafe { compute_params(params) }) else {
+        return false;
+    };
+    let c = c.cast::<f32>();
+    for_each_chunk(&params, (m, 1), b, |from, to| {
+        // SAFETY: the matrices of the `llamafile_sgemm` call, rows within `m`, each
+        // `len` bytes of `k` blocks of `a`'s type `stride` apart; `b` one column of
+        // the dot product's type, as ggml's own path passes it.
+        unsafe { dot_rows_kernel(traits.vec_dot, n, (a, stride, len), b, c, (from, to)) }
+    });
+    true
+}
+
+#[cfg(target_arch = "x86_64")]
+unsafe fn dot_rows_kernel(
+    dot: sys::ggml_vec_dot_t,
+    n: c_int,
+    (a, stride, len): (*const c_void, usize, usize),
+    b: *const c_void,
+    c: *mut f32,
+    (from, to): (i64, i64),
+) {
+    // SAFETY: the caller's matrices and ggml's dot product for them (see `dot_rows`).
+    unsafe { shepherd_dot_rows(dot, n, a, stride, len, b, c, from, to) }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn dot_rows_kernel(
+    _: sys::ggml_vec_dot_t,
+    _: c_int,
+    _: (*const c_void, usize, usize),
+    _: *const c_void,
+    _: *mut f32,
+    _: (i64, i64),
+) {
 }
 
 /// A lone column's kernel in `ffi/lone.c`: rows `from..to` of `c = a · b`.
@@ -700,6 +802,135 @@ mod tests {
         let f16 = (GGML_TYPE_F16, GGML_TYPE_F16, GGML_TYPE_F32);
         assert!(column_kernel(16, 64, f16, false).is_none());
         assert!(matches!(column_kernel(16, 64, f16, true), Some(Ok(_))));
+    }
+
+    /// `rows` rows of `n` random floats quantized to `kind` by ggml itself.
+    fn quantized(rng: &mut Rng, kind: sys::ggml_type, rows: usize, n: usize) -> Vec<u8> {
+        let floats: Vec<f32> = (0..rows * n).map(|_| rng.unit()).collect();
+        // SAFETY: sizes of a type ggml has.
+        let row = unsafe { sys::ggml_row_size(kind, n as i64) };
+        let mut out = vec![0u8; rows * row];
+        // SAFETY: `rows` rows of `n` floats into room for as many quantized rows; the
+        // types used need no importance matrix.
+        let written = unsafe {
+            sys::ggml_quantize_init(kind);
+            sys::ggml_quantize_chunk(
+                kind,
+                floats.as_ptr(),
+                out.as_mut_ptr().cast(),
+                0,
+                rows as i64,
+                n as i64,
+                std::ptr::null(),
+            )
+        };
+        assert_eq!(written, out.len());
+        out
+    }
+
+    #[test]
+    fn other_columns_are_ggmls_dot_products_with_the_rows_ahead_asked_for() {
+        if !enabled() {
+            eprintln!("ggml is not built with the kernels lone mirrors: nothing to compare");
+            return;
+        }
+        // SAFETY: fills ggml's F16 table, which the dot products read; idempotent.
+        unsafe { sys::ggml_cpu_init() };
+        let mut rng = Rng(0x0006_000e);
+        // Q6_K, Q5_K, Q4_K and Q3_K (ggml repacks Q4_K only where its rows suit the
+        // layout; these products come here where they do not), F16 and BF16.
+        for kind in [14, 13, 12, 11, 1, 30] {
+            // SAFETY: ggml's table of CPU traits, for a type it has.
+            let traits = unsafe { &*sys::ggml_get_type_traits_cpu(kind) };
+            let (dot, dot_type) = (traits.vec_dot.unwrap(), traits.vec_dot_type);
+            // SAFETY: block size of a type ggml has.
+            let block = unsafe { sys::ggml_blck_size(kind) } as usize;
+            for (m, n) in [(9, 512), (70, 256), (1, 1536)] {
+                // Rows one block longer than the product reads, as in a view.
+                let lda = n / block + 1;
+                let a = quantized(&mut rng, kind, m, n + block);
+                // The column as ggml converts it, with the dot product's type's own.
+                let floats: Vec<f32> = (0..n).map(|_| rng.unit()).collect();
+                // SAFETY: ggml's traits and sizes for the types it has; `n` floats
+                // into room for one row of the dot product's type.
+                let b = unsafe {
+                    let from_float = (*sys::ggml_get_type_traits_cpu(dot_type))
+                        .from_float
+                        .unwrap();
+                    let mut b = vec![0u8; sys::ggml_row_size(dot_type, n as i64)];
+                    from_float(floats.as_ptr(), b.as_mut_ptr().cast(), n as i64);
+                    b
+                };
+                // SAFETY: sizes of a type ggml has.
+                let row = unsafe { sys::ggml_row_size(kind, (n + block) as i64) };
+                let want: Vec<f32> = (0..m)
+                    .map(|i| {
+                        let mut out = f32::NAN;
+                        // SAFETY: row `i` holds `n` elements and more; the column `n`.
+                        unsafe {
+                            dot(
+                                n as i32,
+                                &mut out,
+                                0,
+                                a[i * row..].as_ptr().cast(),
+                                0,
+                                b.as_ptr().cast(),
+                                0,
+                                1,
+                            )
+                        };
+                        out
+                    })
+                    .collect();
+                for nth in [1, 2, 3] {
+                    let mut got = vec![f32::NAN; m + 1];
+                    for ith in 0..nth {
+                        let p = params(ith, nth, std::ptr::null(), std::ptr::null_mut());
+                        // SAFETY: `m` rows of `n / block` blocks `lda` blocks apart,
+                        // one column of the dot product's type, room for `m` floats.
+                        let done = unsafe {
+                            dot_rows(
+                                std::ptr::from_ref(&p).cast(),
+                                m as i64,
+                                (n / block) as i64,
+                                a.as_ptr().cast(),
+                                lda as i64,
+                                b.as_ptr().cast(),
+                                got.as_mut_ptr().cast(),
+                                (kind as i32, dot_type as i32, GGML_TYPE_F32),
+                            )
+                        };
+                        assert!(done, "type {kind}");
+                    }
+                    for i in 0..m {
+                        assert_eq!(
+                            got[i].to_bits(),
+                            want[i].to_bits(),
+                            "type {kind} m {m} n {n} threads {nth} row {i}: {} against ggml's {}",
+                            got[i],
+                            want[i]
+                        );
+                    }
+                    assert!(got[m].is_nan(), "nothing written past the rows");
+                }
+                // A column not of the dot product's type is ggml's to convert.
+                let p = params(0, 1, std::ptr::null(), std::ptr::null_mut());
+                // SAFETY: declined before any access.
+                let done = unsafe {
+                    dot_rows(
+                        std::ptr::from_ref(&p).cast(),
+                        m as i64,
+                        (n / block) as i64,
+                        a.as_ptr().cast(),
+                        lda as i64,
+                        b.as_ptr().cast(),
+                        std::ptr::null_mut(),
+                        (kind as i32, GGML_TYPE_F32, GGML_TYPE_F32),
+                    )
+                };
+                assert!(!done || dot_type == 0, "type {kind}");
+            }
+        }
     }
 
     /// Compute params sent to a test's thread (the pointers are the test's own).
