@@ -201,7 +201,6 @@ static inline __attribute__((always_inline)) void q4_1_tile(
     int nc, int64_t from, int64_t to, int64_t k, const block_q4_1 *a, int64_t lda,
     const block_q8_1 *const *cols, const float *d1, const float *s1, float *const *out) {
     const __m256i ones = _mm256_set1_epi16(1);
-    const __m256i low = _mm256_set1_epi8(0xF);
     for (int64_t i = from; i < to; i++) {
         const block_q4_1 *row = a + lda * i;
         __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
@@ -209,9 +208,7 @@ static inline __attribute__((always_inline)) void q4_1_tile(
         __m128 summs = _mm_setzero_ps();
         for (int64_t l = 0; l < k; l++) {
             prefetch(row + l);
-            const __m128i tmp = _mm_loadu_si128((const __m128i *)row[l].qs);
-            const __m256i qx = _mm256_and_si256(
-                low, _mm256_inserti128_si256(_mm256_castsi128_si256(tmp), _mm_srli_epi16(tmp, 4), 1));
+            const __m256i qx = denibble(row[l].qs);
             const __m256 d0 = _mm256_set1_ps(half(row[l].d));
             summs = _mm_fmadd_ps(_mm_set1_ps(half(row[l].m)), _mm_loadu_ps(s1 + 4 * l), summs);
             for (int j = 0; j < nc; j++) {
