@@ -745,25 +745,7 @@ mod tests {
                 let lda = k + 3;
                 let a = blocks(&mut rng, m * lda, a_bytes);
                 let b = blocks(&mut rng, k, 34);
-                let want: Vec<f32> = (0..m)
-                    .map(|i| {
-                        let mut out = f32::NAN;
-                        // SAFETY: row `i` and the column hold `k` blocks each.
-                        unsafe {
-                            dot(
-                                (k * 32) as i32,
-                                &mut out,
-                                0,
-                                a[i * lda * a_bytes..].as_ptr().cast(),
-                                0,
-                                b.as_ptr().cast(),
-                                0,
-                                1,
-                            )
-                        };
-                        out
-                    })
-                    .collect();
+                let want = ggml_rows(dot, k * 32, &a, lda * a_bytes, m, &b);
                 for (nth, exact) in [(1, false), (2, false), (3, true)] {
                     let mut got = vec![f32::NAN; m + 1];
                     for ith in 0..nth {
@@ -785,16 +767,11 @@ mod tests {
                         };
                         assert_eq!(done, Some(true), "type {a_type} m {m} k {k}");
                     }
-                    for i in 0..m {
-                        assert_eq!(
-                            got[i].to_bits(),
-                            want[i].to_bits(),
-                            "type {a_type} m {m} k {k} threads {nth} row {i}: {} against ggml's {}",
-                            got[i],
-                            want[i]
-                        );
-                    }
-                    assert!(got[m].is_nan(), "nothing written past the rows");
+                    assert_rows_match(
+                        &got,
+                        &want,
+                        &format!("type {a_type} m {m} k {k} threads {nth}"),
+                    );
                 }
             }
         }
@@ -802,6 +779,50 @@ mod tests {
         let f16 = (GGML_TYPE_F16, GGML_TYPE_F16, GGML_TYPE_F32);
         assert!(column_kernel(16, 64, f16, false).is_none());
         assert!(matches!(column_kernel(16, 64, f16, true), Some(Ok(_))));
+    }
+
+    /// ggml's own dot product `dot` of each of `m` rows of `a` (`row` bytes apart,
+    /// `n` elements each) with the column `b`, as its single-column path calls it.
+    fn ggml_rows(dot: DotFn, n: usize, a: &[u8], row: usize, m: usize, b: &[u8]) -> Vec<f32> {
+        (0..m)
+            .map(|i| {
+                let mut out = f32::NAN;
+                // SAFETY: row `i` and the column hold `n` elements of the dot's types.
+                unsafe {
+                    dot(
+                        n as i32,
+                        &mut out,
+                        0,
+                        a[i * row..].as_ptr().cast(),
+                        0,
+                        b.as_ptr().cast(),
+                        0,
+                        1,
+                    )
+                };
+                out
+            })
+            .collect()
+    }
+
+    /// ggml's dot product, as its traits hold it.
+    type DotFn =
+        unsafe extern "C" fn(i32, *mut f32, usize, *const c_void, usize, *const c_void, usize, i32);
+
+    /// The first `want.len()` results are `want`'s bit for bit, and the one after them
+    /// was not written.
+    fn assert_rows_match(got: &[f32], want: &[f32], case: &str) {
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            assert_eq!(
+                g.to_bits(),
+                w.to_bits(),
+                "{case} row {i}: {g} against ggml's {w}"
+            );
+        }
+        assert!(
+            got[want.len()].is_nan(),
+            "{case}: nothing written past the rows"
+        );
     }
 
     /// `rows` rows of `n` random floats quantized to `kind` by ggml itself.
@@ -863,25 +884,7 @@ mod tests {
                 };
                 // SAFETY: sizes of a type ggml has.
                 let row = unsafe { sys::ggml_row_size(kind, (n + block) as i64) };
-                let want: Vec<f32> = (0..m)
-                    .map(|i| {
-                        let mut out = f32::NAN;
-                        // SAFETY: row `i` holds `n` elements and more; the column `n`.
-                        unsafe {
-                            dot(
-                                n as i32,
-                                &mut out,
-                                0,
-                                a[i * row..].as_ptr().cast(),
-                                0,
-                                b.as_ptr().cast(),
-                                0,
-                                1,
-                            )
-                        };
-                        out
-                    })
-                    .collect();
+                let want = ggml_rows(dot, n, &a, row, m, &b);
                 for nth in [1, 2, 3] {
                     let mut got = vec![f32::NAN; m + 1];
                     for ith in 0..nth {
@@ -902,16 +905,11 @@ mod tests {
                         };
                         assert!(done, "type {kind}");
                     }
-                    for i in 0..m {
-                        assert_eq!(
-                            got[i].to_bits(),
-                            want[i].to_bits(),
-                            "type {kind} m {m} n {n} threads {nth} row {i}: {} against ggml's {}",
-                            got[i],
-                            want[i]
-                        );
-                    }
-                    assert!(got[m].is_nan(), "nothing written past the rows");
+                    assert_rows_match(
+                        &got,
+                        &want,
+                        &format!("type {kind} m {m} n {n} threads {nth}"),
+                    );
                 }
                 // A column not of the dot product's type is ggml's to convert.
                 let p = params(0, 1, std::ptr::null(), std::ptr::null_mut());
