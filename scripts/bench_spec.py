@@ -9,7 +9,8 @@ each round (the first server of a round rotates, so machine load hits all alike)
 
   edit:  an agent turn: the user asks for a function renamed in a file of about
          80 lines, the assistant called the read tool, the tool returned the file;
-         the model writes the file back with the name changed;
+         the model writes the file back with the name changed. Each round asks for
+         another new name (NAMES), for the reason the prose's settings change;
   prose: four stories, where the context holds nothing to copy; the speed of a
          round is all four answers' tokens over their time. A small model's greedy
          story falls into a loop now and then, which drafts far better, and where
@@ -130,15 +131,28 @@ if __name__ == "__main__":
     main()
 '''
 
-EDIT = [
-    {"role": "system", "content": "You are a coding assistant. You edit files exactly as asked."},
-    {"role": "user", "content": "In inventory.py, rename the function compute_total to "
-                                "stock_value everywhere. Reply with the whole new file only."},
-    {"role": "assistant", "content": "", "tool_calls": [{
-        "id": "call_1", "type": "function",
-        "function": {"name": "read", "arguments": json.dumps({"path": "inventory.py"})}}]},
-    {"role": "tool", "tool_call_id": "call_1", "content": SOURCE},
+# compute_total's new name in round r: one a round, so no edit prompt repeats either.
+# Asked the same rename every round, llama-server's ngram-mod drafted round two's
+# answer from round one's (348 of 348 drafts accepted): recall, not drafting.
+NAMES = [
+    "stock_value", "inventory_value", "total_value", "value_in_stock", "stock_worth",
+    "sum_of_stock", "holdings_value", "worth_on_hand", "stock_total", "valuation",
+    "shelf_value", "asset_total",
 ]
+
+
+def edit(round_no):
+    """Round `round_no`'s edit request: compute_total renamed to NAMES[round]."""
+    name = NAMES[round_no % len(NAMES)]
+    return [[
+        {"role": "system", "content": "You are a coding assistant. You edit files exactly as asked."},
+        {"role": "user", "content": f"In inventory.py, rename the function compute_total to "
+                                    f"{name} everywhere. Reply with the whole new file only."},
+        {"role": "assistant", "content": "", "tool_calls": [{
+            "id": "call_1", "type": "function",
+            "function": {"name": "read", "arguments": json.dumps({"path": "inventory.py"})}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": SOURCE},
+    ]]
 STORIES = [
     "a lighthouse keeper who finds a map in a bottle",
     "a girl who builds a robot from scrap in her grandfather's barn",
@@ -166,8 +180,10 @@ def prose(round_no):
 
 
 # The same two workloads for a base model: text it continues.
-RAW_EDIT = ("# inventory.py\n" + SOURCE + "\n\n# inventory.py again, with the function "
-            "compute_total renamed to stock_value everywhere:\n")
+def raw_edit(round_no):
+    """Round `round_no`'s edit prompt for a base model."""
+    return [f"# inventory.py\n{SOURCE}\n\n# inventory.py again, with the function "
+            f"compute_total renamed to {NAMES[round_no % len(NAMES)]} everywhere:\n"]
 RAW_OPENINGS = [
     "The lighthouse keeper found a map in a bottle. ",
     "The girl built a robot from scrap in her grandfather's barn. ",
@@ -225,14 +241,14 @@ def has_template(servers):
 def main():
     servers = [arg.split("=", 1) for arg in sys.argv[1:]]
     chat_model = has_template(servers)
-    edit, stories = ([EDIT], prose) if chat_model else ([RAW_EDIT], raw_prose)
+    edits, stories = (edit, prose) if chat_model else (raw_edit, raw_prose)
     if not chat_model:
         print("no chat template: raw prompts through /v1/completions", file=sys.stderr)
-    if ROUNDS > len(SETTINGS):
-        print(f"more rounds than settings: round {len(SETTINGS) + 1} on asks again",
-              file=sys.stderr)
+    if ROUNDS > min(len(SETTINGS), len(NAMES)):
+        print(f"more rounds than settings or names: round "
+              f"{min(len(SETTINGS), len(NAMES)) + 1} on asks again", file=sys.stderr)
     # Each workload's prompts for a round.
-    workloads = [("edit", lambda _: edit, EDIT_TOKENS), ("prose", stories, PROSE_TOKENS)]
+    workloads = [("edit", edits, EDIT_TOKENS), ("prose", stories, PROSE_TOKENS)]
     speeds = {(name, w): [] for name, _ in servers for w, _, _ in workloads}
     drafts = {}
     texts = {}
@@ -258,7 +274,7 @@ def main():
                         drafts[(name, workload)] = (taken + timings["draft_n_accepted"],
                                                     made + timings["draft_n"])
                     if workload == "edit":
-                        renamed = "stock_value" in text and "compute_total" not in text
+                        renamed = NAMES[0] in text and "compute_total" not in text
                         print(f"  {name}: edit answer {len(text)} chars, renamed: {renamed}",
                               file=sys.stderr)
                 speeds[(name, workload)].append(tokens / ms * 1000 if ms else 0.0)
