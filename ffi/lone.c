@@ -2,15 +2,21 @@
  * src/llama/lone.rs, which calls these, for why): a lone token's as llamafile's sgemm
  * computes each column of a batch, and Q4_1 weights' for every column count as
  * ggml's own dot product computes each element. For Q8_0 and Q5_0 weights sgemm's
- * column and ggml's dot product are the same computation, so their kernel serves
- * every single column. The weight kernels ask for the row PREFETCH_BYTES ahead as
- * they go, which ggml's do not; that is where they gain on a lone token.
+ * columns and ggml's dot product are the same computation, so their kernels serve
+ * products of a few columns, a lone token's included. The weight kernels ask for the
+ * row PREFETCH_BYTES ahead as they go, which ggml's do not; that is where they gain.
  *
  * Each function mirrors one of the AVX2 kernels in ggml-cpu/llamafile/sgemm.cpp or
  * ggml-cpu/arch/x86/quants.c (llama.cpp, MIT licence): the same intrinsics in the
- * same order per output element, so the result is bit for bit ggml's. Always compiled with
- * optimisation (build.rs), whatever the Rust profile, and with contraction off, so
- * that the compiler fuses nothing sgemm does not fuse. A call computes the rows
+ * same order per output element, so the result is bit for bit ggml's. The batch
+ * kernels sum byte products with AVX-VNNI's or AVX-512 VNNI's dpbusd where the CPU
+ * has them, as ggml's own kernels do where built for them: the same exact integer
+ * sums (updot). Always compiled with optimisation (build.rs), whatever the Rust
+ * profile, and with contraction off, so that the compiler fuses nothing sgemm does not
+ * fuse. Loops over a tile's columns are unrolled by pragma: rolled, GCC kept the four
+ * accumulators in memory, and a Q8_0 product of four columns took 1.2x (AVX2) to
+ * 1.8x (VNNI) as long. A call
+ * computes the rows
  * `from..to` of the result it is given: src/llama/lone.rs hands each thread its rows,
  * in chunks as ggml hands out its own; there is no barrier (ggml puts one after every
  * node).
@@ -88,51 +94,6 @@ static inline __m256i q5_0_bytes(const block_q5_0 *b) {
     return _mm256_or_si256(denibble(b->qs), _mm256_andnot_si256(set, _mm256_set1_epi8((char)0xF0)));
 }
 
-/* tinyBLAS_Q0_AVX<block_q8_0 or block_q5_0, block_q8_0, float> for one column, which
- * is also ggml_vec_dot_q8_0_q8_0 and ggml_vec_dot_q5_0_q8_0 (AVX2): per block,
- * updot(|a|, sign(b, a)) (exact sums of four byte products per lane, however the CPU
- * computes them), then fma(scale_a * scale_b, dot, acc), then hsum. `q5` is a
- * constant where it is inlined. */
-static inline __attribute__((always_inline)) void q0_column(
-    int q5, int64_t k, const void *a, int64_t lda, const block_q8_0 *b, float *c,
-    int64_t from, int64_t to) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    for (int64_t i = from; i < to; i++) {
-        __m256 acc = _mm256_setzero_ps();
-        for (int64_t l = 0; l < k; l++) {
-            __m256i av;
-            uint16_t d;
-            if (q5) {
-                const block_q5_0 *block = (const block_q5_0 *)a + lda * i + l;
-                prefetch(block);
-                av = q5_0_bytes(block);
-                d = block->d;
-            } else {
-                const block_q8_0 *block = (const block_q8_0 *)a + lda * i + l;
-                prefetch(block);
-                av = _mm256_loadu_si256((const __m256i *)block->qs);
-                d = block->d;
-            }
-            const __m256i bv = _mm256_loadu_si256((const __m256i *)b[l].qs);
-            const __m256i prod = _mm256_maddubs_epi16(_mm256_sign_epi8(av, av), _mm256_sign_epi8(bv, av));
-            const __m256 dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(ones, prod));
-            const __m256 scale = _mm256_set1_ps(half(d) * half(b[l].d));
-            acc = _mm256_fmadd_ps(scale, dot, acc);
-        }
-        c[i] = hsum(acc);
-    }
-}
-
-void shepherd_lone_q8_0(int64_t k, const void *a, int64_t lda, const block_q8_0 *b,
-                        float *c, int64_t from, int64_t to) {
-    q0_column(0, k, a, lda, b, c, from, to);
-}
-
-void shepherd_lone_q5_0(int64_t k, const void *a, int64_t lda, const block_q8_0 *b,
-                        float *c, int64_t from, int64_t to) {
-    q0_column(1, k, a, lda, b, c, from, to);
-}
-
 /* tinyBLAS<8, __m256, __m256, ggml_fp16_t, ggml_fp16_t, float> for one column:
  * eight elements at a time widened to F32, fma(a, b, acc); k is a multiple of 8. */
 void shepherd_lone_f16(int64_t k, const uint16_t *a, int64_t lda,
@@ -183,11 +144,66 @@ typedef struct {
     int8_t qs[32];
 } block_q8_1;
 
-/* The longest inner dimension shepherd_q4_1 takes, in blocks (32,768 elements);
- * beyond it ggml's own dot products run (the same numbers, more slowly). Exported
+/* The longest inner dimension the batch kernels (shepherd_q4_1, shepherd_q8_0,
+ * shepherd_q5_0) take, in blocks (32,768 elements), for their columns' scales on the
+ * stack; beyond it ggml's own kernels run (the same numbers, more slowly). Exported
  * so that src/llama/lone.rs asks before it takes chunks of ggml's counter. */
-#define Q4_1_MAX_BLOCKS 1024
-const int64_t shepherd_q4_1_max_blocks = Q4_1_MAX_BLOCKS;
+#define MAX_BLOCKS 1024
+const int64_t shepherd_max_blocks = MAX_BLOCKS;
+
+/* Columns j0.. of b and c, at most four: their pointers into cols and out (the
+ * missing ones repeat column j0, never read); returns how many there are. */
+static inline int column_group(int64_t n, int64_t j0, const void *b, size_t block,
+                               int64_t ldb, float *c, int64_t ldc, const void **cols,
+                               float **out) {
+    const int nc = n - j0 < 4 ? (int)(n - j0) : 4;
+    for (int j = 0; j < 4; j++) {
+        const int64_t col = j0 + (j < nc ? j : 0);
+        cols[j] = (const char *)b + (size_t)(ldb * col) * block;
+        out[j] = c + ldc * col;
+    }
+    return nc;
+}
+
+/* The instruction sets the batch kernels run with, each kernel's first argument
+ * (src/llama/lone.rs chooses the CPU's best once): AVX2 alone, or with AVX-VNNI or
+ * AVX-512 VNNI, whose dpbusd sums a lane's four byte products in one instruction. */
+enum { AVX2, AVX_VNNI, AVX512_VNNI };
+
+/* Whether this CPU has `isa` (and the OS keeps its registers). */
+int shepherd_isa_supported(int isa) {
+    __builtin_cpu_init();
+    switch (isa) {
+    case AVX2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case AVX_VNNI: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("avxvnni");
+    case AVX512_VNNI:
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("avx512vnni") &&
+               __builtin_cpu_supports("avx512vl");
+    default: return 0;
+    }
+}
+
+/* The sum of each 32-bit lane's four products of an unsigned byte of u and a signed
+ * byte of s (sgemm's updot and ggml's mul_sum_us8_pairs before the conversion to
+ * float). With AVX2 the bytes' products are added in pairs into 16 bits, which
+ * saturates nowhere on the kernels' inputs (u at most 128 in the Q8_0 and Q5_0
+ * kernels, 15 in the Q4_1 one: a pair's sum lies in [-32768, 32512]), so every
+ * instruction set gives the same exact sums, as ggml's own kernels rely on. dpbusd is
+ * written in assembly (`%{vex%}`: GCC's escaped braces): its intrinsic needs its
+ * instruction set for the whole function it is inlined into, and the kernels are one
+ * source for all three. */
+static inline __attribute__((always_inline)) __m256i updot(int isa, __m256i u, __m256i s) {
+    if (isa == AVX2) {
+        return _mm256_madd_epi16(_mm256_set1_epi16(1), _mm256_maddubs_epi16(u, s));
+    }
+    __m256i sum = _mm256_setzero_si256();
+    if (isa == AVX_VNNI) {
+        __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(sum) : "x"(u), "x"(s));
+    } else {
+        __asm__("%{evex%} vpdpbusd %2, %1, %0" : "+x"(sum) : "x"(u), "x"(s));
+    }
+    return sum;
+}
 
 /* ggml_vec_dot_q4_1_q8_1 (ggml-cpu/arch/x86/quants.c, AVX2) for rows `from..to` of
  * `a` against `nc` columns of `b` at once, the row's quants unpacked once for all.
@@ -198,9 +214,8 @@ const int64_t shepherd_q4_1_max_blocks = Q4_1_MAX_BLOCKS;
  * `s1` hold the columns' scales and sums as floats, four per block. Every step is
  * per element; the columns only share the unpacked row. */
 static inline __attribute__((always_inline)) void q4_1_tile(
-    int nc, int64_t from, int64_t to, int64_t k, const block_q4_1 *a, int64_t lda,
+    int isa, int nc, int64_t from, int64_t to, int64_t k, const block_q4_1 *a, int64_t lda,
     const block_q8_1 *const *cols, const float *d1, const float *s1, float *const *out) {
-    const __m256i ones = _mm256_set1_epi16(1);
     for (int64_t i = from; i < to; i++) {
         const block_q4_1 *row = a + lda * i;
         __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
@@ -211,9 +226,10 @@ static inline __attribute__((always_inline)) void q4_1_tile(
             const __m256i qx = denibble(row[l].qs);
             const __m256 d0 = _mm256_set1_ps(half(row[l].d));
             summs = _mm_fmadd_ps(_mm_set1_ps(half(row[l].m)), _mm_loadu_ps(s1 + 4 * l), summs);
+#pragma GCC unroll 4
             for (int j = 0; j < nc; j++) {
                 const __m256i qy = _mm256_loadu_si256((const __m256i *)cols[j][l].qs);
-                const __m256 xy = _mm256_cvtepi32_ps(_mm256_madd_epi16(ones, _mm256_maddubs_epi16(qx, qy)));
+                const __m256 xy = _mm256_cvtepi32_ps(updot(isa, qx, qy));
                 const __m256 d0d1 = _mm256_mul_ps(d0, _mm256_broadcast_ss(d1 + 4 * l + j));
                 acc[j] = _mm256_fmadd_ps(d0d1, xy, acc[j]);
             }
@@ -230,24 +246,19 @@ static inline __attribute__((always_inline)) void q4_1_tile(
  * columns of Q8_1 blocks `b` (ldb blocks apart) into c (columns ldc floats apart),
  * each element exactly as ggml_vec_dot_q4_1_q8_1 computes it, whatever n is.
  * Computes rows `from..to` of c. Returns 0, computing nothing, when k is over
- * Q4_1_MAX_BLOCKS. */
-int shepherd_q4_1(int64_t n, int64_t k, const block_q4_1 *a, int64_t lda,
-                  const block_q8_1 *b, int64_t ldb, float *c, int64_t ldc, int64_t from,
-                  int64_t to) {
-    if (k > Q4_1_MAX_BLOCKS) {
+ * MAX_BLOCKS. */
+static inline __attribute__((always_inline)) int q4_1(
+    int isa, int64_t n, int64_t k, const block_q4_1 *a, int64_t lda, const block_q8_1 *b,
+    int64_t ldb, float *c, int64_t ldc, int64_t from, int64_t to) {
+    if (k > MAX_BLOCKS) {
         return 0;
     }
-    float d1[4 * Q4_1_MAX_BLOCKS];
-    float s1[4 * Q4_1_MAX_BLOCKS];
+    float d1[4 * MAX_BLOCKS];
+    float s1[4 * MAX_BLOCKS];
     for (int64_t j0 = 0; j0 < n; j0 += 4) {
-        const int nc = n - j0 < 4 ? (int)(n - j0) : 4;
         const block_q8_1 *cols[4];
         float *out[4];
-        for (int j = 0; j < 4; j++) {
-            const int64_t col = j0 + (j < nc ? j : 0);
-            cols[j] = b + ldb * col;
-            out[j] = c + ldc * col;
-        }
+        const int nc = column_group(n, j0, b, sizeof(block_q8_1), ldb, c, ldc, (const void **)cols, out);
         for (int64_t l = 0; l < k; l++) {
             for (int j = 0; j < 4; j++) {
                 d1[4 * l + j] = half(cols[j][l].d);
@@ -255,13 +266,118 @@ int shepherd_q4_1(int64_t n, int64_t k, const block_q4_1 *a, int64_t lda,
             }
         }
         switch (nc) {
-        case 4: q4_1_tile(4, from, to, k, a, lda, cols, d1, s1, out); break;
-        case 3: q4_1_tile(3, from, to, k, a, lda, cols, d1, s1, out); break;
-        case 2: q4_1_tile(2, from, to, k, a, lda, cols, d1, s1, out); break;
-        default: q4_1_tile(1, from, to, k, a, lda, cols, d1, s1, out); break;
+        case 4: q4_1_tile(isa, 4, from, to, k, a, lda, cols, d1, s1, out); break;
+        case 3: q4_1_tile(isa, 3, from, to, k, a, lda, cols, d1, s1, out); break;
+        case 2: q4_1_tile(isa, 2, from, to, k, a, lda, cols, d1, s1, out); break;
+        default: q4_1_tile(isa, 1, from, to, k, a, lda, cols, d1, s1, out); break;
         }
     }
     return 1;
+}
+
+int shepherd_q4_1(int isa, int64_t n, int64_t k, const block_q4_1 *a, int64_t lda,
+                  const block_q8_1 *b, int64_t ldb, float *c, int64_t ldc, int64_t from,
+                  int64_t to) {
+    switch (isa) {
+    case AVX_VNNI: return q4_1(AVX_VNNI, n, k, a, lda, b, ldb, c, ldc, from, to);
+    case AVX512_VNNI: return q4_1(AVX512_VNNI, n, k, a, lda, b, ldb, c, ldc, from, to);
+    default: return q4_1(AVX2, n, k, a, lda, b, ldb, c, ldc, from, to);
+    }
+}
+
+/* tinyBLAS_Q0_AVX<block_q8_0 or block_q5_0, block_q8_0, float> (every tile shape:
+ * gemm, gemm4xN, gemmMx4), which is also ggml_vec_dot_q8_0_q8_0 and
+ * ggml_vec_dot_q5_0_q8_0 (AVX2), for rows `from..to` of `a` against `nc` columns at
+ * once, the row's block unpacked once for all. Per element and block:
+ * updot(|a|, sign(b, a)) (exact sums of four byte products per lane, however the CPU
+ * computes them), then fma(scale_a * scale_b, dot, acc); then hsum. `d1` holds the
+ * columns' scales as floats, four per block. `isa`, `q5` and `nc` are constants
+ * where it is inlined. */
+static inline __attribute__((always_inline)) void q0_tile(
+    int isa, int q5, int nc, int64_t from, int64_t to, int64_t k, const void *a, int64_t lda,
+    const block_q8_0 *const *cols, const float *d1, float *const *out) {
+    for (int64_t i = from; i < to; i++) {
+        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                         _mm256_setzero_ps()};
+        for (int64_t l = 0; l < k; l++) {
+            __m256i av;
+            float d;
+            if (q5) {
+                const block_q5_0 *block = (const block_q5_0 *)a + lda * i + l;
+                prefetch(block);
+                av = q5_0_bytes(block);
+                d = half(block->d);
+            } else {
+                const block_q8_0 *block = (const block_q8_0 *)a + lda * i + l;
+                prefetch(block);
+                av = _mm256_loadu_si256((const __m256i *)block->qs);
+                d = half(block->d);
+            }
+            const __m256i ua = _mm256_sign_epi8(av, av);
+#pragma GCC unroll 4
+            for (int j = 0; j < nc; j++) {
+                const __m256i bv = _mm256_loadu_si256((const __m256i *)cols[j][l].qs);
+                const __m256 dot = _mm256_cvtepi32_ps(updot(isa, ua, _mm256_sign_epi8(bv, av)));
+                acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * d1[4 * l + j]), dot, acc[j]);
+            }
+        }
+        for (int j = 0; j < nc; j++) {
+            out[j][i] = hsum(acc[j]);
+        }
+    }
+}
+
+/* c = a · b for Q8_0 (q5 0) or Q5_0 (q5 1) weights `a` (m rows of k blocks, lda
+ * blocks apart) and n columns of Q8_0 blocks `b` (ldb blocks apart) into c (columns
+ * ldc floats apart), each element exactly as sgemm and ggml's dot product compute it,
+ * whatever n is. Rows `from..to` of c; 0, computing nothing, when k is over
+ * MAX_BLOCKS. */
+static inline __attribute__((always_inline)) int q0(
+    int isa, int q5, int64_t n, int64_t k, const void *a, int64_t lda, const block_q8_0 *b,
+    int64_t ldb, float *c, int64_t ldc, int64_t from, int64_t to) {
+    if (k > MAX_BLOCKS) {
+        return 0;
+    }
+    float d1[4 * MAX_BLOCKS];
+    for (int64_t j0 = 0; j0 < n; j0 += 4) {
+        const block_q8_0 *cols[4];
+        float *out[4];
+        const int nc = column_group(n, j0, b, sizeof(block_q8_0), ldb, c, ldc, (const void **)cols, out);
+        for (int64_t l = 0; l < k; l++) {
+            for (int j = 0; j < 4; j++) {
+                d1[4 * l + j] = half(cols[j][l].d);
+            }
+        }
+        switch (nc) {
+        case 4: q0_tile(isa, q5, 4, from, to, k, a, lda, cols, d1, out); break;
+        case 3: q0_tile(isa, q5, 3, from, to, k, a, lda, cols, d1, out); break;
+        case 2: q0_tile(isa, q5, 2, from, to, k, a, lda, cols, d1, out); break;
+        default: q0_tile(isa, q5, 1, from, to, k, a, lda, cols, d1, out); break;
+        }
+    }
+    return 1;
+}
+
+static inline __attribute__((always_inline)) int q0_isa(
+    int isa, int q5, int64_t n, int64_t k, const void *a, int64_t lda, const block_q8_0 *b,
+    int64_t ldb, float *c, int64_t ldc, int64_t from, int64_t to) {
+    switch (isa) {
+    case AVX_VNNI: return q0(AVX_VNNI, q5, n, k, a, lda, b, ldb, c, ldc, from, to);
+    case AVX512_VNNI: return q0(AVX512_VNNI, q5, n, k, a, lda, b, ldb, c, ldc, from, to);
+    default: return q0(AVX2, q5, n, k, a, lda, b, ldb, c, ldc, from, to);
+    }
+}
+
+int shepherd_q8_0(int isa, int64_t n, int64_t k, const void *a, int64_t lda,
+                  const block_q8_0 *b, int64_t ldb, float *c, int64_t ldc, int64_t from,
+                  int64_t to) {
+    return q0_isa(isa, 0, n, k, a, lda, b, ldb, c, ldc, from, to);
+}
+
+int shepherd_q5_0(int isa, int64_t n, int64_t k, const void *a, int64_t lda,
+                  const block_q8_0 *b, int64_t ldb, float *c, int64_t ldc, int64_t from,
+                  int64_t to) {
+    return q0_isa(isa, 1, n, k, a, lda, b, ldb, c, ldc, from, to);
 }
 
 /* ggml's `ggml_vec_dot_t`: one dot product of `n` elements into `*s` (nrc 1). */

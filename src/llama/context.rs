@@ -94,10 +94,11 @@ static EXACT_COLUMNS: AtomicUsize = AtomicUsize::new(0);
 /// to sgemm as a batch of two equal columns (`ldb` and `ldc` 0: both read the one
 /// input column and write the one output column, and each tile of two columns is
 /// computed by one thread, so each result is written twice, with the same value, by
-/// that thread). Q4_1 weights, which sgemm refuses, go to [`super::lone::q4_1`] for
+/// that thread). Q4_1 weights, which sgemm refuses, go to [`super::lone::batch`] for
 /// every column count: ggml's dot product per element, a row unpacked once for four
-/// columns. Q8_0 and Q5_0 single columns go to [`super::lone::column`] whether or
-/// not a context needs them exact (its kernel is ggml's dot product too). While no
+/// columns. Q8_0 and Q5_0 products of up to four columns go there too whether or not
+/// a context needs them exact (the kernel is sgemm's per element, and ggml's dot
+/// product, with the weights asked for ahead). While no
 /// live context needs a lone column exact ([`EXACT_COLUMNS`]), other single columns
 /// of ggml's dot-product types go to [`super::lone::dot_rows`]: ggml's own dot
 /// product per row, the row ahead prefetched. Where `lone` does not apply, single
@@ -123,11 +124,12 @@ pub unsafe extern "C" fn __wrap_llamafile_sgemm(
 ) -> bool {
     let enabled = super::lone::enabled();
     let types = (a_type, b_type, c_type);
-    // Q4_1 weights: every column count through `lone`'s kernel, as ggml's dot product.
+    // Q4_1 weights, every column count, and Q8_0 and Q5_0 weights, a few columns:
+    // through `lone`'s kernels, as llama.cpp computes each element.
     if enabled {
-        // SAFETY: the caller's matrices, as `q4_1` requires; `enabled` returned true.
+        // SAFETY: the caller's matrices, as `batch` requires; `enabled` returned true.
         let done =
-            unsafe { super::lone::q4_1(params, (m, n, k), (a, lda), (b, ldb), (c, ldc), types) };
+            unsafe { super::lone::batch(params, (m, n, k), (a, lda), (b, ldb), (c, ldc), types) };
         if done {
             return true;
         }
@@ -164,7 +166,7 @@ pub unsafe extern "C" fn __wrap_llamafile_sgemm(
 /// mirrors, every weight matrix of a type whose products go the same way for any
 /// number of columns, F16 cache, no flash attention. The types: F16, Q8_0 and Q5_0
 /// ([`super::lone`]), F32 and BF16 (sgemm, a lone column as two), Q4_1
-/// ([`super::lone::q4_1`], ggml's dot product for every column count) and Q5_1
+/// ([`super::lone::batch`], ggml's dot product for every column count) and Q5_1
 /// (ggml's dot products for every column count). Not Q4_0, IQ4_NL, MXFP4 or the
 /// K-quants: ggml repacks those on AVX2 CPUs and multiplies them with gemv for up to
 /// three columns and gemm for groups of four (its reference mode does not change

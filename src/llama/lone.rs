@@ -24,14 +24,15 @@
 //!
 //! For Q8_0 and Q5_0 weights sgemm's column and ggml's own dot product
 //! (`ggml_vec_dot_q8_0_q8_0`, `ggml_vec_dot_q5_0_q8_0`) are the same computation, so
-//! [`column`] takes their single columns whether or not a context needs them exact:
-//! the kernels ask for the weights ahead of the block they multiply (`ffi/lone.c`'s
-//! `prefetch`), which ggml's do not, and a lone token streams every weight once
-//! (Gemma 3 270M Q4_K_M, whose output layer is Q8_0: tg128 1.26x, docs/LLAMA.md).
+//! [`batch`] takes their products of up to four columns whether or not a context needs
+//! them exact: the kernels ask for the weights ahead of the block they multiply
+//! (`ffi/lone.c`'s `prefetch`), which neither ggml's dot products nor sgemm do, and a
+//! lone token or a few slots' step streams every weight once (Gemma 3 270M Q4_K_M,
+//! whose output layer is Q8_0: tg128 1.26x, docs/LLAMA.md).
 //!
 //! Q4_1 weights (most of SmolLM2's) are the other way round: sgemm refuses them for
 //! any column count and ggml multiplies them with its dot product, once per row and
-//! column, unpacking every weight again for each column of a batch. [`q4_1`] (every
+//! column, unpacking every weight again for each column of a batch. [`batch`] (every
 //! column count, through the same wrapper) computes each element with exactly the
 //! operations of that dot product (`ggml_vec_dot_q4_1_q8_1`, AVX2) but unpacks a row
 //! once for four columns: the same numbers as llama.cpp's, alone or in any batch, and
@@ -88,27 +89,6 @@ extern "C" {
 
 #[cfg(target_arch = "x86_64")]
 extern "C" {
-    /// `ffi/lone.c`: rows `from..to` of `a` (Q8_0 blocks, `lda` blocks apart, `k`
-    /// blocks long) times the column `b` (`k` blocks) into `c`.
-    fn shepherd_lone_q8_0(
-        k: i64,
-        a: *const c_void,
-        lda: i64,
-        b: *const c_void,
-        c: *mut f32,
-        from: i64,
-        to: i64,
-    );
-    /// The same for Q5_0 blocks.
-    fn shepherd_lone_q5_0(
-        k: i64,
-        a: *const c_void,
-        lda: i64,
-        b: *const c_void,
-        c: *mut f32,
-        from: i64,
-        to: i64,
-    );
     /// The same for F16 elements as sgemm's AVX-512 kernel computes them, `k` a
     /// multiple of 16.
     fn shepherd_lone_f16_avx512(
@@ -130,11 +110,43 @@ extern "C" {
         from: i64,
         to: i64,
     );
+    /// Whether the CPU has the instruction set `isa` names ([`Isa`]).
+    fn shepherd_isa_supported(isa: c_int) -> c_int;
     /// `ffi/lone.c`: rows `from..to` of `a` (Q4_1 blocks, `lda` apart, `k` long)
     /// times the `n` columns of `b` (Q8_1 blocks, `ldb` apart) into `c` (columns
-    /// `ldc` floats apart), as ggml's dot product computes each; 0 (nothing done)
-    /// when `k` is over [`shepherd_q4_1_max_blocks`].
+    /// `ldc` floats apart), as ggml's dot product computes each, with the instruction
+    /// set `isa`; 0 (nothing done) when `k` is over [`shepherd_max_blocks`].
     fn shepherd_q4_1(
+        isa: c_int,
+        n: i64,
+        k: i64,
+        a: *const c_void,
+        lda: i64,
+        b: *const c_void,
+        ldb: i64,
+        c: *mut f32,
+        ldc: i64,
+        from: i64,
+        to: i64,
+    ) -> i32;
+    /// The same for Q8_0 weights and Q8_0 columns, as sgemm (and ggml's dot
+    /// product) computes each element.
+    fn shepherd_q8_0(
+        isa: c_int,
+        n: i64,
+        k: i64,
+        a: *const c_void,
+        lda: i64,
+        b: *const c_void,
+        ldb: i64,
+        c: *mut f32,
+        ldc: i64,
+        from: i64,
+        to: i64,
+    ) -> i32;
+    /// The same for Q5_0 weights and Q8_0 columns.
+    fn shepherd_q5_0(
+        isa: c_int,
         n: i64,
         k: i64,
         a: *const c_void,
@@ -159,8 +171,8 @@ extern "C" {
         from: i64,
         to: i64,
     );
-    /// The longest inner dimension, in blocks, `shepherd_q4_1` takes.
-    static shepherd_q4_1_max_blocks: i64;
+    /// The longest inner dimension, in blocks, the batch kernels take.
+    static shepherd_max_blocks: i64;
 }
 
 /// Whether the loaded ggml computes with the kernels `ffi/lone.c` mirrors.
@@ -261,12 +273,9 @@ fn for_each_chunk(
 
 /// Computes `c = a · b` for one column `b` as sgemm computes a column, if there is a
 /// kernel for it: `Some(true)` when done, `Some(false)` where sgemm would refuse the
-/// product for any column count too, `None` when the caller must go on. Q8_0 and
-/// Q5_0 weights' columns sgemm computes as ggml's own dot products do, so they come
-/// here whether or not a context needs a lone column `exact` (and stream their rows
-/// with prefetching, which ggml's do not: Gemma 3 270M Q4_K_M, whose output layer is
-/// Q8_0 and some layers Q5_0, decoded faster; docs/LLAMA.md). The F16 kernels round
-/// as sgemm does, not as ggml's dot product, so only an `exact` column takes them.
+/// product for any column count too, `None` when the caller must go on. The F16
+/// kernels, the only ones here, round as sgemm does, not as ggml's dot product, so
+/// only an `exact` column takes them (Q8_0 and Q5_0 columns go through [`batch`]).
 ///
 /// # Safety
 /// The arguments are those of a `llamafile_sgemm` call with `n == 1`: `params` is
@@ -391,7 +400,7 @@ unsafe fn dot_rows_kernel(
 ) {
 }
 
-/// A lone column's kernel in `ffi/lone.c`: rows `from..to` of `c = a · b`.
+/// A lone F16 column's kernel in `ffi/lone.c`: rows `from..to` of `c = a · b`.
 type ColumnKernel =
     unsafe extern "C" fn(i64, *const c_void, i64, *const c_void, *mut f32, i64, i64);
 
@@ -406,8 +415,6 @@ fn column_kernel(
     exact: bool,
 ) -> Option<Result<ColumnKernel, bool>> {
     let kernel: ColumnKernel = match types {
-        (GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, GGML_TYPE_F32) => shepherd_lone_q8_0,
-        (GGML_TYPE_Q5_0, GGML_TYPE_Q8_0, GGML_TYPE_F32) => shepherd_lone_q5_0,
         (GGML_TYPE_F16, GGML_TYPE_F16, GGML_TYPE_F32) if !exact => return None,
         // sgemm's F16 kernel takes no row count that is not a multiple of 4.
         (GGML_TYPE_F16, GGML_TYPE_F16, GGML_TYPE_F32) if m % 4 != 0 => return Some(Err(false)),
@@ -432,21 +439,115 @@ fn column_kernel(
     None
 }
 
-/// Computes `c = a · b` for Q4_1 weights and Q8_1 columns, any number of them, each
-/// element exactly as ggml's own dot product (`ggml_vec_dot_q4_1_q8_1`) computes it,
-/// so a token gets the same numbers alone and in any batch; true when done. ggml
-/// offers these to sgemm, which refuses them, and then runs its dot product once per
-/// row and column: a batch's columns each unpack every weight again. The kernel
-/// unpacks a row once for four columns, which makes a verification batch (or four
-/// slots' tokens, or a prompt) cheaper, and a lone token no dearer.
+/// The most columns a batch of Q8_0 or Q5_0 weights takes through [`batch`]; sgemm
+/// takes more (its tiles of four rows by up to four columns reuse each column across
+/// rows, which tells from about eight columns on) and computes each element the same.
+const Q0_COLUMNS: i64 = 8;
+
+/// A batch kernel of `ffi/lone.c`: rows `from..to` of `c = a · b` for `n` columns,
+/// `0` when it declined `k`.
+type BatchKernel = unsafe extern "C" fn(
+    c_int,
+    i64,
+    i64,
+    *const c_void,
+    i64,
+    *const c_void,
+    i64,
+    *mut f32,
+    i64,
+    i64,
+    i64,
+) -> i32;
+
+/// Computes `c = a · b` where `ffi/lone.c` has a kernel for the weights and this many
+/// columns, each element exactly as llama.cpp computes it for any column count, so a
+/// token gets the same numbers alone and in any batch; true when done.
+///
+/// Q4_1 weights and Q8_1 columns, any number: as ggml's own dot product
+/// (`ggml_vec_dot_q4_1_q8_1`). ggml offers these to sgemm, which refuses them, and then
+/// runs its dot product once per row and column: a batch's columns each unpack every
+/// weight again. The kernel unpacks a row once for four columns, which makes a
+/// verification batch (or four slots' tokens, or a prompt) cheaper, and a lone token
+/// no dearer.
+///
+/// Q8_0 and Q5_0 weights and Q8_0 columns, up to [`Q0_COLUMNS`]: as sgemm computes a
+/// column and ggml's dot product an element, which for these types are one
+/// computation, so they come here whether or not a context needs a lone column exact.
+/// The kernels ask for the weights ahead of the block they multiply, which neither
+/// ggml's dot products nor sgemm do: a lone token and a few slots' step stream every
+/// weight once (Gemma 3 270M Q4_K_M, whose output layer is Q8_0 and a fifth of whose
+/// layers are Q5_0: tg128 1.26x, 4 streams ...; docs/LLAMA.md).
 ///
 /// # Safety
 /// The arguments are those of a `llamafile_sgemm` call: `params` is ggml's compute
-/// params, `a` holds `m` rows of `k` Q4_1 blocks `lda` blocks apart, `b` `n` columns
-/// of `k` Q8_1 blocks `ldb` blocks apart, `c` room for `n` columns of `m` floats,
-/// `ldc` floats apart; [`enabled`] returned true.
+/// params, `a` holds `m` rows of `k` blocks of its type `lda` blocks apart, `b` `n`
+/// columns of `k` blocks of theirs `ldb` blocks apart, `c` room for `n` columns of `m`
+/// floats, `ldc` floats apart; [`enabled`] returned true.
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn q4_1(
+pub unsafe fn batch(
+    params: *const c_void,
+    dims: (i64, i64, i64),
+    a: (*const c_void, i64),
+    b: (*const c_void, i64),
+    c: (*mut c_void, i64),
+    types: (i32, i32, i32),
+) -> bool {
+    // SAFETY: the caller's matrices, as this function requires; the CPU's best set.
+    unsafe { batch_with(Isa::best(), params, dims, a, b, c, types) }
+}
+
+/// The instruction sets `ffi/lone.c`'s batch kernels are written for (its `enum`):
+/// AVX2, FMA and F16C alone, or with AVX-VNNI's or AVX-512 VNNI's `dpbusd`, which sums
+/// a lane's four byte products in one instruction where AVX2 takes two. The sums are
+/// exact either way, so the numbers are the same (ggml's own kernels take `dpbusd`
+/// where built for it); the speed is not (a Q8_0 product of four columns on an Intel
+/// Xeon: 1.4x as fast with AVX-VNNI).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(i32)]
+enum Isa {
+    Avx2 = 0,
+    AvxVnni = 1,
+    Avx512Vnni = 2,
+}
+
+impl Isa {
+    /// Whether this CPU runs the kernels built for `self`.
+    fn supported(self) -> bool {
+        // SAFETY: only asks the CPU (cpuid) and the OS (xgetbv).
+        cfg!(target_arch = "x86_64") && unsafe { isa_supported(self as c_int) }
+    }
+
+    /// The set this CPU runs fastest: AVX-VNNI's short encoding before AVX-512's.
+    fn best() -> Isa {
+        static BEST: OnceLock<Isa> = OnceLock::new();
+        *BEST.get_or_init(|| {
+            [Isa::AvxVnni, Isa::Avx512Vnni]
+                .into_iter()
+                .find(|isa| isa.supported())
+                .unwrap_or(Isa::Avx2)
+        })
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+unsafe fn isa_supported(isa: c_int) -> bool {
+    // SAFETY: the caller's promise; `ffi/lone.c` only reads cpuid's answers.
+    unsafe { shepherd_isa_supported(isa) != 0 }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn isa_supported(_: c_int) -> bool {
+    false
+}
+
+/// [`batch`] with the instruction set `isa`, which the CPU must run.
+///
+/// # Safety
+/// As [`batch`]; `isa.supported()`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn batch_with(
+    isa: Isa,
     params: *const c_void,
     (m, n, k): (i64, i64, i64),
     (a, lda): (*const c_void, i64),
@@ -454,64 +555,53 @@ pub unsafe fn q4_1(
     (c, ldc): (*mut c_void, i64),
     types: (i32, i32, i32),
 ) -> bool {
-    if types != (GGML_TYPE_Q4_1, GGML_TYPE_Q8_1, GGML_TYPE_F32)
-        || m < 0
-        || n < 1
-        || k < 0
-        || lda < 0
-        || ldb < 0
-        || ldc < 0
-        || !q4_1_takes(k)
-    {
+    let Some(kernel) = batch_kernel(n, types) else {
+        return false;
+    };
+    if m < 0 || n < 1 || k < 0 || lda < 0 || ldb < 0 || ldc < 0 || !batch_takes(k) {
         return false;
     }
     // SAFETY: `params` points at ggml's compute params.
     let Some(params) = (unsafe { compute_params(params) }) else {
         return false;
     };
+    let c = c.cast::<f32>();
     let mut done = true;
     for_each_chunk(&params, (m, n), b, |from, to| {
         // SAFETY: the matrices of the `llamafile_sgemm` call, as this function
-        // requires, rows within `m`; `q4_1_takes` checked `k`.
-        done &= unsafe { q4_1_kernel((n, k), (a, lda), (b, ldb), (c.cast(), ldc), (from, to)) };
+        // requires, rows within `m`; `batch_takes` checked `k`, the caller `isa`.
+        done &= unsafe { kernel(isa as c_int, n, k, a, lda, b, ldb, c, ldc, from, to) } != 0;
     });
     done
 }
 
-/// Whether `shepherd_q4_1` takes an inner dimension of `k` blocks: asked before any
-/// row is computed, so that a product it declines never takes chunks of ggml's counter.
+/// The kernel for `n` columns of these types, if `ffi/lone.c` has one.
 #[cfg(target_arch = "x86_64")]
-fn q4_1_takes(k: i64) -> bool {
+fn batch_kernel(n: i64, types: (i32, i32, i32)) -> Option<BatchKernel> {
+    match types {
+        (GGML_TYPE_Q4_1, GGML_TYPE_Q8_1, GGML_TYPE_F32) => Some(shepherd_q4_1),
+        (GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, GGML_TYPE_F32) if n <= Q0_COLUMNS => Some(shepherd_q8_0),
+        (GGML_TYPE_Q5_0, GGML_TYPE_Q8_0, GGML_TYPE_F32) if n <= Q0_COLUMNS => Some(shepherd_q5_0),
+        _ => None,
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn batch_kernel(_: i64, _: (i32, i32, i32)) -> Option<BatchKernel> {
+    None
+}
+
+/// Whether the batch kernels take an inner dimension of `k` blocks: asked before any
+/// row is computed, so that a product they decline never takes chunks of ggml's
+/// counter.
+#[cfg(target_arch = "x86_64")]
+fn batch_takes(k: i64) -> bool {
     // SAFETY: a constant `ffi/lone.c` defines.
-    k <= unsafe { shepherd_q4_1_max_blocks }
+    k <= unsafe { shepherd_max_blocks }
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn q4_1_takes(_: i64) -> bool {
-    false
-}
-
-#[cfg(target_arch = "x86_64")]
-unsafe fn q4_1_kernel(
-    (n, k): (i64, i64),
-    (a, lda): (*const c_void, i64),
-    (b, ldb): (*const c_void, i64),
-    (c, ldc): (*mut f32, i64),
-    (from, to): (i64, i64),
-) -> bool {
-    // SAFETY: the caller's matrices (see `q4_1`); `enabled` checked that this CPU has
-    // AVX2, FMA and F16C.
-    unsafe { shepherd_q4_1(n, k, a, lda, b, ldb, c, ldc, from, to) != 0 }
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-unsafe fn q4_1_kernel(
-    _: (i64, i64),
-    _: (*const c_void, i64),
-    _: (*const c_void, i64),
-    _: (*mut f32, i64),
-    _: (i64, i64),
-) -> bool {
+fn batch_takes(_: i64) -> bool {
     false
 }
 
@@ -534,6 +624,22 @@ mod tests {
         );
         /// ggml's chunk counter, as a node's thread 0 sets it before its barrier.
         fn ggml_threadpool_chunk_set(threadpool: *mut c_void, value: i32);
+        /// llamafile's own `llamafile_sgemm` (the linker's `--wrap`, build.rs).
+        fn __real_llamafile_sgemm(
+            params: *const c_void,
+            m: i64,
+            n: i64,
+            k: i64,
+            a: *const c_void,
+            lda: i64,
+            b: *const c_void,
+            ldb: i64,
+            c: *mut c_void,
+            ldc: i64,
+            a_type: c_int,
+            b_type: c_int,
+            c_type: c_int,
+        ) -> bool;
     }
 
     /// A thread pool of one thread (no workers), for its chunk counter.
@@ -596,14 +702,9 @@ mod tests {
     #[test]
     fn the_q4_1_kernel_computes_every_element_as_ggml_does_for_any_column_count() {
         let types = (GGML_TYPE_Q4_1, GGML_TYPE_Q8_1, GGML_TYPE_F32);
-        if !enabled() {
-            // The wrapper never calls the kernel here (`context`'s tests check the
-            // gate on the real model).
-            eprintln!("ggml is not built with the kernels lone mirrors: nothing to compare");
+        if !ggml_ready() {
             return;
         }
-        // SAFETY: fills ggml's F16 table, which its dot product reads; idempotent.
-        unsafe { sys::ggml_cpu_init() };
         let pool = Pool::new();
         let mut rng = Rng(0x0004_0001);
         // Rows not a multiple of the threads, columns on both sides of the tile of 4,
@@ -637,7 +738,13 @@ mod tests {
                 // Fixed shares (the columns elsewhere than the work buffer), then rows
                 // handed out from the counter by threads running at once (the columns
                 // at the start of the work buffer, as a node's first call has them).
-                for (nth, chunked) in [1, 2, 3].into_iter().flat_map(|t| [(t, false), (t, true)]) {
+                // Every instruction set the CPU runs.
+                let runs = isas().into_iter().flat_map(|isa| {
+                    [1, 2, 3]
+                        .into_iter()
+                        .flat_map(move |t| [(isa, t, false), (isa, t, true)])
+                });
+                for (isa, nth, chunked) in runs {
                     let (wdata, counter) = if chunked {
                         // SAFETY: the pool's counter, set as ggml's thread 0 sets it.
                         unsafe { ggml_threadpool_chunk_set(pool.0.cast(), nth) };
@@ -660,7 +767,8 @@ mod tests {
                                     // columns of `k` blocks `ldb` apart, room for `n`
                                     // columns `ldc` apart; threads write other rows.
                                     unsafe {
-                                        q4_1(
+                                        batch_with(
+                                            isa,
                                             std::ptr::from_ref(&p.0).cast(),
                                             (m as i64, n as i64, k as i64),
                                             (a.as_ptr().cast(), lda as i64),
@@ -674,7 +782,7 @@ mod tests {
                             .collect();
                         threads.into_iter().map(|t| t.join().unwrap()).collect()
                     });
-                    let case = format!("m {m} k {k} n {n} threads {nth} chunked {chunked}");
+                    let case = format!("{isa:?} m {m} k {k} n {n} threads {nth} chunked {chunked}");
                     if k > 1024 {
                         assert!(
                             done.iter().all(|&d| !d),
@@ -706,13 +814,13 @@ mod tests {
                         assert!(got[j * ldc + m..(j + 1) * ldc].iter().all(|x| x.is_nan()));
                     }
                 }
-                // Another type pair is not this kernel's.
+                // A type pair no kernel here takes (Q4_0 weights).
                 let p = params(0, 1, std::ptr::null(), std::ptr::null_mut());
                 let mut c = vec![0f32; n * ldc];
-                let other = (GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, GGML_TYPE_F32);
+                let other = (2, GGML_TYPE_Q8_0, GGML_TYPE_F32);
                 // SAFETY: declined before any access.
                 let done = unsafe {
-                    q4_1(
+                    batch(
                         std::ptr::from_ref(&p).cast(),
                         (m as i64, n as i64, k as i64),
                         (a.as_ptr().cast(), lda as i64),
@@ -727,51 +835,71 @@ mod tests {
     }
 
     #[test]
-    fn q8_0_and_q5_0_columns_are_ggmls_dot_products_exact_or_not() {
-        if !enabled() {
-            eprintln!("ggml is not built with the kernels lone mirrors: nothing to compare");
+    fn q8_0_and_q5_0_products_of_a_few_columns_are_sgemms_and_ggmls() {
+        if !ggml_ready() {
             return;
         }
-        // SAFETY: fills ggml's F16 table, which its dot product reads; idempotent.
-        unsafe { sys::ggml_cpu_init() };
         let mut rng = Rng(0x0008_0005);
         // ggml's block_q8_0 and block_q5_0, in bytes; both multiply Q8_0 columns.
         for (a_type, a_bytes) in [(GGML_TYPE_Q8_0, 34), (GGML_TYPE_Q5_0, 22)] {
+            let types = (a_type, GGML_TYPE_Q8_0, GGML_TYPE_F32);
             // SAFETY: ggml's table of CPU traits, for a type it has.
             let traits = unsafe { &*sys::ggml_get_type_traits_cpu(a_type as sys::ggml_type) };
             let dot = traits.vec_dot.expect("ggml has a dot product for the type");
-            // Inner dimensions of SmolLM2 (18 blocks) and Gemma 3 270M (20, 64).
-            for (m, k) in [(7, 18), (130, 20), (5, 64), (1, 1)] {
+            // Inner dimensions of SmolLM2 (18 blocks) and Gemma 3 270M (20, 64); sgemm
+            // tiles 7 and 130 rows unevenly, and past the inner limit only it runs.
+            for (m, k) in [(7, 18), (130, 20), (5, 64), (1, 1), (4, 1025)] {
                 let lda = k + 3;
                 let a = blocks(&mut rng, m * lda, a_bytes);
-                let b = blocks(&mut rng, k, 34);
-                let want = ggml_rows(dot, k * 32, &a, lda * a_bytes, m, &b);
-                for (nth, exact) in [(1, false), (2, false), (3, true)] {
-                    let mut got = vec![f32::NAN; m + 1];
-                    for ith in 0..nth {
-                        let p = params(ith, nth, std::ptr::null(), std::ptr::null_mut());
-                        // SAFETY: `m` rows of `k` blocks `lda` apart, one column of
-                        // `k` blocks, room for `m` floats.
-                        let done = unsafe {
-                            column(
-                                std::ptr::from_ref(&p).cast(),
-                                m as i64,
-                                k as i64,
-                                a.as_ptr().cast(),
-                                lda as i64,
-                                b.as_ptr().cast(),
-                                got.as_mut_ptr().cast(),
-                                (a_type, GGML_TYPE_Q8_0, GGML_TYPE_F32),
-                                exact,
-                            )
-                        };
-                        assert_eq!(done, Some(true), "type {a_type} m {m} k {k}");
+                for n in 1..=Q0_COLUMNS as usize + 1 {
+                    let (ldb, ldc) = (k + 1, m + 2);
+                    let b = blocks(&mut rng, n * ldb, 34);
+                    let case = format!("type {a_type} m {m} k {k} n {n}");
+                    let taken = n as i64 <= Q0_COLUMNS && batch_takes(k as i64);
+                    for (isa, nth) in isas()
+                        .into_iter()
+                        .flat_map(|isa| (1..=3).map(move |t| (isa, t)))
+                    {
+                        let case = format!("{case} {isa:?}");
+                        let mut got = vec![f32::NAN; n * ldc];
+                        for ith in 0..nth {
+                            let p = params(ith, nth, std::ptr::null(), std::ptr::null_mut());
+                            // SAFETY: `m` rows of `k` blocks `lda` apart, `n` columns of
+                            // `k` blocks `ldb` apart, room for `n` columns `ldc` apart;
+                            // the CPU runs `isa`.
+                            let done = unsafe {
+                                batch_with(
+                                    isa,
+                                    std::ptr::from_ref(&p).cast(),
+                                    (m as i64, n as i64, k as i64),
+                                    (a.as_ptr().cast(), lda as i64),
+                                    (b.as_ptr().cast(), ldb as i64),
+                                    (got.as_mut_ptr().cast(), ldc as i64),
+                                    types,
+                                )
+                            };
+                            assert_eq!(done, taken, "{case}");
+                        }
+                        if !taken {
+                            break;
+                        }
+                        for j in 0..n {
+                            let want =
+                                ggml_rows(dot, k * 32, &a, lda * a_bytes, m, &b[j * ldb * 34..]);
+                            let column = &got[j * ldc..(j + 1) * ldc];
+                            assert_rows_match(
+                                column,
+                                &want,
+                                &format!("{case} column {j} threads {nth}"),
+                            );
+                        }
+                        if n > 1 {
+                            let want = sgemm(types, (m, n, k), (&a, lda), (&b, ldb), ldc);
+                            let bits =
+                                |c: &[f32]| c.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                            assert_eq!(bits(&got), bits(&want), "{case} threads {nth}: sgemm's");
+                        }
                     }
-                    assert_rows_match(
-                        &got,
-                        &want,
-                        &format!("type {a_type} m {m} k {k} threads {nth}"),
-                    );
                 }
             }
         }
@@ -779,6 +907,64 @@ mod tests {
         let f16 = (GGML_TYPE_F16, GGML_TYPE_F16, GGML_TYPE_F32);
         assert!(column_kernel(16, 64, f16, false).is_none());
         assert!(matches!(column_kernel(16, 64, f16, true), Some(Ok(_))));
+    }
+
+    /// llamafile's sgemm itself (the wrapper's `__real_`) on `n` columns, one thread:
+    /// `n` columns of `m` floats, `ldc` apart, NaN between them.
+    fn sgemm(
+        (a_type, b_type, c_type): (i32, i32, i32),
+        (m, n, k): (usize, usize, usize),
+        (a, lda): (&[u8], usize),
+        (b, ldb): (&[u8], usize),
+        ldc: usize,
+    ) -> Vec<f32> {
+        let p = params(0, 1, std::ptr::null(), std::ptr::null_mut());
+        let mut c = vec![f32::NAN; n * ldc];
+        // SAFETY: the caller's matrices of these types and sizes; room for `n` columns.
+        let done = unsafe {
+            __real_llamafile_sgemm(
+                std::ptr::from_ref(&p).cast(),
+                m as i64,
+                n as i64,
+                k as i64,
+                a.as_ptr().cast(),
+                lda as i64,
+                b.as_ptr().cast(),
+                ldb as i64,
+                c.as_mut_ptr().cast(),
+                ldc as i64,
+                a_type,
+                b_type,
+                c_type,
+            )
+        };
+        assert!(done, "sgemm takes types {a_type} {b_type} for {n} columns");
+        c
+    }
+
+    /// The instruction sets of the batch kernels this CPU runs (AVX2 at least, where
+    /// [`ggml_ready`]); the others are named, untested.
+    fn isas() -> Vec<Isa> {
+        let (run, skip): (Vec<Isa>, Vec<Isa>) = [Isa::Avx2, Isa::AvxVnni, Isa::Avx512Vnni]
+            .into_iter()
+            .partition(|isa| isa.supported());
+        if !skip.is_empty() {
+            eprintln!("this CPU runs no {skip:?}: those kernels are not compared here");
+        }
+        run
+    }
+
+    /// Whether ggml computes with the kernels `lone` mirrors, its tables filled; where
+    /// it does not, the wrapper never calls them (`context`'s tests check the gate on
+    /// the real model) and a test has nothing to compare.
+    fn ggml_ready() -> bool {
+        if !enabled() {
+            eprintln!("ggml is not built with the kernels lone mirrors: nothing to compare");
+            return false;
+        }
+        // SAFETY: fills ggml's F16 table, which its dot products read; idempotent.
+        unsafe { sys::ggml_cpu_init() };
+        true
     }
 
     /// ggml's own dot product `dot` of each of `m` rows of `a` (`row` bytes apart,
@@ -851,12 +1037,9 @@ mod tests {
 
     #[test]
     fn other_columns_are_ggmls_dot_products_with_the_rows_ahead_asked_for() {
-        if !enabled() {
-            eprintln!("ggml is not built with the kernels lone mirrors: nothing to compare");
+        if !ggml_ready() {
             return;
         }
-        // SAFETY: fills ggml's F16 table, which the dot products read; idempotent.
-        unsafe { sys::ggml_cpu_init() };
         let mut rng = Rng(0x0006_000e);
         // Q6_K, Q5_K, Q4_K and Q3_K (ggml repacks Q4_K only where its rows suit the
         // layout; these products come here where they do not), F16 and BF16.
