@@ -15,11 +15,9 @@
  * profile, and with contraction off, so that the compiler fuses nothing sgemm does not
  * fuse. Loops over a tile's columns are unrolled by pragma: rolled, GCC kept the four
  * accumulators in memory, and a Q8_0 product of four columns took 1.2x (AVX2) to
- * 1.8x (VNNI) as long. A call
- * computes the rows
- * `from..to` of the result it is given: src/llama/lone.rs hands each thread its rows,
- * in chunks as ggml hands out its own; there is no barrier (ggml puts one after every
- * node).
+ * 1.8x (VNNI) as long. A call computes the rows `from..to` of the result it is given:
+ * src/llama/lone.rs hands each thread its rows, in chunks as ggml hands out its own;
+ * there is no barrier (ggml puts one after every node).
  */
 #include <immintrin.h>
 #include <stddef.h>
