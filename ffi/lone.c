@@ -378,6 +378,22 @@ int shepherd_q5_0(int isa, int64_t n, int64_t k, const void *a, int64_t lda,
     return q0_isa(isa, 1, n, k, a, lda, b, ldb, c, ldc, from, to);
 }
 
+/* Rows `from..to` of Q5_0 weights `a` (k blocks each, lda apart) as Q8_0 blocks into
+ * `out`, k per row, row after row: each block's scale, and its quants as the signed
+ * bytes sgemm's Q5_0 kernel unpacks them to before each product (q5_0_bytes), so
+ * that its Q8_0 kernel computes with the very numbers. */
+void shepherd_q5_0_as_q8_0(int64_t k, const block_q5_0 *a, int64_t lda, block_q8_0 *out,
+                           int64_t from, int64_t to) {
+    for (int64_t i = from; i < to; i++) {
+        for (int64_t l = 0; l < k; l++) {
+            const block_q5_0 *block = a + lda * i + l;
+            block_q8_0 *to_block = out + k * (i - from) + l;
+            to_block->d = block->d;
+            _mm256_storeu_si256((__m256i *)to_block->qs, q5_0_bytes(block));
+        }
+    }
+}
+
 /* ggml's `ggml_vec_dot_t`: one dot product of `n` elements into `*s` (nrc 1). */
 typedef void (*vec_dot_t)(int n, float *s, size_t bs, const void *x, size_t bx,
                           const void *y, size_t by, int nrc);

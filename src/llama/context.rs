@@ -30,22 +30,6 @@ thread_local! {
 extern "C" {
     /// ggml's own `ggml_backend_init_by_type` (the linker's `--wrap`, build.rs).
     fn __real_ggml_backend_init_by_type(kind: c_int, params: *const c_char) -> *mut c_void;
-    /// llamafile's own `llamafile_sgemm` (the linker's `--wrap`, build.rs).
-    fn __real_llamafile_sgemm(
-        params: *const c_void,
-        m: i64,
-        n: i64,
-        k: i64,
-        a: *const c_void,
-        lda: i64,
-        b: *const c_void,
-        ldb: i64,
-        c: *mut c_void,
-        ldc: i64,
-        a_type: c_int,
-        b_type: c_int,
-        c_type: c_int,
-    ) -> bool;
     /// Whether the CPU backend computes with its reference kernels: no llamafile
     /// sgemm, no tiled or split flash attention, no fused ops.
     fn ggml_backend_cpu_set_use_ref(backend: *mut c_void, use_ref: bool);
@@ -154,7 +138,7 @@ pub unsafe extern "C" fn __wrap_llamafile_sgemm(
     // written as two: `ldb` 0 reads only the column `b` holds and `ldc` 0 writes only
     // the column `c` holds, so no access goes past either.
     unsafe {
-        __real_llamafile_sgemm(
+        super::lone::__real_llamafile_sgemm(
             params, m, n, k, a, lda, b, ldb, c, ldc, a_type, b_type, c_type,
         )
     }

@@ -85,6 +85,23 @@ const CHUNK_ROWS: i64 = 64;
 extern "C" {
     /// ggml's chunk counter (`ggml-cpu.c`): adds `value`, returns what it held.
     fn ggml_threadpool_chunk_add(threadpool: *mut c_void, value: i32) -> i32;
+    /// llamafile's own `llamafile_sgemm` (the linker's `--wrap`, build.rs; the
+    /// wrapper is `context::__wrap_llamafile_sgemm`).
+    pub(super) fn __real_llamafile_sgemm(
+        params: *const c_void,
+        m: i64,
+        n: i64,
+        k: i64,
+        a: *const c_void,
+        lda: i64,
+        b: *const c_void,
+        ldb: i64,
+        c: *mut c_void,
+        ldc: i64,
+        a_type: c_int,
+        b_type: c_int,
+        c_type: c_int,
+    ) -> bool;
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -168,6 +185,16 @@ extern "C" {
         len: usize,
         b: *const c_void,
         c: *mut f32,
+        from: i64,
+        to: i64,
+    );
+    /// `ffi/lone.c`: rows `from..to` of `a` (Q5_0 blocks, `lda` apart, `k` long) as
+    /// Q8_0 blocks into `out`, row after row: the same scales, the quants as bytes.
+    fn shepherd_q5_0_as_q8_0(
+        k: i64,
+        a: *const c_void,
+        lda: i64,
+        out: *mut c_void,
         from: i64,
         to: i64,
     );
@@ -479,6 +506,9 @@ type BatchKernel = unsafe extern "C" fn(
 /// weight once (Gemma 3 270M Q4_K_M, whose output layer is Q8_0 and a fifth of whose
 /// layers are Q5_0: tg128 1.26x, 4 streams ...; docs/LLAMA.md).
 ///
+/// Q5_0 weights and more columns (a prompt, a long verification batch): through
+/// sgemm's own Q8_0 kernel, each thread's rows converted first ([`q5_0_through_q8_0`]).
+///
 /// # Safety
 /// The arguments are those of a `llamafile_sgemm` call: `params` is ggml's compute
 /// params, `a` holds `m` rows of `k` blocks of its type `lda` blocks apart, `b` `n`
@@ -555,10 +585,12 @@ unsafe fn batch_with(
     (c, ldc): (*mut c_void, i64),
     types: (i32, i32, i32),
 ) -> bool {
-    let Some(kernel) = batch_kernel(n, types) else {
+    if m < 0 || n < 1 || k < 0 || lda < 0 || ldb < 0 || ldc < 0 {
         return false;
-    };
-    if m < 0 || n < 1 || k < 0 || lda < 0 || ldb < 0 || ldc < 0 || !batch_takes(k) {
+    }
+    let wide_q5_0 = types == (GGML_TYPE_Q5_0, GGML_TYPE_Q8_0, GGML_TYPE_F32) && n > Q0_COLUMNS;
+    let kernel = batch_kernel(n, types);
+    if !(wide_q5_0 && enabled() || kernel.is_some() && batch_takes(k)) {
         return false;
     }
     // SAFETY: `params` points at ggml's compute params.
@@ -566,6 +598,11 @@ unsafe fn batch_with(
         return false;
     };
     let c = c.cast::<f32>();
+    let Some(kernel) = kernel.filter(|_| !wide_q5_0) else {
+        // SAFETY: the caller's matrices, Q5_0 weights and Q8_0 columns.
+        unsafe { q5_0_through_q8_0(&params, (m, n, k), (a, lda), (b, ldb), (c, ldc)) };
+        return true;
+    };
     let mut done = true;
     for_each_chunk(&params, (m, n), b, |from, to| {
         // SAFETY: the matrices of the `llamafile_sgemm` call, as this function
@@ -574,6 +611,91 @@ unsafe fn batch_with(
     });
     done
 }
+
+/// Rows a thread converts at a time in [`q5_0_through_q8_0`]: ggml's own chunk.
+const PANEL_ROWS: i64 = CHUNK_ROWS;
+
+/// `c = a · b` for Q5_0 weights and `n` Q8_0 columns as sgemm computes it, faster:
+/// sgemm's Q5_0 kernel unpacks a block of weights to bytes again for every four
+/// columns it multiplies (half of Gemma 3 270M's prompt time went there), so each
+/// thread converts its rows to Q8_0 blocks once, [`PANEL_ROWS`] at a time (the same
+/// scales, the bytes that kernel unpacks), and hands them to sgemm's Q8_0 kernel as a
+/// product of its own, one thread's. Per element sgemm's Q0 kernels are one computation
+/// for both types (`ffi/lone.c`'s `q0_tile`), so every number is the one sgemm's Q5_0
+/// kernel gives.
+///
+/// # Safety
+/// As [`batch`], for Q5_0 weights and Q8_0 columns, `n` at least 2.
+unsafe fn q5_0_through_q8_0(
+    params: &ComputeParams,
+    (m, n, k): (i64, i64, i64),
+    (a, lda): (*const c_void, i64),
+    (b, ldb): (*const c_void, i64),
+    (c, ldc): (*mut f32, i64),
+) {
+    thread_local! {
+        /// This thread's converted rows, kept for its next product.
+        static PANEL: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    /// ggml's `block_q8_0`, in bytes.
+    const Q8_0_BYTES: usize = 34;
+    // sgemm's Q0 kernels read only the thread's index and count.
+    let alone = ComputeParams {
+        ith: 0,
+        nth: 1,
+        wsize: 0,
+        wdata: std::ptr::null_mut(),
+        threadpool: std::ptr::null_mut(),
+    };
+    let row_bytes = usize::try_from(k).unwrap_or(0) * Q8_0_BYTES;
+    for_each_chunk(params, (m, n), b, |from, to| {
+        PANEL.with_borrow_mut(|panel| {
+            for start in (from..to).step_by(PANEL_ROWS as usize) {
+                let end = (start + PANEL_ROWS).min(to);
+                panel.resize(row_bytes * (end - start) as usize, 0);
+                // SAFETY: rows `start..end` of the caller's Q5_0 weights, into room for
+                // as many rows of `k` Q8_0 blocks; then sgemm on those rows, the
+                // caller's columns and the same rows of the caller's result (`ldc` is
+                // at least `m`, so at least these rows), which no other thread writes.
+                unsafe {
+                    q5_0_as_q8_0(k, a, lda, panel.as_mut_ptr().cast(), (start, end));
+                    let done = __real_llamafile_sgemm(
+                        std::ptr::from_ref(&alone).cast(),
+                        end - start,
+                        n,
+                        k,
+                        panel.as_ptr().cast(),
+                        k,
+                        b,
+                        ldb,
+                        c.add(start as usize).cast(),
+                        ldc,
+                        GGML_TYPE_Q8_0,
+                        GGML_TYPE_Q8_0,
+                        GGML_TYPE_F32,
+                    );
+                    // sgemm's AVX kernels take Q8_0 products of two columns and more.
+                    debug_assert!(done, "sgemm declined a Q8_0 product of {n} columns");
+                }
+            }
+        });
+    });
+}
+
+#[cfg(target_arch = "x86_64")]
+unsafe fn q5_0_as_q8_0(
+    k: i64,
+    a: *const c_void,
+    lda: i64,
+    out: *mut c_void,
+    (from, to): (i64, i64),
+) {
+    // SAFETY: the caller's rows and room for them.
+    unsafe { shepherd_q5_0_as_q8_0(k, a, lda, out, from, to) }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn q5_0_as_q8_0(_: i64, _: *const c_void, _: i64, _: *mut c_void, _: (i64, i64)) {}
 
 /// The kernel for `n` columns of these types, if `ffi/lone.c` has one.
 #[cfg(target_arch = "x86_64")]
@@ -624,22 +746,6 @@ mod tests {
         );
         /// ggml's chunk counter, as a node's thread 0 sets it before its barrier.
         fn ggml_threadpool_chunk_set(threadpool: *mut c_void, value: i32);
-        /// llamafile's own `llamafile_sgemm` (the linker's `--wrap`, build.rs).
-        fn __real_llamafile_sgemm(
-            params: *const c_void,
-            m: i64,
-            n: i64,
-            k: i64,
-            a: *const c_void,
-            lda: i64,
-            b: *const c_void,
-            ldb: i64,
-            c: *mut c_void,
-            ldc: i64,
-            a_type: c_int,
-            b_type: c_int,
-            c_type: c_int,
-        ) -> bool;
     }
 
     /// A thread pool of one thread (no workers), for its chunk counter.
@@ -851,11 +957,17 @@ mod tests {
             for (m, k) in [(7, 18), (130, 20), (5, 64), (1, 1), (4, 1025)] {
                 let lda = k + 3;
                 let a = blocks(&mut rng, m * lda, a_bytes);
-                for n in 1..=Q0_COLUMNS as usize + 1 {
+                // Past Q0_COLUMNS, Q5_0 weights go through sgemm's Q8_0 kernel (any k),
+                // Q8_0 weights to sgemm itself.
+                for n in (1..=Q0_COLUMNS as usize + 1).chain([13]) {
                     let (ldb, ldc) = (k + 1, m + 2);
                     let b = blocks(&mut rng, n * ldb, 34);
                     let case = format!("type {a_type} m {m} k {k} n {n}");
-                    let taken = n as i64 <= Q0_COLUMNS && batch_takes(k as i64);
+                    let taken = if n as i64 > Q0_COLUMNS {
+                        a_type == GGML_TYPE_Q5_0
+                    } else {
+                        batch_takes(k as i64)
+                    };
                     for (isa, nth) in isas()
                         .into_iter()
                         .flat_map(|isa| (1..=3).map(move |t| (isa, t)))
