@@ -466,9 +466,12 @@ fn column_kernel(
     None
 }
 
-/// The most columns a batch of Q8_0 or Q5_0 weights takes through [`batch`]; sgemm
-/// takes more (its tiles of four rows by up to four columns reuse each column across
-/// rows, which tells from about eight columns on) and computes each element the same.
+/// The most columns a product of Q8_0 or Q5_0 weights takes through [`batch`]'s
+/// kernels; sgemm, which computes each element the same, takes more (its tiles of four
+/// rows reuse each column across rows, where these stream the rows once per four
+/// columns). Gemma 3 270M's Q8_0 output layer (262,144 rows of 640) on 2 threads of an
+/// Intel Xeon, against sgemm: 1.6x as fast at 2 to 5 columns, 1.2x at 8, even at 12,
+/// 0.98x at 16; a 2,048-row matrix that stays in cache, 0.9x at 8.
 const Q0_COLUMNS: i64 = 8;
 
 /// A batch kernel of `ffi/lone.c`: rows `from..to` of `c = a · b` for `n` columns,
