@@ -506,8 +506,9 @@ type BatchKernel = unsafe extern "C" fn(
 /// computation, so they come here whether or not a context needs a lone column exact.
 /// The kernels ask for the weights ahead of the block they multiply, which neither
 /// ggml's dot products nor sgemm do: a lone token and a few slots' step stream every
-/// weight once (Gemma 3 270M Q4_K_M, whose output layer is Q8_0 and a fifth of whose
-/// layers are Q5_0: tg128 1.26x, 4 streams ...; docs/LLAMA.md).
+/// weight once (Gemma 3 270M Q4_K_M, whose output layer is Q8_0 and many of whose
+/// layers are Q5_0: tg128 1.26x; 4 streams 1.21x of llama-server, 1.10x before;
+/// docs/LLAMA.md).
 ///
 /// Q5_0 weights and more columns (a prompt, a long verification batch): through
 /// sgemm's own Q8_0 kernel, each thread's rows converted first ([`q5_0_through_q8_0`]).
