@@ -149,16 +149,12 @@ typedef struct {
 #define MAX_BLOCKS 1024
 const int64_t shepherd_max_blocks = MAX_BLOCKS;
 
-/* Columns j0.. of b and c, at most four: their pointers into cols and out (the
- * missing ones repeat column j0, never read); returns how many there are. */
-static inline int column_group(int64_t n, int64_t j0, const void *b, size_t block,
-                               int64_t ldb, float *c, int64_t ldc, const void **cols,
-                               float **out) {
+/* Columns j0.. of a batch, at most four: their indices into col (the missing ones
+ * repeat column j0, never read); returns how many there are. */
+static inline int column_group(int64_t n, int64_t j0, int64_t *col) {
     const int nc = n - j0 < 4 ? (int)(n - j0) : 4;
     for (int j = 0; j < 4; j++) {
-        const int64_t col = j0 + (j < nc ? j : 0);
-        cols[j] = (const char *)b + (size_t)(ldb * col) * block;
-        out[j] = c + ldc * col;
+        col[j] = j0 + (j < nc ? j : 0);
     }
     return nc;
 }
@@ -254,9 +250,10 @@ static inline __attribute__((always_inline)) int q4_1(
     float d1[4 * MAX_BLOCKS];
     float s1[4 * MAX_BLOCKS];
     for (int64_t j0 = 0; j0 < n; j0 += 4) {
-        const block_q8_1 *cols[4];
-        float *out[4];
-        const int nc = column_group(n, j0, b, sizeof(block_q8_1), ldb, c, ldc, (const void **)cols, out);
+        int64_t col[4];
+        const int nc = column_group(n, j0, col);
+        const block_q8_1 *cols[4] = {b + ldb * col[0], b + ldb * col[1], b + ldb * col[2], b + ldb * col[3]};
+        float *out[4] = {c + ldc * col[0], c + ldc * col[1], c + ldc * col[2], c + ldc * col[3]};
         for (int64_t l = 0; l < k; l++) {
             for (int j = 0; j < 4; j++) {
                 d1[4 * l + j] = half(cols[j][l].d);
@@ -338,9 +335,10 @@ static inline __attribute__((always_inline)) int q0(
     }
     float d1[4 * MAX_BLOCKS];
     for (int64_t j0 = 0; j0 < n; j0 += 4) {
-        const block_q8_0 *cols[4];
-        float *out[4];
-        const int nc = column_group(n, j0, b, sizeof(block_q8_0), ldb, c, ldc, (const void **)cols, out);
+        int64_t col[4];
+        const int nc = column_group(n, j0, col);
+        const block_q8_0 *cols[4] = {b + ldb * col[0], b + ldb * col[1], b + ldb * col[2], b + ldb * col[3]};
+        float *out[4] = {c + ldc * col[0], c + ldc * col[1], c + ldc * col[2], c + ldc * col[3]};
         for (int64_t l = 0; l < k; l++) {
             for (int j = 0; j < 4; j++) {
                 d1[4 * l + j] = half(cols[j][l].d);
