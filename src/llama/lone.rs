@@ -191,6 +191,7 @@ extern "C" {
     /// `ffi/lone.c`: rows `from..to` of `a` (Q5_0 blocks, `lda` apart, `k` long) as
     /// Q8_0 blocks into `out`, row after row: the same scales, the quants as bytes.
     fn shepherd_q5_0_as_q8_0(
+        biased: c_int,
         k: i64,
         a: *const c_void,
         lda: i64,
@@ -200,6 +201,26 @@ extern "C" {
     );
     /// The longest inner dimension, in blocks, the batch kernels take.
     static shepherd_max_blocks: i64;
+    /// The bytes of one block of sixteen packed columns (`wide_block`).
+    static shepherd_wide_block_bytes: i64;
+    /// `ffi/lone.c`: `n` Q8_0 columns of `k` blocks (`ldb` apart) packed for
+    /// `shepherd_q8_0_wide` into `out`, `ceil(n / 16) * k` blocks of
+    /// `shepherd_wide_block_bytes`.
+    fn shepherd_q8_0_wide_pack(n: i64, k: i64, b: *const c_void, ldb: i64, out: *mut c_void);
+    /// `ffi/lone.c`: rows `from..to` of `c = a · b` for Q8_0 weights and the `n`
+    /// columns `packed` holds, each element as sgemm computes it; AVX-512 VNNI.
+    fn shepherd_q8_0_wide(
+        biased: c_int,
+        n: i64,
+        k: i64,
+        a: *const c_void,
+        lda: i64,
+        packed: *const c_void,
+        c: *mut f32,
+        ldc: i64,
+        from: i64,
+        to: i64,
+    );
 }
 
 /// Whether the loaded ggml computes with the kernels `ffi/lone.c` mirrors.
@@ -527,8 +548,19 @@ pub unsafe fn batch(
     c: (*mut c_void, i64),
     types: (i32, i32, i32),
 ) -> bool {
-    // SAFETY: the caller's matrices, as this function requires; the CPU's best set.
-    unsafe { batch_with(Isa::best(), params, dims, a, b, c, types) }
+    // SAFETY: the caller's matrices, as this function requires; the CPU's best set,
+    // and the wide kernel where the CPU runs it.
+    unsafe {
+        batch_with(
+            (Isa::best(), Isa::Avx512Vnni.supported()),
+            params,
+            dims,
+            a,
+            b,
+            c,
+            types,
+        )
+    }
 }
 
 /// The instruction sets `ffi/lone.c`'s batch kernels are written for (its `enum`):
@@ -575,13 +607,14 @@ unsafe fn isa_supported(_: c_int) -> bool {
     false
 }
 
-/// [`batch`] with the instruction set `isa`, which the CPU must run.
+/// [`batch`] with the instruction set `isa`, and with [`q8_0_wide`] for Q8_0 products
+/// of more than [`Q0_COLUMNS`] columns where `wide`; the CPU must run both.
 ///
 /// # Safety
-/// As [`batch`]; `isa.supported()`.
+/// As [`batch`]; `isa.supported()`, and `Isa::Avx512Vnni.supported()` where `wide`.
 #[allow(clippy::too_many_arguments)]
 unsafe fn batch_with(
-    isa: Isa,
+    (isa, wide): (Isa, bool),
     params: *const c_void,
     (m, n, k): (i64, i64, i64),
     (a, lda): (*const c_void, i64),
@@ -591,6 +624,17 @@ unsafe fn batch_with(
 ) -> bool {
     if m < 0 || n < 1 || k < 0 || lda < 0 || ldb < 0 || ldc < 0 {
         return false;
+    }
+    let wide = wide && n > Q0_COLUMNS && packed_bytes(n, k) <= WIDE_PACKED_BYTES;
+    if wide && types == (GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, GGML_TYPE_F32) {
+        // SAFETY: `params` points at ggml's compute params.
+        let Some(params) = (unsafe { compute_params(params) }) else {
+            return false;
+        };
+        // SAFETY: the caller's matrices, Q8_0 weights and columns; the CPU runs
+        // AVX-512 VNNI (the caller's promise).
+        unsafe { q8_0_wide(&params, (m, n, k), (a, lda), (b, ldb), (c.cast(), ldc)) };
+        return true;
     }
     let wide_q5_0 = types == (GGML_TYPE_Q5_0, GGML_TYPE_Q8_0, GGML_TYPE_F32) && n > Q0_COLUMNS;
     let kernel = batch_kernel(n, types);
@@ -603,8 +647,9 @@ unsafe fn batch_with(
     };
     let c = c.cast::<f32>();
     let Some(kernel) = kernel.filter(|_| !wide_q5_0) else {
-        // SAFETY: the caller's matrices, Q5_0 weights and Q8_0 columns.
-        unsafe { q5_0_through_q8_0(&params, (m, n, k), (a, lda), (b, ldb), (c, ldc)) };
+        // SAFETY: the caller's matrices, Q5_0 weights and Q8_0 columns; the caller's
+        // promise of the wide kernel's instruction set.
+        unsafe { q5_0_through_q8_0(&params, (m, n, k), (a, lda), (b, ldb), (c, ldc), wide) };
         return true;
     };
     let mut done = true;
@@ -623,19 +668,22 @@ const PANEL_ROWS: i64 = CHUNK_ROWS;
 /// sgemm's Q5_0 kernel unpacks a block of weights to bytes again for every four
 /// columns it multiplies (half of Gemma 3 270M's prompt time went there), so each
 /// thread converts its rows to Q8_0 blocks once, [`PANEL_ROWS`] at a time (the same
-/// scales, the bytes that kernel unpacks), and hands them to sgemm's Q8_0 kernel as a
+/// scales, the bytes that kernel unpacks), and multiplies them as Q8_0 weights: with
+/// the wide kernel where `wide` ([`q8_0_wide`]), else with sgemm's Q8_0 kernel as a
 /// product of its own, one thread's. Per element sgemm's Q0 kernels are one computation
 /// for both types (`ffi/lone.c`'s `q0_tile`), so every number is the one sgemm's Q5_0
 /// kernel gives.
 ///
 /// # Safety
-/// As [`batch`], for Q5_0 weights and Q8_0 columns, `n` at least 2.
+/// As [`batch`], for Q5_0 weights and Q8_0 columns, `n` at least 2; the CPU runs
+/// AVX-512 VNNI and VL where `wide`.
 unsafe fn q5_0_through_q8_0(
     params: &ComputeParams,
     (m, n, k): (i64, i64, i64),
     (a, lda): (*const c_void, i64),
     (b, ldb): (*const c_void, i64),
     (c, ldc): (*mut f32, i64),
+    wide: bool,
 ) {
     thread_local! {
         /// This thread's converted rows, kept for its next product.
@@ -652,54 +700,191 @@ unsafe fn q5_0_through_q8_0(
         threadpool: std::ptr::null_mut(),
     };
     let row_bytes = usize::try_from(k).unwrap_or(0) * Q8_0_BYTES;
-    for_each_chunk(params, (m, n), b, |from, to| {
-        PANEL.with_borrow_mut(|panel| {
-            for start in (from..to).step_by(PANEL_ROWS as usize) {
-                let end = (start + PANEL_ROWS).min(to);
-                panel.resize(row_bytes * (end - start) as usize, 0);
-                // SAFETY: rows `start..end` of the caller's Q5_0 weights, into room for
-                // as many rows of `k` Q8_0 blocks; then sgemm on those rows, the
-                // caller's columns and the same rows of the caller's result (`ldc` is
-                // at least `m`, so at least these rows), which no other thread writes.
-                unsafe {
-                    q5_0_as_q8_0(k, a, lda, panel.as_mut_ptr().cast(), (start, end));
-                    let done = __real_llamafile_sgemm(
-                        std::ptr::from_ref(&alone).cast(),
-                        end - start,
-                        n,
-                        k,
-                        panel.as_ptr().cast(),
-                        k,
-                        b,
-                        ldb,
-                        c.add(start as usize).cast(),
-                        ldc,
-                        GGML_TYPE_Q8_0,
-                        GGML_TYPE_Q8_0,
-                        GGML_TYPE_F32,
-                    );
-                    // sgemm's AVX kernels take Q8_0 products of two columns and more.
-                    debug_assert!(done, "sgemm declined a Q8_0 product of {n} columns");
+    let run = |packed: Option<*const c_void>| {
+        for_each_chunk(params, (m, n), b, |from, to| {
+            PANEL.with_borrow_mut(|panel| {
+                for start in (from..to).step_by(PANEL_ROWS as usize) {
+                    let end = (start + PANEL_ROWS).min(to);
+                    panel.resize(row_bytes * (end - start) as usize, 0);
+                    let rows = (panel.as_ptr().cast(), k);
+                    // The same rows of the caller's result (`ldc` is at least `m`, so
+                    // at least these rows), which no other thread writes.
+                    // SAFETY: `start` is within `m`.
+                    let c = (unsafe { c.add(start as usize) }, ldc);
+                    // SAFETY: rows `start..end` of the caller's Q5_0 weights, into room
+                    // for as many rows of `k` Q8_0 blocks; then those rows times the
+                    // caller's columns (packed, or as they are) into those of `c`; the
+                    // caller's promise of the instruction set.
+                    unsafe {
+                        let out = panel.as_mut_ptr().cast();
+                        q5_0_as_q8_0(packed.is_some(), k, (a, lda), out, (start, end));
+                        match packed {
+                            Some(packed) => {
+                                wide_rows(true, (n, k), rows, packed, c, (0, end - start))
+                            }
+                            None => {
+                                let done = __real_llamafile_sgemm(
+                                    std::ptr::from_ref(&alone).cast(),
+                                    end - start,
+                                    n,
+                                    k,
+                                    rows.0,
+                                    rows.1,
+                                    b,
+                                    ldb,
+                                    c.0.cast(),
+                                    c.1,
+                                    GGML_TYPE_Q8_0,
+                                    GGML_TYPE_Q8_0,
+                                    GGML_TYPE_F32,
+                                );
+                                // sgemm's AVX kernels take Q8_0 products of two columns
+                                // and more.
+                                debug_assert!(done, "sgemm declined a Q8_0 product of {n} columns");
+                            }
+                        }
+                    }
                 }
-            }
+            });
         });
+    };
+    if wide {
+        // SAFETY: the caller's columns.
+        unsafe { with_packed((n, k), (b, ldb), |packed| run(Some(packed))) };
+    } else {
+        run(None);
+    }
+}
+
+/// `c = a · b` for Q8_0 weights and more than [`Q0_COLUMNS`] Q8_0 columns, every
+/// element bit for bit as sgemm computes it, with `ffi/lone.c`'s `shepherd_q8_0_wide`
+/// (AVX-512 VNNI): sixteen columns a register, a row's four bytes at a time broadcast
+/// against them, about a third of sgemm's instructions per product. Each thread packs
+/// the columns for itself first ([`with_packed`]), then takes its rows as
+/// [`for_each_chunk`] hands them out.
+///
+/// # Safety
+/// As [`batch`], for Q8_0 weights and columns; the CPU runs AVX-512 VNNI and VL.
+unsafe fn q8_0_wide(
+    params: &ComputeParams,
+    (m, n, k): (i64, i64, i64),
+    a: (*const c_void, i64),
+    b: (*const c_void, i64),
+    c: (*mut f32, i64),
+) {
+    let rows = |packed| {
+        for_each_chunk(params, (m, n), b.0, |from, to| {
+            // SAFETY: the caller's weights and result, rows within `m`, the columns
+            // packed; the caller's promise of the instruction set.
+            unsafe { wide_rows(false, (n, k), a, packed, c, (from, to)) };
+        });
+    };
+    // SAFETY: the caller's columns.
+    unsafe { with_packed((n, k), b, rows) };
+}
+
+/// The most bytes of packed columns a thread keeps for the wide kernel; a larger
+/// product goes to sgemm. A verification batch's 65 columns of Gemma 3 270M's 20
+/// blocks take 90 KB; a 512-token prompt's columns of 4,096 elements 4.4 MB (each
+/// thread keeps its own; the kernel is twice sgemm's speed there too, packing
+/// included); those of an FFN's 14,336 would take 15.6 MB.
+const WIDE_PACKED_BYTES: usize = 8 << 20;
+
+/// The bytes `n` Q8_0 columns of `k` blocks take packed for the wide kernel.
+#[cfg(target_arch = "x86_64")]
+fn packed_bytes(n: i64, k: i64) -> usize {
+    // SAFETY: a constant `ffi/lone.c` defines.
+    let block_bytes = unsafe { shepherd_wide_block_bytes };
+    usize::try_from((n + 15) / 16 * k * block_bytes).unwrap_or(usize::MAX)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn packed_bytes(_: i64, _: i64) -> usize {
+    usize::MAX
+}
+
+/// Calls `f` with `n` Q8_0 columns of `k` blocks (`ldb` apart) packed for the wide
+/// kernel, in this thread's buffer (kept for its next product). A verification
+/// batch's 65 columns of 20 blocks take 90 KB, and packing them a small fraction of
+/// the product's time, so each thread packs them for itself.
+///
+/// # Safety
+/// `b` holds `n` columns of `k` Q8_0 blocks `ldb` apart.
+#[cfg(target_arch = "x86_64")]
+unsafe fn with_packed(
+    (n, k): (i64, i64),
+    (b, ldb): (*const c_void, i64),
+    f: impl FnOnce(*const c_void),
+) {
+    /// A cache line, the packed columns' unit: zmm loads never split one.
+    #[derive(Clone, Copy)]
+    #[repr(C, align(64))]
+    struct Line([u8; 64]);
+    thread_local! {
+        static PACKED: std::cell::RefCell<Vec<Line>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    PACKED.with_borrow_mut(|packed| {
+        packed.resize(packed_bytes(n, k).div_ceil(64), Line([0; 64]));
+        // SAFETY: the caller's columns, into room for their packed blocks.
+        unsafe { shepherd_q8_0_wide_pack(n, k, b, ldb, packed.as_mut_ptr().cast()) };
+        f(packed.as_ptr().cast());
     });
 }
 
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn with_packed(_: (i64, i64), _: (*const c_void, i64), _: impl FnOnce(*const c_void)) {}
+
+/// Rows `from..to` of `c = a · b` for Q8_0 weights `a` (`lda` blocks apart; `biased`:
+/// their bytes' top bits flipped, as [`q5_0_as_q8_0`] writes them for this) and the
+/// `n` columns of `k` blocks [`with_packed`] packed.
+///
+/// # Safety
+/// `a` holds rows `from..to` of `k` blocks, `c` those rows of `n` columns `ldc` apart;
+/// the CPU runs AVX-512 VNNI and VL.
+#[cfg(target_arch = "x86_64")]
+unsafe fn wide_rows(
+    biased: bool,
+    (n, k): (i64, i64),
+    (a, lda): (*const c_void, i64),
+    packed: *const c_void,
+    (c, ldc): (*mut f32, i64),
+    (from, to): (i64, i64),
+) {
+    // SAFETY: the caller's promises.
+    unsafe { shepherd_q8_0_wide(c_int::from(biased), n, k, a, lda, packed, c, ldc, from, to) }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn wide_rows(
+    _: bool,
+    _: (i64, i64),
+    _: (*const c_void, i64),
+    _: *const c_void,
+    _: (*mut f32, i64),
+    _: (i64, i64),
+) {
+}
+
+/// Rows `from..to` of Q5_0 weights as Q8_0 blocks into `out`, their bytes' top bits
+/// flipped where `biased` (for the wide kernel).
+///
+/// # Safety
+/// `a` holds rows `from..to` of `k` Q5_0 blocks `lda` apart, `out` room for as many
+/// rows of `k` Q8_0 blocks.
 #[cfg(target_arch = "x86_64")]
 unsafe fn q5_0_as_q8_0(
+    biased: bool,
     k: i64,
-    a: *const c_void,
-    lda: i64,
+    (a, lda): (*const c_void, i64),
     out: *mut c_void,
     (from, to): (i64, i64),
 ) {
     // SAFETY: the caller's rows and room for them.
-    unsafe { shepherd_q5_0_as_q8_0(k, a, lda, out, from, to) }
+    unsafe { shepherd_q5_0_as_q8_0(c_int::from(biased), k, a, lda, out, from, to) }
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn q5_0_as_q8_0(_: i64, _: *const c_void, _: i64, _: *mut c_void, _: (i64, i64)) {}
+unsafe fn q5_0_as_q8_0(_: bool, _: i64, _: (*const c_void, i64), _: *mut c_void, _: (i64, i64)) {}
 
 /// The kernel for `n` columns of these types, if `ffi/lone.c` has one.
 #[cfg(target_arch = "x86_64")]
@@ -878,7 +1063,7 @@ mod tests {
                                     // columns `ldc` apart; threads write other rows.
                                     unsafe {
                                         batch_with(
-                                            isa,
+                                            (isa, false),
                                             std::ptr::from_ref(&p.0).cast(),
                                             (m as i64, n as i64, k as i64),
                                             (a.as_ptr().cast(), lda as i64),
@@ -944,6 +1129,21 @@ mod tests {
         }
     }
 
+    /// `count` Q8_0 blocks as ggml quantizes a batch's columns: quants within
+    /// [-127, 127]. (sgemm takes a column's -128 times a negative weight as -128 times
+    /// its size, its sign trick wrapping; ggml's quantizer never writes -128.)
+    fn q8_0_columns(rng: &mut Rng, count: usize) -> Vec<u8> {
+        let mut out = blocks(rng, count, 34);
+        for block in out.chunks_mut(34) {
+            for q in &mut block[2..] {
+                if *q == 0x80 {
+                    *q = 0x81;
+                }
+            }
+        }
+        out
+    }
+
     #[test]
     fn q8_0_and_q5_0_products_of_a_few_columns_are_sgemms_and_ggmls() {
         if !ggml_ready() {
@@ -962,21 +1162,22 @@ mod tests {
                 let lda = k + 3;
                 let a = blocks(&mut rng, m * lda, a_bytes);
                 // Past Q0_COLUMNS, Q5_0 weights go through sgemm's Q8_0 kernel (any k),
-                // Q8_0 weights to sgemm itself.
-                for n in (1..=Q0_COLUMNS as usize + 1).chain([13]) {
+                // Q8_0 weights to the wide kernel where the CPU has it (groups of 16,
+                // whole and not), else to sgemm itself.
+                for n in (1..=Q0_COLUMNS as usize + 1).chain([13, 16, 17, 40, 65]) {
                     let (ldb, ldc) = (k + 1, m + 2);
-                    let b = blocks(&mut rng, n * ldb, 34);
+                    let b = q8_0_columns(&mut rng, n * ldb);
                     let case = format!("type {a_type} m {m} k {k} n {n}");
-                    let taken = if n as i64 > Q0_COLUMNS {
-                        a_type == GGML_TYPE_Q5_0
-                    } else {
-                        batch_takes(k as i64)
-                    };
-                    for (isa, nth) in isas()
+                    for (isa, wide, nth) in kernel_sets()
                         .into_iter()
-                        .flat_map(|isa| (1..=3).map(move |t| (isa, t)))
+                        .flat_map(|set| (1..=3).map(move |t| (set.0, set.1, t)))
                     {
-                        let case = format!("{case} {isa:?}");
+                        let taken = if n as i64 > Q0_COLUMNS {
+                            a_type == GGML_TYPE_Q5_0 || wide
+                        } else {
+                            batch_takes(k as i64)
+                        };
+                        let case = format!("{case} {isa:?} wide {wide}");
                         let mut got = vec![f32::NAN; n * ldc];
                         for ith in 0..nth {
                             let p = params(ith, nth, std::ptr::null(), std::ptr::null_mut());
@@ -985,7 +1186,7 @@ mod tests {
                             // the CPU runs `isa`.
                             let done = unsafe {
                                 batch_with(
-                                    isa,
+                                    (isa, wide),
                                     std::ptr::from_ref(&p).cast(),
                                     (m as i64, n as i64, k as i64),
                                     (a.as_ptr().cast(), lda as i64),
@@ -997,7 +1198,7 @@ mod tests {
                             assert_eq!(done, taken, "{case}");
                         }
                         if !taken {
-                            break;
+                            continue;
                         }
                         for j in 0..n {
                             let want =
@@ -1068,6 +1269,18 @@ mod tests {
             eprintln!("this CPU runs no {skip:?}: those kernels are not compared here");
         }
         run
+    }
+
+    /// The instruction sets to compare, each without the wide Q8_0 kernel, and the
+    /// CPU's best with it where the CPU runs it.
+    fn kernel_sets() -> Vec<(Isa, bool)> {
+        let mut sets: Vec<(Isa, bool)> = isas().into_iter().map(|isa| (isa, false)).collect();
+        if Isa::Avx512Vnni.supported() {
+            sets.push((Isa::best(), true));
+        } else {
+            eprintln!("this CPU runs no AVX-512 VNNI: the wide Q8_0 kernel is not compared");
+        }
+        sets
     }
 
     /// Whether ggml computes with the kernels `lone` mirrors, its tables filled; where
