@@ -379,44 +379,43 @@ int shepherd_q5_0(int isa, int64_t n, int64_t k, const void *a, int64_t lda,
 /* Rows `from..to` of Q5_0 weights `a` (k blocks each, lda apart) as Q8_0 blocks into
  * `out`, k per row, row after row: each block's scale, and its quants as the signed
  * bytes sgemm's Q5_0 kernel unpacks them to before each product (q5_0_bytes), so
- * that its Q8_0 kernel computes with the very numbers; `biased`, their top bits
- * flipped, for shepherd_q8_0_wide. */
-void shepherd_q5_0_as_q8_0(int biased, int64_t k, const block_q5_0 *a, int64_t lda,
-                           block_q8_0 *out, int64_t from, int64_t to) {
-    const __m256i top = _mm256_set1_epi8(biased ? (char)0x80 : 0);
+ * that its Q8_0 kernel (or shepherd_q8_0_wide) computes with the very numbers. */
+void shepherd_q5_0_as_q8_0(int64_t k, const block_q5_0 *a, int64_t lda, block_q8_0 *out,
+                           int64_t from, int64_t to) {
     for (int64_t i = from; i < to; i++) {
         for (int64_t l = 0; l < k; l++) {
             const block_q5_0 *block = a + lda * i + l;
             block_q8_0 *to_block = out + k * (i - from) + l;
             to_block->d = block->d;
-            _mm256_storeu_si256((__m256i *)to_block->qs, _mm256_xor_si256(q5_0_bytes(block), top));
+            _mm256_storeu_si256((__m256i *)to_block->qs, q5_0_bytes(block));
         }
     }
 }
 
-/* Q8_0 products of many columns (a verification batch, many slots' step) with
- * AVX-512 VNNI, each element as sgemm computes it, faster. sgemm's Q0 kernel takes
- * a tile of four rows and columns and, per pair and block, the signs of both
+/* Q8_0 products of many columns (a verification batch, many slots' step, a prompt)
+ * with AVX-512 VNNI, each element as sgemm computes it, faster. sgemm's Q0 kernel
+ * takes a tile of four rows and columns and, per pair and block, the signs of both
  * operands, one dpbusd on 32 bytes, a conversion, the scales' product broadcast and
  * an fma: about six instructions per 32 byte products (Gemma 3 270M's Q8_0 output
  * layer, 262,144 rows, is half a verification batch's time). Here sixteen columns
  * lie in a register's lanes: chunk j of a block (its bytes 4j..4j+3) of every
- * column side by side, so one dpbusd of a row's chunk, broadcast, sums the chunk's
- * four products for all sixteen columns. That partial sum is what lane j of
- * sgemm's 8-lane accumulator gets for the block, and it goes through the same
- * conversion and fma(scale_a * scale_b, partial, acc_j), then sgemm's horizontal
- * sum of the eight lanes, ((0+4)+(2+6))+((1+5)+(3+7)): bit for bit sgemm's.
- * dpbusd multiplies unsigned bytes by signed ones, so the row's bytes go in plus
- * 128 (flipping the top bit) and the packed columns carry -128 times each chunk's
- * sum, where the sum starts: exact integers either way. */
+ * column side by side, so one dpbusd against a row's chunk, broadcast from memory,
+ * sums the chunk's four products for all sixteen columns. That partial sum is what
+ * lane j of sgemm's 8-lane accumulator gets for the block, and it goes through the
+ * same conversion and fma(scale_a * scale_b, partial, acc_j), then sgemm's
+ * horizontal sum of the eight lanes, ((0+4)+(2+6))+((1+5)+(3+7)): bit for bit
+ * sgemm's. dpbusd multiplies unsigned bytes by signed ones, so the packed columns'
+ * bytes are stored plus 128 (their top bit flipped) and each of a row's chunks
+ * starts its sum at -128 times the chunk's sum (one dpbusd per row and block finds
+ * all eight): exact integers either way. Three instructions per chunk, row and
+ * sixteen columns: dpbusd, the conversion and the fma. */
 
-/* A block of sixteen packed columns: chunk j of each column's block (q[j]: column
- * c's four bytes at 4c), -128 times the sum of those four bytes (fix[j][c]), and
- * the columns' F16 scales as floats. Columns past the product's are zero. */
+/* A block of sixteen packed columns: chunk j of each column's block plus 128 (q[j]:
+ * column c's four bytes at 4c), and the columns' F16 scales as floats. Columns past
+ * the product's are zero. */
 #define WIDE 16
 typedef struct {
-    int8_t q[8][4 * WIDE];
-    int32_t fix[8][WIDE];
+    uint8_t q[8][4 * WIDE];
     float d[WIDE];
 } wide_block;
 const int64_t shepherd_wide_block_bytes = sizeof(wide_block);
@@ -434,9 +433,9 @@ void shepherd_q8_0_wide_pack(int64_t n, int64_t k, const block_q8_0 *b, int64_t 
             wide_block *w = out + (col / WIDE) * k + l;
             w->d[c] = half(src->d);
             for (int j = 0; j < 8; j++) {
-                memcpy(&w->q[j][4 * c], src->qs + 4 * j, 4);
-                w->fix[j][c] = -128 * (src->qs[4 * j] + src->qs[4 * j + 1] +
-                                       src->qs[4 * j + 2] + src->qs[4 * j + 3]);
+                for (int t = 0; t < 4; t++) {
+                    w->q[j][4 * c + t] = (uint8_t)(src->qs[4 * j + t] ^ 0x80);
+                }
             }
         }
     }
@@ -445,11 +444,9 @@ void shepherd_q8_0_wide_pack(int64_t n, int64_t k, const block_q8_0 *b, int64_t 
 #define WIDE_TARGET "avx512f,avx512bw,avx512vl,avx512vnni,fma,f16c"
 
 /* Rows r[0..nr) (nr 1 or 2) against one group of packed columns `w` (k blocks):
- * res[r] gets the sixteen sums. The group's chunk and fix are loaded once for both
- * rows. */
+ * res[r] gets the sixteen sums. The group's chunk is loaded once for both rows. */
 static inline __attribute__((always_inline, target(WIDE_TARGET))) void wide_tile(
-    int biased, int nr, int64_t k, const block_q8_0 *const *rows, const wide_block *w,
-    __m512 *res) {
+    int nr, int64_t k, const block_q8_0 *const *rows, const wide_block *w, __m512 *res) {
     /* Every loop over the accumulators unrolled: rolled, GCC zeroed them in memory
      * (rep stos) for each tile. */
     __m512 acc[2][8];
@@ -460,28 +457,31 @@ static inline __attribute__((always_inline, target(WIDE_TARGET))) void wide_tile
             acc[r][j] = _mm512_setzero_ps();
         }
     }
-    const __m512i top = _mm512_set1_epi8((char)0x80);
+    const __m256i k128 = _mm256_set1_epi8((char)0x80);
     for (int64_t l = 0; l < k; l++) {
         __m512 sc[2];
+        /* -128 times the sum of each chunk of the row's block, where its sums start. */
+        int32_t fix[2][8] __attribute__((aligned(32)));
 #pragma GCC unroll 2
         for (int r = 0; r < nr; r++) {
             prefetch(rows[r] + l);
+            const __m256i sums = _mm256_dpbusd_epi32(
+                _mm256_setzero_si256(), k128, _mm256_loadu_si256((const __m256i *)rows[r][l].qs));
+            _mm256_store_si256((__m256i *)fix[r], _mm256_sub_epi32(_mm256_setzero_si256(), sums));
             sc[r] = _mm512_mul_ps(_mm512_set1_ps(half(rows[r][l].d)), _mm512_loadu_ps(w[l].d));
         }
 #pragma GCC unroll 8
         for (int j = 0; j < 8; j++) {
             const __m512i bq = _mm512_loadu_si512((const void *)w[l].q[j]);
-            const __m512i fix = _mm512_loadu_si512((const void *)w[l].fix[j]);
 #pragma GCC unroll 2
             for (int r = 0; r < nr; r++) {
-                /* The row's four bytes broadcast from memory (a load, no shuffle). */
+                /* Both broadcasts from memory, loads rather than shuffles (GCC would
+                 * take the sums from their register with two shuffles each). */
+                __m512i t;
+                __asm__("vpbroadcastd %1, %0" : "=v"(t) : "m"(fix[r][j]));
                 int32_t chunk;
                 memcpy(&chunk, rows[r][l].qs + 4 * j, sizeof(chunk));
-                __m512i u = _mm512_set1_epi32(chunk);
-                if (!biased) {
-                    u = _mm512_xor_si512(u, top);
-                }
-                const __m512i t = _mm512_dpbusd_epi32(fix, u, bq);
+                t = _mm512_dpbusd_epi32(t, bq, _mm512_set1_epi32(chunk));
                 acc[r][j] = _mm512_fmadd_ps(sc[r], _mm512_cvtepi32_ps(t), acc[r][j]);
             }
         }
@@ -500,12 +500,10 @@ static inline __attribute__((always_inline, target(WIDE_TARGET))) void wide_tile
 
 /* Rows from..to of c = a · b for Q8_0 weights `a` (k blocks a row, lda apart) and the
  * n columns `packed` holds (shepherd_q8_0_wide_pack), into c (columns ldc floats
- * apart). Every element bit for bit as sgemm's Q0 kernel computes it. `biased`: the
- * weights' bytes come with their top bit flipped already (shepherd_q5_0_as_q8_0's
- * panels for this kernel), which saves an instruction per four bytes. Call only where
+ * apart). Every element bit for bit as sgemm's Q0 kernel computes it. Call only where
  * the CPU has AVX-512 VNNI and VL. */
 __attribute__((target(WIDE_TARGET)))
-void shepherd_q8_0_wide(int biased, int64_t n, int64_t k, const block_q8_0 *a, int64_t lda,
+void shepherd_q8_0_wide(int64_t n, int64_t k, const block_q8_0 *a, int64_t lda,
                         const wide_block *packed, float *c, int64_t ldc, int64_t from,
                         int64_t to) {
     const int64_t groups = (n + WIDE - 1) / WIDE;
@@ -518,12 +516,10 @@ void shepherd_q8_0_wide(int biased, int64_t n, int64_t k, const block_q8_0 *a, i
                 const block_q8_0 *rows[2] = {a + lda * i, a + lda * (i + 1 < p1 ? i + 1 : i)};
                 __m512 res[2];
                 const int nr = i + 1 < p1 ? 2 : 1;
-                if (nr == 2 && biased) {
-                    wide_tile(1, 2, k, rows, w, res);
-                } else if (nr == 2) {
-                    wide_tile(0, 2, k, rows, w, res);
+                if (nr == 2) {
+                    wide_tile(2, k, rows, w, res);
                 } else {
-                    wide_tile(biased, 1, k, rows, w, res);
+                    wide_tile(1, k, rows, w, res);
                 }
                 for (int r = 0; r < nr; r++) {
                     float out[WIDE];
