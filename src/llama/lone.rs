@@ -498,6 +498,12 @@ fn column_kernel(
 /// 0.98x at 16; a 2,048-row matrix that stays in cache, 0.9x at 8.
 const Q0_COLUMNS: i64 = 8;
 
+/// The fewest columns a Q8_0 product takes through the wide kernel ([`q8_0_wide`])
+/// where the CPU has it; fewer go through [`batch`]'s. Gemma 3 270M's output layer on
+/// one thread of an Intel Xeon, against `q0_tile`: 0.46x at 1 column, 0.63x at 4,
+/// 1.07x at 5, 1.25x at 8 (sixteen lanes cost the same however few are used).
+const WIDE_COLUMNS: i64 = 5;
+
 /// A batch kernel of `ffi/lone.c`: rows `from..to` of `c = a · b` for `n` columns,
 /// `0` when it declined `k`.
 type BatchKernel = unsafe extern "C" fn(
@@ -534,9 +540,9 @@ type BatchKernel = unsafe extern "C" fn(
 /// layers are Q5_0: tg128 1.26x; 4 streams 1.21x of llama-server, 1.10x before;
 /// docs/LLAMA.md).
 ///
-/// Q8_0 weights and more columns (a verification batch, a prompt) where the CPU has
-/// AVX-512 VNNI: the wide kernel ([`q8_0_wide`]), sgemm's numbers at twice its speed;
-/// elsewhere sgemm. Q5_0 weights and more columns: each thread's rows converted to
+/// Q8_0 weights and [`WIDE_COLUMNS`] columns or more (a verification batch, a prompt)
+/// where the CPU has AVX-512 VNNI: the wide kernel ([`q8_0_wide`]), sgemm's numbers at
+/// twice its speed; elsewhere sgemm past [`Q0_COLUMNS`]. Q5_0 weights and more columns: each thread's rows converted to
 /// Q8_0 first, then through the wide kernel or sgemm's own Q8_0 kernel
 /// ([`q5_0_through_q8_0`]).
 ///
@@ -614,7 +620,8 @@ unsafe fn isa_supported(_: c_int) -> bool {
 }
 
 /// [`batch`] with the instruction set `isa`, and with [`q8_0_wide`] for Q8_0 products
-/// of more than [`Q0_COLUMNS`] columns where `wide`; the CPU must run both.
+/// of [`WIDE_COLUMNS`] columns or more (and Q5_0 ones past [`Q0_COLUMNS`]) where
+/// `wide`; the CPU must run both.
 ///
 /// # Safety
 /// As [`batch`]; `isa.supported()`, and `Isa::Avx512Vnni.supported()` where `wide`.
@@ -631,8 +638,8 @@ unsafe fn batch_with(
     if m < 0 || n < 1 || k < 0 || lda < 0 || ldb < 0 || ldc < 0 {
         return false;
     }
-    let wide = wide && n > Q0_COLUMNS && packed_bytes(n, k) <= WIDE_PACKED_BYTES;
-    if wide && types == (GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, GGML_TYPE_F32) {
+    let wide = wide && packed_bytes(n, k) <= WIDE_PACKED_BYTES;
+    if wide && types == (GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, GGML_TYPE_F32) && n >= WIDE_COLUMNS {
         // SAFETY: `params` points at ggml's compute params.
         let Some(params) = (unsafe { compute_params(params) }) else {
             return false;
@@ -760,7 +767,7 @@ unsafe fn q5_0_through_q8_0(
     }
 }
 
-/// `c = a · b` for Q8_0 weights and more than [`Q0_COLUMNS`] Q8_0 columns, every
+/// `c = a · b` for Q8_0 weights and [`WIDE_COLUMNS`] Q8_0 columns or more, every
 /// element bit for bit as sgemm computes it, with `ffi/lone.c`'s `shepherd_q8_0_wide`
 /// (AVX-512 VNNI): sixteen columns a register, a row's four bytes at a time broadcast
 /// against them, three instructions per 64 byte products where sgemm takes about
@@ -1179,6 +1186,7 @@ mod tests {
                             a_type == GGML_TYPE_Q5_0 || wide
                         } else {
                             batch_takes(k as i64)
+                                || wide && a_type == GGML_TYPE_Q8_0 && n as i64 >= WIDE_COLUMNS
                         };
                         let case = format!("{case} {isa:?} wide {wide}");
                         let mut got = vec![f32::NAN; n * ldc];
