@@ -562,17 +562,7 @@ pub unsafe fn batch(
 ) -> bool {
     // SAFETY: the caller's matrices, as this function requires; the CPU's best set,
     // and the wide kernel where the CPU runs it.
-    unsafe {
-        batch_with(
-            (Isa::best(), Isa::Avx512Vnni.supported()),
-            params,
-            dims,
-            a,
-            b,
-            c,
-            types,
-        )
-    }
+    unsafe { batch_with((Isa::best(), Isa::wide()), params, dims, a, b, c, types) }
 }
 
 /// The instruction sets `ffi/lone.c`'s batch kernels are written for (its `enum`):
@@ -594,6 +584,12 @@ impl Isa {
     fn supported(self) -> bool {
         // SAFETY: only asks the CPU (cpuid) and the OS (xgetbv).
         cfg!(target_arch = "x86_64") && unsafe { isa_supported(self as c_int) }
+    }
+
+    /// Whether this CPU runs the wide Q8_0 kernel (AVX-512 VNNI), asked once.
+    fn wide() -> bool {
+        static WIDE: OnceLock<bool> = OnceLock::new();
+        *WIDE.get_or_init(|| Isa::Avx512Vnni.supported())
     }
 
     /// The set this CPU runs fastest: AVX-VNNI's short encoding before AVX-512's.
