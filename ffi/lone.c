@@ -411,30 +411,41 @@ void shepherd_q5_0_as_q8_0(int64_t k, const block_q5_0 *a, int64_t lda, block_q8
  * sixteen columns: dpbusd, the conversion and the fma. */
 
 /* A block of sixteen packed columns: chunk j of each column's block plus 128 (q[j]:
- * column c's four bytes at 4c), and the columns' F16 scales as floats. Columns past
- * the product's are zero. */
+ * column c's four bytes at 4c), and the columns' F16 scales as floats (and, for Q8_1
+ * columns, their F16 sums). Columns past the product's are zero. */
 #define WIDE 16
 typedef struct {
     uint8_t q[8][4 * WIDE];
     float d[WIDE];
+    float s[WIDE];
 } wide_block;
 const int64_t shepherd_wide_block_bytes = sizeof(wide_block);
 
-/* Packs n Q8_0 columns of k blocks (ldb apart) for shepherd_q8_0_wide: group g
- * (columns 16g..16g+15), block l at out[g * k + l]. */
-void shepherd_q8_0_wide_pack(int64_t n, int64_t k, const block_q8_0 *b, int64_t ldb,
-                             wide_block *out) {
+/* Packs n columns of k blocks (ldb apart) for shepherd_q8_0_wide (Q8_0 columns, q8_1
+ * 0) or shepherd_q4_1_wide (Q8_1 columns, q8_1 1): group g (columns 16g..16g+15),
+ * block l at out[g * k + l]. */
+void shepherd_wide_pack(int q8_1, int64_t n, int64_t k, const void *b, int64_t ldb,
+                        wide_block *out) {
     const int64_t groups = (n + WIDE - 1) / WIDE;
+    const size_t block = q8_1 ? sizeof(block_q8_1) : sizeof(block_q8_0);
     memset(out, 0, sizeof(wide_block) * (size_t)(groups * k));
     for (int64_t col = 0; col < n; col++) {
         const int c = (int)(col % WIDE);
         for (int64_t l = 0; l < k; l++) {
-            const block_q8_0 *src = b + ldb * col + l;
+            const uint8_t *src = (const uint8_t *)b + block * (size_t)(ldb * col + l);
+            const uint8_t *qs = src + block - 32;
+            uint16_t d;
+            memcpy(&d, src, sizeof(d));
             wide_block *w = out + (col / WIDE) * k + l;
-            w->d[c] = half(src->d);
+            w->d[c] = half(d);
+            if (q8_1) {
+                uint16_t sum;
+                memcpy(&sum, src + 2, sizeof(sum));
+                w->s[c] = half(sum);
+            }
             for (int j = 0; j < 8; j++) {
                 for (int t = 0; t < 4; t++) {
-                    w->q[j][4 * c + t] = (uint8_t)(src->qs[4 * j + t] ^ 0x80);
+                    w->q[j][4 * c + t] = (uint8_t)(qs[4 * j + t] ^ 0x80);
                 }
             }
         }
@@ -444,12 +455,20 @@ void shepherd_q8_0_wide_pack(int64_t n, int64_t k, const block_q8_0 *b, int64_t 
 #define WIDE_TARGET "avx512f,avx512bw,avx512vl,avx512vnni,fma,f16c"
 
 /* Rows r[0..nr) (nr 1 or 2) against one group of packed columns `w` (k blocks):
- * res[r] gets the sixteen sums. The group's chunk is loaded once for both rows. */
+ * res[r] gets the sixteen sums. The group's chunk is loaded once for both rows. The
+ * rows are Q8_0 blocks, or Q4_1 blocks where q4 (a constant where inlined): those
+ * are ggml_vec_dot_q4_1_q8_1's operations (AVX2) sixteen columns at once, as
+ * q4_1_tile's are four at once. The block's nibbles, unpacked as denibble does, are
+ * the signed side of dpbusd here (they lie in [0, 15]), so the sums are the same
+ * exact integers as its maddubs or dpbusd of the nibbles against the column; the
+ * scales go in as d_a * d_b, the minimum as fma(m_a, s_b, summs), and the result is
+ * its hsum(acc) + summs. */
 static inline __attribute__((always_inline, target(WIDE_TARGET))) void wide_tile(
-    int nr, int64_t k, const block_q8_0 *const *rows, const wide_block *w, __m512 *res) {
+    int q4, int nr, int64_t k, const void *const *rows, const wide_block *w, __m512 *res) {
     /* Every loop over the accumulators unrolled: rolled, GCC zeroed them in memory
      * (rep stos) for each tile. */
     __m512 acc[2][8];
+    __m512 summs[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
 #pragma GCC unroll 2
     for (int r = 0; r < 2; r++) {
 #pragma GCC unroll 8
@@ -462,13 +481,32 @@ static inline __attribute__((always_inline, target(WIDE_TARGET))) void wide_tile
         __m512 sc[2];
         /* -128 times the sum of each chunk of the row's block, where its sums start. */
         int32_t fix[2][8] __attribute__((aligned(32)));
+        /* A Q4_1 row's block unpacked, broadcast from here four bytes at a time. */
+        int8_t unpacked[2][32] __attribute__((aligned(32)));
+        const int8_t *qs[2];
 #pragma GCC unroll 2
         for (int r = 0; r < nr; r++) {
-            prefetch(rows[r] + l);
-            const __m256i sums = _mm256_dpbusd_epi32(
-                _mm256_setzero_si256(), k128, _mm256_loadu_si256((const __m256i *)rows[r][l].qs));
+            __m256i bytes;
+            float d;
+            if (q4) {
+                const block_q4_1 *block = (const block_q4_1 *)rows[r] + l;
+                prefetch(block);
+                bytes = denibble(block->qs);
+                _mm256_store_si256((__m256i *)unpacked[r], bytes);
+                qs[r] = unpacked[r];
+                d = half(block->d);
+                summs[r] = _mm512_fmadd_ps(_mm512_set1_ps(half(block->m)), _mm512_loadu_ps(w[l].s),
+                                           summs[r]);
+            } else {
+                const block_q8_0 *block = (const block_q8_0 *)rows[r] + l;
+                prefetch(block);
+                bytes = _mm256_loadu_si256((const __m256i *)block->qs);
+                qs[r] = block->qs;
+                d = half(block->d);
+            }
+            const __m256i sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), k128, bytes);
             _mm256_store_si256((__m256i *)fix[r], _mm256_sub_epi32(_mm256_setzero_si256(), sums));
-            sc[r] = _mm512_mul_ps(_mm512_set1_ps(half(rows[r][l].d)), _mm512_loadu_ps(w[l].d));
+            sc[r] = _mm512_mul_ps(_mm512_set1_ps(d), _mm512_loadu_ps(w[l].d));
         }
 #pragma GCC unroll 8
         for (int j = 0; j < 8; j++) {
@@ -480,7 +518,7 @@ static inline __attribute__((always_inline, target(WIDE_TARGET))) void wide_tile
                 __m512i t;
                 __asm__("vpbroadcastd %1, %0" : "=v"(t) : "m"(fix[r][j]));
                 int32_t chunk;
-                memcpy(&chunk, rows[r][l].qs + 4 * j, sizeof(chunk));
+                memcpy(&chunk, qs[r] + 4 * j, sizeof(chunk));
                 t = _mm512_dpbusd_epi32(t, bq, _mm512_set1_epi32(chunk));
                 acc[r][j] = _mm512_fmadd_ps(sc[r], _mm512_cvtepi32_ps(t), acc[r][j]);
             }
@@ -491,35 +529,38 @@ static inline __attribute__((always_inline, target(WIDE_TARGET))) void wide_tile
         res[r] = _mm512_add_ps(
             _mm512_add_ps(_mm512_add_ps(acc[r][0], acc[r][4]), _mm512_add_ps(acc[r][2], acc[r][6])),
             _mm512_add_ps(_mm512_add_ps(acc[r][1], acc[r][5]), _mm512_add_ps(acc[r][3], acc[r][7])));
+        if (q4) {
+            res[r] = _mm512_add_ps(res[r], summs[r]);
+        }
     }
 }
 
-/* Rows a call of shepherd_q8_0_wide multiplies by one group of columns before the
+/* Rows a call of the wide kernels multiplies by one group of columns before the
  * next group: their weights stay in cache for all the groups. */
 #define WIDE_PANEL 64
 
-/* Rows from..to of c = a · b for Q8_0 weights `a` (k blocks a row, lda apart) and the
- * n columns `packed` holds (shepherd_q8_0_wide_pack), into c (columns ldc floats
- * apart). Every element bit for bit as sgemm's Q0 kernel computes it. Call only where
- * the CPU has AVX-512 VNNI and VL. */
-__attribute__((target(WIDE_TARGET)))
-void shepherd_q8_0_wide(int64_t n, int64_t k, const block_q8_0 *a, int64_t lda,
-                        const wide_block *packed, float *c, int64_t ldc, int64_t from,
-                        int64_t to) {
+/* Rows from..to of c = a · b for weights `a` (Q8_0, or Q4_1 where q4; k blocks a row,
+ * lda apart) and the n columns `packed` holds, into c (columns ldc floats apart). */
+static inline __attribute__((always_inline, target(WIDE_TARGET))) void wide(
+    int q4, int64_t n, int64_t k, const void *a, int64_t lda, const wide_block *packed,
+    float *c, int64_t ldc, int64_t from, int64_t to) {
     const int64_t groups = (n + WIDE - 1) / WIDE;
+    const size_t block = q4 ? sizeof(block_q4_1) : sizeof(block_q8_0);
     for (int64_t p0 = from; p0 < to; p0 += WIDE_PANEL) {
         const int64_t p1 = p0 + WIDE_PANEL < to ? p0 + WIDE_PANEL : to;
         for (int64_t g = 0; g < groups; g++) {
             const wide_block *w = packed + g * k;
             const int nc = n - g * WIDE < WIDE ? (int)(n - g * WIDE) : WIDE;
             for (int64_t i = p0; i < p1; i += 2) {
-                const block_q8_0 *rows[2] = {a + lda * i, a + lda * (i + 1 < p1 ? i + 1 : i)};
+                const int64_t i1 = i + 1 < p1 ? i + 1 : i;
+                const void *rows[2] = {(const uint8_t *)a + block * (size_t)(lda * i),
+                                       (const uint8_t *)a + block * (size_t)(lda * i1)};
                 __m512 res[2];
                 const int nr = i + 1 < p1 ? 2 : 1;
                 if (nr == 2) {
-                    wide_tile(2, k, rows, w, res);
+                    wide_tile(q4, 2, k, rows, w, res);
                 } else {
-                    wide_tile(1, k, rows, w, res);
+                    wide_tile(q4, 1, k, rows, w, res);
                 }
                 for (int r = 0; r < nr; r++) {
                     float out[WIDE];
@@ -531,6 +572,25 @@ void shepherd_q8_0_wide(int64_t n, int64_t k, const block_q8_0 *a, int64_t lda,
             }
         }
     }
+}
+
+/* Rows from..to of c = a · b for Q8_0 weights `a` and the n Q8_0 columns `packed`
+ * holds (shepherd_wide_pack), every element bit for bit as sgemm's Q0 kernel computes
+ * it. Call only where the CPU has AVX-512 VNNI and VL. */
+__attribute__((target(WIDE_TARGET)))
+void shepherd_q8_0_wide(int64_t n, int64_t k, const block_q8_0 *a, int64_t lda,
+                        const wide_block *packed, float *c, int64_t ldc, int64_t from,
+                        int64_t to) {
+    wide(0, n, k, a, lda, packed, c, ldc, from, to);
+}
+
+/* The same for Q4_1 weights and n packed Q8_1 columns, every element bit for bit as
+ * ggml_vec_dot_q4_1_q8_1 computes it. */
+__attribute__((target(WIDE_TARGET)))
+void shepherd_q4_1_wide(int64_t n, int64_t k, const block_q4_1 *a, int64_t lda,
+                        const wide_block *packed, float *c, int64_t ldc, int64_t from,
+                        int64_t to) {
+    wide(1, n, k, a, lda, packed, c, ldc, from, to);
 }
 
 /* ggml's `ggml_vec_dot_t`: one dot product of `n` elements into `*s` (nrc 1). */
