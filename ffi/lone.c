@@ -410,9 +410,10 @@ void shepherd_q5_0_as_q8_0(int64_t k, const block_q5_0 *a, int64_t lda, block_q8
  * all eight): exact integers either way. Three instructions per chunk, row and
  * sixteen columns: dpbusd, the conversion and the fma. */
 
-/* A block of sixteen packed columns: chunk j of each column's block plus 128 (q[j]:
- * column c's four bytes at 4c), and the columns' F16 scales as floats (and, for Q8_1
- * columns, their F16 sums). Columns past the product's are zero. */
+/* A block of sixteen packed columns: chunk j of each column's block (q[j]: column c's
+ * four bytes at 4c; Q8_0 columns' plus 128, Q8_1 columns' as they are), and the
+ * columns' F16 scales as floats (and, for Q8_1 columns, their F16 sums). Columns past
+ * the product's are zero. */
 #define WIDE 16
 typedef struct {
     uint8_t q[8][4 * WIDE];
@@ -445,7 +446,7 @@ void shepherd_wide_pack(int q8_1, int64_t n, int64_t k, const void *b, int64_t l
             }
             for (int j = 0; j < 8; j++) {
                 for (int t = 0; t < 4; t++) {
-                    w->q[j][4 * c + t] = (uint8_t)(qs[4 * j + t] ^ 0x80);
+                    w->q[j][4 * c + t] = (uint8_t)(q8_1 ? qs[4 * j + t] : qs[4 * j + t] ^ 0x80);
                 }
             }
         }
@@ -455,16 +456,23 @@ void shepherd_wide_pack(int q8_1, int64_t n, int64_t k, const void *b, int64_t l
 #define WIDE_TARGET "avx512f,avx512bw,avx512vl,avx512vnni,fma,f16c"
 
 /* Rows r[0..nr) (nr 1 or 2) against one group of packed columns `w` (k blocks):
- * res[r] gets the sixteen sums. The group's chunk is loaded once for both rows. The
- * rows are Q8_0 blocks, or Q4_1 blocks where q4 (a constant where inlined): those
- * are ggml_vec_dot_q4_1_q8_1's operations (AVX2) sixteen columns at once, as
- * q4_1_tile's are four at once. The block's nibbles, unpacked as denibble does, are
- * the signed side of dpbusd here (they lie in [0, 15]), so the sums are the same
- * exact integers as its maddubs or dpbusd of the nibbles against the column; the
- * scales go in as d_a * d_b, the minimum as fma(m_a, s_b, summs), and the result is
- * its hsum(acc) + summs. */
+ * res[r] gets the sixteen sums. The group's chunk is loaded once for both rows.
+ *
+ * The rows are Q8_0 blocks, or Q4_1 blocks where q4: those are
+ * ggml_vec_dot_q4_1_q8_1's operations (AVX2) sixteen columns at once, as q4_1_tile's
+ * are four at once. A Q4_1 block's nibbles, unpacked as denibble does, are unsigned,
+ * dpbusd's side as in ggml's own kernel, and the columns its signed side as they are:
+ * no correction. The scales go in as d_a * d_b, the minimum as fma(m_a, s_b, summs),
+ * and the result is its hsum(acc) + summs.
+ *
+ * A Q8_0 chunk's sum starts at its correction, broadcast from the stack where
+ * `loads` (an Intel Xeon, Emerald Rapids: its one 512-bit shuffle port is busy
+ * enough) or taken from its register by GCC's two shuffles (an AMD EPYC, Zen 5: 1.15x
+ * as fast there, 120.8 -> 102.2 us for a 16-column product of 1,536 rows of 18
+ * blocks). Every argument but k, rows, w and res is a constant where inlined. */
 static inline __attribute__((always_inline, target(WIDE_TARGET))) void wide_tile(
-    int q4, int nr, int64_t k, const void *const *rows, const wide_block *w, __m512 *res) {
+    int q4, int loads, int nr, int64_t k, const void *const *rows, const wide_block *w,
+    __m512 *res) {
     /* Every loop over the accumulators unrolled: rolled, GCC zeroed them in memory
      * (rep stos) for each tile. */
     __m512 acc[2][8];
@@ -479,11 +487,11 @@ static inline __attribute__((always_inline, target(WIDE_TARGET))) void wide_tile
     const __m256i k128 = _mm256_set1_epi8((char)0x80);
     for (int64_t l = 0; l < k; l++) {
         __m512 sc[2];
-        /* -128 times the sum of each chunk of the row's block, where its sums start. */
+        /* A Q8_0 row's correction for each chunk of its block. */
         int32_t fix[2][8] __attribute__((aligned(32)));
         /* A Q4_1 row's block unpacked, broadcast from here four bytes at a time. */
-        int8_t unpacked[2][32] __attribute__((aligned(32)));
-        const int8_t *qs[2];
+        int32_t unpacked[2][8] __attribute__((aligned(32)));
+        const int8_t *qs[2] = {NULL, NULL};
 #pragma GCC unroll 2
         for (int r = 0; r < nr; r++) {
             __m256i bytes;
@@ -493,7 +501,6 @@ static inline __attribute__((always_inline, target(WIDE_TARGET))) void wide_tile
                 prefetch(block);
                 bytes = denibble(block->qs);
                 _mm256_store_si256((__m256i *)unpacked[r], bytes);
-                qs[r] = unpacked[r];
                 d = half(block->d);
                 summs[r] = _mm512_fmadd_ps(_mm512_set1_ps(half(block->m)), _mm512_loadu_ps(w[l].s),
                                            summs[r]);
@@ -504,8 +511,12 @@ static inline __attribute__((always_inline, target(WIDE_TARGET))) void wide_tile
                 qs[r] = block->qs;
                 d = half(block->d);
             }
-            const __m256i sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), k128, bytes);
-            _mm256_store_si256((__m256i *)fix[r], _mm256_sub_epi32(_mm256_setzero_si256(), sums));
+            if (!q4) {
+                /* -128 times each chunk's sum, where its sums start: the columns are
+                 * stored plus 128, the unsigned side. */
+                const __m256i sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), k128, bytes);
+                _mm256_store_si256((__m256i *)fix[r], _mm256_sub_epi32(_mm256_setzero_si256(), sums));
+            }
             sc[r] = _mm512_mul_ps(_mm512_set1_ps(d), _mm512_loadu_ps(w[l].d));
         }
 #pragma GCC unroll 8
@@ -513,13 +524,24 @@ static inline __attribute__((always_inline, target(WIDE_TARGET))) void wide_tile
             const __m512i bq = _mm512_loadu_si512((const void *)w[l].q[j]);
 #pragma GCC unroll 2
             for (int r = 0; r < nr; r++) {
-                /* Both broadcasts from memory, loads rather than shuffles (GCC would
-                 * take the sums from their register with two shuffles each). */
+                /* The row's chunk broadcast from memory: a load rather than two
+                 * shuffles (GCC would take an unpacked row from its register so,
+                 * 1.11x as long on the EPYC). */
                 __m512i t;
-                __asm__("vpbroadcastd %1, %0" : "=v"(t) : "m"(fix[r][j]));
-                int32_t chunk;
-                memcpy(&chunk, qs[r] + 4 * j, sizeof(chunk));
-                t = _mm512_dpbusd_epi32(t, bq, _mm512_set1_epi32(chunk));
+                if (q4) {
+                    __m512i row;
+                    __asm__("vpbroadcastd %1, %0" : "=v"(row) : "m"(unpacked[r][j]));
+                    t = _mm512_dpbusd_epi32(_mm512_setzero_si512(), row, bq);
+                } else {
+                    if (loads) {
+                        __asm__("vpbroadcastd %1, %0" : "=v"(t) : "m"(fix[r][j]));
+                    } else {
+                        t = _mm512_set1_epi32(fix[r][j]);
+                    }
+                    int32_t chunk;
+                    memcpy(&chunk, qs[r] + 4 * j, sizeof(chunk));
+                    t = _mm512_dpbusd_epi32(t, bq, _mm512_set1_epi32(chunk));
+                }
                 acc[r][j] = _mm512_fmadd_ps(sc[r], _mm512_cvtepi32_ps(t), acc[r][j]);
             }
         }
@@ -542,7 +564,7 @@ static inline __attribute__((always_inline, target(WIDE_TARGET))) void wide_tile
 /* Rows from..to of c = a · b for weights `a` (Q8_0, or Q4_1 where q4; k blocks a row,
  * lda apart) and the n columns `packed` holds, into c (columns ldc floats apart). */
 static inline __attribute__((always_inline, target(WIDE_TARGET))) void wide(
-    int q4, int64_t n, int64_t k, const void *a, int64_t lda, const wide_block *packed,
+    int q4, int loads, int64_t n, int64_t k, const void *a, int64_t lda, const wide_block *packed,
     float *c, int64_t ldc, int64_t from, int64_t to) {
     const int64_t groups = (n + WIDE - 1) / WIDE;
     const size_t block = q4 ? sizeof(block_q4_1) : sizeof(block_q8_0);
@@ -558,9 +580,9 @@ static inline __attribute__((always_inline, target(WIDE_TARGET))) void wide(
                 __m512 res[2];
                 const int nr = i + 1 < p1 ? 2 : 1;
                 if (nr == 2) {
-                    wide_tile(q4, 2, k, rows, w, res);
+                    wide_tile(q4, loads, 2, k, rows, w, res);
                 } else {
-                    wide_tile(q4, 1, k, rows, w, res);
+                    wide_tile(q4, loads, 1, k, rows, w, res);
                 }
                 for (int r = 0; r < nr; r++) {
                     float out[WIDE];
@@ -576,12 +598,25 @@ static inline __attribute__((always_inline, target(WIDE_TARGET))) void wide(
 
 /* Rows from..to of c = a · b for Q8_0 weights `a` and the n Q8_0 columns `packed`
  * holds (shepherd_wide_pack), every element bit for bit as sgemm's Q0 kernel computes
- * it. Call only where the CPU has AVX-512 VNNI and VL. */
+ * it, in wide_tile's form `loads` (shepherd_wide_loads says which this CPU runs
+ * faster; both give the same numbers). Call only where the CPU has AVX-512 VNNI and
+ * VL. */
 __attribute__((target(WIDE_TARGET)))
 void shepherd_q8_0_wide(int64_t n, int64_t k, const block_q8_0 *a, int64_t lda,
                         const wide_block *packed, float *c, int64_t ldc, int64_t from,
-                        int64_t to) {
-    wide(0, n, k, a, lda, packed, c, ldc, from, to);
+                        int64_t to, int loads) {
+    if (loads) {
+        wide(0, 1, n, k, a, lda, packed, c, ldc, from, to);
+    } else {
+        wide(0, 0, n, k, a, lda, packed, c, ldc, from, to);
+    }
+}
+
+/* The form of shepherd_q8_0_wide this CPU runs faster (wide_tile's `loads`): loads
+ * but on AMD's CPUs. */
+int shepherd_wide_loads(void) {
+    __builtin_cpu_init();
+    return !__builtin_cpu_is("amd");
 }
 
 /* The same for Q4_1 weights and n packed Q8_1 columns, every element bit for bit as
@@ -590,7 +625,7 @@ __attribute__((target(WIDE_TARGET)))
 void shepherd_q4_1_wide(int64_t n, int64_t k, const block_q4_1 *a, int64_t lda,
                         const wide_block *packed, float *c, int64_t ldc, int64_t from,
                         int64_t to) {
-    wide(1, n, k, a, lda, packed, c, ldc, from, to);
+    wide(1, 0, n, k, a, lda, packed, c, ldc, from, to);
 }
 
 /* ggml's `ggml_vec_dot_t`: one dot product of `n` elements into `*s` (nrc 1). */

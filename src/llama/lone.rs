@@ -220,7 +220,9 @@ extern "C" {
         out: *mut c_void,
     );
     /// `ffi/lone.c`: rows `from..to` of `c = a · b` for Q8_0 weights and the `n`
-    /// columns `packed` holds, each element as sgemm computes it; AVX-512 VNNI.
+    /// columns `packed` holds, each element as sgemm computes it; AVX-512 VNNI. Each
+    /// chunk's correction broadcast from memory where `loads` is 1, else from its
+    /// register: the same numbers.
     fn shepherd_q8_0_wide(
         n: i64,
         k: i64,
@@ -231,7 +233,10 @@ extern "C" {
         ldc: i64,
         from: i64,
         to: i64,
+        loads: c_int,
     );
+    /// `ffi/lone.c`: the form of `shepherd_q8_0_wide` this CPU runs faster.
+    fn shepherd_wide_loads() -> c_int;
     /// `ffi/lone.c`: the same for Q4_1 weights and packed Q8_1 columns, each element as
     /// `ggml_vec_dot_q4_1_q8_1` computes it; AVX-512 VNNI.
     fn shepherd_q4_1_wide(
@@ -524,9 +529,10 @@ const Q0_COLUMNS: i64 = 8;
 /// take four columns at a time. Sixteen lanes cost the same however few are used, so
 /// the crossover is the CPU's: one thread, against `q0_tile` on Gemma 3 270M's Q8_0
 /// output layer, an Intel Xeon (Emerald Rapids) 0.63x at 4 columns, 1.07x at 5, 1.25x
-/// at 8; an AMD EPYC (Zen 5) 0.49x at 4, 0.75x at 5, 0.94x at 8 (a 1,536-row matrix
-/// 1.02x), and Q4_1 against `q4_1_tile` there 0.76x at 5, 1.02x at 8, 1.27x at 9,
-/// 1.96x at 16. Eight loses the Xeon a little at 5 to 7 and the EPYC nothing.
+/// at 8; an AMD EPYC (Zen 5) 0.49x at 4, 0.75x at 5, 1.05x at 8 (a 1,536-row matrix
+/// 1.16x), and Q4_1 against `q4_1_tile` there 0.76x at 5, 1.08x to 1.15x at 8, 1.3x
+/// to 1.4x at 9, 2.1x at 16. Eight loses the Xeon a little at 5 to 7 and the EPYC
+/// nothing.
 const WIDE_COLUMNS: i64 = 8;
 
 /// The weights and columns the wide kernels take: Q8_0 weights (and Q5_0 ones as
@@ -579,7 +585,7 @@ type BatchKernel = unsafe extern "C" fn(
 /// verification batch (or four slots' tokens, or a prompt) cheaper, and a lone token
 /// no dearer. From [`WIDE_COLUMNS`] columns, where the CPU has AVX-512 VNNI, the wide
 /// kernel takes them, sixteen at once ([`wide_product`]; SmolLM2's layers, one thread
-/// of an AMD EPYC: 1.9x to 2.0x as fast at 16 to 512 columns).
+/// of an AMD EPYC: 2.0x to 2.2x as fast at 16 to 512 columns).
 ///
 /// Q8_0 and Q5_0 weights and Q8_0 columns, up to [`Q0_COLUMNS`]: as sgemm computes a
 /// column and ggml's dot product an element, which for these types are one
@@ -933,12 +939,17 @@ unsafe fn wide_rows(
     (c, ldc): (*mut f32, i64),
     (from, to): (i64, i64),
 ) {
-    let kernel = match kind {
-        Wide::Q8_0 => shepherd_q8_0_wide,
-        Wide::Q4_1 => shepherd_q4_1_wide,
-    };
+    /// Which form of the Q8_0 kernel this CPU runs, asked once.
+    static LOADS: OnceLock<c_int> = OnceLock::new();
+    // SAFETY: only asks the CPU (cpuid).
+    let loads = *LOADS.get_or_init(|| unsafe { shepherd_wide_loads() });
     // SAFETY: the caller's promises.
-    unsafe { kernel(n, k, a, lda, packed, c, ldc, from, to) }
+    unsafe {
+        match kind {
+            Wide::Q8_0 => shepherd_q8_0_wide(n, k, a, lda, packed, c, ldc, from, to, loads),
+            Wide::Q4_1 => shepherd_q4_1_wide(n, k, a, lda, packed, c, ldc, from, to),
+        }
+    }
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -1233,6 +1244,36 @@ mod tests {
             }
         }
         out
+    }
+
+    #[test]
+    fn both_forms_of_the_wide_q8_0_kernel_give_the_same_numbers() {
+        if !Isa::wide() {
+            eprintln!("this CPU runs no AVX-512 VNNI: the wide kernels are not compared");
+            return;
+        }
+        // The form this CPU runs is compared with sgemm's numbers below; the other
+        // must give the very same.
+        let mut rng = Rng(0x0008_0016);
+        for (m, k, n) in [(130, 20, 40), (7, 18, 8), (3, 1, 17)] {
+            let a = blocks(&mut rng, m * k, 34);
+            let b = q8_0_columns(&mut rng, n * k);
+            let [mut loads, mut shuffles] = [vec![f32::NAN; n * m], vec![f32::NAN; n * m]];
+            for (form, c) in [(1, &mut loads), (0, &mut shuffles)] {
+                let (m, n, k) = (m as i64, n as i64, k as i64);
+                // SAFETY: `m` rows and `n` columns of `k` Q8_0 blocks, packed; room for
+                // `n` columns of `m`; the CPU runs AVX-512 VNNI.
+                unsafe {
+                    with_packed(Wide::Q8_0, (n, k), (b.as_ptr().cast(), k), |packed| {
+                        let a = a.as_ptr().cast();
+                        shepherd_q8_0_wide(n, k, a, k, packed, c.as_mut_ptr(), m, 0, m, form);
+                    })
+                };
+            }
+            let bits = |c: &[f32]| c.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert!(loads.iter().all(|x| x.is_finite()), "m {m} k {k} n {n}");
+            assert_eq!(bits(&loads), bits(&shuffles), "m {m} k {k} n {n}");
+        }
     }
 
     #[test]
