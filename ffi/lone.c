@@ -494,24 +494,20 @@ static inline __attribute__((always_inline, target(WIDE_TARGET))) void wide_tile
         const int8_t *qs[2] = {NULL, NULL};
 #pragma GCC unroll 2
         for (int r = 0; r < nr; r++) {
-            __m256i bytes;
             float d;
             if (q4) {
                 const block_q4_1 *block = (const block_q4_1 *)rows[r] + l;
                 prefetch(block);
-                bytes = denibble(block->qs);
-                _mm256_store_si256((__m256i *)unpacked[r], bytes);
+                _mm256_store_si256((__m256i *)unpacked[r], denibble(block->qs));
                 d = half(block->d);
                 summs[r] = _mm512_fmadd_ps(_mm512_set1_ps(half(block->m)), _mm512_loadu_ps(w[l].s),
                                            summs[r]);
             } else {
                 const block_q8_0 *block = (const block_q8_0 *)rows[r] + l;
                 prefetch(block);
-                bytes = _mm256_loadu_si256((const __m256i *)block->qs);
+                const __m256i bytes = _mm256_loadu_si256((const __m256i *)block->qs);
                 qs[r] = block->qs;
                 d = half(block->d);
-            }
-            if (!q4) {
                 /* -128 times each chunk's sum, where its sums start: the columns are
                  * stored plus 128, the unsigned side. */
                 const __m256i sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), k128, bytes);
