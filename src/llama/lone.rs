@@ -546,15 +546,12 @@ enum Wide {
 impl Wide {
     /// The wide kernel for a product of `n` columns of these types, if one takes it.
     fn of(n: i64, types: (i32, i32, i32)) -> Option<Wide> {
-        match types {
-            (GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, GGML_TYPE_F32) if n >= WIDE_COLUMNS => {
-                Some(Wide::Q8_0)
-            }
-            (GGML_TYPE_Q4_1, GGML_TYPE_Q8_1, GGML_TYPE_F32) if n >= WIDE_COLUMNS => {
-                Some(Wide::Q4_1)
-            }
-            _ => None,
-        }
+        let kind = match types {
+            (GGML_TYPE_Q8_0, GGML_TYPE_Q8_0, GGML_TYPE_F32) => Wide::Q8_0,
+            (GGML_TYPE_Q4_1, GGML_TYPE_Q8_1, GGML_TYPE_F32) => Wide::Q4_1,
+            _ => return None,
+        };
+        (n >= WIDE_COLUMNS).then_some(kind)
     }
 }
 
@@ -642,7 +639,7 @@ impl Isa {
         cfg!(target_arch = "x86_64") && unsafe { isa_supported(self as c_int) }
     }
 
-    /// Whether this CPU runs the wide Q8_0 kernel (AVX-512 VNNI), asked once.
+    /// Whether this CPU runs the wide kernels (AVX-512 VNNI), asked once.
     fn wide() -> bool {
         static WIDE: OnceLock<bool> = OnceLock::new();
         *WIDE.get_or_init(|| Isa::Avx512Vnni.supported())
