@@ -104,7 +104,7 @@ CMAKE
 }
 # --build-only (`make compat`): the tools built, llama-server's path printed.
 if [ "${1:-}" = "--build-only" ]; then echo "$SERVER"; exit 0; fi
-PART=${1:-all}  # all | --servers-only | --llama-only | --spec-only (part four alone)
+PART=${1:-all}  # all | --servers-only | --llama-only | --spec-only | --agent-only (part four or five alone)
 
 # What the numbers were measured on: the CPU, and the instruction sets the builds
 # use (a native build everything the CPU has, as llama.cpp's GGML_NATIVE; a portable
@@ -128,7 +128,7 @@ ROUNDS=${ROUNDS:-5}
 # The depth of the deep generation test: about an agent's opening (system prompt and
 # tool descriptions).
 DEPTH=${DEPTH:-1536}
-if [ "$PART" != "--servers-only" ] && [ "$PART" != "--spec-only" ]; then
+if [ "$PART" != "--servers-only" ] && [ "$PART" != "--spec-only" ] && [ "$PART" != "--agent-only" ]; then
 # SHEPHERD_TEST_BIN: a release test binary built elsewhere (a GPU box with no Rust
 # toolchain); by default cargo builds it here.
 if [ -n "${SHEPHERD_TEST_BIN:-}" ]; then
@@ -324,7 +324,7 @@ server_pair() {
     "llama-server=http://127.0.0.1:$LLAMA_PORT" "shepherd=http://127.0.0.1:$SHEPHERD_PORT"
   cleanup
 }
-if [ "$PART" != "--spec-only" ]; then
+if [ "$PART" != "--spec-only" ] && [ "$PART" != "--agent-only" ]; then
 server_pair "$SERVER_CTX"
 # The same streams, each opening with one long system prompt (about 1,500 tokens: an
 # agent's instructions and tools), as a front-end's requests do; each slot has room
@@ -358,6 +358,7 @@ if [ -n "${DRAFT_MAX:-}" ]; then
   MOD_DRAFT=(--spec-ngram-mod-n-max "$DRAFT_MAX" --spec-ngram-mod-n-min "$(( DRAFT_MAX < 48 ? DRAFT_MAX : 48 ))")
   SIMPLE_DRAFT=(--spec-ngram-simple-size-m "$DRAFT_MAX")
 fi
+if [ "$PART" != "--agent-only" ]; then
 SHEPHERD_ARGS=(--server --threads "$THREADS" --gpu-layers "$NGL" --context-size "$SERVER_CTX" -m "$MODEL" --no-prompt-cache)
 LLAMA_ARGS=(-m "$MODEL" -t "$THREADS" -tb "$THREADS" -ngl "$NGL" --parallel 1 -c "$SERVER_CTX")
 start_server shepherd-off "$(free_port)" "$SHEPHERD" "${SHEPHERD_ARGS[@]}" --spec off
@@ -374,3 +375,41 @@ start_server llama-server-ngram-mod-fa-off "$(free_port)" "$SERVER" "${LLAMA_ARG
   -fa off --spec-type ngram-mod "${MOD_DRAFT[@]}"
 ROUNDS=${SPEC_ROUNDS:-6} $PYTHON scripts/bench_spec.py "${SPEC_SERVERS[@]}"
 cleanup
+fi
+
+# Part five: the agent as it runs (scripts/bench_agent.py): every request carries the
+# agent's own system prompt and tools (recorded from `shepherd -e`), both servers render
+# them with the same template (Qwen2.5's, from the sdist: Hermes-style `<tool_call>`
+# markup), llama-server with --jinja; a long free answer with the tools offered and
+# without, a long `write` call, and a repeating edit turn, speculation off and on.
+# The model's own weights with that template, where the marker is text of several
+# tokens; and for SmolLM2, also its shape with random weights and the marker as one
+# control token (scripts/synthetic_gguf.py), where llama-server triggers its grammar on
+# the token itself, its fastest path.
+TEMPLATE="$(PYTHON=$PYTHON scripts/llama-sdist.sh "$DIR")/models/templates/Qwen-Qwen2.5-7B-Instruct.jinja"
+AGENT_REQUEST="$DIR/agent-request.json"
+$PYTHON scripts/bench_agent.py --record "$SHEPHERD" "$AGENT_REQUEST"
+agent_servers() {  # MODEL: the four servers, then bench_agent.py on them
+  local model=$1
+  PIDS=() SPEC_SERVERS=()
+  local shepherd_args=(--server --threads "$THREADS" --gpu-layers "$NGL" --context-size "$SERVER_CTX" -m "$model"
+    --no-prompt-cache --chat-template-file "$TEMPLATE")
+  local llama_args=(-m "$model" -t "$THREADS" -tb "$THREADS" -ngl "$NGL" --parallel 1 -c "$SERVER_CTX" --jinja
+    --chat-template-file "$TEMPLATE")
+  start_server shepherd "$(free_port)" "$SHEPHERD" "${shepherd_args[@]}" --spec off
+  start_server llama-server "$(free_port)" "$SERVER" "${llama_args[@]}"
+  start_server shepherd-ngram "$(free_port)" "$SHEPHERD" "${shepherd_args[@]}" --spec ngram "${SHEPHERD_DRAFT[@]}"
+  start_server llama-server-ngram-mod "$(free_port)" "$SERVER" "${llama_args[@]}" --spec-type ngram-mod "${MOD_DRAFT[@]}"
+  echo "agent workloads on $(basename "$model")" >&2
+  ROUNDS=${AGENT_ROUNDS:-3} $PYTHON scripts/bench_agent.py "$AGENT_REQUEST" "$model" "${SPEC_SERVERS[@]}"
+  cleanup
+}
+agent_servers "$MODEL"
+case $(basename "$MODEL") in
+  SmolLM2*)
+    SYNTHETIC="$DIR/smollm2-shape-qwen-tools.gguf"
+    [ -f "$SYNTHETIC" ] || $PYTHON scripts/synthetic_gguf.py --like smollm2-135m --tokenizer-from "$MODEL" \
+      --special '<tool_call>' --special '</tool_call>' --chat-template "$TEMPLATE" "$SYNTHETIC" >&2
+    agent_servers "$SYNTHETIC"
+    ;;
+esac

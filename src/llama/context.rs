@@ -460,10 +460,6 @@ impl<'m> Context<'m> {
         self.model
     }
 
-    pub(crate) fn as_ptr(&self) -> *mut sys::llama_context {
-        self.raw.as_ptr()
-    }
-
     pub fn n_ctx(&self) -> u32 {
         self.n_ctx
     }

@@ -1,12 +1,14 @@
-//! The sampling chain: grammar, penalties, top-k, top-p, min-p, temperature, then
+//! The sampling chain: penalties, top-k, top-p, min-p, temperature, then
 //! a seeded random draw, or greedy at temperature 0.
 //!
 //! A [`Sampler`] reads the logits of the last decode of a [`Context`]; it keeps the
-//! penalty history, so one sampler serves one generation.
+//! penalty history, so one sampler serves one generation. A grammar stays out of
+//! the chain: it checks the chain's pick and masks the vocabulary only when it
+//! refuses it; a lazy grammar watches for its trigger in a bounded window.
 
 #![allow(unsafe_code)] // FFI module: every block carries a `// SAFETY:` comment.
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::ptr::NonNull;
 
 use llama_cpp_sys_2 as sys;
@@ -35,10 +37,11 @@ pub struct SamplerParams {
     pub seed: u32,
     /// A GBNF grammar (root rule `root`) that constrains the output.
     pub grammar: Option<String>,
-    /// Makes the grammar lazy: it constrains nothing until one of these regexes
-    /// (matched against the whole output so far) matches, then applies from the
-    /// match's first group on, as llama.cpp's lazy grammars do. Empty: from the start.
-    pub grammar_triggers: Vec<String>,
+    /// Makes the grammar lazy: it constrains nothing until this text appears in the
+    /// output, then holds from the text's first byte on, as llama.cpp's lazy grammars
+    /// do. The watch costs one piece and the trigger's length per token, however long
+    /// the reply. `None`: the grammar holds from the start.
+    pub grammar_trigger: Option<String>,
     /// Added to these tokens' logits before any other stage (`-inf` bans one).
     pub logit_bias: Vec<(Token, f32)>,
 }
@@ -56,7 +59,7 @@ impl Default for SamplerParams {
             penalty_last_n: 64,
             seed: 0xFFFF_FFFF,
             grammar: None,
-            grammar_triggers: Vec::new(),
+            grammar_trigger: None,
             logit_bias: Vec::new(),
         }
     }
@@ -123,21 +126,223 @@ fn check(name: &'static str, ok: bool) -> Result<(), InvalidParam> {
     }
 }
 
-/// An owned sampler chain.
+/// One llama.cpp sampler this side owns (a chain, or a grammar kept out of it).
+#[derive(Debug)]
+struct Stage(NonNull<sys::llama_sampler>);
+
+impl Drop for Stage {
+    fn drop(&mut self) {
+        // SAFETY: `self.0` came from one of llama.cpp's constructors and is owned here
+        // alone (a chain frees the stages added to it, exactly once).
+        unsafe { sys::llama_sampler_free(self.0.as_ptr()) };
+    }
+}
+
+impl Stage {
+    fn new(raw: *mut sys::llama_sampler, what: &'static str) -> Result<Stage, SamplerError> {
+        NonNull::new(raw)
+            .map(Stage)
+            .ok_or(SamplerError::Failed(what))
+    }
+
+    /// A grammar that constrains from its first token (llama.cpp parses it here).
+    fn grammar(model: &Model, grammar: &CStr) -> Result<Stage, SamplerError> {
+        let root = c"root";
+        // SAFETY: the vocab is valid while `model` lives; both strings are NUL-terminated
+        // and outlive the call (llama.cpp copies what it keeps).
+        let raw = unsafe {
+            sys::llama_sampler_init_grammar(model.vocab_ptr(), grammar.as_ptr(), root.as_ptr())
+        };
+        NonNull::new(raw).map(Stage).ok_or_else(|| {
+            let text = grammar.to_string_lossy();
+            SamplerError::Grammar(text.chars().take(200).collect())
+        })
+    }
+
+    fn apply(&self, candidates: &mut sys::llama_token_data_array) {
+        // SAFETY: `self.0` is a valid sampler; `candidates` points at `size` initialised
+        // entries that outlive the call, which the stage rewrites in place.
+        unsafe { sys::llama_sampler_apply(self.0.as_ptr(), candidates) };
+    }
+
+    /// Whether this stage leaves `token` a chance: its logit is not masked to -inf
+    /// when it is the only candidate (what a grammar does to a token it rejects, end
+    /// of generation included). One token is checked, not the vocabulary.
+    fn allows(&self, token: Token) -> bool {
+        let mut data = [sys::llama_token_data {
+            id: token,
+            logit: 0.0,
+            p: 0.0,
+        }];
+        let mut candidates = sys::llama_token_data_array {
+            data: data.as_mut_ptr(),
+            size: data.len(),
+            selected: -1,
+            sorted: false,
+        };
+        self.apply(&mut candidates);
+        data[0].logit != f32::NEG_INFINITY
+    }
+
+    /// Records `token` as generated. For a grammar, only a token it
+    /// [`Stage::allows`]: llama.cpp's grammar throws (aborting the process) on one
+    /// it rejects.
+    fn accept(&mut self, token: Token) {
+        // SAFETY: `self.0` is a valid sampler and `token` an id of the vocabulary that
+        // a grammar stage allows now (every caller checks).
+        unsafe { sys::llama_sampler_accept(self.0.as_ptr(), token) };
+    }
+}
+
+/// The grammar of a request, kept out of the chain, as llama-server keeps it: the
+/// chain picks from every candidate, the grammar checks that one pick, and only when
+/// it refuses it does the grammar mask the whole vocabulary for a second pick. At
+/// temperature 0 that is the very token the masked pick gives; when sampling, the
+/// pick is still drawn from the allowed tokens in proportion to their probability.
+#[derive(Debug)]
+enum Grammar {
+    None,
+    Waiting(Box<Waiting>),
+    Active(Stage),
+}
+
+/// A lazy grammar: nothing is constrained until its trigger text appears in the
+/// output, then the grammar holds from the trigger's first byte on (llama.cpp's lazy
+/// grammars, without their regex over the whole output at every token).
+#[derive(Debug)]
+struct Waiting {
+    grammar: CString,
+    /// The grammar parsed and untouched (parsed again only when a start failed).
+    fresh: Option<Stage>,
+    trigger: Vec<u8>,
+    /// The output's last bytes: fewer than the trigger's, or, once the trigger is
+    /// found, the text from it on (until it is whole UTF-8).
+    tail: Vec<u8>,
+    /// The bytes the last token's watch examined (bounded by the trigger's length and
+    /// one piece, whatever the length of the reply).
+    examined: usize,
+}
+
+impl Waiting {
+    /// Follows the output over `token`; the grammar, already past the trigger and
+    /// whatever followed it in the same token, once the trigger has appeared.
+    fn watch(&mut self, model: &Model, token: Token) -> Result<Option<Stage>, SamplerError> {
+        let piece = model
+            .piece_bytes(token, true)
+            .map_err(|_| SamplerError::Failed("grammar trigger: token piece"))?;
+        self.tail.extend_from_slice(&piece);
+        self.examined = self.tail.len();
+        let Some(at) = find(&self.tail, &self.trigger) else {
+            let keep = self.trigger.len().saturating_sub(1);
+            let cut = self.tail.len().saturating_sub(keep);
+            self.tail.drain(..cut);
+            return Ok(None);
+        };
+        self.tail.drain(..at);
+        let text = match std::str::from_utf8(&self.tail) {
+            Ok(text) => text.to_string(),
+            // A character split between tokens: the next token completes it.
+            Err(e) if e.error_len().is_none() => return Ok(None),
+            Err(_) => {
+                self.tail.clear();
+                return Ok(None);
+            }
+        };
+        self.tail.clear();
+        let stage = match self.fresh.take() {
+            Some(stage) => stage,
+            None => Stage::grammar(model, &self.grammar)?,
+        };
+        Ok(start(model, stage, &text))
+    }
+}
+
+/// `stage` advanced over `text` (the trigger and what followed it), token by token
+/// as the tokenizer splits it: a grammar state depends on the text alone. `None`
+/// when the text does not fit the grammar (the model's own markup, left free, as
+/// the output filter then reads it) or does not tokenize back to itself.
+fn start(model: &Model, mut stage: Stage, text: &str) -> Option<Stage> {
+    let tokens = model.tokenize(text, false).ok()?;
+    let mut pieces = Vec::with_capacity(text.len());
+    for &token in &tokens {
+        pieces.extend(model.piece_bytes(token, true).ok()?);
+    }
+    if pieces != text.as_bytes() {
+        return None;
+    }
+    for token in tokens {
+        if !stage.allows(token) {
+            return None;
+        }
+        stage.accept(token);
+    }
+    Some(stage)
+}
+
+/// The first position of `needle` in `haystack`.
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    if needle.is_empty() {
+        return Some(0);
+    }
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// An owned sampler chain and the request's grammar.
 #[derive(Debug)]
 pub struct Sampler {
-    raw: NonNull<sys::llama_sampler>,
-    /// The chain is greedy alone (no grammar, no penalties): the token is the first
+    pick: Pick,
+    grammar: Grammar,
+}
+
+/// The chain and what it picks from.
+#[derive(Debug)]
+struct Pick {
+    chain: Stage,
+    /// The chain is greedy alone (no penalties, no biases): the token is the first
     /// highest logit, found here without llama.cpp's candidate array (a 12-byte entry
     /// written for every vocabulary entry on every token).
     argmax: bool,
+    /// The candidate array, kept between tokens.
+    candidates: Vec<sys::llama_token_data>,
 }
 
-impl Drop for Sampler {
-    fn drop(&mut self) {
-        // SAFETY: `raw` is the chain from `llama_sampler_chain_init`; freeing the chain
-        // frees every sampler added to it, exactly once.
-        unsafe { sys::llama_sampler_free(self.raw.as_ptr()) };
+impl Pick {
+    /// The chain's pick from `logits`, masked first by `grammar` when given.
+    fn pick(&mut self, logits: &[f32], grammar: Option<&Stage>) -> Result<Token, SamplerError> {
+        if self.argmax && grammar.is_none() {
+            return Token::try_from(first_max(logits))
+                .map_err(|_| SamplerError::Failed("sample: token id"));
+        }
+        self.candidates.clear();
+        self.candidates
+            .extend(
+                logits
+                    .iter()
+                    .enumerate()
+                    .map(|(id, &logit)| sys::llama_token_data {
+                        id: id as Token,
+                        logit,
+                        p: 0.0,
+                    }),
+            );
+        let mut candidates = sys::llama_token_data_array {
+            data: self.candidates.as_mut_ptr(),
+            size: self.candidates.len(),
+            selected: -1,
+            sorted: false,
+        };
+        if let Some(grammar) = grammar {
+            grammar.apply(&mut candidates);
+        }
+        self.chain.apply(&mut candidates);
+        let selected = usize::try_from(candidates.selected)
+            .ok()
+            .filter(|&at| at < candidates.size)
+            .ok_or(SamplerError::Failed("sample: the chain selected no token"))?;
+        // SAFETY: the stages rewrite the array in place and leave `data` pointing at
+        // `size` initialised entries (`self.candidates` or a buffer of their own that
+        // lives as long as the chain); `selected` is within `size` (checked above).
+        Ok(unsafe { (*candidates.data.add(selected)).id })
     }
 }
 
@@ -148,11 +353,14 @@ impl Sampler {
         let chain =
             unsafe { sys::llama_sampler_chain_init(sys::llama_sampler_chain_default_params()) };
         let mut sampler = Sampler {
-            raw: NonNull::new(chain).ok_or(SamplerError::Failed("chain"))?,
-            argmax: params.grammar.is_none()
-                && params.is_greedy()
-                && !params.penalties_on()
-                && params.logit_bias.is_empty(),
+            pick: Pick {
+                chain: Stage::new(chain, "chain")?,
+                argmax: params.is_greedy()
+                    && !params.penalties_on()
+                    && params.logit_bias.is_empty(),
+                candidates: Vec::new(),
+            },
+            grammar: Grammar::None,
         };
         if !params.logit_bias.is_empty() {
             let biases: Vec<sys::llama_logit_bias> = params
@@ -168,7 +376,19 @@ impl Sampler {
             })?;
         }
         if let Some(grammar) = &params.grammar {
-            sampler.add(grammar_sampler(model, grammar, &params.grammar_triggers)?)?;
+            let text = CString::new(grammar.as_str())
+                .map_err(|_| SamplerError::Grammar("NUL in grammar".into()))?;
+            let stage = Stage::grammar(model, &text)?;
+            sampler.grammar = match &params.grammar_trigger {
+                Some(trigger) if !trigger.is_empty() => Grammar::Waiting(Box::new(Waiting {
+                    grammar: text,
+                    fresh: Some(stage),
+                    trigger: trigger.as_bytes().to_vec(),
+                    tail: Vec::new(),
+                    examined: 0,
+                })),
+                _ => Grammar::Active(stage),
+            };
         }
         sampler.add_stages(model, params)?;
         Ok(sampler)
@@ -209,9 +429,9 @@ impl Sampler {
         if stage.is_null() {
             return Err(SamplerError::Failed("stage"));
         }
-        // SAFETY: `raw` is a valid chain and `stage` a valid, unowned sampler; the chain
+        // SAFETY: `chain` is a valid chain and `stage` a valid, unowned sampler; the chain
         // takes ownership of it.
-        unsafe { sys::llama_sampler_chain_add(self.raw.as_ptr(), stage) };
+        unsafe { sys::llama_sampler_chain_add(self.pick.chain.0.as_ptr(), stage) };
         Ok(())
     }
 
@@ -222,60 +442,76 @@ impl Sampler {
         ctx: &mut Context<'_>,
         index: usize,
     ) -> Result<Token, SamplerError> {
-        if !ctx.has_logits_at(index) {
-            return Err(SamplerError::Failed(
-                "sample: no logits there (decode first)",
-            ));
+        let model = ctx.model();
+        let logits = ctx.logits_at(index).ok_or(SamplerError::Failed(
+            "sample: no logits there (decode first)",
+        ))?;
+        let token = match &self.grammar {
+            Grammar::Active(grammar) => {
+                let first = self.pick.pick(logits, None)?;
+                if grammar.allows(first) {
+                    first
+                } else {
+                    let token = self.pick.pick(logits, Some(grammar))?;
+                    if !grammar.allows(token) {
+                        return Err(SamplerError::Failed("sample: the grammar allows no token"));
+                    }
+                    token
+                }
+            }
+            _ => self.pick.pick(logits, None)?,
+        };
+        self.record(model, token)?;
+        Ok(token)
+    }
+
+    /// Records `token` as generated: the chain's penalties, and the grammar, which
+    /// advances over it or, while it waits, watches for its trigger.
+    fn record(&mut self, model: &Model, token: Token) -> Result<(), SamplerError> {
+        self.pick.chain.accept(token);
+        match &mut self.grammar {
+            Grammar::None => {}
+            Grammar::Active(grammar) => grammar.accept(token),
+            Grammar::Waiting(waiting) => {
+                if let Some(stage) = waiting.watch(model, token)? {
+                    self.grammar = Grammar::Active(stage);
+                }
+            }
         }
-        if self.argmax {
-            let logits = ctx
-                .logits_at(index)
-                .ok_or(SamplerError::Failed("sample: no logits there"))?;
-            let token = Token::try_from(first_max(logits))
-                .map_err(|_| SamplerError::Failed("sample: token id"))?;
-            // SAFETY: `raw` is a valid chain; accepting a token of the vocabulary only
-            // updates the chain's counters (greedy keeps no state).
-            unsafe { sys::llama_sampler_accept(self.raw.as_ptr(), token) };
-            return Ok(token);
-        }
-        let idx = i32::try_from(index).map_err(|_| SamplerError::Failed("sample: index"))?;
-        // SAFETY: `ctx` holds logits for batch entry `index` of its last decode (checked
-        // above). The call also accepts the token into the chain's state.
-        Ok(unsafe { sys::llama_sampler_sample(self.raw.as_ptr(), ctx.as_ptr(), idx) })
+        Ok(())
     }
 }
 
-/// Stepping a chain by hand, for tests that check what its grammar allows.
+/// Stepping a sampler by hand, for tests that check what its grammar allows.
 #[cfg(test)]
 impl Sampler {
-    /// Whether the chain lets `token` through now: its logit is not masked to
-    /// -inf when it is the only candidate (what a grammar does to a token it
-    /// rejects, end of generation included).
+    /// Whether the grammar (while it constrains) and the chain let `token` through now.
     pub(crate) fn allows(&mut self, token: Token) -> bool {
-        let mut data = [sys::llama_token_data {
-            id: token,
-            logit: 0.0,
-            p: 0.0,
-        }];
-        let mut candidates = sys::llama_token_data_array {
-            data: data.as_mut_ptr(),
-            size: data.len(),
-            selected: -1,
-            sorted: false,
+        let grammar = match &self.grammar {
+            Grammar::Active(grammar) => grammar.allows(token),
+            _ => true,
         };
-        // SAFETY: `raw` is a valid chain; `candidates` points at `data`, one
-        // initialised entry that outlives the call; the stages only rewrite the
-        // entry's fields and `selected`.
-        unsafe { sys::llama_sampler_apply(self.raw.as_ptr(), &mut candidates) };
-        data[0].logit != f32::NEG_INFINITY
+        grammar && self.pick.chain.allows(token)
     }
 
-    /// Records `token` as generated: the grammar advances over it. Call it only
-    /// with a token [`Sampler::allows`]: llama.cpp's grammar throws (aborting
-    /// the process) on one it rejects.
-    pub(crate) fn accept(&mut self, token: Token) {
-        // SAFETY: `raw` is a valid chain and `token` one the grammar allows now.
-        unsafe { sys::llama_sampler_accept(self.raw.as_ptr(), token) };
+    /// Records `token` as generated. Call it only with a token [`Sampler::allows`]:
+    /// llama.cpp's grammar throws (aborting the process) on one it rejects.
+    pub(crate) fn accept(&mut self, model: &Model, token: Token) {
+        self.record(model, token)
+            .expect("a token of the vocabulary");
+    }
+
+    /// Whether the grammar constrains the output now (a lazy one after its trigger).
+    pub(crate) fn constraining(&self) -> bool {
+        matches!(self.grammar, Grammar::Active(_))
+    }
+
+    /// The bytes the trigger watch examined at the last token, while it waits.
+    pub(crate) fn watched_bytes(&self) -> Option<usize> {
+        match &self.grammar {
+            Grammar::Waiting(waiting) => Some(waiting.examined),
+            _ => None,
+        }
     }
 }
 
@@ -335,44 +571,6 @@ fn first_max(values: &[f32]) -> usize {
         }
     }
     values.iter().position(|&v| v == max).unwrap_or(0)
-}
-
-fn grammar_sampler(
-    model: &Model,
-    grammar: &str,
-    triggers: &[String],
-) -> Result<*mut sys::llama_sampler, SamplerError> {
-    let text = CString::new(grammar).map_err(|_| SamplerError::Grammar("NUL in grammar".into()))?;
-    let root = CString::new("root").map_err(|_| SamplerError::Failed("grammar root"))?;
-    let patterns = triggers
-        .iter()
-        .map(|t| CString::new(t.as_str()))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|_| SamplerError::Grammar("NUL in a grammar trigger".into()))?;
-    let pointers: Vec<*const std::ffi::c_char> = patterns.iter().map(|p| p.as_ptr()).collect();
-    let raw = if pointers.is_empty() {
-        // SAFETY: the vocab is valid while `model` lives; both strings are NUL-terminated
-        // and outlive the call (llama.cpp copies what it keeps).
-        unsafe { sys::llama_sampler_init_grammar(model.vocab_ptr(), text.as_ptr(), root.as_ptr()) }
-    } else {
-        // SAFETY: as above; `pointers` holds `pointers.len()` NUL-terminated strings that
-        // outlive the call (`patterns` owns them), and no trigger tokens (null, 0).
-        unsafe {
-            sys::llama_sampler_init_grammar_lazy_patterns(
-                model.vocab_ptr(),
-                text.as_ptr(),
-                root.as_ptr(),
-                pointers.as_ptr().cast_mut(),
-                pointers.len(),
-                std::ptr::null(),
-                0,
-            )
-        }
-    };
-    if raw.is_null() {
-        return Err(SamplerError::Grammar(grammar.chars().take(200).collect()));
-    }
-    Ok(raw)
 }
 
 #[cfg(test)]
@@ -437,8 +635,8 @@ mod tests {
         };
         let mut fast = Sampler::new(&model, &greedy).unwrap();
         let mut chain = Sampler::new(&model, &greedy).unwrap();
-        assert!(fast.argmax);
-        chain.argmax = false;
+        assert!(fast.pick.argmax);
+        chain.pick.argmax = false;
         let prompt = model
             .tokenize(
                 "<|im_start|>user\nName three rivers.<|im_end|>\n<|im_start|>assistant\n",
@@ -468,7 +666,144 @@ mod tests {
             repeat_penalty: 1.1,
             ..greedy.clone()
         };
-        assert!(!Sampler::new(&model, &penalised).unwrap().argmax);
+        assert!(!Sampler::new(&model, &penalised).unwrap().pick.argmax);
+    }
+
+    /// Tokens of `text` one by one through `sampler` as generated output, each one
+    /// checked first (a grammar aborts on a token it refuses).
+    fn generate(sampler: &mut Sampler, model: &Model, text: &str) {
+        for token in model.tokenize(text, false).unwrap() {
+            assert!(sampler.allows(token), "{text:?}: token {token} refused");
+            sampler.accept(model, token);
+        }
+    }
+
+    /// A lazy grammar's watch examines a bounded number of bytes per token however
+    /// long the reply grows (llama.cpp's lazy grammar runs its regex over the whole
+    /// output at every token), and the grammar holds from its trigger on.
+    #[test]
+    fn a_lazy_grammar_watches_a_bounded_window_and_holds_from_its_trigger() {
+        let model = crate::llama::test_model();
+        let trigger = "<tool_call>";
+        let params = SamplerParams {
+            temperature: 0.0,
+            grammar: Some(r#"root ::= "<tool_call>" [ \n]* "{\"name\": \"" [a-z]+ "\"}""#.into()),
+            grammar_trigger: Some(trigger.into()),
+            ..Default::default()
+        };
+        let mut sampler = Sampler::new(&model, &params).unwrap();
+        // Over 2,000 tokens of prose with near misses: never constrained, and each
+        // token's watch looks at no more than the trigger's length and its own piece.
+        let prose: String = (0..200)
+            .map(|i| format!("Line {i}: a <tool and a call> or <tool_call, no. "))
+            .collect();
+        let tokens = model.tokenize(&prose, false).unwrap();
+        assert!(tokens.len() > 2000, "{} tokens", tokens.len());
+        let mut most = 0;
+        for &token in &tokens {
+            assert!(sampler.allows(token));
+            sampler.accept(&model, token);
+            let piece = model.piece_bytes(token, true).unwrap().len();
+            let examined = sampler.watched_bytes().expect("still waiting");
+            assert!(
+                examined < trigger.len() + piece,
+                "{examined} bytes for one token"
+            );
+            most = most.max(examined);
+        }
+        assert!(
+            most >= trigger.len() - 1,
+            "the window spans a split trigger"
+        );
+        // A trigger whose own token goes on with text the grammar cannot continue
+        // (markup that is not a call) leaves the output free, and the watch goes on.
+        let overhang = [
+            "<tool_call>.",
+            "<tool_call>>",
+            "<tool_call>);",
+            "<tool_call>?",
+        ]
+        .into_iter()
+        .find(|text| {
+            let last = *model.tokenize(text, false).unwrap().last().unwrap();
+            let piece = model.piece_bytes(last, true).unwrap();
+            piece.starts_with(b">") && piece.len() > 1
+        })
+        .expect("a token that holds the trigger's '>' and more");
+        generate(&mut sampler, &model, overhang);
+        assert!(!sampler.constraining(), "{overhang:?}");
+        generate(&mut sampler, &model, " ");
+        // The trigger, split over tokens, starts the grammar from its first byte.
+        generate(&mut sampler, &model, "Now <tool_call>\n{\"name\": \"");
+        assert!(sampler.constraining());
+        let letters = model.tokenize_plain("abc").unwrap();
+        let digits = model.tokenize_plain("42").unwrap();
+        assert!(sampler.allows(letters[0]));
+        assert!(!sampler.allows(digits[0]));
+        let eog = (0..model.n_vocab()).find(|&t| model.is_eog(t)).unwrap();
+        assert!(
+            !sampler.allows(eog),
+            "a call cut short may not end the reply"
+        );
+        generate(&mut sampler, &model, "abc\"}");
+        assert!(sampler.allows(eog));
+    }
+
+    /// With a grammar, the chain picks first and the grammar checks only that pick;
+    /// a pick it refuses is made again from the allowed tokens. Greedy, that is
+    /// exactly the masked pick, step after step on the real model.
+    #[test]
+    fn the_grammar_checks_the_pick_and_masks_only_when_it_refuses_it() {
+        let model = crate::llama::test_model();
+        let mut ctx = Context::new(&model, &crate::llama::test_context_params(256, 1)).unwrap();
+        let grammar = r#"root ::= "The answer is " [0-9]+ ("." | " or " [0-9]+ ".")"#;
+        let params = SamplerParams {
+            temperature: 0.0,
+            grammar: Some(grammar.into()),
+            ..Default::default()
+        };
+        let mut sampler = Sampler::new(&model, &params).unwrap();
+        let prompt = model
+            .tokenize(
+                "<|im_start|>user\nWhat is six times seven?<|im_end|>\n<|im_start|>assistant\n",
+                false,
+            )
+            .unwrap();
+        let mut batch = Batch::new(256).unwrap();
+        for (i, &t) in prompt.iter().enumerate() {
+            batch.push_seq(t, i, 0, i + 1 == prompt.len()).unwrap();
+        }
+        ctx.decode(&batch).unwrap();
+        let mut at = prompt.len() - 1;
+        let mut text = Vec::new();
+        for pos in prompt.len()..prompt.len() + 20 {
+            // The masked pick, computed apart: the allowed token of highest logit.
+            let logits = ctx.logits_at(at).unwrap().to_vec();
+            let best = (0..model.n_vocab())
+                .filter(|&t| match &sampler.grammar {
+                    Grammar::Active(g) => g.allows(t),
+                    _ => true,
+                })
+                .max_by(|&a, &b| {
+                    logits[a as usize]
+                        .total_cmp(&logits[b as usize])
+                        .then(b.cmp(&a))
+                })
+                .unwrap();
+            let token = sampler.sample_at(&mut ctx, at).unwrap();
+            assert_eq!(token, best, "at position {pos}");
+            if model.is_eog(token) {
+                break;
+            }
+            text.extend(model.piece_bytes(token, true).unwrap());
+            batch.clear();
+            batch.push_seq(token, pos, 0, true).unwrap();
+            ctx.decode(&batch).unwrap();
+            at = 0;
+        }
+        let text = String::from_utf8(text).unwrap();
+        assert!(text.starts_with("The answer is "), "{text:?}");
+        assert!(text.ends_with('.'), "{text:?}");
     }
 
     fn check_params(params: SamplerParams, ok: bool) {

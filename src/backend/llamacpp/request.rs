@@ -172,7 +172,7 @@ pub(super) struct ToolGrammar {
     /// The call comes out as shepherd's generic JSON (`{"name", "arguments"}`), not
     /// as the model family's own text: it is parsed here, not by the output filter.
     pub json: bool,
-    /// The regex that starts the grammar (lazily), `None` when it holds from the start.
+    /// The text that starts the grammar (lazily), `None` when it holds from the start.
     pub trigger: Option<String>,
 }
 
@@ -196,7 +196,7 @@ pub(super) fn tool_grammar(
                 .map(|(syntax, trigger, before)| ToolGrammar {
                     grammar: shaped(syntax, before, tools.iter(), true),
                     json: false,
-                    trigger: Some(format!("[\\s\\S]*?({})[\\s\\S]*", regex_escape(trigger))),
+                    trigger: Some(trigger.to_string()),
                 }));
         }
         ToolChoice::None => return Ok(None),
@@ -241,18 +241,6 @@ fn shaped<'a>(
     llama::grammar::shaped_call_grammar(&shape, pairs, repeat)
 }
 
-/// `text` with the characters that mean something in a regex escaped.
-fn regex_escape(text: &str) -> String {
-    let mut out = String::new();
-    for c in text.chars() {
-        if "\\^$.|?*+()[]{}".contains(c) {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
-}
-
 pub(super) fn sampler_params(
     sampling: &Sampling,
     tools: Option<&ToolGrammar>,
@@ -261,7 +249,7 @@ pub(super) fn sampler_params(
     // A forced tool call wins over `response_format`; `response_format` wins over
     // the lazy grammar of `auto` (an answer in that format is what was asked for).
     let tools = tools.filter(|t| t.trigger.is_none() || sampling.response_format.is_none());
-    let grammar_triggers = tools.and_then(|t| t.trigger.clone()).into_iter().collect();
+    let grammar_trigger = tools.and_then(|t| t.trigger.clone());
     // A schema outside the supported subset is an invalid request: the API
     // server checks it first (`check_schema`); this covers every other caller.
     let grammar = match tools {
@@ -294,7 +282,7 @@ pub(super) fn sampler_params(
             .presence_penalty
             .unwrap_or(defaults.presence_penalty),
         grammar,
-        grammar_triggers,
+        grammar_trigger,
         logit_bias: sampling.logit_bias.clone(),
     };
     params
@@ -389,10 +377,7 @@ mod tests {
         let auto = tool_grammar(&tools, &ToolChoice::Auto, Some(&syntax))
             .unwrap()
             .unwrap();
-        assert_eq!(
-            auto.trigger.as_deref(),
-            Some(r"[\s\S]*?(<tool_call>)[\s\S]*")
-        );
+        assert_eq!(auto.trigger.as_deref(), Some("<tool_call>"));
         assert!(!auto.json);
         assert!(
             auto.grammar.starts_with("root ::= call ( ws call )*\n"),
@@ -434,12 +419,5 @@ mod tests {
             .is_none());
         let missing = ToolChoice::Named("nope".into());
         assert!(tool_grammar(&tools, &missing, Some(&syntax)).is_err());
-    }
-
-    #[test]
-    fn triggers_are_regex_escaped() {
-        assert_eq!(regex_escape("[TOOL_CALLS]"), r"\[TOOL_CALLS\]");
-        assert_eq!(regex_escape("<|tool_call|>"), r"<\|tool_call\|>");
-        assert_eq!(regex_escape("a.b*c"), r"a\.b\*c");
     }
 }

@@ -867,7 +867,7 @@ fn engine_accepts(model: &Model, eog: Token, grammar: &str, text: &str) -> bool 
         if !sampler.allows(token) {
             return false;
         }
-        sampler.accept(token);
+        sampler.accept(model, token);
     }
     sampler.allows(eog)
 }
