@@ -453,6 +453,11 @@ gpu-carry: model
 	  --exclude='*.gguf' $(addprefix llama.cpp/,CMakeLists.txt LICENSE cmake ggml src include common vendor tools) | \
 	  xz -T0 -6 > $(GPU_CARRY)/crate-src.tar.xz
 	$(PYTHON) scripts/synthetic_gguf.py --extract-tokenizer $(MODEL) $(GPU_CARRY)/tokenizer.gguf
+	cp $$(PYTHON=$(PYTHON) scripts/llama-sdist.sh $(LLAMA_SDIST_DIR))/models/templates/Qwen-Qwen2.5-7B-Instruct.jinja \
+	  $(GPU_CARRY)/qwen2.5.jinja
+	cache=$$(ls -t $(CHECK_CUDA_DIR)/*/release/build/llama-cpp-sys-2-*/out/build/CMakeCache.txt | head -1) && \
+	grep -E '^(GGML_[A-Z0-9_]+|CMAKE_C_FLAGS|CMAKE_CXX_FLAGS|CMAKE_CUDA_FLAGS|CMAKE_BUILD_TYPE):' $$cache \
+	  > $(GPU_CARRY)/crate-cmake.txt
 	$(if $(GPU_CARRY_MODEL),cp $(MODEL) $(GPU_CARRY)/model.gguf)
 	@ls -l $(GPU_CARRY) && total=$$(du -cb $(GPU_CARRY)/* | tail -1 | cut -f1) && \
 	echo "gpu-carry: $$total bytes ($$((total / 1048576)) MiB; at most $(GPU_CARRY_MAX_MIB) MiB travel with the tree)" && \

@@ -16,11 +16,15 @@ a `logit_bias` both servers take), so both sides generate the same number of tok
   answer:  a long free answer (ANSWER_TOKENS, 800) with the tools offered and
            `tool_choice` auto: the lazy tool-call grammar waits for its marker at
            every token. Also asked of each server without the tools (`answer, no
-           tools`): the same messages, nothing to wait for.
+           tools`): the same messages, nothing to wait for, and a prompt about
+           1,500 tokens shorter; and at the same depth (`answer, no tools, same
+           depth`): the tools' JSON as text in the system prompt instead, so that
+           only the tools being offered differs, not the context decoded over.
   write:   a `write` call whose content runs to WRITE_TOKENS (600, about 2 KB):
            the call is forced (`tool_choice` names `write`), and tokens holding a
-           double quote are banned so that the content string never closes, so the
-           grammar constrains every token of a long argument.
+           double quote get a bias of -100 (taken only where the grammar allows
+           nothing else) so that the content string never closes: the grammar
+           constrains every token of a long argument.
   repeat:  the agent's edit turn of bench_spec.py (a file read by the read tool,
            written back with one name changed) with the tools offered: text that
            repeats its context, where n-gram speculation should pay (servers named
@@ -122,7 +126,9 @@ def vocabulary(gguf):
 def workloads(agent, tokens, ends):
     """The round's requests per workload: (workload, server filter, body) lists."""
     no_end = [[t, False] for t in ends]
-    quotes = [[i, False] for i, t in enumerate(tokens) if '"' in t]
+    # Not banned: the call's own JSON needs its quotes where the grammar allows
+    # nothing else; -100 keeps every other token ahead of them.
+    quotes = [[i, -100] for i, t in enumerate(tokens) if '"' in t]
     system = {"role": "system", "content": agent["system"]}
 
     def answer(round_no):
@@ -145,7 +151,17 @@ def workloads(agent, tokens, ends):
         messages[0] = system
         return {"messages": messages, "max_tokens": REPEAT_TOKENS, "logit_bias": no_end}
 
+    def answer_as_text(round_no):
+        # The same answer with nothing to wait for, at the same depth: the tools'
+        # descriptions are text in the system prompt (attention over a longer
+        # context costs every token, tools or not).
+        body = answer(round_no)
+        tools = "\n".join(json.dumps(t) for t in agent["tools"])
+        text = {"role": "system", "content": f"{agent['system']}\n\nTools:\n{tools}"}
+        return dict(body, messages=[text] + body["messages"][1:])
+
     return [("answer", answer, True), ("answer, no tools", answer, False),
+            ("answer, no tools, same depth", answer_as_text, False),
             ("write", write, True), ("repeat", repeat, True)]
 
 
@@ -157,7 +173,8 @@ def generate(url, body, tools):
     data = request(url, "/v1/chat/completions", body)
     timings = data.get("timings") or {}
     drafts = (timings.get("draft_n_accepted", 0), timings.get("draft_n", 0))
-    return timings.get("predicted_n") or 0, timings.get("predicted_ms") or 0.0, drafts
+    depth = (timings.get("prompt_n") or 0) + (timings.get("cache_n") or 0)
+    return timings.get("predicted_n") or 0, timings.get("predicted_ms") or 0.0, drafts, depth
 
 
 def main():
@@ -167,7 +184,7 @@ def main():
     tokens, ends = vocabulary(sys.argv[2])
     servers = [arg.split("=", 1) for arg in sys.argv[3:]]
     loads = workloads(agent, tokens, ends)
-    speeds, counts, drafts = {}, {}, {}
+    speeds, counts, drafts, depths = {}, {}, {}, {}
     for round_no in range(ROUNDS):
         order = servers[round_no % len(servers):] + servers[:round_no % len(servers)]
         for workload, body_of, with_tools in loads:
@@ -177,7 +194,9 @@ def main():
                 # baseline on each side.
                 if not with_tools and "ngram" in name:
                     continue
-                n, ms, (taken, made) = generate(url, body, agent["tools"] if with_tools else None)
+                n, ms, (taken, made), depth = generate(url, body,
+                                                       agent["tools"] if with_tools else None)
+                depths[(name, workload)] = depth
                 speeds.setdefault((name, workload), []).append(n / ms * 1000 if ms else 0.0)
                 counts.setdefault((name, workload), []).append(n)
                 t, m = drafts.get((name, workload), (0, 0))
@@ -198,13 +217,15 @@ def main():
             note = f"  (drafts: {taken} of {made} accepted)" if made else ""
             print(f"    {name:<28} {med(mine):8.1f} t/s  {med(mine) / med(first):5.2f}x {base}"
                   f" (paired {paired:.2f}x)  {min(counts[(name, workload)])}-"
-                  f"{max(counts[(name, workload)])} tokens{note}")
+                  f"{max(counts[(name, workload)])} tokens after {depths[(name, workload)]}"
+                  f"{note}")
     # The ratios the agent lives by.
     print("  ratios:")
     for name, _ in servers:
-        if (name, "answer, no tools") in speeds:
-            with_tools, without = med(speeds[(name, "answer")]), med(speeds[(name, "answer, no tools")])
-            print(f"    {name:<28} answer with tools / without: {with_tools / without:.2f}x")
+        for baseline in ("answer, no tools", "answer, no tools, same depth"):
+            if (name, baseline) in speeds:
+                ratio = med(speeds[(name, "answer")]) / med(speeds[(name, baseline)])
+                print(f"    {name:<28} answer with tools / {baseline[7:]}: {ratio:.2f}x")
     for name, _ in servers:
         off = name.replace("-ngram-mod", "").replace("-ngram", "")
         if name != off and (off, "repeat") in speeds:

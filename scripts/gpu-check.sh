@@ -15,6 +15,8 @@
 #                     LLAMA_TREE=crate
 #   tokenizer.gguf    SmolLM2's tokenizer, for the random-weight models
 #   model.gguf        optional: the real SmolLM2, for a one-shot that answers sensibly
+#   qwen2.5.jinja     Qwen2.5's chat template (the sdist's), for the agent's workloads
+#   crate-cmake.txt   the CMake options of the crate's CUDA build, for LLAMA_OPTS=crate
 #
 # What it does, each step timed and skipped when the time left (BUDGET seconds from
 # the start, default 540) cannot hold it, everything written under $OUT:
@@ -27,7 +29,9 @@
 #   5. shepherd bench against llama-bench on the 8B shape: pp512, tg128 and tg128 at
 #      depth 4096, flash attention at each side's default and forced on;
 #   6. shepherd --server against llama-server on the 8B shape: one stream, 4 and 16
-#      concurrent streams (scripts/bench_server.py), both with as many slots.
+#      concurrent streams (scripts/bench_server.py), both with as many slots;
+#   7. the agent's workloads (scripts/bench_agent.py) on the 8B shape with the tools
+#      offered, Qwen2.5's template and its `<tool_call>` token (carried qwen2.5.jinja).
 # 5 and 6 run in the order of STEPS (default: bench-default servers-16 bench-on
 # servers-4), so that what is left out when time runs short is the least wanted.
 # On the H200 of 2026-11-26 the whole run took 353 s, 285 of them the llama.cpp build.
@@ -109,8 +113,27 @@ tee -a "$LOG" <"$WORK/version.txt" >&2
 # (crate-src.tar.xz, llama-cpp-sys-2's; the sdist's tools/llama-bench on top, as
 # scripts/bench.sh's same-version build does), so that the ratio has no version
 # difference in it; no llama-server then.
+# LLAMA_OPTS=crate: the tree built with the CMake options of shepherd's own CUDA build
+# (crate-cmake.txt: its GGML_* settings and compiler flags, as llama-cpp-sys-2 set
+# them) instead of llama.cpp's defaults. The four builds (sdist or crate tree, each
+# with either options) tell a version difference from a build-option one:
+#   LLAMA_TREE=sdist LLAMA_OPTS=crate scripts/gpu-check.sh   (then LLAMA_TREE=crate)
 LLAMA_TREE=${LLAMA_TREE:-sdist}
-LLAMA=$WORK/llama-build-$LLAMA_TREE${ARCH:+-$ARCH}
+LLAMA_OPTS=${LLAMA_OPTS:-default}
+LLAMA=$WORK/llama-build-$LLAMA_TREE${ARCH:+-$ARCH}$([ "$LLAMA_OPTS" = crate ] && echo -crate-opts)
+# The crate build's options, one -D each; the architecture stays this GPU's.
+CRATE_OPTS=()
+if [ "$LLAMA_OPTS" = crate ]; then
+    if [ -s "$CARRY/crate-cmake.txt" ]; then
+        while IFS= read -r line; do
+            case $line in CMAKE_CUDA_ARCHITECTURES:* | GGML_NATIVE:* | GGML_CUDA_NCCL:*) continue ;; esac
+            CRATE_OPTS+=("-D${line%%:*}=${line#*=}")
+        done <"$CARRY/crate-cmake.txt"
+        say "llama.cpp with the crate build's options: ${CRATE_OPTS[*]}"
+    else
+        say "LLAMA_OPTS=crate but no crate-cmake.txt in $CARRY (make gpu-carry writes it): llama.cpp's defaults"
+    fi
+fi
 unpack() { # TARBALL DIR
     if [ ! -f "$2/.unpacked" ] || [ "$1" -nt "$2/.unpacked" ]; then
         rm -rf "$2" && mkdir -p "$2" && tar -xJf "$1" -C "$2" --strip-components=1 && touch "$2/.unpacked"
@@ -139,7 +162,7 @@ build_llama() {
         -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF \
         -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF -DGGML_NATIVE=ON -DGGML_OPENMP=OFF \
         -DLLAMA_BUILD_COMMON=ON -DLLAMA_BUILD_TOOLS="$([ "$LLAMA_TREE" = crate ] && echo OFF || echo ON)" \
-        -DCMAKE_RUNTIME_OUTPUT_DIRECTORY="$LLAMA/bin" "${cuda[@]}" &&
+        -DCMAKE_RUNTIME_OUTPUT_DIRECTORY="$LLAMA/bin" "${cuda[@]}" "${CRATE_OPTS[@]}" &&
         cmake --build "$LLAMA" -j"$(nproc)" --target "${targets[@]}"
 }
 if [ -x "$LLAMA/bin/llama-bench" ] && { [ "$LLAMA_TREE" = crate ] || [ -x "$LLAMA/bin/llama-server" ]; }; then
@@ -260,13 +283,46 @@ servers() { # STREAMS
     wait "$lpid" "$spid" 2>/dev/null
 }
 
+# ---------------------------------------------------------------- 7. the agent
+# The agent's own request (its system prompt and tools, recorded from `shepherd -e`)
+# on both servers, Qwen2.5's template on the big shape with `<tool_call>` as one
+# control token: a long answer with the tools offered and without, a long `write`
+# call, a repeating edit turn (scripts/bench_agent.py, one round).
+agent() {
+    [ -x "$SERVER" ] && [ -s "$CARRY/qwen2.5.jinja" ] || { say "SKIPPED the agent: no llama-server or no qwen2.5.jinja"; return; }
+    step "the agent's workloads" 120 || return
+    local model=$WORK/$BIG_SHAPE-tools.gguf
+    [ -s "$model" ] || $PYTHON scripts/synthetic_gguf.py --like "$BIG_SHAPE" --tokenizer-from "$CARRY/tokenizer.gguf" \
+        --special '<tool_call>' --special '</tool_call>' --chat-template "$CARRY/qwen2.5.jinja" "$model" 2>&1 | tee -a "$LOG" >&2
+    $PYTHON scripts/bench_agent.py --record "$SHEPHERD" "$WORK/agent-request.json" 2>&1 | tee -a "$LOG" >&2
+    local ctx=4096 lport sport lpid spid
+    lport=$(free_port)
+    "$SERVER" -m "$model" -ngl "$NGL" "${T_SERVER[@]}" --parallel 1 -c "$ctx" --jinja --host 127.0.0.1 --port "$lport" \
+        >"$WORK/llama-server-agent.log" 2>&1 &
+    lpid=$!
+    sport=$(free_port)
+    "$SHEPHERD" --server --host 127.0.0.1 --port "$sport" "${T_SHEPHERD[@]}" --gpu-layers "$NGL" --context-size "$ctx" \
+        -m "$model" --no-prompt-cache >"$WORK/shepherd-agent.log" 2>&1 &
+    spid=$!
+    if wait_healthy "$lport" "$lpid" && wait_healthy "$sport" "$spid"; then
+        ROUNDS=1 $([ -n "$DRY" ] && echo "ANSWER_TOKENS=64 WRITE_TOKENS=64 REPEAT_TOKENS=64") \
+            $PYTHON scripts/bench_agent.py "$WORK/agent-request.json" "$model" "llama-server=http://127.0.0.1:$lport" \
+            "shepherd=http://127.0.0.1:$sport" 2>&1 | tee -a "$OUT/agent.txt" "$LOG" >&2
+    else
+        say "a server did not come up: llama-server $(tail -3 "$WORK/llama-server-agent.log" | tr '\n' ' ') / shepherd $(tail -3 "$WORK/shepherd-agent.log" | tr '\n' ' ')"
+    fi
+    kill "$lpid" "$spid" 2>/dev/null
+    wait "$lpid" "$spid" 2>/dev/null
+}
+
 # The measurements, most wanted first (STEPS picks some: a second call on a warm
 # machine runs what the first had no time for).
-STEPS=${STEPS:-$([ -n "$DRY" ] && echo "bench-default servers-2 bench-on" || echo "bench-default servers-16 bench-on servers-4")}
+STEPS=${STEPS:-$([ -n "$DRY" ] && echo "bench-default servers-2 agent bench-on" || echo "bench-default servers-16 agent bench-on servers-4")}
 for s in $STEPS; do
     case $s in
         bench-*) bench_pair "${s#bench-}" ;;
         servers-*) servers "${s#servers-}" ;;
+        agent) agent ;;
         *) say "unknown step $s" ;;
     esac
 done
