@@ -166,6 +166,25 @@ fn tool_round_trip_emits_call_result_and_answer() {
     assert_eq!(second.messages[2].tool_call_id.as_deref(), Some("c1"));
 }
 
+/// A reply that ends at its length limit inside a call runs none of its calls:
+/// the turn ends as `Length` after one generation, and the session keeps no call.
+#[test]
+fn a_call_cut_at_the_length_limit_never_runs() {
+    let mut cut = calls(&["c1"]).unwrap();
+    cut.finish = FinishReason::Length;
+    cut.tool_calls[0].arguments = Value::String(r#"{"tz": "Europe/Par"#.into());
+    let (backend, seen) = scripted(vec![Ok(cut), text("never asked")]);
+    let agent = spawn(backend, 10);
+    let (events, reason) = run(&agent, "time?");
+    assert_eq!(reason, FinishReason::Length);
+    assert!(!events
+        .iter()
+        .any(|e| matches!(e, Event::ToolCall(_) | Event::ToolResult(_))));
+    assert_eq!(seen.lock().unwrap().len(), 1, "no second generation");
+    let session = snapshot(&agent);
+    assert!(session.messages.iter().all(|m| m.tool_calls.is_empty()));
+}
+
 #[test]
 fn round_cap_stops_a_looping_model() {
     let (backend, seen) = scripted(vec![calls(&["a"]), calls(&["b"]), calls(&["c"])]);

@@ -148,9 +148,10 @@ impl Turn<'_> {
     }
 
     /// The calls this turn runs and the ones it hands back. A cancelled reply
-    /// runs none.
+    /// runs none, nor does one whose calls end at the length limit: its last call
+    /// is one the model did not finish (the finish rule of `backend::ending`).
     fn split_calls(&self, reply: &Reply) -> (Vec<ToolCall>, Vec<ToolCall>) {
-        if reply.finish == FinishReason::Cancelled {
+        if matches!(reply.finish, FinishReason::Cancelled | FinishReason::Length) {
             return (Vec::new(), reply.tool_calls.clone());
         }
         reply

@@ -10,7 +10,7 @@
 
 use super::{Reply, Usage};
 use crate::core::{Artefact, Event, EventSink, FinishReason, Flow, Stats, ToolCall};
-use crate::stream::filter::OutputFilter;
+use crate::stream::filter::{cut_notice, OutputFilter, TextEnd};
 use crate::stream::toolcall::ensure_ids;
 
 /// What a backend read besides the text: the parts of its reply that are not
@@ -43,11 +43,15 @@ pub fn counted_stats(usage: Option<Usage>, context_size: u64) -> Stats {
     }
 }
 
-/// The one finish rule: a reply with tool calls ends for them; one announced
-/// as calls whose calls did not survive parsing (or with no reason at all)
-/// simply stopped; any other reason the provider gave stands.
-pub fn finish_reason(has_calls: bool, reported: Option<FinishReason>) -> FinishReason {
+/// The one finish rule: a reply cut inside a call (`cut`: its last call is one
+/// the model did not finish) ended at its length, and runs no call; a reply with
+/// tool calls ends for them; one announced as calls whose calls did not survive
+/// parsing (or with no reason at all) simply stopped; any other reason the
+/// provider gave stands.
+pub fn finish_reason(has_calls: bool, cut: bool, reported: Option<FinishReason>) -> FinishReason {
     match reported {
+        Some(FinishReason::Cancelled) if cut => FinishReason::Cancelled,
+        _ if cut => FinishReason::Length,
         _ if has_calls => FinishReason::ToolCalls,
         Some(FinishReason::ToolCalls) | None => FinishReason::Stop,
         Some(reason) => reason,
@@ -61,9 +65,19 @@ pub fn assemble(
     ending: Ending,
     sink: &mut dyn EventSink,
 ) -> Option<Reply> {
-    if filter.finish(sink) == Flow::Cancel {
+    let end = match ending.finish {
+        Some(FinishReason::Stop | FinishReason::ToolCalls) | None => TextEnd::Model,
+        Some(_) => TextEnd::Cut,
+    };
+    if filter.finish_as(end, sink) == Flow::Cancel {
         return None;
     }
+    // A provider's own call at the length limit is one it did not finish.
+    let native_cut = ending.finish == Some(FinishReason::Length) && !ending.calls.is_empty();
+    if let Some(call) = ending.calls.last().filter(|_| native_cut) {
+        sink.emit(Event::System(cut_notice(&call.name)));
+    }
+    let cut = native_cut || filter.cut_call();
     let mut tool_calls = ending.calls;
     tool_calls.extend(filter.take_tool_calls().into_iter().map(|mut call| {
         call.id.clear();
@@ -77,7 +91,7 @@ pub fn assemble(
     Some(Reply {
         content: filter.content().to_string(),
         thinking: ending.thinking + filter.thinking(),
-        finish: finish_reason(!tool_calls.is_empty(), ending.finish),
+        finish: finish_reason(!tool_calls.is_empty(), cut, ending.finish),
         tool_calls,
         usage: ending.usage,
         artefacts: ending.artefacts,
@@ -97,13 +111,17 @@ pub fn finish_local(reply: &mut Reply, filter: &mut OutputFilter) {
         return;
     }
     reply.tool_calls = filter.take_tool_calls();
-    reply.finish = finish_reason(!reply.tool_calls.is_empty(), Some(reply.finish));
+    reply.finish = finish_reason(
+        !reply.tool_calls.is_empty(),
+        filter.cut_call(),
+        Some(reply.finish),
+    );
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     #[test]
     fn one_finish_rule_for_every_dialect() {
@@ -112,22 +130,88 @@ mod tests {
         // dialects' words: OpenAI finish_reason, Anthropic stop_reason, Gemini
         // finishReason, Ollama done_reason.
         let table = [
-            (true, None, ToolCalls),         // calls, no reason (a cut stream)
-            (true, Some(Stop), ToolCalls),   // "stop" / "end_turn" / "STOP" beside calls
-            (true, Some(Length), ToolCalls), // calls parsed from a cut-off text
-            (false, Some(ToolCalls), Stop),  // "tool_calls" / "tool_use", none survived
-            (false, None, Stop),             // no reason at all
-            (false, Some(Stop), Stop),       // "stop" / "end_turn" / "STOP"
-            (false, Some(Length), Length),   // "length" / "max_tokens" / "MAX_TOKENS"
-            (false, Some(Error), Error),     // "content_filter" / "SAFETY" mapped to an error
+            (true, false, None, ToolCalls), // calls, no reason (a cut stream)
+            (true, false, Some(Stop), ToolCalls), // "stop" / "end_turn" / "STOP" beside calls
+            (true, false, Some(Length), ToolCalls), // whole calls, then text cut off
+            (true, true, Some(Length), Length), // the text ended inside a call
+            (true, true, Some(Stop), Length), // a stop string cut a call
+            (true, true, Some(Cancelled), Cancelled), // cancelled inside a call
+            (false, false, Some(ToolCalls), Stop), // "tool_calls" / "tool_use", none survived
+            (false, false, None, Stop),     // no reason at all
+            (false, false, Some(Stop), Stop), // "stop" / "end_turn" / "STOP"
+            (false, false, Some(Length), Length), // "length" / "max_tokens" / "MAX_TOKENS"
+            (false, false, Some(Error), Error), // "content_filter" / "SAFETY" mapped to an error
         ];
-        for (calls, reported, expected) in table {
+        for (calls, cut, reported, expected) in table {
             assert_eq!(
-                finish_reason(calls, reported),
+                finish_reason(calls, cut, reported),
                 expected,
-                "{calls} {reported:?}"
+                "{calls} {cut} {reported:?}"
             );
         }
+    }
+
+    /// A provider's stream cut at its length limit inside a call, native or in the
+    /// text: the reply ends `Length` (the agent runs none of its calls), the cut
+    /// call keeps its arguments as written, and a notice names it.
+    #[test]
+    fn a_reply_cut_inside_a_call_ends_at_its_length() {
+        let tools = [crate::core::ToolSpec {
+            name: "bash".into(),
+            description: String::new(),
+            parameters: json!({"type": "object"}),
+        }];
+        // A native call whose arguments the length limit cut.
+        let mut filter = OutputFilter::for_tools(&tools);
+        let mut events = Vec::new();
+        let cut = ToolCall {
+            id: "call_1".into(),
+            name: "bash".into(),
+            arguments: Value::String(r#"{"command": "rm -rf /tm"#.into()),
+        };
+        let ending = Ending {
+            calls: vec![cut.clone()],
+            finish: Some(FinishReason::Length),
+            ..Ending::default()
+        };
+        let reply = assemble(&mut filter, ending, &mut events).unwrap();
+        assert_eq!(reply.finish, FinishReason::Length);
+        assert_eq!(reply.tool_calls[0].arguments, cut.arguments);
+        assert!(events
+            .iter()
+            .any(|e| matches!(e, Event::System(n) if n.contains("bash") && n.contains("not run"))));
+        // Qwen3-Coder's XML in the text, cut inside a value.
+        let mut filter = OutputFilter::for_tools(&tools);
+        let mut events = Vec::new();
+        filter.push(
+            "<tool_call>\n<function=bash>\n<parameter=command>\nrm -rf /tm",
+            &mut events,
+        );
+        let ending = Ending {
+            finish: Some(FinishReason::Length),
+            ..Ending::default()
+        };
+        let reply = assemble(&mut filter, ending, &mut events).unwrap();
+        assert_eq!(reply.finish, FinishReason::Length);
+        assert_eq!(
+            reply.tool_calls[0].arguments,
+            Value::String(r#"{"command":"rm -rf /tm"#.into())
+        );
+        // The same text ended by the model: its call (its closing tags are the end
+        // of the turn) runs.
+        let mut filter = OutputFilter::for_tools(&tools);
+        let mut events = Vec::new();
+        filter.push(
+            "<tool_call>\n<function=bash>\n<parameter=command>\nls",
+            &mut events,
+        );
+        let ending = Ending {
+            finish: Some(FinishReason::Stop),
+            ..Ending::default()
+        };
+        let reply = assemble(&mut filter, ending, &mut events).unwrap();
+        assert_eq!(reply.finish, FinishReason::ToolCalls);
+        assert_eq!(reply.tool_calls[0].arguments, json!({"command": "ls"}));
     }
 
     #[test]

@@ -8,6 +8,7 @@
 
 #![allow(unsafe_code)] // FFI module: every block carries a `// SAFETY:` comment.
 
+use std::collections::VecDeque;
 use std::ffi::{CStr, CString};
 use std::ptr::NonNull;
 
@@ -218,6 +219,9 @@ struct Waiting {
     /// The output's last bytes: fewer than the trigger's, or, once the trigger is
     /// found, the text from it on (until it is whole UTF-8).
     tail: Vec<u8>,
+    /// The last tokens, oldest first, with their pieces' lengths: the tail is the
+    /// end of their pieces (the first may lie partly before it).
+    tokens: VecDeque<(Token, usize)>,
     /// The bytes the last token's watch examined (bounded by the trigger's length and
     /// one piece, whatever the length of the reply).
     examined: usize,
@@ -231,45 +235,70 @@ impl Waiting {
             .piece_bytes(token, true)
             .map_err(|_| SamplerError::Failed("grammar trigger: token piece"))?;
         self.tail.extend_from_slice(&piece);
+        self.tokens.push_back((token, piece.len()));
         self.examined = self.tail.len();
         let Some(at) = find(&self.tail, &self.trigger) else {
             let keep = self.trigger.len().saturating_sub(1);
-            let cut = self.tail.len().saturating_sub(keep);
-            self.tail.drain(..cut);
+            self.drop_front(self.tail.len().saturating_sub(keep));
             return Ok(None);
         };
-        self.tail.drain(..at);
+        self.drop_front(at);
         let text = match std::str::from_utf8(&self.tail) {
             Ok(text) => text.to_string(),
             // A character split between tokens: the next token completes it.
             Err(e) if e.error_len().is_none() => return Ok(None),
             Err(_) => {
-                self.tail.clear();
+                self.drop_front(self.tail.len());
                 return Ok(None);
             }
         };
-        self.tail.clear();
+        // The output's own tokens when the trigger starts one (the usual case: a
+        // marker starts a token), else the text tokenized again.
+        let covered: usize = self.tokens.iter().map(|&(_, len)| len).sum();
+        let own =
+            (covered == self.tail.len()).then(|| self.tokens.iter().map(|&(t, _)| t).collect());
+        self.drop_front(self.tail.len());
         let stage = match self.fresh.take() {
             Some(stage) => stage,
             None => Stage::grammar(model, &self.grammar)?,
         };
-        Ok(start(model, stage, &text))
+        Ok(start(model, stage, &text, own))
+    }
+
+    /// Forgets the tail's first `n` bytes, and the tokens wholly before what is left.
+    fn drop_front(&mut self, n: usize) {
+        self.tail.drain(..n);
+        let mut covered: usize = self.tokens.iter().map(|&(_, len)| len).sum();
+        while let Some(&(_, len)) = self.tokens.front() {
+            if covered - len < self.tail.len() {
+                break;
+            }
+            covered -= len;
+            self.tokens.pop_front();
+        }
     }
 }
 
-/// `stage` advanced over `text` (the trigger and what followed it), token by token
-/// as the tokenizer splits it: a grammar state depends on the text alone. `None`
-/// when the text does not fit the grammar (the model's own markup, left free, as
-/// the output filter then reads it) or does not tokenize back to itself.
-fn start(model: &Model, mut stage: Stage, text: &str) -> Option<Stage> {
-    let tokens = model.tokenize(text, false).ok()?;
-    let mut pieces = Vec::with_capacity(text.len());
-    for &token in &tokens {
-        pieces.extend(model.piece_bytes(token, true).ok()?);
-    }
-    if pieces != text.as_bytes() {
-        return None;
-    }
+/// `stage` advanced over `text` (the trigger and what followed it): over `own`, the
+/// output's tokens that spell it, or else token by token as the tokenizer splits it
+/// (a grammar state depends on the text alone). `None` when the text does not fit
+/// the grammar (the model's own markup, left free, as the output filter then reads
+/// it) or does not tokenize back to itself.
+fn start(model: &Model, mut stage: Stage, text: &str, own: Option<Vec<Token>>) -> Option<Stage> {
+    let tokens = match own {
+        Some(tokens) => tokens,
+        None => {
+            let tokens = model.tokenize(text, false).ok()?;
+            let mut pieces = Vec::with_capacity(text.len());
+            for &token in &tokens {
+                pieces.extend(model.piece_bytes(token, true).ok()?);
+            }
+            if pieces != text.as_bytes() {
+                return None;
+            }
+            tokens
+        }
+    };
     for token in tokens {
         if !stage.allows(token) {
             return None;
@@ -385,6 +414,7 @@ impl Sampler {
                     fresh: Some(stage),
                     trigger: trigger.as_bytes().to_vec(),
                     tail: Vec::new(),
+                    tokens: VecDeque::new(),
                     examined: 0,
                 })),
                 _ => Grammar::Active(stage),
@@ -804,6 +834,30 @@ mod tests {
         let text = String::from_utf8(text).unwrap();
         assert!(text.starts_with("The answer is "), "{text:?}");
         assert!(text.ends_with('.'), "{text:?}");
+    }
+
+    /// A bias that bans every token the grammar allows leaves nothing to pick: an
+    /// error for the request, not an abort of the process (llama.cpp's grammar aborts
+    /// on accepting a token it refuses, which the chain's pick then was).
+    #[test]
+    fn a_grammar_left_nothing_by_the_biases_is_an_error() {
+        let model = crate::llama::test_model();
+        let mut ctx = Context::new(&model, &crate::llama::test_context_params(256, 1)).unwrap();
+        let a = model.tokenize_plain("a").unwrap()[0];
+        let params = SamplerParams {
+            temperature: 0.0,
+            grammar: Some(r#"root ::= "a""#.into()),
+            logit_bias: vec![(a, f32::NEG_INFINITY)],
+            ..Default::default()
+        };
+        let mut sampler = Sampler::new(&model, &params).unwrap();
+        let mut batch = Batch::new(64).unwrap();
+        for (i, &t) in model.tokenize("Hello", false).unwrap().iter().enumerate() {
+            batch.push_seq(t, i, 0, true).unwrap();
+        }
+        ctx.decode(&batch).unwrap();
+        let last = batch.len() - 1;
+        assert!(sampler.sample_at(&mut ctx, last).is_err());
     }
 
     fn check_params(params: SamplerParams, ok: bool) {

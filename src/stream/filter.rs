@@ -19,6 +19,7 @@ use super::format::{
 use super::textcalls::{self, Offered};
 use super::toolcall::ensure_ids;
 use crate::core::{Event, EventSink, Flow, ToolCall, ToolSpec};
+use serde_json::Value;
 
 /// Held tool-call text beyond this size is shown as text instead.
 const MAX_HELD_BYTES: usize = 4 * 1024 * 1024;
@@ -110,6 +111,23 @@ pub struct OutputFilter {
     visible: String,
     thinking: String,
     tool_calls: Vec<ToolCall>,
+    /// The text ended inside the last of `tool_calls` (see [`OutputFilter::finish_as`]).
+    cut_call: bool,
+}
+
+/// The notice for a call to `name` the model did not finish.
+pub fn cut_notice(name: &str) -> String {
+    format!("the call to {name} was cut off before the model finished it (at the length limit or a stop); it was not run")
+}
+
+/// How a reply's text came to its end, for [`OutputFilter::finish_as`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TextEnd {
+    /// The model ended it: its end-of-turn token, or the provider's own end of
+    /// the stream.
+    Model,
+    /// It was cut: the length limit, a stop string of the request, a cancel.
+    Cut,
 }
 
 impl OutputFilter {
@@ -143,6 +161,7 @@ impl OutputFilter {
             visible: String::new(),
             thinking: String::new(),
             tool_calls: Vec::new(),
+            cut_call: false,
         }
     }
 
@@ -177,9 +196,19 @@ impl OutputFilter {
         self.process(sink)
     }
 
-    /// Ends the text: whatever is held is resolved (a tool call whose closing
-    /// tag never came is still parsed) and emitted.
+    /// Ends text the model ended itself: whatever is held is resolved (a call
+    /// whose format has no closing tag, or whose closing tag is the end of the
+    /// turn, ends with the text) and emitted.
     pub fn finish(&mut self, sink: &mut dyn EventSink) -> Flow {
+        self.finish_as(TextEnd::Model, sink)
+    }
+
+    /// Ends the text as `end` says. Cut text (the length limit, a stop string, a
+    /// cancel) holding call markup ends inside a call the model did not finish:
+    /// that call never runs. It is kept, its arguments as far as the model wrote
+    /// them (never closed into a whole value), for an API client to see with
+    /// finish reason `length`, and a notice names it.
+    pub fn finish_as(&mut self, end: TextEnd, sink: &mut dyn EventSink) -> Flow {
         if self.process(sink) == Flow::Cancel {
             return Flow::Cancel;
         }
@@ -193,10 +222,17 @@ impl OutputFilter {
                 Flow::Continue
             }
             Mode::Code => self.code(&rest, sink),
+            Mode::Markup { .. } if end == TextEnd::Cut => self.cut_markup(&rest, sink),
             Mode::Markup { .. } => self.resolve_markup(&rest, sink),
         };
         ensure_ids(&mut self.tool_calls);
         flow
+    }
+
+    /// Whether the text ended inside a call (see [`OutputFilter::finish_as`]): the
+    /// last of the tool calls is that unfinished one, and no call may run.
+    pub fn cut_call(&self) -> bool {
+        self.cut_call
     }
 
     /// The text the user saw, code fences included, as the model wrote it.
@@ -482,17 +518,45 @@ impl OutputFilter {
         }
     }
 
-    fn resolve_markup(&mut self, markup: &str, sink: &mut dyn EventSink) -> Flow {
+    /// The calls held `markup` writes, read as if it were whole.
+    fn parse_held(&mut self, markup: &str) -> Option<Vec<ToolCall>> {
         let learnt = self
             .learnt
             .filter(|l| markup.trim_start().starts_with(l.marker));
-        let parsed = match (self.recipient.take(), learnt) {
+        match (self.recipient.take(), learnt) {
             (Some(name), _) => textcalls::parse_addressed(&name, markup, &self.tools),
             (None, Some(learnt)) => learnt
                 .read(markup)
                 .and_then(|calls| textcalls::named_calls(calls, &self.tools)),
             (None, None) => textcalls::parse_markup(markup, &self.tools),
+        }
+    }
+
+    /// Markup the text ended inside: a call the model did not finish (see
+    /// [`OutputFilter::finish_as`]). Its arguments stay as far as written: the
+    /// value read as if whole, without the closing the model never wrote.
+    fn cut_markup(&mut self, markup: &str, sink: &mut dyn EventSink) -> Flow {
+        let calls: Vec<ToolCall> = match self.parse_held(markup) {
+            Some(calls) => calls
+                .into_iter()
+                .map(|call| ToolCall {
+                    arguments: Value::String(textcalls::unclosed(&call.arguments)),
+                    ..call
+                })
+                .collect(),
+            // JSON cut short does not parse: its name and its text as written.
+            None => textcalls::cut_json_call(markup, &self.tools)
+                .into_iter()
+                .collect(),
         };
+        let notice = cut_notice(calls.last().map_or("a tool", |c| c.name.as_str()));
+        self.cut_call = true;
+        self.tool_calls.extend(calls);
+        sink.emit(Event::System(notice))
+    }
+
+    fn resolve_markup(&mut self, markup: &str, sink: &mut dyn EventSink) -> Flow {
+        let parsed = self.parse_held(markup);
         match parsed {
             Some(calls) => {
                 self.tool_calls.extend(calls);
@@ -776,6 +840,81 @@ mod tests {
         let chars: Vec<String> = input.chars().map(String::from).collect();
         let chars: Vec<&str> = chars.iter().map(String::as_str).collect();
         assert_eq!(run(&chars), whole, "{input:?} char by char");
+    }
+
+    /// A reply cut inside a call (the length limit, a stop string) yields no
+    /// runnable call: the call is kept with its arguments as far as written, the
+    /// filter says it was cut, and a notice names it; split at every byte alike.
+    /// Ended by the model itself, the same text is a call (formats whose call has
+    /// no closing tag end it with the turn).
+    #[test]
+    fn a_call_the_text_was_cut_inside_is_never_a_call_to_run() {
+        let cases: &[(&str, &str, &str)] = &[
+            // Qwen3-Coder's XML parameters, cut inside a value.
+            (
+                "Checking.\n<tool_call>\n<function=bash>\n<parameter=command>\nrm -rf /tm",
+                "bash",
+                r#"{"command":"rm -rf /tm"#,
+            ),
+            // Hermes JSON, cut inside the arguments: they do not parse.
+            (
+                "<tool_call>\n{\"name\": \"bash\", \"arguments\": {\"command\": \"rm -rf /tm",
+                "bash",
+                r#"{"command": "rm -rf /tm"#,
+            ),
+        ];
+        for &(text, name, arguments) in cases {
+            for at in 0..=text.len() {
+                if !text.is_char_boundary(at) {
+                    continue;
+                }
+                let mut filter = OutputFilter::new(names());
+                let mut events = Vec::new();
+                for chunk in [&text[..at], &text[at..]] {
+                    assert_eq!(filter.push(chunk, &mut events), Flow::Continue);
+                }
+                assert_eq!(filter.finish_as(TextEnd::Cut, &mut events), Flow::Continue);
+                assert!(filter.cut_call(), "{text:?} split at {at}");
+                let notices: Vec<&Event> = events
+                    .iter()
+                    .filter(|e| matches!(e, Event::System(_)))
+                    .collect();
+                assert!(
+                    matches!(notices[..], [Event::System(n)] if n.contains(name) && n.contains("not run")),
+                    "{text:?} split at {at}: {notices:?}"
+                );
+                let calls = filter.take_tool_calls();
+                assert_eq!(calls.len(), 1, "{text:?} split at {at}");
+                assert_eq!(calls[0].name, name);
+                assert_eq!(
+                    calls[0].arguments,
+                    Value::String(arguments.into()),
+                    "{text:?}"
+                );
+                assert!(
+                    !filter.content().contains("rm -rf"),
+                    "{:?}",
+                    filter.content()
+                );
+            }
+            // The model's own end: the XML call is whole as far as it goes (its
+            // closing tags are the end of the turn); the cut JSON is no call.
+            let mut filter = OutputFilter::new(names());
+            let mut events = Vec::new();
+            filter.push(text, &mut events);
+            filter.finish_as(TextEnd::Model, &mut events);
+            assert!(!filter.cut_call());
+        }
+        // Whole calls before the cut stay whole; text after them cut is no call.
+        let mut filter = OutputFilter::new(names());
+        let mut events = Vec::new();
+        filter.push(
+            "<tool_call>\n{\"name\": \"read\", \"arguments\": {}}\n</tool_call>\nand then",
+            &mut events,
+        );
+        filter.finish_as(TextEnd::Cut, &mut events);
+        assert!(!filter.cut_call());
+        assert_eq!(filter.take_tool_calls().len(), 1);
     }
 
     #[test]

@@ -146,6 +146,35 @@ pub fn named_calls(calls: Vec<(String, Value)>, tools: &[Offered]) -> Option<Vec
     validate(calls.collect(), tools)
 }
 
+/// The arguments of a call the model did not finish, as far as it wrote them:
+/// `value` (read from the cut text as if whole) as JSON text without the
+/// closing the model never wrote (`{"city": "Par"}` was `{"city": "Par`).
+pub fn unclosed(value: &Value) -> String {
+    let text = value.to_string();
+    let open = text.trim_end_matches(['}', ']']);
+    open.strip_suffix('"').unwrap_or(open).to_string()
+}
+
+/// A JSON call cut before its end (`{"name": "bash", "arguments": {"command": "ls -`):
+/// its name, when it names an offered tool, and its arguments' text exactly as far
+/// as written (empty when the cut came before them).
+pub fn cut_json_call(text: &str, tools: &[Offered]) -> Option<ToolCall> {
+    let after_key = |key: &str| {
+        let at = text.find(&format!("\"{key}\""))? + key.len() + 2;
+        let rest = text[at..].trim_start().strip_prefix(':')?;
+        Some(rest.trim_start())
+    };
+    let named = after_key("name")?.strip_prefix('"')?;
+    let name = &named[..named.find('"')?];
+    let arguments = after_key("arguments")
+        .or_else(|| after_key("parameters"))
+        .unwrap_or("");
+    let mut calls = validate(vec![call(name, Value::Null)], tools)?;
+    let mut found = calls.pop()?;
+    found.arguments = Value::String(arguments.trim_end().to_string());
+    Some(found)
+}
+
 /// Parses a bare JSON call `{"name": …, "arguments"|"parameters": {…}}`.
 pub fn parse_json_call(text: &str, tools: &[Offered]) -> Option<ToolCall> {
     let call = parse_json_object(text)?;

@@ -64,7 +64,7 @@ use crate::core::{
     BackendError, Event, EventSink, FinishReason, Flow, Message, Session, Stats, TokenLogprobs,
 };
 use crate::llama::{CacheType, GpuSplit, LoadProgress, Model, ModelParams, Pooling};
-use crate::stream::filter::OutputFilter;
+use crate::stream::filter::{OutputFilter, TextEnd};
 use crate::template::{self, ChatTemplate, TemplateMessage};
 use crate::util::dirs::{model_cache_dir, DEFAULT_MODEL_FILE};
 pub use model::{EmbedInput, LocalModel, ModelError, ModelProps};
@@ -231,8 +231,9 @@ enum WorkerMsg {
     Text(String),
     /// The probabilities of the tokens whose text comes next; not answered.
     Logprobs(Vec<TokenLogprobs>),
-    /// The generation's figures, after its last text; answered with a [`Flow`].
-    Stats(Stats),
+    /// The generation's figures, after its last text, and how the text ended;
+    /// answered with a [`Flow`].
+    Stats(Stats, TextEnd),
     Done(Result<Reply, BackendError>),
 }
 
@@ -462,7 +463,7 @@ impl LlamaBackend {
                     stopped = answer == Flow::Cancel;
                     let _ = pending.flow.send(answer);
                 }
-                Ok(message @ (WorkerMsg::Text(_) | WorkerMsg::Stats(_))) => {
+                Ok(message @ (WorkerMsg::Text(_) | WorkerMsg::Stats(..))) => {
                     flush_held(&mut held, &mut filter, sink);
                     let mut answer = match message {
                         WorkerMsg::Text(text) => show(text, &mut filter, sink),
@@ -538,16 +539,16 @@ fn show(text: String, filter: &mut Option<OutputFilter>, sink: &mut dyn EventSin
 
 /// The generation's figures, after whatever the filter still holds.
 fn close(message: WorkerMsg, filter: &mut Option<OutputFilter>, sink: &mut dyn EventSink) -> Flow {
+    let WorkerMsg::Stats(stats, end) = message else {
+        return Flow::Continue;
+    };
     if filter
         .as_mut()
-        .is_some_and(|f| f.finish(sink) == Flow::Cancel)
+        .is_some_and(|f| f.finish_as(end, sink) == Flow::Cancel)
     {
         return Flow::Cancel;
     }
-    match message {
-        WorkerMsg::Stats(stats) => sink.emit(Event::Stats(stats)),
-        _ => Flow::Continue,
-    }
+    sink.emit(Event::Stats(stats))
 }
 
 /// The reply with the filter's view of the text: visible content, thinking, tool calls.

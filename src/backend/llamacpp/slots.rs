@@ -67,7 +67,7 @@ use super::{
 use crate::backend::local::{self, overflow, render, StopMatcher};
 use crate::core::{Message, Stats, TokenLogprobs, TokenProb};
 use crate::llama::{self, utf8::Utf8Stream, Batch, Context, ContextParams, Model, Sampler, Token};
-use crate::stream::filter::OutputFilter;
+use crate::stream::filter::{OutputFilter, TextEnd};
 use crate::stream::format;
 use crate::template::{self, ChatTemplate, TemplateMessage};
 

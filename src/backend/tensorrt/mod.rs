@@ -40,7 +40,7 @@ use super::{Backend, BackendInfo, GenerateRequest, Reply, Sampling, ToolChoice, 
 use crate::core::{
     BackendError, Event, EventSink, FinishReason, Flow, Message, Session, Stats, ToolSpec,
 };
-use crate::stream::filter::OutputFilter;
+use crate::stream::filter::{OutputFilter, TextEnd};
 use crate::stream::format::{self, PromptEnd};
 use crate::template::{self, ChatTemplate};
 
@@ -426,7 +426,14 @@ impl Turn {
                 let held = std::mem::take(&mut self.held);
                 self.filter.push(&held, sink);
             }
-            self.filter.finish(sink);
+            // An end-of-turn id is the model's own end; a stop string or the
+            // length cut the text (a call it holds was not finished).
+            let end = if self.finish == FinishReason::Stop && !self.cut {
+                TextEnd::Model
+            } else {
+                TextEnd::Cut
+            };
+            self.filter.finish_as(end, sink);
         }
         let stats = self.stats(n_prompt, n_ctx);
         sink.emit(Event::Stats(stats.clone()));

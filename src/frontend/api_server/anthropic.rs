@@ -291,7 +291,7 @@ pub struct Answer {
 }
 
 fn stop_reason(reply: &Reply) -> &'static str {
-    if !reply.tool_calls.is_empty() {
+    if !reply.tool_calls.is_empty() && reply.finish != FinishReason::Length {
         return "tool_use";
     }
     match (reply.finish, &reply.stop_sequence) {

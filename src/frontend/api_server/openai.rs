@@ -550,13 +550,16 @@ pub struct Answer {
     pub logprobs: bool,
 }
 
-/// OpenAI's name for how the reply ended.
+/// OpenAI's name for how the reply ended: `length` wins over calls (the last
+/// one is then cut, its arguments as far as the model wrote them).
 pub fn finish_reason(reply: &Reply) -> &'static str {
+    if reply.finish == FinishReason::Length {
+        return "length";
+    }
     if !reply.tool_calls.is_empty() {
         return "tool_calls";
     }
     match reply.finish {
-        FinishReason::Length => "length",
         FinishReason::ToolCalls => "tool_calls",
         _ => "stop",
     }

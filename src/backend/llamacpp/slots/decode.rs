@@ -405,6 +405,14 @@ impl Worker<'_> {
         }
         // A whole answer (or one cut at its length): the user's turn comes next.
         let answered = matches!(reason, FinishReason::Stop | FinishReason::Length);
+        // The model ended its text itself (its end of turn, or the template's own
+        // stop text), or the text was cut (the length, a stop string of the request).
+        let user_stop = |s: &&str| task.job.sampling.stop.iter().any(|u| u == s);
+        let stop_sequence = task.stops.matched().filter(user_stop).map(String::from);
+        let end = match reason {
+            FinishReason::Stop if stop_sequence.is_none() => TextEnd::Model,
+            _ => TextEnd::Cut,
+        };
         let chat = match &mut task.job.prompt {
             Prompt::Chat(conversation) => Some(std::mem::take(conversation)),
             Prompt::Raw(_) => None,
@@ -412,7 +420,7 @@ impl Worker<'_> {
         slot.next_turn = chat
             .filter(|_| answered && !task.forced_tools)
             .map(|mut conversation| {
-                let answer = answer_message(&task.text, &task.job.tools, task.report);
+                let answer = answer_message(&task.text, &task.job.tools, task.report, end);
                 conversation.extend(template::conversation("", &[answer]));
                 let tools = match task.job.tool_choice {
                     ToolChoice::None => Vec::new(),
@@ -441,9 +449,8 @@ impl Worker<'_> {
         };
         let reply = finish_reply(task.forced_tools, std::mem::take(&mut task.text), reason);
         let reply = reply.map(|mut reply| {
-            let user_stop = |s: &&str| task.job.sampling.stop.iter().any(|u| u == s);
-            reply.stop_sequence = task.stops.matched().filter(user_stop).map(String::from);
-            let _ = task.job.events.send(WorkerMsg::Stats(stats.clone()));
+            reply.stop_sequence = stop_sequence;
+            let _ = task.job.events.send(WorkerMsg::Stats(stats.clone(), end));
             reply.usage = Some(Usage {
                 prompt_tokens: stats.prompt_tokens,
                 completion_tokens: stats.completion_tokens,
@@ -521,10 +528,16 @@ pub(super) fn token_logprobs(
     }
 }
 
-/// The assistant message the agent will store for `text`: what the output filter
-/// makes of it (content, reasoning, calls with ids), so the next turn's prompt is
-/// rendered as it will be asked for.
-pub(super) fn answer_message(text: &str, tools: &[ToolSpec], report: PrefillReport) -> Message {
+/// The assistant message the agent will store for `text`, which ended as `end`:
+/// what the output filter makes of it (content, reasoning, calls with ids; none
+/// when the text ended inside a call, which the agent then does not run), so the
+/// next turn's prompt is rendered as it will be asked for.
+pub(super) fn answer_message(
+    text: &str,
+    tools: &[ToolSpec],
+    report: PrefillReport,
+    end: TextEnd,
+) -> Message {
     let mut filter = OutputFilter::for_tools(tools);
     if let Some(end) = report.prompt_end {
         filter.after_prompt(end);
@@ -534,11 +547,13 @@ pub(super) fn answer_message(text: &str, tools: &[ToolSpec], report: PrefillRepo
     }
     let mut ignore = |_: Event| Flow::Continue;
     filter.push(text, &mut ignore);
-    filter.finish(&mut ignore);
+    filter.finish_as(end, &mut ignore);
     let mut message = Message::assistant(filter.content());
     if !filter.thinking().is_empty() {
         message.thinking = Some(filter.thinking().to_string());
     }
-    message.tool_calls = filter.take_tool_calls();
+    if !filter.cut_call() {
+        message.tool_calls = filter.take_tool_calls();
+    }
     message
 }
