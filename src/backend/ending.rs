@@ -181,17 +181,18 @@ mod tests {
             .iter()
             .any(|e| matches!(e, Event::System(n) if n.contains("bash") && n.contains("not run"))));
         // Qwen3-Coder's XML in the text, cut inside a value.
-        let mut filter = OutputFilter::for_tools(&tools);
-        let mut events = Vec::new();
-        filter.push(
-            "<tool_call>\n<function=bash>\n<parameter=command>\nrm -rf /tm",
-            &mut events,
-        );
-        let ending = Ending {
-            finish: Some(FinishReason::Length),
-            ..Ending::default()
+        let text = |text: &str, finish| {
+            let mut filter = OutputFilter::for_tools(&tools);
+            let mut events = Vec::new();
+            filter.push(text, &mut events);
+            let ending = Ending {
+                finish: Some(finish),
+                ..Ending::default()
+            };
+            assemble(&mut filter, ending, &mut events).unwrap()
         };
-        let reply = assemble(&mut filter, ending, &mut events).unwrap();
+        let xml = "<tool_call>\n<function=bash>\n<parameter=command>\n";
+        let reply = text(&format!("{xml}rm -rf /tm"), FinishReason::Length);
         assert_eq!(reply.finish, FinishReason::Length);
         assert_eq!(
             reply.tool_calls[0].arguments,
@@ -199,17 +200,7 @@ mod tests {
         );
         // The same text ended by the model: its call (its closing tags are the end
         // of the turn) runs.
-        let mut filter = OutputFilter::for_tools(&tools);
-        let mut events = Vec::new();
-        filter.push(
-            "<tool_call>\n<function=bash>\n<parameter=command>\nls",
-            &mut events,
-        );
-        let ending = Ending {
-            finish: Some(FinishReason::Stop),
-            ..Ending::default()
-        };
-        let reply = assemble(&mut filter, ending, &mut events).unwrap();
+        let reply = text(&format!("{xml}ls"), FinishReason::Stop);
         assert_eq!(reply.finish, FinishReason::ToolCalls);
         assert_eq!(reply.tool_calls[0].arguments, json!({"command": "ls"}));
     }

@@ -653,6 +653,19 @@ mod tests {
         }
     }
 
+    /// Decodes `user`'s question in SmolLM2's chat form on sequence 0, logits for its
+    /// last token; the batch (for the steps after it) and the prompt's length.
+    fn decode_prompt(ctx: &mut Context<'_>, user: &str) -> (Batch, usize) {
+        let text = format!("<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n");
+        let prompt = ctx.model().tokenize(&text, false).unwrap();
+        let mut batch = Batch::new(256).unwrap();
+        for (i, &t) in prompt.iter().enumerate() {
+            batch.push_seq(t, i, 0, i + 1 == prompt.len()).unwrap();
+        }
+        ctx.decode(&batch).unwrap();
+        (batch, prompt.len())
+    }
+
     /// The greedy fast path and llama.cpp's own greedy chain pick the same tokens on
     /// the real model, step after step.
     #[test]
@@ -667,19 +680,9 @@ mod tests {
         let mut chain = Sampler::new(&model, &greedy).unwrap();
         assert!(fast.pick.argmax);
         chain.pick.argmax = false;
-        let prompt = model
-            .tokenize(
-                "<|im_start|>user\nName three rivers.<|im_end|>\n<|im_start|>assistant\n",
-                false,
-            )
-            .unwrap();
-        let mut batch = Batch::new(256).unwrap();
-        for (i, &t) in prompt.iter().enumerate() {
-            batch.push_seq(t, i, 0, i + 1 == prompt.len()).unwrap();
-        }
-        ctx.decode(&batch).unwrap();
-        let mut at = prompt.len() - 1;
-        for pos in prompt.len()..prompt.len() + 40 {
+        let (mut batch, n_prompt) = decode_prompt(&mut ctx, "Name three rivers.");
+        let mut at = n_prompt - 1;
+        for pos in n_prompt..n_prompt + 40 {
             let token = fast.sample_at(&mut ctx, at).unwrap();
             assert_eq!(
                 chain.sample_at(&mut ctx, at).unwrap(),
@@ -793,20 +796,10 @@ mod tests {
             ..Default::default()
         };
         let mut sampler = Sampler::new(&model, &params).unwrap();
-        let prompt = model
-            .tokenize(
-                "<|im_start|>user\nWhat is six times seven?<|im_end|>\n<|im_start|>assistant\n",
-                false,
-            )
-            .unwrap();
-        let mut batch = Batch::new(256).unwrap();
-        for (i, &t) in prompt.iter().enumerate() {
-            batch.push_seq(t, i, 0, i + 1 == prompt.len()).unwrap();
-        }
-        ctx.decode(&batch).unwrap();
-        let mut at = prompt.len() - 1;
+        let (mut batch, n_prompt) = decode_prompt(&mut ctx, "What is six times seven?");
+        let mut at = n_prompt - 1;
         let mut text = Vec::new();
-        for pos in prompt.len()..prompt.len() + 20 {
+        for pos in n_prompt..n_prompt + 20 {
             // The masked pick, computed apart: the allowed token of highest logit.
             let logits = ctx.logits_at(at).unwrap().to_vec();
             let best = (0..model.n_vocab())
@@ -851,13 +844,8 @@ mod tests {
             ..Default::default()
         };
         let mut sampler = Sampler::new(&model, &params).unwrap();
-        let mut batch = Batch::new(64).unwrap();
-        for (i, &t) in model.tokenize("Hello", false).unwrap().iter().enumerate() {
-            batch.push_seq(t, i, 0, true).unwrap();
-        }
-        ctx.decode(&batch).unwrap();
-        let last = batch.len() - 1;
-        assert!(sampler.sample_at(&mut ctx, last).is_err());
+        let (_, n_prompt) = decode_prompt(&mut ctx, "Say a.");
+        assert!(sampler.sample_at(&mut ctx, n_prompt - 1).is_err());
     }
 
     fn check_params(params: SamplerParams, ok: bool) {

@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::fake_openai::{text_stream, tool_call_stream, Canned, FakeOpenAi};
-use crate::harness::{http_agent, wait_listening, Sandbox, TOKEN};
+use crate::harness::{http_agent, poll_until, wait_listening, Sandbox, TOKEN};
 use crate::tool_server::audit_lines;
 
 /// The model asks for `get_time`, then for `bash` (denied by the rules), then answers.
@@ -84,15 +84,22 @@ impl Running {
         Running { child, address }
     }
 
+    /// POSTs `body`; a 503 (`--server` listens before its backend is loaded, and
+    /// says so) is asked again, as a client honouring its Retry-After would.
     fn post(&self, path: &str, body: &Value) -> (u16, Value) {
-        let response = http_agent(Duration::from_secs(60))
-            .post(format!("{}{path}", self.address))
-            .header("Content-Type", "application/json")
-            .send(body.to_string())
-            .expect("an answer");
-        let status = response.status().as_u16();
-        let text = response.into_body().read_to_string().unwrap_or_default();
-        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+        let mut answer = (0, Value::Null);
+        poll_until(Duration::from_secs(60), || {
+            let response = http_agent(Duration::from_secs(60))
+                .post(format!("{}{path}", self.address))
+                .header("Content-Type", "application/json")
+                .send(body.to_string())
+                .expect("an answer");
+            let status = response.status().as_u16();
+            let text = response.into_body().read_to_string().unwrap_or_default();
+            answer = (status, serde_json::from_str(&text).unwrap_or(Value::Null));
+            status != 503
+        });
+        answer
     }
 }
 
