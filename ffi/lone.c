@@ -108,14 +108,65 @@ void shepherd_lone_f16(int64_t k, const uint16_t *a, int64_t lda,
     }
 }
 
+/* Sixteen rows' _mm512_reduce_add_ps at once: each row's sum adds the same pairs in
+ * the same order as GCC's header does one register (the 256-bit halves, then the
+ * 128-bit halves, then lanes 0+2 and 1+3, then those two), so every sum is the one
+ * reduce_add would give; lane r of the result is acc[r]'s. */
+__attribute__((target("avx512f")))
+static inline __m512 reduce_add16(const __m512 *acc) {
+    __m512 s[8], r[4], p[2];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) {
+        s[j] = _mm512_add_ps(_mm512_shuffle_f32x4(acc[2 * j], acc[2 * j + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_f32x4(acc[2 * j], acc[2 * j + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        r[j] = _mm512_add_ps(_mm512_shuffle_f32x4(s[2 * j], s[2 * j + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(s[2 * j], s[2 * j + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    }
+#pragma GCC unroll 2
+    for (int j = 0; j < 2; j++) {
+        p[j] = _mm512_add_ps(_mm512_shuffle_ps(r[2 * j], r[2 * j + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_ps(r[2 * j], r[2 * j + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    }
+    const __m512 q = _mm512_add_ps(_mm512_shuffle_ps(p[0], p[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm512_shuffle_ps(p[0], p[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    /* Element 4L + j of q is row 4j + L's sum. */
+    return _mm512_permutexvar_ps(_mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0), q);
+}
+
 /* The same for ggml built with AVX-512 (GGML_NATIVE on such a CPU), where sgemm takes
  * tinyBLAS<16, __m512, __m512, ggml_fp16_t, ggml_fp16_t, float>: sixteen elements at a
  * time, fma(a, b, acc) into one 16-lane accumulator, then hsum(__m512), which is
  * _mm512_reduce_add_ps (the header's own order of halves); k is a multiple of 16.
+ * Rows go sixteen at a time: each chunk of the column widened once for all sixteen,
+ * sixteen accumulators, one shared reduction (reduce_add16); the same numbers. Both of
+ * attention's products gain: K·q (a short row per cached token, where the reduction
+ * was most of the work) and the weights' sum over the cached tokens (64 long rows,
+ * where the column was widened again for every row).
  * Compiled for AVX-512 here only; called only where ggml was built for it. */
 __attribute__((target("avx512f,f16c,fma")))
 void shepherd_lone_f16_avx512(int64_t k, const uint16_t *a, int64_t lda,
                               const uint16_t *b, float *c, int64_t from, int64_t to) {
+    /* Unrolled, so that the sixteen accumulators stay in registers (at -O2 GCC keeps
+     * them in memory: an FMA from and a store to the stack each). */
+    for (; from + 16 <= to; from += 16) {
+        __m512 acc[16];
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; j++) {
+            acc[j] = _mm512_setzero_ps();
+        }
+        for (int64_t l = 0; l < k; l += 16) {
+            const __m512 bv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(b + l)));
+#pragma GCC unroll 16
+            for (int j = 0; j < 16; j++) {
+                const uint16_t *row = a + lda * (from + j) + l;
+                acc[j] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)row)), bv, acc[j]);
+            }
+        }
+        _mm512_storeu_ps(c + from, reduce_add16(acc));
+    }
     for (int64_t i = from; i < to; i++) {
         const uint16_t *row = a + lda * i;
         __m512 acc = _mm512_setzero_ps();

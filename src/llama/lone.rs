@@ -1356,6 +1356,80 @@ mod tests {
         assert!(matches!(column_kernel(16, 64, f16, true), Some(Ok(_))));
     }
 
+    /// One element of sgemm's AVX-512 F16 kernel, written out: sixteen lanes of
+    /// fused multiply-adds over `a` and `b`, then `_mm512_reduce_add_ps`'s order of
+    /// halves (the 256-bit halves, the 128-bit halves, lanes 0+2 and 1+3, those two).
+    /// (sgemm itself cannot be called here for F16: its chunking needs ggml's pool.)
+    fn sgemm_f16_element(a: &[u16], b: &[u16]) -> f32 {
+        // SAFETY: pure conversions.
+        let f = |h: u16| unsafe { sys::ggml_fp16_to_fp32(h) };
+        let mut acc = [0f32; 16];
+        for (a, b) in a.chunks(16).zip(b.chunks(16)) {
+            for j in 0..16 {
+                acc[j] = f(a[j]).mul_add(f(b[j]), acc[j]);
+            }
+        }
+        let t3: Vec<f32> = (0..8).map(|j| acc[j + 8] + acc[j]).collect();
+        let t6: Vec<f32> = (0..4).map(|j| t3[j + 4] + t3[j]).collect();
+        (t6[0] + t6[2]) + (t6[1] + t6[3])
+    }
+
+    /// The lone F16 column (attention's products, exact) computes every element as
+    /// sgemm's AVX-512 kernel does, bit for bit: short rows (K·q: sixteen at a time
+    /// with one shared reduction, the rows left over one by one) and long ones (the
+    /// weights' sum over the cached tokens), split among threads at any row.
+    #[test]
+    fn the_f16_column_is_sgemms_column_bit_for_bit() {
+        if !ggml_ready() || build() != Some(Build::Avx512) {
+            eprintln!("ggml is not built for AVX-512 here: its F16 column is not compared");
+            return;
+        }
+        let mut rng = Rng(0x0016_0016);
+        let f16 = (GGML_TYPE_F16, GGML_TYPE_F16, GGML_TYPE_F32);
+        for (m, k) in [
+            (4, 64),
+            (20, 64),
+            (1876, 64),
+            (36, 128),
+            (68, 256),
+            (12, 272),
+            (64, 1904),
+        ] {
+            let Some(Ok(kernel)) = column_kernel(m, k, f16, true) else {
+                panic!("an AVX-512 build takes a lone F16 column of {k}");
+            };
+            let (m, k) = (m as usize, k as usize);
+            let lda = k + 16;
+            let mut half16 = || u16::from_le_bytes(half(&mut rng, 1.0));
+            let a: Vec<u16> = (0..m * lda).map(|_| half16()).collect();
+            let b: Vec<u16> = (0..k).map(|_| half16()).collect();
+            let want: Vec<u32> = (0..m)
+                .map(|i| sgemm_f16_element(&a[i * lda..i * lda + k], &b).to_bits())
+                .collect();
+            for split in [m, 7, 16, 33] {
+                let mut got = vec![f32::NAN; m];
+                for from in (0..m).step_by(split) {
+                    let to = (from + split).min(m);
+                    // SAFETY: `m` rows of `k` F16 numbers `lda` apart, a column of `k`,
+                    // room for `m` results; the kernel writes rows `from..to`.
+                    unsafe {
+                        kernel(
+                            k as i64,
+                            a.as_ptr().cast(),
+                            lda as i64,
+                            b.as_ptr().cast(),
+                            got.as_mut_ptr(),
+                            from as i64,
+                            to as i64,
+                        )
+                    };
+                }
+                let got: Vec<u32> = got.iter().map(|x| x.to_bits()).collect();
+                assert_eq!(got, want, "m {m} k {k} rows {split} at a time");
+            }
+        }
+    }
+
     /// llamafile's sgemm itself (the wrapper's `__real_`) on `n` columns, one thread:
     /// `n` columns of `m` floats, `ldc` apart, NaN between them.
     fn sgemm(
