@@ -405,8 +405,9 @@ agent_servers() {  # MODEL: the four servers, then bench_agent.py on them
   cleanup
 }
 agent_servers "$MODEL"
-case $(basename "$MODEL") in
-  SmolLM2*)
+# AGENT_SYNTHETIC=0 leaves the random-weight shape out.
+case ${AGENT_SYNTHETIC:-1}:$(basename "$MODEL") in
+  1:SmolLM2*)
     SYNTHETIC="$DIR/smollm2-shape-qwen-tools.gguf"
     [ -f "$SYNTHETIC" ] || $PYTHON scripts/synthetic_gguf.py --like smollm2-135m --tokenizer-from "$MODEL" \
       --special '<tool_call>' --special '</tool_call>' --chat-template "$TEMPLATE" "$SYNTHETIC" >&2
