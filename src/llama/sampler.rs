@@ -479,8 +479,20 @@ impl Sampler {
         let token = match &self.grammar {
             Grammar::Active(grammar) => {
                 let first = self.pick.pick(logits, None)?;
+                // Greedy, the masked pick is the allowed token of highest logit (the
+                // lower id among equals): the likeliest few are asked first, which
+                // spares most masks of the whole vocabulary (a newline refused inside
+                // a JSON string, say).
+                let likeliest = || {
+                    top_logits(logits, GREEDY_GRAMMAR_TRIES)
+                        .into_iter()
+                        .map(|(token, _)| token)
+                        .find(|&token| grammar.allows(token))
+                };
                 if grammar.allows(first) {
                     first
+                } else if let Some(token) = self.pick.argmax.then(likeliest).flatten() {
+                    token
                 } else {
                     let token = self.pick.pick(logits, Some(grammar))?;
                     if !grammar.allows(token) {
@@ -554,17 +566,7 @@ pub fn log_probs(logits: &[f32], chosen: Token, top: usize) -> (f32, Vec<(Token,
     let sum: f64 = logits.iter().map(|&l| f64::from(l - max).exp()).sum();
     let log_z = f64::from(max) + sum.ln();
     let lp = |l: f32| (f64::from(l) - log_z) as f32;
-    let mut best: Vec<(Token, f32)> = Vec::with_capacity(top + 1);
-    if top > 0 {
-        for (id, &l) in logits.iter().enumerate() {
-            if best.len() == top && best.last().is_some_and(|&(_, worst)| l <= worst) {
-                continue;
-            }
-            let at = best.partition_point(|&(_, v)| v >= l);
-            best.insert(at, (id as Token, l));
-            best.truncate(top);
-        }
-    }
+    let best = top_logits(logits, top);
     let chosen_logit = usize::try_from(chosen)
         .ok()
         .and_then(|i| logits.get(i))
@@ -573,6 +575,29 @@ pub fn log_probs(logits: &[f32], chosen: Token, top: usize) -> (f32, Vec<(Token,
     let top = best.into_iter().map(|(id, l)| (id, lp(l))).collect();
     (lp(chosen_logit), top)
 }
+
+/// The `n` highest of `logits` with their ids, highest first and the lower id first
+/// among equals (the order in which llama.cpp's greedy pick prefers them); NaN is
+/// never among them.
+fn top_logits(logits: &[f32], n: usize) -> Vec<(Token, f32)> {
+    let mut best: Vec<(Token, f32)> = Vec::with_capacity(n + 1);
+    if n == 0 {
+        return best;
+    }
+    for (id, &l) in logits.iter().enumerate() {
+        if l.is_nan() || best.len() == n && best.last().is_some_and(|&(_, worst)| l <= worst) {
+            continue;
+        }
+        let at = best.partition_point(|&(_, v)| v >= l);
+        best.insert(at, (id as Token, l));
+        best.truncate(n);
+    }
+    best
+}
+
+/// How many of the likeliest tokens a greedy pick asks the grammar about, one check
+/// each, before it masks the whole vocabulary.
+const GREEDY_GRAMMAR_TRIES: usize = 32;
 
 /// The index of the first highest value, as llama.cpp's greedy sampler picks it
 /// (a later value wins only if strictly greater; NaN never wins).
