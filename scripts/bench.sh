@@ -104,7 +104,7 @@ CMAKE
 }
 # --build-only (`make compat`): the tools built, llama-server's path printed.
 if [ "${1:-}" = "--build-only" ]; then echo "$SERVER"; exit 0; fi
-PART=${1:-all}  # all | --servers-only | --llama-only | --spec-only | --agent-only (part four or five alone)
+PART=${1:-all}  # all | --servers-only (parts two to four) | --llama-only | --spec-only | --agent-only (part four or five alone)
 
 # What the numbers were measured on: the CPU, and the instruction sets the builds
 # use (a native build everything the CPU has, as llama.cpp's GGML_NATIVE; a portable
@@ -386,6 +386,8 @@ fi
 # tokens; and for SmolLM2, also its shape with random weights and the marker as one
 # control token (scripts/synthetic_gguf.py), where llama-server triggers its grammar on
 # the token itself, its fastest path.
+# Only with the whole bench or --agent-only (--servers-only and --spec-only stop before).
+[ "$PART" = all ] || [ "$PART" = --agent-only ] || exit 0
 TEMPLATE="$(PYTHON=$PYTHON scripts/llama-sdist.sh "$DIR")/models/templates/Qwen-Qwen2.5-7B-Instruct.jinja"
 AGENT_REQUEST="$DIR/agent-request.json"
 $PYTHON scripts/bench_agent.py --record "$SHEPHERD" "$AGENT_REQUEST"
