@@ -269,6 +269,8 @@ impl StopMatcher {
 }
 
 #[cfg(test)]
+mod chat_corpus;
+#[cfg(test)]
 mod template_corpus;
 
 #[cfg(test)]

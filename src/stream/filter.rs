@@ -28,6 +28,7 @@ const FENCE_MARKER: Marker = Marker {
     tag: FENCE,
     opener: Opener::Fence,
     line_start: true,
+    ends_reasoning: false,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,6 +101,12 @@ pub struct OutputFilter {
     /// Inside a reasoning block the prompt opened: a tool call ends it (models
     /// that think before calling may never write the closing marker).
     prompt_think: bool,
+    /// Shown text ended inside inline code (see [`Position`]).
+    inline_code: bool,
+    /// Nothing of the reply was read yet (see `step_text`).
+    reply_start: bool,
+    /// Whether the next reasoning character starts a line (a block's start does).
+    think_line_start: bool,
     /// The prompt ended with Functionary's `>>>`: each `>>>` starts a recipient line.
     recipients: bool,
     /// The call syntax of a template whose markers the table does not know.
@@ -154,6 +161,9 @@ impl OutputFilter {
             line_start: true,
             recipient: None,
             prompt_think: false,
+            think_line_start: true,
+            reply_start: true,
+            inline_code: false,
             recipients: false,
             learnt: None,
             after_think: false,
@@ -175,6 +185,7 @@ impl OutputFilter {
         self.mode = match end {
             PromptEnd::Reasoning(close) => {
                 self.prompt_think = true;
+                self.think_line_start = true;
                 Mode::Think(close)
             }
             PromptEnd::Header => Mode::Header,
@@ -275,6 +286,22 @@ impl OutputFilter {
     }
 
     fn step_text(&mut self, sink: &mut dyn EventSink) -> Step {
+        if self.reply_start {
+            // A reply that starts by closing a reasoning block its template left out
+            // (`</think>` after a prompt that closed one, MiniMax M3's `</mm:think>`):
+            // the empty block's closer is not text.
+            let rest = self.pending.trim_start();
+            let closers = || format::reasoning_closers();
+            if rest.is_empty() || closers().any(|c| c.len() > rest.len() && c.starts_with(rest)) {
+                return Step::Wait;
+            }
+            self.reply_start = false;
+            if let Some(closer) = closers().find(|c| rest.starts_with(c)) {
+                let at = self.pending.len() - rest.len();
+                self.pending.drain(..at + closer.len());
+                self.after_think = true;
+            }
+        }
         if self.after_think {
             let rest = self.pending.trim_start();
             if rest.len() < RESPONSE_OPEN.len() && RESPONSE_OPEN.starts_with(rest) {
@@ -292,7 +319,11 @@ impl OutputFilter {
             self.in_response.then_some(RESPONSE_CLOSE),
             self.learnt.map(|l| l.opener()),
         ];
-        let scan = scan_text(&self.pending, self.line_start, &extra);
+        let at = Position {
+            line_start: self.line_start,
+            inline_code: self.inline_code,
+        };
+        let scan = scan_text(&self.pending, at, &extra);
         let (flow, step) = match scan {
             Scan::Clear => (
                 self.emit_prefix(self.pending.len(), self.pending.len(), sink),
@@ -316,6 +347,7 @@ impl OutputFilter {
         match marker.opener {
             Opener::Think(close) => {
                 self.mode = Mode::Think(close);
+                self.think_line_start = true;
                 self.emit_prefix(at, at + tag_len, sink)
             }
             Opener::Fence => {
@@ -345,17 +377,17 @@ impl OutputFilter {
 
     fn step_think(&mut self, close: &'static [&'static str], sink: &mut dyn EventSink) -> Step {
         let closed = find_any(&self.pending, 0, close);
-        // In a block the prompt opened, a tool call ends the reasoning (and stays).
-        let call = self
-            .prompt_think
-            .then(|| find_call(&self.pending))
-            .flatten()
+        // Markup inside reasoning is reasoning, except a call that ends it: see
+        // `reasoning_call`.
+        let call = reasoning_call(&self.pending, self.think_line_start, self.prompt_think)
             .filter(|&call| closed.is_none_or(|(at, _)| call < at));
         let (emit, drop, done) = match (call, closed) {
             (Some(at), _) => (at, at, true),
             (None, Some((at, len))) => (at, at + len, true),
             (None, None) => {
-                let calls = MARKERS.iter().filter(|m| self.prompt_think && is_call(m));
+                let calls = MARKERS
+                    .iter()
+                    .filter(|m| m.ends_reasoning || (self.prompt_think && is_call(m)));
                 let keep = close
                     .iter()
                     .copied()
@@ -467,7 +499,10 @@ impl OutputFilter {
                     scanned: 0,
                 }
             }
-            HarmonyMessage::Reasoning => Mode::Think(format::HARMONY_END),
+            HarmonyMessage::Reasoning => {
+                self.think_line_start = true;
+                Mode::Think(format::HARMONY_END)
+            }
             HarmonyMessage::Answer => Mode::Text,
         };
         Step::Again
@@ -581,6 +616,11 @@ impl OutputFilter {
         }
         self.visible.push_str(text);
         self.line_start = ends_at_line_start(text, self.line_start);
+        let at = Position {
+            line_start: self.line_start,
+            inline_code: self.inline_code,
+        };
+        self.inline_code = at.after_text(text).inline_code;
         sink.emit(Event::Content(text.to_string()))
     }
 
@@ -588,6 +628,7 @@ impl OutputFilter {
         if text.is_empty() {
             return Flow::Continue;
         }
+        self.think_line_start = ends_at_line_start(text, self.think_line_start);
         self.thinking.push_str(text);
         sink.emit(Event::Thinking(text.to_string()))
     }
@@ -603,15 +644,35 @@ impl OutputFilter {
 }
 
 fn is_call(marker: &Marker) -> bool {
-    matches!(marker.opener, Opener::Markup(_)) && !marker.line_start
+    matches!(marker.opener, Opener::Markup(_))
 }
 
-/// Where the first tool-call marker in `text` starts.
-fn find_call(text: &str) -> Option<usize> {
+/// Where the first call that ends a reasoning block starts in `text` (held
+/// reasoning, after `line_start` text): a marker of a family that writes its calls
+/// inside its reasoning ([`Marker::ends_reasoning`]) anywhere; in a block the prompt
+/// opened (`prompt_think`), any call marker at the start of a line, where a model
+/// that never closes its reasoning starts to act (Qwen3.5). A marker inside a
+/// sentence is reasoning text, whose block's end is still found after it.
+fn reasoning_call(text: &str, line_start: bool, prompt_think: bool) -> Option<usize> {
+    let at_line_start = |at: usize| {
+        let before = &text[..at];
+        let line = match before.rfind('\n') {
+            Some(newline) => &before[newline + 1..],
+            None if line_start => before,
+            None => return false,
+        };
+        line.chars().all(char::is_whitespace)
+    };
+    let ends = |m: &&Marker| m.ends_reasoning || (prompt_think && is_call(m));
     MARKERS
         .iter()
-        .filter(|m| is_call(m))
-        .filter_map(|m| text.find(m.tag))
+        .filter(ends)
+        .flat_map(|m| {
+            let found = text.match_indices(m.tag).map(|(at, _)| at);
+            found
+                .filter(move |&at| m.ends_reasoning || at_line_start(at))
+                .take(1)
+        })
         .min()
 }
 
@@ -648,13 +709,15 @@ fn update_line_start(line_start: bool, c: char) -> bool {
 }
 
 /// Finds the first marker (some only at a line start), possible JSON call, or
-/// possible partial marker at the end of `text`.
-fn scan_text(text: &str, mut line_start: bool, extra: &[Option<Marker>]) -> Scan {
+/// possible partial marker at the end of `text`. A marker inside inline code (after
+/// an unclosed backtick on the line) is text: prose quoting a format.
+fn scan_text(text: &str, mut at: Position, extra: &[Option<Marker>]) -> Scan {
     let markers = || MARKERS.iter().chain(extra.iter().flatten());
+    let mut previous = None;
     for (i, c) in text.char_indices() {
         if markers().any(|m| m.tag.starts_with(c)) {
             let rest = &text[i..];
-            let eligible = |m: &&Marker| !m.line_start || line_start;
+            let eligible = |m: &&Marker| (!m.line_start || at.line_start) && !at.inline_code;
             if let Some(marker) = markers().filter(eligible).find(|m| rest.starts_with(m.tag)) {
                 return Scan::Opener(i, *marker);
             }
@@ -662,12 +725,46 @@ fn scan_text(text: &str, mut line_start: bool, extra: &[Option<Marker>]) -> Scan
                 return Scan::Hold(i);
             }
         }
-        if c == '{' && line_start {
+        if c == '{' && at.line_start {
             return Scan::Json(i);
         }
-        line_start = update_line_start(line_start, c);
+        at = at.after(c, previous);
+        previous = Some(c);
     }
     Scan::Clear
+}
+
+/// Where shown text stands: at the start of a line (only whitespace since the
+/// last newline), inside inline code (an odd number of backtick runs since it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Position {
+    line_start: bool,
+    inline_code: bool,
+}
+
+impl Position {
+    /// The position after `c`, which follows `previous`.
+    fn after(self, c: char, previous: Option<char>) -> Position {
+        Position {
+            line_start: update_line_start(self.line_start, c),
+            inline_code: match c {
+                '\n' => false,
+                '`' if previous != Some('`') => !self.inline_code,
+                _ => self.inline_code,
+            },
+        }
+    }
+
+    /// The position after `text`.
+    fn after_text(self, text: &str) -> Position {
+        let mut at = self;
+        let mut previous = None;
+        for c in text.chars() {
+            at = at.after(c, previous);
+            previous = Some(c);
+        }
+        at
+    }
 }
 
 /// Finds a closing fence at a line start inside code.
@@ -840,6 +937,64 @@ mod tests {
         let chars: Vec<String> = input.chars().map(String::from).collect();
         let chars: Vec<&str> = chars.iter().map(String::as_str).collect();
         assert_eq!(run(&chars), whole, "{input:?} char by char");
+    }
+
+    /// Markup inside reasoning is reasoning: a call a model writes while thinking
+    /// never runs, and the block's end is still found after it, whether the model
+    /// opened the block or the prompt did (there only a call at the start of a line
+    /// ends the reasoning: a model that never closes its block starts to act).
+    #[test]
+    fn a_call_inside_reasoning_is_reasoning() {
+        let call =
+            r#"<tool_call>{"name": "bash", "arguments": {"command": "rm -rf ~"}}</tool_call>"#;
+        let input = format!("<think>I could run {call} but no</think>Done.");
+        check(
+            &input,
+            &[t(&format!("I could run {call} but no")), c("Done.")],
+            &[],
+        );
+        let reasoning = |text: &str| {
+            let mut filter = OutputFilter::new(names());
+            filter.after_prompt(PromptEnd::Reasoning(&["</think>"]));
+            let mut events = Vec::new();
+            filter.push(text, &mut events);
+            filter.finish(&mut events);
+            filter.into_output()
+        };
+        let opened = reasoning(&format!("Maybe {call} later\n</think>\nNo call."));
+        assert!(opened.tool_calls.is_empty(), "{opened:?}");
+        assert!(opened.thinking.contains("rm -rf"));
+        assert_eq!(opened.content.trim(), "No call.");
+        // At the start of a line, in a block the prompt opened: the model acts.
+        let acting = reasoning(&format!("Need to look.\n{call}"));
+        assert_eq!(acting.tool_calls.len(), 1);
+        assert_eq!(acting.thinking.trim(), "Need to look.");
+    }
+
+    /// Prose that quotes a format runs nothing: a plain-word marker inside a
+    /// sentence, or any call marker inside inline code, is text.
+    #[test]
+    fn a_quoted_marker_is_text() {
+        let tools = vec!["get_time".to_string()];
+        let read = |text: &str| {
+            let mut filter = OutputFilter::new(tools.clone());
+            let mut events = Vec::new();
+            filter.push(text, &mut events);
+            filter.finish(&mut events);
+            filter.into_output()
+        };
+        for text in [
+            "To call it, write `<function=get_time>` then the JSON {\"tz\": \"UTC\"} and stop.",
+            "Write <function=get_time>{}</function> to ask the time; that is all.",
+            "Hermes models write `<tool_call>{\"name\": \"get_time\", \"arguments\": {}}</tool_call>` here.",
+        ] {
+            let out = read(text);
+            assert!(out.tool_calls.is_empty(), "{text}: {out:?}");
+            assert_eq!(out.content, text);
+        }
+        // The same markup at the start of a line is a call.
+        let out = read("<function=get_time>{}</function>");
+        assert_eq!(out.tool_calls.len(), 1);
     }
 
     /// A reply cut inside a call (the length limit, a stop string) yields no

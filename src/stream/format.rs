@@ -30,13 +30,17 @@ pub enum Opener {
     Recipient,
 }
 
-/// An opening marker: its text, what it opens, and whether it counts only at the
-/// start of a line.
+/// An opening marker: its text, what it opens, whether it counts only at the start
+/// of a line, and whether it ends a reasoning block it appears in.
 #[derive(Debug, Clone, Copy)]
 pub struct Marker {
     pub tag: &'static str,
     pub opener: Opener,
     pub line_start: bool,
+    /// The family writes its calls inside its reasoning (Kimi K2 Thinking): this
+    /// call marker ends a reasoning block wherever it appears. Every other marker
+    /// inside reasoning is reasoning text.
+    pub ends_reasoning: bool,
 }
 
 const fn marker(tag: &'static str, opener: Opener) -> Marker {
@@ -44,21 +48,28 @@ const fn marker(tag: &'static str, opener: Opener) -> Marker {
         tag,
         opener,
         line_start: false,
+        ends_reasoning: false,
     }
 }
 
 const fn at_line_start(tag: &'static str, opener: Opener) -> Marker {
     Marker {
-        tag,
-        opener,
         line_start: true,
+        ..marker(tag, opener)
+    }
+}
+
+const fn in_reasoning(tag: &'static str, opener: Opener) -> Marker {
+    Marker {
+        ends_reasoning: true,
+        ..marker(tag, opener)
     }
 }
 
 pub const FENCE: &str = "```";
 
-/// Where a harmony message body ends.
-pub const HARMONY_END: &[&str] = &["<|end|>", "<|call|>", "<|return|>"];
+/// Where a harmony message body ends (Muse Glimmer's `<|eom|>` and `<|eot|>` too).
+pub const HARMONY_END: &[&str] = &["<|end|>", "<|call|>", "<|return|>", "<|eom|>", "<|eot|>"];
 /// The harmony header ends here; its body starts after it.
 pub const HARMONY_MESSAGE: &str = "<|message|>";
 /// Longest harmony header accepted; a longer "header" is shown as text.
@@ -86,7 +97,10 @@ pub const MARKERS: &[Marker] = &[
     marker("<tool_calls>", Opener::Markup(&["</tool_calls>"])),
     marker("<function_calls>", Opener::Markup(&["</function_calls>"])),
     marker("<tool>", Opener::Markup(&["</tool>"])),
-    marker("<function=", Opener::Markup(&["</function>"])),
+    // Plain words that prose quotes ("write <function=get_time> then…"): only at
+    // the start of a line.
+    at_line_start("<function=", Opener::Markup(&["</function>"])),
+    at_line_start("<function name=", Opener::Markup(&["</function>"])),
     marker("[TOOL_CALLS]", Opener::Markup(&[])),
     marker("<|python_tag|>", Opener::Markup(&[])),
     marker(
@@ -105,14 +119,17 @@ pub const MARKERS: &[Marker] = &[
         "]<]minimax[>[<tool_call>",
         Opener::Markup(&["]<]minimax[>[</tool_call>"]),
     ),
-    marker(
+    // Kimi K3's message sections end its reasoning.
+    in_reasoning(
         "<|open|>tools<|sep|>",
         Opener::Markup(&["<|close|>tools<|sep|>"]),
     ),
-    marker(
+    in_reasoning(
         "<|tool_calls_section_begin|>",
         Opener::Markup(&["<|tool_calls_section_end|>"]),
     ),
+    // Kimi K2 Thinking's call without its section: its calls end the turn.
+    in_reasoning("<|tool_call_begin|>", Opener::Markup(&[])),
     marker("<|tool_call|>", Opener::Markup(&[])),
     marker("<|START_ACTION|>", Opener::Markup(&["<|END_ACTION|>"])),
     marker(
@@ -140,10 +157,24 @@ pub const MARKERS: &[Marker] = &[
     marker("<|END_RESPONSE|>", Opener::Drop),
     marker("<|END_THINKING|>", Opener::Drop),
     marker("</tool_call>", Opener::Drop),
-    marker("<|open|>response<|sep|>", Opener::Drop),
+    in_reasoning("<|open|>response<|sep|>", Opener::Drop),
     marker("<|close|>response<|sep|>", Opener::Drop),
     marker("<|close|>message<|sep|>", Opener::Drop),
+    marker("<|eom|>", Opener::Drop),
+    marker("<|eot|>", Opener::Drop),
+    marker("<channel|>", Opener::Drop),
+    marker("<|START_TEXT|>", Opener::Drop),
+    marker("<|END_TEXT|>", Opener::Drop),
+    marker("<|END_OF_TURN_TOKEN|>", Opener::Drop),
+    marker("<|CHATBOT_TOKEN|>", Opener::Drop),
+    marker("<|role_end|>", Opener::Drop),
 ];
+
+/// Reasoning blocks that only a prompt opens, with words rather than a marker (so
+/// they are not markers in the model's text): Apriel 1.6 prefills its reasoning
+/// with these words and ends it with `[BEGIN FINAL RESPONSE]`.
+pub const PROMPT_REASONING: &[(&str, &[&str])] =
+    &[("Here are my reasoning steps:", &["[BEGIN FINAL RESPONSE]"])];
 
 /// Functionary v3.2's recipient marker: a marker only where the prompt ended with it
 /// (elsewhere `>>>` is a Python prompt or a quote).
@@ -161,7 +192,6 @@ const MARKER_PARTS: &[&str] = &[
     "<|constrain|>",
     "<｜tool▁call▁begin｜>",
     "<｜tool▁sep｜>",
-    "<|tool_call_begin|>",
     "<|tool_call_argument_begin|>",
     "[ARGS]",
     "[CALL_ID]",
@@ -216,10 +246,25 @@ pub fn prompt_end(prompt: &str) -> Option<PromptEnd> {
     if prompt.ends_with(RECIPIENT.tag) {
         return Some(PromptEnd::Recipient);
     }
+    let words = PROMPT_REASONING
+        .iter()
+        .find(|(opener, _)| tail.ends_with(opener));
+    if let Some((_, close)) = words {
+        return Some(PromptEnd::Reasoning(close));
+    }
     MARKERS.iter().find_map(|m| match m.opener {
         Opener::Think(close) if tail.ends_with(m.tag) => Some(PromptEnd::Reasoning(close)),
         _ => None,
     })
+}
+
+/// Every closing marker of a reasoning block.
+pub fn reasoning_closers() -> impl Iterator<Item = &'static str> {
+    let closers = MARKERS.iter().flat_map(|m| match m.opener {
+        Opener::Think(close) => close,
+        _ => &[],
+    });
+    closers.copied()
 }
 
 /// What a harmony header says the message is.
@@ -232,8 +277,10 @@ pub enum HarmonyMessage {
 }
 
 /// Reads a harmony header (the text from `<|start|>` or `<|channel|>` up to
-/// `<|message|>`): `to=functions.NAME` anywhere makes it a call; the `analysis`
-/// channel is reasoning; anything else (`final`, a `commentary` preamble) is answer.
+/// `<|message|>`, gpt-oss's and Muse Glimmer's): `to=NAME` addresses a tool
+/// (`functions.` removed), except `to=user` and `to=all` (the answer), `to=self`
+/// (reasoning) and `to=assistant`; otherwise the last channel decides: `analysis`
+/// is reasoning, anything else (`final`, a `commentary` preamble) is answer.
 pub fn harmony_header(header: &str) -> HarmonyMessage {
     let word = |from: &str| {
         from.split(|c: char| c.is_whitespace() || c == '<')
@@ -241,13 +288,17 @@ pub fn harmony_header(header: &str) -> HarmonyMessage {
             .unwrap_or("")
             .to_string()
     };
-    if let Some(at) = header.find("to=") {
-        let recipient = word(&header[at + 3..]);
-        let name = recipient.strip_prefix("functions.").unwrap_or(&recipient);
-        return HarmonyMessage::Call(name.to_string());
+    let recipient = header.find("to=").map(|at| word(&header[at + 3..]));
+    match recipient.as_deref() {
+        Some("self") => return HarmonyMessage::Reasoning,
+        Some("user" | "all" | "assistant") | None => {}
+        Some(recipient) => {
+            let name = recipient.strip_prefix("functions.").unwrap_or(recipient);
+            return HarmonyMessage::Call(name.to_string());
+        }
     }
     let channel = header
-        .find("<|channel|>")
+        .rfind("<|channel|>")
         .map(|at| word(&header[at + "<|channel|>".len()..]));
     match channel.as_deref() {
         Some("analysis") => HarmonyMessage::Reasoning,

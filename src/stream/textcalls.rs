@@ -39,39 +39,37 @@ impl Offered {
     }
 }
 
-/// Types a value written as text: (tool, parameter, raw text) to its JSON value.
-type Typer<'a> = &'a dyn Fn(&str, &str, &str) -> Value;
-
 /// Parses one stretch of tool-call markup. `None` when it is not a well-formed
 /// call to a registered tool (then the filter shows it as plain text).
 pub fn parse_markup(text: &str, tools: &[Offered]) -> Option<Vec<ToolCall>> {
     let text = text.trim();
-    let typer = |tool: &str, key: &str, raw: &str| typed_value(tools, tool, key, raw);
-    let ty: Typer = &typer;
     let after = |open: &str, close: &str| text.strip_prefix(open).map(|rest| inner(rest, close));
     let calls = if text.starts_with("<function_calls>") || text.starts_with("<minimax:tool_call>") {
-        parse_invokes(text, ty)
+        parse_invokes(text, "", tools)
     } else if text.starts_with("<｜DSML｜") {
         parse_invokes(
             &text.replace("<｜DSML｜", "<").replace("</｜DSML｜", "</"),
-            ty,
+            "",
+            tools,
         )
     } else if text.starts_with("]<]minimax[>[") {
-        parse_invokes(&text.replace("]<]minimax[>[", ""), ty)
+        parse_invokes(text, MINIMAX_M3, tools)
     } else if let Some(body) = after("<|open|>tools<|sep|>", "<|close|>tools<|sep|>") {
-        parse_open_calls(body, ty)
+        parse_open_calls(body, tools)
     } else if let Some(body) = after("Action:", "\n```\n") {
         json_calls(body.trim().trim_start_matches("```json"))
     } else if let Some(body) = after("<tool_calls>", "</tool_calls>") {
         json_calls(body)
     } else if let Some(body) = after("<tool_call>", "</tool_call>") {
-        parse_tool_call_body(body, ty)
+        parse_tool_call_body(body, tools)
     } else if let Some(body) = after("<tool>", "</tool>") {
         parse_json_object(body).map(|c| vec![c])
     } else if text.starts_with("<function=") {
-        parse_functions(text, ty)
+        parse_functions(text, tools)
+    } else if text.starts_with("<function name=") {
+        parse_named_functions(text, tools)
     } else if let Some(body) = after("<seed:tool_call>", "</seed:tool_call>") {
-        parse_functions(body, ty)
+        parse_functions(body, tools)
     } else if let Some(rest) = text.strip_prefix("[TOOL_CALLS]") {
         parse_mistral(rest)
     } else if let Some(rest) = text.strip_prefix("<|python_tag|>") {
@@ -80,6 +78,8 @@ pub fn parse_markup(text: &str, tools: &[Offered]) -> Option<Vec<ToolCall>> {
         parse_deepseek(body)
     } else if let Some(body) = after("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>") {
         parse_kimi(body)
+    } else if text.starts_with("<|tool_call_begin|>") {
+        parse_kimi(text)
     } else if let Some(body) = text.strip_prefix("<|tool_call|>") {
         json_calls(body)
     } else if let Some(body) = after("<|START_ACTION|>", "<|END_ACTION|>") {
@@ -100,23 +100,60 @@ pub fn parse_markup(text: &str, tools: &[Offered]) -> Option<Vec<ToolCall>> {
     validate(calls, tools)
 }
 
-/// A value written as text: a string where the tool's schema says the parameter
-/// is one, else JSON where it parses as JSON ([`param_value`]).
+/// A value written as text, typed by parameter `key`'s schema in `tool` ([`typed`]).
 fn typed_value(tools: &[Offered], tool: &str, key: &str, raw: &str) -> Value {
-    let schema = resolve(tool, tools).and_then(|t| t.parameters.as_ref());
-    let kind = schema.and_then(|s| s.get("properties")?.get(key)?.get("type"));
-    let string = match kind {
-        Some(Value::String(kind)) => kind == "string",
-        Some(Value::Array(kinds)) => {
-            let mut kinds = kinds.iter().filter(|k| k.as_str() != Some("null"));
-            kinds.all(|k| k.as_str() == Some("string"))
-        }
-        _ => false,
+    typed(param_schema(tools, tool, key), raw)
+}
+
+/// The JSON schema of parameter `key` of the offered tool `tool`.
+fn param_schema<'a>(tools: &'a [Offered], tool: &str, key: &str) -> Option<&'a Value> {
+    let schema = resolve(tool, tools)?.parameters.as_ref()?;
+    schema.get("properties")?.get(key)
+}
+
+/// The types a schema allows: its `type` (one or a list) and its `anyOf`/`oneOf`
+/// members' types.
+fn schema_types(schema: &Value) -> Vec<&str> {
+    let mut types: Vec<&str> = match schema.get("type") {
+        Some(Value::String(kind)) => vec![kind.as_str()],
+        Some(Value::Array(kinds)) => kinds.iter().filter_map(Value::as_str).collect(),
+        _ => Vec::new(),
     };
-    match param_value(raw) {
-        Value::String(text) => Value::String(text),
-        _ if string => Value::String(layout(raw).to_string()),
-        value => value,
+    for union in ["anyOf", "oneOf"] {
+        if let Some(Value::Array(members)) = schema.get(union) {
+            types.extend(members.iter().flat_map(schema_types));
+        }
+    }
+    types
+}
+
+/// A value written as text, as llama.cpp's parsers type it: `null` where the schema
+/// allows null; JSON where it parses as a JSON value of a type the schema allows
+/// other than a string (`{"a": 1}` for a string-or-object); else the text itself, as
+/// written (quotes included), where the schema allows a string; else JSON where it
+/// parses ([`param_value`]). Without a schema (or one that names no type) the value
+/// is typed by how it reads.
+fn typed(schema: Option<&Value>, raw: &str) -> Value {
+    let types = schema.map(schema_types).unwrap_or_default();
+    let text = layout(raw);
+    if types.contains(&"null") && text.trim() == "null" {
+        return Value::Null;
+    }
+    if !types.contains(&"string") {
+        return param_value(raw);
+    }
+    let allowed = |value: &Value| match value {
+        Value::Bool(_) => types.contains(&"boolean"),
+        Value::Number(n) => {
+            types.contains(&"number") || (types.contains(&"integer") && !n.is_f64())
+        }
+        Value::Object(_) => types.contains(&"object"),
+        Value::Array(_) => types.contains(&"array"),
+        Value::Null | Value::String(_) => false,
+    };
+    match serde_json::from_str::<Value>(text.trim()) {
+        Ok(value) if allowed(&value) => value,
+        _ => Value::String(text.to_string()),
     }
 }
 
@@ -129,6 +166,11 @@ pub fn parse_addressed(name: &str, body: &str, tools: &[Offered]) -> Option<Vec<
         .min()
         .unwrap_or(body.len());
     let body = body[..end].trim();
+    // Muse Glimmer writes its calls as `<atem:function_calls><atem:invoke …>`.
+    if body.starts_with("<atem:function_calls>") {
+        let plain = body.replace("<atem:", "<").replace("</atem:", "</");
+        return validate(parse_invokes(&plain, "", tools)?, tools);
+    }
     let arguments = if body.is_empty() {
         Value::Object(Map::new())
     } else {
@@ -523,20 +565,20 @@ impl PyParser<'_> {
 }
 
 /// The inside of `<tool_call>`: JSON, Qwen3-Coder functions, or GLM argument pairs.
-fn parse_tool_call_body(body: &str, ty: Typer) -> Option<Vec<ToolCall>> {
+fn parse_tool_call_body(body: &str, tools: &[Offered]) -> Option<Vec<ToolCall>> {
     let body = body.trim();
     if body.starts_with('{') {
         return parse_json_object(body).map(|c| vec![c]);
     }
     if body.starts_with("<function=") {
-        return parse_functions(body, ty);
+        return parse_functions(body, tools);
     }
-    parse_glm(body, ty).map(|c| vec![c])
+    parse_glm(body, tools).map(|c| vec![c])
 }
 
 /// Qwen3-Coder and Seed-OSS `<function=NAME><parameter=K>V</parameter>…</function>`,
 /// or Llama 3.1 and Functionary v3.1 `<function=NAME>{…}</function>`, one or more.
-fn parse_functions(text: &str, ty: Typer) -> Option<Vec<ToolCall>> {
+fn parse_functions(text: &str, tools: &[Offered]) -> Option<Vec<ToolCall>> {
     let mut calls = Vec::new();
     let mut rest = text;
     while let Some(start) = rest.find("<function=") {
@@ -547,7 +589,7 @@ fn parse_functions(text: &str, ty: Typer) -> Option<Vec<ToolCall>> {
         let arguments = if inside.starts_with('{') {
             serde_json::from_str(inside).ok()?
         } else {
-            let value = |key: &str, raw: &str| ty(name, key, raw);
+            let value = |key: &str, raw: &str| typed_value(tools, name, key, raw);
             tagged_params(inside, "<parameter=", ">", "</parameter>", &value)?
         };
         calls.push(call(name, arguments));
@@ -556,8 +598,45 @@ fn parse_functions(text: &str, ty: Typer) -> Option<Vec<ToolCall>> {
     Some(calls)
 }
 
+/// MiniCPM 5: `<function name="NAME"><param name="K">V</param>…</function>`, a value
+/// possibly in `<![CDATA[…]]>` (then taken exactly).
+fn parse_named_functions(text: &str, tools: &[Offered]) -> Option<Vec<ToolCall>> {
+    const CDATA: &str = "<![CDATA[";
+    let mut calls = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("<function") {
+        let (attributes, mut body) = rest[start + "<function".len()..].split_once('>')?;
+        let name = attribute(attributes, "name")?;
+        let mut arguments = Map::new();
+        loop {
+            body = body.trim_start();
+            let Some(after) = body.strip_prefix("<param") else {
+                break;
+            };
+            let (attributes, value_text) = after.split_once('>')?;
+            let key = attribute(attributes, "name")?;
+            let (value, after_value) = match value_text.strip_prefix(CDATA) {
+                Some(data) => {
+                    let (data, after) = data.split_once("]]>")?;
+                    (Value::String(data.to_string()), after)
+                }
+                None => {
+                    let end = value_text.find("</param>").unwrap_or(value_text.len());
+                    let raw = &value_text[..end];
+                    (typed_value(tools, &name, &key, raw), &value_text[end..])
+                }
+            };
+            arguments.insert(key, value);
+            body = after_value.strip_prefix("</param>").unwrap_or(after_value);
+        }
+        calls.push(call(&name, Value::Object(arguments)));
+        rest = body.strip_prefix("</function>").unwrap_or(body);
+    }
+    Some(calls)
+}
+
 /// GLM: `NAME<arg_key>K</arg_key><arg_value>V</arg_value>…`.
-fn parse_glm(body: &str, ty: Typer) -> Option<ToolCall> {
+fn parse_glm(body: &str, tools: &[Offered]) -> Option<ToolCall> {
     let name_end = body.find("<arg_key>").unwrap_or(body.len());
     let name = body[..name_end].trim();
     if name.is_empty() || name.contains(['<', '>', '{', '\n']) {
@@ -572,14 +651,21 @@ fn parse_glm(body: &str, ty: Typer) -> Option<ToolCall> {
         let value_text = &after_key[value_start..];
         let value_end = value_text.find("</arg_value>").unwrap_or(value_text.len());
         let key = key.trim();
-        arguments.insert(key.to_string(), ty(name, key, &value_text[..value_end]));
+        arguments.insert(
+            key.to_string(),
+            typed_value(tools, name, key, &value_text[..value_end]),
+        );
         rest = &value_text[value_end..];
     }
     Some(call(name, Value::Object(arguments)))
 }
 
-/// Anthropic style: `<invoke name="X"><parameter name="K">V</parameter></invoke>`.
-fn parse_invokes(text: &str, ty: Typer) -> Option<Vec<ToolCall>> {
+/// MiniMax M3 writes this before every tag of its calls.
+const MINIMAX_M3: &str = "]<]minimax[>[";
+
+/// Anthropic style: `<invoke name="X"><parameter name="K">V</parameter></invoke>`,
+/// or MiniMax M3's `<invoke name="X"><K>V</K></invoke>`, each tag after `prefix`.
+fn parse_invokes(text: &str, prefix: &str, tools: &[Offered]) -> Option<Vec<ToolCall>> {
     let mut calls = Vec::new();
     let mut rest = text;
     while let Some(start) = rest.find("<invoke") {
@@ -587,12 +673,15 @@ fn parse_invokes(text: &str, ty: Typer) -> Option<Vec<ToolCall>> {
         let (attributes, body) = after.split_once('>')?;
         let name = attribute(attributes, "name")?;
         let body_end = body.find("</invoke>").unwrap_or(body.len());
-        let inside = &body[..body_end];
-        let value = |key: &str, raw: &str| ty(&name, key, raw);
+        let inside = body[..body_end]
+            .strip_suffix(prefix)
+            .unwrap_or(&body[..body_end]);
         let arguments = if inside.contains("<parameter") {
+            let value = |key: &str, raw: &str| typed_value(tools, &name, key, raw);
             named_params(inside, &value)?
         } else {
-            element_params(inside, &value)?
+            let schema = resolve(&name, tools).and_then(|t| t.parameters.as_ref());
+            element_params(inside, prefix, schema)?
         };
         calls.push(call(&name, arguments));
         rest = &body[body_end..];
@@ -622,23 +711,91 @@ fn named_params(body: &str, value: &dyn Fn(&str, &str) -> Value) -> Option<Value
     Some(Value::Object(arguments))
 }
 
-/// MiniMax M3: `<KEY>V</KEY>` elements.
-fn element_params(body: &str, value: &dyn Fn(&str, &str) -> Value) -> Option<Value> {
+/// MiniMax M3's `<KEY>V</KEY>` elements (each tag after `prefix`), typed by
+/// `schema`, the object's: a value whose schema allows an object or an array (and
+/// not a string) is itself elements, `<item>` for each of an array's.
+fn element_params(body: &str, prefix: &str, schema: Option<&Value>) -> Option<Value> {
     let mut arguments = Map::new();
-    let mut rest = body.trim();
-    while let Some(after) = rest.strip_prefix('<') {
-        let (key, value_text) = after.split_once('>')?;
-        let close = format!("</{key}>");
-        let value_end = value_text.find(&close)?;
-        arguments.insert(key.to_string(), value(key, &value_text[..value_end]));
-        rest = value_text[value_end + close.len()..].trim_start();
+    for (key, raw) in elements(body, prefix)? {
+        let field = schema.and_then(|s| object_member(s)?.get("properties")?.get(key));
+        arguments.insert(key.to_string(), element_value(raw, prefix, field));
     }
     Some(Value::Object(arguments))
 }
 
+/// The `(KEY, inner text)` of each `<KEY>…</KEY>` element in `body`, in order.
+fn elements<'a>(body: &'a str, prefix: &str) -> Option<Vec<(&'a str, &'a str)>> {
+    let mut found = Vec::new();
+    let mut rest = body.trim();
+    while !rest.is_empty() {
+        let after = rest.strip_prefix(prefix)?.strip_prefix('<')?;
+        let (key, value_text) = after.split_once('>')?;
+        let close = format!("{prefix}</{key}>");
+        let value_end = value_text.find(&close)?;
+        found.push((key, &value_text[..value_end]));
+        rest = value_text[value_end + close.len()..].trim_start();
+    }
+    Some(found)
+}
+
+/// One element's value: nested elements where its schema asks for an object or an
+/// array and allows no string, else [`typed`] text.
+fn element_value(raw: &str, prefix: &str, schema: Option<&Value>) -> Value {
+    let Some(schema) = schema else {
+        return typed(None, raw);
+    };
+    let types = schema_types(schema);
+    let nested = raw.trim_start().starts_with(&format!("{prefix}<"));
+    if !nested || types.contains(&"string") {
+        return typed(Some(schema), raw);
+    }
+    if types.contains(&"array") {
+        let items = array_member(schema).and_then(|a| a.get("items"));
+        let children = elements(raw, prefix).filter(|c| c.iter().all(|(k, _)| *k == "item"));
+        if let Some(children) = children {
+            let values = children
+                .into_iter()
+                .map(|(_, v)| element_value(v, prefix, items));
+            return Value::Array(values.collect());
+        }
+    }
+    if types.contains(&"object") {
+        if let Some(object) = element_params(raw, prefix, Some(schema)) {
+            return object;
+        }
+    }
+    typed(Some(schema), raw)
+}
+
+/// The member of a (possibly union) schema that describes an object.
+fn object_member(schema: &Value) -> Option<&Value> {
+    union_member(schema, "object")
+}
+
+fn array_member(schema: &Value) -> Option<&Value> {
+    union_member(schema, "array")
+}
+
+/// `schema` itself when it has `kind`'s keywords, else its `anyOf`/`oneOf` member
+/// of type `kind`.
+fn union_member<'a>(schema: &'a Value, kind: &str) -> Option<&'a Value> {
+    let own = match kind {
+        "object" => "properties",
+        _ => "items",
+    };
+    if schema.get(own).is_some() {
+        return Some(schema);
+    }
+    ["anyOf", "oneOf"]
+        .iter()
+        .filter_map(|u| schema.get(*u)?.as_array())
+        .flatten()
+        .find(|m| m.get("type").and_then(Value::as_str) == Some(kind))
+}
+
 /// Kimi K3: `<|open|>call tool="NAME" index="N"<|sep|>` with arguments
 /// `<|open|>argument key="K" type="T"<|sep|>V<|close|>argument<|sep|>`.
-fn parse_open_calls(body: &str, ty: Typer) -> Option<Vec<ToolCall>> {
+fn parse_open_calls(body: &str, tools: &[Offered]) -> Option<Vec<ToolCall>> {
     let mut calls = Vec::new();
     for part in body.split("<|open|>call").skip(1) {
         let (attributes, rest) = part.split_once("<|sep|>")?;
@@ -651,7 +808,7 @@ fn parse_open_calls(body: &str, ty: Typer) -> Option<Vec<ToolCall>> {
             let value = match attribute(attributes, "type").as_deref() {
                 Some("string") => Value::String(value.to_string()),
                 Some(_) => param_value(value),
-                None => ty(&name, &key, value),
+                None => typed_value(tools, &name, &key, value),
             };
             arguments.insert(key, value);
         }

@@ -32,7 +32,7 @@ use crate::core::{Message, ToolCall, ToolSpec};
 use crate::template::{self, ChatTemplate};
 
 /// Where `make test` puts the corpus (the llama.cpp tree's `models/templates`).
-const CORPUS_VAR: &str = "SHEPHERD_TEMPLATE_CORPUS";
+pub(super) const CORPUS_VAR: &str = "SHEPHERD_TEMPLATE_CORPUS";
 
 /// A conversation as a session holds it, with the tools it was offered.
 struct Conversation {
@@ -144,7 +144,7 @@ fn templates(dir: &Path) -> Vec<(String, String)> {
 }
 
 /// The model's templates as the loader would find them in its GGUF.
-fn load(name: &str, source: &str) -> ChatTemplate {
+pub(super) fn load(name: &str, source: &str) -> ChatTemplate {
     let result = if name.contains("tool_use") {
         ChatTemplate::with_tool_use(None, Some(source), "<s>", "</s>")
     } else {
