@@ -340,6 +340,10 @@ struct Caps {
     /// An assistant message's tool call shows in the prompt; two calls both show.
     renders_calls: bool,
     renders_parallel_calls: bool,
+    /// Two calls in one message make the template raise (Llama 3.x: "only supports
+    /// single tool-calls at once"): each call goes in an assistant message of its
+    /// own, followed by its result, as llama.cpp splits them.
+    one_call_each: bool,
 }
 
 /// One parsed Jinja template, with what its probes found.
@@ -431,6 +435,11 @@ impl Jinja {
         let both = self.probe_render(&messages, &[]);
         self.caps.renders_parallel_calls =
             self.caps.renders_calls && shows(&both, PROBE_TOOL) && shows(&both, SECOND);
+        if both.is_err() && self.caps.renders_calls {
+            self.caps.one_call_each = true;
+            let split = self.probe_render(&messages, &[]);
+            self.caps.one_call_each = shows(&split, PROBE_TOOL) && shows(&split, SECOND);
+        }
     }
 
     /// Whether a tool result renders to nothing (Phi-3.5 knows no tool role) or fails
@@ -512,6 +521,9 @@ impl Jinja {
         } else {
             fold_system_message(messages)
         };
+        if caps.one_call_each {
+            adapted = one_call_each(adapted);
+        }
         for message in &mut adapted {
             if caps.nine_char_ids {
                 shorten_ids(message);
@@ -531,6 +543,9 @@ impl Jinja {
             if caps.tool_results_as_user && message.role == Role::Tool.as_str() {
                 *message = tool_result_as_user(message);
             }
+        }
+        if caps.tool_results_as_user {
+            adapted = merge_user_turns(adapted);
         }
         adapted
     }
@@ -618,6 +633,55 @@ fn arguments_as_text(message: &mut TemplateMessage) {
             }
         }
     }
+}
+
+/// Each assistant message with several calls as one message per call, each followed
+/// by the results that answer it (matched by id; results no call claims come after
+/// the last). The message's content and reasoning stay with its first call.
+fn one_call_each(messages: Vec<TemplateMessage>) -> Vec<TemplateMessage> {
+    let mut out = Vec::with_capacity(messages.len());
+    let mut rest = messages.into_iter().peekable();
+    while let Some(message) = rest.next() {
+        let calls = message.tool_calls.clone().unwrap_or_default();
+        if calls.len() < 2 {
+            out.push(message);
+            continue;
+        }
+        let mut results = Vec::new();
+        while let Some(result) = rest.next_if(|m| m.role == Role::Tool.as_str()) {
+            results.push(result);
+        }
+        for (n, call) in calls.into_iter().enumerate() {
+            let id = call.get("id").and_then(Value::as_str).map(str::to_string);
+            let mut part = match n {
+                0 => message.clone(),
+                _ => TemplateMessage::new("assistant", ""),
+            };
+            part.tool_calls = Some(vec![call]);
+            out.push(part);
+            let answers = |r: &TemplateMessage| id.is_some() && r.tool_call_id == id;
+            out.extend(results.iter().filter(|r| answers(r)).cloned());
+            results.retain(|r| !answers(r));
+        }
+        out.extend(results);
+    }
+    out
+}
+
+/// Consecutive user turns (tool results rendered as user turns, one per result) as
+/// one, for templates that want roles to alternate (Gemma 2).
+fn merge_user_turns(messages: Vec<TemplateMessage>) -> Vec<TemplateMessage> {
+    let mut out: Vec<TemplateMessage> = Vec::with_capacity(messages.len());
+    for message in messages {
+        match out.last_mut() {
+            Some(last) if last.role == "user" && message.role == "user" => {
+                last.content.push_str("\n\n");
+                last.content.push_str(&message.content);
+            }
+            _ => out.push(message),
+        }
+    }
+    out
 }
 
 /// A tool result as a user turn, in the `<tool_response>` tags that go with the

@@ -196,6 +196,33 @@ const MARKED_FAMILIES: [(&str, &[&str]); 7] = [
     ),
 ];
 
+/// Writes a synthetic model in `dir` carrying `file`'s template (shepherd's own
+/// fixtures first, then llama.cpp's corpus) and these special tokens.
+fn family_model(dir: &TempDir, corpus: &std::path::Path, file: &str, specials: &[&str]) -> PathBuf {
+    let tokenizer = smollm2();
+    let model = dir.path().join(file.replace(".jinja", ".gguf"));
+    let own = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/templates");
+    let template = match own.join(file) {
+        path if path.is_file() => path,
+        _ => corpus.join(file),
+    };
+    let mut args: Vec<&std::ffi::OsStr> = vec![
+        "--like".as_ref(),
+        "smollm2-135m".as_ref(),
+        "--tokenizer-from".as_ref(),
+        tokenizer.as_os_str(),
+        "--chat-template".as_ref(),
+        template.as_os_str(),
+    ];
+    for special in specials {
+        args.push("--special".as_ref());
+        args.push(std::ffi::OsStr::new(special));
+    }
+    args.push(model.as_os_str());
+    writer(&args);
+    model
+}
+
 /// A conversation with a tool call (with reasoning) and its result, then a second
 /// round, sent through the OpenAI API to the in-process backend: every turn after the
 /// first renders through the family's own template and special tokens.
@@ -206,38 +233,22 @@ fn multi_turn_tool_conversations_render_with_special_token_templates() {
         return;
     };
     let dir = TempDir::new("synthetic-families");
-    let tokenizer = smollm2();
     for (file, specials) in MARKED_FAMILIES {
-        let model = dir.path().join(file.replace(".jinja", ".gguf"));
-        let own = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/templates");
-        let template = match own.join(file) {
-            path if path.is_file() => path,
-            _ => corpus.join(file),
-        };
-        let mut args: Vec<&std::ffi::OsStr> = vec![
-            "--like".as_ref(),
-            "smollm2-135m".as_ref(),
-            "--tokenizer-from".as_ref(),
-            tokenizer.as_os_str(),
-            "--chat-template".as_ref(),
-            template.as_os_str(),
-        ];
-        for special in specials {
-            args.push("--special".as_ref());
-            args.push(std::ffi::OsStr::new(special));
-        }
-        args.push(model.as_os_str());
-        writer(&args);
-        converse(&model, file);
+        converse(&family_model(&dir, &corpus, file, specials), file);
     }
 }
 
-/// Against a server on `model`: a conversation with a call and its result, then a
-/// follow-up; then a call forced with `tool_choice`, which must come out whole in
-/// the family's own syntax (the template's probe found one: the log says so).
-fn converse(model: &std::path::Path, family: &str) {
-    use serde_json::json;
-    let sandbox = Sandbox::new("synthetic-family");
+/// A server on `model`, healthy: the child, its base URL, an agent and its log.
+fn serve(
+    model: &std::path::Path,
+    family: &str,
+    sandbox: &Sandbox,
+) -> (
+    std::process::Child,
+    String,
+    ureq::Agent,
+    std::sync::Arc<std::sync::Mutex<String>>,
+) {
     let model = model.to_str().expect("UTF-8");
     let args = [
         "--server",
@@ -270,6 +281,124 @@ fn converse(model: &std::path::Path, family: &str) {
         "{family}: never healthy; log: {}",
         log.lock().unwrap()
     );
+    (child, base, agent, log)
+}
+
+/// Posts a chat request: its status and body.
+fn chat(agent: &ureq::Agent, base: &str, body: &serde_json::Value) -> (u16, String) {
+    let response = agent
+        .post(&format!("{base}/v1/chat/completions"))
+        .header("Content-Type", "application/json")
+        .send(body.to_string())
+        .expect("post");
+    let status = response.status().as_u16();
+    (status, response.into_body().read_to_string().expect("body"))
+}
+
+/// Three turns, each with two parallel calls and their two results, through
+/// `--server` on models carrying templates that cannot hold two calls in one message
+/// (Llama 3.1 raises), want roles to alternate (Gemma 2 has no tool role), or hold
+/// them (Qwen3, gpt-oss): every turn renders and is answered, none is a 500.
+#[test]
+fn parallel_calls_render_for_three_turns_in_every_family() {
+    use serde_json::json;
+    let Some(corpus) = template_corpus() else {
+        println!("SHEPHERD_TEMPLATE_CORPUS unset: skipped (make test sets it)");
+        return;
+    };
+    let families: [(&str, &[&str]); 4] = [
+        (
+            "meta-llama-Llama-3.1-8B-Instruct.jinja",
+            &[
+                "<|start_header_id|>",
+                "<|end_header_id|>",
+                "<|eot_id|>",
+                "<|eom_id|>",
+                "<|python_tag|>",
+            ],
+        ),
+        (
+            "google-gemma-2-2b-it.jinja",
+            &["<start_of_turn>", "<end_of_turn>"],
+        ),
+        (
+            "Qwen-Qwen3-0.6B.jinja",
+            &[
+                "<|im_start|>",
+                "<|im_end|>",
+                "<tool_call>",
+                "</tool_call>",
+                "<think>",
+                "</think>",
+            ],
+        ),
+        (
+            "openai-gpt-oss-120b.jinja",
+            &[
+                "<|start|>",
+                "<|end|>",
+                "<|message|>",
+                "<|channel|>",
+                "<|constrain|>",
+                "<|return|>",
+                "<|call|>",
+            ],
+        ),
+    ];
+    let dir = TempDir::new("synthetic-parallel");
+    let tools = json!([{"type": "function", "function": {"name": "get_weather",
+        "description": "The weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                       "required": ["city"]}}}]);
+    for (file, specials) in families {
+        let model = family_model(&dir, &corpus, file, specials);
+        let sandbox = Sandbox::new("synthetic-parallel");
+        let (mut child, base, agent, log) = serve(&model, file, &sandbox);
+        let mut messages = Vec::new();
+        for turn in 0..3 {
+            messages.push(json!({"role": "user", "content": "Weather in Paris and Rome?"}));
+            let call = |n: usize, city: &str| {
+                json!({"id": format!("call_{turn}_{n}"), "type": "function",
+                       "function": {"name": "get_weather",
+                                    "arguments": json!({"city": city}).to_string()}})
+            };
+            messages.push(json!({"role": "assistant", "content": "",
+                                 "tool_calls": [call(0, "Paris"), call(1, "Rome")]}));
+            messages.push(
+                json!({"role": "tool", "tool_call_id": format!("call_{turn}_0"),
+                                 "content": "Sunny, 22 C"}),
+            );
+            messages.push(
+                json!({"role": "tool", "tool_call_id": format!("call_{turn}_1"),
+                                 "content": "Rain, 14 C"}),
+            );
+            let body = json!({"model": "m", "messages": messages, "tools": tools,
+                              "max_tokens": 2, "temperature": 0});
+            let (status, text) = chat(&agent, &base, &body);
+            assert_eq!(
+                status,
+                200,
+                "{file} turn {turn}: {text}\nlog: {}",
+                log.lock().unwrap()
+            );
+            let reply: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+            let answer = reply["choices"][0]["message"]["content"]
+                .as_str()
+                .unwrap_or("");
+            messages.push(json!({"role": "assistant", "content": answer}));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+/// Against a server on `model`: a conversation with a call and its result, then a
+/// follow-up; then a call forced with `tool_choice`, which must come out whole in
+/// the family's own syntax (the template's probe found one: the log says so).
+fn converse(model: &std::path::Path, family: &str) {
+    use serde_json::json;
+    let sandbox = Sandbox::new("synthetic-family");
+    let (mut child, base, agent, log) = serve(model, family, &sandbox);
     let tools = json!([{"type": "function", "function": {"name": "get_weather",
         "description": "The weather in a city.",
         "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
@@ -285,13 +414,7 @@ fn converse(model: &std::path::Path, family: &str) {
     for round in 0..2 {
         let body = json!({"model": "m", "messages": messages, "tools": tools,
                           "max_tokens": 6, "temperature": 0});
-        let response = agent
-            .post(&format!("{base}/v1/chat/completions"))
-            .header("Content-Type", "application/json")
-            .send(body.to_string())
-            .expect("post");
-        let status = response.status().as_u16();
-        let text = response.into_body().read_to_string().expect("body");
+        let (status, text) = chat(&agent, &base, &body);
         assert_eq!(
             status,
             200,
@@ -315,12 +438,7 @@ fn converse(model: &std::path::Path, family: &str) {
     let body = json!({"model": "m", "messages": [{"role": "user", "content": "Count."}],
                       "tools": count, "tool_choice": "required", "max_tokens": 200,
                       "temperature": 0});
-    let response = agent
-        .post(&format!("{base}/v1/chat/completions"))
-        .header("Content-Type", "application/json")
-        .send(body.to_string())
-        .expect("post");
-    let text = response.into_body().read_to_string().expect("body");
+    let (_, text) = chat(&agent, &base, &body);
     let reply: serde_json::Value = serde_json::from_str(&text).expect("JSON");
     let choice = &reply["choices"][0];
     assert_eq!(choice["finish_reason"], "tool_calls", "{family}: {reply}");

@@ -86,6 +86,30 @@ fn tool_turns(id: &str, call_content: &str, thinking: Option<&str>) -> Vec<Messa
     ]
 }
 
+const PARALLEL: &str = "two parallel calls, three turns";
+
+/// Three turns, each with two parallel calls, their two results and the answer.
+fn parallel_turns() -> Vec<Message> {
+    let mut messages = Vec::new();
+    for turn in 0..3 {
+        messages.push(Message::user("Weather in Paris and in Rome?"));
+        let call = |n: usize, city: &str| ToolCall {
+            id: format!("call_{}", turn * 2 + n),
+            name: "get_weather".into(),
+            arguments: json!({"city": city}),
+        };
+        let calls = [call(0, "Paris"), call(1, "Rome")];
+        let mut asks = Message::assistant("");
+        asks.tool_calls = calls.to_vec();
+        messages.push(asks);
+        messages.push(Message::tool_result(&calls[0], "Sunny, 22 °C"));
+        messages.push(Message::tool_result(&calls[1], "Rain, 14 °C"));
+        messages.push(Message::assistant("Paris is sunny; Rome is wet."));
+    }
+    messages.push(Message::user("Thanks!"));
+    messages
+}
+
 fn conversations() -> Vec<Conversation> {
     let system = "You are terse. Use <b>tags</b> & \"quotes\" freely.";
     let chat = |name, system_prompt, messages| Conversation {
@@ -108,6 +132,7 @@ fn conversations() -> Vec<Conversation> {
         with_tools("tool call", tool_turns("call_0", "", None)),
         with_tools("tool result", until_result),
         with_tools("9-char id", tool_turns("Ab3dE6gH9", "", None)),
+        with_tools(PARALLEL, parallel_turns()),
         with_tools(
             "reasoning",
             tool_turns("call_0", "Let me look.", Some("The user wants Paris.")),
@@ -375,6 +400,14 @@ fn the_template_corpus_renders_as_jinja2_or_as_llama_cpp() {
     let cases: Vec<Case> = templates.iter().flat_map(|(n, s)| cases(n, s)).collect();
     let answers = reference(&cases);
     let mut by_template: BTreeMap<&str, Vec<(&str, Outcome)>> = BTreeMap::new();
+    for case in cases.iter().filter(|c| c.conversation == PARALLEL) {
+        let ours = case.ours.as_deref().unwrap_or_default();
+        assert!(
+            ["Sunny, 22", "Rain, 14"].iter().all(|r| ours.contains(r)),
+            "{}: both results of two parallel calls render: {ours}",
+            case.template
+        );
+    }
     for (case, answer) in cases.iter().zip(&answers) {
         let outcome = compare(&case.ours, answer);
         let outcomes = by_template.entry(&case.template).or_default();
