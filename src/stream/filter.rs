@@ -571,6 +571,7 @@ impl OutputFilter {
     /// [`OutputFilter::finish_as`]). Its arguments stay as far as written: the
     /// value read as if whole, without the closing the model never wrote.
     fn cut_markup(&mut self, markup: &str, sink: &mut dyn EventSink) -> Flow {
+        let recipient = self.recipient.clone();
         let calls: Vec<ToolCall> = match self.parse_held(markup) {
             Some(calls) => calls
                 .into_iter()
@@ -580,9 +581,12 @@ impl OutputFilter {
                 })
                 .collect(),
             // JSON cut short does not parse: its name and its text as written.
-            None => textcalls::cut_json_call(markup, &self.tools)
-                .into_iter()
-                .collect(),
+            None => match recipient {
+                Some(name) => textcalls::cut_addressed(&name, markup, &self.tools),
+                None => textcalls::cut_json_call(markup, &self.tools),
+            }
+            .into_iter()
+            .collect(),
         };
         let notice = cut_notice(calls.last().map_or("a tool", |c| c.name.as_str()));
         self.cut_call = true;

@@ -217,6 +217,14 @@ pub fn cut_json_call(text: &str, tools: &[Offered]) -> Option<ToolCall> {
     Some(found)
 }
 
+/// A message addressed to tool `name` (harmony, Functionary) cut before its end: the
+/// call, when `name` is offered, with its body's text exactly as far as written.
+pub fn cut_addressed(name: &str, body: &str, tools: &[Offered]) -> Option<ToolCall> {
+    let mut found = validate(vec![call(name, Value::Null)], tools)?.pop()?;
+    found.arguments = Value::String(body.trim().to_string());
+    Some(found)
+}
+
 /// Parses a bare JSON call `{"name": …, "arguments"|"parameters": {…}}`.
 pub fn parse_json_call(text: &str, tools: &[Offered]) -> Option<ToolCall> {
     let call = parse_json_object(text)?;

@@ -1,5 +1,6 @@
 //! End-to-end tests of the Anthropic, Gemini and Ollama backends and of the
-//! provider failover chain, through the built binary.
+//! provider failover chain, and the agent on calls the upstream cut, through
+//! the built binary.
 //!
 //! The upstreams are the same real tiny_http server as `fake_openai` (it
 //! replays whatever bytes it is given and records requests); the streams
@@ -7,7 +8,7 @@
 
 use serde_json::{json, Value};
 
-use crate::fake_openai::{text_stream, Canned, FakeOpenAi};
+use crate::fake_openai::{chunk, text_stream, Canned, FakeOpenAi};
 use crate::harness::Sandbox;
 
 /// A named-event Anthropic SSE body.
@@ -456,4 +457,66 @@ fn the_cli_server_s_status_names_the_provider_that_answered_last() {
     assert_eq!(call("GET", "/status")["last_provider"], "two");
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// A call the upstream's text cut at the length limit never runs: Qwen3-Coder's XML
+/// parameters, Hermes JSON and a harmony message, each cut inside the `write`
+/// call's content. The same call finished by the model runs (the control), so the
+/// cut one is refused for being cut, not for anything else: no file, one request
+/// (no round of tool results), and a notice naming the tool.
+#[test]
+fn a_call_the_upstream_cut_at_the_length_limit_never_runs_in_the_agent() {
+    let forms = [
+        (
+            "qwen3-coder",
+            "Saving.\n<tool_call>\n<function=write>\n<parameter=file_path>\nsaved.txt\n</parameter>\n<parameter=content>\nhel",
+            "lo\n</parameter>\n</function>\n</tool_call>",
+        ),
+        (
+            "hermes",
+            "Saving.\n<tool_call>\n{\"name\": \"write\", \"arguments\": {\"file_path\": \"saved.txt\", \"content\": \"hel",
+            "lo\"}}\n</tool_call>",
+        ),
+        (
+            "harmony",
+            "<|start|>assistant<|channel|>commentary to=functions.write <|constrain|>json<|message|>{\"file_path\": \"saved.txt\", \"content\": \"hel",
+            "lo\"}<|call|>",
+        ),
+    ];
+    for (form, cut, rest) in forms {
+        for finished in [true, false] {
+            let text = match finished {
+                true => format!("{cut}{rest}"),
+                false => cut.to_string(),
+            };
+            let mut chunks = text_stream(&[&text]);
+            if !finished {
+                chunks.pop();
+                chunks.push(chunk(json!({}), Some("length")));
+            }
+            let answer = Canned::sse(&text_stream(&["Done."]));
+            let fake = FakeOpenAi::start(vec![Canned::sse(&chunks), answer]);
+            let sandbox = Sandbox::new("cut-call");
+            let flags = ["--approve", "write", "-e", "save hello"];
+            let run = sandbox.run(&args("openai", &fake, &flags), "");
+            let saved = sandbox.work().join("saved.txt");
+            let requests = fake.requests().len();
+            let shown = format!("{}{}", run.stdout, run.stderr);
+            if finished {
+                assert_eq!(
+                    std::fs::read_to_string(&saved).ok().as_deref(),
+                    Some("hello"),
+                    "{form}, finished: the call runs; {shown}"
+                );
+                assert_eq!(requests, 2, "{form}, finished: {shown}");
+            } else {
+                assert!(!saved.exists(), "{form}, cut: the call ran; {shown}");
+                assert_eq!(requests, 1, "{form}, cut: no round of tool results");
+                assert!(
+                    shown.contains("write was cut off") && shown.contains("not run"),
+                    "{form}, cut: a notice names the tool: {shown}"
+                );
+            }
+        }
+    }
 }

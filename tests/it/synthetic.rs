@@ -447,6 +447,27 @@ fn converse(model: &std::path::Path, family: &str) {
     let arguments: serde_json::Value =
         serde_json::from_str(call["arguments"].as_str().expect("arguments text")).expect("JSON");
     assert!(arguments["n"].is_i64(), "{family}: {reply}");
+    // The same forced call cut halfway: finish reason `length`, and no call whose
+    // arguments read whole (a client must not run it).
+    let whole = reply["usage"]["completion_tokens"].as_u64().expect("usage");
+    let mut cut = body.clone();
+    cut["max_tokens"] = json!((whole / 2).max(1));
+    let (_, text) = chat(&agent, &base, &cut);
+    let reply: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let choice = &reply["choices"][0];
+    assert_eq!(choice["finish_reason"], "length", "{family}: {reply}");
+    for call in choice["message"]["tool_calls"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let written = call["function"]["arguments"].as_str().unwrap_or("");
+        assert_ne!(
+            serde_json::from_str::<serde_json::Value>(written).ok(),
+            Some(arguments.clone()),
+            "{family}: a cut call reads whole: {reply}"
+        );
+    }
     let log = log.lock().unwrap().clone();
     assert!(
         log.contains("the template's tool-call syntax: Some(CallSyntax"),
