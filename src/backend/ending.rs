@@ -89,8 +89,8 @@ pub fn assemble(
     }
     sink.emit(Event::Stats(ending.stats));
     Some(Reply {
-        content: filter.content().to_string(),
-        thinking: ending.thinking + filter.thinking(),
+        content: unless_blank(filter.content()),
+        thinking: unless_blank(&(ending.thinking + filter.thinking())),
         finish: finish_reason(!tool_calls.is_empty(), cut, ending.finish),
         tool_calls,
         usage: ending.usage,
@@ -105,8 +105,8 @@ pub fn assemble(
 /// follows [`finish_reason`]. A cancelled reply keeps its reason and runs no
 /// calls.
 pub fn finish_local(reply: &mut Reply, filter: &mut OutputFilter) {
-    reply.content = filter.content().to_string();
-    reply.thinking = filter.thinking().to_string();
+    reply.content = unless_blank(filter.content());
+    reply.thinking = unless_blank(filter.thinking());
     if reply.finish == FinishReason::Cancelled {
         return;
     }
@@ -116,6 +116,15 @@ pub fn finish_local(reply: &mut Reply, filter: &mut OutputFilter) {
         filter.cut_call(),
         Some(reply.finish),
     );
+}
+
+/// A reply's text, or nothing where it is only whitespace (the `\n\n` around an
+/// empty reasoning block before a forced call is no content and no reasoning).
+fn unless_blank(text: &str) -> String {
+    match text.trim().is_empty() {
+        true => String::new(),
+        false => text.to_string(),
+    }
 }
 
 #[cfg(test)]

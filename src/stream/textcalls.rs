@@ -201,6 +201,16 @@ pub fn unclosed(value: &Value) -> String {
 /// its name, when it names an offered tool, and its arguments' text exactly as far
 /// as written (empty when the cut came before them).
 pub fn cut_json_call(text: &str, tools: &[Offered]) -> Option<ToolCall> {
+    let (name, arguments) = cut_json_parts(text)?;
+    let mut calls = validate(vec![call(name, Value::Null)], tools)?;
+    let mut found = calls.pop()?;
+    found.arguments = Value::String(arguments.to_string());
+    Some(found)
+}
+
+/// A JSON call cut before its end: its name and its arguments' text as far as
+/// written (empty when the cut came before them).
+pub fn cut_json_parts(text: &str) -> Option<(&str, &str)> {
     let after_key = |key: &str| {
         let at = text.find(&format!("\"{key}\""))? + key.len() + 2;
         let rest = text[at..].trim_start().strip_prefix(':')?;
@@ -211,10 +221,7 @@ pub fn cut_json_call(text: &str, tools: &[Offered]) -> Option<ToolCall> {
     let arguments = after_key("arguments")
         .or_else(|| after_key("parameters"))
         .unwrap_or("");
-    let mut calls = validate(vec![call(name, Value::Null)], tools)?;
-    let mut found = calls.pop()?;
-    found.arguments = Value::String(arguments.trim_end().to_string());
-    Some(found)
+    Some((name, arguments.trim_end()))
 }
 
 /// A message addressed to tool `name` (harmony, Functionary) cut before its end: the

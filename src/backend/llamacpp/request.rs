@@ -12,6 +12,7 @@ use crate::core::{BackendError, FinishReason, ToolCall, ToolSpec};
 use crate::llama::grammar::CallShape;
 use crate::llama::{self, Model, SamplerParams, Token};
 use crate::stream::format::CallSyntax;
+use crate::stream::textcalls;
 
 pub(super) fn tokenize_prompt(
     model: &Model,
@@ -311,8 +312,24 @@ pub(super) fn finish_reply(
         return Ok(reply);
     }
     if forced_tools {
-        reply.tool_calls.push(parse_forced_call(&text)?);
-        reply.finish = FinishReason::ToolCalls;
+        match parse_forced_call(&text) {
+            Ok(call) => {
+                reply.tool_calls.push(call);
+                reply.finish = FinishReason::ToolCalls;
+            }
+            // Cut by the length limit before the grammar closed it: the call as far
+            // as written, in a `Length` reply, which runs it nowhere.
+            Err(_) if finish == FinishReason::Length => {
+                if let Some((name, arguments)) = textcalls::cut_json_parts(&text) {
+                    reply.tool_calls.push(ToolCall {
+                        id: forced_id(),
+                        name: name.to_string(),
+                        arguments: Value::String(arguments.to_string()),
+                    });
+                }
+            }
+            Err(err) => return Err(err),
+        }
         return Ok(reply);
     }
     // The caller's output filter turns this text into content, thinking and tool calls.
@@ -329,17 +346,20 @@ fn parse_forced_call(text: &str) -> Result<ToolCall, BackendError> {
         .ok_or_else(|| BackendError::Protocol(format!("forced tool call has no name: {text}")))
 }
 
-fn call_from_json(value: &Value) -> Option<ToolCall> {
-    // Ids must be unique across the whole conversation, not just one reply.
+/// A forced call's id: unique across the whole conversation, not just one reply.
+fn forced_id() -> String {
     static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+    format!("call_forced_{}", NEXT_ID.fetch_add(1, Ordering::Relaxed))
+}
+
+fn call_from_json(value: &Value) -> Option<ToolCall> {
     let name = value.get("name")?.as_str()?.to_string();
     let arguments = value
         .get("arguments")
         .cloned()
         .unwrap_or_else(|| serde_json::json!({}));
-    let id = format!("call_forced_{}", NEXT_ID.fetch_add(1, Ordering::Relaxed));
     Some(ToolCall {
-        id,
+        id: forced_id(),
         name,
         arguments,
     })
@@ -349,6 +369,25 @@ fn call_from_json(value: &Value) -> Option<ToolCall> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A grammar-forced call cut by the length limit is no error: the reply ends
+    /// `Length` with the call as far as written (it runs nowhere); whole, it is a call.
+    #[test]
+    fn a_forced_call_cut_at_the_length_limit_is_a_length_reply() {
+        let cut = r#"{"name": "bash", "arguments": {"command": "rm -r"#;
+        let reply = finish_reply(true, cut.into(), FinishReason::Length).expect("no error");
+        assert_eq!(reply.finish, FinishReason::Length);
+        assert_eq!(reply.tool_calls[0].name, "bash");
+        assert_eq!(
+            reply.tool_calls[0].arguments,
+            Value::String(r#"{"command": "rm -r"#.into())
+        );
+        let whole = r#"{"name": "bash", "arguments": {"command": "ls"}}"#;
+        let reply = finish_reply(true, whole.into(), FinishReason::Stop).expect("a call");
+        assert_eq!(reply.finish, FinishReason::ToolCalls);
+        assert_eq!(reply.tool_calls[0].arguments, json!({"command": "ls"}));
+        assert!(finish_reply(true, "not json".into(), FinishReason::Stop).is_err());
+    }
 
     fn tool(name: &str) -> ToolSpec {
         ToolSpec {
