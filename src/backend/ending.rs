@@ -132,6 +132,29 @@ mod tests {
     use super::*;
     use serde_json::{json, Value};
 
+    /// A forced call after an empty reasoning block (Qwen3 writes
+    /// `<think>\n\n</think>\n\n`) is a reply with no content and no reasoning.
+    #[test]
+    fn blank_content_and_reasoning_are_empty() {
+        let tools = [crate::core::ToolSpec {
+            name: "bash".into(),
+            description: String::new(),
+            parameters: json!({"type": "object"}),
+        }];
+        let mut filter = OutputFilter::for_tools(&tools);
+        let mut events = Vec::new();
+        let text = "<think>\n\n</think>\n\n<tool_call>\n{\"name\": \"bash\", \"arguments\": {}}\n</tool_call>";
+        filter.push(text, &mut events);
+        let ending = Ending {
+            finish: Some(FinishReason::Stop),
+            ..Ending::default()
+        };
+        let reply = assemble(&mut filter, ending, &mut events).unwrap();
+        assert_eq!((reply.content.as_str(), reply.thinking.as_str()), ("", ""));
+        assert_eq!(reply.tool_calls.len(), 1);
+        assert_eq!(reply.finish, FinishReason::ToolCalls);
+    }
+
     #[test]
     fn one_finish_rule_for_every_dialect() {
         use FinishReason::*;

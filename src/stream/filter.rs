@@ -105,6 +105,9 @@ pub struct OutputFilter {
     inline_code: bool,
     /// Nothing of the reply was read yet (see `step_text`).
     reply_start: bool,
+    /// A call at a line start in a block the prompt opened is held (it starts
+    /// `pending`) until the block closes or the text ends; the bytes searched.
+    think_held: Option<usize>,
     /// Whether the next reasoning character starts a line (a block's start does).
     think_line_start: bool,
     /// The prompt ended with Functionary's `>>>`: each `>>>` starts a recipient line.
@@ -161,6 +164,7 @@ impl OutputFilter {
             line_start: true,
             recipient: None,
             prompt_think: false,
+            think_held: None,
             think_line_start: true,
             reply_start: true,
             inline_code: false,
@@ -227,6 +231,14 @@ impl OutputFilter {
         let mode = std::mem::replace(&mut self.mode, Mode::Text);
         let flow = match mode {
             Mode::Text | Mode::Json(_) | Mode::Header | Mode::Recipient => self.show(&rest, sink),
+            // A call held in a block the prompt opened, and the block never closed:
+            // the model acted. Read the rest as text from the call on.
+            Mode::Think(_) if self.think_held.take().is_some() => {
+                self.prompt_think = false;
+                self.after_think = true;
+                self.pending = rest;
+                return self.finish_as(end, sink);
+            }
             Mode::Think(_) => self.think(&rest, sink),
             Mode::FenceHeader => {
                 self.visible.push_str(&rest);
@@ -376,15 +388,46 @@ impl OutputFilter {
     }
 
     fn step_think(&mut self, close: &'static [&'static str], sink: &mut dyn EventSink) -> Step {
-        let closed = find_any(&self.pending, 0, close);
-        // Markup inside reasoning is reasoning, except a call that ends it: see
-        // `reasoning_call`.
-        let call = reasoning_call(&self.pending, self.think_line_start, self.prompt_think)
-            .filter(|&call| closed.is_none_or(|(at, _)| call < at));
-        let (emit, drop, done) = match (call, closed) {
+        // Past a held call, only the bytes not yet searched (less a closer's length).
+        let longest = close.iter().map(|c| c.len()).max().unwrap_or(0);
+        let mut from = self.think_held.map_or(0, |scanned| {
+            scanned.saturating_sub(longest).min(self.pending.len())
+        });
+        while !self.pending.is_char_boundary(from) {
+            from -= 1;
+        }
+        let closed = find_any(&self.pending, from, close);
+        // Markup inside reasoning is reasoning, except a call of a family that
+        // writes its calls there (`ending_call`), or one a model that never closes
+        // its block acts with (`acting_call`: held until the block closes, which
+        // makes it reasoning, or the text ends, which makes it a call).
+        let ending =
+            ending_call(&self.pending).filter(|&call| closed.is_none_or(|(at, _)| call < at));
+        let (emit, drop, done) = match (ending, closed) {
             (Some(at), _) => (at, at, true),
             (None, Some((at, len))) => (at, at + len, true),
+            (None, None) if self.think_held.is_some() => {
+                if self.pending.len() <= MAX_HELD_BYTES {
+                    self.think_held = Some(self.pending.len());
+                    return Step::Wait;
+                }
+                // Too long to be held: reasoning, as it stands.
+                self.think_held = None;
+                (self.pending.len(), self.pending.len(), false)
+            }
             (None, None) => {
+                let acting = self
+                    .prompt_think
+                    .then(|| acting_call(&self.pending, self.think_line_start))
+                    .flatten();
+                if let Some(at) = acting {
+                    let head: String = self.pending.drain(..at).collect();
+                    self.think_held = Some(self.pending.len());
+                    return match self.think(&head, sink) {
+                        Flow::Cancel => Step::Cancel,
+                        Flow::Continue => Step::Wait,
+                    };
+                }
                 let calls = MARKERS
                     .iter()
                     .filter(|m| m.ends_reasoning || (self.prompt_think && is_call(m)));
@@ -402,6 +445,7 @@ impl OutputFilter {
         if done {
             self.mode = Mode::Text;
             self.prompt_think = false;
+            self.think_held = None;
             self.after_think = true;
         }
         match self.think(&head[..emit], sink) {
@@ -651,13 +695,19 @@ fn is_call(marker: &Marker) -> bool {
     matches!(marker.opener, Opener::Markup(_))
 }
 
-/// Where the first call that ends a reasoning block starts in `text` (held
-/// reasoning, after `line_start` text): a marker of a family that writes its calls
-/// inside its reasoning ([`Marker::ends_reasoning`]) anywhere; in a block the prompt
-/// opened (`prompt_think`), any call marker at the start of a line, where a model
-/// that never closes its reasoning starts to act (Qwen3.5). A marker inside a
-/// sentence is reasoning text, whose block's end is still found after it.
-fn reasoning_call(text: &str, line_start: bool, prompt_think: bool) -> Option<usize> {
+/// Where the first call marker of a family that writes its calls inside its
+/// reasoning ([`Marker::ends_reasoning`], Kimi's) starts in reasoning `text`: it
+/// ends the block wherever it stands.
+fn ending_call(text: &str) -> Option<usize> {
+    let ends = MARKERS.iter().filter(|m| m.ends_reasoning);
+    ends.filter_map(|m| text.find(m.tag)).min()
+}
+
+/// Where, in a block the prompt opened, the first call marker at the start of a
+/// line starts (`line_start`: the text follows a line's start): a model that never
+/// closes its reasoning starts to act there (Qwen3.5), if the block does not close
+/// after it. A marker inside a sentence is reasoning text.
+fn acting_call(text: &str, line_start: bool) -> Option<usize> {
     let at_line_start = |at: usize| {
         let before = &text[..at];
         let line = match before.rfind('\n') {
@@ -667,15 +717,12 @@ fn reasoning_call(text: &str, line_start: bool, prompt_think: bool) -> Option<us
         };
         line.chars().all(char::is_whitespace)
     };
-    let ends = |m: &&Marker| m.ends_reasoning || (prompt_think && is_call(m));
     MARKERS
         .iter()
-        .filter(ends)
+        .filter(|m| is_call(m))
         .flat_map(|m| {
             let found = text.match_indices(m.tag).map(|(at, _)| at);
-            found
-                .filter(move |&at| m.ends_reasoning || at_line_start(at))
-                .take(1)
+            found.filter(|&at| at_line_start(at)).take(1)
         })
         .min()
 }
@@ -945,8 +992,8 @@ mod tests {
 
     /// Markup inside reasoning is reasoning: a call a model writes while thinking
     /// never runs, and the block's end is still found after it, whether the model
-    /// opened the block or the prompt did (there only a call at the start of a line
-    /// ends the reasoning: a model that never closes its block starts to act).
+    /// opened the block or the prompt did (there a call at the start of a line that
+    /// the block never closes after is the model acting: Qwen3.5 never closes it).
     #[test]
     fn a_call_inside_reasoning_is_reasoning() {
         let call =
@@ -957,19 +1004,35 @@ mod tests {
             &[t(&format!("I could run {call} but no")), c("Done.")],
             &[],
         );
+        // In a block the prompt opened; the same whole and split at every byte.
         let reasoning = |text: &str| {
-            let mut filter = OutputFilter::new(names());
-            filter.after_prompt(PromptEnd::Reasoning(&["</think>"]));
-            let mut events = Vec::new();
-            filter.push(text, &mut events);
-            filter.finish(&mut events);
-            filter.into_output()
+            let read = |chunks: &[&str]| {
+                let mut filter = OutputFilter::new(names());
+                filter.after_prompt(PromptEnd::Reasoning(&["</think>"]));
+                let mut events = Vec::new();
+                for chunk in chunks {
+                    filter.push(chunk, &mut events);
+                }
+                filter.finish(&mut events);
+                filter.into_output()
+            };
+            let whole = read(&[text]);
+            for at in (1..text.len()).filter(|&at| text.is_char_boundary(at)) {
+                assert_eq!(read(&[&text[..at], &text[at..]]), whole, "{text:?} at {at}");
+            }
+            whole
         };
         let opened = reasoning(&format!("Maybe {call} later\n</think>\nNo call."));
         assert!(opened.tool_calls.is_empty(), "{opened:?}");
         assert!(opened.thinking.contains("rm -rf"));
         assert_eq!(opened.content.trim(), "No call.");
-        // At the start of a line, in a block the prompt opened: the model acts.
+        // At the start of a line, then the block closes: still reasoning (DeepSeek
+        // R1 distills think about calls that way).
+        let considered = reasoning(&format!("I could run\n{call}\nbut no.\n</think>\nAnswer."));
+        assert!(considered.tool_calls.is_empty(), "{considered:?}");
+        assert!(considered.thinking.contains("but no."));
+        assert_eq!(considered.content.trim(), "Answer.");
+        // At the start of a line, and the block never closes: the model acts.
         let acting = reasoning(&format!("Need to look.\n{call}"));
         assert_eq!(acting.tool_calls.len(), 1);
         assert_eq!(acting.thinking.trim(), "Need to look.");
