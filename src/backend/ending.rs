@@ -132,24 +132,32 @@ mod tests {
     use super::*;
     use serde_json::{json, Value};
 
+    fn bash_tools() -> [crate::core::ToolSpec; 1] {
+        [crate::core::ToolSpec {
+            name: "bash".into(),
+            description: String::new(),
+            parameters: json!({"type": "object"}),
+        }]
+    }
+
+    /// `text` from a provider that reported `finish`, assembled with `bash` offered.
+    fn assemble_text(text: &str, finish: FinishReason) -> Reply {
+        let mut filter = OutputFilter::for_tools(&bash_tools());
+        let mut events = Vec::new();
+        filter.push(text, &mut events);
+        let ending = Ending {
+            finish: Some(finish),
+            ..Ending::default()
+        };
+        assemble(&mut filter, ending, &mut events).unwrap()
+    }
+
     /// A forced call after an empty reasoning block (Qwen3 writes
     /// `<think>\n\n</think>\n\n`) is a reply with no content and no reasoning.
     #[test]
     fn blank_content_and_reasoning_are_empty() {
-        let tools = [crate::core::ToolSpec {
-            name: "bash".into(),
-            description: String::new(),
-            parameters: json!({"type": "object"}),
-        }];
-        let mut filter = OutputFilter::for_tools(&tools);
-        let mut events = Vec::new();
         let text = "<think>\n\n</think>\n\n<tool_call>\n{\"name\": \"bash\", \"arguments\": {}}\n</tool_call>";
-        filter.push(text, &mut events);
-        let ending = Ending {
-            finish: Some(FinishReason::Stop),
-            ..Ending::default()
-        };
-        let reply = assemble(&mut filter, ending, &mut events).unwrap();
+        let reply = assemble_text(text, FinishReason::Stop);
         assert_eq!((reply.content.as_str(), reply.thinking.as_str()), ("", ""));
         assert_eq!(reply.tool_calls.len(), 1);
         assert_eq!(reply.finish, FinishReason::ToolCalls);
@@ -188,11 +196,7 @@ mod tests {
     /// call keeps its arguments as written, and a notice names it.
     #[test]
     fn a_reply_cut_inside_a_call_ends_at_its_length() {
-        let tools = [crate::core::ToolSpec {
-            name: "bash".into(),
-            description: String::new(),
-            parameters: json!({"type": "object"}),
-        }];
+        let tools = bash_tools();
         // A native call whose arguments the length limit cut.
         let mut filter = OutputFilter::for_tools(&tools);
         let mut events = Vec::new();
@@ -213,16 +217,7 @@ mod tests {
             .iter()
             .any(|e| matches!(e, Event::System(n) if n.contains("bash") && n.contains("not run"))));
         // Qwen3-Coder's XML in the text, cut inside a value.
-        let text = |text: &str, finish| {
-            let mut filter = OutputFilter::for_tools(&tools);
-            let mut events = Vec::new();
-            filter.push(text, &mut events);
-            let ending = Ending {
-                finish: Some(finish),
-                ..Ending::default()
-            };
-            assemble(&mut filter, ending, &mut events).unwrap()
-        };
+        let text = assemble_text;
         let xml = "<tool_call>\n<function=bash>\n<parameter=command>\n";
         let reply = text(&format!("{xml}rm -rf /tm"), FinishReason::Length);
         assert_eq!(reply.finish, FinishReason::Length);

@@ -110,6 +110,9 @@ fn template_corpus() -> Option<PathBuf> {
     Some(dir)
 }
 
+const LLAMA_3_1: &str = "meta-llama-Llama-3.1-8B-Instruct.jinja";
+const GPT_OSS: &str = "openai-gpt-oss-120b.jinja";
+
 /// Families whose templates frame turns and calls with special tokens: the template
 /// file and the markers the tokenizer must know as control tokens.
 const MARKED_FAMILIES: [(&str, &[&str]); 7] = [
@@ -126,7 +129,7 @@ const MARKED_FAMILIES: [(&str, &[&str]); 7] = [
         &["<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>"],
     ),
     (
-        "meta-llama-Llama-3.1-8B-Instruct.jinja",
+        LLAMA_3_1,
         &[
             "<|start_header_id|>",
             "<|end_header_id|>",
@@ -136,7 +139,7 @@ const MARKED_FAMILIES: [(&str, &[&str]); 7] = [
         ],
     ),
     (
-        "openai-gpt-oss-120b.jinja",
+        GPT_OSS,
         &[
             "<|start|>",
             "<|end|>",
@@ -284,6 +287,28 @@ fn serve(
     (child, base, agent, log)
 }
 
+/// The get_weather tool both conversations offer.
+fn weather_tool() -> serde_json::Value {
+    serde_json::json!([{"type": "function", "function": {"name": "get_weather",
+        "description": "The weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                       "required": ["city"]}}}])
+}
+
+/// Posts a chat request that must be answered (200, `what` and the server's log
+/// otherwise): the reply.
+fn chat_ok(
+    agent: &ureq::Agent,
+    base: &str,
+    body: &serde_json::Value,
+    what: &str,
+    log: &std::sync::Mutex<String>,
+) -> serde_json::Value {
+    let (status, text) = chat(agent, base, body);
+    assert_eq!(status, 200, "{what}: {text}\nlog: {}", log.lock().unwrap());
+    serde_json::from_str(&text).expect("JSON")
+}
+
 /// Posts a chat request: its status and body.
 fn chat(agent: &ureq::Agent, base: &str, body: &serde_json::Value) -> (u16, String) {
     let response = agent
@@ -306,17 +331,12 @@ fn parallel_calls_render_for_three_turns_in_every_family() {
         println!("SHEPHERD_TEMPLATE_CORPUS unset: skipped (make test sets it)");
         return;
     };
+    let marked = |file: &str| {
+        let family = MARKED_FAMILIES.iter().find(|(f, _)| *f == file);
+        family.expect("a marked family").1
+    };
     let families: [(&str, &[&str]); 4] = [
-        (
-            "meta-llama-Llama-3.1-8B-Instruct.jinja",
-            &[
-                "<|start_header_id|>",
-                "<|end_header_id|>",
-                "<|eot_id|>",
-                "<|eom_id|>",
-                "<|python_tag|>",
-            ],
-        ),
+        (LLAMA_3_1, marked(LLAMA_3_1)),
         (
             "google-gemma-2-2b-it.jinja",
             &["<start_of_turn>", "<end_of_turn>"],
@@ -332,24 +352,10 @@ fn parallel_calls_render_for_three_turns_in_every_family() {
                 "</think>",
             ],
         ),
-        (
-            "openai-gpt-oss-120b.jinja",
-            &[
-                "<|start|>",
-                "<|end|>",
-                "<|message|>",
-                "<|channel|>",
-                "<|constrain|>",
-                "<|return|>",
-                "<|call|>",
-            ],
-        ),
+        (GPT_OSS, marked(GPT_OSS)),
     ];
     let dir = TempDir::new("synthetic-parallel");
-    let tools = json!([{"type": "function", "function": {"name": "get_weather",
-        "description": "The weather in a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                       "required": ["city"]}}}]);
+    let tools = weather_tool();
     for (file, specials) in families {
         let model = family_model(&dir, &corpus, file, specials);
         let sandbox = Sandbox::new("synthetic-parallel");
@@ -374,14 +380,7 @@ fn parallel_calls_render_for_three_turns_in_every_family() {
             );
             let body = json!({"model": "m", "messages": messages, "tools": tools,
                               "max_tokens": 2, "temperature": 0});
-            let (status, text) = chat(&agent, &base, &body);
-            assert_eq!(
-                status,
-                200,
-                "{file} turn {turn}: {text}\nlog: {}",
-                log.lock().unwrap()
-            );
-            let reply: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+            let reply = chat_ok(&agent, &base, &body, &format!("{file} turn {turn}"), &log);
             let answer = reply["choices"][0]["message"]["content"]
                 .as_str()
                 .unwrap_or("");
@@ -399,10 +398,7 @@ fn converse(model: &std::path::Path, family: &str) {
     use serde_json::json;
     let sandbox = Sandbox::new("synthetic-family");
     let (mut child, base, agent, log) = serve(model, family, &sandbox);
-    let tools = json!([{"type": "function", "function": {"name": "get_weather",
-        "description": "The weather in a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                       "required": ["city"]}}}]);
+    let tools = weather_tool();
     let mut messages = vec![
         json!({"role": "system", "content": "You are terse."}),
         json!({"role": "user", "content": "Weather in Paris?"}),
@@ -414,14 +410,13 @@ fn converse(model: &std::path::Path, family: &str) {
     for round in 0..2 {
         let body = json!({"model": "m", "messages": messages, "tools": tools,
                           "max_tokens": 6, "temperature": 0});
-        let (status, text) = chat(&agent, &base, &body);
-        assert_eq!(
-            status,
-            200,
-            "{family} round {round}: {text}\nlog: {}",
-            log.lock().unwrap()
+        let reply = chat_ok(
+            &agent,
+            &base,
+            &body,
+            &format!("{family} round {round}"),
+            &log,
         );
-        let reply: serde_json::Value = serde_json::from_str(&text).expect("JSON");
         let answer = &reply["choices"][0]["message"];
         assert_eq!(answer["role"], "assistant", "{family}: {reply}");
         assert_eq!(reply["usage"]["completion_tokens"], 6, "{family}: {reply}");
