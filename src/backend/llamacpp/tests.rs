@@ -4,6 +4,7 @@
 
 use super::tuning::*;
 use super::*;
+use crate::backend::ResponseFormat;
 use crate::core::Role;
 use crate::core::Stats;
 use crate::util::dirs::test_models::{swa_test_model_path, test_model_path, TEST_THREADS};
@@ -830,6 +831,48 @@ fn conversation_that_outgrows_the_context_is_evicted_and_continues() {
     }
     assert!(session.messages.len() < 24, "something was evicted");
     assert_eq!(session.messages.last().unwrap().role, Role::Assistant);
+}
+
+/// A call the model writes as text (a grammar makes SmolLM2 write it exactly) in
+/// Qwen3-Coder's XML, Hermes JSON and a harmony message: whole, it is a call; cut
+/// by the length limit halfway, the reply ends `Length` with no call whose
+/// arguments read whole, and the agent runs no call of a `Length` reply
+/// (`agent::tests::a_call_cut_at_the_length_limit_never_runs`).
+#[test]
+fn a_call_the_length_limit_cut_in_the_text_is_no_call() {
+    let mut llm = backend(1024);
+    let tools = [weather_tool()];
+    let session = question("What is the weather in Paris?");
+    let forms = [
+        "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>",
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+        "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\"}<|call|>",
+    ];
+    for text in forms {
+        let grammar = format!("root ::= {}", serde_json::to_string(text).unwrap());
+        let mut write = |max_tokens| {
+            let mut sampling = greedy(max_tokens);
+            sampling.response_format = Some(ResponseFormat::Grammar(grammar.clone()));
+            let request = GenerateRequest {
+                tools: &tools,
+                tool_choice: &ToolChoice::Auto,
+                sampling: &sampling,
+                stream: true,
+            };
+            let mut events = Vec::new();
+            llm.generate(&session, &request, &mut events).unwrap()
+        };
+        let whole = write(200);
+        assert_eq!(whole.finish, FinishReason::ToolCalls, "{text}: {whole:?}");
+        assert_eq!(whole.tool_calls[0].arguments, json!({"city": "Paris"}));
+        let tokens = whole.usage.expect("usage").completion_tokens;
+        let cut = write(u32::try_from(tokens / 2).unwrap());
+        assert_eq!(cut.finish, FinishReason::Length, "{text}: {cut:?}");
+        assert!(
+            cut.tool_calls.iter().all(|c| c.arguments.is_string()),
+            "{text}: a cut call reads whole: {cut:?}"
+        );
+    }
 }
 
 #[test]
