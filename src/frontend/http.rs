@@ -131,11 +131,26 @@ impl Request {
     /// The value of query parameter `name` (`?action=save`), percent-decoded;
     /// the first where it repeats.
     pub fn query_param(&self, name: &str) -> Option<String> {
+        self.query_pairs()
+            .find(|(key, _)| *key == name)
+            .map(|(_, value)| percent_decode(value))
+    }
+
+    /// [`Request::query_param`] for a parameter that may be given once: `Err`
+    /// (a message naming it) when it repeats, since which of two values was
+    /// meant cannot be told.
+    pub fn single_query_param(&self, name: &str) -> Result<Option<String>, String> {
+        if self.query_pairs().filter(|(key, _)| *key == name).count() > 1 {
+            return Err(format!("query parameter '{name}' is given more than once"));
+        }
+        Ok(self.query_param(name))
+    }
+
+    /// The query's `key=value` pairs as sent (a bare `key` has an empty value).
+    fn query_pairs(&self) -> impl Iterator<Item = (&str, &str)> {
         self.query
             .split('&')
             .filter_map(|pair| pair.split_once('=').or(Some((pair, ""))))
-            .find(|(key, _)| *key == name)
-            .map(|(_, value)| percent_decode(value))
     }
 
     /// The first header called `name` (case-insensitive).
@@ -289,17 +304,11 @@ fn dispatch(
 fn refuse_busy(stream: TcpStream) {
     let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
     let body = error_json("server busy: too many connections", "server_busy", 503);
-    let mut writer = &stream;
-    let _ = write_head(
-        &mut writer,
-        503,
-        &[
-            ("Content-Type", "application/json".into()),
-            ("Retry-After", "1".into()),
-        ],
-        Some(body.len()),
-    )
-    .and_then(|()| writer.write_all(body.as_bytes()));
+    let headers = [
+        ("Content-Type", "application/json".into()),
+        ("Retry-After", "1".into()),
+    ];
+    let _ = write_answer(&mut &stream, 503, &headers, body.as_bytes(), false);
     let _ = stream.shutdown(Shutdown::Both);
 }
 

@@ -794,13 +794,87 @@ fn slow_loris_connections_do_not_lock_out_health_or_a_real_client() {
         let (bytes, closed) = read_until_closed(stream, deadline);
         let text = String::from_utf8_lossy(&bytes);
         assert!(
-            closed && (bytes.is_empty() || text.starts_with("HTTP/1.1 408 ")),
+            closed && (bytes.is_empty() || text.starts_with("HTTP/1.1 408 Request Timeout\r\n")),
             "idle connection {n}: {closed} {text}"
         );
     }
     assert!(opened.elapsed() < Duration::from_secs(15));
     drop(idle);
     server.assert_healthy("slow-loris");
+}
+
+/// Writes `request` on a kept-alive connection and reads one answer framed by
+/// its `Content-Length`: the status and the whole text.
+fn kept_answer(reader: &mut BufReader<TcpStream>, request: &[u8]) -> (u16, String) {
+    reader.get_mut().write_all(request).expect("write");
+    let mut head = String::new();
+    loop {
+        let mut line = String::new();
+        match reader.read_line(&mut line) {
+            Ok(0) => panic!("closed after {head:?}"),
+            Ok(_) => head.push_str(&line),
+            Err(e) => panic!("no answer within the deadline ({e}) after {head:?}"),
+        }
+        if line == "\r\n" {
+            break;
+        }
+    }
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("Content-Length: "))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no Content-Length: {head}"));
+    let mut body = vec![0u8; length];
+    reader.read_exact(&mut body).expect("the body");
+    let status = head.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
+    (status, head + &String::from_utf8_lossy(&body))
+}
+
+/// Twenty requests over one kept-alive connection take about what twenty on
+/// fresh connections take. An answer whose last bytes wait for the client's
+/// delayed ACK (Nagle's algorithm, an answer in two writes) costs 40 ms on a
+/// reused connection (the first packets of a new one are ACKed at once):
+/// 800 ms for twenty, a floor the bound below does not let through.
+#[test]
+fn requests_on_a_kept_alive_connection_wait_no_more_than_on_fresh_ones() {
+    let fake = FakeOpenAi::start(Vec::new());
+    let server = Daemon::http("--server", &fake);
+    let auth = format!("Host: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\n");
+    let models = (format!("GET /v1/models HTTP/1.1\r\n{auth}"), "", 200);
+    let malformed = (
+        format!(
+            "POST /v1/chat/completions HTTP/1.1\r\n{auth}Content-Type: application/json\r\n\
+             Content-Length: 9\r\n"
+        ),
+        "{\"model\":",
+        400,
+    );
+    for (head, body, want) in [models, malformed] {
+        let fresh_started = Instant::now();
+        for _ in 0..20 {
+            let answer = exchange(&server.addr, format!("{head}\r\n{body}").as_bytes());
+            assert_eq!(answer.status(), Some(want), "{answer:?}");
+        }
+        let fresh = fresh_started.elapsed();
+        let stream = TcpStream::connect(&server.addr).expect("connect");
+        stream.set_nodelay(true).unwrap();
+        stream.set_read_timeout(Some(CASE_DEADLINE)).unwrap();
+        let mut reader = BufReader::new(stream);
+        let request = format!("{head}Connection: keep-alive\r\n\r\n{body}");
+        let kept_started = Instant::now();
+        for n in 0..20 {
+            let (status, answer) = kept_answer(&mut reader, request.as_bytes());
+            assert_eq!(status, want, "request {n}: {answer}");
+            assert!(answer.contains("Connection: keep-alive"), "{answer}");
+        }
+        let kept = kept_started.elapsed();
+        eprintln!("hostile: 20 x {head:?}: kept-alive {kept:?}, fresh {fresh:?}");
+        assert!(
+            kept <= fresh * 2 + Duration::from_millis(300),
+            "20 requests on one kept-alive connection took {kept:?}, on fresh ones {fresh:?}"
+        );
+    }
+    assert!(fake.requests().is_empty(), "{:?}", fake.requests());
 }
 
 /// A line client of the tool server.

@@ -82,59 +82,120 @@ pub(super) fn error_kind(status: u16) -> &'static str {
     }
 }
 
+/// The reason phrase of every status the servers send (RFC 9110 §15; 499 is
+/// nginx's), one table for every answer; [`reason`] looks it up.
+pub(super) const REASONS: &[(u16, &str)] = &[
+    (100, "Continue"),
+    (200, "OK"),
+    (201, "Created"),
+    (202, "Accepted"),
+    (204, "No Content"),
+    (301, "Moved Permanently"),
+    (302, "Found"),
+    (304, "Not Modified"),
+    (307, "Temporary Redirect"),
+    (308, "Permanent Redirect"),
+    (400, "Bad Request"),
+    (401, "Unauthorized"),
+    (402, "Payment Required"),
+    (403, "Forbidden"),
+    (404, "Not Found"),
+    (405, "Method Not Allowed"),
+    (406, "Not Acceptable"),
+    (408, "Request Timeout"),
+    (409, "Conflict"),
+    (410, "Gone"),
+    (411, "Length Required"),
+    (412, "Precondition Failed"),
+    (413, "Content Too Large"),
+    (414, "URI Too Long"),
+    (415, "Unsupported Media Type"),
+    (416, "Range Not Satisfiable"),
+    (417, "Expectation Failed"),
+    (421, "Misdirected Request"),
+    (422, "Unprocessable Content"),
+    (426, "Upgrade Required"),
+    (428, "Precondition Required"),
+    (429, "Too Many Requests"),
+    (431, "Request Header Fields Too Large"),
+    (451, "Unavailable For Legal Reasons"),
+    (499, "Client Closed Request"),
+    (500, "Internal Server Error"),
+    (501, "Not Implemented"),
+    (502, "Bad Gateway"),
+    (503, "Service Unavailable"),
+    (504, "Gateway Timeout"),
+    (505, "HTTP Version Not Supported"),
+    (507, "Insufficient Storage"),
+    (511, "Network Authentication Required"),
+];
+
+/// The reason phrase of `status`: from [`REASONS`], else its class's (an
+/// upstream's unusual 4xx passed on), which clients read the same way.
 pub(super) fn reason(status: u16) -> &'static str {
+    if let Some((_, phrase)) = REASONS.iter().find(|(code, _)| *code == status) {
+        return phrase;
+    }
     match status {
-        200 => "OK",
-        201 => "Created",
-        204 => "No Content",
-        400 => "Bad Request",
-        401 => "Unauthorized",
-        403 => "Forbidden",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        409 => "Conflict",
-        411 => "Length Required",
-        413 => "Content Too Large",
-        417 => "Expectation Failed",
-        429 => "Too Many Requests",
-        431 => "Request Header Fields Too Large",
-        500 => "Internal Server Error",
-        503 => "Service Unavailable",
-        505 => "HTTP Version Not Supported",
-        _ => "Status",
+        100..=199 => "Informational",
+        200..=299 => "Success",
+        300..=399 => "Redirection",
+        400..=499 => "Client Error",
+        _ => "Server Error",
     }
 }
 
-pub(super) fn write_head(
-    out: &mut impl Write,
-    status: u16,
-    headers: &[(&str, String)],
-    content_length: Option<usize>,
-) -> io::Result<()> {
-    write_head_kept(out, status, headers, content_length, false)
-}
-
-/// The status line and headers; `keep_alive` says the connection stays open.
-pub(super) fn write_head_kept(
-    out: &mut impl Write,
+/// The status line and headers; `keep_alive` says the connection stays open,
+/// a `content_length` of `None` that a chunked body follows.
+pub(super) fn head(
     status: u16,
     headers: &[(&str, String)],
     content_length: Option<usize>,
     keep_alive: bool,
-) -> io::Result<()> {
+) -> String {
     let connection = if keep_alive { "keep-alive" } else { "close" };
     let mut head = format!(
         "HTTP/1.1 {status} {}\r\nConnection: {connection}\r\n",
         reason(status)
     );
     for (name, value) in headers {
-        head.push_str(&format!("{name}: {value}\r\n"));
+        head.push_str(name);
+        head.push_str(": ");
+        head.push_str(value);
+        head.push_str("\r\n");
     }
     match content_length {
         Some(n) => head.push_str(&format!("Content-Length: {n}\r\n\r\n")),
         None => head.push_str("Transfer-Encoding: chunked\r\n\r\n"),
     }
-    out.write_all(head.as_bytes())
+    head
+}
+
+/// Largest whole answer copied into one buffer to go out in one write.
+pub(super) const ONE_WRITE_MAX: usize = 64 * 1024;
+
+/// Writes a whole answer (head and `Content-Length` body) and flushes once:
+/// up to [`ONE_WRITE_MAX`] in one write, so it leaves in as few segments as
+/// it can and the client wakes up once; a larger one as two (the socket's
+/// `TCP_NODELAY`, set at accept, keeps its last segment from waiting).
+pub(super) fn write_answer(
+    out: &mut impl Write,
+    status: u16,
+    headers: &[(&str, String)],
+    body: &[u8],
+    keep_alive: bool,
+) -> io::Result<()> {
+    let head = head(status, headers, Some(body.len()), keep_alive);
+    if head.len() + body.len() <= ONE_WRITE_MAX {
+        let mut frame = Vec::with_capacity(head.len() + body.len());
+        frame.extend_from_slice(head.as_bytes());
+        frame.extend_from_slice(body);
+        out.write_all(&frame)?;
+    } else {
+        out.write_all(head.as_bytes())?;
+        out.write_all(body)?;
+    }
+    out.flush()
 }
 
 /// Answers one request, once.
@@ -204,9 +265,7 @@ impl Responder {
     ) {
         let keep = self.kept.is_some() && !pending_bytes(stream);
         let mut writer = stream;
-        let result = write_head_kept(&mut writer, status, headers, Some(body.len()), keep)
-            .and_then(|()| writer.write_all(body))
-            .and_then(|()| writer.flush());
+        let result = write_answer(&mut writer, status, headers, body, keep);
         match (&self.kept, result) {
             (Some(kept), Ok(())) if keep => kept.store(true, Ordering::SeqCst),
             (_, Ok(())) => linger_close(stream),
@@ -281,10 +340,11 @@ impl Responder {
         let mut headers = self.base_headers();
         headers.push(("Content-Type", "text/event-stream".into()));
         headers.push(("X-Accel-Buffering", "no".into()));
-        // Events are small and must leave at once: no Nagle delay behind an unacked one.
+        // Events are small and must leave at once: no Nagle delay behind an
+        // unacked one (set at accept already; a stream cannot do without it).
         stream.set_nodelay(true)?;
         let mut writer = &*stream;
-        write_head(&mut writer, 200, &headers, None)?;
+        writer.write_all(head(200, &headers, None, false).as_bytes())?;
         writer.flush()?;
         Ok(SseStream {
             stream,

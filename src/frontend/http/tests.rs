@@ -110,6 +110,10 @@ fn junk_connections_get_an_answer_or_a_prompt_close() {
     );
     let (answer, closed) = held(addr, b"GET /x HTTP/1.1\r\nHost: 127", patience);
     assert_eq!((status(&answer), closed), (408, true), "{answer}");
+    assert!(
+        answer.starts_with("HTTP/1.1 408 Request Timeout\r\n"),
+        "{answer}"
+    );
     let body = b"POST /x HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 10\r\n\r\nab";
     let (answer, closed) = held(addr, body, patience);
     assert_eq!((status(&answer), closed), (408, true), "{answer}");
@@ -306,6 +310,33 @@ fn a_pipelined_request_is_dropped_and_does_not_hide_a_close() {
     stream.read_exact(&mut head).unwrap();
     drop(stream);
     assert!(gone.recv_timeout(Duration::from_secs(5)).is_ok());
+}
+
+#[test]
+fn a_parameter_that_may_be_given_once_is_refused_when_it_repeats() {
+    let request = |query: &str| Request {
+        method: "POST".into(),
+        path: "/slots/0".into(),
+        query: query.into(),
+        headers: Vec::new(),
+        body: Vec::new(),
+        peer: "127.0.0.1:1".parse().unwrap(),
+    };
+    let twice = request("action=save&action=erase").single_query_param("action");
+    assert!(twice.is_err_and(|message| message.contains("'action'")));
+    // Even the same value twice, even bare.
+    assert!(request("action=save&action=save")
+        .single_query_param("action")
+        .is_err());
+    assert!(request("action&action")
+        .single_query_param("action")
+        .is_err());
+    let r = request("action=save&x=1&x=2&name=a%20b");
+    assert_eq!(r.single_query_param("action"), Ok(Some("save".into())));
+    assert_eq!(r.single_query_param("name"), Ok(Some("a b".into())));
+    assert_eq!(r.single_query_param("missing"), Ok(None));
+    // The other routes' helper keeps taking the first.
+    assert_eq!(r.query_param("x").as_deref(), Some("1"));
 }
 
 #[test]
@@ -516,4 +547,108 @@ fn origins_and_log_escapes() {
     assert!(!origin_is_loopback("null"));
     assert!(!origin_is_loopback("file://"));
     assert_eq!(escape_log("/a\r\nGET /forged"), "/a\\r\\nGET /forged");
+}
+
+#[test]
+fn every_status_sent_has_its_reason_phrase() {
+    let expected = [
+        (400, "Bad Request"),
+        (401, "Unauthorized"),
+        (403, "Forbidden"),
+        (404, "Not Found"),
+        (405, "Method Not Allowed"),
+        (408, "Request Timeout"),
+        (409, "Conflict"),
+        (411, "Length Required"),
+        (413, "Content Too Large"),
+        (414, "URI Too Long"),
+        (415, "Unsupported Media Type"),
+        (417, "Expectation Failed"),
+        (422, "Unprocessable Content"),
+        (429, "Too Many Requests"),
+        (431, "Request Header Fields Too Large"),
+        (499, "Client Closed Request"),
+        (500, "Internal Server Error"),
+        (501, "Not Implemented"),
+        (502, "Bad Gateway"),
+        (503, "Service Unavailable"),
+        (504, "Gateway Timeout"),
+        (505, "HTTP Version Not Supported"),
+        (507, "Insufficient Storage"),
+    ];
+    for (status, phrase) in expected {
+        assert_eq!(reason(status), phrase, "{status}");
+    }
+    // One entry per status, in order, each a real phrase.
+    for pair in REASONS.windows(2) {
+        assert!(pair[0].0 < pair[1].0, "{pair:?}");
+    }
+    assert!(REASONS.iter().all(|(_, phrase)| !phrase.is_empty()));
+    // A status missing from the table (an upstream's unusual one) gets its class.
+    assert_eq!(reason(460), "Client Error");
+    assert_eq!(reason(599), "Server Error");
+    assert_eq!(reason(299), "Success");
+}
+
+/// Counts the writes it is given.
+#[derive(Default)]
+struct Writes {
+    calls: usize,
+    bytes: Vec<u8>,
+}
+
+impl Write for Writes {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.calls += 1;
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_whole_answer_goes_out_in_one_write() {
+    let headers = [("Content-Type", "application/json".to_string())];
+    let mut out = Writes::default();
+    write_answer(&mut out, 404, &headers, b"{\"a\":1}", true).unwrap();
+    assert_eq!(out.calls, 1);
+    assert_eq!(
+        String::from_utf8_lossy(&out.bytes),
+        "HTTP/1.1 404 Not Found\r\nConnection: keep-alive\r\n\
+         Content-Type: application/json\r\nContent-Length: 7\r\n\r\n{\"a\":1}"
+    );
+    // Past the limit, head and body as they are: two writes, nothing copied.
+    let big = vec![b'x'; ONE_WRITE_MAX];
+    let mut out = Writes::default();
+    write_answer(&mut out, 200, &headers, &big, false).unwrap();
+    assert_eq!(out.calls, 2);
+    assert!(out.bytes.ends_with(&big));
+}
+
+/// Twenty GETs over one kept-alive connection against twenty on fresh ones:
+/// with Nagle's algorithm on (or head and body in two writes), each kept one
+/// waits for the client's delayed ACK (40 ms), 800 ms in all.
+#[test]
+fn requests_on_a_kept_connection_are_not_delayed() {
+    let (addr, _) = start(Limits::default(), Policy::default());
+    let fresh_started = Instant::now();
+    for _ in 0..20 {
+        assert_eq!(status(&raw(addr, &get("/x", ""))), 200);
+    }
+    let fresh = fresh_started.elapsed();
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream.set_nodelay(true).unwrap();
+    let kept_started = Instant::now();
+    for _ in 0..20 {
+        let answer = one_answer(&mut stream, &get("/x", "Connection: keep-alive\r\n"));
+        assert!(answer.contains("Connection: keep-alive"), "{answer}");
+    }
+    let kept = kept_started.elapsed();
+    assert!(
+        kept <= fresh * 2 + Duration::from_millis(300),
+        "20 kept-alive requests took {kept:?}, 20 on fresh connections {fresh:?}"
+    );
 }
