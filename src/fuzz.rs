@@ -1,7 +1,7 @@
 //! A mutation fuzzer for everything that parses what a peer sends: the HTTP
 //! request head, the four providers' replies (streamed and whole), the output
-//! filter and its tool-call markup, tool-server lines, strict JSON and GGUF
-//! headers.
+//! filter and its tool-call markup, tool-server lines, strict JSON, GGUF
+//! headers and slot (prompt cache) files.
 //!
 //! Each target is fed random bytes and mutations of its seeds (the recorded
 //! fixtures and hand-picked inputs): bit flips, inserted, deleted and repeated
@@ -176,6 +176,12 @@ fn targets() -> Vec<Target> {
             run: |bytes| {
                 let _ = crate::llama::gguf::read(std::io::Cursor::new(bytes), bytes.len() as u64);
             },
+        },
+        Target {
+            name: "slot-file",
+            seeds: vec![crate::backend::llamacpp::prompt_cache::fuzz_seed()],
+            tokens: &["SHPKV\0\0\u{1}", "\u{ff}\u{ff}\u{ff}\u{ff}", "\0\0\0\0\0\0\0\0", "fuzz model"],
+            run: crate::backend::llamacpp::prompt_cache::fuzz_file,
         },
     ]
 }

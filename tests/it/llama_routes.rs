@@ -451,3 +451,151 @@ fn a_slot_saved_erased_and_restored_serves_its_prompt_from_the_cache_again() {
     let (got, _) = plain.post("/slots/0?action=erase", &json!({}));
     assert_eq!(got, 200);
 }
+
+/// The prompt cache's checksum (`prompt_cache::hash`), to forge a file that
+/// passes it.
+fn kv_checksum(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ bytes.len() as u64;
+    let mut words = bytes.chunks_exact(8);
+    for word in &mut words {
+        let w = u64::from_le_bytes(word.try_into().unwrap());
+        h = (h ^ w).wrapping_mul(0x0000_0100_0000_01b3).rotate_left(29);
+    }
+    for &b in words.remainder() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// A saved slot file with `extra` tokens added to its token list (its state
+/// left as it is) and its checksum recomputed; also the forged token list.
+fn forge_more_tokens(saved: &[u8], extra: &[i64]) -> (Vec<u8>, Vec<i64>) {
+    let u32_at = |at: usize| u32::from_le_bytes(saved[at..at + 4].try_into().unwrap()) as usize;
+    let key_end = 12 + u32_at(8);
+    let n_tokens = u32_at(key_end);
+    let tokens_end = key_end + 4 + 4 * n_tokens;
+    let mut tokens: Vec<i64> = saved[key_end + 4..tokens_end]
+        .chunks_exact(4)
+        .map(|c| i64::from(i32::from_le_bytes(c.try_into().unwrap())))
+        .collect();
+    tokens.extend_from_slice(extra);
+    let mut forged = saved[..key_end].to_vec();
+    forged.extend((tokens.len() as u32).to_le_bytes());
+    for &t in &tokens {
+        forged.extend((t as i32).to_le_bytes());
+    }
+    forged.extend_from_slice(&saved[tokens_end..saved.len() - 8]);
+    let sum = kv_checksum(&forged);
+    forged.extend(sum.to_le_bytes());
+    (forged, tokens)
+}
+
+#[test]
+fn slot_files_are_untrusted_input_refused_with_a_400_naming_the_file() {
+    use std::time::Duration;
+    let dir = crate::harness::TempDir::new("slots-hostile");
+    let dir_arg = dir.path().to_str().expect("UTF-8").to_string();
+    let server = ApiServer::with_model(&[
+        "--parallel",
+        "2",
+        "--no-prompt-cache",
+        "--slot-save-path",
+        &dir_arg,
+    ]);
+    let chat = json!({
+        "messages": [{"role": "user", "content": "Count to three."}],
+        "max_tokens": 2, "temperature": 0
+    });
+    let (status, answer) = server.post("/v1/chat/completions", &chat);
+    assert_eq!(status, 200, "{answer}");
+    let (slot, _) = fullest_slot(&server);
+    let at = |action: &str| format!("/slots/{slot}?action={action}");
+    let refused = |path: &str, body: &Value, param: &str, names: &str| {
+        let (status, error) = server.post(path, body);
+        assert_eq!(status, 400, "{path} {body}: {error}");
+        assert_eq!(error["error"]["param"], json!(param), "{error}");
+        let message = error["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(names), "{path}: {error}");
+    };
+
+    // `action` given twice: which was meant cannot be told.
+    let both = format!("/slots/{slot}?action=save&action=erase");
+    refused(&both, &json!({"filename": "x.bin"}), "action", "action");
+    assert!(!dir.path().join("x.bin").exists());
+    // A 255-byte name passes NAME_MAX, but the save's temp name beside it
+    // would not: refused up front, not a 500 from the file system.
+    let long = "n".repeat(255);
+    refused(
+        &at("save"),
+        &json!({"filename": long}),
+        "filename",
+        "255 bytes",
+    );
+
+    // A FIFO: the restore is refused at once, and the generation thread is
+    // never stuck on it (/slots answers meanwhile and after).
+    let fifo = dir.path().join("fifo.bin");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    assert!(made.is_ok_and(|s| s.success()), "mkfifo");
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let url = server.url(&at("restore"));
+    std::thread::spawn(move || {
+        let answer = crate::harness::http_agent(Duration::from_secs(30))
+            .post(&url)
+            .header("Content-Type", "application/json")
+            .send(json!({"filename": "fifo.bin"}).to_string())
+            .map(|r| {
+                let status = r.status().as_u16();
+                (status, r.into_body().read_to_string().unwrap_or_default())
+            });
+        let _ = tx.send(answer.map_err(|e| e.to_string()));
+    });
+    let quick = crate::harness::http_agent(Duration::from_secs(3));
+    let slots_answer = || {
+        quick
+            .get(&server.url("/slots"))
+            .call()
+            .is_ok_and(|r| r.status().as_u16() == 200)
+    };
+    assert!(
+        crate::harness::poll_until(Duration::from_secs(15), slots_answer),
+        "/slots stuck behind the FIFO"
+    );
+    let (status, body) = rx
+        .recv_timeout(Duration::from_secs(15))
+        .expect("the FIFO restore never answered")
+        .expect("the FIFO restore failed");
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("fifo.bin"), "{body}");
+
+    // A symlink (to /dev/zero): never followed, never read.
+    std::os::unix::fs::symlink("/dev/zero", dir.path().join("zero.bin")).unwrap();
+    refused(
+        &at("restore"),
+        &json!({"filename": "zero.bin"}),
+        "filename",
+        "zero.bin",
+    );
+
+    // A forged file, checksum recomputed, that lists more tokens than its
+    // state holds: refused at restore, and the request that would have reused
+    // the listed prefix still answers.
+    let (status, saved) = server.post(&at("save"), &json!({"filename": "real.bin"}));
+    assert_eq!(status, 200, "{saved}");
+    let real = std::fs::read(dir.path().join("real.bin")).expect("the saved file");
+    let extra = ids(&server, " and then some more words");
+    let (forged, listed) = forge_more_tokens(&real, &extra);
+    std::fs::write(dir.path().join("forged.bin"), forged).unwrap();
+    let message_of = |error: &Value| error["error"]["message"].as_str().unwrap_or("").to_string();
+    let (status, error) = server.post(&at("restore"), &json!({"filename": "forged.bin"}));
+    assert_eq!(status, 400, "{error}");
+    assert!(message_of(&error).contains("forged.bin"), "{error}");
+    let (status, next) = server.post(
+        "/completion",
+        &json!({"prompt": listed, "n_predict": 2, "temperature": 0}),
+    );
+    assert_eq!(status, 200, "{next}");
+    // The real file still restores.
+    let (status, restored) = server.post(&at("restore"), &json!({"filename": "real.bin"}));
+    assert_eq!(status, 200, "{restored}");
+}

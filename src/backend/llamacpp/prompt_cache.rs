@@ -12,6 +12,14 @@
 //! parameters, a truncated or corrupt one, or one from an older format is a
 //! miss; such a file is removed, and the next save writes a good one.
 //!
+//! **Reads** treat the file as untrusted input (the slot routes read files
+//! from a directory others may write to): it is opened without following a
+//! symlink and without blocking on a FIFO or device, only a regular file is
+//! read, and never past the size `fstat` gave, whatever its header promises
+//! ([`open_untrusted`], [`read`]; the fuzzer's `slot-file` target runs the
+//! reader over arbitrary bytes). The restore then checks that the state holds
+//! exactly the tokens the file lists (`Worker::load_state`).
+//!
 //! **Writes** are atomic (temp file, fsync, rename: [`write_atomic`]) and run
 //! on their own thread, so saving never delays a token; the cache joins its
 //! writers when it is dropped (a one-shot run exits after its file is
@@ -41,6 +49,7 @@ pub struct PromptCacheConfig {
 }
 
 /// A cached prompt: its tokens and the state that holds them.
+#[derive(Debug)]
 pub(super) struct Entry {
     pub(super) tokens: Vec<Token>,
     pub(super) state: Vec<u8>,
@@ -105,7 +114,7 @@ impl PromptCache {
             .max_by_key(|&(_, shared)| shared)?;
         let (path, _) = index.remove(at);
         match read_entry(&path, &self.key) {
-            Ok(entry) => {
+            Ok((entry, _)) => {
                 touch(&path);
                 index.push((path, entry.tokens.clone()));
                 Some(entry)
@@ -195,16 +204,78 @@ fn common_prefix(a: &[Token], b: &[Token]) -> usize {
 
 /// A fast 64-bit hash over 8-byte words (FNV-style mixing); a checksum, not a MAC.
 fn hash(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ bytes.len() as u64;
-    let mut words = bytes.chunks_exact(8);
-    for word in &mut words {
-        let w = u64::from_le_bytes(word.try_into().unwrap_or_default());
-        h = (h ^ w).wrapping_mul(0x0000_0100_0000_01b3).rotate_left(29);
+    let mut sum = Checksum::new(bytes.len() as u64);
+    sum.update(bytes);
+    sum.finish()
+}
+
+/// [`hash`] computed as the bytes come, for a reader that never holds the
+/// whole file twice: the length is known up front (it seeds the hash).
+struct Checksum {
+    h: u64,
+    /// The bytes of an unfinished word.
+    pending: [u8; 8],
+    n_pending: usize,
+}
+
+impl Checksum {
+    fn new(len: u64) -> Checksum {
+        Checksum {
+            h: 0xcbf2_9ce4_8422_2325 ^ len,
+            pending: [0; 8],
+            n_pending: 0,
+        }
     }
-    for &b in words.remainder() {
-        h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+
+    fn word(&mut self, w: u64) {
+        self.h = (self.h ^ w)
+            .wrapping_mul(0x0000_0100_0000_01b3)
+            .rotate_left(29);
     }
-    h
+
+    fn update(&mut self, mut bytes: &[u8]) {
+        if self.n_pending > 0 {
+            let take = (8 - self.n_pending).min(bytes.len());
+            self.pending[self.n_pending..self.n_pending + take].copy_from_slice(&bytes[..take]);
+            self.n_pending += take;
+            bytes = &bytes[take..];
+            if self.n_pending < 8 {
+                return;
+            }
+            self.word(u64::from_le_bytes(self.pending));
+            self.n_pending = 0;
+        }
+        let mut words = bytes.chunks_exact(8);
+        for word in &mut words {
+            self.word(u64::from_le_bytes(word.try_into().unwrap_or_default()));
+        }
+        let rest = words.remainder();
+        self.pending[..rest.len()].copy_from_slice(rest);
+        self.n_pending = rest.len();
+    }
+
+    /// The hash; the last partial word is mixed in byte by byte.
+    fn finish(self) -> u64 {
+        let mut h = self.h;
+        for &b in &self.pending[..self.n_pending] {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        h
+    }
+}
+
+/// A reader that hashes what passes through it.
+struct Hashing<R> {
+    inner: R,
+    sum: Checksum,
+}
+
+impl<R: Read> Read for Hashing<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.sum.update(&buf[..n]);
+        Ok(n)
+    }
 }
 
 fn token_bytes(tokens: &[Token]) -> Vec<u8> {
@@ -249,7 +320,7 @@ fn read_head(reader: &mut impl Read, size: u64, key: &str) -> io::Result<Vec<Tok
         return Err(bad("written for another model or context"));
     }
     let n_tokens = u64::from(read_u32(reader)?);
-    if 16 + key_len as u64 + 4 * n_tokens > size {
+    if head_len(key_len, n_tokens) > size {
         return Err(bad("truncated"));
     }
     let mut raw = vec![0u8; 4 * n_tokens as usize];
@@ -261,20 +332,54 @@ fn read_head(reader: &mut impl Read, size: u64, key: &str) -> io::Result<Vec<Tok
     Ok(tokens)
 }
 
+/// The bytes up to the tokens' end: magic, key length, key, token count, tokens.
+fn head_len(key_len: usize, n_tokens: u64) -> u64 {
+    16 + key_len as u64 + 4 * n_tokens
+}
+
 fn read_u32(reader: &mut impl Read) -> io::Result<u32> {
     let mut bytes = [0u8; 4];
     reader.read_exact(&mut bytes)?;
     Ok(u32::from_le_bytes(bytes))
 }
 
-/// The tokens of the file at `path`, when it is one of `key`'s.
-fn read_tokens(path: &Path, key: &str) -> io::Result<Vec<Token>> {
-    let file = fs::File::open(path)?;
-    let size = file.metadata()?.len();
-    read_head(&mut io::BufReader::new(file), size, key)
+/// Opens `path` to read it as untrusted input: a symlink is refused (not
+/// followed: `O_NOFOLLOW`, through [`crate::sys::at`]), a FIFO or device does
+/// not block the open (`O_NONBLOCK`), and only a regular file passes the
+/// `fstat` that follows. The file and its size; a missing file is `NotFound`.
+pub(super) fn open_untrusted(path: &Path) -> io::Result<(fs::File, u64)> {
+    use std::os::fd::AsFd;
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a file name"))?;
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let dir = fs::File::open(dir)?;
+    let file = crate::sys::at::open(dir.as_fd(), name, crate::sys::at::OpenAs::Read).map_err(
+        |e| match e.kind() {
+            io::ErrorKind::NotFound => e,
+            // ELOOP: the name is a symlink.
+            _ if e.raw_os_error() == Some(40) => bad("a symbolic link, not a file"),
+            _ => e,
+        },
+    )?;
+    let meta = file.metadata()?;
+    if !meta.file_type().is_file() {
+        return Err(bad(
+            "not a regular file (a FIFO, device, socket or directory)",
+        ));
+    }
+    Ok((file, meta.len()))
 }
 
-/// The whole entry at `path`, every length and the checksum checked.
+/// The tokens of the file at `path`, when it is one of `key`'s.
+fn read_tokens(path: &Path, key: &str) -> io::Result<Vec<Token>> {
+    let (file, size) = open_untrusted(path)?;
+    read_head(&mut io::BufReader::new(file).take(size), size, key)
+}
+
 /// Writes one sequence's `tokens` and `state` to `path` in the cache's own
 /// format (checked on reading, tied to `key`), atomically; the bytes written.
 pub(super) fn write_state_file(
@@ -288,35 +393,75 @@ pub(super) fn write_state_file(
     Ok(bytes.len())
 }
 
-pub(super) fn read_entry(path: &Path, key: &str) -> io::Result<Entry> {
-    let bytes = fs::read(path)?;
-    decode(&bytes, key)
+/// The whole entry at `path`, every length and the checksum checked; the
+/// file is opened as [`open_untrusted`] opens it and read through [`read`],
+/// never past its size. Also the file's size.
+pub(super) fn read_entry(path: &Path, key: &str) -> io::Result<(Entry, u64)> {
+    let (file, size) = open_untrusted(path)?;
+    Ok((read(io::BufReader::new(file), size, key)?, size))
 }
 
-fn decode(bytes: &[u8], key: &str) -> io::Result<Entry> {
-    let body_len = bytes.len().checked_sub(8).ok_or_else(|| bad("truncated"))?;
-    let (body, sum) = bytes.split_at(body_len);
-    let sum = u64::from_le_bytes(sum.try_into().map_err(|_| bad("truncated"))?);
-    if hash(body) != sum {
-        return Err(bad("checksum mismatch"));
-    }
-    let mut reader = body;
-    let tokens = read_head(&mut reader, body.len() as u64, key)?;
+/// The entry in the `size` bytes `reader` holds (a file of that size). Reads
+/// at most `size` bytes, whatever the source: every length in the file is
+/// checked against `size` before it is read or allocated, so a source that
+/// never ends (or a header that promises more) costs no more than `size`.
+/// Pure over its reader, for the fuzzer.
+pub(super) fn read(reader: impl Read, size: u64, key: &str) -> io::Result<Entry> {
+    let body_len = size.checked_sub(8).ok_or_else(|| bad("truncated"))?;
+    let mut hashing = Hashing {
+        inner: reader.take(size),
+        sum: Checksum::new(body_len),
+    };
+    let tokens = read_head(&mut hashing, body_len, key)?;
     let mut len = [0u8; 8];
-    reader.read_exact(&mut len)?;
+    hashing.read_exact(&mut len)?;
     let state_len = u64::from_le_bytes(len);
-    if state_len != reader.len() as u64 || state_len == 0 {
+    let promised = head_len(key.len(), tokens.len() as u64) + 8;
+    if state_len == 0 || promised.checked_add(state_len) != Some(body_len) {
         return Err(bad("state length does not match the file"));
     }
-    Ok(Entry {
-        tokens,
-        state: reader.to_vec(),
-    })
+    let mut state = vec![0u8; state_len as usize];
+    hashing.read_exact(&mut state)?;
+    let Hashing { mut inner, sum } = hashing;
+    let mut stored = [0u8; 8];
+    inner.read_exact(&mut stored)?;
+    if sum.finish() != u64::from_le_bytes(stored) {
+        return Err(bad("checksum mismatch"));
+    }
+    Ok(Entry { tokens, state })
 }
 
-/// Marks the file as just used, for least-recently-used trimming.
+/// [`read`] over bytes in memory.
+#[cfg(test)]
+fn decode(bytes: &[u8], key: &str) -> io::Result<Entry> {
+    read(bytes, bytes.len() as u64, key)
+}
+
+/// The fuzzer's entry (`crate::fuzz`): arbitrary bytes read as a file of the
+/// key the seed was written with, whole and up to the tokens.
+#[cfg(test)]
+pub(crate) fn fuzz_file(bytes: &[u8]) {
+    let _ = decode(bytes, FUZZ_KEY);
+    let _ = read_head(&mut &bytes[..], bytes.len() as u64, FUZZ_KEY);
+    // A source longer than its stated size is never read past it.
+    let _ = read(bytes.chain(io::repeat(0)), bytes.len() as u64, FUZZ_KEY);
+}
+
+/// The key of [`fuzz_seed`]'s file.
+#[cfg(test)]
+const FUZZ_KEY: &str = "fuzz model";
+
+/// A good file for the fuzzer to mutate.
+#[cfg(test)]
+pub(crate) fn fuzz_seed() -> Vec<u8> {
+    encode(FUZZ_KEY, &[1, 2, 3, 40000], b"\x01\0\0\0sequence state")
+}
+
+/// Marks the file as just used, for least-recently-used trimming (through a
+/// read-only handle: the owner may set its times; a FIFO planted in its place
+/// since is not opened for writing).
 fn touch(path: &Path) {
-    if let Ok(file) = fs::File::options().append(true).open(path) {
+    if let Ok((file, _)) = open_untrusted(path) {
         let _ = file.set_modified(SystemTime::now());
     }
 }
@@ -450,6 +595,97 @@ mod tests {
         assert!(!path.exists());
         saved(&mut kv, &[10, 20, 30], b"the state bytes");
         assert!(kv.best(&[10, 20, 30], 1).is_some());
+    }
+
+    /// Runs `f` on a thread of its own and waits at most 10 s for its answer,
+    /// so a read that blocks fails the test instead of hanging it.
+    fn within_deadline<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the read blocked")
+    }
+
+    #[test]
+    fn a_fifo_a_symlink_or_a_directory_is_refused_at_once_and_never_read() {
+        let dir = temp_dir("kv-untrusted");
+        let good = dir.join("good.bin");
+        write_state_file(&good, "model A", &[1, 2], b"state").unwrap();
+        let fifo = dir.join("fifo.bin");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.is_ok_and(|s| s.success()), "mkfifo");
+        std::os::unix::fs::symlink("/dev/zero", dir.join("zero.bin")).unwrap();
+        std::os::unix::fs::symlink(&good, dir.join("link.bin")).unwrap();
+        fs::create_dir(dir.join("dir.bin")).unwrap();
+        for name in ["fifo.bin", "zero.bin", "link.bin", "dir.bin"] {
+            let path = dir.join(name);
+            let read = within_deadline({
+                let path = path.clone();
+                move || read_entry(&path, "model A").map(|_| ())
+            });
+            let error = read.expect_err(name);
+            assert_ne!(error.kind(), io::ErrorKind::NotFound, "{name}: {error}");
+            let tokens = within_deadline(move || read_tokens(&path, "model A").map(|_| ()));
+            assert!(tokens.is_err(), "{name}");
+        }
+        let refused = |name: &str| read_entry(&dir.join(name), "k").unwrap_err().to_string();
+        assert!(refused("link.bin").contains("symbolic link"));
+        assert!(refused("fifo.bin").contains("not a regular file"));
+        let missing = read_entry(&dir.join("none.bin"), "model A").map(|_| ());
+        assert_eq!(missing.unwrap_err().kind(), io::ErrorKind::NotFound);
+        let (entry, size) = read_entry(&good, "model A").unwrap();
+        assert_eq!((entry.tokens, entry.state), (vec![1, 2], b"state".to_vec()));
+        assert_eq!(size, fs::metadata(&good).unwrap().len());
+    }
+
+    #[test]
+    fn the_reader_never_reads_past_the_size_it_was_given() {
+        /// Counts what is read from an endless source.
+        struct Counted<R>(R, u64);
+        impl<R: Read> Read for Counted<R> {
+            fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+                let n = self.0.read(buf)?;
+                self.1 += n as u64;
+                Ok(n)
+            }
+        }
+        let good = encode("model A", &[1, 2, 3], b"the state");
+        let size = good.len() as u64;
+        let mut endless = Counted(good.as_slice().chain(io::repeat(0)), 0);
+        assert!(read(&mut endless, size, "model A").is_ok());
+        assert_eq!(endless.1, size);
+        // /dev/zero with any size it is said to have: refused, no more read.
+        for size in [0, 7, 8, 100, 1 << 20] {
+            let mut zeros = Counted(io::repeat(0), 0);
+            assert!(read(&mut zeros, size, "model A").is_err());
+            assert!(zeros.1 <= size.min(8), "{size}: read {}", zeros.1);
+        }
+        // A header that promises a state larger than the file: refused before
+        // that state is read or allocated.
+        let mut lying = good.clone();
+        let at = 8 + 4 + "model A".len() + 4 + 3 * 4;
+        lying[at..at + 8].copy_from_slice(&(1u64 << 40).to_le_bytes());
+        let mut source = Counted(lying.as_slice().chain(io::repeat(0)), 0);
+        let error = read(&mut source, size, "model A").unwrap_err();
+        assert!(error.to_string().contains("state length"), "{error}");
+        assert_eq!(source.1, at as u64 + 8);
+    }
+
+    #[test]
+    fn the_checksum_is_the_same_however_the_bytes_arrive() {
+        let bytes: Vec<u8> = (0..=255u8).cycle().take(1000).collect();
+        for len in [0, 1, 7, 8, 9, 63, 1000] {
+            let whole = hash(&bytes[..len]);
+            for step in [1, 3, 8, 13, 1000] {
+                let mut sum = Checksum::new(len as u64);
+                for chunk in bytes[..len].chunks(step) {
+                    sum.update(chunk);
+                }
+                assert_eq!(sum.finish(), whole, "len {len} step {step}");
+            }
+        }
     }
 
     #[test]

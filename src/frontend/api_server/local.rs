@@ -17,6 +17,7 @@ use super::wire::{llama as lwire, openai as owire};
 use super::Defaults;
 use crate::backend::llamacpp::{EmbedInput, LocalModel, ModelError, ModelProps, SlotReport};
 use crate::backend::Sampling;
+use crate::frontend::http::Request;
 use crate::llama::{SamplerParams, Token};
 
 /// Most inputs one embeddings request may carry (OpenAI's limit).
@@ -274,16 +275,17 @@ pub fn slots(model: &LocalModel) -> Result<Vec<lwire::Slot>, ApiError> {
 }
 
 /// `POST /slots/{id}?action=save|restore|erase`, the file named in the body's
-/// `filename`; answers as llama-server does.
-pub fn slot_action(
-    model: &LocalModel,
-    id: &str,
-    action: &str,
-    body: &[u8],
-) -> Result<Value, ApiError> {
+/// `filename`; answers as llama-server does. `action` given twice is a 400
+/// naming it, not a guess at which was meant.
+pub fn slot_action(model: &LocalModel, id: &str, request: &Request) -> Result<Value, ApiError> {
     let slot: usize = id
         .parse()
         .map_err(|_| ApiError::invalid("id_slot", format!("'{id}' is not a slot number")))?;
+    let action = request
+        .single_query_param("action")
+        .map_err(|message| ApiError::invalid("action", message))?
+        .unwrap_or_default();
+    let body = &request.body;
     let value = if body.iter().all(u8::is_ascii_whitespace) {
         Value::Object(serde_json::Map::new())
     } else {
@@ -292,7 +294,7 @@ pub fn slot_action(
     let f = Fields::of(&value, "")?;
     let filename = f.str("filename")?;
     let report = model
-        .slot_action(slot, action, filename)
+        .slot_action(slot, &action, filename)
         .map_err(|e| from_model(e, "filename"))?;
     let done = match &report {
         SlotReport::Saved {

@@ -447,8 +447,7 @@ impl ApiServer {
             "GET" => local::slots(model).map(|s| serde_json::to_value(s).unwrap_or_default()),
             _ => {
                 let id = request.path.trim_start_matches("/slots/");
-                let action = request.query_param("action").unwrap_or_default();
-                local::slot_action(model, id, &action, &request.body)
+                local::slot_action(model, id, request)
             }
         };
         match answer {

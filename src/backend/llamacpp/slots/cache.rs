@@ -158,20 +158,22 @@ impl Worker<'_> {
         let Some(cache) = &mut self.prompt_cache else {
             return;
         };
-        let slot = &mut self.slots[index];
-        let held = common_prefix(&slot.mirror, tokens);
+        let seq = self.slots[index].seq;
+        let held = common_prefix(&self.slots[index].mirror, tokens);
         let Some(entry) = cache.best(tokens, held + RESTORE_MIN) else {
             return;
         };
-        let restored = self.ctx.set_seq_state(slot.seq, &entry.state);
+        // Checked as a slot file is: a state that disagrees with its tokens is not kept.
+        let restored = self.load_state(seq, &entry);
         crate::log::debug(crate::log::Category::Llm, || {
             let n = entry.tokens.len();
-            format!(
-                "slot {}: restored {n} cached tokens from disk: {restored}",
-                slot.seq
-            )
+            format!("slot {seq}: restored {n} cached tokens from disk: {restored:?}")
         });
-        slot.mirror = if restored { entry.tokens } else { Vec::new() };
+        self.slots[index].mirror = if restored.is_ok() {
+            entry.tokens
+        } else {
+            Vec::new()
+        };
     }
     /// Saves slot `index`'s cache to disk when it decoded at least [`SAVE_MIN`]
     /// prompt tokens that were not cached (what a later cold start would redo).

@@ -6,9 +6,16 @@
 //! file format ([`super::super::prompt_cache`]: atomic, checksummed, tied to the
 //! model file and context parameters), so a file from another model or setting
 //! is refused on restore rather than loaded into the cache. Files live in the
-//! `--slot-save-path` directory under plain names; without that flag the
+//! `--slot-save-path` directory under plain names (at most [`MAX_NAME`] bytes,
+//! so the atomic write's temp name fits beside them); without that flag the
 //! actions are refused, as llama-server refuses them. An action on a slot that
 //! serves a request waits until it has finished, as llama-server defers it.
+//!
+//! A file to restore is untrusted input: a symlink, FIFO, device or anything
+//! but a regular file, a file that fails the reader's checks, a state
+//! llama.cpp refuses, or one that holds other than the tokens the file lists
+//! ([`Worker::load_state`]) is a 400 naming the file, answered before the slot
+//! is reported restored; the slot is then left empty.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -16,7 +23,7 @@ use std::time::Instant;
 use crossbeam_channel::Sender;
 
 use super::super::model::ModelError;
-use super::super::prompt_cache::{read_entry, write_state_file};
+use super::super::prompt_cache::{read_entry, write_state_file, Entry};
 use super::Worker;
 
 /// One slot as `GET /slots` shows it.
@@ -68,8 +75,15 @@ pub struct SlotJob {
     pub reply: Sender<Result<SlotReport, ModelError>>,
 }
 
+/// The longest slot file name, in bytes: the file system's 255 (`NAME_MAX`)
+/// less the most that the atomic write's temp name adds to it
+/// (`util::fs::write_atomic` writes `.NAME.tmp-PID-N` beside the file: a dot,
+/// `.tmp-`, a `u32` pid of up to 10 digits, a dash and a `u64` counter of up to
+/// 20), so that every name taken can be saved.
+pub const MAX_NAME: usize = 255 - (1 + 5 + 10 + 1 + 20);
+
 /// The action `name` names, with its file resolved inside `dir`: a plain name,
-/// no directory part, no `..`, no leading dot, at most 255 bytes.
+/// no directory part, no `..`, no leading dot, at most [`MAX_NAME`] bytes.
 pub fn action(
     dir: Option<&Path>,
     name: &str,
@@ -86,6 +100,12 @@ pub fn action(
             )
         })?;
         let filename = filename.ok_or_else(|| invalid("'filename' is required".into()))?;
+        if filename.len() > MAX_NAME {
+            return Err(invalid(format!(
+                "the file name is {} bytes long; at most {MAX_NAME} are taken",
+                filename.len()
+            )));
+        }
         if !plain_name(filename) {
             return Err(invalid(format!(
                 "'{filename}' is not a plain file name (no directories, no leading dot)"
@@ -106,7 +126,7 @@ pub fn action(
 /// A file name that stays inside its directory.
 fn plain_name(name: &str) -> bool {
     !name.is_empty()
-        && name.len() <= 255
+        && name.len() <= MAX_NAME
         && !name.starts_with('.')
         && !name
             .chars()
@@ -161,35 +181,33 @@ impl Worker<'_> {
                 })
             }
             SlotAction::Restore { filename, path } => {
-                let n_bytes = std::fs::metadata(path)
-                    .map_err(|_| ModelError::NotFound(format!("no saved slot '{filename}'")))?
-                    .len() as usize;
-                let entry = read_entry(path, &self.state_key).map_err(|e| ModelError::Invalid {
+                let refused = |why: String| ModelError::Invalid {
                     index: None,
-                    message: format!(
-                        "'{filename}' cannot be restored here ({e}): saved by another model, setting or version?"
-                    ),
-                })?;
+                    message: format!("'{filename}' cannot be restored here: {why}"),
+                };
+                let (entry, n_bytes) = match read_entry(path, &self.state_key) {
+                    Ok(read) => read,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        return Err(ModelError::NotFound(format!("no saved slot '{filename}'")))
+                    }
+                    Err(e) => {
+                        return Err(refused(format!(
+                            "{e} (saved by another model, setting or version?)"
+                        )))
+                    }
+                };
                 if entry.tokens.len() > self.n_ctx_slot {
-                    return Err(ModelError::Invalid {
-                        index: None,
-                        message: format!("'{filename}' holds more tokens than a slot's context"),
-                    });
+                    return Err(refused("it holds more tokens than a slot's context".into()));
                 }
+                self.slots[index].mirror.clear();
+                self.slots[index].next_turn = None;
+                self.load_state(seq, &entry).map_err(refused)?;
                 let slot = &mut self.slots[index];
-                slot.mirror.clear();
-                self.ctx.truncate_seq(seq, 0);
-                if !self.ctx.set_seq_state(seq, &entry.state) {
-                    return Err(ModelError::Failed(format!(
-                        "llama.cpp could not load '{filename}' into slot {index}"
-                    )));
-                }
                 slot.mirror = entry.tokens;
-                slot.next_turn = None;
                 Ok(SlotReport::Restored {
                     filename: filename.clone(),
                     n_tokens: slot.mirror.len(),
-                    n_bytes,
+                    n_bytes: usize::try_from(n_bytes).unwrap_or(usize::MAX),
                     ms: ms(),
                 })
             }
@@ -205,9 +223,56 @@ impl Worker<'_> {
     }
 }
 
+impl Worker<'_> {
+    /// Loads `entry`'s state into sequence `seq`, which then holds exactly
+    /// `entry.tokens`: llama.cpp must take the state, and the sequence's last
+    /// position must be the last token's. A file whose token list and state
+    /// disagree (it lists more tokens than its cells, or fewer) would leave the
+    /// slot's mirror out of step with its cache, and the next request that
+    /// reuses the prefix would decode at a position llama.cpp refuses. The
+    /// state's own cell count is not read here: how it is laid out depends on
+    /// the model's memory (one stream per sequence, sliding-window layers in a
+    /// second cache, one cell for a recurrent state), while the last position
+    /// is what decoding goes on from for all of them. On a refusal `seq` is
+    /// left empty; the reason, for the caller's message.
+    pub(super) fn load_state(&mut self, seq: i32, entry: &Entry) -> Result<(), String> {
+        if !self.ctx.set_seq_state(seq, &entry.state) {
+            return Err("llama.cpp refused its state (saved by another model or setting?)".into());
+        }
+        let held = self.ctx.seq_pos_max(seq).map_or(0, |last| last + 1);
+        if held != entry.tokens.len() {
+            self.ctx.truncate_seq(seq, 0);
+            return Err(format!(
+                "it lists {} tokens but its state holds {held}",
+                entry.tokens.len()
+            ));
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_name_is_refused_unless_the_atomic_writes_temp_name_fits_beside_it() {
+        let dir = crate::util::fs::test_support::temp_dir("slot-names");
+        let too_long = "a".repeat(255);
+        let refused = action(Some(&dir), "save", Some(&too_long));
+        assert!(
+            matches!(&refused, Err(ModelError::Invalid { message, .. }) if message.contains("255 bytes")),
+            "{refused:?}"
+        );
+        assert!(action(Some(&dir), "save", Some(&"a".repeat(MAX_NAME + 1))).is_err());
+        // The longest name taken saves (the temp file's name fits too) and reads back.
+        let longest = "b".repeat(MAX_NAME);
+        let Ok(SlotAction::Save { path, .. }) = action(Some(&dir), "save", Some(&longest)) else {
+            panic!("{MAX_NAME} bytes refused");
+        };
+        write_state_file(&path, "key", &[1, 2], b"state").expect("saved");
+        assert_eq!(read_entry(&path, "key").expect("read").0.tokens, [1, 2]);
+    }
 
     #[test]
     fn only_plain_names_inside_the_directory_are_taken() {
