@@ -174,7 +174,9 @@ fn targets() -> Vec<Target> {
             seeds: vec![gguf_seed()],
             tokens: &["GGUF", "\u{3}\0\0\0", "\u{ff}\u{ff}\u{ff}\u{ff}", "\0\0\0\0\0\0\0\0"],
             run: |bytes| {
-                let _ = crate::llama::gguf::read(std::io::Cursor::new(bytes), bytes.len() as u64);
+                let len = bytes.len() as u64;
+                let _ = crate::llama::gguf::read(std::io::Cursor::new(bytes), len);
+                let _ = crate::llama::gguf::check_whole(std::io::Cursor::new(bytes), len);
             },
         },
         Target {

@@ -234,7 +234,7 @@ const PS_ACTIONS: &[Action] = &[
 
 #[rustfmt::skip]
 const PULL_ACTIONS: &[Action] = &[
-    action("pull", &["URL|FILE [--sha256 HEX] [--name NAME.gguf]"], ActionFirst, &[], "Fetch (or copy) a GGUF model into models_dir: resumable, checked against --sha256, named by the URL's last segment or --name"),
+    action("pull", &["URL|FILE [--sha256 HEX] [--name NAME.gguf] [--max-size SIZE]"], ActionFirst, &[], "Fetch (or copy) a GGUF model into models_dir: resumable, checked whole and against --sha256, named by the URL's last segment or --name; --max-size (bytes, or K/M/G/T, KiB/MiB/GiB/TiB) caps a download whose server announces no length (default 512GiB)"),
 ];
 
 #[rustfmt::skip]

@@ -1,25 +1,82 @@
-//! `shepherd pull URL|FILE [--sha256 HEX] [--name NAME.gguf]`: a GGUF model into
-//! the first models directory (`models_dir`), where `-m NAME` finds it.
+//! `shepherd pull URL|FILE [--sha256 HEX] [--name NAME.gguf] [--max-size SIZE]`:
+//! a GGUF model into the first models directory (`models_dir`), where
+//! `-m NAME` finds it. A model under its name is always one whole file.
 //!
-//! The bytes go to `NAME.gguf.part` first. A download that stops (a dropped
-//! connection, Ctrl-C) is resumed by the next pull with an HTTP `Range` request
-//! from where the part ends; a server that ignores the range sends it all again
-//! and the part starts over. The SHA-256 is computed as the bytes are written
-//! (over the part's old bytes first, when resuming); a file that is not GGUF, or
-//! whose digest differs from `--sha256`, is removed and never takes the name.
-//! Only then is the part renamed: a model under its name is always whole.
-//! A progress bar goes to stderr on a terminal; the last line says where the
-//! model went and its digest.
+//! The bytes go to `NAME.gguf.part` first, opened with `O_NOFOLLOW`: a part
+//! (or its `.meta`) that is a symbolic link or not a plain file is refused with
+//! its path named, never written through. The first response's validator (a
+//! strong `ETag`, else `Last-Modified`) and its announced length go to
+//! `NAME.gguf.part.meta` (written to a temporary file and renamed). A pull that
+//! stops (a dropped connection, Ctrl-C) is resumed by the next one with
+//! `Range: bytes=N-` and `If-Range: VALIDATOR`: a `206` must answer with
+//! `Content-Range: bytes N-END/TOTAL`, the first total and the same validator;
+//! a server whose file changed answers `200` and the part starts over from
+//! zero, as it does when no validator was kept or the range does not fit.
+//!
+//! Only the server's own bytes are stored: the request says
+//! `Accept-Encoding: identity` and a response with any other
+//! `Content-Encoding` is refused before a byte is written (ureq's gzip
+//! decoding would hide the header, so the agent's connections note it as the
+//! response head arrives). The size is capped while writing: at the announced
+//! length (`Content-Length`, or a `Content-Range` total), else at `--max-size`
+//! ([`DEFAULT_MAX_SIZE`]); a body past its cap removes the part.
+//!
+//! The SHA-256 is computed as the bytes are written (over the part's old bytes
+//! first, when resuming). Before the part takes the name, its GGUF header and
+//! tensor table are checked against its length ([`gguf::check_whole`]): a file
+//! cut short, spliced or padded out is removed, as is one whose digest differs
+//! from `--sha256`. The rename stays inside the models directory. A progress
+//! bar goes to stderr on a terminal; the last line says where the model went
+//! and its digest.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{IsTerminal, Read, Write};
+use std::io::{BufReader, IsTerminal, Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use ureq::unversioned::resolver::DefaultResolver;
+use ureq::unversioned::transport::{
+    Buffers, ConnectionDetails, Connector, DefaultConnector, NextTimeout, Transport,
+};
 
 use super::CommandError;
 use crate::backend::http::{self, Limits};
 use crate::config::{self, resolve};
+use crate::llama::gguf;
 use crate::util::sha256::Sha256;
+
+/// The most bytes a pull writes when the server announces no length and no
+/// `--max-size` is given: 512 GiB. Above any single GGUF file one would run
+/// (Hugging Face stores files of at most 50 GB; a 405B model at Q8_0 is about
+/// 430 GB, and larger ones come split), yet it stops a body that never ends
+/// before it fills most disks.
+const DEFAULT_MAX_SIZE: u64 = 512 << 30;
+
+/// `O_NOFOLLOW` (the `libc` crate is not a dependency): opening a symbolic
+/// link fails with `ELOOP`. Linux's generic value; 32-bit ARM and PowerPC
+/// have their own, and the BSDs and macOS share another.
+#[cfg(all(
+    target_os = "linux",
+    not(any(
+        target_arch = "arm",
+        target_arch = "powerpc",
+        target_arch = "powerpc64"
+    ))
+))]
+const O_NOFOLLOW: i32 = 0o400_000;
+#[cfg(all(
+    target_os = "linux",
+    any(
+        target_arch = "arm",
+        target_arch = "powerpc",
+        target_arch = "powerpc64"
+    )
+))]
+const O_NOFOLLOW: i32 = 0o100_000;
+#[cfg(not(target_os = "linux"))]
+const O_NOFOLLOW: i32 = 0x100;
 
 /// What one pull was asked for.
 #[derive(Debug, PartialEq, Eq)]
@@ -27,6 +84,8 @@ struct Pull {
     source: String,
     sha256: Option<String>,
     name: Option<String>,
+    /// `--max-size`: the most bytes kept when the server announces no length.
+    max_size: Option<u64>,
 }
 
 /// Runs `shepherd pull ARGS...` with `models_dir` from the config file at `path`.
@@ -55,6 +114,7 @@ fn parse(args: &[String]) -> Result<Pull, String> {
         source: String::new(),
         sha256: None,
         name: None,
+        max_size: None,
     };
     let mut words = args.iter();
     while let Some(word) = words.next() {
@@ -73,6 +133,7 @@ fn parse(args: &[String]) -> Result<Pull, String> {
                 pull.sha256 = Some(hex);
             }
             "--name" => pull.name = Some(value("--name")?),
+            "--max-size" => pull.max_size = Some(parse_size(&value("--max-size")?)?),
             flag if flag.starts_with('-') => return Err(format!("unknown pull flag '{flag}'")),
             source if pull.source.is_empty() => pull.source = source.to_string(),
             extra => return Err(format!("one source only ('{extra}' is a second)")),
@@ -82,6 +143,28 @@ fn parse(args: &[String]) -> Result<Pull, String> {
         return Err("pull needs a URL or a file".into());
     }
     Ok(pull)
+}
+
+/// A size: bytes, or a number with `K`, `M`, `G` or `T` (powers of 1024, also
+/// written `KiB`, `MiB`, `GiB`, `TiB`; any case).
+fn parse_size(text: &str) -> Result<u64, String> {
+    let bad = || format!("--max-size takes a size like 500M, 8GiB or 1048576, not '{text}'");
+    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
+    let (number, unit) = text.split_at(digits);
+    let shift = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kib" => 10,
+        "m" | "mib" => 20,
+        "g" | "gib" => 30,
+        "t" | "tib" => 40,
+        _ => return Err(bad()),
+    };
+    let n: u64 = number.parse().map_err(|_| bad())?;
+    match n.checked_mul(1 << shift) {
+        Some(0) => Err("--max-size must be more than 0".into()),
+        Some(size) => Ok(size),
+        None => Err(bad()),
+    }
 }
 
 /// The file name the model gets: `--name`, else the source's last path segment.
@@ -100,34 +183,59 @@ fn file_name(pull: &Pull) -> Result<String, String> {
     Ok(name)
 }
 
+/// The files a pull in progress keeps beside the model's name.
+struct Part {
+    /// `NAME.gguf.part`: the bytes so far.
+    data: PathBuf,
+    /// `NAME.gguf.part.meta`: what a resume checks ([`Meta`]).
+    meta: PathBuf,
+}
+
+impl Part {
+    /// Removes both; a pull that keeps nothing.
+    fn discard(&self) {
+        let _ = fs::remove_file(&self.data);
+        let _ = fs::remove_file(&self.meta);
+    }
+}
+
 /// Pulls into `dir`; the model's path and its digest.
 fn pull_into(pull: &Pull, dir: &Path) -> Result<(PathBuf, String), String> {
     let name = file_name(pull)?;
+    // `name` is one plain path segment (checked above): all three stay in `dir`.
     let target = dir.join(&name);
-    if target.exists() {
+    if fs::symlink_metadata(&target).is_ok() {
         return Err(format!(
             "{} exists already; remove it first to pull it again",
             target.display()
         ));
     }
     fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let part = dir.join(format!("{name}.part"));
+    let part = Part {
+        data: dir.join(format!("{name}.part")),
+        meta: dir.join(format!("{name}.part.meta")),
+    };
+    plain_or_absent(&part.data)?;
+    plain_or_absent(&part.meta)?;
+    let max = pull.max_size.unwrap_or(DEFAULT_MAX_SIZE);
     let remote = pull.source.starts_with("http://") || pull.source.starts_with("https://");
     let mut progress = Progress::new(&name);
     let digest = match remote {
-        true => download(&pull.source, &part, &mut progress)?,
-        false => copy(Path::new(&pull.source), &part, &mut progress)?,
+        true => download(&pull.source, &part, max, &mut progress),
+        false => copy(Path::new(&pull.source), &part, max, &mut progress),
     };
     progress.done();
+    let digest = digest?;
     let refuse = |why: String| {
-        let _ = fs::remove_file(&part);
+        part.discard();
         Err(why)
     };
-    if !is_gguf(&part) {
-        return refuse(format!(
-            "{} is not a GGUF file; nothing was kept",
-            pull.source
-        ));
+    if let Err(e) = check_gguf(&part.data) {
+        let why = match e {
+            gguf::GgufError::Format(ref m) if m.starts_with("not a GGUF") => e.to_string(),
+            _ => format!("not a whole GGUF file: {e}"),
+        };
+        return refuse(format!("{} is {why}; nothing was kept", pull.source));
     }
     if let Some(expected) = &pull.sha256 {
         if *expected != digest {
@@ -137,84 +245,380 @@ fn pull_into(pull: &Pull, dir: &Path) -> Result<(PathBuf, String), String> {
             ));
         }
     }
-    fs::rename(&part, &target).map_err(|e| format!("cannot name {}: {e}", target.display()))?;
+    let _ = fs::remove_file(&part.meta);
+    fs::rename(&part.data, &target)
+        .map_err(|e| format!("cannot name {}: {e}", target.display()))?;
     Ok((target, digest))
 }
 
-fn is_gguf(path: &Path) -> bool {
-    let mut magic = [0u8; 4];
-    File::open(path)
-        .and_then(|mut f| f.read_exact(&mut magic))
-        .is_ok_and(|()| &magic == b"GGUF")
+/// Refuses a path that is there but is not a plain file (a planted symbolic
+/// link, a FIFO that would block the open): a pull writes only its own files.
+fn plain_or_absent(path: &Path) -> Result<(), String> {
+    match fs::symlink_metadata(path) {
+        Err(_) => Ok(()),
+        Ok(m) if m.file_type().is_file() => Ok(()),
+        Ok(m) => {
+            let what = match m.file_type().is_symlink() {
+                true => "a symbolic link",
+                false => "not a plain file",
+            };
+            Err(format!(
+                "{} is {what}; a pull never writes through it: remove it and pull again",
+                path.display()
+            ))
+        }
+    }
+}
+
+/// Opens a file of the pull, never following a symbolic link.
+fn open_nofollow(path: &Path, options: &mut OpenOptions) -> Result<File, String> {
+    options.custom_flags(O_NOFOLLOW).open(path).map_err(|e| {
+        plain_or_absent(path)
+            .err()
+            .unwrap_or_else(|| format!("cannot open {}: {e}", path.display()))
+    })
+}
+
+/// The part's length, 0 when there is none.
+fn part_len(path: &Path) -> u64 {
+    fs::symlink_metadata(path).map_or(0, |m| m.len())
+}
+
+/// The whole-file GGUF check over the part.
+fn check_gguf(path: &Path) -> Result<gguf::GgufInfo, gguf::GgufError> {
+    let file = open_nofollow(path, OpenOptions::new().read(true))
+        .map_err(|e| gguf::GgufError::Io(std::io::Error::other(e)))?;
+    let len = file.metadata().map_err(gguf::GgufError::Io)?.len();
+    gguf::check_whole(BufReader::new(file), len)
 }
 
 /// Copies a local file into the part (always from its start).
-fn copy(source: &Path, part: &Path, progress: &mut Progress) -> Result<String, String> {
+fn copy(source: &Path, part: &Part, max: u64, progress: &mut Progress) -> Result<String, String> {
     let input = File::open(source).map_err(|e| format!("cannot read {}: {e}", source.display()))?;
-    let total = input.metadata().ok().map(|m| m.len());
-    let output = File::create(part).map_err(|e| format!("cannot write {}: {e}", part.display()))?;
+    let total = input
+        .metadata()
+        .ok()
+        .filter(|m| m.file_type().is_file())
+        .map(|m| m.len());
+    if let Some(total) = total.filter(|&t| t > max) {
+        return Err(too_big(&source.display().to_string(), total, max));
+    }
+    let output = open_nofollow(
+        &part.data,
+        OpenOptions::new().write(true).create(true).truncate(true),
+    )?;
+    let _ = fs::remove_file(&part.meta);
     progress.total = total;
-    stream_into(input, output, Sha256::default(), progress)
-        .map_err(|e| format!("copying {}: {e}", source.display()))
+    let cap = Cap {
+        bytes: total.unwrap_or(max),
+        announced: total.is_some(),
+    };
+    stream_into(input, output, Sha256::default(), progress, cap).map_err(|e| match e {
+        Stream::Io(e) => format!("copying {}: {e}", source.display()),
+        Stream::Over(cap) => {
+            part.discard();
+            cap.message(&source.display().to_string())
+        }
+    })
 }
 
-/// Downloads `url` into the part, resuming from its end when there is one.
-fn download(url: &str, part: &Path, progress: &mut Progress) -> Result<String, String> {
-    let have = fs::metadata(part).map_or(0, |m| m.len());
-    let limits = Limits {
-        // A large model over a slow link: only silence ends it.
-        overall: Duration::from_secs(7 * 24 * 3600),
-        ..Limits::default()
+/// What a resume checks, kept in `NAME.gguf.part.meta` from the first response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Meta {
+    /// The strong `ETag`, else the `Last-Modified` date: the `If-Range` value.
+    validator: String,
+    /// The whole file's length.
+    total: u64,
+}
+
+const META_HEAD: &str = "shepherd pull part 1";
+
+impl Meta {
+    fn text(&self) -> String {
+        format!(
+            "{META_HEAD}\nvalidator {}\ntotal {}\n",
+            self.validator, self.total
+        )
+    }
+
+    /// Parses [`Meta::text`]; `None` for anything else (the pull starts over).
+    fn parse(text: &str) -> Option<Meta> {
+        let mut lines = text.lines();
+        (lines.next()? == META_HEAD).then_some(())?;
+        let validator = lines.next()?.strip_prefix("validator ")?.to_string();
+        let total = lines.next()?.strip_prefix("total ")?.parse().ok()?;
+        (!validator.is_empty()).then_some(Meta { validator, total })
+    }
+
+    /// The meta beside a part, `None` when there is none or it does not parse.
+    fn load(path: &Path) -> Result<Option<Meta>, String> {
+        if fs::symlink_metadata(path).is_err() {
+            return Ok(None);
+        }
+        let mut file = open_nofollow(path, OpenOptions::new().read(true))?;
+        let mut text = String::new();
+        // A meta is three short lines; a longer one is not ours.
+        let read = (&mut file).take(4096).read_to_string(&mut text);
+        Ok(read.ok().and_then(|_| Meta::parse(&text)))
+    }
+
+    /// Writes the meta to a new file beside it, then renames it into place.
+    fn store(&self, path: &Path) -> Result<(), String> {
+        let mut fresh = path.as_os_str().to_owned();
+        fresh.push(".new");
+        let fresh = PathBuf::from(fresh);
+        plain_or_absent(&fresh)?;
+        let mut file = open_nofollow(
+            &fresh,
+            OpenOptions::new().write(true).create(true).truncate(true),
+        )?;
+        file.write_all(self.text().as_bytes())
+            .and_then(|()| file.sync_all())
+            .and_then(|()| fs::rename(&fresh, path))
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))
+    }
+}
+
+/// Downloads `url` into the part, resuming it when its meta allows.
+fn download(url: &str, part: &Part, max: u64, progress: &mut Progress) -> Result<String, String> {
+    let have = part_len(&part.data);
+    let saved = match have {
+        0 => None,
+        _ => Meta::load(&part.meta)?,
     };
-    let agent = http::build_agent(url, &limits);
-    let mut request = agent.get(url);
-    if have > 0 {
-        request = request.header("Range", format!("bytes={have}-"));
+    let resume = saved.filter(|m| have < m.total).map(|m| (have, m));
+    match fetch(url, part, max, resume.as_ref(), progress)? {
+        Some(digest) => Ok(digest),
+        // The range did not continue the part: the whole file, from zero.
+        None => fetch(url, part, max, None, progress)?
+            .ok_or_else(|| format!("{url}: the server answered a whole request with a range")),
+    }
+}
+
+/// One request: with `resume` (the part's length and meta) a ranged one. The
+/// digest, or `None` when a `206` does not continue the part (start over).
+fn fetch(
+    url: &str,
+    part: &Part,
+    max: u64,
+    resume: Option<&(u64, Meta)>,
+    progress: &mut Progress,
+) -> Result<Option<String>, String> {
+    let encoding = Arc::new(Mutex::new(None));
+    let agent = agent(url, encoding.clone());
+    let mut request = agent.get(url).header("Accept-Encoding", "identity");
+    if let Some((have, meta)) = resume {
+        request = request
+            .header("Range", format!("bytes={have}-"))
+            .header("If-Range", meta.validator.as_str());
     }
     let response = request
         .call()
         .map_err(|e| http::transport_error(e, url).to_string())?;
     let status = response.status().as_u16();
-    let length = response
-        .headers()
-        .get("content-length")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    let resumed = status == 206 && have > 0 && range_start(&response) == Some(have);
-    let (file, hash) = match (status, resumed) {
-        (206, true) => {
-            progress.done_before = have;
-            (open_append(part)?, hash_of(part)?)
+    let header = |name: &str| {
+        response
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
+    let sniffed = encoding.lock().ok().and_then(|mut e| e.take());
+    let encoding = sniffed.or(header("content-encoding").map(str::to_string));
+    if let Some(encoding) = encoding.filter(|e| !e.eq_ignore_ascii_case("identity")) {
+        return Err(format!(
+            "{url}: the server sent the file with Content-Encoding '{encoding}' though \
+             asked for identity; a model is kept only as the server's own bytes, never \
+             decoded (nothing was written)"
+        ));
+    }
+    let validator = header("etag")
+        .filter(|tag| !tag.is_empty() && !tag.starts_with("W/"))
+        .or(header("last-modified"))
+        .map(str::to_string);
+    let length = header("content-length").and_then(|v| v.parse::<u64>().ok());
+    let (file, hash, total) = match (status, resume) {
+        (206, Some((have, meta))) => {
+            let fits = content_range(header("content-range"))
+                == Some((*have, meta.total.saturating_sub(1), meta.total))
+                && validator.as_ref().is_none_or(|v| *v == meta.validator);
+            if !fits {
+                return Ok(None);
+            }
+            progress.done_before = *have;
+            let file = open_nofollow(&part.data, OpenOptions::new().append(true))?;
+            (file, hash_of(&part.data)?, Some(meta.total))
         }
-        (200, _) => (
-            File::create(part).map_err(|e| e.to_string())?,
-            Sha256::default(),
-        ),
+        (200, _) => {
+            if let Some(total) = length.filter(|&t| t > max) {
+                return Err(too_big(url, total, max));
+            }
+            let file = open_nofollow(
+                &part.data,
+                OpenOptions::new().write(true).create(true).truncate(true),
+            )?;
+            match (validator, length) {
+                (Some(validator), Some(total)) => Meta { validator, total }.store(&part.meta)?,
+                // Nothing to resume against: the next pull starts over.
+                _ => {
+                    let _ = fs::remove_file(&part.meta);
+                }
+            }
+            progress.done_before = 0;
+            (file, Sha256::default(), length)
+        }
         _ => return Err(format!("{url}: HTTP {status}")),
     };
-    progress.total = length.map(|n| n + progress.done_before);
+    progress.done = 0;
+    progress.total = total;
+    let cap = Cap {
+        bytes: total.unwrap_or(max),
+        announced: total.is_some(),
+    };
     let body = response.into_body().into_reader();
-    stream_into(body, file, hash, progress)
-        .map_err(|e| format!("{url}: {e}; the part is kept, pull again to resume"))
+    let kept = |e: String| format!("{url}: {e}; the part is kept, pull again to resume");
+    let digest = stream_into(body, file, hash, progress, cap).map_err(|e| match e {
+        Stream::Io(e) => kept(e.to_string()),
+        Stream::Over(cap) => {
+            part.discard();
+            cap.message(url)
+        }
+    })?;
+    let got = progress.done_before + progress.done;
+    match total {
+        Some(total) if got != total => {
+            Err(kept(format!("the body ended after {got} of {total} bytes")))
+        }
+        _ => Ok(Some(digest)),
+    }
 }
 
-/// Where a `206`'s `Content-Range: bytes START-END/TOTAL` starts.
-fn range_start(response: &ureq::http::Response<ureq::Body>) -> Option<u64> {
-    let value = response.headers().get("content-range")?.to_str().ok()?;
-    let range = value.strip_prefix("bytes ")?;
-    range.split('-').next()?.trim().parse().ok()
+/// A `Content-Range: bytes START-END/TOTAL` as its three numbers.
+fn content_range(value: Option<&str>) -> Option<(u64, u64, u64)> {
+    let range = value?.strip_prefix("bytes ")?;
+    let (span, total) = range.split_once('/')?;
+    let (start, end) = span.split_once('-')?;
+    Some((
+        start.trim().parse().ok()?,
+        end.trim().parse().ok()?,
+        total.trim().parse().ok()?,
+    ))
 }
 
-fn open_append(path: &Path) -> Result<File, String> {
-    OpenOptions::new()
-        .append(true)
-        .open(path)
-        .map_err(|e| format!("cannot append to {}: {e}", path.display()))
+fn too_big(source: &str, total: u64, max: u64) -> String {
+    format!(
+        "{source} is {total} bytes, more than --max-size {max}; pass a larger \
+         --max-size to pull it (nothing was written)"
+    )
+}
+
+/// An agent like [`http::build_agent`]'s whose connections note each response
+/// head's `Content-Encoding` in `encoding` before ureq reads (and, for gzip,
+/// decodes and hides) it.
+fn agent(url: &str, encoding: Arc<Mutex<Option<String>>>) -> ureq::Agent {
+    let limits = Limits {
+        // A large model over a slow link: only silence ends it.
+        overall: Duration::from_secs(7 * 24 * 3600),
+        ..Limits::default()
+    };
+    let config = ureq::Agent::config_builder()
+        .timeout_connect(Some(limits.connect))
+        .timeout_per_read(Some(limits.per_read))
+        .timeout_global(Some(limits.overall))
+        .http_status_as_error(false)
+        .accept_encoding("identity");
+    let config = match crate::util::net::is_loopback_url(url) {
+        true => config.proxy(None),
+        false => config,
+    };
+    let connector = DefaultConnector::new().chain(HeadReader { encoding });
+    ureq::Agent::with_parts(config.build(), connector, DefaultResolver::default())
+}
+
+/// The last link of the connector chain (after TLS): wraps each connection in
+/// a [`HeadReading`].
+#[derive(Debug)]
+struct HeadReader {
+    encoding: Arc<Mutex<Option<String>>>,
+}
+
+impl Connector<Box<dyn Transport>> for HeadReader {
+    type Out = HeadReading;
+
+    fn connect(
+        &self,
+        _: &ConnectionDetails,
+        chained: Option<Box<dyn Transport>>,
+    ) -> Result<Option<HeadReading>, ureq::Error> {
+        Ok(chained.map(|inner| HeadReading {
+            inner,
+            encoding: self.encoding.clone(),
+            in_head: false,
+        }))
+    }
+}
+
+/// A connection that, after each request it sends, reads the response head's
+/// `Content-Encoding` from the bytes received (ureq parses a head only once
+/// it is whole, so the buffer holds it from its first byte).
+#[derive(Debug)]
+struct HeadReading {
+    inner: Box<dyn Transport>,
+    encoding: Arc<Mutex<Option<String>>>,
+    /// A request went out and its response head has not been seen whole.
+    in_head: bool,
+}
+
+impl Transport for HeadReading {
+    fn buffers(&mut self) -> &mut dyn Buffers {
+        self.inner.buffers()
+    }
+
+    fn transmit_output(&mut self, amount: usize, timeout: NextTimeout) -> Result<(), ureq::Error> {
+        self.in_head = true;
+        self.inner.transmit_output(amount, timeout)
+    }
+
+    fn await_input(&mut self, timeout: NextTimeout) -> Result<bool, ureq::Error> {
+        let more = self.inner.await_input(timeout)?;
+        if self.in_head {
+            let input = self.inner.buffers().input();
+            if let Some(end) = input.windows(4).position(|w| w == b"\r\n\r\n") {
+                self.in_head = false;
+                let found = head_encoding(&input[..end]);
+                if let Ok(mut slot) = self.encoding.lock() {
+                    *slot = found;
+                }
+            }
+        }
+        Ok(more)
+    }
+
+    fn is_open(&mut self) -> bool {
+        self.inner.is_open()
+    }
+
+    fn is_tls(&self) -> bool {
+        self.inner.is_tls()
+    }
+}
+
+/// The `Content-Encoding` values in a raw response head, joined; `None` when absent.
+fn head_encoding(head: &[u8]) -> Option<String> {
+    let head = String::from_utf8_lossy(head);
+    let values: Vec<&str> = head
+        .split("\r\n")
+        .skip(1)
+        .filter_map(|line| line.split_once(':'))
+        .filter(|(name, _)| name.trim().eq_ignore_ascii_case("content-encoding"))
+        .map(|(_, value)| value.trim())
+        .collect();
+    (!values.is_empty()).then(|| values.join(", "))
 }
 
 /// The digest of what a part holds so far.
 fn hash_of(path: &Path) -> Result<Sha256, String> {
-    let mut file = File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let mut file = open_nofollow(path, OpenOptions::new().read(true))?;
     let mut hash = Sha256::default();
     let mut buffer = vec![0u8; 1 << 20];
     loop {
@@ -226,26 +630,63 @@ fn hash_of(path: &Path) -> Result<Sha256, String> {
     }
 }
 
-/// Copies `input` to `output`, hashing and reporting as it goes; the final digest.
+/// The most bytes a part may reach.
+#[derive(Debug, Clone, Copy)]
+struct Cap {
+    bytes: u64,
+    /// Whether the source announced it (else it is `--max-size`).
+    announced: bool,
+}
+
+impl Cap {
+    fn message(&self, source: &str) -> String {
+        match self.announced {
+            true => format!(
+                "{source} sent more than the {} bytes it announced; nothing was kept",
+                self.bytes
+            ),
+            false => format!(
+                "{source} sent more than --max-size {} bytes without announcing a length; \
+                 nothing was kept (pass a larger --max-size to pull it)",
+                self.bytes
+            ),
+        }
+    }
+}
+
+/// Why [`stream_into`] stopped.
+enum Stream {
+    Io(std::io::Error),
+    /// More bytes came than the cap allows.
+    Over(Cap),
+}
+
+/// Copies `input` to `output`, hashing and reporting as it goes, never past
+/// `cap` (counting the part's bytes from before); the final digest.
 fn stream_into(
     mut input: impl Read,
     mut output: File,
     mut hash: Sha256,
     progress: &mut Progress,
-) -> std::io::Result<String> {
+    cap: Cap,
+) -> Result<String, Stream> {
     let mut buffer = vec![0u8; 1 << 20];
     loop {
         let n = match input.read(&mut buffer) {
             Ok(0) => break,
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
+            Err(e) => return Err(Stream::Io(e)),
         };
-        output.write_all(&buffer[..n])?;
+        let have = progress.done_before + progress.done;
+        if have.saturating_add(n as u64) > cap.bytes {
+            return Err(Stream::Over(cap));
+        }
+        output.write_all(&buffer[..n]).map_err(Stream::Io)?;
         hash.update(&buffer[..n]);
         progress.add(n as u64);
     }
-    output.sync_all()?;
+    output.sync_all().map_err(Stream::Io)?;
     Ok(hash.hex())
 }
 
@@ -336,6 +777,37 @@ mod tests {
         assert!(
             file_name(&escape).is_err(),
             "a name never leaves the models directory"
+        );
+    }
+
+    #[test]
+    fn sizes_ranges_heads_and_metas() {
+        assert_eq!(parse_size("1048576"), Ok(1 << 20));
+        assert_eq!(parse_size("500M"), Ok(500 << 20));
+        assert_eq!(parse_size("8GiB"), Ok(8 << 30));
+        assert_eq!(parse_size("4k"), Ok(4096));
+        assert_eq!(parse_size("2TiB"), Ok(2 << 40));
+        for bad in ["", "0", "M", "1.5G", "12Q", "-3", "99999999999999999999T"] {
+            assert!(parse_size(bad).is_err(), "{bad}");
+        }
+        let pull = parse(&words(&["x", "--max-size", "1K"])).unwrap();
+        assert_eq!(pull.max_size, Some(1024));
+        assert!(parse(&words(&["x", "--max-size"])).is_err());
+        assert_eq!(content_range(Some("bytes 10-99/100")), Some((10, 99, 100)));
+        assert_eq!(content_range(Some("bytes 10-99/*")), None);
+        assert_eq!(content_range(Some("10-99/100")), None);
+        let head = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\ncontent-encoding:  gzip \r\nX: y";
+        assert_eq!(head_encoding(head).as_deref(), Some("gzip"));
+        assert_eq!(head_encoding(b"HTTP/1.1 200 OK\r\nX: y"), None);
+        let meta = Meta {
+            validator: "\"abc\"".into(),
+            total: 42,
+        };
+        assert_eq!(Meta::parse(&meta.text()), Some(meta));
+        assert_eq!(Meta::parse("something else"), None);
+        assert_eq!(
+            Meta::parse(&format!("{META_HEAD}\nvalidator \ntotal 3\n")),
+            None
         );
     }
 }

@@ -11,6 +11,14 @@
 //! `u64` dimensions, `u32` type, `u64` offset). The weights follow and are
 //! never read.
 //!
+//! [`read`] takes what `shepherd models` shows. [`check_whole`] also checks
+//! that the weights are all there, as llama.cpp's `gguf_init_from_file` and
+//! its model loader do: every tensor's type is one ggml knows, its rows are
+//! whole blocks, its offset is where the one before it ends (padded to
+//! `general.alignment`, 32 by default), and the data section (from the padded
+//! end of the header) ends where the file ends, give or take the last tensor's
+//! padding. A download cut short or spliced from two files fails it.
+//!
 //! Every file is untrusted: each length and count is checked against the
 //! bytes the file still has before anything is allocated or skipped, so a
 //! truncated, corrupt or hostile file gives a [`GgufError`] naming the
@@ -33,6 +41,8 @@ const MAX_ARRAY_DEPTH: u32 = 4;
 const SMALL_SKIP: u64 = 4096;
 /// llama.cpp's `GGML_MAX_DIMS`.
 const MAX_DIMS: u32 = 4;
+/// llama.cpp's `GGUF_DEFAULT_ALIGNMENT`.
+const DEFAULT_ALIGNMENT: u64 = 32;
 
 /// What the header says about a model.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -102,6 +112,18 @@ pub fn read_file(path: &Path) -> Result<GgufInfo, GgufError> {
 
 /// Reads a GGUF header from `source`, which holds `len` bytes.
 pub fn read<R: Read + Seek>(source: R, len: u64) -> Result<GgufInfo, GgufError> {
+    parse(source, len, false)
+}
+
+/// Reads a GGUF header from `source`, which holds `len` bytes, and checks that
+/// the tensor data it describes fills the rest exactly: a file cut short, one
+/// with bytes past its last tensor, or a tensor of an unknown type is an error.
+pub fn check_whole<R: Read + Seek>(source: R, len: u64) -> Result<GgufInfo, GgufError> {
+    parse(source, len, true)
+}
+
+/// [`read`], and with `whole` [`check_whole`].
+fn parse<R: Read + Seek>(source: R, len: u64, whole: bool) -> Result<GgufInfo, GgufError> {
     let mut r = Reader {
         source,
         pos: 0,
@@ -111,19 +133,140 @@ pub fn read<R: Read + Seek>(source: R, len: u64) -> Result<GgufInfo, GgufError> 
     let kv_count = r.u64()?;
     r.check_count(info.tensor_count, 24, "tensor count")?;
     r.check_count(kv_count, 12, "key-value count")?;
-    let mut context_key = None;
+    let mut keys = Keys {
+        context: None,
+        alignment: DEFAULT_ALIGNMENT,
+    };
     for _ in 0..kv_count {
-        key_value(&mut r, &mut info, &mut context_key)?;
+        key_value(&mut r, &mut info, &mut keys)?;
     }
+    let alignment = keys.alignment;
+    if whole && !alignment.is_power_of_two() {
+        return Err(r.corrupt(&format!(
+            "general.alignment {alignment} is not a power of two (or not a u32)"
+        )));
+    }
+    // Where the next tensor's data must start, from the data section's start.
+    let mut data_size: u64 = 0;
+    let mut last_end: u64 = 0;
     for _ in 0..info.tensor_count {
-        let (n, matrix_type) = tensor_info(&mut r)?;
-        info.matrix_types.extend(matrix_type);
+        let tensor = tensor_info(&mut r)?;
+        info.matrix_types.extend(tensor.matrix_type);
         info.parameters = info
             .parameters
-            .checked_add(n)
+            .checked_add(tensor.elements)
             .ok_or_else(|| r.corrupt("the parameter count overflows"))?;
+        if whole {
+            let nbytes = tensor_bytes(&r, &tensor)?;
+            if tensor.offset != data_size {
+                return Err(r.corrupt(&format!(
+                    "a tensor's data is at offset {}, not {data_size} where the one before ends",
+                    tensor.offset
+                )));
+            }
+            last_end = data_size
+                .checked_add(nbytes)
+                .ok_or_else(|| r.corrupt("the tensor data size overflows"))?;
+            data_size = pad(last_end, alignment)
+                .ok_or_else(|| r.corrupt("the tensor data size overflows"))?;
+        }
+    }
+    if whole {
+        let header_end = r.pos;
+        let start = match info.tensor_count {
+            0 => header_end,
+            _ => pad(header_end, alignment).ok_or_else(|| r.corrupt("the header overflows"))?,
+        };
+        let needed = start.checked_add(last_end);
+        let padded = start.checked_add(data_size).and_then(|n| pad(n, alignment));
+        let (Some(needed), Some(padded)) = (needed, padded) else {
+            return Err(r.corrupt("the tensor data size overflows"));
+        };
+        if len < needed {
+            return Err(GgufError::Format(format!(
+                "the file is cut short: {len} bytes, its tensors need {needed}"
+            )));
+        }
+        if len > padded {
+            return Err(GgufError::Format(format!(
+                "the file has {} bytes past its last tensor ({len} bytes, the tensors end at {needed})",
+                len - padded
+            )));
+        }
     }
     Ok(info)
+}
+
+/// `n` rounded up to a multiple of `alignment` (a power of two), unless it overflows.
+fn pad(n: u64, alignment: u64) -> Option<u64> {
+    Some(n.checked_add(alignment - 1)? & !(alignment - 1))
+}
+
+/// A tensor's data size in bytes, as ggml's `ggml_nbytes` computes it.
+fn tensor_bytes<R: Read + Seek>(r: &Reader<R>, tensor: &TensorInfo) -> Result<u64, GgufError> {
+    let (block, size) = type_block(tensor.ggml_type)
+        .ok_or_else(|| r.corrupt(&format!("unknown tensor type {}", tensor.ggml_type)))?;
+    if tensor.row % block != 0 {
+        return Err(r.corrupt(&format!(
+            "a tensor of type {} has rows of {} elements, not a multiple of its block of {block}",
+            tensor.ggml_type, tensor.row
+        )));
+    }
+    (tensor.elements / block)
+        .checked_mul(size)
+        .ok_or_else(|| r.corrupt("a tensor's byte size overflows"))
+}
+
+/// ggml's block size (elements) and block byte size for a `ggml_type`, from
+/// the `type_traits` table in ggml.c (sizes of the `block_*` structs in
+/// ggml-common.h); `None` for a type ggml does not know or no longer reads.
+fn type_block(ggml_type: u32) -> Option<(u64, u64)> {
+    Some(match ggml_type {
+        0 => (1, 4),      // F32
+        1 => (1, 2),      // F16
+        2 => (32, 18),    // Q4_0
+        3 => (32, 20),    // Q4_1
+        6 => (32, 22),    // Q5_0
+        7 => (32, 24),    // Q5_1
+        8 => (32, 34),    // Q8_0
+        9 => (32, 36),    // Q8_1
+        10 => (256, 84),  // Q2_K
+        11 => (256, 110), // Q3_K
+        12 => (256, 144), // Q4_K
+        13 => (256, 176), // Q5_K
+        14 => (256, 210), // Q6_K
+        15 => (256, 292), // Q8_K
+        16 => (256, 66),  // IQ2_XXS
+        17 => (256, 74),  // IQ2_XS
+        18 => (256, 98),  // IQ3_XXS
+        19 => (256, 50),  // IQ1_S
+        20 => (32, 18),   // IQ4_NL
+        21 => (256, 110), // IQ3_S
+        22 => (256, 82),  // IQ2_S
+        23 => (256, 136), // IQ4_XS
+        24 => (1, 1),     // I8
+        25 => (1, 2),     // I16
+        26 => (1, 4),     // I32
+        27 => (1, 8),     // I64
+        28 => (1, 8),     // F64
+        29 => (256, 56),  // IQ1_M
+        30 => (1, 2),     // BF16
+        34 => (256, 54),  // TQ1_0
+        35 => (256, 66),  // TQ2_0
+        39 => (32, 17),   // MXFP4
+        40 => (64, 36),   // NVFP4
+        41 => (128, 18),  // Q1_0
+        42 => (64, 18),   // Q2_0
+        _ => return None,
+    })
+}
+
+/// Values of keys that [`GgufInfo`] does not show but the reading needs.
+struct Keys {
+    /// `ARCH.context_length` once `general.architecture` is known.
+    context: Option<String>,
+    /// `general.alignment`; 0 when it is not a `u32`.
+    alignment: u64,
 }
 
 fn header<R: Read + Seek>(r: &mut Reader<R>) -> Result<GgufInfo, GgufError> {
@@ -151,15 +294,21 @@ fn header<R: Read + Seek>(r: &mut Reader<R>) -> Result<GgufInfo, GgufError> {
 fn key_value<R: Read + Seek>(
     r: &mut Reader<R>,
     info: &mut GgufInfo,
-    context_key: &mut Option<String>,
+    keys: &mut Keys,
 ) -> Result<(), GgufError> {
     let key = r.string()?;
     let kind = r.u32()?;
+    let context_key = &mut keys.context;
     match (key.as_str(), kind) {
         ("general.architecture", TYPE_STRING) => {
             let arch = r.string()?;
             *context_key = Some(format!("{arch}.context_length"));
             info.architecture = Some(arch);
+        }
+        ("general.alignment", TYPE_U32) => keys.alignment = u64::from(r.u32()?),
+        ("general.alignment", _) => {
+            keys.alignment = 0;
+            r.skip_value(kind, 0)?;
         }
         ("general.name", TYPE_STRING) => info.name = Some(r.string()?),
         ("general.file_type", TYPE_U32) => info.file_type = Some(r.u32()?),
@@ -189,8 +338,21 @@ fn keep_context(info: &mut GgufInfo, context_key: &Option<String>, key: &str, n:
     }
 }
 
-/// Reads one tensor info: its element count, and its type if it is a matrix.
-fn tensor_info<R: Read + Seek>(r: &mut Reader<R>) -> Result<(u64, Option<u32>), GgufError> {
+/// One tensor info, as far as the checks need it.
+struct TensorInfo {
+    /// Elements over every dimension.
+    elements: u64,
+    /// Elements in a row (the first dimension; 1 for a tensor of none).
+    row: u64,
+    ggml_type: u32,
+    /// `ggml_type` when the tensor is a matrix.
+    matrix_type: Option<u32>,
+    /// Where its data starts, from the data section's start.
+    offset: u64,
+}
+
+/// Reads one tensor info.
+fn tensor_info<R: Read + Seek>(r: &mut Reader<R>) -> Result<TensorInfo, GgufError> {
     r.skip_string()?;
     let n_dims = r.u32()?;
     if n_dims > MAX_DIMS {
@@ -199,17 +361,27 @@ fn tensor_info<R: Read + Seek>(r: &mut Reader<R>) -> Result<(u64, Option<u32>), 
         )));
     }
     let mut elements: u64 = 1;
+    let mut row: u64 = 1;
     let mut long_dims = 0;
-    for _ in 0..n_dims {
+    for i in 0..n_dims {
         let dim = r.u64()?;
+        if i == 0 {
+            row = dim;
+        }
         long_dims += usize::from(dim > 1);
         elements = elements
             .checked_mul(dim)
             .ok_or_else(|| r.corrupt("a tensor's element count overflows"))?;
     }
     let ggml_type = r.u32()?;
-    let _offset = r.u64()?;
-    Ok((elements, (long_dims >= 2).then_some(ggml_type)))
+    let offset = r.u64()?;
+    Ok(TensorInfo {
+        elements,
+        row,
+        ggml_type,
+        matrix_type: (long_dims >= 2).then_some(ggml_type),
+        offset,
+    })
 }
 
 const TYPE_U32: u32 = 4;
@@ -623,6 +795,129 @@ mod tests {
         ] {
             let message = parse(&bytes).unwrap_err().to_string();
             assert!(message.contains(expect), "{message}");
+        }
+    }
+
+    /// A whole GGUF file: `tensors` as (dimensions, ggml type), their data laid
+    /// out as the converters write it, padded to `alignment`.
+    fn whole(tensors: &[(&[u64], u32)], alignment: u64) -> Vec<u8> {
+        let mut b = Builder::default();
+        if alignment != DEFAULT_ALIGNMENT {
+            b = b.kv(
+                "general.alignment",
+                TYPE_U32,
+                &(alignment as u32).to_le_bytes(),
+            );
+        }
+        let mut offset = 0;
+        let mut sizes = Vec::new();
+        for (i, (dims, kind)) in tensors.iter().enumerate() {
+            string(&mut b.tensors, &format!("t{i}"));
+            b.tensors.extend((dims.len() as u32).to_le_bytes());
+            dims.iter().for_each(|d| b.tensors.extend(d.to_le_bytes()));
+            b.tensors.extend(kind.to_le_bytes());
+            b.tensors.extend((offset as u64).to_le_bytes());
+            b.n_tensors += 1;
+            let (block, size) = type_block(*kind).unwrap();
+            let n = (dims.iter().product::<u64>() / block * size) as usize;
+            sizes.push(n);
+            offset += n.next_multiple_of(alignment as usize);
+        }
+        let mut out = b.bytes();
+        for n in sizes {
+            out.resize(out.len().next_multiple_of(alignment as usize), 0);
+            out.extend((0..n).map(|i| (i % 251) as u8));
+        }
+        out.resize(out.len().next_multiple_of(alignment as usize), 0);
+        out
+    }
+
+    fn check(bytes: &[u8]) -> Result<GgufInfo, GgufError> {
+        check_whole(Cursor::new(bytes), bytes.len() as u64)
+    }
+
+    #[test]
+    fn a_whole_file_passes_and_a_cut_or_longer_one_does_not() {
+        let tensors: &[(&[u64], u32)] = &[(&[64, 10], 2), (&[7], 0), (&[256, 2], 14)];
+        for alignment in [32, 64] {
+            let bytes = whole(tensors, alignment);
+            let info = check(&bytes).expect("a whole file");
+            assert_eq!((info.tensor_count, info.parameters), (3, 640 + 7 + 512));
+            // The last tensor's padding may be missing (420 bytes, padded to 448).
+            let unpadded = bytes.len() - 28;
+            assert!(check(&bytes[..unpadded]).is_ok(), "alignment {alignment}");
+            let cut = check(&bytes[..unpadded - 1]).unwrap_err().to_string();
+            assert!(cut.contains("cut short"), "{cut}");
+            for end in 0..unpadded {
+                assert!(check(&bytes[..end]).is_err(), "cut at {end}");
+            }
+            let mut longer = bytes.clone();
+            longer.extend([0u8; 64]);
+            let long = check(&longer).unwrap_err().to_string();
+            assert!(long.contains("past its last tensor"), "{long}");
+            // The lenient reader still reads both.
+            assert!(parse(&longer).is_ok() && parse(&bytes[..unpadded - 1]).is_ok());
+        }
+        let empty = whole(&[], 32);
+        assert!(check(&empty).is_ok(), "no tensors: the header alone");
+    }
+
+    #[test]
+    fn a_bad_tensor_table_is_refused() {
+        let unknown = whole(&[(&[32], 2)], 32);
+        // The one tensor's info: its name `t0`, a u32 and a u64 dimension, the type, the offset.
+        let name = unknown.windows(2).position(|w| w == b"t0").unwrap() + 2;
+        let mut bad = unknown.clone();
+        let at = name + 12;
+        bad[at..at + 4].copy_from_slice(&4u32.to_le_bytes());
+        let message = check(&bad).unwrap_err().to_string();
+        assert!(message.contains("unknown tensor type 4"), "{message}");
+        let mut moved = unknown.clone();
+        let at = name + 16;
+        moved[at..at + 8].copy_from_slice(&32u64.to_le_bytes());
+        let message = check(&moved).unwrap_err().to_string();
+        assert!(message.contains("offset 32"), "{message}");
+        let ragged = Builder::default().tensor("t", &[33, 2]).bytes();
+        let message = check(&ragged).unwrap_err().to_string();
+        assert!(message.contains("block of 32"), "{message}");
+        let odd = Builder::default()
+            .kv("general.alignment", TYPE_U32, &24u32.to_le_bytes())
+            .bytes();
+        assert!(check(&odd)
+            .unwrap_err()
+            .to_string()
+            .contains("power of two"));
+        let huge = Builder::default()
+            .tensor("t", &[u64::MAX / 16 * 16])
+            .bytes();
+        assert!(
+            check(&huge).is_err(),
+            "a size past u64 is an error, not a wrap"
+        );
+    }
+
+    #[test]
+    fn every_single_byte_corruption_of_a_whole_file_is_survived() {
+        let bytes = whole(&[(&[64, 2], 8), (&[3], 0)], 32);
+        for i in 0..bytes.len() {
+            for value in [0x00, 0xff, 0x7f, 0x80] {
+                let mut bad = bytes.clone();
+                bad[i] = value;
+                let _ = check(&bad);
+            }
+        }
+    }
+
+    /// The real models pass the whole-file check (`SHEPHERD_TEST_MODEL` when set).
+    #[test]
+    fn the_test_models_are_whole() {
+        use crate::util::dirs::test_models::{swa_test_model_path, test_model_path};
+        for path in [test_model_path(), swa_test_model_path()] {
+            let file = File::open(&path).unwrap();
+            let len = file.metadata().unwrap().len();
+            let info = check_whole(BufReader::new(file), len)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            assert!(info.tensor_count > 0);
         }
     }
 

@@ -3,6 +3,7 @@
 //! OpenAI upstream and session files written as the store writes them.
 
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
 use serde_json::json;
 
@@ -352,72 +353,195 @@ fn model_list_in_the_repl_lists_the_providers_models_and_marks_the_current_one()
     );
 }
 
-/// A model server for `shepherd pull` on a plain socket: serves `file` at
-/// `/m/model.gguf`, answers a `Range: bytes=N-` with `206`, and drops the
-/// connection halfway through the first full download (its length promised whole).
+/// One request the model server saw (each header's value, empty when absent).
+#[derive(Clone, Debug, Default)]
+struct Seen {
+    range: String,
+    if_range: String,
+    accept_encoding: String,
+}
+
+/// How the model server answers.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// The file, honouring `Range` (and `If-Range` against its ETag).
+    Plain,
+    /// The file gzipped, with `Content-Encoding: gzip`, whatever was asked.
+    Gzip,
+    /// A body with no length that never ends (until the client hangs up).
+    Endless,
+}
+
+/// What the model server serves now; a test may swap the file between pulls.
+struct Served {
+    file: Vec<u8>,
+    etag: String,
+    mode: Mode,
+    /// Drop the connection halfway through the first full download (its length promised whole).
+    cut_first: bool,
+}
+
+/// A model server for `shepherd pull` on a plain socket: serves a file at
+/// `/m/model.gguf` with a strong ETag, answers `Range: bytes=N-` with `206`
+/// unless an `If-Range` names another ETag (then `200` and the whole file), and
+/// records each request's headers.
 struct ModelServer {
     url: String,
-    /// The `Range` header of each request (empty when none).
-    ranges: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    served: Arc<Mutex<Served>>,
 }
 
 impl ModelServer {
-    fn start(file: Vec<u8>) -> ModelServer {
-        use std::io::{BufRead, BufReader, Write};
+    fn start(file: Vec<u8>, mode: Mode, cut_first: bool) -> ModelServer {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         let port = listener.local_addr().unwrap().port();
-        let ranges = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let seen = ranges.clone();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let served = Arc::new(Mutex::new(Served {
+            file,
+            etag: "\"v1\"".to_string(),
+            mode,
+            cut_first,
+        }));
+        let (log, now) = (seen.clone(), served.clone());
         // Serves until the test process ends; each connection is one request.
         std::thread::spawn(move || {
-            for (n, stream) in listener.incoming().enumerate() {
-                let Ok(mut stream) = stream else { continue };
-                let mut reader = BufReader::new(stream.try_clone().unwrap());
-                let mut range = String::new();
-                let mut line = String::new();
-                while reader.read_line(&mut line).is_ok_and(|read| read > 2) {
-                    if let Some(value) = line.to_ascii_lowercase().strip_prefix("range:") {
-                        range = value.trim().to_string();
-                    }
-                    line.clear();
-                }
-                seen.lock().unwrap().push(range.clone());
-                let start: usize = range
-                    .strip_prefix("bytes=")
-                    .and_then(|r| r.trim_end_matches('-').parse().ok())
-                    .unwrap_or(0);
-                let rest = &file[start.min(file.len())..];
-                let head = match start {
-                    0 => format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n", rest.len()),
-                    _ => format!(
-                        "HTTP/1.1 206 Partial Content\r\nContent-Length: {}\r\nContent-Range: bytes {start}-{}/{}\r\n",
-                        rest.len(),
-                        file.len() - 1,
-                        file.len()
-                    ),
-                };
-                let _ = stream.write_all(format!("{head}Connection: close\r\n\r\n").as_bytes());
-                let body = match (n, start) {
-                    (0, 0) => &rest[..rest.len() / 2],
-                    _ => rest,
-                };
-                let _ = stream.write_all(body);
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                let request = read_head(&stream);
+                log.lock().unwrap().push(request.clone());
+                let mut served = now.lock().unwrap();
+                let cut = std::mem::take(&mut served.cut_first);
+                let (file, etag, mode) = (served.file.clone(), served.etag.clone(), served.mode);
+                drop(served);
+                answer(stream, &request, &file, &etag, mode, cut);
                 // Dropping the stream closes the connection, cut or not.
             }
         });
         ModelServer {
             url: format!("http://127.0.0.1:{port}/m/model.gguf"),
-            ranges,
+            seen,
+            served,
         }
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
     }
 }
 
-/// A GGUF-looking file of `len` bytes (the magic, then a pattern) and its sha256,
-/// from `sha256sum`.
-fn fake_gguf(dir: &std::path::Path, len: usize) -> (Vec<u8>, String) {
+fn read_head(stream: &std::net::TcpStream) -> Seen {
+    use std::io::BufRead;
+    let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
+    let mut seen = Seen::default();
+    let mut line = String::new();
+    while reader.read_line(&mut line).is_ok_and(|read| read > 2) {
+        if let Some((name, value)) = line.split_once(':') {
+            let value = value.trim().to_string();
+            match name.trim().to_ascii_lowercase().as_str() {
+                "range" => seen.range = value,
+                "if-range" => seen.if_range = value,
+                "accept-encoding" => seen.accept_encoding = value,
+                _ => {}
+            }
+        }
+        line.clear();
+    }
+    seen
+}
+
+fn answer(
+    mut stream: std::net::TcpStream,
+    request: &Seen,
+    file: &[u8],
+    etag: &str,
+    mode: Mode,
+    cut: bool,
+) {
+    use std::io::Write;
+    let (head, body) = match mode {
+        Mode::Endless => {
+            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n");
+            let chunk = vec![7u8; 1 << 16];
+            // Until the client hangs up (bounded, should it never).
+            for _ in 0..(1 << 14) {
+                if stream.write_all(&chunk).is_err() {
+                    break;
+                }
+            }
+            return;
+        }
+        Mode::Gzip => {
+            let gz = gzip(file);
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nETag: {etag}\r\nContent-Length: {}\r\n",
+                gz.len()
+            );
+            (head, gz)
+        }
+        Mode::Plain => {
+            let start: usize = request
+                .range
+                .strip_prefix("bytes=")
+                .and_then(|r| r.trim_end_matches('-').parse().ok())
+                .filter(|_| request.if_range.is_empty() || request.if_range == etag)
+                .unwrap_or(0);
+            let rest = file[start.min(file.len())..].to_vec();
+            let head = match start {
+                0 => format!(
+                    "HTTP/1.1 200 OK\r\nETag: {etag}\r\nContent-Length: {}\r\n",
+                    rest.len()
+                ),
+                _ => format!(
+                    "HTTP/1.1 206 Partial Content\r\nETag: {etag}\r\nContent-Length: {}\r\nContent-Range: bytes {start}-{}/{}\r\n",
+                    rest.len(),
+                    file.len() - 1,
+                    file.len()
+                ),
+            };
+            let body = match (cut, start) {
+                (true, 0) => rest[..rest.len() / 2].to_vec(),
+                _ => rest,
+            };
+            (head, body)
+        }
+    };
+    let _ = stream.write_all(format!("{head}Connection: close\r\n\r\n").as_bytes());
+    let _ = stream.write_all(&body);
+}
+
+/// `bytes` gzipped by `gzip`.
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut child = std::process::Command::new("gzip")
+        .args(["-c", "-n"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("gzip");
+    let mut input = child.stdin.take().unwrap();
+    let bytes = bytes.to_vec();
+    let writer = std::thread::spawn(move || input.write_all(&bytes));
+    let out = child.wait_with_output().expect("gzip");
+    writer.join().unwrap().unwrap();
+    out.stdout
+}
+
+/// A whole GGUF file: one I8 tensor of `data` bytes (a multiple of 32, so no
+/// padding after it) filled from `seed`, and its sha256 from `sha256sum`.
+fn fake_gguf(dir: &std::path::Path, data: usize, seed: usize) -> (Vec<u8>, String) {
     let mut bytes = b"GGUF".to_vec();
-    bytes.extend((0..len - 4).map(|i| (i * 131 % 251) as u8));
-    let path = dir.join("fake.gguf");
+    bytes.extend(3u32.to_le_bytes());
+    bytes.extend(1u64.to_le_bytes()); // tensors
+    bytes.extend(0u64.to_le_bytes()); // key-value pairs
+    bytes.extend(1u64.to_le_bytes());
+    bytes.extend(b"w");
+    bytes.extend(1u32.to_le_bytes()); // dimensions
+    bytes.extend((data as u64).to_le_bytes());
+    bytes.extend(24u32.to_le_bytes()); // GGML_TYPE_I8
+    bytes.extend(0u64.to_le_bytes()); // offset
+    bytes.resize(bytes.len().next_multiple_of(32), 0);
+    bytes.extend((0..data).map(|i| ((i * 131 + seed) % 251) as u8));
+    let path = dir.join(format!("fake{seed}.gguf"));
     std::fs::write(&path, &bytes).unwrap();
     let out = std::process::Command::new("sha256sum")
         .arg(&path)
@@ -431,11 +555,21 @@ fn fake_gguf(dir: &std::path::Path, len: usize) -> (Vec<u8>, String) {
     (bytes, digest)
 }
 
+/// Asserts a pull failed with `expect` in its message and left neither the
+/// model nor a part behind.
+fn assert_refused(run: &Run, dir: &std::path::Path, expect: &str) {
+    assert_eq!(run.status, Some(1), "{}", run.stderr);
+    assert!(run.stderr.contains(expect), "{}", run.stderr);
+    for name in ["model.gguf", "model.gguf.part", "model.gguf.part.meta"] {
+        assert!(!dir.join(name).exists(), "{name} was kept");
+    }
+}
+
 #[test]
 fn pull_resumes_a_cut_download_checks_its_sha256_and_names_it_only_when_whole() {
     let sandbox = Sandbox::new("pull");
-    let (bytes, digest) = fake_gguf(&sandbox.work(), 3 << 20);
-    let server = ModelServer::start(bytes.clone());
+    let (bytes, digest) = fake_gguf(&sandbox.work(), 3 << 20, 1);
+    let server = ModelServer::start(bytes.clone(), Mode::Plain, true);
     let dir = models_dir(&sandbox);
     let target = dir.join("model.gguf");
     // Cut off halfway: an error, the part kept, the name not taken.
@@ -454,16 +588,22 @@ fn pull_resumes_a_cut_download_checks_its_sha256_and_names_it_only_when_whole() 
         "part of {part} bytes"
     );
     assert!(!target.exists());
-    // Again: the rest from where the part ends, checked whole.
+    // Again: the rest from where the part ends, if the file is still the one
+    // the part began, checked whole.
     let run = sandbox.run(&["pull", &server.url, "--sha256", &digest], "");
     assert_ok(&run, "resumed pull");
     assert!(run.stdout.contains(&digest), "{}", run.stdout);
-    assert_eq!(
-        server.ranges.lock().unwrap().as_slice(),
-        ["".to_string(), format!("bytes={part}-")]
+    let seen = server.seen();
+    let ranges: Vec<_> = seen.iter().map(|s| s.range.clone()).collect();
+    assert_eq!(ranges, ["".to_string(), format!("bytes={part}-")]);
+    assert_eq!(seen[1].if_range, "\"v1\"", "the first answer's ETag");
+    assert!(
+        seen.iter().all(|s| s.accept_encoding == "identity"),
+        "{seen:?}"
     );
     assert_eq!(std::fs::read(&target).unwrap(), bytes);
     assert!(!dir.join("model.gguf.part").exists());
+    assert!(!dir.join("model.gguf.part.meta").exists());
     // A wrong digest keeps nothing.
     let wrong = "0".repeat(64);
     let run = sandbox.run(
@@ -485,7 +625,7 @@ fn pull_resumes_a_cut_download_checks_its_sha256_and_names_it_only_when_whole() 
     );
     assert!(!dir.join("other.gguf").exists() && !dir.join("other.gguf.part").exists());
     // A local file is copied the same way; a file that is not GGUF is refused.
-    let local = sandbox.work().join("fake.gguf");
+    let local = sandbox.work().join("fake1.gguf");
     let run = sandbox.run(
         &["pull", local.to_str().unwrap(), "--name", "copy.gguf"],
         "",
@@ -498,4 +638,93 @@ fn pull_resumes_a_cut_download_checks_its_sha256_and_names_it_only_when_whole() 
     assert_eq!(run.status, Some(1), "{}", run.stderr);
     assert!(run.stderr.contains("not a GGUF file"), "{}", run.stderr);
     assert!(!dir.join("notes.gguf").exists());
+}
+
+#[test]
+fn pull_starts_over_when_the_file_changed_between_attempts() {
+    let sandbox = Sandbox::new("pull-changed");
+    let (old, _) = fake_gguf(&sandbox.work(), 3 << 20, 1);
+    let (new, digest) = fake_gguf(&sandbox.work(), (2 << 20) + 4096, 2);
+    let server = ModelServer::start(old, Mode::Plain, true);
+    let dir = models_dir(&sandbox);
+    let run = sandbox.run(&["pull", &server.url], "");
+    assert_eq!(run.status, Some(1), "{}", run.stderr);
+    let part = std::fs::metadata(dir.join("model.gguf.part"))
+        .unwrap()
+        .len();
+    {
+        let mut served = server.served.lock().unwrap();
+        served.file = new.clone();
+        served.etag = "\"v2\"".to_string();
+    }
+    // Without --sha256: a spliced file must not take the name either.
+    let run = sandbox.run(&["pull", &server.url], "");
+    assert_ok(&run, "pull after the change");
+    assert!(run.stdout.contains(&digest), "{}", run.stdout);
+    let seen = server.seen();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert_eq!(
+        (seen[1].range.as_str(), seen[1].if_range.as_str()),
+        (format!("bytes={part}-").as_str(), "\"v1\"")
+    );
+    assert_eq!(
+        std::fs::read(dir.join("model.gguf")).unwrap(),
+        new,
+        "the new file whole, from zero"
+    );
+    assert!(!dir.join("model.gguf.part").exists());
+}
+
+#[test]
+fn pull_stops_a_body_without_a_length_at_max_size() {
+    let sandbox = Sandbox::new("pull-endless");
+    let server = ModelServer::start(Vec::new(), Mode::Endless, false);
+    let dir = models_dir(&sandbox);
+    let run = sandbox.run(&["pull", &server.url, "--max-size", "1M"], "");
+    assert_refused(&run, &dir, "more than --max-size 1048576 bytes");
+}
+
+#[test]
+fn pull_refuses_a_compressed_body_and_keeps_nothing() {
+    let sandbox = Sandbox::new("pull-gzip");
+    let (bytes, _) = fake_gguf(&sandbox.work(), 1 << 20, 1);
+    let server = ModelServer::start(bytes, Mode::Gzip, false);
+    let dir = models_dir(&sandbox);
+    let run = sandbox.run(&["pull", &server.url], "");
+    assert_refused(&run, &dir, "Content-Encoding 'gzip'");
+    assert_eq!(server.seen()[0].accept_encoding, "identity");
+}
+
+#[test]
+fn pull_never_writes_through_a_planted_part_link() {
+    let sandbox = Sandbox::new("pull-link");
+    let (bytes, _) = fake_gguf(&sandbox.work(), 1 << 20, 1);
+    let server = ModelServer::start(bytes, Mode::Plain, false);
+    let dir = models_dir(&sandbox);
+    std::fs::create_dir_all(&dir).unwrap();
+    let outside = sandbox.work().join("outside.txt");
+    std::fs::write(&outside, "precious").unwrap();
+    let part = dir.join("model.gguf.part");
+    std::os::unix::fs::symlink(&outside, &part).unwrap();
+    let run = sandbox.run(&["pull", &server.url], "");
+    assert_eq!(run.status, Some(1), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("symbolic link") && run.stderr.contains(part.to_str().unwrap()),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "precious");
+    assert!(!dir.join("model.gguf").exists());
+    assert!(server.seen().is_empty(), "refused before any request");
+}
+
+#[test]
+fn pull_refuses_a_truncated_gguf_without_a_digest() {
+    let sandbox = Sandbox::new("pull-short");
+    let (bytes, _) = fake_gguf(&sandbox.work(), 1 << 20, 1);
+    let short = bytes[..bytes.len() - 1000].to_vec();
+    let server = ModelServer::start(short, Mode::Plain, false);
+    let dir = models_dir(&sandbox);
+    let run = sandbox.run(&["pull", &server.url], "");
+    assert_refused(&run, &dir, "cut short");
 }
