@@ -119,7 +119,10 @@ fn run_mode() -> i32 {
             &crate::store::Store::user(),
             &mut command_output(&mut io::stdout()),
         )),
-        Mode::Ps(words) => subcommand(commands::ps::run(words, &mut io::stdout())),
+        Mode::Ps(words) => subcommand(commands::ps::run(
+            words,
+            &mut command_output(&mut io::stdout()),
+        )),
         Mode::Pull(words) => subcommand(commands::pull::run(
             words,
             &settings.config_path,

@@ -550,3 +550,149 @@ mod base64_like {
         out
     }
 }
+
+/// A child process that is not a shepherd server, killed on drop.
+struct Bystander(Child);
+
+impl Drop for Bystander {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Which process `pid` is, as a token file records it: the start time (field
+/// 22 of /proc/PID/stat, counted after the command name's last ')') and the
+/// executable's device and inode.
+fn process_of(pid: u32) -> Value {
+    use std::os::unix::fs::MetadataExt;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
+    let rest = &stat[stat.rfind(')').expect("comm") + 1..];
+    let start: u64 = rest.split_whitespace().nth(19).unwrap().parse().unwrap();
+    let exe = std::fs::metadata(format!("/proc/{pid}/exe")).expect("/proc/PID/exe");
+    json!({"start_time": start, "exe_dev": exe.dev(), "exe_ino": exe.ino()})
+}
+
+/// Writes a token file into the shared runtime directory, as a server would.
+fn write_token_file(port: u16, address: &str, pid: u32, token: &str, process: Option<Value>) {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let dir = runtime_dir().join("shepherd");
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .unwrap();
+    let mut record = json!({
+        "kind": "server", "address": address, "port": port, "pid": pid, "token": token,
+    });
+    if let Some(process) = process {
+        record["process"] = process;
+    }
+    let path = dir.join(format!("server-{port}.json"));
+    let temp = dir.join(format!(".server-{port}.json.it"));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&temp)
+        .unwrap();
+    file.write_all(record.to_string().as_bytes()).unwrap();
+    drop(file);
+    std::fs::rename(&temp, &path).unwrap();
+}
+
+/// The regression: a killed server's token file was trusted while any
+/// process had its pid, so the token went to whatever listened on the port
+/// and `shepherd ps` listed the stranger.
+#[test]
+fn a_token_file_naming_another_live_process_is_neither_used_nor_listed() {
+    let sleeper = Bystander(
+        std::process::Command::new("sleep")
+            .arg("300")
+            .spawn()
+            .expect("sleep"),
+    );
+    let pid = sleeper.0.id();
+    let real = process_of(pid);
+    let mut later = real.clone();
+    later["start_time"] = json!(real["start_time"].as_u64().unwrap() + 1);
+    let mut other_program = real.clone();
+    other_program["exe_ino"] = json!(real["exe_ino"].as_u64().unwrap() ^ 1);
+    let client = Sandbox::new("auth-stale-client");
+
+    // An unrelated server now listens on the port the file names.
+    for (case, process) in [
+        ("another start time", Some(later.clone())),
+        ("another program", Some(other_program.clone())),
+        ("an old file that says nothing", None),
+    ] {
+        let fake = FakeOpenAi::start(Vec::new());
+        let port: u16 = fake
+            .base_url
+            .trim_end_matches("/v1")
+            .rsplit(':')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let secret = format!("persistent-token-{port}");
+        write_token_file(
+            port,
+            &format!("http://127.0.0.1:{port}"),
+            pid,
+            &secret,
+            process,
+        );
+        let base = format!("http://127.0.0.1:{port}");
+        let run = client.run(&["--backend", "cli", "--api-base", &base, "-e", "hi"], "");
+        let requests = fake.requests();
+        assert!(
+            !requests.is_empty(),
+            "{case}: the client called: {}",
+            run.stderr
+        );
+        for request in &requests {
+            assert!(
+                !request.headers.iter().any(|(_, v)| v.contains(&secret)),
+                "{case}: the token went to a stranger: {:?}",
+                request.headers
+            );
+        }
+    }
+
+    // `shepherd ps` lists only the process that wrote its file, and shows
+    // what the file says without obeying it.
+    let ports: Vec<std::net::TcpListener> = (0..3)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    let port = |i: usize| ports[i].local_addr().unwrap().port();
+    write_token_file(port(0), "stale-by-start-time", pid, "t0", Some(later));
+    write_token_file(port(1), "stale-by-program", pid, "t1", Some(other_program));
+    let hostile = format!(
+        "127.0.0.1:{}\x1b]52;c;aGk=\x07\x1b[2J\u{202e}\u{9b}31m",
+        port(2)
+    );
+    write_token_file(port(2), &hostile, pid, "t2", Some(real));
+    let run = client.run(&["ps"], "");
+    assert_eq!(run.status, Some(0), "{}", run.stderr);
+    assert!(!run.stdout.contains("stale-by"), "{}", run.stdout);
+    assert!(
+        !run.stdout.contains(['\x1b', '\x07', '\u{202e}', '\u{9b}']),
+        "{:?}",
+        run.stdout
+    );
+    let shown = format!(
+        "127.0.0.1:{}\\x1b]52;c;aGk=\\x07\\x1b[2J<U+202E><U+009B>31m  {pid}",
+        port(2)
+    );
+    assert!(
+        run.stdout.lines().any(|line| line.ends_with(&shown)),
+        "{:?}",
+        run.stdout
+    );
+    let _ = std::fs::remove_file(
+        runtime_dir()
+            .join("shepherd")
+            .join(format!("server-{}.json", port(2))),
+    );
+}
