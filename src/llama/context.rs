@@ -468,6 +468,13 @@ impl<'m> Context<'m> {
         self.n_batch
     }
 
+    /// Computes the next decodes with `n` threads (at most the pool's; the rest of
+    /// the pool sits idle), for generation and batches alike.
+    pub fn set_threads(&mut self, n: i32) {
+        // SAFETY: `raw` is a live context; llama.cpp only stores the counts.
+        unsafe { sys::llama_set_n_threads(self.raw.as_ptr(), n, n) };
+    }
+
     /// The physical batch: the most tokens one embedding input may have, since
     /// llama.cpp pools a sequence's outputs within one physical batch.
     pub fn n_ubatch(&self) -> u32 {
@@ -711,6 +718,21 @@ impl<'m> Context<'m> {
             self.truncate_seq(seq, 0);
         }
         read != 0
+    }
+
+    /// The last position sequence `seq` holds (`None` when it holds none): the
+    /// next decode of `seq` must go on right after it.
+    pub fn seq_pos_max(&self, seq: i32) -> Option<usize> {
+        if !self.is_seq(seq) {
+            return None;
+        }
+        // SAFETY: `raw` is valid; the memory handle belongs to it and is used at once;
+        // `seq` is a sequence of this context (checked above); this only reads.
+        let last = unsafe {
+            let mem = sys::llama_get_memory(self.raw.as_ptr());
+            sys::llama_memory_seq_pos_max(mem, seq)
+        };
+        usize::try_from(last).ok()
     }
 
     /// The state of sequence `seq`'s sliding-window layers alone (llama.cpp's partial

@@ -73,6 +73,8 @@ pub enum DecodeError {
 pub enum SamplerError {
     Param(InvalidParam),
     Grammar(String),
+    /// A grammar past `grammar::limits::LIMITS` (the message names the limit).
+    Limit(String),
     Failed(&'static str),
 }
 
@@ -130,6 +132,7 @@ impl fmt::Display for SamplerError {
         match self {
             SamplerError::Param(p) => write!(f, "{p}"),
             SamplerError::Grammar(m) => write!(f, "grammar rejected by llama.cpp: {m}"),
+            SamplerError::Limit(m) => write!(f, "{m}"),
             SamplerError::Failed(what) => write!(f, "could not create the {what} sampler"),
         }
     }

@@ -131,6 +131,15 @@ fn check(name: &'static str, ok: bool) -> Result<(), InvalidParam> {
 #[derive(Debug)]
 struct Stage(NonNull<sys::llama_sampler>);
 
+// SAFETY: a `llama_sampler` has no thread affinity: it is heap state llama.cpp
+// touches only inside calls on it, and a `Stage` is owned by one `Sampler`, used by
+// one thread at a time (the generation thread, or the sampling helper it hands the
+// whole sampler to and takes it back from). A grammar stage reads the model's
+// vocabulary, which is immutable once loaded (llama-server tokenizes on its HTTP
+// threads while its loop samples); the generation thread joins the helper before
+// the model is freed.
+unsafe impl Send for Stage {}
+
 impl Drop for Stage {
     fn drop(&mut self) {
         // SAFETY: `self.0` came from one of llama.cpp's constructors and is owned here
@@ -405,6 +414,8 @@ impl Sampler {
             })?;
         }
         if let Some(grammar) = &params.grammar {
+            super::grammar::limits::check(grammar)
+                .map_err(|e| SamplerError::Limit(e.to_string()))?;
             let text = CString::new(grammar.as_str())
                 .map_err(|_| SamplerError::Grammar("NUL in grammar".into()))?;
             let stage = Stage::grammar(model, &text)?;
@@ -476,6 +487,35 @@ impl Sampler {
         let logits = ctx.logits_at(index).ok_or(SamplerError::Failed(
             "sample: no logits there (decode first)",
         ))?;
+        let token = self.choose(logits)?;
+        self.record(model, token)?;
+        Ok(token)
+    }
+
+    /// Whether the grammar constrains the next token (a lazy one after its trigger):
+    /// then a sample may cost far more than the chain's pick.
+    pub fn constraining(&self) -> bool {
+        matches!(self.grammar, Grammar::Active(_))
+    }
+
+    /// [`Sampler::sample_at`] over a copy of the `logits`, while the grammar
+    /// constrains ([`Sampler::constraining`]; an error otherwise): what needs no
+    /// model, so that another thread can do it.
+    pub fn sample_constrained(&mut self, logits: &[f32]) -> Result<Token, SamplerError> {
+        if !self.constraining() {
+            return Err(SamplerError::Failed("sample: no grammar constrains"));
+        }
+        let token = self.choose(logits)?;
+        self.pick.chain.accept(token);
+        if let Grammar::Active(grammar) = &mut self.grammar {
+            grammar.accept(token);
+        }
+        Ok(token)
+    }
+
+    /// The token to take from `logits`: the chain's pick, within the grammar while it
+    /// constrains.
+    fn choose(&mut self, logits: &[f32]) -> Result<Token, SamplerError> {
         let token = match &self.grammar {
             Grammar::Active(grammar) => {
                 let first = self.pick.pick(logits, None)?;
@@ -503,7 +543,6 @@ impl Sampler {
             }
             _ => self.pick.pick(logits, None)?,
         };
-        self.record(model, token)?;
         Ok(token)
     }
 
@@ -541,11 +580,6 @@ impl Sampler {
     pub(crate) fn accept(&mut self, model: &Model, token: Token) {
         self.record(model, token)
             .expect("a token of the vocabulary");
-    }
-
-    /// Whether the grammar constrains the output now (a lazy one after its trigger).
-    pub(crate) fn constraining(&self) -> bool {
-        matches!(self.grammar, Grammar::Active(_))
     }
 
     /// The bytes the trigger watch examined at the last token, while it waits.

@@ -348,6 +348,110 @@ fn llama_servers_grammar_and_json_schema_fields_constrain_the_answer() {
     }
 }
 
+/// A grammar that would crash llama.cpp or cost seconds per token is refused with
+/// a 400 naming the limit; one within the limits that is still costly (every token
+/// checks hundreds of live alternatives against the whole vocabulary) is sampled on
+/// the sampling helper, so a request on the other slot does not wait for it.
+#[test]
+fn a_costly_grammar_holds_back_only_its_own_request() {
+    let server = ApiServer::with_model(&["--parallel", "2", "--no-prompt-cache"]);
+    let words = |n: usize| (0..n).map(|i| format!("\"w{i:05}\"")).collect::<Vec<_>>();
+    for (grammar, limit) in [
+        // 20,000 alternatives, 200 KB: seconds per token, and 13 s for a neighbour.
+        (
+            format!("root ::= {}", words(20_000).join(" | ")),
+            "alternatives",
+        ),
+        // llama.cpp's parser recurses once per group: this overflowed its stack.
+        (
+            format!("root ::= {}\"a\"{}", "(".repeat(20_000), ")".repeat(20_000)),
+            "nested groups",
+        ),
+        (
+            "root ::= ((\"a\"{2000}){2000}){2000}".to_string(),
+            "symbols",
+        ),
+        (format!("root ::= {}", "\"a\"{2000} ".repeat(17)), "rules"),
+    ] {
+        let body = json!({"prompt": "x", "n_predict": 2, "grammar": grammar});
+        let (status, error) = server.post("/completion", &body);
+        assert_eq!(status, 400, "{limit}: {error}");
+        assert_eq!(error["error"]["param"], json!("grammar"), "{error}");
+        let message = error["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains(limit) && message.contains("limit"),
+            "{error}"
+        );
+    }
+
+    // A chain of 20,000 rules within the limits: llama.cpp follows it recursively,
+    // which overflowed a thread's default stack and killed the server.
+    let name = |i: usize| -> String {
+        (0..4)
+            .rev()
+            .map(|k| char::from(b'a' + (i / 26usize.pow(k) % 26) as u8))
+            .collect()
+    };
+    let chain: String = (0..20_000)
+        .map(|i| format!("{}::={}\n", name(i), name(i + 1)))
+        .chain([format!("{}::=\"a\"\nroot::={}\n", name(20_000), name(0))])
+        .collect();
+    let body = json!({"prompt": "x", "n_predict": 1, "temperature": 0, "grammar": chain});
+    let (status, answer) = server.post("/completion", &body);
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["content"], json!("a"), "{answer}");
+
+    // 200 alternatives of one character, repeated: every token is refused by the
+    // grammar first (the model would not write `~`), so each one masks the whole
+    // vocabulary against hundreds of stacks.
+    let costly = format!("root ::= w+\nw ::= {}", vec!["\"~\""; 200].join(" | "));
+    std::thread::scope(|scope| {
+        let big = scope.spawn(|| {
+            server.post(
+                "/v1/chat/completions",
+                &json!({"messages": [{"role": "user", "content": "hi"}],
+                        "max_tokens": 3, "temperature": 0, "grammar": costly}),
+            )
+        });
+        // The small request goes once the costly one holds its slot.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        loop {
+            let (_, slots) = server.get("/slots");
+            if slots.contains("\"is_processing\":true") || big.is_finished() {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the costly request never ran"
+            );
+        }
+        let started = std::time::Instant::now();
+        let (status, small) = server.post(
+            "/v1/chat/completions",
+            &json!({"messages": [{"role": "user", "content": "Say hello."}],
+                    "max_tokens": 2, "temperature": 0}),
+        );
+        let small_secs = started.elapsed().as_secs_f64();
+        assert_eq!(status, 200, "{small}");
+        let (status, big) = big.join().expect("the costly request");
+        assert_eq!(status, 200, "{big}");
+        let text = big["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(!text.is_empty() && text.chars().all(|c| c == '~'), "{big}");
+        // Both figures from the same run: the neighbour took less than one of the
+        // costly request's tokens (before, it waited for at least one whole one).
+        let per_token = big["timings"]["predicted_per_token_ms"]
+            .as_f64()
+            .expect("timings")
+            / 1e3;
+        assert!(
+            small_secs < per_token,
+            "the neighbour took {small_secs:.3} s, one costly token {per_token:.3} s"
+        );
+    });
+}
+
 /// The slot that caches the most tokens, and how many.
 fn fullest_slot(server: &ApiServer) -> (usize, u64) {
     let (status, slots) = server.get("/slots");

@@ -298,6 +298,9 @@ impl Clone for LlamaBackend {
     }
 }
 
+/// The generation thread's stack (see `llama::grammar::limits::LIMITS`).
+const GEN_STACK: usize = 64 << 20;
+
 impl LlamaBackend {
     /// Loads the model on a new generation thread; returns once it is ready (or failed).
     pub fn new(config: LlamaConfig) -> Result<LlamaBackend, BackendError> {
@@ -308,6 +311,10 @@ impl LlamaBackend {
         let thread_preempt = preempt.clone();
         let worker = std::thread::Builder::new()
             .name("llama-gen".into())
+            // llama.cpp's grammar parser and stack builder recurse once per nested
+            // group and referenced rule; `llama::grammar::limits` bounds both with
+            // this stack in mind (reserved, not committed, until used).
+            .stack_size(GEN_STACK)
             .spawn(move || run_worker(config, thread_preempt, ready_tx, job_rx))
             .map_err(|e| {
                 BackendError::Config(format!("cannot start the generation thread: {e}"))

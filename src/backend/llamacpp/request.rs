@@ -158,6 +158,8 @@ pub(super) fn sampler_error(error: llama::SamplerError, sampling: &Sampling) -> 
         (llama::SamplerError::Grammar(_), Some(ResponseFormat::Grammar(_))) => {
             BackendError::Invalid(format!("'grammar' is not valid GBNF: {error}"))
         }
+        // A grammar too costly to sample: the client's, its schema's or its tools'.
+        (llama::SamplerError::Limit(message), _) => BackendError::Invalid(message.clone()),
         _ => BackendError::Config(error.to_string()),
     }
 }

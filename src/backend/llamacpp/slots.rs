@@ -50,6 +50,7 @@ mod cache;
 mod decode;
 mod embed;
 pub(super) mod files;
+mod sampling;
 
 use super::checkpoints::{Checkpoints, CHECKPOINT_MIN};
 use super::model::{self, EmbedInput, Embedding, ModelError, ModelJob, ModelProps};
@@ -191,6 +192,14 @@ pub(super) struct Worker<'m> {
     state_key: String,
     /// Slot saves and restores waiting for their slot to finish its request.
     slot_actions: VecDeque<files::SlotJob>,
+    /// The thread that samples while a grammar constrains ([`sampling`]).
+    helper: sampling::Helper,
+    /// The last request's serial ([`Task::serial`]).
+    serials: u64,
+    /// The decode's threads as configured, and as set now: one fewer while the
+    /// sampling helper works, which would otherwise preempt one of the decode's
+    /// threads and hold all of them at ggml's barriers.
+    threads: (i32, i32),
 }
 
 struct Slot {
@@ -214,7 +223,12 @@ struct NextTurn {
 struct Task {
     job: Box<RequestJob>,
     prompt: Vec<Token>,
-    sampler: Sampler,
+    /// `None` while the sampling helper has it ([`Phase::Sampling`]).
+    sampler: Option<Sampler>,
+    /// Tells this request from a later one in the same slot.
+    serial: u64,
+    /// How long the last sample took while the grammar constrained.
+    sample_cost: Option<Duration>,
     max_tokens: usize,
     forced_tools: bool,
     /// Whether chat-format markers are decoded as text (a chat whose text the
@@ -252,6 +266,8 @@ enum Phase {
     Prefill,
     /// A sampled token to decode in the next batch (once the sink keeps up).
     Decode(Token),
+    /// The sampling helper has the sampler and the logits ([`sampling`]).
+    Sampling,
 }
 
 /// How many texts a slot may have sent and not had answered while its next token
@@ -262,7 +278,7 @@ const IN_FLIGHT: usize = 1;
 impl Task {
     /// Whether the slot waits for its sink before its next token may decode.
     fn blocked(&self) -> bool {
-        self.unanswered.len() > IN_FLIGHT
+        self.unanswered.len() > IN_FLIGHT || self.phase == Phase::Sampling
     }
 }
 
@@ -437,8 +453,13 @@ impl<'m> Worker<'m> {
             finished_at: Instant::now(),
             preempt,
             settings: (flash_attn, params.n_ubatch),
+            threads: (params.n_threads, params.n_threads),
             state_key,
             slot_actions: VecDeque::new(),
+            helper: sampling::Helper::spawn().map_err(|e| {
+                BackendError::Config(format!("cannot start the sampling thread: {e}"))
+            })?,
+            serials: 0,
         })
     }
 
@@ -611,6 +632,8 @@ impl<'m> Worker<'m> {
         self.slots[index].next_turn = None;
         let keep = self.keep_prefix(index, &prompt);
         let checkpoint_at = self.checkpoint_at(&job, &prompt, keep);
+        self.serials += 1;
+        let serial = self.serials;
         let slot = &mut self.slots[index];
         let report = PrefillReport {
             prompt_tokens: prompt.len(),
@@ -630,7 +653,9 @@ impl<'m> Worker<'m> {
         slot.task = Some(Task {
             job,
             prompt,
-            sampler,
+            sampler: Some(sampler),
+            serial,
+            sample_cost: None,
             max_tokens,
             forced_tools,
             markers,

@@ -61,6 +61,7 @@ mod combine;
 mod emit;
 mod error;
 mod keywords;
+pub mod limits;
 mod node;
 mod pattern;
 mod range;

@@ -49,6 +49,9 @@ impl Worker<'_> {
                 select.recv(&task.job.flow);
             }
         }
+        if self.tasks().any(|t| t.phase == Phase::Sampling) {
+            select.recv(&self.helper.done);
+        }
         if let Some(jobs) = jobs {
             select.recv(jobs);
         }
@@ -56,10 +59,18 @@ impl Worker<'_> {
     }
     /// Applies every answer that has arrived; a cancel flag counts as one.
     pub(super) fn poll_flows(&mut self) {
+        while let Ok(sampled) = self.helper.done.try_recv() {
+            self.sampled(sampled);
+        }
         for index in 0..self.slots.len() {
             let Some(task) = self.slots[index].task.as_mut() else {
                 continue;
             };
+            if task.phase == Phase::Sampling && task.job.cancel.load(Ordering::Relaxed) {
+                // The helper's answer for it will be dropped.
+                self.finish(index, FinishReason::Cancelled);
+                continue;
+            }
             while let Some(&shown) = task.unanswered.front() {
                 match task.job.flow.try_recv() {
                     Ok(Flow::Continue) => {
@@ -174,6 +185,7 @@ impl Worker<'_> {
         if self.batch.is_empty() {
             return;
         }
+        self.fit_threads();
         // A lone generating slot, or one verifying a draft, with no prompt in the
         // batch, where drafts may be verified: batch-invariant kernels, so that a
         // verified token gets the logits it would get decoded alone (see
@@ -192,6 +204,20 @@ impl Worker<'_> {
         }
         for index in 0..self.slots.len() {
             self.after_decode(index);
+        }
+    }
+    /// The decode's threads: one fewer while the sampling helper works.
+    pub(super) fn fit_threads(&mut self) {
+        let (configured, now) = self.threads;
+        let sampling = self.tasks().any(|t| t.phase == Phase::Sampling);
+        let threads = if sampling {
+            (configured - 1).max(1)
+        } else {
+            configured
+        };
+        if threads != now {
+            self.ctx.set_threads(threads);
+            self.threads.1 = threads;
         }
     }
     /// The draft for slot `index`'s next tokens after its pending one, at most
@@ -289,6 +315,9 @@ impl Worker<'_> {
     /// draft token the sampler agrees with (see [`super::super::speculative`]); keeps the
     /// agreed draft in the cache, drops the rest, and passes the tokens on.
     pub(super) fn sample(&mut self, index: usize, at: usize) {
+        if self.offload(index, at) {
+            return;
+        }
         let Worker {
             ctx,
             slots,
@@ -300,15 +329,24 @@ impl Worker<'_> {
         let Some(task) = slot.task.as_mut() else {
             return;
         };
+        let Some(sampler) = task.sampler.as_mut() else {
+            let err = "sample: the sampler is away".into();
+            return self.fail(index, BackendError::Protocol(err));
+        };
         let drafts = std::mem::take(&mut task.drafts);
         let mut tokens = Vec::with_capacity(drafts.len() + 1);
         let mut probs = Vec::new();
         loop {
             let entry = at + tokens.len();
-            let token = match task.sampler.sample_at(ctx, entry) {
+            let constraining = sampler.constraining();
+            let started = Instant::now();
+            let token = match sampler.sample_at(ctx, entry) {
                 Ok(token) => token,
                 Err(err) => return self.fail(index, BackendError::Protocol(err.to_string())),
             };
+            if constraining {
+                task.sample_cost = Some(started.elapsed());
+            }
             if let Some(top) = task.job.sampling.logprobs {
                 probs.push(token_logprobs(ctx, entry, token, top as usize));
             }
@@ -332,6 +370,71 @@ impl Worker<'_> {
                 .judge(tokens.len(), drafts.len(), task.n_tokens, *generating);
         }
         self.emit(index, &tokens, probs);
+    }
+    /// Hands slot `index`'s sample at batch entry `at` to the sampling helper when its
+    /// grammar constrains it and may cost others their turn: another request is
+    /// there (or queued), or its last constrained sample was costly or is unknown.
+    /// A slot verifying a draft samples here (its draft's logits are in the context).
+    fn offload(&mut self, index: usize, at: usize) -> bool {
+        let others = !self.queue.is_empty()
+            || self
+                .slots
+                .iter()
+                .enumerate()
+                .any(|(i, s)| i != index && s.task.is_some());
+        let Some(task) = self.slots[index].task.as_mut() else {
+            return false;
+        };
+        let costly = task
+            .sample_cost
+            .is_none_or(|cost| cost >= sampling::COSTLY_SAMPLE);
+        let constraining = task.sampler.as_ref().is_some_and(Sampler::constraining);
+        if !constraining || !task.drafts.is_empty() || !(others || costly) {
+            return false;
+        }
+        let (Some(logits), Some(sampler)) = (self.ctx.logits_at(at), task.sampler.take()) else {
+            return false;
+        };
+        let job = sampling::SampleJob {
+            slot: index,
+            serial: task.serial,
+            sampler,
+            logits: logits.to_vec(),
+            top: task.job.sampling.logprobs.map(|top| top as usize),
+        };
+        match self.helper.send(job) {
+            Ok(()) => {
+                task.phase = Phase::Sampling;
+                true
+            }
+            Err(job) => {
+                task.sampler = Some(job.sampler);
+                false
+            }
+        }
+    }
+    /// Takes the helper's answer back to its slot, and passes the token on; an
+    /// answer for a request that has ended is dropped with its sampler.
+    fn sampled(&mut self, sampled: sampling::Sampled) {
+        let model = self.ctx.model();
+        let index = sampled.slot;
+        let Some(task) = self.slots.get_mut(index).and_then(|s| s.task.as_mut()) else {
+            return;
+        };
+        if task.serial != sampled.serial || task.phase != Phase::Sampling {
+            return;
+        }
+        task.sampler = Some(sampled.sampler);
+        task.sample_cost = Some(sampled.cost);
+        let token = match sampled.token {
+            Ok(token) => token,
+            Err(err) => return self.fail(index, BackendError::Protocol(err.to_string())),
+        };
+        let probs = sampled
+            .probs
+            .map(|found| vec![logprobs_of(model, token, found)])
+            .unwrap_or_default();
+        self.emit(index, &[token], probs);
     }
     /// Passes the sampled `tokens` on as one text, in order, up to the first that
     /// ends the request (an end token, a stop string, the length); the last left is
@@ -513,15 +616,21 @@ pub(super) fn token_logprobs(
     token: Token,
     top: usize,
 ) -> TokenLogprobs {
-    let model = ctx.model();
+    let found = ctx.logits_at(entry).map_or((0.0, Vec::new()), |logits| {
+        llama::log_probs(logits, token, top)
+    });
+    logprobs_of(ctx.model(), token, found)
+}
+
+/// Token `token`'s log-probability and the likeliest tokens' ([`llama::log_probs`]),
+/// with their bytes.
+fn logprobs_of(model: &Model, token: Token, found: (f32, Vec<(Token, f32)>)) -> TokenLogprobs {
+    let (logprob, best) = found;
     let prob = |id: Token, logprob: f32| TokenProb {
         id,
         bytes: model.piece_bytes(id, true).unwrap_or_default(),
         logprob,
     };
-    let (logprob, best) = ctx.logits_at(entry).map_or((0.0, Vec::new()), |logits| {
-        llama::log_probs(logits, token, top)
-    });
     TokenLogprobs {
         chosen: prob(token, logprob),
         top: best.into_iter().map(|(id, lp)| prob(id, lp)).collect(),

@@ -8,6 +8,9 @@ impl Worker<'_> {
     /// (the one caching least), between two generation steps; that slot's cache
     /// is cleared (see `model.rs`). They wait while every slot generates.
     pub(super) fn embed_waiting(&mut self) {
+        if !self.embeds.is_empty() {
+            self.fit_threads();
+        }
         while !self.embeds.is_empty() {
             let idle = self
                 .slots
@@ -54,6 +57,7 @@ impl Worker<'_> {
         &mut self,
         test: super::super::BenchTest,
     ) -> Result<super::super::BenchReport, BackendError> {
+        self.fit_threads();
         if !self.idle() {
             return Err(BackendError::Config("bench needs an idle backend".into()));
         }
