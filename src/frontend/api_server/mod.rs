@@ -640,7 +640,7 @@ fn load(settings: &Settings) -> Result<Loaded, String> {
     }
     let defaults = Defaults {
         model: (settings.server.alias.clone()).unwrap_or_else(|| model_id(&provider)),
-        system_prompt: settings.system_prompt.clone(),
+        system_prompt: api_system_prompt(settings),
         sampling: settings.sampling_for(&provider),
         use_tools: settings.use_tools,
     };
@@ -650,6 +650,20 @@ fn load(settings: &Settings) -> Result<Loaded, String> {
         info,
         local,
     })
+}
+
+/// The system prompt of a request that brings none: the one configured
+/// (`--system-prompt`, `SHEPHERD_SYSTEM_PROMPT`, `system_prompt`), else, where the
+/// server runs shepherd's tools (`--use-tools`), the agent's own; else none, so the
+/// template's own default holds, as in llama-server (the agent's prompt speaks of
+/// tools and a working directory that a plain API server does not have).
+fn api_system_prompt(settings: &Settings) -> String {
+    let default = settings.system_prompt == crate::config::resolve::DEFAULT_SYSTEM_PROMPT;
+    if default && !settings.use_tools {
+        String::new()
+    } else {
+        settings.system_prompt.clone()
+    }
 }
 
 /// `--server`: binds (refusing a non-loopback address without a token),
