@@ -104,6 +104,7 @@ const HTTP_TOKENS: &[&str] = &[
     "99999999999999999999",
 ];
 
+/// Every target with its seeds: long because it is a table, one entry per parser.
 fn targets() -> Vec<Target> {
     let text = |s: &str| s.as_bytes().to_vec();
     vec![

@@ -397,6 +397,8 @@ fn download(url: &str, part: &Part, max: u64, progress: &mut Progress) -> Result
 
 /// One request: with `resume` (the part's length and meta) a ranged one. The
 /// digest, or `None` when a `206` does not continue the part (start over).
+/// Long because every check of the answer's head (status, range, validator,
+/// encoding, length) comes before the first byte is written.
 fn fetch(
     url: &str,
     part: &Part,

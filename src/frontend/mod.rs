@@ -61,6 +61,7 @@ pub fn run_main() -> i32 {
     code
 }
 
+/// Runs the mode the arguments chose: long because it is one arm per mode.
 fn run_mode() -> i32 {
     let low = match args::parse_env() {
         Ok(low) => low,

@@ -378,6 +378,8 @@ pub(super) fn choose_context(requested: Option<u32>, trained: u32) -> u32 {
 }
 
 impl<'m> Worker<'m> {
+    /// The worker for `model`: long because it sets up each of the worker's parts
+    /// (context, slots, caches, speculation, template, sampling helper) in turn.
     pub(super) fn new(
         model: &'m Model,
         draft: Option<&'m Model>,
