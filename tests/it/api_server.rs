@@ -72,8 +72,19 @@ impl ApiServer {
         ApiServer::with_gguf(&test_model(), extra)
     }
 
-    /// A server on the GGUF file `model`.
+    /// A server on the GGUF file `model`, with a short system prompt configured.
     pub(crate) fn with_gguf(model: &std::path::Path, extra: &[&str]) -> ApiServer {
+        let mut args = vec!["--system-prompt", "You are a helpful assistant."];
+        args.extend_from_slice(extra);
+        ApiServer::on_gguf(model, &args)
+    }
+
+    /// A server on the test model with no system prompt configured.
+    pub(crate) fn with_model_unprompted(extra: &[&str]) -> ApiServer {
+        ApiServer::on_gguf(&test_model(), extra)
+    }
+
+    fn on_gguf(model: &std::path::Path, extra: &[&str]) -> ApiServer {
         let model = model.to_str().expect("UTF-8 model path").to_string();
         let mut args = vec![
             "--backend",
@@ -82,8 +93,6 @@ impl ApiServer {
             &model,
             "--threads",
             crate::harness::MODEL_THREADS,
-            "--system-prompt",
-            "You are a helpful assistant.",
         ];
         args.extend_from_slice(extra);
         ApiServer::start(&args)

@@ -170,13 +170,11 @@ fn apply_template_renders_the_prompt_a_chat_request_reads() {
         "{prompt:?}"
     );
     assert!(prompt.ends_with("<|im_start|>assistant\n"), "{prompt:?}");
-    // No system message given, none configured, no tools here: the template's own
-    // default, as llama-server renders it, not the agent's prompt.
+    // The configured system prompt is every request's default.
     assert!(
-        prompt.starts_with("<|im_start|>system\nYou are a helpful AI assistant named SmolLM"),
+        prompt.starts_with("<|im_start|>system\nYou are a helpful assistant.<|im_end|>"),
         "{prompt:?}"
     );
-    assert!(!prompt.contains("shepherd"), "{prompt:?}");
     // What a chat request with the same messages reads, token for token.
     let (status, chat) = server.post(
         "/v1/chat/completions",
@@ -191,15 +189,17 @@ fn apply_template_renders_the_prompt_a_chat_request_reads() {
     let (status, error) = server.post("/apply-template", &json!({"messages": []}));
     assert_eq!(status, 400, "{error}");
     assert_eq!(error["error"]["param"], json!("messages"), "{error}");
-    // A configured system prompt is every request's default.
-    let told = ApiServer::with_model(&["--context-size", "2048", "--system-prompt", "Be terse."]);
-    let (status, applied) = told.post("/apply-template", &json!({ "messages": messages }));
+    // No system message given, none configured, no tools here: the template's own
+    // default, as llama-server renders it, not the agent's prompt.
+    let bare = ApiServer::with_model_unprompted(&["--context-size", "2048"]);
+    let (status, applied) = bare.post("/apply-template", &json!({ "messages": messages }));
     assert_eq!(status, 200, "{applied}");
     let prompt = applied["prompt"].as_str().expect("prompt");
     assert!(
-        prompt.starts_with("<|im_start|>system\nBe terse.<|im_end|>"),
+        prompt.starts_with("<|im_start|>system\nYou are a helpful AI assistant named SmolLM"),
         "{prompt:?}"
     );
+    assert!(!prompt.contains("shepherd"), "{prompt:?}");
 }
 
 #[test]
