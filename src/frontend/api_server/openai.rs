@@ -5,6 +5,9 @@
 //! Stateless: the request's `messages` are the whole conversation. System
 //! (and developer) messages become the system prompt; without one the
 //! server's `--system-prompt` is used. Only text content is accepted.
+//! Tools of every type are read by [`tools`] and [`tool_choice`], which the
+//! Responses API shares (custom, local_shell, hosted ones dropped: see
+//! [`super::tool_types`]); legacy `functions`/`function_call` too.
 
 use std::collections::HashSet;
 use std::io;

@@ -6,16 +6,18 @@
 //! `conversation` and `item_reference` items need stored responses and are a 400
 //! saying so. `input` is a string or a list of items: messages (`user`,
 //! `assistant`, and `system`/`developer`, which join `instructions` as the
-//! system prompt) whose content is a string or text parts, `function_call` and
-//! `function_call_output` items, and `reasoning` items (skipped: the model
-//! reasons afresh). `tools` are `function` tools (the flat shape); other tool
-//! types (web search, file search, ...) are a 400. `tool_choice`,
+//! system prompt) whose content is a string or text parts, `function_call`,
+//! `custom_tool_call`, `local_shell_call` items and their `*_output`s, and
+//! `reasoning` items (skipped: the model reasons afresh). `tools` are
+//! `function`, `custom` and `local_shell` tools (the flat shape); hosted ones
+//! (web search, file search, ...) are dropped with a `Warning` header
+//! ([`super::tool_types`]). `tool_choice`,
 //! `max_output_tokens`, `temperature`, `top_p`, `text.format` (`json_schema`,
 //! `json_object`) work as in chat completions; `store`, `include`,
 //! `parallel_tool_calls`, `reasoning` and `metadata` are accepted and echoed.
 //!
-//! The answer is a `response` with `reasoning`, `message` and `function_call`
-//! output items; streamed, the documented events from `response.created` to
+//! The answer is a `response` with `reasoning`, `message`, `function_call`,
+//! `custom_tool_call` and `local_shell_call` output items; streamed, the documented events from `response.created` to
 //! `response.completed` (`response.incomplete` when `max_output_tokens` cut it),
 //! each with its `sequence_number`.
 
