@@ -421,6 +421,7 @@ impl Connection {
             log,
             cors_origin: cors,
             kept,
+            added: Vec::new(),
         }
     }
 

@@ -719,3 +719,86 @@ fn slot_files_are_untrusted_input_refused_with_a_400_naming_the_file() {
     let (status, restored) = server.post(&at("restore"), &json!({"filename": "real.bin"}));
     assert_eq!(status, 200, "{restored}");
 }
+
+/// Codex's tools on the Responses API: a function, the custom `apply_patch`,
+/// `local_shell` and the hosted `web_search` (dropped, with a `Warning`); a
+/// forced call answers as a `custom_tool_call` or `local_shell_call` item. And
+/// Claude Code's server tool on `/v1/messages`, dropped with the same warning.
+#[test]
+fn codex_and_claude_code_tool_types_are_served() {
+    if !have_curl() {
+        eprintln!("skipped: no curl");
+        return;
+    }
+    let server = ApiServer::with_model(&["--context-size", "2048"]);
+    let tools = json!([
+        {"type": "function", "name": "get_weather", "description": "The weather",
+         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}},
+        {"type": "custom", "name": "apply_patch", "description": "Edits files with a patch",
+         "format": {"type": "grammar", "syntax": "lark", "definition": "start: \"*** Begin Patch\" /(.|\\n)*/"}},
+        {"type": "local_shell"},
+        {"type": "web_search"},
+    ]);
+    let request = |choice: Value, stream: bool| {
+        let body = json!({
+            "model": "m", "input": "Add a README file.", "tools": tools, "tool_choice": choice,
+            "max_output_tokens": 40, "temperature": 0, "store": false, "stream": stream,
+        });
+        curl_post(&server.url("/v1/responses"), &body.to_string(), &["-N"])
+    };
+    let answer = request(json!({"type": "custom", "name": "apply_patch"}), false);
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert!(
+        answer.headers.contains(
+            "warning: 299 shepherd \"tool 'web_search' is hosted by its provider and was dropped\""
+        ),
+        "{}",
+        answer.headers
+    );
+    let output = answer.json()["output"].clone();
+    let call = output
+        .as_array()
+        .and_then(|items| items.iter().find(|i| i["type"] == "custom_tool_call"))
+        .unwrap_or_else(|| panic!("a custom_tool_call in {output}"));
+    assert_eq!(call["name"], "apply_patch", "{call}");
+    assert_eq!(call["status"], "completed", "{call}");
+    assert!(
+        call["input"].is_string() && call["call_id"].is_string(),
+        "{call}"
+    );
+
+    let streamed = request(json!({"type": "local_shell"}), true);
+    assert_eq!(streamed.status, 200, "{}", streamed.body);
+    let events = sse_events(&streamed.body);
+    let done = events
+        .iter()
+        .filter(|(name, _)| name == "response.output_item.done")
+        .map(|(_, data)| serde_json::from_str::<Value>(data).expect("JSON event"))
+        .find(|e| e["item"]["type"] == "local_shell_call")
+        .unwrap_or_else(|| panic!("a local_shell_call item in {events:?}"));
+    let action = &done["item"]["action"];
+    assert_eq!(action["type"], "exec", "{done}");
+    assert!(
+        action["command"].is_array() && action["user"].is_null(),
+        "{done}"
+    );
+
+    let body = json!({
+        "model": "m", "max_tokens": 20, "temperature": 0,
+        "messages": [{"role": "user", "content": "Hello"}],
+        "tools": [
+            {"name": "get_weather", "input_schema": {"type": "object"}},
+            {"type": "web_search_20250305", "name": "web_search", "max_uses": 3},
+            {"type": "bash_20250124", "name": "bash"},
+        ],
+    });
+    let answer = curl_post(&server.url("/v1/messages"), &body.to_string(), &[]);
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert!(
+        answer
+            .headers
+            .contains("warning: 299 shepherd \"tool 'web_search_20250305' is hosted"),
+        "{}",
+        answer.headers
+    );
+}

@@ -3,7 +3,9 @@
 //!
 //! Request: `system` (string or text blocks), `messages` of `user`/`assistant`
 //! turns whose content is a string or `text`, `tool_use` and `tool_result`
-//! blocks, `tools[{name, description, input_schema}]`, `tool_choice`,
+//! blocks, `tools[{name, description, input_schema}]` (and `bash_*`,
+//! `text_editor_*` with their documented schemas; server tools such as
+//! `web_search_*` are dropped with a `Warning` header), `tool_choice`,
 //! `max_tokens` (required), `stop_sequences`, `temperature`, `top_p`,
 //! `top_k`, `stream`. Answer: a `message`, or the named SSE events
 //! `message_start`, `content_block_start|delta|stop`, `message_delta`,
@@ -17,6 +19,7 @@ use super::error::ApiError;
 use super::fields::{json_body, stop_list, valid_tool_name, Fields};
 use super::pool::Work;
 use super::text::{Assembler, Piece};
+use super::tool_types::{self, ToolKinds};
 use super::wire::anthropic as wire;
 use super::wire::{encode, Null};
 use super::{Defaults, Usage};
@@ -30,6 +33,8 @@ pub struct MessagesRequest {
     pub work: Work,
     pub stream: bool,
     pub model: String,
+    /// Server tools dropped, for the warning.
+    pub dropped: Vec<String>,
 }
 
 /// `/v1/messages/count_tokens`: a messages request without `max_tokens` (Anthropic's
@@ -40,7 +45,7 @@ pub fn parse_count(body: &[u8], defaults: &Defaults) -> Result<Work, ApiError> {
     f.str("model")?;
     let system = system(&f)?;
     let messages = messages(&f)?;
-    let tools = tools(&f)?;
+    let (tools, _) = tools(&f)?;
     tool_choice(&f, &tools)?;
     let mut session = Session::new(system.unwrap_or_else(|| defaults.system_prompt.clone()));
     session.messages = messages;
@@ -63,7 +68,7 @@ pub fn parse(body: &[u8], defaults: &Defaults) -> Result<MessagesRequest, ApiErr
         .ok_or_else(|| f.missing("max_tokens", "a positive integer"))?;
     let system = system(&f)?;
     let messages = messages(&f)?;
-    let tools = tools(&f)?;
+    let (tools, dropped) = tools(&f)?;
     let tool_choice = tool_choice(&f, &tools)?;
     let mut sampling = defaults.sampling.clone();
     sampling.max_tokens = u32::try_from(max_tokens).ok();
@@ -93,6 +98,7 @@ pub fn parse(body: &[u8], defaults: &Defaults) -> Result<MessagesRequest, ApiErr
         },
         stream: f.bool("stream")?.unwrap_or(false),
         model,
+        dropped,
     })
 }
 
@@ -225,16 +231,29 @@ fn result_text(b: &Fields<'_>) -> Result<String, ApiError> {
     }
 }
 
-fn tools(f: &Fields<'_>) -> Result<Vec<ToolSpec>, ApiError> {
+/// `tools`: custom tools (`{name, description, input_schema}`, `type`
+/// absent or `custom`), the client-run `bash_*` and `text_editor_*` with their
+/// documented schemas, and server tools (web search, code execution, ...)
+/// dropped, their types returned for the warning.
+fn tools(f: &Fields<'_>) -> Result<(Vec<ToolSpec>, Vec<String>), ApiError> {
     let mut specs: Vec<ToolSpec> = Vec::new();
+    let mut kinds = ToolKinds::default();
     for (i, item) in f.array("tools")?.into_iter().flatten().enumerate() {
         let t = Fields::of(item, &format!("tools[{i}]"))?;
+        let kind = t.str("type")?.unwrap_or("custom");
         let name = t.required_str("name")?;
         if !valid_tool_name(name) || specs.iter().any(|s| s.name == name) {
             return Err(ApiError::invalid(
                 &t.name("name"),
                 format!("tool name '{name}' is invalid or given twice"),
             ));
+        }
+        if kind != "custom" {
+            match tool_types::anthropic_client_tool(kind, name) {
+                Some(spec) => specs.push(spec),
+                None => kinds.drop_hosted(kind),
+            }
+            continue;
         }
         let parameters = match t.get("input_schema") {
             Some(schema @ Value::Object(_)) => schema.clone(),
@@ -246,7 +265,7 @@ fn tools(f: &Fields<'_>) -> Result<Vec<ToolSpec>, ApiError> {
             parameters,
         });
     }
-    Ok(specs)
+    Ok((specs, kinds.dropped))
 }
 
 fn tool_choice(f: &Fields<'_>, tools: &[ToolSpec]) -> Result<ToolChoice, ApiError> {
@@ -695,5 +714,44 @@ mod tests {
             assert_eq!(event.name(), expected["type"], "{expected}");
             assert_eq!(value(&event), expected);
         }
+    }
+
+    #[test]
+    fn client_tools_get_their_schemas_and_server_tools_are_dropped() {
+        let body = json!({
+            "max_tokens": 50,
+            "messages": [{"role": "user", "content": "hi"}],
+            "tools": [
+                {"name": "weather", "input_schema": {"type": "object"}},
+                {"type": "custom", "name": "lookup", "input_schema": {"type": "object"}},
+                {"type": "bash_20250124", "name": "bash"},
+                {"type": "text_editor_20250728", "name": "str_replace_based_edit_tool"},
+                {"type": "web_search_20250305", "name": "web_search", "max_uses": 5},
+                {"type": "web_fetch_20250910", "name": "web_fetch"},
+                {"type": "code_execution_20250825", "name": "code_execution"},
+            ],
+        });
+        let request = parse(body.to_string().as_bytes(), &defaults()).unwrap();
+        let names: Vec<&str> = request.work.tools.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["weather", "lookup", "bash", "str_replace_based_edit_tool"]
+        );
+        assert_eq!(
+            request.work.tools[2].parameters["properties"]["restart"]["type"],
+            "boolean"
+        );
+        assert_eq!(
+            request.work.tools[3].parameters["required"],
+            json!(["command", "path"])
+        );
+        assert_eq!(
+            request.dropped,
+            [
+                "web_search_20250305",
+                "web_fetch_20250910",
+                "code_execution_20250825"
+            ]
+        );
     }
 }

@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 use super::error::ApiError;
 
 /// The fields of one JSON object; `path` prefixes field names in errors.
+#[derive(Clone)]
 pub struct Fields<'a> {
     map: &'a Map<String, Value>,
     path: String,

@@ -42,6 +42,7 @@ mod pool;
 mod responses;
 mod serve;
 mod text;
+mod tool_types;
 mod wire;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -135,6 +136,20 @@ pub struct ApiServer {
     metrics: Metrics,
     started: u64,
     next_id: AtomicU64,
+}
+
+/// Warns of the hosted tools a request offered and this server dropped: a
+/// `Warning` header each, and a debug line.
+fn warn_dropped(route: &str, dropped: &[String], responder: &mut Responder) {
+    if dropped.is_empty() {
+        return;
+    }
+    crate::log::debug(crate::log::Category::Http, || {
+        format!("{route}: dropped hosted tools: {}", dropped.join(", "))
+    });
+    for (name, value) in tool_types::warnings(dropped) {
+        responder.add_header(name, value);
+    }
 }
 
 /// Names in a debug line (`--debug=http`) the request fields a route ignored, as
@@ -277,7 +292,7 @@ impl ApiServer {
 
     fn chat(&self, request: &Request, responder: Responder) {
         self.metrics.chat_requests.fetch_add(1, Ordering::Relaxed);
-        let Some((loaded, responder)) = self.loaded(responder) else {
+        let Some((loaded, mut responder)) = self.loaded(responder) else {
             return;
         };
         let parsed = match openai::parse(&request.body, &loaded.defaults) {
@@ -290,6 +305,11 @@ impl ApiServer {
             }
         };
         log_ignored("/v1/chat/completions", &parsed.ignored);
+        warn_dropped(
+            "/v1/chat/completions",
+            &parsed.kinds.dropped,
+            &mut responder,
+        );
         if let Err(error) = check_local_sampling(loaded, &parsed.work.sampling) {
             return self.refuse(responder, &error);
         }
@@ -299,6 +319,7 @@ impl ApiServer {
             model: parsed.model,
             include_usage: parsed.include_usage,
             logprobs: parsed.work.sampling.logprobs.is_some(),
+            kinds: parsed.kinds,
         });
         self.serve(
             loaded,
@@ -467,7 +488,7 @@ impl ApiServer {
         self.metrics
             .messages_requests
             .fetch_add(1, Ordering::Relaxed);
-        let Some((loaded, responder)) = self.loaded(responder) else {
+        let Some((loaded, mut responder)) = self.loaded(responder) else {
             return;
         };
         let parsed = match anthropic::parse(&request.body, &loaded.defaults) {
@@ -483,6 +504,7 @@ impl ApiServer {
                 );
             }
         };
+        warn_dropped("/v1/messages", &parsed.dropped, &mut responder);
         let answer = Answer::Anthropic(anthropic::Answer::new(self.new_id("msg_"), parsed.model));
         self.serve(loaded, answer, parsed.work, 1, parsed.stream, responder);
     }

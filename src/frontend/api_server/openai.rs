@@ -5,6 +5,9 @@
 //! Stateless: the request's `messages` are the whole conversation. System
 //! (and developer) messages become the system prompt; without one the
 //! server's `--system-prompt` is used. Only text content is accepted.
+//! Tools of every type are read by [`tools`] and [`tool_choice`], which the
+//! Responses API shares (custom, local_shell, hosted ones dropped: see
+//! [`super::tool_types`]); legacy `functions`/`function_call` too.
 
 use std::collections::HashSet;
 use std::io;
@@ -15,6 +18,7 @@ use super::error::ApiError;
 use super::fields::{json_body, stop_list, unknown_fields, valid_tool_name, Fields};
 use super::pool::Work;
 use super::text::{Assembler, Piece};
+use super::tool_types::{self, ToolKinds};
 use super::wire::openai as wire;
 use super::wire::{encode, Null};
 use super::{Defaults, Usage};
@@ -35,6 +39,8 @@ pub struct ChatRequest {
     pub ignored: Vec<String>,
     /// How many choices to generate (`n`).
     pub n: u32,
+    /// What the offered tools were, for the answer's shape and warnings.
+    pub kinds: ToolKinds,
 }
 
 /// The most choices one request may ask for.
@@ -55,7 +61,9 @@ const IGNORED: [&str; 8] = [
 ];
 
 /// Every field this server reads; any other is ignored and named in a debug line.
-const KNOWN: [&str; 29] = [
+const KNOWN: [&str; 31] = [
+    "functions",
+    "function_call",
     "grammar",
     "json_schema",
     "model",
@@ -96,8 +104,8 @@ pub fn parse(body: &[u8], defaults: &Defaults) -> Result<ChatRequest, ApiError> 
     let ignored = unknown_fields(&value, &KNOWN, &IGNORED);
     let model = f.str("model")?.unwrap_or(&defaults.model).to_string();
     let (system, messages) = messages(&f)?;
-    let tools = tools(&f)?;
-    let tool_choice = tool_choice(&f, &tools)?;
+    let (mut tools, mut kinds) = tools(&f)?;
+    let tool_choice = tool_choice(&f, &mut tools, &mut kinds)?;
     let stream = f.bool("stream")?.unwrap_or(false);
     let include_usage = stream_options(&f, stream)?;
     let n = f.integer("n", 1, MAX_CHOICES)?.unwrap_or(1) as u32;
@@ -142,6 +150,7 @@ pub fn parse(body: &[u8], defaults: &Defaults) -> Result<ChatRequest, ApiError> 
         model,
         ignored,
         n,
+        kinds,
     })
 }
 
@@ -293,13 +302,14 @@ fn messages(f: &Fields<'_>) -> Result<(Option<String>, Vec<Message>), ApiError> 
                 let text = content(&m)?.ok_or_else(|| m.missing("content", "text"))?;
                 out.push(Message::user(text));
             }
-            "assistant" => out.push(assistant(&m)?),
+            "assistant" => out.push(assistant(&m, &out)?),
             "tool" => out.push(tool_result(&m, &out)?),
+            "function" => out.push(function_result(&m, &out)?),
             other => {
                 return Err(ApiError::invalid(
                     &m.name("role"),
                     format!(
-                    "unknown role '{other}': expected system, developer, user, assistant or tool"
+                    "unknown role '{other}': expected system, developer, user, assistant, tool or function"
                 ),
                 ))
             }
@@ -337,31 +347,75 @@ fn content(m: &Fields<'_>) -> Result<Option<String>, ApiError> {
     }
 }
 
-fn assistant(m: &Fields<'_>) -> Result<Message, ApiError> {
+/// An assistant turn: its text, reasoning and tool calls (`function` and
+/// `custom` ones, and the legacy `function_call`, whose id is made up from the
+/// calls before it: `call_fn_N`).
+fn assistant(m: &Fields<'_>, earlier: &[Message]) -> Result<Message, ApiError> {
     let mut message = Message::assistant(content(m)?.unwrap_or_default());
     if let Some(reasoning) = m.str("reasoning_content")? {
         message.thinking = Some(reasoning.to_string());
     }
     for (j, call) in m.array("tool_calls")?.into_iter().flatten().enumerate() {
         let c = Fields::of(call, &format!("{}[{j}]", m.name("tool_calls")))?;
-        c.choice("type", &["function"])?;
+        let kind = c.choice("type", &["function", "custom"])?;
         let id = c.required_str("id")?;
+        if kind == Some("custom") {
+            let custom = c
+                .object("custom")?
+                .ok_or_else(|| c.missing("custom", "an object"))?;
+            let input = custom.str("input")?.unwrap_or("");
+            let name = custom.required_str("name")?;
+            message
+                .tool_calls
+                .push(tool_types::custom_call(id, name, input));
+            continue;
+        }
         let function = c
             .object("function")?
             .ok_or_else(|| c.missing("function", "an object"))?;
-        let name = function.required_str("name")?;
-        let raw = function.str("arguments")?.unwrap_or("{}");
-        let arguments = match raw.trim() {
-            "" => Value::Object(Map::new()),
-            text => serde_json::from_str(text).unwrap_or_else(|_| Value::String(raw.to_string())),
-        };
-        message.tool_calls.push(ToolCall {
-            id: id.to_string(),
-            name: name.to_string(),
-            arguments,
-        });
+        message.tool_calls.push(function_call(id, &function)?);
+    }
+    if let Some(function) = m.object("function_call")? {
+        let made = earlier.iter().map(|m| m.tool_calls.len()).sum::<usize>();
+        message
+            .tool_calls
+            .push(function_call(&format!("call_fn_{made}"), &function)?);
     }
     Ok(message)
+}
+
+/// A function call of history: `name` and `arguments` as JSON text.
+fn function_call(id: &str, function: &Fields<'_>) -> Result<ToolCall, ApiError> {
+    let name = function.required_str("name")?;
+    let raw = function.str("arguments")?.unwrap_or("{}");
+    let arguments = match raw.trim() {
+        "" => Value::Object(Map::new()),
+        text => serde_json::from_str(text).unwrap_or_else(|_| Value::String(raw.to_string())),
+    };
+    Ok(ToolCall {
+        id: id.to_string(),
+        name: name.to_string(),
+        arguments,
+    })
+}
+
+/// A legacy `role: function` message: the result of the latest call of the
+/// function it names.
+fn function_result(m: &Fields<'_>, earlier: &[Message]) -> Result<Message, ApiError> {
+    let name = m.required_str("name")?;
+    let text = content(m)?.ok_or_else(|| m.missing("content", "text"))?;
+    let call = earlier
+        .iter()
+        .rev()
+        .flat_map(|m| m.tool_calls.iter().rev())
+        .find(|call| call.name == name)
+        .ok_or_else(|| {
+            ApiError::invalid(
+                &m.name("name"),
+                format!("function '{name}' answers no earlier function_call"),
+            )
+        })?;
+    Ok(Message::tool_result(call, text))
 }
 
 /// A tool result must answer a call made earlier in the conversation.
@@ -377,18 +431,56 @@ fn tool_result(m: &Fields<'_>, earlier: &[Message]) -> Result<Message, ApiError>
     Ok(Message::tool_result(call, text))
 }
 
-/// `tools`, OpenAI-style (`{type, function:{...}}`) or flat (`{name, ...}`).
-/// `tools`: function tools, in chat's shape (`{type, function: {name, ...}}`)
-/// or the Responses API's flat one (`{type, name, ...}`).
-pub(super) fn tools(f: &Fields<'_>) -> Result<Vec<ToolSpec>, ApiError> {
+/// `tools` in chat's shape (`{type, function: {name, ...}}`, `{type: custom,
+/// custom: {...}}`) or the Responses API's flat one (`{type, name, ...}`):
+/// `function` and `custom` tools, `local_shell`, and hosted tools (dropped, in
+/// the kinds' `dropped`). Chat's legacy `functions` when `tools` is absent.
+pub(super) fn tools(f: &Fields<'_>) -> Result<(Vec<ToolSpec>, ToolKinds), ApiError> {
     let mut specs = Vec::new();
+    let mut kinds = ToolKinds::default();
+    if f.has("functions") {
+        if f.has("tools") {
+            return Err(ApiError::invalid(
+                "functions",
+                "'functions' is the legacy form of 'tools': send one of them",
+            ));
+        }
+        kinds.legacy = true;
+    }
+    let key = if kinds.legacy { "functions" } else { "tools" };
     let mut seen = HashSet::new();
-    for (i, item) in f.array("tools")?.into_iter().flatten().enumerate() {
-        let t = Fields::of(item, &format!("tools[{i}]"))?;
-        t.choice("type", &["function"])?;
-        let spec = match t.object("function")? {
-            Some(function) => tool_spec(&function)?,
-            None => tool_spec(&t)?,
+    for (i, item) in f.array(key)?.into_iter().flatten().enumerate() {
+        let t = Fields::of(item, &format!("{key}[{i}]"))?;
+        let kind = if kinds.legacy {
+            "function"
+        } else {
+            t.required_str("type")?
+        };
+        let spec = match kind {
+            "function" => match t.object("function")? {
+                Some(function) => tool_spec(&function)?,
+                None => tool_spec(&t)?,
+            },
+            "custom" => {
+                let c = t.object("custom")?.unwrap_or_else(|| t.clone());
+                let name = checked_name(&c)?;
+                kinds.custom.insert(name.to_string());
+                tool_types::custom_spec(name, c.str("description")?.unwrap_or(""), c.get("format"))
+            }
+            "local_shell" => {
+                kinds.local_shell = true;
+                tool_types::local_shell_spec()
+            }
+            hosted if tool_types::hosted_openai(hosted) => {
+                kinds.drop_hosted(hosted);
+                continue;
+            }
+            other => {
+                return Err(ApiError::invalid(
+                    &t.name("type"),
+                    format!("tools of type '{other}' are not supported: send function, custom or local_shell tools"),
+                ))
+            }
         };
         if !seen.insert(spec.name.clone()) {
             return Err(ApiError::invalid(
@@ -398,10 +490,11 @@ pub(super) fn tools(f: &Fields<'_>) -> Result<Vec<ToolSpec>, ApiError> {
         }
         specs.push(spec);
     }
-    Ok(specs)
+    Ok((specs, kinds))
 }
 
-fn tool_spec(f: &Fields<'_>) -> Result<ToolSpec, ApiError> {
+/// A tool's `name`, checked.
+fn checked_name<'a>(f: &Fields<'a>) -> Result<&'a str, ApiError> {
     let name = f.required_str("name")?;
     if !valid_tool_name(name) {
         return Err(ApiError::invalid(
@@ -409,6 +502,11 @@ fn tool_spec(f: &Fields<'_>) -> Result<ToolSpec, ApiError> {
             "tool names are 1 to 64 of a-z, A-Z, 0-9, '_', '-', '.'",
         ));
     }
+    Ok(name)
+}
+
+fn tool_spec(f: &Fields<'_>) -> Result<ToolSpec, ApiError> {
+    let name = checked_name(f)?;
     let parameters = match f.get("parameters") {
         None => json!({"type": "object", "properties": {}}),
         Some(schema @ Value::Object(_)) => schema.clone(),
@@ -427,44 +525,128 @@ fn tool_spec(f: &Fields<'_>) -> Result<ToolSpec, ApiError> {
     })
 }
 
-/// `tool_choice`: a mode, or one function named in chat's shape
-/// (`{type, function: {name}}`) or the Responses API's (`{type, name}`).
-pub(super) fn tool_choice(f: &Fields<'_>, tools: &[ToolSpec]) -> Result<ToolChoice, ApiError> {
-    let choice = match f.get("tool_choice") {
+/// The tool a `tool_choice` object (or an `allowed_tools` entry) names: `None`
+/// for a hosted tool, which was dropped.
+fn named_tool<'a>(c: &Fields<'a>, kinds: &mut ToolKinds) -> Result<Option<&'a str>, ApiError> {
+    let kind = c.required_str("type").or_else(|e| {
+        if c.has("name") {
+            Ok("function")
+        } else {
+            Err(e)
+        }
+    })?;
+    match kind {
+        "function" | "custom" => Ok(Some(match c.object(kind)? {
+            Some(inner) => inner.required_str("name")?,
+            None if c.has("name") => c.required_str("name")?,
+            None => return Err(c.missing(kind, "an object")),
+        })),
+        "local_shell" => Ok(Some(tool_types::LOCAL_SHELL)),
+        hosted if tool_types::hosted_openai(hosted) => {
+            kinds.drop_hosted(hosted);
+            Ok(None)
+        }
+        _ => Err(ApiError::invalid(
+            &c.name("type"),
+            "the tool named must be of type function, custom or local_shell",
+        )),
+    }
+}
+
+/// `tool_choice`: a mode; one tool named in chat's shape (`{type, function:
+/// {name}}`, `{type: custom, custom: {name}}`) or the Responses API's (`{type,
+/// name}`, `{type: local_shell}`); or `allowed_tools`, which narrows `tools` to
+/// its list. Naming a hosted tool is `auto` (the tool was dropped). Chat's
+/// legacy `function_call` (`none`, `auto` or `{name}`) where `tool_choice` is
+/// absent.
+pub(super) fn tool_choice(
+    f: &Fields<'_>,
+    tools: &mut Vec<ToolSpec>,
+    kinds: &mut ToolKinds,
+) -> Result<ToolChoice, ApiError> {
+    let key = if f.has("function_call") {
+        if f.has("tool_choice") {
+            return Err(ApiError::invalid(
+                "function_call",
+                "'function_call' is the legacy form of 'tool_choice': send one of them",
+            ));
+        }
+        "function_call"
+    } else {
+        "tool_choice"
+    };
+    let choice = match f.get(key) {
         None => return Ok(ToolChoice::Auto),
         Some(Value::String(mode)) => match mode.as_str() {
             "auto" => ToolChoice::Auto,
             "none" => ToolChoice::None,
-            "required" => ToolChoice::Required,
+            "required" if key == "tool_choice" => ToolChoice::Required,
             _ => return Err(ApiError::invalid(
-                "tool_choice",
-                "'tool_choice' must be auto, none, required or {type: function, function: {name}}",
+                key,
+                format!("'{key}' must be auto, none, required or name one tool, as {{type: function, function: {{name}}}}"),
             )),
         },
         Some(_) => {
-            let Some(c) = f.object("tool_choice")? else {
+            let Some(c) = f.object(key)? else {
                 return Ok(ToolChoice::Auto);
             };
-            c.choice("type", &["function"])?;
-            let name = match c.object("function")? {
-                Some(function) => function.required_str("name")?,
-                None if c.has("name") => c.required_str("name")?,
-                None => return Err(c.missing("function", "an object")),
-            };
-            ToolChoice::Named(name.to_string())
+            if c.str("type")? == Some("allowed_tools") {
+                return allowed_tools(&c, tools, kinds);
+            }
+            match named_tool(&c, kinds)? {
+                Some(name) => ToolChoice::Named(name.to_string()),
+                None => ToolChoice::Auto,
+            }
         }
     };
     let offered = |name: &str| tools.iter().any(|t| t.name == name);
     match &choice {
         ToolChoice::Required if tools.is_empty() => Err(ApiError::invalid(
-            "tool_choice",
-            "'tool_choice' is 'required' but no tools were given",
+            key,
+            format!("'{key}' is 'required' but no tools were given"),
         )),
         ToolChoice::Named(name) if !offered(name) => Err(ApiError::invalid(
-            "tool_choice",
-            format!("'tool_choice' names '{name}', which is not in 'tools'"),
+            key,
+            format!("'{key}' names '{name}', which is not in 'tools'"),
         )),
         _ => Ok(choice),
+    }
+}
+
+/// `{type: allowed_tools, mode, tools: [...]}` (the Responses API's shape, or
+/// chat's with them in `allowed_tools`): `tools` narrowed to those listed.
+fn allowed_tools(
+    c: &Fields<'_>,
+    tools: &mut Vec<ToolSpec>,
+    kinds: &mut ToolKinds,
+) -> Result<ToolChoice, ApiError> {
+    let a = c.object("allowed_tools")?.unwrap_or_else(|| c.clone());
+    let mode = a.choice("mode", &["auto", "required"])?.unwrap_or("auto");
+    let list = a
+        .array("tools")?
+        .ok_or_else(|| a.missing("tools", "an array of tools"))?;
+    let mut allowed = HashSet::new();
+    for (i, item) in list.iter().enumerate() {
+        let t = Fields::of(item, &format!("{}[{i}]", a.name("tools")))?;
+        let Some(name) = named_tool(&t, kinds)? else {
+            continue;
+        };
+        if !tools.iter().any(|s| s.name == name) {
+            return Err(ApiError::invalid(
+                &t.name("name"),
+                format!("'{name}' is not in 'tools'"),
+            ));
+        }
+        allowed.insert(name.to_string());
+    }
+    tools.retain(|t| allowed.contains(&t.name));
+    match mode {
+        "required" if tools.is_empty() => Err(ApiError::invalid(
+            &a.name("mode"),
+            "'required' needs at least one allowed tool",
+        )),
+        "required" => Ok(ToolChoice::Required),
+        _ => Ok(ToolChoice::Auto),
     }
 }
 
@@ -548,6 +730,9 @@ pub struct Answer {
     pub include_usage: bool,
     /// The request asked for `logprobs`.
     pub logprobs: bool,
+    /// What the offered tools were: custom calls and legacy `functions`
+    /// answer in their own shape.
+    pub kinds: ToolKinds,
 }
 
 /// OpenAI's name for how the reply ended: `length` wins over calls (the last
@@ -565,23 +750,44 @@ pub fn finish_reason(reply: &Reply) -> &'static str {
     }
 }
 
-fn wire_calls(calls: &[ToolCall], streamed: bool) -> Vec<wire::ToolCall<'_>> {
-    calls
+fn wire_function(call: &ToolCall) -> wire::FunctionCall<'_> {
+    wire::FunctionCall {
+        name: &call.name,
+        arguments: match &call.arguments {
+            Value::String(raw) => raw.clone(),
+            other => other.to_string(),
+        },
+    }
+}
+
+/// The calls as `tool_calls` (custom tools' as `custom`), or, for a request
+/// that sent legacy `functions`, the first as `function_call`.
+fn wire_calls<'a>(
+    calls: &'a [ToolCall],
+    streamed: bool,
+    kinds: &ToolKinds,
+) -> (Vec<wire::ToolCall<'a>>, Option<wire::FunctionCall<'a>>) {
+    if kinds.legacy {
+        return (Vec::new(), calls.first().map(wire_function));
+    }
+    let calls = calls
         .iter()
         .enumerate()
-        .map(|(i, call)| wire::ToolCall {
-            id: &call.id,
-            kind: "function",
-            function: wire::FunctionCall {
-                name: &call.name,
-                arguments: match &call.arguments {
-                    Value::String(raw) => raw.clone(),
-                    other => other.to_string(),
-                },
-            },
-            index: streamed.then_some(i),
+        .map(|(i, call)| {
+            let custom = kinds.is_custom(&call.name);
+            wire::ToolCall {
+                id: &call.id,
+                kind: if custom { "custom" } else { "function" },
+                function: (!custom).then(|| wire_function(call)),
+                custom: custom.then(|| wire::CustomCall {
+                    name: &call.name,
+                    input: tool_types::custom_input(call),
+                }),
+                index: streamed.then_some(i),
+            }
         })
-        .collect()
+        .collect();
+    (calls, None)
 }
 
 /// Token probabilities in chat's shape (and llama-server's).
@@ -639,6 +845,15 @@ pub(super) fn wire_timings(usage: &Usage) -> Option<wire::Timings> {
 }
 
 impl Answer {
+    /// [`finish_reason`], legacy `function_call` for a request that sent
+    /// `functions`.
+    fn finish_reason(&self, reply: &Reply) -> &'static str {
+        match finish_reason(reply) {
+            "tool_calls" if self.kinds.legacy => "function_call",
+            reason => reason,
+        }
+    }
+
     fn chunk<'a>(
         &'a self,
         index: u32,
@@ -725,15 +940,21 @@ impl Answer {
         usage: &Usage,
     ) -> io::Result<()> {
         if !reply.tool_calls.is_empty() {
+            let (tool_calls, function_call) = wire_calls(&reply.tool_calls, true, &self.kinds);
             let delta = wire::Delta {
-                tool_calls: wire_calls(&reply.tool_calls, true),
+                tool_calls,
+                function_call,
                 ..wire::Delta::default()
             };
             sse.send(&encode(&self.chunk(index, delta, None)))?;
         }
         let last = wire::Chunk {
             timings: wire_timings(usage),
-            ..self.chunk(index, wire::Delta::default(), Some(finish_reason(reply)))
+            ..self.chunk(
+                index,
+                wire::Delta::default(),
+                Some(self.finish_reason(reply)),
+            )
         };
         sse.send(&encode(&last))
     }
@@ -748,9 +969,9 @@ impl Answer {
 
     /// Choice `index` of a whole answer.
     fn choice<'a>(&'a self, index: u32, text: &'a Assembler, reply: &'a Reply) -> wire::Choice<'a> {
-        let tool_calls = wire_calls(&reply.tool_calls, false);
-        let content =
-            (tool_calls.is_empty() || !text.text.is_empty()).then_some(text.text.as_str());
+        let (tool_calls, function_call) = wire_calls(&reply.tool_calls, false, &self.kinds);
+        let content = (tool_calls.is_empty() && function_call.is_none() || !text.text.is_empty())
+            .then_some(text.text.as_str());
         wire::Choice {
             index,
             message: wire::AssistantMessage {
@@ -758,9 +979,10 @@ impl Answer {
                 content,
                 reasoning_content: (!text.reasoning.is_empty()).then_some(text.reasoning.as_str()),
                 tool_calls,
+                function_call,
             },
             logprobs: self.logprobs(&text.logprobs),
-            finish_reason: finish_reason(reply),
+            finish_reason: self.finish_reason(reply),
         }
     }
 
@@ -1076,6 +1298,7 @@ mod tests {
             model: "m".into(),
             include_usage: true,
             logprobs: false,
+            kinds: ToolKinds::default(),
         }
     }
 
@@ -1174,7 +1397,7 @@ mod tests {
         );
         let calls = [weather_call()];
         let delta = wire::Delta {
-            tool_calls: wire_calls(&calls, true),
+            tool_calls: wire_calls(&calls, true, &ToolKinds::default()).0,
             ..wire::Delta::default()
         };
         assert_eq!(
@@ -1200,5 +1423,168 @@ mod tests {
                 "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
             })
         );
+    }
+
+    fn names(tools: &[ToolSpec]) -> Vec<&str> {
+        tools.iter().map(|t| t.name.as_str()).collect()
+    }
+
+    #[test]
+    fn custom_local_shell_and_hosted_tools_are_offered_or_dropped() {
+        let parsed = ok(json!({
+            "messages": user(),
+            "tools": [
+                {"type": "function", "function": {"name": "weather"}},
+                {"type": "custom", "custom": {"name": "apply_patch", "description": "Patch",
+                    "format": {"type": "grammar", "syntax": "lark", "definition": "start: PATCH"}}},
+                {"type": "custom", "name": "flat_custom"},
+                {"type": "local_shell"},
+                {"type": "web_search"},
+                {"type": "web_search_preview_2025_03_11"},
+                {"type": "file_search"}, {"type": "code_interpreter"},
+                {"type": "computer_use_preview"}, {"type": "image_generation"}, {"type": "mcp"},
+            ],
+            "tool_choice": {"type": "custom", "custom": {"name": "apply_patch"}},
+        }));
+        let tools = &parsed.work.tools;
+        assert_eq!(
+            names(tools),
+            ["weather", "apply_patch", "flat_custom", "local_shell"]
+        );
+        assert_eq!(tools[1].parameters["required"], json!(["input"]));
+        assert!(tools[1].description.contains("start: PATCH"));
+        assert_eq!(tools[3].parameters["required"], json!(["command"]));
+        assert!(parsed.kinds.is_custom("apply_patch") && parsed.kinds.is_custom("flat_custom"));
+        assert!(parsed.kinds.is_local_shell("local_shell"));
+        assert_eq!(parsed.kinds.dropped.len(), 7, "{:?}", parsed.kinds.dropped);
+        assert_eq!(
+            parsed.work.tool_choice,
+            ToolChoice::Named("apply_patch".into())
+        );
+        for (choice, expected) in [
+            (
+                json!({"type": "custom", "name": "apply_patch"}),
+                ToolChoice::Named("apply_patch".into()),
+            ),
+            (
+                json!({"type": "local_shell"}),
+                ToolChoice::Named("local_shell".into()),
+            ),
+            (json!({"type": "web_search"}), ToolChoice::Auto),
+        ] {
+            let parsed = ok(json!({"messages": user(), "tool_choice": choice,
+                "tools": [{"type": "custom", "name": "apply_patch"}, {"type": "local_shell"}]}));
+            assert_eq!(parsed.work.tool_choice, expected, "{choice}");
+        }
+        let error = err(json!({"messages": user(), "tools": [{"type": "teleport"}]}));
+        assert_eq!(error.param.as_deref(), Some("tools[0].type"));
+    }
+
+    #[test]
+    fn allowed_tools_narrow_the_offer() {
+        let tools = json!([
+            {"type": "function", "function": {"name": "a"}},
+            {"type": "function", "function": {"name": "b"}},
+            {"type": "custom", "custom": {"name": "c"}},
+        ]);
+        let parsed = ok(json!({"messages": user(), "tools": tools, "tool_choice":
+            {"type": "allowed_tools", "mode": "required", "tools": [
+                {"type": "function", "name": "a"}, {"type": "custom", "name": "c"}, {"type": "web_search"}]}}));
+        assert_eq!(names(&parsed.work.tools), ["a", "c"]);
+        assert_eq!(parsed.work.tool_choice, ToolChoice::Required);
+        let parsed = ok(json!({"messages": user(), "tools": tools, "tool_choice":
+            {"type": "allowed_tools", "allowed_tools": {"mode": "auto",
+                "tools": [{"type": "function", "function": {"name": "b"}}]}}}));
+        assert_eq!(names(&parsed.work.tools), ["b"]);
+        assert_eq!(parsed.work.tool_choice, ToolChoice::Auto);
+        let error = err(json!({"messages": user(), "tools": tools, "tool_choice":
+            {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "zz"}]}}));
+        assert_eq!(error.param.as_deref(), Some("tool_choice.tools[0].name"));
+    }
+
+    #[test]
+    fn legacy_functions_and_custom_history_are_read() {
+        let parsed = ok(json!({
+            "messages": [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": null,
+                 "function_call": {"name": "weather", "arguments": "{\"city\":\"Paris\"}"}},
+                {"role": "function", "name": "weather", "content": "sunny"},
+                {"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "p1", "type": "custom", "custom": {"name": "apply_patch", "input": "*** Begin"}}]},
+                {"role": "tool", "tool_call_id": "p1", "content": "done"},
+            ],
+            "functions": [{"name": "weather", "parameters": {"type": "object"}}],
+            "function_call": {"name": "weather"},
+        }));
+        assert!(parsed.kinds.legacy);
+        assert_eq!(names(&parsed.work.tools), ["weather"]);
+        assert_eq!(parsed.work.tool_choice, ToolChoice::Named("weather".into()));
+        let messages = &parsed.work.session.messages;
+        assert_eq!(messages[1].tool_calls[0].id, "call_fn_0");
+        assert_eq!(
+            messages[1].tool_calls[0].arguments,
+            json!({"city": "Paris"})
+        );
+        assert_eq!(messages[2].tool_call_id.as_deref(), Some("call_fn_0"));
+        assert_eq!(
+            messages[3].tool_calls[0].arguments,
+            json!({"input": "*** Begin"})
+        );
+        let none =
+            ok(json!({"messages": user(), "functions": [{"name": "f"}], "function_call": "none"}));
+        assert_eq!(none.work.tool_choice, ToolChoice::None);
+        for (body, param) in [
+            (
+                json!({"messages": user(), "functions": [{"name": "f"}], "tools": []}),
+                "functions",
+            ),
+            (
+                json!({"messages": user(), "function_call": "auto", "tool_choice": "auto"}),
+                "function_call",
+            ),
+            (
+                json!({"messages": user(), "functions": [{"name": "f"}], "function_call": {"name": "g"}}),
+                "function_call",
+            ),
+            (
+                json!({"messages": [{"role": "function", "name": "f", "content": "x"}]}),
+                "messages[0].name",
+            ),
+        ] {
+            assert_eq!(err(body.clone()).param.as_deref(), Some(param), "{body}");
+        }
+    }
+
+    #[test]
+    fn custom_and_legacy_calls_answer_in_their_shape() {
+        let call = ToolCall {
+            id: "p1".into(),
+            name: "apply_patch".into(),
+            arguments: json!({"input": "*** Begin"}),
+        };
+        let mut a = answer();
+        a.kinds.custom.insert("apply_patch".into());
+        let choices = [(Assembler::new(), reply(vec![call.clone()]))];
+        let whole = value(&a.whole(&choices, &Usage::default()));
+        assert_eq!(
+            whole["choices"][0]["message"]["tool_calls"],
+            json!([{"id": "p1", "type": "custom", "custom": {"name": "apply_patch", "input": "*** Begin"}}])
+        );
+        let (calls, _) = wire_calls(std::slice::from_ref(&call), true, &a.kinds);
+        assert_eq!(
+            value(&calls),
+            json!([{"id": "p1", "type": "custom", "index": 0,
+                    "custom": {"name": "apply_patch", "input": "*** Begin"}}])
+        );
+        let mut legacy = answer();
+        legacy.kinds.legacy = true;
+        let weather = reply(vec![weather_call()]);
+        let choices = [(Assembler::new(), weather)];
+        let whole = value(&legacy.whole(&choices, &Usage::default()));
+        let choice = &whole["choices"][0];
+        assert_eq!(choice["finish_reason"], "function_call");
+        assert_eq!(choice["message"]["function_call"]["name"], "weather");
+        assert!(choice["message"].get("tool_calls").is_none(), "{choice}");
     }
 }

@@ -6,16 +6,18 @@
 //! `conversation` and `item_reference` items need stored responses and are a 400
 //! saying so. `input` is a string or a list of items: messages (`user`,
 //! `assistant`, and `system`/`developer`, which join `instructions` as the
-//! system prompt) whose content is a string or text parts, `function_call` and
-//! `function_call_output` items, and `reasoning` items (skipped: the model
-//! reasons afresh). `tools` are `function` tools (the flat shape); other tool
-//! types (web search, file search, ...) are a 400. `tool_choice`,
+//! system prompt) whose content is a string or text parts, `function_call`,
+//! `custom_tool_call`, `local_shell_call` items and their `*_output`s, and
+//! `reasoning` items (skipped: the model reasons afresh). `tools` are
+//! `function`, `custom` and `local_shell` tools (the flat shape); hosted ones
+//! (web search, file search, ...) are dropped with a `Warning` header
+//! ([`super::tool_types`]). `tool_choice`,
 //! `max_output_tokens`, `temperature`, `top_p`, `text.format` (`json_schema`,
 //! `json_object`) work as in chat completions; `store`, `include`,
 //! `parallel_tool_calls`, `reasoning` and `metadata` are accepted and echoed.
 //!
-//! The answer is a `response` with `reasoning`, `message` and `function_call`
-//! output items; streamed, the documented events from `response.created` to
+//! The answer is a `response` with `reasoning`, `message`, `function_call`,
+//! `custom_tool_call` and `local_shell_call` output items; streamed, the documented events from `response.created` to
 //! `response.completed` (`response.incomplete` when `max_output_tokens` cut it),
 //! each with its `sequence_number`.
 
@@ -29,6 +31,7 @@ use super::fields::{json_body, unknown_fields, Fields};
 use super::openai;
 use super::pool::Work;
 use super::text::{Assembler, Piece};
+use super::tool_types::{self, ToolKinds};
 use super::wire::encode;
 use super::wire::responses as wire;
 use super::{Defaults, Usage};
@@ -45,6 +48,8 @@ pub struct ResponsesRequest {
     /// The settings the `response` object echoes.
     pub echo: Map<String, Value>,
     pub ignored: Vec<String>,
+    /// What the offered tools were, for the answer's items and warnings.
+    pub kinds: ToolKinds,
 }
 
 /// Fields accepted that change nothing here.
@@ -97,8 +102,10 @@ pub fn parse(body: &[u8], defaults: &Defaults) -> Result<ResponsesRequest, ApiEr
     let model = f.str("model")?.unwrap_or(&defaults.model).to_string();
     let instructions = f.str("instructions")?;
     let (system, messages) = input(&f)?;
-    let tools = openai::tools(&f)?;
-    let tool_choice = openai::tool_choice(&f, &tools)?;
+    f.unsupported("functions", &[])?;
+    f.unsupported("function_call", &[])?;
+    let (mut tools, mut kinds) = openai::tools(&f)?;
+    let tool_choice = openai::tool_choice(&f, &mut tools, &mut kinds)?;
     let mut sampling = openai::sampling(&f, defaults)?;
     if let Some(n) = f.integer("max_output_tokens", 1, defaults.max_tokens_limit())? {
         sampling.max_tokens = u32::try_from(n).ok();
@@ -125,6 +132,7 @@ pub fn parse(body: &[u8], defaults: &Defaults) -> Result<ResponsesRequest, ApiEr
         model,
         echo: echo(&f),
         ignored,
+        kinds,
     })
 }
 
@@ -188,12 +196,24 @@ fn input(f: &Fields<'_>) -> Result<(Option<String>, Vec<Message>), ApiError> {
         match it.str("type")?.unwrap_or("message") {
             "message" => message(&it, &mut system, &mut out)?,
             "function_call" => function_call(&it, &mut out)?,
-            "function_call_output" => {
-                let id = it.required_str("call_id")?;
+            "custom_tool_call" => {
+                let input = it.required_str("input")?;
+                let call =
+                    tool_types::custom_call(it.required_str("call_id")?, it.required_str("name")?, input);
+                push_call(call, &mut out);
+            }
+            "local_shell_call" => {
+                let id = it.str("call_id")?.map_or_else(|| it.required_str("id"), Ok)?;
+                let action = it.object("action")?.map(|_| &item["action"]);
+                push_call(tool_types::local_shell_call(id, action), &mut out);
+            }
+            "function_call_output" | "custom_tool_call_output" | "local_shell_call_output" => {
+                let key = if it.has("call_id") || !it.has("id") { "call_id" } else { "id" };
+                let id = it.required_str(key)?;
                 let call = super::earlier_call(&out, id).ok_or_else(|| {
                     ApiError::invalid(
-                        &it.name("call_id"),
-                        format!("call_id '{id}' answers no earlier function_call item"),
+                        &it.name(key),
+                        format!("{key} '{id}' answers no earlier call item"),
                     )
                 })?;
                 let output = text_of(&it, "output")?;
@@ -248,6 +268,12 @@ fn function_call(it: &Fields<'_>, out: &mut Vec<Message>) -> Result<(), ApiError
         name: it.required_str("name")?.to_string(),
         arguments,
     };
+    push_call(call, out);
+    Ok(())
+}
+
+/// A call item of history joins the assistant turn before it (or starts one).
+fn push_call(call: ToolCall, out: &mut Vec<Message>) {
     match out.last_mut() {
         Some(last) if last.role == crate::core::Role::Assistant => last.tool_calls.push(call),
         _ => {
@@ -256,7 +282,6 @@ fn function_call(it: &Fields<'_>, out: &mut Vec<Message>) -> Result<(), ApiError
             out.push(turn);
         }
     }
-    Ok(())
 }
 
 /// A string, or text parts (`input_text`, `output_text`, `text`, `refusal`)
@@ -312,6 +337,8 @@ pub struct Answer {
     /// The items streamed so far; the last is open while `open` says so.
     items: Vec<Streamed>,
     open: bool,
+    /// Which offered tools were custom or `local_shell`.
+    kinds: ToolKinds,
 }
 
 impl Answer {
@@ -324,7 +351,55 @@ impl Answer {
             sequence: 0,
             items: Vec::new(),
             open: false,
+            kinds: ToolKinds::default(),
         }
+    }
+
+    /// The answer of a request whose tools were of `kinds`.
+    pub fn with_kinds(self, kinds: ToolKinds) -> Answer {
+        Answer { kinds, ..self }
+    }
+
+    /// A call's item id (`fc_`, `ctc_` or `lsc_`), its text as streamed
+    /// (arguments, a custom tool's input; none for `local_shell`), and its item.
+    fn call_item<'a>(
+        &self,
+        index: usize,
+        call: &'a ToolCall,
+        done: bool,
+    ) -> (String, Option<String>, wire::Item<'a>) {
+        let status = if done { "completed" } else { "in_progress" };
+        if self.kinds.is_custom(&call.name) {
+            let id = self.item_id("ctc", index);
+            let input = tool_types::custom_input(call);
+            let item = wire::Item::CustomToolCall {
+                id: id.clone(),
+                call_id: &call.id,
+                name: &call.name,
+                input: if done { input.clone() } else { String::new() },
+                status,
+            };
+            return (id, Some(input), item);
+        }
+        if self.kinds.is_local_shell(&call.name) {
+            let id = self.item_id("lsc", index);
+            let item = wire::Item::LocalShellCall {
+                id: id.clone(),
+                call_id: &call.id,
+                status,
+                action: tool_types::local_shell_action(call),
+            };
+            return (id, None, item);
+        }
+        let id = self.item_id("fc", index);
+        let arguments = call.arguments.to_string();
+        let shown = if done {
+            arguments.clone()
+        } else {
+            String::new()
+        };
+        let item = function_item(id.clone(), call, shown, status);
+        (id, Some(arguments), item)
     }
 
     fn item_id(&self, prefix: &str, index: usize) -> String {
@@ -507,9 +582,7 @@ impl Answer {
         let first = self.items.len();
         for (k, call) in reply.tool_calls.iter().enumerate() {
             let index = first + k;
-            let id = self.item_id("fc", index);
-            let arguments = call.arguments.to_string();
-            let added = function_item(id.clone(), call, String::new(), "in_progress");
+            let (id, text, added) = self.call_item(index, call, false);
             self.send(
                 sse,
                 wire::Event::ItemAdded {
@@ -517,19 +590,39 @@ impl Answer {
                     item: added,
                 },
             )?;
-            let delta = wire::Event::ArgumentsDelta {
-                item_id: &id,
-                output_index: index,
-                delta: &arguments,
-            };
-            self.send(sse, delta)?;
-            let done = wire::Event::ArgumentsDone {
-                item_id: &id,
-                output_index: index,
-                arguments: &arguments,
-            };
-            self.send(sse, done)?;
-            let item = function_item(id.clone(), call, arguments.clone(), "completed");
+            let custom = self.kinds.is_custom(&call.name);
+            if let Some(text) = &text {
+                let (delta, done) = if custom {
+                    (
+                        wire::Event::CustomInputDelta {
+                            item_id: &id,
+                            output_index: index,
+                            delta: text,
+                        },
+                        wire::Event::CustomInputDone {
+                            item_id: &id,
+                            output_index: index,
+                            input: text,
+                        },
+                    )
+                } else {
+                    (
+                        wire::Event::ArgumentsDelta {
+                            item_id: &id,
+                            output_index: index,
+                            delta: text,
+                        },
+                        wire::Event::ArgumentsDone {
+                            item_id: &id,
+                            output_index: index,
+                            arguments: text,
+                        },
+                    )
+                };
+                self.send(sse, delta)?;
+                self.send(sse, done)?;
+            }
+            let (_, _, item) = self.call_item(index, call, true);
             self.send(
                 sse,
                 wire::Event::ItemDone {
@@ -557,10 +650,7 @@ impl Answer {
     fn calls<'a>(&self, reply: &'a Reply, first: usize) -> Vec<wire::Item<'a>> {
         let items = reply.tool_calls.iter().enumerate();
         items
-            .map(|(k, call)| {
-                let id = self.item_id("fc", first + k);
-                function_item(id, call, call.arguments.to_string(), "completed")
-            })
+            .map(|(k, call)| self.call_item(first + k, call, true).2)
             .collect()
     }
 
@@ -669,7 +759,7 @@ impl super::ApiServer {
     /// `POST /v1/responses`.
     pub(super) fn responses(&self, request: &Request, responder: Responder) {
         self.metrics.chat_requests.fetch_add(1, Ordering::Relaxed);
-        let Some((loaded, responder)) = self.loaded(responder) else {
+        let Some((loaded, mut responder)) = self.loaded(responder) else {
             return;
         };
         let parsed = match parse(&request.body, &loaded.defaults) {
@@ -677,8 +767,10 @@ impl super::ApiServer {
             Err(error) => return self.refuse(responder, &error),
         };
         super::log_ignored("/v1/responses", &parsed.ignored);
+        super::warn_dropped("/v1/responses", &parsed.kinds.dropped, &mut responder);
         let id = self.new_id("resp_");
-        let answer = Answer::new(id, super::now_secs(), parsed.model, parsed.echo);
+        let answer =
+            Answer::new(id, super::now_secs(), parsed.model, parsed.echo).with_kinds(parsed.kinds);
         let answer = super::serve::Answer::Responses(answer);
         self.serve(loaded, answer, parsed.work, 1, parsed.stream, responder);
     }
@@ -761,7 +853,7 @@ mod tests {
                 "input[0].call_id",
             ),
             (
-                json!({"input": "hi", "tools": [{"type": "web_search"}]}),
+                json!({"input": "hi", "tools": [{"type": "teleport"}]}),
                 "tools[0].type",
             ),
             (
@@ -815,5 +907,103 @@ mod tests {
             json!(6)
         );
         assert_eq!(body["usage"]["total_tokens"], json!(14));
+    }
+
+    #[test]
+    fn codex_tools_and_their_history_are_read() {
+        let request = parse_json(json!({
+            "input": [
+                {"type": "message", "role": "user", "content": "fix it"},
+                {"type": "custom_tool_call", "call_id": "p1", "name": "apply_patch", "input": "*** Begin"},
+                {"type": "custom_tool_call_output", "call_id": "p1", "output": "applied"},
+                {"type": "local_shell_call", "id": "ls1", "call_id": "s1", "status": "completed",
+                 "action": {"type": "exec", "command": ["ls", "-a"], "working_directory": "/w",
+                            "timeout_ms": 1000, "env": {}, "user": null}},
+                {"type": "local_shell_call_output", "call_id": "s1", "output": "a b"},
+            ],
+            "tools": [
+                {"type": "function", "name": "weather", "parameters": {"type": "object"}},
+                {"type": "custom", "name": "apply_patch", "description": "Patch",
+                 "format": {"type": "grammar", "syntax": "lark", "definition": "start: x"}},
+                {"type": "local_shell"},
+                {"type": "web_search"},
+            ],
+            "tool_choice": {"type": "custom", "name": "apply_patch"},
+        }))
+        .unwrap();
+        let names: Vec<&str> = request.work.tools.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["weather", "apply_patch", "local_shell"]);
+        assert_eq!(request.kinds.dropped, ["web_search"]);
+        assert_eq!(
+            request.work.tool_choice,
+            crate::backend::ToolChoice::Named("apply_patch".into())
+        );
+        let messages = &request.work.session.messages;
+        assert_eq!(messages.len(), 5);
+        assert_eq!(
+            messages[1].tool_calls[0].arguments,
+            json!({"input": "*** Begin"})
+        );
+        assert_eq!(messages[2].role, Role::Tool);
+        assert_eq!(
+            messages[3].tool_calls[0].arguments,
+            json!({"command": ["ls", "-a"], "workdir": "/w", "timeout_ms": 1000, "env": {}})
+        );
+        assert_eq!(messages[4].tool_call_id.as_deref(), Some("s1"));
+        let allowed = parse_json(json!({"input": "hi",
+            "tools": [{"type": "custom", "name": "apply_patch"}, {"type": "local_shell"}],
+            "tool_choice": {"type": "allowed_tools", "mode": "required", "tools": [{"type": "local_shell"}]}}))
+        .unwrap();
+        assert_eq!(allowed.work.tools.len(), 1);
+        let legacy = parse_json(json!({"input": "hi", "functions": [{"name": "f"}]}));
+        assert_eq!(legacy.unwrap_err().param.as_deref(), Some("functions"));
+    }
+
+    #[test]
+    fn custom_and_shell_calls_are_their_own_items() {
+        let mut kinds = ToolKinds::default();
+        kinds.custom.insert("apply_patch".into());
+        kinds.local_shell = true;
+        let answer = Answer::new("resp_x".into(), 7, "m".into(), Map::new()).with_kinds(kinds);
+        let calls = vec![
+            ToolCall {
+                id: "p1".into(),
+                name: "apply_patch".into(),
+                arguments: json!({"input": "*** Begin"}),
+            },
+            ToolCall {
+                id: "s1".into(),
+                name: "local_shell".into(),
+                arguments: json!({"command": ["ls"], "workdir": "/w"}),
+            },
+        ];
+        let reply = Reply {
+            content: String::new(),
+            thinking: String::new(),
+            tool_calls: calls,
+            finish: FinishReason::ToolCalls,
+            usage: None,
+            artefacts: Vec::new(),
+            stop_sequence: None,
+        };
+        let body = serde_json::to_value(answer.whole(&Assembler::new(), &reply, &Usage::default()))
+            .unwrap();
+        assert_eq!(
+            body["output"][0],
+            json!({"type": "custom_tool_call", "id": "ctc_x0", "call_id": "p1",
+                   "name": "apply_patch", "input": "*** Begin", "status": "completed"})
+        );
+        assert_eq!(
+            body["output"][1],
+            json!({"type": "local_shell_call", "id": "lsc_x1", "call_id": "s1", "status": "completed",
+                   "action": {"type": "exec", "command": ["ls"], "working_directory": "/w",
+                              "timeout_ms": null, "env": {}, "user": null}})
+        );
+        let event = wire::Event::CustomInputDone {
+            item_id: "ctc_x0",
+            output_index: 0,
+            input: "x",
+        };
+        assert_eq!(event.name(), "response.custom_tool_call_input.done");
     }
 }

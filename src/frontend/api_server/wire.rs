@@ -98,19 +98,32 @@ pub mod openai {
         pub reasoning_content: Option<&'a str>,
         #[serde(skip_serializing_if = "Vec::is_empty")]
         pub tool_calls: Vec<ToolCall<'a>>,
+        /// The legacy call, for a request that sent `functions`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub function_call: Option<FunctionCall<'a>>,
     }
 
     /// One tool call, in a whole answer or (with `index`) a chunk.
     #[derive(Debug, Serialize)]
     pub struct ToolCall<'a> {
         pub id: &'a str,
-        /// `function`.
+        /// `function` or `custom`.
         #[serde(rename = "type")]
         pub kind: &'static str,
-        pub function: FunctionCall<'a>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub function: Option<FunctionCall<'a>>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub custom: Option<CustomCall<'a>>,
         /// The call's position, in streamed calls only.
         #[serde(skip_serializing_if = "Option::is_none")]
         pub index: Option<usize>,
+    }
+
+    /// A custom tool's call: its input as text.
+    #[derive(Debug, Serialize)]
+    pub struct CustomCall<'a> {
+        pub name: &'a str,
+        pub input: String,
     }
 
     #[derive(Debug, Serialize)]
@@ -156,6 +169,8 @@ pub mod openai {
         pub reasoning_content: Option<&'a str>,
         #[serde(skip_serializing_if = "Vec::is_empty")]
         pub tool_calls: Vec<ToolCall<'a>>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub function_call: Option<FunctionCall<'a>>,
     }
 
     /// The chunk `stream_options.include_usage` asks for, after the finish
@@ -561,6 +576,19 @@ pub mod responses {
             arguments: String,
             status: &'static str,
         },
+        CustomToolCall {
+            id: String,
+            call_id: &'a str,
+            name: &'a str,
+            input: String,
+            status: &'static str,
+        },
+        LocalShellCall {
+            id: String,
+            call_id: &'a str,
+            status: &'static str,
+            action: Value,
+        },
     }
 
     /// A part of a message's or reasoning item's content.
@@ -642,6 +670,18 @@ pub mod responses {
             output_index: usize,
             arguments: &'a str,
         },
+        #[serde(rename = "response.custom_tool_call_input.delta")]
+        CustomInputDelta {
+            item_id: &'a str,
+            output_index: usize,
+            delta: &'a str,
+        },
+        #[serde(rename = "response.custom_tool_call_input.done")]
+        CustomInputDone {
+            item_id: &'a str,
+            output_index: usize,
+            input: &'a str,
+        },
         #[serde(rename = "response.completed")]
         Completed { response: Response<'a> },
         #[serde(rename = "response.incomplete")]
@@ -670,6 +710,8 @@ pub mod responses {
                 Event::ReasoningDone { .. } => "response.reasoning_text.done",
                 Event::ArgumentsDelta { .. } => "response.function_call_arguments.delta",
                 Event::ArgumentsDone { .. } => "response.function_call_arguments.done",
+                Event::CustomInputDelta { .. } => "response.custom_tool_call_input.delta",
+                Event::CustomInputDone { .. } => "response.custom_tool_call_input.done",
                 Event::Completed { .. } => "response.completed",
                 Event::Incomplete { .. } => "response.incomplete",
                 Event::Error { .. } => "error",

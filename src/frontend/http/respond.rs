@@ -206,11 +206,19 @@ pub struct Responder {
     /// Where the connection may stay open: set once a whole answer went out
     /// saying so (a stream always closes).
     pub(super) kept: Option<Arc<AtomicBool>>,
+    /// Headers every answer of this request carries (`Warning`).
+    pub(super) added: Vec<(&'static str, String)>,
 }
 
 impl Responder {
+    /// Adds a header to whatever answer this request gets, whole or streamed.
+    pub fn add_header(&mut self, name: &'static str, value: String) {
+        self.added.push((name, value));
+    }
+
     fn base_headers(&self) -> Vec<(&'static str, String)> {
         let mut headers = vec![("Cache-Control", "no-store".to_string())];
+        headers.extend(self.added.iter().cloned());
         if let Some(origin) = &self.cors_origin {
             headers.push(("Access-Control-Allow-Origin", origin.clone()));
             headers.push(("Vary", "Origin".into()));
