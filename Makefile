@@ -196,7 +196,7 @@ chat-templates:
 # The API server's acceptance tests drive it with the official `openai` and `anthropic`
 # packages; install them only when missing.
 openai-py:
-	@$(PYTHON) -c 'import openai, anthropic' 2>/dev/null || $(PYTHON) -m pip install --quiet openai anthropic
+	@$(PYTHON) -c 'import openai, anthropic, ollama' 2>/dev/null || $(PYTHON) -m pip install --quiet openai anthropic ollama
 # The chat page's browser test (tests/it/ui.rs) drives headless Chromium with Selenium:
 # Debian's chromium and chromium-driver (only when missing), selenium from PyPI (only when missing).
 BROWSER_APT_PACKAGES := chromium chromium-driver

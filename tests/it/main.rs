@@ -17,6 +17,7 @@ mod llama_routes;
 mod loading;
 mod mcp;
 mod models;
+mod ollama_routes;
 mod peers;
 mod persist;
 mod prompt_cache;

@@ -13,6 +13,8 @@
 //! `POST /tokenize`, `POST /detokenize`, `POST /apply-template` and
 //! `GET /props` ([`local`]) and its own `POST /completion` ([`native`]); other
 //! backends answer those, and `/v1/completions`, with 501.
+//! Ollama's API (`/api/chat`, `/api/generate`, `/api/tags`, `/api/show`,
+//! `/api/ps`, `/api/version`, `/api/embed`, `/api/embeddings`) is [`ollama`].
 //!
 //! Flow of a generation request, on its connection's thread:
 //! 1. The body is checked field by field ([`openai::parse`],
@@ -37,6 +39,7 @@ mod fields;
 mod local;
 mod metrics;
 mod native;
+mod ollama;
 mod openai;
 mod pool;
 mod responses;
@@ -537,6 +540,24 @@ impl Handler for ApiServer {
             ("POST", "/completion") => self.native_completion(&request, responder),
             ("POST", "/infill") => self.infill(&request, responder),
             ("POST", "/apply-template") => self.apply_template(&request, responder),
+            ("POST", "/api/chat") => {
+                self.ollama_generation(ollama::Route::Chat, &request, responder)
+            }
+            ("POST", "/api/generate") => {
+                self.ollama_generation(ollama::Route::Generate, &request, responder)
+            }
+            ("GET", "/api/tags") => self.ollama_tags(responder),
+            ("POST", "/api/show") => self.ollama_show(&request, responder),
+            ("GET", "/api/ps") => self.ollama_ps(responder),
+            ("GET", "/api/version") => ollama::version(responder),
+            ("POST", "/api/embed") => {
+                self.ollama_embed(ollama::EmbedRoute::Embed, &request, responder)
+            }
+            ("POST", "/api/embeddings") => {
+                self.ollama_embed(ollama::EmbedRoute::Legacy, &request, responder)
+            }
+            (_, path) if ollama::UNSERVED.contains(&path) => ollama::unserved(path, responder),
+            (_, path) if ollama::ROUTES.contains(&path) => ollama::wrong_method(responder),
             (
                 _,
                 "/health"

@@ -253,22 +253,28 @@ fn llama_server_format(f: &Fields<'_>) -> Result<Option<ResponseFormat>, ApiErro
     let Some(schema) = f.get("json_schema") else {
         return Ok(None);
     };
+    schema_format("json_schema", schema).map(Some)
+}
+
+/// A bare JSON schema as a strict constraint (llama-server's `json_schema`,
+/// Ollama's `format`), checked as `response_format`'s is; `param` names the field.
+pub(super) fn schema_format(param: &str, schema: &Value) -> Result<ResponseFormat, ApiError> {
     if !schema.is_object() {
         return Err(ApiError::invalid(
-            "json_schema",
-            "'json_schema' must be a JSON schema object",
+            param,
+            format!("'{param}' must be a JSON schema object"),
         ));
     }
     crate::llama::grammar::check_schema(schema).map_err(|e| {
-        let mut error = ApiError::invalid("json_schema", e.to_string());
+        let mut error = ApiError::invalid(param, e.to_string());
         error.code = Some("unsupported_schema".into());
         error
     })?;
-    Ok(Some(ResponseFormat::JsonSchema {
-        name: "json_schema".into(),
+    Ok(ResponseFormat::JsonSchema {
+        name: param.into(),
         schema: schema.clone(),
         strict: true,
-    }))
+    })
 }
 
 /// The system prompt (when the request has one) and the other messages.

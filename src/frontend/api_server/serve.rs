@@ -17,7 +17,7 @@ use crossbeam_channel::{RecvTimeoutError, Select};
 use super::error::{from_backend, ApiError};
 use super::pool::{Out, Pool, Ticket, Work};
 use super::text::{Assembler, Piece};
-use super::{anthropic, completions, native, openai, responses};
+use super::{anthropic, completions, native, ollama, openai, responses};
 use super::{ApiServer, Loaded, Usage, KEEPALIVE, TICK};
 use crate::backend::Reply;
 use crate::core::{Event, TokenLogprobs};
@@ -30,6 +30,8 @@ pub(super) enum Answer {
     Text(completions::Answer),
     Native(native::Answer),
     Responses(responses::Answer),
+    /// Ollama's `/api/chat` and `/api/generate`: streamed as NDJSON, not SSE.
+    Ollama(ollama::Answer),
 }
 
 impl Answer {
@@ -42,6 +44,7 @@ impl Answer {
             Answer::Anthropic(_) => {
                 responder.json_with(error.status, &error.anthropic_body(), &headers)
             }
+            Answer::Ollama(_) => responder.json_with(error.status, &error.ollama_body(), &headers),
         }
     }
 
@@ -54,6 +57,7 @@ impl Answer {
             Answer::Text(a) => a.start(sse, index),
             Answer::Native(a) => a.start(sse),
             Answer::Responses(a) => a.start(sse),
+            Answer::Ollama(_) => Ok(()),
         }
     }
 
@@ -73,6 +77,7 @@ impl Answer {
             Answer::Text(a) => a.piece(sse, index, piece, logprobs),
             Answer::Native(a) => a.piece(sse, piece, logprobs),
             Answer::Responses(a) => a.piece(sse, piece),
+            Answer::Ollama(a) => a.piece(sse, piece),
         }
     }
 
@@ -90,6 +95,7 @@ impl Answer {
             Answer::Text(a) => a.finish_choice(sse, index, reply, usage),
             Answer::Native(a) => a.finish(sse, reply, usage),
             Answer::Responses(a) => a.finish(sse, reply, usage),
+            Answer::Ollama(a) => a.finish(sse, reply, usage),
         }
     }
 
@@ -98,7 +104,9 @@ impl Answer {
         match self {
             Answer::OpenAi(a) => a.end(sse, usage),
             Answer::Text(a) => a.end(sse, usage),
-            Answer::Anthropic(_) | Answer::Native(_) | Answer::Responses(_) => Ok(()),
+            Answer::Anthropic(_) | Answer::Native(_) | Answer::Responses(_) | Answer::Ollama(_) => {
+                Ok(())
+            }
         }
     }
 
@@ -109,6 +117,7 @@ impl Answer {
             Answer::OpenAi(_) | Answer::Text(_) | Answer::Native(_) => openai::fail(sse, error),
             Answer::Anthropic(a) => a.fail(sse, error),
             Answer::Responses(a) => a.fail(sse, error),
+            Answer::Ollama(a) => a.fail(sse, error),
         }
     }
 
@@ -125,6 +134,7 @@ impl Answer {
             Answer::Text(a) => responder.json(200, &a.whole(choices, usage)),
             Answer::Native(a) => responder.json(200, &a.whole(text, reply, usage)),
             Answer::Responses(a) => responder.json(200, &a.whole(text, reply, usage)),
+            Answer::Ollama(a) => responder.json(200, &a.whole(text, reply, usage)),
         }
     }
 }
@@ -244,7 +254,11 @@ impl ApiServer {
     }
 
     fn stream(&self, mut answer: Answer, firsts: Vec<Out>, held: &[Held], responder: Responder) {
-        let Ok(mut sse) = responder.sse() else {
+        let opened = match answer {
+            Answer::Ollama(_) => responder.ndjson(),
+            _ => responder.sse(),
+        };
+        let Ok(mut sse) = opened else {
             self.metrics.cancelled.fetch_add(1, Ordering::Relaxed);
             return;
         };

@@ -339,14 +339,25 @@ impl Responder {
     }
 
     /// Starts a `text/event-stream` answer.
-    pub fn sse(mut self) -> io::Result<SseStream> {
+    pub fn sse(self) -> io::Result<SseStream> {
+        self.stream_as("text/event-stream", false)
+    }
+
+    /// Starts an `application/x-ndjson` answer (Ollama's streams): the same
+    /// stream, each [`SseStream::send`] one line of JSON, and no keep-alive
+    /// comments (a blank or non-JSON line would break a line-by-line reader).
+    pub fn ndjson(self) -> io::Result<SseStream> {
+        self.stream_as("application/x-ndjson", true)
+    }
+
+    fn stream_as(mut self, content_type: &str, ndjson: bool) -> io::Result<SseStream> {
         self.log.status = 200;
         let stream = self
             .stream
             .take()
             .ok_or_else(|| io::Error::from(io::ErrorKind::NotConnected))?;
         let mut headers = self.base_headers();
-        headers.push(("Content-Type", "text/event-stream".into()));
+        headers.push(("Content-Type", content_type.into()));
         headers.push(("X-Accel-Buffering", "no".into()));
         // Events are small and must leave at once: no Nagle delay behind an
         // unacked one (set at accept already; a stream cannot do without it).
@@ -358,6 +369,7 @@ impl Responder {
             stream,
             _log: self.log,
             last_write: Instant::now(),
+            ndjson,
         })
     }
 }
@@ -446,11 +458,17 @@ pub struct SseStream {
     stream: Arc<TcpStream>,
     _log: AccessLog,
     last_write: Instant,
+    /// Lines of JSON rather than events ([`Responder::ndjson`]).
+    ndjson: bool,
 }
 
 impl SseStream {
-    /// Sends `data: <line>` as one event.
+    /// Sends `data: <line>` as one event (on an NDJSON stream, `<line>` and a
+    /// newline; `data` is one line of JSON there).
     pub fn send(&mut self, data: &str) -> io::Result<()> {
+        if self.ndjson {
+            return self.chunk(format!("{data}\n").as_bytes());
+        }
         let mut frame = String::with_capacity(data.len() + 8);
         for line in data.split('\n') {
             frame.push_str("data: ");
@@ -464,6 +482,9 @@ impl SseStream {
     /// Sends `: text`, which clients ignore: it keeps proxies and idle clients
     /// from timing out and shows whether the client is still there.
     pub fn comment(&mut self, text: &str) -> io::Result<()> {
+        if self.ndjson {
+            return Ok(());
+        }
         self.chunk(format!(": {text}\n\n").as_bytes())
     }
 

@@ -1,0 +1,1185 @@
+//! Ollama's API on the same `--server`, so `shepherd --server --port 11434 -m
+//! FILE.gguf` serves Ollama's clients (the `ollama` Python package, Open WebUI,
+//! `curl localhost:11434/api/chat`).
+//!
+//! Generation (`POST /api/chat`, `POST /api/generate`) goes through the same
+//! checks and pool as chat completions: `options` are read by
+//! [`openai::sampling`] (the names match: `temperature`, `top_p`, `top_k`,
+//! `min_p`, `seed`, `stop`, `repeat_penalty`, `repeat_last_n`,
+//! `presence_penalty`, `frequency_penalty`) plus Ollama's `num_predict`;
+//! `num_ctx` is checked and not applied (the context is the server's);
+//! `format` is `"json"` or a JSON schema ([`openai::schema_format`]); `tools` are
+//! chat's ([`openai::tools`]). Answers stream as `application/x-ndjson` (one
+//! object a line, the last `done: true` with the figures in nanoseconds) unless
+//! `stream: false`. `think: false` hides the reasoning the model writes (it does
+//! not stop the model from writing it); otherwise it is `message.thinking`.
+//! `keep_alive` is accepted and changes nothing: the model stays loaded while
+//! the server runs. A generate `template` override is refused with a 400 (the
+//! model's own template is used); `raw: true` continues the prompt as it is,
+//! like `/v1/completions` (the in-process model only); `images` are refused.
+//!
+//! Model routes describe the one served model: `GET /api/tags`, `POST
+//! /api/show`, `GET /api/ps`; `GET /api/version`; embeddings with the
+//! in-process model (`POST /api/embed`, legacy `POST /api/embeddings`). The
+//! model management routes (`pull`, `push`, `create`, `copy`, `delete`) answer
+//! 501. A request naming another model gets Ollama's 404; an empty name means
+//! the served one. Errors are Ollama's `{"error": "..."}`.
+
+use std::io;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Map, Value};
+
+use super::error::ApiError;
+use super::fields::{json_body, unknown_fields, Fields};
+use super::pool::Work;
+use super::serve::Answer as Served;
+use super::text::{Assembler, Piece};
+use super::wire::encode;
+use super::{local, openai, ApiServer, Defaults, Loaded, Usage};
+use crate::backend::llamacpp::EmbedInput;
+use crate::backend::{PromptPart, Reply, ResponseFormat, Sampling, ToolChoice};
+use crate::core::{FinishReason, Message, Role, Session, ToolCall};
+use crate::frontend::http::{Request, Responder, SseStream};
+
+/// The Ollama API level `GET /api/version` reports: clients that compare
+/// versions (for tools, `think`, structured `format`) find these features
+/// there. shepherd's own version is beside it.
+pub const API_VERSION: &str = "0.12.0";
+
+/// The routes this module answers, for the 405 of a wrong method.
+pub const ROUTES: [&str; 8] = [
+    "/api/chat",
+    "/api/generate",
+    "/api/tags",
+    "/api/show",
+    "/api/ps",
+    "/api/version",
+    "/api/embed",
+    "/api/embeddings",
+];
+
+/// Ollama's model management, not served here.
+pub const UNSERVED: [&str; 5] = [
+    "/api/pull",
+    "/api/push",
+    "/api/create",
+    "/api/copy",
+    "/api/delete",
+];
+
+/// Fields accepted and changing nothing (see the module docs).
+const IGNORED: [&str; 3] = ["keep_alive", "truncate", "shift"];
+
+const CHAT_FIELDS: [&str; 7] = [
+    "model", "messages", "tools", "format", "options", "stream", "think",
+];
+
+const GENERATE_FIELDS: [&str; 12] = [
+    "model", "prompt", "suffix", "system", "template", "context", "raw", "images", "format",
+    "options", "stream", "think",
+];
+
+/// Which route an answer is for: their lines differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    Chat,
+    Generate,
+}
+
+/// A checked `/api/chat` or `/api/generate` request.
+#[derive(Debug)]
+pub struct OllamaRequest {
+    pub work: Work,
+    pub stream: bool,
+    pub model: String,
+    /// `think: false` hides the reasoning.
+    pub hide_thinking: bool,
+    /// Nothing to generate (no messages, an empty prompt): Ollama loads the
+    /// model and answers `done_reason: "load"` at once.
+    pub load_only: bool,
+    pub ignored: Vec<String>,
+}
+
+/// The model a request names, as echoed: the served one (also as
+/// `NAME:latest`), or the served one when the name is empty; any other is
+/// Ollama's 404.
+pub fn served_model(name: Option<&str>, defaults: &Defaults) -> Result<String, ApiError> {
+    match name.unwrap_or("") {
+        "" => Ok(defaults.model.clone()),
+        name if name == defaults.model || name == format!("{}:latest", defaults.model) => {
+            Ok(name.to_string())
+        }
+        name => Err(ApiError::new(
+            404,
+            "not_found_error",
+            format!("model \"{name}\" not found, try pulling it first"),
+        )),
+    }
+}
+
+/// `POST /api/chat`.
+pub fn parse_chat(body: &[u8], defaults: &Defaults) -> Result<OllamaRequest, ApiError> {
+    let value = json_body(body)?;
+    let f = Fields::of(&value, "")?;
+    let model = served_model(f.str("model")?, defaults)?;
+    let (system, messages) = messages(&f)?;
+    let tools = openai::tools(&f)?;
+    let mut session = Session::new(system.unwrap_or_else(|| defaults.system_prompt.clone()));
+    let load_only = messages.is_empty();
+    session.messages = messages;
+    Ok(OllamaRequest {
+        work: Work {
+            session,
+            tools,
+            tool_choice: ToolChoice::Auto,
+            sampling: sampling(&f, defaults)?,
+            use_tools: defaults.use_tools,
+            raw_prompt: None,
+        },
+        stream: f.bool("stream")?.unwrap_or(true),
+        model,
+        hide_thinking: !think(&f)?,
+        load_only,
+        ignored: unknown_fields(&value, &CHAT_FIELDS, &IGNORED),
+    })
+}
+
+/// `POST /api/generate`: one user turn (`prompt`, with `system`), or with
+/// `raw` the prompt as it is.
+pub fn parse_generate(body: &[u8], defaults: &Defaults) -> Result<OllamaRequest, ApiError> {
+    let value = json_body(body)?;
+    let f = Fields::of(&value, "")?;
+    let model = served_model(f.str("model")?, defaults)?;
+    no_images(&f)?;
+    if f.str("template")?.is_some_and(|t| !t.is_empty()) {
+        return Err(ApiError::invalid(
+            "template",
+            "'template' overrides are not supported: the model's own chat template is used (send raw: true with a prompt already formatted)",
+        ));
+    }
+    f.unsupported("suffix", &[Value::String(String::new())])?;
+    f.unsupported("context", &[Value::Array(Vec::new())])?;
+    let prompt = f.str("prompt")?.unwrap_or("");
+    let raw = f.bool("raw")?.unwrap_or(false);
+    let system = f.str("system")?.unwrap_or(&defaults.system_prompt);
+    let mut session = Session::new(system.to_string());
+    session.messages.push(Message::user(prompt));
+    Ok(OllamaRequest {
+        work: Work {
+            session,
+            tools: Vec::new(),
+            tool_choice: ToolChoice::None,
+            sampling: sampling(&f, defaults)?,
+            use_tools: false,
+            raw_prompt: raw.then(|| vec![PromptPart::Text(prompt.to_string())]),
+        },
+        stream: f.bool("stream")?.unwrap_or(true),
+        model,
+        hide_thinking: !think(&f)?,
+        load_only: prompt.is_empty(),
+        ignored: unknown_fields(&value, &GENERATE_FIELDS, &IGNORED),
+    })
+}
+
+fn no_images(f: &Fields<'_>) -> Result<(), ApiError> {
+    match f.array("images")? {
+        Some(images) if !images.is_empty() => Err(ApiError::invalid(
+            &f.name("images"),
+            "images are not supported yet",
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// `think`: a boolean, or a level (`low`, `medium`, `high`) that means on.
+fn think(f: &Fields<'_>) -> Result<bool, ApiError> {
+    match f.get("think") {
+        None | Some(Value::Bool(true)) => Ok(true),
+        Some(Value::Bool(false)) => Ok(false),
+        Some(Value::String(level)) if ["low", "medium", "high"].contains(&level.as_str()) => {
+            Ok(true)
+        }
+        Some(_) => Err(ApiError::invalid(
+            "think",
+            "'think' must be a boolean or low, medium or high",
+        )),
+    }
+}
+
+/// `options` over the server's defaults, and `format`.
+fn sampling(f: &Fields<'_>, defaults: &Defaults) -> Result<Sampling, ApiError> {
+    let mut sampling = match f.object("options")? {
+        Some(options) => {
+            let mut sampling = openai::sampling(&options, defaults)?;
+            // -1 (no cap) and -2 (fill the context) both end at the context's end.
+            let limit = defaults.max_tokens_limit();
+            if let Some(n) = options.integer("num_predict", -2, limit)? {
+                sampling.max_tokens = u32::try_from(n).ok().filter(|&n| n > 0);
+            }
+            options.integer("num_ctx", 1, i64::from(u32::MAX))?;
+            sampling
+        }
+        None => defaults.sampling.clone(),
+    };
+    if let Some(format) = format(f)? {
+        sampling.response_format = Some(format);
+    }
+    Ok(sampling)
+}
+
+/// `format`: `"json"` (any JSON object) or a JSON schema.
+fn format(f: &Fields<'_>) -> Result<Option<ResponseFormat>, ApiError> {
+    match f.get("format") {
+        None => Ok(None),
+        Some(Value::String(s)) if s.is_empty() => Ok(None),
+        Some(Value::String(s)) if s == "json" => Ok(Some(ResponseFormat::JsonObject)),
+        Some(schema @ Value::Object(_)) => openai::schema_format("format", schema).map(Some),
+        Some(_) => Err(ApiError::invalid(
+            "format",
+            "'format' must be \"json\" or a JSON schema object",
+        )),
+    }
+}
+
+/// The system prompt (when the request has one) and the other messages.
+fn messages(f: &Fields<'_>) -> Result<(Option<String>, Vec<Message>), ApiError> {
+    let mut system: Option<String> = None;
+    let mut out: Vec<Message> = Vec::new();
+    for (i, item) in f.array("messages")?.into_iter().flatten().enumerate() {
+        let m = Fields::of(item, &format!("messages[{i}]"))?;
+        let role = m
+            .choice("role", &["system", "user", "assistant", "tool"])?
+            .ok_or_else(|| m.missing("role", "system, user, assistant or tool"))?;
+        no_images(&m)?;
+        let content = m.str("content")?.unwrap_or("");
+        match role {
+            "system" => match &mut system {
+                Some(s) => {
+                    s.push_str("\n\n");
+                    s.push_str(content);
+                }
+                None => system = Some(content.to_string()),
+            },
+            "user" => out.push(Message::user(content)),
+            "assistant" => out.push(assistant(&m, i, content)?),
+            _ => {
+                let call = answered_call(&m, &out)?.clone();
+                out.push(Message::tool_result(&call, content));
+            }
+        }
+    }
+    Ok((system, out))
+}
+
+/// An assistant turn: its text, `thinking` and `tool_calls` (arguments an
+/// object; a call without an `id` gets one, stable for the same history).
+fn assistant(m: &Fields<'_>, i: usize, content: &str) -> Result<Message, ApiError> {
+    let mut message = Message::assistant(content);
+    if let Some(thinking) = m.str("thinking")?.filter(|t| !t.is_empty()) {
+        message.thinking = Some(thinking.to_string());
+    }
+    for (j, call) in m.array("tool_calls")?.into_iter().flatten().enumerate() {
+        let c = Fields::of(call, &format!("{}[{j}]", m.name("tool_calls")))?;
+        let function = c
+            .object("function")?
+            .ok_or_else(|| c.missing("function", "an object"))?;
+        let arguments = match function.get("arguments") {
+            None => Value::Object(Map::new()),
+            Some(args @ Value::Object(_)) => args.clone(),
+            // Some clients send OpenAI's string; keep it when it is JSON.
+            Some(Value::String(raw)) => {
+                serde_json::from_str(raw).map_err(|_| function.missing("arguments", "an object"))?
+            }
+            Some(_) => return Err(function.missing("arguments", "an object")),
+        };
+        message.tool_calls.push(ToolCall {
+            id: c
+                .str("id")?
+                .map_or_else(|| format!("call_{i}_{j}"), str::to_string),
+            name: function.required_str("name")?.to_string(),
+            arguments,
+        });
+    }
+    Ok(message)
+}
+
+/// The call a `tool` message answers: the one its `tool_call_id` names, else
+/// the latest one named `tool_name`, else the next one of the latest assistant
+/// turn not answered yet (Ollama's order).
+fn answered_call<'a>(m: &Fields<'_>, earlier: &'a [Message]) -> Result<&'a ToolCall, ApiError> {
+    if let Some(id) = m.str("tool_call_id")? {
+        return super::earlier_call(earlier, id).ok_or_else(|| {
+            ApiError::invalid(
+                &m.name("tool_call_id"),
+                format!("tool_call_id '{id}' answers no earlier assistant tool call"),
+            )
+        });
+    }
+    let calls = || {
+        earlier
+            .iter()
+            .rev()
+            .filter(|msg| msg.role == Role::Assistant)
+            .flat_map(|msg| msg.tool_calls.iter())
+    };
+    if let Some(name) = m.str("tool_name")? {
+        return calls().find(|call| call.name == name).ok_or_else(|| {
+            ApiError::invalid(
+                &m.name("tool_name"),
+                format!("tool_name '{name}' names no earlier assistant tool call"),
+            )
+        });
+    }
+    let last = earlier.iter().rposition(|msg| msg.role == Role::Assistant);
+    let next = last.and_then(|a| {
+        let answered = earlier[a + 1..]
+            .iter()
+            .filter(|msg| msg.role == Role::Tool)
+            .count();
+        earlier[a].tool_calls.get(answered)
+    });
+    next.ok_or_else(|| {
+        ApiError::invalid(
+            &m.name("role"),
+            "a tool message must answer a tool call of an earlier assistant message",
+        )
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Answers.
+
+/// Writes one generation's answer in Ollama's shape.
+pub struct Answer {
+    pub model: String,
+    pub route: Route,
+    pub hide_thinking: bool,
+    /// When the request arrived (`total_duration`).
+    pub started: Instant,
+}
+
+fn done_reason(reply: &Reply) -> &'static str {
+    match reply.finish {
+        FinishReason::Length => "length",
+        _ => "stop",
+    }
+}
+
+/// RFC 3339 in UTC with nanoseconds, as Ollama writes `created_at`.
+fn timestamp(at: SystemTime) -> String {
+    let since = at.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let seconds = crate::util::time::strftime("%Y-%m-%dT%H:%M:%S", since.as_secs() as i64);
+    format!("{seconds}.{:09}Z", since.subsec_nanos())
+}
+
+fn wire_calls(calls: &[ToolCall]) -> Vec<wire::ToolCall<'_>> {
+    calls
+        .iter()
+        .enumerate()
+        .map(|(index, call)| wire::ToolCall {
+            id: &call.id,
+            function: wire::Function {
+                index,
+                name: &call.name,
+                arguments: match &call.arguments {
+                    Value::String(raw) => {
+                        serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.clone()))
+                    }
+                    other => other.clone(),
+                },
+            },
+        })
+        .collect()
+}
+
+impl Answer {
+    /// A line with `text` (or `thinking`) and, for chat, `calls`.
+    fn line<'a>(
+        &'a self,
+        text: &'a str,
+        thinking: Option<&'a str>,
+        calls: Vec<wire::ToolCall<'a>>,
+    ) -> wire::Line<'a> {
+        let thinking = thinking.filter(|t| !t.is_empty() && !self.hide_thinking);
+        let (message, response, top_thinking) = match self.route {
+            Route::Chat => (
+                Some(wire::OutMessage {
+                    role: "assistant",
+                    content: text,
+                    thinking,
+                    tool_calls: calls,
+                }),
+                None,
+                None,
+            ),
+            Route::Generate => (None, Some(text), thinking),
+        };
+        wire::Line {
+            model: &self.model,
+            created_at: timestamp(SystemTime::now()),
+            message,
+            response,
+            thinking: top_thinking,
+            done: false,
+            figures: None,
+        }
+    }
+
+    /// The figures of the last line, in nanoseconds. Speeds the backend
+    /// measured give the prompt's and the answer's durations; without them the
+    /// answer is given the whole time.
+    fn figures(&self, reply: &Reply, usage: &Usage) -> wire::Figures {
+        let total = self.started.elapsed().as_nanos() as u64;
+        let stats = usage.stats.as_ref();
+        let nanos = |n: u64, rate: Option<f64>| {
+            rate.filter(|r| *r > 0.0)
+                .map(|r| (n as f64 / r * 1e9) as u64)
+        };
+        let uncached = usage.prompt.saturating_sub(usage.cached.unwrap_or(0));
+        let prompt_eval_duration = nanos(uncached, stats.and_then(|s| s.prefill_tps)).unwrap_or(0);
+        let eval_duration = nanos(usage.completion, stats.and_then(|s| s.decode_tps))
+            .unwrap_or_else(|| total.saturating_sub(prompt_eval_duration))
+            .max(1);
+        wire::Figures {
+            done_reason: done_reason(reply),
+            total_duration: total,
+            load_duration: 0,
+            prompt_eval_count: usage.prompt,
+            prompt_eval_duration,
+            eval_count: usage.completion,
+            eval_duration,
+        }
+    }
+
+    pub fn piece(&self, sse: &mut SseStream, piece: Piece) -> io::Result<()> {
+        let line = match &piece {
+            Piece::Text(text) => self.line(text, None, Vec::new()),
+            Piece::Reasoning(_) if self.hide_thinking => return Ok(()),
+            Piece::Reasoning(text) => self.line("", Some(text), Vec::new()),
+        };
+        sse.send(&encode(&line))
+    }
+
+    /// The tool calls (one line, whole), then the last line with the figures.
+    pub fn finish(&self, sse: &mut SseStream, reply: &Reply, usage: &Usage) -> io::Result<()> {
+        if self.route == Route::Chat && !reply.tool_calls.is_empty() {
+            sse.send(&encode(&self.line("", None, wire_calls(&reply.tool_calls))))?;
+        }
+        let last = wire::Line {
+            done: true,
+            figures: Some(self.figures(reply, usage)),
+            ..self.line("", None, Vec::new())
+        };
+        sse.send(&encode(&last))
+    }
+
+    /// An error after the stream started: a line `{"error": "..."}`.
+    pub fn fail(&self, sse: &mut SseStream, error: &ApiError) -> io::Result<()> {
+        sse.send(&encode(&error.ollama_body()))
+    }
+
+    pub fn whole<'a>(
+        &'a self,
+        text: &'a Assembler,
+        reply: &'a Reply,
+        usage: &Usage,
+    ) -> wire::Line<'a> {
+        let calls = match self.route {
+            Route::Chat => wire_calls(&reply.tool_calls),
+            Route::Generate => Vec::new(),
+        };
+        wire::Line {
+            done: true,
+            figures: Some(self.figures(reply, usage)),
+            ..self.line(&text.text, Some(&text.reasoning), calls)
+        }
+    }
+
+    /// The answer to a request with nothing to generate: the model is loaded.
+    fn loaded(&self) -> wire::Line<'_> {
+        wire::Line {
+            done: true,
+            figures: Some(wire::Figures {
+                done_reason: "load",
+                ..wire::Figures::default()
+            }),
+            ..self.line("", None, Vec::new())
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The model routes.
+
+/// What the model routes say of the served model.
+struct Facts {
+    size: u64,
+    modified_at: String,
+    details: wire::Details,
+    architecture: String,
+    parameters: u64,
+    /// The context the model was trained for (`model_info`), else the server's.
+    trained_context: u64,
+}
+
+/// Reads the served GGUF file's header (cheap: the header only) for its
+/// family, size and quantisation; an API backend's model has none of these.
+fn facts(loaded: &Loaded) -> Facts {
+    let path = loaded.local.as_ref().map(|m| m.props().model_path.clone());
+    let meta = path.as_ref().and_then(|p| std::fs::metadata(p).ok());
+    let info = path
+        .as_ref()
+        .and_then(|p| crate::llama::gguf::read_file(std::path::Path::new(p)).ok());
+    let modified = meta
+        .as_ref()
+        .and_then(|m| m.modified().ok())
+        .unwrap_or_else(SystemTime::now);
+    let architecture = info
+        .as_ref()
+        .and_then(|i| i.architecture.clone())
+        .unwrap_or_default();
+    let parameters = info.as_ref().map_or(0, |i| i.parameters);
+    Facts {
+        size: meta.map_or(0, |m| m.len()),
+        modified_at: timestamp(modified),
+        details: wire::Details {
+            parent_model: String::new(),
+            format: if info.is_some() { "gguf" } else { "" }.to_string(),
+            family: architecture.clone(),
+            families: vec![architecture.clone()],
+            parameter_size: if parameters > 0 {
+                crate::backend::models::human_count(parameters)
+            } else {
+                String::new()
+            },
+            quantization_level: info.as_ref().map(|i| i.quantisation()).unwrap_or_default(),
+        },
+        trained_context: info
+            .as_ref()
+            .and_then(|i| i.context_length)
+            .unwrap_or(loaded.info.context_size),
+        architecture,
+        parameters,
+    }
+}
+
+/// The digest clients show: the SHA-256 of the served model's id (cheap and
+/// stable while the id is; it is not the file's digest).
+fn digest(model: &str) -> String {
+    let mut sha = crate::util::sha256::Sha256::default();
+    sha.update(model.as_bytes());
+    sha.hex()
+}
+
+/// `parameters` of `/api/show`: the sampling a request gets by default, in a
+/// Modelfile's `name value` lines.
+fn parameter_lines(sampling: &Sampling, n_ctx: Option<u32>) -> String {
+    let mut lines = Vec::new();
+    let mut add = |name: &str, value: Option<String>| {
+        if let Some(value) = value {
+            lines.push(format!("{name:<24}{value}"));
+        }
+    };
+    add("num_ctx", n_ctx.map(|n| n.to_string()));
+    add("num_predict", sampling.max_tokens.map(|n| n.to_string()));
+    add("temperature", sampling.temperature.map(|n| n.to_string()));
+    add("top_k", sampling.top_k.map(|n| n.to_string()));
+    add("top_p", sampling.top_p.map(|n| n.to_string()));
+    add("min_p", sampling.min_p.map(|n| n.to_string()));
+    add(
+        "repeat_penalty",
+        sampling.repeat_penalty.map(|n| n.to_string()),
+    );
+    add("seed", sampling.seed.map(|n| n.to_string()));
+    for stop in &sampling.stop {
+        add("stop", Some(format!("\"{stop}\"")));
+    }
+    lines.join("\n")
+}
+
+impl ApiServer {
+    /// A request refused before any work, in Ollama's shape.
+    fn refuse_ollama(&self, responder: Responder, error: &ApiError) {
+        self.metrics
+            .rejected_invalid
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        responder.json_with(error.status, &error.ollama_body(), &error.headers());
+    }
+
+    pub(super) fn ollama_generation(&self, route: Route, request: &Request, responder: Responder) {
+        let started = Instant::now();
+        let Some((loaded, responder)) = self.loaded(responder) else {
+            return;
+        };
+        let parsed = match route {
+            Route::Chat => parse_chat(&request.body, &loaded.defaults),
+            Route::Generate => parse_generate(&request.body, &loaded.defaults),
+        };
+        let parsed = match parsed {
+            Ok(parsed) => parsed,
+            Err(error) => return self.refuse_ollama(responder, &error),
+        };
+        let name = match route {
+            Route::Chat => "/api/chat",
+            Route::Generate => "/api/generate",
+        };
+        super::log_ignored(name, &parsed.ignored);
+        if parsed.work.raw_prompt.is_some() && loaded.local.is_none() {
+            return self.refuse_ollama(responder, &local::unsupported("raw: true"));
+        }
+        let answer = Answer {
+            model: parsed.model,
+            route,
+            hide_thinking: parsed.hide_thinking,
+            started,
+        };
+        if parsed.load_only {
+            return responder.json(200, &answer.loaded());
+        }
+        let counter = match route {
+            Route::Chat => &self.metrics.chat_requests,
+            Route::Generate => &self.metrics.completions_requests,
+        };
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let answer = Served::Ollama(answer);
+        self.serve(loaded, answer, parsed.work, 1, parsed.stream, responder);
+    }
+
+    pub(super) fn ollama_tags(&self, responder: Responder) {
+        let Some((loaded, responder)) = self.loaded(responder) else {
+            return;
+        };
+        let facts = facts(loaded);
+        let model = &loaded.defaults.model;
+        responder.json(
+            200,
+            &wire::Tags {
+                models: vec![wire::TagEntry {
+                    name: model,
+                    model,
+                    modified_at: facts.modified_at,
+                    size: facts.size,
+                    digest: digest(model),
+                    details: facts.details,
+                }],
+            },
+        );
+    }
+
+    pub(super) fn ollama_show(&self, request: &Request, responder: Responder) {
+        let Some((loaded, responder)) = self.loaded(responder) else {
+            return;
+        };
+        let named = json_body(&request.body).and_then(|value| {
+            let f = Fields::of(&value, "")?;
+            // `name` is the older spelling.
+            let name = f.str("model")?.or(f.str("name")?);
+            served_model(name, &loaded.defaults)
+        });
+        if let Err(error) = named {
+            return self.refuse_ollama(responder, &error);
+        }
+        let facts = facts(loaded);
+        let props = loaded.local.as_ref().map(|m| m.props());
+        let renders_tools = props.is_some_and(|p| {
+            p.template_caps
+                .iter()
+                .any(|&(name, on)| name == "supports_tools" && on)
+        });
+        let mut capabilities = vec!["completion"];
+        if renders_tools {
+            capabilities.push("tools");
+        }
+        let mut model_info = Map::new();
+        model_info.insert(
+            "general.architecture".into(),
+            facts.architecture.clone().into(),
+        );
+        model_info.insert("general.parameter_count".into(), facts.parameters.into());
+        if !facts.architecture.is_empty() {
+            model_info.insert(
+                format!("{}.context_length", facts.architecture),
+                facts.trained_context.into(),
+            );
+        }
+        responder.json(
+            200,
+            &wire::Show {
+                modified_at: facts.modified_at,
+                template: props.map_or("", |p| p.chat_template.as_str()),
+                modelfile: "",
+                license: "",
+                parameters: parameter_lines(&loaded.defaults.sampling, props.map(|p| p.n_ctx_slot)),
+                details: facts.details,
+                model_info,
+                capabilities,
+            },
+        );
+    }
+
+    pub(super) fn ollama_ps(&self, responder: Responder) {
+        let Some((loaded, responder)) = self.loaded(responder) else {
+            return;
+        };
+        let facts = facts(loaded);
+        let model = &loaded.defaults.model;
+        // Loaded while the server runs: no expiry; a year on says so to clients
+        // that show a countdown.
+        let year = std::time::Duration::from_secs(365 * 24 * 3600);
+        let context_length = loaded.local.as_ref().map_or(loaded.info.context_size, |m| {
+            u64::from(m.props().n_ctx_slot)
+        });
+        responder.json(
+            200,
+            &wire::Ps {
+                models: vec![wire::PsEntry {
+                    name: model,
+                    model,
+                    size: facts.size,
+                    digest: digest(model),
+                    details: facts.details,
+                    expires_at: timestamp(SystemTime::now() + year),
+                    size_vram: 0,
+                    context_length,
+                }],
+            },
+        );
+    }
+
+    /// `POST /api/embed` (`input`: a string or strings → `embeddings`) and the
+    /// legacy `POST /api/embeddings` (`prompt` → `embedding`).
+    pub(super) fn ollama_embed(&self, route: EmbedRoute, request: &Request, responder: Responder) {
+        let legacy = route == EmbedRoute::Legacy;
+        let started = Instant::now();
+        self.metrics
+            .embeddings_requests
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let Some((loaded, responder)) = self.loaded(responder) else {
+            return;
+        };
+        let Some(model) = &loaded.local else {
+            let route = if legacy {
+                "/api/embeddings"
+            } else {
+                "/api/embed"
+            };
+            return self.refuse_ollama(responder, &local::unsupported(route));
+        };
+        let parsed = json_body(&request.body).and_then(|value| {
+            let f = Fields::of(&value, "")?;
+            let name = served_model(f.str("model")?, &loaded.defaults)?;
+            Ok((name, embed_inputs(&f, legacy)?))
+        });
+        let (name, inputs) = match parsed {
+            Ok(parsed) => parsed,
+            Err(error) => return self.refuse_ollama(responder, &error),
+        };
+        let embedded = match inputs.is_empty() {
+            true => Ok(Vec::new()),
+            false => model
+                .embed(inputs)
+                .map_err(|e| local::from_model(e, "input")),
+        };
+        let embeddings = match embedded {
+            Ok(embeddings) => embeddings,
+            Err(error) => return self.refuse_ollama(responder, &error),
+        };
+        if legacy {
+            let embedding = embeddings.into_iter().next().map(|e| e.vector);
+            return responder.json(
+                200,
+                &wire::Embedding {
+                    embedding: embedding.unwrap_or_default(),
+                },
+            );
+        }
+        let prompt_eval_count = embeddings.iter().map(|e| e.n_tokens as u64).sum();
+        responder.json(
+            200,
+            &wire::Embed {
+                model: name,
+                embeddings: embeddings.into_iter().map(|e| e.vector).collect(),
+                total_duration: started.elapsed().as_nanos() as u64,
+                load_duration: 0,
+                prompt_eval_count,
+            },
+        );
+    }
+}
+
+/// `/api/embed`, or the legacy `/api/embeddings`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EmbedRoute {
+    Embed,
+    Legacy,
+}
+
+/// The texts to embed: `input` (a string or strings) or, legacy, `prompt`; an
+/// empty one is no input (Ollama answers it with no vector).
+fn embed_inputs(f: &Fields<'_>, legacy: bool) -> Result<Vec<EmbedInput>, ApiError> {
+    let wrong = || ApiError::invalid("input", "'input' must be a string or an array of strings");
+    let texts: Vec<String> = match (legacy, f.get(if legacy { "prompt" } else { "input" })) {
+        (_, None) => Vec::new(),
+        (_, Some(Value::String(text))) => vec![text.clone()],
+        (false, Some(Value::Array(items))) => items
+            .iter()
+            .map(|item| item.as_str().map(str::to_string).ok_or_else(wrong))
+            .collect::<Result<_, _>>()?,
+        (true, Some(_)) => return Err(f.missing("prompt", "a string")),
+        (false, Some(_)) => return Err(wrong()),
+    };
+    Ok(texts
+        .into_iter()
+        .filter(|t| !t.is_empty())
+        .map(EmbedInput::Text)
+        .collect())
+}
+
+/// `GET /api/version`.
+pub fn version(responder: Responder) {
+    responder.json(
+        200,
+        &wire::Version {
+            version: API_VERSION,
+            shepherd: env!("CARGO_PKG_VERSION"),
+        },
+    );
+}
+
+/// The model management routes: 501, saying what to do instead.
+pub fn unserved(path: &str, responder: Responder) {
+    let message = match path {
+        "/api/pull" => "this server does not pull models: use `shepherd pull URL`, then restart it with -m FILE".to_string(),
+        _ => format!("{path} is not supported: this server serves the one model it was started with"),
+    };
+    let error = ApiError::new(501, "not_supported_error", message);
+    responder.json(501, &error.ollama_body());
+}
+
+/// Ollama's shape for the answer to a route of its API: a wrong method is
+/// a 405.
+pub fn wrong_method(responder: Responder) {
+    let error = ApiError::new(405, "invalid_request_error", "method not allowed");
+    responder.json(405, &error.ollama_body());
+}
+
+/// Ollama's wire shapes (server side; the client side is `backend::ollama`'s).
+pub mod wire {
+    use serde::Serialize;
+    use serde_json::{Map, Value};
+
+    /// `{"error": "..."}`.
+    #[derive(Debug, Serialize)]
+    pub struct Error<'a> {
+        pub error: &'a str,
+    }
+
+    /// One line of a generation (or the whole answer, `done: true`).
+    #[derive(Debug, Serialize)]
+    pub struct Line<'a> {
+        pub model: &'a str,
+        pub created_at: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub message: Option<OutMessage<'a>>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub response: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub thinking: Option<&'a str>,
+        pub done: bool,
+        #[serde(flatten)]
+        pub figures: Option<Figures>,
+    }
+
+    #[derive(Debug, Serialize)]
+    pub struct OutMessage<'a> {
+        pub role: &'static str,
+        pub content: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub thinking: Option<&'a str>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        pub tool_calls: Vec<ToolCall<'a>>,
+    }
+
+    #[derive(Debug, Serialize)]
+    pub struct ToolCall<'a> {
+        pub id: &'a str,
+        pub function: Function<'a>,
+    }
+
+    #[derive(Debug, Serialize)]
+    pub struct Function<'a> {
+        pub index: usize,
+        pub name: &'a str,
+        /// An object, not a string as in OpenAI's shape.
+        pub arguments: Value,
+    }
+
+    /// The last line's figures; durations in nanoseconds.
+    #[derive(Debug, Default, Serialize)]
+    pub struct Figures {
+        pub done_reason: &'static str,
+        pub total_duration: u64,
+        pub load_duration: u64,
+        pub prompt_eval_count: u64,
+        pub prompt_eval_duration: u64,
+        pub eval_count: u64,
+        pub eval_duration: u64,
+    }
+
+    #[derive(Debug, Clone, Serialize)]
+    pub struct Details {
+        pub parent_model: String,
+        pub format: String,
+        pub family: String,
+        pub families: Vec<String>,
+        pub parameter_size: String,
+        pub quantization_level: String,
+    }
+
+    #[derive(Debug, Serialize)]
+    pub struct Tags<'a> {
+        pub models: Vec<TagEntry<'a>>,
+    }
+
+    #[derive(Debug, Serialize)]
+    pub struct TagEntry<'a> {
+        pub name: &'a str,
+        pub model: &'a str,
+        pub modified_at: String,
+        pub size: u64,
+        pub digest: String,
+        pub details: Details,
+    }
+
+    #[derive(Debug, Serialize)]
+    pub struct Show<'a> {
+        pub modified_at: String,
+        pub template: &'a str,
+        pub modelfile: &'a str,
+        pub license: &'a str,
+        pub parameters: String,
+        pub details: Details,
+        pub model_info: Map<String, Value>,
+        pub capabilities: Vec<&'static str>,
+    }
+
+    #[derive(Debug, Serialize)]
+    pub struct Ps<'a> {
+        pub models: Vec<PsEntry<'a>>,
+    }
+
+    #[derive(Debug, Serialize)]
+    pub struct PsEntry<'a> {
+        pub name: &'a str,
+        pub model: &'a str,
+        pub size: u64,
+        pub digest: String,
+        pub details: Details,
+        pub expires_at: String,
+        pub size_vram: u64,
+        pub context_length: u64,
+    }
+
+    #[derive(Debug, Serialize)]
+    pub struct Embed {
+        pub model: String,
+        pub embeddings: Vec<Vec<f32>>,
+        pub total_duration: u64,
+        pub load_duration: u64,
+        pub prompt_eval_count: u64,
+    }
+
+    #[derive(Debug, Serialize)]
+    pub struct Embedding {
+        pub embedding: Vec<f32>,
+    }
+
+    #[derive(Debug, Serialize)]
+    pub struct Version {
+        pub version: &'static str,
+        pub shepherd: &'static str,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn defaults() -> Defaults {
+        Defaults {
+            model: "served".into(),
+            system_prompt: "server prompt".into(),
+            ..Defaults::default()
+        }
+    }
+
+    fn chat(body: Value) -> Result<OllamaRequest, ApiError> {
+        parse_chat(body.to_string().as_bytes(), &defaults())
+    }
+
+    #[test]
+    fn a_chat_history_with_calls_and_results_becomes_messages() {
+        let request = chat(json!({
+            "model": "served:latest",
+            "messages": [
+                {"role": "system", "content": "be brief"},
+                {"role": "user", "content": "weather?"},
+                {"role": "assistant", "content": "", "tool_calls": [
+                    {"function": {"name": "weather", "arguments": {"city": "Paris"}}},
+                    {"function": {"name": "time", "arguments": {}}}
+                ]},
+                {"role": "tool", "content": "sunny", "tool_name": "weather"},
+                {"role": "tool", "content": "noon"}
+            ],
+            "tools": [{"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}],
+            "options": {"temperature": 0, "num_predict": 7, "seed": 3, "stop": ["END"], "num_ctx": 4096},
+            "format": {"type": "object", "properties": {"a": {"type": "integer"}}},
+            "keep_alive": "5m",
+            "think": false
+        }))
+        .unwrap();
+        let messages = &request.work.session.messages;
+        assert_eq!(request.work.session.system_prompt, "be brief");
+        assert_eq!(request.model, "served:latest");
+        assert!(request.stream && request.hide_thinking && !request.load_only);
+        assert_eq!(messages[1].tool_calls[0].id, "call_2_0");
+        assert_eq!(
+            messages[1].tool_calls[0].arguments,
+            json!({"city": "Paris"})
+        );
+        assert_eq!(messages[2].tool_call_id.as_deref(), Some("call_2_0"));
+        assert_eq!(messages[3].tool_call_id.as_deref(), Some("call_2_1"));
+        let sampling = &request.work.sampling;
+        assert_eq!(
+            (sampling.temperature, sampling.max_tokens, sampling.seed),
+            (Some(0.0), Some(7), Some(3))
+        );
+        assert_eq!(sampling.stop, vec!["END".to_string()]);
+        assert!(matches!(
+            sampling.response_format,
+            Some(ResponseFormat::JsonSchema { .. })
+        ));
+        assert!(request.ignored.is_empty(), "{:?}", request.ignored);
+    }
+
+    #[test]
+    fn faults_are_ollama_errors_naming_the_field() {
+        for (body, status, message) in [
+            (
+                json!({"model": "other", "messages": []}),
+                404,
+                "model \"other\" not found, try pulling it first",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "x", "images": ["aGk="]}]}),
+                400,
+                "images are not supported yet",
+            ),
+            (
+                json!({"messages": [{"role": "tool", "content": "x"}]}),
+                400,
+                "a tool message must answer a tool call of an earlier assistant message",
+            ),
+            (
+                json!({"messages": [], "format": "xml"}),
+                400,
+                "'format' must be \"json\" or a JSON schema object",
+            ),
+            (
+                json!({"messages": [], "options": {"temperature": "hot"}}),
+                400,
+                "'options.temperature' must be a number from 0 to 2",
+            ),
+        ] {
+            let error = chat(body.clone()).unwrap_err();
+            assert_eq!(
+                (error.status, error.message.as_str()),
+                (status, message),
+                "{body}"
+            );
+            assert_eq!(
+                encode(&error.ollama_body()),
+                encode(&json!({"error": message}))
+            );
+        }
+        let template = json!({"prompt": "hi", "template": "{{ .Prompt }}"});
+        let error = parse_generate(template.to_string().as_bytes(), &defaults()).unwrap_err();
+        assert_eq!(error.param.as_deref(), Some("template"));
+    }
+
+    #[test]
+    fn generate_takes_a_prompt_its_system_and_raw() {
+        let body = json!({"model": "", "prompt": "1, 2,", "system": "count", "raw": true, "stream": false});
+        let request = parse_generate(body.to_string().as_bytes(), &defaults()).unwrap();
+        assert_eq!(request.model, "served");
+        assert!(!request.stream);
+        assert_eq!(request.work.session.system_prompt, "count");
+        assert_eq!(
+            request.work.raw_prompt,
+            Some(vec![PromptPart::Text("1, 2,".into())])
+        );
+        let empty = parse_generate(b"{}", &defaults()).unwrap();
+        assert!(empty.load_only);
+    }
+
+    #[test]
+    fn lines_are_chat_or_generate_shaped_and_the_last_has_the_figures() {
+        let answer = |route| Answer {
+            model: "m".into(),
+            route,
+            hide_thinking: false,
+            started: Instant::now(),
+        };
+        let value = |line: &wire::Line<'_>| {
+            let mut v: Value = serde_json::from_str(&encode(line)).unwrap();
+            v.as_object_mut().unwrap().remove("created_at");
+            v
+        };
+        let chat = answer(Route::Chat);
+        assert_eq!(
+            value(&chat.line("hi", Some("hmm"), Vec::new())),
+            json!({"model": "m", "message": {"role": "assistant", "content": "hi", "thinking": "hmm"}, "done": false})
+        );
+        let generate = answer(Route::Generate);
+        assert_eq!(
+            value(&generate.line("hi", None, Vec::new())),
+            json!({"model": "m", "response": "hi", "done": false})
+        );
+        let reply = Reply {
+            content: String::new(),
+            thinking: String::new(),
+            tool_calls: vec![ToolCall {
+                id: "c1".into(),
+                name: "weather".into(),
+                arguments: json!({"city": "Paris"}),
+            }],
+            finish: FinishReason::Stop,
+            usage: None,
+            artefacts: Vec::new(),
+            stop_sequence: None,
+        };
+        let usage = Usage {
+            prompt: 10,
+            completion: 4,
+            ..Usage::default()
+        };
+        let whole = value(&chat.whole(&Assembler::new(), &reply, &usage));
+        assert_eq!(
+            whole["message"]["tool_calls"],
+            json!([{"id": "c1", "function": {"index": 0, "name": "weather", "arguments": {"city": "Paris"}}}])
+        );
+        assert_eq!(whole["done"], json!(true));
+        assert_eq!(whole["done_reason"], json!("stop"));
+        assert_eq!(
+            (
+                whole["prompt_eval_count"].as_u64(),
+                whole["eval_count"].as_u64()
+            ),
+            (Some(10), Some(4))
+        );
+        assert!(whole["eval_duration"].as_u64().unwrap() > 0);
+        assert!(timestamp(UNIX_EPOCH).starts_with("1970-01-01T00:00:00.000000000Z"));
+    }
+}
