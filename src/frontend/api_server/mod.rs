@@ -514,6 +514,7 @@ impl ApiServer {
 }
 
 impl Handler for ApiServer {
+    /// Routes a request: long because it is the route table, one arm per route.
     fn handle(&self, request: Request, responder: Responder) {
         let path = openai_route(request.path.trim_end_matches('/'));
         match (request.method.as_str(), path.as_ref()) {

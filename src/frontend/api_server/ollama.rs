@@ -124,7 +124,8 @@ pub fn parse_chat(body: &[u8], defaults: &Defaults) -> Result<OllamaRequest, Api
     let f = Fields::of(&value, "")?;
     let model = served_model(f.str("model")?, defaults)?;
     let (system, messages) = messages(&f)?;
-    let tools = openai::tools(&f)?;
+    // Ollama's tools are functions; another type is refused or dropped as on chat.
+    let (tools, _kinds) = openai::tools(&f)?;
     let mut session = Session::new(system.unwrap_or_else(|| defaults.system_prompt.clone()));
     let load_only = messages.is_empty();
     session.messages = messages;
