@@ -85,14 +85,25 @@ pub(crate) fn render(
     conversation: &[TemplateMessage],
     tools: &[ToolSpec],
 ) -> Result<String, BackendError> {
-    let prepared = prepare(template, conversation, tools);
-    prepared
+    render_turn(template, conversation, tools, true)
+}
+
+/// [`render`], with or without the assistant's opening at the end.
+pub(crate) fn render_turn(
+    template: &ChatTemplate,
+    conversation: &[TemplateMessage],
+    tools: &[ToolSpec],
+    generation_prompt: bool,
+) -> Result<String, BackendError> {
+    prepare_turn(template, conversation, tools, generation_prompt)
         .render()
         .map_err(|e| BackendError::Config(e.to_string()))
 }
 
 /// What [`render`] renders: the template's own tool handling where it describes tools,
-/// else the tools described in the system message and no `tools` passed.
+/// else the tools described in the system message and no `tools` passed (the
+/// template corpus tests render through it).
+#[cfg(test)]
 pub(crate) fn prepare<'a>(
     template: &'a ChatTemplate,
     conversation: &[TemplateMessage],

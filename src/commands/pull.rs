@@ -200,6 +200,44 @@ impl Part {
 }
 
 /// Pulls into `dir`; the model's path and its digest.
+/// Where a pull reads from.
+#[derive(Debug, PartialEq, Eq)]
+enum Source {
+    Http,
+    File(PathBuf),
+}
+
+/// An `http(s)://` URL, a `file://` URL (`file:///path` or `file://localhost/path`,
+/// escapes decoded) or a plain path; another scheme is refused.
+fn source(text: &str) -> Result<Source, String> {
+    let lower = text.to_ascii_lowercase();
+    if lower.starts_with("http://") || lower.starts_with("https://") {
+        return Ok(Source::Http);
+    }
+    if lower.starts_with("file://") {
+        let rest = &text["file://".len()..];
+        let path = match rest.strip_prefix("localhost") {
+            Some(path) if path.starts_with('/') => path,
+            _ if rest.starts_with('/') => rest,
+            _ => {
+                return Err(format!(
+                    "{text}: a file URL names a local path (file:///path); another host's files are not reachable"
+                ))
+            }
+        };
+        let path = path.split(['?', '#']).next().unwrap_or(path);
+        return Ok(Source::File(PathBuf::from(
+            crate::util::net::percent_decode(path, false),
+        )));
+    }
+    match text.split_once("://") {
+        Some((scheme, _)) if !scheme.is_empty() && scheme.bytes().all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b)) => {
+            Err(format!("{text}: pull reads http://, https:// and file:// URLs or a local path, not {scheme}://"))
+        }
+        _ => Ok(Source::File(PathBuf::from(text))),
+    }
+}
+
 fn pull_into(pull: &Pull, dir: &Path) -> Result<(PathBuf, String), String> {
     let name = file_name(pull)?;
     // `name` is one plain path segment (checked above): all three stay in `dir`.
@@ -218,11 +256,10 @@ fn pull_into(pull: &Pull, dir: &Path) -> Result<(PathBuf, String), String> {
     plain_or_absent(&part.data)?;
     plain_or_absent(&part.meta)?;
     let max = pull.max_size.unwrap_or(DEFAULT_MAX_SIZE);
-    let remote = pull.source.starts_with("http://") || pull.source.starts_with("https://");
     let mut progress = Progress::new(&name);
-    let digest = match remote {
-        true => download(&pull.source, &part, max, &mut progress),
-        false => copy(Path::new(&pull.source), &part, max, &mut progress),
+    let digest = match source(&pull.source)? {
+        Source::Http => download(&pull.source, &part, max, &mut progress),
+        Source::File(path) => copy(&path, &part, max, &mut progress),
     };
     progress.done();
     let digest = digest?;
@@ -780,6 +817,23 @@ mod tests {
             file_name(&escape).is_err(),
             "a name never leaves the models directory"
         );
+    }
+
+    #[test]
+    fn file_urls_are_paths_and_other_schemes_are_refused() {
+        assert_eq!(source("https://h/m.gguf"), Ok(Source::Http));
+        assert_eq!(source("HTTP://h/m.gguf"), Ok(Source::Http));
+        let file = |p: &str| Ok(Source::File(PathBuf::from(p)));
+        assert_eq!(
+            source("file:///srv/my%20models/m.gguf"),
+            file("/srv/my models/m.gguf")
+        );
+        assert_eq!(source("file://localhost/m+1.gguf"), file("/m+1.gguf"));
+        assert_eq!(source("./models/m.gguf"), file("./models/m.gguf"));
+        assert!(source("file://other-host/m.gguf")
+            .unwrap_err()
+            .contains("local path"));
+        assert!(source("ftp://h/m.gguf").unwrap_err().contains("not ftp://"));
     }
 
     #[test]

@@ -149,7 +149,27 @@ impl Access {
                 .chain(ui::PATHS.iter())
                 .map(|p| p.to_string())
                 .collect(),
-            token_hint: self.token.as_ref().map(|_| refusal_hint(port)),
+            token_hint: self.token.as_ref().map(|_| self.refusal_hint(port)),
+        }
+    }
+
+    /// What a request without the right credential is told: how to get in. A
+    /// generated token was printed and stored for the user who started the
+    /// server; a configured one is the operator's to hand out.
+    pub fn refusal_hint(&self, port: u16) -> String {
+        match self.source {
+            Source::Generated => format!(
+                "the server printed its token when it started and stored it for the user \
+                 who started it in {}",
+                auth::token_file(port).display()
+            ),
+            _ => format!(
+                "the server was started with a token of its own (--auth-token-file, \
+                 SHEPHERD_AUTH_TOKEN or auth_token in config.json): send it as --api-key or \
+                 an Authorization: Bearer header; shepherd's own clients running as the user \
+                 who started it read it from {}",
+                auth::token_file(port).display()
+            ),
         }
     }
 
@@ -217,12 +237,33 @@ impl Access {
     }
 }
 
-/// What a request without the right credential is told: how to get in.
-pub fn refusal_hint(port: u16) -> String {
-    let file = auth::token_file(port);
-    format!(
-        "the server printed its token when it started and stored it for the user who started \
-         it in {}",
-        file.display()
-    )
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn access(token: Option<&str>) -> Access {
+        let server = ServerSettings {
+            host: "127.0.0.1".into(),
+            port: 0,
+            alias: None,
+        };
+        let auth = ServerAuth {
+            token: token.map(String::from),
+            no_auth: false,
+            cors_origins: Vec::new(),
+        };
+        Access::decide(&server, &auth, ServerKind::Cli).expect("loopback")
+    }
+
+    #[test]
+    fn a_refused_client_is_told_where_the_token_is_only_when_it_was_printed() {
+        let generated = access(None).refusal_hint(8000);
+        assert!(generated.contains("printed its token"), "{generated}");
+        assert!(generated.contains("server-8000.json"), "{generated}");
+        let configured = access(Some("s3cret-token-value")).refusal_hint(8000);
+        assert!(!configured.contains("printed"), "{configured}");
+        assert!(configured.contains("--api-key"), "{configured}");
+        assert!(configured.contains("server-8000.json"), "{configured}");
+        assert!(!configured.contains("s3cret"), "{configured}");
+    }
 }

@@ -89,8 +89,8 @@ impl ToolServerConfig {
 struct Shared {
     tools: ToolRegistry,
     config: ToolServerConfig,
-    /// The port the listener really bound (`--port 0` picks one), for the refusal's hint.
-    port: u16,
+    /// Where a client without the token finds it ([`Access::refusal_hint`]).
+    hint: String,
     audit: Option<AuditLog>,
     /// Tool runs in progress, for a clean exit on a signal.
     running: AtomicUsize,
@@ -120,7 +120,7 @@ pub fn run(
     let port = listener.local_addr().map_or(config.port, |a| a.port());
     let shared = Arc::new(Shared {
         tools,
-        port,
+        hint: access.refusal_hint(port),
         config,
         audit,
         running: AtomicUsize::new(0),
@@ -409,7 +409,7 @@ impl Connection<'_> {
                 format!(
                     "this tool server requires a token: call auth with {{\"token\": ...}} \
                      first; {}",
-                    super::access::refusal_hint(self.shared.port)
+                    self.shared.hint
                 ),
             ));
         }
@@ -600,7 +600,7 @@ mod tests {
         config.root = std::env::temp_dir();
         Shared {
             tools: ToolRegistry::builtin(),
-            port: 0,
+            hint: String::new(),
             config,
             audit: None,
             running: AtomicUsize::new(0),

@@ -189,6 +189,24 @@ fn apply_template_renders_the_prompt_a_chat_request_reads() {
     let (status, error) = server.post("/apply-template", &json!({"messages": []}));
     assert_eq!(status, 400, "{error}");
     assert_eq!(error["error"]["param"], json!("messages"), "{error}");
+    // Without the assistant's opening, as llama-server renders it for a prefill.
+    let body = json!({"messages": messages, "add_generation_prompt": false});
+    let (status, applied) = server.post("/apply-template", &body);
+    assert_eq!(status, 200, "{applied}");
+    let closed = applied["prompt"].as_str().expect("prompt");
+    assert_eq!(
+        format!("{closed}<|im_start|>assistant\n"),
+        prompt,
+        "{closed:?}"
+    );
+    let body = json!({"messages": messages, "add_generation_prompt": "no"});
+    let (status, error) = server.post("/apply-template", &body);
+    assert_eq!(status, 400, "{error}");
+    assert_eq!(
+        error["error"]["param"],
+        json!("add_generation_prompt"),
+        "{error}"
+    );
     // No system message given, none configured, no tools here: the template's own
     // default, as llama-server renders it, not the agent's prompt.
     let bare = ApiServer::with_model_unprompted(&["--context-size", "2048"]);

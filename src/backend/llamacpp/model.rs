@@ -126,6 +126,9 @@ pub(super) enum ModelJob {
     RenderChat {
         conversation: Vec<crate::template::TemplateMessage>,
         tools: Vec<crate::core::ToolSpec>,
+        /// Whether the assistant's opening follows (a request's prompt), or the
+        /// text ends with the last message (`add_generation_prompt: false`).
+        generation_prompt: bool,
         reply: Sender<Result<String, ModelError>>,
     },
     /// Every slot's state (`GET /slots`).
@@ -180,21 +183,24 @@ impl LocalModel {
         session: &crate::core::Session,
         tools: Vec<crate::core::ToolSpec>,
     ) -> Result<usize, ModelError> {
-        let prompt = self.render_chat(session, tools)?;
+        let prompt = self.render_chat(session, tools, true)?;
         Ok(self.tokenize(prompt, false)?.len())
     }
 
     /// The prompt `session` with `tools` renders to with the model's chat
-    /// template, as a request's would, up to where the answer starts.
+    /// template, as a request's would, up to where the answer starts (without
+    /// that opening when `generation_prompt` is false).
     pub fn render_chat(
         &self,
         session: &crate::core::Session,
         tools: Vec<crate::core::ToolSpec>,
+        generation_prompt: bool,
     ) -> Result<String, ModelError> {
         let conversation = crate::template::conversation(&session.system_prompt, &session.messages);
         self.ask(|reply| ModelJob::RenderChat {
             conversation,
             tools,
+            generation_prompt,
             reply,
         })
     }

@@ -65,7 +65,7 @@ use super::{
     load_template, tuning, BackendError, Event, FinishReason, Flow, Job, LlamaConfig,
     PrefillReport, Prompt, RequestJob, ToolChoice, ToolSpec, Usage, WorkerMsg,
 };
-use crate::backend::local::{self, overflow, render, StopMatcher};
+use crate::backend::local::{self, overflow, render, render_turn, StopMatcher};
 use crate::core::{Message, Stats, TokenLogprobs, TokenProb};
 use crate::llama::{self, utf8::Utf8Stream, Batch, Context, ContextParams, Model, Sampler, Token};
 use crate::stream::filter::{OutputFilter, TextEnd};
@@ -576,10 +576,12 @@ impl<'m> Worker<'m> {
             Job::Model(ModelJob::RenderChat {
                 conversation,
                 tools,
+                generation_prompt,
                 reply,
             }) => {
-                let rendered = render(&self.template, &conversation, &tools)
-                    .map_err(|e| ModelError::Failed(e.to_string()));
+                let rendered =
+                    render_turn(&self.template, &conversation, &tools, generation_prompt)
+                        .map_err(|e| ModelError::Failed(e.to_string()));
                 let _ = reply.send(rendered);
             }
             Job::Warm(conversation, tools) => {

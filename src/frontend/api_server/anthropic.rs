@@ -411,7 +411,7 @@ impl Answer {
             let index = self.next_index;
             self.next_index += 1;
             let content_block = wire::Block::ToolUse {
-                id: &call.id,
+                id: self.tool_use_id(&call.id),
                 name: &call.name,
                 input: &no_input,
             };
@@ -447,6 +447,20 @@ impl Answer {
         Self::send(sse, &wire::Event::MessageStop)
     }
 
+    /// The `tool_use` id of a call: a provider's own id as it came; one shepherd
+    /// made up for the reply (`call_N`, the same in every turn) made unique to
+    /// this message (`toolu_<message>_N`), as Anthropic's ids are, so that no two
+    /// calls of a conversation share one.
+    fn tool_use_id<'a>(&self, id: &'a str) -> std::borrow::Cow<'a, str> {
+        match id.strip_prefix("call_") {
+            Some(n) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => {
+                let message = self.id.strip_prefix("msg_").unwrap_or(&self.id);
+                std::borrow::Cow::Owned(format!("toolu_{message}_{n}"))
+            }
+            _ => std::borrow::Cow::Borrowed(id),
+        }
+    }
+
     pub fn fail(&self, sse: &mut SseStream, error: &ApiError) -> io::Result<()> {
         sse.send_event("error", &encode(&error.anthropic_body()))
     }
@@ -469,7 +483,7 @@ impl Answer {
         }
         for call in &reply.tool_calls {
             content.push(wire::Block::ToolUse {
-                id: &call.id,
+                id: self.tool_use_id(&call.id),
                 name: &call.name,
                 input: &call.arguments,
             });
@@ -670,7 +684,7 @@ mod tests {
                 wire::Event::ContentBlockStart {
                     index: 1,
                     content_block: wire::Block::ToolUse {
-                        id: "t1",
+                        id: "t1".into(),
                         name: "weather",
                         input: &input,
                     },
@@ -753,5 +767,16 @@ mod tests {
                 "code_execution_20250825"
             ]
         );
+    }
+
+    #[test]
+    fn made_up_call_ids_are_unique_to_their_message_and_provider_ids_kept() {
+        let first = Answer::new("msg_7".into(), "m".into());
+        let second = Answer::new("msg_8".into(), "m".into());
+        assert_eq!(first.tool_use_id("call_0"), "toolu_7_0");
+        assert_eq!(second.tool_use_id("call_0"), "toolu_8_0");
+        assert_eq!(first.tool_use_id("toolu_01AbC"), "toolu_01AbC");
+        assert_eq!(first.tool_use_id("call_x"), "call_x");
+        assert_eq!(first.tool_use_id("call_"), "call_");
     }
 }

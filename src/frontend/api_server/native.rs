@@ -356,8 +356,20 @@ impl super::ApiServer {
             return;
         };
         let rendered = openai::parse(&request.body, &loaded.defaults).and_then(|parsed| {
+            // llama-server's `add_generation_prompt`: true unless false.
+            let body: serde_json::Value = serde_json::from_slice(&request.body).unwrap_or_default();
+            let generation_prompt = match body.get("add_generation_prompt") {
+                None => true,
+                Some(serde_json::Value::Bool(add)) => *add,
+                Some(_) => {
+                    return Err(ApiError::invalid(
+                        "add_generation_prompt",
+                        "'add_generation_prompt' must be true or false",
+                    ))
+                }
+            };
             model
-                .render_chat(&parsed.work.session, parsed.work.tools)
+                .render_chat(&parsed.work.session, parsed.work.tools, generation_prompt)
                 .map_err(|e| local::from_model(e, "messages"))
         });
         match rendered {

@@ -795,7 +795,7 @@ pub mod anthropic {
             signature: Option<&'a str>,
         },
         ToolUse {
-            id: &'a str,
+            id: std::borrow::Cow<'a, str>,
             name: &'a str,
             input: &'a Value,
         },

@@ -240,29 +240,9 @@ pub(super) fn split_target(target: &str) -> Option<(String, Option<String>)> {
     Some((path, Some(authority.to_string())))
 }
 
-/// `%XX` escapes and `+` (a space, in a form-encoded query) decoded; a bad
-/// escape stays as it is, and bytes that are not UTF-8 are replaced.
+/// A query value decoded: `%XX` escapes, and `+` as a space (form encoding).
 pub(super) fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| char::from(b).to_digit(16);
-        match bytes[i] {
-            b'%' if i + 2 < bytes.len() => match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                (Some(hi), Some(lo)) => {
-                    out.push((hi * 16 + lo) as u8);
-                    i += 3;
-                    continue;
-                }
-                _ => out.push(b'%'),
-            },
-            b'+' => out.push(b' '),
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    crate::util::net::percent_decode(text, true)
 }
 
 /// An RFC 9110 token: what a method and a header name are made of.
