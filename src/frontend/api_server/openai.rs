@@ -682,8 +682,10 @@ fn response_format(f: &Fields<'_>) -> Result<Option<ResponseFormat>, ApiError> {
 
 /// A response format from its `type` in `format` and, for `json_schema`, the
 /// `name`, `schema` and `strict` in `spec` (chat nests them in `json_schema`,
-/// the Responses API puts them beside the type). A schema is checked here: a
-/// keyword the grammar cannot enforce is a 400 naming it, never ignored.
+/// the Responses API puts them beside the type). `name` may be left out, as
+/// OpenAI allows (`response` then); a `json_object` with a `schema` beside its
+/// type is that schema, as in llama-server. A schema is checked here: a keyword
+/// the grammar cannot enforce is a 400 naming it, never ignored.
 pub(super) fn format_of(
     format: &Fields<'_>,
     spec: &Fields<'_>,
@@ -693,12 +695,13 @@ pub(super) fn format_of(
         .ok_or_else(|| format.missing("type", "text, json_object or json_schema"))?;
     Ok(match kind {
         "text" => None,
-        "json_object" => Some(ResponseFormat::JsonObject),
+        "json_object" if !format.has("schema") => Some(ResponseFormat::JsonObject),
         _ => {
+            let spec = if kind == "json_object" { format } else { spec };
             if !spec.has("name") && !format.has("json_schema") && !format.has("schema") {
                 return Err(format.missing("json_schema", "an object"));
             }
-            let name = spec.required_str("name")?.to_string();
+            let name = spec.str("name")?.unwrap_or("response").to_string();
             let schema = match spec.get("schema") {
                 Some(schema @ Value::Object(_)) => schema.clone(),
                 None => json!({"type": "object"}),
@@ -1097,6 +1100,35 @@ mod tests {
         let plain = ok(json!({"messages": user()}));
         assert_eq!(plain.model, "served");
         assert_eq!(plain.work.session.system_prompt, "server prompt");
+    }
+
+    #[test]
+    fn a_schema_needs_no_name_and_json_object_takes_llama_servers_schema() {
+        let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}}});
+        let format = |response_format: Value| {
+            ok(json!({"messages": user(), "response_format": response_format}))
+                .work
+                .sampling
+                .response_format
+        };
+        for response_format in [
+            json!({"type": "json_schema", "json_schema": {"schema": schema}}),
+            json!({"type": "json_object", "schema": schema}),
+        ] {
+            assert_eq!(
+                format(response_format.clone()),
+                Some(ResponseFormat::JsonSchema {
+                    name: "response".into(),
+                    schema: schema.clone(),
+                    strict: false,
+                }),
+                "{response_format}"
+            );
+        }
+        assert_eq!(
+            format(json!({"type": "json_object"})),
+            Some(ResponseFormat::JsonObject)
+        );
     }
 
     #[test]
