@@ -366,7 +366,7 @@ pub const FLAGS: &[Flag] = &[
         .value(flash_attn),
     flag("parallel", None, Val("N"), S::Local, "Requests decoded together in one batch (slots), 1 to 64 (default 1)")
         .value(|low, flag, raw| { low.parallel = Some(ranged(flag, raw, 1, MAX_PARALLEL as u64)? as u32); Ok(()) }),
-    flag("chat-template", None, Val("JINJA|chatml"), S::Local, "Chat template instead of the model's own: Jinja source, or chatml")
+    flag("chat-template", None, Val("JINJA|NAME"), S::Local, "Chat template instead of the model's own: Jinja source, or a llama.cpp built-in name (chatml, llama3, …)")
         .value(|low, flag, raw| { low.chat_template = Some(chat_template(flag, raw)?); Ok(()) }),
     flag("chat-template-file", None, Val("FILE"), S::Local, "Read the chat template (Jinja) from FILE")
         .path(|low, path| low.chat_template_file = Some(path)),
@@ -1138,9 +1138,14 @@ mod tests {
         check_err(&["--seed", "-1"], &["--seed", "whole number"]);
         check_err(&["--alias", " padded"], &["--alias"]);
         check_err(&["--alias", ""], &["--alias"]);
+        // Any of llama.cpp's built-in names, as llama-server takes them.
+        assert_eq!(
+            ok(&["--chat-template", "llama3"]).chat_template.as_deref(),
+            Some("llama3")
+        );
         check_err(
-            &["--chat-template", "llama3"],
-            &["chatml", "--chat-template-file"],
+            &["--chat-template", "llama99"],
+            &["chatml", "llama3", "--chat-template-file"],
         );
         check_err(
             &[

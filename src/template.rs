@@ -20,7 +20,9 @@
 //! A GGUF may carry a second template for requests with tools (`tool_use`: Hermes 2
 //! Pro, Command R+); it is used whenever tools are offered, and for everything when it
 //! is the only one, as llama.cpp does. When a model has no template, llama.cpp's
-//! built-in ChatML is the fallback. `crate::backend::local` renders every turn.
+//! built-in ChatML is the fallback; `--chat-template NAME` picks any other of
+//! llama.cpp's built-in (non-Jinja) templates by name, as llama-server does.
+//! `crate::backend::local` renders every turn.
 
 mod environment;
 
@@ -146,6 +148,8 @@ pub struct RenderContext {
 /// adapted context.
 pub struct Prepared<'a> {
     jinja: Option<&'a Jinja>,
+    /// The built-in template that renders it when there is no Jinja.
+    builtin: &'a str,
     pub context: RenderContext,
 }
 
@@ -159,16 +163,25 @@ impl Prepared<'_> {
     pub fn render(&self) -> Result<String, TemplateError> {
         match self.jinja {
             Some(jinja) => jinja.render(&self.context),
-            None => render_chatml(&self.context.messages, self.context.add_generation_prompt),
+            None => render_builtin(
+                self.builtin,
+                &self.context.messages,
+                self.context.add_generation_prompt,
+            ),
         }
     }
 }
 
 /// A model's chat template (and its `tool_use` variant), parsed and probed.
 pub struct ChatTemplate {
-    /// `None` (with no `tool_use` either) selects the ChatML fallback.
+    /// `None` (with no `tool_use` either) selects the built-in template.
     default: Option<Jinja>,
     tool_use: Option<Jinja>,
+    /// The llama.cpp built-in template used without Jinja: ChatML unless named.
+    builtin: String,
+    /// The built-in template's end of turn (`<|im_end|>` for ChatML), learnt by
+    /// rendering; empty with Jinja or where the template writes none.
+    builtin_end: String,
     bos_token: String,
     eos_token: String,
 }
@@ -178,6 +191,7 @@ impl std::fmt::Debug for ChatTemplate {
         f.debug_struct("ChatTemplate")
             .field("jinja", &self.default.is_some())
             .field("tool_use", &self.tool_use.is_some())
+            .field("builtin", &self.builtin)
             .finish()
     }
 }
@@ -185,6 +199,18 @@ impl std::fmt::Debug for ChatTemplate {
 /// The name that selects the built-in ChatML where a template is given
 /// (`--chat-template chatml`, as llama-server spells it).
 pub const CHATML: &str = "chatml";
+
+/// Whether `name` is one of llama.cpp's built-in templates (`chatml`, `llama3`, …).
+pub fn is_builtin(name: &str) -> bool {
+    builtin_names().iter().any(|n| n == name)
+}
+
+/// llama.cpp's built-in template names, sorted.
+pub fn builtin_names() -> Vec<String> {
+    let mut names = crate::llama::model::builtin_template_names();
+    names.sort();
+    names
+}
 
 impl ChatTemplate {
     /// Parses a Jinja template; `None` selects the ChatML fallback.
@@ -215,9 +241,34 @@ impl ChatTemplate {
                 None
             }
         });
+        let builtin_end = match (&default, &tool_use) {
+            (None, None) => end_of_turn(CHATML),
+            _ => String::new(),
+        };
         Ok(ChatTemplate {
             default,
             tool_use,
+            builtin: CHATML.to_string(),
+            builtin_end,
+            bos_token: bos_token.to_string(),
+            eos_token: eos_token.to_string(),
+        })
+    }
+
+    /// One of llama.cpp's built-in templates by name ([`is_builtin`]); it renders
+    /// roles and text (tools are described in the system prompt, as with ChatML).
+    pub fn builtin(name: &str, bos_token: &str, eos_token: &str) -> Result<Self, TemplateError> {
+        if !is_builtin(name) {
+            return Err(TemplateError(format!(
+                "'{name}' is not a built-in template (one of: {})",
+                builtin_names().join(", ")
+            )));
+        }
+        Ok(ChatTemplate {
+            default: None,
+            tool_use: None,
+            builtin: name.to_string(),
+            builtin_end: end_of_turn(name),
             bos_token: bos_token.to_string(),
             eos_token: eos_token.to_string(),
         })
@@ -267,12 +318,11 @@ impl ChatTemplate {
     }
 
     /// The strings an answer rendered with this template stops at: the request's
-    /// (empty ones dropped) and, with the ChatML fallback, `<|im_end|>`. A model that
-    /// has no template of its own usually has no `<|im_end|>` token either, so that
-    /// text is all that ends its turn.
+    /// (empty ones dropped) and, with a built-in template, the end of turn it writes
+    /// (`<|im_end|>` for ChatML). A model that has no template of its own usually has
+    /// no such token either, so that text is all that ends its turn.
     pub fn stop_strings(&self, requested: &[String]) -> Vec<String> {
-        let chatml = self.default.is_none() && self.tool_use.is_none();
-        let end_of_turn = chatml.then(|| "<|im_end|>".to_string());
+        let end_of_turn = (!self.builtin_end.is_empty()).then(|| self.builtin_end.clone());
         let requested = requested.iter().filter(|s| !s.is_empty()).cloned();
         requested.chain(end_of_turn).collect()
     }
@@ -309,7 +359,11 @@ impl ChatTemplate {
                 extra: Map::new(),
             },
         };
-        Prepared { jinja, context }
+        Prepared {
+            jinja,
+            builtin: &self.builtin,
+            context,
+        }
     }
 }
 
@@ -711,8 +765,10 @@ pub fn nine_alphanumerics(id: &str) -> String {
         .collect()
 }
 
-/// ChatML through llama.cpp's built-in template code (the fallback when a model has none).
-fn render_chatml(
+/// A built-in template (ChatML, the fallback when a model has none, or one named by
+/// `--chat-template`) through llama.cpp's own code.
+fn render_builtin(
+    name: &str,
     messages: &[TemplateMessage],
     add_generation_prompt: bool,
 ) -> Result<String, TemplateError> {
@@ -720,8 +776,23 @@ fn render_chatml(
         .iter()
         .map(|m| (m.role.as_str(), m.content.as_str()))
         .collect();
-    crate::llama::model::apply_builtin_template("chatml", &pairs, add_generation_prompt)
+    crate::llama::model::apply_builtin_template(name, &pairs, add_generation_prompt)
         .map_err(|e| TemplateError(e.to_string()))
+}
+
+/// The text a built-in template writes after an assistant's answer, which ends the
+/// model's turn: what follows a probe answer in a rendered conversation, trimmed.
+fn end_of_turn(name: &str) -> String {
+    const PROBE: &str = "PROBE-ANSWER";
+    let turns = [("user", "hi"), ("assistant", PROBE)];
+    let rendered = crate::llama::model::apply_builtin_template(name, &turns, false);
+    rendered
+        .ok()
+        .and_then(|text| {
+            text.rfind(PROBE)
+                .map(|at| text[at + PROBE.len()..].trim().to_string())
+        })
+        .unwrap_or_default()
 }
 
 fn describe(err: Error) -> TemplateError {
@@ -830,6 +901,30 @@ mod tests {
             out.starts_with("<|im_start|>system\n"),
             "SmolLM2 adds its default system line: {out}"
         );
+    }
+
+    #[test]
+    fn builtin_templates_render_by_name_and_stop_at_their_end_of_turn() {
+        let names = builtin_names();
+        for name in ["chatml", "llama3", "gemma", "mistral-v7", "phi3"] {
+            assert!(names.iter().any(|n| n == name), "{name} in {names:?}");
+        }
+        let llama3 = ChatTemplate::builtin("llama3", "", "").unwrap();
+        let out = llama3.render(&chat(), &[], true).unwrap();
+        assert!(
+            out.contains("<|start_header_id|>user<|end_header_id|>")
+                && out.ends_with("<|start_header_id|>assistant<|end_header_id|>\n\n"),
+            "{out}"
+        );
+        assert_eq!(llama3.stop_strings(&[]), ["<|eot_id|>"]);
+        let gemma = ChatTemplate::builtin("gemma", "", "").unwrap();
+        assert_eq!(gemma.stop_strings(&[]), ["<end_of_turn>"]);
+        let fallback = ChatTemplate::new(None, "", "").unwrap();
+        assert_eq!(fallback.stop_strings(&[]), ["<|im_end|>"]);
+        let jinja = ChatTemplate::new(Some("{{ messages[0].content }}"), "", "").unwrap();
+        assert!(jinja.stop_strings(&[]).is_empty());
+        let err = ChatTemplate::builtin("llama99", "", "").unwrap_err();
+        assert!(err.0.contains("llama3"), "{err:?}");
     }
 
     #[test]

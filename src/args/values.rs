@@ -105,18 +105,18 @@ pub(super) fn alias(flag: &Flag, raw: &str) -> Result<String, UsageError> {
     }
 }
 
-/// `--chat-template`: Jinja source (it has `{{` or `{%`), or `chatml` for the
-/// built-in ChatML. llama-server also takes the names of its built-in
-/// templates; shepherd has only ChatML built in, so another name is refused
-/// with the way to give the template.
+/// `--chat-template`: Jinja source (it has `{{` or `{%`), or the name of one of
+/// llama.cpp's built-in templates (`chatml`, `llama3`, `mistral-v7`, …), as
+/// llama-server takes it.
 pub(super) fn chat_template(flag: &Flag, raw: &str) -> Result<String, UsageError> {
-    if raw == crate::template::CHATML || raw.contains("{{") || raw.contains("{%") {
+    if raw.contains("{{") || raw.contains("{%") || crate::template::is_builtin(raw) {
         return Ok(raw.to_string());
     }
+    let names = crate::template::builtin_names().join(", ");
     Err(bad(
         flag,
         raw,
-        "Jinja source or 'chatml' (the only template built in; give another as --chat-template-file FILE)",
+        &format!("Jinja source or a built-in template name ({names}); give a file as --chat-template-file FILE"),
     ))
 }
 

@@ -517,6 +517,31 @@ impl Model {
     }
 }
 
+/// The names of llama.cpp's built-in chat templates (`chatml`, `llama3`, `mistral-v7`,
+/// …), the names `--chat-template` takes as llama-server does.
+pub fn builtin_template_names() -> Vec<String> {
+    // SAFETY: a null array with length 0 only asks for the count.
+    let count = unsafe { sys::llama_chat_builtin_templates(std::ptr::null_mut(), 0) };
+    let Ok(count) = usize::try_from(count) else {
+        return Vec::new();
+    };
+    let mut names: Vec<*const std::os::raw::c_char> = vec![std::ptr::null(); count];
+    // SAFETY: `names` has room for `count` pointers; llama.cpp writes at most `len`
+    // of them, each to a static NUL-terminated name.
+    let written = unsafe { sys::llama_chat_builtin_templates(names.as_mut_ptr(), names.len()) };
+    let written = usize::try_from(written).unwrap_or(0).min(count);
+    names[..written]
+        .iter()
+        .filter(|name| !name.is_null())
+        // SAFETY: non-null pointers to static NUL-terminated strings (see above).
+        .map(|&name| {
+            unsafe { CStr::from_ptr(name) }
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect()
+}
+
 /// Renders messages with llama.cpp's built-in (non-Jinja) template heuristics.
 /// `template` is a template source or a name such as `chatml`.
 pub fn apply_builtin_template(

@@ -261,6 +261,31 @@ fn a_stream_that_goes_straight_to_a_tool_call_shows_no_empty_content() {
 }
 
 #[test]
+fn a_built_in_template_name_renders_with_llama_cpps_own_template() {
+    let server =
+        ApiServer::with_model_unprompted(&["--context-size", "2048", "--chat-template", "llama3"]);
+    let messages = json!([{"role": "user", "content": "Name a colour."}]);
+    let (status, applied) = server.post("/apply-template", &json!({ "messages": messages }));
+    assert_eq!(status, 200, "{applied}");
+    let prompt = applied["prompt"].as_str().expect("prompt");
+    assert_eq!(
+        prompt,
+        "<|start_header_id|>user<|end_header_id|>\n\nName a colour.<|eot_id|>\
+         <|start_header_id|>assistant<|end_header_id|>\n\n",
+    );
+    // The answer stops at the template's end of turn, which this model writes as text.
+    let (status, chat) = server.post(
+        "/v1/chat/completions",
+        &json!({"messages": messages, "max_tokens": 24}),
+    );
+    assert_eq!(status, 200, "{chat}");
+    let content = chat["choices"][0]["message"]["content"]
+        .as_str()
+        .expect("text");
+    assert!(!content.contains("<|eot_id|>"), "{content:?}");
+}
+
+#[test]
 fn seed_alias_and_chat_template_flags_do_what_llama_servers_do() {
     let sandbox = crate::harness::Sandbox::new("chattemplate");
     let template = sandbox.work().join("t.jinja");

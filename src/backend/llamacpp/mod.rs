@@ -718,6 +718,8 @@ fn load_template(model: &Model, given: Option<&str>) -> Result<ChatTemplate, Bac
     let (bos, eos) = (model.bos_text(), model.eos_text());
     match given {
         Some(template::CHATML) => Ok(local::load_templates(None, None, &bos, &eos)),
+        Some(name) if template::is_builtin(name) => ChatTemplate::builtin(name, &bos, &eos)
+            .map_err(|e| BackendError::Config(format!("--chat-template: {e}"))),
         Some(source) => ChatTemplate::new(Some(source), &bos, &eos)
             .map_err(|e| BackendError::Config(format!("--chat-template: {e}"))),
         None => {
