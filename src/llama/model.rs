@@ -533,8 +533,8 @@ pub fn builtin_template_names() -> Vec<String> {
     names[..written]
         .iter()
         .filter(|name| !name.is_null())
-        // SAFETY: non-null pointers to static NUL-terminated strings (see above).
         .map(|&name| {
+            // SAFETY: non-null pointers to static NUL-terminated strings (see above).
             unsafe { CStr::from_ptr(name) }
                 .to_string_lossy()
                 .into_owned()
