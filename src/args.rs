@@ -252,7 +252,7 @@ pub const FLAGS: &[Flag] = &[
     flag("context-size", None, Val("N"), S::Generation, "Context window in tokens (0 = the model's full context)")
         .aliases(&["ctx-size"])
         .value(|low, flag, raw| { low.context_size = Some(ranged(flag, raw, 0, MAX_TOKEN_COUNT)?); Ok(()) }),
-    flag("reasoning", None, Val("LEVEL"), S::Generation, "Reasoning effort: off|low|medium|high")
+    flag("reasoning", None, Val("LEVEL"), S::Generation, "Reasoning: off|on|auto (the model's default)|low|medium|high")
         .values(Values::Choices(&REASONING_LEVELS))
         .value(|low, flag, raw| { low.reasoning = Some(choice(flag, raw, &REASONING_LEVELS)?); Ok(()) }),
     flag("prompt", Some('e'), Val("TEXT"), S::Prompting, "Answer TEXT once, then exit")
@@ -370,6 +370,8 @@ pub const FLAGS: &[Flag] = &[
         .value(|low, flag, raw| { low.chat_template = Some(chat_template(flag, raw)?); Ok(()) }),
     flag("chat-template-file", None, Val("FILE"), S::Local, "Read the chat template (Jinja) from FILE")
         .path(|low, path| low.chat_template_file = Some(path)),
+    flag("chat-template-kwargs", None, Val("JSON"), S::Local, "Variables every chat template render gets, a JSON object (e.g. '{\"enable_thinking\": false}')")
+        .value(|low, flag, raw| { low.chat_template_kwargs = Some(json_object(flag, raw)?); Ok(()) }),
     flag("slot-save-path", None, Val("DIR"), S::Local, "--server: where POST /slots/N?action=save|restore keeps slot caches (off without it)")
         .path(|low, path| low.slot_save_path = Some(path)),
     flag("pooling", None, Val("TYPE"), S::Local, "--server: how /v1/embeddings pools a sequence: mean|cls|last (default mean)")
@@ -529,6 +531,8 @@ pub struct LowArgs {
     /// `--chat-template` (Jinja source or `chatml`), `--chat-template-file`.
     pub chat_template: Option<String>,
     pub chat_template_file: Option<PathBuf>,
+    /// `--chat-template-kwargs`: a JSON object.
+    pub chat_template_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
     /// `--slot-save-path`: the directory slot saves and restores use.
     pub slot_save_path: Option<PathBuf>,
     pub seed: Option<u64>,

@@ -182,6 +182,8 @@ pub struct ChatTemplate {
     /// The built-in template's end of turn (`<|im_end|>` for ChatML), learnt by
     /// rendering; empty with Jinja or where the template writes none.
     builtin_end: String,
+    /// The configured variables every render gets (`--chat-template-kwargs`).
+    kwargs: Map<String, Value>,
     bos_token: String,
     eos_token: String,
 }
@@ -250,6 +252,7 @@ impl ChatTemplate {
             tool_use,
             builtin: CHATML.to_string(),
             builtin_end,
+            kwargs: Map::new(),
             bos_token: bos_token.to_string(),
             eos_token: eos_token.to_string(),
         })
@@ -269,9 +272,31 @@ impl ChatTemplate {
             tool_use: None,
             builtin: name.to_string(),
             builtin_end: end_of_turn(name),
+            kwargs: Map::new(),
             bos_token: bos_token.to_string(),
             eos_token: eos_token.to_string(),
         })
+    }
+
+    /// The template with `kwargs` given to every render (`--chat-template-kwargs`).
+    pub fn with_kwargs(mut self, kwargs: Map<String, Value>) -> Self {
+        self.kwargs = kwargs;
+        self
+    }
+
+    /// Adds the variables a render gets beside messages and tools to `extra`, as
+    /// llama-server passes them: `enable_thinking` (true unless set), today's date
+    /// as `date_string` and `datetime` (Llama 3.x and Firefunction print them), then
+    /// the configured ones, then the request's (`chat_template_kwargs`), later
+    /// winning.
+    pub fn add_kwargs(&self, extra: &mut Map<String, Value>, request: &Map<String, Value>) {
+        extra.insert("enable_thinking".into(), Value::Bool(true));
+        let today = |format: &str| Value::String(strftime_now(format.into()));
+        extra.insert("date_string".into(), today("%d %b %Y"));
+        extra.insert("datetime".into(), today("%b %d %Y"));
+        for (key, value) in self.kwargs.iter().chain(request) {
+            extra.insert(key.clone(), value.clone());
+        }
     }
 
     /// The variant that renders a request with `tools`: `tool_use` when tools are

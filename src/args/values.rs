@@ -120,6 +120,21 @@ pub(super) fn chat_template(flag: &Flag, raw: &str) -> Result<String, UsageError
     ))
 }
 
+/// A JSON object (`--chat-template-kwargs`).
+pub(super) fn json_object(
+    flag: &Flag,
+    raw: &str,
+) -> Result<serde_json::Map<String, serde_json::Value>, UsageError> {
+    match serde_json::from_str(raw) {
+        Ok(serde_json::Value::Object(map)) => Ok(map),
+        _ => Err(bad(
+            flag,
+            raw,
+            "a JSON object, e.g. '{\"enable_thinking\": false}'",
+        )),
+    }
+}
+
 pub(super) fn choice(flag: &Flag, raw: &str, allowed: &[&str]) -> Result<String, UsageError> {
     if allowed.contains(&raw) {
         Ok(raw.to_string())
@@ -128,7 +143,7 @@ pub(super) fn choice(flag: &Flag, raw: &str, allowed: &[&str]) -> Result<String,
     }
 }
 
-pub const REASONING_LEVELS: [&str; 4] = ["off", "low", "medium", "high"];
+pub const REASONING_LEVELS: [&str; 6] = ["off", "on", "auto", "low", "medium", "high"];
 /// `--split-mode`: how offloaded layers go over several GPUs.
 pub const SPLIT_MODES: [&str; 3] = crate::llama::SplitMode::NAMES;
 /// `--spec`: speculative decoding's drafter.

@@ -59,7 +59,7 @@ pub struct AnthropicConfig {
 pub fn thinking_budget(level: Option<&str>) -> Option<u32> {
     match level? {
         "low" => Some(2048),
-        "medium" => Some(8192),
+        "medium" | "on" => Some(8192),
         "high" => Some(24_576),
         _ => None,
     }

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::models::{self, FindError};
 use crate::core::{BackendError, Message, Role, ToolCall, ToolSpec};
@@ -84,8 +84,9 @@ pub(crate) fn render(
     template: &ChatTemplate,
     conversation: &[TemplateMessage],
     tools: &[ToolSpec],
+    kwargs: &Map<String, Value>,
 ) -> Result<String, BackendError> {
-    render_turn(template, conversation, tools, true)
+    render_turn(template, conversation, tools, kwargs, true)
 }
 
 /// [`render`], with or without the assistant's opening at the end.
@@ -93,9 +94,10 @@ pub(crate) fn render_turn(
     template: &ChatTemplate,
     conversation: &[TemplateMessage],
     tools: &[ToolSpec],
+    kwargs: &Map<String, Value>,
     generation_prompt: bool,
 ) -> Result<String, BackendError> {
-    prepare_turn(template, conversation, tools, generation_prompt)
+    prepare_turn(template, conversation, tools, kwargs, generation_prompt)
         .render()
         .map_err(|e| BackendError::Config(e.to_string()))
 }
@@ -109,22 +111,27 @@ pub(crate) fn prepare<'a>(
     conversation: &[TemplateMessage],
     tools: &[ToolSpec],
 ) -> Prepared<'a> {
-    prepare_turn(template, conversation, tools, true)
+    prepare_turn(template, conversation, tools, &Map::new(), true)
 }
 
-/// [`prepare`], with or without the generation prompt.
+/// [`prepare`], with the request's template variables and with or without the
+/// generation prompt.
 fn prepare_turn<'a>(
     template: &'a ChatTemplate,
     conversation: &[TemplateMessage],
     tools: &[ToolSpec],
+    kwargs: &Map<String, Value>,
     generation_prompt: bool,
 ) -> Prepared<'a> {
-    if tools.is_empty() || template.handles_tools() {
+    let mut prepared = if tools.is_empty() || template.handles_tools() {
         let tools = template::template_tools(tools);
-        return template.prepare(conversation, &tools, generation_prompt);
-    }
-    let messages = with_tool_instructions(conversation, tools);
-    template.prepare(&messages, &[], generation_prompt)
+        template.prepare(conversation, &tools, generation_prompt)
+    } else {
+        let messages = with_tool_instructions(conversation, tools);
+        template.prepare(&messages, &[], generation_prompt)
+    };
+    template.add_kwargs(&mut prepared.context.extra, kwargs);
+    prepared
 }
 
 /// How a tool call is written in prompts rendered with `template`, learnt by rendering
@@ -152,7 +159,13 @@ pub(crate) fn call_syntax(
     let tools = [probe];
     let render = |messages: &[Message], generation_prompt: bool| {
         let conversation = template::conversation("", messages);
-        let prepared = prepare_turn(template, &conversation, &tools, generation_prompt);
+        let prepared = prepare_turn(
+            template,
+            &conversation,
+            &tools,
+            &Map::new(),
+            generation_prompt,
+        );
         prepared.render().ok()
     };
     let plain = render(std::slice::from_ref(&user), true)?;

@@ -67,6 +67,10 @@ pub struct Sampling {
     /// Added to a token's logit before sampling (token id, bias); `-inf` bans the
     /// token. The in-process model only.
     pub logit_bias: Vec<(i32, f32)>,
+    /// Variables for the chat template beside the messages (llama-server's
+    /// `chat_template_kwargs`, e.g. `enable_thinking`), over the configured ones.
+    /// The in-process models only.
+    pub chat_template_kwargs: serde_json::Map<String, serde_json::Value>,
 }
 
 /// The most tokens a prompt must leave free for its answer, [`Sampling::answer_reserve`].

@@ -56,7 +56,7 @@ pub struct OllamaConfig {
 
 /// `think` for a `--reasoning` level.
 pub fn think(level: Option<&str>) -> Option<bool> {
-    level.map(|l| l != "off")
+    level.filter(|&l| l != "auto").map(|l| l != "off")
 }
 
 /// An Ollama server.

@@ -203,6 +203,10 @@ pub struct LocalSettings {
     /// `--chat-template` or the text of `--chat-template-file`: the template to
     /// use instead of the model's own (`chatml`: the built-in ChatML).
     pub chat_template: Option<String>,
+    /// The variables every chat template render gets: `--chat-template-kwargs`,
+    /// with `--reasoning` as `enable_thinking` (and `reasoning_effort` for a level),
+    /// as llama-server's `--reasoning on|off` sets it.
+    pub chat_template_kwargs: serde_json::Map<String, serde_json::Value>,
     /// The prompt cache's cap on disk in bytes; 0 with `--no-prompt-cache`
     /// (or `kv_cache_max_mb` 0): no cache.
     pub prompt_cache_bytes: u64,
@@ -716,6 +720,25 @@ fn read_token_file(path: &Path) -> Result<String, ConfigError> {
 /// The prompt cache's default cap on disk (`kv_cache_max_mb`).
 const DEFAULT_KV_CACHE_MAX_MB: u64 = 1024;
 
+/// `--chat-template-kwargs` with `--reasoning` over it ([`LocalSettings::chat_template_kwargs`]).
+fn template_kwargs(low: &LowArgs) -> serde_json::Map<String, serde_json::Value> {
+    use serde_json::Value;
+    let mut kwargs = low.chat_template_kwargs.clone().unwrap_or_default();
+    match low.reasoning.as_deref() {
+        None | Some("auto") => {}
+        Some("off") => {
+            kwargs.insert("enable_thinking".into(), Value::Bool(false));
+        }
+        Some(level) => {
+            kwargs.insert("enable_thinking".into(), Value::Bool(true));
+            if level != "on" {
+                kwargs.insert("reasoning_effort".into(), Value::String(level.into()));
+            }
+        }
+    }
+    kwargs
+}
+
 fn local(low: &LowArgs, file: &ConfigFile) -> LocalSettings {
     let cap_mb = file.kv_cache_max_mb.unwrap_or(DEFAULT_KV_CACHE_MAX_MB);
     LocalSettings {
@@ -741,6 +764,7 @@ fn local(low: &LowArgs, file: &ConfigFile) -> LocalSettings {
         pooling: low.pooling.clone(),
         slot_save_path: low.slot_save_path.clone(),
         chat_template: None,
+        chat_template_kwargs: template_kwargs(low),
         spec: low.spec.clone(),
         draft_max: low.draft_max,
         model_draft: low.model_draft.clone(),

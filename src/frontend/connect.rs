@@ -350,6 +350,7 @@ fn llama_config(settings: &Settings, provider: &ProviderConfig) -> Result<LlamaC
         }),
         spec,
         chat_template: local.chat_template.clone(),
+        chat_template_kwargs: local.chat_template_kwargs.clone(),
         slot_save_path: local.slot_save_path.clone(),
         ..defaults
     };

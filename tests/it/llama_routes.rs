@@ -286,6 +286,91 @@ fn a_built_in_template_name_renders_with_llama_cpps_own_template() {
 }
 
 #[test]
+fn template_variables_reach_the_template_as_llama_server_passes_them() {
+    let Some(corpus) = crate::synthetic::template_corpus() else {
+        println!("SHEPHERD_TEMPLATE_CORPUS unset: skipped (make test sets it)");
+        return;
+    };
+    let template = |name: &str| corpus.join(name).to_str().expect("UTF-8").to_string();
+    let qwen3 = template("Qwen-Qwen3-0.6B.jinja");
+    let messages = json!([{"role": "user", "content": "What is today?"}]);
+    let apply = |server: &ApiServer, extra: Value| {
+        let mut body = json!({ "messages": messages });
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        server.post("/apply-template", &body)
+    };
+    let prompt = |server: &ApiServer, extra: Value| {
+        let (status, applied) = apply(server, extra);
+        assert_eq!(status, 200, "{applied}");
+        applied["prompt"].as_str().expect("prompt").to_string()
+    };
+    const OPEN: &str = "<|im_start|>assistant\n";
+    const CLOSED: &str = "<|im_start|>assistant\n<think>\n\n</think>\n\n";
+    let server = ApiServer::with_model_unprompted(&[
+        "--context-size",
+        "2048",
+        "--chat-template-file",
+        &qwen3,
+    ]);
+    // Thinking is on unless a request or the server turns it off.
+    assert!(prompt(&server, json!({})).ends_with(OPEN));
+    let off = json!({"chat_template_kwargs": {"enable_thinking": false}});
+    assert!(prompt(&server, off).ends_with(CLOSED));
+    assert!(prompt(&server, json!({"reasoning_effort": "none"})).ends_with(CLOSED));
+    let (status, error) = apply(
+        &server,
+        json!({"chat_template_kwargs": {"enable_thinking": "no"}}),
+    );
+    assert_eq!(status, 400, "{error}");
+    assert_eq!(
+        error["error"]["param"],
+        json!("chat_template_kwargs"),
+        "{error}"
+    );
+    let (status, error) = apply(&server, json!({"chat_template_kwargs": []}));
+    assert_eq!(status, 400, "{error}");
+    // `--reasoning off` (llama-server's spelling), which a request may turn back on.
+    let server = ApiServer::with_model_unprompted(&[
+        "--context-size",
+        "2048",
+        "--chat-template-file",
+        &qwen3,
+        "--reasoning",
+        "off",
+    ]);
+    assert!(prompt(&server, json!({})).ends_with(CLOSED));
+    let on = json!({"chat_template_kwargs": {"enable_thinking": true}});
+    assert!(prompt(&server, on).ends_with(OPEN));
+    // Llama 3.x prints today's date (`date_string`), not its own default.
+    let llama = template("meta-llama-Llama-3.3-70B-Instruct.jinja");
+    let server = ApiServer::with_model_unprompted(&[
+        "--context-size",
+        "2048",
+        "--chat-template-file",
+        &llama,
+    ]);
+    let today = || {
+        let out = std::process::Command::new("date")
+            .args(["-u", "+%d %b %Y"])
+            .output();
+        String::from_utf8(out.expect("date runs").stdout)
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    let before = today();
+    let text = prompt(&server, json!({}));
+    let after = today();
+    assert!(
+        text.contains(&before) || text.contains(&after),
+        "{before}: {text:?}"
+    );
+    assert!(!text.contains("26 Jul 2024"), "{text:?}");
+}
+
+#[test]
 fn seed_alias_and_chat_template_flags_do_what_llama_servers_do() {
     let sandbox = crate::harness::Sandbox::new("chattemplate");
     let template = sandbox.work().join("t.jinja");

@@ -100,7 +100,7 @@ fn the_writer_is_deterministic_and_the_tokenizer_alone_travels() {
 
 /// The templates directory of llama.cpp's corpus (`make test` fetches it and names it
 /// in `SHEPHERD_TEMPLATE_CORPUS`); `None` under a plain `cargo test`.
-fn template_corpus() -> Option<PathBuf> {
+pub(crate) fn template_corpus() -> Option<PathBuf> {
     let dir = PathBuf::from(std::env::var_os("SHEPHERD_TEMPLATE_CORPUS")?);
     assert!(
         dir.is_dir(),

@@ -106,6 +106,9 @@ pub struct LlamaConfig {
     /// `--chat-template`: Jinja source used instead of the model's own template
     /// (and its `tool_use` one); `chatml` is the built-in ChatML.
     pub chat_template: Option<String>,
+    /// Variables every render of the template gets (`--chat-template-kwargs`,
+    /// `--reasoning`); a request's `chat_template_kwargs` go over them.
+    pub chat_template_kwargs: serde_json::Map<String, serde_json::Value>,
     /// Where slot saves and restores go (`--slot-save-path`); `None`: refused.
     pub slot_save_path: Option<PathBuf>,
 }
@@ -128,6 +131,7 @@ impl LlamaConfig {
             prompt_cache: None,
             spec: speculative::SpecConfig::default(),
             chat_template: None,
+            chat_template_kwargs: serde_json::Map::new(),
             slot_save_path: None,
         }
     }

@@ -126,6 +126,8 @@ pub(super) enum ModelJob {
     RenderChat {
         conversation: Vec<crate::template::TemplateMessage>,
         tools: Vec<crate::core::ToolSpec>,
+        /// The request's template variables (`chat_template_kwargs`).
+        kwargs: serde_json::Map<String, serde_json::Value>,
         /// Whether the assistant's opening follows (a request's prompt), or the
         /// text ends with the last message (`add_generation_prompt: false`).
         generation_prompt: bool,
@@ -183,23 +185,26 @@ impl LocalModel {
         session: &crate::core::Session,
         tools: Vec<crate::core::ToolSpec>,
     ) -> Result<usize, ModelError> {
-        let prompt = self.render_chat(session, tools, true)?;
+        let prompt = self.render_chat(session, tools, serde_json::Map::new(), true)?;
         Ok(self.tokenize(prompt, false)?.len())
     }
 
-    /// The prompt `session` with `tools` renders to with the model's chat
-    /// template, as a request's would, up to where the answer starts (without
-    /// that opening when `generation_prompt` is false).
+    /// The prompt `session` with `tools` and the template variables `kwargs`
+    /// renders to with the model's chat template, as a request's would, up to
+    /// where the answer starts (without that opening when `generation_prompt` is
+    /// false).
     pub fn render_chat(
         &self,
         session: &crate::core::Session,
         tools: Vec<crate::core::ToolSpec>,
+        kwargs: serde_json::Map<String, serde_json::Value>,
         generation_prompt: bool,
     ) -> Result<String, ModelError> {
         let conversation = crate::template::conversation(&session.system_prompt, &session.messages);
         self.ask(|reply| ModelJob::RenderChat {
             conversation,
             tools,
+            kwargs,
             generation_prompt,
             reply,
         })

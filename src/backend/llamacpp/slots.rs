@@ -424,7 +424,8 @@ impl<'m> Worker<'m> {
             }
         });
         let (spec, drafter) = speculation(model, draft, config, &params)?;
-        let template = load_template(model, config.chat_template.as_deref())?;
+        let template = load_template(model, config.chat_template.as_deref())?
+            .with_kwargs(config.chat_template_kwargs.clone());
         let call_syntax = local::call_syntax(&template, |tail| end_of_turn(model, tail));
         let learnt = call_syntax.as_ref().and_then(format::CallSyntax::learnt);
         crate::log::debug(crate::log::Category::Llm, || {
@@ -576,12 +577,18 @@ impl<'m> Worker<'m> {
             Job::Model(ModelJob::RenderChat {
                 conversation,
                 tools,
+                kwargs,
                 generation_prompt,
                 reply,
             }) => {
-                let rendered =
-                    render_turn(&self.template, &conversation, &tools, generation_prompt)
-                        .map_err(|e| ModelError::Failed(e.to_string()));
+                let rendered = render_turn(
+                    &self.template,
+                    &conversation,
+                    &tools,
+                    &kwargs,
+                    generation_prompt,
+                )
+                .map_err(|e| ModelError::Failed(e.to_string()));
                 let _ = reply.send(rendered);
             }
             Job::Warm(conversation, tools) => {
@@ -707,7 +714,8 @@ impl<'m> Worker<'m> {
         let forced = grammar.as_ref().filter(|g| g.json);
         let (tokens, prompt_end) = match &job.prompt {
             Prompt::Chat(conversation) => {
-                let prompt = render(&self.template, conversation, tools)?;
+                let kwargs = &job.sampling.chat_template_kwargs;
+                let prompt = render(&self.template, conversation, tools, kwargs)?;
                 let tokens = tokenize_prompt(self.model(), &mut self.prompt_tokens, &prompt)?;
                 let end = forced.is_none().then(|| format::prompt_end(&prompt));
                 (tokens, end.flatten())

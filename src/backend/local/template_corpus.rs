@@ -182,7 +182,7 @@ fn cases(name: &str, source: &str) -> Vec<Case> {
     let chat_template = load(name, source);
     let case = |c: Conversation| {
         let conversation = template::conversation(c.system_prompt, &c.messages);
-        let ours = render(&chat_template, &conversation, &c.tools);
+        let ours = render(&chat_template, &conversation, &c.tools, &Default::default());
         let prepared = prepare(&chat_template, &conversation, &c.tools);
         let source = prepared.source().expect("a Jinja template, not ChatML");
         let request = json!({"template": source, "context": prepared.context});

@@ -194,7 +194,8 @@ impl TensorRtBackend {
             request.tools
         };
         let conversation = template::conversation(&session.system_prompt, &session.messages);
-        let prompt = local::render(&self.template, &conversation, tools)?;
+        let kwargs = &request.sampling.chat_template_kwargs;
+        let prompt = local::render(&self.template, &conversation, tools, kwargs)?;
         let tokens = self.tokenizer.encode(&prompt)?;
         if tokens.is_empty() {
             return Err(BackendError::Config("the rendered prompt is empty".into()));

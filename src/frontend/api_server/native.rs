@@ -368,8 +368,10 @@ impl super::ApiServer {
                     ))
                 }
             };
+            let work = parsed.work;
+            let kwargs = work.sampling.chat_template_kwargs;
             model
-                .render_chat(&parsed.work.session, parsed.work.tools, generation_prompt)
+                .render_chat(&work.session, work.tools, kwargs, generation_prompt)
                 .map_err(|e| local::from_model(e, "messages"))
         });
         match rendered {

@@ -11,8 +11,9 @@
 //! `format` is `"json"` or a JSON schema ([`openai::schema_format`]); `tools` are
 //! chat's ([`openai::tools`]). Answers stream as `application/x-ndjson` (one
 //! object a line, the last `done: true` with the figures in nanoseconds) unless
-//! `stream: false`. `think: false` hides the reasoning the model writes (it does
-//! not stop the model from writing it); otherwise it is `message.thinking`.
+//! `stream: false`. `think: false` tells the template (`enable_thinking: false`,
+//! which Qwen3's and others' honour) and hides whatever reasoning the model still
+//! writes; otherwise it is `message.thinking`.
 //! `keep_alive` is accepted and changes nothing: the model stays loaded while
 //! the server runs. A generate `template` override is refused with a 400 (the
 //! model's own template is used); `raw: true` continues the prompt as it is,
@@ -225,6 +226,12 @@ fn sampling(f: &Fields<'_>, defaults: &Defaults) -> Result<Sampling, ApiError> {
     };
     if let Some(format) = format(f)? {
         sampling.response_format = Some(format);
+    }
+    if !think(f)? {
+        let off = Value::Bool(false);
+        sampling
+            .chat_template_kwargs
+            .insert("enable_thinking".into(), off);
     }
     Ok(sampling)
 }

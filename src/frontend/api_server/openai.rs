@@ -49,19 +49,20 @@ pub const MAX_CHOICES: i64 = 16;
 /// Fields accepted but with no effect here (documented as such): llama-server's
 /// `cache_prompt` (shepherd always reuses the cache) and `id_slot` (the slot is the
 /// one whose cache shares most with the prompt).
-const IGNORED: [&str; 8] = [
+const IGNORED: [&str; 7] = [
     "user",
     "metadata",
     "store",
     "parallel_tool_calls",
-    "reasoning_effort",
     "service_tier",
     "cache_prompt",
     "id_slot",
 ];
 
 /// Every field this server reads; any other is ignored and named in a debug line.
-const KNOWN: [&str; 31] = [
+const KNOWN: [&str; 33] = [
+    "chat_template_kwargs",
+    "reasoning_effort",
     "functions",
     "function_call",
     "grammar",
@@ -134,6 +135,7 @@ pub fn parse(body: &[u8], defaults: &Defaults) -> Result<ChatRequest, ApiError> 
     if let Some(format) = response_format(&f)? {
         sampling.response_format = Some(format);
     }
+    sampling.chat_template_kwargs = template_kwargs(&f)?;
     let mut session = Session::new(system.unwrap_or_else(|| defaults.system_prompt.clone()));
     session.messages = messages;
     Ok(ChatRequest {
@@ -152,6 +154,42 @@ pub fn parse(body: &[u8], defaults: &Defaults) -> Result<ChatRequest, ApiError> 
         n,
         kinds,
     })
+}
+
+/// The chat template's variables a request gives, as llama-server reads them:
+/// `chat_template_kwargs` (an object; `enable_thinking` in it a boolean), and
+/// OpenAI's `reasoning_effort`, where `none` turns thinking off and a level is
+/// passed on as `reasoning_effort` (gpt-oss's template reads it).
+pub(super) fn template_kwargs(f: &Fields<'_>) -> Result<Map<String, Value>, ApiError> {
+    let mut kwargs = match f.get("chat_template_kwargs") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(map)) => map.clone(),
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "chat_template_kwargs",
+                "'chat_template_kwargs' must be an object",
+            ))
+        }
+    };
+    if kwargs
+        .get("enable_thinking")
+        .is_some_and(|v| !v.is_boolean())
+    {
+        return Err(ApiError::invalid(
+            "chat_template_kwargs",
+            "'chat_template_kwargs.enable_thinking' must be true or false",
+        ));
+    }
+    match f.str("reasoning_effort")? {
+        None | Some("") => {}
+        Some("none") => {
+            kwargs.insert("enable_thinking".into(), Value::Bool(false));
+        }
+        Some(level) => {
+            kwargs.insert("reasoning_effort".into(), Value::String(level.into()));
+        }
+    }
+    Ok(kwargs)
 }
 
 /// The sampling and length fields chat and text completions share, over the

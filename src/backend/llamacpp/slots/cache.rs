@@ -67,7 +67,8 @@ impl Worker<'_> {
         let mut other = conversation.clone();
         let last = other.last_mut()?;
         last.content = if last.content == "A" { "B" } else { "A" }.to_string();
-        let text = render(&self.template, &other, tools).ok()?;
+        let kwargs = &job.sampling.chat_template_kwargs;
+        let text = render(&self.template, &other, tools, kwargs).ok()?;
         let tokens = tokenize_prompt(self.model(), &mut self.prompt_tokens, &text).ok()?;
         let at = common_prefix(&tokens, prompt);
         (at >= CHECKPOINT_MIN && at > keep && at < prompt.len())
@@ -251,7 +252,9 @@ impl Worker<'_> {
         let mut tokens_with = |message: &str| {
             let mut conversation = next.conversation.clone();
             conversation.push(TemplateMessage::new("user", message));
-            let prompt = render(&self.template, &conversation, &next.tools).ok()?;
+            // The agent's turns (the only ones warmed) give the template no variables.
+            let none = serde_json::Map::new();
+            let prompt = render(&self.template, &conversation, &next.tools, &none).ok()?;
             tokenize_prompt(self.model(), &mut self.prompt_tokens, &prompt).ok()
         };
         let mut a = tokens_with("A")?;
