@@ -67,7 +67,7 @@ use crate::llama::{CacheType, GpuSplit, LoadProgress, Model, ModelParams, Poolin
 use crate::stream::filter::{OutputFilter, TextEnd};
 use crate::template::{self, ChatTemplate, TemplateMessage};
 use crate::util::dirs::{model_cache_dir, DEFAULT_MODEL_FILE};
-pub use model::{EmbedInput, LocalModel, ModelError, ModelProps};
+pub use model::{DecodeFigures, EmbedInput, LocalModel, ModelError, ModelProps};
 pub use slots::files::SlotReport;
 
 /// How often a handle waiting for the generation thread asks its caller about a cancel.
@@ -267,6 +267,8 @@ struct Shared {
     abort: Arc<AtomicBool>,
     /// Lets a new request interrupt the idle worker's warm-up decode.
     preempt: slots::Preempt,
+    /// What the generation thread counts (`/metrics`).
+    counters: Arc<model::DecodeCounters>,
 }
 
 impl Drop for Shared {
@@ -313,13 +315,15 @@ impl LlamaBackend {
         let abort = Arc::new(AtomicBool::new(false));
         let preempt = slots::Preempt::new(Arc::clone(&abort));
         let thread_preempt = preempt.clone();
+        let counters = Arc::new(model::DecodeCounters::default());
+        let thread_counters = Arc::clone(&counters);
         let worker = std::thread::Builder::new()
             .name("llama-gen".into())
             // llama.cpp's grammar parser and stack builder recurse once per nested
             // group and referenced rule; `llama::grammar::limits` bounds both with
             // this stack in mind (reserved, not committed, until used).
             .stack_size(GEN_STACK)
-            .spawn(move || run_worker(config, thread_preempt, ready_tx, job_rx))
+            .spawn(move || run_worker(config, thread_preempt, thread_counters, ready_tx, job_rx))
             .map_err(|e| {
                 BackendError::Config(format!("cannot start the generation thread: {e}"))
             })?;
@@ -338,6 +342,7 @@ impl LlamaBackend {
             worker: Some(worker),
             abort,
             preempt,
+            counters,
         };
         Ok(LlamaBackend {
             shared: Arc::new(shared),
@@ -636,6 +641,7 @@ impl Backend for LlamaBackend {
 fn run_worker(
     config: LlamaConfig,
     preempt: slots::Preempt,
+    counters: Arc<model::DecodeCounters>,
     ready: Sender<Result<(BackendInfo, ModelProps), BackendError>>,
     jobs: Receiver<Job>,
 ) {
@@ -665,7 +671,7 @@ fn run_worker(
             return;
         }
     };
-    let mut worker = match slots::Worker::new(&model, draft.as_ref(), &config, preempt) {
+    let mut worker = match slots::Worker::new(&model, draft.as_ref(), &config, preempt, counters) {
         Ok(worker) => worker,
         Err(err) => {
             let _ = ready.send(Err(err));

@@ -20,6 +20,7 @@
 //! may have at most `n_ubatch` tokens. Vectors are L2-normalised, as OpenAI's
 //! are and llama-server's are by default.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crossbeam_channel::{bounded, Sender};
@@ -112,6 +113,39 @@ pub struct ModelProps {
     pub infill: bool,
 }
 
+/// What the generation thread counts as it works, for llama-server's
+/// `llamacpp:*` metrics; updated there, read by any handle without a job.
+#[derive(Debug, Default)]
+pub struct DecodeCounters {
+    /// `llama_decode` calls for requests and embeddings (not the warm-up's,
+    /// nor a draft model's), and the slots busy at each, summed.
+    pub(super) n_decode: AtomicU64,
+    pub(super) n_busy_slots: AtomicU64,
+    /// Speculative drafts checked by the model (verification steps).
+    pub(super) n_drafts: AtomicU64,
+    /// Embedding inputs' tokens, and the microseconds their decodes took.
+    pub(super) embed_tokens: AtomicU64,
+    pub(super) embed_micros: AtomicU64,
+}
+
+impl DecodeCounters {
+    /// One decode with `busy` slots serving a request.
+    pub(super) fn decoded(&self, busy: usize) {
+        self.n_decode.fetch_add(1, Ordering::Relaxed);
+        self.n_busy_slots.fetch_add(busy as u64, Ordering::Relaxed);
+    }
+}
+
+/// A reading of [`DecodeCounters`].
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct DecodeFigures {
+    pub n_decode: u64,
+    pub n_busy_slots: u64,
+    pub n_drafts: u64,
+    pub embed_tokens: u64,
+    pub embed_secs: f64,
+}
+
 /// A job for the generation thread besides generation.
 pub(super) enum ModelJob {
     Embed(Vec<EmbedInput>, Sender<Result<Vec<Embedding>, ModelError>>),
@@ -149,6 +183,19 @@ pub struct LocalModel {
 impl LocalModel {
     pub fn props(&self) -> &ModelProps {
         &self.props
+    }
+
+    /// What the generation thread has counted so far (no job: never waits).
+    pub fn counters(&self) -> DecodeFigures {
+        let c = &self.shared.counters;
+        let get = |n: &AtomicU64| n.load(Ordering::Relaxed);
+        DecodeFigures {
+            n_decode: get(&c.n_decode),
+            n_busy_slots: get(&c.n_busy_slots),
+            n_drafts: get(&c.n_drafts),
+            embed_tokens: get(&c.embed_tokens),
+            embed_secs: get(&c.embed_micros) as f64 / 1e6,
+        }
     }
 
     fn ask<T>(

@@ -53,7 +53,7 @@ pub(super) mod files;
 mod sampling;
 
 use super::checkpoints::{Checkpoints, CHECKPOINT_MIN};
-use super::model::{self, EmbedInput, Embedding, ModelError, ModelJob, ModelProps};
+use super::model::{self, DecodeCounters, EmbedInput, Embedding, ModelError, ModelJob, ModelProps};
 use super::prompt_cache::PromptCache;
 use super::prompt_tokens::PromptTokens;
 use super::request::{
@@ -196,6 +196,8 @@ pub(super) struct Worker<'m> {
     helper: sampling::Helper,
     /// The last request's serial ([`Task::serial`]).
     serials: u64,
+    /// Decodes, busy slots and drafts counted for `/metrics`.
+    counters: Arc<DecodeCounters>,
     /// The decode's threads as configured, and as set now: one fewer while the
     /// sampling helper works, which would otherwise preempt one of the decode's
     /// threads and hold all of them at ggml's barriers.
@@ -209,6 +211,8 @@ struct Slot {
     mirror: Vec<Token>,
     last_used: u64,
     task: Option<Task>,
+    /// The last request it served, as `GET /slots` shows an idle slot.
+    served: Option<files::SlotTask>,
     /// The conversation this slot just answered, to warm up its next turn.
     next_turn: Option<NextTurn>,
 }
@@ -385,6 +389,7 @@ impl<'m> Worker<'m> {
         draft: Option<&'m Model>,
         config: &LlamaConfig,
         preempt: Preempt,
+        counters: Arc<DecodeCounters>,
     ) -> Result<Self, BackendError> {
         let params = context_params(model, config, &preempt);
         let flash_attn = params.flash_attn;
@@ -409,6 +414,7 @@ impl<'m> Worker<'m> {
                 mirror: Vec::new(),
                 last_used: 0,
                 task: None,
+                served: None,
                 next_turn: None,
             })
             .collect();
@@ -463,6 +469,7 @@ impl<'m> Worker<'m> {
                 BackendError::Config(format!("cannot start the sampling thread: {e}"))
             })?,
             serials: 0,
+            counters,
         })
     }
 

@@ -1,13 +1,16 @@
 //! The routes only the in-process model answers: `POST /v1/embeddings`
-//! (OpenAI's shape), and llama-server's `POST /tokenize`, `POST /detokenize`
-//! and `GET /props`, so tools written for llama-server find what they look
-//! for. Served on the connection's thread through the model's
+//! (OpenAI's shape), and llama-server's `POST /embedding` (its own shape, one
+//! code path with OpenAI's), `POST /tokenize`, `POST /detokenize`,
+//! `GET /props` and `GET /slots`, so tools written for llama-server find what
+//! they look for. Served on the connection's thread through the model's
 //! [`LocalModel`] handle (one job each on the generation thread); with any
 //! other backend they answer 501.
 //!
 //! Bodies are checked field by field like chat completions'; a fault is a 400
 //! naming the field, and token ids are checked against the vocabulary on the
 //! generation thread before llama.cpp sees them.
+
+use std::sync::atomic::Ordering;
 
 use serde_json::Value;
 
@@ -17,7 +20,7 @@ use super::wire::{llama as lwire, openai as owire};
 use super::Defaults;
 use crate::backend::llamacpp::{EmbedInput, LocalModel, ModelError, ModelProps, SlotReport};
 use crate::backend::Sampling;
-use crate::frontend::http::Request;
+use crate::frontend::http::{Request, Responder};
 use crate::llama::{SamplerParams, Token};
 
 /// Most inputs one embeddings request may carry (OpenAI's limit).
@@ -55,7 +58,7 @@ pub fn parse_embeddings(
         &["input", "model", "encoding_format", "dimensions", "user"],
         &[],
     )?;
-    let inputs = embedding_inputs(f.get("input"))?;
+    let inputs = embedding_inputs(f.get("input"), "input")?;
     let base64 = f.choice("encoding_format", &["float", "base64"])? == Some("base64");
     if let Some(asked) = f.integer("dimensions", 1, 1 << 20)? {
         if usize::try_from(asked).ok() != Some(n_embd) {
@@ -72,18 +75,19 @@ pub fn parse_embeddings(
     })
 }
 
-fn embedding_inputs(input: Option<&Value>) -> Result<Vec<EmbedInput>, ApiError> {
+/// The inputs in field `name` (`input`, or `/embedding`'s `content`).
+fn embedding_inputs(input: Option<&Value>, name: &str) -> Result<Vec<EmbedInput>, ApiError> {
     let wrong = || {
         ApiError::invalid(
-            "input",
-            "'input' must be a string, an array of strings, an array of token ids or an array of arrays of token ids",
+            name,
+            format!("'{name}' must be a string, an array of strings, an array of token ids or an array of arrays of token ids"),
         )
     };
     let inputs = match input {
-        None => return Err(ApiError::invalid("input", "'input' is required")),
+        None => return Err(ApiError::invalid(name, format!("'{name}' is required"))),
         Some(Value::String(text)) => vec![EmbedInput::Text(text.clone())],
         Some(Value::Array(items)) if items.iter().all(Value::is_number) => {
-            vec![EmbedInput::Tokens(token_ids(items, "input")?)]
+            vec![EmbedInput::Tokens(token_ids(items, name)?)]
         }
         Some(Value::Array(items)) => items
             .iter()
@@ -91,7 +95,7 @@ fn embedding_inputs(input: Option<&Value>) -> Result<Vec<EmbedInput>, ApiError> 
             .map(|(i, item)| match item {
                 Value::String(text) => Ok(EmbedInput::Text(text.clone())),
                 Value::Array(ids) => {
-                    Ok(EmbedInput::Tokens(token_ids(ids, &format!("input[{i}]"))?))
+                    Ok(EmbedInput::Tokens(token_ids(ids, &format!("{name}[{i}]"))?))
                 }
                 _ => Err(wrong()),
             })
@@ -100,8 +104,8 @@ fn embedding_inputs(input: Option<&Value>) -> Result<Vec<EmbedInput>, ApiError> 
     };
     if inputs.is_empty() || inputs.len() > MAX_INPUTS {
         return Err(ApiError::invalid(
-            "input",
-            format!("'input' must hold 1 to {MAX_INPUTS} inputs"),
+            name,
+            format!("'{name}' must hold 1 to {MAX_INPUTS} inputs"),
         ));
     }
     for (i, input) in inputs.iter().enumerate() {
@@ -110,7 +114,7 @@ fn embedding_inputs(input: Option<&Value>) -> Result<Vec<EmbedInput>, ApiError> 
             EmbedInput::Tokens(tokens) => tokens.is_empty(),
         };
         if empty {
-            return Err(ApiError::invalid("input", format!("input {i} is empty")));
+            return Err(ApiError::invalid(name, format!("input {i} is empty")));
         }
     }
     Ok(inputs)
@@ -174,6 +178,77 @@ pub fn embeddings<'a>(
             total_tokens: prompt_tokens as u64,
         },
     })
+}
+
+/// A checked llama-server `/embedding` request: its inputs, and the fields it
+/// ignores (for the debug line).
+#[derive(Debug, PartialEq)]
+pub struct NativeEmbeddings {
+    pub inputs: Vec<EmbedInput>,
+    /// The field they came in (`content`, or `input`), for errors.
+    pub field: &'static str,
+    pub ignored: Vec<String>,
+}
+
+/// Checks llama-server's `/embedding` body: `content` (or, as it also reads,
+/// `input`) in any shape `/v1/embeddings` takes; `embd_normalize` only 2 (the
+/// Euclidean norm every vector here has); `encoding_format` float or base64
+/// (this shape always answers floats, as llama-server's does). A `pooling`
+/// field is a 400 saying why: this server pools every input (`--pooling`), so
+/// per-token vectors (llama-server's `--pooling none`) are not served. Other
+/// fields are ignored, as llama-server ignores them.
+pub fn parse_native_embeddings(body: &[u8]) -> Result<NativeEmbeddings, ApiError> {
+    let value = json_body(body)?;
+    let f = Fields::of(&value, "")?;
+    let known = [
+        "content",
+        "input",
+        "embd_normalize",
+        "encoding_format",
+        "model",
+    ];
+    let ignored = super::fields::unknown_fields(&value, &known, &["pooling"]);
+    if f.get("pooling").is_some() {
+        return Err(ApiError::invalid(
+            "pooling",
+            "per-token embeddings (pooling none) are not served: this server pools each input as --pooling (mean, cls or last) set it at start",
+        ));
+    }
+    if let Some(norm) = f.integer("embd_normalize", -1, i64::from(i32::MAX))? {
+        if norm != 2 {
+            return Err(ApiError::invalid(
+                "embd_normalize",
+                format!("'embd_normalize' {norm} is not supported: this server's vectors have the Euclidean norm (2)"),
+            ));
+        }
+    }
+    f.choice("encoding_format", &["float", "base64"])?;
+    let name = if f.get("input").is_some() {
+        "input"
+    } else {
+        "content"
+    };
+    let inputs = embedding_inputs(f.get(name), name)?;
+    Ok(NativeEmbeddings {
+        inputs,
+        field: name,
+        ignored,
+    })
+}
+
+/// llama-server's `/embedding` answer: per input, in order, `{index,
+/// embedding}` with the pooled vector as a list of one.
+pub fn native_embeddings(
+    model: &LocalModel,
+    request: NativeEmbeddings,
+) -> Result<Vec<lwire::Embedding>, ApiError> {
+    let embeddings = (model.embed(request.inputs)).map_err(|e| from_model(e, request.field))?;
+    Ok((embeddings.into_iter().enumerate())
+        .map(|(index, e)| lwire::Embedding {
+            index,
+            embedding: [e.vector],
+        })
+        .collect())
 }
 
 /// `encoding_format: "base64"`: the floats' little-endian bytes, base64.
@@ -258,11 +333,10 @@ pub fn props<'a>(props: &'a ModelProps, defaults: &'a Defaults) -> lwire::Props<
     }
 }
 
-/// `GET /slots`.
-pub fn slots(model: &LocalModel) -> Result<Vec<lwire::Slot>, ApiError> {
+/// `GET /slots`, as a JSON value (the slots' requests are borrowed while it is built).
+pub fn slots(model: &LocalModel) -> Result<Value, ApiError> {
     let slots = model.slots().map_err(|e| from_model(e, ""))?;
-    Ok(slots
-        .into_iter()
+    let wire: Vec<lwire::Slot> = (slots.iter())
         .map(|s| lwire::Slot {
             id: s.id,
             n_ctx: s.n_ctx,
@@ -270,8 +344,22 @@ pub fn slots(model: &LocalModel) -> Result<Vec<lwire::Slot>, ApiError> {
             is_processing: s.is_processing,
             n_cached: s.n_cached,
             n_decoded: s.n_decoded,
+            task: s.task.as_ref().map(|t| lwire::SlotTask {
+                id_task: t.id,
+                n_prompt_tokens: s.n_cached,
+                n_prompt_tokens_processed: t.n_prompt_processed,
+                n_prompt_tokens_cache: t.n_prompt_cached,
+                params: params(&t.sampling),
+                next_token: [lwire::NextToken {
+                    has_next_token: t.has_next_token,
+                    has_new_line: t.has_new_line,
+                    n_remain: t.n_remain,
+                    n_decoded: s.n_decoded,
+                }],
+            }),
         })
-        .collect())
+        .collect();
+    Ok(serde_json::to_value(wire).unwrap_or_default())
 }
 
 /// `POST /slots/{id}?action=save|restore|erase`, the file named in the body's
@@ -341,9 +429,65 @@ pub fn params(sampling: &Sampling) -> lwire::Params<'_> {
         top_p: sampling.top_p.unwrap_or(fallback.top_p),
         min_p: sampling.min_p.unwrap_or(fallback.min_p),
         repeat_penalty: sampling.repeat_penalty.unwrap_or(fallback.repeat_penalty),
+        repeat_last_n: sampling.repeat_last_n.unwrap_or(fallback.penalty_last_n),
+        presence_penalty: (sampling.presence_penalty).unwrap_or(fallback.presence_penalty),
+        frequency_penalty: (sampling.frequency_penalty).unwrap_or(fallback.frequency_penalty),
         n_predict: sampling.max_tokens.map_or(-1, i64::from),
+        max_tokens: sampling.max_tokens.map_or(-1, i64::from),
+        n_probs: sampling.logprobs.unwrap_or(0),
         seed: sampling.seed.unwrap_or(u64::from(fallback.seed)),
         stop: &sampling.stop,
+    }
+}
+
+impl super::ApiServer {
+    /// `POST /embeddings`, llama-server's unprefixed spelling: its own shape
+    /// ([`Self::native_embeddings`]) for a body in its own words (`content`), else
+    /// OpenAI's, which the `openai` SDKs given the server's root expect.
+    pub(super) fn unprefixed_embeddings(&self, request: &Request, responder: Responder) {
+        let body: serde_json::Value = serde_json::from_slice(&request.body).unwrap_or_default();
+        if body.get("content").is_some() && body.get("input").is_none() {
+            self.native_embeddings("/embeddings", request, responder);
+        } else {
+            self.embeddings(request, responder);
+        }
+    }
+
+    /// llama-server's `POST /embedding`: its own shape, `[{index, embedding: [[...]]}]`.
+    pub(super) fn native_embeddings(&self, route: &str, request: &Request, responder: Responder) {
+        self.metrics
+            .embeddings_requests
+            .fetch_add(1, Ordering::Relaxed);
+        let Some((_, model, responder)) = self.local_model(route, responder) else {
+            return;
+        };
+        let answer = parse_native_embeddings(&request.body).and_then(|parsed| {
+            super::log_ignored(route, &parsed.ignored);
+            native_embeddings(model, parsed)
+        });
+        match answer {
+            Ok(list) => responder.json(200, &list),
+            Err(error) => self.refuse(responder, &error),
+        }
+    }
+
+    /// `POST /v1/embeddings`, OpenAI's shape.
+    pub(super) fn embeddings(&self, request: &Request, responder: Responder) {
+        self.metrics
+            .embeddings_requests
+            .fetch_add(1, Ordering::Relaxed);
+        let Some((loaded, model, responder)) = self.local_model("/v1/embeddings", responder) else {
+            return;
+        };
+        let n_embd = model.props().n_embd;
+        let parsed = match parse_embeddings(&request.body, &loaded.defaults, n_embd) {
+            Ok(parsed) => parsed,
+            Err(error) => return self.refuse(responder, &error),
+        };
+        match embeddings(model, &parsed) {
+            Ok(list) => responder.json(200, &list),
+            Err(error) => self.refuse(responder, &error),
+        }
     }
 }
 

@@ -1,13 +1,20 @@
-//! `GET /metrics`: counters in Prometheus' text format.
+//! `GET /metrics`: counters in Prometheus' text format, shepherd's own
+//! (`shepherd_*`) and, beside them, llama-server's (`llamacpp:*`, with its
+//! names, types and meanings) for the dashboards and exporters written for it.
 //!
 //! Counters are plain atomics updated once per request; the two speeds are
 //! gauges holding the last request's figures (f64 bits in an `AtomicU64`).
+//! The times llama-server adds up ([`Timing`]) come from the same speeds; its
+//! decode counts from the in-process model's generation thread
+//! ([`DecodeFigures`]).
 
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use super::pool::Pool;
 use super::Usage;
+use crate::backend::llamacpp::DecodeFigures;
 
 #[derive(Default)]
 pub struct Metrics {
@@ -29,6 +36,44 @@ pub struct Metrics {
     pub draft_accepted: AtomicU64,
     prefill_tps: AtomicU64,
     decode_tps: AtomicU64,
+    /// The longest sequence a request made (prompt and answer).
+    tokens_max: AtomicU64,
+    timing: Mutex<Timing>,
+}
+
+/// Time spent on prompts and on answers: in all, and since the last scrape
+/// (llama-server's throughput gauges average over that window).
+#[derive(Default)]
+struct Timing {
+    prompt_secs: f64,
+    predicted_secs: f64,
+    window: Window,
+}
+
+#[derive(Default, Clone, Copy)]
+struct Window {
+    prompt_tokens: u64,
+    prompt_secs: f64,
+    predicted_tokens: u64,
+    predicted_secs: f64,
+}
+
+/// Writes one metric: its help, its type and its samples (`labels`, value).
+fn write_metric(out: &mut String, name: &str, kind: &str, help: &str, lines: &[(&str, f64)]) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+    for (labels, value) in lines {
+        let _ = writeln!(out, "{name}{labels} {value}");
+    }
+}
+
+/// Tokens a second over `secs`, 0 without time.
+fn rate(tokens: u64, secs: f64) -> f64 {
+    if secs > 0.0 {
+        tokens as f64 / secs
+    } else {
+        0.0
+    }
 }
 
 impl Metrics {
@@ -52,20 +97,36 @@ impl Metrics {
                 self.decode_tps.store(tps.to_bits(), Ordering::Relaxed);
             }
         }
+        self.tokens_max
+            .fetch_max(usage.prompt + usage.completion, Ordering::Relaxed);
+        let mut timing = self.timing.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(secs) = usage.prompt_secs() {
+            timing.prompt_secs += secs;
+            timing.window.prompt_tokens += usage.decoded();
+            timing.window.prompt_secs += secs;
+        }
+        if let Some(secs) = usage.generation_secs() {
+            timing.predicted_secs += secs;
+            timing.window.predicted_tokens += usage.completion;
+            timing.window.predicted_secs += secs;
+        }
+    }
+
+    /// The whole exposition: shepherd's metrics, then llama-server's.
+    pub fn render(&self, pool: Option<&Pool>, decode: DecodeFigures) -> String {
+        let mut out = self.render_shepherd(pool);
+        self.render_llamacpp(&mut out, pool, decode);
+        out
     }
 
     /// The exposition text. Long on purpose: one `metric(...)` call per
     /// exported metric, in the order Prometheus shows them; splitting the list
     /// would only scatter it.
-    pub fn render(&self, pool: Option<&Pool>) -> String {
+    fn render_shepherd(&self, pool: Option<&Pool>) -> String {
         let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         let mut out = String::new();
         let mut metric = |name: &str, kind: &str, help: &str, lines: &[(&str, f64)]| {
-            let _ = writeln!(out, "# HELP shepherd_{name} {help}");
-            let _ = writeln!(out, "# TYPE shepherd_{name} {kind}");
-            for (labels, value) in lines {
-                let _ = writeln!(out, "shepherd_{name}{labels} {value}");
-            }
+            write_metric(&mut out, &format!("shepherd_{name}"), kind, help, lines);
         };
         metric(
             "requests_total",
@@ -192,5 +253,114 @@ impl Metrics {
             );
         }
         out
+    }
+
+    /// llama-server's `llamacpp:*` metrics, its names, types and meanings: the
+    /// prompt's counts are of tokens decoded (cached ones apart), embeddings'
+    /// included; the two throughputs average over the time since the last
+    /// scrape, which starts a new window, as llama-server's do. Long on
+    /// purpose: one entry per metric, in llama-server's order.
+    fn render_llamacpp(&self, out: &mut String, pool: Option<&Pool>, decode: DecodeFigures) {
+        let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed) as f64;
+        let (timing, window) = {
+            let mut timing = self.timing.lock().unwrap_or_else(|e| e.into_inner());
+            let window = std::mem::take(&mut timing.window);
+            ((timing.prompt_secs, timing.predicted_secs), window)
+        };
+        let prompt = self.prompt_tokens.load(Ordering::Relaxed);
+        let cached = self
+            .prompt_tokens_cached
+            .load(Ordering::Relaxed)
+            .min(prompt);
+        let counters: [(&str, &str, f64); 10] = [
+            (
+                "prompt_tokens_total",
+                "Number of prompt tokens processed, excluding cached tokens",
+                (prompt - cached + decode.embed_tokens) as f64,
+            ),
+            (
+                "prompt_tokens_cached_total",
+                "Number of prompt tokens reused from the cache",
+                cached as f64,
+            ),
+            (
+                "prompt_seconds_total",
+                "Total time spent processing prompts",
+                timing.0 + decode.embed_secs,
+            ),
+            (
+                "tokens_predicted_total",
+                "Number of generation tokens processed",
+                get(&self.completion_tokens),
+            ),
+            (
+                "tokens_predicted_seconds_total",
+                "Total time spent generating tokens",
+                timing.1,
+            ),
+            (
+                "n_decode_total",
+                "Total number of llama_decode() calls, excluding speculative decoding and multimodal decoding",
+                decode.n_decode as f64,
+            ),
+            (
+                "n_tokens_max",
+                "Largest observed sequence length (prompt + generation)",
+                get(&self.tokens_max),
+            ),
+            (
+                "spec_decode_num_draft_tokens_total",
+                "Speculative: Total draft tokens generated",
+                get(&self.draft_tokens),
+            ),
+            (
+                "spec_decode_num_accepted_tokens_total",
+                "Speculative: Total draft tokens accepted by the target model",
+                get(&self.draft_accepted),
+            ),
+            (
+                "spec_decode_num_drafts_total",
+                "Speculative: Total speculative decoding verification steps",
+                decode.n_drafts as f64,
+            ),
+        ];
+        let gauges: [(&str, &str, f64); 5] = [
+            (
+                "prompt_tokens_seconds",
+                "Average prompt throughput in tokens/s",
+                rate(window.prompt_tokens, window.prompt_secs),
+            ),
+            (
+                "predicted_tokens_seconds",
+                "Average generation throughput in tokens/s",
+                rate(window.predicted_tokens, window.predicted_secs),
+            ),
+            (
+                "requests_processing",
+                "Number of requests processing",
+                pool.map_or(0, Pool::running) as f64,
+            ),
+            (
+                "requests_deferred",
+                "Number of requests deferred",
+                pool.map_or(0, Pool::queue_depth) as f64,
+            ),
+            (
+                "n_busy_slots_per_decode",
+                "Average number of busy slots per llama_decode() call",
+                decode.n_busy_slots as f64 / decode.n_decode.max(1) as f64,
+            ),
+        ];
+        for (kind, list) in [("counter", &counters[..]), ("gauge", &gauges[..])] {
+            for (name, help, value) in list {
+                write_metric(
+                    out,
+                    &format!("llamacpp:{name}"),
+                    kind,
+                    help,
+                    &[("", *value)],
+                );
+            }
+        }
     }
 }

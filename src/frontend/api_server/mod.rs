@@ -6,13 +6,16 @@
 //! `POST /v1/completions` (a raw prompt, no chat template; [`completions`]),
 //! `GET /v1/models`, `GET /v1/models/{id}`, `GET /health` (503 while the
 //! model loads; public, as is the chat page at `GET /`, `super::ui`),
-//! `GET /metrics` (Prometheus text); llama-server's unprefixed spellings of
-//! the OpenAI routes (`/chat/completions`, `/completions`, `/models`,
-//! `/embeddings`) are the same routes.
+//! `GET /metrics` (Prometheus text, shepherd's and llama-server's names,
+//! [`metrics`]); llama-server's unprefixed spellings of the OpenAI routes
+//! (`/chat/completions`, `/completions`, `/models`, `/responses`) are the same
+//! routes. Every answer carries llama-server's `Process-Start-Time-Unix`.
 //! With the in-process model also `POST /v1/embeddings`, and llama-server's
-//! `POST /tokenize`, `POST /detokenize`, `POST /apply-template` and
-//! `GET /props` ([`local`]) and its own `POST /completion` ([`native`]); other
-//! backends answer those, and `/v1/completions`, with 501.
+//! `POST /embedding` (its own shape; `POST /embeddings` too for a body with
+//! `content`, else OpenAI's), `POST /tokenize`, `POST /detokenize`,
+//! `POST /apply-template`, `GET /props` and `GET /slots` ([`local`]) and its own
+//! `POST /completion` ([`native`]); other backends answer those, and
+//! `/v1/completions`, with 501.
 //! Ollama's API (`/api/chat`, `/api/generate`, `/api/tags`, `/api/show`,
 //! `/api/ps`, `/api/version`, `/api/embed`, `/api/embeddings`) is [`ollama`].
 //!
@@ -104,7 +107,27 @@ pub struct Usage {
     pub stats: Option<Stats>,
 }
 
+/// Seconds `n` tokens took at `rate` tokens a second (none without a rate).
+fn secs_at(n: u64, rate: Option<f64>) -> Option<f64> {
+    rate.filter(|r| *r > 0.0).map(|r| n as f64 / r)
+}
+
 impl Usage {
+    /// Prompt tokens decoded, not reused from the cache.
+    fn decoded(&self) -> u64 {
+        self.prompt.saturating_sub(self.cached.unwrap_or(0))
+    }
+
+    /// Seconds the prompt's decode took, from the speed the backend measured.
+    fn prompt_secs(&self) -> Option<f64> {
+        secs_at(self.decoded(), self.stats.as_ref()?.prefill_tps)
+    }
+
+    /// Seconds the answer's generation took, from the speed the backend measured.
+    fn generation_secs(&self) -> Option<f64> {
+        secs_at(self.completion, self.stats.as_ref()?.decode_tps)
+    }
+
     fn of(reply: &Reply, stats: Option<&Stats>) -> Usage {
         let (prompt, completion) = match (reply.usage, stats) {
             (Some(usage), _) => (usage.prompt_tokens, usage.completion_tokens),
@@ -394,24 +417,6 @@ impl ApiServer {
         }
     }
 
-    fn embeddings(&self, request: &Request, responder: Responder) {
-        self.metrics
-            .embeddings_requests
-            .fetch_add(1, Ordering::Relaxed);
-        let Some((loaded, model, responder)) = self.local_model("/v1/embeddings", responder) else {
-            return;
-        };
-        let n_embd = model.props().n_embd;
-        let parsed = match local::parse_embeddings(&request.body, &loaded.defaults, n_embd) {
-            Ok(parsed) => parsed,
-            Err(error) => return self.refuse(responder, &error),
-        };
-        match local::embeddings(model, &parsed) {
-            Ok(list) => responder.json(200, &list),
-            Err(error) => self.refuse(responder, &error),
-        }
-    }
-
     fn tokenize(&self, request: &Request, responder: Responder) {
         self.metrics
             .tokenize_requests
@@ -468,7 +473,7 @@ impl ApiServer {
             return;
         };
         let answer = match request.method.as_str() {
-            "GET" => local::slots(model).map(|s| serde_json::to_value(s).unwrap_or_default()),
+            "GET" => local::slots(model),
             _ => {
                 let id = request.path.trim_start_matches("/slots/");
                 local::slot_action(model, id, request)
@@ -515,13 +520,20 @@ impl ApiServer {
 
 impl Handler for ApiServer {
     /// Routes a request: long because it is the route table, one arm per route.
-    fn handle(&self, request: Request, responder: Responder) {
+    fn handle(&self, request: Request, mut responder: Responder) {
+        // When this server started, in Unix seconds, on every answer (llama-server
+        // sends it with `/metrics`; exporters read it there).
+        responder.add_header("Process-Start-Time-Unix", self.started.to_string());
         let path = openai_route(request.path.trim_end_matches('/'));
         match (request.method.as_str(), path.as_ref()) {
             ("GET", "/health" | "/v1/health") => self.health(responder),
             ("GET", "/metrics") => {
-                let pool = self.loaded.get().map(|l| &*l.pool);
-                responder.text(200, "text/plain; version=0.0.4", &self.metrics.render(pool));
+                let loaded = self.loaded.get();
+                let pool = loaded.map(|l| &*l.pool);
+                let local = loaded.and_then(|l| l.local.as_ref());
+                let decode = local.map(LocalModel::counters).unwrap_or_default();
+                let text = self.metrics.render(pool, decode);
+                responder.text(200, "text/plain; version=0.0.4", &text);
             }
             ("GET", "/v1/models") => self.models(responder),
             ("GET", id) if id.starts_with("/v1/models/") => {
@@ -533,6 +545,8 @@ impl Handler for ApiServer {
             ("POST", "/v1/messages/count_tokens") => self.count_tokens(&request, responder),
             ("POST", "/v1/completions") => self.completions(&request, responder),
             ("POST", "/v1/embeddings") => self.embeddings(&request, responder),
+            ("POST", "/embeddings") => self.unprefixed_embeddings(&request, responder),
+            ("POST", "/embedding") => self.native_embeddings("/embedding", &request, responder),
             ("POST", "/tokenize") => self.tokenize(&request, responder),
             ("POST", "/detokenize") => self.detokenize(&request, responder),
             ("GET", "/props") => self.props(responder),
@@ -570,6 +584,8 @@ impl Handler for ApiServer {
                 | "/v1/messages/count_tokens"
                 | "/v1/completions"
                 | "/v1/embeddings"
+                | "/embeddings"
+                | "/embedding"
                 | "/tokenize"
                 | "/detokenize"
                 | "/props"
@@ -606,13 +622,7 @@ pub(crate) const FINGERPRINT: &str = concat!("shepherd-", env!("CARGO_PKG_VERSIO
 /// llama-server's unprefixed spellings of the OpenAI routes, as their `/v1`
 /// forms: the `openai` SDKs given a base URL without `/v1` call these.
 fn openai_route(path: &str) -> std::borrow::Cow<'_, str> {
-    const UNPREFIXED: [&str; 5] = [
-        "/chat/completions",
-        "/completions",
-        "/models",
-        "/embeddings",
-        "/responses",
-    ];
+    const UNPREFIXED: [&str; 4] = ["/chat/completions", "/completions", "/models", "/responses"];
     if UNPREFIXED.contains(&path) || path.starts_with("/models/") {
         std::borrow::Cow::Owned(format!("/v1{path}"))
     } else {

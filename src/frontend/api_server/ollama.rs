@@ -439,14 +439,9 @@ impl Answer {
     /// answer is given the whole time.
     fn figures(&self, reply: &Reply, usage: &Usage) -> wire::Figures {
         let total = self.started.elapsed().as_nanos() as u64;
-        let stats = usage.stats.as_ref();
-        let nanos = |n: u64, rate: Option<f64>| {
-            rate.filter(|r| *r > 0.0)
-                .map(|r| (n as f64 / r * 1e9) as u64)
-        };
-        let uncached = usage.prompt.saturating_sub(usage.cached.unwrap_or(0));
-        let prompt_eval_duration = nanos(uncached, stats.and_then(|s| s.prefill_tps)).unwrap_or(0);
-        let eval_duration = nanos(usage.completion, stats.and_then(|s| s.decode_tps))
+        let nanos = |secs: Option<f64>| secs.map(|s| (s * 1e9) as u64);
+        let prompt_eval_duration = nanos(usage.prompt_secs()).unwrap_or(0);
+        let eval_duration = nanos(usage.generation_secs())
             .unwrap_or_else(|| total.saturating_sub(prompt_eval_duration))
             .max(1);
         wire::Figures {

@@ -871,19 +871,16 @@ pub(super) fn wire_usage(usage: &Usage) -> wire::Usage {
 /// llama.cpp's `timings`, for clients that show speed.
 pub(super) fn wire_timings(usage: &Usage) -> Option<wire::Timings> {
     let stats = usage.stats.as_ref()?;
-    let cache_n = usage.cached.unwrap_or(0);
-    let prompt_n = usage.prompt.saturating_sub(cache_n);
-    // Milliseconds in all and per token, from a rate over `n` tokens.
-    let ms = |n: u64, rate: Option<f64>| rate.filter(|r| *r > 0.0).map(|r| 1000.0 * n as f64 / r);
-    let per_token = |rate: Option<f64>| rate.filter(|r| *r > 0.0).map(|r| 1000.0 / r);
+    let ms = |secs: Option<f64>| secs.map(|s| 1000.0 * s);
+    let per_token = |rate: Option<f64>| super::secs_at(1000, rate);
     Some(wire::Timings {
-        prompt_n,
-        cache_n,
-        prompt_ms: ms(prompt_n, stats.prefill_tps),
+        prompt_n: usage.decoded(),
+        cache_n: usage.cached.unwrap_or(0),
+        prompt_ms: ms(usage.prompt_secs()),
         prompt_per_token_ms: per_token(stats.prefill_tps),
         prompt_per_second: stats.prefill_tps,
         predicted_n: usage.completion,
-        predicted_ms: ms(usage.completion, stats.decode_tps),
+        predicted_ms: ms(usage.generation_secs()),
         predicted_per_token_ms: per_token(stats.decode_tps),
         predicted_per_second: stats.decode_tps,
         draft_n: (stats.draft_tokens > 0).then_some(stats.draft_tokens),

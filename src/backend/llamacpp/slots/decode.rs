@@ -202,6 +202,8 @@ impl Worker<'_> {
             self.decode_failed(err);
             return;
         }
+        let busy = self.slots.iter().filter(|s| s.task.is_some()).count();
+        self.counters.decoded(busy);
         for index in 0..self.slots.len() {
             self.after_decode(index);
         }
@@ -323,6 +325,7 @@ impl Worker<'_> {
             slots,
             draft_max,
             generating,
+            counters,
             ..
         } = self;
         let slot = &mut slots[index];
@@ -361,6 +364,7 @@ impl Worker<'_> {
             let accepted = tokens.len() - 1;
             slot.mirror.extend_from_slice(&drafts[..accepted]);
             task.spec.verified(drafts.len(), accepted, *draft_max);
+            counters.n_drafts.fetch_add(1, Ordering::Relaxed);
             if accepted < drafts.len() && !ctx.truncate_seq(slot.seq, slot.mirror.len()) {
                 slot.mirror.clear();
                 let err = "the cache could not drop a rejected draft (run with --spec off)";
@@ -506,6 +510,7 @@ impl Worker<'_> {
                 let _ = task.job.events.send(WorkerMsg::Text(rest));
             }
         }
+        slot.served = Some(files::SlotTask::idle(&task, slot.mirror.len()));
         // A whole answer (or one cut at its length): the user's turn comes next.
         let answered = matches!(reason, FinishReason::Stop | FinishReason::Length);
         // The model ended its text itself (its end of turn, or the template's own
@@ -583,7 +588,9 @@ impl Worker<'_> {
         self.clock += 1;
         self.finished_at = Instant::now();
         let slot = &mut self.slots[index];
-        slot.task = None;
+        if let Some(task) = slot.task.take() {
+            slot.served = Some(files::SlotTask::idle(&task, slot.mirror.len()));
+        }
         slot.last_used = self.clock;
     }
     /// After a failed decode the cache content of every slot in the batch is unknown:

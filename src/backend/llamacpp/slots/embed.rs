@@ -37,14 +37,20 @@ impl Worker<'_> {
         slot.mirror.clear();
         slot.next_turn = None;
         let seq = slot.seq;
+        // The embedding's slot is busy too, as llama-server counts it.
+        let busy = 1 + self.slots.iter().filter(|s| s.task.is_some()).count();
+        let counters = &self.counters;
         inputs
             .iter()
             .map(|tokens| {
+                let started = Instant::now();
                 let vector = model::embed(&mut self.ctx, &mut self.batch, seq, tokens)?;
-                Ok(Embedding {
-                    vector,
-                    n_tokens: tokens.len(),
-                })
+                counters.decoded(busy);
+                let micros = started.elapsed().as_micros() as u64;
+                counters.embed_micros.fetch_add(micros, Ordering::Relaxed);
+                let n_tokens = tokens.len();
+                (counters.embed_tokens).fetch_add(n_tokens as u64, Ordering::Relaxed);
+                Ok(Embedding { vector, n_tokens })
             })
             .collect()
     }

@@ -24,7 +24,8 @@ use crossbeam_channel::Sender;
 
 use super::super::model::ModelError;
 use super::super::prompt_cache::{read_entry, write_state_file, Entry};
-use super::Worker;
+use super::{Task, Worker};
+use crate::backend::Sampling;
 
 /// One slot as `GET /slots` shows it.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,6 +39,57 @@ pub struct SlotInfo {
     pub n_cached: usize,
     /// Tokens generated so far by the request it serves.
     pub n_decoded: usize,
+    /// The request it serves, else the last one it served (`None`: none yet).
+    pub task: Option<SlotTask>,
+}
+
+/// A slot's request, in the figures llama-server's `/slots` gives.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SlotTask {
+    /// The request's serial number in this process (llama-server's `id_task`).
+    pub id: u64,
+    /// Prompt tokens decoded so far, and those reused from the cache.
+    pub n_prompt_processed: usize,
+    pub n_prompt_cached: usize,
+    pub sampling: Sampling,
+    /// Tokens it may still generate: -1 without a `max_tokens` (the context is
+    /// the limit) and once it is finished.
+    pub n_remain: i64,
+    /// Whether it is still at work (false once finished), and whether its text
+    /// has a line break.
+    pub has_next_token: bool,
+    pub has_new_line: bool,
+}
+
+impl SlotTask {
+    /// `task` as it stands, its slot's cache holding `cached` tokens.
+    fn of(task: &Task, cached: usize) -> SlotTask {
+        let report = &task.report;
+        let n_remain = match task.job.sampling.max_tokens {
+            Some(_) => task.max_tokens.saturating_sub(task.n_tokens) as i64,
+            None => -1,
+        };
+        SlotTask {
+            id: task.serial,
+            n_prompt_processed: cached
+                .saturating_sub(report.reused_tokens)
+                .min(report.decoded_tokens),
+            n_prompt_cached: report.reused_tokens,
+            sampling: task.job.sampling.clone(),
+            n_remain,
+            has_next_token: true,
+            has_new_line: task.text.contains('\n'),
+        }
+    }
+
+    /// `task` once finished: no tokens to come (llama-server's idle slot).
+    pub(super) fn idle(task: &Task, cached: usize) -> SlotTask {
+        SlotTask {
+            n_remain: -1,
+            has_next_token: false,
+            ..SlotTask::of(task, cached)
+        }
+    }
 }
 
 /// What to do with a slot's cache.
@@ -144,6 +196,10 @@ impl Worker<'_> {
                 is_processing: slot.task.is_some(),
                 n_cached: slot.mirror.len(),
                 n_decoded: slot.task.as_ref().map_or(0, |t| t.n_tokens),
+                task: match &slot.task {
+                    Some(task) => Some(SlotTask::of(task, slot.mirror.len())),
+                    None => slot.served.clone(),
+                },
             })
             .collect()
     }

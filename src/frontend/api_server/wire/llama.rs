@@ -1,0 +1,216 @@
+//! llama-server's own shapes: `/tokenize`, `/detokenize`, `/props`, `/slots`
+//! and its slot actions, `/completion` and its stream, `/embedding` and
+//! `/apply-template`.
+
+use serde::Serialize;
+
+/// One entry of `GET /slots`, llama-server's fields and two of shepherd's
+/// own (`n_cached`, `n_decoded`).
+#[derive(Debug, Serialize)]
+pub struct Slot<'a> {
+    pub id: usize,
+    pub n_ctx: usize,
+    pub speculative: bool,
+    pub is_processing: bool,
+    /// Tokens the slot's cache holds (what a request sharing them reuses).
+    pub n_cached: usize,
+    /// Tokens generated so far by the request it serves.
+    pub n_decoded: usize,
+    /// The request it serves, else the last one it served; absent before
+    /// its first, as llama-server leaves them out.
+    #[serde(flatten)]
+    pub task: Option<SlotTask<'a>>,
+}
+
+/// A slot's request, in llama-server's words.
+#[derive(Debug, Serialize)]
+pub struct SlotTask<'a> {
+    pub id_task: u64,
+    /// Tokens in the slot's cache (prompt, then what was generated).
+    pub n_prompt_tokens: usize,
+    pub n_prompt_tokens_processed: usize,
+    pub n_prompt_tokens_cache: usize,
+    pub params: Params<'a>,
+    /// One entry, as llama-server sends it.
+    pub next_token: [NextToken; 1],
+}
+
+#[derive(Debug, Serialize)]
+pub struct NextToken {
+    pub has_next_token: bool,
+    pub has_new_line: bool,
+    /// -1: no limit but the context, or nothing to come.
+    pub n_remain: i64,
+    pub n_decoded: usize,
+}
+
+/// `POST /slots/N?action=save|restore|erase`, in llama-server's words.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum SlotDone<'a> {
+    Saved {
+        id_slot: usize,
+        filename: &'a str,
+        n_saved: usize,
+        n_written: usize,
+        timings: SaveTimings,
+    },
+    Restored {
+        id_slot: usize,
+        filename: &'a str,
+        n_restored: usize,
+        n_read: usize,
+        timings: RestoreTimings,
+    },
+    Erased {
+        id_slot: usize,
+        n_erased: usize,
+    },
+}
+
+#[derive(Debug, Serialize)]
+pub struct SaveTimings {
+    pub save_ms: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RestoreTimings {
+    pub restore_ms: f64,
+}
+
+/// `{"tokens": [...]}`: ids, or `{id, piece}` with `with_pieces`.
+#[derive(Debug, Serialize)]
+pub struct Tokens {
+    pub tokens: Vec<Token>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum Token {
+    Id(i32),
+    WithPiece { id: i32, piece: PieceText },
+}
+
+/// A piece as text when it is UTF-8 on its own, else its bytes.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum PieceText {
+    Text(String),
+    Bytes(Vec<u8>),
+}
+
+/// `{"content": "..."}`.
+#[derive(Debug, Serialize)]
+pub struct Detokenized {
+    pub content: String,
+}
+
+/// `GET /props`.
+#[derive(Debug, Serialize)]
+pub struct Props<'a> {
+    pub default_generation_settings: GenerationSettings<'a>,
+    pub total_slots: u32,
+    /// The id clients see (`--alias`, else the model's name).
+    pub model_alias: &'a str,
+    /// The weights' type as llama.cpp names it.
+    pub model_ftype: &'a str,
+    pub model_path: &'a str,
+    pub chat_template: &'a str,
+    /// What the template can render, llama-server's `supports_*` flags.
+    pub chat_template_caps: std::collections::BTreeMap<&'static str, bool>,
+    pub bos_token: &'a str,
+    pub eos_token: &'a str,
+    pub modalities: Modalities,
+    pub build_info: &'static str,
+}
+
+#[derive(Debug, Serialize)]
+pub struct GenerationSettings<'a> {
+    /// The context each slot (each request) has.
+    pub n_ctx: u32,
+    pub params: Params<'a>,
+}
+
+/// The sampling a request gets for the fields it leaves out.
+#[derive(Debug, Serialize)]
+pub struct Params<'a> {
+    pub temperature: f32,
+    pub top_k: i32,
+    pub top_p: f32,
+    pub min_p: f32,
+    pub repeat_penalty: f32,
+    pub repeat_last_n: i32,
+    pub presence_penalty: f32,
+    pub frequency_penalty: f32,
+    /// -1: until the context is full or the model stops.
+    pub n_predict: i64,
+    /// The same as `n_predict`, as llama-server repeats it.
+    pub max_tokens: i64,
+    /// Likeliest alternatives reported per token (0: none).
+    pub n_probs: u32,
+    pub seed: u64,
+    pub stop: &'a [String],
+}
+
+#[derive(Debug, Serialize)]
+pub struct Modalities {
+    pub vision: bool,
+    pub audio: bool,
+}
+
+/// `POST /completion`: the whole answer, or a stream's last chunk (content
+/// empty there: it was streamed).
+#[derive(Debug, Serialize)]
+pub struct Completion<'a> {
+    pub index: u32,
+    pub content: &'a str,
+    /// The answer's token ids with `return_tokens` (else empty).
+    pub tokens: Vec<i32>,
+    pub id_slot: i32,
+    pub stop: bool,
+    pub model: &'a str,
+    pub tokens_predicted: u64,
+    pub tokens_evaluated: u64,
+    pub generation_settings: Params<'a>,
+    pub prompt: &'a str,
+    pub has_new_line: bool,
+    pub truncated: bool,
+    /// `eos`, `word` (a stop string), `limit` (`n_predict` or the context).
+    pub stop_type: &'static str,
+    pub stopping_word: &'a str,
+    pub tokens_cached: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timings: Option<super::openai::Timings>,
+    /// With `n_probs`: each token's log-probability and the likeliest others.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completion_probabilities: Option<Vec<super::openai::TokenLogprob<'a>>>,
+}
+
+/// One streamed piece of a `/completion` answer.
+#[derive(Debug, Serialize)]
+pub struct CompletionChunk<'a> {
+    pub index: u32,
+    pub content: &'a str,
+    /// The chunk's token ids with `return_tokens` (else empty).
+    pub tokens: Vec<i32>,
+    pub stop: bool,
+    pub id_slot: i32,
+    /// With `n_probs`: each token's log-probability and the likeliest others.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completion_probabilities: Option<Vec<super::openai::TokenLogprob<'a>>>,
+}
+
+/// One input's entry in llama-server's `/embedding` answer: the pooled
+/// vector, as the one entry of a list (with `--pooling none` llama-server
+/// lists one per token; this server always pools).
+#[derive(Debug, Serialize)]
+pub struct Embedding {
+    pub index: usize,
+    pub embedding: [Vec<f32>; 1],
+}
+
+/// `POST /apply-template`: the prompt the model would read.
+#[derive(Debug, Serialize)]
+pub struct Applied {
+    pub prompt: String,
+}
