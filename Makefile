@@ -249,7 +249,7 @@ compat: deps model
 # Per-file counts for both; every case's pair of results in $(CACHE)/compat-suite/results.
 # The suite's Python packages go into a venv under $(CACHE)/compat-suite (PyPI).
 # COMPAT_SUITE_ARGS: e.g. --slow, --timeout 300, --workers 4, --only shepherd, unit/test_tokenize.py.
-# Not part of make test (about half an hour on 2 cores).
+# Not part of make test (both runs at once: about 16 minutes on 2 busy cores).
 compat-suite: deps model
 	server=$$(MODELS= MODEL=$(MODEL) THREADS=$(THREADS) CACHE=$(CACHE) PYTHON=$(PYTHON) NATIVE=1 scripts/bench.sh --build-only) && \
 	$(CARGO) build --release --quiet && \

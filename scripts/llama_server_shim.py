@@ -44,8 +44,10 @@ def spec_type(value):
     """--spec-type: shepherd knows ngram and draft (drafting model) speculation."""
     if value.startswith("ngram"):
         return ["--spec", "ngram"]
-    if value in ("draft", "none", "off"):
-        return ["--spec", "off" if value in ("none", "off") else "draft"]
+    if value.startswith("draft"):
+        return ["--spec", "draft"]
+    if value in ("none", "off"):
+        return ["--spec", "off"]
     return None
 
 
@@ -187,6 +189,10 @@ def translate(argv):
             dropped.append(("-ctk/-ctv", ",".join(cache_types),
                             "shepherd has one type for K and V: the K type is used"))
             out += ["--cache-type", cache_types[0]]
+    # llama-server drafts only when asked (a draft model or --spec-type);
+    # shepherd drafts n-grams from the context by default.
+    if not any(flag in out for flag in ("--spec", "--model-draft")):
+        out += ["--spec", "off"]
     if model is None:
         fallback = os.environ.get("COMPAT_MODEL")
         if fallback:
