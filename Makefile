@@ -68,7 +68,7 @@ TENSORRT ?=
 CARGO_FEATURES += $(if $(TENSORRT),--features tensorrt,)
 export TRTLLM_ROOT
 
-.PHONY: compat fuzz soak all build deps test chat-templates test-tensorrt check-trtllm-shim vendor-trtllm-headers fmt clippy clean no-async-runtime check-layers model swa-model run bench jinja2 mcp-servers valgrind bench-cliserver bench-llama bench-server openai-py test-tools
+.PHONY: compat compat-suite fuzz soak all build deps test chat-templates test-tensorrt check-trtllm-shim vendor-trtllm-headers fmt clippy clean no-async-runtime check-layers model swa-model run bench jinja2 mcp-servers valgrind bench-cliserver bench-llama bench-server openai-py test-tools
 .PHONY: static vendor dist install uninstall check-static check-install offline-static release-deps
 .PHONY: cuda-toolkit cuda-link-dynamic cuda-link-static check-cuda check-cuda-build check-cuda-if-changed check-cuda-inputs gpu-carry
 
@@ -242,6 +242,20 @@ compat: deps model
 	server=$$(MODELS= MODEL=$(MODEL) THREADS=$(THREADS) CACHE=$(CACHE) PYTHON=$(PYTHON) NATIVE=1 scripts/bench.sh --build-only) && \
 	$(CARGO) build --release --quiet && \
 	$(PYTHON) scripts/compat_llama_server.py $$server $(TARGET_DIR)/release/shepherd $(MODEL) $(THREADS)
+
+# llama.cpp's own server test suite (tools/server/tests of the same sdist tree, pytest)
+# run twice on SmolLM2 instead of its hub models: against llama-server, and against
+# `shepherd --server` behind scripts/llama_server_shim.py (llama-server's flags mapped).
+# Per-file counts for both; every case's pair of results in $(CACHE)/compat-suite/results.
+# The suite's Python packages go into a venv under $(CACHE)/compat-suite (PyPI).
+# COMPAT_SUITE_ARGS: e.g. --slow, --timeout 300, --workers 4, --only shepherd, unit/test_tokenize.py.
+# Not part of make test (both runs at once: about 16 minutes on 2 busy cores).
+compat-suite: deps model
+	server=$$(MODELS= MODEL=$(MODEL) THREADS=$(THREADS) CACHE=$(CACHE) PYTHON=$(PYTHON) NATIVE=1 scripts/bench.sh --build-only) && \
+	$(CARGO) build --release --quiet && \
+	$(PYTHON) scripts/compat_suite.py --tree $$($(LLAMA_SDIST)) --llama-server $$server \
+	  --shepherd $(TARGET_DIR)/release/shepherd --cache $(CACHE)/compat-suite --model $(MODEL) \
+	  $(COMPAT_SUITE_ARGS)
 
 # A short generation under valgrind: no invalid reads or writes in the llama wrapper.
 # Portable: valgrind does not decode AVX-512, which a native build uses where present.
