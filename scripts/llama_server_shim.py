@@ -35,11 +35,6 @@ def cors(value):
     return out
 
 
-def reasoning(value):
-    """llama-server's --reasoning on|off|auto; shepherd's is an effort level."""
-    return ["--reasoning", "off"] if value == "off" else None
-
-
 def spec_type(value):
     """--spec-type: shepherd knows ngram and draft (drafting model) speculation."""
     if value.startswith("ngram"):
@@ -86,7 +81,8 @@ FLAGS = {
     "--flash-attn": (True, lambda v: ["--flash-attn=" + v]),
     "--spec-draft-n-max": (True, "--draft-max"),
     "--spec-type": (True, spec_type),
-    "--reasoning": (True, reasoning),
+    "--reasoning": (True, "--reasoning"),
+    "--chat-template-kwargs": (True, "--chat-template-kwargs"),
     # -ctk/-ctv: shepherd has one type for K and V; see main() for the pair.
     "-ctk": (True, "cache-type"),
     "--cache-type-k": (True, "cache-type"),
