@@ -13,6 +13,7 @@ mod gate;
 mod harness;
 mod help;
 mod hostile;
+mod llama_compat;
 mod llama_monitoring;
 mod llama_routes;
 mod loading;

@@ -111,6 +111,8 @@ pub struct ModelProps {
     pub slot_save_path: Option<std::path::PathBuf>,
     /// The model has fill-in-the-middle tokens (`/infill`).
     pub infill: bool,
+    /// The end-of-generation tokens (what `ignore_eos` bans).
+    pub eog_tokens: Vec<i32>,
 }
 
 /// What the generation thread counts as it works, for llama-server's

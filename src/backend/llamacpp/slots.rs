@@ -502,6 +502,7 @@ impl<'m> Worker<'m> {
                 let fim = model.fim_tokens();
                 fim.pre.is_some() && fim.suf.is_some() && fim.mid.is_some()
             },
+            eog_tokens: (0..model.n_vocab()).filter(|&t| model.is_eog(t)).collect(),
         }
     }
 

@@ -125,32 +125,65 @@ pub fn parse(
     })
 }
 
-/// The one prompt, as OpenAI and llama-server take it: a string, token ids, an
-/// array mixing the two (llama-server's), or an array holding one of those.
-/// Several prompts would be several choices, which this server does not
-/// produce. Token ids must be in the model's vocabulary (`n_vocab`).
+/// The one prompt, as OpenAI and llama-server take it ([`prompts`]); several
+/// prompts would be several choices, which this route does not produce.
 pub(super) fn prompt(f: &Fields<'_>, n_vocab: i32) -> Result<Vec<PromptPart>, ApiError> {
+    let mut prompts = prompts(f, n_vocab)?;
+    if prompts.len() > 1 {
+        return Err(ApiError::invalid(
+            "prompt",
+            "one prompt per request: this server returns one choice",
+        ));
+    }
+    Ok(prompts.remove(0))
+}
+
+/// The prompts of `prompt`, as llama-server reads them: a string, token ids,
+/// an array mixing the two, or llama-server's `{"prompt_string": ...}` object
+/// (its multimodal form, text only here) is one prompt; an array holding no
+/// token id is one prompt per item. Token ids must be in the model's
+/// vocabulary (`n_vocab`).
+pub(super) fn prompts(f: &Fields<'_>, n_vocab: i32) -> Result<Vec<Vec<PromptPart>>, ApiError> {
+    let items: Vec<&Value> = match f.get("prompt") {
+        None => return Err(f.missing("prompt", "a string or token ids")),
+        Some(Value::Array(items)) if !items.iter().any(Value::is_i64) => items.iter().collect(),
+        Some(one) => vec![one],
+    };
+    if items.is_empty() {
+        return Err(ApiError::invalid("prompt", "'prompt' must not be empty"));
+    }
+    items
+        .into_iter()
+        .map(|item| subprompt(item, n_vocab))
+        .collect()
+}
+
+/// One prompt of [`prompts`].
+fn subprompt(value: &Value, n_vocab: i32) -> Result<Vec<PromptPart>, ApiError> {
     let wrong = || {
         ApiError::invalid(
             "prompt",
-            "'prompt' must be a string, an array of token ids, an array mixing the two, or an array of one of those",
+            "'prompt' must be a string, an array of token ids, an array mixing the two, a {\"prompt_string\": ...} object, or an array of those",
         )
     };
-    let parts = match f.get("prompt") {
-        None => return Err(f.missing("prompt", "a string or token ids")),
-        Some(Value::String(text)) => vec![PromptPart::Text(text.clone())],
-        Some(Value::Array(items)) => match items.as_slice() {
-            [Value::String(text)] => vec![PromptPart::Text(text.clone())],
-            [Value::Array(one)] => mixed(one, n_vocab).ok_or_else(wrong)??,
-            [_, _, ..] if items.iter().all(|i| i.is_string() || i.is_array()) => {
+    let parts = match value {
+        Value::String(text) => vec![PromptPart::Text(text.clone())],
+        Value::Array(items) => mixed(items, n_vocab).ok_or_else(wrong)??,
+        Value::Object(object) => {
+            let media = object.get("multimodal_data");
+            if media.is_some_and(|m| !m.is_null() && m.as_array().is_none_or(|m| !m.is_empty())) {
                 return Err(ApiError::invalid(
                     "prompt",
-                    "one prompt per request: this server returns one choice",
-                ))
+                    "'multimodal_data' needs a multimodal model; this one reads text only",
+                ));
             }
-            _ => mixed(items, n_vocab).ok_or_else(wrong)??,
-        },
-        Some(_) => return Err(wrong()),
+            match object.get("prompt_string") {
+                Some(Value::String(text)) => vec![PromptPart::Text(text.clone())],
+                Some(Value::Array(items)) => mixed(items, n_vocab).ok_or_else(wrong)??,
+                _ => return Err(wrong()),
+            }
+        }
+        _ => return Err(wrong()),
     };
     let empty = |part: &PromptPart| match part {
         PromptPart::Text(text) => text.is_empty(),

@@ -437,6 +437,9 @@ pub fn params(sampling: &Sampling) -> lwire::Params<'_> {
         n_probs: sampling.logprobs.unwrap_or(0),
         seed: sampling.seed.unwrap_or(u64::from(fallback.seed)),
         stop: &sampling.stop,
+        logit_bias: (sampling.logit_bias.iter())
+            .map(|&(token, bias)| lwire::Bias { bias, token })
+            .collect(),
     }
 }
 

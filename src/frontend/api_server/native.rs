@@ -7,10 +7,22 @@
 //! figures, with no `[DONE]`, as llama-server streams it. The in-process model
 //! only, like `/v1/completions`, whose prompt and sampling checks it shares.
 //!
+//! Several prompts in one request (an array of prompts, no token id at its top
+//! level, as llama-server reads it) run side by side and are answered with an
+//! array of answers in their order, each naming its `index`; streamed, the
+//! chunks of all interleave, each with its `index`. A prompt may also be
+//! llama-server's `{"prompt_string": ...}` object (its multimodal form; text
+//! only here).
+//!
 //! `n_probs` adds llama-server's `completion_probabilities` (each token's id,
-//! text, bytes and log-probability, with the `n_probs` likeliest others) and
-//! `return_tokens` the ids in `tokens`, streamed with the chunk that carries
-//! their text. A field neither server knows is ignored and named in a debug line.
+//! text, bytes and log-probability, with the `n_probs` likeliest others;
+//! `post_sampling_probs` writes them as probabilities, `prob` and `top_probs`,
+//! leaving out those that round to 0 — the model's distribution, before the
+//! sampler's stages, where llama-server's are after them) and `return_tokens`
+//! the ids in `tokens`, streamed with the chunk that carries their text.
+//! `ignore_eos` bans the model's end-of-generation tokens (a -infinity bias,
+//! listed in `generation_settings.logit_bias` as llama-server lists it). A
+//! field neither server knows is ignored and named in a debug line.
 //!
 //! Also llama-server's `POST /apply-template`: a chat request's `messages`
 //! (and `tools`) rendered with the model's chat template as a generation
@@ -19,7 +31,7 @@
 use std::io;
 use std::sync::atomic::Ordering;
 
-use super::completions::prompt;
+use super::completions::prompts;
 use super::error::ApiError;
 use super::fields::{json_body, unknown_fields, Fields};
 use super::local;
@@ -28,16 +40,23 @@ use super::pool::Work;
 use super::text::{Assembler, Piece};
 use super::wire::encode;
 use super::wire::llama as wire;
-use super::wire::openai::TokenLogprob;
 use super::{Defaults, Usage};
+use crate::backend::llamacpp::LocalModel;
 use crate::backend::{Infill, PromptPart, Reply, Sampling, ToolChoice};
-use crate::core::{FinishReason, Session, TokenLogprobs};
+use crate::core::{FinishReason, Session, TokenLogprobs, TokenProb};
 use crate::frontend::http::{Request, Responder, SseStream};
 
 /// A checked `/completion` request.
 #[derive(Debug)]
 pub struct NativeRequest {
+    /// The work of every prompt but its prompt (`raw_prompt` is `None`).
     pub work: Work,
+    /// The prompts, one answer each.
+    pub prompts: Vec<Vec<PromptPart>>,
+    /// Write the probabilities as `prob`/`top_probs` (`post_sampling_probs`).
+    pub post_sampling: bool,
+    /// Ban the end-of-generation tokens (`ignore_eos`).
+    pub ignore_eos: bool,
     /// Whether the answer reports `completion_probabilities` (`n_probs` > 0).
     pub n_probs: bool,
     /// Whether the answer lists its token ids (`return_tokens`).
@@ -58,7 +77,7 @@ const IGNORED: [&str; 4] = [
 ];
 
 /// Every field this route reads.
-const KNOWN: [&str; 19] = [
+const KNOWN: [&str; 21] = [
     "grammar",
     "json_schema",
     "prompt",
@@ -78,6 +97,8 @@ const KNOWN: [&str; 19] = [
     "n_probs",
     "return_tokens",
     "model",
+    "post_sampling_probs",
+    "ignore_eos",
 ];
 
 /// The fields `/infill` reads besides `/completion`'s.
@@ -85,7 +106,7 @@ const INFILL: [&str; 3] = ["input_prefix", "input_suffix", "input_extra"];
 
 /// Checks a `/completion` body field by field; token ids against `n_vocab`.
 pub fn parse(body: &[u8], defaults: &Defaults, n_vocab: i32) -> Result<NativeRequest, ApiError> {
-    parse_with(body, defaults, &KNOWN, |f| prompt(f, n_vocab))
+    parse_with(body, defaults, &KNOWN, |f| prompts(f, n_vocab))
 }
 
 /// Checks an `/infill` body: `/completion`'s fields, with the code before and
@@ -110,12 +131,12 @@ pub fn parse_infill(body: &[u8], defaults: &Defaults) -> Result<NativeRequest, A
             None => String::new(),
             Some(_) => f.required_str("prompt")?.to_string(),
         };
-        Ok(vec![PromptPart::Infill(Infill {
+        Ok(vec![vec![PromptPart::Infill(Infill {
             prefix: text("input_prefix")?,
             suffix: text("input_suffix")?,
             prompt,
             extra,
-        })])
+        })]])
     })
 }
 
@@ -124,12 +145,12 @@ fn parse_with(
     body: &[u8],
     defaults: &Defaults,
     known: &[&str],
-    prompt: impl FnOnce(&Fields<'_>) -> Result<Vec<PromptPart>, ApiError>,
+    prompts: impl FnOnce(&Fields<'_>) -> Result<Vec<Vec<PromptPart>>, ApiError>,
 ) -> Result<NativeRequest, ApiError> {
     let value = json_body(body)?;
     let f = Fields::of(&value, "")?;
     let ignored = unknown_fields(&value, known, &IGNORED);
-    let prompt = prompt(&f)?;
+    let prompts = prompts(&f)?;
     let stream = f.bool("stream")?.unwrap_or(false);
     let n_probs = f.integer("n_probs", 0, 100)?.filter(|&n| n > 0);
     let return_tokens = f.bool("return_tokens")?.unwrap_or(false);
@@ -139,14 +160,17 @@ fn parse_with(
     sampling.logprobs = n_probs.map(|n| n as u32).or(return_tokens.then_some(0));
     Ok(NativeRequest {
         n_probs: n_probs.is_some(),
+        post_sampling: f.bool("post_sampling_probs")?.unwrap_or(false),
+        ignore_eos: f.bool("ignore_eos")?.unwrap_or(false),
         return_tokens,
+        prompts,
         work: Work {
             session: Session::new(String::new()),
             tools: Vec::new(),
             tool_choice: ToolChoice::None,
             sampling,
             use_tools: false,
-            raw_prompt: Some(prompt),
+            raw_prompt: None,
         },
         stream,
         ignored,
@@ -157,11 +181,13 @@ fn parse_with(
 #[derive(Debug)]
 pub struct Answer {
     pub model: String,
-    /// The prompt as text (token ids written out), as llama-server echoes it.
-    pub prompt: String,
+    /// Each prompt as text (token ids written out), as llama-server echoes it.
+    pub prompts: Vec<String>,
     pub sampling: Sampling,
     /// Report `completion_probabilities` (`n_probs`).
     pub n_probs: bool,
+    /// As probabilities (`post_sampling_probs`).
+    pub post_sampling: bool,
     /// List the token ids (`return_tokens`).
     pub return_tokens: bool,
 }
@@ -210,19 +236,26 @@ impl Answer {
     }
 
     /// `completion_probabilities` for `probs` with `n_probs`.
-    fn probabilities<'a>(&self, probs: &'a [TokenLogprobs]) -> Option<Vec<TokenLogprob<'a>>> {
-        self.n_probs.then(|| wire_logprobs(probs))
+    fn probabilities<'a>(&self, probs: &'a [TokenLogprobs]) -> Option<wire::Probabilities<'a>> {
+        if !self.n_probs {
+            return None;
+        }
+        Some(match self.post_sampling {
+            false => wire::Probabilities::Log(wire_logprobs(probs)),
+            true => wire::Probabilities::Post(post_probs(probs)),
+        })
     }
 
     pub fn piece(
         &self,
         sse: &mut SseStream,
+        index: u32,
         piece: Piece,
         logprobs: &[TokenLogprobs],
     ) -> io::Result<()> {
         match piece {
             Piece::Text(content) => sse.send(&encode(&wire::CompletionChunk {
-                index: 0,
+                index,
                 content: &content,
                 tokens: self.tokens(logprobs),
                 stop: false,
@@ -234,14 +267,23 @@ impl Answer {
         }
     }
 
-    /// The last chunk: `"stop": true`, empty content (it was streamed), the figures.
-    pub fn finish(&self, sse: &mut SseStream, reply: &Reply, usage: &Usage) -> io::Result<()> {
-        sse.send(&encode(&self.completion("", &[], reply, usage)))
+    /// Prompt `index`'s last chunk: `"stop": true`, empty content (it was
+    /// streamed), the figures.
+    pub fn finish(
+        &self,
+        sse: &mut SseStream,
+        index: u32,
+        reply: &Reply,
+        usage: &Usage,
+    ) -> io::Result<()> {
+        sse.send(&encode(&self.completion(index, "", &[], reply, usage)))
     }
 
-    /// The whole answer (or, with `content` empty, a stream's last chunk).
+    /// Prompt `index`'s whole answer (or, with `content` empty, its stream's
+    /// last chunk).
     fn completion<'a>(
         &'a self,
+        index: u32,
         content: &'a str,
         probs: &'a [TokenLogprobs],
         reply: &'a Reply,
@@ -249,7 +291,7 @@ impl Answer {
     ) -> wire::Completion<'a> {
         let (stop_type, stopping_word) = stop_type(reply);
         wire::Completion {
-            index: 0,
+            index,
             content,
             tokens: self.tokens(probs),
             id_slot: 0,
@@ -258,7 +300,7 @@ impl Answer {
             tokens_predicted: usage.completion,
             tokens_evaluated: usage.prompt,
             generation_settings: local::params(&self.sampling),
-            prompt: &self.prompt,
+            prompt: self.prompts.get(index as usize).map_or("", String::as_str),
             has_new_line: content.contains('\n'),
             truncated: false,
             stop_type,
@@ -271,15 +313,43 @@ impl Answer {
         }
     }
 
-    /// The whole answer of a finished job.
-    pub fn whole<'a>(
-        &'a self,
-        text: &'a Assembler,
-        reply: &'a Reply,
-        usage: &Usage,
-    ) -> wire::Completion<'a> {
-        self.completion(&text.text, &text.logprobs, reply, usage)
+    /// The whole answer of finished jobs, one per prompt: the one answer, or
+    /// with several prompts the list of them.
+    pub fn whole<'a>(&'a self, choices: &'a [(Assembler, Reply)]) -> wire::Completions<'a> {
+        let mut all: Vec<wire::Completion<'a>> = (0u32..)
+            .zip(choices)
+            .map(|(index, (text, reply))| {
+                let usage = Usage::of(reply, text.stats.as_ref());
+                self.completion(index, &text.text, &text.logprobs, reply, &usage)
+            })
+            .collect();
+        match self.prompts.len() {
+            1 if all.len() == 1 => wire::Completions::One(all.remove(0)),
+            _ => wire::Completions::Many(all),
+        }
     }
+}
+
+/// `probs` as probabilities, llama-server's `post_sampling_probs` shape; an
+/// alternative whose probability rounds to 0 is left out, as llama-server
+/// never reports one.
+fn post_probs(probs: &[TokenLogprobs]) -> Vec<wire::TokenProb<'_>> {
+    fn entry(p: &TokenProb) -> wire::TokenProb<'_> {
+        wire::TokenProb {
+            id: p.id,
+            token: String::from_utf8_lossy(&p.bytes).into_owned(),
+            bytes: &p.bytes,
+            prob: p.logprob.exp(),
+            top_probs: None,
+        }
+    }
+    probs
+        .iter()
+        .map(|t| wire::TokenProb {
+            top_probs: Some(t.top.iter().map(entry).filter(|e| e.prob > 0.0).collect()),
+            ..entry(&t.chosen)
+        })
+        .collect()
 }
 
 impl super::ApiServer {
@@ -296,18 +366,7 @@ impl super::ApiServer {
             Err(error) => return self.refuse(responder, &error),
         };
         super::log_ignored("/completion", &parsed.ignored);
-        if let Err(error) = super::check_local_sampling(loaded, &parsed.work.sampling) {
-            return self.refuse(responder, &error);
-        }
-        let parts = parsed.work.raw_prompt.as_deref().unwrap_or_default();
-        let answer = super::serve::Answer::Native(Answer {
-            model: loaded.defaults.model.clone(),
-            prompt: prompt_text(parts, |ids| model.detokenize(ids).ok()),
-            sampling: parsed.work.sampling.clone(),
-            n_probs: parsed.n_probs,
-            return_tokens: parsed.return_tokens,
-        });
-        self.serve(loaded, answer, parsed.work, 1, parsed.stream, responder);
+        self.answer_native(loaded, model, parsed, true, responder);
     }
 
     /// `POST /infill`: a fill-in-the-middle completion, for a model with FIM
@@ -332,18 +391,48 @@ impl super::ApiServer {
             Err(error) => return self.refuse(responder, &error),
         };
         super::log_ignored("/infill", &parsed.ignored);
+        self.answer_native(loaded, model, parsed, false, responder);
+    }
+
+    /// Serves a checked `/completion` or `/infill` request: one job per prompt
+    /// (`detokenize`: echo token ids as their text).
+    fn answer_native(
+        &self,
+        loaded: &super::Loaded,
+        model: &LocalModel,
+        mut parsed: NativeRequest,
+        detokenize: bool,
+        responder: Responder,
+    ) {
+        if parsed.ignore_eos {
+            let eog = model.props().eog_tokens.iter();
+            (parsed.work.sampling.logit_bias).extend(eog.map(|&t| (t, f32::NEG_INFINITY)));
+        }
         if let Err(error) = super::check_local_sampling(loaded, &parsed.work.sampling) {
             return self.refuse(responder, &error);
         }
-        let parts = parsed.work.raw_prompt.as_deref().unwrap_or_default();
+        let prompts = (parsed.prompts.iter())
+            .map(|parts| {
+                prompt_text(parts, |ids| {
+                    detokenize.then(|| model.detokenize(ids).ok())?
+                })
+            })
+            .collect();
         let answer = super::serve::Answer::Native(Answer {
             model: loaded.defaults.model.clone(),
-            prompt: prompt_text(parts, |_| None),
+            prompts,
             sampling: parsed.work.sampling.clone(),
             n_probs: parsed.n_probs,
+            post_sampling: parsed.post_sampling,
             return_tokens: parsed.return_tokens,
         });
-        self.serve(loaded, answer, parsed.work, 1, parsed.stream, responder);
+        let works = (parsed.prompts.into_iter())
+            .map(|parts| Work {
+                raw_prompt: Some(parts),
+                ..parsed.work.clone()
+            })
+            .collect();
+        self.serve_each(loaded, answer, works, "prompt", parsed.stream, responder);
     }
 
     /// `POST /apply-template`.
@@ -398,11 +487,11 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(
-            request.work.raw_prompt,
-            Some(vec![
+            request.prompts,
+            [vec![
                 PromptPart::Tokens(vec![1, 2]),
                 PromptPart::Text("x".into())
-            ])
+            ]]
         );
         assert_eq!(request.work.sampling.max_tokens, Some(5));
         assert_eq!(request.work.sampling.top_k, Some(3));
@@ -437,6 +526,32 @@ mod tests {
             (ids.return_tokens, ids.work.sampling.logprobs),
             (true, Some(0))
         );
+    }
+
+    #[test]
+    fn several_prompts_and_prompt_objects_are_read_as_llama_server_reads_them() {
+        let prompts = |prompt: Value| parse_json(json!({ "prompt": prompt })).map(|r| r.prompts);
+        let text = |t: &str| vec![PromptPart::Text(t.into())];
+        assert_eq!(
+            prompts(json!([[1, 2], "a", {"prompt_string": "b"}])).unwrap(),
+            [vec![PromptPart::Tokens(vec![1, 2])], text("a"), text("b")]
+        );
+        assert_eq!(prompts(json!({"prompt_string": "b"})).unwrap(), [text("b")]);
+        // A token id at the top level makes the array one mixed prompt.
+        assert_eq!(prompts(json!([1, "a"])).unwrap().len(), 1);
+        for bad in [
+            json!({"prompt_string": "a", "multimodal_data": ["AAAA"]}),
+            json!({"text": "a"}),
+            json!([]),
+            json!(["a", ""]),
+        ] {
+            let error = prompts(bad.clone()).expect_err("a 400");
+            assert_eq!(error.param.as_deref(), Some("prompt"), "{bad}");
+        }
+        let flags =
+            parse_json(json!({"prompt": "a", "post_sampling_probs": true, "ignore_eos": true}))
+                .unwrap();
+        assert!(flags.post_sampling && flags.ignore_eos);
     }
 
     #[test]

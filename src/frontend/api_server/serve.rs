@@ -1,5 +1,6 @@
 //! Serving a generation request once it is checked: its work queued as one job
-//! per choice (`n`, on chat and text completions; one elsewhere), the response
+//! per choice (`n`, on chat and text completions; one per prompt on
+//! llama-server's `/completion`; one elsewhere), the response
 //! head written when every job has its first output (so an error before any
 //! output is a proper status), then the answer whole or streamed in the
 //! protocol it was asked in ([`Answer`]).
@@ -75,7 +76,7 @@ impl Answer {
             Answer::OpenAi(a) => a.piece(sse, index, piece, logprobs),
             Answer::Anthropic(a) => a.piece(sse, piece),
             Answer::Text(a) => a.piece(sse, index, piece, logprobs),
-            Answer::Native(a) => a.piece(sse, piece, logprobs),
+            Answer::Native(a) => a.piece(sse, index, piece, logprobs),
             Answer::Responses(a) => a.piece(sse, piece),
             Answer::Ollama(a) => a.piece(sse, piece),
         }
@@ -93,7 +94,7 @@ impl Answer {
             Answer::OpenAi(a) => a.finish_choice(sse, index, reply, usage),
             Answer::Anthropic(a) => a.finish(sse, reply, usage),
             Answer::Text(a) => a.finish_choice(sse, index, reply, usage),
-            Answer::Native(a) => a.finish(sse, reply, usage),
+            Answer::Native(a) => a.finish(sse, index, reply, usage),
             Answer::Responses(a) => a.finish(sse, reply, usage),
             Answer::Ollama(a) => a.finish(sse, reply, usage),
         }
@@ -122,7 +123,7 @@ impl Answer {
     }
 
     /// The whole answer, `200`: every choice where the protocol has several
-    /// (`n`), else the one.
+    /// (`n`, or `/completion`'s prompts), else the one.
     fn whole(&self, responder: Responder, choices: &[(Assembler, Reply)], usage: &Usage) {
         let Some((text, reply)) = choices.first() else {
             let error = ApiError::new(500, "server_error", "no choice was generated");
@@ -132,7 +133,7 @@ impl Answer {
             Answer::OpenAi(a) => responder.json(200, &a.whole(choices, usage)),
             Answer::Anthropic(a) => responder.json(200, &a.whole(text, reply, usage)),
             Answer::Text(a) => responder.json(200, &a.whole(choices, usage)),
-            Answer::Native(a) => responder.json(200, &a.whole(text, reply, usage)),
+            Answer::Native(a) => responder.json(200, &a.whole(choices)),
             Answer::Responses(a) => responder.json(200, &a.whole(text, reply, usage)),
             Answer::Ollama(a) => responder.json(200, &a.whole(text, reply, usage)),
         }
@@ -187,11 +188,33 @@ impl ApiServer {
         stream: bool,
         responder: Responder,
     ) {
+        let works = (0..n)
+            .map(|i| {
+                let mut choice = work.clone();
+                choice.sampling.seed = choice.sampling.seed.map(|s| s.wrapping_add(u64::from(i)));
+                choice
+            })
+            .collect();
+        self.serve_each(loaded, answer, works, "n", stream, responder);
+    }
+
+    /// Queues each of `works` as a choice of its own (index in order) and
+    /// answers from their output; more than the pool can hold at once is a 400
+    /// naming `param`.
+    pub(super) fn serve_each(
+        &self,
+        loaded: &Loaded,
+        answer: Answer,
+        works: Vec<Work>,
+        param: &str,
+        stream: bool,
+        responder: Responder,
+    ) {
         let pool = &*loaded.pool;
         let room = pool.capacity() + pool.workers();
-        if n as usize > room {
+        if works.len() > room {
             let mut error = ApiError::invalid(
-                "n",
+                param,
                 format!(
                     "this server runs at most {room} choices at once (--parallel and its queue)"
                 ),
@@ -199,10 +222,8 @@ impl ApiServer {
             error.status = 400;
             return answer.error(responder, &error);
         }
-        let mut held = Vec::with_capacity(n as usize);
-        for i in 0..n {
-            let mut choice = work.clone();
-            choice.sampling.seed = choice.sampling.seed.map(|s| s.wrapping_add(u64::from(i)));
+        let mut held = Vec::with_capacity(works.len());
+        for choice in works {
             let Some(ticket) = pool.submit(choice) else {
                 self.metrics.rejected_busy.fetch_add(1, Ordering::Relaxed);
                 let error = ApiError::busy("every slot and the queue are full; retry later", 1);

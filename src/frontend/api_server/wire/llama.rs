@@ -150,6 +150,7 @@ pub struct Params<'a> {
     pub n_probs: u32,
     pub seed: u64,
     pub stop: &'a [String],
+    pub logit_bias: Vec<Bias>,
 }
 
 #[derive(Debug, Serialize)]
@@ -181,9 +182,46 @@ pub struct Completion<'a> {
     pub tokens_cached: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timings: Option<super::openai::Timings>,
-    /// With `n_probs`: each token's log-probability and the likeliest others.
+    /// With `n_probs`: each token's probability and the likeliest others.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub completion_probabilities: Option<Vec<super::openai::TokenLogprob<'a>>>,
+    pub completion_probabilities: Option<Probabilities<'a>>,
+}
+
+/// `completion_probabilities`: log-probabilities (`logprob`, `top_logprobs`),
+/// or with `post_sampling_probs` probabilities (`prob`, `top_probs`).
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum Probabilities<'a> {
+    Log(Vec<super::openai::TokenLogprob<'a>>),
+    Post(Vec<TokenProb<'a>>),
+}
+
+/// One token's probability, as llama-server writes it with `post_sampling_probs`.
+#[derive(Debug, Serialize)]
+pub struct TokenProb<'a> {
+    pub id: i32,
+    pub token: String,
+    pub bytes: &'a [u8],
+    pub prob: f32,
+    /// The likeliest tokens at this place; absent inside that list.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub top_probs: Option<Vec<TokenProb<'a>>>,
+}
+
+/// A logit bias in `generation_settings`; `bias` is `null` for a banned token
+/// (-infinity, as `ignore_eos` bans the end-of-generation tokens).
+#[derive(Debug, Serialize)]
+pub struct Bias {
+    pub bias: f32,
+    pub token: i32,
+}
+
+/// `/completion`'s whole answer: one, or with several prompts the list.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum Completions<'a> {
+    One(Completion<'a>),
+    Many(Vec<Completion<'a>>),
 }
 
 /// One streamed piece of a `/completion` answer.
@@ -195,9 +233,9 @@ pub struct CompletionChunk<'a> {
     pub tokens: Vec<i32>,
     pub stop: bool,
     pub id_slot: i32,
-    /// With `n_probs`: each token's log-probability and the likeliest others.
+    /// With `n_probs`: each token's probability and the likeliest others.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub completion_probabilities: Option<Vec<super::openai::TokenLogprob<'a>>>,
+    pub completion_probabilities: Option<Probabilities<'a>>,
 }
 
 /// One input's entry in llama-server's `/embedding` answer: the pooled

@@ -1,0 +1,133 @@
+//! What llama.cpp's own server test suite (`make compat-suite`) checks of
+//! llama-server and shepherd once did differently, on `shepherd --server` with
+//! SmolLM2: `/completion` with several prompts and `{"prompt_string": ...}`
+//! objects, `post_sampling_probs` and `ignore_eos`.
+
+use serde_json::{json, Value};
+
+use crate::api_server::{curl_post, have_curl, sse_events, ApiServer};
+
+const PROMPT: &str = "1, 2, 3, 4,";
+
+fn ids(server: &ApiServer, text: &str) -> Vec<Value> {
+    let (status, tokens) = server.post("/tokenize", &json!({ "content": text }));
+    assert_eq!(status, 200, "{tokens}");
+    tokens["tokens"].as_array().expect("tokens").clone()
+}
+
+fn complete(server: &ApiServer, body: Value) -> Value {
+    let (status, answer) = server.post("/completion", &body);
+    assert_eq!(status, 200, "{body}: {answer}");
+    answer
+}
+
+#[test]
+fn completion_answers_several_prompts_and_prompt_objects_as_llama_server_does() {
+    let server = ApiServer::with_model(&["--context-size", "2048", "--parallel", "2"]);
+    let one = complete(
+        &server,
+        json!({"prompt": PROMPT, "n_predict": 6, "temperature": 0}),
+    );
+    let content = one["content"].as_str().expect("content").to_string();
+    // llama-server's multimodal prompt object, text only: the same answer.
+    let object = complete(
+        &server,
+        json!({"prompt": {"prompt_string": PROMPT}, "n_predict": 6, "temperature": 0}),
+    );
+    assert_eq!(object["content"], json!(content), "{object}");
+    // Several prompts (ids, text, an object): a list of answers in order.
+    let prompts = json!([ids(&server, PROMPT), PROMPT, {"prompt_string": PROMPT}]);
+    let many = complete(
+        &server,
+        json!({"prompt": prompts, "n_predict": 6, "temperature": 0}),
+    );
+    let list = many.as_array().expect("a list of answers");
+    assert_eq!(list.len(), 3, "{many}");
+    for (i, answer) in list.iter().enumerate() {
+        assert_eq!(answer["index"], json!(i), "{answer}");
+        assert_eq!(answer["content"], json!(content), "{answer}");
+        assert_eq!(answer["prompt"], json!(PROMPT), "{answer}");
+        assert_eq!(answer["tokens_predicted"], one["tokens_predicted"]);
+    }
+    let (status, error) = server.post(
+        "/completion",
+        &json!({"prompt": {"prompt_string": PROMPT, "multimodal_data": ["AAAA"]}}),
+    );
+    assert_eq!(status, 400, "{error}");
+    assert_eq!(error["error"]["param"], json!("prompt"), "{error}");
+
+    if !have_curl() {
+        eprintln!("skipped the streamed half: no curl");
+        return;
+    }
+    let body =
+        json!({"prompt": [PROMPT, PROMPT], "n_predict": 6, "temperature": 0, "stream": true});
+    let streamed = curl_post(&server.url("/completion"), &body.to_string(), &["-N"]);
+    assert_eq!(streamed.status, 200, "{}", streamed.body);
+    let chunks: Vec<Value> = sse_events(&streamed.body)
+        .iter()
+        .map(|(_, data)| serde_json::from_str(data).expect("JSON chunk"))
+        .collect();
+    for index in 0..2 {
+        let own: Vec<&Value> = chunks.iter().filter(|c| c["index"] == index).collect();
+        let text: String = own.iter().filter_map(|c| c["content"].as_str()).collect();
+        assert_eq!(text, content, "{own:?}");
+        let stops = own.iter().filter(|c| c["stop"] == json!(true)).count();
+        assert_eq!(stops, 1, "{own:?}");
+    }
+    assert!(chunks.iter().all(|c| c["index"] == 0 || c["index"] == 1));
+}
+
+#[test]
+fn post_sampling_probs_are_probabilities_in_llama_servers_shape() {
+    let server = ApiServer::with_model(&["--context-size", "2048"]);
+    let request = |post: bool| json!({"prompt": PROMPT, "n_predict": 4, "temperature": 0, "n_probs": 5, "post_sampling_probs": post});
+    let logs = complete(&server, request(false));
+    let probs = complete(&server, request(true));
+    let logs = logs["completion_probabilities"]
+        .as_array()
+        .expect("logprobs");
+    let probs = probs["completion_probabilities"].as_array().expect("probs");
+    assert_eq!(logs.len(), probs.len());
+    for (l, p) in logs.iter().zip(probs) {
+        assert_eq!(l["id"], p["id"], "{p}");
+        assert!(
+            p.get("logprob").is_none() && p.get("top_logprobs").is_none(),
+            "{p}"
+        );
+        let prob = p["prob"].as_f64().expect("prob");
+        let logprob = l["logprob"].as_f64().expect("logprob");
+        assert!(prob > 0.0 && prob <= 1.0, "{p}");
+        assert!((prob - logprob.exp()).abs() < 1e-4, "{p} vs {l}");
+        let top = p["top_probs"].as_array().expect("top_probs");
+        assert_eq!(top.len(), 5, "{p}");
+        assert!(top
+            .iter()
+            .all(|t| t["prob"].as_f64().is_some_and(|x| x > 0.0)));
+        assert_eq!(top[0]["id"], p["id"], "{p}");
+    }
+}
+
+#[test]
+fn ignore_eos_bans_the_end_tokens_and_lists_the_bias() {
+    let server = ApiServer::with_model(&["--context-size", "2048"]);
+    // A finished chat turn: the model would end it at once.
+    let prompt = "<|im_start|>user\nSay yes.<|im_end|>\n<|im_start|>assistant\nYes.<|im_end|>";
+    let request = |ignore: bool| json!({"prompt": prompt, "n_predict": 8, "temperature": 0, "ignore_eos": ignore});
+    let plain = complete(&server, request(false));
+    assert_eq!(
+        plain["generation_settings"]["logit_bias"],
+        json!([]),
+        "{plain}"
+    );
+    let ignoring = complete(&server, request(true));
+    let biases = ignoring["generation_settings"]["logit_bias"]
+        .as_array()
+        .expect("logit_bias");
+    assert!(!biases.is_empty(), "{ignoring}");
+    assert!(biases
+        .iter()
+        .all(|b| b["bias"].is_null() && b["token"].is_u64()));
+    assert_eq!(ignoring["tokens_predicted"], json!(8), "{ignoring}");
+    assert_eq!(ignoring["stop_type"], json!("limit"), "{ignoring}");
+}
