@@ -1,7 +1,8 @@
 //! What llama.cpp's own server test suite (`make compat-suite`) checks of
 //! llama-server and shepherd once did differently, on `shepherd --server` with
 //! SmolLM2: `/completion` with several prompts and `{"prompt_string": ...}`
-//! objects, `post_sampling_probs` and `ignore_eos`.
+//! objects, `post_sampling_probs` and `ignore_eos`; `/v1/embeddings` inputs of
+//! content parts.
 
 use serde_json::{json, Value};
 
@@ -130,4 +131,32 @@ fn ignore_eos_bans_the_end_tokens_and_lists_the_bias() {
         .all(|b| b["bias"].is_null() && b["token"].is_u64()));
     assert_eq!(ignoring["tokens_predicted"], json!(8), "{ignoring}");
     assert_eq!(ignoring["stop_type"], json!("limit"), "{ignoring}");
+}
+
+#[test]
+fn embeddings_take_content_part_inputs_as_llama_server_does() {
+    let server = ApiServer::with_model(&["--context-size", "2048"]);
+    let parts =
+        json!({"content": [{"type": "text", "text": "hello "}, {"type": "text", "text": "world"}]});
+    let (status, answer) = server.post(
+        "/v1/embeddings",
+        &json!({"input": ["hello world", parts.clone()]}),
+    );
+    assert_eq!(status, 200, "{answer}");
+    let data = answer["data"].as_array().expect("data");
+    assert_eq!(data.len(), 2, "{answer}");
+    assert_eq!(data[0]["embedding"], data[1]["embedding"]);
+    let (status, alone) = server.post("/v1/embeddings", &json!({ "input": parts }));
+    assert_eq!(status, 200, "{alone}");
+    assert_eq!(alone["data"][0]["embedding"], data[0]["embedding"]);
+    for input in [
+        json!({"content": "string"}),
+        json!([{"content": [{"type": "unknown"}]}]),
+        json!([{"content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]),
+        json!([{"text": "no content"}]),
+    ] {
+        let (status, error) = server.post("/v1/embeddings", &json!({ "input": input }));
+        assert_eq!(status, 400, "{input}: {error}");
+        assert!(error["error"]["message"].is_string(), "{error}");
+    }
 }

@@ -44,7 +44,8 @@ pub fn unsupported(route: &str) -> ApiError {
 }
 
 /// Checks an embeddings body: `input` a string, an array of strings, an array
-/// of token ids or an array of such arrays; `encoding_format` float or base64;
+/// of token ids or an array of such arrays (an item may also be llama-server's
+/// `{"content": [text parts]}`, its text joined); `encoding_format` float or base64;
 /// `dimensions`, when given, the model's own.
 pub fn parse_embeddings(
     body: &[u8],
@@ -86,6 +87,7 @@ fn embedding_inputs(input: Option<&Value>, name: &str) -> Result<Vec<EmbedInput>
     let inputs = match input {
         None => return Err(ApiError::invalid(name, format!("'{name}' is required"))),
         Some(Value::String(text)) => vec![EmbedInput::Text(text.clone())],
+        Some(item @ Value::Object(_)) => vec![content_input(item, name)?],
         Some(Value::Array(items)) if items.iter().all(Value::is_number) => {
             vec![EmbedInput::Tokens(token_ids(items, name)?)]
         }
@@ -97,6 +99,7 @@ fn embedding_inputs(input: Option<&Value>, name: &str) -> Result<Vec<EmbedInput>
                 Value::Array(ids) => {
                     Ok(EmbedInput::Tokens(token_ids(ids, &format!("{name}[{i}]"))?))
                 }
+                Value::Object(_) => content_input(item, &format!("{name}[{i}]")),
                 _ => Err(wrong()),
             })
             .collect::<Result<_, _>>()?,
@@ -118,6 +121,15 @@ fn embedding_inputs(input: Option<&Value>, name: &str) -> Result<Vec<EmbedInput>
         }
     }
     Ok(inputs)
+}
+
+/// llama-server's `{"content": [{"type": "text", "text": ...}, ...]}` input
+/// (OpenAI's content parts; text only here): the parts' text joined.
+fn content_input(item: &Value, name: &str) -> Result<EmbedInput, ApiError> {
+    let f = Fields::of(item, name)?;
+    let parts =
+        (f.array("content")?).ok_or_else(|| f.missing("content", "an array of text parts"))?;
+    super::openai::text_parts(parts, &f.name("content")).map(EmbedInput::Text)
 }
 
 /// Token ids: integers in `i32` (the vocabulary check comes later).
@@ -521,6 +533,10 @@ mod tests {
                 json!([[1], [2, 3]]),
                 vec![EmbedInput::Tokens(vec![1]), EmbedInput::Tokens(vec![2, 3])],
             ),
+            (
+                json!(["a", {"content": [{"type": "text", "text": "b"}, {"type": "text", "text": "c"}]}]),
+                vec![text("a"), text("bc")],
+            ),
         ];
         for (input, expected) in cases {
             let request = parse(json!({"input": input})).unwrap();
@@ -537,7 +553,12 @@ mod tests {
         check_invalid(json!({"input": ""}), "input");
         check_invalid(json!({"input": []}), "input");
         check_invalid(json!({"input": 7}), "input");
-        check_invalid(json!({"input": [{"text": "a"}]}), "input");
+        check_invalid(json!({"input": [{"text": "a"}]}), "input[0].content");
+        check_invalid(json!({"input": {"content": "a"}}), "input.content");
+        check_invalid(
+            json!({"input": [{"content": [{"type": "image_url"}]}]}),
+            "input[0].content[0].type",
+        );
         check_invalid(json!({"input": [1.5]}), "input");
         check_invalid(json!({"input": [[1], [1_u64 << 40]]}), "input[1]");
         check_invalid(

@@ -368,27 +368,30 @@ fn content(m: &Fields<'_>) -> Result<Option<String>, ApiError> {
     match m.get("content") {
         None => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(Value::Array(parts)) => {
-            let mut text = String::new();
-            for (j, part) in parts.iter().enumerate() {
-                let p = Fields::of(part, &format!("{name}[{j}]"))?;
-                match p.required_str("type")? {
-                    "text" => text.push_str(p.required_str("text")?),
-                    other => {
-                        return Err(ApiError::invalid(
-                            &p.name("type"),
-                            format!("content parts of type '{other}' are not supported; send text"),
-                        ))
-                    }
-                }
-            }
-            Ok(Some(text))
-        }
+        Some(Value::Array(parts)) => text_parts(parts, &name).map(Some),
         Some(_) => Err(ApiError::invalid(
             &name,
             format!("'{name}' must be a string or an array of text parts"),
         )),
     }
+}
+
+/// The text of content `parts` (field `name`), joined: only text parts.
+pub(super) fn text_parts(parts: &[Value], name: &str) -> Result<String, ApiError> {
+    let mut text = String::new();
+    for (j, part) in parts.iter().enumerate() {
+        let p = Fields::of(part, &format!("{name}[{j}]"))?;
+        match p.required_str("type")? {
+            "text" => text.push_str(p.required_str("text")?),
+            other => {
+                return Err(ApiError::invalid(
+                    &p.name("type"),
+                    format!("content parts of type '{other}' are not supported; send text"),
+                ))
+            }
+        }
+    }
+    Ok(text)
 }
 
 /// An assistant turn: its text, reasoning and tool calls (`function` and
