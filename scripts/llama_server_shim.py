@@ -110,7 +110,7 @@ FLAGS = {
     "--no-cache-idle-slots": (False, "drop: no RAM prompt cache"),
     "--ui-mcp-proxy": (False, "drop: no MCP proxy"),
     "--backend_sampling": (False, "drop: sampling is on the CPU"),
-    "--tags": (True, "drop: no model tags"),
+    "--tags": (True, "--tags"),
     "--grp-attn-n": (True, "drop: no group attention"),
     "--grp-attn-w": (True, "drop: no group attention"),
     "--lora": (True, "drop: no LoRA adapters"),

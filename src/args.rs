@@ -323,8 +323,10 @@ pub const FLAGS: &[Flag] = &[
         .text(|low, raw| low.cors_origins.push(raw)),
     flag("use-tools", None, Nothing, S::Modes, "--server runs shepherd's own tools for its clients")
         .switch(|low| low.use_tools = true),
-    flag("alias", None, Val("NAME"), S::Modes, "--server: the model id clients see (default: the model's file name)")
-        .value(|low, flag, raw| { low.alias = Some(alias(flag, raw)?); Ok(()) }),
+    flag("alias", None, Val("NAMES"), S::Modes, "--server: the model's names, comma-separated; the first in sorted order is the id clients see (default: the model's file name)")
+        .value(|low, flag, raw| { low.alias.extend(names(flag, raw)?); Ok(()) }),
+    flag("tags", None, Val("TAGS"), S::Modes, "--server: tags listed with the model in /v1/models, comma-separated (informational)")
+        .value(|low, flag, raw| { low.tags.extend(names(flag, raw)?); Ok(()) }),
     flag("queue-size", None, Val("N"), S::Modes, "--server: requests that may wait for a slot, 0 to 4096 (default 16)")
         .value(|low, flag, raw| { low.queue_size = Some(ranged(flag, raw, 0, 4096)? as u32); Ok(()) }),
     flag("continue", None, Nothing, S::Modes, "Continue the last saved session in this directory")
@@ -536,7 +538,10 @@ pub struct LowArgs {
     /// `--slot-save-path`: the directory slot saves and restores use.
     pub slot_save_path: Option<PathBuf>,
     pub seed: Option<u64>,
-    pub alias: Option<String>,
+    /// `--alias`: the model's names.
+    pub alias: Vec<String>,
+    /// `--tags`: listed with the model.
+    pub tags: Vec<String>,
     pub config: Option<PathBuf>,
     /// `Some` when `-d` was given: the categories named, or all of them.
     pub debug: Option<Vec<Category>>,
@@ -1128,7 +1133,10 @@ mod tests {
             "chatml",
         ]);
         assert_eq!(low.seed, Some(42));
-        assert_eq!(low.alias.as_deref(), Some("my model"));
+        assert_eq!(low.alias, ["my model"]);
+        let names = ok(&["--alias", "b, a,,c", "--alias", "d", "--tags", "x,y"]);
+        assert_eq!(names.alias, ["b", "a", "c", "d"]);
+        assert_eq!(names.tags, ["x", "y"]);
         assert_eq!(low.chat_template.as_deref(), Some("chatml"));
         let jinja = "{% for m in messages %}{{ m.content }}{% endfor %}";
         assert_eq!(
@@ -1140,8 +1148,9 @@ mod tests {
             Some(PathBuf::from("t.jinja"))
         );
         check_err(&["--seed", "-1"], &["--seed", "whole number"]);
-        check_err(&["--alias", " padded"], &["--alias"]);
+        check_err(&["--alias", " , "], &["--alias"]);
         check_err(&["--alias", ""], &["--alias"]);
+        check_err(&["--tags", "a\u{7}"], &["--tags"]);
         // Any of llama.cpp's built-in names, as llama-server takes them.
         assert_eq!(
             ok(&["--chat-template", "llama3"]).chat_template.as_deref(),

@@ -88,19 +88,21 @@ pub(super) fn hosts(flag: &Flag, raw: &str) -> Result<String, UsageError> {
     }
 }
 
-/// `--alias`: a model id clients can send back (no control characters, no spaces
-/// at either end), at most 256 bytes.
-pub(super) fn alias(flag: &Flag, raw: &str) -> Result<String, UsageError> {
-    let fine = !raw.is_empty()
-        && raw.len() <= 256
-        && raw.trim() == raw
-        && !raw.chars().any(char::is_control);
-    match fine {
-        true => Ok(raw.to_string()),
+/// `--alias` and `--tags`: names separated by commas, as llama-server takes
+/// them (each trimmed, empty ones skipped); each a model id clients can send
+/// back (no control characters), at most 256 bytes; at least one.
+pub(super) fn names(flag: &Flag, raw: &str) -> Result<Vec<String>, UsageError> {
+    let names: Vec<String> = (raw.split(',').map(str::trim))
+        .filter(|n| !n.is_empty())
+        .map(String::from)
+        .collect();
+    let fine = |n: &String| n.len() <= 256 && !n.chars().any(char::is_control);
+    match !names.is_empty() && names.iter().all(fine) {
+        true => Ok(names),
         false => Err(bad(
             flag,
             raw,
-            "a model name of 1 to 256 characters, no control characters",
+            "names of 1 to 256 characters separated by commas, no control characters",
         )),
     }
 }

@@ -115,8 +115,11 @@ impl MaxTokens {
 pub struct ServerSettings {
     pub host: String,
     pub port: u16,
-    /// `--alias`: the model id the API server reports, instead of the model's name.
-    pub alias: Option<String>,
+    /// `--alias`: the model's names, sorted, without repeats (llama-server's
+    /// set); the first is the id the API server reports instead of the model's name.
+    pub aliases: Vec<String>,
+    /// `--tags`: listed with the model, sorted, without repeats.
+    pub tags: Vec<String>,
 }
 
 impl ServerSettings {
@@ -616,8 +619,17 @@ fn server(low: &LowArgs, mode: &Mode) -> ServerSettings {
     ServerSettings {
         host: low.host.clone().unwrap_or_else(|| DEFAULT_HOST.to_string()),
         port: low.port.unwrap_or(default_port),
-        alias: low.alias.clone(),
+        aliases: sorted_set(&low.alias),
+        tags: sorted_set(&low.tags),
     }
+}
+
+/// `names` sorted, each once (llama-server keeps its aliases and tags in a set).
+fn sorted_set(names: &[String]) -> Vec<String> {
+    let mut names = names.to_vec();
+    names.sort();
+    names.dedup();
+    names
 }
 
 /// config.json's rules, then the flags' (`--approve` is an allow rule, `--deny` a deny rule).
@@ -841,7 +853,8 @@ mod tests {
             ServerSettings {
                 host: "127.0.0.1".into(),
                 port: 8000,
-                alias: None,
+                aliases: Vec::new(),
+                tags: Vec::new(),
             }
         );
         assert!(s.debug.is_empty());
@@ -1230,7 +1243,14 @@ mod tests {
             Some("{{ messages[0].content }}")
         );
         assert_eq!(s.sampling.seed, Some(9));
-        assert_eq!(s.server.alias.as_deref(), Some("m"));
+        assert_eq!(s.server.aliases, ["m"]);
+        let many = settings(
+            &["--alias", "tiny,fim,code", "--tags", "b,a,b"],
+            &[],
+            &file(),
+        );
+        assert_eq!(many.server.aliases, ["code", "fim", "tiny"]);
+        assert_eq!(many.server.tags, ["a", "b"]);
         let given = settings(&["--chat-template", "chatml"], &[], &file());
         assert_eq!(given.local.chat_template.as_deref(), Some("chatml"));
         std::fs::write(&path, " \n").expect("writable");

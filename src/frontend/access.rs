@@ -245,7 +245,8 @@ mod tests {
         let server = ServerSettings {
             host: "127.0.0.1".into(),
             port: 0,
-            alias: None,
+            aliases: Vec::new(),
+            tags: Vec::new(),
         };
         let auth = ServerAuth {
             token: token.map(String::from),

@@ -160,3 +160,37 @@ fn embeddings_take_content_part_inputs_as_llama_server_does() {
         assert!(error["error"]["message"].is_string(), "{error}");
     }
 }
+
+#[test]
+fn several_aliases_and_tags_are_listed_as_llama_server_lists_them() {
+    let server = ApiServer::with_model(&[
+        "--context-size",
+        "2048",
+        "--alias",
+        "tinyllama-2,fim,code",
+        "--tags",
+        "chat,fim,small",
+    ]);
+    for route in ["/models", "/v1/models"] {
+        let (status, models) = server.get(route);
+        assert_eq!(status, 200, "{models}");
+        let models: Value = serde_json::from_str(&models).expect("JSON");
+        let model = &models["data"][0];
+        // llama-server keeps them in a set: sorted, the first the id.
+        assert_eq!(
+            model["aliases"],
+            json!(["code", "fim", "tinyllama-2"]),
+            "{models}"
+        );
+        assert_eq!(model["tags"], json!(["chat", "fim", "small"]), "{models}");
+        assert_eq!(model["id"], json!("code"), "{models}");
+    }
+    for alias in ["code", "fim", "tinyllama-2"] {
+        let (status, model) = server.get(&format!("/v1/models/{alias}"));
+        assert_eq!(status, 200, "{alias}: {model}");
+        let request = json!({"model": alias, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2});
+        let (status, answer) = server.post("/v1/chat/completions", &request);
+        assert_eq!(status, 200, "{alias}: {answer}");
+    }
+    assert_eq!(server.get("/v1/models/other").0, 404);
+}

@@ -147,6 +147,10 @@ impl Usage {
 struct Loaded {
     pool: Arc<Pool>,
     defaults: Defaults,
+    /// The model's names (`--alias`, its id first; else the id) and tags
+    /// (`--tags`), listed in `/v1/models` as llama-server lists them.
+    aliases: Vec<String>,
+    tags: Vec<String>,
     info: BackendInfo,
     /// The in-process model's embeddings, tokenizer and properties; `None`
     /// for API backends.
@@ -271,6 +275,8 @@ impl ApiServer {
     fn model_entry<'a>(&self, loaded: &'a Loaded) -> wire::openai::Model<'a> {
         wire::openai::Model {
             id: &loaded.defaults.model,
+            aliases: &loaded.aliases,
+            tags: &loaded.tags,
             object: "model",
             created: self.started,
             owned_by: "shepherd",
@@ -296,7 +302,7 @@ impl ApiServer {
         let Some((loaded, responder)) = self.loaded(responder) else {
             return;
         };
-        if id == loaded.defaults.model {
+        if id == loaded.defaults.model || loaded.aliases.iter().any(|a| a == id) {
             let body = wire::openai::Model {
                 backend: Some(loaded.info.kind),
                 ..self.model_entry(loaded)
@@ -693,14 +699,20 @@ fn load(settings: &Settings) -> Result<Loaded, String> {
             .map_err(|e| format!("cannot start a worker thread: {e}"))?;
     }
     let defaults = Defaults {
-        model: (settings.server.alias.clone()).unwrap_or_else(|| model_id(&provider)),
+        model: (settings.server.aliases.first().cloned()).unwrap_or_else(|| model_id(&provider)),
         system_prompt: api_system_prompt(settings),
         sampling: settings.sampling_for(&provider),
         use_tools: settings.use_tools,
     };
+    let aliases = match settings.server.aliases.as_slice() {
+        [] => vec![defaults.model.clone()],
+        names => names.to_vec(),
+    };
     Ok(Loaded {
         pool,
         defaults,
+        aliases,
+        tags: settings.server.tags.clone(),
         info,
         local,
     })

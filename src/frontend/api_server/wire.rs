@@ -306,6 +306,10 @@ pub mod openai {
     #[derive(Debug, Serialize)]
     pub struct Model<'a> {
         pub id: &'a str,
+        /// Every name the model answers to (`--alias`), as llama-server lists them.
+        pub aliases: &'a [String],
+        /// `--tags`.
+        pub tags: &'a [String],
         /// `model`.
         pub object: &'static str,
         pub created: u64,
