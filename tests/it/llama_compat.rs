@@ -2,7 +2,7 @@
 //! llama-server and shepherd once did differently, on `shepherd --server` with
 //! SmolLM2: `/completion` with several prompts and `{"prompt_string": ...}`
 //! objects, `post_sampling_probs` and `ignore_eos`; `/v1/embeddings` inputs of
-//! content parts.
+//! content parts; `--alias` lists; `/v1/chat/completions/input_tokens`.
 
 use serde_json::{json, Value};
 
@@ -193,4 +193,26 @@ fn several_aliases_and_tags_are_listed_as_llama_server_lists_them() {
         assert_eq!(status, 200, "{alias}: {answer}");
     }
     assert_eq!(server.get("/v1/models/other").0, 404);
+}
+
+#[test]
+fn chat_input_tokens_counts_the_prompt_a_chat_request_reads() {
+    let server = ApiServer::with_model(&["--context-size", "2048"]);
+    let chat = json!({"messages": [
+        {"role": "system", "content": "Book"},
+        {"role": "user", "content": "What is the best book"},
+    ]});
+    let (status, counted) = server.post("/v1/chat/completions/input_tokens", &chat);
+    assert_eq!(status, 200, "{counted}");
+    let n = counted["input_tokens"].as_u64().expect("input_tokens");
+    assert!(n > 5, "{counted}");
+    // llama-server's unprefixed spelling, and Anthropic's count of the same turns.
+    let (status, again) = server.post("/chat/completions/input_tokens", &chat);
+    assert_eq!((status, &again), (200, &counted));
+    let anthropic = json!({"system": "Book", "messages": [{"role": "user", "content": "What is the best book"}]});
+    let (status, theirs) = server.post("/v1/messages/count_tokens", &anthropic);
+    assert_eq!((status, &theirs), (200, &counted));
+    let (status, error) = server.post("/v1/chat/completions/input_tokens", &json!({"messages": 5}));
+    assert_eq!(status, 400, "{error}");
+    assert_eq!(error["error"]["param"], json!("messages"), "{error}");
 }

@@ -436,27 +436,36 @@ impl ApiServer {
         }
     }
 
-    /// Anthropic's `POST /v1/messages/count_tokens`: the request's prompt as the model
-    /// would read it (template and tools included), `{"input_tokens": N}`.
-    fn count_tokens(&self, request: &Request, responder: Responder) {
+    /// Anthropic's `POST /v1/messages/count_tokens` (`anthropic`) and llama-server's
+    /// `POST /v1/chat/completions/input_tokens` (a chat completion request): the
+    /// request's prompt as the model would read it (template and tools included),
+    /// `{"input_tokens": N}`; errors in the route's own dialect.
+    fn count_tokens(&self, request: &Request, responder: Responder, anthropic: bool) {
         self.metrics
             .tokenize_requests
             .fetch_add(1, Ordering::Relaxed);
-        let Some((loaded, model, responder)) =
-            self.local_model("/v1/messages/count_tokens", responder)
-        else {
+        let route = match anthropic {
+            true => "/v1/messages/count_tokens",
+            false => "/v1/chat/completions/input_tokens",
+        };
+        let Some((loaded, model, responder)) = self.local_model(route, responder) else {
             return;
         };
-        let counted = anthropic::parse_count(&request.body, &loaded.defaults).and_then(|work| {
+        let work = match anthropic {
+            true => anthropic::parse_count(&request.body, &loaded.defaults),
+            false => openai::parse(&request.body, &loaded.defaults).map(|parsed| parsed.work),
+        };
+        let counted = work.and_then(|work| {
             model
                 .count_chat(&work.session, work.tools)
                 .map_err(|e| local::from_model(e, "messages"))
         });
         match counted {
             Ok(n) => responder.json(200, &serde_json::json!({ "input_tokens": n })),
-            Err(error) => {
+            Err(error) if anthropic => {
                 responder.json_with(error.status, &error.anthropic_body(), &error.headers())
             }
+            Err(error) => self.refuse(responder, &error),
         }
     }
 
@@ -548,7 +557,10 @@ impl Handler for ApiServer {
             ("POST", "/v1/chat/completions") => self.chat(&request, responder),
             ("POST", "/v1/messages") => self.messages(&request, responder),
             ("POST", "/v1/responses") => self.responses(&request, responder),
-            ("POST", "/v1/messages/count_tokens") => self.count_tokens(&request, responder),
+            ("POST", "/v1/messages/count_tokens") => self.count_tokens(&request, responder, true),
+            ("POST", "/v1/chat/completions/input_tokens") => {
+                self.count_tokens(&request, responder, false)
+            }
             ("POST", "/v1/completions") => self.completions(&request, responder),
             ("POST", "/v1/embeddings") => self.embeddings(&request, responder),
             ("POST", "/embeddings") => self.unprefixed_embeddings(&request, responder),
@@ -588,6 +600,7 @@ impl Handler for ApiServer {
                 | "/v1/messages"
                 | "/v1/responses"
                 | "/v1/messages/count_tokens"
+                | "/v1/chat/completions/input_tokens"
                 | "/v1/completions"
                 | "/v1/embeddings"
                 | "/embeddings"
@@ -628,7 +641,13 @@ pub(crate) const FINGERPRINT: &str = concat!("shepherd-", env!("CARGO_PKG_VERSIO
 /// llama-server's unprefixed spellings of the OpenAI routes, as their `/v1`
 /// forms: the `openai` SDKs given a base URL without `/v1` call these.
 fn openai_route(path: &str) -> std::borrow::Cow<'_, str> {
-    const UNPREFIXED: [&str; 4] = ["/chat/completions", "/completions", "/models", "/responses"];
+    const UNPREFIXED: [&str; 5] = [
+        "/chat/completions",
+        "/chat/completions/input_tokens",
+        "/completions",
+        "/models",
+        "/responses",
+    ];
     if UNPREFIXED.contains(&path) || path.starts_with("/models/") {
         std::borrow::Cow::Owned(format!("/v1{path}"))
     } else {
