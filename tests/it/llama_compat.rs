@@ -2,7 +2,8 @@
 //! llama-server and shepherd once did differently, on `shepherd --server` with
 //! SmolLM2: `/completion` with several prompts and `{"prompt_string": ...}`
 //! objects, `post_sampling_probs` and `ignore_eos`; `/v1/embeddings` inputs of
-//! content parts; `--alias` lists; `/v1/chat/completions/input_tokens`.
+//! content parts; `--alias` lists; `/v1/chat/completions/input_tokens`; two
+//! assistant turns at the end of a chat.
 
 use serde_json::{json, Value};
 
@@ -215,4 +216,29 @@ fn chat_input_tokens_counts_the_prompt_a_chat_request_reads() {
     let (status, error) = server.post("/v1/chat/completions/input_tokens", &json!({"messages": 5}));
     assert_eq!(status, 400, "{error}");
     assert_eq!(error["error"]["param"], json!("messages"), "{error}");
+}
+
+#[test]
+fn two_assistant_turns_at_the_end_are_a_400_as_llama_server_answers() {
+    let server = ApiServer::with_model(&["--context-size", "2048"]);
+    let turn = |role: &str| json!({"role": role, "content": "test"});
+    let two = json!([turn("user"), turn("assistant"), turn("assistant")]);
+    for route in [
+        "/v1/chat/completions",
+        "/chat/completions",
+        "/apply-template",
+    ] {
+        let (status, error) = server.post(route, &json!({"messages": two, "max_tokens": 2}));
+        assert_eq!(status, 400, "{route}: {error}");
+        assert_eq!(error["error"]["param"], json!("messages"), "{error}");
+    }
+    // One final assistant turn is a prefill; two apart are history.
+    for messages in [
+        json!([turn("user"), turn("assistant")]),
+        json!([turn("assistant"), turn("user"), turn("assistant")]),
+    ] {
+        let request = json!({"messages": messages, "max_tokens": 2});
+        let (status, answer) = server.post("/v1/chat/completions", &request);
+        assert_eq!(status, 200, "{messages}: {answer}");
+    }
 }

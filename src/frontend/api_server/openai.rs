@@ -326,6 +326,17 @@ fn messages(f: &Fields<'_>) -> Result<(Option<String>, Vec<Message>), ApiError> 
             "'messages' must be a non-empty array",
         ));
     }
+    // A final assistant turn is continued (prefill); one before it too is a
+    // 400, as llama-server refuses it.
+    let answer = |item: &Value| item.get("role").and_then(Value::as_str) == Some("assistant");
+    if let [.., a, b] = items.as_slice() {
+        if answer(a) && answer(b) {
+            return Err(ApiError::invalid(
+                "messages",
+                "cannot have 2 or more assistant messages at the end of the list",
+            ));
+        }
+    }
     let mut system: Option<String> = None;
     let mut out: Vec<Message> = Vec::new();
     for (i, item) in items.iter().enumerate() {
