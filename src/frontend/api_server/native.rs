@@ -324,7 +324,7 @@ impl Answer {
             })
             .collect();
         match self.prompts.len() {
-            1 if all.len() == 1 => wire::Completions::One(all.remove(0)),
+            1 if all.len() == 1 => wire::Completions::One(Box::new(all.remove(0))),
             _ => wire::Completions::Many(all),
         }
     }

@@ -220,7 +220,7 @@ pub struct Bias {
 #[derive(Debug, Serialize)]
 #[serde(untagged)]
 pub enum Completions<'a> {
-    One(Completion<'a>),
+    One(Box<Completion<'a>>),
     Many(Vec<Completion<'a>>),
 }
 
