@@ -3,7 +3,8 @@
 //! SmolLM2: `/completion` with several prompts and `{"prompt_string": ...}`
 //! objects, `post_sampling_probs` and `ignore_eos`; `/v1/embeddings` inputs of
 //! content parts; `--alias` lists; `/v1/chat/completions/input_tokens`; two
-//! assistant turns at the end of a chat.
+//! assistant turns at the end of a chat, or `continue_final_message` with
+//! `add_generation_prompt`.
 
 use serde_json::{json, Value};
 
@@ -232,6 +233,14 @@ fn two_assistant_turns_at_the_end_are_a_400_as_llama_server_answers() {
         assert_eq!(status, 400, "{route}: {error}");
         assert_eq!(error["error"]["param"], json!("messages"), "{error}");
     }
+    // Continuing the final turn and opening a new one: the same 400.
+    let both = json!({
+        "messages": [turn("user"), turn("assistant")], "max_tokens": 2,
+        "add_generation_prompt": true, "continue_final_message": true
+    });
+    let (status, error) = server.post("/v1/chat/completions", &both);
+    assert_eq!(status, 400, "{error}");
+    assert_eq!(error["error"]["param"], json!("continue_final_message"));
     // One final assistant turn is a prefill; two apart are history.
     for messages in [
         json!([turn("user"), turn("assistant")]),

@@ -60,8 +60,10 @@ const IGNORED: [&str; 7] = [
 ];
 
 /// Every field this server reads; any other is ignored and named in a debug line.
-const KNOWN: [&str; 33] = [
+const KNOWN: [&str; 35] = [
     "chat_template_kwargs",
+    "add_generation_prompt",
+    "continue_final_message",
     "reasoning_effort",
     "functions",
     "function_call",
@@ -336,6 +338,17 @@ fn messages(f: &Fields<'_>) -> Result<(Option<String>, Vec<Message>), ApiError> 
                 "cannot have 2 or more assistant messages at the end of the list",
             ));
         }
+    }
+    // A final assistant turn is continued, never followed by a new one: asking
+    // for both is a 400, as in llama-server.
+    let continued = f
+        .get("continue_final_message")
+        .is_some_and(|c| c != &Value::Bool(false));
+    if continued && f.bool("add_generation_prompt")? == Some(true) {
+        return Err(ApiError::invalid(
+            "continue_final_message",
+            "cannot set both add_generation_prompt and continue_final_message to true",
+        ));
     }
     let mut system: Option<String> = None;
     let mut out: Vec<Message> = Vec::new();
