@@ -1,12 +1,14 @@
 //! `shepherd --server`: an OpenAI-compatible API (and Anthropic's Messages
 //! API) in front of any backend, stateless: each request brings its whole
-//! conversation.
+//! conversation (but for the Responses API's `previous_response_id`, which
+//! reads the answers [`stored`] keeps).
 //!
 //! Routes: `POST /v1/chat/completions`, `POST /v1/messages`,
 //! `POST /v1/completions` (a raw prompt, no chat template; [`completions`]),
 //! `GET /v1/models`, `GET /v1/models/{id}`, `GET /health` (503 while the
 //! model loads; public, as is the chat page at `GET /`, `super::ui`),
-//! `GET /metrics` (Prometheus text); llama-server's unprefixed spellings of
+//! `GET /metrics` (Prometheus text), `POST /v1/responses` ([`responses`]) with
+//! `GET`/`DELETE /v1/responses/{id}` ([`stored`]); llama-server's unprefixed spellings of
 //! the OpenAI routes (`/chat/completions`, `/completions`, `/models`,
 //! `/embeddings`) are the same routes.
 //! With the in-process model also `POST /v1/embeddings`, and llama-server's
@@ -44,6 +46,7 @@ mod openai;
 mod pool;
 mod responses;
 mod serve;
+mod stored;
 mod text;
 mod tool_types;
 mod wire;
@@ -137,6 +140,8 @@ pub struct ApiServer {
     /// emergency stop), mounted with `--use-tools`.
     agent_api: Option<AgentApi>,
     metrics: Metrics,
+    /// The Responses API's stored answers (`--responses-store`).
+    responses: Arc<stored::Store>,
     started: u64,
     next_id: AtomicU64,
 }
@@ -201,11 +206,12 @@ fn now_secs() -> u64 {
 }
 
 impl ApiServer {
-    fn new() -> ApiServer {
+    fn new(responses_store: usize) -> ApiServer {
         ApiServer {
             loaded: OnceLock::new(),
             agent_api: None,
             metrics: Metrics::default(),
+            responses: Arc::new(stored::Store::new(responses_store)),
             started: now_secs(),
             next_id: AtomicU64::new(1),
         }
@@ -530,6 +536,9 @@ impl Handler for ApiServer {
             ("POST", "/v1/chat/completions") => self.chat(&request, responder),
             ("POST", "/v1/messages") => self.messages(&request, responder),
             ("POST", "/v1/responses") => self.responses(&request, responder),
+            ("GET" | "DELETE", id) if id.starts_with("/v1/responses/") => {
+                self.stored_response(&request.method, &id["/v1/responses/".len()..], responder)
+            }
             ("POST", "/v1/messages/count_tokens") => self.count_tokens(&request, responder),
             ("POST", "/v1/completions") => self.completions(&request, responder),
             ("POST", "/v1/embeddings") => self.embeddings(&request, responder),
@@ -613,7 +622,8 @@ fn openai_route(path: &str) -> std::borrow::Cow<'_, str> {
         "/embeddings",
         "/responses",
     ];
-    if UNPREFIXED.contains(&path) || path.starts_with("/models/") {
+    let with_id = path.starts_with("/models/") || path.starts_with("/responses/");
+    if UNPREFIXED.contains(&path) || with_id {
         std::borrow::Cow::Owned(format!("/v1{path}"))
     } else {
         std::borrow::Cow::Borrowed(path)
@@ -728,7 +738,7 @@ pub fn run(settings: &Settings) -> i32 {
         Ok(listener) => listener,
         Err(code) => return code,
     };
-    let mut api = ApiServer::new();
+    let mut api = ApiServer::new(server.responses_store);
     if settings.use_tools {
         api.agent_api = Some(super::wiring::agent_api_for(settings));
     }
@@ -803,7 +813,7 @@ mod tests {
         let server =
             http::Server::bind("127.0.0.1", 0, Limits::default(), Policy::default()).expect("bind");
         let addr = server.local_addr().unwrap();
-        let api = Arc::new(ApiServer::new());
+        let api = Arc::new(ApiServer::new(0));
         std::thread::spawn(move || server.run(api));
         let health = raw(addr, "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
         assert!(health.starts_with("HTTP/1.1 503"), "{health}");
