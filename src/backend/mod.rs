@@ -67,6 +67,10 @@ pub struct Sampling {
     /// Added to a token's logit before sampling (token id, bias); `-inf` bans the
     /// token. The in-process model only.
     pub logit_bias: Vec<(i32, f32)>,
+    /// Biases keyed by text (llama-server's `logit_bias` string keys), for each
+    /// token of the text: the API server tokenizes them into `logit_bias`
+    /// before generation.
+    pub logit_bias_text: Vec<(String, f32)>,
 }
 
 /// The most tokens a prompt must leave free for its answer, [`Sampling::answer_reserve`].

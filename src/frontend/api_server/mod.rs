@@ -171,11 +171,13 @@ fn log_ignored(route: &str, ignored: &[String]) {
 }
 
 /// Token probabilities and logit biases name the in-process model's tokens: with
-/// another backend they are a 400, and a biased id must be in the vocabulary.
-fn check_local_sampling(loaded: &Loaded, sampling: &Sampling) -> Result<(), ApiError> {
+/// another backend they are a 400; a biased id must be in the vocabulary, and a
+/// bias keyed by text becomes the bias of each of its tokens (as llama-server
+/// tokenizes it: no BOS).
+fn local_sampling(loaded: &Loaded, sampling: &mut Sampling) -> Result<(), ApiError> {
     let wants = if sampling.logprobs.is_some() {
         "logprobs"
-    } else if !sampling.logit_bias.is_empty() {
+    } else if !sampling.logit_bias.is_empty() || !sampling.logit_bias_text.is_empty() {
         "logit_bias"
     } else {
         return Ok(());
@@ -186,6 +188,14 @@ fn check_local_sampling(loaded: &Loaded, sampling: &Sampling) -> Result<(), ApiE
             format!("'{wants}' needs the in-process model (--server -m FILE.gguf)"),
         ));
     };
+    for (text, bias) in std::mem::take(&mut sampling.logit_bias_text) {
+        let tokens = model
+            .tokenize(text, false)
+            .map_err(|e| local::from_model(e, "logit_bias"))?;
+        sampling
+            .logit_bias
+            .extend(tokens.into_iter().map(|(id, _)| (id, bias)));
+    }
     let n_vocab = model.props().n_vocab;
     match sampling.logit_bias.iter().find(|(id, _)| *id >= n_vocab) {
         Some((id, _)) => Err(ApiError::invalid(
@@ -304,7 +314,7 @@ impl ApiServer {
         let Some((loaded, mut responder)) = self.loaded(responder) else {
             return;
         };
-        let parsed = match openai::parse(&request.body, &loaded.defaults) {
+        let mut parsed = match openai::parse(&request.body, &loaded.defaults) {
             Ok(parsed) => parsed,
             Err(error) => {
                 self.metrics
@@ -319,7 +329,7 @@ impl ApiServer {
             &parsed.kinds.dropped,
             &mut responder,
         );
-        if let Err(error) = check_local_sampling(loaded, &parsed.work.sampling) {
+        if let Err(error) = local_sampling(loaded, &mut parsed.work.sampling) {
             return self.refuse(responder, &error);
         }
         let answer = Answer::OpenAi(openai::Answer {
@@ -349,12 +359,12 @@ impl ApiServer {
             return;
         };
         let n_vocab = model.props().n_vocab;
-        let parsed = match completions::parse(&request.body, &loaded.defaults, n_vocab) {
+        let mut parsed = match completions::parse(&request.body, &loaded.defaults, n_vocab) {
             Ok(parsed) => parsed,
             Err(error) => return self.refuse(responder, &error),
         };
         log_ignored("/v1/completions", &parsed.ignored);
-        if let Err(error) = check_local_sampling(loaded, &parsed.work.sampling) {
+        if let Err(error) = local_sampling(loaded, &mut parsed.work.sampling) {
             return self.refuse(responder, &error);
         }
         let answer = Answer::Text(completions::Answer {
