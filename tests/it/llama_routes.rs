@@ -455,6 +455,64 @@ fn logit_bias_keyed_by_text_biases_each_of_its_tokens() {
     }
 }
 
+/// Reasoning in the history reaches the template as `reasoning_content`, as
+/// llama.cpp passes it: an OpenAI assistant message's `reasoning_content` and an
+/// Anthropic assistant turn's `thinking` blocks. Qwen3's template renders it for
+/// the turns after the last question.
+#[test]
+fn reasoning_in_the_history_reaches_the_template() {
+    let Some(dir) = std::env::var_os("SHEPHERD_TEMPLATE_CORPUS") else {
+        println!("SHEPHERD_TEMPLATE_CORPUS unset: skipped (make test sets it)");
+        return;
+    };
+    let template = std::path::Path::new(&dir).join("Qwen-Qwen3-0.6B.jinja");
+    let template = template.to_str().expect("UTF-8 path");
+    let server =
+        ApiServer::with_model(&["--context-size", "2048", "--chat-template-file", template]);
+    const THOUGHT: &str = "The user wants the weather; I call the tool.";
+    let call = json!({"id": "c1", "type": "function",
+                      "function": {"name": "weather", "arguments": "{\"city\": \"Paris\"}"}});
+    let openai = json!([
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": "", "reasoning_content": THOUGHT, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+    ]);
+    let (status, applied) = server.post("/apply-template", &json!({ "messages": openai }));
+    assert_eq!(status, 200, "{applied}");
+    let prompt = applied["prompt"].as_str().expect("prompt");
+    assert!(
+        prompt.contains(&format!("<think>\n{THOUGHT}\n</think>")),
+        "{prompt}"
+    );
+    // Anthropic's thinking blocks: the prompt counted grows by the thought.
+    let count = |thinking: bool| {
+        let mut blocks = vec![json!({"type": "tool_use", "id": "c1", "name": "weather",
+                                     "input": {"city": "Paris"}})];
+        if thinking {
+            blocks.insert(
+                0,
+                json!({"type": "thinking", "thinking": THOUGHT, "signature": "s"}),
+            );
+        }
+        let messages = json!([
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": blocks},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c1", "content": "sunny"}]},
+        ]);
+        let (status, counted) = server.post(
+            "/v1/messages/count_tokens",
+            &json!({"model": "m", "messages": messages}),
+        );
+        assert_eq!(status, 200, "{counted}");
+        counted["input_tokens"].as_u64().expect("input_tokens")
+    };
+    let (with, without) = (count(true), count(false));
+    assert!(
+        with >= without + ids(&server, THOUGHT).len() as u64,
+        "{with} with the thought, {without} without"
+    );
+}
+
 /// A grammar that would crash llama.cpp or cost seconds per token is refused with
 /// a 400 naming the limit; one within the limits that is still costly (every token
 /// checks hundreds of live alternatives against the whole vocabulary) is sampled on
