@@ -395,20 +395,11 @@ impl Answer {
         Answer { keep, ..self }
     }
 
-    /// Stores a finished response with its conversation: the input items, then
-    /// its output items.
+    /// Stores a finished response, when its request is to be kept.
     pub fn keep(&self, response: &wire::Response<'_>) {
-        let Some((store, items)) = &self.keep else {
-            return;
-        };
-        let Ok(response) = serde_json::to_value(response) else {
-            return;
-        };
-        let mut conversation = items.clone();
-        if let Some(Value::Array(output)) = response.get("output") {
-            conversation.extend(output.iter().cloned());
+        if let Some((store, items)) = &self.keep {
+            store.keep_response(&self.id, response, items);
         }
-        store.keep(&self.id, response, conversation);
     }
 
     /// The answer of a request whose tools were of `kinds`.

@@ -13,6 +13,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::error::ApiError;
@@ -103,6 +104,19 @@ impl Store {
                 inner.bytes -= gone.bytes;
             }
         }
+    }
+
+    /// Keeps a finished `response` with its conversation: the input `items` it
+    /// read, then its output items.
+    pub fn keep_response(&self, id: &str, response: &impl Serialize, items: &[Value]) {
+        let Ok(response) = serde_json::to_value(response) else {
+            return;
+        };
+        let mut conversation = items.to_vec();
+        if let Some(Value::Array(output)) = response.get("output") {
+            conversation.extend(output.iter().cloned());
+        }
+        self.keep(id, response, conversation);
     }
 
     pub fn get(&self, id: &str) -> Option<Arc<Stored>> {
