@@ -327,6 +327,8 @@ pub const FLAGS: &[Flag] = &[
         .value(|low, flag, raw| { low.alias = Some(alias(flag, raw)?); Ok(()) }),
     flag("queue-size", None, Val("N"), S::Modes, "--server: requests that may wait for a slot, 0 to 4096 (default 16)")
         .value(|low, flag, raw| { low.queue_size = Some(ranged(flag, raw, 0, 4096)? as u32); Ok(()) }),
+    flag("responses-store", None, Val("N"), S::Modes, "--server: /v1/responses answers kept for previous_response_id, oldest dropped first, 0 to 100000 (default 100; 0 keeps none)")
+        .value(|low, flag, raw| { low.responses_store = Some(ranged(flag, raw, 0, 100_000)? as u32); Ok(()) }),
     flag("continue", None, Nothing, S::Modes, "Continue the last saved session in this directory")
         .switch(|low| low.continue_session = true),
     flag("fresh", None, Nothing, S::Modes, "CLI server: start with an empty session instead of the saved one")
@@ -493,6 +495,8 @@ pub struct LowArgs {
     pub server: bool,
     pub use_tools: bool,
     pub queue_size: Option<u32>,
+    /// `--responses-store N`.
+    pub responses_store: Option<u32>,
     pub host: Option<String>,
     pub port: Option<u16>,
     pub auth_token: Option<String>,

@@ -117,6 +117,8 @@ pub struct ServerSettings {
     pub port: u16,
     /// `--alias`: the model id the API server reports, instead of the model's name.
     pub alias: Option<String>,
+    /// `--responses-store`: `/v1/responses` answers kept for `previous_response_id`.
+    pub responses_store: usize,
 }
 
 impl ServerSettings {
@@ -606,6 +608,8 @@ fn overrides(low: &LowArgs, env: &EnvLayer) -> SamplingLayer {
 
 /// API-server requests that may wait for a slot when `--queue-size` is not given.
 const DEFAULT_QUEUE_SIZE: usize = 16;
+/// `/v1/responses` answers kept when `--responses-store` is not given.
+const DEFAULT_RESPONSES_STORE: usize = 100;
 
 fn server(low: &LowArgs, mode: &Mode) -> ServerSettings {
     let default_port = match mode {
@@ -617,6 +621,9 @@ fn server(low: &LowArgs, mode: &Mode) -> ServerSettings {
         host: low.host.clone().unwrap_or_else(|| DEFAULT_HOST.to_string()),
         port: low.port.unwrap_or(default_port),
         alias: low.alias.clone(),
+        responses_store: low
+            .responses_store
+            .map_or(DEFAULT_RESPONSES_STORE, |n| n as usize),
     }
 }
 
@@ -842,6 +849,7 @@ mod tests {
                 host: "127.0.0.1".into(),
                 port: 8000,
                 alias: None,
+                responses_store: 100,
             }
         );
         assert!(s.debug.is_empty());

@@ -246,6 +246,7 @@ mod tests {
             host: "127.0.0.1".into(),
             port: 0,
             alias: None,
+            responses_store: 0,
         };
         let auth = ServerAuth {
             token: token.map(String::from),

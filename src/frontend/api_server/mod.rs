@@ -1,15 +1,18 @@
 //! `shepherd --server`: an OpenAI-compatible API (and Anthropic's Messages
 //! API) in front of any backend, stateless: each request brings its whole
-//! conversation.
+//! conversation (but for the Responses API's `previous_response_id`, which
+//! reads the answers [`stored`] keeps).
 //!
 //! Routes: `POST /v1/chat/completions`, `POST /v1/messages`,
 //! `POST /v1/completions` (a raw prompt, no chat template; [`completions`]),
 //! `GET /v1/models`, `GET /v1/models/{id}`, `GET /health` (503 while the
 //! model loads; public, as is the chat page at `GET /`, `super::ui`),
 //! `GET /metrics` (Prometheus text, shepherd's and llama-server's names,
-//! [`metrics`]); llama-server's unprefixed spellings of the OpenAI routes
-//! (`/chat/completions`, `/completions`, `/models`, `/responses`) are the same
-//! routes. Every answer carries llama-server's `Process-Start-Time-Unix`.
+//! [`metrics`]), `POST /v1/responses` ([`responses`]) with
+//! `GET`/`DELETE /v1/responses/{id}` ([`stored`]); llama-server's unprefixed
+//! spellings of the OpenAI routes (`/chat/completions`, `/completions`,
+//! `/models`, `/responses`) are the same routes. Every answer carries
+//! llama-server's `Process-Start-Time-Unix`.
 //! With the in-process model also `POST /v1/embeddings`, and llama-server's
 //! `POST /embedding` (its own shape; `POST /embeddings` too for a body with
 //! `content`, else OpenAI's), `POST /tokenize`, `POST /detokenize`,
@@ -47,6 +50,7 @@ mod openai;
 mod pool;
 mod responses;
 mod serve;
+mod stored;
 mod text;
 mod tool_types;
 mod wire;
@@ -160,6 +164,8 @@ pub struct ApiServer {
     /// emergency stop), mounted with `--use-tools`.
     agent_api: Option<AgentApi>,
     metrics: Metrics,
+    /// The Responses API's stored answers (`--responses-store`).
+    responses: Arc<stored::Store>,
     started: u64,
     next_id: AtomicU64,
 }
@@ -189,11 +195,13 @@ fn log_ignored(route: &str, ignored: &[String]) {
 }
 
 /// Token probabilities and logit biases name the in-process model's tokens: with
-/// another backend they are a 400, and a biased id must be in the vocabulary.
-fn check_local_sampling(loaded: &Loaded, sampling: &Sampling) -> Result<(), ApiError> {
+/// another backend they are a 400; a biased id must be in the vocabulary, and a
+/// bias keyed by text becomes the bias of each of its tokens (as llama-server
+/// tokenizes it: no BOS).
+fn local_sampling(loaded: &Loaded, sampling: &mut Sampling) -> Result<(), ApiError> {
     let wants = if sampling.logprobs.is_some() {
         "logprobs"
-    } else if !sampling.logit_bias.is_empty() {
+    } else if !sampling.logit_bias.is_empty() || !sampling.logit_bias_text.is_empty() {
         "logit_bias"
     } else {
         return Ok(());
@@ -204,6 +212,14 @@ fn check_local_sampling(loaded: &Loaded, sampling: &Sampling) -> Result<(), ApiE
             format!("'{wants}' needs the in-process model (--server -m FILE.gguf)"),
         ));
     };
+    for (text, bias) in std::mem::take(&mut sampling.logit_bias_text) {
+        let tokens = model
+            .tokenize(text, false)
+            .map_err(|e| local::from_model(e, "logit_bias"))?;
+        sampling
+            .logit_bias
+            .extend(tokens.into_iter().map(|(id, _)| (id, bias)));
+    }
     let n_vocab = model.props().n_vocab;
     match sampling.logit_bias.iter().find(|(id, _)| *id >= n_vocab) {
         Some((id, _)) => Err(ApiError::invalid(
@@ -224,11 +240,12 @@ fn now_secs() -> u64 {
 }
 
 impl ApiServer {
-    fn new() -> ApiServer {
+    fn new(responses_store: usize) -> ApiServer {
         ApiServer {
             loaded: OnceLock::new(),
             agent_api: None,
             metrics: Metrics::default(),
+            responses: Arc::new(stored::Store::new(responses_store)),
             started: now_secs(),
             next_id: AtomicU64::new(1),
         }
@@ -321,7 +338,7 @@ impl ApiServer {
         let Some((loaded, mut responder)) = self.loaded(responder) else {
             return;
         };
-        let parsed = match openai::parse(&request.body, &loaded.defaults) {
+        let mut parsed = match openai::parse(&request.body, &loaded.defaults) {
             Ok(parsed) => parsed,
             Err(error) => {
                 self.metrics
@@ -336,7 +353,7 @@ impl ApiServer {
             &parsed.kinds.dropped,
             &mut responder,
         );
-        if let Err(error) = check_local_sampling(loaded, &parsed.work.sampling) {
+        if let Err(error) = local_sampling(loaded, &mut parsed.work.sampling) {
             return self.refuse(responder, &error);
         }
         let answer = Answer::OpenAi(openai::Answer {
@@ -366,12 +383,12 @@ impl ApiServer {
             return;
         };
         let n_vocab = model.props().n_vocab;
-        let parsed = match completions::parse(&request.body, &loaded.defaults, n_vocab) {
+        let mut parsed = match completions::parse(&request.body, &loaded.defaults, n_vocab) {
             Ok(parsed) => parsed,
             Err(error) => return self.refuse(responder, &error),
         };
         log_ignored("/v1/completions", &parsed.ignored);
-        if let Err(error) = check_local_sampling(loaded, &parsed.work.sampling) {
+        if let Err(error) = local_sampling(loaded, &mut parsed.work.sampling) {
             return self.refuse(responder, &error);
         }
         let answer = Answer::Text(completions::Answer {
@@ -542,6 +559,9 @@ impl Handler for ApiServer {
             ("POST", "/v1/chat/completions") => self.chat(&request, responder),
             ("POST", "/v1/messages") => self.messages(&request, responder),
             ("POST", "/v1/responses") => self.responses(&request, responder),
+            ("GET" | "DELETE", id) if id.starts_with("/v1/responses/") => {
+                self.stored_response(&request.method, &id["/v1/responses/".len()..], responder)
+            }
             ("POST", "/v1/messages/count_tokens") => self.count_tokens(&request, responder),
             ("POST", "/v1/completions") => self.completions(&request, responder),
             ("POST", "/v1/embeddings") => self.embeddings(&request, responder),
@@ -623,7 +643,8 @@ pub(crate) const FINGERPRINT: &str = concat!("shepherd-", env!("CARGO_PKG_VERSIO
 /// forms: the `openai` SDKs given a base URL without `/v1` call these.
 fn openai_route(path: &str) -> std::borrow::Cow<'_, str> {
     const UNPREFIXED: [&str; 4] = ["/chat/completions", "/completions", "/models", "/responses"];
-    if UNPREFIXED.contains(&path) || path.starts_with("/models/") {
+    let with_id = path.starts_with("/models/") || path.starts_with("/responses/");
+    if UNPREFIXED.contains(&path) || with_id {
         std::borrow::Cow::Owned(format!("/v1{path}"))
     } else {
         std::borrow::Cow::Borrowed(path)
@@ -738,7 +759,7 @@ pub fn run(settings: &Settings) -> i32 {
         Ok(listener) => listener,
         Err(code) => return code,
     };
-    let mut api = ApiServer::new();
+    let mut api = ApiServer::new(server.responses_store);
     if settings.use_tools {
         api.agent_api = Some(super::wiring::agent_api_for(settings));
     }
@@ -813,7 +834,7 @@ mod tests {
         let server =
             http::Server::bind("127.0.0.1", 0, Limits::default(), Policy::default()).expect("bind");
         let addr = server.local_addr().unwrap();
-        let api = Arc::new(ApiServer::new());
+        let api = Arc::new(ApiServer::new(0));
         std::thread::spawn(move || server.run(api));
         let health = raw(addr, "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
         assert!(health.starts_with("HTTP/1.1 503"), "{health}");

@@ -291,12 +291,12 @@ impl super::ApiServer {
         let Some((loaded, model, responder)) = self.local_model("/completion", responder) else {
             return;
         };
-        let parsed = match parse(&request.body, &loaded.defaults, model.props().n_vocab) {
+        let mut parsed = match parse(&request.body, &loaded.defaults, model.props().n_vocab) {
             Ok(parsed) => parsed,
             Err(error) => return self.refuse(responder, &error),
         };
         super::log_ignored("/completion", &parsed.ignored);
-        if let Err(error) = super::check_local_sampling(loaded, &parsed.work.sampling) {
+        if let Err(error) = super::local_sampling(loaded, &mut parsed.work.sampling) {
             return self.refuse(responder, &error);
         }
         let parts = parsed.work.raw_prompt.as_deref().unwrap_or_default();
@@ -327,12 +327,12 @@ impl super::ApiServer {
             );
             return self.refuse(responder, &error);
         }
-        let parsed = match parse_infill(&request.body, &loaded.defaults) {
+        let mut parsed = match parse_infill(&request.body, &loaded.defaults) {
             Ok(parsed) => parsed,
             Err(error) => return self.refuse(responder, &error),
         };
         super::log_ignored("/infill", &parsed.ignored);
-        if let Err(error) = super::check_local_sampling(loaded, &parsed.work.sampling) {
+        if let Err(error) = super::local_sampling(loaded, &mut parsed.work.sampling) {
             return self.refuse(responder, &error);
         }
         let parts = parsed.work.raw_prompt.as_deref().unwrap_or_default();
