@@ -18,12 +18,15 @@
 //! model's own template is used); `raw: true` continues the prompt as it is,
 //! like `/v1/completions` (the in-process model only); `images` are refused.
 //!
-//! Model routes describe the one served model: `GET /api/tags`, `POST
-//! /api/show`, `GET /api/ps`; `GET /api/version`; embeddings with the
-//! in-process model (`POST /api/embed`, legacy `POST /api/embeddings`). The
-//! model management routes (`pull`, `push`, `create`, `copy`, `delete`) answer
-//! 501. A request naming another model gets Ollama's 404; an empty name means
-//! the served one. Errors are Ollama's `{"error": "..."}`.
+//! Model routes describe the served model: `POST /api/show`, `GET /api/ps`;
+//! `GET /api/tags` lists it, then the GGUF files of the models directories
+//! ([`files`]); `GET /api/version`; embeddings with the in-process model
+//! (`POST /api/embed`, legacy `POST /api/embeddings`). `POST /api/pull`
+//! fetches a GGUF file from a URL into the models directory ([`pull`]);
+//! `DELETE /api/delete` and `POST /api/copy` work on that directory's files
+//! ([`files`]); `push` and `create` answer 501. A generation or `show`
+//! naming a model other than the served one gets Ollama's 404; an empty name
+//! means the served one. Errors are Ollama's `{"error": "..."}`.
 
 use std::io;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -42,6 +45,8 @@ use crate::backend::{PromptPart, Reply, ResponseFormat, Sampling, ToolChoice};
 use crate::core::{FinishReason, Message, Role, Session, ToolCall};
 use crate::frontend::http::{Request, Responder, SseStream};
 
+mod files;
+mod pull;
 pub mod wire;
 
 /// The Ollama API level `GET /api/version` reports: clients that compare
@@ -50,7 +55,7 @@ pub mod wire;
 pub const API_VERSION: &str = "0.12.0";
 
 /// The routes this module answers, for the 405 of a wrong method.
-pub const ROUTES: [&str; 8] = [
+pub const ROUTES: [&str; 11] = [
     "/api/chat",
     "/api/generate",
     "/api/tags",
@@ -59,16 +64,13 @@ pub const ROUTES: [&str; 8] = [
     "/api/version",
     "/api/embed",
     "/api/embeddings",
-];
-
-/// Ollama's model management, not served here.
-pub const UNSERVED: [&str; 5] = [
     "/api/pull",
-    "/api/push",
-    "/api/create",
     "/api/copy",
     "/api/delete",
 ];
+
+/// Ollama's model management not served here.
+pub const UNSERVED: [&str; 2] = ["/api/push", "/api/create"];
 
 /// Fields accepted and changing nothing (see the module docs).
 const IGNORED: [&str; 3] = ["keep_alive", "truncate", "shift"];
@@ -529,11 +531,18 @@ struct Facts {
 /// Reads the served GGUF file's header (cheap: the header only) for its
 /// family, size and quantisation; an API backend's model has none of these.
 fn facts(loaded: &Loaded) -> Facts {
-    let path = loaded.local.as_ref().map(|m| m.props().model_path.clone());
-    let meta = path.as_ref().and_then(|p| std::fs::metadata(p).ok());
-    let info = path
+    let path = loaded
+        .local
         .as_ref()
-        .and_then(|p| crate::llama::gguf::read_file(std::path::Path::new(p)).ok());
+        .map(|m| std::path::PathBuf::from(&m.props().model_path));
+    file_facts(path.as_deref(), loaded.info.context_size)
+}
+
+/// What the header of the GGUF file at `path` says; `context` is the context
+/// when the file names none.
+fn file_facts(path: Option<&std::path::Path>, context: u64) -> Facts {
+    let meta = path.and_then(|p| std::fs::metadata(p).ok());
+    let info = path.and_then(|p| crate::llama::gguf::read_file(p).ok());
     let modified = meta
         .as_ref()
         .and_then(|m| m.modified().ok())
@@ -561,7 +570,7 @@ fn facts(loaded: &Loaded) -> Facts {
         trained_context: info
             .as_ref()
             .and_then(|i| i.context_length)
-            .unwrap_or(loaded.info.context_size),
+            .unwrap_or(context),
         architecture,
         parameters,
     }
@@ -655,19 +664,17 @@ impl ApiServer {
         };
         let facts = facts(loaded);
         let model = &loaded.defaults.model;
-        responder.json(
-            200,
-            &wire::Tags {
-                models: vec![wire::TagEntry {
-                    name: model,
-                    model,
-                    modified_at: facts.modified_at,
-                    size: facts.size,
-                    digest: digest(model),
-                    details: facts.details,
-                }],
-            },
-        );
+        let files = files::listed(loaded, &self.models_dirs);
+        let mut models = vec![wire::TagEntry {
+            name: model,
+            model,
+            modified_at: facts.modified_at,
+            size: facts.size,
+            digest: digest(model),
+            details: facts.details,
+        }];
+        models.extend(files.iter().map(files::tag_entry));
+        responder.json(200, &wire::Tags { models });
     }
 
     pub(super) fn ollama_show(&self, request: &Request, responder: Responder) {
@@ -850,12 +857,10 @@ pub fn version(responder: Responder) {
     );
 }
 
-/// The model management routes: 501, saying what to do instead.
+/// The model management routes not served: 501, saying why.
 pub fn unserved(path: &str, responder: Responder) {
-    let message = match path {
-        "/api/pull" => "this server does not pull models: use `shepherd pull URL`, then restart it with -m FILE".to_string(),
-        _ => format!("{path} is not supported: this server serves the one model it was started with"),
-    };
+    let message =
+        format!("{path} is not supported: this server serves the one model it was started with");
     let error = ApiError::new(501, "not_supported_error", message);
     responder.json(501, &error.ollama_body());
 }

@@ -134,3 +134,16 @@ pub struct Version {
     pub version: &'static str,
     pub shepherd: &'static str,
 }
+
+/// A line of `/api/pull`'s progress; the non-streamed answer is its last,
+/// `{"status": "success"}`.
+#[derive(Debug, Serialize)]
+pub struct Progress<'a> {
+    pub status: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub digest: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completed: Option<u64>,
+}
