@@ -107,21 +107,9 @@ fn named<'a>(f: &Fields<'a>, key: &str, older: Option<&str>) -> Result<&'a str, 
         .ok_or_else(|| f.missing(key, "a model file's name"))
 }
 
-fn success(responder: Responder) {
-    responder.json(
-        200,
-        &wire::Progress {
-            status: "success",
-            digest: None,
-            total: None,
-            completed: None,
-        },
-    );
-}
-
 impl ApiServer {
     /// The first models directory: where pulls write, copies and deletes work.
-    fn models_dir(&self) -> Result<&Path, ApiError> {
+    pub(super) fn models_dir(&self) -> Result<&Path, ApiError> {
         self.models_dirs
             .first()
             .map(PathBuf::as_path)
@@ -156,7 +144,7 @@ impl ApiServer {
             })
         });
         match deleted {
-            Ok(()) => success(responder),
+            Ok(()) => responder.json(200, &wire::Progress::status("success")),
             Err(error) => self.refuse_ollama(responder, &error),
         }
     }
@@ -176,7 +164,7 @@ impl ApiServer {
             copy(&source, from, &target, to)
         });
         match copied {
-            Ok(()) => success(responder),
+            Ok(()) => responder.json(200, &wire::Progress::status("success")),
             Err(error) => self.refuse_ollama(responder, &error),
         }
     }

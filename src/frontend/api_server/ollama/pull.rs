@@ -79,16 +79,6 @@ fn refused(refusal: Refused) -> ApiError {
     }
 }
 
-/// A line with a status only.
-fn status(status: &str) -> wire::Progress<'_> {
-    wire::Progress {
-        status,
-        digest: None,
-        total: None,
-        completed: None,
-    }
-}
-
 /// Sends one line unless the client is gone; whether it went.
 fn send(sse: &mut SseStream, line: &impl serde::Serialize) -> bool {
     !sse.client_gone() && sse.send(&encode(line)).is_ok()
@@ -102,10 +92,7 @@ impl ApiServer {
         responder: Responder,
     ) {
         let prepared = parse(&request.body).and_then(|asked| {
-            let dir = self.models_dirs.first().ok_or_else(|| {
-                ApiError::new(500, "server_error", "the server has no models directory")
-            })?;
-            let prepared = pull::prepare_url(&asked.url, dir).map_err(refused)?;
+            let prepared = pull::prepare_url(&asked.url, self.models_dir()?).map_err(refused)?;
             Ok((asked, prepared))
         });
         let (asked, prepared) = match prepared {
@@ -121,7 +108,7 @@ impl ApiServer {
             return match pulled {
                 Ok(pulled) => {
                     logged(pulled);
-                    responder.json(200, &status("success"));
+                    responder.json(200, &wire::Progress::status("success"));
                 }
                 Err(message) => {
                     let error = ApiError::new(502, "api_error", message);
@@ -132,7 +119,7 @@ impl ApiServer {
         let Ok(mut sse) = responder.ndjson() else {
             return;
         };
-        if !send(&mut sse, &status("pulling manifest")) {
+        if !send(&mut sse, &wire::Progress::status("pulling manifest")) {
             return;
         }
         let key = format!("sha256:{}", digest(&name));
@@ -145,15 +132,15 @@ impl ApiServer {
                     total,
                     completed: Some(have),
                 },
-                Step::Verifying => status("verifying sha256 digest"),
-                Step::Naming => status("writing manifest"),
+                Step::Verifying => wire::Progress::status("verifying sha256 digest"),
+                Step::Naming => wire::Progress::status("writing manifest"),
             };
             send(&mut sse, &line)
         });
         match pulled {
             Ok(pulled) => {
                 logged(pulled);
-                send(&mut sse, &status("success"));
+                send(&mut sse, &wire::Progress::status("success"));
             }
             Err(message) => {
                 let error = ApiError::new(502, "api_error", message);

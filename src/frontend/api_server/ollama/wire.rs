@@ -147,3 +147,15 @@ pub struct Progress<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub completed: Option<u64>,
 }
+
+impl<'a> Progress<'a> {
+    /// A line with a status only (`{"status": "success"}`).
+    pub fn status(status: &'a str) -> Progress<'a> {
+        Progress {
+            status,
+            digest: None,
+            total: None,
+            completed: None,
+        }
+    }
+}
