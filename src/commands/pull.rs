@@ -29,19 +29,20 @@
 //! bar goes to stderr on a terminal; the last line says where the model went
 //! and its digest.
 //!
-//! The API server's `POST /api/pull` uses the same code ([`prepare_url`], then
-//! [`Prepared::run`]): `http(s)://` URLs only, the default cap, and each
-//! [`Step`] to a listener that writes Ollama's progress lines (and stops the
-//! download, keeping the part, when its client is gone). A process pulls one
-//! target at a time: a second pull of a name while the first runs is refused
-//! (another process pulling the same name at once is not detected).
+//! The API server's `POST /api/pull` uses the same code ([`prepare_url`],
+//! then [`Prepared::run`](prepared::Prepared::run)): `http(s)://` URLs only,
+//! the default cap, and each [`Step`] to a listener that writes Ollama's
+//! progress lines (and stops the download, keeping the part, when its client
+//! is gone). A process pulls one target at a time ([`prepared`]): a second
+//! pull of a name while the first runs is refused (another process pulling
+//! the same name at once is not detected).
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{BufReader, IsTerminal, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ureq::unversioned::resolver::DefaultResolver;
 use ureq::unversioned::transport::{
@@ -53,6 +54,12 @@ use crate::backend::http::{self, Limits};
 use crate::config::{self, resolve};
 use crate::llama::gguf;
 use crate::util::sha256::Sha256;
+pub use prepared::{prepare_url, Refused};
+use progress::Progress;
+pub use progress::Step;
+
+mod prepared;
+mod progress;
 
 /// The most bytes a pull writes when the server announces no length and no
 /// `--max-size` is given: 512 GiB. Above any single GGUF file one would run
@@ -250,186 +257,11 @@ fn source(text: &str) -> Result<Source, String> {
     }
 }
 
-/// Why a pull was refused before a byte was fetched.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Refused {
-    /// The request itself: its source's scheme, the model's name.
-    Invalid(String),
-    /// The model is there already, or this process is pulling it now.
-    Conflict(String),
-    /// The models directory, or a file of the pull that is not a plain file.
-    Failed(String),
-}
-
-impl Refused {
-    pub fn message(&self) -> &str {
-        match self {
-            Refused::Invalid(m) | Refused::Conflict(m) | Refused::Failed(m) => m,
-        }
-    }
-}
-
-/// What a pull tells its listener ([`Prepared::run`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
-    /// Bytes so far (a resumed part's included) of the whole, when announced:
-    /// the first bytes, then at most every 100 ms or 1 % of the whole, and the last.
-    Bytes { have: u64, total: Option<u64> },
-    /// The bytes are all there: the GGUF and digest checks run.
-    Verifying,
-    /// Checked: the part takes the model's name.
-    Naming,
-}
-
-/// The targets this process is pulling: a second pull of one while the first
-/// runs (two API requests) is refused rather than writing the same part.
-static PULLING: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
-
-/// This process's claim on a target while it pulls it.
-#[derive(Debug)]
-struct Claim(PathBuf);
-
-impl Claim {
-    fn take(target: &Path) -> Option<Claim> {
-        let mut pulling = PULLING.lock().unwrap_or_else(|e| e.into_inner());
-        if pulling.iter().any(|t| t == target) {
-            return None;
-        }
-        pulling.push(target.to_path_buf());
-        Some(Claim(target.to_path_buf()))
-    }
-}
-
-impl Drop for Claim {
-    fn drop(&mut self) {
-        let mut pulling = PULLING.lock().unwrap_or_else(|e| e.into_inner());
-        pulling.retain(|t| *t != self.0);
-    }
-}
-
-/// A pull checked and claimed, not yet begun: its name is a plain `.gguf`
-/// file name, the target is free, the part's files are plain or absent.
-#[derive(Debug)]
-pub struct Prepared {
-    pull: Pull,
-    source: Source,
-    name: String,
-    target: PathBuf,
-    part: Part,
-    _claim: Claim,
-}
-
-/// `POST /api/pull`'s pull into `dir`: an `http://` or `https://` URL only (a
-/// remote client must not make the server read its own files), named by the
-/// URL's last path segment, capped at [`DEFAULT_MAX_SIZE`] when the server
-/// announces no length.
-pub fn prepare_url(url: &str, dir: &Path) -> Result<Prepared, Refused> {
-    if source(url).map_err(Refused::Invalid)? != Source::Http {
-        return Err(Refused::Invalid(format!(
-            "{url}: the server pulls http:// and https:// URLs only"
-        )));
-    }
-    let pull = Pull {
-        source: url.to_string(),
-        sha256: None,
-        name: None,
-        max_size: None,
-        rename: "the URL's path must end in the file's NAME.gguf",
-    };
-    prepare(&pull, dir)
-}
-
-fn prepare(pull: &Pull, dir: &Path) -> Result<Prepared, Refused> {
-    let name = file_name(pull).map_err(Refused::Invalid)?;
-    let source = source(&pull.source).map_err(Refused::Invalid)?;
-    // `name` is one plain path segment (checked above): all three stay in `dir`.
-    let target = dir.join(&name);
-    if fs::symlink_metadata(&target).is_ok() {
-        return Err(Refused::Conflict(format!(
-            "{} exists already; remove it first to pull it again",
-            target.display()
-        )));
-    }
-    let claim = Claim::take(&target).ok_or_else(|| {
-        Refused::Conflict(format!(
-            "{} is being pulled already; wait for that pull to end",
-            target.display()
-        ))
-    })?;
-    fs::create_dir_all(dir)
-        .map_err(|e| Refused::Failed(format!("cannot create {}: {e}", dir.display())))?;
-    let part = Part {
-        data: dir.join(format!("{name}.part")),
-        meta: dir.join(format!("{name}.part.meta")),
-    };
-    plain_or_absent(&part.data).map_err(Refused::Failed)?;
-    plain_or_absent(&part.meta).map_err(Refused::Failed)?;
-    Ok(Prepared {
-        pull: pull.clone(),
-        source,
-        name,
-        target,
-        part,
-        _claim: claim,
-    })
-}
-
 /// Pulls into `dir`; the model's path and its digest.
 fn pull_into(pull: &Pull, dir: &Path) -> Result<(PathBuf, String), String> {
-    let prepared = prepare(pull, dir).map_err(|r| r.message().to_string())?;
-    let mut progress = Progress::new(&prepared.name, None);
+    let prepared = prepared::prepare(pull, dir).map_err(|r| r.message().to_string())?;
+    let mut progress = Progress::new(prepared.name(), None);
     prepared.finish(&mut progress)
-}
-
-impl Prepared {
-    /// The model's file name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// Runs the pull; `listen` hears each [`Step`] and stops the download by
-    /// answering `false` (the part is kept, as for a dropped connection). The
-    /// model's path and its digest.
-    pub fn run(self, listen: &mut dyn FnMut(Step) -> bool) -> Result<(PathBuf, String), String> {
-        let mut progress = Progress::new(&self.name, Some(listen));
-        self.finish(&mut progress)
-    }
-
-    fn finish(self, progress: &mut Progress<'_>) -> Result<(PathBuf, String), String> {
-        let (pull, part, target) = (&self.pull, &self.part, &self.target);
-        let max = pull.max_size.unwrap_or(DEFAULT_MAX_SIZE);
-        let digest = match &self.source {
-            Source::Http => download(&pull.source, part, max, progress),
-            Source::File(path) => copy(path, part, max, progress),
-        };
-        progress.done();
-        let digest = digest?;
-        progress.step(Step::Verifying);
-        let refuse = |why: String| {
-            part.discard();
-            Err(why)
-        };
-        if let Err(e) = check_gguf(&part.data) {
-            let why = match e {
-                gguf::GgufError::Format(ref m) if m.starts_with("not a GGUF") => e.to_string(),
-                _ => format!("not a whole GGUF file: {e}"),
-            };
-            return refuse(format!("{} is {why}; nothing was kept", pull.source));
-        }
-        if let Some(expected) = &pull.sha256 {
-            if *expected != digest {
-                return refuse(format!(
-                    "the sha256 of {} is {digest}, not {expected}; nothing was kept",
-                    pull.source
-                ));
-            }
-        }
-        progress.step(Step::Naming);
-        let _ = fs::remove_file(&part.meta);
-        fs::rename(&part.data, target)
-            .map_err(|e| format!("cannot name {}: {e}", target.display()))?;
-        Ok((self.target, digest))
-    }
 }
 
 /// Refuses a path that is there but is not a plain file (a planted symbolic
@@ -886,89 +718,6 @@ fn stream_into(
     Ok(hash.hex())
 }
 
-/// A pull's progress: the bar on a terminal's stderr (percent, megabytes and
-/// speed), or each [`Step`] to a listener.
-struct Progress<'a> {
-    name: String,
-    total: Option<u64>,
-    done_before: u64,
-    done: u64,
-    started: Instant,
-    shown: Instant,
-    terminal: bool,
-    listen: Option<&'a mut dyn FnMut(Step) -> bool>,
-    /// The bytes the listener last heard of, and when.
-    told: Option<(u64, Instant)>,
-}
-
-impl<'a> Progress<'a> {
-    fn new(name: &str, listen: Option<&'a mut dyn FnMut(Step) -> bool>) -> Progress<'a> {
-        let now = Instant::now();
-        Progress {
-            name: name.to_string(),
-            total: None,
-            done_before: 0,
-            done: 0,
-            started: now,
-            shown: now,
-            terminal: listen.is_none() && std::io::stderr().is_terminal(),
-            listen,
-            told: None,
-        }
-    }
-
-    /// Counts `n` more bytes; `false` when the listener stops the pull.
-    fn add(&mut self, n: u64) -> bool {
-        self.done += n;
-        if self.terminal && self.shown.elapsed() >= Duration::from_millis(200) {
-            self.shown = Instant::now();
-            let _ = write!(std::io::stderr(), "\r{}\x1b[K", self.line());
-        }
-        let have = self.done_before + self.done;
-        let total = self.total;
-        let due = match self.told {
-            None => true,
-            Some((told, at)) => {
-                Some(have) == total
-                    || at.elapsed() >= Duration::from_millis(100)
-                    || total.is_some_and(|t| (have - told.min(have)) * 100 >= t)
-            }
-        };
-        if !due {
-            return true;
-        }
-        self.told = Some((have, Instant::now()));
-        self.step(Step::Bytes { have, total })
-    }
-
-    /// Tells the listener of `step`; `false` when it stops the pull.
-    fn step(&mut self, step: Step) -> bool {
-        self.listen.as_mut().is_none_or(|listen| listen(step))
-    }
-
-    fn line(&self) -> String {
-        let mb = |bytes: u64| bytes as f64 / 1e6;
-        let have = self.done_before + self.done;
-        let rate = mb(self.done) / self.started.elapsed().as_secs_f64().max(1e-3);
-        match self.total {
-            Some(total) if total > 0 => format!(
-                "pulling {} {:3}% {:.1}/{:.1} MB {rate:.1} MB/s",
-                self.name,
-                have * 100 / total,
-                mb(have),
-                mb(total)
-            ),
-            _ => format!("pulling {} {:.1} MB {rate:.1} MB/s", self.name, mb(have)),
-        }
-    }
-
-    fn done(&self) {
-        if self.terminal {
-            let _ = write!(std::io::stderr(), "\r\x1b[K");
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1018,75 +767,6 @@ mod tests {
             .unwrap_err()
             .contains("local path"));
         assert!(source("ftp://h/m.gguf").unwrap_err().contains("not ftp://"));
-    }
-
-    #[test]
-    fn api_pulls_take_http_urls_only_and_one_pull_of_a_name_at_a_time() {
-        let dir = crate::util::fs::test_support::TempDir::new("pull-api");
-        let invalid = |url: &str| match prepare_url(url, &dir.0) {
-            Err(Refused::Invalid(message)) => message,
-            other => panic!("{url}: {other:?}"),
-        };
-        assert!(invalid("file:///etc/m.gguf").contains("http:// and https:// URLs only"));
-        assert!(invalid("/srv/m.gguf").contains("http:// and https:// URLs only"));
-        assert!(invalid("ftp://h/m.gguf").contains("not ftp://"));
-        assert!(invalid("https://h/download?x=1").contains("URL's path must end"));
-        assert!(invalid("https://h/m/..").contains("'..'"));
-        let first = prepare_url("https://h/m/tiny.gguf", &dir.0).expect("free");
-        assert_eq!(first.name(), "tiny.gguf");
-        let second = prepare_url("http://other/tiny.gguf", &dir.0).unwrap_err();
-        assert!(
-            matches!(&second, Refused::Conflict(m) if m.contains("being pulled already")),
-            "{second:?}"
-        );
-        drop(first);
-        assert!(prepare_url("http://other/tiny.gguf", &dir.0).is_ok());
-        std::fs::write(dir.0.join("tiny.gguf"), b"x").unwrap();
-        let there = prepare_url("https://h/m/tiny.gguf", &dir.0).unwrap_err();
-        assert!(
-            matches!(&there, Refused::Conflict(m) if m.contains("exists already")),
-            "{there:?}"
-        );
-    }
-
-    #[test]
-    fn a_listener_hears_the_bytes_at_most_every_percent_and_can_stop_the_pull() {
-        let mut heard = Vec::new();
-        let mut listen = |step: Step| {
-            heard.push(step);
-            true
-        };
-        let started = Instant::now();
-        let mut progress = Progress::new("m.gguf", Some(&mut listen));
-        progress.total = Some(10_000);
-        for _ in 0..10_000 {
-            assert!(progress.add(1));
-        }
-        drop(progress);
-        // One a percent, the first, and one for each 100 ms the loop took.
-        let timed = started.elapsed().as_millis() as usize / 100;
-        assert!(heard.len() <= 101 + timed, "{} steps", heard.len());
-        assert!(heard.len() >= 50, "{} steps", heard.len());
-        assert_eq!(
-            heard.first(),
-            Some(&Step::Bytes {
-                have: 1,
-                total: Some(10_000)
-            })
-        );
-        assert_eq!(
-            heard.last(),
-            Some(&Step::Bytes {
-                have: 10_000,
-                total: Some(10_000)
-            })
-        );
-        let mut stop = |_: Step| false;
-        let mut progress = Progress::new("m.gguf", Some(&mut stop));
-        assert!(
-            !progress.add(1),
-            "a listener that answers false stops the pull"
-        );
     }
 
     #[test]
