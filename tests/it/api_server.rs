@@ -102,6 +102,15 @@ impl ApiServer {
         format!("{}{path}", self.base)
     }
 
+    /// The server's models directory (`models_dir` unset: the data directory's
+    /// `models` in its sandbox's HOME), where `/api/pull` writes.
+    pub(crate) fn models_dir(&self) -> PathBuf {
+        self._sandbox
+            .root
+            .path()
+            .join("home/.local/share/shepherd/models")
+    }
+
     pub(crate) fn log(&self) -> String {
         self.log.lock().unwrap().clone()
     }

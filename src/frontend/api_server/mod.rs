@@ -20,7 +20,8 @@
 //! `POST /completion` ([`native`]); other backends answer those, and
 //! `/v1/completions`, with 501.
 //! Ollama's API (`/api/chat`, `/api/generate`, `/api/tags`, `/api/show`,
-//! `/api/ps`, `/api/version`, `/api/embed`, `/api/embeddings`) is [`ollama`].
+//! `/api/ps`, `/api/version`, `/api/embed`, `/api/embeddings`, `/api/pull`,
+//! `/api/copy`, `/api/delete`) is [`ollama`].
 //!
 //! Flow of a generation request, on its connection's thread:
 //! 1. The body is checked field by field ([`openai::parse`],
@@ -168,6 +169,9 @@ pub struct ApiServer {
     responses: Arc<stored::Store>,
     started: u64,
     next_id: AtomicU64,
+    /// The models directories (`models_dir`, then the model cache): `/api/tags`
+    /// lists their GGUF files; `/api/pull` writes into the first.
+    models_dirs: Vec<std::path::PathBuf>,
 }
 
 /// Warns of the hosted tools a request offered and this server dropped: a
@@ -248,6 +252,7 @@ impl ApiServer {
             responses: Arc::new(stored::Store::new(responses_store)),
             started: now_secs(),
             next_id: AtomicU64::new(1),
+            models_dirs: Vec::new(),
         }
     }
 
@@ -585,6 +590,9 @@ impl Handler for ApiServer {
             ("POST", "/api/show") => self.ollama_show(&request, responder),
             ("GET", "/api/ps") => self.ollama_ps(responder),
             ("GET", "/api/version") => ollama::version(responder),
+            ("POST", "/api/pull") => self.ollama_pull(&request, responder),
+            ("DELETE", "/api/delete") => self.ollama_delete(&request, responder),
+            ("POST", "/api/copy") => self.ollama_copy(&request, responder),
             ("POST", "/api/embed") => {
                 self.ollama_embed(ollama::EmbedRoute::Embed, &request, responder)
             }
@@ -760,6 +768,7 @@ pub fn run(settings: &Settings) -> i32 {
         Err(code) => return code,
     };
     let mut api = ApiServer::new(server.responses_store);
+    api.models_dirs = settings.local.models_dirs.clone();
     if settings.use_tools {
         api.agent_api = Some(super::wiring::agent_api_for(settings));
     }
