@@ -368,7 +368,7 @@ pub const FLAGS: &[Flag] = &[
         .value(flash_attn),
     flag("parallel", None, Val("N"), S::Local, "Requests decoded together in one batch (slots), 1 to 64 (default 1)")
         .value(|low, flag, raw| { low.parallel = Some(ranged(flag, raw, 1, MAX_PARALLEL as u64)? as u32); Ok(()) }),
-    flag("chat-template", None, Val("JINJA|NAME"), S::Local, "Chat template instead of the model's own: Jinja source, or a llama.cpp built-in name (chatml, llama3, …)")
+    flag("chat-template", None, Val("JINJA|NAME"), S::Local, "Chat template instead of the model's own: Jinja source, or a llama.cpp built-in name (chatml, llama3, gemma, ...)")
         .value(|low, flag, raw| { low.chat_template = Some(chat_template(flag, raw)?); Ok(()) }),
     flag("chat-template-file", None, Val("FILE"), S::Local, "Read the chat template (Jinja) from FILE")
         .path(|low, path| low.chat_template_file = Some(path)),
