@@ -329,6 +329,8 @@ pub const FLAGS: &[Flag] = &[
         .value(|low, flag, raw| { low.tags.extend(names(flag, raw)?); Ok(()) }),
     flag("queue-size", None, Val("N"), S::Modes, "--server: requests that may wait for a slot, 0 to 4096 (default 16)")
         .value(|low, flag, raw| { low.queue_size = Some(ranged(flag, raw, 0, 4096)? as u32); Ok(()) }),
+    flag("responses-store", None, Val("N"), S::Modes, "--server: /v1/responses answers kept for previous_response_id, oldest dropped first, 0 to 100000 (default 100; 0 keeps none)")
+        .value(|low, flag, raw| { low.responses_store = Some(ranged(flag, raw, 0, 100_000)? as u32); Ok(()) }),
     flag("continue", None, Nothing, S::Modes, "Continue the last saved session in this directory")
         .switch(|low| low.continue_session = true),
     flag("fresh", None, Nothing, S::Modes, "CLI server: start with an empty session instead of the saved one")
@@ -368,7 +370,7 @@ pub const FLAGS: &[Flag] = &[
         .value(flash_attn),
     flag("parallel", None, Val("N"), S::Local, "Requests decoded together in one batch (slots), 1 to 64 (default 1)")
         .value(|low, flag, raw| { low.parallel = Some(ranged(flag, raw, 1, MAX_PARALLEL as u64)? as u32); Ok(()) }),
-    flag("chat-template", None, Val("JINJA|NAME"), S::Local, "Chat template instead of the model's own: Jinja source, or a llama.cpp built-in name (chatml, llama3, …)")
+    flag("chat-template", None, Val("JINJA|NAME"), S::Local, "Chat template instead of the model's own: Jinja source, or a llama.cpp built-in name (chatml, llama3, gemma, ...)")
         .value(|low, flag, raw| { low.chat_template = Some(chat_template(flag, raw)?); Ok(()) }),
     flag("chat-template-file", None, Val("FILE"), S::Local, "Read the chat template (Jinja) from FILE")
         .path(|low, path| low.chat_template_file = Some(path)),
@@ -495,6 +497,8 @@ pub struct LowArgs {
     pub server: bool,
     pub use_tools: bool,
     pub queue_size: Option<u32>,
+    /// `--responses-store N`.
+    pub responses_store: Option<u32>,
     pub host: Option<String>,
     pub port: Option<u16>,
     pub auth_token: Option<String>,

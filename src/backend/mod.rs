@@ -71,6 +71,10 @@ pub struct Sampling {
     /// `chat_template_kwargs`, e.g. `enable_thinking`), over the configured ones.
     /// The in-process models only.
     pub chat_template_kwargs: serde_json::Map<String, serde_json::Value>,
+    /// Biases keyed by text (llama-server's `logit_bias` string keys), for each
+    /// token of the text: the API server tokenizes them into `logit_bias`
+    /// before generation.
+    pub logit_bias_text: Vec<(String, f32)>,
 }
 
 /// The most tokens a prompt must leave free for its answer, [`Sampling::answer_reserve`].

@@ -28,13 +28,21 @@
 //! from `--sha256`. The rename stays inside the models directory. A progress
 //! bar goes to stderr on a terminal; the last line says where the model went
 //! and its digest.
+//!
+//! The API server's `POST /api/pull` uses the same code ([`prepare_url`],
+//! then [`Prepared::run`](prepared::Prepared::run)): `http(s)://` URLs only,
+//! the default cap, and each [`Step`] to a listener that writes Ollama's
+//! progress lines (and stops the download, keeping the part, when its client
+//! is gone). A process pulls one target at a time ([`prepared`]): a second
+//! pull of a name while the first runs is refused (another process pulling
+//! the same name at once is not detected).
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{BufReader, IsTerminal, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ureq::unversioned::resolver::DefaultResolver;
 use ureq::unversioned::transport::{
@@ -46,6 +54,12 @@ use crate::backend::http::{self, Limits};
 use crate::config::{self, resolve};
 use crate::llama::gguf;
 use crate::util::sha256::Sha256;
+pub use prepared::{prepare_url, Refused};
+use progress::Progress;
+pub use progress::Step;
+
+mod prepared;
+mod progress;
 
 /// The most bytes a pull writes when the server announces no length and no
 /// `--max-size` is given: 512 GiB. Above any single GGUF file one would run
@@ -79,14 +93,20 @@ const O_NOFOLLOW: i32 = 0o100_000;
 const O_NOFOLLOW: i32 = 0x100;
 
 /// What one pull was asked for.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Pull {
     source: String,
     sha256: Option<String>,
     name: Option<String>,
     /// `--max-size`: the most bytes kept when the server announces no length.
     max_size: Option<u64>,
+    /// How to name a model whose source's name does not end in `.gguf` (the
+    /// end of that error).
+    rename: &'static str,
 }
+
+/// The end of the error for a source not named `NAME.gguf`, on the command line.
+const RENAME_FLAG: &str = "name it with --name NAME.gguf";
 
 /// Runs `shepherd pull ARGS...` with `models_dir` from the config file at `path`.
 pub fn run(args: &[String], path: &Path, out: &mut dyn Write) -> Result<(), CommandError> {
@@ -115,6 +135,7 @@ fn parse(args: &[String]) -> Result<Pull, String> {
         sha256: None,
         name: None,
         max_size: None,
+        rename: RENAME_FLAG,
     };
     let mut words = args.iter();
     while let Some(word) = words.next() {
@@ -176,14 +197,13 @@ fn file_name(pull: &Pull) -> Result<String, String> {
     let name = pull.name.clone().unwrap_or_else(from_source);
     crate::util::names::check_name("the model's file name", &name)?;
     if !name.to_ascii_lowercase().ends_with(".gguf") {
-        return Err(format!(
-            "'{name}' does not end in .gguf; name it with --name NAME.gguf"
-        ));
+        return Err(format!("'{name}' does not end in .gguf; {}", pull.rename));
     }
     Ok(name)
 }
 
 /// The files a pull in progress keeps beside the model's name.
+#[derive(Debug)]
 struct Part {
     /// `NAME.gguf.part`: the bytes so far.
     data: PathBuf,
@@ -199,7 +219,6 @@ impl Part {
     }
 }
 
-/// Pulls into `dir`; the model's path and its digest.
 /// Where a pull reads from.
 #[derive(Debug, PartialEq, Eq)]
 enum Source {
@@ -238,54 +257,11 @@ fn source(text: &str) -> Result<Source, String> {
     }
 }
 
+/// Pulls into `dir`; the model's path and its digest.
 fn pull_into(pull: &Pull, dir: &Path) -> Result<(PathBuf, String), String> {
-    let name = file_name(pull)?;
-    // `name` is one plain path segment (checked above): all three stay in `dir`.
-    let target = dir.join(&name);
-    if fs::symlink_metadata(&target).is_ok() {
-        return Err(format!(
-            "{} exists already; remove it first to pull it again",
-            target.display()
-        ));
-    }
-    fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let part = Part {
-        data: dir.join(format!("{name}.part")),
-        meta: dir.join(format!("{name}.part.meta")),
-    };
-    plain_or_absent(&part.data)?;
-    plain_or_absent(&part.meta)?;
-    let max = pull.max_size.unwrap_or(DEFAULT_MAX_SIZE);
-    let mut progress = Progress::new(&name);
-    let digest = match source(&pull.source)? {
-        Source::Http => download(&pull.source, &part, max, &mut progress),
-        Source::File(path) => copy(&path, &part, max, &mut progress),
-    };
-    progress.done();
-    let digest = digest?;
-    let refuse = |why: String| {
-        part.discard();
-        Err(why)
-    };
-    if let Err(e) = check_gguf(&part.data) {
-        let why = match e {
-            gguf::GgufError::Format(ref m) if m.starts_with("not a GGUF") => e.to_string(),
-            _ => format!("not a whole GGUF file: {e}"),
-        };
-        return refuse(format!("{} is {why}; nothing was kept", pull.source));
-    }
-    if let Some(expected) = &pull.sha256 {
-        if *expected != digest {
-            return refuse(format!(
-                "the sha256 of {} is {digest}, not {expected}; nothing was kept",
-                pull.source
-            ));
-        }
-    }
-    let _ = fs::remove_file(&part.meta);
-    fs::rename(&part.data, &target)
-        .map_err(|e| format!("cannot name {}: {e}", target.display()))?;
-    Ok((target, digest))
+    let prepared = prepared::prepare(pull, dir).map_err(|r| r.message().to_string())?;
+    let mut progress = Progress::new(prepared.name(), None);
+    prepared.finish(&mut progress)
 }
 
 /// Refuses a path that is there but is not a plain file (a planted symbolic
@@ -307,8 +283,9 @@ fn plain_or_absent(path: &Path) -> Result<(), String> {
     }
 }
 
-/// Opens a file of the pull, never following a symbolic link.
-fn open_nofollow(path: &Path, options: &mut OpenOptions) -> Result<File, String> {
+/// Opens a file of the pull (or of the models directory), never following a
+/// symbolic link.
+pub(crate) fn open_nofollow(path: &Path, options: &mut OpenOptions) -> Result<File, String> {
     options.custom_flags(O_NOFOLLOW).open(path).map_err(|e| {
         plain_or_absent(path)
             .err()
@@ -330,7 +307,12 @@ fn check_gguf(path: &Path) -> Result<gguf::GgufInfo, gguf::GgufError> {
 }
 
 /// Copies a local file into the part (always from its start).
-fn copy(source: &Path, part: &Part, max: u64, progress: &mut Progress) -> Result<String, String> {
+fn copy(
+    source: &Path,
+    part: &Part,
+    max: u64,
+    progress: &mut Progress<'_>,
+) -> Result<String, String> {
     let input = File::open(source).map_err(|e| format!("cannot read {}: {e}", source.display()))?;
     let total = input
         .metadata()
@@ -417,7 +399,12 @@ impl Meta {
 }
 
 /// Downloads `url` into the part, resuming it when its meta allows.
-fn download(url: &str, part: &Part, max: u64, progress: &mut Progress) -> Result<String, String> {
+fn download(
+    url: &str,
+    part: &Part,
+    max: u64,
+    progress: &mut Progress<'_>,
+) -> Result<String, String> {
     let have = part_len(&part.data);
     let saved = match have {
         0 => None,
@@ -441,7 +428,7 @@ fn fetch(
     part: &Part,
     max: u64,
     resume: Option<&(u64, Meta)>,
-    progress: &mut Progress,
+    progress: &mut Progress<'_>,
 ) -> Result<Option<String>, String> {
     let encoding = Arc::new(Mutex::new(None));
     let agent = agent(url, encoding.clone());
@@ -706,7 +693,7 @@ fn stream_into(
     mut input: impl Read,
     mut output: File,
     mut hash: Sha256,
-    progress: &mut Progress,
+    progress: &mut Progress<'_>,
     cap: Cap,
 ) -> Result<String, Stream> {
     let mut buffer = vec![0u8; 1 << 20];
@@ -723,66 +710,12 @@ fn stream_into(
         }
         output.write_all(&buffer[..n]).map_err(Stream::Io)?;
         hash.update(&buffer[..n]);
-        progress.add(n as u64);
+        if !progress.add(n as u64) {
+            return Err(Stream::Io(std::io::Error::other("the pull was stopped")));
+        }
     }
     output.sync_all().map_err(Stream::Io)?;
     Ok(hash.hex())
-}
-
-/// The bar on a terminal's stderr: percent, megabytes and speed.
-struct Progress {
-    name: String,
-    total: Option<u64>,
-    done_before: u64,
-    done: u64,
-    started: Instant,
-    shown: Instant,
-    terminal: bool,
-}
-
-impl Progress {
-    fn new(name: &str) -> Progress {
-        let now = Instant::now();
-        Progress {
-            name: name.to_string(),
-            total: None,
-            done_before: 0,
-            done: 0,
-            started: now,
-            shown: now,
-            terminal: std::io::stderr().is_terminal(),
-        }
-    }
-
-    fn add(&mut self, n: u64) {
-        self.done += n;
-        if self.terminal && self.shown.elapsed() >= Duration::from_millis(200) {
-            self.shown = Instant::now();
-            let _ = write!(std::io::stderr(), "\r{}\x1b[K", self.line());
-        }
-    }
-
-    fn line(&self) -> String {
-        let mb = |bytes: u64| bytes as f64 / 1e6;
-        let have = self.done_before + self.done;
-        let rate = mb(self.done) / self.started.elapsed().as_secs_f64().max(1e-3);
-        match self.total {
-            Some(total) if total > 0 => format!(
-                "pulling {} {:3}% {:.1}/{:.1} MB {rate:.1} MB/s",
-                self.name,
-                have * 100 / total,
-                mb(have),
-                mb(total)
-            ),
-            _ => format!("pulling {} {:.1} MB {rate:.1} MB/s", self.name, mb(have)),
-        }
-    }
-
-    fn done(&self) {
-        if self.terminal {
-            let _ = write!(std::io::stderr(), "\r\x1b[K");
-        }
-    }
 }
 
 #[cfg(test)]

@@ -120,6 +120,8 @@ pub struct ServerSettings {
     pub aliases: Vec<String>,
     /// `--tags`: listed with the model, sorted, without repeats.
     pub tags: Vec<String>,
+    /// `--responses-store`: `/v1/responses` answers kept for `previous_response_id`.
+    pub responses_store: usize,
 }
 
 impl ServerSettings {
@@ -609,6 +611,8 @@ fn overrides(low: &LowArgs, env: &EnvLayer) -> SamplingLayer {
 
 /// API-server requests that may wait for a slot when `--queue-size` is not given.
 const DEFAULT_QUEUE_SIZE: usize = 16;
+/// `/v1/responses` answers kept when `--responses-store` is not given.
+const DEFAULT_RESPONSES_STORE: usize = 100;
 
 fn server(low: &LowArgs, mode: &Mode) -> ServerSettings {
     let default_port = match mode {
@@ -621,6 +625,9 @@ fn server(low: &LowArgs, mode: &Mode) -> ServerSettings {
         port: low.port.unwrap_or(default_port),
         aliases: sorted_set(&low.alias),
         tags: sorted_set(&low.tags),
+        responses_store: low
+            .responses_store
+            .map_or(DEFAULT_RESPONSES_STORE, |n| n as usize),
     }
 }
 
@@ -855,6 +862,7 @@ mod tests {
                 port: 8000,
                 aliases: Vec::new(),
                 tags: Vec::new(),
+                responses_store: 100,
             }
         );
         assert!(s.debug.is_empty());

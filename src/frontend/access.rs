@@ -247,6 +247,7 @@ mod tests {
             port: 0,
             aliases: Vec::new(),
             tags: Vec::new(),
+            responses_store: 0,
         };
         let auth = ServerAuth {
             token: token.map(String::from),

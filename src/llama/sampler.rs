@@ -336,10 +336,13 @@ pub struct Sampler {
 #[derive(Debug)]
 struct Pick {
     chain: Stage,
-    /// The chain is greedy alone (no penalties, no biases): the token is the first
-    /// highest logit, found here without llama.cpp's candidate array (a 12-byte entry
-    /// written for every vocabulary entry on every token).
+    /// The chain is greedy with no penalties: the token is the first highest logit
+    /// (after `biases`), found here without llama.cpp's candidate array (a 12-byte
+    /// entry written for every vocabulary entry on every token).
     argmax: bool,
+    /// The request's logit biases, one summed entry per token, by token id: what the
+    /// chain's bias stage adds, applied by the fast path to the few it names.
+    biases: Vec<(Token, f32)>,
     /// The candidate array, kept between tokens.
     candidates: Vec<sys::llama_token_data>,
 }
@@ -348,7 +351,7 @@ impl Pick {
     /// The chain's pick from `logits`, masked first by `grammar` when given.
     fn pick(&mut self, logits: &[f32], grammar: Option<&Stage>) -> Result<Token, SamplerError> {
         if self.argmax && grammar.is_none() {
-            return Token::try_from(first_max(logits))
+            return Token::try_from(biased_first_max(logits, &self.biases))
                 .map_err(|_| SamplerError::Failed("sample: token id"));
         }
         self.candidates.clear();
@@ -393,9 +396,8 @@ impl Sampler {
         let mut sampler = Sampler {
             pick: Pick {
                 chain: Stage::new(chain, "chain")?,
-                argmax: params.is_greedy()
-                    && !params.penalties_on()
-                    && params.logit_bias.is_empty(),
+                argmax: params.is_greedy() && !params.penalties_on(),
+                biases: summed_biases(&params.logit_bias),
                 candidates: Vec::new(),
             },
             grammar: Grammar::None,
@@ -523,8 +525,9 @@ impl Sampler {
                 // lower id among equals): the likeliest few are asked first, which
                 // spares most masks of the whole vocabulary (a newline refused inside
                 // a JSON string, say).
+                let biases = &self.pick.biases;
                 let likeliest = || {
-                    top_logits(logits, GREEDY_GRAMMAR_TRIES)
+                    top_biased(logits, biases, GREEDY_GRAMMAR_TRIES)
                         .into_iter()
                         .map(|(token, _)| token)
                         .find(|&token| grammar.allows(token))
@@ -626,6 +629,82 @@ fn top_logits(logits: &[f32], n: usize) -> Vec<(Token, f32)> {
         best.insert(at, (id as Token, l));
         best.truncate(n);
     }
+    best
+}
+
+/// `biases` with one entry per token (llama.cpp adds every entry: repeats sum), by id.
+fn summed_biases(biases: &[(Token, f32)]) -> Vec<(Token, f32)> {
+    let mut summed: Vec<(Token, f32)> = biases.to_vec();
+    summed.sort_by_key(|&(token, _)| token);
+    summed.dedup_by(|later, kept| {
+        let same = later.0 == kept.0;
+        if same {
+            kept.1 += later.1;
+        }
+        same
+    });
+    summed
+}
+
+/// The logit of `id` after its bias, if it has one (`biases` by id).
+fn biased(logits: &[f32], biases: &[(Token, f32)], id: Token) -> Option<f32> {
+    let at = biases.binary_search_by_key(&id, |&(token, _)| token).ok()?;
+    let logit = usize::try_from(id).ok().and_then(|i| logits.get(i))?;
+    Some(logit + biases[at].1)
+}
+
+/// [`first_max`] of `logits` with `biases` added, what llama.cpp's bias and greedy
+/// stages pick: the first maximum of each unbiased stretch between the biased ids
+/// (vectorised as without biases) and each biased token's own value, in id order.
+fn biased_first_max(logits: &[f32], biases: &[(Token, f32)]) -> usize {
+    if biases.is_empty() {
+        return first_max(logits);
+    }
+    let mut best: Option<(usize, f32)> = None;
+    let mut consider = |id: usize, value: f32| {
+        // Ids come in increasing order: a later one wins only if strictly greater.
+        if !value.is_nan() && best.is_none_or(|(_, top)| value > top) {
+            best = Some((id, value));
+        }
+    };
+    let stretch = |from: usize, to: usize, consider: &mut dyn FnMut(usize, f32)| {
+        if from < to {
+            let at = from + first_max(&logits[from..to]);
+            consider(at, logits[at]);
+        }
+    };
+    let mut from = 0;
+    for &(token, bias) in biases {
+        let Some(at) = usize::try_from(token).ok().filter(|&at| at < logits.len()) else {
+            continue;
+        };
+        stretch(from, at, &mut consider);
+        consider(at, logits[at] + bias);
+        from = at + 1;
+    }
+    stretch(from, logits.len(), &mut consider);
+    best.map_or(0, |(id, _)| id)
+}
+
+/// [`top_logits`] with `biases` added: the raw top `n + biases.len()` (at least `n`
+/// of them unbiased) and the biased tokens, ranked again.
+fn top_biased(logits: &[f32], biases: &[(Token, f32)], n: usize) -> Vec<(Token, f32)> {
+    if biases.is_empty() {
+        return top_logits(logits, n);
+    }
+    let mut best: Vec<(Token, f32)> = top_logits(logits, n + biases.len())
+        .into_iter()
+        .filter(|&(id, _)| biased(logits, biases, id).is_none())
+        .collect();
+    best.extend(
+        biases
+            .iter()
+            .filter_map(|&(id, _)| Some((id, biased(logits, biases, id)?)))
+            // A banned token is never among the likeliest (the chain never picks it).
+            .filter(|&(_, v)| v > f32::NEG_INFINITY),
+    );
+    best.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    best.truncate(n);
     best
 }
 
@@ -753,6 +832,31 @@ mod tests {
             ctx.decode(&batch).unwrap();
             at = 0;
         }
+        // Biases stay on the fast path, and pick what llama.cpp's bias stage does:
+        // the tokens the chain would pick banned, others pushed up, repeats summed.
+        let mut logits = ctx.logits_at(0).unwrap().to_vec();
+        let top = first_max(&logits) as Token;
+        let biased = SamplerParams {
+            logit_bias: vec![(top, f32::NEG_INFINITY), (7, 3.0), (7, 2.5), (0, 1.0)],
+            ..greedy.clone()
+        };
+        let mut fast = Sampler::new(&model, &biased).unwrap();
+        let mut chain = Sampler::new(&model, &biased).unwrap();
+        assert!(fast.pick.argmax);
+        chain.pick.argmax = false;
+        for boost in [0.0, 40.0] {
+            logits[7] += boost;
+            let fast_pick = fast.pick.pick(&logits, None).unwrap();
+            assert_eq!(
+                fast_pick,
+                chain.pick.pick(&logits, None).unwrap(),
+                "boost {boost}"
+            );
+            assert_ne!(fast_pick, top);
+            let top = top_biased(&logits, &fast.pick.biases, 5);
+            assert_eq!(top[0].0, fast_pick, "{top:?}");
+        }
+        assert_eq!(fast.pick.pick(&logits, None).unwrap(), 7);
         // Penalties, a grammar or a temperature leave it to llama.cpp.
         let penalised = SamplerParams {
             repeat_penalty: 1.1,

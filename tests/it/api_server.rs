@@ -102,6 +102,15 @@ impl ApiServer {
         format!("{}{path}", self.base)
     }
 
+    /// The server's models directory (`models_dir` unset: the data directory's
+    /// `models` in its sandbox's HOME), where `/api/pull` writes.
+    pub(crate) fn models_dir(&self) -> PathBuf {
+        self._sandbox
+            .root
+            .path()
+            .join("home/.local/share/shepherd/models")
+    }
+
     pub(crate) fn log(&self) -> String {
         self.log.lock().unwrap().clone()
     }
@@ -891,6 +900,51 @@ fn the_official_openai_client_completes_text_and_embeds_against_smollm2() {
 #[test]
 fn the_official_openai_client_speaks_the_responses_api_and_gets_its_schemas_kept() {
     run_client_script("responses_client.py");
+}
+
+#[test]
+fn stored_responses_past_the_count_are_evicted_oldest_first() {
+    let server = ApiServer::with_model(&["--context-size", "2048", "--responses-store", "1"]);
+    let ask = |body: Value| {
+        let (status, answer) = server.post("/v1/responses", &body);
+        assert_eq!(status, 200, "{answer}");
+        answer["id"].as_str().expect("an id").to_string()
+    };
+    let first = ask(json!({"input": "Say one.", "max_output_tokens": 2}));
+    let (status, kept) = server.get(&format!("/v1/responses/{first}"));
+    assert_eq!(status, 200, "{kept}");
+    // A second answer, chained to the first, takes the one place.
+    let second = ask(json!({"input": "Say two.", "max_output_tokens": 2,
+                            "previous_response_id": first}));
+    let (status, gone) = server.get(&format!("/v1/responses/{first}"));
+    assert_eq!(status, 404, "{gone}");
+    let (status, refused) = server.post(
+        "/v1/responses",
+        &json!({"input": "Say three.", "previous_response_id": first}),
+    );
+    assert_eq!(status, 404, "{refused}");
+    assert_eq!(
+        refused,
+        json!({"error": {
+            "message": format!("Previous response with id '{first}' not found."),
+            "type": "invalid_request_error",
+            "param": "previous_response_id",
+            "code": "previous_response_not_found",
+        }})
+    );
+    let (status, kept) = server.get(&format!("/responses/{second}"));
+    assert_eq!(status, 200, "{kept}");
+    let kept: Value = serde_json::from_str(&kept).unwrap();
+    assert_eq!(kept["previous_response_id"], json!(first), "{kept}");
+    // `--responses-store 0` keeps none.
+    let none = ApiServer::with_model(&["--context-size", "2048", "--responses-store", "0"]);
+    let (status, answer) = none.post(
+        "/v1/responses",
+        &json!({"input": "Hi.", "max_output_tokens": 2}),
+    );
+    assert_eq!((status, &answer["store"]), (200, &json!(false)), "{answer}");
+    let id = answer["id"].as_str().unwrap();
+    assert_eq!(none.get(&format!("/v1/responses/{id}")).0, 404);
 }
 
 #[test]

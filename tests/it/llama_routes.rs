@@ -492,6 +492,137 @@ fn llama_servers_grammar_and_json_schema_fields_constrain_the_answer() {
     }
 }
 
+/// llama-server's `logit_bias` keyed by text: each token of the text gets the bias,
+/// in the object and the pair forms alike; a malformed shape is still a 400.
+#[test]
+fn logit_bias_keyed_by_text_biases_each_of_its_tokens() {
+    let server = ApiServer::with_model(&["--context-size", "2048"]);
+    let ask = |prompt: &str, bias: Value| {
+        let answer = complete(
+            &server,
+            json!({"prompt": prompt, "n_predict": 6, "temperature": 0, "logit_bias": bias}),
+        );
+        answer["content"].as_str().expect("content").to_string()
+    };
+    const FRANCE: &str = "The capital of France is";
+    let plain = ask(FRANCE, json!({}));
+    assert!(plain.starts_with(" Paris"), "{plain}");
+    // Banning the text " Paris" bans its tokens: the greedy answer changes, exactly
+    // as banning those token ids by number does, in either form.
+    let by_text = ask(FRANCE, json!({" Paris": false}));
+    assert!(!by_text.contains("Paris"), "{by_text}");
+    let by_ids: serde_json::Map<String, Value> = ids(&server, " Paris")
+        .iter()
+        .map(|id| (id.to_string(), json!(false)))
+        .collect();
+    assert_eq!(ask(FRANCE, Value::Object(by_ids)), by_text);
+    assert_eq!(ask(FRANCE, json!([[" Paris", false]])), by_text);
+    // As in llama-server, a key that reads as a number is a token id, but a
+    // pair's string is always text: " 5" there is the tokens of " 5".
+    let counting = ask(PROMPT, json!({}));
+    assert!(counting.starts_with(" 5"), "{counting}");
+    let five: Vec<Value> = ids(&server, " 5")
+        .iter()
+        .map(|id| json!([id, false]))
+        .collect();
+    let banned_five = ask(PROMPT, Value::Array(five));
+    assert!(!banned_five.contains('5'), "{banned_five}");
+    assert_eq!(ask(PROMPT, json!([[" 5", false]])), banned_five);
+    // The chat route reads it too.
+    let chat = |bias: Value| {
+        let (status, answer) = server.post(
+            "/v1/chat/completions",
+            &json!({"messages": [{"role": "user", "content": "Say hello."}],
+                    "max_tokens": 6, "temperature": 0, "logit_bias": bias}),
+        );
+        assert_eq!(status, 200, "{answer}");
+        answer["choices"][0]["message"]["content"]
+            .as_str()
+            .expect("content")
+            .to_string()
+    };
+    let greeting = chat(json!({}));
+    let first_word = greeting
+        .split_whitespace()
+        .next()
+        .expect("a word")
+        .to_string();
+    let banned = chat(json!({ first_word.clone(): -100 }));
+    assert!(!banned.starts_with(&first_word), "{greeting} / {banned}");
+    for bias in [
+        json!({" 5": "no"}),
+        json!({"": false}),
+        json!([[" 5"]]),
+        json!([[[" 5"], 1]]),
+        json!(" 5"),
+    ] {
+        let (status, error) = server.post(
+            "/completion",
+            &json!({"prompt": PROMPT, "n_predict": 2, "logit_bias": bias}),
+        );
+        assert_eq!(status, 400, "{bias}: {error}");
+        assert_eq!(error["error"]["param"], "logit_bias", "{bias}: {error}");
+    }
+}
+
+/// Reasoning in the history reaches the template as `reasoning_content`, as
+/// llama.cpp passes it: an OpenAI assistant message's `reasoning_content` and an
+/// Anthropic assistant turn's `thinking` blocks. Qwen3's template renders it for
+/// the turns after the last question.
+#[test]
+fn reasoning_in_the_history_reaches_the_template() {
+    let Some(dir) = std::env::var_os("SHEPHERD_TEMPLATE_CORPUS") else {
+        println!("SHEPHERD_TEMPLATE_CORPUS unset: skipped (make test sets it)");
+        return;
+    };
+    let template = std::path::Path::new(&dir).join("Qwen-Qwen3-0.6B.jinja");
+    let template = template.to_str().expect("UTF-8 path");
+    let server =
+        ApiServer::with_model(&["--context-size", "2048", "--chat-template-file", template]);
+    const THOUGHT: &str = "The user wants the weather; I call the tool.";
+    let call = json!({"id": "c1", "type": "function",
+                      "function": {"name": "weather", "arguments": "{\"city\": \"Paris\"}"}});
+    let openai = json!([
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": "", "reasoning_content": THOUGHT, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+    ]);
+    let (status, applied) = server.post("/apply-template", &json!({ "messages": openai }));
+    assert_eq!(status, 200, "{applied}");
+    let prompt = applied["prompt"].as_str().expect("prompt");
+    assert!(
+        prompt.contains(&format!("<think>\n{THOUGHT}\n</think>")),
+        "{prompt}"
+    );
+    // Anthropic's thinking blocks: the prompt counted grows by the thought.
+    let count = |thinking: bool| {
+        let mut blocks = vec![json!({"type": "tool_use", "id": "c1", "name": "weather",
+                                     "input": {"city": "Paris"}})];
+        if thinking {
+            blocks.insert(
+                0,
+                json!({"type": "thinking", "thinking": THOUGHT, "signature": "s"}),
+            );
+        }
+        let messages = json!([
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": blocks},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c1", "content": "sunny"}]},
+        ]);
+        let (status, counted) = server.post(
+            "/v1/messages/count_tokens",
+            &json!({"model": "m", "messages": messages}),
+        );
+        assert_eq!(status, 200, "{counted}");
+        counted["input_tokens"].as_u64().expect("input_tokens")
+    };
+    let (with, without) = (count(true), count(false));
+    assert!(
+        with >= without + ids(&server, THOUGHT).len() as u64,
+        "{with} with the thought, {without} without"
+    );
+}
+
 /// A grammar that would crash llama.cpp or cost seconds per token is refused with
 /// a 400 naming the limit; one within the limits that is still costly (every token
 /// checks hundreds of live alternatives against the whole vocabulary) is sampled on

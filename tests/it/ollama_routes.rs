@@ -1,6 +1,7 @@
 //! Ollama's API on `shepherd --server` with SmolLM2: the official `ollama`
 //! Python package (chat and generate, whole and streamed, tools, `format`, the
-//! model routes, embeddings, a wrong model), and from Rust the NDJSON framing
+//! model routes, embeddings, a wrong model; pull from a local file server,
+//! copy and delete in the models directory), and from Rust the NDJSON framing
 //! of a stream read off a plain socket, Ollama's error shape and the token.
 
 use std::io::{Read, Write};
@@ -39,6 +40,8 @@ fn the_official_ollama_client_works_against_smollm2() {
         .arg(script)
         .env("OLLAMA_HOST", server.url(""))
         .env("OLLAMA_API_KEY", TOKEN)
+        .env("SHEPHERD_MODELS_DIR", server.models_dir())
+        .env("SHEPHERD_SERVED_MODEL", crate::api_server::test_model())
         .output()
         .expect("run python");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -178,7 +181,16 @@ fn a_chat_stream_is_one_json_object_a_line_ending_with_done() {
     );
     assert!(head.starts_with("http/1.1 400"), "{head}");
     assert!(answer.contains("images are not supported yet"), "{answer}");
-    let (head, answer) = raw_request(&server, "POST", "/api/delete", "{}", Some(TOKEN));
+    // A pull names a URL: a bare name is a 400 that says so, in Ollama's shape.
+    let bare = json!({"model": "llama3.2"}).to_string();
+    let (head, answer) = raw_request(&server, "POST", "/api/pull", &bare, Some(TOKEN));
+    assert!(head.starts_with("http/1.1 400"), "{head}");
+    let error = serde_json::from_str::<Value>(&answer).unwrap()["error"].clone();
+    assert!(
+        error.as_str().is_some_and(|e| e.contains("from URLs")),
+        "{answer}"
+    );
+    let (head, answer) = raw_request(&server, "POST", "/api/push", "{}", Some(TOKEN));
     assert!(head.starts_with("http/1.1 501"), "{head}");
     assert!(
         serde_json::from_str::<Value>(&answer).unwrap()["error"].is_string(),

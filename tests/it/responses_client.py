@@ -50,7 +50,8 @@ check(final.output_text == whole.output_text, f"final {final.output_text!r}")
 check(final.status == whole.status, f"final status {final.status} != {whole.status}")
 
 # A function call, forced, then its output sent back as the Agents SDK does
-# (the previous output items, then a function_call_output), stateless.
+# (the previous output items, then a function_call_output), stateless; then
+# the same by previous_response_id.
 WEATHER = {
     "type": "function", "name": "get_weather", "description": "The weather in a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
@@ -70,13 +71,52 @@ follow = question + [item.model_dump(exclude_none=True) for item in called.outpu
 answered = client.responses.create(model=MODEL, input=follow, tools=[WEATHER],
                                    temperature=0, max_output_tokens=40)
 check(answered.output_text.strip() != "", f"no answer after the tool: {answered.output}")
+chained = client.responses.create(
+    model=MODEL, previous_response_id=called.id, tools=[WEATHER], temperature=0,
+    max_output_tokens=40,
+    input=[{"type": "function_call_output", "call_id": calls[0].call_id, "output": "sunny, 21 C"}],
+)
+check(chained.output_text == answered.output_text, f"{chained.output_text!r} != {answered.output_text!r}")
+check(chained.usage.input_tokens == answered.usage.input_tokens, f"{chained.usage} != {answered.usage}")
 
-# Stored state does not exist here: a clear 400 naming the field.
+# Stored answers: the streamed one is kept as it was answered.
+kept = client.responses.retrieve(final.id)
+check(kept.id == final.id and kept.output_text == final.output_text, f"kept {kept}")
+
+# A second turn chained by previous_response_id reads the first turn's input and
+# output: its prompt is longer than the same question alone by at least the
+# first answer (and the first question's turn).
+first = client.responses.create(model=MODEL, input="My name is Ada. Say hello.",
+                                max_output_tokens=8, temperature=0)
+check(first.store is True, f"store {first.store}")
+QUESTION = dict(model=MODEL, input="What is my name?", max_output_tokens=8, temperature=0)
+alone = client.responses.create(**QUESTION, store=False)
+check(alone.store is False, f"store {alone.store}")
+second = client.responses.create(**QUESTION, previous_response_id=first.id)
+check(second.previous_response_id == first.id, f"echo {second.previous_response_id}")
+check(second.usage.input_tokens >= alone.usage.input_tokens + first.usage.output_tokens,
+      f"chained {second.usage} vs alone {alone.usage} and first {first.usage}")
+# ... and the chain goes on from the second.
+third = client.responses.create(**QUESTION, previous_response_id=second.id)
+check(third.usage.input_tokens > second.usage.input_tokens + second.usage.output_tokens,
+      f"third {third.usage} vs second {second.usage}")
+
+# `store: false` is not kept; a deleted answer is gone; an unknown id is OpenAI's 404.
+for gone in (alone.id, "resp_nothing"):
+    try:
+        client.responses.retrieve(gone)
+        check(False, f"{gone} was retrieved")
+    except openai.NotFoundError:
+        pass
+client.responses.delete(first.id)
 try:
-    client.responses.create(model=MODEL, input="hi", previous_response_id=whole.id)
-    check(False, "previous_response_id was accepted")
-except openai.BadRequestError as error:
+    client.responses.create(**QUESTION, previous_response_id=first.id)
+    check(False, "a deleted previous_response_id was accepted")
+except openai.NotFoundError as error:
+    check(error.body.get("code") == "previous_response_not_found", f"body {error.body}")
     check(error.body.get("param") == "previous_response_id", f"body {error.body}")
+    check(error.body.get("message") == f"Previous response with id '{first.id}' not found.",
+          f"body {error.body}")
 
 # Structured output: the schema's constraints hold (exactly two items of an enum).
 SCHEMA = {

@@ -3,7 +3,8 @@
 //!
 //! Request: `system` (string or text blocks), `messages` of `user`/`assistant`
 //! turns whose content is a string or `text`, `tool_use` and `tool_result`
-//! blocks, `tools[{name, description, input_schema}]` (and `bash_*`,
+//! blocks (and an assistant turn's `thinking` blocks, its reasoning, which the
+//! template reads as `reasoning_content`), `tools[{name, description, input_schema}]` (and `bash_*`,
 //! `text_editor_*` with their documented schemas; server tools such as
 //! `web_search_*` are dropped with a `Warning` header), `tool_choice`,
 //! `max_tokens` (required), `stop_sequences`, `temperature`, `top_p`,
@@ -148,8 +149,8 @@ fn messages(f: &Fields<'_>) -> Result<Vec<Message>, ApiError> {
     Ok(out)
 }
 
-/// One turn's blocks: an assistant turn is one message (text and tool
-/// calls); a user turn gives one tool message per `tool_result`, then its text.
+/// One turn's blocks: an assistant turn is one message (text, reasoning from
+/// its `thinking` blocks, and tool calls); a user turn gives one tool message per `tool_result`, then its text.
 fn blocks_to_messages(
     m: &Fields<'_>,
     role: &str,
@@ -157,13 +158,18 @@ fn blocks_to_messages(
     out: &mut Vec<Message>,
 ) -> Result<(), ApiError> {
     let mut text = String::new();
+    let mut thinking = String::new();
     let mut calls = Vec::new();
     let mut results = Vec::new();
     for (j, block) in blocks.iter().enumerate() {
         let b = Fields::of(block, &format!("{}[{j}]", m.name("content")))?;
         match (b.required_str("type")?, role) {
             ("text", _) => text.push_str(b.required_str("text")?),
-            ("thinking" | "redacted_thinking", "assistant") => {}
+            // The template gets it as `reasoning_content`, as llama.cpp passes it
+            // (Qwen3's and DeepSeek's render it or drop it themselves); a redacted
+            // block's text is encrypted: nothing to read.
+            ("thinking", "assistant") => thinking.push_str(b.required_str("thinking")?),
+            ("redacted_thinking", "assistant") => {}
             ("tool_use", "assistant") => {
                 let input = match b.get("input") {
                     Some(input @ Value::Object(_)) => input.clone(),
@@ -204,6 +210,7 @@ fn blocks_to_messages(
     if role == "assistant" {
         let mut message = Message::assistant(text);
         message.tool_calls = calls;
+        message.thinking = (!thinking.is_empty()).then_some(thinking);
         out.push(message);
     } else {
         out.extend(results);
@@ -523,6 +530,40 @@ mod tests {
             system_prompt: "server prompt".into(),
             ..Defaults::default()
         }
+    }
+
+    #[test]
+    fn thinking_blocks_become_the_assistant_turns_reasoning() {
+        let body = json!({
+            "model": "claude", "max_tokens": 50,
+            "messages": [
+                {"role": "user", "content": "weather?"},
+                {"role": "assistant", "content": [
+                    {"type": "thinking", "thinking": "I should ", "signature": "sig"},
+                    {"type": "redacted_thinking", "data": "opaque"},
+                    {"type": "thinking", "thinking": "call it."},
+                    {"type": "tool_use", "id": "t1", "name": "weather", "input": {"city": "Paris"}}
+                ]},
+                {"role": "assistant", "content": [{"type": "text", "text": "no thoughts"}]},
+            ],
+        });
+        let request = parse(body.to_string().as_bytes(), &defaults()).unwrap();
+        let messages = &request.work.session.messages;
+        assert_eq!(messages[1].thinking.as_deref(), Some("I should call it."));
+        assert_eq!(messages[1].tool_calls.len(), 1);
+        assert_eq!(messages[2].thinking, None);
+        let template = crate::template::TemplateMessage::from_message(&messages[1]);
+        assert_eq!(
+            template.reasoning_content.as_deref(),
+            Some("I should call it.")
+        );
+        let bad = json!({"model": "claude", "max_tokens": 5, "messages": [
+            {"role": "assistant", "content": [{"type": "thinking"}]}]});
+        let error = parse(bad.to_string().as_bytes(), &defaults()).expect_err("a 400");
+        assert_eq!(
+            error.param.as_deref(),
+            Some("messages[0].content[0].thinking")
+        );
     }
 
     #[test]

@@ -1,15 +1,18 @@
 //! `shepherd --server`: an OpenAI-compatible API (and Anthropic's Messages
 //! API) in front of any backend, stateless: each request brings its whole
-//! conversation.
+//! conversation (but for the Responses API's `previous_response_id`, which
+//! reads the answers [`stored`] keeps).
 //!
 //! Routes: `POST /v1/chat/completions`, `POST /v1/messages`,
 //! `POST /v1/completions` (a raw prompt, no chat template; [`completions`]),
 //! `GET /v1/models`, `GET /v1/models/{id}`, `GET /health` (503 while the
 //! model loads; public, as is the chat page at `GET /`, `super::ui`),
 //! `GET /metrics` (Prometheus text, shepherd's and llama-server's names,
-//! [`metrics`]); llama-server's unprefixed spellings of the OpenAI routes
-//! (`/chat/completions`, `/completions`, `/models`, `/responses`) are the same
-//! routes. Every answer carries llama-server's `Process-Start-Time-Unix`.
+//! [`metrics`]), `POST /v1/responses` ([`responses`]) with
+//! `GET`/`DELETE /v1/responses/{id}` ([`stored`]); llama-server's unprefixed
+//! spellings of the OpenAI routes (`/chat/completions`, `/completions`,
+//! `/models`, `/responses`) are the same routes. Every answer carries
+//! llama-server's `Process-Start-Time-Unix`.
 //! With the in-process model also `POST /v1/embeddings`, and llama-server's
 //! `POST /embedding` (its own shape; `POST /embeddings` too for a body with
 //! `content`, else OpenAI's), `POST /tokenize`, `POST /detokenize`,
@@ -17,7 +20,8 @@
 //! `POST /completion` ([`native`]); other backends answer those, and
 //! `/v1/completions`, with 501.
 //! Ollama's API (`/api/chat`, `/api/generate`, `/api/tags`, `/api/show`,
-//! `/api/ps`, `/api/version`, `/api/embed`, `/api/embeddings`) is [`ollama`].
+//! `/api/ps`, `/api/version`, `/api/embed`, `/api/embeddings`, `/api/pull`,
+//! `/api/copy`, `/api/delete`) is [`ollama`].
 //!
 //! Flow of a generation request, on its connection's thread:
 //! 1. The body is checked field by field ([`openai::parse`],
@@ -47,6 +51,7 @@ mod openai;
 mod pool;
 mod responses;
 mod serve;
+mod stored;
 mod text;
 mod tool_types;
 mod wire;
@@ -164,8 +169,13 @@ pub struct ApiServer {
     /// emergency stop), mounted with `--use-tools`.
     agent_api: Option<AgentApi>,
     metrics: Metrics,
+    /// The Responses API's stored answers (`--responses-store`).
+    responses: Arc<stored::Store>,
     started: u64,
     next_id: AtomicU64,
+    /// The models directories (`models_dir`, then the model cache): `/api/tags`
+    /// lists their GGUF files; `/api/pull` writes into the first.
+    models_dirs: Vec<std::path::PathBuf>,
 }
 
 /// Warns of the hosted tools a request offered and this server dropped: a
@@ -193,11 +203,13 @@ fn log_ignored(route: &str, ignored: &[String]) {
 }
 
 /// Token probabilities and logit biases name the in-process model's tokens: with
-/// another backend they are a 400, and a biased id must be in the vocabulary.
-fn check_local_sampling(loaded: &Loaded, sampling: &Sampling) -> Result<(), ApiError> {
+/// another backend they are a 400; a biased id must be in the vocabulary, and a
+/// bias keyed by text becomes the bias of each of its tokens (as llama-server
+/// tokenizes it: no BOS).
+fn local_sampling(loaded: &Loaded, sampling: &mut Sampling) -> Result<(), ApiError> {
     let wants = if sampling.logprobs.is_some() {
         "logprobs"
-    } else if !sampling.logit_bias.is_empty() {
+    } else if !sampling.logit_bias.is_empty() || !sampling.logit_bias_text.is_empty() {
         "logit_bias"
     } else {
         return Ok(());
@@ -208,6 +220,14 @@ fn check_local_sampling(loaded: &Loaded, sampling: &Sampling) -> Result<(), ApiE
             format!("'{wants}' needs the in-process model (--server -m FILE.gguf)"),
         ));
     };
+    for (text, bias) in std::mem::take(&mut sampling.logit_bias_text) {
+        let tokens = model
+            .tokenize(text, false)
+            .map_err(|e| local::from_model(e, "logit_bias"))?;
+        sampling
+            .logit_bias
+            .extend(tokens.into_iter().map(|(id, _)| (id, bias)));
+    }
     let n_vocab = model.props().n_vocab;
     match sampling.logit_bias.iter().find(|(id, _)| *id >= n_vocab) {
         Some((id, _)) => Err(ApiError::invalid(
@@ -228,13 +248,15 @@ fn now_secs() -> u64 {
 }
 
 impl ApiServer {
-    fn new() -> ApiServer {
+    fn new(responses_store: usize) -> ApiServer {
         ApiServer {
             loaded: OnceLock::new(),
             agent_api: None,
             metrics: Metrics::default(),
+            responses: Arc::new(stored::Store::new(responses_store)),
             started: now_secs(),
             next_id: AtomicU64::new(1),
+            models_dirs: Vec::new(),
         }
     }
 
@@ -327,7 +349,7 @@ impl ApiServer {
         let Some((loaded, mut responder)) = self.loaded(responder) else {
             return;
         };
-        let parsed = match openai::parse(&request.body, &loaded.defaults) {
+        let mut parsed = match openai::parse(&request.body, &loaded.defaults) {
             Ok(parsed) => parsed,
             Err(error) => {
                 self.metrics
@@ -342,7 +364,7 @@ impl ApiServer {
             &parsed.kinds.dropped,
             &mut responder,
         );
-        if let Err(error) = check_local_sampling(loaded, &parsed.work.sampling) {
+        if let Err(error) = local_sampling(loaded, &mut parsed.work.sampling) {
             return self.refuse(responder, &error);
         }
         let answer = Answer::OpenAi(openai::Answer {
@@ -372,12 +394,12 @@ impl ApiServer {
             return;
         };
         let n_vocab = model.props().n_vocab;
-        let parsed = match completions::parse(&request.body, &loaded.defaults, n_vocab) {
+        let mut parsed = match completions::parse(&request.body, &loaded.defaults, n_vocab) {
             Ok(parsed) => parsed,
             Err(error) => return self.refuse(responder, &error),
         };
         log_ignored("/v1/completions", &parsed.ignored);
-        if let Err(error) = check_local_sampling(loaded, &parsed.work.sampling) {
+        if let Err(error) = local_sampling(loaded, &mut parsed.work.sampling) {
             return self.refuse(responder, &error);
         }
         let answer = Answer::Text(completions::Answer {
@@ -557,6 +579,9 @@ impl Handler for ApiServer {
             ("POST", "/v1/chat/completions") => self.chat(&request, responder),
             ("POST", "/v1/messages") => self.messages(&request, responder),
             ("POST", "/v1/responses") => self.responses(&request, responder),
+            ("GET" | "DELETE", id) if id.starts_with("/v1/responses/") => {
+                self.stored_response(&request.method, &id["/v1/responses/".len()..], responder)
+            }
             ("POST", "/v1/messages/count_tokens") => self.count_tokens(&request, responder, true),
             ("POST", "/v1/chat/completions/input_tokens") => {
                 self.count_tokens(&request, responder, false)
@@ -583,6 +608,9 @@ impl Handler for ApiServer {
             ("POST", "/api/show") => self.ollama_show(&request, responder),
             ("GET", "/api/ps") => self.ollama_ps(responder),
             ("GET", "/api/version") => ollama::version(responder),
+            ("POST", "/api/pull") => self.ollama_pull(&request, responder),
+            ("DELETE", "/api/delete") => self.ollama_delete(&request, responder),
+            ("POST", "/api/copy") => self.ollama_copy(&request, responder),
             ("POST", "/api/embed") => {
                 self.ollama_embed(ollama::EmbedRoute::Embed, &request, responder)
             }
@@ -648,7 +676,8 @@ fn openai_route(path: &str) -> std::borrow::Cow<'_, str> {
         "/models",
         "/responses",
     ];
-    if UNPREFIXED.contains(&path) || path.starts_with("/models/") {
+    let with_id = path.starts_with("/models/") || path.starts_with("/responses/");
+    if UNPREFIXED.contains(&path) || with_id {
         std::borrow::Cow::Owned(format!("/v1{path}"))
     } else {
         std::borrow::Cow::Borrowed(path)
@@ -769,7 +798,8 @@ pub fn run(settings: &Settings) -> i32 {
         Ok(listener) => listener,
         Err(code) => return code,
     };
-    let mut api = ApiServer::new();
+    let mut api = ApiServer::new(server.responses_store);
+    api.models_dirs = settings.local.models_dirs.clone();
     if settings.use_tools {
         api.agent_api = Some(super::wiring::agent_api_for(settings));
     }
@@ -844,7 +874,7 @@ mod tests {
         let server =
             http::Server::bind("127.0.0.1", 0, Limits::default(), Policy::default()).expect("bind");
         let addr = server.local_addr().unwrap();
-        let api = Arc::new(ApiServer::new());
+        let api = Arc::new(ApiServer::new(0));
         std::thread::spawn(move || server.run(api));
         let health = raw(addr, "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
         assert!(health.starts_with("HTTP/1.1 503"), "{health}");

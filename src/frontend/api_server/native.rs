@@ -408,7 +408,7 @@ impl super::ApiServer {
             let eog = model.props().eog_tokens.iter();
             (parsed.work.sampling.logit_bias).extend(eog.map(|&t| (t, f32::NEG_INFINITY)));
         }
-        if let Err(error) = super::check_local_sampling(loaded, &parsed.work.sampling) {
+        if let Err(error) = super::local_sampling(loaded, &mut parsed.work.sampling) {
             return self.refuse(responder, &error);
         }
         let prompts = (parsed.prompts.iter())

@@ -19,12 +19,15 @@
 //! model's own template is used); `raw: true` continues the prompt as it is,
 //! like `/v1/completions` (the in-process model only); `images` are refused.
 //!
-//! Model routes describe the one served model: `GET /api/tags`, `POST
-//! /api/show`, `GET /api/ps`; `GET /api/version`; embeddings with the
-//! in-process model (`POST /api/embed`, legacy `POST /api/embeddings`). The
-//! model management routes (`pull`, `push`, `create`, `copy`, `delete`) answer
-//! 501. A request naming another model gets Ollama's 404; an empty name means
-//! the served one. Errors are Ollama's `{"error": "..."}`.
+//! Model routes describe the served model: `POST /api/show`, `GET /api/ps`;
+//! `GET /api/tags` lists it, then the GGUF files of the models directories
+//! ([`files`]); `GET /api/version`; embeddings with the in-process model
+//! (`POST /api/embed`, legacy `POST /api/embeddings`). `POST /api/pull`
+//! fetches a GGUF file from a URL into the models directory ([`pull`]);
+//! `DELETE /api/delete` and `POST /api/copy` work on that directory's files
+//! ([`files`]); `push` and `create` answer 501. A generation or `show`
+//! naming a model other than the served one gets Ollama's 404; an empty name
+//! means the served one. Errors are Ollama's `{"error": "..."}`.
 
 use std::io;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -43,13 +46,17 @@ use crate::backend::{PromptPart, Reply, ResponseFormat, Sampling, ToolChoice};
 use crate::core::{FinishReason, Message, Role, Session, ToolCall};
 use crate::frontend::http::{Request, Responder, SseStream};
 
+mod files;
+mod pull;
+pub mod wire;
+
 /// The Ollama API level `GET /api/version` reports: clients that compare
 /// versions (for tools, `think`, structured `format`) find these features
 /// there. shepherd's own version is beside it.
 pub const API_VERSION: &str = "0.12.0";
 
 /// The routes this module answers, for the 405 of a wrong method.
-pub const ROUTES: [&str; 8] = [
+pub const ROUTES: [&str; 11] = [
     "/api/chat",
     "/api/generate",
     "/api/tags",
@@ -58,16 +65,13 @@ pub const ROUTES: [&str; 8] = [
     "/api/version",
     "/api/embed",
     "/api/embeddings",
-];
-
-/// Ollama's model management, not served here.
-pub const UNSERVED: [&str; 5] = [
     "/api/pull",
-    "/api/push",
-    "/api/create",
     "/api/copy",
     "/api/delete",
 ];
+
+/// Ollama's model management not served here.
+pub const UNSERVED: [&str; 2] = ["/api/push", "/api/create"];
 
 /// Fields accepted and changing nothing (see the module docs).
 const IGNORED: [&str; 3] = ["keep_alive", "truncate", "shift"];
@@ -529,11 +533,18 @@ struct Facts {
 /// Reads the served GGUF file's header (cheap: the header only) for its
 /// family, size and quantisation; an API backend's model has none of these.
 fn facts(loaded: &Loaded) -> Facts {
-    let path = loaded.local.as_ref().map(|m| m.props().model_path.clone());
-    let meta = path.as_ref().and_then(|p| std::fs::metadata(p).ok());
-    let info = path
+    let path = loaded
+        .local
         .as_ref()
-        .and_then(|p| crate::llama::gguf::read_file(std::path::Path::new(p)).ok());
+        .map(|m| std::path::PathBuf::from(&m.props().model_path));
+    file_facts(path.as_deref(), loaded.info.context_size)
+}
+
+/// What the header of the GGUF file at `path` says; `context` is the context
+/// when the file names none.
+fn file_facts(path: Option<&std::path::Path>, context: u64) -> Facts {
+    let meta = path.and_then(|p| std::fs::metadata(p).ok());
+    let info = path.and_then(|p| crate::llama::gguf::read_file(p).ok());
     let modified = meta
         .as_ref()
         .and_then(|m| m.modified().ok())
@@ -561,7 +572,7 @@ fn facts(loaded: &Loaded) -> Facts {
         trained_context: info
             .as_ref()
             .and_then(|i| i.context_length)
-            .unwrap_or(loaded.info.context_size),
+            .unwrap_or(context),
         architecture,
         parameters,
     }
@@ -655,19 +666,17 @@ impl ApiServer {
         };
         let facts = facts(loaded);
         let model = &loaded.defaults.model;
-        responder.json(
-            200,
-            &wire::Tags {
-                models: vec![wire::TagEntry {
-                    name: model,
-                    model,
-                    modified_at: facts.modified_at,
-                    size: facts.size,
-                    digest: digest(model),
-                    details: facts.details,
-                }],
-            },
-        );
+        let files = files::listed(loaded, &self.models_dirs);
+        let mut models = vec![wire::TagEntry {
+            name: model,
+            model,
+            modified_at: facts.modified_at,
+            size: facts.size,
+            digest: digest(model),
+            details: facts.details,
+        }];
+        models.extend(files.iter().map(files::tag_entry));
+        responder.json(200, &wire::Tags { models });
     }
 
     pub(super) fn ollama_show(&self, request: &Request, responder: Responder) {
@@ -850,12 +859,10 @@ pub fn version(responder: Responder) {
     );
 }
 
-/// The model management routes: 501, saying what to do instead.
+/// The model management routes not served: 501, saying why.
 pub fn unserved(path: &str, responder: Responder) {
-    let message = match path {
-        "/api/pull" => "this server does not pull models: use `shepherd pull URL`, then restart it with -m FILE".to_string(),
-        _ => format!("{path} is not supported: this server serves the one model it was started with"),
-    };
+    let message =
+        format!("{path} is not supported: this server serves the one model it was started with");
     let error = ApiError::new(501, "not_supported_error", message);
     responder.json(501, &error.ollama_body());
 }
@@ -865,144 +872,6 @@ pub fn unserved(path: &str, responder: Responder) {
 pub fn wrong_method(responder: Responder) {
     let error = ApiError::new(405, "invalid_request_error", "method not allowed");
     responder.json(405, &error.ollama_body());
-}
-
-/// Ollama's wire shapes (server side; the client side is `backend::ollama`'s).
-pub mod wire {
-    use serde::Serialize;
-    use serde_json::{Map, Value};
-
-    /// `{"error": "..."}`.
-    #[derive(Debug, Serialize)]
-    pub struct Error<'a> {
-        pub error: &'a str,
-    }
-
-    /// One line of a generation (or the whole answer, `done: true`).
-    #[derive(Debug, Serialize)]
-    pub struct Line<'a> {
-        pub model: &'a str,
-        pub created_at: String,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        pub message: Option<OutMessage<'a>>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        pub response: Option<&'a str>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        pub thinking: Option<&'a str>,
-        pub done: bool,
-        #[serde(flatten)]
-        pub figures: Option<Figures>,
-    }
-
-    #[derive(Debug, Serialize)]
-    pub struct OutMessage<'a> {
-        pub role: &'static str,
-        pub content: &'a str,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        pub thinking: Option<&'a str>,
-        #[serde(skip_serializing_if = "Vec::is_empty")]
-        pub tool_calls: Vec<ToolCall<'a>>,
-    }
-
-    #[derive(Debug, Serialize)]
-    pub struct ToolCall<'a> {
-        pub id: &'a str,
-        pub function: Function<'a>,
-    }
-
-    #[derive(Debug, Serialize)]
-    pub struct Function<'a> {
-        pub index: usize,
-        pub name: &'a str,
-        /// An object, not a string as in OpenAI's shape.
-        pub arguments: Value,
-    }
-
-    /// The last line's figures; durations in nanoseconds.
-    #[derive(Debug, Default, Serialize)]
-    pub struct Figures {
-        pub done_reason: &'static str,
-        pub total_duration: u64,
-        pub load_duration: u64,
-        pub prompt_eval_count: u64,
-        pub prompt_eval_duration: u64,
-        pub eval_count: u64,
-        pub eval_duration: u64,
-    }
-
-    #[derive(Debug, Clone, Serialize)]
-    pub struct Details {
-        pub parent_model: String,
-        pub format: String,
-        pub family: String,
-        pub families: Vec<String>,
-        pub parameter_size: String,
-        pub quantization_level: String,
-    }
-
-    #[derive(Debug, Serialize)]
-    pub struct Tags<'a> {
-        pub models: Vec<TagEntry<'a>>,
-    }
-
-    #[derive(Debug, Serialize)]
-    pub struct TagEntry<'a> {
-        pub name: &'a str,
-        pub model: &'a str,
-        pub modified_at: String,
-        pub size: u64,
-        pub digest: String,
-        pub details: Details,
-    }
-
-    #[derive(Debug, Serialize)]
-    pub struct Show<'a> {
-        pub modified_at: String,
-        pub template: &'a str,
-        pub modelfile: &'a str,
-        pub license: &'a str,
-        pub parameters: String,
-        pub details: Details,
-        pub model_info: Map<String, Value>,
-        pub capabilities: Vec<&'static str>,
-    }
-
-    #[derive(Debug, Serialize)]
-    pub struct Ps<'a> {
-        pub models: Vec<PsEntry<'a>>,
-    }
-
-    #[derive(Debug, Serialize)]
-    pub struct PsEntry<'a> {
-        pub name: &'a str,
-        pub model: &'a str,
-        pub size: u64,
-        pub digest: String,
-        pub details: Details,
-        pub expires_at: String,
-        pub size_vram: u64,
-        pub context_length: u64,
-    }
-
-    #[derive(Debug, Serialize)]
-    pub struct Embed {
-        pub model: String,
-        pub embeddings: Vec<Vec<f32>>,
-        pub total_duration: u64,
-        pub load_duration: u64,
-        pub prompt_eval_count: u64,
-    }
-
-    #[derive(Debug, Serialize)]
-    pub struct Embedding {
-        pub embedding: Vec<f32>,
-    }
-
-    #[derive(Debug, Serialize)]
-    pub struct Version {
-        pub version: &'static str,
-        pub shepherd: &'static str,
-    }
 }
 
 #[cfg(test)]

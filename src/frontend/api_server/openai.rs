@@ -237,19 +237,26 @@ pub(super) fn sampling(f: &Fields<'_>, defaults: &Defaults) -> Result<Sampling, 
         sampling.stop = stop_list(f, "stop", 4)?;
     }
     sampling.response_format = llama_server_format(f)?.or(sampling.response_format);
-    sampling.logit_bias = logit_bias(f)?;
+    (sampling.logit_bias, sampling.logit_bias_text) = logit_bias(f)?;
     Ok(sampling)
 }
 
+/// Biases by token id, and by text.
+type Biases = (Vec<(i32, f32)>, Vec<(String, f32)>);
+/// A `logit_bias` key: a token id, or text to tokenize.
+type BiasKey = Result<i32, String>;
+
 /// `logit_bias`: OpenAI's object of token id to bias (-100 to 100), or
 /// llama-server's array of `[id, bias]` pairs, where a bias of `false` bans the
-/// token. Ids are checked against the vocabulary where the model is known
-/// ([`super::check_local_sampling`]).
-fn logit_bias(f: &Fields<'_>) -> Result<Vec<(i32, f32)>, ApiError> {
+/// token; as in llama-server, a key that is text and not an id (or a pair's
+/// first that is a string) biases each token of that text (tokenized by
+/// [`super::local_sampling`], which also checks ids against the vocabulary).
+/// The id-keyed biases, then the text-keyed ones.
+fn logit_bias(f: &Fields<'_>) -> Result<Biases, ApiError> {
     let wrong = || {
         ApiError::invalid(
             "logit_bias",
-            "'logit_bias' maps token ids to a bias from -100 to 100 (or false to ban the token)",
+            "'logit_bias' maps token ids or text to a bias from -100 to 100 (or false to ban it)",
         )
     };
     let bias = |value: &Value| match value {
@@ -259,29 +266,37 @@ fn logit_bias(f: &Fields<'_>) -> Result<Vec<(i32, f32)>, ApiError> {
             .filter(|b| (-100.0..=100.0).contains(b))
             .map(|b| b as f32),
     };
-    let id = |n: Option<i64>| n.and_then(|n| i32::try_from(n).ok()).filter(|&n| n >= 0);
-    let pairs: Vec<(Option<i32>, Option<f32>)> = match f.get("logit_bias") {
-        None => return Ok(Vec::new()),
-        Some(Value::Object(map)) => map
-            .iter()
-            .map(|(k, v)| (id(k.trim().parse().ok()), bias(v)))
-            .collect(),
+    // A key that reads as a whole number is an id (a negative one is no id);
+    // other text is tokenized, empty text is nothing to bias.
+    let key = |text: &str| match text.trim().parse::<i64>() {
+        Ok(n) => i32::try_from(n).ok().filter(|&n| n >= 0).map(Ok),
+        Err(_) => (!text.is_empty()).then(|| Err(text.to_string())),
+    };
+    let pairs: Vec<(Option<BiasKey>, Option<f32>)> = match f.get("logit_bias") {
+        None => return Ok((Vec::new(), Vec::new())),
+        Some(Value::Object(map)) => map.iter().map(|(k, v)| (key(k), bias(v))).collect(),
         Some(Value::Array(items)) => items
             .iter()
             .map(|item| match item.as_array().map(Vec::as_slice) {
-                Some([token, b]) => (id(token.as_i64()), bias(b)),
+                // A pair's string is text, even one that reads as a number.
+                Some([Value::String(text), b]) => {
+                    ((!text.is_empty()).then(|| Err(text.clone())), bias(b))
+                }
+                Some([token, b]) => (token.as_i64().and_then(|n| key(&n.to_string())), bias(b)),
                 _ => (None, None),
             })
             .collect(),
         Some(_) => return Err(wrong()),
     };
-    pairs
-        .into_iter()
-        .map(|pair| match pair {
-            (Some(token), Some(bias)) => Ok((token, bias)),
-            _ => Err(wrong()),
-        })
-        .collect()
+    let (mut ids, mut texts) = (Vec::new(), Vec::new());
+    for pair in pairs {
+        match pair {
+            (Some(Ok(token)), Some(bias)) => ids.push((token, bias)),
+            (Some(Err(text)), Some(bias)) => texts.push((text, bias)),
+            _ => return Err(wrong()),
+        }
+    }
+    Ok((ids, texts))
 }
 
 /// llama-server's own constraints: a GBNF `grammar`, or a top-level
@@ -1271,6 +1286,24 @@ mod tests {
             parsed.work.sampling.logit_bias,
             [(3, f32::NEG_INFINITY), (4, 1.0)]
         );
+        // Text, as keys or as a pair's first: tokenized later, by the model.
+        let body = json!({"messages": user(), "logit_bias": {" Paris": false, "8": 1}});
+        let sampling = parse(body.to_string().as_bytes(), &defaults())
+            .unwrap()
+            .work
+            .sampling;
+        assert_eq!(sampling.logit_bias, [(8, 1.0)]);
+        assert_eq!(
+            sampling.logit_bias_text,
+            [(" Paris".to_string(), f32::NEG_INFINITY)]
+        );
+        let body = json!({"messages": user(), "logit_bias": [["hello", -5], [2, 3]]});
+        let sampling = parse(body.to_string().as_bytes(), &defaults())
+            .unwrap()
+            .work
+            .sampling;
+        assert_eq!(sampling.logit_bias, [(2, 3.0)]);
+        assert_eq!(sampling.logit_bias_text, [("hello".to_string(), -5.0)]);
         let plain = parse(
             json!({"messages": user()}).to_string().as_bytes(),
             &defaults(),
@@ -1357,9 +1390,18 @@ mod tests {
                 "top_logprobs",
             ),
             (
-                json!({"messages": user(), "logit_bias": {"x": 1}}),
+                json!({"messages": user(), "logit_bias": {"x": "high"}}),
                 "logit_bias",
             ),
+            (
+                json!({"messages": user(), "logit_bias": {"": 1}}),
+                "logit_bias",
+            ),
+            (
+                json!({"messages": user(), "logit_bias": [[["x"], 1]]}),
+                "logit_bias",
+            ),
+            (json!({"messages": user(), "logit_bias": "x"}), "logit_bias"),
             (
                 json!({"messages": user(), "logit_bias": {"5": 101}}),
                 "logit_bias",

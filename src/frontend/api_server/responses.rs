@@ -1,10 +1,11 @@
 //! `POST /v1/responses`: OpenAI's Responses API, which Codex and the OpenAI
 //! Agents SDK speak, over the same pool as chat completions.
 //!
-//! Stateless, as every route here: the request carries the whole conversation
-//! in `input` (what clients send with `store: false`); `previous_response_id`,
-//! `conversation` and `item_reference` items need stored responses and are a 400
-//! saying so. `input` is a string or a list of items: messages (`user`,
+//! The request carries its conversation in `input`, after the stored one of
+//! its `previous_response_id` when it names one (answers are kept unless the
+//! request says `store: false`, [`super::stored`]; an id not kept is a 404);
+//! `conversation` and `item_reference` items need OpenAI's conversation
+//! objects and are a 400 saying so. `input` is a string or a list of items: messages (`user`,
 //! `assistant`, and `system`/`developer`, which join `instructions` as the
 //! system prompt) whose content is a string or text parts, `function_call`,
 //! `custom_tool_call`, `local_shell_call` items and their `*_output`s, and
@@ -13,7 +14,7 @@
 //! (web search, file search, ...) are dropped with a `Warning` header
 //! ([`super::tool_types`]). `tool_choice`,
 //! `max_output_tokens`, `temperature`, `top_p`, `text.format` (`json_schema`,
-//! `json_object`) work as in chat completions; `store`, `include`,
+//! `json_object`) work as in chat completions; `include`,
 //! `parallel_tool_calls`, `reasoning` and `metadata` are accepted and echoed.
 //!
 //! The answer is a `response` with `reasoning`, `message`, `function_call`,
@@ -23,6 +24,7 @@
 
 use std::io;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
@@ -30,6 +32,7 @@ use super::error::ApiError;
 use super::fields::{json_body, unknown_fields, Fields};
 use super::openai;
 use super::pool::Work;
+use super::stored::{self, Store};
 use super::text::{Assembler, Piece};
 use super::tool_types::{self, ToolKinds};
 use super::wire::encode;
@@ -50,11 +53,13 @@ pub struct ResponsesRequest {
     pub ignored: Vec<String>,
     /// What the offered tools were, for the answer's items and warnings.
     pub kinds: ToolKinds,
+    /// The input items read (a chain's earlier ones first), when the answer is
+    /// to be stored.
+    pub keep: Option<Vec<Value>>,
 }
 
 /// Fields accepted that change nothing here.
-const IGNORED: [&str; 8] = [
-    "store",
+const IGNORED: [&str; 7] = [
     "include",
     "parallel_tool_calls",
     "reasoning",
@@ -65,7 +70,8 @@ const IGNORED: [&str; 8] = [
 ];
 
 /// Every field this route reads.
-const KNOWN: [&str; 16] = [
+const KNOWN: [&str; 17] = [
+    "store",
     "grammar",
     "json_schema",
     "model",
@@ -84,24 +90,38 @@ const KNOWN: [&str; 16] = [
     "top_logprobs",
 ];
 
-/// Checks a `/v1/responses` body field by field.
-pub fn parse(body: &[u8], defaults: &Defaults) -> Result<ResponsesRequest, ApiError> {
+/// Checks a `/v1/responses` body field by field; `previous_response_id` is
+/// looked up in `store`.
+pub fn parse(
+    body: &[u8],
+    defaults: &Defaults,
+    store: &Store,
+) -> Result<ResponsesRequest, ApiError> {
     let value = json_body(body)?;
     let f = Fields::of(&value, "")?;
     let ignored = unknown_fields(&value, &KNOWN, &IGNORED);
-    for key in ["previous_response_id", "conversation"] {
-        if f.get(key).is_some() {
-            return Err(ApiError::invalid(
-                key,
-                format!("'{key}' needs stored responses; this server keeps none: send the whole conversation in 'input' (store: false)"),
-            ));
-        }
+    if f.get("conversation").is_some() {
+        return Err(ApiError::invalid(
+            "conversation",
+            "'conversation' needs OpenAI's conversation objects, which this server does not keep: chain answers by 'previous_response_id', or send the whole conversation in 'input'",
+        ));
     }
+    let mut items = match f.str("previous_response_id")? {
+        Some(id) => store
+            .get(id)
+            .ok_or_else(|| stored::previous_not_found(id))?
+            .conversation
+            .clone(),
+        None => Vec::new(),
+    };
     f.unsupported("background", &[Value::Bool(false)])?;
     f.unsupported("top_logprobs", &[Value::from(0)])?;
     let model = f.str("model")?.unwrap_or(&defaults.model).to_string();
     let instructions = f.str("instructions")?;
-    let (system, messages) = input(&f)?;
+    let earlier = items.len();
+    items.extend(input_items(&f)?);
+    let kept = f.bool("store")?.unwrap_or(true) && store.enabled();
+    let (system, messages) = input(&items, earlier)?;
     f.unsupported("functions", &[])?;
     f.unsupported("function_call", &[])?;
     let (mut tools, mut kinds) = openai::tools(&f)?;
@@ -130,14 +150,15 @@ pub fn parse(body: &[u8], defaults: &Defaults) -> Result<ResponsesRequest, ApiEr
         },
         stream: f.bool("stream")?.unwrap_or(false),
         model,
-        echo: echo(&f),
+        echo: echo(&f, kept),
         ignored,
         kinds,
+        keep: kept.then_some(items),
     })
 }
 
 /// The settings a `response` object shows, as the request gave them.
-fn echo(f: &Fields<'_>) -> Map<String, Value> {
+fn echo(f: &Fields<'_>, stored: bool) -> Map<String, Value> {
     let given = |key: &str, default: Value| f.get(key).cloned().unwrap_or(default);
     let mut echo = Map::new();
     echo.insert("instructions".into(), given("instructions", Value::Null));
@@ -163,8 +184,11 @@ fn echo(f: &Fields<'_>) -> Map<String, Value> {
     );
     echo.insert("metadata".into(), given("metadata", json!({})));
     echo.insert("user".into(), given("user", Value::Null));
-    echo.insert("store".into(), json!(false));
-    echo.insert("previous_response_id".into(), Value::Null);
+    echo.insert("store".into(), json!(stored));
+    echo.insert(
+        "previous_response_id".into(),
+        given("previous_response_id", Value::Null),
+    );
     echo.insert("truncation".into(), json!("disabled"));
     echo
 }
@@ -181,18 +205,24 @@ fn text_format(f: &Fields<'_>) -> Result<Option<ResponseFormat>, ApiError> {
     }
 }
 
-/// The system text the input's `system`/`developer` messages add, and the
+/// `input` as items: a string is one user message.
+fn input_items(f: &Fields<'_>) -> Result<Vec<Value>, ApiError> {
+    match f.get("input") {
+        Some(Value::String(text)) => Ok(vec![json!({"role": "user", "content": text})]),
+        Some(Value::Array(items)) if !items.is_empty() => Ok(items.clone()),
+        _ => Err(f.missing("input", "a string or a non-empty array of items")),
+    }
+}
+
+/// The system text the input items' `system`/`developer` messages add, and the
 /// conversation.
-fn input(f: &Fields<'_>) -> Result<(Option<String>, Vec<Message>), ApiError> {
-    let items = match f.get("input") {
-        Some(Value::String(text)) => return Ok((None, vec![Message::user(text.clone())])),
-        Some(Value::Array(items)) if !items.is_empty() => items,
-        _ => return Err(f.missing("input", "a string or a non-empty array of items")),
-    };
+/// Items before `earlier` came from the stored chain (and were checked then); the
+/// others are named by their place in this request's `input`.
+fn input(items: &[Value], earlier: usize) -> Result<(Option<String>, Vec<Message>), ApiError> {
     let mut system: Option<String> = None;
     let mut out = Vec::new();
     for (i, item) in items.iter().enumerate() {
-        let it = Fields::of(item, &format!("input[{i}]"))?;
+        let it = Fields::of(item, &format!("input[{}]", i.saturating_sub(earlier)))?;
         match it.str("type")?.unwrap_or("message") {
             "message" => message(&it, &mut system, &mut out)?,
             "function_call" => function_call(&it, &mut out)?,
@@ -223,7 +253,7 @@ fn input(f: &Fields<'_>) -> Result<(Option<String>, Vec<Message>), ApiError> {
             other => {
                 return Err(ApiError::invalid(
                     &it.name("type"),
-                    format!("input items of type '{other}' are not supported here (stateless: no item references, no built-in tools)"),
+                    format!("input items of type '{other}' are not supported here (no item references, no built-in tools)"),
                 ))
             }
         }
@@ -339,6 +369,8 @@ pub struct Answer {
     open: bool,
     /// Which offered tools were custom or `local_shell`.
     kinds: ToolKinds,
+    /// Where the finished response is kept, with the input items it read.
+    keep: Option<(Arc<Store>, Vec<Value>)>,
 }
 
 impl Answer {
@@ -352,6 +384,21 @@ impl Answer {
             items: Vec::new(),
             open: false,
             kinds: ToolKinds::default(),
+            keep: None,
+        }
+    }
+
+    /// The answer of a request whose response is kept in `store`, with the
+    /// input items it read (`None`: not kept).
+    pub fn kept_in(self, store: &Arc<Store>, items: Option<Vec<Value>>) -> Answer {
+        let keep = items.map(|items| (store.clone(), items));
+        Answer { keep, ..self }
+    }
+
+    /// Stores a finished response, when its request is to be kept.
+    pub fn keep(&self, response: &wire::Response<'_>) {
+        if let Some((store, items)) = &self.keep {
+            store.keep_response(&self.id, response, items);
         }
     }
 
@@ -634,6 +681,7 @@ impl Answer {
         let mut output: Vec<wire::Item<'_>> = self.items.iter().map(streamed_item).collect();
         output.extend(self.calls(reply, first));
         let response = self.response(output, Some((reply, usage)));
+        self.keep(&response);
         let event = if response.status == "incomplete" {
             wire::Event::Incomplete { response }
         } else {
@@ -762,7 +810,7 @@ impl super::ApiServer {
         let Some((loaded, mut responder)) = self.loaded(responder) else {
             return;
         };
-        let parsed = match parse(&request.body, &loaded.defaults) {
+        let parsed = match parse(&request.body, &loaded.defaults, &self.responses) {
             Ok(parsed) => parsed,
             Err(error) => return self.refuse(responder, &error),
         };
@@ -771,6 +819,7 @@ impl super::ApiServer {
         let id = self.new_id("resp_");
         let answer =
             Answer::new(id, super::now_secs(), parsed.model, parsed.echo).with_kinds(parsed.kinds);
+        let answer = answer.kept_in(&self.responses, parsed.keep);
         let answer = super::serve::Answer::Responses(answer);
         self.serve(loaded, answer, parsed.work, 1, parsed.stream, responder);
     }
@@ -782,12 +831,80 @@ mod tests {
     use crate::core::Role;
 
     fn parse_json(body: Value) -> Result<ResponsesRequest, ApiError> {
+        parse_in(body, &Store::new(10))
+    }
+
+    fn parse_in(body: Value, store: &Store) -> Result<ResponsesRequest, ApiError> {
         let defaults = Defaults {
             model: "served".into(),
             system_prompt: "server prompt".into(),
             ..Defaults::default()
         };
-        parse(body.to_string().as_bytes(), &defaults)
+        parse(body.to_string().as_bytes(), &defaults, store)
+    }
+
+    #[test]
+    fn a_previous_response_id_reads_its_stored_conversation_first() {
+        let store = Arc::new(Store::new(10));
+        let first = parse_in(
+            json!({"input": "Weather?", "instructions": "Be brief."}),
+            &store,
+        )
+        .unwrap();
+        assert_eq!(first.echo["store"], json!(true));
+        let call = ToolCall {
+            id: "c1".into(),
+            name: "weather".into(),
+            arguments: json!({"city": "Paris"}),
+        };
+        let reply = Reply {
+            content: String::new(),
+            thinking: String::new(),
+            tool_calls: vec![call],
+            finish: FinishReason::ToolCalls,
+            usage: None,
+            artefacts: Vec::new(),
+            stop_sequence: None,
+        };
+        let answer =
+            Answer::new("resp_1".into(), 7, "m".into(), first.echo).kept_in(&store, first.keep);
+        let text = Assembler::new();
+        answer.keep(&answer.whole(&text, &reply, &Usage::default()));
+        let stored = store.get("resp_1").expect("stored");
+        assert_eq!(stored.response["id"], "resp_1");
+        assert_eq!(stored.conversation.len(), 2, "{:?}", stored.conversation);
+        // The next turn answers the stored call; instructions are not carried over.
+        let second = parse_in(
+            json!({"previous_response_id": "resp_1", "store": false,
+                   "input": [{"type": "function_call_output", "call_id": "c1", "output": "sunny"}]}),
+            &store,
+        )
+        .unwrap();
+        let roles: Vec<Role> = second
+            .work
+            .session
+            .messages
+            .iter()
+            .map(|m| m.role)
+            .collect();
+        assert_eq!(roles, [Role::User, Role::Assistant, Role::Tool]);
+        assert_eq!(second.work.session.messages[0].content, "Weather?");
+        assert_eq!(second.work.session.system_prompt, "server prompt");
+        assert_eq!(second.echo["previous_response_id"], "resp_1");
+        assert!(second.keep.is_none() && second.echo["store"] == json!(false));
+        // An id not stored is OpenAI's 404.
+        let error = parse_in(
+            json!({"previous_response_id": "resp_9", "input": "hi"}),
+            &store,
+        )
+        .expect_err("a 404");
+        assert_eq!(error.status, 404);
+        assert_eq!(error.code.as_deref(), Some("previous_response_not_found"));
+        assert_eq!(error.param.as_deref(), Some("previous_response_id"));
+        assert_eq!(
+            error.message,
+            "Previous response with id 'resp_9' not found."
+        );
     }
 
     #[test]
@@ -835,7 +952,11 @@ mod tests {
     fn what_needs_stored_state_or_other_tools_is_a_400_naming_it() {
         for (body, param) in [
             (
-                json!({"input": "hi", "previous_response_id": "resp_1"}),
+                json!({"input": "hi", "conversation": "conv_1"}),
+                "conversation",
+            ),
+            (
+                json!({"input": "hi", "previous_response_id": 7}),
                 "previous_response_id",
             ),
             (json!({"input": []}), "input"),

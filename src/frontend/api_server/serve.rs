@@ -134,7 +134,11 @@ impl Answer {
             Answer::Anthropic(a) => responder.json(200, &a.whole(text, reply, usage)),
             Answer::Text(a) => responder.json(200, &a.whole(choices, usage)),
             Answer::Native(a) => responder.json(200, &a.whole(choices)),
-            Answer::Responses(a) => responder.json(200, &a.whole(text, reply, usage)),
+            Answer::Responses(a) => {
+                let response = a.whole(text, reply, usage);
+                a.keep(&response);
+                responder.json(200, &response)
+            }
             Answer::Ollama(a) => responder.json(200, &a.whole(text, reply, usage)),
         }
     }

@@ -411,8 +411,8 @@ impl Worker<'_> {
                 task.phase = Phase::Sampling;
                 true
             }
-            Err(job) => {
-                task.sampler = Some(job.sampler);
+            Err(sampler) => {
+                task.sampler = Some(*sampler);
                 false
             }
         }

@@ -88,11 +88,11 @@ impl Helper {
         })
     }
 
-    /// Hands `job` to the helper; the job back when the helper is gone.
-    pub(super) fn send(&self, job: SampleJob) -> Result<(), SampleJob> {
+    /// Hands `job` to the helper; its sampler back when the helper is gone.
+    pub(super) fn send(&self, job: SampleJob) -> Result<(), Box<Sampler>> {
         match &self.jobs {
-            Some(jobs) => jobs.send(job).map_err(|e| e.0),
-            None => Err(job),
+            Some(jobs) => jobs.send(job).map_err(|e| Box::new(e.0.sampler)),
+            None => Err(Box::new(job.sampler)),
         }
     }
 }
