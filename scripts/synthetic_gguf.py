@@ -24,9 +24,10 @@ tests where only the shape matters (speed, memory, offload), not the answers.
         SmolLM2-135M (output width 576); gemma3 is Gemma 3's, for gemma-3-270m
         (640). libmtmd frames an idefics3 image with the control tokens
         `<fake_token_around_image>` and `<global-img>`, which SmolLM2's own
-        vocabulary lacks (SmolVLM adds them): pair it with a text model written
-        with `--like smollm2-135m --special '<fake_token_around_image>'
-        --special '<global-img>'`.
+        vocabulary lacks (SmolVLM adds them; without them libmtmd looks them up
+        as token -1 and aborts): pair it with a text model written with
+        `--like smollm2-135m --special '<fake_token_around_image>'
+        --special '<global-img>'`. gemma-3-270m has Gemma 3's image markers.
     synthetic_gguf.py --list
         Prints the known shapes and projectors.
 
