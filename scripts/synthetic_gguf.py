@@ -16,8 +16,20 @@ tests where only the shape matters (speed, memory, offload), not the answers.
         Writes a GGUF with no tensors that holds only SRC's `tokenizer.*` keys
         (and general.name): a file of a few MB to carry in place of a whole
         model, and itself accepted as --tokenizer-from.
+    synthetic_gguf.py --projector NAME [--seed N] OUT.gguf
+        Writes a vision projector (an "mmproj" file for llama.cpp's libmtmd,
+        `--mmproj`): a SigLIP encoder cut down to a few narrow layers, with the
+        real connector's tensor names, `clip.*` keys and image geometry, and
+        random weights. idefics3 is SmolVLM's connector, whose text model is
+        SmolLM2-135M (output width 576); gemma3 is Gemma 3's, for gemma-3-270m
+        (640). libmtmd frames an idefics3 image with the control tokens
+        `<fake_token_around_image>` and `<global-img>`, which SmolLM2's own
+        vocabulary lacks (SmolVLM adds them; without them libmtmd looks them up
+        as token -1 and aborts): pair it with a text model written with
+        `--like smollm2-135m --special '<fake_token_around_image>'
+        --special '<global-img>'`. gemma-3-270m has Gemma 3's image markers.
     synthetic_gguf.py --list
-        Prints the known shapes.
+        Prints the known shapes and projectors.
 
 Standard library only (Python 3.9+): no numpy. It is fast on multi-GB files
 because it never makes random numbers per block: for each (type, scale) it
@@ -26,7 +38,7 @@ over, each tensor starting at a random block of the chunk.
 
 Weights are scaled so that activations stay O(1) and generation gives no
 NaN/inf: a matrix with n_in inputs gets weights of variance 1/n_in (zero mean),
-norm weights are 1.0, the MoE router is F32. Tensor names, shapes and metadata
+norm weights are 1.0 and biases 0.0, the MoE router is F32. Tensor names, shapes and metadata
 keys are the ones llama.cpp's loader expects for each architecture (llama,
 qwen3, qwen3moe); GGUF lists dims innermost first, so a weight matrix is
 ne = [n_in, n_out]. The file is GGUF v3 with tensor data aligned to 32 bytes.
@@ -86,6 +98,24 @@ SHAPES = {
                           head_dim=128, n_ff=6144, n_vocab=151936, n_ctx=40960,
                           rope_theta=1000000.0, rms_eps=1e-6, tied=False, qk_norm=True,
                           n_expert=128, n_expert_used=8, n_ff_exp=768),
+}
+
+# Vision projectors: the encoder is SigLIP's (pre-norm ViT, biased attention and
+# GELU MLP, post-LN) at a fraction of its width and depth (libmtmd takes any:
+# SmolVLM-256M's has 12 layers of 768, Gemma 3's 27 of 1152); the image
+# geometry is the real one, so an image costs as many tokens as with the real
+# projector: idefics3 cuts a 512-pixel tile into 32x32 patches and pixel-shuffles
+# them 4x4 into 64 tokens per tile (preproc_size 512: one tile plus the overview
+# libmtmd always adds, so 128 per image); gemma3 average-pools 64x64 patches of
+# an 896-pixel image 4x4 into 256 tokens. n_ff differs from n_embd: libmtmd takes
+# a SigLIP ffn_down of width n_embd for an old file's swapped up/down.
+PROJECTORS = {
+    "idefics3": dict(n_embd_text=576, image_size=512, patch_size=16, scale_factor=4,
+                     preproc_size=512, n_embd=64, n_ff=128, n_layer=2, n_head=2,
+                     eps=1e-6, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5)),
+    "gemma3": dict(n_embd_text=640, image_size=896, patch_size=14, scale_factor=4,
+                   n_embd=64, n_ff=128, n_layer=2, n_head=2,
+                   eps=1e-6, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5)),
 }
 
 
@@ -161,6 +191,15 @@ def kv_f32(key, v):
 
 def kv_str(key, v):
     return (key, T_STR, enc_str(v))
+
+
+def kv_bool(key, v):
+    return (key, T_BOOL, struct.pack("<?", v))
+
+
+def kv_f32_array(key, values):
+    return (key, T_ARR, struct.pack("<IQ", T_F32, len(values)) +
+            struct.pack("<%df" % len(values), *values))
 
 
 def encode_kv(kv):
@@ -280,11 +319,14 @@ def pad_tokenizer(tok, n_vocab):
 # ---------------------------------------------------------------- tensors
 
 class Tensor:
-    """One tensor: ne innermost first; fill is "ones" (F32 1.0) or "random"
-    (zero-mean weights of variance 1/ne[0])."""
+    """One tensor: ne innermost first; fill is "ones" (F32 1.0), "zeros" or
+    "random" (zero-mean weights of variance 1/n_in, n_in being ne[0] unless
+    given: a convolution's inputs span several dims, a projection may be
+    stored transposed)."""
 
-    def __init__(self, name, ne, gtype, fill, zero_rows=()):
+    def __init__(self, name, ne, gtype, fill, zero_rows=(), n_in=None):
         self.name, self.ne, self.gtype, self.fill = name, list(ne), gtype, fill
+        self.n_in = n_in or self.ne[0]
         self.nbytes = tensor_nbytes(self.ne, gtype)
         # Rows (indices along ne[1]) written as zeros after the random fill.
         self.zero_rows = sorted(zero_rows)
@@ -369,6 +411,73 @@ def arch_kvs(s, n_vocab):
         kvs += [kv_u32(f"{a}.expert_count", s["n_expert"]),
                 kv_u32(f"{a}.expert_used_count", s["n_expert_used"]),
                 kv_u32(f"{a}.expert_feed_forward_length", s["n_ff_exp"])]
+    return kvs
+
+
+def plan_projector(name, p):
+    """A projector's tensors: libmtmd's names (clip-impl.h) for SigLIP and the
+    connector. Matrices are F16, as the converter writes them; the patch and
+    position embeddings, norms and biases F32."""
+    e, f, t = p["n_embd"], p["n_ff"], p["n_embd_text"]
+    ps, n_patches = p["patch_size"], (p["image_size"] // p["patch_size"]) ** 2
+
+    def vec(tname, n, fill):
+        return Tensor(tname, [n], GGML_F32, fill)
+
+    def mat(tname, n_in, n_out):
+        return [Tensor(tname + ".weight", [n_in, n_out], GGML_F16, "random"),
+                vec(tname + ".bias", n_out, "zeros")]
+
+    def norm(tname):
+        return [vec(tname + ".weight", e, "ones"), vec(tname + ".bias", e, "zeros")]
+
+    # The convolution's kernel is [width, height, channels, n_embd].
+    ts = [Tensor("v.patch_embd.weight", [ps, ps, 3, e], GGML_F32, "random", n_in=ps * ps * 3),
+          vec("v.patch_embd.bias", e, "zeros"),
+          Tensor("v.position_embd.weight", [e, n_patches], GGML_F32, "random")]
+    for i in range(p["n_layer"]):
+        b = f"v.blk.{i}."
+        ts += norm(b + "ln1") + mat(b + "attn_q", e, e) + mat(b + "attn_k", e, e)
+        ts += mat(b + "attn_v", e, e) + mat(b + "attn_out", e, e)
+        ts += norm(b + "ln2") + mat(b + "ffn_up", e, f) + mat(b + "ffn_down", f, e)
+    ts += norm("v.post_ln")
+    if name == "idefics3":
+        # The pixel shuffle puts scale_factor^2 neighbouring patches side by side.
+        width = e * p["scale_factor"] ** 2
+        ts.append(Tensor("mm.model.fc.weight", [width, t], GGML_F16, "random"))
+    else:
+        # Gemma 3 keeps the projection as [vision, text] and multiplies by its
+        # transpose: ne = [text, vision], n_in the vision width.
+        ts += [vec("mm.soft_emb_norm.weight", e, "ones"),
+               Tensor("mm.input_projection.weight", [t, e], GGML_F16, "random", n_in=e)]
+    return ts
+
+
+def projector_kvs(name, p):
+    """The `clip.*` keys libmtmd reads (clip.cpp's load_hparams), as
+    convert_hf_to_gguf.py writes them for SmolVLM and Gemma 3."""
+    v = "clip.vision."
+    kvs = [kv_str("general.architecture", "clip"),
+           kv_str("general.type", "mmproj"),
+           kv_str("general.name", f"synthetic {name} projector"),
+           kv_u32("general.file_type", 1),
+           kv_u32("general.alignment", ALIGNMENT),
+           kv_bool("clip.has_vision_encoder", True),
+           kv_str("clip.projector_type", name),
+           kv_bool("clip.use_gelu", True),
+           kv_u32(v + "projection_dim", p["n_embd_text"]),
+           kv_u32(v + "image_size", p["image_size"]),
+           kv_u32(v + "patch_size", p["patch_size"]),
+           kv_u32(v + "embedding_length", p["n_embd"]),
+           kv_u32(v + "feed_forward_length", p["n_ff"]),
+           kv_u32(v + "block_count", p["n_layer"]),
+           kv_u32(v + "attention.head_count", p["n_head"]),
+           kv_f32(v + "attention.layer_norm_epsilon", p["eps"]),
+           kv_f32_array(v + "image_mean", p["mean"]),
+           kv_f32_array(v + "image_std", p["std"]),
+           kv_u32(v + "projector.scale_factor", p["scale_factor"])]
+    if "preproc_size" in p:
+        kvs.append(kv_u32(v + "preproc_image_size", p["preproc_size"]))
     return kvs
 
 
@@ -457,6 +566,8 @@ class DataWriter:
         start = self.f.tell()
         if t.fill == "ones":
             self.f.write(self.ONE_F32 * math.prod(t.ne))
+        elif t.fill == "zeros":
+            self.f.write(b"\0" * t.nbytes)
         else:
             self._random(t)
         if t.zero_rows:
@@ -468,9 +579,9 @@ class DataWriter:
         self.f.write(b"\0" * pad_len(t.nbytes))
 
     def _random(self, t):
-        key = (t.gtype, t.ne[0])
+        key = (t.gtype, t.n_in)
         if key not in self.chunks:
-            chunk = make_chunk(t.gtype, t.ne[0], self.rng)
+            chunk = make_chunk(t.gtype, t.n_in, self.rng)
             self.chunks[key] = memoryview(bytes(chunk) * 2)  # doubled: any rotation is one slice
         doubled = self.chunks[key]
         clen = len(doubled) // 2
@@ -522,6 +633,13 @@ def synthesize(name, src, wtype_name, seed, out, specials=(), template=None):
     return sum(math.prod(t.ne) for t in tensors)
 
 
+def projector(name, seed, out):
+    p = PROJECTORS[name]
+    tensors = plan_projector(name, p)
+    write_file(out, projector_kvs(name, p), tensors, seed)
+    return sum(math.prod(t.ne) for t in tensors)
+
+
 def extract_tokenizer(src, out):
     tok, name = tokenizer_kvs(src)
     kvs = ([kv_str("general.name", name)] if name is not None else []) + tok
@@ -542,18 +660,27 @@ def list_shapes():
               f"vocab={s['n_vocab']} ctx={s['n_ctx']} theta={s['rope_theta']:g} "
               f"eps={s['rms_eps']:g} tied={s['tied']} "
               f"params={params / 1e9:.3f}B q4_0~{size / 1e9:.2f}GB")
+    for name, p in PROJECTORS.items():
+        ts = plan_projector(name, p)
+        side = p["image_size"] // p["patch_size"] // p["scale_factor"]
+        print(f"projector {name:9} image={p['image_size']} patch={p['patch_size']} "
+              f"scale={p['scale_factor']} tokens/tile={side * side} embd={p['n_embd']} "
+              f"layers={p['n_layer']} heads={p['n_head']} ff={p['n_ff']} "
+              f"out={p['n_embd_text']} params={sum(math.prod(t.ne) for t in ts) / 1e6:.2f}M")
 
 
 def main():
     ap = argparse.ArgumentParser(
         description="Write a random-weight GGUF shaped like a real model.",
-        epilog="Shapes: " + ", ".join(SHAPES))
+        epilog="Shapes: " + ", ".join(SHAPES) + ". Projectors: " + ", ".join(PROJECTORS) + ".")
     mode = ap.add_mutually_exclusive_group(required=True)
     mode.add_argument("--like", metavar="NAME", choices=sorted(SHAPES),
                       help="shape to copy (see --list)")
     mode.add_argument("--extract-tokenizer", metavar="SRC.gguf",
                       help="write only SRC's tokenizer keys to OUT (no tensors)")
-    mode.add_argument("--list", action="store_true", help="print the known shapes")
+    mode.add_argument("--projector", metavar="NAME", choices=sorted(PROJECTORS),
+                      help="write a vision projector for libmtmd (--mmproj) to OUT")
+    mode.add_argument("--list", action="store_true", help="print the known shapes and projectors")
     ap.add_argument("--tokenizer-from", metavar="SRC.gguf",
                     help="GGUF whose tokenizer.* keys are copied (needed with --like)")
     ap.add_argument("--type", choices=sorted(WEIGHT_TYPES), default="q4_0",
@@ -581,6 +708,8 @@ def main():
                 template = f.read()
         params = synthesize(args.like, args.tokenizer_from, args.type, args.seed, args.out,
                             args.special, template)
+    elif args.projector:
+        params = projector(args.projector, args.seed, args.out)
     else:
         params = extract_tokenizer(args.extract_tokenizer, args.out)
     elapsed = time.monotonic() - started
