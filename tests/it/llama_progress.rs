@@ -20,7 +20,14 @@ fn long_prompt() -> String {
 }
 
 fn server(extra: &[&str]) -> ApiServer {
-    let mut args = vec!["--n_batch", "32", "--context-size", "1024", "--parallel", "1"];
+    let mut args = vec![
+        "--n_batch",
+        "32",
+        "--context-size",
+        "1024",
+        "--parallel",
+        "1",
+    ];
     args.extend_from_slice(extra);
     ApiServer::with_model_unprompted(&args)
 }
@@ -110,7 +117,11 @@ fn return_progress_reports_the_prompt_batch_by_batch_from_before_its_first() {
         assert!(last_report < first_text, "{chunks:?}");
         for chunk in chunks.iter().filter(|c| c.get("prompt_progress").is_some()) {
             let delta = &chunk["choices"][0]["delta"];
-            assert_eq!(delta, &json!({"role": "assistant", "content": null}), "{chunk}");
+            assert_eq!(
+                delta,
+                &json!({"role": "assistant", "content": null}),
+                "{chunk}"
+            );
             assert!(chunk.get("timings").is_none(), "not asked for: {chunk}");
         }
     }
@@ -150,7 +161,11 @@ fn timings_per_token_puts_the_figures_on_every_chunk_and_nothing_comes_unasked()
     assert_eq!(usage["choices"], json!([]), "{usage}");
 
     // Without the fields: figures only at the finish, no progress.
-    let plain = stream(&server, "/v1/chat/completions", &chat("Say hello.", json!({})));
+    let plain = stream(
+        &server,
+        "/v1/chat/completions",
+        &chat("Say hello.", json!({})),
+    );
     let finish = plain.len() - 1;
     for (i, chunk) in plain.iter().enumerate() {
         assert_eq!(chunk.get("timings").is_some(), i == finish, "{plain:?}");
@@ -170,7 +185,10 @@ fn completion_progress_carries_figures_from_zero_and_they_never_go_back() {
         .iter()
         .filter(|c| c.get("prompt_progress").is_some())
         .collect();
-    let reports: Vec<Value> = progress.iter().map(|c| c["prompt_progress"].clone()).collect();
+    let reports: Vec<Value> = progress
+        .iter()
+        .map(|c| c["prompt_progress"].clone())
+        .collect();
     check_progress(&reports);
     let first = &progress[0]["timings"];
     assert_eq!(first["prompt_n"], json!(0), "{first}");
@@ -179,7 +197,9 @@ fn completion_progress_carries_figures_from_zero_and_they_never_go_back() {
     assert_eq!(first["predicted_ms"], json!(0.0), "{first}");
     let mut prompt_ms = 0.0;
     for chunk in &chunks {
-        let timings = chunk["timings"].as_object().unwrap_or_else(|| panic!("{chunk}"));
+        let timings = chunk["timings"]
+            .as_object()
+            .unwrap_or_else(|| panic!("{chunk}"));
         for (key, value) in timings {
             assert!(value.as_f64().is_some_and(|v| v >= 0.0), "{key}: {chunk}");
         }
@@ -235,7 +255,10 @@ fn responses_streams_report_progress_and_figures() {
         .collect();
     assert!(!deltas.is_empty(), "{events:?}");
     for delta in deltas {
-        assert!(delta["timings"]["predicted_per_second"].is_number(), "{delta}");
+        assert!(
+            delta["timings"]["predicted_per_second"].is_number(),
+            "{delta}"
+        );
     }
     // The last event: `response.completed` (`.incomplete` when the length cut it).
     let completed = events.last().expect("events");
@@ -244,7 +267,10 @@ fn responses_streams_report_progress_and_figures() {
         ["response.completed", "response.incomplete"].contains(&kind),
         "{completed}"
     );
-    assert!(completed["timings"]["prompt_per_second"].is_number(), "{completed}");
+    assert!(
+        completed["timings"]["prompt_per_second"].is_number(),
+        "{completed}"
+    );
     assert!(completed["response"]["usage"].is_object(), "{completed}");
 }
 

@@ -310,7 +310,14 @@ impl Answer {
         usage: &Usage,
     ) -> io::Result<()> {
         let prompt = self.prompt(index);
-        sse.send(&encode(&self.completion(index, prompt, "", &[], reply, usage)))
+        sse.send(&encode(&self.completion(
+            index,
+            prompt,
+            "",
+            &[],
+            reply,
+            usage,
+        )))
     }
 
     /// Prompt `index` as llama-server echoes it.

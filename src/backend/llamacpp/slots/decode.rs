@@ -575,9 +575,13 @@ impl Worker<'_> {
     }
     /// Sends slot `index`'s prompt progress, when its request asked for it: how
     /// much of the prompt is in the cache, with the figures so far.
-    pub(super) fn report_progress(&mut self, index: usize) {
+    pub(super) fn report_progress(&self, index: usize) {
         let slot = &self.slots[index];
-        let Some(task) = slot.task.as_ref().filter(|t| t.job.sampling.telemetry.progress) else {
+        let Some(task) = slot
+            .task
+            .as_ref()
+            .filter(|t| t.job.sampling.telemetry.progress)
+        else {
             return;
         };
         let prompt = PromptProgress {
