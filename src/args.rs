@@ -331,6 +331,8 @@ pub const FLAGS: &[Flag] = &[
         .value(|low, flag, raw| { low.queue_size = Some(ranged(flag, raw, 0, 4096)? as u32); Ok(()) }),
     flag("responses-store", None, Val("N"), S::Modes, "--server: /v1/responses answers kept for previous_response_id, oldest dropped first, 0 to 100000 (default 100; 0 keeps none)")
         .value(|low, flag, raw| { low.responses_store = Some(ranged(flag, raw, 0, 100_000)? as u32); Ok(()) }),
+    flag("verbose", None, Nothing, S::Modes, "--server: answers carry llama-server's __verbose object, with the rendered prompt (off by default: prompts can hold secrets)")
+        .switch(|low| low.verbose = true),
     flag("continue", None, Nothing, S::Modes, "Continue the last saved session in this directory")
         .switch(|low| low.continue_session = true),
     flag("fresh", None, Nothing, S::Modes, "CLI server: start with an empty session instead of the saved one")
@@ -499,6 +501,8 @@ pub struct LowArgs {
     pub queue_size: Option<u32>,
     /// `--responses-store N`.
     pub responses_store: Option<u32>,
+    /// `--verbose`.
+    pub verbose: bool,
     pub host: Option<String>,
     pub port: Option<u16>,
     pub auth_token: Option<String>,

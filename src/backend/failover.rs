@@ -181,7 +181,9 @@ impl EventSink for ShownSink<'_> {
                 stats.provider = Some(self.provider.to_string());
                 self.inner.emit(Event::Stats(stats))
             }
-            Event::System(_) | Event::Prefilled { .. } => self.inner.emit(event),
+            Event::System(_) | Event::Prefilled { .. } | Event::Progress(_) => {
+                self.inner.emit(event)
+            }
             event => {
                 self.shown = true;
                 self.inner.emit(event)

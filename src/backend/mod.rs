@@ -75,6 +75,21 @@ pub struct Sampling {
     /// token of the text: the API server tokenizes them into `logit_bias`
     /// before generation.
     pub logit_bias_text: Vec<(String, f32)>,
+    /// What the in-process model reports beside the answer (llama-server's
+    /// `return_progress`, `timings_per_token`, `verbose`); other backends ignore it.
+    pub telemetry: Telemetry,
+}
+
+/// Reports a request may ask of the in-process model; each costs nothing unasked.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Telemetry {
+    /// The prompt's decode, before its first batch and after each
+    /// ([`crate::core::Event::Progress`] with `prompt`).
+    pub progress: bool,
+    /// The figures so far before each piece of text ([`crate::core::Event::Progress`]).
+    pub timings: bool,
+    /// The rendered prompt's text, in [`crate::core::Event::Prefilled`].
+    pub prompt: bool,
 }
 
 /// The most tokens a prompt must leave free for its answer, [`Sampling::answer_reserve`].

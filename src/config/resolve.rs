@@ -122,6 +122,8 @@ pub struct ServerSettings {
     pub tags: Vec<String>,
     /// `--responses-store`: `/v1/responses` answers kept for `previous_response_id`.
     pub responses_store: usize,
+    /// `--verbose`: answers carry llama-server's `__verbose` object (the rendered prompt).
+    pub verbose: bool,
 }
 
 impl ServerSettings {
@@ -628,6 +630,7 @@ fn server(low: &LowArgs, mode: &Mode) -> ServerSettings {
         responses_store: low
             .responses_store
             .map_or(DEFAULT_RESPONSES_STORE, |n| n as usize),
+        verbose: low.verbose,
     }
 }
 
@@ -863,6 +866,7 @@ mod tests {
                 aliases: Vec::new(),
                 tags: Vec::new(),
                 responses_store: 100,
+                verbose: false,
             }
         );
         assert!(s.debug.is_empty());

@@ -5,6 +5,7 @@
 //! never travel inside [`Event::Content`].
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use crossbeam_channel::Sender;
 
@@ -41,7 +42,9 @@ pub struct Stats {
     pub completion_tokens: u64,
     /// Prompt tokens per second, when the backend can measure it.
     pub prefill_tps: Option<f64>,
-    /// Generated tokens per second, when the backend can measure it.
+    /// Generated tokens per second, when the backend can measure it: over the
+    /// decode steps after the first token (which comes from the prompt's own
+    /// logits), as llama-server counts it; none for a single token.
     pub decode_tps: Option<f64>,
     /// Tokens the conversation occupies in the context after this generation.
     pub context_used: u64,
@@ -56,6 +59,30 @@ pub struct Stats {
     pub draft_accepted: u64,
     /// The provider that answered, when several are configured (`backend::failover`).
     pub provider: Option<String>,
+}
+
+/// How far the decode of a request's prompt is ([`Progress::prompt`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PromptProgress {
+    /// Tokens of the whole prompt.
+    pub total: u64,
+    /// Of them, those reused from the cache (never decoded).
+    pub cached: u64,
+    /// Of them, those in the cache now: the reused ones and those decoded so far.
+    pub processed: u64,
+    /// Since the request took its slot.
+    pub elapsed: Duration,
+}
+
+/// The in-process model's figures while a request runs, sent only when the
+/// request asked ([`crate::backend::Telemetry`]): with `prompt` before the
+/// prompt's first batch and after each, and without it before each piece of text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Progress {
+    pub prompt: Option<PromptProgress>,
+    /// The figures so far, as [`Event::Stats`] gives them at the end, except that
+    /// `prompt_tokens` counts only the prompt tokens in the cache so far.
+    pub stats: Stats,
 }
 
 /// One token and its log-probability (natural log) under the model, before any
@@ -159,7 +186,12 @@ pub enum Event {
     Prefilled {
         prompt_tokens: u64,
         cached_tokens: u64,
+        /// The rendered prompt's text, only when the request asked for it
+        /// ([`crate::backend::Telemetry::prompt`]).
+        rendered: Option<String>,
     },
+    /// How far the request is, only when it asked ([`Progress`]).
+    Progress(Progress),
     /// The probabilities of tokens just generated, sent before their text and only
     /// when the request asked for them ([`crate::backend::Sampling::logprobs`]):
     /// they cover every generated token, reasoning and tool-call text included.

@@ -13,8 +13,8 @@ pub mod spec;
 
 pub use error::BackendError;
 pub use event::{
-    Answer, ApprovalRequest, ChannelSink, Event, EventSink, FinishReason, Flow, Stats,
-    TokenLogprobs, TokenProb, ToolResultEvent,
+    Answer, ApprovalRequest, ChannelSink, Event, EventSink, FinishReason, Flow, Progress,
+    PromptProgress, Stats, TokenLogprobs, TokenProb, ToolResultEvent,
 };
 pub use message::{Artefact, Message, Role, ToolCall, ToolSpec};
 pub use session::Session;

@@ -248,6 +248,7 @@ mod tests {
             aliases: Vec::new(),
             tags: Vec::new(),
             responses_store: 0,
+            verbose: false,
         };
         let auth = ServerAuth {
             token: token.map(String::from),

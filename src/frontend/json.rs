@@ -168,7 +168,10 @@ fn event_line(out: &mut impl Write, event: &Event, totals: &mut Totals) -> io::R
             tool_call_id: &request.call.id,
             params: &request.call.arguments,
         },
-        Event::UserPrompt(_) | Event::Logprobs(_) | Event::Prefilled { .. } => return Ok(()),
+        Event::UserPrompt(_)
+        | Event::Logprobs(_)
+        | Event::Prefilled { .. }
+        | Event::Progress(_) => return Ok(()),
     };
     write_line(out, &item)
 }

@@ -134,7 +134,8 @@ impl<O: Write, E: Write> Renderer<O, E> {
             Event::System(text) => self.note(&format!("[{text}]"), GRAY)?,
             Event::Error { message, .. } => self.note(&format!("error: {message}"), RED)?,
             Event::Stats(stats) if self.options.stats => self.note(&stats_line(stats), GRAY)?,
-            Event::Stats(_) | Event::Logprobs(_) | Event::Prefilled { .. } => {}
+            Event::Stats(_) | Event::Logprobs(_) | Event::Prefilled { .. } | Event::Progress(_) => {
+            }
             Event::Stop(FinishReason::Cancelled) => self.note("[Cancelled]", GRAY)?,
             Event::Stop(_) => {
                 self.end_line()?;

@@ -249,8 +249,12 @@ fn a_stream_that_goes_straight_to_a_tool_call_shows_no_empty_content() {
         .filter_map(|chunk| chunk["choices"].get(0).map(|c| c["delta"].clone()))
         .collect();
     assert_eq!(deltas[0]["role"], json!("assistant"), "{deltas:?}");
+    // The opening's `content` is null (as llama-server's); no delta has text.
+    assert_eq!(deltas[0]["content"], Value::Null, "{deltas:?}");
     assert!(
-        deltas.iter().all(|d| d.get("content").is_none()),
+        deltas
+            .iter()
+            .all(|d| d.get("content").is_none_or(Value::is_null)),
         "a content delta in a stream of only a tool call: {deltas:?}"
     );
     let call = deltas

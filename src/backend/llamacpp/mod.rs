@@ -51,7 +51,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crossbeam_channel::{bounded, unbounded, Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{bounded, select, unbounded, Receiver, RecvTimeoutError, Sender};
 
 use super::ending;
 use super::estimate::TokenEstimator;
@@ -61,7 +61,8 @@ use super::{
 };
 use crate::core::ToolSpec;
 use crate::core::{
-    BackendError, Event, EventSink, FinishReason, Flow, Message, Session, Stats, TokenLogprobs,
+    BackendError, Event, EventSink, FinishReason, Flow, Message, Progress, Session, Stats,
+    TokenLogprobs,
 };
 use crate::llama::{CacheType, GpuSplit, LoadProgress, Model, ModelParams, Pooling};
 use crate::stream::filter::{OutputFilter, TextEnd};
@@ -150,7 +151,7 @@ pub fn default_model() -> Result<PathBuf, BackendError> {
 }
 
 /// What the prefill phase did, for stats and tests.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PrefillReport {
     /// Tokens of the whole rendered prompt.
     pub prompt_tokens: usize,
@@ -163,6 +164,9 @@ pub struct PrefillReport {
     pub prompt_end: Option<crate::stream::format::PromptEnd>,
     /// The call syntax learnt from a template whose markers the table does not know.
     pub learnt_call: Option<crate::stream::format::LearntCall>,
+    /// The rendered prompt's text, when the request asked for it
+    /// ([`super::Telemetry::prompt`]; a chat only).
+    pub rendered: Option<String>,
 }
 
 /// Benchmark figures in the units llama-bench prints (`shepherd bench`, and `make
@@ -235,6 +239,9 @@ enum WorkerMsg {
     Text(String),
     /// The probabilities of the tokens whose text comes next; not answered.
     Logprobs(Vec<TokenLogprobs>),
+    /// The figures so far, when the request asked ([`super::Telemetry`]): the
+    /// prompt's progress while it is decoded, then before each text; not answered.
+    Progress(Progress),
     /// The generation's figures, after its last text, and how the text ended;
     /// answered with a [`Flow`].
     Stats(Stats, TextEnd),
@@ -284,6 +291,8 @@ impl Drop for Shared {
 
 /// The handle's side of a prefilled request.
 struct Pending {
+    /// A message read while waiting for the prefill's answer, to be handled first.
+    early: Option<WorkerMsg>,
     events: Receiver<WorkerMsg>,
     flow: Sender<Flow>,
     cancel: Arc<AtomicBool>,
@@ -374,20 +383,21 @@ impl LlamaBackend {
     }
 
     /// Phase one: render, check the fit, and decode the new prompt tokens into the
-    /// cache. Gives up with [`BackendError::Cancelled`] once `cancelled` says so (asked every 50 ms while the request waits for a slot or its
-    /// prompt is decoded), freeing its queue entry or slot: a server whose client hung
-    /// up before the first token calls this.
+    /// cache. The prompt's progress goes to `sink` when the request asked for it.
+    /// Gives up with [`BackendError::Cancelled`] once the sink is cancelled (asked every
+    /// 50 ms while the request waits for a slot or its prompt is decoded), freeing its
+    /// queue entry or slot: a server whose client hung up before the first token.
     pub fn prefill_until(
         &mut self,
         session: &Session,
         request: &GenerateRequest<'_>,
-        cancelled: &dyn Fn() -> bool,
+        sink: &mut dyn EventSink,
     ) -> Result<PrefillReport, BackendError> {
         // A call forced in the generic JSON shape bypasses the filter (the worker
         // parses it and sends no text); every other answer is read through it.
         let filter = Some(OutputFilter::for_tools(request.tools));
         let conversation = template::conversation(&session.system_prompt, &session.messages);
-        self.prefill(Prompt::Chat(conversation), request, filter, cancelled)
+        self.prefill(Prompt::Chat(conversation), request, filter, sink)
     }
 
     /// Phase one for either kind of prompt; `filter` reads the generated text.
@@ -396,7 +406,7 @@ impl LlamaBackend {
         prompt: Prompt,
         request: &GenerateRequest<'_>,
         filter: Option<OutputFilter>,
-        cancelled: &dyn Fn() -> bool,
+        sink: &mut dyn EventSink,
     ) -> Result<PrefillReport, BackendError> {
         // A request prefilled but never generated is dropped here: its events stop.
         self.pending = None;
@@ -416,18 +426,8 @@ impl LlamaBackend {
             cancel: Arc::clone(&cancel),
         };
         self.send(Job::Request(Box::new(job)))?;
-        let report = loop {
-            match result.recv_timeout(POLL) {
-                Ok(report) => break report?,
-                Err(RecvTimeoutError::Timeout) if cancelled() => {
-                    cancel.store(true, Ordering::Relaxed);
-                    return Err(BackendError::Cancelled);
-                }
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => return Err(worker_gone()),
-            }
-        };
-        self.last_prefill = Some(report);
+        let (report, early) = await_prefill(&result, &events, &cancel, sink)?;
+        self.last_prefill = Some(report.clone());
         if let Some(filter) = self.filter.as_mut() {
             if let Some(end) = report.prompt_end {
                 filter.after_prompt(end);
@@ -437,6 +437,7 @@ impl LlamaBackend {
             }
         }
         self.pending = Some(Pending {
+            early,
             events,
             flow: flow_tx,
             cancel,
@@ -459,11 +460,18 @@ impl LlamaBackend {
         // Once the sink said stop, the token the worker was already decoding (it does
         // not wait for each answer) is dropped, not shown.
         let mut stopped = false;
+        let mut early = pending.early.map(Ok);
         loop {
-            match pending.events.recv_timeout(POLL) {
+            let next = early.take();
+            match next.unwrap_or_else(|| pending.events.recv_timeout(POLL)) {
                 Ok(WorkerMsg::Logprobs(probs)) => {
                     if !stopped {
                         sink.emit(Event::Logprobs(probs));
+                    }
+                }
+                Ok(WorkerMsg::Progress(progress)) => {
+                    if !stopped {
+                        sink.emit(Event::Progress(progress));
                     }
                 }
                 Ok(WorkerMsg::Text(_)) if stopped => {
@@ -509,7 +517,7 @@ impl LlamaBackend {
     /// What the last prefill did (tokens reused and decoded).
     #[cfg(test)]
     pub fn last_prefill(&self) -> Option<PrefillReport> {
-        self.last_prefill
+        self.last_prefill.clone()
     }
 
     /// How many tokens each slot's cache holds.
@@ -529,11 +537,53 @@ impl LlamaBackend {
     }
 }
 
+/// Waits for the prefill's answer, passing the prompt's progress on to `sink`
+/// meanwhile; gives up once the sink is cancelled. The worker sends the answer
+/// before any text, so a message other than progress means the answer is there:
+/// that message comes back to be handled first.
+fn await_prefill(
+    result: &Receiver<Result<PrefillReport, BackendError>>,
+    events: &Receiver<WorkerMsg>,
+    cancel: &AtomicBool,
+    sink: &mut dyn EventSink,
+) -> Result<(PrefillReport, Option<WorkerMsg>), BackendError> {
+    let answer = |early| match result.recv() {
+        Ok(report) => Ok((report?, early)),
+        Err(_) => Err(worker_gone()),
+    };
+    loop {
+        select! {
+            recv(result) -> report => return match report {
+                Ok(report) => Ok((report?, None)),
+                Err(_) => Err(worker_gone()),
+            },
+            recv(events) -> message => match message {
+                Ok(WorkerMsg::Progress(progress)) => {
+                    if sink.emit(Event::Progress(progress)) == Flow::Cancel {
+                        cancel.store(true, Ordering::Relaxed);
+                        return Err(BackendError::Cancelled);
+                    }
+                }
+                Ok(other) => return answer(Some(other)),
+                // The request ended before it generated: its answer says why.
+                Err(_) => return answer(None),
+            },
+            default(POLL) => {
+                if sink.cancelled() {
+                    cancel.store(true, Ordering::Relaxed);
+                    return Err(BackendError::Cancelled);
+                }
+            }
+        }
+    }
+}
+
 /// Tells `sink` the prompt is read ([`Event::Prefilled`]).
 fn prefilled(report: &PrefillReport, sink: &mut dyn EventSink) {
     sink.emit(Event::Prefilled {
         prompt_tokens: report.prompt_tokens as u64,
         cached_tokens: report.reused_tokens as u64,
+        rendered: report.rendered.clone(),
     });
 }
 
@@ -597,7 +647,7 @@ impl Backend for LlamaBackend {
         request: &GenerateRequest<'_>,
         sink: &mut dyn EventSink,
     ) -> Result<Reply, BackendError> {
-        let report = self.prefill_until(session, request, &|| sink.cancelled())?;
+        let report = self.prefill_until(session, request, sink)?;
         prefilled(&report, sink);
         self.generate_prefilled(request.stream, sink)
     }
@@ -609,7 +659,7 @@ impl Backend for LlamaBackend {
         sink: &mut dyn EventSink,
     ) -> Result<Reply, BackendError> {
         let prompt = Prompt::Raw(prompt.to_vec());
-        let report = self.prefill(prompt, request, None, &|| sink.cancelled())?;
+        let report = self.prefill(prompt, request, None, sink)?;
         prefilled(&report, sink);
         self.generate_prefilled(request.stream, sink)
     }

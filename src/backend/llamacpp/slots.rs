@@ -66,7 +66,7 @@ use super::{
     PrefillReport, Prompt, RequestJob, ToolChoice, ToolSpec, Usage, WorkerMsg,
 };
 use crate::backend::local::{self, overflow, render, render_turn, StopMatcher};
-use crate::core::{Message, Stats, TokenLogprobs, TokenProb};
+use crate::core::{Message, Progress, PromptProgress, Stats, TokenLogprobs, TokenProb};
 use crate::llama::{self, utf8::Utf8Stream, Batch, Context, ContextParams, Model, Sampler, Token};
 use crate::stream::filter::{OutputFilter, TextEnd};
 use crate::stream::format;
@@ -246,8 +246,11 @@ struct Task {
     logits_at: Option<usize>,
     started: Instant,
     prefill_secs: f64,
-    /// When the first token was sampled.
+    /// When the prompt's logits were ready (its last batch decoded).
     generating_since: Option<Instant>,
+    /// When the first token and the latest one were sampled: the decode steps
+    /// after the first token took the time between them.
+    sampled: Option<(Instant, Instant)>,
     utf8: Utf8Stream,
     stops: StopMatcher,
     text: String,
@@ -641,7 +644,7 @@ impl<'m> Worker<'m> {
             Ok(prepared) => prepared,
             Err(err) => return Err((job, err)),
         };
-        let (prompt, sampler, forced_tools, max_tokens, stops, prompt_end) = prepared;
+        let (prompt, sampler, forced_tools, max_tokens, stops, prompt_end, rendered) = prepared;
         let markers = !forced_tools && matches!(job.prompt, Prompt::Chat(_));
         let index = self.choose_slot(&prompt);
         self.adopt_prefix(index, &prompt);
@@ -660,6 +663,7 @@ impl<'m> Worker<'m> {
             decoded_tokens: prompt.len() - keep,
             prompt_end,
             learnt_call: self.learnt_call,
+            rendered,
         };
         crate::log::debug(crate::log::Category::Llm, || {
             format!(
@@ -685,6 +689,7 @@ impl<'m> Worker<'m> {
             started: Instant::now(),
             prefill_secs: 0.0,
             generating_since: None,
+            sampled: None,
             utf8: Utf8Stream::default(),
             stops,
             text: String::new(),
@@ -694,6 +699,8 @@ impl<'m> Worker<'m> {
             spec: SlotSpec::default(),
             checkpoint_at,
         });
+        // The first progress report: nothing decoded yet, the reused part in place.
+        self.report_progress(index);
         Ok(())
     }
 
@@ -709,6 +716,7 @@ impl<'m> Worker<'m> {
             usize,
             StopMatcher,
             Option<format::PromptEnd>,
+            Option<String>,
         ),
         BackendError,
     > {
@@ -720,13 +728,14 @@ impl<'m> Worker<'m> {
         let grammar = tool_grammar(tools, &job.tool_choice, self.call_syntax.as_ref())?;
         // A call in the generic JSON shape is parsed at the end, never shown.
         let forced = grammar.as_ref().filter(|g| g.json);
-        let (tokens, prompt_end) = match &job.prompt {
+        let (tokens, prompt_end, rendered) = match &job.prompt {
             Prompt::Chat(conversation) => {
                 let kwargs = &job.sampling.chat_template_kwargs;
                 let prompt = render(&self.template, conversation, tools, kwargs)?;
                 let tokens = tokenize_prompt(self.model(), &mut self.prompt_tokens, &prompt)?;
                 let end = forced.is_none().then(|| format::prompt_end(&prompt));
-                (tokens, end.flatten())
+                let rendered = job.sampling.telemetry.prompt.then_some(prompt);
+                (tokens, end.flatten(), rendered)
             }
             Prompt::Raw(parts) => {
                 let room = InfillRoom {
@@ -735,7 +744,7 @@ impl<'m> Worker<'m> {
                     n_predict: job.sampling.max_tokens.unwrap_or(0) as usize,
                 };
                 let tokens = raw_tokens(self.model(), &mut self.prompt_tokens, parts, room)?;
-                (tokens, None)
+                (tokens, None, None)
             }
         };
         let n_ctx = self.n_ctx_slot;
@@ -765,6 +774,7 @@ impl<'m> Worker<'m> {
             max_tokens,
             stops,
             prompt_end,
+            rendered,
         ))
     }
 }

@@ -652,6 +652,19 @@ fn a_new_conversation_copies_a_shared_opening_from_another_slot() {
     );
 }
 
+/// A sink that says it is cancelled from the third time it is asked.
+struct GivesUp(std::sync::atomic::AtomicUsize);
+
+impl EventSink for GivesUp {
+    fn emit(&mut self, _: Event) -> Flow {
+        Flow::Continue
+    }
+
+    fn cancelled(&self) -> bool {
+        self.0.fetch_add(1, Ordering::Relaxed) >= 2
+    }
+}
+
 #[test]
 fn a_waiting_request_gives_up_its_queue_place_when_cancelled() {
     let llm = backend_with(1024, 1);
@@ -687,9 +700,8 @@ fn a_waiting_request_gives_up_its_queue_place_when_cancelled() {
             stream: true,
         };
         let session = question("Name three colours.");
-        let asked = std::sync::atomic::AtomicUsize::new(0);
-        let cancelled = || asked.fetch_add(1, Ordering::Relaxed) >= 2;
-        let result = queued.prefill_until(&session, &request, &cancelled);
+        let mut sink = GivesUp(std::sync::atomic::AtomicUsize::new(0));
+        let result = queued.prefill_until(&session, &request, &mut sink);
         assert!(matches!(result, Err(BackendError::Cancelled)), "{result:?}");
         assert!(gate_ref.meet());
         busy.join().unwrap();

@@ -54,7 +54,9 @@ struct Timing {
 struct Window {
     prompt_tokens: u64,
     prompt_secs: f64,
-    predicted_tokens: u64,
+    /// Decode steps: an answer's tokens but its first, which the prompt's
+    /// logits give (llama-server's rate counts the same).
+    predicted_steps: u64,
     predicted_secs: f64,
 }
 
@@ -107,7 +109,7 @@ impl Metrics {
         }
         if let Some(secs) = usage.generation_secs() {
             timing.predicted_secs += secs;
-            timing.window.predicted_tokens += usage.completion;
+            timing.window.predicted_steps += usage.completion.saturating_sub(1);
             timing.window.predicted_secs += secs;
         }
     }
@@ -333,7 +335,7 @@ impl Metrics {
             (
                 "predicted_tokens_seconds",
                 "Average generation throughput in tokens/s",
-                rate(window.predicted_tokens, window.predicted_secs),
+                rate(window.predicted_steps, window.predicted_secs),
             ),
             (
                 "requests_processing",

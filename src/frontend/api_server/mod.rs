@@ -91,6 +91,9 @@ pub struct Defaults {
     pub system_prompt: String,
     pub sampling: Sampling,
     pub use_tools: bool,
+    /// Answers carry llama-server's `__verbose` object unless a request says
+    /// otherwise (`--verbose`).
+    pub verbose: bool,
 }
 
 impl Defaults {
@@ -128,9 +131,21 @@ impl Usage {
         secs_at(self.decoded(), self.stats.as_ref()?.prefill_tps)
     }
 
-    /// Seconds the answer's generation took, from the speed the backend measured.
+    /// Seconds the answer's generation took, from the speed the backend measured
+    /// over its decode steps: one fewer than its tokens ([`Stats::decode_tps`]).
     fn generation_secs(&self) -> Option<f64> {
-        secs_at(self.completion, self.stats.as_ref()?.decode_tps)
+        let steps = self.completion.saturating_sub(1);
+        secs_at(steps, self.stats.as_ref()?.decode_tps)
+    }
+
+    /// The figures of a generation still running ([`crate::core::Progress`]).
+    fn so_far(stats: &Stats) -> Usage {
+        Usage {
+            prompt: stats.prompt_tokens,
+            completion: stats.completion_tokens,
+            cached: Some(stats.cached_tokens),
+            stats: Some(stats.clone()),
+        }
     }
 
     fn of(reply: &Reply, stats: Option<&Stats>) -> Usage {
@@ -367,6 +382,8 @@ impl ApiServer {
         if let Err(error) = local_sampling(loaded, &mut parsed.work.sampling) {
             return self.refuse(responder, &error);
         }
+        let verbose = (parsed.work.sampling.telemetry.prompt)
+            .then(|| native::Answer::verbose(parsed.model.clone(), parsed.work.sampling.clone()));
         let answer = Answer::OpenAi(openai::Answer {
             id: self.new_id("chatcmpl-"),
             created: now_secs(),
@@ -374,6 +391,7 @@ impl ApiServer {
             include_usage: parsed.include_usage,
             logprobs: parsed.work.sampling.logprobs.is_some(),
             kinds: parsed.kinds,
+            verbose,
         });
         self.serve(
             loaded,
@@ -751,6 +769,7 @@ fn load(settings: &Settings) -> Result<Loaded, String> {
         system_prompt: api_system_prompt(settings),
         sampling: settings.sampling_for(&provider),
         use_tools: settings.use_tools,
+        verbose: settings.server.verbose,
     };
     let aliases = match settings.server.aliases.as_slice() {
         [] => vec![defaults.model.clone()],

@@ -40,10 +40,11 @@ use super::pool::Work;
 use super::text::{Assembler, Piece};
 use super::wire::encode;
 use super::wire::llama as wire;
+use super::wire::openai::Timings;
 use super::{Defaults, Usage};
 use crate::backend::llamacpp::LocalModel;
 use crate::backend::{Infill, PromptPart, Reply, Sampling, ToolChoice};
-use crate::core::{FinishReason, Session, TokenLogprobs, TokenProb};
+use crate::core::{FinishReason, PromptProgress, Session, TokenLogprobs, TokenProb};
 use crate::frontend::http::{Request, Responder, SseStream};
 
 /// A checked `/completion` request.
@@ -67,17 +68,13 @@ pub struct NativeRequest {
 }
 
 /// Fields llama-server reads that change nothing here: its cache and slot
-/// hints (the prompt cache is always on; slots are chosen by prefix), and
-/// whether to send timings with every chunk.
-const IGNORED: [&str; 4] = [
-    "cache_prompt",
-    "id_slot",
-    "timings_per_token",
-    "t_max_predict_ms",
-];
+/// hints (the prompt cache is always on; slots are chosen by prefix).
+const IGNORED: [&str; 3] = ["cache_prompt", "id_slot", "t_max_predict_ms"];
 
 /// Every field this route reads.
-const KNOWN: [&str; 21] = [
+const KNOWN: [&str; 23] = [
+    "return_progress",
+    "timings_per_token",
     "grammar",
     "json_schema",
     "prompt",
@@ -155,6 +152,7 @@ fn parse_with(
     let n_probs = f.integer("n_probs", 0, 100)?.filter(|&n| n > 0);
     let return_tokens = f.bool("return_tokens")?.unwrap_or(false);
     let mut sampling = openai::sampling(&f, defaults)?;
+    sampling.telemetry = openai::telemetry(&f, stream)?;
     // The ids come with the probabilities; with `return_tokens` alone no
     // alternatives are looked up.
     sampling.logprobs = n_probs.map(|n| n as u32).or(return_tokens.then_some(0));
@@ -222,6 +220,18 @@ fn stop_type(reply: &Reply) -> (&'static str, &str) {
 }
 
 impl Answer {
+    /// The native answer chat's `__verbose` repeats (its prompt given with it).
+    pub fn verbose(model: String, sampling: Sampling) -> Answer {
+        Answer {
+            model,
+            prompts: Vec::new(),
+            sampling,
+            n_probs: false,
+            post_sampling: false,
+            return_tokens: false,
+        }
+    }
+
     /// Nothing opens a llama-server stream.
     pub fn start(&self, _sse: &mut SseStream) -> io::Result<()> {
         Ok(())
@@ -252,6 +262,7 @@ impl Answer {
         index: u32,
         piece: Piece,
         logprobs: &[TokenLogprobs],
+        timings: Option<Timings>,
     ) -> io::Result<()> {
         match piece {
             Piece::Text(content) => sse.send(&encode(&wire::CompletionChunk {
@@ -261,10 +272,32 @@ impl Answer {
                 stop: false,
                 id_slot: -1,
                 completion_probabilities: self.probabilities(logprobs),
+                timings,
+                prompt_progress: None,
             })),
             // The raw path has no output filter, so no reasoning is ever split off.
             Piece::Reasoning(_) => Ok(()),
         }
+    }
+
+    /// How far prompt `index` is: a chunk with no content and `prompt_progress`.
+    pub fn progress(
+        &self,
+        sse: &mut SseStream,
+        index: u32,
+        prompt: &PromptProgress,
+        timings: Option<Timings>,
+    ) -> io::Result<()> {
+        sse.send(&encode(&wire::CompletionChunk {
+            index,
+            content: "",
+            tokens: Vec::new(),
+            stop: false,
+            id_slot: -1,
+            completion_probabilities: None,
+            timings,
+            prompt_progress: Some(openai::wire_progress(prompt)),
+        }))
     }
 
     /// Prompt `index`'s last chunk: `"stop": true`, empty content (it was
@@ -276,14 +309,28 @@ impl Answer {
         reply: &Reply,
         usage: &Usage,
     ) -> io::Result<()> {
-        sse.send(&encode(&self.completion(index, "", &[], reply, usage)))
+        let prompt = self.prompt(index);
+        sse.send(&encode(&self.completion(
+            index,
+            prompt,
+            "",
+            &[],
+            reply,
+            usage,
+        )))
+    }
+
+    /// Prompt `index` as llama-server echoes it.
+    fn prompt(&self, index: u32) -> &str {
+        self.prompts.get(index as usize).map_or("", String::as_str)
     }
 
     /// Prompt `index`'s whole answer (or, with `content` empty, its stream's
-    /// last chunk).
-    fn completion<'a>(
+    /// last chunk), echoing `prompt`.
+    pub(super) fn completion<'a>(
         &'a self,
         index: u32,
+        prompt: &'a str,
         content: &'a str,
         probs: &'a [TokenLogprobs],
         reply: &'a Reply,
@@ -300,7 +347,7 @@ impl Answer {
             tokens_predicted: usage.completion,
             tokens_evaluated: usage.prompt,
             generation_settings: local::params(&self.sampling),
-            prompt: self.prompts.get(index as usize).map_or("", String::as_str),
+            prompt,
             has_new_line: content.contains('\n'),
             truncated: false,
             stop_type,
@@ -320,7 +367,8 @@ impl Answer {
             .zip(choices)
             .map(|(index, (text, reply))| {
                 let usage = Usage::of(reply, text.stats.as_ref());
-                self.completion(index, &text.text, &text.logprobs, reply, &usage)
+                let prompt = self.prompt(index);
+                self.completion(index, prompt, &text.text, &text.logprobs, reply, &usage)
             })
             .collect();
         match self.prompts.len() {

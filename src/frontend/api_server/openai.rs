@@ -16,15 +16,18 @@ use serde_json::{json, Map, Value};
 
 use super::error::ApiError;
 use super::fields::{json_body, stop_list, unknown_fields, valid_tool_name, Fields};
+use super::native;
 use super::pool::Work;
 use super::text::{Assembler, Piece};
 use super::tool_types::{self, ToolKinds};
 use super::wire::openai as wire;
 use super::wire::{encode, Null};
 use super::{Defaults, Usage};
-use crate::backend::{Reply, ResponseFormat, Sampling, ToolChoice};
+use crate::backend::{Reply, ResponseFormat, Sampling, Telemetry, ToolChoice};
 use crate::core::ToolSpec;
-use crate::core::{FinishReason, Message, Session, TokenLogprobs, TokenProb, ToolCall};
+use crate::core::{
+    FinishReason, Message, PromptProgress, Session, TokenLogprobs, TokenProb, ToolCall,
+};
 use crate::frontend::http::SseStream;
 
 /// A checked chat-completions request.
@@ -60,8 +63,11 @@ const IGNORED: [&str; 7] = [
 ];
 
 /// Every field this server reads; any other is ignored and named in a debug line.
-const KNOWN: [&str; 35] = [
+const KNOWN: [&str; 38] = [
     "chat_template_kwargs",
+    "return_progress",
+    "timings_per_token",
+    "verbose",
     "add_generation_prompt",
     "continue_final_message",
     "reasoning_effort",
@@ -134,6 +140,8 @@ pub fn parse(body: &[u8], defaults: &Defaults) -> Result<ChatRequest, ApiError> 
     };
     let mut sampling = sampling(&f, defaults)?;
     sampling.logprobs = logprobs.then(|| top_logprobs.unwrap_or(0) as u32);
+    sampling.telemetry = telemetry(&f, stream)?;
+    sampling.telemetry.prompt = f.bool("verbose")?.unwrap_or(defaults.verbose);
     if let Some(format) = response_format(&f)? {
         sampling.response_format = Some(format);
     }
@@ -155,6 +163,17 @@ pub fn parse(body: &[u8], defaults: &Defaults) -> Result<ChatRequest, ApiError> 
         ignored,
         n,
         kinds,
+    })
+}
+
+/// llama-server's reports a streamed answer may ask for: the prompt's progress
+/// (`return_progress`) and the figures with every chunk (`timings_per_token`);
+/// a whole answer has its figures at the end, so it asks for neither.
+pub(super) fn telemetry(f: &Fields<'_>, stream: bool) -> Result<Telemetry, ApiError> {
+    Ok(Telemetry {
+        progress: f.bool("return_progress")?.unwrap_or(false) && stream,
+        timings: f.bool("timings_per_token")?.unwrap_or(false) && stream,
+        prompt: false,
     })
 }
 
@@ -822,6 +841,9 @@ pub struct Answer {
     /// What the offered tools were: custom calls and legacy `functions`
     /// answer in their own shape.
     pub kinds: ToolKinds,
+    /// With `verbose` (or `--verbose`): the native answer a whole answer
+    /// repeats as `__verbose`, its prompt the rendered one.
+    pub verbose: Option<native::Answer>,
 }
 
 /// OpenAI's name for how the reply ended: `length` wins over calls (the last
@@ -910,21 +932,31 @@ pub(super) fn wire_usage(usage: &Usage) -> wire::Usage {
     }
 }
 
+/// llama-server's `prompt_progress`.
+pub(super) fn wire_progress(progress: &PromptProgress) -> wire::PromptProgress {
+    wire::PromptProgress {
+        total: progress.total,
+        cache: progress.cached,
+        processed: progress.processed,
+        time_ms: u64::try_from(progress.elapsed.as_millis()).unwrap_or(u64::MAX),
+    }
+}
+
 /// llama.cpp's `timings`, for clients that show speed.
 pub(super) fn wire_timings(usage: &Usage) -> Option<wire::Timings> {
     let stats = usage.stats.as_ref()?;
-    let ms = |secs: Option<f64>| secs.map(|s| 1000.0 * s);
-    let per_token = |rate: Option<f64>| super::secs_at(1000, rate);
+    let ms = |secs: Option<f64>| secs.map_or(0.0, |s| 1000.0 * s);
+    let per_token = |rate: Option<f64>| super::secs_at(1000, rate).unwrap_or(0.0);
     Some(wire::Timings {
         prompt_n: usage.decoded(),
         cache_n: usage.cached.unwrap_or(0),
         prompt_ms: ms(usage.prompt_secs()),
         prompt_per_token_ms: per_token(stats.prefill_tps),
-        prompt_per_second: stats.prefill_tps,
+        prompt_per_second: stats.prefill_tps.unwrap_or(0.0),
         predicted_n: usage.completion,
         predicted_ms: ms(usage.generation_secs()),
         predicted_per_token_ms: per_token(stats.decode_tps),
-        predicted_per_second: stats.decode_tps,
+        predicted_per_second: stats.decode_tps.unwrap_or(0.0),
         draft_n: (stats.draft_tokens > 0).then_some(stats.draft_tokens),
         draft_n_accepted: (stats.draft_tokens > 0).then_some(stats.draft_accepted),
     })
@@ -959,6 +991,7 @@ impl Answer {
                 finish_reason: finish,
             }],
             timings: None,
+            prompt_progress: None,
         }
     }
 
@@ -983,15 +1016,28 @@ impl Answer {
         }
     }
 
-    /// Choice `index`'s opening chunk: the role alone, so a reply that goes
-    /// straight to tool calls never shows an empty `content` (llama-server's
-    /// opening has none either).
+    /// Choice `index`'s opening chunk: the role and a `null` content, as
+    /// OpenAI and llama-server open (a reply that goes straight to tool calls
+    /// never shows an empty text).
     pub fn start(&self, sse: &mut SseStream, index: u32) -> io::Result<()> {
-        let delta = wire::Delta {
-            role: Some("assistant"),
-            ..wire::Delta::default()
+        sse.send(&encode(&self.chunk(index, opening(), None)))
+    }
+
+    /// How far choice `index`'s prompt is: an opening delta with
+    /// `prompt_progress`, as llama-server sends it.
+    pub fn progress(
+        &self,
+        sse: &mut SseStream,
+        index: u32,
+        prompt: &PromptProgress,
+        timings: Option<wire::Timings>,
+    ) -> io::Result<()> {
+        let chunk = wire::Chunk {
+            timings,
+            prompt_progress: Some(wire_progress(prompt)),
+            ..self.chunk(index, opening(), None)
         };
-        sse.send(&encode(&self.chunk(index, delta, None)))
+        sse.send(&encode(&chunk))
     }
 
     pub fn piece(
@@ -1000,10 +1046,11 @@ impl Answer {
         index: u32,
         piece: Piece,
         logprobs: &[TokenLogprobs],
+        timings: Option<wire::Timings>,
     ) -> io::Result<()> {
         let delta = match &piece {
             Piece::Text(text) => wire::Delta {
-                content: Some(text),
+                content: Some(Some(text)),
                 ..wire::Delta::default()
             },
             Piece::Reasoning(text) => wire::Delta {
@@ -1013,6 +1060,7 @@ impl Answer {
         };
         let mut chunk = self.chunk(index, delta, None);
         chunk.choices[0].logprobs = self.logprobs(logprobs);
+        chunk.timings = timings;
         sse.send(&encode(&chunk))
     }
 
@@ -1090,7 +1138,31 @@ impl Answer {
                 .collect(),
             usage: wire_usage(usage),
             timings: wire_timings(usage),
+            verbose: self.verbose(choices, usage),
         }
+    }
+
+    /// `__verbose` with `verbose`: the first choice as llama-server's native
+    /// answer, its prompt the rendered one.
+    fn verbose<'a>(
+        &'a self,
+        choices: &'a [(Assembler, Reply)],
+        usage: &Usage,
+    ) -> Option<Box<super::wire::llama::Completion<'a>>> {
+        let native = self.verbose.as_ref()?;
+        let (text, reply) = choices.first()?;
+        let prompt = text.rendered.as_deref().unwrap_or_default();
+        let completion = native.completion(0, prompt, &text.text, &[], reply, usage);
+        Some(Box::new(completion))
+    }
+}
+
+/// A chunk's delta that opens an answer: the role, and `null` content.
+fn opening<'a>() -> wire::Delta<'a> {
+    wire::Delta {
+        role: Some("assistant"),
+        content: Some(None),
+        ..wire::Delta::default()
     }
 }
 
@@ -1441,6 +1513,7 @@ mod tests {
             include_usage: true,
             logprobs: false,
             kinds: ToolKinds::default(),
+            verbose: None,
         }
     }
 
@@ -1502,8 +1575,8 @@ mod tests {
                           "prompt_tokens_details": {"cached_tokens": 6}},
                 "timings": {"prompt_n": 4, "cache_n": 6, "prompt_ms": 40.0,
                             "prompt_per_token_ms": 10.0, "prompt_per_second": 100.0,
-                            "predicted_n": 4, "predicted_ms": null,
-                            "predicted_per_token_ms": null, "predicted_per_second": null},
+                            "predicted_n": 4, "predicted_ms": 0.0,
+                            "predicted_per_token_ms": 0.0, "predicted_per_second": 0.0},
             })
         );
         let mut text = Assembler::new();
@@ -1524,16 +1597,12 @@ mod tests {
     #[test]
     fn chunks_keep_their_nulls_and_leave_out_what_is_empty() {
         let a = answer();
-        let role = wire::Delta {
-            role: Some("assistant"),
-            ..wire::Delta::default()
-        };
         assert_eq!(
-            value(&a.chunk(0, role, None)),
+            value(&a.chunk(0, opening(), None)),
             json!({
                 "id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 7, "model": "m",
                 "system_fingerprint": super::super::FINGERPRINT,
-                "choices": [{"index": 0, "delta": {"role": "assistant"},
+                "choices": [{"index": 0, "delta": {"role": "assistant", "content": null},
                              "logprobs": null, "finish_reason": null}],
             })
         );

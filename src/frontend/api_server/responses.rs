@@ -36,10 +36,11 @@ use super::stored::{self, Store};
 use super::text::{Assembler, Piece};
 use super::tool_types::{self, ToolKinds};
 use super::wire::encode;
+use super::wire::openai::Timings;
 use super::wire::responses as wire;
 use super::{Defaults, Usage};
 use crate::backend::{Reply, ResponseFormat};
-use crate::core::{FinishReason, Message, Session, ToolCall};
+use crate::core::{FinishReason, Message, PromptProgress, Session, ToolCall};
 use crate::frontend::http::{Request, Responder, SseStream};
 
 /// A checked `/v1/responses` request.
@@ -70,8 +71,10 @@ const IGNORED: [&str; 7] = [
 ];
 
 /// Every field this route reads.
-const KNOWN: [&str; 17] = [
+const KNOWN: [&str; 19] = [
     "store",
+    "return_progress",
+    "timings_per_token",
     "grammar",
     "json_schema",
     "model",
@@ -126,7 +129,9 @@ pub fn parse(
     f.unsupported("function_call", &[])?;
     let (mut tools, mut kinds) = openai::tools(&f)?;
     let tool_choice = openai::tool_choice(&f, &mut tools, &mut kinds)?;
+    let stream = f.bool("stream")?.unwrap_or(false);
     let mut sampling = openai::sampling(&f, defaults)?;
+    sampling.telemetry = openai::telemetry(&f, stream)?;
     if let Some(n) = f.integer("max_output_tokens", 1, defaults.max_tokens_limit())? {
         sampling.max_tokens = u32::try_from(n).ok();
     }
@@ -148,7 +153,7 @@ pub fn parse(
             use_tools: defaults.use_tools,
             raw_prompt: None,
         },
-        stream: f.bool("stream")?.unwrap_or(false),
+        stream,
         model,
         echo: echo(&f, kept),
         ignored,
@@ -455,10 +460,22 @@ impl Answer {
     }
 
     fn send(&mut self, sse: &mut SseStream, event: wire::Event<'_>) -> io::Result<()> {
+        self.send_with(sse, event, None)
+    }
+
+    /// Sends `event` with llama-server's figures (`timings_per_token`).
+    fn send_with(
+        &mut self,
+        sse: &mut SseStream,
+        event: wire::Event<'_>,
+        timings: Option<Timings>,
+    ) -> io::Result<()> {
         let name = event.name();
         let sequenced = wire::Sequenced {
             event,
             sequence_number: self.sequence,
+            timings,
+            prompt_progress: None,
         };
         self.sequence += 1;
         sse.send_event(name, &encode(&sequenced))
@@ -498,19 +515,50 @@ impl Answer {
         let created = encode(&wire::Sequenced {
             event: created,
             sequence_number: 0,
+            timings: None,
+            prompt_progress: None,
         });
         let in_progress = encode(&wire::Sequenced {
             event: wire::Event::InProgress {
                 response: self.response(Vec::new(), None),
             },
             sequence_number: 1,
+            timings: None,
+            prompt_progress: None,
         });
         self.sequence = 2;
         sse.send_event("response.created", &created)?;
         sse.send_event("response.in_progress", &in_progress)
     }
 
-    pub fn piece(&mut self, sse: &mut SseStream, piece: Piece) -> io::Result<()> {
+    /// How far the prompt is: `response.in_progress` with `prompt_progress`, as
+    /// llama-server sends it.
+    pub fn progress(
+        &mut self,
+        sse: &mut SseStream,
+        prompt: &PromptProgress,
+        timings: Option<Timings>,
+    ) -> io::Result<()> {
+        // The response borrows `self`: written before the count moves on.
+        let sequenced = wire::Sequenced {
+            event: wire::Event::InProgress {
+                response: self.response(Vec::new(), None),
+            },
+            sequence_number: self.sequence,
+            timings,
+            prompt_progress: Some(openai::wire_progress(prompt)),
+        };
+        let text = encode(&sequenced);
+        self.sequence += 1;
+        sse.send_event("response.in_progress", &text)
+    }
+
+    pub fn piece(
+        &mut self,
+        sse: &mut SseStream,
+        piece: Piece,
+        timings: Option<Timings>,
+    ) -> io::Result<()> {
         let (kind, delta) = match piece {
             Piece::Text(text) => (Kind::Message, text),
             Piece::Reasoning(text) => (Kind::Reasoning, text),
@@ -536,7 +584,7 @@ impl Answer {
                 delta: &delta,
             },
         };
-        self.send(sse, event)
+        self.send_with(sse, event, timings)
     }
 
     fn open_item(&mut self, sse: &mut SseStream, kind: Kind) -> io::Result<()> {
@@ -691,6 +739,8 @@ impl Answer {
         let sequenced = wire::Sequenced {
             event,
             sequence_number: self.sequence,
+            timings: openai::wire_timings(usage),
+            prompt_progress: None,
         };
         sse.send_event(name, &encode(&sequenced))
     }

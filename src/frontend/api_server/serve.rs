@@ -18,10 +18,11 @@ use crossbeam_channel::{RecvTimeoutError, Select};
 use super::error::{from_backend, ApiError};
 use super::pool::{Out, Pool, Ticket, Work};
 use super::text::{Assembler, Piece};
+use super::wire::openai::Timings;
 use super::{anthropic, completions, native, ollama, openai, responses};
 use super::{ApiServer, Loaded, Usage, KEEPALIVE, TICK};
 use crate::backend::Reply;
-use crate::core::{Event, TokenLogprobs};
+use crate::core::{Event, PromptProgress, Stats, TokenLogprobs};
 use crate::frontend::http::{Responder, SseStream};
 
 /// One answer in the protocol it was asked in.
@@ -64,21 +65,40 @@ impl Answer {
 
     /// A piece of choice `index`, with the probabilities of the tokens generated
     /// since its last piece (empty unless the request asked for them, which only
-    /// the OpenAI and llama-server routes can).
+    /// the OpenAI and llama-server routes can), and the figures so far where the
+    /// request asked for them with every chunk (`timings_per_token`).
     fn piece(
         &mut self,
         sse: &mut SseStream,
         index: u32,
         piece: Piece,
         logprobs: &[TokenLogprobs],
+        timings: Option<Timings>,
     ) -> io::Result<()> {
         match self {
-            Answer::OpenAi(a) => a.piece(sse, index, piece, logprobs),
+            Answer::OpenAi(a) => a.piece(sse, index, piece, logprobs, timings),
             Answer::Anthropic(a) => a.piece(sse, piece),
             Answer::Text(a) => a.piece(sse, index, piece, logprobs),
-            Answer::Native(a) => a.piece(sse, index, piece, logprobs),
-            Answer::Responses(a) => a.piece(sse, piece),
+            Answer::Native(a) => a.piece(sse, index, piece, logprobs, timings),
+            Answer::Responses(a) => a.piece(sse, piece, timings),
             Answer::Ollama(a) => a.piece(sse, piece),
+        }
+    }
+
+    /// How far choice `index`'s prompt is (`return_progress`), on the routes
+    /// where llama-server reports it.
+    fn progress(
+        &mut self,
+        sse: &mut SseStream,
+        index: u32,
+        prompt: &PromptProgress,
+        timings: Option<Timings>,
+    ) -> io::Result<()> {
+        match self {
+            Answer::OpenAi(a) => a.progress(sse, index, prompt, timings),
+            Answer::Native(a) => a.progress(sse, index, prompt, timings),
+            Answer::Responses(a) => a.progress(sse, prompt, timings),
+            Answer::Anthropic(_) | Answer::Text(_) | Answer::Ollama(_) => Ok(()),
         }
     }
 
@@ -172,6 +192,12 @@ fn total(usages: &[Usage]) -> Usage {
     }
 }
 
+/// The figures a chunk carries: the latest, with `timings_per_token`.
+fn chunk_timings(per_token: bool, stats: Option<&Stats>) -> Option<Timings> {
+    let stats = stats.filter(|_| per_token)?;
+    openai::wire_timings(&Usage::so_far(stats))
+}
+
 /// A streamed choice's state.
 struct Choice {
     text: Assembler,
@@ -215,6 +241,7 @@ impl ApiServer {
         responder: Responder,
     ) {
         let pool = &*loaded.pool;
+        let per_token = works.first().is_some_and(|w| w.sampling.telemetry.timings);
         let room = pool.capacity() + pool.workers();
         if works.len() > room {
             let mut error = ApiError::invalid(
@@ -256,7 +283,7 @@ impl ApiServer {
             firsts.push(first);
         }
         if stream {
-            self.stream(answer, firsts, &held, responder);
+            self.stream(answer, firsts, &held, responder, per_token);
         } else {
             self.whole(answer, firsts, &held, responder);
         }
@@ -278,7 +305,14 @@ impl ApiServer {
         }
     }
 
-    fn stream(&self, mut answer: Answer, firsts: Vec<Out>, held: &[Held], responder: Responder) {
+    fn stream(
+        &self,
+        mut answer: Answer,
+        firsts: Vec<Out>,
+        held: &[Held],
+        responder: Responder,
+        per_token: bool,
+    ) {
         let opened = match answer {
             Answer::Ollama(_) => responder.ndjson(),
             _ => responder.sse(),
@@ -295,7 +329,7 @@ impl ApiServer {
                 usage: None,
             })
             .collect();
-        let result = self.stream_choices(&mut answer, &mut sse, &mut choices, held);
+        let result = self.stream_choices(&mut answer, &mut sse, &mut choices, held, per_token);
         match result {
             Ok(()) => sse.finish(),
             Err(_) => {
@@ -305,13 +339,15 @@ impl ApiServer {
     }
 
     /// Opens every choice, then passes each output on as it comes until every
-    /// choice finished (or one failed, which ends the stream).
+    /// choice finished (or one failed, which ends the stream); `per_token`: every
+    /// chunk carries the figures so far.
     fn stream_choices(
         &self,
         answer: &mut Answer,
         sse: &mut SseStream,
         choices: &mut [Choice],
         held: &[Held],
+        per_token: bool,
     ) -> io::Result<()> {
         for (index, choice) in choices.iter_mut().enumerate() {
             // The prompt's figures, when they came first, belong in the opening.
@@ -336,14 +372,25 @@ impl ApiServer {
             let choice = &mut choices[i];
             let index = i as u32;
             match out {
+                Out::Event(Event::Progress(progress)) => {
+                    if let Some(prompt) = &progress.prompt {
+                        let timings = chunk_timings(per_token, Some(&progress.stats));
+                        answer.progress(sse, index, prompt, timings)?;
+                    }
+                    choice.text.push(Event::Progress(progress));
+                }
                 Out::Event(event) => {
                     if let Some(piece) = choice.text.push(event) {
-                        answer.piece(sse, index, piece, choice.text.unsent_logprobs())?;
+                        let (logprobs, figures) = choice.text.unsent();
+                        let timings = chunk_timings(per_token, figures);
+                        answer.piece(sse, index, piece, logprobs, timings)?;
                     }
                 }
                 Out::Done(Ok(reply)) => {
                     if let Some(piece) = choice.text.finish() {
-                        answer.piece(sse, index, piece, choice.text.unsent_logprobs())?;
+                        let (logprobs, figures) = choice.text.unsent();
+                        let timings = chunk_timings(per_token, figures);
+                        answer.piece(sse, index, piece, logprobs, timings)?;
                     }
                     let usage = Usage::of(&reply, choice.text.stats.as_ref());
                     self.metrics.record(&usage);

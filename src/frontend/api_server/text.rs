@@ -33,6 +33,11 @@ pub struct Assembler {
     /// The prompt's tokens and how many came from the cache, once read
     /// ([`Event::Prefilled`]).
     pub prefilled: Option<(u64, u64)>,
+    /// The rendered prompt, when the request asked for it ([`Event::Prefilled`]).
+    pub rendered: Option<String>,
+    /// The latest figures of the running generation, when the request asked
+    /// for them ([`Event::Progress`]).
+    pub figures: Option<Stats>,
 }
 
 impl Assembler {
@@ -87,8 +92,14 @@ impl Assembler {
             Event::Prefilled {
                 prompt_tokens,
                 cached_tokens,
+                rendered,
             } => {
                 self.prefilled = Some((prompt_tokens, cached_tokens));
+                self.rendered = rendered;
+                None
+            }
+            Event::Progress(progress) => {
+                self.figures = Some(progress.stats);
                 None
             }
             _ => None,
@@ -105,10 +116,11 @@ impl Assembler {
         }
     }
 
-    /// The token probabilities no streamed chunk carried yet, now counted as sent.
-    pub fn unsent_logprobs(&mut self) -> &[TokenLogprobs] {
+    /// The token probabilities no streamed chunk carried yet, now counted as sent,
+    /// and the latest figures.
+    pub fn unsent(&mut self) -> (&[TokenLogprobs], Option<&Stats>) {
         let from = std::mem::replace(&mut self.sent, self.logprobs.len());
-        &self.logprobs[from..]
+        (&self.logprobs[from..], self.figures.as_ref())
     }
 
     fn close_fence(&mut self) -> String {

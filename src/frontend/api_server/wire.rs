@@ -46,6 +46,9 @@ pub mod openai {
         pub usage: Usage,
         #[serde(skip_serializing_if = "Option::is_none")]
         pub timings: Option<Timings>,
+        /// llama-server's native answer, with the rendered prompt (`verbose`).
+        #[serde(rename = "__verbose", skip_serializing_if = "Option::is_none")]
+        pub verbose: Option<Box<super::llama::Completion<'a>>>,
     }
 
     #[derive(Debug, Serialize)]
@@ -143,9 +146,23 @@ pub mod openai {
         pub model: &'a str,
         pub system_fingerprint: &'static str,
         pub choices: [ChunkChoice<'a>; 1],
-        /// llama-server's figures, on the chunk with the finish reason only.
+        /// llama-server's figures, on the chunk with the finish reason (and on
+        /// every chunk with `timings_per_token`).
         #[serde(skip_serializing_if = "Option::is_none")]
         pub timings: Option<Timings>,
+        /// How far the prompt is, with `return_progress`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub prompt_progress: Option<PromptProgress>,
+    }
+
+    /// llama-server's `prompt_progress`: the prompt's tokens, those reused from
+    /// the cache, those in the cache now, and the milliseconds since it started.
+    #[derive(Debug, Serialize)]
+    pub struct PromptProgress {
+        pub total: u64,
+        pub cache: u64,
+        pub processed: u64,
+        pub time_ms: u64,
     }
 
     #[derive(Debug, Serialize)]
@@ -163,8 +180,10 @@ pub mod openai {
     pub struct Delta<'a> {
         #[serde(skip_serializing_if = "Option::is_none")]
         pub role: Option<&'static str>,
+        /// `Some(None)` is `null`: the opening chunk's, as OpenAI and
+        /// llama-server send it.
         #[serde(skip_serializing_if = "Option::is_none")]
-        pub content: Option<&'a str>,
+        pub content: Option<Option<&'a str>>,
         #[serde(skip_serializing_if = "Option::is_none")]
         pub reasoning_content: Option<&'a str>,
         #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -210,13 +229,14 @@ pub mod openai {
         /// Prompt tokens decoded (not those read from the cache), as llama-server counts.
         pub prompt_n: u64,
         pub cache_n: u64,
-        pub prompt_ms: Option<f64>,
-        pub prompt_per_token_ms: Option<f64>,
-        pub prompt_per_second: Option<f64>,
+        /// 0 where not measured (yet), as llama-server writes it.
+        pub prompt_ms: f64,
+        pub prompt_per_token_ms: f64,
+        pub prompt_per_second: f64,
         pub predicted_n: u64,
-        pub predicted_ms: Option<f64>,
-        pub predicted_per_token_ms: Option<f64>,
-        pub predicted_per_second: Option<f64>,
+        pub predicted_ms: f64,
+        pub predicted_per_token_ms: f64,
+        pub predicted_per_second: f64,
         /// Speculative decoding's drafted and accepted tokens (as llama-server).
         #[serde(skip_serializing_if = "Option::is_none")]
         pub draft_n: Option<u64>,
@@ -559,6 +579,13 @@ pub mod responses {
         #[serde(flatten)]
         pub event: Event<'a>,
         pub sequence_number: u64,
+        /// llama-server's figures: on `response.completed`, and on each delta
+        /// with `timings_per_token`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub timings: Option<super::openai::Timings>,
+        /// How far the prompt is, on `response.in_progress` with `return_progress`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub prompt_progress: Option<super::openai::PromptProgress>,
     }
 }
 

@@ -102,7 +102,7 @@ pub(super) fn wire_event(event: &Event) -> Option<WireEvent<'_>> {
             args: &request.call.arguments,
             tool_call_id: &request.call.id,
         },
-        Event::Logprobs(_) | Event::Prefilled { .. } => return None,
+        Event::Logprobs(_) | Event::Prefilled { .. } | Event::Progress(_) => return None,
     })
 }
 

@@ -289,10 +289,14 @@ impl Worker<'_> {
             Phase::Decode(token) if task.in_batch > 0 => slot.mirror.push(token),
             _ => {}
         }
+        let prompt_batch = task.phase == Phase::Prefill && task.in_batch > 0;
         if task.phase == Phase::Prefill && task.checkpoint_at == Some(slot.mirror.len()) {
             task.checkpoint_at = None;
             let decoded = slot.mirror.len() - task.report.reused_tokens;
             self.checkpoint(index, decoded);
+        }
+        if prompt_batch {
+            self.report_progress(index);
         }
         let slot = &mut self.slots[index];
         let Some(task) = slot.task.as_mut() else {
@@ -305,8 +309,13 @@ impl Worker<'_> {
             task.prefill_secs = task.started.elapsed().as_secs_f64();
             task.generating_since = Some(Instant::now());
             // The prefill phase's answer comes before any output; a caller that is
-            // gone no longer wants the rest.
-            if task.job.prefilled.send(Ok(task.report)).is_err() {
+            // gone no longer wants the rest. The rendered prompt goes with it, once.
+            let rendered = task.report.rendered.take();
+            let report = PrefillReport {
+                rendered,
+                ..task.report.clone()
+            };
+            if task.job.prefilled.send(Ok(report)).is_err() {
                 self.release(index);
                 return;
             }
@@ -450,6 +459,8 @@ impl Worker<'_> {
         let Some(task) = slot.task.as_mut() else {
             return;
         };
+        let now = Instant::now();
+        task.sampled = Some((task.sampled.map_or(now, |(first, _)| first), now));
         let mut shown = String::new();
         let mut end = None;
         let n_before = task.n_tokens;
@@ -482,6 +493,14 @@ impl Worker<'_> {
         // The tokens passed on: all up to the one that ended the request, that
         // one included unless it is an end token.
         probs.truncate(task.n_tokens - n_before);
+        if task.job.sampling.telemetry.timings && !task.forced_tools && !shown.is_empty() {
+            let stats = task.stats(slot.mirror.len(), n_ctx);
+            let progress = Progress {
+                prompt: None,
+                stats,
+            };
+            let _ = task.job.events.send(WorkerMsg::Progress(progress));
+        }
         if !task.forced_tools && !probs.is_empty() {
             let _ = task.job.events.send(WorkerMsg::Logprobs(probs));
         }
@@ -521,6 +540,7 @@ impl Worker<'_> {
             FinishReason::Stop if stop_sequence.is_none() => TextEnd::Model,
             _ => TextEnd::Cut,
         };
+        let stats = task.stats(slot.mirror.len(), n_ctx);
         let chat = match &mut task.job.prompt {
             Prompt::Chat(conversation) => Some(std::mem::take(conversation)),
             Prompt::Raw(_) => None,
@@ -528,7 +548,7 @@ impl Worker<'_> {
         slot.next_turn = chat
             .filter(|_| answered && !task.forced_tools)
             .map(|mut conversation| {
-                let answer = answer_message(&task.text, &task.job.tools, task.report, end);
+                let answer = answer_message(&task.text, &task.job.tools, &task.report, end);
                 conversation.extend(template::conversation("", &[answer]));
                 let tools = match task.job.tool_choice {
                     ToolChoice::None => Vec::new(),
@@ -539,22 +559,6 @@ impl Worker<'_> {
                     tools,
                 }
             });
-        let decode_secs = task
-            .generating_since
-            .map_or(0.0, |t| t.elapsed().as_secs_f64());
-        let rate = |n: usize, secs: f64| (secs > 0.0 && n > 0).then(|| n as f64 / secs);
-        let stats = Stats {
-            prompt_tokens: task.report.prompt_tokens as u64,
-            completion_tokens: task.n_tokens as u64,
-            prefill_tps: rate(task.report.decoded_tokens, task.prefill_secs),
-            decode_tps: rate(task.n_tokens, decode_secs),
-            context_used: slot.mirror.len() as u64,
-            context_size: n_ctx as u64,
-            cached_tokens: task.report.reused_tokens as u64,
-            draft_tokens: task.spec.drafted,
-            draft_accepted: task.spec.accepted,
-            provider: None,
-        };
         let reply = finish_reply(task.forced_tools, std::mem::take(&mut task.text), reason);
         let reply = reply.map(|mut reply| {
             reply.stop_sequence = stop_sequence;
@@ -568,6 +572,29 @@ impl Worker<'_> {
         let _ = task.job.events.send(WorkerMsg::Done(reply));
         self.save(index, task.report.decoded_tokens);
         self.release(index);
+    }
+    /// Sends slot `index`'s prompt progress, when its request asked for it: how
+    /// much of the prompt is in the cache, with the figures so far.
+    pub(super) fn report_progress(&self, index: usize) {
+        let slot = &self.slots[index];
+        let Some(task) = slot
+            .task
+            .as_ref()
+            .filter(|t| t.job.sampling.telemetry.progress)
+        else {
+            return;
+        };
+        let prompt = PromptProgress {
+            total: task.prompt.len() as u64,
+            cached: task.report.reused_tokens as u64,
+            processed: slot.mirror.len().min(task.prompt.len()) as u64,
+            elapsed: task.started.elapsed(),
+        };
+        let progress = Progress {
+            prompt: Some(prompt),
+            stats: task.stats(slot.mirror.len(), self.n_ctx_slot),
+        };
+        let _ = task.job.events.send(WorkerMsg::Progress(progress));
     }
     /// Ends slot `index`'s request with an error, in whichever phase it is.
     pub(super) fn fail(&mut self, index: usize, err: BackendError) {
@@ -615,6 +642,39 @@ impl Worker<'_> {
     }
 }
 
+impl Task {
+    /// The request's figures so far, with `in_cache` of the slot's tokens in the
+    /// cache (the prompt's first): the one place they are computed, for the
+    /// prompt's progress, each text's figures and the end's [`Stats`]. The
+    /// generation rate is over the decode steps after the first token, which
+    /// comes from the prompt's logits (llama-server's `n_gen_steps`).
+    pub(super) fn stats(&self, in_cache: usize, n_ctx: usize) -> Stats {
+        let prompt = in_cache.min(self.prompt.len());
+        let decoded = prompt.saturating_sub(self.report.reused_tokens);
+        let prefill_secs = match self.generating_since {
+            Some(_) => self.prefill_secs,
+            None => self.started.elapsed().as_secs_f64(),
+        };
+        let steps = self.n_tokens.saturating_sub(1);
+        let decode_secs = self
+            .sampled
+            .map_or(0.0, |(first, last)| (last - first).as_secs_f64());
+        let rate = |n: usize, secs: f64| (secs > 0.0 && n > 0).then(|| n as f64 / secs);
+        Stats {
+            prompt_tokens: prompt as u64,
+            completion_tokens: self.n_tokens as u64,
+            prefill_tps: rate(decoded, prefill_secs),
+            decode_tps: rate(steps, decode_secs),
+            context_used: in_cache as u64,
+            context_size: n_ctx as u64,
+            cached_tokens: self.report.reused_tokens as u64,
+            draft_tokens: self.spec.drafted,
+            draft_accepted: self.spec.accepted,
+            provider: None,
+        }
+    }
+}
+
 /// Token `token`'s log-probability at batch entry `entry` of the last decode, and
 /// the `top` likeliest tokens there ([`llama::log_probs`]).
 pub(super) fn token_logprobs(
@@ -651,7 +711,7 @@ fn logprobs_of(model: &Model, token: Token, found: (f32, Vec<(Token, f32)>)) -> 
 pub(super) fn answer_message(
     text: &str,
     tools: &[ToolSpec],
-    report: PrefillReport,
+    report: &PrefillReport,
     end: TextEnd,
 ) -> Message {
     let mut filter = OutputFilter::for_tools(tools);

@@ -236,6 +236,12 @@ pub struct CompletionChunk<'a> {
     /// With `n_probs`: each token's probability and the likeliest others.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub completion_probabilities: Option<Probabilities<'a>>,
+    /// The figures so far, with `timings_per_token`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timings: Option<super::openai::Timings>,
+    /// How far the prompt is, with `return_progress`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_progress: Option<super::openai::PromptProgress>,
 }
 
 /// One input's entry in llama-server's `/embedding` answer: the pooled
