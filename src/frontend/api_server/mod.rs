@@ -38,6 +38,9 @@
 //!
 //! The backends are loaded on a thread after the socket is bound, so
 //! `/health` answers 503 while a model loads.
+//! The in-process model may leave memory when idle (`--sleep-idle-seconds`):
+//! `/health`, `/props` (`is_sleeping`), the model lists, `/metrics` and
+//! `/api/ps` answer without waking it; every route that asks the model wakes it.
 
 mod anthropic;
 mod completions;
@@ -526,7 +529,7 @@ impl ApiServer {
         let Some((loaded, model, responder)) = self.local_model("/props", responder) else {
             return;
         };
-        responder.json(200, &local::props(model.props(), &loaded.defaults));
+        responder.json(200, &local::props(model, &loaded.defaults));
     }
 
     fn messages(&self, request: &Request, responder: Responder) {
