@@ -128,6 +128,11 @@ fn tokenizing_and_counting_tokens_wake_the_model() {
             "input_tokens",
         ),
         (
+            "/v1/responses/input_tokens",
+            json!({"input": "Hello world"}),
+            "input_tokens",
+        ),
+        (
             "/v1/messages/count_tokens",
             json!({"model": "m", "messages": messages}),
             "input_tokens",
