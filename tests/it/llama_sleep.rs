@@ -195,7 +195,9 @@ fn a_model_that_cannot_load_again_fails_that_request_and_the_server_lives_on() {
     let (status, answer) = server.post("/completion", &body);
     assert_eq!(status, 500, "{answer}");
     assert!(
-        answer.to_string().contains("could not be loaded again after sleeping"),
+        answer
+            .to_string()
+            .contains("could not be loaded again after sleeping"),
         "{answer}"
     );
     let (status, answer) = server.post("/tokenize", &json!({"content": "Hello"}));
@@ -223,9 +225,7 @@ fn ps_expiry(server: &ApiServer) -> Option<u64> {
 /// `2026-01-02T03:04:05.000000000Z` in Unix seconds.
 fn unix_seconds(stamp: &str) -> u64 {
     let number = |range: std::ops::Range<usize>| -> i64 {
-        stamp[range]
-            .parse()
-            .unwrap_or_else(|_| panic!("{stamp}"))
+        stamp[range].parse().unwrap_or_else(|_| panic!("{stamp}"))
     };
     let (y, m, d) = (number(0..4), number(5..7), number(8..10));
     // Days from the civil date (Howard Hinnant's algorithm).
@@ -240,7 +240,10 @@ fn unix_seconds(stamp: &str) -> u64 {
 }
 
 fn now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs()
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
 }
 
 #[test]
@@ -267,10 +270,16 @@ fn ollama_keep_alive_unloads_or_keeps_the_model_and_ps_tells_when() {
     let listed = poll_until(Duration::from_secs(10), || {
         ps_expiry(&server).is_some_and(|at| at.abs_diff(now() + 600) <= 5)
     });
-    assert!(listed, "expires_at not 10 minutes on: {:?}", ps_expiry(&server));
+    assert!(
+        listed,
+        "expires_at not 10 minutes on: {:?}",
+        ps_expiry(&server)
+    );
     // Nothing to generate and keep_alive 0: Ollama's unload.
-    let (status, answer) =
-        server.post("/api/chat", &json!({"messages": [], "keep_alive": 0, "stream": false}));
+    let (status, answer) = server.post(
+        "/api/chat",
+        &json!({"messages": [], "keep_alive": 0, "stream": false}),
+    );
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["done_reason"], json!("unload"), "{answer}");
     wait_for_sleep(&server);

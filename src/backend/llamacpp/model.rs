@@ -214,7 +214,9 @@ impl LocalModel {
     /// When the model leaves memory if nothing else comes (Ollama's
     /// `expires_at`); `None` when it stays. No job: never waits.
     pub fn expires_at(&self) -> Option<std::time::SystemTime> {
-        self.shared.residency.expires_at(std::time::SystemTime::now())
+        self.shared
+            .residency
+            .expires_at(std::time::SystemTime::now())
     }
 
     /// Ollama's `keep_alive` for the request just done: how long the model may

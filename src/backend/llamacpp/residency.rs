@@ -195,7 +195,10 @@ mod tests {
         let now = SystemTime::now();
         let expires = residency.expires_at(now).unwrap();
         let ahead = expires.duration_since(now).unwrap_or_default();
-        assert!(ahead <= limit && ahead > limit - Duration::from_secs(1), "{ahead:?}");
+        assert!(
+            ahead <= limit && ahead > limit - Duration::from_secs(1),
+            "{ahead:?}"
+        );
         // While busy, the earliest is the limit from now, whatever the clock says.
         timer.busy();
         let later = now + Duration::from_secs(60);

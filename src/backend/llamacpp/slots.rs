@@ -56,11 +56,11 @@ use super::checkpoints::{Checkpoints, CHECKPOINT_MIN};
 use super::model::{self, DecodeCounters, EmbedInput, Embedding, ModelError, ModelJob, ModelProps};
 use super::prompt_cache::PromptCache;
 use super::prompt_tokens::PromptTokens;
-use super::residency::{IdleTimer, Served};
 use super::request::{
     common_prefix, finish_reply, raw_tokens, sampler_error, sampler_params, tokenize_prompt,
     tool_grammar, InfillRoom,
 };
+use super::residency::{IdleTimer, Served};
 use super::speculative::{copy_len, ngram_copy, DraftModel, SlotSpec, SpecMode};
 use super::{
     load_template, tuning, BackendError, Event, FinishReason, Flow, Job, LlamaConfig,
@@ -549,7 +549,10 @@ impl<'m> Worker<'m> {
         while self.idle() {
             let warm = self.waiting.is_some() || self.slots.iter().any(|s| s.next_turn.is_some());
             let quiet_until = warm.then(|| self.finished_at + WARM_QUIET);
-            let deadline = [quiet_until, self.timer.deadline()].into_iter().flatten().min();
+            let deadline = [quiet_until, self.timer.deadline()]
+                .into_iter()
+                .flatten()
+                .min();
             let received = match deadline {
                 Some(deadline) => jobs.recv_deadline(deadline),
                 None => jobs.recv().map_err(|_| RecvTimeoutError::Disconnected),

@@ -52,8 +52,8 @@ pub fn parse(value: Option<&Value>) -> Result<Option<KeepAlive>, ApiError> {
         None | Some(Value::Null) => return Ok(None),
         Some(Value::Number(number)) => {
             let secs = number.as_f64().ok_or_else(|| invalid("not a number"))?;
-            let duration = Duration::try_from_secs_f64(secs.abs())
-                .map_err(|_| invalid("out of range"))?;
+            let duration =
+                Duration::try_from_secs_f64(secs.abs()).map_err(|_| invalid("out of range"))?;
             (secs < 0.0, duration)
         }
         Some(Value::String(text)) => match text.trim().parse::<i64>() {
@@ -130,13 +130,19 @@ mod tests {
         let secs = |n: u64| Some(KeepAlive::For(Duration::from_secs(n)));
         check(json!(0), secs(0));
         check(json!(30), secs(30));
-        check(json!(1.5), Some(KeepAlive::For(Duration::from_millis(1500))));
+        check(
+            json!(1.5),
+            Some(KeepAlive::For(Duration::from_millis(1500))),
+        );
         check(json!(-1), Some(KeepAlive::Forever));
         check(json!("0"), secs(0));
         check(json!("5m"), secs(300));
         check(json!("1h30m"), secs(5400));
         check(json!("1.5h"), secs(5400));
-        check(json!("250ms"), Some(KeepAlive::For(Duration::from_millis(250))));
+        check(
+            json!("250ms"),
+            Some(KeepAlive::For(Duration::from_millis(250))),
+        );
         check(json!("-1m"), Some(KeepAlive::Forever));
         check(json!("-1"), Some(KeepAlive::Forever));
         check(json!("300"), secs(300));
@@ -146,10 +152,21 @@ mod tests {
     fn absent_or_null_is_none_and_malformed_values_are_a_400_naming_the_field() {
         assert_eq!(parse(None).unwrap(), None);
         assert_eq!(parse(Some(&Value::Null)).unwrap(), None);
-        for bad in [json!("5 minutes"), json!("1x"), json!("m"), json!(""), json!(true), json!([1])] {
+        for bad in [
+            json!("5 minutes"),
+            json!("1x"),
+            json!("m"),
+            json!(""),
+            json!(true),
+            json!([1]),
+        ] {
             let error = parse(Some(&bad)).unwrap_err();
             assert_eq!(error.status, 400, "{bad}");
-            assert!(error.message.contains("keep_alive"), "{bad}: {}", error.message);
+            assert!(
+                error.message.contains("keep_alive"),
+                "{bad}: {}",
+                error.message
+            );
         }
         assert!(parse(Some(&json!(1e300))).is_err());
     }
