@@ -180,16 +180,16 @@ pub(super) enum ModelJob {
 impl ModelJob {
     /// Answers the job with `error` without running it.
     pub(super) fn refuse(self, error: ModelError) {
-        let error = Err(error);
-        let _ = match self {
-            ModelJob::Embed(_, reply) => reply.send(error),
-            ModelJob::Tokenize { reply, .. } => reply.send(error),
-            ModelJob::Detokenize(_, reply) => reply.send(error),
-            ModelJob::RenderChat { reply, .. } => reply.send(error),
-            ModelJob::Slots(reply) => reply.send(error),
-            ModelJob::SlotAction(job) => job.reply.send(error),
-            ModelJob::Wake(reply) => reply.send(error),
-        };
+        // Each reply has its own answer type; a caller that is gone needs none.
+        match self {
+            ModelJob::Embed(_, reply) => drop(reply.send(Err(error))),
+            ModelJob::Tokenize { reply, .. } => drop(reply.send(Err(error))),
+            ModelJob::Detokenize(_, reply) => drop(reply.send(Err(error))),
+            ModelJob::RenderChat { reply, .. } => drop(reply.send(Err(error))),
+            ModelJob::Slots(reply) => drop(reply.send(Err(error))),
+            ModelJob::SlotAction(job) => drop(job.reply.send(Err(error))),
+            ModelJob::Wake(reply) => drop(reply.send(Err(error))),
+        }
     }
 }
 

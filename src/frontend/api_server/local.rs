@@ -18,7 +18,7 @@ use super::error::ApiError;
 use super::fields::{json_body, only_known, Fields};
 use super::wire::{llama as lwire, openai as owire};
 use super::Defaults;
-use crate::backend::llamacpp::{EmbedInput, LocalModel, ModelError, ModelProps, SlotReport};
+use crate::backend::llamacpp::{EmbedInput, LocalModel, ModelError, SlotReport};
 use crate::backend::Sampling;
 use crate::frontend::http::{Request, Responder};
 use crate::llama::{SamplerParams, Token};
