@@ -380,6 +380,8 @@ pub const FLAGS: &[Flag] = &[
         .value(|low, flag, raw| { low.chat_template_kwargs = Some(json_object(flag, raw)?); Ok(()) }),
     flag("slot-save-path", None, Val("DIR"), S::Local, "--server: where POST /slots/N?action=save|restore keeps slot caches (off without it)")
         .path(|low, path| low.slot_save_path = Some(path)),
+    flag("sleep-idle-seconds", None, Val("N"), S::Local, "Free the model after N seconds without work and load it again for the next request that needs it (-1 = never, the default)")
+        .value(|low, flag, raw| { low.sleep_idle_seconds = sleep_idle(flag, raw)?; Ok(()) }),
     flag("pooling", None, Val("TYPE"), S::Local, "--server: how /v1/embeddings pools a sequence: mean|cls|last (default mean)")
         .values(Values::Choices(&POOLING_MODES))
         .value(|low, flag, raw| { low.pooling = Some(choice(flag, raw, &POOLING_MODES)?); Ok(()) }),
@@ -545,6 +547,8 @@ pub struct LowArgs {
     pub chat_template_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
     /// `--slot-save-path`: the directory slot saves and restores use.
     pub slot_save_path: Option<PathBuf>,
+    /// `--sleep-idle-seconds`; `None` also for -1.
+    pub sleep_idle_seconds: Option<u32>,
     pub seed: Option<u64>,
     /// `--alias`: the model's names.
     pub alias: Vec<String>,

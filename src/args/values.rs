@@ -80,6 +80,20 @@ pub(super) fn gpu_layers(flag: &Flag, raw: &str) -> Result<i32, UsageError> {
     }
 }
 
+/// `--sleep-idle-seconds`: seconds from 1 (as llama-server's int takes them),
+/// or -1 for never, its default (`None`).
+pub(super) fn sleep_idle(flag: &Flag, raw: &str) -> Result<Option<u32>, UsageError> {
+    match raw.trim().parse::<i64>() {
+        Ok(-1) => Ok(None),
+        Ok(n) if (1..=i64::from(i32::MAX)).contains(&n) => Ok(u32::try_from(n).ok()),
+        _ => Err(bad(
+            flag,
+            raw,
+            "a whole number of seconds from 1, or -1 (never)",
+        )),
+    }
+}
+
 /// `--host`: one address, or several comma-separated, none empty.
 pub(super) fn hosts(flag: &Flag, raw: &str) -> Result<String, UsageError> {
     match raw.split(',').all(|h| !h.trim().is_empty()) {

@@ -207,6 +207,8 @@ pub struct LocalSettings {
     pub pooling: Option<String>,
     /// `--slot-save-path`: where the API server saves and restores slot caches.
     pub slot_save_path: Option<PathBuf>,
+    /// `--sleep-idle-seconds`: idle seconds before the model leaves memory; `None`: never.
+    pub sleep_idle_seconds: Option<u32>,
     /// `--chat-template` or the text of `--chat-template-file`: the template to
     /// use instead of the model's own (`chatml`: the built-in ChatML).
     pub chat_template: Option<String>,
@@ -785,6 +787,7 @@ fn local(low: &LowArgs, file: &ConfigFile) -> LocalSettings {
         parallel: low.parallel,
         pooling: low.pooling.clone(),
         slot_save_path: low.slot_save_path.clone(),
+        sleep_idle_seconds: low.sleep_idle_seconds,
         chat_template: None,
         chat_template_kwargs: template_kwargs(low),
         spec: low.spec.clone(),

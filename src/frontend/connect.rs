@@ -352,6 +352,8 @@ fn llama_config(settings: &Settings, provider: &ProviderConfig) -> Result<LlamaC
         chat_template: local.chat_template.clone(),
         chat_template_kwargs: local.chat_template_kwargs.clone(),
         slot_save_path: local.slot_save_path.clone(),
+        sleep_idle: (local.sleep_idle_seconds)
+            .map(|secs| std::time::Duration::from_secs(u64::from(secs))),
         ..defaults
     };
     if settings.stats {

@@ -111,6 +111,11 @@ impl ApiServer {
             .join("home/.local/share/shepherd/models")
     }
 
+    /// The server process's id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub(crate) fn log(&self) -> String {
         self.log.lock().unwrap().clone()
     }

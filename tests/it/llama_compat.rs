@@ -213,7 +213,16 @@ fn chat_input_tokens_counts_the_prompt_a_chat_request_reads() {
     assert_eq!((status, &again), (200, &counted));
     let anthropic = json!({"system": "Book", "messages": [{"role": "user", "content": "What is the best book"}]});
     let (status, theirs) = server.post("/v1/messages/count_tokens", &anthropic);
-    assert_eq!((status, &theirs), (200, &counted));
+    assert_eq!((status, &theirs), (200, &json!({"input_tokens": n})));
+    // llama-server names the object on its OpenAI count routes (Anthropic's has none).
+    assert_eq!(
+        counted["object"],
+        json!("response.input_tokens"),
+        "{counted}"
+    );
+    let responses = json!({"instructions": "Book", "input": "What is the best book"});
+    let (status, answered) = server.post("/v1/responses/input_tokens", &responses);
+    assert_eq!((status, &answered), (200, &counted));
     let (status, error) = server.post("/v1/chat/completions/input_tokens", &json!({"messages": 5}));
     assert_eq!(status, 400, "{error}");
     assert_eq!(error["error"]["param"], json!("messages"), "{error}");

@@ -17,6 +17,7 @@ mod llama_compat;
 mod llama_monitoring;
 mod llama_progress;
 mod llama_routes;
+mod llama_sleep;
 mod loading;
 mod mcp;
 mod models;

@@ -9,6 +9,9 @@
 //! While generating, the thread hands each event to the caller and decodes that
 //! request's next token while the sink answers with its [`Flow`]; at most one event
 //! per request is unanswered, so a cancel stops it within one token.
+//! With `--sleep-idle-seconds` (or Ollama's `keep_alive`) the thread frees the
+//! model and its contexts when idle and loads them again for the next job that
+//! needs them ([`residency`]).
 //!
 //! **Slots** (`--parallel N`, [`slots`]): the thread runs N sequences over one context
 //! and decodes them together, one batch per step (continuous batching); requests
@@ -41,6 +44,7 @@ mod model;
 pub mod prompt_cache;
 mod prompt_tokens;
 mod request;
+mod residency;
 mod slots;
 pub mod speculative;
 pub mod tuning;
@@ -69,6 +73,8 @@ use crate::stream::filter::{OutputFilter, TextEnd};
 use crate::template::{self, ChatTemplate, TemplateMessage};
 use crate::util::dirs::{model_cache_dir, DEFAULT_MODEL_FILE};
 pub use model::{DecodeFigures, EmbedInput, LocalModel, ModelError, ModelProps};
+pub use residency::Residency;
+use residency::{IdleTimer, Served};
 pub use slots::files::SlotReport;
 
 /// How often a handle waiting for the generation thread asks its caller about a cancel.
@@ -112,6 +118,9 @@ pub struct LlamaConfig {
     pub chat_template_kwargs: serde_json::Map<String, serde_json::Value>,
     /// Where slot saves and restores go (`--slot-save-path`); `None`: refused.
     pub slot_save_path: Option<PathBuf>,
+    /// `--sleep-idle-seconds`: how long the thread may have nothing to do before
+    /// the model leaves memory ([`residency`]); `None`: it stays.
+    pub sleep_idle: Option<Duration>,
 }
 
 impl LlamaConfig {
@@ -134,6 +143,7 @@ impl LlamaConfig {
             chat_template: None,
             chat_template_kwargs: serde_json::Map::new(),
             slot_save_path: None,
+            sleep_idle: None,
         }
     }
 }
@@ -200,9 +210,43 @@ enum Job {
     /// Embeddings and the tokenizer ([`LocalModel`]).
     Model(model::ModelJob),
     Bench(BenchTest, Sender<Result<BenchReport, BackendError>>),
+    /// How long the model may stay after the request just done (Ollama's
+    /// `keep_alive`; `None`: until another limit is set). See [`residency`].
+    KeepAlive(Option<Duration>),
     /// How many tokens each slot's cache holds.
     #[cfg(test)]
     Cached(Sender<Vec<usize>>),
+}
+
+impl Job {
+    /// Whether the job needs the model: a warm-up hint and a keep-alive do not
+    /// wake a sleeping one.
+    fn needs_model(&self) -> bool {
+        !matches!(self, Job::Warm(..) | Job::KeepAlive(_))
+    }
+
+    /// Answers the job with `error` without running it (the model could not be
+    /// loaded again after sleeping).
+    fn refuse(self, error: BackendError) {
+        match self {
+            Job::Request(job) => {
+                let _ = job.prefilled.send(Err(error));
+            }
+            // The caller estimates instead.
+            Job::Count(_, reply) => {
+                let _ = reply.send(None);
+            }
+            Job::Warm(..) | Job::KeepAlive(_) => {}
+            Job::Model(job) => job.refuse(ModelError::from(error)),
+            Job::Bench(_, reply) => {
+                let _ = reply.send(Err(error));
+            }
+            #[cfg(test)]
+            Job::Cached(reply) => {
+                let _ = reply.send(Vec::new());
+            }
+        }
+    }
 }
 
 /// What a request asks the model to continue.
@@ -276,6 +320,8 @@ struct Shared {
     preempt: slots::Preempt,
     /// What the generation thread counts (`/metrics`).
     counters: Arc<model::DecodeCounters>,
+    /// Whether the model is asleep, and until when it stays ([`residency`]).
+    residency: Arc<Residency>,
 }
 
 impl Drop for Shared {
@@ -323,16 +369,21 @@ impl LlamaBackend {
         let (ready_tx, ready_rx) = bounded(1);
         let abort = Arc::new(AtomicBool::new(false));
         let preempt = slots::Preempt::new(Arc::clone(&abort));
-        let thread_preempt = preempt.clone();
         let counters = Arc::new(model::DecodeCounters::default());
-        let thread_counters = Arc::clone(&counters);
+        let residency = Arc::new(Residency::default());
+        let thread = Thread {
+            config,
+            preempt: preempt.clone(),
+            counters: Arc::clone(&counters),
+            residency: Arc::clone(&residency),
+        };
         let worker = std::thread::Builder::new()
             .name("llama-gen".into())
             // llama.cpp's grammar parser and stack builder recurse once per nested
             // group and referenced rule; `llama::grammar::limits` bounds both with
             // this stack in mind (reserved, not committed, until used).
             .stack_size(GEN_STACK)
-            .spawn(move || run_worker(config, thread_preempt, thread_counters, ready_tx, job_rx))
+            .spawn(move || run_worker(thread, ready_tx, job_rx))
             .map_err(|e| {
                 BackendError::Config(format!("cannot start the generation thread: {e}"))
             })?;
@@ -352,6 +403,7 @@ impl LlamaBackend {
             abort,
             preempt,
             counters,
+            residency,
         };
         Ok(LlamaBackend {
             shared: Arc::new(shared),
@@ -688,13 +740,80 @@ impl Backend for LlamaBackend {
 
 // ---------------------------------------------------------------- generation thread
 
-fn run_worker(
+/// What the generation thread keeps from one load of the model to the next.
+struct Thread {
     config: LlamaConfig,
     preempt: slots::Preempt,
     counters: Arc<model::DecodeCounters>,
-    ready: Sender<Result<(BackendInfo, ModelProps), BackendError>>,
-    jobs: Receiver<Job>,
-) {
+    residency: Arc<Residency>,
+}
+
+/// Where the first load's outcome goes ([`LlamaBackend::new`] waits for it).
+type Ready = Sender<Result<(BackendInfo, ModelProps), BackendError>>;
+
+/// Why the model is loaded: the first time, or for a job that woke it.
+enum Start {
+    First(Ready),
+    Wake(Job),
+}
+
+impl Start {
+    /// The load failed: the first one ends the thread; after sleeping, the job
+    /// that woke it gets the error and the thread sleeps on.
+    fn failed(self, error: BackendError) -> Served {
+        match self {
+            Start::First(ready) => {
+                let _ = ready.send(Err(error));
+                Served::Closed
+            }
+            Start::Wake(job) => {
+                crate::log::debug(crate::log::Category::Llm, || {
+                    format!("cannot wake: {error}")
+                });
+                job.refuse(BackendError::Config(format!(
+                    "the model could not be loaded again after sleeping: {error}"
+                )));
+                Served::Refused
+            }
+        }
+    }
+}
+
+/// The generation thread: loads the model, serves, and while `--sleep-idle-seconds`
+/// (or a keep-alive) lets it, frees the model when idle and loads it again for the
+/// next job that needs it ([`residency`]).
+fn run_worker(thread: Thread, ready: Ready, jobs: Receiver<Job>) {
+    let mut start = Start::First(ready);
+    loop {
+        match serve_loaded(&thread, start, &jobs) {
+            Served::Closed => return,
+            Served::Idle => {
+                // Marked only now: the model, its contexts and the draft are freed.
+                thread.residency.set_asleep(true);
+                crate::log::debug(crate::log::Category::Llm, || {
+                    "idle: the model left memory until the next request".into()
+                });
+            }
+            Served::Refused => {}
+        }
+        // Asleep: warm-up hints and keep-alives need no model (the job that wakes
+        // it sets the idle limit anew).
+        let woken = loop {
+            match jobs.recv() {
+                Ok(job) if job.needs_model() => break job,
+                Ok(_) => {}
+                Err(_) => return,
+            }
+        };
+        start = Start::Wake(woken);
+    }
+}
+
+/// Loads the model, its draft and the worker, and serves until every handle is
+/// gone or the worker idles out; everything loaded here is freed on return
+/// (the worker first: its contexts borrow the models).
+fn serve_loaded(thread: &Thread, start: Start, jobs: &Receiver<Job>) -> Served {
+    let config = &thread.config;
     let params = ModelParams {
         gpu_layers: config.gpu_layers,
         split: config.split.clone(),
@@ -702,10 +821,7 @@ fn run_worker(
     };
     let model = match Model::load(&config.model_path, &params) {
         Ok(model) => model,
-        Err(err) => {
-            let _ = ready.send(Err(BackendError::Config(err.to_string())));
-            return;
-        }
+        Err(err) => return start.failed(BackendError::Config(err.to_string())),
     };
     crate::log::debug(crate::log::Category::Llm, || {
         format!(
@@ -714,31 +830,36 @@ fn run_worker(
             model.description()
         )
     });
-    let draft = match load_draft(&model, &config, &params) {
+    let draft = match load_draft(&model, config, &params) {
         Ok(draft) => draft,
-        Err(err) => {
-            let _ = ready.send(Err(err));
-            return;
-        }
+        Err(err) => return start.failed(err),
     };
-    let mut worker = match slots::Worker::new(&model, draft.as_ref(), &config, preempt, counters) {
+    let timer = IdleTimer::new(config.sleep_idle, Arc::clone(&thread.residency));
+    let (preempt, counters) = (thread.preempt.clone(), Arc::clone(&thread.counters));
+    let worker = slots::Worker::new(&model, draft.as_ref(), config, preempt, counters, timer);
+    let mut worker = match worker {
         Ok(worker) => worker,
-        Err(err) => {
-            let _ = ready.send(Err(err));
-            return;
+        Err(err) => return start.failed(err),
+    };
+    match start {
+        Start::First(ready) => {
+            let info = BackendInfo {
+                kind: "llamacpp",
+                model: config.model_path.display().to_string(),
+                context_size: worker.slot_context() as u64,
+                local: true,
+            };
+            let props = worker.props(config);
+            if ready.send(Ok((info, props))).is_err() {
+                return Served::Closed;
+            }
         }
-    };
-    let info = BackendInfo {
-        kind: "llamacpp",
-        model: config.model_path.display().to_string(),
-        context_size: worker.slot_context() as u64,
-        local: true,
-    };
-    let props = worker.props(&config);
-    if ready.send(Ok((info, props))).is_err() {
-        return;
+        Start::Wake(job) => {
+            thread.residency.set_asleep(false);
+            worker.accept(job);
+        }
     }
-    worker.serve(&jobs);
+    worker.serve(jobs)
 }
 
 /// The draft model of `--spec draft`, checked against the model's vocabulary.

@@ -173,6 +173,24 @@ pub(super) enum ModelJob {
     Slots(Sender<Result<Vec<SlotInfo>, ModelError>>),
     /// A slot's cache saved, restored or erased, once the slot is free.
     SlotAction(SlotJob),
+    /// Nothing but the model in memory (Ollama's load request): answered once it is.
+    Wake(Sender<Result<(), ModelError>>),
+}
+
+impl ModelJob {
+    /// Answers the job with `error` without running it.
+    pub(super) fn refuse(self, error: ModelError) {
+        // Each reply has its own answer type; a caller that is gone needs none.
+        match self {
+            ModelJob::Embed(_, reply) => drop(reply.send(Err(error))),
+            ModelJob::Tokenize { reply, .. } => drop(reply.send(Err(error))),
+            ModelJob::Detokenize(_, reply) => drop(reply.send(Err(error))),
+            ModelJob::RenderChat { reply, .. } => drop(reply.send(Err(error))),
+            ModelJob::Slots(reply) => drop(reply.send(Err(error))),
+            ModelJob::SlotAction(job) => drop(job.reply.send(Err(error))),
+            ModelJob::Wake(reply) => drop(reply.send(Err(error))),
+        }
+    }
 }
 
 /// A handle to the in-process model for the non-generating routes.
@@ -185,6 +203,35 @@ pub struct LocalModel {
 impl LocalModel {
     pub fn props(&self) -> &ModelProps {
         &self.props
+    }
+
+    /// Whether the model is out of memory until a job needs it
+    /// (`--sleep-idle-seconds`; no job: never waits, never wakes it).
+    pub fn is_sleeping(&self) -> bool {
+        self.shared.residency.is_asleep()
+    }
+
+    /// When the model leaves memory if nothing else comes (Ollama's
+    /// `expires_at`); `None` when it stays. No job: never waits.
+    pub fn expires_at(&self) -> Option<std::time::SystemTime> {
+        self.shared
+            .residency
+            .expires_at(std::time::SystemTime::now())
+    }
+
+    /// Ollama's `keep_alive` for the request just done: how long the model may
+    /// then stay idle before it leaves memory (`Some(0)`: at once; `None`: until
+    /// another request sets a limit). Never wakes a sleeping model.
+    pub fn keep_alive(&self, limit: Option<std::time::Duration>) -> Result<(), ModelError> {
+        let sender = self.shared.jobs.as_ref().ok_or_else(worker_gone)?;
+        sender
+            .send(Job::KeepAlive(limit))
+            .map_err(|_| ModelError::from(worker_gone()))
+    }
+
+    /// Loads the model if it is asleep; answers once it is in memory.
+    pub fn wake(&self) -> Result<(), ModelError> {
+        self.ask(ModelJob::Wake)
     }
 
     /// What the generation thread has counted so far (no job: never waits).

@@ -60,6 +60,7 @@ use super::request::{
     common_prefix, finish_reply, raw_tokens, sampler_error, sampler_params, tokenize_prompt,
     tool_grammar, InfillRoom,
 };
+use super::residency::{IdleTimer, Served};
 use super::speculative::{copy_len, ngram_copy, DraftModel, SlotSpec, SpecMode};
 use super::{
     load_template, tuning, BackendError, Event, FinishReason, Flow, Job, LlamaConfig,
@@ -202,6 +203,9 @@ pub(super) struct Worker<'m> {
     /// sampling helper works, which would otherwise preempt one of the decode's
     /// threads and hold all of them at ggml's barriers.
     threads: (i32, i32),
+    /// How long the worker has had nothing to do, and how long it may
+    /// (`--sleep-idle-seconds`, Ollama's `keep_alive`).
+    timer: IdleTimer,
 }
 
 struct Slot {
@@ -393,6 +397,7 @@ impl<'m> Worker<'m> {
         config: &LlamaConfig,
         preempt: Preempt,
         counters: Arc<DecodeCounters>,
+        timer: IdleTimer,
     ) -> Result<Self, BackendError> {
         let params = context_params(model, config, &preempt);
         let flash_attn = params.flash_attn;
@@ -473,6 +478,7 @@ impl<'m> Worker<'m> {
             })?,
             serials: 0,
             counters,
+            timer,
         })
     }
 
@@ -514,9 +520,13 @@ impl<'m> Worker<'m> {
         self.n_ctx_slot
     }
 
-    /// Serves jobs until every handle is gone.
-    pub(super) fn serve(&mut self, jobs: &Receiver<Job>) {
-        while self.receive(jobs) {
+    /// Serves jobs until every handle is gone ([`Served::Closed`]) or nothing came
+    /// for the idle limit ([`Served::Idle`]: the model is to leave memory).
+    pub(super) fn serve(&mut self, jobs: &Receiver<Job>) -> Served {
+        loop {
+            if let Some(end) = self.receive(jobs) {
+                return end;
+            }
             self.embed_waiting();
             self.run_slot_actions();
             self.assign();
@@ -532,39 +542,54 @@ impl<'m> Worker<'m> {
             && self.slots.iter().all(|s| s.task.is_none())
     }
 
-    /// Takes the jobs that arrived (blocking while there is nothing to do); false once
-    /// the channel is closed, i.e. the last handle is gone.
-    fn receive(&mut self, jobs: &Receiver<Job>) -> bool {
+    /// Takes the jobs that arrived, blocking while there is nothing to do (up to
+    /// the warm-up's quiet time and the idle limit); `Some` when serving ends:
+    /// the channel is closed (the last handle is gone) or the idle limit passed.
+    fn receive(&mut self, jobs: &Receiver<Job>) -> Option<Served> {
+        if self.idle() {
+            self.timer.idle();
+        }
         while self.idle() {
             let warm = self.waiting.is_some() || self.slots.iter().any(|s| s.next_turn.is_some());
-            let job = if warm {
-                let quiet_until = self.finished_at + WARM_QUIET;
-                match jobs.recv_deadline(quiet_until) {
-                    Ok(job) => job,
-                    Err(RecvTimeoutError::Timeout) => {
-                        self.warm_up();
-                        continue;
-                    }
-                    Err(RecvTimeoutError::Disconnected) => return false,
-                }
-            } else {
-                match jobs.recv() {
-                    Ok(job) => job,
-                    Err(_) => return false,
-                }
+            let quiet_until = warm.then(|| self.finished_at + WARM_QUIET);
+            let deadline = [quiet_until, self.timer.deadline()]
+                .into_iter()
+                .flatten()
+                .min();
+            let received = match deadline {
+                Some(deadline) => jobs.recv_deadline(deadline),
+                None => jobs.recv().map_err(|_| RecvTimeoutError::Disconnected),
             };
-            self.accept(job);
+            match received {
+                Ok(job) => {
+                    self.accept(job);
+                    if self.idle() {
+                        self.timer.idle();
+                    }
+                }
+                // No warm-up for a model about to leave memory.
+                Err(RecvTimeoutError::Timeout) if self.timer.due(Instant::now()) => {
+                    return Some(Served::Idle)
+                }
+                Err(RecvTimeoutError::Timeout) => self.warm_up(),
+                Err(RecvTimeoutError::Disconnected) => return Some(Served::Closed),
+            }
         }
+        self.timer.busy();
         loop {
             match jobs.try_recv() {
                 Ok(job) => self.accept(job),
-                Err(TryRecvError::Empty) => return true,
-                Err(TryRecvError::Disconnected) => return false,
+                Err(TryRecvError::Empty) => return None,
+                Err(TryRecvError::Disconnected) => return Some(Served::Closed),
             }
         }
     }
 
-    fn accept(&mut self, job: Job) {
+    /// Takes one job: answered at once, or queued for the loop.
+    pub(super) fn accept(&mut self, job: Job) {
+        if job.needs_model() {
+            self.timer.job();
+        }
         match job {
             Job::Request(job) => self.queue.push_back(job),
             Job::Count(text, reply) => {
@@ -585,6 +610,9 @@ impl<'m> Worker<'m> {
                 let _ = reply.send(Ok(self.slot_list()));
             }
             Job::Model(ModelJob::SlotAction(job)) => self.slot_actions.push_back(job),
+            Job::Model(ModelJob::Wake(reply)) => {
+                let _ = reply.send(Ok(()));
+            }
             Job::Model(ModelJob::RenderChat {
                 conversation,
                 tools,
@@ -614,6 +642,7 @@ impl<'m> Worker<'m> {
             Job::Bench(test, reply) => {
                 let _ = reply.send(self.bench(test));
             }
+            Job::KeepAlive(limit) => self.timer.keep(limit),
             #[cfg(test)]
             Job::Cached(reply) => {
                 let _ = reply.send(self.slots.iter().map(|s| s.mirror.len()).collect());

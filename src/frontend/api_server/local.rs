@@ -18,7 +18,7 @@ use super::error::ApiError;
 use super::fields::{json_body, only_known, Fields};
 use super::wire::{llama as lwire, openai as owire};
 use super::Defaults;
-use crate::backend::llamacpp::{EmbedInput, LocalModel, ModelError, ModelProps, SlotReport};
+use crate::backend::llamacpp::{EmbedInput, LocalModel, ModelError, SlotReport};
 use crate::backend::Sampling;
 use crate::frontend::http::{Request, Responder};
 use crate::llama::{SamplerParams, Token};
@@ -323,7 +323,8 @@ pub fn detokenize(model: &LocalModel, body: &[u8]) -> Result<lwire::Detokenized,
 
 /// `/props`: the model, its context per slot, the slots, the chat template and
 /// the sampling a request gets by default.
-pub fn props<'a>(props: &'a ModelProps, defaults: &'a Defaults) -> lwire::Props<'a> {
+pub fn props<'a>(model: &'a LocalModel, defaults: &'a Defaults) -> lwire::Props<'a> {
+    let props = model.props();
     lwire::Props {
         default_generation_settings: lwire::GenerationSettings {
             n_ctx: props.n_ctx_slot,
@@ -342,6 +343,7 @@ pub fn props<'a>(props: &'a ModelProps, defaults: &'a Defaults) -> lwire::Props<
             audio: false,
         },
         build_info: super::FINGERPRINT,
+        is_sleeping: model.is_sleeping(),
     }
 }
 

@@ -38,6 +38,9 @@
 //!
 //! The backends are loaded on a thread after the socket is bound, so
 //! `/health` answers 503 while a model loads.
+//! The in-process model may leave memory when idle (`--sleep-idle-seconds`):
+//! `/health`, `/props` (`is_sleeping`), the model lists, `/metrics` and
+//! `/api/ps` answer without waking it; every route that asks the model wakes it.
 
 mod anthropic;
 mod completions;
@@ -476,36 +479,50 @@ impl ApiServer {
         }
     }
 
-    /// Anthropic's `POST /v1/messages/count_tokens` (`anthropic`) and llama-server's
-    /// `POST /v1/chat/completions/input_tokens` (a chat completion request): the
-    /// request's prompt as the model would read it (template and tools included),
-    /// `{"input_tokens": N}`; errors in the route's own dialect.
-    fn count_tokens(&self, request: &Request, responder: Responder, anthropic: bool) {
+    /// Anthropic's `POST /v1/messages/count_tokens` and llama-server's
+    /// `POST /v1/chat/completions/input_tokens` and `/v1/responses/input_tokens` (a
+    /// chat completion or Responses request): the request's prompt as the model
+    /// would read it (template and tools included), `{"input_tokens": N}` (with
+    /// llama-server's `object` on the OpenAI routes); errors in the route's dialect.
+    fn count_tokens(&self, request: &Request, responder: Responder, route: CountRoute) {
         self.metrics
             .tokenize_requests
             .fetch_add(1, Ordering::Relaxed);
-        let route = match anthropic {
-            true => "/v1/messages/count_tokens",
-            false => "/v1/chat/completions/input_tokens",
+        let path = match route {
+            CountRoute::Messages => "/v1/messages/count_tokens",
+            CountRoute::Chat => "/v1/chat/completions/input_tokens",
+            CountRoute::Responses => "/v1/responses/input_tokens",
         };
-        let Some((loaded, model, responder)) = self.local_model(route, responder) else {
+        let Some((loaded, model, responder)) = self.local_model(path, responder) else {
             return;
         };
-        let work = match anthropic {
-            true => anthropic::parse_count(&request.body, &loaded.defaults),
-            false => openai::parse(&request.body, &loaded.defaults).map(|parsed| parsed.work),
+        let work = match route {
+            CountRoute::Messages => anthropic::parse_count(&request.body, &loaded.defaults),
+            CountRoute::Chat => {
+                openai::parse(&request.body, &loaded.defaults).map(|parsed| parsed.work)
+            }
+            CountRoute::Responses => {
+                responses::parse(&request.body, &loaded.defaults, &self.responses)
+                    .map(|parsed| parsed.work)
+            }
         };
         let counted = work.and_then(|work| {
             model
                 .count_chat(&work.session, work.tools)
                 .map_err(|e| local::from_model(e, "messages"))
         });
-        match counted {
-            Ok(n) => responder.json(200, &serde_json::json!({ "input_tokens": n })),
-            Err(error) if anthropic => {
+        match (counted, route) {
+            (Ok(n), CountRoute::Messages) => {
+                responder.json(200, &serde_json::json!({ "input_tokens": n }))
+            }
+            (Ok(n), _) => responder.json(
+                200,
+                &serde_json::json!({ "object": "response.input_tokens", "input_tokens": n }),
+            ),
+            (Err(error), CountRoute::Messages) => {
                 responder.json_with(error.status, &error.anthropic_body(), &error.headers())
             }
-            Err(error) => self.refuse(responder, &error),
+            (Err(error), _) => self.refuse(responder, &error),
         }
     }
 
@@ -544,7 +561,7 @@ impl ApiServer {
         let Some((loaded, model, responder)) = self.local_model("/props", responder) else {
             return;
         };
-        responder.json(200, &local::props(model.props(), &loaded.defaults));
+        responder.json(200, &local::props(model, &loaded.defaults));
     }
 
     fn messages(&self, request: &Request, responder: Responder) {
@@ -600,9 +617,14 @@ impl Handler for ApiServer {
             ("GET" | "DELETE", id) if id.starts_with("/v1/responses/") => {
                 self.stored_response(&request.method, &id["/v1/responses/".len()..], responder)
             }
-            ("POST", "/v1/messages/count_tokens") => self.count_tokens(&request, responder, true),
+            ("POST", "/v1/messages/count_tokens") => {
+                self.count_tokens(&request, responder, CountRoute::Messages)
+            }
             ("POST", "/v1/chat/completions/input_tokens") => {
-                self.count_tokens(&request, responder, false)
+                self.count_tokens(&request, responder, CountRoute::Chat)
+            }
+            ("POST", "/v1/responses/input_tokens") => {
+                self.count_tokens(&request, responder, CountRoute::Responses)
             }
             ("POST", "/v1/completions") => self.completions(&request, responder),
             ("POST", "/v1/embeddings") => self.embeddings(&request, responder),
@@ -647,6 +669,7 @@ impl Handler for ApiServer {
                 | "/v1/responses"
                 | "/v1/messages/count_tokens"
                 | "/v1/chat/completions/input_tokens"
+                | "/v1/responses/input_tokens"
                 | "/v1/completions"
                 | "/v1/embeddings"
                 | "/embeddings"
@@ -678,6 +701,14 @@ impl Handler for ApiServer {
             }
         }
     }
+}
+
+/// Which route counts a prompt's tokens: their requests and answers differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CountRoute {
+    Chat,
+    Messages,
+    Responses,
 }
 
 /// What built the answers (`system_fingerprint`, `/props`' `build_info`): this

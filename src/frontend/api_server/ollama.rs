@@ -14,8 +14,11 @@
 //! `stream: false`. `think: false` tells the template (`enable_thinking: false`,
 //! which Qwen3's and others' honour) and hides whatever reasoning the model still
 //! writes; otherwise it is `message.thinking`.
-//! `keep_alive` is accepted and changes nothing: the model stays loaded while
-//! the server runs. A generate `template` override is refused with a 400 (the
+//! `keep_alive` ([`keep_alive`]) sets how long the in-process model stays in
+//! memory once the request is done (`0`: it leaves at once; a request with nothing
+//! to generate and `keep_alive: 0` answers `done_reason: "unload"`); API backends
+//! ignore it. `GET /api/ps` lists the model only while it is in memory, with the
+//! time it leaves as `expires_at`. A generate `template` override is refused with a 400 (the
 //! model's own template is used); `raw: true` continues the prompt as it is,
 //! like `/v1/completions` (the in-process model only); `images` are refused.
 //!
@@ -45,8 +48,10 @@ use crate::backend::llamacpp::EmbedInput;
 use crate::backend::{PromptPart, Reply, ResponseFormat, Sampling, ToolChoice};
 use crate::core::{FinishReason, Message, Role, Session, ToolCall};
 use crate::frontend::http::{Request, Responder, SseStream};
+use keep_alive::KeepAlive;
 
 mod files;
+mod keep_alive;
 mod pull;
 pub mod wire;
 
@@ -74,15 +79,33 @@ pub const ROUTES: [&str; 11] = [
 pub const UNSERVED: [&str; 2] = ["/api/push", "/api/create"];
 
 /// Fields accepted and changing nothing (see the module docs).
-const IGNORED: [&str; 3] = ["keep_alive", "truncate", "shift"];
+const IGNORED: [&str; 2] = ["truncate", "shift"];
 
-const CHAT_FIELDS: [&str; 7] = [
-    "model", "messages", "tools", "format", "options", "stream", "think",
+const CHAT_FIELDS: [&str; 8] = [
+    "model",
+    "messages",
+    "tools",
+    "format",
+    "options",
+    "stream",
+    "think",
+    "keep_alive",
 ];
 
-const GENERATE_FIELDS: [&str; 12] = [
-    "model", "prompt", "suffix", "system", "template", "context", "raw", "images", "format",
-    "options", "stream", "think",
+const GENERATE_FIELDS: [&str; 13] = [
+    "model",
+    "prompt",
+    "suffix",
+    "system",
+    "template",
+    "context",
+    "raw",
+    "images",
+    "format",
+    "options",
+    "stream",
+    "think",
+    "keep_alive",
 ];
 
 /// Which route an answer is for: their lines differ.
@@ -103,6 +126,8 @@ pub struct OllamaRequest {
     /// Nothing to generate (no messages, an empty prompt): Ollama loads the
     /// model and answers `done_reason: "load"` at once.
     pub load_only: bool,
+    /// How long the model stays after this request ([`keep_alive`]).
+    pub keep_alive: Option<KeepAlive>,
     pub ignored: Vec<String>,
 }
 
@@ -147,6 +172,7 @@ pub fn parse_chat(body: &[u8], defaults: &Defaults) -> Result<OllamaRequest, Api
         model,
         hide_thinking: !think(&f)?,
         load_only,
+        keep_alive: keep_alive::parse(f.get("keep_alive"))?,
         ignored: unknown_fields(&value, &CHAT_FIELDS, &IGNORED),
     })
 }
@@ -184,6 +210,7 @@ pub fn parse_generate(body: &[u8], defaults: &Defaults) -> Result<OllamaRequest,
         model,
         hide_thinking: !think(&f)?,
         load_only: prompt.is_empty(),
+        keep_alive: keep_alive::parse(f.get("keep_alive"))?,
         ignored: unknown_fields(&value, &GENERATE_FIELDS, &IGNORED),
     })
 }
@@ -503,12 +530,13 @@ impl Answer {
         }
     }
 
-    /// The answer to a request with nothing to generate: the model is loaded.
-    fn loaded(&self) -> wire::Line<'_> {
+    /// The answer to a request with nothing to generate: the model is loaded,
+    /// or with `keep_alive: 0` unloaded.
+    fn loaded(&self, unloaded: bool) -> wire::Line<'_> {
         wire::Line {
             done: true,
             figures: Some(wire::Figures {
-                done_reason: "load",
+                done_reason: if unloaded { "unload" } else { "load" },
                 ..wire::Figures::default()
             }),
             ..self.line("", None, Vec::new())
@@ -649,7 +677,14 @@ impl ApiServer {
             started,
         };
         if parsed.load_only {
-            return responder.json(200, &answer.loaded());
+            let unload = parsed.keep_alive.is_some_and(KeepAlive::unloads);
+            if let (false, Some(model)) = (unload, &loaded.local) {
+                if let Err(error) = model.wake() {
+                    return self.refuse_ollama(responder, &local::from_model(error, "model"));
+                }
+            }
+            keep_alive(loaded, parsed.keep_alive);
+            return responder.json(200, &answer.loaded(unload));
         }
         let counter = match route {
             Route::Chat => &self.metrics.chat_requests,
@@ -658,6 +693,7 @@ impl ApiServer {
         counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let answer = Served::Ollama(answer);
         self.serve(loaded, answer, parsed.work, 1, parsed.stream, responder);
+        keep_alive(loaded, parsed.keep_alive);
     }
 
     pub(super) fn ollama_tags(&self, responder: Responder) {
@@ -734,11 +770,21 @@ impl ApiServer {
         let Some((loaded, responder)) = self.loaded(responder) else {
             return;
         };
+        // The in-process model asleep (`--sleep-idle-seconds`, `keep_alive`) is
+        // not in memory: Ollama lists only the models loaded.
+        let expires_at = match &loaded.local {
+            Some(model) if model.is_sleeping() => {
+                return responder.json(200, &wire::Ps { models: Vec::new() })
+            }
+            Some(model) => model.expires_at(),
+            None => None,
+        };
         let facts = facts(loaded);
         let model = &loaded.defaults.model;
-        // Loaded while the server runs: no expiry; a year on says so to clients
-        // that show a countdown.
+        // A model that stays has no expiry; a year on says so to clients that
+        // show a countdown.
         let year = std::time::Duration::from_secs(365 * 24 * 3600);
+        let expires_at = expires_at.unwrap_or_else(|| SystemTime::now() + year);
         let context_length = loaded.local.as_ref().map_or(loaded.info.context_size, |m| {
             u64::from(m.props().n_ctx_slot)
         });
@@ -751,7 +797,7 @@ impl ApiServer {
                     size: facts.size,
                     digest: digest(model),
                     details: facts.details,
-                    expires_at: timestamp(SystemTime::now() + year),
+                    expires_at: timestamp(expires_at),
                     size_vram: 0,
                     context_length,
                 }],
@@ -781,9 +827,10 @@ impl ApiServer {
         let parsed = json_body(&request.body).and_then(|value| {
             let f = Fields::of(&value, "")?;
             let name = served_model(f.str("model")?, &loaded.defaults)?;
-            Ok((name, embed_inputs(&f, legacy)?))
+            let keep = keep_alive::parse(f.get("keep_alive"))?;
+            Ok((name, embed_inputs(&f, legacy)?, keep))
         });
-        let (name, inputs) = match parsed {
+        let (name, inputs, keep) = match parsed {
             Ok(parsed) => parsed,
             Err(error) => return self.refuse_ollama(responder, &error),
         };
@@ -793,6 +840,7 @@ impl ApiServer {
                 .embed(inputs)
                 .map_err(|e| local::from_model(e, "input")),
         };
+        keep_alive(loaded, keep);
         let embeddings = match embedded {
             Ok(embeddings) => embeddings,
             Err(error) => return self.refuse_ollama(responder, &error),
@@ -817,6 +865,15 @@ impl ApiServer {
                 prompt_eval_count,
             },
         );
+    }
+}
+
+/// Hands a request's `keep_alive` to the in-process model once the request is
+/// done; API backends have nothing to unload.
+fn keep_alive(loaded: &Loaded, keep: Option<KeepAlive>) {
+    if let (Some(model), Some(keep)) = (&loaded.local, keep) {
+        // A generation thread that is gone has nothing to keep.
+        let _ = model.keep_alive(keep.limit());
     }
 }
 

@@ -122,6 +122,8 @@ pub struct Props<'a> {
     pub eos_token: &'a str,
     pub modalities: Modalities,
     pub build_info: &'static str,
+    /// The model is out of memory until a request needs it (`--sleep-idle-seconds`).
+    pub is_sleeping: bool,
 }
 
 #[derive(Debug, Serialize)]
