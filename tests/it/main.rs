@@ -15,6 +15,7 @@ mod help;
 mod hostile;
 mod llama_compat;
 mod llama_monitoring;
+mod llama_rerank;
 mod llama_routes;
 mod loading;
 mod mcp;

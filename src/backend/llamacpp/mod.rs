@@ -67,7 +67,7 @@ use crate::llama::{CacheType, GpuSplit, LoadProgress, Model, ModelParams, Poolin
 use crate::stream::filter::{OutputFilter, TextEnd};
 use crate::template::{self, ChatTemplate, TemplateMessage};
 use crate::util::dirs::{model_cache_dir, DEFAULT_MODEL_FILE};
-pub use model::{DecodeFigures, EmbedInput, LocalModel, ModelError, ModelProps};
+pub use model::{DecodeFigures, EmbedInput, LocalModel, ModelError, ModelProps, NOT_RERANKING};
 pub use slots::files::SlotReport;
 
 /// How often a handle waiting for the generation thread asks its caller about a cancel.
