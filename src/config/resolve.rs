@@ -634,7 +634,9 @@ fn server(low: &LowArgs, mode: &Mode, env: EnvLookup) -> Result<ServerSettings, 
         Mode::RpcWorker => crate::llama::rpc::DEFAULT_PORT,
         _ => DEFAULT_PORT,
     };
-    let vertex = (matches!(mode, Mode::ApiServer)).then(|| vertex_routes(env)).flatten();
+    let vertex = (matches!(mode, Mode::ApiServer))
+        .then(|| vertex_routes(env))
+        .flatten();
     Ok(ServerSettings {
         host: low.host.clone().unwrap_or_else(|| DEFAULT_HOST.to_string()),
         port: match vertex {
@@ -680,7 +682,12 @@ fn vertex_port(env: EnvLookup) -> Result<Option<u16>, ConfigError> {
         None => Ok(None),
         Some(text) => (text.parse().ok().filter(|&p: &u16| p > 0))
             .map(Some)
-            .ok_or_else(|| ConfigError::invalid("AIP_HTTP_PORT", format!("'{text}' is not a port (1 to 65535)"))),
+            .ok_or_else(|| {
+                ConfigError::invalid(
+                    "AIP_HTTP_PORT",
+                    format!("'{text}' is not a port (1 to 65535)"),
+                )
+            }),
     }
 }
 
@@ -925,7 +932,8 @@ mod tests {
 
     #[test]
     fn vertex_ai_prediction_mode_names_its_routes_and_port() {
-        let server = |env: &[(&str, &str)]| settings(&["--server", "--port", "9000"], env, &file()).server;
+        let server =
+            |env: &[(&str, &str)]| settings(&["--server", "--port", "9000"], env, &file()).server;
         assert_eq!(server(&[]).vertex, None);
         assert_eq!(server(&[("AIP_MODE", "TRAINING")]).vertex, None);
         let plain = server(&[("AIP_MODE", "PREDICTION")]);
@@ -945,9 +953,16 @@ mod tests {
             health: Some("/ping".into()),
         };
         assert_eq!((named.vertex, named.port), (Some(routes), 8080));
-        let error = resolve_err(&["--server"], &[("AIP_MODE", "PREDICTION"), ("AIP_HTTP_PORT", "x")]);
+        let error = resolve_err(
+            &["--server"],
+            &[("AIP_MODE", "PREDICTION"), ("AIP_HTTP_PORT", "x")],
+        );
         assert!(error.contains("AIP_HTTP_PORT"), "{error}");
-        assert!(!settings(&["--server", "--no-slots"], &[], &file()).server.slots);
+        assert!(
+            !settings(&["--server", "--no-slots"], &[], &file())
+                .server
+                .slots
+        );
     }
 
     #[test]

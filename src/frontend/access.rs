@@ -254,6 +254,8 @@ mod tests {
             aliases: Vec::new(),
             tags: Vec::new(),
             responses_store: 0,
+            slots: true,
+            vertex: None,
         };
         let auth = ServerAuth {
             token: token.map(String::from),

@@ -334,7 +334,9 @@ impl Model {
                 sys::llama_vocab_sep(self.vocab.as_ptr()),
             )
         };
-        [eos, sep].into_iter().find(|&t| t >= 0 && t < self.n_vocab())
+        [eos, sep]
+            .into_iter()
+            .find(|&t| t >= 0 && t < self.n_vocab())
     }
 
     /// The separator token, `None` where the model has none.

@@ -54,7 +54,10 @@ impl ApiServer {
         }
         all.extend_from_slice(args);
         let mut command = sandbox.command_of(env!("CARGO_BIN_EXE_shepherd"), &all);
-        let mut child = command.envs(env.iter().copied()).spawn().expect("spawn shepherd");
+        let mut child = command
+            .envs(env.iter().copied())
+            .spawn()
+            .expect("spawn shepherd");
         let (address, log) = crate::harness::wait_listening(&mut child);
         let addr = address.trim_start_matches("http://").to_string();
         let server = ApiServer {

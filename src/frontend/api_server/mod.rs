@@ -519,7 +519,10 @@ impl ApiServer {
     fn slots(&self, request: &Request, responder: Responder) {
         if request.method == "GET" && !self.slots {
             let message = "This server does not support slots endpoint. Start it with `--slots`";
-            return self.refuse(responder, &ApiError::new(501, "not_supported_error", message));
+            return self.refuse(
+                responder,
+                &ApiError::new(501, "not_supported_error", message),
+            );
         }
         let Some((_, model, responder)) = self.local_model("/slots", responder) else {
             return;

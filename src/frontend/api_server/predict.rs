@@ -58,7 +58,10 @@ const ROUTES: [&str; 22] = [
 /// (`/v1/chat/completions` is `chatCompletions`, `/apply-template` is
 /// `applyTemplate`).
 fn format_name(path: &str) -> String {
-    let path = path.strip_prefix("/v1").filter(|_| path.len() > 3).unwrap_or(path);
+    let path = path
+        .strip_prefix("/v1")
+        .filter(|_| path.len() > 3)
+        .unwrap_or(path);
     let path = path.strip_prefix('/').unwrap_or(path);
     let mut name = String::with_capacity(path.len());
     let mut upper = false;
@@ -226,7 +229,10 @@ mod tests {
     fn request_formats_are_llama_servers_camel_case_names_or_paths() {
         assert_eq!(format_name("/v1/chat/completions"), "chatCompletions");
         assert_eq!(format_name("/apply-template"), "applyTemplate");
-        assert_eq!(format_name("/v1/messages/count_tokens"), "messagesCountTokens");
+        assert_eq!(
+            format_name("/v1/messages/count_tokens"),
+            "messagesCountTokens"
+        );
         assert_eq!(format_name("/slots/:id_slot"), "slots");
         assert_eq!(route_of("chatCompletions"), Some("/chat/completions"));
         assert_eq!(route_of("embeddings"), Some("/embeddings"));
@@ -239,12 +245,24 @@ mod tests {
 
     #[test]
     fn instances_become_their_routes_requests_without_streaming() {
-        let (route, body) = instance_request(json!({"@requestFormat": "chatCompletions", "stream": true, "max_tokens": 8})).unwrap();
+        let (route, body) = instance_request(
+            json!({"@requestFormat": "chatCompletions", "stream": true, "max_tokens": 8}),
+        )
+        .unwrap();
         assert_eq!(route, "/chat/completions");
         let body: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(body, json!({"stream": false, "max_tokens": 8}));
-        for bad in [json!([1]), json!({"max_tokens": 8}), json!({"@requestFormat": 1}), json!({"@requestFormat": "nope"})] {
-            assert_eq!(instance_request(bad.clone()).unwrap_err().status, 400, "{bad}");
+        for bad in [
+            json!([1]),
+            json!({"max_tokens": 8}),
+            json!({"@requestFormat": 1}),
+            json!({"@requestFormat": "nope"}),
+        ] {
+            assert_eq!(
+                instance_request(bad.clone()).unwrap_err().status,
+                400,
+                "{bad}"
+            );
         }
         assert!(instances(br#"{"instances": [{}, {}]}"#).is_ok_and(|i| i.len() == 2));
         for bad in [&b"[]"[..], b"{}", br#"{"instances": {}}"#, b"{"] {
@@ -256,7 +274,10 @@ mod tests {
 
     #[test]
     fn answers_become_predictions_as_json_or_text() {
-        let captured = |body: &[u8]| Captured { status: 200, body: body.to_vec() };
+        let captured = |body: &[u8]| Captured {
+            status: 200,
+            body: body.to_vec(),
+        };
         assert_eq!(prediction(captured(br#"{"a": 1}"#)), json!({"a": 1}));
         assert_eq!(prediction(captured(b"plain")), json!("plain"));
         assert_eq!(prediction(captured(b"")), Value::Null);

@@ -96,7 +96,9 @@ pub fn parse(body: &[u8], defaults: &Defaults) -> Result<RerankRequest, ApiError
     Ok(RerankRequest {
         shape,
         query,
-        top_n: top_n.map_or(documents.len(), |n| usize::try_from(n).unwrap_or(usize::MAX)),
+        top_n: top_n.map_or(documents.len(), |n| {
+            usize::try_from(n).unwrap_or(usize::MAX)
+        }),
         documents,
         with_text: with_text.unwrap_or(false),
         model: f.str("model")?.unwrap_or(&defaults.model).to_string(),
@@ -230,10 +232,14 @@ mod tests {
     fn both_shapes_and_their_fields_are_read() {
         let jina = check(json!({"query": "q", "documents": ["a", {"text": "b"}], "top_n": 1, "return_documents": true, "extra": 1})).unwrap();
         assert_eq!(jina.shape, Shape::Jina);
-        assert_eq!((jina.query.as_str(), jina.documents.as_slice()), ("q", &["a".to_string(), "b".to_string()][..]));
+        assert_eq!(
+            (jina.query.as_str(), jina.documents.as_slice()),
+            ("q", &["a".to_string(), "b".to_string()][..])
+        );
         assert_eq!((jina.top_n, jina.with_text), (1, true));
         assert_eq!(jina.ignored, ["extra"]);
-        let tei = check(json!({"query": "q", "texts": ["a", "b", "c"], "return_text": true})).unwrap();
+        let tei =
+            check(json!({"query": "q", "texts": ["a", "b", "c"], "return_text": true})).unwrap();
         assert_eq!((tei.shape, tei.top_n, tei.with_text), (Shape::Tei, 3, true));
         // `return_documents` is Jina's: TEI's answer carries text only with `return_text`.
         let tei = check(json!({"query": "q", "texts": ["a"], "return_documents": true})).unwrap();
@@ -249,11 +255,20 @@ mod tests {
             (json!({"query": "q", "documents": null}), "documents"),
             (json!({"query": "q", "documents": 123}), "documents"),
             (json!({"query": "q", "documents": [1, 2, 3]}), "documents"),
-            (json!({"query": "q", "documents": [{"content": "a"}]}), "documents"),
+            (
+                json!({"query": "q", "documents": [{"content": "a"}]}),
+                "documents",
+            ),
             (json!({"query": "q"}), "documents"),
             (json!({"query": "q", "texts": []}), "texts"),
-            (json!({"query": "q", "documents": ["a"], "top_n": -1}), "top_n"),
-            (json!({"query": "q", "documents": ["a"], "return_documents": "yes"}), "return_documents"),
+            (
+                json!({"query": "q", "documents": ["a"], "top_n": -1}),
+                "top_n",
+            ),
+            (
+                json!({"query": "q", "documents": ["a"], "return_documents": "yes"}),
+                "return_documents",
+            ),
         ];
         for (body, param) in cases {
             let error = check(body.clone()).expect_err("a 400");

@@ -231,7 +231,11 @@ impl Responder {
     /// sends each instance through its route): its whole answer comes back on
     /// the receiver instead of going out, and it sees this request's client go
     /// (without reading what that client sends next). It cannot stream.
-    pub fn capture(&self, method: &str, path: &str) -> (Responder, crossbeam_channel::Receiver<Captured>) {
+    pub fn capture(
+        &self,
+        method: &str,
+        path: &str,
+    ) -> (Responder, crossbeam_channel::Receiver<Captured>) {
         let (answer, answered) = crossbeam_channel::bounded(1);
         let responder = Responder {
             stream: self.stream.clone(),
