@@ -333,6 +333,12 @@ pub const FLAGS: &[Flag] = &[
         .value(|low, flag, raw| { low.responses_store = Some(ranged(flag, raw, 0, 100_000)? as u32); Ok(()) }),
     flag("verbose", None, Nothing, S::Modes, "--server: answers carry llama-server's __verbose object, with the rendered prompt (off by default: prompts can hold secrets)")
         .switch(|low| low.verbose = true),
+    flag("no-slots", None, Nothing, S::Modes, "--server: GET /slots answers 501 (llama-server's --no-slots)")
+        .switch(|low| low.slots = Some(false)),
+    flag("slots", None, Nothing, S::Modes, "--server: serve GET /slots (the default)")
+        .switch(|low| low.slots = Some(true)),
+    flag("metrics", None, Nothing, S::Modes, "--server: accepted for llama-server's command line; /metrics is always served")
+        .switch(|_| {}),
     flag("continue", None, Nothing, S::Modes, "Continue the last saved session in this directory")
         .switch(|low| low.continue_session = true),
     flag("fresh", None, Nothing, S::Modes, "CLI server: start with an empty session instead of the saved one")
@@ -382,9 +388,12 @@ pub const FLAGS: &[Flag] = &[
         .path(|low, path| low.slot_save_path = Some(path)),
     flag("sleep-idle-seconds", None, Val("N"), S::Local, "Free the model after N seconds without work and load it again for the next request that needs it (-1 = never, the default)")
         .value(|low, flag, raw| { low.sleep_idle_seconds = sleep_idle(flag, raw)?; Ok(()) }),
-    flag("pooling", None, Val("TYPE"), S::Local, "--server: how /v1/embeddings pools a sequence: mean|cls|last (default mean)")
+    flag("pooling", None, Val("TYPE"), S::Local, "--server: how /v1/embeddings pools a sequence: mean|cls|last (default mean), or rank: a reranker's scores for /rerank")
         .values(Values::Choices(&POOLING_MODES))
         .value(|low, flag, raw| { low.pooling = Some(choice(flag, raw, &POOLING_MODES)?); Ok(()) }),
+    flag("reranking", None, Nothing, S::Local, "--server: serve /rerank with a reranker model (the same as --pooling rank)")
+        .aliases(&["rerank"])
+        .switch(|low| low.pooling = Some("rank".into())),
     flag("no-prompt-cache", None, Nothing, S::Local, "Neither restore nor save decoded prompts on disk (kv_cache_max_mb caps them)")
         .switch(|low| low.no_prompt_cache = true),
     flag("spec", None, Val("MODE"), S::Local, "Speculative decoding: off, ngram (default: drafts from the context itself) or draft (--model-draft)")
@@ -540,6 +549,8 @@ pub struct LowArgs {
     pub model_draft: Option<PathBuf>,
     pub parallel: Option<u32>,
     pub pooling: Option<String>,
+    /// `--slots` (`Some(true)`) or `--no-slots`: whether `GET /slots` is served.
+    pub slots: Option<bool>,
     /// `--chat-template` (Jinja source or `chatml`), `--chat-template-file`.
     pub chat_template: Option<String>,
     pub chat_template_file: Option<PathBuf>,
@@ -959,6 +970,11 @@ mod tests {
         );
         check_err(&["--pooling", "none"], &["--pooling", "none", "mean"]);
         assert_eq!(ok(&["--pooling", "cls"]).pooling.as_deref(), Some("cls"));
+        assert_eq!(ok(&["--reranking"]).pooling.as_deref(), Some("rank"));
+        assert_eq!(ok(&["--rerank"]).pooling.as_deref(), Some("rank"));
+        assert_eq!(ok(&["--no-slots"]).slots, Some(false));
+        assert_eq!(ok(&["--no-slots", "--slots"]).slots, Some(true));
+        assert_eq!(ok(&["--metrics"]).slots, None);
         check_err(&["--flash-attn=1"], &["--flash-attn", "on, off, auto"]);
         assert_eq!(ok(&["--flash-attn=off"]).flash_attn, Some(false));
         assert_eq!(ok(&["--flash-attn=on"]).flash_attn, Some(true));

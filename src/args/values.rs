@@ -164,8 +164,8 @@ pub const REASONING_LEVELS: [&str; 6] = ["off", "on", "auto", "low", "medium", "
 pub const SPLIT_MODES: [&str; 3] = crate::llama::SplitMode::NAMES;
 /// `--spec`: speculative decoding's drafter.
 pub const SPEC_MODES: [&str; 3] = crate::core::SpecMode::NAMES;
-/// How `/v1/embeddings` pools a sequence (`--pooling`).
-pub const POOLING_MODES: [&str; 3] = ["mean", "cls", "last"];
+/// How `/v1/embeddings` pools a sequence (`--pooling`); `rank` scores pairs for `/rerank`.
+pub const POOLING_MODES: [&str; 4] = ["mean", "cls", "last", "rank"];
 pub const CACHE_TYPES: [&str; 4] = ["f16", "f32", "q8_0", "q4_0"];
 pub const FLASH_ATTN_MODES: [&str; 3] = ["on", "off", "auto"];
 /// What `--approve` accepts besides tool-name globs.

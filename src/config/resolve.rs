@@ -124,6 +124,20 @@ pub struct ServerSettings {
     pub responses_store: usize,
     /// `--verbose`: answers carry llama-server's `__verbose` object (the rendered prompt).
     pub verbose: bool,
+    /// `GET /slots` is served (`--slots`, the default; `--no-slots` makes it a 501).
+    pub slots: bool,
+    /// Vertex AI's prediction routes, where `AIP_MODE=PREDICTION` asks for them.
+    pub vertex: Option<VertexRoutes>,
+}
+
+/// The routes Vertex AI's custom containers are called on, from its environment
+/// (`AIP_PREDICT_ROUTE`, `AIP_HEALTH_ROUTE`), as llama-server reads them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VertexRoutes {
+    /// Where `POST {"instances": [...]}` is answered (`/predict` by default).
+    pub predict: String,
+    /// A second spelling of `/health`, where one is named.
+    pub health: Option<String>,
 }
 
 impl ServerSettings {
@@ -551,7 +565,7 @@ pub fn resolve_with(
             .or(env_layer.debug.clone())
             .unwrap_or_default(),
         config_path,
-        server: server(low, &mode),
+        server: server(low, &mode, env)?,
         server_auth: server_auth(low, env, file, key_as_token)?,
         use_tools: low.use_tools,
         queue_size: low.queue_size.map_or(DEFAULT_QUEUE_SIZE, |n| n as usize),
@@ -618,21 +632,67 @@ const DEFAULT_QUEUE_SIZE: usize = 16;
 /// `/v1/responses` answers kept when `--responses-store` is not given.
 const DEFAULT_RESPONSES_STORE: usize = 100;
 
-fn server(low: &LowArgs, mode: &Mode) -> ServerSettings {
+fn server(low: &LowArgs, mode: &Mode, env: EnvLookup) -> Result<ServerSettings, ConfigError> {
     let default_port = match mode {
         Mode::ToolServer => DEFAULT_TOOLSERVER_PORT,
         Mode::RpcWorker => crate::llama::rpc::DEFAULT_PORT,
         _ => DEFAULT_PORT,
     };
-    ServerSettings {
+    let vertex = (matches!(mode, Mode::ApiServer))
+        .then(|| vertex_routes(env))
+        .flatten();
+    Ok(ServerSettings {
         host: low.host.clone().unwrap_or_else(|| DEFAULT_HOST.to_string()),
-        port: low.port.unwrap_or(default_port),
+        port: match vertex {
+            Some(_) => vertex_port(env)?,
+            None => None,
+        }
+        .or(low.port)
+        .unwrap_or(default_port),
         aliases: sorted_set(&low.alias),
         tags: sorted_set(&low.tags),
         responses_store: low
             .responses_store
             .map_or(DEFAULT_RESPONSES_STORE, |n| n as usize),
         verbose: low.verbose,
+        slots: low.slots.unwrap_or(true),
+        vertex,
+    })
+}
+
+/// Vertex AI's routes where `AIP_MODE` is `PREDICTION`; a route named without
+/// its leading slash gets one, as llama-server adds it.
+fn vertex_routes(env: EnvLookup) -> Option<VertexRoutes> {
+    if env("AIP_MODE").as_deref() != Some("PREDICTION") {
+        return None;
+    }
+    let route = |name: &str| {
+        env(name)
+            .filter(|v| !v.is_empty())
+            .map(|v| match v.starts_with('/') {
+                true => v,
+                false => format!("/{v}"),
+            })
+    };
+    Some(VertexRoutes {
+        predict: route("AIP_PREDICT_ROUTE").unwrap_or_else(|| "/predict".into()),
+        health: route("AIP_HEALTH_ROUTE"),
+    })
+}
+
+/// `AIP_HTTP_PORT`, which Vertex AI sets and llama-server listens on in its
+/// prediction mode (over `--port`); unset, `--port` holds.
+fn vertex_port(env: EnvLookup) -> Result<Option<u16>, ConfigError> {
+    match env("AIP_HTTP_PORT").filter(|v| !v.is_empty()) {
+        None => Ok(None),
+        Some(text) => (text.parse().ok().filter(|&p: &u16| p > 0))
+            .map(Some)
+            .ok_or_else(|| {
+                ConfigError::invalid(
+                    "AIP_HTTP_PORT",
+                    format!("'{text}' is not a port (1 to 65535)"),
+                )
+            }),
     }
 }
 
@@ -870,9 +930,46 @@ mod tests {
                 tags: Vec::new(),
                 responses_store: 100,
                 verbose: false,
+                slots: true,
+                vertex: None,
             }
         );
         assert!(s.debug.is_empty());
+    }
+
+    #[test]
+    fn vertex_ai_prediction_mode_names_its_routes_and_port() {
+        let server =
+            |env: &[(&str, &str)]| settings(&["--server", "--port", "9000"], env, &file()).server;
+        assert_eq!(server(&[]).vertex, None);
+        assert_eq!(server(&[("AIP_MODE", "TRAINING")]).vertex, None);
+        let plain = server(&[("AIP_MODE", "PREDICTION")]);
+        let predict = VertexRoutes {
+            predict: "/predict".into(),
+            health: None,
+        };
+        assert_eq!((plain.vertex, plain.port), (Some(predict), 9000));
+        let named = server(&[
+            ("AIP_MODE", "PREDICTION"),
+            ("AIP_PREDICT_ROUTE", "v1/endpoints/e:predict"),
+            ("AIP_HEALTH_ROUTE", "/ping"),
+            ("AIP_HTTP_PORT", "8080"),
+        ]);
+        let routes = VertexRoutes {
+            predict: "/v1/endpoints/e:predict".into(),
+            health: Some("/ping".into()),
+        };
+        assert_eq!((named.vertex, named.port), (Some(routes), 8080));
+        let error = resolve_err(
+            &["--server"],
+            &[("AIP_MODE", "PREDICTION"), ("AIP_HTTP_PORT", "x")],
+        );
+        assert!(error.contains("AIP_HTTP_PORT"), "{error}");
+        assert!(
+            !settings(&["--server", "--no-slots"], &[], &file())
+                .server
+                .slots
+        );
     }
 
     #[test]

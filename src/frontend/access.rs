@@ -176,7 +176,13 @@ impl Access {
     /// Binds an HTTP server on `server` with [`Access::http_policy`] for the port
     /// it got; a failure is said on stderr and becomes exit code 1.
     pub fn bind(&self, server: &ServerSettings) -> Result<http::Server, i32> {
-        let policy = |addr: SocketAddr| self.http_policy(addr.port());
+        // Vertex AI's health route (`AIP_HEALTH_ROUTE`) is `/health` by another name.
+        let vertex_health = server.vertex.as_ref().and_then(|v| v.health.clone());
+        let policy = |addr: SocketAddr| {
+            let mut policy = self.http_policy(addr.port());
+            policy.public_paths.extend(vertex_health.clone());
+            policy
+        };
         http::Server::bind_with(&server.hosts(), server.port, Limits::default(), policy).map_err(
             |error| {
                 eprintln!(
@@ -249,6 +255,8 @@ mod tests {
             tags: Vec::new(),
             responses_store: 0,
             verbose: false,
+            slots: true,
+            vertex: None,
         };
         let auth = ServerAuth {
             token: token.map(String::from),

@@ -320,7 +320,9 @@ fn llama_config(settings: &Settings, provider: &ProviderConfig) -> Result<LlamaC
     let pooling = match local.pooling.as_deref() {
         None => Pooling::Mean,
         Some(name) => Pooling::parse(name).ok_or_else(|| {
-            OpenError::Usage(format!("--pooling {name}: expected one of mean, cls, last"))
+            OpenError::Usage(format!(
+                "--pooling {name}: expected one of mean, cls, last, rank"
+            ))
         })?,
     };
     connect_rpc_workers(&local.rpc_workers)?;

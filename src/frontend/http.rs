@@ -64,7 +64,7 @@ mod respond;
 
 #[cfg(test)]
 pub(crate) use parse::fuzz_head;
-pub use respond::{Responder, SseStream};
+pub use respond::{Captured, Responder, SseStream};
 
 use super::accept::{self, DeadlineReader, Gate, Reading, Slot};
 use crate::auth;
@@ -422,6 +422,7 @@ impl Connection {
             cors_origin: cors,
             kept,
             added: Vec::new(),
+            capture: None,
         }
     }
 

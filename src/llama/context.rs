@@ -215,8 +215,8 @@ impl CacheType {
 }
 
 /// How an embedding is made of a sequence's per-token outputs (`--pooling`), for
-/// the API server's `/v1/embeddings`. Chosen when the context is created; it
-/// changes nothing while embeddings are off (generation).
+/// the API server's `/v1/embeddings` (and, `Rank`, its `/rerank`). Chosen when the
+/// context is created; it changes nothing while embeddings are off (generation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Pooling {
     /// The mean over every token of the input (llama-server's default for most models).
@@ -226,6 +226,10 @@ pub enum Pooling {
     Cls,
     /// The last token's output.
     Last,
+    /// A reranker's relevance score of the sequence (a query and a document):
+    /// its classification head's outputs (`n_cls_out` floats, not a vector to
+    /// normalise); a causal model without one gives its last token's first output.
+    Rank,
 }
 
 impl Pooling {
@@ -234,6 +238,7 @@ impl Pooling {
             "mean" => Some(Pooling::Mean),
             "cls" => Some(Pooling::Cls),
             "last" => Some(Pooling::Last),
+            "rank" => Some(Pooling::Rank),
             _ => None,
         }
     }
@@ -243,6 +248,7 @@ impl Pooling {
             Pooling::Mean => sys::LLAMA_POOLING_TYPE_MEAN,
             Pooling::Cls => sys::LLAMA_POOLING_TYPE_CLS,
             Pooling::Last => sys::LLAMA_POOLING_TYPE_LAST,
+            Pooling::Rank => sys::LLAMA_POOLING_TYPE_RANK,
         }
     }
 }
@@ -352,6 +358,8 @@ pub struct Context<'m> {
     n_seq_max: u32,
     n_batch: u32,
     n_ubatch: u32,
+    /// How an embedding decode pools (what `embedding_seq` reads).
+    pooling: Pooling,
     /// Which entries of the last decoded batch have logits a sampler may read.
     logits: Vec<bool>,
     /// The context's CPU backend (owned by llama.cpp, freed with the context), and
@@ -447,6 +455,7 @@ impl<'m> Context<'m> {
             n_seq_max,
             n_batch,
             n_ubatch,
+            pooling: params.pooling,
             logits: Vec::new(),
             cpu_backend,
             reference_kernels: false,
@@ -663,20 +672,30 @@ impl<'m> Context<'m> {
         unsafe { sys::llama_set_embeddings(self.raw.as_ptr(), on) }
     }
 
+    /// How an embedding decode pools (`--pooling`, fixed at creation).
+    pub fn pooling(&self) -> Pooling {
+        self.pooling
+    }
+
     /// The pooled embedding of sequence `seq` from the last decode, which must have
-    /// run with embeddings on (`None` otherwise, or for a sequence it did not hold).
+    /// run with embeddings on (`None` otherwise, or for a sequence it did not hold):
+    /// `n_embd` floats, or with [`Pooling::Rank`] the model's `n_cls_out` scores.
     pub fn embedding_seq(&self, seq: i32) -> Option<Vec<f32>> {
         if !self.is_seq(seq) {
             return None;
         }
-        let n_embd = usize::try_from(self.model().n_embd()).ok()?;
+        let n_out = match self.pooling {
+            Pooling::Rank => usize::try_from(self.model().n_cls_out()).ok()?,
+            _ => usize::try_from(self.model().n_embd()).ok()?,
+        };
         // SAFETY: `raw` is valid and `seq` one of its sequences (checked above);
         // llama.cpp returns null unless the last decode pooled that sequence, else a
-        // pointer to `n_embd` floats it owns until the next decode. They are copied
-        // out at once.
+        // pointer to the floats it owns until the next decode: `n_embd` of them, or
+        // `n_cls_out` under rank pooling (llama.cpp sizes the sequence's output by
+        // the pooling type). They are copied out at once.
         unsafe {
             let ptr = sys::llama_get_embeddings_seq(self.raw.as_ptr(), seq);
-            (!ptr.is_null()).then(|| std::slice::from_raw_parts(ptr, n_embd).to_vec())
+            (!ptr.is_null()).then(|| std::slice::from_raw_parts(ptr, n_out).to_vec())
         }
     }
 

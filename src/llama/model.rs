@@ -317,6 +317,41 @@ impl Model {
         unsafe { sys::llama_vocab_get_add_eos(self.vocab.as_ptr()) }
     }
 
+    /// Whether the tokenizer puts a separator token between two texts of a pair
+    /// (BERT-style rerankers).
+    pub fn adds_sep(&self) -> bool {
+        // SAFETY: `vocab` is valid for the lifetime of `self`.
+        unsafe { sys::llama_vocab_get_add_sep(self.vocab.as_ptr()) }
+    }
+
+    /// The end-of-sequence token, else the separator (a BERT vocabulary has no
+    /// EOS); `None` where the model has neither.
+    pub fn eos_or_sep(&self) -> Option<Token> {
+        // SAFETY: `vocab` is valid for the lifetime of `self`.
+        let (eos, sep) = unsafe {
+            (
+                sys::llama_vocab_eos(self.vocab.as_ptr()),
+                sys::llama_vocab_sep(self.vocab.as_ptr()),
+            )
+        };
+        [eos, sep]
+            .into_iter()
+            .find(|&t| t >= 0 && t < self.n_vocab())
+    }
+
+    /// The separator token, `None` where the model has none.
+    pub fn sep(&self) -> Option<Token> {
+        // SAFETY: `vocab` is valid for the lifetime of `self`.
+        let sep = unsafe { sys::llama_vocab_sep(self.vocab.as_ptr()) };
+        (sep >= 0 && sep < self.n_vocab()).then_some(sep)
+    }
+
+    /// How many scores a reranker's classification head gives (1 without one).
+    pub fn n_cls_out(&self) -> u32 {
+        // SAFETY: `raw` is a valid model for the lifetime of `self`.
+        unsafe { sys::llama_model_n_cls_out(self.raw.as_ptr()) }
+    }
+
     /// Whether the tokenizer is byte-level BPE or SentencePiece (the kinds whose
     /// special-token fragments are tokenized independently of each other).
     pub fn fragments_independent(&self) -> bool {
@@ -502,9 +537,22 @@ impl Model {
 
     /// The Jinja chat template stored in the GGUF file, if any.
     pub fn chat_template(&self) -> Option<String> {
-        // SAFETY: a null name asks for the default template; the returned pointer is owned
-        // by the model's metadata (or null) and valid while the model lives.
-        let tmpl = unsafe { sys::llama_model_chat_template(self.raw.as_ptr(), std::ptr::null()) };
+        self.named_template(None)
+    }
+
+    /// A reranker's prompt (`tokenizer.chat_template.rerank`), if the GGUF file
+    /// has one: text with `{query}` and `{document}` to fill in.
+    pub fn rerank_template(&self) -> Option<String> {
+        self.named_template(Some(c"rerank"))
+    }
+
+    /// The chat template called `name` in the GGUF file (`None`: the default one).
+    fn named_template(&self, name: Option<&CStr>) -> Option<String> {
+        let name = name.map_or(std::ptr::null(), CStr::as_ptr);
+        // SAFETY: `name` is null (the default template) or a NUL-terminated string that
+        // outlives the call; the returned pointer is owned by the model's metadata (or
+        // null) and valid while the model lives.
+        let tmpl = unsafe { sys::llama_model_chat_template(self.raw.as_ptr(), name) };
         if tmpl.is_null() {
             return None;
         }

@@ -42,13 +42,22 @@ pub(crate) struct ApiServer {
 
 impl ApiServer {
     fn start(args: &[&str]) -> ApiServer {
+        ApiServer::start_in(args, &[])
+    }
+
+    /// A server started with `args` and these environment variables set.
+    fn start_in(args: &[&str], env: &[(&str, &str)]) -> ApiServer {
         let sandbox = Sandbox::new("apiserver");
         let mut all = vec!["--server", "--port", "0"];
         if args.contains(&"--use-tools") && !args.iter().any(|a| a.starts_with("--auth-token")) {
             all.extend_from_slice(&["--auth-token", crate::harness::TOKEN]);
         }
         all.extend_from_slice(args);
-        let mut child = sandbox.spawn(&all);
+        let mut command = sandbox.command_of(env!("CARGO_BIN_EXE_shepherd"), &all);
+        let mut child = command
+            .envs(env.iter().copied())
+            .spawn()
+            .expect("spawn shepherd");
         let (address, log) = crate::harness::wait_listening(&mut child);
         let addr = address.trim_start_matches("http://").to_string();
         let server = ApiServer {
@@ -84,7 +93,16 @@ impl ApiServer {
         ApiServer::on_gguf(&test_model(), extra)
     }
 
+    /// A server on the test model with these environment variables set.
+    pub(crate) fn with_model_env(extra: &[&str], env: &[(&str, &str)]) -> ApiServer {
+        ApiServer::on_gguf_in(&test_model(), extra, env)
+    }
+
     fn on_gguf(model: &std::path::Path, extra: &[&str]) -> ApiServer {
+        ApiServer::on_gguf_in(model, extra, &[])
+    }
+
+    fn on_gguf_in(model: &std::path::Path, extra: &[&str], env: &[(&str, &str)]) -> ApiServer {
         let model = model.to_str().expect("UTF-8 model path").to_string();
         let mut args = vec![
             "--backend",
@@ -95,7 +113,7 @@ impl ApiServer {
             crate::harness::MODEL_THREADS,
         ];
         args.extend_from_slice(extra);
-        ApiServer::start(&args)
+        ApiServer::start_in(&args, env)
     }
 
     pub(crate) fn url(&self, path: &str) -> String {

@@ -16,6 +16,7 @@ mod hostile;
 mod llama_compat;
 mod llama_monitoring;
 mod llama_progress;
+mod llama_rerank;
 mod llama_routes;
 mod llama_sleep;
 mod loading;

@@ -72,7 +72,7 @@ use crate::llama::{CacheType, GpuSplit, LoadProgress, Model, ModelParams, Poolin
 use crate::stream::filter::{OutputFilter, TextEnd};
 use crate::template::{self, ChatTemplate, TemplateMessage};
 use crate::util::dirs::{model_cache_dir, DEFAULT_MODEL_FILE};
-pub use model::{DecodeFigures, EmbedInput, LocalModel, ModelError, ModelProps};
+pub use model::{DecodeFigures, EmbedInput, LocalModel, ModelError, ModelProps, NOT_RERANKING};
 pub use residency::Residency;
 use residency::{IdleTimer, Served};
 pub use slots::files::SlotReport;

@@ -19,6 +19,13 @@
 //! not, keep theirs. llama.cpp pools within one physical batch, so an input
 //! may have at most `n_ubatch` tokens. Vectors are L2-normalised, as OpenAI's
 //! are and llama-server's are by default.
+//!
+//! **Reranking** is the same path with `--pooling rank`: each input is a
+//! query and a document ([`EmbedInput::Pair`]), tokenized as llama-server
+//! does ([`pair_tokens`]), and what llama.cpp pools is the model's relevance
+//! score, passed on as it is (never normalised). Under rank pooling only pairs
+//! are taken, and pairs only under it: a vector of scores is no embedding, and
+//! a score needs a reranker's pooling.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -37,12 +44,15 @@ pub enum EmbedInput {
     Text(String),
     /// Token ids, used as they are.
     Tokens(Vec<Token>),
+    /// A query and a document to score (`--pooling rank`).
+    Pair { query: String, document: String },
 }
 
 /// One input's embedding.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Embedding {
-    /// L2-normalised, `n_embd` long.
+    /// L2-normalised, `n_embd` long; under rank pooling the pair's scores as the
+    /// model gives them (`n_cls_out` long, the first the relevance).
     pub vector: Vec<f32>,
     /// The tokens the input had.
     pub n_tokens: usize,
@@ -394,12 +404,63 @@ pub(super) fn detokenize(model: &Model, tokens: &[Token]) -> Result<String, Mode
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
-/// Every input's tokens, checked before anything is decoded.
+/// What the context's pooling takes: pairs under rank pooling, else texts and
+/// token ids (the routes check first; this keeps every caller to it).
+fn check_pooling(pooling: Pooling, inputs: &[EmbedInput]) -> Result<(), ModelError> {
+    let is_pair = |input: &EmbedInput| matches!(input, EmbedInput::Pair { .. });
+    match pooling {
+        Pooling::Rank if !inputs.iter().all(is_pair) => Err(ModelError::Invalid {
+            index: None,
+            message: RANK_NOT_EMBEDDINGS.into(),
+        }),
+        Pooling::Rank => Ok(()),
+        _ if inputs.iter().any(is_pair) => Err(ModelError::Unsupported(NOT_RERANKING.into())),
+        _ => Ok(()),
+    }
+}
+
+/// Why a server started with `--pooling rank` makes no embeddings.
+const RANK_NOT_EMBEDDINGS: &str = "this server scores query and document pairs (--pooling rank): its pooled outputs are relevance scores, not embeddings; use /rerank, or start it with --pooling mean, cls or last for embeddings";
+
+/// Why a server without rank pooling does not rerank (llama-server's words, and ours).
+pub const NOT_RERANKING: &str = "This server does not support reranking. Start it with `--reranking` (or `--pooling rank`) and a reranker model";
+
+/// A query and document's tokens, as llama-server makes them: the model's
+/// `rerank` template with both filled in (its special-token markup parsed), else
+/// BOS, the query, EOS, SEP, the document, EOS, each special token where the
+/// vocabulary adds it (EOS falling back to SEP), the texts tokenized plainly.
+pub(super) fn pair_tokens(
+    model: &Model,
+    query: &str,
+    document: &str,
+) -> Result<Vec<Token>, ModelError> {
+    let failed = |e: crate::llama::error::TokenizeError| ModelError::Failed(e.to_string());
+    if let Some(template) = model.rerank_template() {
+        let prompt = template
+            .replace("{query}", query)
+            .replace("{document}", document);
+        return model.tokenize(&prompt, false).map_err(failed);
+    }
+    let eos = model.adds_eos().then(|| model.eos_or_sep()).flatten();
+    let sep = model.adds_sep().then(|| model.sep()).flatten();
+    let mut tokens: Vec<Token> = model.bos_added().into_iter().collect();
+    tokens.extend(model.tokenize_plain(query).map_err(failed)?);
+    tokens.extend(eos);
+    tokens.extend(sep);
+    tokens.extend(model.tokenize_plain(document).map_err(failed)?);
+    tokens.extend(eos);
+    Ok(tokens)
+}
+
+/// Every input's tokens, checked before anything is decoded: what `pooling`
+/// takes, in the vocabulary, and short enough.
 pub(super) fn input_tokens(
     model: &Model,
+    pooling: Pooling,
     inputs: &[EmbedInput],
     max_tokens: usize,
 ) -> Result<Vec<Vec<Token>>, ModelError> {
+    check_pooling(pooling, inputs)?;
     let mut out = Vec::with_capacity(inputs.len());
     for (index, input) in inputs.iter().enumerate() {
         let tokens = match input {
@@ -407,6 +468,7 @@ pub(super) fn input_tokens(
                 .tokenize(text, true)
                 .map_err(|e| ModelError::Failed(e.to_string()))?,
             EmbedInput::Tokens(tokens) => tokens.clone(),
+            EmbedInput::Pair { query, document } => pair_tokens(model, query, document)?,
         };
         check_tokens(model, &tokens, Some(index))?;
         let invalid = |message: String| {
@@ -430,7 +492,7 @@ pub(super) fn input_tokens(
 }
 
 /// The embedding of `tokens`, decoded in sequence `seq`, which is cleared
-/// before and after.
+/// before and after: normalised, but for rank pooling's scores.
 pub(super) fn embed(
     ctx: &mut Context<'_>,
     batch: &mut Batch,
@@ -451,6 +513,7 @@ pub(super) fn embed(
     ctx.truncate_seq(seq, 0);
     batch.clear();
     match vector {
+        Ok(Some(scores)) if ctx.pooling() == Pooling::Rank => Ok(scores),
         Ok(Some(vector)) => Ok(normalize(vector)),
         Ok(None) => Err(ModelError::Failed(
             "llama.cpp returned no pooled embedding".into(),

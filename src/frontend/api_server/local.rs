@@ -24,7 +24,7 @@ use crate::frontend::http::{Request, Responder};
 use crate::llama::{SamplerParams, Token};
 
 /// Most inputs one embeddings request may carry (OpenAI's limit).
-const MAX_INPUTS: usize = 2048;
+pub(super) const MAX_INPUTS: usize = 2048;
 
 /// A checked `/v1/embeddings` request.
 #[derive(Debug, PartialEq)]
@@ -115,6 +115,7 @@ fn embedding_inputs(input: Option<&Value>, name: &str) -> Result<Vec<EmbedInput>
         let empty = match input {
             EmbedInput::Text(text) => text.is_empty(),
             EmbedInput::Tokens(tokens) => tokens.is_empty(),
+            EmbedInput::Pair { .. } => false,
         };
         if empty {
             return Err(ApiError::invalid(name, format!("input {i} is empty")));

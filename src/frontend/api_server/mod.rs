@@ -16,9 +16,11 @@
 //! With the in-process model also `POST /v1/embeddings`, and llama-server's
 //! `POST /embedding` (its own shape; `POST /embeddings` too for a body with
 //! `content`, else OpenAI's), `POST /tokenize`, `POST /detokenize`,
-//! `POST /apply-template`, `GET /props` and `GET /slots` ([`local`]) and its own
-//! `POST /completion` ([`native`]); other backends answer those, and
-//! `/v1/completions`, with 501.
+//! `POST /apply-template`, `GET /props` and `GET /slots` ([`local`]; a 501 with
+//! `--no-slots`), its own `POST /completion` ([`native`]) and, on a reranker
+//! started with `--pooling rank`, `POST /rerank` ([`rerank`]); other backends
+//! answer those, and `/v1/completions`, with 501. With `AIP_MODE=PREDICTION`,
+//! Vertex AI's `POST /predict` runs instances through these routes ([`predict`]).
 //! Ollama's API (`/api/chat`, `/api/generate`, `/api/tags`, `/api/show`,
 //! `/api/ps`, `/api/version`, `/api/embed`, `/api/embeddings`, `/api/pull`,
 //! `/api/copy`, `/api/delete`) is [`ollama`].
@@ -52,6 +54,8 @@ mod native;
 mod ollama;
 mod openai;
 mod pool;
+mod predict;
+mod rerank;
 mod responses;
 mod serve;
 mod stored;
@@ -194,6 +198,10 @@ pub struct ApiServer {
     /// The models directories (`models_dir`, then the model cache): `/api/tags`
     /// lists their GGUF files; `/api/pull` writes into the first.
     models_dirs: Vec<std::path::PathBuf>,
+    /// `GET /slots` is served (`--slots`, the default; `--no-slots`: 501).
+    slots: bool,
+    /// Vertex AI's routes (`AIP_MODE=PREDICTION`).
+    vertex: Option<crate::config::resolve::VertexRoutes>,
 }
 
 /// Warns of the hosted tools a request offered and this server dropped: a
@@ -275,6 +283,8 @@ impl ApiServer {
             started: now_secs(),
             next_id: AtomicU64::new(1),
             models_dirs: Vec::new(),
+            slots: true,
+            vertex: None,
         }
     }
 
@@ -539,8 +549,16 @@ impl ApiServer {
         }
     }
 
-    /// `GET /slots`, and `POST /slots/{id}?action=...` (see [`local::slot_action`]).
+    /// `GET /slots` (a 501 with `--no-slots`, llama-server's words), and
+    /// `POST /slots/{id}?action=...` (see [`local::slot_action`]).
     fn slots(&self, request: &Request, responder: Responder) {
+        if request.method == "GET" && !self.slots {
+            let message = "This server does not support slots endpoint. Start it with `--slots`";
+            return self.refuse(
+                responder,
+                &ApiError::new(501, "not_supported_error", message),
+            );
+        }
         let Some((_, model, responder)) = self.local_model("/slots", responder) else {
             return;
         };
@@ -638,6 +656,9 @@ impl Handler for ApiServer {
             ("POST", "/completion") => self.native_completion(&request, responder),
             ("POST", "/infill") => self.infill(&request, responder),
             ("POST", "/apply-template") => self.apply_template(&request, responder),
+            ("POST", route @ ("/rerank" | "/reranking" | "/v1/rerank" | "/v1/reranking")) => {
+                self.rerank(route, &request, responder)
+            }
             ("POST", "/api/chat") => {
                 self.ollama_generation(ollama::Route::Chat, &request, responder)
             }
@@ -680,11 +701,19 @@ impl Handler for ApiServer {
                 | "/slots"
                 | "/completion"
                 | "/infill"
-                | "/apply-template",
+                | "/apply-template"
+                | "/rerank"
+                | "/reranking"
+                | "/v1/rerank"
+                | "/v1/reranking",
             ) => {
                 let error = ApiError::new(405, "invalid_request_error", "method not allowed");
                 responder.json_with(405, &error.openai_body(), &[]);
             }
+            (method, path) if self.vertex_route(method, path) => match method {
+                "POST" => self.predict(&request, responder),
+                _ => self.health(responder),
+            },
             _ => {
                 let Some(responder) = ui::route(&request, responder) else {
                     return;
@@ -709,6 +738,22 @@ enum CountRoute {
     Chat,
     Messages,
     Responses,
+}
+
+impl ApiServer {
+    /// Whether `path` is Vertex AI's predict route (`POST`) or its health route
+    /// (`GET`). Matched after every route of this server's own, so a Vertex
+    /// route that names one of them never shadows it (nor runs itself).
+    fn vertex_route(&self, method: &str, path: &str) -> bool {
+        let Some(vertex) = &self.vertex else {
+            return false;
+        };
+        match method {
+            "POST" => vertex.predict == path,
+            "GET" => vertex.health.as_deref() == Some(path),
+            _ => false,
+        }
+    }
 }
 
 /// What built the answers (`system_fingerprint`, `/props`' `build_info`): this
@@ -850,6 +895,8 @@ pub fn run(settings: &Settings) -> i32 {
     };
     let mut api = ApiServer::new(server.responses_store);
     api.models_dirs = settings.local.models_dirs.clone();
+    api.slots = server.slots;
+    api.vertex = server.vertex.clone();
     if settings.use_tools {
         api.agent_api = Some(super::wiring::agent_api_for(settings));
     }

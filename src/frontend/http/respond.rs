@@ -1,7 +1,9 @@
 //! Answering: the one [`Responder`] of a request (JSON and text answers, the
 //! CORS preflight, keep-alive or a graceful close), [`SseStream`] for streamed
 //! answers, whether a client went away, the status reasons and error bodies,
-//! and the access-log line written when an answer is done.
+//! and the access-log line written when an answer is done. A responder may
+//! also answer a request made inside another ([`Responder::capture`]): its
+//! answer comes back to the caller instead of going out.
 
 use super::*;
 
@@ -198,6 +200,13 @@ pub(super) fn write_answer(
     out.flush()
 }
 
+/// A whole answer given to a [`Responder::capture`] responder.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Captured {
+    pub status: u16,
+    pub body: Vec<u8>,
+}
+
 /// Answers one request, once.
 pub struct Responder {
     pub(super) stream: Option<Arc<TcpStream>>,
@@ -208,12 +217,49 @@ pub struct Responder {
     pub(super) kept: Option<Arc<AtomicBool>>,
     /// Headers every answer of this request carries (`Warning`).
     pub(super) added: Vec<(&'static str, String)>,
+    /// Where the answer goes instead of the client (a request inside another).
+    pub(super) capture: Option<crossbeam_channel::Sender<Captured>>,
 }
 
 impl Responder {
     /// Adds a header to whatever answer this request gets, whole or streamed.
     pub fn add_header(&mut self, name: &'static str, value: String) {
         self.added.push((name, value));
+    }
+
+    /// A responder for a request made inside this one (Vertex AI's `/predict`
+    /// sends each instance through its route): its whole answer comes back on
+    /// the receiver instead of going out, and it sees this request's client go
+    /// (without reading what that client sends next). It cannot stream.
+    pub fn capture(
+        &self,
+        method: &str,
+        path: &str,
+    ) -> (Responder, crossbeam_channel::Receiver<Captured>) {
+        let (answer, answered) = crossbeam_channel::bounded(1);
+        let responder = Responder {
+            stream: self.stream.clone(),
+            log: AccessLog::new(method, path, Instant::now()),
+            cors_origin: None,
+            kept: Some(Arc::new(AtomicBool::new(false))),
+            added: Vec::new(),
+            capture: Some(answer),
+        };
+        (responder, answered)
+    }
+
+    /// Hands a captured responder's answer back; `false` for one that answers a client.
+    fn captured(&mut self, status: u16, body: &[u8]) -> bool {
+        let Some(capture) = self.capture.take() else {
+            return false;
+        };
+        self.log.status = status;
+        self.stream = None;
+        let _ = capture.send(Captured {
+            status,
+            body: body.to_vec(),
+        });
+        true
     }
 
     fn base_headers(&self) -> Vec<(&'static str, String)> {
@@ -250,6 +296,9 @@ impl Responder {
         body: &str,
         extra: &[(&'static str, String)],
     ) {
+        if self.captured(status, body.as_bytes()) {
+            return;
+        }
         self.log.status = status;
         let Some(stream) = self.stream.take() else {
             return;
@@ -317,6 +366,9 @@ impl Responder {
     }
 
     fn send(mut self, status: u16, extra: &[(&'static str, String)], body: &[u8]) {
+        if self.captured(status, body) {
+            return;
+        }
         self.log.status = status;
         let Some(stream) = self.stream.take() else {
             return;
@@ -351,6 +403,10 @@ impl Responder {
     }
 
     fn stream_as(mut self, content_type: &str, ndjson: bool) -> io::Result<SseStream> {
+        if self.capture.is_some() {
+            let message = "an answer given back to its caller cannot stream";
+            return Err(io::Error::new(io::ErrorKind::Unsupported, message));
+        }
         self.log.status = 200;
         let stream = self
             .stream

@@ -32,7 +32,7 @@ impl Worker<'_> {
         inputs: &[EmbedInput],
     ) -> Result<Vec<Embedding>, ModelError> {
         let max_tokens = (self.ctx.n_ubatch() as usize).min(self.n_ctx_slot);
-        let inputs = model::input_tokens(self.model(), inputs, max_tokens)?;
+        let inputs = model::input_tokens(self.model(), self.ctx.pooling(), inputs, max_tokens)?;
         let slot = &mut self.slots[index];
         slot.mirror.clear();
         slot.next_turn = None;

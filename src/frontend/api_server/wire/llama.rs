@@ -1,6 +1,7 @@
 //! llama-server's own shapes: `/tokenize`, `/detokenize`, `/props`, `/slots`
 //! and its slot actions, `/completion` and its stream, `/embedding` and
-//! `/apply-template`.
+//! `/apply-template`, `/rerank` (Jina's and TEI's shapes, as llama-server
+//! answers them) and Vertex AI's `/predict`.
 
 use serde::Serialize;
 
@@ -259,4 +260,51 @@ pub struct Embedding {
 #[derive(Debug, Serialize)]
 pub struct Applied {
     pub prompt: String,
+}
+
+/// `POST /rerank` in Jina's (and Cohere's) shape: the documents by relevance.
+#[derive(Debug, Serialize)]
+pub struct Reranked<'a> {
+    pub model: &'a str,
+    pub object: &'static str,
+    pub usage: RerankUsage,
+    pub results: Vec<Ranked<'a>>,
+}
+
+/// The tokens a rerank read (query and document, every pair).
+#[derive(Debug, Serialize)]
+pub struct RerankUsage {
+    pub prompt_tokens: u64,
+    pub total_tokens: u64,
+}
+
+/// One document's place in Jina's shape; `document` with `return_documents`.
+#[derive(Debug, Serialize)]
+pub struct Ranked<'a> {
+    pub index: usize,
+    pub relevance_score: f32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub document: Option<DocumentText<'a>>,
+}
+
+/// `{"text": ...}`, a document as Jina returns it.
+#[derive(Debug, Serialize)]
+pub struct DocumentText<'a> {
+    pub text: &'a str,
+}
+
+/// One text's place in TEI's shape (the answer is a bare list of them);
+/// `text` with `return_text`.
+#[derive(Debug, Serialize)]
+pub struct TeiRanked<'a> {
+    pub index: usize,
+    pub score: f32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text: Option<&'a str>,
+}
+
+/// Vertex AI's `/predict` answer: each instance's answer body, in order.
+#[derive(Debug, Serialize)]
+pub struct Predictions {
+    pub predictions: Vec<serde_json::Value>,
 }
