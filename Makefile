@@ -506,7 +506,9 @@ STATIC_BIN ?= dist/shepherd
 STATIC_RUSTFLAGS := $(if $(CUDA),,-C target-feature=+crt-static)
 COMMA := ,
 STATIC_FEATURES := --features $(if $(CUDA),static$(COMMA)cuda,static)
-MAX_STATIC_MB ?= 18
+# The CPU binary was 18.09 MB on 2026-11-29 (llama.cpp and every route of the servers):
+# the cap keeps growth visible, not a target.
+MAX_STATIC_MB ?= 20
 DIST_NAME := shepherd-$(VERSION)-x86_64-linux$(if $(CUDA),-cuda,)
 PREFIX ?= /usr/local
 DESTDIR ?=

@@ -90,6 +90,11 @@ pub(crate) fn render(
 }
 
 /// [`render`], with or without the assistant's opening at the end.
+///
+/// A conversation that ends with an assistant's text (no calls) after other
+/// messages is continued, as llama-server continues it (its "prefill"): the
+/// messages before it are rendered with the assistant's opening, and its text
+/// follows that opening unclosed, so the model writes on from its last word.
 pub(crate) fn render_turn(
     template: &ChatTemplate,
     conversation: &[TemplateMessage],
@@ -97,9 +102,22 @@ pub(crate) fn render_turn(
     kwargs: &Map<String, Value>,
     generation_prompt: bool,
 ) -> Result<String, BackendError> {
-    prepare_turn(template, conversation, tools, kwargs, generation_prompt)
+    let (head, prefill) = match conversation {
+        [head @ .., last]
+            if generation_prompt
+                && !head.is_empty()
+                && last.role == "assistant"
+                && last.tool_calls.as_ref().is_none_or(Vec::is_empty) =>
+        {
+            (head, last.content.as_str())
+        }
+        _ => (conversation, ""),
+    };
+    let mut prompt = prepare_turn(template, head, tools, kwargs, generation_prompt)
         .render()
-        .map_err(|e| BackendError::Config(e.to_string()))
+        .map_err(|e| BackendError::Config(e.to_string()))?;
+    prompt.push_str(prefill);
+    Ok(prompt)
 }
 
 /// What [`render`] renders: the template's own tool handling where it describes tools,

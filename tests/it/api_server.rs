@@ -742,6 +742,38 @@ fn a_streaming_client_that_hangs_up_frees_its_slot() {
     assert_eq!(status, 200, "{answer}");
 }
 
+/// A client of a whole (not streamed) answer that hangs up while tokens keep
+/// coming frees its slot at once: it is looked at while the answer runs, not
+/// only when the model goes quiet (llama-server's `test_cancel_request`).
+#[test]
+fn a_client_of_a_whole_answer_that_hangs_up_mid_answer_frees_its_slot() {
+    let server = ApiServer::with_model(&["--context-size", "4096"]);
+    // About 3,000 tokens: half a minute or more on this model, were it not stopped.
+    let body = json!({"prompt": "I believe the meaning of life is", "n_predict": 3000,
+                      "ignore_eos": true, "temperature": 0})
+    .to_string();
+    let mut client = TcpStream::connect(server.base.trim_start_matches("http://")).unwrap();
+    let request = format!(
+        "POST /completion HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    client.write_all(request.as_bytes()).unwrap();
+    let decoding = || {
+        let (status, slots) = server.get("/slots");
+        let slots: Value = serde_json::from_str(&slots).unwrap_or_default();
+        status == 200 && slots[0]["n_decoded"].as_u64().unwrap_or(0) >= 5
+    };
+    assert!(poll_until(Duration::from_secs(30), decoding), "decoding");
+    drop(client);
+    assert!(
+        poll_until(Duration::from_secs(5), || server
+            .metric("shepherd_requests_running")
+            == 0.0),
+        "the slot is freed"
+    );
+    assert_eq!(server.metric("shepherd_requests_cancelled_total"), 1.0);
+}
+
 #[test]
 fn with_a_token_every_route_but_health_needs_it() {
     if !have_curl() {

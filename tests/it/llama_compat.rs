@@ -4,7 +4,7 @@
 //! objects, `post_sampling_probs` and `ignore_eos`; `/v1/embeddings` inputs of
 //! content parts; `--alias` lists; `/v1/chat/completions/input_tokens`; two
 //! assistant turns at the end of a chat, or `continue_final_message` with
-//! `add_generation_prompt`.
+//! `add_generation_prompt`; one final assistant turn continued from its last word.
 
 use serde_json::{json, Value};
 
@@ -259,4 +259,46 @@ fn two_assistant_turns_at_the_end_are_a_400_as_llama_server_answers() {
         let (status, answer) = server.post("/v1/chat/completions", &request);
         assert_eq!(status, 200, "{messages}: {answer}");
     }
+}
+
+#[test]
+fn a_final_assistant_turn_is_continued_from_its_last_word() {
+    let server = ApiServer::with_model(&["--context-size", "2048", "--chat-template", "llama3"]);
+    let opening = "<|start_header_id|>user<|end_header_id|>\n\nWhat is the best book<|eot_id|>\
+                   <|start_header_id|>assistant<|end_header_id|>\n\n";
+    for (prefill, continued) in [
+        (json!("Whill"), "Whill"),
+        (
+            json!([{"type": "text", "text": "Wh"}, {"type": "text", "text": "ill"}]),
+            "Wh\n\nill",
+        ),
+    ] {
+        let messages = json!([
+            {"role": "system", "content": "Book"},
+            {"role": "user", "content": "What is the best book"},
+            {"role": "assistant", "content": prefill},
+        ]);
+        // The template's opening of the assistant's turn, then its text, unclosed.
+        let (status, rendered) = server.post("/apply-template", &json!({ "messages": messages }));
+        assert_eq!(status, 200, "{rendered}");
+        let prompt = rendered["prompt"].as_str().expect("prompt");
+        assert!(
+            prompt.ends_with(&format!("{opening}{continued}")),
+            "{prompt:?}"
+        );
+        // The answer is decoded after that prompt (llama-server's `__verbose`).
+        let request = json!({"messages": messages, "max_tokens": 2, "verbose": true});
+        let (status, answer) = server.post("/v1/chat/completions", &request);
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(answer["__verbose"]["prompt"], json!(prompt), "{answer}");
+    }
+    // A turn ending with the user's message is opened as before.
+    let (_, fresh) = server.post(
+        "/apply-template",
+        &json!({"messages": [{"role": "user", "content": "What is the best book"}]}),
+    );
+    assert!(
+        fresh["prompt"].as_str().expect("prompt").ends_with(opening),
+        "{fresh}"
+    );
 }

@@ -130,7 +130,7 @@ fn content_input(item: &Value, name: &str) -> Result<EmbedInput, ApiError> {
     let f = Fields::of(item, name)?;
     let parts =
         (f.array("content")?).ok_or_else(|| f.missing("content", "an array of text parts"))?;
-    super::openai::text_parts(parts, &f.name("content")).map(EmbedInput::Text)
+    super::openai::text_parts(parts, &f.name("content"), "").map(EmbedInput::Text)
 }
 
 /// Token ids: integers in `i32` (the vocabulary check comes later).

@@ -404,7 +404,7 @@ fn messages(f: &Fields<'_>) -> Result<(Option<String>, Vec<Message>), ApiError> 
                 let text = content(&m)?.ok_or_else(|| m.missing("content", "text"))?;
                 out.push(Message::user(text));
             }
-            "assistant" => out.push(assistant(&m, &out)?),
+            "assistant" => out.push(assistant(&m, &out, i + 1 == items.len())?),
             "tool" => out.push(tool_result(&m, &out)?),
             "function" => out.push(function_result(&m, &out)?),
             other => {
@@ -420,13 +420,19 @@ fn messages(f: &Fields<'_>) -> Result<(Option<String>, Vec<Message>), ApiError> 
     Ok((system, out))
 }
 
-/// `content` as text: a string or an array of text parts.
+/// `content` as text: a string or an array of text parts, joined with a
+/// newline as llama-server joins them for a template that reads text.
 fn content(m: &Fields<'_>) -> Result<Option<String>, ApiError> {
+    content_joined(m, "\n")
+}
+
+/// [`content`], its text parts joined with `delimiter`.
+fn content_joined(m: &Fields<'_>, delimiter: &str) -> Result<Option<String>, ApiError> {
     let name = m.name("content");
     match m.get("content") {
         None => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(Value::Array(parts)) => text_parts(parts, &name).map(Some),
+        Some(Value::Array(parts)) => text_parts(parts, &name, delimiter).map(Some),
         Some(_) => Err(ApiError::invalid(
             &name,
             format!("'{name}' must be a string or an array of text parts"),
@@ -434,13 +440,19 @@ fn content(m: &Fields<'_>) -> Result<Option<String>, ApiError> {
     }
 }
 
-/// The text of content `parts` (field `name`), joined: only text parts.
-pub(super) fn text_parts(parts: &[Value], name: &str) -> Result<String, ApiError> {
+/// The text of content `parts` (field `name`), joined with `delimiter`: only
+/// text parts.
+pub(super) fn text_parts(parts: &[Value], name: &str, delimiter: &str) -> Result<String, ApiError> {
     let mut text = String::new();
     for (j, part) in parts.iter().enumerate() {
         let p = Fields::of(part, &format!("{name}[{j}]"))?;
         match p.required_str("type")? {
-            "text" => text.push_str(p.required_str("text")?),
+            "text" => {
+                if j > 0 {
+                    text.push_str(delimiter);
+                }
+                text.push_str(p.required_str("text")?)
+            }
             other => {
                 return Err(ApiError::invalid(
                     &p.name("type"),
@@ -455,8 +467,11 @@ pub(super) fn text_parts(parts: &[Value], name: &str) -> Result<String, ApiError
 /// An assistant turn: its text, reasoning and tool calls (`function` and
 /// `custom` ones, and the legacy `function_call`, whose id is made up from the
 /// calls before it: `call_fn_N`).
-fn assistant(m: &Fields<'_>, earlier: &[Message]) -> Result<Message, ApiError> {
-    let mut message = Message::assistant(content(m)?.unwrap_or_default());
+/// The final one, which the model continues, joins its text parts with a
+/// blank line, as llama-server's continuation does.
+fn assistant(m: &Fields<'_>, earlier: &[Message], last: bool) -> Result<Message, ApiError> {
+    let delimiter = if last { "\n\n" } else { "\n" };
+    let mut message = Message::assistant(content_joined(m, delimiter)?.unwrap_or_default());
     if let Some(reasoning) = m.str("reasoning_content")? {
         message.thinking = Some(reasoning.to_string());
     }

@@ -12,6 +12,7 @@
 
 use std::io;
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use crossbeam_channel::{RecvTimeoutError, Select};
 
@@ -467,15 +468,22 @@ impl ApiServer {
     ) -> Option<Result<(Assembler, Reply), ApiError>> {
         let mut text = Assembler::new();
         let mut next = Some(first);
+        // Tokens may come faster than TICK for as long as the answer runs: the
+        // client is looked at every TICK all the same, so one that left frees its
+        // slot at once rather than when the answer ends.
+        let mut looked = Instant::now();
         loop {
+            if looked.elapsed() >= TICK {
+                looked = Instant::now();
+                if responder.client_gone() {
+                    self.metrics.cancelled.fetch_add(1, Ordering::Relaxed);
+                    return None;
+                }
+            }
             let out = match next.take() {
                 Some(out) => out,
                 None => match ticket.events.recv_timeout(TICK) {
                     Ok(out) => out,
-                    Err(RecvTimeoutError::Timeout) if responder.client_gone() => {
-                        self.metrics.cancelled.fetch_add(1, Ordering::Relaxed);
-                        return None;
-                    }
                     Err(RecvTimeoutError::Timeout) => continue,
                     Err(RecvTimeoutError::Disconnected) => {
                         let error = ApiError::new(500, "server_error", "the worker stopped");
