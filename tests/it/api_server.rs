@@ -459,12 +459,7 @@ fn a_full_queue_answers_503_with_retry_after_and_a_gone_client_frees_its_entry()
         "every slot is busy upstream"
     );
     // A raw client takes the one queue entry, then hangs up.
-    let mut queued = TcpStream::connect(server.base.trim_start_matches("http://")).unwrap();
-    let request = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    queued.write_all(request.as_bytes()).unwrap();
+    let queued = raw_post(&server, "/v1/chat/completions", &body);
     assert!(poll_until(Duration::from_secs(10), || server
         .metric("shepherd_queue_depth")
         == 1.0));
@@ -711,22 +706,20 @@ fn use_tools_runs_shepherds_tools_and_streams_them_as_content() {
     assert_eq!(messages.last().unwrap()["tool_call_id"], "call_1");
 }
 
-#[test]
-fn a_streaming_client_that_hangs_up_frees_its_slot() {
-    let server = ApiServer::with_model(&["--context-size", "2048"]);
-    let body = json!({"messages": user("Write a very long story about a dragon."),
-                      "stream": true, "max_tokens": 1500, "temperature": 0.8})
-    .to_string();
+/// A POST of `body` to `path` on a raw connection, which the caller can hang up.
+fn raw_post(server: &ApiServer, path: &str, body: &str) -> TcpStream {
     let mut client = TcpStream::connect(server.base.trim_start_matches("http://")).unwrap();
     let request = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     );
     client.write_all(request.as_bytes()).unwrap();
-    let mut first = [0u8; 256];
-    let n = client.read(&mut first).unwrap();
-    assert!(String::from_utf8_lossy(&first[..n]).starts_with("HTTP/1.1 200"));
-    assert_eq!(server.metric("shepherd_requests_running"), 1.0);
+    client
+}
+
+/// `client`, whose request is running, hangs up: its slot is freed within
+/// seconds and the request counted as cancelled.
+fn hang_up_frees_the_slot(server: &ApiServer, client: TcpStream) {
     drop(client);
     assert!(
         poll_until(Duration::from_secs(5), || server
@@ -735,6 +728,20 @@ fn a_streaming_client_that_hangs_up_frees_its_slot() {
         "the slot is freed"
     );
     assert_eq!(server.metric("shepherd_requests_cancelled_total"), 1.0);
+}
+
+#[test]
+fn a_streaming_client_that_hangs_up_frees_its_slot() {
+    let server = ApiServer::with_model(&["--context-size", "2048"]);
+    let body = json!({"messages": user("Write a very long story about a dragon."),
+                      "stream": true, "max_tokens": 1500, "temperature": 0.8})
+    .to_string();
+    let mut client = raw_post(&server, "/v1/chat/completions", &body);
+    let mut first = [0u8; 256];
+    let n = client.read(&mut first).unwrap();
+    assert!(String::from_utf8_lossy(&first[..n]).starts_with("HTTP/1.1 200"));
+    assert_eq!(server.metric("shepherd_requests_running"), 1.0);
+    hang_up_frees_the_slot(&server, client);
     let (status, answer) = server.post(
         "/v1/chat/completions",
         &json!({"messages": user("Say hi."), "max_tokens": 8, "temperature": 0}),
@@ -752,26 +759,14 @@ fn a_client_of_a_whole_answer_that_hangs_up_mid_answer_frees_its_slot() {
     let body = json!({"prompt": "I believe the meaning of life is", "n_predict": 3000,
                       "ignore_eos": true, "temperature": 0})
     .to_string();
-    let mut client = TcpStream::connect(server.base.trim_start_matches("http://")).unwrap();
-    let request = format!(
-        "POST /completion HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    client.write_all(request.as_bytes()).unwrap();
+    let client = raw_post(&server, "/completion", &body);
     let decoding = || {
         let (status, slots) = server.get("/slots");
         let slots: Value = serde_json::from_str(&slots).unwrap_or_default();
         status == 200 && slots[0]["n_decoded"].as_u64().unwrap_or(0) >= 5
     };
     assert!(poll_until(Duration::from_secs(30), decoding), "decoding");
-    drop(client);
-    assert!(
-        poll_until(Duration::from_secs(5), || server
-            .metric("shepherd_requests_running")
-            == 0.0),
-        "the slot is freed"
-    );
-    assert_eq!(server.metric("shepherd_requests_cancelled_total"), 1.0);
+    hang_up_frees_the_slot(&server, client);
 }
 
 #[test]
