@@ -143,6 +143,10 @@ pub struct Usage {
     pub completion_tokens: u64,
 }
 
+/// The text that stands for an image in a raw prompt (llama-server's, and
+/// libmtmd's default marker).
+pub const MEDIA_MARKER: &str = "<__media__>";
+
 /// One part of a prompt continued as it is: text, or token ids (OpenAI's
 /// `/v1/completions` and llama-server's `/completion` take either, llama-server
 /// both mixed in one array).
@@ -153,6 +157,9 @@ pub enum PromptPart {
     /// llama-server's `/infill`: a fill-in-the-middle prompt, laid out with the
     /// model's FIM tokens where its vocabulary is at hand.
     Infill(Infill),
+    /// An image at this point of the prompt (llama-server's `multimodal_data`
+    /// in place of a `<__media__>` marker); only a model with a projector takes it.
+    Image(crate::core::Image),
 }
 
 /// The code around a gap to fill (`/infill`): what comes before and after it,
@@ -198,6 +205,13 @@ pub struct BackendInfo {
 /// A model provider.
 pub trait Backend: Send {
     fn info(&self) -> BackendInfo;
+
+    /// Whether the model reads images ([`crate::core::ImagePart`]s): the in-process
+    /// model with a vision projector, a provider whose model takes them. The agent
+    /// gives a text-only model an image's [`crate::core::Image::summary`] instead.
+    fn takes_images(&self) -> bool {
+        false
+    }
 
     /// Generates the next assistant message for `session`.
     fn generate(

@@ -7,6 +7,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::image::ImagePart;
+
 /// Who said a message. The system prompt is kept apart in [`crate::core::Session`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -68,6 +70,10 @@ pub struct Message {
     /// turns (Anthropic thinking signatures, Gemini thought signatures).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub artefacts: Vec<Artefact>,
+    /// Images inside `content`, in text order (user messages, and tool results
+    /// that returned an image).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<ImagePart>,
     /// Token count of this message, estimated or measured.
     #[serde(default)]
     pub tokens: u32,
@@ -106,6 +112,7 @@ impl Message {
             tool_name: None,
             thinking: None,
             artefacts: Vec::new(),
+            images: Vec::new(),
             tokens: 0,
         }
     }

@@ -7,6 +7,7 @@
 
 pub mod error;
 pub mod event;
+pub mod image;
 pub mod message;
 pub mod session;
 pub mod spec;
@@ -16,6 +17,7 @@ pub use event::{
     Answer, ApprovalRequest, ChannelSink, Event, EventSink, FinishReason, Flow, Progress,
     PromptProgress, Stats, TokenLogprobs, TokenProb, ToolResultEvent,
 };
+pub use image::{Image, ImageError, ImagePart};
 pub use message::{Artefact, Message, Role, ToolCall, ToolSpec};
 pub use session::Session;
 pub use spec::SpecMode;

@@ -14,6 +14,10 @@ use crate::llama::{self, Model, SamplerParams, Token};
 use crate::stream::format::CallSyntax;
 use crate::stream::textcalls;
 
+/// Why an image part is refused by a model without a vision projector.
+pub(crate) const NO_VISION: &str = "this model takes no images: it has no vision projector \
+     (start shepherd with --mmproj FILE, the model's mmproj-*.gguf)";
+
 pub(super) fn tokenize_prompt(
     model: &Model,
     cache: &mut PromptTokens,
@@ -55,6 +59,7 @@ pub(super) fn raw_tokens(
                     .tokenize(text, false)
                     .map_err(|e| BackendError::Config(e.to_string()))?,
             ),
+            PromptPart::Image(_) => return Err(BackendError::Invalid(NO_VISION.into())),
             PromptPart::Infill(_) => {
                 return Err(BackendError::Config(
                     "a fill-in-the-middle prompt stands alone".into(),

@@ -188,7 +188,7 @@ fn subprompt(value: &Value, n_vocab: i32) -> Result<Vec<PromptPart>, ApiError> {
     let empty = |part: &PromptPart| match part {
         PromptPart::Text(text) => text.is_empty(),
         PromptPart::Tokens(ids) => ids.is_empty(),
-        PromptPart::Infill(_) => false,
+        PromptPart::Infill(_) | PromptPart::Image(_) => false,
     };
     if parts.iter().all(empty) {
         return Err(ApiError::invalid("prompt", "'prompt' must not be empty"));

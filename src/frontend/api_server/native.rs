@@ -205,6 +205,7 @@ pub fn prompt_text(
             PromptPart::Infill(infill) => {
                 format!("{}{}{}", infill.prefix, infill.prompt, infill.suffix)
             }
+            PromptPart::Image(_) => crate::backend::MEDIA_MARKER.to_string(),
         })
         .collect()
 }
