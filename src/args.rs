@@ -403,6 +403,10 @@ pub const FLAGS: &[Flag] = &[
         .value(|low, flag, raw| { low.draft_max = Some(ranged(flag, raw, 1, 64)? as u32); Ok(()) }),
     flag("model-draft", None, Val("FILE"), S::Local, "A small GGUF model with the model's vocabulary that drafts for it (implies --spec draft)")
         .path(|low, path| low.model_draft = Some(path)),
+    flag("mmproj", None, Val("FILE"), S::Local, "A vision model's projector GGUF (default: the one mmproj-*.gguf beside the model)")
+        .path(|low, path| low.mmproj = Some(path)),
+    flag("no-mmproj", None, Nothing, S::Local, "Load no vision projector, even one found beside the model")
+        .switch(|low| low.no_mmproj = true),
     flag("config", Some('c'), Val("FILE"), S::General, "Read and write FILE instead of the default config.json")
         .path(|low, path| low.config = Some(path)),
     flag("debug", Some('d'), Opt("llm,tools,http"), S::General, "Debug output to stderr for these categories (none given = all)")
@@ -547,6 +551,9 @@ pub struct LowArgs {
     pub spec: Option<String>,
     pub draft_max: Option<u32>,
     pub model_draft: Option<PathBuf>,
+    /// `--mmproj FILE`, `--no-mmproj`: the vision projector.
+    pub mmproj: Option<PathBuf>,
+    pub no_mmproj: bool,
     pub parallel: Option<u32>,
     pub pooling: Option<String>,
     /// `--slots` (`Some(true)`) or `--no-slots`: whether `GET /slots` is served.

@@ -46,6 +46,35 @@ pub fn resolve_model_path(
     models::find(model, &dirs)
 }
 
+/// The vision projector beside `model`, as llama-server finds one with its model:
+/// the `mmproj*.gguf` in the model's folder, and where there are several, the one
+/// whose name after `mmproj-` shares the longest start with the model's name.
+pub fn find_mmproj(model: &Path) -> Option<PathBuf> {
+    let name = model.file_name()?.to_string_lossy().to_lowercase();
+    let dir = model.parent().filter(|d| !d.as_os_str().is_empty());
+    let entries = std::fs::read_dir(dir.unwrap_or(Path::new("."))).ok()?;
+    let mut found: Vec<(usize, String, PathBuf)> = entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| {
+            let file = entry.file_name().to_string_lossy().to_lowercase();
+            let projector = file.starts_with("mmproj") && file.ends_with(".gguf") && file != name;
+            projector.then(|| {
+                let rest = file
+                    .trim_start_matches("mmproj")
+                    .trim_start_matches(['-', '_', '.']);
+                let shared = rest
+                    .bytes()
+                    .zip(name.bytes())
+                    .take_while(|(a, b)| a == b)
+                    .count();
+                (shared, file, entry.path())
+            })
+        })
+        .collect();
+    found.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    found.into_iter().next().map(|(_, _, path)| path)
+}
+
 /// The text a message's tokens are counted from: its content and its calls as JSON.
 pub(crate) fn message_text(message: &Message) -> String {
     let mut text = message.content.clone();

@@ -237,6 +237,10 @@ pub struct LocalSettings {
     pub spec: Option<String>,
     pub draft_max: Option<u32>,
     pub model_draft: Option<PathBuf>,
+    /// `--mmproj`: the vision projector; `--no-mmproj`: none, not even one
+    /// found beside the model.
+    pub mmproj: Option<PathBuf>,
+    pub no_mmproj: bool,
 }
 
 /// Sampling values from one layer; `None` means "this layer says nothing".
@@ -853,6 +857,8 @@ fn local(low: &LowArgs, file: &ConfigFile) -> LocalSettings {
         spec: low.spec.clone(),
         draft_max: low.draft_max,
         model_draft: low.model_draft.clone(),
+        mmproj: low.mmproj.clone(),
+        no_mmproj: low.no_mmproj,
     }
 }
 

@@ -185,3 +185,47 @@ impl Image {
         )
     }
 }
+
+/// A small PNG for tests: `width` x `height` pixels of a pattern `seed` picks.
+#[cfg(test)]
+pub fn test_png(width: u32, height: u32, seed: u8) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut encoder = png::Encoder::new(&mut out, width, height);
+    encoder.set_color(png::ColorType::Rgb);
+    encoder.set_depth(png::BitDepth::Eight);
+    let mut writer = encoder.write_header().expect("a PNG header");
+    let pixels: Vec<u8> = (0..width * height * 3)
+        .map(|i| (i as u8).wrapping_mul(seed | 1).wrapping_add(seed))
+        .collect();
+    writer.write_image_data(&pixels).expect("PNG data");
+    writer.finish().expect("a PNG");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_png_is_checked_hashed_and_decoded_to_rgb() {
+        let bytes = test_png(5, 3, 7);
+        let image = Image::from_bytes(bytes.clone()).unwrap();
+        assert_eq!(
+            (image.mime.as_str(), image.width, image.height),
+            ("image/png", 5, 3)
+        );
+        assert_eq!(image.sha256.len(), 64);
+        let rgb = image.rgb().unwrap();
+        assert_eq!(rgb.data.len(), 5 * 3 * 3);
+        let again = Image::from_data_url(&image.data_url()).unwrap();
+        assert_eq!(again.sha256, image.sha256);
+        assert!(matches!(
+            Image::from_bytes(bytes[..bytes.len() / 2].to_vec()),
+            Err(ImageError::Malformed(_))
+        ));
+        assert!(matches!(
+            Image::from_bytes(b"hello".to_vec()),
+            Err(ImageError::Unsupported(_))
+        ));
+    }
+}

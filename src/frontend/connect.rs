@@ -356,6 +356,11 @@ fn llama_config(settings: &Settings, provider: &ProviderConfig) -> Result<LlamaC
         slot_save_path: local.slot_save_path.clone(),
         sleep_idle: (local.sleep_idle_seconds)
             .map(|secs| std::time::Duration::from_secs(u64::from(secs))),
+        mmproj: match (&local.mmproj, local.no_mmproj) {
+            (_, true) => None,
+            (Some(path), false) => Some(path.clone()),
+            (None, false) => local::find_mmproj(&model),
+        },
         ..defaults
     };
     if settings.stats {

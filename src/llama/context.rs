@@ -465,6 +465,11 @@ impl<'m> Context<'m> {
         })
     }
 
+    /// The raw context, for libmtmd's helpers in [`super::vision`].
+    pub(super) fn as_ptr(&self) -> *mut sys::llama_context {
+        self.raw.as_ptr()
+    }
+
     pub fn model(&self) -> &'m Model {
         self.model
     }

@@ -7,13 +7,15 @@
 //! its context are created and used on one generation thread (see
 //! `crate::backend::llamacpp`), so C state never crosses threads.
 //!
+//! [`vision`] is libmtmd: a vision projector that turns an image into embeddings.
+//!
 //! [`rpc`] is ggml's RPC backend: this process as a worker that lends its devices,
 //! or as the host that spreads a model over workers.
 //!
 //! Pure-Rust helpers that the token loop needs but that touch no C code live here too:
 //! [`utf8`] (streaming detokenisation) and [`grammar`] (JSON schema to GBNF).
 
-// llama.cpp calls live here and in batch, context, devices, lone, model, rpc and sampler; the
+// llama.cpp calls live here and in batch, context, devices, lone, model, rpc, sampler and vision; the
 // pure-Rust helpers (error, gguf, grammar, utf8) forbid `unsafe` again.
 #![allow(unsafe_code)]
 
@@ -28,6 +30,7 @@ pub mod model;
 pub mod rpc;
 pub mod sampler;
 pub mod utf8;
+pub mod vision;
 
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::{Once, OnceLock};

@@ -63,11 +63,11 @@ use super::local::{self, message_text};
 use super::{
     Backend, BackendInfo, GenerateRequest, PromptPart, Reply, Sampling, ToolChoice, Usage,
 };
-use crate::core::ToolSpec;
 use crate::core::{
     BackendError, Event, EventSink, FinishReason, Flow, Message, Progress, Session, Stats,
     TokenLogprobs,
 };
+use crate::core::{Image, ToolSpec};
 use crate::llama::{CacheType, GpuSplit, LoadProgress, Model, ModelParams, Pooling};
 use crate::stream::filter::{OutputFilter, TextEnd};
 use crate::template::{self, ChatTemplate, TemplateMessage};
@@ -121,6 +121,8 @@ pub struct LlamaConfig {
     /// `--sleep-idle-seconds`: how long the thread may have nothing to do before
     /// the model leaves memory ([`residency`]); `None`: it stays.
     pub sleep_idle: Option<Duration>,
+    /// The vision projector (`--mmproj`, or the one found beside the model).
+    pub mmproj: Option<PathBuf>,
 }
 
 impl LlamaConfig {
@@ -144,6 +146,7 @@ impl LlamaConfig {
             chat_template_kwargs: serde_json::Map::new(),
             slot_save_path: None,
             sleep_idle: None,
+            mmproj: None,
         }
     }
 }
@@ -260,6 +263,9 @@ enum Prompt {
 
 struct RequestJob {
     prompt: Prompt,
+    /// A chat prompt's images, in the order of their markers
+    /// ([`request::image_marker`]) in the rendered prompt.
+    images: Vec<Image>,
     tools: Vec<ToolSpec>,
     tool_choice: ToolChoice,
     sampling: Sampling,
@@ -448,14 +454,16 @@ impl LlamaBackend {
         // A call forced in the generic JSON shape bypasses the filter (the worker
         // parses it and sends no text); every other answer is read through it.
         let filter = Some(OutputFilter::for_tools(request.tools));
-        let conversation = template::conversation(&session.system_prompt, &session.messages);
-        self.prefill(Prompt::Chat(conversation), request, filter, sink)
+        let (messages, images) = request::marked_messages(&session.messages);
+        let conversation = template::conversation(&session.system_prompt, &messages);
+        self.prefill(Prompt::Chat(conversation), images, request, filter, sink)
     }
 
     /// Phase one for either kind of prompt; `filter` reads the generated text.
     fn prefill(
         &mut self,
         prompt: Prompt,
+        images: Vec<Image>,
         request: &GenerateRequest<'_>,
         filter: Option<OutputFilter>,
         sink: &mut dyn EventSink,
@@ -469,6 +477,7 @@ impl LlamaBackend {
         let cancel = Arc::new(AtomicBool::new(false));
         let job = RequestJob {
             prompt,
+            images,
             tools: request.tools.to_vec(),
             tool_choice: request.tool_choice.clone(),
             sampling: request.sampling.clone(),
@@ -693,6 +702,10 @@ impl Backend for LlamaBackend {
         self.info.clone()
     }
 
+    fn takes_images(&self) -> bool {
+        self.props.vision
+    }
+
     fn generate(
         &mut self,
         session: &Session,
@@ -711,7 +724,7 @@ impl Backend for LlamaBackend {
         sink: &mut dyn EventSink,
     ) -> Result<Reply, BackendError> {
         let prompt = Prompt::Raw(prompt.to_vec());
-        let report = self.prefill(prompt, request, None, sink)?;
+        let report = self.prefill(prompt, Vec::new(), request, None, sink)?;
         prefilled(&report, sink);
         self.generate_prefilled(request.stream, sink)
     }
@@ -732,6 +745,10 @@ impl Backend for LlamaBackend {
     }
 
     fn warm(&mut self, session: &Session, tools: &[ToolSpec]) {
+        // An image is decoded only with the request that shows it.
+        if session.messages.iter().any(|m| !m.images.is_empty()) {
+            return;
+        }
         let conversation = template::conversation(&session.system_prompt, &session.messages);
         // A hint: a backend that stopped has nothing to warm.
         let _ = self.send(Job::Warm(conversation, tools.to_vec()));

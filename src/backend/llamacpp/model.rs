@@ -123,6 +123,8 @@ pub struct ModelProps {
     pub infill: bool,
     /// The end-of-generation tokens (what `ignore_eos` bans).
     pub eog_tokens: Vec<i32>,
+    /// A vision projector is loaded: prompts may hold images.
+    pub vision: bool,
 }
 
 /// What the generation thread counts as it works, for llama-server's

@@ -10,6 +10,10 @@ use super::prompt_tokens::PromptTokens;
 use crate::backend::{Infill, PromptPart, Reply, ResponseFormat, Sampling, ToolChoice};
 use crate::core::{BackendError, FinishReason, ToolCall, ToolSpec};
 use crate::llama::grammar::CallShape;
+use std::borrow::Cow;
+
+use crate::core::{Image, Message};
+use crate::llama::vision::{ImageChunk, Piece, Vision};
 use crate::llama::{self, Model, SamplerParams, Token};
 use crate::stream::format::CallSyntax;
 use crate::stream::textcalls;
@@ -38,20 +42,25 @@ pub(super) fn tokenize_prompt(
 /// chat prompt is (the model's BOS unless the text opens with it); in a mixed
 /// prompt, as llama-server reads one, token ids go in as given (checked against
 /// the vocabulary) and text is tokenized in place, the BOS only before text
-/// that opens the prompt.
+/// that opens the prompt. An image goes in as the projector lays it out
+/// (after the BOS where it opens the prompt).
 pub(super) fn raw_tokens(
     model: &Model,
     cache: &mut PromptTokens,
+    vision: Option<&Vision<'_>>,
     parts: &[PromptPart],
     room: InfillRoom,
-) -> Result<Vec<Token>, BackendError> {
+) -> Result<Tokens, BackendError> {
     match parts {
-        [PromptPart::Text(text)] => return tokenize_prompt(model, cache, text),
-        [PromptPart::Infill(infill)] => return infill_tokens(model, infill, room),
+        [PromptPart::Text(text)] => return Ok((tokenize_prompt(model, cache, text)?, Vec::new())),
+        [PromptPart::Infill(infill)] => {
+            return Ok((infill_tokens(model, infill, room)?, Vec::new()))
+        }
         _ => {}
     }
-    let mut tokens = Vec::new();
+    let mut out: Tokens = (Vec::new(), Vec::new());
     for (i, part) in parts.iter().enumerate() {
+        let tokens = &mut out.0;
         match part {
             PromptPart::Text(text) if i == 0 => tokens.extend(tokenize_prompt(model, cache, text)?),
             PromptPart::Text(text) => tokens.extend(
@@ -59,7 +68,12 @@ pub(super) fn raw_tokens(
                     .tokenize(text, false)
                     .map_err(|e| BackendError::Config(e.to_string()))?,
             ),
-            PromptPart::Image(_) => return Err(BackendError::Invalid(NO_VISION.into())),
+            PromptPart::Image(image) => {
+                if i == 0 && model.adds_bos() {
+                    tokens.extend(model.tokenize("", true).unwrap_or_default());
+                }
+                push_image(vision, image, &mut out)?;
+            }
             PromptPart::Infill(_) => {
                 return Err(BackendError::Config(
                     "a fill-in-the-middle prompt stands alone".into(),
@@ -76,10 +90,10 @@ pub(super) fn raw_tokens(
             }
         }
     }
-    if tokens.is_empty() {
+    if out.0.is_empty() {
         return Err(BackendError::Config("the prompt is empty".into()));
     }
-    Ok(tokens)
+    ends_in_text(out)
 }
 
 /// A sampler that could not be built: the client's grammar did not parse (a
@@ -169,8 +183,153 @@ pub(super) fn sampler_error(error: llama::SamplerError, sampling: &Sampling) -> 
     }
 }
 
+/// How many tokens `a` and `b` share from their start, never ending inside an
+/// image: an image's embeddings go into the cache whole or not at all.
 pub(super) fn common_prefix(a: &[Token], b: &[Token]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+    let mut n = a.iter().zip(b).take_while(|(x, y)| x == y).count();
+    let inside = |t: &[Token]| n > 0 && n < t.len() && t[n] < 0 && t[n - 1] == t[n];
+    if inside(a) || inside(b) {
+        let image = a[n - 1];
+        while n > 0 && a[n - 1] == image {
+            n -= 1;
+        }
+    }
+    n
+}
+
+/// An image's place in a prompt: its span of tokens (each holding the image's
+/// [`image_token`]) starts at `start`; `chunk` is what the projector decodes there.
+pub(super) struct PromptImage {
+    pub start: usize,
+    pub chunk: ImageChunk,
+}
+
+/// The token that fills an image's span in a prompt's and a slot's tokens: negative
+/// (no vocabulary id is), and the same for the same file, so prefixes compare as
+/// they would with the image's embeddings.
+fn image_token(image: &Image) -> Token {
+    let bits = u32::from_str_radix(image.sha256.get(..8).unwrap_or("0"), 16).unwrap_or(0);
+    -1 - (bits & 0x3fff_ffff) as Token
+}
+
+/// The text that stands for an image in a rendered chat prompt: random for each
+/// run, so no text a user writes holds it.
+pub(super) fn image_marker() -> &'static str {
+    static MARKER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    MARKER.get_or_init(|| {
+        use std::hash::{BuildHasher, Hasher};
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos()),
+        );
+        format!("<__shepherd_image_{:016x}__>", hasher.finish())
+    })
+}
+
+/// The messages with an [`image_marker`] where each image stands, and the images
+/// in that order; the messages as they are when none holds an image.
+pub(super) fn marked_messages(messages: &[Message]) -> (Cow<'_, [Message]>, Vec<Image>) {
+    if messages.iter().all(|m| m.images.is_empty()) {
+        return (Cow::Borrowed(messages), Vec::new());
+    }
+    let mut images = Vec::new();
+    let marked = messages
+        .iter()
+        .map(|message| {
+            let mut message = message.clone();
+            let mut content = String::with_capacity(message.content.len());
+            let mut from = 0;
+            for part in std::mem::take(&mut message.images) {
+                let mut at = part.at.clamp(from, message.content.len());
+                while !message.content.is_char_boundary(at) {
+                    at += 1;
+                }
+                content.push_str(&message.content[from..at]);
+                content.push_str(image_marker());
+                images.push(part.image);
+                from = at;
+            }
+            content.push_str(&message.content[from..]);
+            message.content = content;
+            message
+        })
+        .collect();
+    (Cow::Owned(marked), images)
+}
+
+/// A prompt's tokens and its images.
+pub(super) type Tokens = (Vec<Token>, Vec<PromptImage>);
+
+/// Appends `image` to `tokens` as the projector lays it out: its own text tokens
+/// around the image's span.
+fn push_image(
+    vision: Option<&Vision<'_>>,
+    image: &Image,
+    (tokens, images): &mut Tokens,
+) -> Result<(), BackendError> {
+    let vision = vision.ok_or_else(|| BackendError::Invalid(NO_VISION.into()))?;
+    let rgb = image
+        .rgb()
+        .map_err(|e| BackendError::Invalid(e.to_string()))?;
+    let pieces = vision
+        .pieces(&rgb.data, rgb.width, rgb.height, &image.sha256)
+        .map_err(|e| BackendError::Invalid(e.to_string()))?;
+    for piece in pieces {
+        match piece {
+            Piece::Text(text) => tokens.extend(text),
+            Piece::Image(chunk) => {
+                let start = tokens.len();
+                tokens.extend(std::iter::repeat_n(image_token(image), chunk.n_tokens()));
+                images.push(PromptImage { start, chunk });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The tokens of a rendered chat prompt that holds [`image_marker`]s, one for each
+/// of `images`, in order.
+pub(super) fn chat_tokens(
+    model: &Model,
+    cache: &mut PromptTokens,
+    vision: Option<&Vision<'_>>,
+    prompt: &str,
+    images: &[Image],
+) -> Result<Tokens, BackendError> {
+    if images.is_empty() {
+        return Ok((tokenize_prompt(model, cache, prompt)?, Vec::new()));
+    }
+    let texts: Vec<&str> = prompt.split(image_marker()).collect();
+    if texts.len() != images.len() + 1 {
+        return Err(BackendError::Invalid(format!(
+            "the chat template kept {} of the conversation's {} images: this model's template does not show images in every kind of message",
+            texts.len() - 1,
+            images.len()
+        )));
+    }
+    let mut out: Tokens = (tokenize_prompt(model, cache, texts[0])?, Vec::new());
+    for (text, image) in texts[1..].iter().zip(images) {
+        push_image(vision, image, &mut out)?;
+        out.0.extend(
+            model
+                .tokenize(text, false)
+                .map_err(|e| BackendError::Config(e.to_string()))?,
+        );
+    }
+    ends_in_text(out)
+}
+
+/// Refuses a prompt that ends with an image: its last position gives the logits
+/// the answer starts from, and only a token's do.
+fn ends_in_text(out: Tokens) -> Result<Tokens, BackendError> {
+    match out.0.last() {
+        Some(&last) if last < 0 => Err(BackendError::Invalid(
+            "the prompt ends with an image: put text after it".into(),
+        )),
+        _ => Ok(out),
+    }
 }
 
 /// The grammar that constrains a request's tool calls.

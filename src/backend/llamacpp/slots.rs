@@ -57,8 +57,8 @@ use super::model::{self, DecodeCounters, EmbedInput, Embedding, ModelError, Mode
 use super::prompt_cache::PromptCache;
 use super::prompt_tokens::PromptTokens;
 use super::request::{
-    common_prefix, finish_reply, raw_tokens, sampler_error, sampler_params, tokenize_prompt,
-    tool_grammar, InfillRoom,
+    chat_tokens, common_prefix, finish_reply, raw_tokens, sampler_error, sampler_params,
+    tokenize_prompt, tool_grammar, InfillRoom, PromptImage, Tokens,
 };
 use super::residency::{IdleTimer, Served};
 use super::speculative::{copy_len, ngram_copy, DraftModel, SlotSpec, SpecMode};
@@ -68,6 +68,7 @@ use super::{
 };
 use crate::backend::local::{self, overflow, render, render_turn, StopMatcher};
 use crate::core::{Message, Progress, PromptProgress, Stats, TokenLogprobs, TokenProb};
+use crate::llama::vision::Vision;
 use crate::llama::{self, utf8::Utf8Stream, Batch, Context, ContextParams, Model, Sampler, Token};
 use crate::stream::filter::{OutputFilter, TextEnd};
 use crate::stream::format;
@@ -206,6 +207,8 @@ pub(super) struct Worker<'m> {
     /// How long the worker has had nothing to do, and how long it may
     /// (`--sleep-idle-seconds`, Ollama's `keep_alive`).
     timer: IdleTimer,
+    /// The vision projector (`--mmproj`): images in prompts.
+    vision: Option<Vision<'m>>,
 }
 
 struct Slot {
@@ -227,10 +230,27 @@ struct NextTurn {
     tools: Vec<ToolSpec>,
 }
 
+/// A request rendered and tokenized, its sampler built: what a slot starts from.
+struct Prepared {
+    tokens: Tokens,
+    sampler: Sampler,
+    /// A call forced in the generic JSON shape, parsed at the end.
+    forced_tools: bool,
+    max_tokens: usize,
+    stops: StopMatcher,
+    prompt_end: Option<format::PromptEnd>,
+    /// The rendered prompt, when the request asked for it (`__verbose`).
+    rendered: Option<String>,
+}
+
 /// The request a slot is serving.
 struct Task {
     job: Box<RequestJob>,
     prompt: Vec<Token>,
+    /// The prompt's images, in order, and the first of them not yet decoded
+    /// into the slot's cache.
+    images: Vec<PromptImage>,
+    next_image: usize,
     /// `None` while the sampling helper has it ([`Phase::Sampling`]).
     sampler: Option<Sampler>,
     /// Tells this request from a later one in the same slot.
@@ -305,16 +325,40 @@ fn cache_key(config: &LlamaConfig, params: &ContextParams, n_ctx_seq: u32) -> St
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .map_or(0, |d| d.as_nanos());
     format!(
-        "shepherd {}\nggml {:?}\nmodel {} {} {modified}\ncontext {n_ctx_seq} per sequence, cache {:?}, flash attention {:?}, ubatch {}, gpu layers {}",
+        "shepherd {}\nggml {:?}\nmodel {} {} {modified}\nprojector {:?}\ncontext {n_ctx_seq} per sequence, cache {:?}, flash attention {:?}, ubatch {}, gpu layers {}",
         env!("CARGO_PKG_VERSION"),
         llama::ggml_build(),
         path.display(),
         meta.map_or(0, |m| m.len()),
+        config.mmproj,
         params.cache_type,
         params.flash_attn,
         params.n_ubatch,
         config.gpu_layers,
     )
+}
+
+/// The projector of `--mmproj`, loaded for `model` with the context's threads.
+fn load_vision<'m>(
+    model: &'m Model,
+    config: &LlamaConfig,
+    params: &ContextParams,
+) -> Result<Option<Vision<'m>>, BackendError> {
+    let Some(path) = config.mmproj.as_ref() else {
+        return Ok(None);
+    };
+    let vision = Vision::load(path, model, params.n_threads, config.gpu_layers != 0)
+        .map_err(|e| BackendError::Config(format!("--mmproj {}: {e}", path.display())))?;
+    if vision.uses_mrope() {
+        return Err(BackendError::Config(format!(
+            "--mmproj {}: this projector places images with M-RoPE (Qwen2-VL and later), which shepherd does not decode yet",
+            path.display()
+        )));
+    }
+    crate::log::debug(crate::log::Category::Llm, || {
+        format!("vision projector: {}", path.display())
+    });
+    Ok(Some(vision))
 }
 
 /// The context's parameters: the size, batches, threads and flash attention
@@ -438,6 +482,7 @@ impl<'m> Worker<'m> {
             }
         });
         let (spec, drafter) = speculation(model, draft, config, &params)?;
+        let vision = load_vision(model, config, &params)?;
         let template = load_template(model, config.chat_template.as_deref())?
             .with_kwargs(config.chat_template_kwargs.clone());
         let call_syntax = local::call_syntax(&template, |tail| end_of_turn(model, tail));
@@ -479,6 +524,7 @@ impl<'m> Worker<'m> {
             serials: 0,
             counters,
             timer,
+            vision,
         })
     }
 
@@ -512,6 +558,7 @@ impl<'m> Worker<'m> {
                 fim.pre.is_some() && fim.suf.is_some() && fim.mid.is_some()
             },
             eog_tokens: (0..model.n_vocab()).filter(|&t| model.is_eog(t)).collect(),
+            vision: self.vision.is_some(),
         }
     }
 
@@ -673,7 +720,15 @@ impl<'m> Worker<'m> {
             Ok(prepared) => prepared,
             Err(err) => return Err((job, err)),
         };
-        let (prompt, sampler, forced_tools, max_tokens, stops, prompt_end, rendered) = prepared;
+        let Prepared {
+            tokens: (prompt, images),
+            sampler,
+            forced_tools,
+            max_tokens,
+            stops,
+            prompt_end,
+            rendered,
+        } = prepared;
         let markers = !forced_tools && matches!(job.prompt, Prompt::Chat(_));
         let index = self.choose_slot(&prompt);
         self.adopt_prefix(index, &prompt);
@@ -702,9 +757,12 @@ impl<'m> Worker<'m> {
                 report.decoded_tokens
             )
         });
+        let next_image = images.iter().take_while(|i| i.start < keep).count();
         slot.task = Some(Task {
             job,
             prompt,
+            images,
+            next_image,
             sampler: Some(sampler),
             serial,
             sample_cost: None,
@@ -733,22 +791,7 @@ impl<'m> Worker<'m> {
         Ok(())
     }
 
-    #[allow(clippy::type_complexity)]
-    fn prepare(
-        &mut self,
-        job: &RequestJob,
-    ) -> Result<
-        (
-            Vec<Token>,
-            Sampler,
-            bool,
-            usize,
-            StopMatcher,
-            Option<format::PromptEnd>,
-            Option<String>,
-        ),
-        BackendError,
-    > {
+    fn prepare(&mut self, job: &RequestJob) -> Result<Prepared, BackendError> {
         let tools: &[ToolSpec] = if job.tool_choice == ToolChoice::None {
             &[]
         } else {
@@ -761,7 +804,9 @@ impl<'m> Worker<'m> {
             Prompt::Chat(conversation) => {
                 let kwargs = &job.sampling.chat_template_kwargs;
                 let prompt = render(&self.template, conversation, tools, kwargs)?;
-                let tokens = tokenize_prompt(self.model(), &mut self.prompt_tokens, &prompt)?;
+                let (model, vision) = (self.ctx.model(), self.vision.as_ref());
+                let tokens =
+                    chat_tokens(model, &mut self.prompt_tokens, vision, &prompt, &job.images)?;
                 let end = forced.is_none().then(|| format::prompt_end(&prompt));
                 let rendered = job.sampling.telemetry.prompt.then_some(prompt);
                 (tokens, end.flatten(), rendered)
@@ -772,19 +817,20 @@ impl<'m> Worker<'m> {
                     n_ctx: self.n_ctx_slot,
                     n_predict: job.sampling.max_tokens.unwrap_or(0) as usize,
                 };
-                let tokens = raw_tokens(self.model(), &mut self.prompt_tokens, parts, room)?;
+                let (model, vision) = (self.ctx.model(), self.vision.as_ref());
+                let tokens = raw_tokens(model, &mut self.prompt_tokens, vision, parts, room)?;
                 (tokens, None, None)
             }
         };
         let n_ctx = self.n_ctx_slot;
         let reserve = job.sampling.answer_reserve(n_ctx as u64) as usize;
-        if tokens.len() + reserve > n_ctx {
-            return Err(overflow(tokens.len(), reserve, n_ctx));
+        if tokens.0.len() + reserve > n_ctx {
+            return Err(overflow(tokens.0.len(), reserve, n_ctx));
         }
         let params = sampler_params(&job.sampling, grammar.as_ref())?;
         let sampler =
             Sampler::new(self.model(), &params).map_err(|e| sampler_error(e, &job.sampling))?;
-        let room = n_ctx - tokens.len();
+        let room = n_ctx - tokens.0.len();
         let max_tokens = job
             .sampling
             .max_tokens
@@ -796,15 +842,15 @@ impl<'m> Worker<'m> {
             Prompt::Raw(_) => job.sampling.stop.clone(),
         };
         let stops = StopMatcher::new(stops);
-        Ok((
+        Ok(Prepared {
             tokens,
             sampler,
-            forced.is_some(),
+            forced_tools: forced.is_some(),
             max_tokens,
             stops,
             prompt_end,
             rendered,
-        ))
+        })
     }
 }
 

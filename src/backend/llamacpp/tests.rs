@@ -1534,3 +1534,128 @@ fn speculation_keeps_stop_strings_and_max_tokens_exact() {
     assert_eq!(b.finish, FinishReason::Stop);
     assert!(stats_of(&events).draft_accepted > 0, "{events:?}");
 }
+
+/// SmolLM2's shape with SmolVLM's image markers in its vocabulary and a random
+/// idefics3 projector (`scripts/synthetic_gguf.py`), in a fresh folder.
+fn vision_backend() -> (LlamaBackend, PathBuf) {
+    let dir = std::env::temp_dir().join(format!(
+        "shepherd-vision-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let python = std::env::var("SHEPHERD_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/synthetic_gguf.py");
+    let model = dir.join("smol-vision.gguf");
+    let mmproj = dir.join("mmproj-smol-vision.gguf");
+    let tokenizer = test_model_path();
+    let runs: [Vec<&std::ffi::OsStr>; 2] = [
+        vec![
+            "--like".as_ref(),
+            "smollm2-135m".as_ref(),
+            "--tokenizer-from".as_ref(),
+            tokenizer.as_os_str(),
+            "--special".as_ref(),
+            "<fake_token_around_image>".as_ref(),
+            "--special".as_ref(),
+            "<global-img>".as_ref(),
+            model.as_os_str(),
+        ],
+        vec![
+            "--projector".as_ref(),
+            "idefics3".as_ref(),
+            mmproj.as_os_str(),
+        ],
+    ];
+    for args in runs {
+        let status = std::process::Command::new(&python)
+            .arg(script)
+            .args(&args)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("run synthetic_gguf.py");
+        assert!(status.success(), "synthetic_gguf.py {args:?}");
+    }
+    let mut config = LlamaConfig::new(model);
+    config.context_size = Some(2048);
+    config.threads = Some(TEST_THREADS);
+    config.progress = None;
+    config.prompt_cache = None;
+    config.mmproj = Some(mmproj);
+    (
+        LlamaBackend::new(config).expect("the vision test model loads"),
+        dir,
+    )
+}
+
+fn with_image(text: &str, png: Vec<u8>) -> Session {
+    let mut session = question(text);
+    let message = session.messages.last_mut().unwrap();
+    message.images.push(crate::core::ImagePart {
+        at: 0,
+        image: crate::core::Image::from_bytes(png).unwrap(),
+    });
+    session
+}
+
+#[test]
+fn an_image_enters_the_prompt_as_the_projector_lays_it_out_and_is_cached() {
+    use crate::core::image::test_png;
+    let (mut llm, dir) = vision_backend();
+    assert!(llm.takes_images());
+    let (plain, _) = ask(&mut llm, &question("Describe it."), &greedy(6));
+    plain.unwrap();
+    let plain = llm.last_prefill().unwrap().prompt_tokens;
+    let (first, _) = ask(
+        &mut llm,
+        &with_image("Describe it.", test_png(64, 48, 1)),
+        &greedy(6),
+    );
+    let first = first.unwrap().content;
+    let one = llm.last_prefill().unwrap();
+    // idefics3 (SmolVLM) lays a small image out as one tile and the whole image,
+    // 64 embeddings each, in its own text: `<fake_token_around_image><row_1_col_1>`
+    // (the tag is plain text in this vocabulary), the tile, `\n\n`, the markers
+    // `<fake_token_around_image><global-img>`, the image, the closing marker.
+    let text = |t: &str| llm.local_model().tokenize(t.into(), false).unwrap().len();
+    let framing = text("<fake_token_around_image><row_1_col_1>")
+        + text("\n\n<fake_token_around_image><global-img>")
+        + text("<fake_token_around_image>");
+    assert_eq!(one.prompt_tokens, plain + 2 * 64 + framing, "{one:?}");
+    // The same image again: its embeddings come from the cache.
+    let (again, _) = ask(
+        &mut llm,
+        &with_image("Describe it.", test_png(64, 48, 1)),
+        &greedy(6),
+    );
+    assert_eq!(again.unwrap().content, first);
+    let cached = llm.last_prefill().unwrap();
+    assert!(cached.reused_tokens > 128, "{cached:?}");
+    // Another image: another answer, and the cache kept only what precedes it.
+    let (other, _) = ask(
+        &mut llm,
+        &with_image("Describe it.", test_png(64, 48, 2)),
+        &greedy(6),
+    );
+    assert_ne!(other.unwrap().content, first);
+    let report = llm.last_prefill().unwrap();
+    assert!(
+        report.reused_tokens < cached.reused_tokens - 128,
+        "{report:?}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_model_without_a_projector_refuses_an_image_as_the_clients_fault() {
+    let mut llm = backend(512);
+    assert!(!llm.takes_images());
+    let png = crate::core::image::test_png(8, 8, 1);
+    let (reply, _) = ask(&mut llm, &with_image("Describe it.", png), &greedy(4));
+    let err = reply.unwrap_err();
+    assert!(matches!(err, BackendError::Invalid(_)), "{err:?}");
+    assert!(err.to_string().contains("--mmproj"), "{err}");
+}

@@ -340,7 +340,7 @@ pub fn props<'a>(model: &'a LocalModel, defaults: &'a Defaults) -> lwire::Props<
         bos_token: &props.bos_token,
         eos_token: &props.eos_token,
         modalities: lwire::Modalities {
-            vision: false,
+            vision: props.vision,
             audio: false,
         },
         build_info: super::FINGERPRINT,

@@ -56,7 +56,7 @@ impl Worker<'_> {
         let Prompt::Chat(conversation) = &job.prompt else {
             return None;
         };
-        if self.model().n_swa() == 0 || conversation.is_empty() {
+        if self.model().n_swa() == 0 || conversation.is_empty() || !job.images.is_empty() {
             return None;
         }
         let tools: &[ToolSpec] = if job.tool_choice == ToolChoice::None {

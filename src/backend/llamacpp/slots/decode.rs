@@ -150,6 +150,7 @@ impl Worker<'_> {
     /// One batch: a token per generating slot (with its draft), then prompt chunks;
     /// one decode; samples.
     pub(super) fn step(&mut self) {
+        self.eval_images();
         self.batch.clear();
         self.push_generating();
         let generated = self.batch.len();
@@ -163,6 +164,10 @@ impl Worker<'_> {
             let from = slot.mirror.len();
             let room = self.batch.capacity() - self.batch.len();
             let mut n = room.min(task.prompt.len() - from);
+            // The batch stops where an image starts ([`Self::eval_images`] decodes it).
+            if let Some(image) = task.images.get(task.next_image) {
+                n = n.min(image.start.saturating_sub(from));
+            }
             // The batch stops where a checkpoint is to be made.
             if let Some(at) = task.checkpoint_at.filter(|&at| from < at && at < from + n) {
                 n = at - from;
@@ -208,6 +213,43 @@ impl Worker<'_> {
             self.after_decode(index);
         }
     }
+    /// Decodes the images that come next in prefilling slots' prompts, each on
+    /// its own (embeddings are not tokens: they cannot share the step's batch).
+    fn eval_images(&mut self) {
+        for index in 0..self.slots.len() {
+            loop {
+                let Worker {
+                    ctx, slots, vision, ..
+                } = &mut *self;
+                let slot = &mut slots[index];
+                let Some(task) = slot.task.as_mut() else {
+                    break;
+                };
+                let from = slot.mirror.len();
+                let next = task.images.get(task.next_image);
+                let Some(image) = next.filter(|i| i.start == from && task.phase == Phase::Prefill)
+                else {
+                    break;
+                };
+                let Some(vision) = vision.as_mut() else {
+                    break;
+                };
+                let n = image.chunk.n_tokens();
+                match vision.eval(ctx, &image.chunk, from, slot.seq) {
+                    Ok(_) => {
+                        slot.mirror.extend_from_slice(&task.prompt[from..from + n]);
+                        task.next_image += 1;
+                        self.report_progress(index);
+                    }
+                    Err(err) => {
+                        ctx.truncate_seq(slot.seq, from);
+                        self.fail(index, BackendError::Config(err.to_string()));
+                        break;
+                    }
+                }
+            }
+        }
+    }
     /// The decode's threads: one fewer while the sampling helper works.
     pub(super) fn fit_threads(&mut self) {
         let (configured, now) = self.threads;
@@ -236,6 +278,10 @@ impl Worker<'_> {
         let Phase::Decode(token) = task.phase else {
             return Vec::new();
         };
+        // An image's span holds no vocabulary ids: nothing to draft from or with.
+        if !task.images.is_empty() {
+            return Vec::new();
+        }
 
         // The pending token goes at `mirror.len()`; the draft after it, and the
         // request needs no more than the tokens it may still generate.
@@ -546,7 +592,7 @@ impl Worker<'_> {
             Prompt::Raw(_) => None,
         };
         slot.next_turn = chat
-            .filter(|_| answered && !task.forced_tools)
+            .filter(|_| answered && !task.forced_tools && task.images.is_empty())
             .map(|mut conversation| {
                 let answer = answer_message(&task.text, &task.job.tools, &task.report, end);
                 conversation.extend(template::conversation("", &[answer]));
