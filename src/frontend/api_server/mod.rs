@@ -48,6 +48,7 @@ mod anthropic;
 mod completions;
 mod error;
 mod fields;
+mod images;
 mod local;
 mod metrics;
 mod native;
@@ -101,6 +102,8 @@ pub struct Defaults {
     /// Answers carry llama-server's `__verbose` object unless a request says
     /// otherwise (`--verbose`).
     pub verbose: bool,
+    /// Whether image parts may be http(s) URLs (`--allow-image-urls`).
+    pub image_urls: images::ImageUrls,
 }
 
 impl Defaults {
@@ -846,6 +849,10 @@ fn load(settings: &Settings) -> Result<Loaded, String> {
         sampling: settings.sampling_for(&provider),
         use_tools: settings.use_tools,
         verbose: settings.server.verbose,
+        image_urls: match settings.server.allow_image_urls {
+            true => images::ImageUrls::Fetched(crate::tools::web::policy_check(false)),
+            false => images::ImageUrls::Refused,
+        },
     };
     let aliases = match settings.server.aliases.as_slice() {
         [] => vec![defaults.model.clone()],
