@@ -145,9 +145,7 @@ fn messages(f: &Fields<'_>, images: &mut Images) -> Result<Vec<Message>, ApiErro
         match m.get("content") {
             Some(Value::String(text)) if role == "user" => out.push(Message::user(text.clone())),
             Some(Value::String(text)) => out.push(Message::assistant(text.clone())),
-            Some(Value::Array(blocks)) => {
-                blocks_to_messages(&m, role, blocks, images, &mut out)?
-            }
+            Some(Value::Array(blocks)) => blocks_to_messages(&m, role, blocks, images, &mut out)?,
             _ => return Err(m.missing("content", "a string or an array of blocks")),
         }
     }
@@ -597,7 +595,10 @@ mod tests {
         assert_eq!(messages[2].content, "Error: blurred");
         assert_eq!(messages[2].images[0].at, "Error: blurred".len());
         // A user turn of an image alone is a message of its own.
-        assert_eq!((messages[3].role, messages[3].content.as_str()), (Role::User, ""));
+        assert_eq!(
+            (messages[3].role, messages[3].content.as_str()),
+            (Role::User, "")
+        );
         assert_eq!(messages[3].images.len(), 1);
     }
 
@@ -620,7 +621,9 @@ mod tests {
                 "not valid base64",
             ),
             (
-                source(json!({"type": "base64", "media_type": "image/bmp", "data": pictures::png_base64()})),
+                source(
+                    json!({"type": "base64", "media_type": "image/bmp", "data": pictures::png_base64()}),
+                ),
                 field,
                 "image/bmp",
             ),
@@ -642,7 +645,11 @@ mod tests {
             ),
         ] {
             let error = parse(body.to_string().as_bytes(), &defaults()).unwrap_err();
-            assert_eq!((error.status, error.param.as_deref()), (400, Some(param)), "{body}");
+            assert_eq!(
+                (error.status, error.param.as_deref()),
+                (400, Some(param)),
+                "{body}"
+            );
             assert!(error.message.contains(words), "{body}: {}", error.message);
             assert_eq!(error.anthropic_body().error.kind, "invalid_request_error");
         }

@@ -208,7 +208,9 @@ fn subprompt(
                 (Some(Value::Array(_)), Some(_)) => {
                     return Err(ApiError::invalid(
                         &format!("{name}.prompt_string"),
-                        format!("'{name}.prompt_string' must be a string when '{media_name}' is given"),
+                        format!(
+                            "'{name}.prompt_string' must be a string when '{media_name}' is given"
+                        ),
                     ))
                 }
                 _ => return Err(wrong()),
@@ -479,7 +481,8 @@ mod tests {
     #[test]
     fn a_multimodal_prompt_object_is_read_here_too() {
         let data = super::super::images::tests::png_base64();
-        let body = json!({"prompt": {"prompt_string": "Say <__media__>", "multimodal_data": [data]}});
+        let body =
+            json!({"prompt": {"prompt_string": "Say <__media__>", "multimodal_data": [data]}});
         let request = parse_json(body).unwrap();
         let parts = request.work.raw_prompt.unwrap();
         assert_eq!(parts[0], PromptPart::Text("Say ".into()));

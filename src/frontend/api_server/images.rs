@@ -134,7 +134,9 @@ impl Images {
         if self.count == MAX_IMAGES {
             return Err(ApiError::invalid(
                 field,
-                format!("too many images: at most {MAX_IMAGES} in one request ('{field}' is one more)"),
+                format!(
+                    "too many images: at most {MAX_IMAGES} in one request ('{field}' is one more)"
+                ),
             ));
         }
         self.count += 1;
@@ -301,7 +303,10 @@ pub(super) mod tests {
     fn data_urls_and_bare_base64_are_read() {
         let mut images = Images::new(&ImageUrls::Refused);
         let image = images.reference(&png_data_url(), "f").unwrap();
-        assert_eq!((image.mime.as_str(), image.width, image.height), ("image/png", 2, 3));
+        assert_eq!(
+            (image.mime.as_str(), image.width, image.height),
+            ("image/png", 2, 3)
+        );
         let bare = images.reference(&png_base64(), "f").unwrap();
         assert_eq!(bare.sha256, image.sha256);
     }
@@ -316,22 +321,45 @@ pub(super) mod tests {
             ("aGVsbG8gd29ybGQ=", "unsupported image type"),
             ("file:///etc/passwd", "file: URLs are not read"),
         ] {
-            let error = images.reference(reference, "messages[0].content[1].image_url").unwrap_err();
+            let error = images
+                .reference(reference, "messages[0].content[1].image_url")
+                .unwrap_err();
             assert_eq!(error.status, 400);
             assert_eq!(error.kind, "invalid_request_error");
-            assert_eq!(error.param.as_deref(), Some("messages[0].content[1].image_url"));
-            assert!(error.message.contains(words), "{reference}: {}", error.message);
+            assert_eq!(
+                error.param.as_deref(),
+                Some("messages[0].content[1].image_url")
+            );
+            assert!(
+                error.message.contains(words),
+                "{reference}: {}",
+                error.message
+            );
         }
-        let declared = images.base64(&png_base64(), Some("image/tiff"), "source").unwrap_err();
-        assert!(declared.message.contains("image/tiff"), "{}", declared.message);
-        assert!(images.base64(&png_base64(), Some("image/jpeg"), "source").is_ok());
+        let declared = images
+            .base64(&png_base64(), Some("image/tiff"), "source")
+            .unwrap_err();
+        assert!(
+            declared.message.contains("image/tiff"),
+            "{}",
+            declared.message
+        );
+        assert!(images
+            .base64(&png_base64(), Some("image/jpeg"), "source")
+            .is_ok());
     }
 
     #[test]
     fn a_url_needs_the_flag_and_a_public_address() {
         let url = serve(200, png(4, 4));
-        let refused = Images::new(&ImageUrls::Refused).reference(&url, "f").unwrap_err();
-        assert!(refused.message.contains("--allow-image-urls"), "{}", refused.message);
+        let refused = Images::new(&ImageUrls::Refused)
+            .reference(&url, "f")
+            .unwrap_err();
+        assert!(
+            refused.message.contains("--allow-image-urls"),
+            "{}",
+            refused.message
+        );
         // The flag's own check: loopback is refused before any connection.
         let flagged = ImageUrls::Fetched(web::policy_check(false));
         let error = Images::new(&flagged).reference(&url, "f").unwrap_err();
@@ -351,7 +379,11 @@ pub(super) mod tests {
         assert!(error.message.contains("over"), "{}", error.message);
         let text = serve(200, b"<html>not an image</html>".to_vec());
         let error = anywhere().reference(&text, "f").unwrap_err();
-        assert!(error.message.contains("unsupported image type"), "{}", error.message);
+        assert!(
+            error.message.contains("unsupported image type"),
+            "{}",
+            error.message
+        );
     }
 
     #[test]
@@ -363,7 +395,11 @@ pub(super) mod tests {
         }
         let error = images.base64(&data, None, "images[64]").unwrap_err();
         assert_eq!(error.param.as_deref(), Some("images[64]"));
-        assert!(error.message.contains("too many images"), "{}", error.message);
+        assert!(
+            error.message.contains("too many images"),
+            "{}",
+            error.message
+        );
     }
 
     #[test]
@@ -371,7 +407,11 @@ pub(super) mod tests {
         let error = Images::text_only("a system message")
             .reference(&png_data_url(), "messages[0].content[0]")
             .unwrap_err();
-        assert!(error.message.contains("a system message carries text only"), "{}", error.message);
+        assert!(
+            error.message.contains("a system message carries text only"),
+            "{}",
+            error.message
+        );
     }
 
     #[test]

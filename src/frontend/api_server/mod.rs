@@ -28,7 +28,9 @@
 //! Flow of a generation request, on its connection's thread:
 //! 1. The body is checked field by field ([`openai::parse`],
 //!    [`anthropic::parse`]); any fault is a 400 naming the field, and nothing
-//!    reaches a backend.
+//!    reaches a backend. Image parts of every route are read there by
+//!    [`images`] (decoded under the limits; http(s) URLs only with
+//!    `--allow-image-urls`); whether the model takes them is the backend's to say.
 //! 2. The [`pool::Pool`] admits it (a free worker or room in the FIFO queue)
 //!    or it gets 503 with `Retry-After`.
 //! 3. The response head is written only when the job's first output

@@ -543,7 +543,10 @@ mod tests {
         assert!(matches!(&parts[0], PromptPart::Image(image) if image.height == 3));
         assert_eq!(parts[1], PromptPart::Text("What is this? ".into()));
         assert!(matches!(&parts[2], PromptPart::Image(_)));
-        assert_eq!(prompt_text(parts, |_| None), "<__media__>What is this? <__media__>");
+        assert_eq!(
+            prompt_text(parts, |_| None),
+            "<__media__>What is this? <__media__>"
+        );
         // Without multimodal_data the marker is text, as llama-server reads it.
         let text = prompt(json!({"prompt_string": "a <__media__>"})).unwrap();
         assert_eq!(text, [vec![PromptPart::Text("a <__media__>".into())]]);
@@ -580,7 +583,11 @@ mod tests {
             ),
         ] {
             let error = prompt(bad.clone()).expect_err("a 400");
-            assert_eq!((error.status, error.param.as_deref()), (400, Some(param)), "{bad}");
+            assert_eq!(
+                (error.status, error.param.as_deref()),
+                (400, Some(param)),
+                "{bad}"
+            );
             assert!(error.message.contains(words), "{bad}: {}", error.message);
         }
     }
@@ -645,11 +652,7 @@ mod tests {
         assert_eq!(prompts(json!({"prompt_string": "b"})).unwrap(), [text("b")]);
         // A token id at the top level makes the array one mixed prompt.
         assert_eq!(prompts(json!([1, "a"])).unwrap().len(), 1);
-        for bad in [
-            json!({"text": "a"}),
-            json!([]),
-            json!(["a", ""]),
-        ] {
+        for bad in [json!({"text": "a"}), json!([]), json!(["a", ""])] {
             let error = prompts(bad.clone()).expect_err("a 400");
             assert_eq!(error.param.as_deref(), Some("prompt"), "{bad}");
         }

@@ -1104,11 +1104,17 @@ mod tests {
         assert_eq!(messages[0].content, "what is it?");
         let at: Vec<usize> = messages[0].images.iter().map(|p| p.at).collect();
         assert_eq!(at, [0, 0]);
-        assert_eq!((messages[2].role, messages[2].images.len()), (Role::Tool, 1));
+        assert_eq!(
+            (messages[2].role, messages[2].images.len()),
+            (Role::Tool, 1)
+        );
         let generate = |body: Value| parse_generate(body.to_string().as_bytes(), &defaults());
         let plain = generate(json!({"prompt": "describe", "images": [data]})).unwrap();
         let message = &plain.work.session.messages[0];
-        assert_eq!((message.content.as_str(), message.images[0].at), ("describe", 0));
+        assert_eq!(
+            (message.content.as_str(), message.images[0].at),
+            ("describe", 0)
+        );
         let raw = generate(json!({"prompt": "describe", "images": [data], "raw": true})).unwrap();
         let parts = raw.work.raw_prompt.unwrap();
         assert!(matches!(parts[0], PromptPart::Image(ref image) if image.width == 2));
@@ -1138,14 +1144,22 @@ mod tests {
             ),
         ] {
             let error = chat(body.clone()).unwrap_err();
-            assert_eq!((error.status, error.param.as_deref()), (400, Some(param)), "{body}");
+            assert_eq!(
+                (error.status, error.param.as_deref()),
+                (400, Some(param)),
+                "{body}"
+            );
             assert!(error.message.contains(words), "{body}: {}", error.message);
         }
         let many = vec![data; crate::core::image::MAX_IMAGES + 1];
         let body = json!({"prompt": "x", "images": many});
         let error = parse_generate(body.to_string().as_bytes(), &defaults()).unwrap_err();
         assert_eq!(error.param.as_deref(), Some("images[64]"));
-        assert!(error.message.contains("too many images"), "{}", error.message);
+        assert!(
+            error.message.contains("too many images"),
+            "{}",
+            error.message
+        );
     }
 
     #[test]

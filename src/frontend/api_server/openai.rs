@@ -1303,17 +1303,23 @@ mod tests {
         let user_parts = |parts: Value| json!({"messages": [{"role": "user", "content": parts}]});
         let cases = [
             (
-                user_parts(json!([{"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}])),
+                user_parts(
+                    json!([{"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}]),
+                ),
                 "messages[0].content[0].image_url",
                 "--allow-image-urls",
             ),
             (
-                user_parts(json!([{"type": "text", "text": "x"}, {"type": "image_url", "image_url": {"url": "data:image/png;base64,@@"}}])),
+                user_parts(
+                    json!([{"type": "text", "text": "x"}, {"type": "image_url", "image_url": {"url": "data:image/png;base64,@@"}}]),
+                ),
                 "messages[0].content[1].image_url",
                 "not valid base64",
             ),
             (
-                user_parts(json!([{"type": "image_url", "image_url": {"url": "data:image/png;base64,aGVsbG8="}}])),
+                user_parts(
+                    json!([{"type": "image_url", "image_url": {"url": "data:image/png;base64,aGVsbG8="}}]),
+                ),
                 "messages[0].content[0].image_url",
                 "unsupported image type",
             ),
@@ -1357,7 +1363,11 @@ mod tests {
             error.param.as_deref(),
             Some(format!("messages[2].content[{last}].image_url").as_str())
         );
-        assert!(error.message.contains("too many images"), "{}", error.message);
+        assert!(
+            error.message.contains("too many images"),
+            "{}",
+            error.message
+        );
     }
 
     #[test]

@@ -362,7 +362,9 @@ fn content_of(it: &Fields<'_>, key: &str, images: &mut Images) -> Result<Content
             other => {
                 return Err(ApiError::invalid(
                     &p.name("type"),
-                    format!("content parts of type '{other}' are not supported (text and input_image only)"),
+                    format!(
+                    "content parts of type '{other}' are not supported (text and input_image only)"
+                ),
                 ))
             }
         }
