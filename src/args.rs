@@ -333,6 +333,8 @@ pub const FLAGS: &[Flag] = &[
         .value(|low, flag, raw| { low.responses_store = Some(ranged(flag, raw, 0, 100_000)? as u32); Ok(()) }),
     flag("verbose", None, Nothing, S::Modes, "--server: answers carry llama-server's __verbose object, with the rendered prompt (off by default: prompts can hold secrets)")
         .switch(|low| low.verbose = true),
+    flag("allow-image-urls", None, Nothing, S::Modes, "--server: image parts may be http(s) URLs, which the server fetches (public addresses only, as webfetch; else send data: URLs)")
+        .switch(|low| low.allow_image_urls = true),
     flag("no-slots", None, Nothing, S::Modes, "--server: GET /slots answers 501 (llama-server's --no-slots)")
         .switch(|low| low.slots = Some(false)),
     flag("slots", None, Nothing, S::Modes, "--server: serve GET /slots (the default)")
@@ -518,6 +520,8 @@ pub struct LowArgs {
     pub responses_store: Option<u32>,
     /// `--verbose`.
     pub verbose: bool,
+    /// `--allow-image-urls`: the API server fetches http(s) image URLs.
+    pub allow_image_urls: bool,
     pub host: Option<String>,
     pub port: Option<u16>,
     pub auth_token: Option<String>,
@@ -980,6 +984,8 @@ mod tests {
         assert_eq!(ok(&["--reranking"]).pooling.as_deref(), Some("rank"));
         assert_eq!(ok(&["--rerank"]).pooling.as_deref(), Some("rank"));
         assert_eq!(ok(&["--no-slots"]).slots, Some(false));
+        assert!(ok(&["--allow-image-urls"]).allow_image_urls);
+        assert!(!ok(&[]).allow_image_urls);
         assert_eq!(ok(&["--no-slots", "--slots"]).slots, Some(true));
         assert_eq!(ok(&["--metrics"]).slots, None);
         check_err(&["--flash-attn=1"], &["--flash-attn", "on, off, auto"]);

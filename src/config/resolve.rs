@@ -126,6 +126,9 @@ pub struct ServerSettings {
     pub verbose: bool,
     /// `GET /slots` is served (`--slots`, the default; `--no-slots` makes it a 501).
     pub slots: bool,
+    /// `--allow-image-urls`: image parts may be http(s) URLs, fetched through the
+    /// web tools' address checks; without it only inline images are read.
+    pub allow_image_urls: bool,
     /// Vertex AI's prediction routes, where `AIP_MODE=PREDICTION` asks for them.
     pub vertex: Option<VertexRoutes>,
 }
@@ -660,6 +663,7 @@ fn server(low: &LowArgs, mode: &Mode, env: EnvLookup) -> Result<ServerSettings, 
             .map_or(DEFAULT_RESPONSES_STORE, |n| n as usize),
         verbose: low.verbose,
         slots: low.slots.unwrap_or(true),
+        allow_image_urls: low.allow_image_urls,
         vertex,
     })
 }
@@ -937,6 +941,7 @@ mod tests {
                 responses_store: 100,
                 verbose: false,
                 slots: true,
+                allow_image_urls: false,
                 vertex: None,
             }
         );

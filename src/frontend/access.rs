@@ -256,6 +256,7 @@ mod tests {
             responses_store: 0,
             verbose: false,
             slots: true,
+            allow_image_urls: false,
             vertex: None,
         };
         let auth = ServerAuth {

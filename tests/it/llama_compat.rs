@@ -24,6 +24,10 @@ fn complete(server: &ApiServer, body: Value) -> Value {
     answer
 }
 
+/// A 2x2 grey PNG, base64.
+const PNG_2X2: &str =
+    "iVBORw0KGgoAAAANSUhEUgAAAAIAAAACCAIAAAD91JpzAAAADklEQVR4nGNoAAMGCAUAKg4GARWeQtcAAAAASUVORK5CYII=";
+
 #[test]
 fn completion_answers_several_prompts_and_prompt_objects_as_llama_server_does() {
     let server = ApiServer::with_model(&["--context-size", "2048", "--parallel", "2"]);
@@ -52,12 +56,26 @@ fn completion_answers_several_prompts_and_prompt_objects_as_llama_server_does() 
         assert_eq!(answer["prompt"], json!(PROMPT), "{answer}");
         assert_eq!(answer["tokens_predicted"], one["tokens_predicted"]);
     }
+    // Its multimodal data: as many <__media__> markers as images, else a 400;
+    // an image to a model without a projector is the backend's 400.
     let (status, error) = server.post(
         "/completion",
-        &json!({"prompt": {"prompt_string": PROMPT, "multimodal_data": ["AAAA"]}}),
+        &json!({"prompt": {"prompt_string": PROMPT, "multimodal_data": [PNG_2X2]}}),
     );
     assert_eq!(status, 400, "{error}");
-    assert_eq!(error["error"]["param"], json!("prompt"), "{error}");
+    assert_eq!(
+        error["error"]["param"],
+        json!("prompt.multimodal_data"),
+        "{error}"
+    );
+    let marked = format!("<__media__>{PROMPT}");
+    let (status, error) = server.post(
+        "/completion",
+        &json!({"prompt": {"prompt_string": marked, "multimodal_data": [PNG_2X2]}}),
+    );
+    assert_eq!(status, 400, "{error}");
+    let message = error["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("no vision projector"), "{error}");
 
     if !have_curl() {
         eprintln!("skipped the streamed half: no curl");

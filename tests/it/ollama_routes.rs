@@ -180,7 +180,10 @@ fn a_chat_stream_is_one_json_object_a_line_ending_with_done() {
         Some(TOKEN),
     );
     assert!(head.starts_with("http/1.1 400"), "{head}");
-    assert!(answer.contains("images are not supported yet"), "{answer}");
+    assert!(
+        answer.contains("'messages[0].images[0]': unsupported image type"),
+        "{answer}"
+    );
     // A pull names a URL: a bare name is a 400 that says so, in Ollama's shape.
     let bare = json!({"model": "llama3.2"}).to_string();
     let (head, answer) = raw_request(&server, "POST", "/api/pull", &bare, Some(TOKEN));

@@ -4,7 +4,8 @@
 //! Request: `system` (string or text blocks), `messages` of `user`/`assistant`
 //! turns whose content is a string or `text`, `tool_use` and `tool_result`
 //! blocks (and an assistant turn's `thinking` blocks, its reasoning, which the
-//! template reads as `reasoning_content`), `tools[{name, description, input_schema}]` (and `bash_*`,
+//! template reads as `reasoning_content`; a user turn's `image` blocks, base64
+//! or url sources, read by [`super::images`], also inside a `tool_result`), `tools[{name, description, input_schema}]` (and `bash_*`,
 //! `text_editor_*` with their documented schemas; server tools such as
 //! `web_search_*` are dropped with a `Warning` header), `tool_choice`,
 //! `max_tokens` (required), `stop_sequences`, `temperature`, `top_p`,
@@ -18,6 +19,7 @@ use serde_json::{Map, Value};
 
 use super::error::ApiError;
 use super::fields::{json_body, stop_list, valid_tool_name, Fields};
+use super::images::{Content, Images};
 use super::pool::Work;
 use super::text::{Assembler, Piece};
 use super::tool_types::{self, ToolKinds};
@@ -25,8 +27,8 @@ use super::wire::anthropic as wire;
 use super::wire::{encode, Null};
 use super::{Defaults, Usage};
 use crate::backend::{Reply, ToolChoice};
-use crate::core::ToolSpec;
 use crate::core::{FinishReason, Message, Session, ToolCall};
+use crate::core::{Image, ToolSpec};
 use crate::frontend::http::SseStream;
 
 #[derive(Debug)]
@@ -45,7 +47,7 @@ pub fn parse_count(body: &[u8], defaults: &Defaults) -> Result<Work, ApiError> {
     let f = Fields::of(&value, "")?;
     f.str("model")?;
     let system = system(&f)?;
-    let messages = messages(&f)?;
+    let messages = messages(&f, &mut Images::new(&defaults.image_urls))?;
     let (tools, _) = tools(&f)?;
     tool_choice(&f, &tools)?;
     let mut session = Session::new(system.unwrap_or_else(|| defaults.system_prompt.clone()));
@@ -68,7 +70,7 @@ pub fn parse(body: &[u8], defaults: &Defaults) -> Result<MessagesRequest, ApiErr
         .integer("max_tokens", 1, defaults.max_tokens_limit())?
         .ok_or_else(|| f.missing("max_tokens", "a positive integer"))?;
     let system = system(&f)?;
-    let messages = messages(&f)?;
+    let messages = messages(&f, &mut Images::new(&defaults.image_urls))?;
     let (tools, dropped) = tools(&f)?;
     let tool_choice = tool_choice(&f, &tools)?;
     let mut sampling = defaults.sampling.clone();
@@ -123,7 +125,8 @@ fn system(f: &Fields<'_>) -> Result<Option<String>, ApiError> {
     }
 }
 
-fn messages(f: &Fields<'_>) -> Result<Vec<Message>, ApiError> {
+/// The turns, their images read by `images`.
+fn messages(f: &Fields<'_>, images: &mut Images) -> Result<Vec<Message>, ApiError> {
     let items = f
         .array("messages")?
         .ok_or_else(|| f.missing("messages", "a non-empty array"))?;
@@ -142,7 +145,7 @@ fn messages(f: &Fields<'_>) -> Result<Vec<Message>, ApiError> {
         match m.get("content") {
             Some(Value::String(text)) if role == "user" => out.push(Message::user(text.clone())),
             Some(Value::String(text)) => out.push(Message::assistant(text.clone())),
-            Some(Value::Array(blocks)) => blocks_to_messages(&m, role, blocks, &mut out)?,
+            Some(Value::Array(blocks)) => blocks_to_messages(&m, role, blocks, images, &mut out)?,
             _ => return Err(m.missing("content", "a string or an array of blocks")),
         }
     }
@@ -150,21 +153,24 @@ fn messages(f: &Fields<'_>) -> Result<Vec<Message>, ApiError> {
 }
 
 /// One turn's blocks: an assistant turn is one message (text, reasoning from
-/// its `thinking` blocks, and tool calls); a user turn gives one tool message per `tool_result`, then its text.
+/// its `thinking` blocks, and tool calls); a user turn gives one tool message per
+/// `tool_result`, then its text and images. Long: one arm per block type.
 fn blocks_to_messages(
     m: &Fields<'_>,
     role: &str,
     blocks: &[Value],
+    images: &mut Images,
     out: &mut Vec<Message>,
 ) -> Result<(), ApiError> {
-    let mut text = String::new();
+    let mut text = Content::default();
     let mut thinking = String::new();
     let mut calls = Vec::new();
     let mut results = Vec::new();
     for (j, block) in blocks.iter().enumerate() {
         let b = Fields::of(block, &format!("{}[{j}]", m.name("content")))?;
         match (b.required_str("type")?, role) {
-            ("text", _) => text.push_str(b.required_str("text")?),
+            ("text", _) => text.push_text(b.required_str("text")?, ""),
+            ("image", "user") => text.push_image(image_block(&b, images)?),
             // The template gets it as `reasoning_content`, as llama.cpp passes it
             // (Qwen3's and DeepSeek's render it or drop it themselves); a redacted
             // block's text is encrypted: nothing to read.
@@ -184,7 +190,6 @@ fn blocks_to_messages(
             }
             ("tool_result", "user") => {
                 let id = b.required_str("tool_use_id")?;
-                let content = result_text(&b)?;
                 let error = b.bool("is_error")?.unwrap_or(false);
                 let call = super::earlier_call(out, id).ok_or_else(|| {
                     ApiError::invalid(
@@ -192,12 +197,11 @@ fn blocks_to_messages(
                         format!("tool_use_id '{id}' answers no earlier tool_use block"),
                     )
                 })?;
-                let content = if error {
-                    format!("Error: {content}")
-                } else {
-                    content
-                };
-                results.push(Message::tool_result(call, content));
+                let mut content = result_content(&b, images)?;
+                if error {
+                    content.prepend("Error: ");
+                }
+                results.push(content.into_message(|text| Message::tool_result(call, text)));
             }
             (other, _) => {
                 return Err(ApiError::invalid(
@@ -208,33 +212,60 @@ fn blocks_to_messages(
         }
     }
     if role == "assistant" {
-        let mut message = Message::assistant(text);
+        let mut message = Message::assistant(text.text);
         message.tool_calls = calls;
         message.thinking = (!thinking.is_empty()).then_some(thinking);
         out.push(message);
     } else {
         out.extend(results);
-        if !text.is_empty() {
-            out.push(Message::user(text));
+        if !text.text.is_empty() || !text.images.is_empty() {
+            out.push(text.into_message(Message::user));
         }
     }
     Ok(())
 }
 
-fn result_text(b: &Fields<'_>) -> Result<String, ApiError> {
+/// A `tool_result`'s content: a string, or `text` and `image` blocks.
+fn result_content(b: &Fields<'_>, images: &mut Images) -> Result<Content, ApiError> {
     match b.get("content") {
-        None => Ok(String::new()),
-        Some(Value::String(s)) => Ok(s.clone()),
+        None => Ok(Content::default()),
+        Some(Value::String(s)) => Ok(Content::text(s.clone())),
         Some(Value::Array(parts)) => {
-            let mut text = String::new();
+            let mut content = Content::default();
             for (k, part) in parts.iter().enumerate() {
                 let p = Fields::of(part, &format!("{}[{k}]", b.name("content")))?;
-                p.choice("type", &["text"])?;
-                text.push_str(p.required_str("text")?);
+                match p.choice("type", &["text", "image"])? {
+                    Some("image") => content.push_image(image_block(&p, images)?),
+                    _ => content.push_text(p.required_str("text")?, ""),
+                }
             }
-            Ok(text)
+            Ok(content)
         }
-        Some(_) => Err(b.missing("content", "a string or text blocks")),
+        Some(_) => Err(b.missing("content", "a string or text and image blocks")),
+    }
+}
+
+/// An `image` block's image: its `source` is `base64` data of a declared
+/// `media_type`, or a `url` (fetched only with `--allow-image-urls`).
+fn image_block(b: &Fields<'_>, images: &mut Images) -> Result<Image, ApiError> {
+    let source = b
+        .object("source")?
+        .ok_or_else(|| b.missing("source", "an object"))?;
+    let field = b.name("source");
+    match source.required_str("type")? {
+        "base64" => {
+            let mime = source.required_str("media_type")?;
+            images.base64(source.required_str("data")?, Some(mime), &field)
+        }
+        "url" => images.reference(source.required_str("url")?, &field),
+        "file" => Err(ApiError::invalid(
+            &source.name("type"),
+            "files are not stored on this server: send the image as a base64 or url source",
+        )),
+        other => Err(ApiError::invalid(
+            &source.name("type"),
+            format!("image sources of type '{other}' are not supported: send base64 or url"),
+        )),
     }
 }
 
@@ -520,6 +551,7 @@ fn uncached_input(usage: &Usage) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use super::super::images::tests as pictures;
     use super::*;
     use crate::core::Role;
     use serde_json::json;
@@ -530,6 +562,100 @@ mod tests {
             system_prompt: "server prompt".into(),
             ..Defaults::default()
         }
+    }
+
+    fn base64_block() -> Value {
+        json!({"type": "image", "source": {
+            "type": "base64", "media_type": "image/png", "data": pictures::png_base64()}})
+    }
+
+    #[test]
+    fn image_blocks_become_images_also_inside_tool_results() {
+        let body = json!({"max_tokens": 5, "messages": [
+            {"role": "user", "content": [
+                {"type": "text", "text": "What is "},
+                base64_block(),
+                {"type": "text", "text": "?"}
+            ]},
+            {"role": "assistant", "content": [
+                {"type": "tool_use", "id": "t1", "name": "shot", "input": {}}
+            ]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "t1", "is_error": true,
+                 "content": [{"type": "text", "text": "blurred"}, base64_block()]},
+                base64_block()
+            ]}
+        ]});
+        let request = parse(body.to_string().as_bytes(), &defaults()).unwrap();
+        let messages = &request.work.session.messages;
+        assert_eq!(messages[0].content, "What is ?");
+        assert_eq!(messages[0].images[0].at, 8);
+        assert_eq!(messages[0].images[0].image.width, 2);
+        assert_eq!(messages[2].role, Role::Tool);
+        assert_eq!(messages[2].content, "Error: blurred");
+        assert_eq!(messages[2].images[0].at, "Error: blurred".len());
+        // A user turn of an image alone is a message of its own.
+        assert_eq!(
+            (messages[3].role, messages[3].content.as_str()),
+            (Role::User, "")
+        );
+        assert_eq!(messages[3].images.len(), 1);
+    }
+
+    #[test]
+    fn image_sources_that_cannot_be_read_are_400s_naming_the_field() {
+        let source = |source: Value| {
+            json!({"max_tokens": 5, "messages": [{"role": "user", "content": [
+                {"type": "image", "source": source}]}]})
+        };
+        let field = "messages[0].content[0].source";
+        for (body, param, words) in [
+            (
+                source(json!({"type": "url", "url": "https://example.com/cat.png"})),
+                field,
+                "--allow-image-urls",
+            ),
+            (
+                source(json!({"type": "base64", "media_type": "image/png", "data": "%%%"})),
+                field,
+                "not valid base64",
+            ),
+            (
+                source(
+                    json!({"type": "base64", "media_type": "image/bmp", "data": pictures::png_base64()}),
+                ),
+                field,
+                "image/bmp",
+            ),
+            (
+                source(json!({"type": "file", "file_id": "file_1"})),
+                "messages[0].content[0].source.type",
+                "files are not stored",
+            ),
+            (
+                source(json!({"type": "base64", "data": pictures::png_base64()})),
+                "messages[0].content[0].source.media_type",
+                "required",
+            ),
+            (
+                json!({"max_tokens": 5, "messages": [{"role": "user", "content": "x"},
+                    {"role": "assistant", "content": [base64_block()]}]}),
+                "messages[1].content[0].type",
+                "not supported in a assistant turn",
+            ),
+        ] {
+            let error = parse(body.to_string().as_bytes(), &defaults()).unwrap_err();
+            assert_eq!(
+                (error.status, error.param.as_deref()),
+                (400, Some(param)),
+                "{body}"
+            );
+            assert!(error.message.contains(words), "{body}: {}", error.message);
+            assert_eq!(error.anthropic_body().error.kind, "invalid_request_error");
+        }
+        let url = source(json!({"type": "url", "url": pictures::png_data_url()}));
+        let request = parse(url.to_string().as_bytes(), &defaults()).unwrap();
+        assert_eq!(request.work.session.messages[0].images.len(), 1);
     }
 
     #[test]
@@ -620,7 +746,7 @@ mod tests {
             ),
             (
                 json!({"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image"}]}]}),
-                "messages[0].content[0].type",
+                "messages[0].content[0].source",
             ),
         ] {
             let error = parse(bad.to_string().as_bytes(), &defaults()).unwrap_err();

@@ -20,13 +20,14 @@ use serde_json::{Map, Value};
 
 use super::error::ApiError;
 use super::fields::{json_body, unknown_fields, Fields};
+use super::images::Images;
 use super::openai::{self, finish_reason, wire_timings, wire_usage};
 use super::pool::Work;
 use super::text::{Assembler, Piece};
 use super::wire::encode;
 use super::wire::openai as wire;
 use super::{Defaults, Usage};
-use crate::backend::{PromptPart, Reply, ToolChoice};
+use crate::backend::{PromptPart, Reply, ToolChoice, MEDIA_MARKER};
 use crate::core::{Session, TokenLogprobs};
 use crate::frontend::http::SseStream;
 
@@ -87,7 +88,7 @@ pub fn parse(
     let f = Fields::of(&value, "")?;
     let ignored = unknown_fields(&value, &KNOWN, &IGNORED);
     let model = f.str("model")?.unwrap_or(&defaults.model).to_string();
-    let prompt = prompt(&f, n_vocab)?;
+    let prompt = prompt(&f, n_vocab, &mut Images::new(&defaults.image_urls))?;
     let stream = f.bool("stream")?.unwrap_or(false);
     let include_usage = openai::stream_options(&f, stream)?;
     let n = f.integer("n", 1, openai::MAX_CHOICES)?.unwrap_or(1);
@@ -127,8 +128,12 @@ pub fn parse(
 
 /// The one prompt, as OpenAI and llama-server take it ([`prompts`]); several
 /// prompts would be several choices, which this route does not produce.
-pub(super) fn prompt(f: &Fields<'_>, n_vocab: i32) -> Result<Vec<PromptPart>, ApiError> {
-    let mut prompts = prompts(f, n_vocab)?;
+pub(super) fn prompt(
+    f: &Fields<'_>,
+    n_vocab: i32,
+    images: &mut Images,
+) -> Result<Vec<PromptPart>, ApiError> {
+    let mut prompts = prompts(f, n_vocab, images)?;
     if prompts.len() > 1 {
         return Err(ApiError::invalid(
             "prompt",
@@ -139,27 +144,40 @@ pub(super) fn prompt(f: &Fields<'_>, n_vocab: i32) -> Result<Vec<PromptPart>, Ap
 }
 
 /// The prompts of `prompt`, as llama-server reads them: a string, token ids,
-/// an array mixing the two, or llama-server's `{"prompt_string": ...}` object
-/// (its multimodal form, text only here) is one prompt; an array holding no
-/// token id is one prompt per item. Token ids must be in the model's
-/// vocabulary (`n_vocab`).
-pub(super) fn prompts(f: &Fields<'_>, n_vocab: i32) -> Result<Vec<Vec<PromptPart>>, ApiError> {
-    let items: Vec<&Value> = match f.get("prompt") {
+/// an array mixing the two, or llama-server's `{"prompt_string": ...,
+/// "multimodal_data": [...]}` object (its multimodal form, [`media_prompt`]) is
+/// one prompt; an array holding no token id is one prompt per item. Token ids
+/// must be in the model's vocabulary (`n_vocab`); images are read by `images`.
+pub(super) fn prompts(
+    f: &Fields<'_>,
+    n_vocab: i32,
+    images: &mut Images,
+) -> Result<Vec<Vec<PromptPart>>, ApiError> {
+    let items: Vec<(String, &Value)> = match f.get("prompt") {
         None => return Err(f.missing("prompt", "a string or token ids")),
-        Some(Value::Array(items)) if !items.iter().any(Value::is_i64) => items.iter().collect(),
-        Some(one) => vec![one],
+        Some(Value::Array(items)) if !items.iter().any(Value::is_i64) => items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| (format!("prompt[{i}]"), item))
+            .collect(),
+        Some(one) => vec![("prompt".to_string(), one)],
     };
     if items.is_empty() {
         return Err(ApiError::invalid("prompt", "'prompt' must not be empty"));
     }
     items
         .into_iter()
-        .map(|item| subprompt(item, n_vocab))
+        .map(|(name, item)| subprompt(item, &name, n_vocab, images))
         .collect()
 }
 
-/// One prompt of [`prompts`].
-fn subprompt(value: &Value, n_vocab: i32) -> Result<Vec<PromptPart>, ApiError> {
+/// One prompt of [`prompts`], named `name` in errors about its images.
+fn subprompt(
+    value: &Value,
+    name: &str,
+    n_vocab: i32,
+    images: &mut Images,
+) -> Result<Vec<PromptPart>, ApiError> {
     let wrong = || {
         ApiError::invalid(
             "prompt",
@@ -170,16 +188,31 @@ fn subprompt(value: &Value, n_vocab: i32) -> Result<Vec<PromptPart>, ApiError> {
         Value::String(text) => vec![PromptPart::Text(text.clone())],
         Value::Array(items) => mixed(items, n_vocab).ok_or_else(wrong)??,
         Value::Object(object) => {
-            let media = object.get("multimodal_data");
-            if media.is_some_and(|m| !m.is_null() && m.as_array().is_none_or(|m| !m.is_empty())) {
-                return Err(ApiError::invalid(
-                    "prompt",
-                    "'multimodal_data' needs a multimodal model; this one reads text only",
-                ));
-            }
-            match object.get("prompt_string") {
-                Some(Value::String(text)) => vec![PromptPart::Text(text.clone())],
-                Some(Value::Array(items)) => mixed(items, n_vocab).ok_or_else(wrong)??,
+            let media_name = format!("{name}.multimodal_data");
+            let media = match object.get("multimodal_data") {
+                None | Some(Value::Null) => None,
+                Some(Value::Array(media)) => Some(media.as_slice()),
+                Some(_) => {
+                    return Err(ApiError::invalid(
+                        &media_name,
+                        format!("'{media_name}' must be an array of base64 strings"),
+                    ))
+                }
+            };
+            match (object.get("prompt_string"), media) {
+                (Some(Value::String(text)), Some(media)) => {
+                    media_prompt(text, media, name, images)?
+                }
+                (Some(Value::String(text)), None) => vec![PromptPart::Text(text.clone())],
+                (Some(Value::Array(items)), None) => mixed(items, n_vocab).ok_or_else(wrong)??,
+                (Some(Value::Array(_)), Some(_)) => {
+                    return Err(ApiError::invalid(
+                        &format!("{name}.prompt_string"),
+                        format!(
+                            "'{name}.prompt_string' must be a string when '{media_name}' is given"
+                        ),
+                    ))
+                }
                 _ => return Err(wrong()),
             }
         }
@@ -192,6 +225,46 @@ fn subprompt(value: &Value, n_vocab: i32) -> Result<Vec<PromptPart>, ApiError> {
     };
     if parts.iter().all(empty) {
         return Err(ApiError::invalid("prompt", "'prompt' must not be empty"));
+    }
+    Ok(parts)
+}
+
+/// llama-server's multimodal prompt: `text` split at each [`MEDIA_MARKER`], the
+/// images of `media` (base64, read by `images`) in the markers' places, in order;
+/// as many markers as images, else a 400 (llama-server's "Failed to tokenize
+/// prompt", here with both counts). Empty text between markers is left out.
+fn media_prompt(
+    text: &str,
+    media: &[Value],
+    name: &str,
+    images: &mut Images,
+) -> Result<Vec<PromptPart>, ApiError> {
+    let media_name = format!("{name}.multimodal_data");
+    let markers = text.matches(MEDIA_MARKER).count();
+    if markers != media.len() {
+        return Err(ApiError::invalid(
+            &media_name,
+            format!(
+                "'{name}.prompt_string' has {markers} {MEDIA_MARKER} markers and '{media_name}' has {} items: each marker stands for one item, in order",
+                media.len()
+            ),
+        ));
+    }
+    let mut parts = Vec::new();
+    for (k, segment) in text.split(MEDIA_MARKER).enumerate() {
+        if k > 0 {
+            let field = format!("{media_name}[{}]", k - 1);
+            let Some(Value::String(data)) = media.get(k - 1) else {
+                return Err(ApiError::invalid(
+                    &field,
+                    format!("'{field}' must be a base64 string"),
+                ));
+            };
+            parts.push(PromptPart::Image(images.base64(data, None, &field)?));
+        }
+        if !segment.is_empty() {
+            parts.push(PromptPart::Text(segment.to_string()));
+        }
     }
     Ok(parts)
 }
@@ -403,6 +476,21 @@ mod tests {
         let error = parse_json(body.clone()).expect_err("an invalid request");
         assert_eq!(error.status, 400, "{body}");
         assert_eq!(error.param.as_deref(), Some(param), "{body}: {error:?}");
+    }
+
+    #[test]
+    fn a_multimodal_prompt_object_is_read_here_too() {
+        let data = super::super::images::tests::png_base64();
+        let body =
+            json!({"prompt": {"prompt_string": "Say <__media__>", "multimodal_data": [data]}});
+        let request = parse_json(body).unwrap();
+        let parts = request.work.raw_prompt.unwrap();
+        assert_eq!(parts[0], PromptPart::Text("Say ".into()));
+        assert!(matches!(&parts[1], PromptPart::Image(image) if image.mime == "image/png"));
+        check_invalid(
+            json!({"prompt": {"prompt_string": "Say", "multimodal_data": [data]}}),
+            "prompt.multimodal_data",
+        );
     }
 
     #[test]

@@ -188,6 +188,17 @@ mod tests {
     }
 
     #[test]
+    fn a_request_the_model_cannot_take_is_a_400_in_the_backends_words() {
+        // The in-process model without a projector refuses an image part so.
+        let words = "this model takes no images: it has no vision projector";
+        let api = from_backend(&BackendError::Invalid(words.into()));
+        assert_eq!((api.status, api.kind), (400, "invalid_request_error"));
+        assert_eq!(api.message, words);
+        assert_eq!(api.anthropic_body().error.kind, "invalid_request_error");
+        assert_eq!(api.ollama_body().error, words);
+    }
+
+    #[test]
     fn both_error_shapes_keep_their_nulls() {
         let error = ApiError::new(503, "server_busy", "full");
         let openai: serde_json::Value =

@@ -28,7 +28,9 @@
 //! Flow of a generation request, on its connection's thread:
 //! 1. The body is checked field by field ([`openai::parse`],
 //!    [`anthropic::parse`]); any fault is a 400 naming the field, and nothing
-//!    reaches a backend.
+//!    reaches a backend. Image parts of every route are read there by
+//!    [`images`] (decoded under the limits; http(s) URLs only with
+//!    `--allow-image-urls`); whether the model takes them is the backend's to say.
 //! 2. The [`pool::Pool`] admits it (a free worker or room in the FIFO queue)
 //!    or it gets 503 with `Retry-After`.
 //! 3. The response head is written only when the job's first output
@@ -48,6 +50,7 @@ mod anthropic;
 mod completions;
 mod error;
 mod fields;
+mod images;
 mod local;
 mod metrics;
 mod native;
@@ -101,6 +104,8 @@ pub struct Defaults {
     /// Answers carry llama-server's `__verbose` object unless a request says
     /// otherwise (`--verbose`).
     pub verbose: bool,
+    /// Whether image parts may be http(s) URLs (`--allow-image-urls`).
+    pub image_urls: images::ImageUrls,
 }
 
 impl Defaults {
@@ -846,6 +851,10 @@ fn load(settings: &Settings) -> Result<Loaded, String> {
         sampling: settings.sampling_for(&provider),
         use_tools: settings.use_tools,
         verbose: settings.server.verbose,
+        image_urls: match settings.server.allow_image_urls {
+            true => images::ImageUrls::Fetched(crate::tools::web::policy_check(false)),
+            false => images::ImageUrls::Refused,
+        },
     };
     let aliases = match settings.server.aliases.as_slice() {
         [] => vec![defaults.model.clone()],

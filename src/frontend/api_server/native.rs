@@ -11,8 +11,9 @@
 //! level, as llama-server reads it) run side by side and are answered with an
 //! array of answers in their order, each naming its `index`; streamed, the
 //! chunks of all interleave, each with its `index`. A prompt may also be
-//! llama-server's `{"prompt_string": ...}` object (its multimodal form; text
-//! only here).
+//! llama-server's `{"prompt_string": ..., "multimodal_data": [...]}` object
+//! (its multimodal form: each `<__media__>` marker of the text stands for one
+//! base64 image, in order; [`super::completions::prompts`]).
 //!
 //! `n_probs` adds llama-server's `completion_probabilities` (each token's id,
 //! text, bytes and log-probability, with the `n_probs` likeliest others;
@@ -34,6 +35,7 @@ use std::sync::atomic::Ordering;
 use super::completions::prompts;
 use super::error::ApiError;
 use super::fields::{json_body, unknown_fields, Fields};
+use super::images::Images;
 use super::local;
 use super::openai::{self, wire_logprobs, wire_timings};
 use super::pool::Work;
@@ -103,7 +105,8 @@ const INFILL: [&str; 3] = ["input_prefix", "input_suffix", "input_extra"];
 
 /// Checks a `/completion` body field by field; token ids against `n_vocab`.
 pub fn parse(body: &[u8], defaults: &Defaults, n_vocab: i32) -> Result<NativeRequest, ApiError> {
-    parse_with(body, defaults, &KNOWN, |f| prompts(f, n_vocab))
+    let mut images = Images::new(&defaults.image_urls);
+    parse_with(body, defaults, &KNOWN, |f| prompts(f, n_vocab, &mut images))
 }
 
 /// Checks an `/infill` body: `/completion`'s fields, with the code before and
@@ -521,11 +524,72 @@ impl super::ApiServer {
 
 #[cfg(test)]
 mod tests {
+    use super::super::images::tests as pictures;
     use super::*;
     use serde_json::{json, Value};
 
     fn parse_json(body: Value) -> Result<NativeRequest, ApiError> {
         parse(body.to_string().as_bytes(), &Defaults::default(), 1000)
+    }
+
+    #[test]
+    fn multimodal_data_takes_the_places_of_the_media_markers() {
+        let data = pictures::png_base64();
+        let prompt = |prompt: Value| parse_json(json!({ "prompt": prompt })).map(|r| r.prompts);
+        let marked = json!({"prompt_string": "<__media__>What is this? <__media__>",
+                            "multimodal_data": [data, data]});
+        let parts = &prompt(json!(["plain", marked])).unwrap()[1];
+        assert_eq!(parts.len(), 3);
+        assert!(matches!(&parts[0], PromptPart::Image(image) if image.height == 3));
+        assert_eq!(parts[1], PromptPart::Text("What is this? ".into()));
+        assert!(matches!(&parts[2], PromptPart::Image(_)));
+        assert_eq!(
+            prompt_text(parts, |_| None),
+            "<__media__>What is this? <__media__>"
+        );
+        // Without multimodal_data the marker is text, as llama-server reads it.
+        let text = prompt(json!({"prompt_string": "a <__media__>"})).unwrap();
+        assert_eq!(text, [vec![PromptPart::Text("a <__media__>".into())]]);
+        for (bad, param, words) in [
+            (
+                json!({"prompt_string": "one <__media__>", "multimodal_data": [data, data]}),
+                "prompt.multimodal_data",
+                "has 1 <__media__> markers and 'prompt.multimodal_data' has 2 items",
+            ),
+            (
+                json!([{"prompt_string": "none", "multimodal_data": [data]}]),
+                "prompt[0].multimodal_data",
+                "has 0 <__media__> markers",
+            ),
+            (
+                json!({"prompt_string": "<__media__>", "multimodal_data": ["!!"]}),
+                "prompt.multimodal_data[0]",
+                "not valid base64",
+            ),
+            (
+                json!({"prompt_string": "<__media__>", "multimodal_data": [3]}),
+                "prompt.multimodal_data[0]",
+                "must be a base64 string",
+            ),
+            (
+                json!({"prompt_string": [1, 2], "multimodal_data": []}),
+                "prompt.prompt_string",
+                "must be a string",
+            ),
+            (
+                json!({"prompt_string": "x", "multimodal_data": "AAAA"}),
+                "prompt.multimodal_data",
+                "must be an array",
+            ),
+        ] {
+            let error = prompt(bad.clone()).expect_err("a 400");
+            assert_eq!(
+                (error.status, error.param.as_deref()),
+                (400, Some(param)),
+                "{bad}"
+            );
+            assert!(error.message.contains(words), "{bad}: {}", error.message);
+        }
     }
 
     #[test]
@@ -588,12 +652,7 @@ mod tests {
         assert_eq!(prompts(json!({"prompt_string": "b"})).unwrap(), [text("b")]);
         // A token id at the top level makes the array one mixed prompt.
         assert_eq!(prompts(json!([1, "a"])).unwrap().len(), 1);
-        for bad in [
-            json!({"prompt_string": "a", "multimodal_data": ["AAAA"]}),
-            json!({"text": "a"}),
-            json!([]),
-            json!(["a", ""]),
-        ] {
+        for bad in [json!({"text": "a"}), json!([]), json!(["a", ""])] {
             let error = prompts(bad.clone()).expect_err("a 400");
             assert_eq!(error.param.as_deref(), Some("prompt"), "{bad}");
         }

@@ -20,7 +20,9 @@
 //! ignore it. `GET /api/ps` lists the model only while it is in memory, with the
 //! time it leaves as `expires_at`. A generate `template` override is refused with a 400 (the
 //! model's own template is used); `raw: true` continues the prompt as it is,
-//! like `/v1/completions` (the in-process model only); `images` are refused.
+//! like `/v1/completions` (the in-process model only). `images` (base64, on a
+//! user or tool message and on generate) stand before the text, as Ollama places
+//! them, read by [`super::images`]; with `raw` they open the prompt.
 //!
 //! Model routes describe the served model: `POST /api/show`, `GET /api/ps`;
 //! `GET /api/tags` lists it, then the GGUF files of the models directories
@@ -39,6 +41,7 @@ use serde_json::{Map, Value};
 
 use super::error::ApiError;
 use super::fields::{json_body, unknown_fields, Fields};
+use super::images::{Content, Images};
 use super::pool::Work;
 use super::serve::Answer as Served;
 use super::text::{Assembler, Piece};
@@ -46,7 +49,7 @@ use super::wire::encode;
 use super::{local, openai, ApiServer, Defaults, Loaded, Usage};
 use crate::backend::llamacpp::EmbedInput;
 use crate::backend::{PromptPart, Reply, ResponseFormat, Sampling, ToolChoice};
-use crate::core::{FinishReason, Message, Role, Session, ToolCall};
+use crate::core::{FinishReason, Image, Message, Role, Session, ToolCall};
 use crate::frontend::http::{Request, Responder, SseStream};
 use keep_alive::KeepAlive;
 
@@ -153,7 +156,7 @@ pub fn parse_chat(body: &[u8], defaults: &Defaults) -> Result<OllamaRequest, Api
     let value = json_body(body)?;
     let f = Fields::of(&value, "")?;
     let model = served_model(f.str("model")?, defaults)?;
-    let (system, messages) = messages(&f)?;
+    let (system, messages) = messages(&f, &mut Images::new(&defaults.image_urls))?;
     // Ollama's tools are functions; another type is refused or dropped as on chat.
     let (tools, _kinds) = openai::tools(&f)?;
     let mut session = Session::new(system.unwrap_or_else(|| defaults.system_prompt.clone()));
@@ -183,7 +186,7 @@ pub fn parse_generate(body: &[u8], defaults: &Defaults) -> Result<OllamaRequest,
     let value = json_body(body)?;
     let f = Fields::of(&value, "")?;
     let model = served_model(f.str("model")?, defaults)?;
-    no_images(&f)?;
+    let images = base64_images(&f, &mut Images::new(&defaults.image_urls))?;
     if f.str("template")?.is_some_and(|t| !t.is_empty()) {
         return Err(ApiError::invalid(
             "template",
@@ -196,7 +199,15 @@ pub fn parse_generate(body: &[u8], defaults: &Defaults) -> Result<OllamaRequest,
     let raw = f.bool("raw")?.unwrap_or(false);
     let system = f.str("system")?.unwrap_or(&defaults.system_prompt);
     let mut session = Session::new(system.to_string());
-    session.messages.push(Message::user(prompt));
+    let load_only = prompt.is_empty() && images.is_empty();
+    let raw_prompt = raw.then(|| {
+        let mut parts: Vec<PromptPart> = images.iter().cloned().map(PromptPart::Image).collect();
+        parts.push(PromptPart::Text(prompt.to_string()));
+        parts
+    });
+    session
+        .messages
+        .push(images_then(images, prompt).into_message(Message::user));
     Ok(OllamaRequest {
         work: Work {
             session,
@@ -204,25 +215,41 @@ pub fn parse_generate(body: &[u8], defaults: &Defaults) -> Result<OllamaRequest,
             tool_choice: ToolChoice::None,
             sampling: sampling(&f, defaults)?,
             use_tools: false,
-            raw_prompt: raw.then(|| vec![PromptPart::Text(prompt.to_string())]),
+            raw_prompt,
         },
         stream: f.bool("stream")?.unwrap_or(true),
         model,
         hide_thinking: !think(&f)?,
-        load_only: prompt.is_empty(),
+        load_only,
         keep_alive: keep_alive::parse(f.get("keep_alive"))?,
         ignored: unknown_fields(&value, &GENERATE_FIELDS, &IGNORED),
     })
 }
 
-fn no_images(f: &Fields<'_>) -> Result<(), ApiError> {
-    match f.array("images")? {
-        Some(images) if !images.is_empty() => Err(ApiError::invalid(
-            &f.name("images"),
-            "images are not supported yet",
-        )),
-        _ => Ok(()),
+/// `images`: base64 strings, read by `images`.
+fn base64_images(f: &Fields<'_>, images: &mut Images) -> Result<Vec<Image>, ApiError> {
+    let mut out = Vec::new();
+    for (i, item) in f.array("images")?.into_iter().flatten().enumerate() {
+        let field = format!("{}[{i}]", f.name("images"));
+        let Value::String(data) = item else {
+            return Err(ApiError::invalid(
+                &field,
+                format!("'{field}' must be a base64 string"),
+            ));
+        };
+        out.push(images.base64(data, None, &field)?);
     }
+    Ok(out)
+}
+
+/// A message's images, then its text: Ollama puts the images first.
+fn images_then(images: Vec<Image>, text: &str) -> Content {
+    let mut content = Content::default();
+    for image in images {
+        content.push_image(image);
+    }
+    content.push_text(text, "");
+    content
 }
 
 /// `think`: a boolean, or a level (`low`, `medium`, `high`) that means on.
@@ -281,8 +308,12 @@ fn format(f: &Fields<'_>) -> Result<Option<ResponseFormat>, ApiError> {
     }
 }
 
-/// The system prompt (when the request has one) and the other messages.
-fn messages(f: &Fields<'_>) -> Result<(Option<String>, Vec<Message>), ApiError> {
+/// The system prompt (when the request has one) and the other messages; the
+/// images of user and tool messages are read by `images`.
+fn messages(
+    f: &Fields<'_>,
+    images: &mut Images,
+) -> Result<(Option<String>, Vec<Message>), ApiError> {
     let mut system: Option<String> = None;
     let mut out: Vec<Message> = Vec::new();
     for (i, item) in f.array("messages")?.into_iter().flatten().enumerate() {
@@ -290,7 +321,12 @@ fn messages(f: &Fields<'_>) -> Result<(Option<String>, Vec<Message>), ApiError> 
         let role = m
             .choice("role", &["system", "user", "assistant", "tool"])?
             .ok_or_else(|| m.missing("role", "system, user, assistant or tool"))?;
-        no_images(&m)?;
+        let mut text_only = Images::text_only("a system or assistant message");
+        let reader = match role {
+            "user" | "tool" => &mut *images,
+            _ => &mut text_only,
+        };
+        let attached = base64_images(&m, reader)?;
         let content = m.str("content")?.unwrap_or("");
         match role {
             "system" => match &mut system {
@@ -300,11 +336,12 @@ fn messages(f: &Fields<'_>) -> Result<(Option<String>, Vec<Message>), ApiError> 
                 }
                 None => system = Some(content.to_string()),
             },
-            "user" => out.push(Message::user(content)),
+            "user" => out.push(images_then(attached, content).into_message(Message::user)),
             "assistant" => out.push(assistant(&m, i, content)?),
             _ => {
                 let call = answered_call(&m, &out)?.clone();
-                out.push(Message::tool_result(&call, content));
+                let content = images_then(attached, content);
+                out.push(content.into_message(|text| Message::tool_result(&call, text)));
             }
         }
     }
@@ -933,6 +970,7 @@ pub fn wrong_method(responder: Responder) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::images::tests as pictures;
     use super::*;
     use serde_json::json;
 
@@ -1004,7 +1042,7 @@ mod tests {
             (
                 json!({"messages": [{"role": "user", "content": "x", "images": ["aGk="]}]}),
                 400,
-                "images are not supported yet",
+                "'messages[0].images[0]': unsupported image type (the file's first bytes are none of PNG, JPEG, WebP or GIF): PNG, JPEG, WebP and GIF are accepted",
             ),
             (
                 json!({"messages": [{"role": "tool", "content": "x"}]}),
@@ -1051,6 +1089,77 @@ mod tests {
         );
         let empty = parse_generate(b"{}", &defaults()).unwrap();
         assert!(empty.load_only);
+    }
+
+    #[test]
+    fn images_stand_before_the_text_of_their_message() {
+        let data = pictures::png_base64();
+        let request = chat(json!({"messages": [
+            {"role": "user", "content": "what is it?", "images": [data, data]},
+            {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "shot"}}]},
+            {"role": "tool", "content": "taken", "images": [data]}
+        ]}))
+        .unwrap();
+        let messages = &request.work.session.messages;
+        assert_eq!(messages[0].content, "what is it?");
+        let at: Vec<usize> = messages[0].images.iter().map(|p| p.at).collect();
+        assert_eq!(at, [0, 0]);
+        assert_eq!(
+            (messages[2].role, messages[2].images.len()),
+            (Role::Tool, 1)
+        );
+        let generate = |body: Value| parse_generate(body.to_string().as_bytes(), &defaults());
+        let plain = generate(json!({"prompt": "describe", "images": [data]})).unwrap();
+        let message = &plain.work.session.messages[0];
+        assert_eq!(
+            (message.content.as_str(), message.images[0].at),
+            ("describe", 0)
+        );
+        let raw = generate(json!({"prompt": "describe", "images": [data], "raw": true})).unwrap();
+        let parts = raw.work.raw_prompt.unwrap();
+        assert!(matches!(parts[0], PromptPart::Image(ref image) if image.width == 2));
+        assert_eq!(parts[1], PromptPart::Text("describe".into()));
+        // An image alone is something to generate from.
+        assert!(!generate(json!({"images": [data]})).unwrap().load_only);
+    }
+
+    #[test]
+    fn images_that_cannot_be_read_are_400s_naming_the_field() {
+        let data = pictures::png_base64();
+        for (body, param, words) in [
+            (
+                json!({"messages": [{"role": "user", "content": "x", "images": [data, "@@@"]}]}),
+                "messages[0].images[1]",
+                "not valid base64",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "x", "images": [7]}]}),
+                "messages[0].images[0]",
+                "must be a base64 string",
+            ),
+            (
+                json!({"messages": [{"role": "system", "content": "x", "images": [data]}]}),
+                "messages[0].images[0]",
+                "carries text only",
+            ),
+        ] {
+            let error = chat(body.clone()).unwrap_err();
+            assert_eq!(
+                (error.status, error.param.as_deref()),
+                (400, Some(param)),
+                "{body}"
+            );
+            assert!(error.message.contains(words), "{body}: {}", error.message);
+        }
+        let many = vec![data; crate::core::image::MAX_IMAGES + 1];
+        let body = json!({"prompt": "x", "images": many});
+        let error = parse_generate(body.to_string().as_bytes(), &defaults()).unwrap_err();
+        assert_eq!(error.param.as_deref(), Some("images[64]"));
+        assert!(
+            error.message.contains("too many images"),
+            "{}",
+            error.message
+        );
     }
 
     #[test]

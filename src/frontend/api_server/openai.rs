@@ -4,7 +4,9 @@
 //!
 //! Stateless: the request's `messages` are the whole conversation. System
 //! (and developer) messages become the system prompt; without one the
-//! server's `--system-prompt` is used. Only text content is accepted.
+//! server's `--system-prompt` is used. User and tool messages take `image_url`
+//! parts (a `data:` URL, or an http(s) URL with `--allow-image-urls`, read by
+//! [`super::images`]); other messages are text.
 //! Tools of every type are read by [`tools`] and [`tool_choice`], which the
 //! Responses API shares (custom, local_shell, hosted ones dropped: see
 //! [`super::tool_types`]); legacy `functions`/`function_call` too.
@@ -16,6 +18,7 @@ use serde_json::{json, Map, Value};
 
 use super::error::ApiError;
 use super::fields::{json_body, stop_list, unknown_fields, valid_tool_name, Fields};
+use super::images::{Content, Images};
 use super::native;
 use super::pool::Work;
 use super::text::{Assembler, Piece};
@@ -24,10 +27,10 @@ use super::wire::openai as wire;
 use super::wire::{encode, Null};
 use super::{Defaults, Usage};
 use crate::backend::{Reply, ResponseFormat, Sampling, Telemetry, ToolChoice};
-use crate::core::ToolSpec;
 use crate::core::{
     FinishReason, Message, PromptProgress, Session, TokenLogprobs, TokenProb, ToolCall,
 };
+use crate::core::{Image, ToolSpec};
 use crate::frontend::http::SseStream;
 
 /// A checked chat-completions request.
@@ -112,7 +115,7 @@ pub fn parse(body: &[u8], defaults: &Defaults) -> Result<ChatRequest, ApiError> 
     let f = Fields::of(&value, "")?;
     let ignored = unknown_fields(&value, &KNOWN, &IGNORED);
     let model = f.str("model")?.unwrap_or(&defaults.model).to_string();
-    let (system, messages) = messages(&f)?;
+    let (system, messages) = messages(&f, &mut Images::new(&defaults.image_urls))?;
     let (mut tools, mut kinds) = tools(&f)?;
     let tool_choice = tool_choice(&f, &mut tools, &mut kinds)?;
     let stream = f.bool("stream")?.unwrap_or(false);
@@ -351,8 +354,12 @@ pub(super) fn schema_format(param: &str, schema: &Value) -> Result<ResponseForma
     })
 }
 
-/// The system prompt (when the request has one) and the other messages.
-fn messages(f: &Fields<'_>) -> Result<(Option<String>, Vec<Message>), ApiError> {
+/// The system prompt (when the request has one) and the other messages, their
+/// images read by `images`.
+fn messages(
+    f: &Fields<'_>,
+    images: &mut Images,
+) -> Result<(Option<String>, Vec<Message>), ApiError> {
     let items = f
         .array("messages")?
         .ok_or_else(|| f.missing("messages", "a non-empty array"))?;
@@ -391,7 +398,9 @@ fn messages(f: &Fields<'_>) -> Result<(Option<String>, Vec<Message>), ApiError> 
         let role = m.required_str("role")?;
         match role {
             "system" | "developer" => {
-                let text = content(&m)?.ok_or_else(|| m.missing("content", "text"))?;
+                let text = content(&m, &mut Images::text_only("a system message"))?
+                    .ok_or_else(|| m.missing("content", "text"))?
+                    .text;
                 match &mut system {
                     Some(s) => {
                         s.push_str("\n\n");
@@ -401,11 +410,11 @@ fn messages(f: &Fields<'_>) -> Result<(Option<String>, Vec<Message>), ApiError> 
                 }
             }
             "user" => {
-                let text = content(&m)?.ok_or_else(|| m.missing("content", "text"))?;
-                out.push(Message::user(text));
+                let content = content(&m, images)?.ok_or_else(|| m.missing("content", "text"))?;
+                out.push(content.into_message(Message::user));
             }
             "assistant" => out.push(assistant(&m, &out, i + 1 == items.len())?),
-            "tool" => out.push(tool_result(&m, &out)?),
+            "tool" => out.push(tool_result(&m, &out, images)?),
             "function" => out.push(function_result(&m, &out)?),
             other => {
                 return Err(ApiError::invalid(
@@ -420,48 +429,79 @@ fn messages(f: &Fields<'_>) -> Result<(Option<String>, Vec<Message>), ApiError> 
     Ok((system, out))
 }
 
-/// `content` as text: a string or an array of text parts, joined with a
-/// newline as llama-server joins them for a template that reads text.
-fn content(m: &Fields<'_>) -> Result<Option<String>, ApiError> {
-    content_joined(m, "\n")
+/// `content`: a string or an array of parts, text parts joined with a newline
+/// as llama-server joins them for a template that reads text, images read by
+/// `images`.
+fn content(m: &Fields<'_>, images: &mut Images) -> Result<Option<Content>, ApiError> {
+    content_joined(m, "\n", images)
 }
 
 /// [`content`], its text parts joined with `delimiter`.
-fn content_joined(m: &Fields<'_>, delimiter: &str) -> Result<Option<String>, ApiError> {
+fn content_joined(
+    m: &Fields<'_>,
+    delimiter: &str,
+    images: &mut Images,
+) -> Result<Option<Content>, ApiError> {
     let name = m.name("content");
     match m.get("content") {
         None => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(Value::Array(parts)) => text_parts(parts, &name, delimiter).map(Some),
+        Some(Value::String(s)) => Ok(Some(Content::text(s.clone()))),
+        Some(Value::Array(parts)) => content_parts(parts, &name, delimiter, images).map(Some),
         Some(_) => Err(ApiError::invalid(
             &name,
-            format!("'{name}' must be a string or an array of text parts"),
+            format!("'{name}' must be a string or an array of content parts"),
         )),
     }
 }
 
-/// The text of content `parts` (field `name`), joined with `delimiter`: only
-/// text parts.
+/// The text of content `parts` (field `name`) that may hold no image (an
+/// embedding's input), joined with `delimiter`.
 pub(super) fn text_parts(parts: &[Value], name: &str, delimiter: &str) -> Result<String, ApiError> {
-    let mut text = String::new();
+    let mut images = Images::text_only("an embedding's input");
+    content_parts(parts, name, delimiter, &mut images).map(|content| content.text)
+}
+
+/// Content `parts` (field `name`): `text` parts joined with `delimiter`,
+/// `image_url` parts read by `images`.
+fn content_parts(
+    parts: &[Value],
+    name: &str,
+    delimiter: &str,
+    images: &mut Images,
+) -> Result<Content, ApiError> {
+    let mut content = Content::default();
     for (j, part) in parts.iter().enumerate() {
         let p = Fields::of(part, &format!("{name}[{j}]"))?;
         match p.required_str("type")? {
-            "text" => {
-                if j > 0 {
-                    text.push_str(delimiter);
-                }
-                text.push_str(p.required_str("text")?)
+            "text" => content.push_text(p.required_str("text")?, delimiter),
+            "image_url" => {
+                images.taken(&p.name("type"))?;
+                content.push_image(image_url(&p, images)?);
             }
             other => {
                 return Err(ApiError::invalid(
                     &p.name("type"),
-                    format!("content parts of type '{other}' are not supported; send text"),
+                    format!(
+                        "content parts of type '{other}' are not supported; send text or image_url"
+                    ),
                 ))
             }
         }
     }
-    Ok(text)
+    Ok(content)
+}
+
+/// An `image_url` part's image: `{"url", "detail"}` (the detail is the
+/// projector's to decide), or the URL alone, as some clients send it.
+fn image_url(p: &Fields<'_>, images: &mut Images) -> Result<Image, ApiError> {
+    let url = match p.get("image_url") {
+        Some(Value::String(url)) => url.as_str(),
+        _ => p
+            .object("image_url")?
+            .ok_or_else(|| p.missing("image_url", "an object with a 'url'"))?
+            .required_str("url")?,
+    };
+    images.reference(url, &p.name("image_url"))
 }
 
 /// An assistant turn: its text, reasoning and tool calls (`function` and
@@ -471,7 +511,9 @@ pub(super) fn text_parts(parts: &[Value], name: &str, delimiter: &str) -> Result
 /// blank line, as llama-server's continuation does.
 fn assistant(m: &Fields<'_>, earlier: &[Message], last: bool) -> Result<Message, ApiError> {
     let delimiter = if last { "\n\n" } else { "\n" };
-    let mut message = Message::assistant(content_joined(m, delimiter)?.unwrap_or_default());
+    let mut images = Images::text_only("an assistant message");
+    let text = content_joined(m, delimiter, &mut images)?.map(|content| content.text);
+    let mut message = Message::assistant(text.unwrap_or_default());
     if let Some(reasoning) = m.str("reasoning_content")? {
         message.thinking = Some(reasoning.to_string());
     }
@@ -523,7 +565,9 @@ fn function_call(id: &str, function: &Fields<'_>) -> Result<ToolCall, ApiError> 
 /// function it names.
 fn function_result(m: &Fields<'_>, earlier: &[Message]) -> Result<Message, ApiError> {
     let name = m.required_str("name")?;
-    let text = content(m)?.ok_or_else(|| m.missing("content", "text"))?;
+    let text = content(m, &mut Images::text_only("a function message"))?
+        .ok_or_else(|| m.missing("content", "text"))?
+        .text;
     let call = earlier
         .iter()
         .rev()
@@ -538,17 +582,22 @@ fn function_result(m: &Fields<'_>, earlier: &[Message]) -> Result<Message, ApiEr
     Ok(Message::tool_result(call, text))
 }
 
-/// A tool result must answer a call made earlier in the conversation.
-fn tool_result(m: &Fields<'_>, earlier: &[Message]) -> Result<Message, ApiError> {
+/// A tool result must answer a call made earlier in the conversation; its
+/// images are read by `images`.
+fn tool_result(
+    m: &Fields<'_>,
+    earlier: &[Message],
+    images: &mut Images,
+) -> Result<Message, ApiError> {
     let id = m.required_str("tool_call_id")?;
-    let text = content(m)?.ok_or_else(|| m.missing("content", "text"))?;
     let call = super::earlier_call(earlier, id).ok_or_else(|| {
         ApiError::invalid(
             &m.name("tool_call_id"),
             format!("tool_call_id '{id}' answers no earlier assistant tool call"),
         )
     })?;
-    Ok(Message::tool_result(call, text))
+    let content = content(m, images)?.ok_or_else(|| m.missing("content", "text"))?;
+    Ok(content.into_message(|text| Message::tool_result(call, text)))
 }
 
 /// `tools` in chat's shape (`{type, function: {name, ...}}`, `{type: custom,
@@ -1190,6 +1239,7 @@ pub fn fail(sse: &mut SseStream, error: &ApiError) -> io::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::images::tests as pictures;
     use super::*;
 
     fn defaults() -> Defaults {
@@ -1210,6 +1260,114 @@ mod tests {
 
     fn user() -> Value {
         json!([{"role": "user", "content": "hi"}])
+    }
+
+    fn image_at(message: &Message) -> Vec<(usize, u32, u32)> {
+        let size = |p: &crate::core::ImagePart| (p.at, p.image.width, p.image.height);
+        message.images.iter().map(size).collect()
+    }
+
+    #[test]
+    fn image_url_parts_stand_where_they_were_in_the_text() {
+        let url = pictures::png_data_url();
+        let request = ok(json!({"messages": [
+            {"role": "user", "content": [
+                {"type": "text", "text": "one"},
+                {"type": "text", "text": "two"},
+                {"type": "image_url", "image_url": {"url": url, "detail": "low"}},
+                {"type": "text", "text": "three"},
+                {"type": "image_url", "image_url": pictures::png_base64()}
+            ]},
+            {"role": "assistant", "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "shot", "arguments": "{}"}}
+            ]},
+            {"role": "tool", "tool_call_id": "c1", "content": [
+                {"type": "image_url", "image_url": {"url": url}}
+            ]}
+        ]}));
+        let messages = &request.work.session.messages;
+        // Joined as llama-server joins parts: a newline between text parts, none
+        // next to an image.
+        assert_eq!(messages[0].content, "one\ntwothree");
+        assert_eq!(image_at(&messages[0]), [(7, 2, 3), (12, 2, 3)]);
+        assert_eq!(messages[0].images[0].image.mime, "image/png");
+        assert_eq!(messages[2].tool_call_id.as_deref(), Some("c1"));
+        assert_eq!(image_at(&messages[2]), [(0, 2, 3)]);
+        let plain = ok(json!({"messages": user()}));
+        assert!(plain.work.session.messages[0].images.is_empty());
+    }
+
+    #[test]
+    fn image_parts_that_cannot_be_read_are_400s_naming_the_field() {
+        let url = pictures::png_data_url();
+        let user_parts = |parts: Value| json!({"messages": [{"role": "user", "content": parts}]});
+        let cases = [
+            (
+                user_parts(
+                    json!([{"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}]),
+                ),
+                "messages[0].content[0].image_url",
+                "--allow-image-urls",
+            ),
+            (
+                user_parts(
+                    json!([{"type": "text", "text": "x"}, {"type": "image_url", "image_url": {"url": "data:image/png;base64,@@"}}]),
+                ),
+                "messages[0].content[1].image_url",
+                "not valid base64",
+            ),
+            (
+                user_parts(
+                    json!([{"type": "image_url", "image_url": {"url": "data:image/png;base64,aGVsbG8="}}]),
+                ),
+                "messages[0].content[0].image_url",
+                "unsupported image type",
+            ),
+            (
+                user_parts(json!([{"type": "input_audio", "input_audio": {"data": "AAAA"}}])),
+                "messages[0].content[0].type",
+                "'input_audio' are not supported",
+            ),
+            (
+                json!({"messages": [{"role": "system", "content": [{"type": "image_url", "image_url": {"url": url}}]}, {"role": "user", "content": "x"}]}),
+                "messages[0].content[0].type",
+                "a system message carries text only",
+            ),
+            (
+                json!({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": [{"type": "image_url", "image_url": url}]}]}),
+                "messages[1].content[0].type",
+                "an assistant message carries text only",
+            ),
+        ];
+        for (body, param, words) in cases {
+            let error = err(body.clone());
+            assert_eq!(error.status, 400, "{body}");
+            assert_eq!(error.kind, "invalid_request_error");
+            assert_eq!(error.param.as_deref(), Some(param), "{body}: {error:?}");
+            assert!(error.message.contains(words), "{body}: {}", error.message);
+        }
+    }
+
+    #[test]
+    fn more_than_max_images_in_one_request_is_a_400() {
+        let part = json!({"type": "image_url", "image_url": {"url": pictures::png_data_url()}});
+        let half = vec![part; crate::core::image::MAX_IMAGES / 2 + 1];
+        let error = err(json!({"messages": [
+            {"role": "user", "content": half.clone()},
+            {"role": "assistant", "content": "seen"},
+            {"role": "user", "content": half}
+        ]}));
+        assert_eq!(error.status, 400);
+        let last = crate::core::image::MAX_IMAGES / 2 - 1;
+        assert_eq!(
+            error.param.as_deref(),
+            Some(format!("messages[2].content[{last}].image_url").as_str())
+        );
+        assert!(
+            error.message.contains("too many images"),
+            "{}",
+            error.message
+        );
     }
 
     #[test]
@@ -1415,7 +1573,7 @@ mod tests {
             ),
             (
                 json!({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}),
-                "messages[0].content[0].type",
+                "messages[0].content[0].image_url",
             ),
             (
                 json!({"messages": [{"role": "tool", "tool_call_id": "x", "content": "r"}]}),

@@ -7,7 +7,10 @@
 //! `conversation` and `item_reference` items need OpenAI's conversation
 //! objects and are a 400 saying so. `input` is a string or a list of items: messages (`user`,
 //! `assistant`, and `system`/`developer`, which join `instructions` as the
-//! system prompt) whose content is a string or text parts, `function_call`,
+//! system prompt) whose content is a string or text parts (a user message's
+//! also `input_image` parts: an `image_url` that is a `data:` URL, or an http(s)
+//! URL with `--allow-image-urls`, read by [`super::images`]; a `file_id` is a
+//! 400, files are not stored here), `function_call`,
 //! `custom_tool_call`, `local_shell_call` items and their `*_output`s, and
 //! `reasoning` items (skipped: the model reasons afresh). `tools` are
 //! `function`, `custom` and `local_shell` tools (the flat shape); hosted ones
@@ -30,6 +33,7 @@ use serde_json::{json, Map, Value};
 
 use super::error::ApiError;
 use super::fields::{json_body, unknown_fields, Fields};
+use super::images::{Content, Images};
 use super::openai;
 use super::pool::Work;
 use super::stored::{self, Store};
@@ -40,7 +44,7 @@ use super::wire::openai::Timings;
 use super::wire::responses as wire;
 use super::{Defaults, Usage};
 use crate::backend::{Reply, ResponseFormat};
-use crate::core::{FinishReason, Message, PromptProgress, Session, ToolCall};
+use crate::core::{FinishReason, Image, Message, PromptProgress, Session, ToolCall};
 use crate::frontend::http::{Request, Responder, SseStream};
 
 /// A checked `/v1/responses` request.
@@ -124,7 +128,7 @@ pub fn parse(
     let earlier = items.len();
     items.extend(input_items(&f)?);
     let kept = f.bool("store")?.unwrap_or(true) && store.enabled();
-    let (system, messages) = input(&items, earlier)?;
+    let (system, messages) = input(&items, earlier, &mut Images::new(&defaults.image_urls))?;
     f.unsupported("functions", &[])?;
     f.unsupported("function_call", &[])?;
     let (mut tools, mut kinds) = openai::tools(&f)?;
@@ -222,14 +226,19 @@ fn input_items(f: &Fields<'_>) -> Result<Vec<Value>, ApiError> {
 /// The system text the input items' `system`/`developer` messages add, and the
 /// conversation.
 /// Items before `earlier` came from the stored chain (and were checked then); the
-/// others are named by their place in this request's `input`.
-fn input(items: &[Value], earlier: usize) -> Result<(Option<String>, Vec<Message>), ApiError> {
+/// others are named by their place in this request's `input`. Images are read by
+/// `images`. Long: one arm per item type.
+fn input(
+    items: &[Value],
+    earlier: usize,
+    images: &mut Images,
+) -> Result<(Option<String>, Vec<Message>), ApiError> {
     let mut system: Option<String> = None;
     let mut out = Vec::new();
     for (i, item) in items.iter().enumerate() {
         let it = Fields::of(item, &format!("input[{}]", i.saturating_sub(earlier)))?;
         match it.str("type")?.unwrap_or("message") {
-            "message" => message(&it, &mut system, &mut out)?,
+            "message" => message(&it, &mut system, images, &mut out)?,
             "function_call" => function_call(&it, &mut out)?,
             "custom_tool_call" => {
                 let input = it.required_str("input")?;
@@ -251,8 +260,8 @@ fn input(items: &[Value], earlier: usize) -> Result<(Option<String>, Vec<Message
                         format!("{key} '{id}' answers no earlier call item"),
                     )
                 })?;
-                let output = text_of(&it, "output")?;
-                out.push(Message::tool_result(call, output));
+                let output = content_of(&it, "output", images)?;
+                out.push(output.into_message(|text| Message::tool_result(call, text)));
             }
             "reasoning" => {}
             other => {
@@ -266,19 +275,25 @@ fn input(items: &[Value], earlier: usize) -> Result<(Option<String>, Vec<Message
     Ok((system, out))
 }
 
+/// A message item: a user message's images are read by `images`; the others
+/// are text.
 fn message(
     it: &Fields<'_>,
     system: &mut Option<String>,
+    images: &mut Images,
     out: &mut Vec<Message>,
 ) -> Result<(), ApiError> {
     let role = it
         .choice("role", &["user", "assistant", "system", "developer"])?
         .ok_or_else(|| it.missing("role", "user, assistant, system or developer"))?;
-    let text = text_of(it, "content")?;
     match role {
-        "user" => out.push(Message::user(text)),
-        "assistant" => out.push(Message::assistant(text)),
+        "user" => out.push(content_of(it, "content", images)?.into_message(Message::user)),
+        "assistant" => {
+            let text = text_of(it, "content", "an assistant message")?;
+            out.push(Message::assistant(text));
+        }
         _ => {
+            let text = text_of(it, "content", "a system message")?;
             *system = Some(match system.take() {
                 Some(before) => format!("{before}\n\n{text}"),
                 None => text,
@@ -319,29 +334,56 @@ fn push_call(call: ToolCall, out: &mut Vec<Message>) {
     }
 }
 
-/// A string, or text parts (`input_text`, `output_text`, `text`, `refusal`)
-/// joined; an image or a file is a 400.
-fn text_of(it: &Fields<'_>, key: &str) -> Result<String, ApiError> {
+/// [`content_of`] where `what` (e.g. "a system message") takes no image.
+fn text_of(it: &Fields<'_>, key: &str, what: &'static str) -> Result<String, ApiError> {
+    content_of(it, key, &mut Images::text_only(what)).map(|content| content.text)
+}
+
+/// A string, or parts: text (`input_text`, `output_text`, `text`, `refusal`)
+/// joined, and `input_image` parts read by `images`; a file is a 400.
+fn content_of(it: &Fields<'_>, key: &str, images: &mut Images) -> Result<Content, ApiError> {
     let parts = match it.get(key) {
-        Some(Value::String(text)) => return Ok(text.clone()),
+        Some(Value::String(text)) => return Ok(Content::text(text.clone())),
         Some(Value::Array(parts)) => parts,
-        _ => return Err(it.missing(key, "a string or an array of text parts")),
+        _ => return Err(it.missing(key, "a string or an array of content parts")),
     };
-    let mut text = String::new();
+    let mut content = Content::default();
     for (k, part) in parts.iter().enumerate() {
         let p = Fields::of(part, &format!("{}[{k}]", it.name(key)))?;
         match p.required_str("type")? {
-            "input_text" | "output_text" | "text" => text.push_str(p.required_str("text")?),
-            "refusal" => text.push_str(p.required_str("refusal")?),
+            "input_text" | "output_text" | "text" => {
+                content.push_text(p.required_str("text")?, "");
+            }
+            "refusal" => content.push_text(p.required_str("refusal")?, ""),
+            "input_image" => {
+                images.taken(&p.name("type"))?;
+                content.push_image(input_image(&p, images)?);
+            }
             other => {
                 return Err(ApiError::invalid(
                     &p.name("type"),
-                    format!("content parts of type '{other}' are not supported (text only)"),
+                    format!(
+                    "content parts of type '{other}' are not supported (text and input_image only)"
+                ),
                 ))
             }
         }
     }
-    Ok(text)
+    Ok(content)
+}
+
+/// An `input_image` part's image: its `image_url`, a `data:` URL (or an
+/// http(s) URL with `--allow-image-urls`). A `file_id` names a file this server
+/// does not keep.
+fn input_image(p: &Fields<'_>, images: &mut Images) -> Result<Image, ApiError> {
+    match p.str("image_url")? {
+        Some(url) => images.reference(url, &p.name("image_url")),
+        None if p.has("file_id") => Err(ApiError::invalid(
+            &p.name("file_id"),
+            "files are not stored on this server: send the image as 'image_url' (a data: URL)",
+        )),
+        None => Err(p.missing("image_url", "a data: URL or an http(s) URL")),
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -877,6 +919,7 @@ impl super::ApiServer {
 
 #[cfg(test)]
 mod tests {
+    use super::super::images::tests as pictures;
     use super::*;
     use crate::core::Role;
 
@@ -891,6 +934,68 @@ mod tests {
             ..Defaults::default()
         };
         parse(body.to_string().as_bytes(), &defaults, store)
+    }
+
+    #[test]
+    fn input_image_parts_become_images_of_user_messages_and_outputs() {
+        let url = pictures::png_data_url();
+        let request = parse_json(json!({"input": [
+            {"role": "user", "content": [
+                {"type": "input_text", "text": "Compare "},
+                {"type": "input_image", "image_url": url, "detail": "auto"},
+                {"type": "input_text", "text": " and "},
+                {"type": "input_image", "image_url": url}
+            ]},
+            {"type": "function_call", "call_id": "c1", "name": "shot", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": [
+                {"type": "input_image", "image_url": url}
+            ]}
+        ]}))
+        .unwrap();
+        let messages = &request.work.session.messages;
+        assert_eq!(messages[0].content, "Compare  and ");
+        let at: Vec<usize> = messages[0].images.iter().map(|p| p.at).collect();
+        assert_eq!(at, [8, 13]);
+        assert_eq!(messages[2].role, Role::Tool);
+        assert_eq!(messages[2].images.len(), 1);
+    }
+
+    #[test]
+    fn input_images_that_cannot_be_read_are_400s_naming_the_field() {
+        let user = |part: Value| json!({"input": [{"role": "user", "content": [part]}]});
+        for (body, param, words) in [
+            (
+                user(json!({"type": "input_image", "file_id": "file-1"})),
+                "input[0].content[0].file_id",
+                "files are not stored",
+            ),
+            (
+                user(json!({"type": "input_image", "image_url": "http://example.com/a.png"})),
+                "input[0].content[0].image_url",
+                "--allow-image-urls",
+            ),
+            (
+                user(json!({"type": "input_image", "image_url": "data:image/png;base64,###"})),
+                "input[0].content[0].image_url",
+                "not valid base64",
+            ),
+            (
+                user(json!({"type": "input_file", "file_id": "file-1"})),
+                "input[0].content[0].type",
+                "not supported",
+            ),
+            (
+                json!({"input": [{"role": "developer", "content": [
+                    {"type": "input_image", "image_url": pictures::png_data_url()}]}]}),
+                "input[0].content[0].type",
+                "a system message carries text only",
+            ),
+        ] {
+            let error = parse_json(body.clone()).expect_err("a 400");
+            assert_eq!(error.status, 400, "{body}");
+            assert_eq!(error.param.as_deref(), Some(param), "{body}: {error:?}");
+            assert!(error.message.contains(words), "{body}: {}", error.message);
+        }
     }
 
     #[test]
@@ -1017,7 +1122,7 @@ mod tests {
             ),
             (
                 json!({"input": [{"role": "user", "content": [{"type": "input_image"}]}]}),
-                "input[0].content[0].type",
+                "input[0].content[0].image_url",
             ),
             (
                 json!({"input": [{"type": "function_call_output", "call_id": "c9", "output": "x"}]}),

@@ -134,6 +134,47 @@ fn body_is_read_by_content_length() {
     assert!(answer.ends_with("{\"len\":5}"), "{answer}");
 }
 
+/// Regression (issue 59, a 100 MB data URL): a client that sends the whole of a
+/// body far over the cap gets the 413 with its JSON body, not a reset, and the
+/// server serves the next request.
+#[test]
+fn a_100_mb_body_is_refused_with_json_and_the_server_serves_on() {
+    let (addr, _) = start(Limits::default(), Policy::default());
+    let size = 100 * 1024 * 1024;
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream
+        .set_write_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+         Content-Type: application/json\r\nContent-Length: {size}\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).expect("head");
+    // The server answers from the head; once it has closed, writing fails.
+    let chunk = vec![b'A'; 1 << 20];
+    for _ in 0..size / chunk.len() {
+        if stream.write_all(&chunk).is_err() {
+            break;
+        }
+    }
+    let mut out = Vec::new();
+    let _ = stream.read_to_end(&mut out);
+    let answer = String::from_utf8_lossy(&out);
+    assert_eq!(status(&answer), 413, "{answer}");
+    let body = answer.split("\r\n\r\n").nth(1).unwrap_or("");
+    let json: serde_json::Value = serde_json::from_str(body).expect("a JSON body");
+    assert_eq!(json["error"]["type"], "request_too_large", "{answer}");
+    let next = raw(
+        addr,
+        b"POST /x HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n\r\nhi",
+    );
+    assert_eq!(status(&next), 200, "{next}");
+    assert!(next.ends_with("{\"len\":2}"), "{next}");
+}
+
 #[test]
 fn limits_give_clear_statuses() {
     let limits = Limits {
