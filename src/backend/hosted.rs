@@ -101,10 +101,15 @@ pub trait Dialect: Send {
 /// bytes were never loaded (a session back from disk before its store was
 /// read): an empty image must never be sent.
 fn check_images<D: Dialect>(dialect: &D, session: &Session) -> Result<(), BackendError> {
-    let mut images = session.messages.iter().flat_map(|m| &m.images);
-    let Some(first) = images.next() else {
+    let images: Vec<&Image> = session
+        .messages
+        .iter()
+        .flat_map(|m| &m.images)
+        .map(|part| &part.image)
+        .collect();
+    if images.is_empty() {
         return Ok(());
-    };
+    }
     if !dialect.reads_images() {
         return Err(BackendError::Invalid(format!(
             "the {} model {} takes no images; send text only, or choose a model that reads images",
@@ -112,14 +117,12 @@ fn check_images<D: Dialect>(dialect: &D, session: &Session) -> Result<(), Backen
             dialect.model().0
         )));
     }
-    match std::iter::once(first)
-        .chain(images)
-        .find(|part| part.image.bytes.is_empty())
-    {
-        Some(part) => Err(BackendError::Invalid(format!(
+    match images.iter().find(|image| image.bytes.is_empty()) {
+        // `get`, not slicing: a hand-edited session may hold any text there.
+        Some(image) => Err(BackendError::Invalid(format!(
             "image {} ({}) has no bytes: the session's image store was not loaded",
-            &part.image.sha256[..part.image.sha256.len().min(12)],
-            part.image.mime
+            image.sha256.get(..12).unwrap_or(&image.sha256),
+            image.mime
         ))),
         None => Ok(()),
     }

@@ -54,7 +54,7 @@ impl fmt::Debug for Image {
             self.width,
             self.height,
             self.bytes.len(),
-            &self.sha256[..self.sha256.len().min(12)]
+            self.sha256.get(..12).unwrap_or(&self.sha256)
         )
     }
 }
