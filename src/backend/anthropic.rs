@@ -11,6 +11,8 @@
 //! - The system prompt is the top-level `system` field; tool results travel
 //!   as `tool_result` blocks in the user turn after the `tool_use` turn, and
 //!   consecutive same-role turns are merged, since the API wants them alternating.
+//! - Images go as base64 `image` blocks in text order, in the user turn and
+//!   inside a `tool_result`'s content (which is then a block list, not a string).
 //! - `thinking` blocks (with their `signature`) and `redacted_thinking` blocks
 //!   are kept as [`Artefact`]s on the assistant message and sent back unchanged,
 //!   but only to an `anthropic` backend; another kind's artefacts are dropped.

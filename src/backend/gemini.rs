@@ -15,6 +15,8 @@
 //!   without it. Signatures of other kinds are never sent here, nor these elsewhere.
 //! - The stream has no terminator; a stream that ends without any
 //!   `finishReason` was cut off and is a `Protocol` error.
+//! - Images go as `inlineData` parts in text order (GIF, which Gemini does not
+//!   take, as PNG); a tool result's follow its `functionResponse` part.
 //! - Thought-summary parts (`thought: true`) become thinking, and are not sent back.
 
 use super::ending::{assemble, counted_stats, Ending};

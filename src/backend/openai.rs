@@ -13,6 +13,9 @@
 //! - A stream that ends without `[DONE]` is accepted when a `finish_reason`
 //!   arrived (some servers omit the marker); otherwise it is a `Protocol`
 //!   error, because the reply was cut off.
+//! - A message with images goes as `content` parts (`text`, `image_url` with a
+//!   `data:` URL, GIF as PNG); a `tool` message cannot carry images, so a tool
+//!   result's go in a `user` message after the turn's tool messages.
 //! - The backend emits content, thinking, code, `System` notices and one
 //!   `Stats`; tool calls come back in [`Reply::tool_calls`] and the agent
 //!   announces them, as it also emits `Stop`.
