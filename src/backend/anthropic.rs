@@ -11,6 +11,8 @@
 //! - The system prompt is the top-level `system` field; tool results travel
 //!   as `tool_result` blocks in the user turn after the `tool_use` turn, and
 //!   consecutive same-role turns are merged, since the API wants them alternating.
+//! - Images go as base64 `image` blocks in text order, in the user turn and
+//!   inside a `tool_result`'s content (which is then a block list, not a string).
 //! - `thinking` blocks (with their `signature`) and `redacted_thinking` blocks
 //!   are kept as [`Artefact`]s on the assistant message and sent back unchanged,
 //!   but only to an `anthropic` backend; another kind's artefacts are dropped.
@@ -27,12 +29,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::estimate::TokenEstimator;
-use super::hosted::Dialect;
+use super::hosted::{self, Dialect};
 use super::http::{self, ApiSettings};
 use super::{GenerateRequest, Reply, ToolChoice, Usage};
 use crate::core::ToolSpec;
 use crate::core::{
-    Artefact, BackendError, Event, EventSink, FinishReason, Flow, Message, Role, Session,
+    Artefact, BackendError, ContentPart, Event, EventSink, FinishReason, Flow, Message, Role,
+    Session,
 };
 use crate::log::{self, Category};
 use crate::stream::filter::OutputFilter;
@@ -156,7 +159,7 @@ impl Dialect for AnthropicBackend {
         request: &GenerateRequest<'_>,
         sink: &mut dyn EventSink,
     ) -> Result<Reply, BackendError> {
-        let wire = build_request(&self.config, session, request);
+        let wire = build_request(&self.config, session, request)?;
         let body = http::encode(&wire)?;
         let url = self.url("messages");
         log::debug(Category::Llm, || {
@@ -246,9 +249,32 @@ enum WireBlock<'a> {
     },
     ToolResult {
         tool_use_id: &'a str,
-        content: &'a str,
+        content: WireToolContent<'a>,
+    },
+    Image {
+        source: WireImageSource,
     },
 }
+
+/// A tool result's content: its text, or text and image blocks when it returned images.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+enum WireToolContent<'a> {
+    Text(&'a str),
+    Blocks(Vec<WireBlock<'a>>),
+}
+
+#[derive(Debug, Serialize)]
+struct WireImageSource {
+    /// Always `base64`.
+    #[serde(rename = "type")]
+    kind: &'static str,
+    media_type: String,
+    data: String,
+}
+
+/// The image types the Messages API takes (every type shepherd decodes).
+const IMAGE_TYPES: &[&str] = &["image/png", "image/jpeg", "image/webp", "image/gif"];
 
 #[derive(Debug, Serialize)]
 struct WireTool<'a> {
@@ -271,17 +297,17 @@ fn build_request<'a>(
     config: &'a AnthropicConfig,
     session: &'a Session,
     request: &GenerateRequest<'a>,
-) -> MessagesRequest<'a> {
+) -> Result<MessagesRequest<'a>, BackendError> {
     let sampling = request.sampling;
     let budget = config.thinking_budget;
     let asked = sampling.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
     // The budget counts inside max_tokens, which must leave room for the answer.
     let max_tokens = budget.map_or(asked, |b| asked.max(b + 1024));
-    MessagesRequest {
+    Ok(MessagesRequest {
         model: &config.api.model,
         max_tokens,
         system: &session.system_prompt,
-        messages: wire_turns(session),
+        messages: wire_turns(session)?,
         tools: request.tools.iter().map(wire_tool).collect(),
         tool_choice: (!request.tools.is_empty()).then(|| wire_tool_choice(request.tool_choice)),
         stream: request.stream,
@@ -294,17 +320,17 @@ fn build_request<'a>(
             kind: "enabled",
             budget_tokens,
         }),
-    }
+    })
 }
 
 /// The history as alternating turns: tool results join the user turn that follows the calls.
-fn wire_turns(session: &Session) -> Vec<WireTurn<'_>> {
+fn wire_turns(session: &Session) -> Result<Vec<WireTurn<'_>>, BackendError> {
     let mut turns: Vec<WireTurn<'_>> = Vec::new();
     for message in &session.messages {
         let (role, blocks) = match message.role {
             Role::Assistant => ("assistant", assistant_blocks(message)),
-            Role::Tool => ("user", vec![tool_result_block(message)]),
-            Role::User | Role::System => ("user", text_blocks(&message.content)),
+            Role::Tool => ("user", vec![tool_result_block(message)?]),
+            Role::User | Role::System => ("user", content_blocks(message)?),
         };
         if blocks.is_empty() {
             continue;
@@ -317,7 +343,7 @@ fn wire_turns(session: &Session) -> Vec<WireTurn<'_>> {
             }),
         }
     }
-    turns
+    Ok(turns)
 }
 
 /// The API rejects empty text blocks.
@@ -327,6 +353,27 @@ fn text_blocks(text: &str) -> Vec<WireBlock<'_>> {
     } else {
         vec![WireBlock::Text { text }]
     }
+}
+
+/// A message's text and images in text order.
+fn content_blocks(message: &Message) -> Result<Vec<WireBlock<'_>>, BackendError> {
+    let mut blocks = Vec::new();
+    for part in message.parts() {
+        match part {
+            ContentPart::Text(text) => blocks.push(WireBlock::Text { text }),
+            ContentPart::Image(image) => {
+                let wire = hosted::wire_image(image, IMAGE_TYPES)?;
+                blocks.push(WireBlock::Image {
+                    source: WireImageSource {
+                        kind: "base64",
+                        media_type: wire.mime.clone(),
+                        data: wire.base64(),
+                    },
+                });
+            }
+        }
+    }
+    Ok(blocks)
 }
 
 /// Thinking first (as the API requires), then text, then the calls.
@@ -362,11 +409,17 @@ fn assistant_blocks(message: &Message) -> Vec<WireBlock<'_>> {
     blocks
 }
 
-fn tool_result_block(message: &Message) -> WireBlock<'_> {
-    WireBlock::ToolResult {
+/// A tool's text as a string, as before images; with images, the blocks.
+fn tool_result_block(message: &Message) -> Result<WireBlock<'_>, BackendError> {
+    let content = if message.images.is_empty() {
+        WireToolContent::Text(&message.content)
+    } else {
+        WireToolContent::Blocks(content_blocks(message)?)
+    };
+    Ok(WireBlock::ToolResult {
         tool_use_id: message.tool_call_id.as_deref().unwrap_or_default(),
-        content: &message.content,
-    }
+        content,
+    })
 }
 
 fn wire_tool(spec: &ToolSpec) -> WireTool<'_> {
@@ -1061,7 +1114,9 @@ mod tests {
         };
         let session = history();
         let request = fake::request(&[], &sampling, false);
-        let wire = serde_json::to_value(build_request(&config, &session, &request)).expect("json");
+        let wire =
+            serde_json::to_value(build_request(&config, &session, &request).expect("request"))
+                .expect("json");
         assert_eq!(
             wire["messages"][1],
             json!({"role": "assistant", "content": [
@@ -1130,5 +1185,73 @@ mod tests {
         let models = backend(&server, None).list_models().expect("models");
         assert_eq!(models, ["claude-a", "claude-b"]);
         assert_eq!(server.finish()[0].url, "/v1/models");
+    }
+
+    fn generate_with(
+        server: &FakeServer,
+        model: &str,
+        session: &Session,
+    ) -> Result<Reply, BackendError> {
+        let mut backend = backend(server, None);
+        backend.config.api.model = model.into();
+        let sampling = Sampling::default();
+        let request = fake::request(&[], &sampling, true);
+        backend.generate(session, &request, &mut Vec::new())
+    }
+
+    #[test]
+    fn images_go_as_base64_image_blocks_in_user_turns_and_tool_results() {
+        let image = fake::png_image();
+        let server = FakeServer::start(vec![stream("text.sse")]);
+        generate_with(&server, "claude-sonnet-4-5", &fake::image_session(&image)).expect("reply");
+        let body = &server.finish()[0].body;
+        let turns = body["messages"].as_array().expect("turns");
+        assert_eq!(turns.len(), 3, "{body}");
+        let source = |block: &Value| {
+            assert_eq!(block["type"], "image");
+            assert_eq!(block["source"]["type"], "base64");
+            assert_eq!(block["source"]["media_type"], "image/png");
+            fake::base64_of(&block["source"]["data"])
+        };
+        let user = &turns[0]["content"];
+        assert_eq!(user[0], json!({"type": "text", "text": "look:"}));
+        assert_eq!(source(&user[1]), *image.bytes);
+        assert_eq!(user[2], json!({"type": "text", "text": " what is it?"}));
+        assert_eq!(turns[1]["content"][0]["type"], "tool_use");
+        let result = &turns[2]["content"][0];
+        assert_eq!(result["type"], "tool_result");
+        assert_eq!(result["tool_use_id"], "call_1");
+        assert_eq!(
+            result["content"][0],
+            json!({"type": "text", "text": "a screenshot"})
+        );
+        assert_eq!(source(&result["content"][1]), *image.bytes);
+        assert_eq!(
+            turns[2]["content"][1],
+            json!({"type": "text", "text": "and now?"})
+        );
+    }
+
+    #[test]
+    fn a_gif_goes_as_it_is() {
+        let image = fake::gif_image();
+        let server = FakeServer::start(vec![stream("text.sse")]);
+        generate_with(&server, "claude-test", &fake::image_session(&image)).expect("reply");
+        let block = &server.finish()[0].body["messages"][0]["content"][1];
+        assert_eq!(block["source"]["media_type"], "image/gif");
+        assert_eq!(fake::base64_of(&block["source"]["data"]), *image.bytes);
+    }
+
+    #[test]
+    fn a_text_only_model_refuses_images_before_sending() {
+        let image = fake::png_image();
+        for model in ["claude-2.1", "claude-instant-1.2"] {
+            let server = FakeServer::start(Vec::new());
+            let result = generate_with(&server, model, &fake::image_session(&image));
+            fake::assert_refused_for_images(result, model);
+            assert_eq!(server.finish(), Vec::new(), "{model}: nothing sent");
+        }
+        let server = FakeServer::start(Vec::new());
+        assert!(backend(&server, None).takes_images());
     }
 }

@@ -5,7 +5,7 @@
 //! accepting only plausible samples) whenever the provider reports usage.
 
 use super::Reply;
-use crate::core::{Message, Session};
+use crate::core::{Image, Message, Session};
 
 /// Characters-per-token estimator with usage calibration.
 #[derive(Debug, Clone)]
@@ -26,6 +26,23 @@ impl Default for TokenEstimator {
 /// Fixed per-message overhead (role markers, separators) that every chat format adds.
 const MESSAGE_OVERHEAD: u32 = 4;
 
+/// Estimated tokens of one image: Anthropic's published rule (width × height
+/// / 750, the image scaled to at most about 1,600 tokens), at least OpenAI's
+/// base of 85. OpenAI's tiles and Gemini's 258 per tile land in the same range.
+pub fn count_image(image: &Image) -> u32 {
+    let pixels = u64::from(image.width) * u64::from(image.height);
+    (pixels / 750).clamp(85, 1600) as u32
+}
+
+/// Estimated tokens of every image of `message`.
+fn image_tokens(message: &Message) -> u32 {
+    message
+        .images
+        .iter()
+        .map(|part| count_image(&part.image))
+        .sum()
+}
+
 impl TokenEstimator {
     #[cfg(test)]
     pub fn chars_per_token(&self) -> f64 {
@@ -38,19 +55,29 @@ impl TokenEstimator {
         (chars / self.chars_per_token).ceil() as u32
     }
 
-    /// Estimated tokens of a whole message, tool calls included.
+    /// Estimated tokens of a whole message, tool calls and images included.
     pub fn count_message(&self, message: &Message) -> u32 {
-        let mut tokens = MESSAGE_OVERHEAD + self.count_text(&message.content);
+        let mut tokens =
+            MESSAGE_OVERHEAD + self.count_text(&message.content) + image_tokens(message);
         for call in &message.tool_calls {
             tokens += self.count_text(&call.name) + self.count_text(&call.arguments.to_string());
         }
         tokens
     }
 
-    /// Calibrates from a reply's reported usage for the prompt built from `session`.
+    /// Calibrates from a reply's reported usage for the prompt built from
+    /// `session`, the images' estimated tokens taken out of the text's.
     pub fn observe(&mut self, session: &Session, reply: &Reply) {
         if let Some(usage) = reply.usage {
-            self.calibrate(prompt_chars(session), usage.prompt_tokens);
+            let images: u64 = session
+                .messages
+                .iter()
+                .map(|m| u64::from(image_tokens(m)))
+                .sum();
+            self.calibrate(
+                prompt_chars(session),
+                usage.prompt_tokens.saturating_sub(images),
+            );
         }
     }
 
@@ -98,6 +125,45 @@ mod tests {
         let before = est.chars_per_token();
         est.calibrate(100_000, 10);
         assert_eq!(est.chars_per_token(), before);
+    }
+
+    #[test]
+    fn an_image_counts_by_its_size_within_bounds_and_leaves_calibration_alone() {
+        let est = TokenEstimator::default();
+        let mut image = crate::backend::fake::png_image();
+        let plain = est.count_message(&Message::user("look"));
+        let mut message = Message::user("look");
+        message.images.push(crate::core::ImagePart {
+            at: 0,
+            image: image.clone(),
+        });
+        assert_eq!(est.count_message(&message), plain + 85);
+        (image.width, image.height) = (1000, 750);
+        assert_eq!(count_image(&image), 1000);
+        (image.width, image.height) = (8000, 8000);
+        assert_eq!(count_image(&image), 1600);
+        // A reply whose prompt tokens are the text's plus the image's
+        // calibrates as the text alone would.
+        message.images[0].image = image;
+        let mut session = Session::new("");
+        session.messages.push(Message::user("x".repeat(4000)));
+        session.messages.push(message);
+        let reply = |prompt_tokens| Reply {
+            content: String::new(),
+            thinking: String::new(),
+            tool_calls: Vec::new(),
+            finish: crate::core::FinishReason::Stop,
+            usage: Some(super::super::Usage {
+                prompt_tokens,
+                completion_tokens: 1,
+            }),
+            artefacts: Vec::new(),
+            stop_sequence: None,
+        };
+        let (mut with_images, mut text_only) = (est.clone(), est.clone());
+        with_images.observe(&session, &reply(1000 + 1600));
+        text_only.calibrate(4004, 1000);
+        assert_eq!(with_images.chars_per_token(), text_only.chars_per_token());
     }
 
     #[test]

@@ -278,6 +278,17 @@ impl Backend for FailoverBackend {
         }
     }
 
+    /// Only when every provider of the active tier reads images: the next
+    /// request may go to any of them (load sharing), and one that reads none
+    /// would refuse it. A later tier taken over on failure refuses images it
+    /// cannot read with its own `Invalid` error.
+    fn takes_images(&self) -> bool {
+        self.chain
+            .iter()
+            .filter(|p| p.priority == self.tier)
+            .all(|p| p.backend.takes_images())
+    }
+
     fn count_tokens(&self, message: &Message) -> u32 {
         self.chain[self.last].backend.count_tokens(message)
     }

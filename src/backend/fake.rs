@@ -14,8 +14,8 @@ use crossbeam_channel::{Receiver, Sender};
 use serde_json::{json, Value};
 
 use super::{GenerateRequest, Reply, Sampling, ToolChoice};
-use crate::core::ToolSpec;
 use crate::core::{BackendError, Event, Message, Session};
+use crate::core::{Image, ImagePart, ToolCall, ToolSpec};
 use crate::stream::ChunkReader;
 
 /// A response the fake server will give.
@@ -238,4 +238,86 @@ pub fn notices(events: &[Event]) -> Vec<&str> {
             _ => None,
         })
         .collect()
+}
+
+/// A real 2x2 RGB PNG, each pixel its own colour.
+pub fn png_image() -> Image {
+    let mut bytes = Vec::new();
+    let mut encoder = png::Encoder::new(&mut bytes, 2, 2);
+    encoder.set_color(png::ColorType::Rgb);
+    encoder.set_depth(png::BitDepth::Eight);
+    let mut writer = encoder.write_header().expect("PNG header");
+    writer
+        .write_image_data(&[255, 0, 0, 0, 255, 0, 0, 0, 255, 255, 255, 255])
+        .expect("PNG data");
+    writer.finish().expect("PNG end");
+    Image::from_bytes(bytes).expect("a valid PNG")
+}
+
+/// A real 2x1 GIF (red, blue), a type not every provider takes.
+pub fn gif_image() -> Image {
+    let mut bytes = Vec::new();
+    {
+        let palette = [255, 0, 0, 0, 0, 255];
+        let mut encoder = gif::Encoder::new(&mut bytes, 2, 1, &palette).expect("GIF header");
+        let frame = gif::Frame {
+            width: 2,
+            height: 1,
+            buffer: std::borrow::Cow::Borrowed(&[0, 1]),
+            ..gif::Frame::default()
+        };
+        encoder.write_frame(&frame).expect("GIF frame");
+    }
+    Image::from_bytes(bytes).expect("a valid GIF")
+}
+
+/// The read call of [`image_session`].
+pub fn image_call() -> ToolCall {
+    ToolCall {
+        id: "call_1".into(),
+        name: "read".into(),
+        arguments: json!({"path": "shot.png"}),
+    }
+}
+
+/// A session with `image` in the middle of a user message ("look: " before,
+/// " what is it?" after), then a `read` call whose result ("a screenshot")
+/// returned the same image after its text, and a last user message.
+pub fn image_session(image: &Image) -> Session {
+    let mut session = Session::new("Be brief.");
+    let mut user = Message::user("look: what is it?");
+    user.images.push(ImagePart {
+        at: "look:".len(),
+        image: image.clone(),
+    });
+    session.messages.push(user);
+    let call = image_call();
+    let mut assistant = Message::assistant("");
+    assistant.tool_calls.push(call.clone());
+    session.messages.push(assistant);
+    let mut result = Message::tool_result(&call, "a screenshot");
+    result.images.push(ImagePart {
+        at: "a screenshot".len(),
+        image: image.clone(),
+    });
+    session.messages.push(result);
+    session.messages.push(Message::user("and now?"));
+    session
+}
+
+/// The bytes a base64 string of a recorded request carries.
+pub fn base64_of(value: &Value) -> Vec<u8> {
+    let text = value.as_str().expect("a base64 string");
+    crate::util::base64::decode(text).expect("valid base64")
+}
+
+/// Asserts `result` is the refusal, before sending, of a model that takes no images.
+pub fn assert_refused_for_images(result: Result<Reply, BackendError>, model: &str) {
+    match result {
+        Err(BackendError::Invalid(message)) => assert!(
+            message.contains(model) && message.contains("takes no images"),
+            "{message}"
+        ),
+        other => panic!("{model}: not refused: {other:?}"),
+    }
 }

@@ -15,6 +15,8 @@
 //!   without it. Signatures of other kinds are never sent here, nor these elsewhere.
 //! - The stream has no terminator; a stream that ends without any
 //!   `finishReason` was cut off and is a `Protocol` error.
+//! - Images go as `inlineData` parts in text order (GIF, which Gemini does not
+//!   take, as PNG); a tool result's follow its `functionResponse` part.
 //! - Thought-summary parts (`thought: true`) become thinking, and are not sent back.
 
 use super::ending::{assemble, counted_stats, Ending};
@@ -24,12 +26,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::estimate::TokenEstimator;
-use super::hosted::Dialect;
+use super::hosted::{self, Dialect};
 use super::http::{self, ApiSettings};
 use super::{GenerateRequest, Reply, ToolChoice, Usage};
 use crate::core::ToolSpec;
 use crate::core::{
-    Artefact, BackendError, Event, EventSink, FinishReason, Flow, Message, Role, Session,
+    Artefact, BackendError, ContentPart, Event, EventSink, FinishReason, Flow, Image, Message,
+    Role, Session,
 };
 use crate::log::{self, Category};
 use crate::stream::filter::OutputFilter;
@@ -135,7 +138,7 @@ impl Dialect for GeminiBackend {
         request: &GenerateRequest<'_>,
         sink: &mut dyn EventSink,
     ) -> Result<Reply, BackendError> {
-        let wire = build_request(&self.config, session, request);
+        let wire = build_request(&self.config, session, request)?;
         let body = http::encode(&wire)?;
         let url = self.url(request.stream);
         log::debug(Category::Llm, || {
@@ -206,8 +209,21 @@ struct WirePart<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     function_response: Option<WireFunctionResponse<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    inline_data: Option<WireBlob>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     thought_signature: Option<&'a str>,
 }
+
+/// An image inline: its type and the file in base64.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct WireBlob {
+    mime_type: String,
+    data: String,
+}
+
+/// The image types Gemini takes; a GIF goes as PNG.
+const IMAGE_TYPES: &[&str] = &["image/png", "image/jpeg", "image/webp"];
 
 #[derive(Debug, Serialize)]
 struct WireFunctionCall<'a> {
@@ -288,7 +304,7 @@ fn build_request<'a>(
     config: &'a GeminiConfig,
     session: &'a Session,
     request: &GenerateRequest<'a>,
-) -> GenerateContentRequest<'a> {
+) -> Result<GenerateContentRequest<'a>, BackendError> {
     let sampling = request.sampling;
     let declarations: Vec<WireDeclaration<'a>> = request
         .tools
@@ -306,8 +322,8 @@ fn build_request<'a>(
             function_declarations: declarations,
         }]
     };
-    GenerateContentRequest {
-        contents: wire_contents(session),
+    Ok(GenerateContentRequest {
+        contents: wire_contents(session)?,
         system_instruction: (!session.system_prompt.is_empty()).then(|| WireSystem {
             parts: vec![text_part(&session.system_prompt, None)],
         }),
@@ -325,7 +341,7 @@ fn build_request<'a>(
                 include_thoughts: budget > 0,
             }),
         },
-    }
+    })
 }
 
 fn wire_tool_config(choice: &ToolChoice) -> WireToolConfig<'_> {
@@ -352,14 +368,20 @@ fn text_part<'a>(text: &'a str, signature: Option<&'a str>) -> WirePart<'a> {
 }
 
 /// The history as `user`/`model` contents; consecutive same-role ones merge.
-fn wire_contents(session: &Session) -> Vec<WireContent<'_>> {
+/// A tool result's images follow its `functionResponse` part in the same content.
+fn wire_contents(session: &Session) -> Result<Vec<WireContent<'_>>, BackendError> {
     let mut contents: Vec<WireContent<'_>> = Vec::new();
     for message in &session.messages {
         let (role, parts) = match message.role {
             Role::Assistant => ("model", model_parts(message)),
-            Role::Tool => ("user", vec![function_response(message)]),
-            Role::User | Role::System if message.content.is_empty() => continue,
-            Role::User | Role::System => ("user", vec![text_part(&message.content, None)]),
+            Role::Tool => {
+                let mut parts = vec![function_response(message)];
+                for part in &message.images {
+                    parts.push(image_part(&part.image)?);
+                }
+                ("user", parts)
+            }
+            Role::User | Role::System => ("user", user_parts(message)?),
         };
         if parts.is_empty() {
             continue;
@@ -369,7 +391,30 @@ fn wire_contents(session: &Session) -> Vec<WireContent<'_>> {
             _ => contents.push(WireContent { role, parts }),
         }
     }
-    contents
+    Ok(contents)
+}
+
+/// A user message's text and images in text order (empty text left out).
+fn user_parts(message: &Message) -> Result<Vec<WirePart<'_>>, BackendError> {
+    message
+        .parts()
+        .into_iter()
+        .map(|part| match part {
+            ContentPart::Text(text) => Ok(text_part(text, None)),
+            ContentPart::Image(image) => image_part(image),
+        })
+        .collect()
+}
+
+fn image_part(image: &Image) -> Result<WirePart<'static>, BackendError> {
+    let wire = hosted::wire_image(image, IMAGE_TYPES)?;
+    Ok(WirePart {
+        inline_data: Some(WireBlob {
+            mime_type: wire.mime.clone(),
+            data: wire.base64(),
+        }),
+        ..WirePart::default()
+    })
 }
 
 /// The signature Gemini attached to the part of `call_id` (`None`: the text part).
@@ -994,5 +1039,70 @@ mod tests {
             "/v1beta/models/gemini-test:generateContent"
         );
         assert_eq!(requests[1].url, "/v1beta/models");
+    }
+
+    fn generate_with(
+        server: &FakeServer,
+        model: &str,
+        session: &Session,
+    ) -> Result<Reply, BackendError> {
+        let mut backend = backend(server);
+        backend.config.api.model = model.into();
+        let sampling = Sampling::default();
+        let request = fake::request(&[], &sampling, true);
+        backend.generate(session, &request, &mut Vec::new())
+    }
+
+    /// Checks an `inlineData` part's type and gives its bytes.
+    fn inline(part: &Value, mime: &str) -> Vec<u8> {
+        assert_eq!(part["inlineData"]["mimeType"], mime, "{part}");
+        fake::base64_of(&part["inlineData"]["data"])
+    }
+
+    #[test]
+    fn images_go_as_inline_data_and_a_tool_results_after_its_function_response() {
+        let image = fake::png_image();
+        let server = FakeServer::start(vec![stream("text.sse")]);
+        generate_with(&server, "gemini-2.5-flash", &fake::image_session(&image)).expect("reply");
+        let body = &server.finish()[0].body;
+        let contents = body["contents"].as_array().expect("contents");
+        assert_eq!(contents.len(), 3, "{body}");
+        let user = &contents[0]["parts"];
+        assert_eq!(user[0], json!({"text": "look:"}));
+        assert_eq!(inline(&user[1], "image/png"), *image.bytes);
+        assert_eq!(user[2], json!({"text": " what is it?"}));
+        assert!(contents[1]["parts"][0]["functionCall"].is_object());
+        let after = &contents[2]["parts"];
+        assert_eq!(
+            after[0],
+            json!({"functionResponse": {"id": "call_1", "name": "read", "response": {"result": "a screenshot"}}})
+        );
+        assert_eq!(inline(&after[1], "image/png"), *image.bytes);
+        assert_eq!(after[2], json!({"text": "and now?"}));
+    }
+
+    #[test]
+    fn a_gif_goes_as_a_png_of_its_first_frame() {
+        let image = fake::gif_image();
+        let server = FakeServer::start(vec![stream("text.sse")]);
+        generate_with(&server, "gemini-test", &fake::image_session(&image)).expect("reply");
+        let body = &server.finish()[0].body;
+        let bytes = inline(&body["contents"][0]["parts"][1], "image/png");
+        let sent = Image::from_bytes(bytes).expect("a PNG");
+        let pixels = |image: &Image| image.rgb().map(|rgb| rgb.data).expect("decodes");
+        assert_eq!(pixels(&sent), pixels(&image));
+    }
+
+    #[test]
+    fn a_text_only_model_refuses_images_before_sending() {
+        let image = fake::png_image();
+        for model in ["gemini-1.0-pro", "models/gemini-pro"] {
+            let server = FakeServer::start(Vec::new());
+            let result = generate_with(&server, model, &fake::image_session(&image));
+            fake::assert_refused_for_images(result, model);
+            assert_eq!(server.finish(), Vec::new(), "{model}: nothing sent");
+        }
+        let server = FakeServer::start(Vec::new());
+        assert!(backend(&server).takes_images());
     }
 }

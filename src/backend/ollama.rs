@@ -15,6 +15,10 @@
 //!   with [`BackendError::ContextOverflow`], which makes the agent evict and
 //!   retry as with every other provider. If `prompt_eval_count` still shows the
 //!   window was filled, a `System` notice says the server may have truncated.
+//! - Whether the model reads images is `/api/show`'s `capabilities` (`vision`
+//!   among them), asked once together with the context length; a server too
+//!   old to say falls back to [`super::hosted::TEXT_ONLY_MODELS`]. Images go as
+//!   the message's `images` (base64), the text whole in `content`.
 //! - Tool-call arguments are JSON objects both ways; calls arrive whole and
 //!   get ids by position when Ollama sends none.
 //! - The stream ends with a `done: true` line carrying counts and durations
@@ -22,12 +26,13 @@
 
 use super::ending::{assemble, Ending};
 use std::io::BufRead;
+use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::estimate::TokenEstimator;
-use super::hosted::Dialect;
+use super::hosted::{self, Dialect};
 use super::http::{self, ApiSettings};
 use super::{GenerateRequest, Reply, Sampling, Usage};
 use crate::core::ToolSpec;
@@ -66,6 +71,16 @@ pub struct OllamaBackend {
     estimator: TokenEstimator,
     /// The `num_ctx` in use, once known.
     num_ctx: Option<u64>,
+    /// What `/api/show` said of the model, asked once when first needed.
+    shown: OnceLock<Shown>,
+}
+
+/// What `/api/show` tells of the model; `None` where it said nothing (or failed).
+#[derive(Debug, Default)]
+struct Shown {
+    context_length: Option<u64>,
+    /// `vision` among them for a model that reads images (Ollama 0.6.4 and later).
+    capabilities: Option<Vec<String>>,
 }
 
 impl OllamaBackend {
@@ -77,6 +92,7 @@ impl OllamaBackend {
             agent,
             estimator: TokenEstimator::default(),
             num_ctx,
+            shown: OnceLock::new(),
         }
     }
 
@@ -98,24 +114,30 @@ impl OllamaBackend {
         self.config.api.with_headers(builder)
     }
 
-    /// The context window: configured, else asked of `/api/show` once.
+    /// The context window: configured, else what `/api/show` said.
     fn num_ctx(&mut self) -> u64 {
         if let Some(n) = self.num_ctx {
             return n;
         }
-        let n = match self.show_context_length() {
-            Ok(Some(length)) => length.min(NUM_CTX_CAP),
-            Ok(None) => FALLBACK_NUM_CTX,
-            Err(error) => {
-                log::debug(Category::Llm, || format!("/api/show failed: {error}"));
-                FALLBACK_NUM_CTX
-            }
-        };
+        let n = self
+            .shown()
+            .context_length
+            .map_or(FALLBACK_NUM_CTX, |length| length.min(NUM_CTX_CAP));
         self.num_ctx = Some(n);
         n
     }
 
-    fn show_context_length(&self) -> Result<Option<u64>, BackendError> {
+    /// `/api/show`'s answer, asked once; a failure is logged and taken as silence.
+    fn shown(&self) -> &Shown {
+        self.shown.get_or_init(|| {
+            self.show().unwrap_or_else(|error| {
+                log::debug(Category::Llm, || format!("/api/show failed: {error}"));
+                Shown::default()
+            })
+        })
+    }
+
+    fn show(&self) -> Result<Shown, BackendError> {
         let url = self.url("show");
         let body = serde_json::to_vec(&ShowRequest {
             model: &self.config.api.model,
@@ -125,11 +147,14 @@ impl OllamaBackend {
         let text = http::read_text(response.into_body().into_reader(), &url)?;
         let show: ShowResponse = serde_json::from_value(http::parse_json(&text)?)
             .map_err(|e| BackendError::Protocol(format!("{url}: {e}")))?;
-        Ok(show
-            .model_info
-            .iter()
-            .find(|(key, _)| key.ends_with(".context_length"))
-            .and_then(|(_, value)| value.as_u64()))
+        Ok(Shown {
+            context_length: show
+                .model_info
+                .iter()
+                .find(|(key, _)| key.ends_with(".context_length"))
+                .and_then(|(_, value)| value.as_u64()),
+            capabilities: show.capabilities,
+        })
     }
 
     fn attempt(
@@ -180,7 +205,7 @@ impl Dialect for OllamaBackend {
     ) -> Result<Reply, BackendError> {
         let num_ctx = self.num_ctx();
         check_fits(session, num_ctx, request.sampling)?;
-        let wire = build_request(&self.config, num_ctx, session, request);
+        let wire = build_request(&self.config, num_ctx, session, request)?;
         let body = http::encode(&wire)?;
         let url = self.url("chat");
         log::debug(Category::Llm, || {
@@ -209,6 +234,14 @@ impl Dialect for OllamaBackend {
     fn estimator_mut(&mut self) -> &mut TokenEstimator {
         &mut self.estimator
     }
+
+    /// What `/api/show`'s `capabilities` say; the table where it says nothing.
+    fn reads_images(&self) -> bool {
+        match &self.shown().capabilities {
+            Some(capabilities) => capabilities.iter().any(|c| c == "vision"),
+            None => !hosted::known_text_only(&self.config.api.model),
+        }
+    }
 }
 
 // ---- request wire structs ----
@@ -222,6 +255,8 @@ struct ShowRequest<'a> {
 struct ShowResponse {
     #[serde(default)]
     model_info: serde_json::Map<String, Value>,
+    #[serde(default)]
+    capabilities: Option<Vec<String>>,
 }
 
 #[derive(Debug, Serialize)]
@@ -261,7 +296,13 @@ struct WireMessage<'a> {
     tool_calls: Vec<WireToolCall<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_name: Option<&'a str>,
+    /// The message's images in base64, in text order (the text stays whole in `content`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    images: Vec<String>,
 }
+
+/// The image types Ollama's runners all read; WebP and GIF go as PNG.
+const IMAGE_TYPES: &[&str] = &["image/png", "image/jpeg"];
 
 #[derive(Debug, Serialize)]
 struct WireToolCall<'a> {
@@ -296,20 +337,23 @@ fn build_request<'a>(
     num_ctx: u64,
     session: &'a Session,
     request: &GenerateRequest<'a>,
-) -> ChatRequest<'a> {
+) -> Result<ChatRequest<'a>, BackendError> {
     let sampling = request.sampling;
     let system = (!session.system_prompt.is_empty()).then(|| WireMessage {
         role: "system",
         content: &session.system_prompt,
         tool_calls: Vec::new(),
         tool_name: None,
+        images: Vec::new(),
     });
-    ChatRequest {
+    let history = session
+        .messages
+        .iter()
+        .map(wire_message)
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(ChatRequest {
         model: &config.api.model,
-        messages: system
-            .into_iter()
-            .chain(session.messages.iter().map(wire_message))
-            .collect(),
+        messages: system.into_iter().chain(history).collect(),
         tools: request.tools.iter().map(wire_tool).collect(),
         stream: request.stream,
         think: config.think,
@@ -322,11 +366,16 @@ fn build_request<'a>(
             seed: sampling.seed,
             stop: &sampling.stop,
         },
-    }
+    })
 }
 
-fn wire_message(message: &Message) -> WireMessage<'_> {
-    WireMessage {
+fn wire_message(message: &Message) -> Result<WireMessage<'_>, BackendError> {
+    let images = message
+        .images
+        .iter()
+        .map(|part| Ok(hosted::wire_image(&part.image, IMAGE_TYPES)?.base64()))
+        .collect::<Result<Vec<String>, BackendError>>()?;
+    Ok(WireMessage {
         role: message.role.as_str(),
         content: &message.content,
         tool_calls: message
@@ -346,7 +395,8 @@ fn wire_message(message: &Message) -> WireMessage<'_> {
             Role::Tool => message.tool_name.as_deref(),
             _ => None,
         },
-    }
+        images,
+    })
 }
 
 fn wire_tool(spec: &ToolSpec) -> WireTool<'_> {
@@ -555,7 +605,7 @@ mod tests {
     use super::*;
     use crate::backend::fake::{self, Canned, FakeServer};
     use crate::backend::{Backend, Sampling};
-    use crate::core::ToolCall;
+    use crate::core::{Image, ToolCall};
     use serde_json::json;
 
     fn backend(server: &FakeServer, context_size: u64) -> OllamaBackend {
@@ -756,5 +806,75 @@ mod tests {
             ["qwen3:8b", "llama3.2:latest"]
         );
         assert_eq!(server.finish()[1].url, "/api/tags");
+    }
+
+    fn show_with(capabilities: Value) -> Canned {
+        Canned::json(
+            200,
+            json!({"model_info": {"qwen3.context_length": 40960}, "capabilities": capabilities}),
+        )
+    }
+
+    #[test]
+    fn images_go_as_base64_on_the_message_for_a_vision_model() {
+        let image = fake::png_image();
+        let show = show_with(json!(["completion", "vision"]));
+        let server = FakeServer::start(vec![show, stream("text.ndjson")]);
+        let mut backend = backend(&server, 4096);
+        assert!(backend.takes_images());
+        let session = fake::image_session(&image);
+        generate(&mut backend, &session, &mut Vec::new()).expect("reply");
+        let requests = server.finish();
+        assert_eq!(requests.len(), 2, "one /api/show, one /api/chat");
+        assert_eq!(requests[0].url, "/api/show");
+        let messages = &requests[1].body["messages"];
+        assert_eq!(messages[1]["content"], "look: what is it?");
+        assert_eq!(fake::base64_of(&messages[1]["images"][0]), *image.bytes);
+        assert_eq!(messages[3]["role"], "tool");
+        assert_eq!(messages[3]["content"], "a screenshot");
+        assert_eq!(fake::base64_of(&messages[3]["images"][0]), *image.bytes);
+        assert!(messages[4].get("images").is_none());
+    }
+
+    #[test]
+    fn a_gif_goes_as_a_png() {
+        let image = fake::gif_image();
+        let show = show_with(json!(["completion", "vision"]));
+        let server = FakeServer::start(vec![show, stream("text.ndjson")]);
+        let mut backend = backend(&server, 4096);
+        generate(&mut backend, &fake::image_session(&image), &mut Vec::new()).expect("reply");
+        let body = &server.finish()[1].body;
+        let sent = Image::from_bytes(fake::base64_of(&body["messages"][1]["images"][0]));
+        assert_eq!(sent.expect("an image").mime, "image/png");
+    }
+
+    #[test]
+    fn a_model_without_vision_refuses_images_after_asking_show_only() {
+        let image = fake::png_image();
+        let show = show_with(json!(["completion", "tools"]));
+        let server = FakeServer::start(vec![show]);
+        let mut backend = backend(&server, 0);
+        let result = generate(&mut backend, &fake::image_session(&image), &mut Vec::new());
+        fake::assert_refused_for_images(result, "qwen3");
+        let requests = server.finish();
+        assert_eq!(requests.len(), 1, "no /api/chat");
+        assert_eq!(requests[0].url, "/api/show");
+        // The one /api/show answered the context length too.
+        assert_eq!(backend.num_ctx(), NUM_CTX_CAP);
+    }
+
+    #[test]
+    fn a_server_that_names_no_capabilities_falls_back_to_the_table() {
+        let check = |model: &str, reads: bool| {
+            let show = Canned::json(200, json!({"model_info": {}}));
+            let server = FakeServer::start(vec![show]);
+            let mut api = ApiSettings::new(&server.base_url, model);
+            api.context_size = 4096;
+            let backend = OllamaBackend::new(OllamaConfig { api, think: None });
+            assert_eq!(backend.takes_images(), reads, "{model}");
+            assert_eq!(server.finish().len(), 1);
+        };
+        check("deepseek-r1:7b", false);
+        check("gemma3:4b", true);
     }
 }

@@ -13,23 +13,28 @@
 //! - A stream that ends without `[DONE]` is accepted when a `finish_reason`
 //!   arrived (some servers omit the marker); otherwise it is a `Protocol`
 //!   error, because the reply was cut off.
+//! - A message with images goes as `content` parts (`text`, `image_url` with a
+//!   `data:` URL, GIF as PNG); a `tool` message cannot carry images, so a tool
+//!   result's go in a `user` message after the turn's tool messages.
 //! - The backend emits content, thinking, code, `System` notices and one
 //!   `Stats`; tool calls come back in [`Reply::tool_calls`] and the agent
 //!   announces them, as it also emits `Stop`.
 
 use super::ending::{assemble, Ending};
+use std::borrow::Cow;
 use std::io::Read;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::estimate::TokenEstimator;
-use super::hosted::Dialect;
+use super::hosted::{self, Dialect};
 use super::http::{self, Limits, RetryPolicy};
 use super::recording::Tape;
 use super::{GenerateRequest, Reply, ResponseFormat, ToolChoice, Usage};
 use crate::core::{
-    BackendError, Event, EventSink, FinishReason, Flow, Message, Role, Session, Stats, ToolCall,
+    BackendError, ContentPart, Event, EventSink, FinishReason, Flow, Message, Role, Session, Stats,
+    ToolCall,
 };
 use crate::log::{self, Category};
 use crate::stream::filter::OutputFilter;
@@ -182,7 +187,7 @@ impl Dialect for OpenAiBackend {
         request: &GenerateRequest<'_>,
         sink: &mut dyn EventSink,
     ) -> Result<Reply, BackendError> {
-        let wire = build_request(&self.config, self.strict_host(), session, request);
+        let wire = build_request(&self.config, self.strict_host(), session, request)?;
         let body = http::encode(&wire)?;
         let url = self.endpoint();
         log::debug(Category::Llm, || {
@@ -290,12 +295,37 @@ struct StreamOptions {
 struct WireMessage<'a> {
     role: &'static str,
     /// `null` for an assistant message that only calls tools.
-    content: Option<&'a str>,
+    content: Option<WireContent<'a>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tool_calls: Vec<WireToolCall<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_call_id: Option<&'a str>,
 }
+
+/// A message's content: a plain string, or text and image parts when it has images.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+enum WireContent<'a> {
+    Text(&'a str),
+    Parts(Vec<WirePart<'a>>),
+}
+
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum WirePart<'a> {
+    Text { text: Cow<'a, str> },
+    ImageUrl { image_url: WireImageUrl },
+}
+
+#[derive(Debug, Serialize)]
+struct WireImageUrl {
+    /// A `data:` URL.
+    url: String,
+}
+
+/// The image types Chat Completions takes; others (GIF, which it takes only
+/// unanimated) go as PNG.
+const IMAGE_TYPES: &[&str] = &["image/png", "image/jpeg", "image/webp"];
 
 #[derive(Debug, Serialize)]
 struct WireToolCall<'a> {
@@ -349,15 +379,15 @@ fn build_request<'a>(
     strict_host: bool,
     session: &'a Session,
     request: &GenerateRequest<'a>,
-) -> ChatRequest<'a> {
+) -> Result<ChatRequest<'a>, BackendError> {
     let sampling = request.sampling;
     let (max_tokens, max_completion_tokens) = match config.max_tokens_param {
         MaxTokensParam::MaxTokens => (sampling.max_tokens, None),
         MaxTokensParam::MaxCompletionTokens => (None, sampling.max_tokens),
     };
-    ChatRequest {
+    Ok(ChatRequest {
         model: &config.model,
-        messages: wire_messages(session),
+        messages: wire_messages(session)?,
         tools: request.tools.iter().map(wire_tool).collect(),
         tool_choice: (!request.tools.is_empty()).then(|| wire_tool_choice(request.tool_choice)),
         stream: request.stream,
@@ -384,7 +414,7 @@ fn build_request<'a>(
             Some(ResponseFormat::Grammar(grammar)) => Some(grammar),
             _ => None,
         },
-    }
+    })
 }
 
 /// `response_format` for a format OpenAI's API has (a grammar goes as `grammar`).
@@ -403,27 +433,82 @@ fn wire_response_format(format: &ResponseFormat) -> Option<Value> {
     })
 }
 
-fn wire_messages(session: &Session) -> Vec<WireMessage<'_>> {
-    let system = (!session.system_prompt.is_empty()).then(|| WireMessage {
-        role: "system",
-        content: Some(&session.system_prompt),
-        tool_calls: Vec::new(),
-        tool_call_id: None,
-    });
-    system
-        .into_iter()
-        .chain(session.messages.iter().map(wire_message))
-        .collect()
+/// The system prompt and the history. Chat Completions has no image parts in a
+/// `tool` message, so a tool result's images go in a `user` message right after
+/// the turn's tool messages (as OpenAI's own agents SDK sends them), each tool's
+/// introduced by a line naming its call; the tool message keeps the text.
+fn wire_messages(session: &Session) -> Result<Vec<WireMessage<'_>>, BackendError> {
+    let mut wire: Vec<WireMessage<'_>> = Vec::with_capacity(session.messages.len() + 1);
+    if !session.system_prompt.is_empty() {
+        wire.push(plain("system", &session.system_prompt));
+    }
+    let mut tool_images: Vec<WirePart<'_>> = Vec::new();
+    for message in &session.messages {
+        if message.role != Role::Tool && !tool_images.is_empty() {
+            wire.push(image_message(std::mem::take(&mut tool_images)));
+        }
+        if message.role == Role::Tool && !message.images.is_empty() {
+            tool_images.extend(tool_result_images(message)?);
+        }
+        wire.push(wire_message(message)?);
+    }
+    if !tool_images.is_empty() {
+        wire.push(image_message(tool_images));
+    }
+    Ok(wire)
 }
 
-fn wire_message(message: &Message) -> WireMessage<'_> {
+fn plain<'a>(role: &'static str, content: &'a str) -> WireMessage<'a> {
+    WireMessage {
+        role,
+        content: Some(WireContent::Text(content)),
+        tool_calls: Vec::new(),
+        tool_call_id: None,
+    }
+}
+
+fn image_message(parts: Vec<WirePart<'_>>) -> WireMessage<'_> {
+    WireMessage {
+        content: Some(WireContent::Parts(parts)),
+        ..plain("user", "")
+    }
+}
+
+/// A tool result's images for the `user` message after the tool messages,
+/// after a line that says which call returned them.
+fn tool_result_images(message: &Message) -> Result<Vec<WirePart<'_>>, BackendError> {
+    let intro = format!(
+        "The images returned by the {} call {}:",
+        message.tool_name.as_deref().unwrap_or("tool"),
+        message.tool_call_id.as_deref().unwrap_or_default()
+    );
+    let mut parts = vec![WirePart::Text {
+        text: Cow::Owned(intro),
+    }];
+    for part in &message.images {
+        parts.push(image_part(&part.image)?);
+    }
+    Ok(parts)
+}
+
+fn image_part(image: &crate::core::Image) -> Result<WirePart<'static>, BackendError> {
+    Ok(WirePart::ImageUrl {
+        image_url: WireImageUrl {
+            url: hosted::wire_image(image, IMAGE_TYPES)?.data_url(),
+        },
+    })
+}
+
+fn wire_message(message: &Message) -> Result<WireMessage<'_>, BackendError> {
     let tool_calls: Vec<WireToolCall<'_>> = message.tool_calls.iter().map(wire_tool_call).collect();
     let content = if message.content.is_empty() && !tool_calls.is_empty() {
         None
+    } else if message.images.is_empty() || message.role != Role::User {
+        Some(WireContent::Text(&message.content))
     } else {
-        Some(message.content.as_str())
+        Some(WireContent::Parts(content_parts(message)?))
     };
-    WireMessage {
+    Ok(WireMessage {
         role: message.role.as_str(),
         content,
         tool_calls,
@@ -431,7 +516,21 @@ fn wire_message(message: &Message) -> WireMessage<'_> {
             Role::Tool => Some(message.tool_call_id.as_deref().unwrap_or_default()),
             _ => None,
         },
-    }
+    })
+}
+
+/// A user message's text and images in text order.
+fn content_parts(message: &Message) -> Result<Vec<WirePart<'_>>, BackendError> {
+    message
+        .parts()
+        .into_iter()
+        .map(|part| match part {
+            ContentPart::Text(text) => Ok(WirePart::Text {
+                text: Cow::Borrowed(text),
+            }),
+            ContentPart::Image(image) => image_part(image),
+        })
+        .collect()
 }
 
 fn wire_tool_call(call: &ToolCall) -> WireToolCall<'_> {
@@ -1257,8 +1356,10 @@ mod tests {
             sampling: &sampling,
             stream: false,
         };
-        let wire = serde_json::to_value(build_request(&config, true, &session, &request))
-            .expect("serialisable");
+        let wire = serde_json::to_value(
+            build_request(&config, true, &session, &request).expect("request"),
+        )
+        .expect("serialisable");
         assert_eq!(
             wire["messages"][2],
             json!({"role": "assistant", "content": null,
@@ -1301,11 +1402,125 @@ mod tests {
             sampling: &sampling,
             stream: true,
         };
-        let wire = serde_json::to_value(build_request(&config, true, &session(), &request))
-            .expect("serialisable");
+        let wire = serde_json::to_value(
+            build_request(&config, true, &session(), &request).expect("request"),
+        )
+        .expect("serialisable");
         assert_eq!(
             (wire.get("max_tokens"), &wire["max_completion_tokens"]),
             (None, &json!(7))
         );
+    }
+
+    fn generate_with(
+        server: &FakeServer,
+        model: &str,
+        session: &Session,
+    ) -> Result<Reply, BackendError> {
+        let mut config = OpenAiConfig::new(&server.base_url, model);
+        config.api_key = Some("sk-test-123".into());
+        let sampling = Sampling::default();
+        let request = fake::request(&[], &sampling, true);
+        OpenAiBackend::new(config).generate(session, &request, &mut Vec::new())
+    }
+
+    /// The bytes a `data:` URL carries, after checking its type.
+    fn data_url_bytes(url: &Value, mime: &str) -> Vec<u8> {
+        let url = url.as_str().expect("a URL string");
+        let payload = url
+            .strip_prefix(&format!("data:{mime};base64,"))
+            .expect("a base64 data URL of the type");
+        fake::base64_of(&json!(payload))
+    }
+
+    #[test]
+    fn images_go_as_image_url_parts_and_a_tool_results_images_in_a_user_message_after_it() {
+        let image = fake::png_image();
+        let server = FakeServer::start(vec![sse("text.sse")]);
+        generate_with(&server, "gpt-4o", &fake::image_session(&image)).expect("reply");
+        let body = &server.finish()[0].body;
+        let messages = body["messages"].as_array().expect("messages");
+        assert_eq!(messages.len(), 6, "{body}");
+        let user = &messages[1]["content"];
+        assert_eq!(user[0], json!({"type": "text", "text": "look:"}));
+        assert_eq!(user[1]["type"], "image_url");
+        assert_eq!(user[2], json!({"type": "text", "text": " what is it?"}));
+        assert_eq!(
+            data_url_bytes(&user[1]["image_url"]["url"], "image/png"),
+            *image.bytes
+        );
+        assert_eq!(messages[2]["tool_calls"][0]["id"], "call_1");
+        assert_eq!(
+            messages[3],
+            json!({"role": "tool", "content": "a screenshot", "tool_call_id": "call_1"})
+        );
+        assert_eq!(messages[4]["role"], "user");
+        let after = &messages[4]["content"];
+        assert_eq!(
+            after[0],
+            json!({"type": "text", "text": "The images returned by the read call call_1:"})
+        );
+        assert_eq!(
+            data_url_bytes(&after[1]["image_url"]["url"], "image/png"),
+            *image.bytes
+        );
+        assert_eq!(messages[5], json!({"role": "user", "content": "and now?"}));
+    }
+
+    #[test]
+    fn a_gif_goes_as_a_png_of_its_first_frame() {
+        let image = fake::gif_image();
+        let server = FakeServer::start(vec![sse("text.sse")]);
+        generate_with(&server, "gpt-4o", &fake::image_session(&image)).expect("reply");
+        let body = &server.finish()[0].body;
+        let bytes = data_url_bytes(
+            &body["messages"][1]["content"][1]["image_url"]["url"],
+            "image/png",
+        );
+        let sent = crate::core::Image::from_bytes(bytes).expect("a PNG");
+        let pixels = |image: &crate::core::Image| image.rgb().map(|rgb| rgb.data).expect("decodes");
+        assert_eq!((sent.width, sent.height), (2, 1));
+        assert_eq!(pixels(&sent), pixels(&image));
+    }
+
+    #[test]
+    fn a_text_only_model_refuses_images_before_sending() {
+        let image = fake::png_image();
+        for model in [
+            "gpt-3.5-turbo",
+            "deepseek-chat",
+            "openrouter/openai/o3-mini",
+        ] {
+            let server = FakeServer::start(Vec::new());
+            let result = generate_with(&server, model, &fake::image_session(&image));
+            fake::assert_refused_for_images(result, model);
+            assert_eq!(server.finish(), Vec::new(), "{model}: nothing sent");
+            assert!(!backend_for(model).takes_images(), "{model}");
+        }
+        for model in ["gpt-4o", "gpt-4.1-mini", "o3", "test-model"] {
+            assert!(backend_for(model).takes_images(), "{model}");
+        }
+        // A text-only model still takes a session without images.
+        let server = FakeServer::start(vec![sse("text.sse")]);
+        generate_with(&server, "gpt-3.5-turbo", &session()).expect("reply");
+        assert_eq!(server.finish().len(), 1);
+    }
+
+    fn backend_for(model: &str) -> OpenAiBackend {
+        OpenAiBackend::new(OpenAiConfig::new("http://127.0.0.1:9", model))
+    }
+
+    #[test]
+    fn an_image_without_its_bytes_is_refused_before_sending() {
+        let mut image = fake::png_image();
+        image.bytes = Default::default();
+        let server = FakeServer::start(Vec::new());
+        let error =
+            generate_with(&server, "gpt-4o", &fake::image_session(&image)).expect_err("refused");
+        assert!(
+            matches!(&error, BackendError::Invalid(m) if m.contains("has no bytes")),
+            "{error:?}"
+        );
+        assert_eq!(server.finish(), Vec::new());
     }
 }

@@ -54,7 +54,7 @@ impl fmt::Debug for Image {
             self.width,
             self.height,
             self.bytes.len(),
-            &self.sha256[..self.sha256.len().min(12)]
+            self.sha256.get(..12).unwrap_or(&self.sha256)
         )
     }
 }
@@ -109,15 +109,35 @@ impl Image {
         }
         let format = decode::Format::sniff(&bytes)?;
         let rgb = decode::decode(format, &bytes)?;
+        Ok(Image::hashed(format.mime(), &rgb, bytes))
+    }
+
+    /// The image of `bytes`, already decoded to `rgb`, with its hash.
+    fn hashed(mime: &str, rgb: &Rgb, bytes: Vec<u8>) -> Image {
         let mut hash = crate::util::sha256::Sha256::default();
         hash.update(&bytes);
-        Ok(Image {
-            mime: format.mime().to_string(),
+        Image {
+            mime: mime.to_string(),
             sha256: hash.hex(),
             width: rgb.width,
             height: rgb.height,
             bytes: Arc::new(bytes),
-        })
+        }
+    }
+
+    /// The image re-encoded as an RGB PNG (an animation's first frame, without
+    /// transparency), for a provider that does not take the file's own type.
+    pub fn to_png(&self) -> Result<Image, ImageError> {
+        let rgb = self.rgb()?;
+        let mut bytes = Vec::new();
+        let mut encoder = png::Encoder::new(&mut bytes, rgb.width, rgb.height);
+        encoder.set_color(png::ColorType::Rgb);
+        encoder.set_depth(png::BitDepth::Eight);
+        let failed = |e: png::EncodingError| ImageError::Malformed(format!("PNG encoding: {e}"));
+        let mut writer = encoder.write_header().map_err(failed)?;
+        writer.write_image_data(&rgb.data).map_err(failed)?;
+        writer.finish().map_err(failed)?;
+        Ok(Image::hashed("image/png", &rgb, bytes))
     }
 
     /// A `data:image/...;base64,...` URL.

@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::image::ImagePart;
+use super::image::{Image, ImagePart};
 
 /// Who said a message. The system prompt is kept apart in [`crate::core::Session`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -79,6 +79,13 @@ pub struct Message {
     pub tokens: u32,
 }
 
+/// One piece of a message's content in text order ([`Message::parts`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContentPart<'a> {
+    Text(&'a str),
+    Image(&'a Image),
+}
+
 /// A reasoning artefact, tagged with the backend kind that issued it so a
 /// provider switch never sends it to a provider that would reject it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -129,11 +136,106 @@ impl Message {
         Self::with_role(Role::Assistant, content)
     }
 
+    /// The content split at each image, in text order: what a provider's
+    /// multi-part message carries. Empty text between images is left out. An
+    /// offset past the end, inside a character or before the previous image's
+    /// (a hand-edited session) is moved back to the nearest boundary not before
+    /// the previous one, so every image goes out exactly once and no text is lost.
+    pub fn parts(&self) -> Vec<ContentPart<'_>> {
+        let text = self.content.as_str();
+        let mut parts = Vec::with_capacity(self.images.len() * 2 + 1);
+        let mut from = 0;
+        for part in &self.images {
+            let mut at = part.at.min(text.len());
+            while !text.is_char_boundary(at) {
+                at -= 1;
+            }
+            let at = at.max(from);
+            if at > from {
+                parts.push(ContentPart::Text(&text[from..at]));
+            }
+            parts.push(ContentPart::Image(&part.image));
+            from = at;
+        }
+        if from < text.len() {
+            parts.push(ContentPart::Text(&text[from..]));
+        }
+        parts
+    }
+
     /// A tool result answering the call `call`.
     pub fn tool_result(call: &ToolCall, content: impl Into<String>) -> Self {
         let mut message = Self::with_role(Role::Tool, content);
         message.tool_call_id = Some(call.id.clone());
         message.tool_name = Some(call.name.clone());
         message
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn image(tag: &str) -> Image {
+        Image {
+            mime: "image/png".into(),
+            sha256: tag.into(),
+            width: 1,
+            height: 1,
+            bytes: Default::default(),
+        }
+    }
+
+    fn with_images(content: &str, at: &[usize]) -> Message {
+        let mut message = Message::user(content);
+        message.images = at
+            .iter()
+            .enumerate()
+            .map(|(i, &at)| ImagePart {
+                at,
+                image: image(&i.to_string()),
+            })
+            .collect();
+        message
+    }
+
+    /// The parts as text, an image shown as `[sha256]`.
+    fn shown(message: &Message) -> Vec<String> {
+        message
+            .parts()
+            .iter()
+            .map(|part| match part {
+                ContentPart::Text(text) => text.to_string(),
+                ContentPart::Image(image) => format!("[{}]", image.sha256),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn content_splits_at_each_image_in_text_order() {
+        assert_eq!(shown(&with_images("hi", &[])), ["hi"]);
+        assert_eq!(shown(&with_images("", &[])), Vec::<String>::new());
+        assert_eq!(
+            shown(&with_images("look: then", &[5])),
+            ["look:", "[0]", " then"]
+        );
+        assert_eq!(
+            shown(&with_images("ab", &[0, 0, 2])),
+            ["[0]", "[1]", "ab", "[2]"]
+        );
+        assert_eq!(shown(&with_images("", &[0])), ["[0]"]);
+    }
+
+    #[test]
+    fn offsets_out_of_range_or_order_or_inside_a_character_lose_nothing() {
+        // Past the end: at the end.
+        assert_eq!(shown(&with_images("ab", &[99])), ["ab", "[0]"]);
+        // Inside the two-byte "é": before it.
+        assert_eq!(shown(&with_images("é!", &[1])), ["[0]", "é!"]);
+        // Out of order: the second stands where the first did.
+        assert_eq!(
+            shown(&with_images("abcd", &[3, 1])),
+            ["abc", "[0]", "[1]", "d"]
+        );
     }
 }

@@ -18,6 +18,6 @@ pub use event::{
     PromptProgress, Stats, TokenLogprobs, TokenProb, ToolResultEvent,
 };
 pub use image::{Image, ImageError, ImagePart};
-pub use message::{Artefact, Message, Role, ToolCall, ToolSpec};
+pub use message::{Artefact, ContentPart, Message, Role, ToolCall, ToolSpec};
 pub use session::Session;
 pub use spec::SpecMode;

@@ -14,6 +14,8 @@ struct Scripted {
     show_first: bool,
     /// Says it started, then waits to be let go.
     hold: Option<(Sender<()>, Receiver<()>)>,
+    /// What `takes_images` answers.
+    images: bool,
 }
 
 impl Backend for Scripted {
@@ -43,6 +45,10 @@ impl Backend for Scripted {
             sink.emit(Event::Content("partial".into()));
         }
         self.script.remove(0)
+    }
+
+    fn takes_images(&self) -> bool {
+        self.images
     }
 
     fn count_tokens(&self, _message: &Message) -> u32 {
@@ -91,6 +97,7 @@ fn scripted(
         calls: calls.clone(),
         show_first,
         hold,
+        images: false,
     };
     let provider = Provider {
         name: name.into(),
@@ -296,4 +303,38 @@ fn a_failed_provider_hands_over_within_its_tier_and_is_passed_over_after() {
         (calls(&a_calls), calls(&b_calls), calls(&z_calls)),
         (1, 3, 0)
     );
+}
+
+/// Provider `name` of the tier its name gives ([`provider`]) that reads images
+/// and answers from `script`.
+fn seeing(name: &'static str, script: Vec<Result<Reply, BackendError>>) -> Provider {
+    Provider {
+        name: name.into(),
+        priority: u32::from(name.as_bytes()[0]),
+        backend: Box::new(Scripted {
+            kind: name,
+            script,
+            calls: Arc::default(),
+            show_first: false,
+            hold: None,
+            images: true,
+        }),
+    }
+}
+
+#[test]
+fn images_are_taken_only_while_every_provider_of_the_active_tier_takes_them() {
+    assert!(chain_of(vec![seeing("a", Vec::new())]).takes_images());
+    // The fallback tier does not count until it is the active one.
+    let (blind_b, _) = provider("b", vec![Ok(reply("from b"))], false);
+    let refused = BackendError::Connect("refused".into());
+    let mut chain = chain_of(vec![seeing("a", vec![Err(refused)]), blind_b]);
+    assert!(chain.takes_images());
+    run(&mut chain, &mut Vec::new()).expect("b answers");
+    assert!(!chain.takes_images(), "b is now the active tier");
+    // In one tier, a request may go to either.
+    let (blind, _) = scripted("blind", 10, Vec::new(), false, None);
+    let mut same_tier = seeing("a", Vec::new());
+    same_tier.priority = 10;
+    assert!(!chain_of(vec![same_tier, blind]).takes_images());
 }
