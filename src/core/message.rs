@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::image::ImagePart;
+use super::image::{self, ImagePart};
 
 /// Who said a message. The system prompt is kept apart in [`crate::core::Session`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -129,11 +129,65 @@ impl Message {
         Self::with_role(Role::Assistant, content)
     }
 
+    /// Writes each image's summary into the text where it stood and drops the
+    /// images: the message as a model that reads no images is given it.
+    pub fn inline_image_summaries(&mut self) {
+        if !self.images.is_empty() {
+            self.content = image::inline_summaries(&self.content, &self.images);
+            self.images.clear();
+        }
+    }
+
+    /// Replaces each piece of text between the images with `f` of it, keeping
+    /// every image between the same two pieces (its offset moves with the text).
+    pub fn map_text(&mut self, f: impl FnMut(&str) -> String) {
+        let (content, images) = image::rebuild(&self.content, &self.images, f, |i| Ok(i.clone()));
+        self.content = content;
+        self.images = images;
+    }
+
     /// A tool result answering the call `call`.
     pub fn tool_result(call: &ToolCall, content: impl Into<String>) -> Self {
         let mut message = Self::with_role(Role::Tool, content);
         message.tool_call_id = Some(call.id.clone());
         message.tool_name = Some(call.name.clone());
         message
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::image::{test_png, Image};
+
+    fn with_images(content: &str, offsets: &[usize]) -> Message {
+        let image = Image::from_bytes(test_png(2, 1, [9, 9, 9])).unwrap();
+        let mut message = Message::user(content);
+        message.images = offsets
+            .iter()
+            .map(|&at| ImagePart {
+                at,
+                image: image.clone(),
+            })
+            .collect();
+        message
+    }
+
+    #[test]
+    fn map_text_moves_the_images_with_their_text() {
+        let mut message = with_images("ab|cd|", &[3, 6]);
+        message.map_text(|piece| piece.replace('c', "CCC"));
+        assert_eq!(message.content, "ab|CCCd|");
+        let at: Vec<usize> = message.images.iter().map(|p| p.at).collect();
+        assert_eq!(at, [3, 8]);
+    }
+
+    #[test]
+    fn summaries_replace_the_images() {
+        let mut message = with_images("see  here", &[4]);
+        let summary = message.images[0].image.summary();
+        message.inline_image_summaries();
+        assert_eq!(message.content, format!("see {summary} here"));
+        assert!(message.images.is_empty());
     }
 }
