@@ -348,7 +348,10 @@ fn remove_unnamed_images(dir: &Path, named: &[String]) {
     };
     for entry in entries.flatten() {
         let file = entry.file_name().to_string_lossy().into_owned();
-        let temp = file.starts_with('.') && file.split_once(".tmp-").is_some_and(|(_, rest)| writer_gone(rest));
+        let temp = file.starts_with('.')
+            && file
+                .split_once(".tmp-")
+                .is_some_and(|(_, rest)| writer_gone(rest));
         if temp || (!file.starts_with('.') && !named.contains(&file)) {
             let _ = fs::remove_file(entry.path());
         }

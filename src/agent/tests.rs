@@ -669,11 +669,17 @@ fn an_mcp_tools_image_reaches_a_model_that_reads_images_as_the_image() {
     let (given, kept) = mcp_image_turn(true);
     assert_eq!(given.role, Role::Tool);
     // The server wrote the hash of the PNG it sent, computed by Python.
-    let sha = given.content.strip_prefix("sha256 ").expect("the tool's text");
+    let sha = given
+        .content
+        .strip_prefix("sha256 ")
+        .expect("the tool's text");
     assert_eq!(given.images.len(), 1, "{given:?}");
     let image = &given.images[0].image;
     assert_eq!(image.sha256, sha);
-    assert_eq!((image.mime.as_str(), image.width, image.height), ("image/png", 3, 2));
+    assert_eq!(
+        (image.mime.as_str(), image.width, image.height),
+        ("image/png", 3, 2)
+    );
     assert_eq!(given.images[0].at, given.content.len());
     assert_eq!(kept, given);
 }
@@ -687,4 +693,3 @@ fn a_text_only_model_is_given_the_mcp_images_summary_and_the_session_keeps_the_i
     assert_eq!(given.content, format!("{}{summary}", kept.content));
     assert_eq!(kept.images[0].image.sha256, kept.content["sha256 ".len()..]);
 }
-

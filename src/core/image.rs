@@ -255,7 +255,13 @@ pub fn rebuild(
 /// `content` with each image's [`Image::summary`] written where it stands:
 /// what a model that reads no images is given instead.
 pub fn inline_summaries(content: &str, images: &[ImagePart]) -> String {
-    rebuild(content, images, str::to_string, |image| Err(image.summary())).0
+    rebuild(
+        content,
+        images,
+        str::to_string,
+        |image| Err(image.summary()),
+    )
+    .0
 }
 
 /// A `width` x `height` PNG filled with `rgb`, built by the `png` crate's

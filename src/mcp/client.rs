@@ -555,7 +555,9 @@ pub fn call_result(result: &Value) -> Result<CallResult, McpError> {
     let is_error = result["isError"].as_bool().unwrap_or(false);
     let mut content = Content::default();
     match result.get("content") {
-        Some(Value::Array(items)) => items.iter().for_each(|item| content.push(content_part(item))),
+        Some(Value::Array(items)) => items
+            .iter()
+            .for_each(|item| content.push(content_part(item))),
         None | Some(Value::Null) => {}
         Some(other) => {
             return Err(McpError::Protocol(format!(
@@ -681,9 +683,19 @@ mod tests {
         let at: Vec<usize> = out.images.iter().map(|p| p.at).collect();
         assert_eq!(at, [6, out.text.find("\n[binary").unwrap()]);
         assert!(out.images.iter().all(|p| p.image == expected));
-        assert!(out.text.starts_with("before\nafter\n[image content: image/png, not readable: unsupported image type"),
-            "{}", out.text);
-        assert!(out.text.ends_with("\n[binary resource s://z (application/zip)]"), "{}", out.text);
+        assert!(
+            out.text.starts_with(
+                "before\nafter\n[image content: image/png, not readable: unsupported image type"
+            ),
+            "{}",
+            out.text
+        );
+        assert!(
+            out.text
+                .ends_with("\n[binary resource s://z (application/zip)]"),
+            "{}",
+            out.text
+        );
         let read = resource_contents(&json!({"contents": [
             {"uri": "s://shot", "mimeType": "image/png", "blob": data},
         ]}))
@@ -699,7 +711,12 @@ mod tests {
         let items = vec![item; MAX_IMAGES + 2];
         let out = call_result(&json!({ "content": items })).unwrap();
         assert_eq!(out.images.len(), MAX_IMAGES);
-        assert_eq!(out.text.matches("left out: more than").count(), 2, "{}", out.text);
+        assert_eq!(
+            out.text.matches("left out: more than").count(),
+            2,
+            "{}",
+            out.text
+        );
     }
 
     #[test]

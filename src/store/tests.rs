@@ -298,7 +298,9 @@ fn a_missing_or_altered_image_file_becomes_a_note_and_the_session_loads() {
     assert!(loaded.messages[1].content.contains("not restored: "));
     // A hand-edited hash cannot name a file of its choosing.
     let path = store.path("gone").unwrap();
-    let json = fs::read_to_string(&path).unwrap().replace(&sha, "../../etc/passwd");
+    let json = fs::read_to_string(&path)
+        .unwrap()
+        .replace(&sha, "../../etc/passwd");
     fs::write(&path, json).unwrap();
     let loaded = store.load("gone").unwrap().session;
     assert!(loaded.messages[0]
@@ -323,7 +325,9 @@ fn images_no_session_names_are_removed_and_delete_takes_the_rest() {
     store.save_session("p", &session).unwrap();
     assert_eq!(image_files(&store, "p"), [format!("{}.png", second.sha256)]);
     // A session that shows another image shares nothing with this one.
-    store.save_session("q", &image_session(&test_png(1, 1, [3, 3, 3]))).unwrap();
+    store
+        .save_session("q", &image_session(&test_png(1, 1, [3, 3, 3])))
+        .unwrap();
     store.delete("p").unwrap();
     assert!(!store.dir().join("p.images").exists());
     assert_eq!(image_files(&store, "q").len(), 1);

@@ -17,9 +17,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use serde_json::{json, Value};
 
 use super::paths::{Missing, ResolveError, Resolved, Root};
+use super::{args, pattern, walk, Tool, ToolContext, ToolOutput};
 use crate::core::image::decode::Format;
 use crate::core::Image;
-use super::{args, pattern, walk, Tool, ToolContext, ToolOutput};
 use crate::sys::at::{self, OpenAs};
 
 /// Lines `read` returns when the call gives no limit.
@@ -111,7 +111,11 @@ impl Tool for Read {
 
 /// Reads the resolved file for `read` and `edit`.
 fn read_bytes(target: &Resolved) -> io::Result<Vec<u8>> {
-    read_capped(target, MAX_READ_BYTES, "read allows; use bash (head, sed -n) or grep")
+    read_capped(
+        target,
+        MAX_READ_BYTES,
+        "read allows; use bash (head, sed -n) or grep",
+    )
 }
 
 /// Reads the resolved file if it holds at most `max` bytes: the size is

@@ -123,7 +123,11 @@ mod tests {
         let absolute = outside.0.join("o.png").display().to_string();
         for path in ["../o.png", absolute.as_str(), "link/o.png"] {
             let out = run(&ctx, "read_image", path);
-            assert!(out.error && out.content.starts_with("Error"), "{path}: {}", out.content);
+            assert!(
+                out.error && out.content.starts_with("Error"),
+                "{path}: {}",
+                out.content
+            );
             assert!(out.images.is_empty());
         }
     }
