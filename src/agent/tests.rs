@@ -693,3 +693,32 @@ fn a_text_only_model_is_given_the_mcp_images_summary_and_the_session_keeps_the_i
     assert_eq!(given.content, format!("{}{summary}", kept.content));
     assert_eq!(kept.images[0].image.sha256, kept.content["sha256 ".len()..]);
 }
+
+#[test]
+fn read_of_an_image_file_gives_the_image_only_to_a_model_that_reads_images() {
+    let png = crate::core::image::test_png(2, 2, [40, 50, 60]);
+    let name = format!("shepherd-agent-read-{}.png", std::process::id());
+    let path = std::env::temp_dir().join(&name);
+    std::fs::write(&path, &png).unwrap();
+    let result = |takes_images: bool| {
+        let mut call = calls(&["r1"]).unwrap();
+        call.tool_calls[0].name = "read".into();
+        call.tool_calls[0].arguments = json!({ "file_path": name });
+        let (mut backend, _) = scripted(vec![Ok(call), text("ok")]);
+        backend.images = takes_images;
+        let agent = spawn(backend, 10);
+        run(&agent, "look at the file");
+        snapshot(&agent).messages[2].clone()
+    };
+    let seen = result(true);
+    assert_eq!(seen.content, format!("{name}, 2x2, image/png"));
+    assert_eq!(*seen.images[0].image.bytes, png);
+    let text_only = result(false);
+    assert!(text_only.images.is_empty());
+    assert!(
+        text_only.content.contains("binary file of"),
+        "{}",
+        text_only.content
+    );
+    std::fs::remove_file(path).unwrap();
+}
