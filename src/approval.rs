@@ -105,6 +105,7 @@ impl Verdict {
             summary: format!("denied ({})", self.by.as_str()),
             content: text,
             error: true,
+            images: Vec::new(),
         }
     }
 }

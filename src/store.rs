@@ -23,6 +23,15 @@
 //! secret was. Reasoning artefacts are opaque signed data and are written
 //! unchanged.
 //!
+//! Images a message carries are not written into the JSON (an [`Image`]
+//! serialises as its type, size and hash only): each is a file
+//! `<id>.images/<sha256>.<ext>` beside `<id>.json`, written atomically before
+//! the JSON that names it, so a crash leaves every file a saved JSON names in
+//! place; an image two messages share is one file. Files no longer named are
+//! removed after the JSON is replaced. Loading puts the bytes back, checked
+//! again (decoded, hash compared); an image whose file is missing or altered
+//! becomes a note in the text where it stood, and the session still loads.
+//!
 //! Reading is strict and never destructive: a corrupt file or one written by
 //! a newer format version is a typed [`StoreError`] naming the file, and the
 //! file stays as it is. Files written before the format was versioned (a bare
@@ -36,7 +45,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::core::{Message, Role, Session};
+use crate::core::image::{decode::Format, MAX_IMAGE_BYTES};
+use crate::core::{Image, Message, Role, Session};
 use crate::redact;
 use crate::util::names::check_name;
 
@@ -179,14 +189,18 @@ impl Store {
         Ok(self.dir.join(format!("{id}.{EXTENSION}")))
     }
 
-    /// Saves a redacted copy ([`on_disk`]) atomically; returns the file written.
+    /// Saves a redacted copy ([`on_disk`]) atomically, its images first;
+    /// returns the file written.
     pub fn save(&self, saved: &SavedSession) -> Result<PathBuf, StoreError> {
         let path = self.path(&saved.id)?;
+        let images = images_dir(&path);
+        let named = save_images(&images, &saved.session)?;
         let mut bytes = serde_json::to_vec(&on_disk(saved))
             .map_err(|e| io_error(&path, io::Error::other(e)))?;
         bytes.push(b'\n');
         crate::util::fs::write_atomic(&path, &bytes).map_err(|e| io_error(&path, e))?;
-        self.remove_stale_temps(&path);
+        remove_stale_temps(&self.dir, &file_name(&path));
+        remove_unnamed_images(&images, &named);
         Ok(path)
     }
 
@@ -206,10 +220,17 @@ impl Store {
         self.path(id).is_ok_and(|p| p.exists())
     }
 
+    /// Deletes session `id` and its images.
     pub fn delete(&self, id: &str) -> Result<(), StoreError> {
         let path = self.path(id)?;
         match fs::remove_file(&path) {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                let images = images_dir(&path);
+                match fs::remove_dir_all(&images) {
+                    Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io_error(&images, e)),
+                    _ => Ok(()),
+                }
+            }
             Err(e) if e.kind() == io::ErrorKind::NotFound => Err(StoreError::NotFound(id.into())),
             Err(e) => Err(io_error(&path, e)),
         }
@@ -233,7 +254,7 @@ impl Store {
             if check_name("session id", id).is_err() {
                 continue; // temp files (".x.tmp-…") and foreign names
             }
-            match load_file(&entry.path(), id) {
+            match parse_file(&entry.path(), id) {
                 Ok(saved) => summaries.push(summary(&saved)),
                 Err(error) => errors.push(error),
             }
@@ -241,30 +262,144 @@ impl Store {
         summaries.sort_by(|a, b| b.saved_at.cmp(&a.saved_at).then(a.id.cmp(&b.id)));
         Ok((summaries, errors))
     }
+}
 
-    /// Removes temp files of `path` whose writer process is gone (killed mid-save).
-    fn remove_stale_temps(&self, path: &Path) {
-        let Some(name) = path.file_name().map(|n| n.to_string_lossy().into_owned()) else {
-            return;
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// Removes the temp files of `name` in `dir` ([`crate::util::fs::write_atomic`]'s
+/// `.NAME.tmp-PID-N`) whose writer process is gone (killed mid-save).
+fn remove_stale_temps(dir: &Path, name: &str) {
+    let prefix = format!(".{name}.tmp-");
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let file = entry.file_name().to_string_lossy().into_owned();
+        let Some(rest) = file.strip_prefix(&prefix) else {
+            continue;
         };
-        let prefix = format!(".{name}.tmp-");
-        let Ok(entries) = fs::read_dir(&self.dir) else {
-            return;
-        };
-        for entry in entries.flatten() {
-            let file = entry.file_name().to_string_lossy().into_owned();
-            let Some(rest) = file.strip_prefix(&prefix) else {
-                continue;
-            };
-            let pid = rest.split('-').next().and_then(|p| p.parse::<u32>().ok());
-            let gone = pid.is_some_and(|pid| {
-                pid != std::process::id() && !Path::new("/proc").join(pid.to_string()).exists()
-            });
-            if gone {
-                let _ = fs::remove_file(entry.path());
-            }
+        if writer_gone(rest) {
+            let _ = fs::remove_file(entry.path());
         }
     }
+}
+
+/// Whether the process whose id starts `pid_and_more` (`PID-N`) has ended.
+fn writer_gone(pid_and_more: &str) -> bool {
+    let pid = pid_and_more
+        .split('-')
+        .next()
+        .and_then(|p| p.parse::<u32>().ok());
+    pid.is_some_and(|pid| {
+        pid != std::process::id() && !Path::new("/proc").join(pid.to_string()).exists()
+    })
+}
+
+/// Where the images of the session file `path` (`ID.json`) live: `ID.images/`.
+pub fn images_dir(path: &Path) -> PathBuf {
+    path.with_extension("images")
+}
+
+/// The file name an image is stored under, `SHA256.EXT`; `None` for a hash or
+/// type that could not have come from [`Image::from_bytes`] (a hand-edited
+/// session file must not name a path of its choosing).
+fn image_file(image: &Image) -> Option<String> {
+    let hex = image.sha256.len() == 64
+        && image
+            .sha256
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    let format = Format::from_mime(&image.mime).ok()?;
+    hex.then(|| format!("{}.{}", image.sha256, format.extension()))
+}
+
+/// Writes each image of `session` not yet stored, atomically; returns the
+/// names of every file the session names. An image without bytes (its file
+/// was missing when the session was loaded) is named but not written.
+fn save_images(dir: &Path, session: &Session) -> Result<Vec<String>, StoreError> {
+    let mut named = Vec::new();
+    let images = session.messages.iter().flat_map(|m| &m.images);
+    for image in images.map(|part| &part.image) {
+        let Some(name) = image_file(image) else {
+            continue;
+        };
+        if named.contains(&name) {
+            continue;
+        }
+        let path = dir.join(&name);
+        let stored = fs::metadata(&path).is_ok_and(|m| m.len() == image.bytes.len() as u64);
+        if !stored && !image.bytes.is_empty() {
+            crate::util::fs::write_atomic(&path, &image.bytes).map_err(|e| io_error(&path, e))?;
+        }
+        named.push(name);
+    }
+    Ok(named)
+}
+
+/// Removes the images no longer named (and temp files of killed writers);
+/// the directory too once it is empty.
+fn remove_unnamed_images(dir: &Path, named: &[String]) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let file = entry.file_name().to_string_lossy().into_owned();
+        let temp = file.starts_with('.')
+            && file
+                .split_once(".tmp-")
+                .is_some_and(|(_, rest)| writer_gone(rest));
+        if temp || (!file.starts_with('.') && !named.contains(&file)) {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
+    if named.is_empty() {
+        let _ = fs::remove_dir(dir);
+    }
+}
+
+/// Puts back the bytes of every image of `session` from `dir`. An image that
+/// cannot be (its file missing, too large, altered) becomes a note in the
+/// text where it stood.
+fn load_images(dir: &Path, session: &mut Session) {
+    for message in session.messages.iter_mut().filter(|m| !m.images.is_empty()) {
+        let (content, images) = crate::core::image::rebuild(
+            &message.content,
+            &message.images,
+            str::to_string,
+            |image| {
+                load_image(dir, image).map_err(|why| {
+                    format!(
+                        "[image: {}, {}x{}, not restored: {why}]",
+                        image.mime, image.width, image.height
+                    )
+                })
+            },
+        );
+        message.content = content;
+        message.images = images;
+    }
+}
+
+/// The stored file of `image`, decoded and checked against its hash.
+fn load_image(dir: &Path, image: &Image) -> Result<Image, String> {
+    let name = image_file(image).ok_or("the session names it wrongly")?;
+    let path = dir.join(name);
+    let size = fs::metadata(&path)
+        .map_err(|e| format!("{}: {e}", path.display()))?
+        .len();
+    if size > MAX_IMAGE_BYTES as u64 {
+        return Err(format!("{} is {size} bytes, too large", path.display()));
+    }
+    let bytes = fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let loaded = Image::from_bytes(bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    if loaded.sha256 != image.sha256 {
+        return Err(format!("{} does not match its hash", path.display()));
+    }
+    Ok(loaded)
 }
 
 /// The copy of `saved` that is written to disk: tool calls and results fully
@@ -278,10 +413,11 @@ fn on_disk(saved: &SavedSession) -> SavedSession {
 }
 
 fn redact_message(message: &mut Message) {
-    message.content = match message.role {
-        Role::Tool => redact::text(&message.content),
-        _ => redact::known_secrets(&message.content),
-    };
+    // Piece by piece between the images, so each keeps its place in the text.
+    match message.role {
+        Role::Tool => message.map_text(redact::text),
+        _ => message.map_text(redact::known_secrets),
+    }
     if let Some(thinking) = &mut message.thinking {
         *thinking = redact::known_secrets(thinking);
     }
@@ -304,9 +440,17 @@ struct Header {
     version: Option<u32>,
 }
 
-/// Reads a session file: the current format, older versions, or a bare
-/// [`Session`] as written before the format was versioned.
+/// Reads a session file with its images ([`parse_file`], then the bytes of
+/// each image from the file's images directory).
 pub fn load_file(path: &Path, id: &str) -> Result<SavedSession, StoreError> {
+    let mut saved = parse_file(path, id)?;
+    load_images(&images_dir(path), &mut saved.session);
+    Ok(saved)
+}
+
+/// Reads a session file without its images' bytes: the current format, older
+/// versions, or a bare [`Session`] as written before the format was versioned.
+fn parse_file(path: &Path, id: &str) -> Result<SavedSession, StoreError> {
     let bytes = match fs::read(path) {
         Ok(bytes) => bytes,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {

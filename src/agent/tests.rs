@@ -21,6 +21,8 @@ struct Scripted {
     seen: Arc<Mutex<Vec<Session>>>,
     /// Set during `generate`, to simulate a user cancelling mid-reply.
     cancel_during: Arc<Mutex<Option<Arc<AtomicBool>>>>,
+    /// What `takes_images` answers.
+    images: bool,
 }
 
 impl Backend for Scripted {
@@ -31,6 +33,10 @@ impl Backend for Scripted {
             context_size: 1000,
             local: true,
         }
+    }
+
+    fn takes_images(&self) -> bool {
+        self.images
     }
 
     fn generate(
@@ -98,11 +104,16 @@ fn scripted(script: Vec<Result<Reply, BackendError>>) -> (Scripted, Arc<Mutex<Ve
         script: script.into(),
         seen: seen.clone(),
         cancel_during: Arc::default(),
+        images: false,
     };
     (backend, seen)
 }
 
 fn spawn(backend: Scripted, max_rounds: u32) -> AgentHandle {
+    spawn_with(backend, ToolRegistry::builtin(), max_rounds)
+}
+
+fn spawn_with(backend: Scripted, tools: ToolRegistry, max_rounds: u32) -> AgentHandle {
     let config = AgentConfig {
         system_prompt: "sys".into(),
         sampling: Sampling::default(),
@@ -111,13 +122,8 @@ fn spawn(backend: Scripted, max_rounds: u32) -> AgentHandle {
         tools_enabled: true,
         first_tool_choice: ToolChoice::Auto,
     };
-    AgentHandle::spawn(
-        Box::new(backend),
-        ToolRegistry::builtin(),
-        std::env::temp_dir(),
-        config,
-    )
-    .expect("agent thread")
+    AgentHandle::spawn(Box::new(backend), tools, std::env::temp_dir(), config)
+        .expect("agent thread")
 }
 
 fn run(agent: &AgentHandle, prompt: &str) -> (Vec<Event>, FinishReason) {
@@ -621,4 +627,98 @@ fn the_agent_runs_a_grammar_forced_call() {
         matches!(reason, FinishReason::Stop | FinishReason::Length),
         "{reason:?}"
     );
+}
+
+/// The MCP test server `tests/mcp/raw_server.py`, started and ready.
+fn raw_mcp_hub() -> Arc<crate::mcp::hub::McpHub> {
+    let python = std::env::var("SHEPHERD_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp/raw_server.py");
+    let config = crate::config::mcp::McpServerConfig {
+        command: Some(python),
+        args: vec![script.into(), "normal".into()],
+        startup_timeout: Some(20),
+        call_timeout: Some(10),
+        ..Default::default()
+    };
+    let hub = crate::mcp::hub::McpHub::start(&[("raw".to_string(), config)].into());
+    hub.wait_started(std::time::Instant::now() + Duration::from_secs(20));
+    hub
+}
+
+/// One turn in which the model calls the MCP server's `image` tool; returns
+/// the tool result as the backend was given it, and as the agent kept it.
+fn mcp_image_turn(takes_images: bool) -> (Message, Message) {
+    let hub = raw_mcp_hub();
+    let mut call = calls(&["i1"]).unwrap();
+    call.tool_calls[0].name = "raw:image".into();
+    let (mut backend, seen) = scripted(vec![Ok(call), text("a screenshot")]);
+    backend.images = takes_images;
+    let mut tools = ToolRegistry::builtin();
+    tools.attach(hub.clone());
+    let agent = spawn_with(backend, tools, 10);
+    let (_, reason) = run(&agent, "take a screenshot");
+    assert_eq!(reason, FinishReason::Stop);
+    let kept = snapshot(&agent).messages[2].clone();
+    hub.shutdown();
+    let given = seen.lock().unwrap()[1].messages[2].clone();
+    (given, kept)
+}
+
+#[test]
+fn an_mcp_tools_image_reaches_a_model_that_reads_images_as_the_image() {
+    let (given, kept) = mcp_image_turn(true);
+    assert_eq!(given.role, Role::Tool);
+    // The server wrote the hash of the PNG it sent, computed by Python.
+    let sha = given
+        .content
+        .strip_prefix("sha256 ")
+        .expect("the tool's text");
+    assert_eq!(given.images.len(), 1, "{given:?}");
+    let image = &given.images[0].image;
+    assert_eq!(image.sha256, sha);
+    assert_eq!(
+        (image.mime.as_str(), image.width, image.height),
+        ("image/png", 3, 2)
+    );
+    assert_eq!(given.images[0].at, given.content.len());
+    assert_eq!(kept, given);
+}
+
+#[test]
+fn a_text_only_model_is_given_the_mcp_images_summary_and_the_session_keeps_the_image() {
+    let (given, kept) = mcp_image_turn(false);
+    assert!(given.images.is_empty(), "{given:?}");
+    let summary = kept.images[0].image.summary();
+    assert!(summary.starts_with("[image: image/png, 3x2, "), "{summary}");
+    assert_eq!(given.content, format!("{}{summary}", kept.content));
+    assert_eq!(kept.images[0].image.sha256, kept.content["sha256 ".len()..]);
+}
+
+#[test]
+fn read_of_an_image_file_gives_the_image_only_to_a_model_that_reads_images() {
+    let png = crate::core::image::test_png(2, 2, [40, 50, 60]);
+    let name = format!("shepherd-agent-read-{}.png", std::process::id());
+    let path = std::env::temp_dir().join(&name);
+    std::fs::write(&path, &png).unwrap();
+    let result = |takes_images: bool| {
+        let mut call = calls(&["r1"]).unwrap();
+        call.tool_calls[0].name = "read".into();
+        call.tool_calls[0].arguments = json!({ "file_path": name });
+        let (mut backend, _) = scripted(vec![Ok(call), text("ok")]);
+        backend.images = takes_images;
+        let agent = spawn(backend, 10);
+        run(&agent, "look at the file");
+        snapshot(&agent).messages[2].clone()
+    };
+    let seen = result(true);
+    assert_eq!(seen.content, format!("{name}, 2x2, image/png"));
+    assert_eq!(*seen.images[0].image.bytes, png);
+    let text_only = result(false);
+    assert!(text_only.images.is_empty());
+    assert!(
+        text_only.content.contains("binary file of"),
+        "{}",
+        text_only.content
+    );
+    std::fs::remove_file(path).unwrap();
 }

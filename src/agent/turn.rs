@@ -14,7 +14,10 @@
 //! thinking and reasoning artefacts (so Anthropic signatures and Gemini
 //! thought signatures go back on the next round), token accounting, the
 //! size limit of tool results, the round cap, and a result for every call
-//! when the turn is cancelled halfway.
+//! when the turn is cancelled halfway. A tool result's images (an MCP tool's
+//! `image` content, `read_image`) stay images in the session; a backend that
+//! reads none ([`Backend::takes_images`] false) is given their summaries in
+//! the text instead (`tool_images_as_text`).
 
 use std::sync::atomic::AtomicBool;
 
@@ -194,7 +197,13 @@ impl Turn<'_> {
             gate: &mut *self.gate,
             cancel: &self.tool_ctx.cancel,
         };
-        let reply = self.backend.generate(self.session, &request, &mut sink)?;
+        let text_only = if self.backend.takes_images() {
+            None
+        } else {
+            tool_images_as_text(self.session)
+        };
+        let session = text_only.as_ref().unwrap_or(&*self.session);
+        let reply = self.backend.generate(session, &request, &mut sink)?;
         if let Some(usage) = reply.usage {
             correct_tokens(self.session, usage, first_new);
         }
@@ -267,13 +276,11 @@ impl Turn<'_> {
                 name: call.name.clone(),
                 success: !output.error,
                 summary: output.summary.clone(),
-                content: output.content.clone(),
+                content: output.text_with_summaries(),
             }));
-            push_message(
-                self.session,
-                &*self.backend,
-                Message::tool_result(call, output.content),
-            );
+            let mut message = Message::tool_result(call, output.content);
+            message.images = output.images;
+            push_message(self.session, &*self.backend, message);
         }
         !self.sink.cancelled()
     }
@@ -287,7 +294,12 @@ impl Turn<'_> {
         let side_effecting = registry
             .get(&call.name)
             .map(|tool| tool.side_effecting(&call.arguments));
-        let (ctx, sink) = (self.tool_ctx, &mut *self.sink);
+        // Asked at each call: a provider switch mid-session changes the answer.
+        let ctx = &ToolContext {
+            takes_images: self.backend.takes_images(),
+            ..self.tool_ctx.clone()
+        };
+        let sink = &mut *self.sink;
         let mut notify = |event: Event| {
             sink.emit(event);
         };
@@ -322,6 +334,23 @@ impl Turn<'_> {
         );
         usize::try_from(tokens.saturating_mul(CHARS_PER_TOKEN)).unwrap_or(usize::MAX)
     }
+}
+
+/// `session` as a model that reads no images is given it: each tool result's
+/// images written as their summaries where they stood. `None` when no tool
+/// result carries an image. The session itself keeps the images, so a later
+/// switch to a model that reads them shows them again.
+fn tool_images_as_text(session: &Session) -> Option<Session> {
+    let is_tool_image = |m: &Message| m.role == Role::Tool && !m.images.is_empty();
+    if !session.messages.iter().any(is_tool_image) {
+        return None;
+    }
+    let mut view = session.clone();
+    view.messages
+        .iter_mut()
+        .filter(|m| m.role == Role::Tool)
+        .for_each(Message::inline_image_summaries);
+    Some(view)
 }
 
 /// Appends `message`, counting its tokens first when nobody has.

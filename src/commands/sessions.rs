@@ -147,13 +147,19 @@ fn show_message(message: &Message) -> String {
     if let Some(thinking) = message.thinking.as_deref().filter(|t| !t.is_empty()) {
         text.push_str(&format!("(thinking) {thinking}\n"));
     }
-    if !message.content.is_empty() {
-        text.push_str(&format!("{}\n", message.content));
+    let content = shown_content(message);
+    if !content.is_empty() {
+        text.push_str(&format!("{content}\n"));
     }
     for call in &message.tool_calls {
         text.push_str(&format!("-> {} {}\n", call.name, call.arguments));
     }
     text
+}
+
+/// The text of a message with each image's summary where it stood.
+fn shown_content(message: &Message) -> String {
+    crate::core::image::inline_summaries(&message.content, &message.images)
 }
 
 fn export(saved: &SavedSession, format: Format, out: &mut Output<'_>) -> Result<(), CommandError> {
@@ -197,9 +203,10 @@ fn markdown_message(message: &Message) -> String {
         let quoted: Vec<String> = thinking.lines().map(|l| format!("> {l}")).collect();
         md.push_str(&format!("> **Thinking**\n>\n{}\n\n", quoted.join("\n")));
     }
+    let content = shown_content(message);
     match message.role {
-        Role::Tool => md.push_str(&fenced("", &message.content)),
-        _ if !message.content.is_empty() => md.push_str(&format!("{}\n", message.content)),
+        Role::Tool => md.push_str(&fenced("", &content)),
+        _ if !content.is_empty() => md.push_str(&format!("{content}\n")),
         _ => {}
     }
     for call in &message.tool_calls {

@@ -206,29 +206,133 @@ impl Image {
     }
 }
 
-/// A small PNG for tests: `width` x `height` pixels of a pattern `seed` picks.
+/// The offsets of `images` in `content`, made safe to slice at: each on a char
+/// boundary, within the text, and never before the one ahead of it (a session
+/// file edited by hand, or text shortened after the images were placed).
+pub fn offsets(content: &str, images: &[ImagePart]) -> Vec<usize> {
+    let mut floor = 0;
+    images
+        .iter()
+        .map(|part| {
+            let mut at = part.at.min(content.len());
+            while !content.is_char_boundary(at) {
+                at -= 1;
+            }
+            floor = at.max(floor);
+            floor
+        })
+        .collect()
+}
+
+/// Puts each image's [`ImagePart::at`] where [`offsets`] says it may stand.
+pub fn clamp_offsets(content: &str, images: &mut [ImagePart]) {
+    let offsets = offsets(content, images);
+    for (part, at) in images.iter_mut().zip(offsets) {
+        part.at = at;
+    }
+}
+
+/// The texts around the images: one more piece than there are images, the
+/// image `i` standing between pieces `i` and `i + 1`.
+pub fn pieces<'a>(content: &'a str, images: &[ImagePart]) -> Vec<&'a str> {
+    let mut pieces = Vec::with_capacity(images.len() + 1);
+    let mut from = 0;
+    for at in offsets(content, images) {
+        pieces.push(&content[from..at]);
+        from = at;
+    }
+    pieces.push(&content[from..]);
+    pieces
+}
+
+/// Rebuilds a text and its images piece by piece, in order: each piece of
+/// text becomes `text` of it, and each image stays (`Ok`, possibly replaced)
+/// or has the `Err` text written in its place. The one place offsets are
+/// recomputed when text around images changes.
+pub fn rebuild(
+    content: &str,
+    images: &[ImagePart],
+    mut text: impl FnMut(&str) -> String,
+    mut image: impl FnMut(&Image) -> Result<Image, String>,
+) -> (String, Vec<ImagePart>) {
+    let mut out = String::with_capacity(content.len());
+    let mut kept = Vec::with_capacity(images.len());
+    for (i, piece) in pieces(content, images).into_iter().enumerate() {
+        if let Some(part) = i.checked_sub(1).and_then(|n| images.get(n)) {
+            match image(&part.image) {
+                Ok(image) => kept.push(ImagePart {
+                    at: out.len(),
+                    image,
+                }),
+                Err(instead) => out.push_str(&instead),
+            }
+        }
+        out.push_str(&text(piece));
+    }
+    (out, kept)
+}
+
+/// `content` with each image's [`Image::summary`] written where it stands:
+/// what a model that reads no images is given instead.
+pub fn inline_summaries(content: &str, images: &[ImagePart]) -> String {
+    rebuild(
+        content,
+        images,
+        str::to_string,
+        |image| Err(image.summary()),
+    )
+    .0
+}
+
+/// A `width` x `height` PNG filled with `rgb`, built by the `png` crate's
+/// encoder, for tests anywhere in the crate.
 #[cfg(test)]
-pub fn test_png(width: u32, height: u32, seed: u8) -> Vec<u8> {
-    let mut out = Vec::new();
-    let mut encoder = png::Encoder::new(&mut out, width, height);
+pub(crate) fn test_png(width: u32, height: u32, rgb: [u8; 3]) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    let mut encoder = png::Encoder::new(&mut bytes, width, height);
     encoder.set_color(png::ColorType::Rgb);
     encoder.set_depth(png::BitDepth::Eight);
-    let mut writer = encoder.write_header().expect("a PNG header");
-    let pixels: Vec<u8> = (0..width * height * 3)
-        .map(|i| (i as u8).wrapping_mul(seed | 1).wrapping_add(seed))
-        .collect();
-    writer.write_image_data(&pixels).expect("PNG data");
-    writer.finish().expect("a PNG");
-    out
+    let mut writer = encoder.write_header().expect("png header");
+    let pixels: Vec<u8> = (0..width * height).flat_map(|_| rgb).collect();
+    writer.write_image_data(&pixels).expect("png data");
+    writer.finish().expect("png end");
+    bytes
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn part(at: usize) -> ImagePart {
+        ImagePart {
+            at,
+            image: Image::from_bytes(test_png(1, 1, [1, 2, 3])).unwrap(),
+        }
+    }
+
+    #[test]
+    fn offsets_are_kept_inside_the_text_on_char_boundaries_in_order() {
+        let content = "aé b";
+        let images = [part(2), part(99), part(1), part(0)];
+        assert_eq!(offsets(content, &images), [1, 5, 5, 5]);
+        assert_eq!(pieces(content, &images), ["a", "é b", "", "", ""]);
+    }
+
+    #[test]
+    fn summaries_stand_where_the_images_stood() {
+        let images = [part(3), part(3)];
+        let summary = images[0].image.summary();
+        assert!(summary.starts_with("[image: image/png, 1x1, "), "{summary}");
+        assert_eq!(
+            inline_summaries("one two", &images),
+            format!("one{summary}{summary} two")
+        );
+        assert_eq!(inline_summaries("plain", &[]), "plain");
+    }
+
     #[test]
     fn a_png_is_checked_hashed_and_decoded_to_rgb() {
-        let bytes = test_png(5, 3, 7);
+        let bytes = test_png(5, 3, [7, 8, 9]);
         let image = Image::from_bytes(bytes.clone()).unwrap();
         assert_eq!(
             (image.mime.as_str(), image.width, image.height),

@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::image::{Image, ImagePart};
+use super::image::{self, Image, ImagePart};
 
 /// Who said a message. The system prompt is kept apart in [`crate::core::Session`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -137,30 +137,38 @@ impl Message {
     }
 
     /// The content split at each image, in text order: what a provider's
-    /// multi-part message carries. Empty text between images is left out. An
-    /// offset past the end, inside a character or before the previous image's
-    /// (a hand-edited session) is moved back to the nearest boundary not before
-    /// the previous one, so every image goes out exactly once and no text is lost.
+    /// multi-part message carries. Empty text between images is left out; the
+    /// offsets are made safe as [`image::offsets`] makes them, so every image goes
+    /// out exactly once and no text is lost.
     pub fn parts(&self) -> Vec<ContentPart<'_>> {
-        let text = self.content.as_str();
+        let pieces = image::pieces(&self.content, &self.images);
         let mut parts = Vec::with_capacity(self.images.len() * 2 + 1);
-        let mut from = 0;
-        for part in &self.images {
-            let mut at = part.at.min(text.len());
-            while !text.is_char_boundary(at) {
-                at -= 1;
+        for (i, piece) in pieces.into_iter().enumerate() {
+            if let Some(part) = i.checked_sub(1).and_then(|n| self.images.get(n)) {
+                parts.push(ContentPart::Image(&part.image));
             }
-            let at = at.max(from);
-            if at > from {
-                parts.push(ContentPart::Text(&text[from..at]));
+            if !piece.is_empty() {
+                parts.push(ContentPart::Text(piece));
             }
-            parts.push(ContentPart::Image(&part.image));
-            from = at;
-        }
-        if from < text.len() {
-            parts.push(ContentPart::Text(&text[from..]));
         }
         parts
+    }
+
+    /// Writes each image's summary into the text where it stood and drops the
+    /// images: the message as a model that reads no images is given it.
+    pub fn inline_image_summaries(&mut self) {
+        if !self.images.is_empty() {
+            self.content = image::inline_summaries(&self.content, &self.images);
+            self.images.clear();
+        }
+    }
+
+    /// Replaces each piece of text between the images with `f` of it, keeping
+    /// every image between the same two pieces (its offset moves with the text).
+    pub fn map_text(&mut self, f: impl FnMut(&str) -> String) {
+        let (content, images) = image::rebuild(&self.content, &self.images, f, |i| Ok(i.clone()));
+        self.content = content;
+        self.images = images;
     }
 
     /// A tool result answering the call `call`.
@@ -175,6 +183,20 @@ impl Message {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::image::test_png;
+
+    fn with_images(content: &str, offsets: &[usize]) -> Message {
+        let image = Image::from_bytes(test_png(2, 1, [9, 9, 9])).unwrap();
+        let mut message = Message::user(content);
+        message.images = offsets
+            .iter()
+            .map(|&at| ImagePart {
+                at,
+                image: image.clone(),
+            })
+            .collect();
+        message
+    }
 
     fn image(tag: &str) -> Image {
         Image {
@@ -186,7 +208,7 @@ mod tests {
         }
     }
 
-    fn with_images(content: &str, at: &[usize]) -> Message {
+    fn tagged(content: &str, at: &[usize]) -> Message {
         let mut message = Message::user(content);
         message.images = at
             .iter()
@@ -213,29 +235,46 @@ mod tests {
 
     #[test]
     fn content_splits_at_each_image_in_text_order() {
-        assert_eq!(shown(&with_images("hi", &[])), ["hi"]);
-        assert_eq!(shown(&with_images("", &[])), Vec::<String>::new());
+        assert_eq!(shown(&tagged("hi", &[])), ["hi"]);
+        assert_eq!(shown(&tagged("", &[])), Vec::<String>::new());
         assert_eq!(
-            shown(&with_images("look: then", &[5])),
+            shown(&tagged("look: then", &[5])),
             ["look:", "[0]", " then"]
         );
         assert_eq!(
-            shown(&with_images("ab", &[0, 0, 2])),
+            shown(&tagged("ab", &[0, 0, 2])),
             ["[0]", "[1]", "ab", "[2]"]
         );
-        assert_eq!(shown(&with_images("", &[0])), ["[0]"]);
+        assert_eq!(shown(&tagged("", &[0])), ["[0]"]);
     }
 
     #[test]
     fn offsets_out_of_range_or_order_or_inside_a_character_lose_nothing() {
         // Past the end: at the end.
-        assert_eq!(shown(&with_images("ab", &[99])), ["ab", "[0]"]);
+        assert_eq!(shown(&tagged("ab", &[99])), ["ab", "[0]"]);
         // Inside the two-byte "é": before it.
-        assert_eq!(shown(&with_images("é!", &[1])), ["[0]", "é!"]);
+        assert_eq!(shown(&tagged("é!", &[1])), ["[0]", "é!"]);
         // Out of order: the second stands where the first did.
         assert_eq!(
-            shown(&with_images("abcd", &[3, 1])),
+            shown(&tagged("abcd", &[3, 1])),
             ["abc", "[0]", "[1]", "d"]
         );
+
+    #[test]
+    fn map_text_moves_the_images_with_their_text() {
+        let mut message = with_images("ab|cd|", &[3, 6]);
+        message.map_text(|piece| piece.replace('c', "CCC"));
+        assert_eq!(message.content, "ab|CCCd|");
+        let at: Vec<usize> = message.images.iter().map(|p| p.at).collect();
+        assert_eq!(at, [3, 8]);
+    }
+
+    #[test]
+    fn summaries_replace_the_images() {
+        let mut message = with_images("see  here", &[4]);
+        let summary = message.images[0].image.summary();
+        message.inline_image_summaries();
+        assert_eq!(message.content, format!("see {summary} here"));
+        assert!(message.images.is_empty());
     }
 }

@@ -492,7 +492,9 @@ impl Connection<'_> {
             error.data = Some(json!({"content": output.content, "summary": output.summary}));
             return Err(error);
         }
-        Ok(Value::String(output.content))
+        // The line protocol carries text only: an image (`read_image`, an MCP
+        // tool's) travels as its summary.
+        Ok(Value::String(output.text_with_summaries()))
     }
 
     /// Runs an allowed call while a watcher cancels it when the client hangs

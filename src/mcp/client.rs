@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use serde_json::{json, Map, Value};
 
+use crate::core::image::MAX_IMAGES;
+use crate::core::{Image, ImagePart};
 use crate::tools::rpc;
 
 /// The protocol versions shepherd speaks, newest first; the first is offered.
@@ -235,7 +237,57 @@ pub struct ToolInfo {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CallResult {
     pub text: String,
+    /// The `image` items (and image resources), each where it stood among the text items.
+    pub images: Vec<ImagePart>,
     pub is_error: bool,
+}
+
+/// MCP content items (a tool's result, a resource's contents) as text and
+/// images in their order: text items joined by newlines, each image at the
+/// end of the text before it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Content {
+    pub text: String,
+    pub images: Vec<ImagePart>,
+    /// Text items so far (an empty one still takes its line).
+    texts: usize,
+}
+
+/// One content item, read.
+enum Part {
+    Text(String),
+    Image(Image),
+}
+
+impl Content {
+    /// Plain text, no images.
+    pub fn from_text(text: String) -> Content {
+        Content {
+            text,
+            images: Vec::new(),
+            texts: 1,
+        }
+    }
+
+    fn push(&mut self, part: Part) {
+        match part {
+            Part::Image(image) if self.images.len() < MAX_IMAGES => {
+                let at = self.text.len();
+                self.images.push(ImagePart { at, image });
+            }
+            Part::Image(image) => self.push(Part::Text(format!(
+                "[image content: {}, left out: more than {MAX_IMAGES} images in one result]",
+                image.mime
+            ))),
+            Part::Text(text) => {
+                if self.texts > 0 {
+                    self.text.push('\n');
+                }
+                self.texts += 1;
+                self.text.push_str(&text);
+            }
+        }
+    }
 }
 
 /// A connected, initialised MCP session.
@@ -359,22 +411,16 @@ impl Client {
         self.pages("resources/list", "resources", timeout)
     }
 
-    /// The text of a resource (blobs are described, not decoded).
+    /// The contents of a resource: texts, and images from image blobs (other
+    /// blobs are described, not decoded).
     pub fn read_resource(
         &self,
         uri: &str,
         timeout: Duration,
         cancel: Option<&AtomicBool>,
-    ) -> Result<String, McpError> {
+    ) -> Result<Content, McpError> {
         let result = self.request("resources/read", json!({"uri": uri}), timeout, cancel)?;
-        let contents = result["contents"]
-            .as_array()
-            .ok_or_else(|| McpError::Protocol("resources/read without contents".into()))?;
-        Ok(contents
-            .iter()
-            .map(resource_text)
-            .collect::<Vec<_>>()
-            .join("\n"))
+        resource_contents(&result)
     }
 
     /// Runs a tool. A tool that failed (`isError`) is a successful call.
@@ -502,52 +548,89 @@ fn object_schema(schema: Option<&Value>) -> Value {
     Value::Object(schema)
 }
 
-/// Reduces a `tools/call` result to text: text items as they are, other
-/// content described in one line, `structuredContent` when there is no content.
+/// Reduces a `tools/call` result to text and images: text items as they
+/// are, images decoded, other content described in one line,
+/// `structuredContent` when there is no content.
 pub fn call_result(result: &Value) -> Result<CallResult, McpError> {
     let is_error = result["isError"].as_bool().unwrap_or(false);
-    let parts: Vec<String> = match result.get("content") {
-        Some(Value::Array(items)) => items.iter().map(content_text).collect(),
-        None | Some(Value::Null) => Vec::new(),
+    let mut content = Content::default();
+    match result.get("content") {
+        Some(Value::Array(items)) => items
+            .iter()
+            .for_each(|item| content.push(content_part(item))),
+        None | Some(Value::Null) => {}
         Some(other) => {
             return Err(McpError::Protocol(format!(
                 "tools/call content is not a list: {other}"
             )))
         }
-    };
-    let mut text = parts.join("\n");
-    if text.is_empty() {
+    }
+    if content.text.is_empty() && content.images.is_empty() {
         if let Some(structured) = result.get("structuredContent").filter(|v| !v.is_null()) {
-            text = structured.to_string();
+            content.text = structured.to_string();
         }
     }
-    Ok(CallResult { text, is_error })
+    Ok(CallResult {
+        text: content.text,
+        images: content.images,
+        is_error,
+    })
 }
 
-fn content_text(item: &Value) -> String {
+/// A `resources/read` result's `contents`.
+fn resource_contents(result: &Value) -> Result<Content, McpError> {
+    let items = result["contents"]
+        .as_array()
+        .ok_or_else(|| McpError::Protocol("resources/read without contents".into()))?;
+    let mut content = Content::default();
+    items
+        .iter()
+        .for_each(|item| content.push(resource_part(item)));
+    Ok(content)
+}
+
+fn content_part(item: &Value) -> Part {
     let field = |name: &str| item[name].as_str().unwrap_or_default();
     match field("type") {
-        "text" => field("text").to_string(),
-        "image" | "audio" => format!(
-            "[{} content: {}, {} bytes of base64]",
-            field("type"),
+        "text" => Part::Text(field("text").to_string()),
+        "image" => image_part(field("data"), field("mimeType")),
+        "audio" => Part::Text(format!(
+            "[audio content: {}, {} bytes of base64]",
             field("mimeType"),
             field("data").len()
-        ),
-        "resource_link" => format!("[resource link: {} {}]", field("uri"), field("name")),
-        "resource" => resource_text(&item["resource"]),
-        other => format!("[unsupported content type '{other}']"),
+        )),
+        "resource_link" => Part::Text(format!(
+            "[resource link: {} {}]",
+            field("uri"),
+            field("name")
+        )),
+        "resource" => resource_part(&item["resource"]),
+        other => Part::Text(format!("[unsupported content type '{other}']")),
     }
 }
 
-fn resource_text(resource: &Value) -> String {
-    match resource["text"].as_str() {
-        Some(text) => text.to_string(),
-        None => format!(
-            "[binary resource {} ({})]",
+/// Base64 image data; one that does not decode becomes a note saying why, so
+/// the model learns the tool sent an image it cannot be shown.
+fn image_part(data: &str, mime: &str) -> Part {
+    match Image::from_base64(data) {
+        Ok(image) => Part::Image(image),
+        Err(error) => Part::Text(format!("[image content: {mime}, not readable: {error}]")),
+    }
+}
+
+/// An embedded or read resource: its text, an image blob as an image, any
+/// other blob described.
+fn resource_part(resource: &Value) -> Part {
+    let mime = resource["mimeType"].as_str().unwrap_or("unknown type");
+    match (resource["text"].as_str(), resource["blob"].as_str()) {
+        (Some(text), _) => Part::Text(text.to_string()),
+        (None, Some(blob)) if mime.to_ascii_lowercase().starts_with("image/") => {
+            image_part(blob, mime)
+        }
+        _ => Part::Text(format!(
+            "[binary resource {} ({mime})]",
             resource["uri"].as_str().unwrap_or_default(),
-            resource["mimeType"].as_str().unwrap_or("unknown type")
-        ),
+        )),
     }
 }
 
@@ -559,27 +642,81 @@ mod tests {
     fn results_become_text_and_errors_stay_errors() {
         let result = json!({"content": [
             {"type": "text", "text": "one"},
-            {"type": "image", "data": "AAAA", "mimeType": "image/png"},
+            {"type": "audio", "data": "AAAA", "mimeType": "audio/wav"},
             {"type": "resource", "resource": {"uri": "f://a", "text": "inline"}},
         ]});
         let out = call_result(&result).unwrap();
         assert_eq!(
             out.text,
-            "one\n[image content: image/png, 4 bytes of base64]\ninline"
+            "one\n[audio content: audio/wav, 4 bytes of base64]\ninline"
         );
-        assert!(!out.is_error);
+        assert!(!out.is_error && out.images.is_empty());
         let failed =
             call_result(&json!({"content": [{"type":"text","text":"bad"}], "isError": true}));
         assert_eq!(
             failed.unwrap(),
             CallResult {
                 text: "bad".into(),
+                images: Vec::new(),
                 is_error: true
             }
         );
         let structured = call_result(&json!({"content": [], "structuredContent": {"a": 1}}));
         assert_eq!(structured.unwrap().text, r#"{"a":1}"#);
         assert!(call_result(&json!({"content": "x"})).is_err());
+    }
+
+    #[test]
+    fn images_and_image_resources_become_images_where_they_stood() {
+        let png = crate::core::image::test_png(2, 3, [7, 8, 9]);
+        let data = crate::util::base64::encode(&png);
+        let result = json!({"content": [
+            {"type": "text", "text": "before"},
+            {"type": "image", "data": data, "mimeType": "image/png"},
+            {"type": "text", "text": "after"},
+            {"type": "image", "data": "AAAA", "mimeType": "image/png"},
+            {"type": "resource", "resource": {"uri": "s://shot", "mimeType": "image/png", "blob": data}},
+            {"type": "resource", "resource": {"uri": "s://z", "mimeType": "application/zip", "blob": "UEs="}},
+        ]});
+        let out = call_result(&result).unwrap();
+        let expected = Image::from_bytes(png.clone()).unwrap();
+        let at: Vec<usize> = out.images.iter().map(|p| p.at).collect();
+        assert_eq!(at, [6, out.text.find("\n[binary").unwrap()]);
+        assert!(out.images.iter().all(|p| p.image == expected));
+        assert!(
+            out.text.starts_with(
+                "before\nafter\n[image content: image/png, not readable: unsupported image type"
+            ),
+            "{}",
+            out.text
+        );
+        assert!(
+            out.text
+                .ends_with("\n[binary resource s://z (application/zip)]"),
+            "{}",
+            out.text
+        );
+        let read = resource_contents(&json!({"contents": [
+            {"uri": "s://shot", "mimeType": "image/png", "blob": data},
+        ]}))
+        .unwrap();
+        assert_eq!((read.text.as_str(), read.images.len()), ("", 1));
+        assert_eq!(*read.images[0].image.bytes, png);
+    }
+
+    #[test]
+    fn images_past_the_cap_become_notes() {
+        let data = crate::util::base64::encode(&crate::core::image::test_png(1, 1, [0, 0, 0]));
+        let item = json!({"type": "image", "data": data, "mimeType": "image/png"});
+        let items = vec![item; MAX_IMAGES + 2];
+        let out = call_result(&json!({ "content": items })).unwrap();
+        assert_eq!(out.images.len(), MAX_IMAGES);
+        assert_eq!(
+            out.text.matches("left out: more than").count(),
+            2,
+            "{}",
+            out.text
+        );
     }
 
     #[test]

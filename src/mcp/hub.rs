@@ -508,11 +508,11 @@ mod tests {
         let status = &hub.statuses()[0];
         assert_eq!(
             (status.state, status.tools),
-            (Phase::Ready, 3),
+            (Phase::Ready, 4),
             "{status:?}"
         );
         let names: Vec<String> = hub.tools().iter().map(|t| t.name().to_string()).collect();
-        assert_eq!(names, ["raw:echo", "raw:big", "raw:pinged"]);
+        assert_eq!(names, ["raw:echo", "raw:big", "raw:pinged", "raw:image"]);
         let out = run(&hub, "raw:echo", json!({"text": "hi"}));
         assert_eq!(out.content, "raw echo: hi");
         assert_eq!(

@@ -5,14 +5,14 @@
 //! A call waits for a (re)starting server up to its startup timeout, runs
 //! with the server's call timeout and the turn's cancel flag (a cancel or a
 //! timeout sends `notifications/cancelled`), and comes back as a
-//! [`ToolOutput`]: the text content for the model, `isError` results and
+//! [`ToolOutput`]: the text content and images for the model, `isError` results and
 //! every protocol or transport fault as failed outputs the model can read.
 
 use std::sync::Arc;
 
 use serde_json::{json, Value};
 
-use super::client::{McpError, ToolInfo};
+use super::client::{Content, McpError, ToolInfo};
 use super::hub::Server;
 use crate::tools::{args, Tool, ToolContext, ToolOutput};
 
@@ -67,8 +67,8 @@ impl Tool for McpTool {
                 ToolOutput::fail(format!("Error from {}: {}", self.name, capped(result.text)))
             }
             Ok(result) => {
-                let summary = summary(&result.text);
-                ToolOutput::ok(capped(result.text), summary)
+                let summary = summary(&result.text, result.images.len());
+                ToolOutput::ok(capped(result.text), summary).with_images(result.images)
             }
             Err(error) => failure(&self.server.name, &self.name, &error),
         }
@@ -120,12 +120,20 @@ fn failure(server: &str, tool: &str, error: &McpError) -> ToolOutput {
             content: format!("{tool} was cancelled by the user."),
             summary: "cancelled".into(),
             error: true,
+            images: Vec::new(),
         },
         other => ToolOutput::fail(format!("Error: MCP server '{server}' ({tool}): {other}")),
     }
 }
 
-fn summary(text: &str) -> String {
+/// The first line of `text`, shortened; the image count when there is no text.
+fn summary(text: &str, images: usize) -> String {
+    if text.is_empty() && images > 0 {
+        return match images {
+            1 => "1 image".to_string(),
+            n => format!("{n} images"),
+        };
+    }
     let first = text.lines().next().unwrap_or("");
     let mut line: String = first.chars().take(80).collect();
     if line.len() < first.len() || text.lines().nth(1).is_some() {
@@ -176,7 +184,7 @@ impl ResourceTool {
         })
     }
 
-    fn list(&self, server: &Server, ctx: &ToolContext) -> Result<String, McpError> {
+    fn list(&self, server: &Server, ctx: &ToolContext) -> Result<Content, McpError> {
         let client = server.client(&ctx.cancel)?;
         let resources = client.list_resources(server.config.call_timeout())?;
         let lines: Vec<String> = resources
@@ -193,7 +201,7 @@ impl ResourceTool {
                 .to_string()
             })
             .collect();
-        Ok(lines.join("\n"))
+        Ok(Content::from_text(lines.join("\n")))
     }
 }
 
@@ -242,9 +250,9 @@ impl Tool for ResourceTool {
             self.list(server, ctx)
         };
         match result {
-            Ok(text) => {
-                let summary = summary(&text);
-                ToolOutput::ok(capped(text), summary)
+            Ok(content) => {
+                let summary = summary(&content.text, content.images.len());
+                ToolOutput::ok(capped(content.text), summary).with_images(content.images)
             }
             Err(error) => failure(&server.name, self.name(), &error),
         }
@@ -283,8 +291,10 @@ mod tests {
 
     #[test]
     fn summaries_are_one_short_line() {
-        assert_eq!(summary("one"), "one");
-        assert_eq!(summary("one\ntwo"), "one…");
-        assert_eq!(summary(&"y".repeat(100)).chars().count(), 81);
+        assert_eq!(summary("one", 0), "one");
+        assert_eq!(summary("one\ntwo", 1), "one…");
+        assert_eq!(summary(&"y".repeat(100), 0).chars().count(), 81);
+        assert_eq!(summary("", 1), "1 image");
+        assert_eq!(summary("", 2), "2 images");
     }
 }

@@ -1,7 +1,8 @@
 //! Tests of [`super`] (store.rs).
 
 use super::*;
-use crate::core::{Artefact, Message, ToolCall};
+use crate::core::image::test_png;
+use crate::core::{Artefact, Image, ImagePart, Message, ToolCall};
 use crate::util::fs::test_support::temp_dir;
 use crate::util::names::MAX_NAME_LEN;
 use crate::util::rng::Rng;
@@ -210,6 +211,129 @@ fn stale_temp_files_of_dead_writers_are_removed() {
     store.save_session("s", &Session::new("x")).unwrap();
     assert!(!dead.exists());
     assert!(mine.exists() && other.exists());
+}
+
+/// A session whose user message and tool result show the same image, and
+/// whose tool result's text before the image holds a secret.
+fn image_session(png: &[u8]) -> Session {
+    let image = Image::from_bytes(png.to_vec()).unwrap();
+    let mut session = Session::new("s");
+    let mut user = Message::user("look:  please");
+    user.images.push(ImagePart {
+        at: 6,
+        image: image.clone(),
+    });
+    session.messages.push(user);
+    let call = ToolCall {
+        id: "c1".into(),
+        name: "shot".into(),
+        arguments: json!({}),
+    };
+    let text = "Set-Cookie: sid=cookie-secret\nthe screen:";
+    let mut result = Message::tool_result(&call, text);
+    result.images.push(ImagePart {
+        at: text.len(),
+        image,
+    });
+    session.messages.push(result);
+    session
+}
+
+fn image_files(store: &Store, id: &str) -> Vec<String> {
+    let dir = images_dir(&store.path(id).unwrap());
+    let mut names: Vec<String> = match fs::read_dir(dir) {
+        Ok(entries) => entries
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    names.sort();
+    names
+}
+
+#[test]
+fn images_are_stored_once_by_hash_beside_the_session_and_come_back() {
+    let store = Store::at(temp_dir("store-images"));
+    let png = test_png(4, 3, [200, 10, 10]);
+    let session = image_session(&png);
+    let sha = session.messages[0].images[0].image.sha256.clone();
+    let path = store.save_session("pics", &session).unwrap();
+    assert_eq!(image_files(&store, "pics"), [format!("{sha}.png")]);
+    let stored = store.dir().join("pics.images").join(format!("{sha}.png"));
+    assert_eq!(fs::read(stored).unwrap(), png);
+    // The JSON names the image; its bytes are not in it.
+    let json = fs::read_to_string(path).unwrap();
+    assert!(json.contains(&sha), "{json}");
+    assert!(!json.contains(&crate::util::base64::encode(&png)[..40]));
+    let loaded = store.load("pics").unwrap().session;
+    assert_eq!(loaded.messages[0], session.messages[0]);
+    let result = &loaded.messages[1];
+    assert_eq!(*result.images[0].image.bytes, png);
+    // Redaction changed the text before the image; the image stayed after it.
+    assert_eq!(result.content, "Set-Cookie: [REDACTED]\nthe screen:");
+    assert_eq!(result.images[0].at, result.content.len());
+}
+
+#[test]
+fn a_missing_or_altered_image_file_becomes_a_note_and_the_session_loads() {
+    let store = Store::at(temp_dir("store-images-missing"));
+    let session = image_session(&test_png(2, 2, [1, 2, 3]));
+    let sha = session.messages[0].images[0].image.sha256.clone();
+    store.save_session("gone", &session).unwrap();
+    let stored = store.dir().join("gone.images").join(format!("{sha}.png"));
+    fs::write(&stored, test_png(2, 2, [9, 9, 9])).unwrap();
+    let loaded = store.load("gone").unwrap().session;
+    let user = &loaded.messages[0];
+    assert!(user.images.is_empty());
+    assert!(
+        user.content
+            .starts_with("look: [image: image/png, 2x2, not restored: "),
+        "{}",
+        user.content
+    );
+    assert!(user.content.ends_with("does not match its hash] please"));
+    fs::remove_file(&stored).unwrap();
+    let loaded = store.load("gone").unwrap().session;
+    assert!(loaded.messages.iter().all(|m| m.images.is_empty()));
+    assert!(loaded.messages[1].content.contains("not restored: "));
+    // A hand-edited hash cannot name a file of its choosing.
+    let path = store.path("gone").unwrap();
+    let json = fs::read_to_string(&path)
+        .unwrap()
+        .replace(&sha, "../../etc/passwd");
+    fs::write(&path, json).unwrap();
+    let loaded = store.load("gone").unwrap().session;
+    assert!(loaded.messages[0]
+        .content
+        .contains("not restored: the session names it wrongly"));
+}
+
+#[test]
+fn images_no_session_names_are_removed_and_delete_takes_the_rest() {
+    let store = Store::at(temp_dir("store-images-prune"));
+    let first = test_png(1, 1, [1, 1, 1]);
+    let mut session = image_session(&first);
+    store.save_session("p", &session).unwrap();
+    let second = Image::from_bytes(test_png(1, 1, [2, 2, 2])).unwrap();
+    session.messages[1].images[0].image = second.clone();
+    store.save_session("p", &session).unwrap();
+    let first_sha = Image::from_bytes(first).unwrap().sha256;
+    let mut both = vec![format!("{first_sha}.png"), format!("{}.png", second.sha256)];
+    both.sort();
+    assert_eq!(image_files(&store, "p"), both);
+    session.messages.remove(0);
+    store.save_session("p", &session).unwrap();
+    assert_eq!(image_files(&store, "p"), [format!("{}.png", second.sha256)]);
+    // A session that shows another image shares nothing with this one.
+    store
+        .save_session("q", &image_session(&test_png(1, 1, [3, 3, 3])))
+        .unwrap();
+    store.delete("p").unwrap();
+    assert!(!store.dir().join("p.images").exists());
+    assert_eq!(image_files(&store, "q").len(), 1);
+    session.messages.clear();
+    store.save_session("q", &session).unwrap();
+    assert!(!store.dir().join("q.images").exists());
 }
 
 // -----------------------------------------------------------------------

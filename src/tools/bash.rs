@@ -245,6 +245,7 @@ impl Run {
             content: text,
             summary,
             error,
+            images: Vec::new(),
         }
     }
 }

@@ -18,6 +18,8 @@ use serde_json::{json, Value};
 
 use super::paths::{Missing, ResolveError, Resolved, Root};
 use super::{args, pattern, walk, Tool, ToolContext, ToolOutput};
+use crate::core::image::decode::Format;
+use crate::core::Image;
 use crate::sys::at::{self, OpenAs};
 
 /// Lines `read` returns when the call gives no limit.
@@ -39,7 +41,7 @@ pub fn tools() -> Vec<Box<dyn Tool>> {
 
 /// Resolves a path argument or explains why not; `action` names what failed
 /// ("read", "list", ...) when the file system said no.
-fn resolve(
+pub(super) fn resolve(
     ctx: &ToolContext,
     requested: &str,
     missing: Missing,
@@ -62,7 +64,8 @@ impl Tool for Read {
     fn description(&self) -> &str {
         "Reads a file in the workspace. Returns its text (no line numbers), at most 2000 lines unless \
          'limit' says otherwise (-1 = the whole file); 'offset' is the 1-based line to start at. \
-         Binary files come back as base64."
+         Binary files come back as base64; an image file (PNG, JPEG, WebP, GIF) comes back as the \
+         image when the model reads images."
     }
 
     fn parameters(&self) -> Value {
@@ -87,20 +90,40 @@ impl Tool for Read {
             Ok(target) => target,
             Err(out) => return out,
         };
-        match read_bytes(&target) {
-            Ok(bytes) => match String::from_utf8(bytes) {
-                Ok(text) if !text.contains('\0') => read_lines(&text, args),
-                Ok(text) => binary(requested, text.into_bytes(), ctx.output_cap),
-                Err(e) => binary(requested, e.into_bytes(), ctx.output_cap),
-            },
-            Err(e) => ToolOutput::fail(format!("Error: cannot read {requested}: {e}")),
+        let bytes = match read_bytes(&target) {
+            Ok(bytes) => bytes,
+            Err(e) => return ToolOutput::fail(format!("Error: cannot read {requested}: {e}")),
+        };
+        if ctx.takes_images && Format::sniff(&bytes).is_ok() {
+            // An image file goes to a model that reads images as one; one that
+            // does not decode comes back as base64 below, as other binaries do.
+            if let Ok(image) = Image::from_bytes(bytes.clone()) {
+                return super::image_file::output(requested, image);
+            }
+        }
+        match String::from_utf8(bytes) {
+            Ok(text) if !text.contains('\0') => read_lines(&text, args),
+            Ok(text) => binary(requested, text.into_bytes(), ctx.output_cap),
+            Err(e) => binary(requested, e.into_bytes(), ctx.output_cap),
         }
     }
 }
 
-/// Reads the resolved file. Its final name is opened with `O_NOFOLLOW`: if it
-/// became a symlink since it was resolved, the read fails.
+/// Reads the resolved file for `read` and `edit`.
 fn read_bytes(target: &Resolved) -> io::Result<Vec<u8>> {
+    read_capped(
+        target,
+        MAX_READ_BYTES,
+        "read allows; use bash (head, sed -n) or grep",
+    )
+}
+
+/// Reads the resolved file if it holds at most `max` bytes: the size is
+/// checked before reading, and the read stops at `max` in case the file grew.
+/// `allows` ends the error when it is larger ("read allows; ..."). The final
+/// name is opened with `O_NOFOLLOW`: if it became a symlink since it was
+/// resolved, the read fails.
+pub(super) fn read_capped(target: &Resolved, max: u64, allows: &str) -> io::Result<Vec<u8>> {
     let file = target.open(OpenAs::Read)?;
     let meta = file.metadata()?;
     if meta.is_dir() {
@@ -110,14 +133,14 @@ fn read_bytes(target: &Resolved) -> io::Result<Vec<u8>> {
         // A FIFO or a device could block or never end.
         return Err(io::Error::other("it is not a regular file"));
     }
-    if meta.len() > MAX_READ_BYTES {
+    if meta.len() > max {
         return Err(io::Error::other(format!(
-            "file is {} bytes, more than the {MAX_READ_BYTES} bytes read allows; use bash (head, sed -n) or grep",
+            "file is {} bytes, more than the {max} bytes {allows}",
             meta.len()
         )));
     }
     let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
-    file.take(MAX_READ_BYTES).read_to_end(&mut bytes)?;
+    file.take(max).read_to_end(&mut bytes)?;
     Ok(bytes)
 }
 

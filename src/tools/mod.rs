@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::core::image::{self, ImagePart};
 use crate::core::ToolCall;
 use crate::core::ToolSpec;
 
@@ -25,6 +26,7 @@ pub mod args;
 pub mod bash;
 pub mod fs;
 pub mod grep;
+pub mod image_file;
 pub mod paths;
 pub mod pattern;
 pub mod remote;
@@ -68,6 +70,9 @@ pub struct ToolOutput {
     pub summary: String,
     /// True when the run failed.
     pub error: bool,
+    /// Images the tool returned (an MCP tool's `image` content, `read_image`),
+    /// each at a byte offset of `content`, in text order.
+    pub images: Vec<ImagePart>,
 }
 
 impl ToolOutput {
@@ -76,7 +81,21 @@ impl ToolOutput {
             content: content.into(),
             summary: summary.into(),
             error: false,
+            images: Vec::new(),
         }
+    }
+
+    /// The same output with `images` (their offsets kept inside `content`).
+    pub fn with_images(mut self, mut images: Vec<ImagePart>) -> Self {
+        image::clamp_offsets(&self.content, &mut images);
+        self.images = images;
+        self
+    }
+
+    /// The content with each image's summary where it stood: for whoever
+    /// takes text only (the tool server's wire, a text-only model, a log).
+    pub fn text_with_summaries(&self) -> String {
+        image::inline_summaries(&self.content, &self.images)
     }
 
     /// A failure whose message is both the content and the summary.
@@ -87,6 +106,7 @@ impl ToolOutput {
             content,
             summary,
             error: true,
+            images: Vec::new(),
         }
     }
 }
@@ -110,6 +130,10 @@ pub struct ToolContext {
     pub bash_timeout: Duration,
     /// Most bytes of process output a tool keeps.
     pub output_cap: usize,
+    /// Whether the model reads images (the backend's `takes_images`,
+    /// set by the agent for each call): `read` returns an image file as an
+    /// image then, and as base64 text otherwise.
+    pub takes_images: bool,
 }
 
 impl ToolContext {
@@ -123,6 +147,7 @@ impl ToolContext {
             net: NetPolicy::default(),
             bash_timeout: Self::DEFAULT_BASH_TIMEOUT,
             output_cap: Self::DEFAULT_OUTPUT_CAP,
+            takes_images: false,
         }
     }
 
@@ -168,6 +193,7 @@ impl ToolRegistry {
         for tool in fs::tools() {
             registry.register(tool);
         }
+        registry.register(Box::new(image_file::ReadImage));
         registry.register(Box::new(grep::Grep));
         registry.register(Box::new(bash::Bash));
         registry.register(Box::new(web::WebFetch));
@@ -322,6 +348,7 @@ mod tests {
         let names = ToolRegistry::builtin().names();
         for expected in [
             "read",
+            "read_image",
             "write",
             "edit",
             "list_directory",

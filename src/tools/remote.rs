@@ -285,6 +285,7 @@ fn tool_failure(data: Option<Value>) -> ToolOutput {
             },
             content: failure.content,
             error: true,
+            images: Vec::new(),
         },
         None => ToolOutput::fail("Error: the tool failed on the tool server"),
     }

@@ -37,6 +37,8 @@ pub fn truncate_output(output: ToolOutput, limit_chars: usize) -> ToolOutput {
         limit_chars - head.chars().count(),
     );
     let shown = head_lines + tail_lines;
+    let head_end = head.len();
+    let tail_from = output.content.len() - tail.len();
     let mut content = head;
     if !content.is_empty() && !content.ends_with('\n') {
         content.push('\n');
@@ -47,12 +49,27 @@ pub fn truncate_output(output: ToolOutput, limit_chars: usize) -> ToolOutput {
         lines.len(),
         lines.len()
     ));
+    let tail_at = content.len();
     content.push_str(&tail);
+    // The head and tail keep their images where they were; one in the text
+    // cut out stands at the cut, so truncation never drops an image.
+    let mut images = output.images;
+    for part in &mut images {
+        part.at = if part.at <= head_end {
+            part.at
+        } else if part.at >= tail_from {
+            part.at - tail_from + tail_at
+        } else {
+            head_end
+        };
+    }
     ToolOutput {
         content,
         summary: format!("Truncated: {shown}/{} lines", lines.len()),
         error: output.error,
+        images: Vec::new(),
     }
+    .with_images(images)
 }
 
 /// Whole leading lines within `budget` chars; a first line that alone is too long is cut.
@@ -106,11 +123,7 @@ mod tests {
     }
 
     fn output(content: &str) -> ToolOutput {
-        ToolOutput {
-            content: content.into(),
-            summary: "s".into(),
-            error: false,
-        }
+        ToolOutput::ok(content, "s")
     }
 
     #[test]
@@ -146,6 +159,24 @@ mod tests {
             out.content
         );
         assert_eq!(out.summary, "Truncated: 0/1 lines");
+    }
+
+    #[test]
+    fn images_keep_their_place_or_stand_at_the_cut() {
+        use crate::core::image::{test_png, Image, ImagePart};
+        let text: String = (1..=100).map(|i| format!("line {i:03}\n")).collect();
+        let image = Image::from_bytes(test_png(1, 1, [0, 0, 0])).unwrap();
+        let at = |line: usize| ImagePart {
+            at: (line - 1) * 9,
+            image: image.clone(),
+        };
+        let images = vec![at(2), at(50), at(100)];
+        let out = truncate_output(output(&text).with_images(images), 200);
+        let before = |part: &ImagePart| &out.content[..part.at];
+        assert!(before(&out.images[0]).ends_with("line 001\n"));
+        assert!(before(&out.images[1]).ends_with("line 016\n"));
+        assert!(before(&out.images[2]).ends_with("line 099\n"));
+        assert!(out.content[out.images[2].at..].starts_with("line 100"));
     }
 
     #[test]

@@ -499,6 +499,7 @@ impl Tool for WebFetch {
                     content,
                     summary,
                     error,
+                    images: Vec::new(),
                 }
             }
             Err(message) => ToolOutput::fail(message),
@@ -582,6 +583,7 @@ fn raw_output(fetched: &Fetched) -> ToolOutput {
         content,
         summary: format!("HTTP {}, {} bytes", fetched.status, fetched.body.len()),
         error: fetched.status >= 400,
+        images: Vec::new(),
     }
 }
 

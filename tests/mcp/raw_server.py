@@ -8,11 +8,17 @@ Usage: raw_server.py MODE, MODE one of:
   silent      reads everything and never answers
 Tools (normal mode): echo (text), big (a 17 MiB junk line, then the answer),
 pinged (whether our answer to the server's ping arrived), hang (never
-answers), cancelled (the request ids and reasons of notifications/cancelled).
+answers), cancelled (the request ids and reasons of notifications/cancelled),
+image (read-only: the text "sha256 HEX" of a 3x2 PNG, then that PNG as
+`image` content).
 """
 
+import base64
+import hashlib
 import json
+import struct
 import sys
+import zlib
 
 MODE = sys.argv[1]
 state = {"pinged": False, "cancelled": []}
@@ -38,11 +44,30 @@ def tool(name):
             "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}}}
 
 
+def png(width, height, rgb):
+    """A truecolour PNG of one colour, written by hand (no imaging library)."""
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    rows = b"".join(b"\x00" + bytes(rgb) * width for _ in range(height))
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows))
+            + chunk(b"IEND", b""))
+
+
+def image_result():
+    data = png(3, 2, (250, 128, 7))
+    return {"content": [
+        {"type": "text", "text": "sha256 " + hashlib.sha256(data).hexdigest()},
+        {"type": "image", "data": base64.b64encode(data).decode(), "mimeType": "image/png"},
+    ], "isError": False}
+
+
 def tools_list(request):
     sys.stdout.write("this line is not JSON\n")
     send({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "listing"}})
     if request.get("params", {}).get("cursor") == "page-2":
-        answer(request, {"tools": [tool("big"), tool("pinged")]})
+        image = dict(tool("image"), annotations={"readOnlyHint": True})
+        answer(request, {"tools": [tool("big"), tool("pinged"), image]})
     else:
         send({"jsonrpc": "2.0", "id": "srv-1", "method": "ping"})
         answer(request, {"tools": [tool("echo")], "nextCursor": "page-2"})
@@ -59,6 +84,8 @@ def tools_call(request):
         return
     elif name == "cancelled":
         text = json.dumps(state["cancelled"])
+    elif name == "image":
+        return answer(request, image_result())
     else:
         text = "raw echo: " + request["params"]["arguments"].get("text", "")
     answer(request, {"content": [{"type": "text", "text": text}], "isError": False})

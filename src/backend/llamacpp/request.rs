@@ -239,20 +239,10 @@ pub(super) fn marked_messages(messages: &[Message]) -> (Cow<'_, [Message]>, Vec<
         .iter()
         .map(|message| {
             let mut message = message.clone();
-            let mut content = String::with_capacity(message.content.len());
-            let mut from = 0;
-            for part in std::mem::take(&mut message.images) {
-                let mut at = part.at.clamp(from, message.content.len());
-                while !message.content.is_char_boundary(at) {
-                    at += 1;
-                }
-                content.push_str(&message.content[from..at]);
-                content.push_str(image_marker());
-                images.push(part.image);
-                from = at;
-            }
-            content.push_str(&message.content[from..]);
-            message.content = content;
+            let parts = std::mem::take(&mut message.images);
+            let pieces = crate::core::image::pieces(&message.content, &parts);
+            message.content = pieces.join(image_marker());
+            images.extend(parts.into_iter().map(|part| part.image));
             message
         })
         .collect();

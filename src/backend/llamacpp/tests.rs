@@ -1611,7 +1611,7 @@ fn an_image_enters_the_prompt_as_the_projector_lays_it_out_and_is_cached() {
     let plain = llm.last_prefill().unwrap().prompt_tokens;
     let (first, _) = ask(
         &mut llm,
-        &with_image("Describe it.", test_png(64, 48, 1)),
+        &with_image("Describe it.", test_png(64, 48, [20, 40, 60])),
         &greedy(6),
     );
     let first = first.unwrap().content;
@@ -1628,7 +1628,7 @@ fn an_image_enters_the_prompt_as_the_projector_lays_it_out_and_is_cached() {
     // The same image again: its embeddings come from the cache.
     let (again, _) = ask(
         &mut llm,
-        &with_image("Describe it.", test_png(64, 48, 1)),
+        &with_image("Describe it.", test_png(64, 48, [20, 40, 60])),
         &greedy(6),
     );
     assert_eq!(again.unwrap().content, first);
@@ -1637,7 +1637,7 @@ fn an_image_enters_the_prompt_as_the_projector_lays_it_out_and_is_cached() {
     // Another image: another answer, and the cache kept only what precedes it.
     let (other, _) = ask(
         &mut llm,
-        &with_image("Describe it.", test_png(64, 48, 2)),
+        &with_image("Describe it.", test_png(64, 48, [230, 200, 10])),
         &greedy(6),
     );
     assert_ne!(other.unwrap().content, first);
@@ -1653,7 +1653,7 @@ fn an_image_enters_the_prompt_as_the_projector_lays_it_out_and_is_cached() {
 fn a_model_without_a_projector_refuses_an_image_as_the_clients_fault() {
     let mut llm = backend(512);
     assert!(!llm.takes_images());
-    let png = crate::core::image::test_png(8, 8, 1);
+    let png = crate::core::image::test_png(8, 8, [1, 2, 3]);
     let (reply, _) = ask(&mut llm, &with_image("Describe it.", png), &greedy(4));
     let err = reply.unwrap_err();
     assert!(matches!(err, BackendError::Invalid(_)), "{err:?}");
