@@ -179,15 +179,27 @@ impl Fetched {
     }
 }
 
-/// Performs `call`, following redirects by hand so that every hop is checked.
-pub fn fetch(mut call: HttpCall, check: AddressCheck) -> Result<Fetched, String> {
+/// Performs `call`, following redirects by hand so that every hop is checked;
+/// the body is cut at [`MAX_BODY`].
+pub fn fetch(call: HttpCall, check: AddressCheck) -> Result<Fetched, String> {
+    fetch_capped(call, check, MAX_BODY)
+}
+
+/// [`fetch`] with another cap on the body (an image URL's is
+/// [`crate::core::image::MAX_IMAGE_BYTES`]): at most `max_body` bytes are read,
+/// and [`Fetched::truncated`] says when there was more.
+pub fn fetch_capped(
+    mut call: HttpCall,
+    check: AddressCheck,
+    max_body: usize,
+) -> Result<Fetched, String> {
     let agent = agent(check);
     for _ in 0..=MAX_REDIRECTS {
         let uri = checked_uri(&call.url)?;
         let mut response = send(&agent, &call).map_err(|e| describe_error(&call.url, e))?;
         match redirect_target(&uri, &response) {
             Some(next) => follow(&mut call, &uri, next?),
-            None => return read_response(&call.url, &mut response),
+            None => return read_response(&call.url, &mut response, max_body),
         }
     }
     Err(format!("Error: more than {MAX_REDIRECTS} redirects"))
@@ -289,7 +301,11 @@ fn follow(call: &mut HttpCall, from: &Uri, next: String) {
     call.url = next;
 }
 
-fn read_response(url: &str, response: &mut Response<Body>) -> Result<Fetched, String> {
+fn read_response(
+    url: &str,
+    response: &mut Response<Body>,
+    max_body: usize,
+) -> Result<Fetched, String> {
     let headers = response
         .headers()
         .iter()
@@ -303,11 +319,11 @@ fn read_response(url: &str, response: &mut Response<Body>) -> Result<Fetched, St
     let mut body = Vec::new();
     let reader = response.body_mut().as_reader();
     reader
-        .take(MAX_BODY as u64 + 1)
+        .take(max_body as u64 + 1)
         .read_to_end(&mut body)
         .map_err(|e| format!("Error: reading the body of {url} failed: {e}"))?;
-    let truncated = body.len() > MAX_BODY;
-    body.truncate(MAX_BODY);
+    let truncated = body.len() > max_body;
+    body.truncate(max_body);
     Ok(Fetched {
         status: response.status().as_u16(),
         headers,
