@@ -585,11 +585,11 @@ mod tests {
     #[test]
     fn every_command_name_is_known_and_in_the_help() {
         for name in NAMES {
-            let parsed = parse(name).expect("a command");
-            assert!(
-                !matches!(&parsed, Err(m) if m.contains("unknown")),
-                "{name}: {parsed:?}"
-            );
+            // Alone, or with the one argument it needs (`/load ID`).
+            let known = [name.to_string(), format!("{name} x")]
+                .iter()
+                .any(|line| matches!(parse(line), Some(Ok(_))));
+            assert!(known, "{name} does not parse");
             assert!(HELP.contains(&format!("  {name}")), "{name} missing from /help");
         }
     }
