@@ -161,7 +161,7 @@ impl AgentHandle {
     }
 
     /// The event stream, for front-ends that `select!` over it together with
-    /// their own input instead of calling [`AgentHandle::run_prompt`].
+    /// their own input instead of calling [`AgentHandle::run_message`].
     pub fn events(&self) -> &Receiver<Event> {
         &self.events
     }
@@ -181,17 +181,9 @@ impl AgentHandle {
         self.busy.clone()
     }
 
-    /// Runs one text prompt, handing every event to `on_event` until the turn's
-    /// [`Event::Stop`]. A failing handler (a closed pipe) cancels the turn.
-    pub fn run_prompt(
-        &self,
-        prompt: String,
-        on_event: impl FnMut(&Event) -> std::io::Result<()>,
-    ) -> FinishReason {
-        self.run_message(Message::user(prompt), on_event)
-    }
-
-    /// [`AgentHandle::run_prompt`] for a whole user message (text and images).
+    /// Runs one user message (its text and any images), handing every event to
+    /// `on_event` until the turn's [`Event::Stop`]. A failing handler (a closed
+    /// pipe) cancels the turn.
     pub fn run_message(
         &self,
         message: Message,

@@ -158,7 +158,11 @@ impl CliBackend {
             "/request",
             &PromptBody {
                 prompt: &message.content,
-                images: message.images.iter().map(|part| part.image.data_url()).collect(),
+                images: message
+                    .images
+                    .iter()
+                    .map(|part| part.image.data_url())
+                    .collect(),
                 queue: true,
             },
         )?;

@@ -185,3 +185,22 @@ impl Image {
         )
     }
 }
+
+/// Images for tests in every layer.
+#[cfg(test)]
+pub(crate) mod test_support {
+    /// A real RGB PNG of `width` x `height` pixels (the pixels vary, so two
+    /// sizes never share a hash).
+    pub fn png_bytes(width: u32, height: u32) -> Vec<u8> {
+        let mut out = Vec::new();
+        {
+            let mut encoder = png::Encoder::new(&mut out, width, height);
+            encoder.set_color(png::ColorType::Rgb);
+            encoder.set_depth(png::BitDepth::Eight);
+            let mut writer = encoder.write_header().expect("png header");
+            let pixels: Vec<u8> = (0..width * height * 3).map(|i| (i * 7) as u8).collect();
+            writer.write_image_data(&pixels).expect("png data");
+        }
+        out
+    }
+}

@@ -44,7 +44,9 @@ impl fmt::Display for AttachError {
                 f,
                 "the image {source} is too large: {bytes} bytes, at most {MAX_IMAGE_BYTES}"
             ),
-            AttachError::Fetch { url, reason } => write!(f, "cannot fetch the image {url}: {reason}"),
+            AttachError::Fetch { url, reason } => {
+                write!(f, "cannot fetch the image {url}: {reason}")
+            }
             AttachError::Image { source, error } => write!(f, "{source}: {error}"),
             AttachError::TooMany => write!(f, "a message carries at most {MAX_IMAGES} images"),
         }
@@ -211,7 +213,9 @@ impl Attachments {
     /// The pending images, one line each (or a line saying there are none).
     pub fn list(&self) -> Vec<String> {
         if self.pending.is_empty() {
-            return vec!["no images attached; /image PATH attaches one to your next message".into()];
+            return vec![
+                "no images attached; /image PATH attaches one to your next message".into(),
+            ];
         }
         self.pending
             .iter()
@@ -236,23 +240,10 @@ impl Attachments {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
+    use crate::core::image::test_support::png_bytes;
     use crate::util::fs::test_support::TempDir;
-
-    /// A real PNG of `width` x `height` pixels.
-    pub(crate) fn png_bytes(width: u32, height: u32) -> Vec<u8> {
-        let mut out = Vec::new();
-        {
-            let mut encoder = png::Encoder::new(&mut out, width, height);
-            encoder.set_color(png::ColorType::Rgb);
-            encoder.set_depth(png::BitDepth::Eight);
-            let mut writer = encoder.write_header().expect("png header");
-            let pixels: Vec<u8> = (0..width * height * 3).map(|i| (i * 7) as u8).collect();
-            writer.write_image_data(&pixels).expect("png data");
-        }
-        out
-    }
 
     fn temp_file(name: &str, bytes: &[u8]) -> (TempDir, String) {
         let dir = TempDir::new("attach");
@@ -274,7 +265,9 @@ pub(crate) mod tests {
     fn missing_non_image_and_directory_are_clear_errors() {
         let missing = load("/nonexistent/shepherd-test.png").unwrap_err();
         assert!(matches!(missing, AttachError::Read { .. }), "{missing:?}");
-        assert!(missing.to_string().contains("/nonexistent/shepherd-test.png"));
+        assert!(missing
+            .to_string()
+            .contains("/nonexistent/shepherd-test.png"));
         let (_dir, path) = temp_file("notes.txt", b"just some text, not an image\n");
         let text = load(&path).unwrap_err();
         assert!(

@@ -159,7 +159,9 @@ impl Editor {
     /// as far as all that fit agree. Returns false when Tab should be a tab.
     fn complete(&mut self) -> bool {
         let typed: String = self.chars.iter().collect();
-        if self.cursor != self.chars.len() || typed.is_empty() || typed.contains(char::is_whitespace)
+        if self.cursor != self.chars.len()
+            || typed.is_empty()
+            || typed.contains(char::is_whitespace)
         {
             return false;
         }
@@ -363,21 +365,46 @@ mod tests {
     fn tab_completes_slash_commands() {
         let words: &'static [&'static str] = &["/image", "/help", "/provider", "/profile"];
         let mut e = Editor::new().with_completions(words);
-        check(&mut e, &with(typed("/im"), &[Key::Char('\t')]), "/image ", 7);
+        check(
+            &mut e,
+            &with(typed("/im"), &[Key::Char('\t')]),
+            "/image ",
+            7,
+        );
         e.clear();
         // Several fit: as far as they agree, then nothing more.
         check(&mut e, &with(typed("/p"), &[Key::Char('\t')]), "/pro", 4);
         check(&mut e, &[Key::Char('\t')], "/pro", 4);
-        check(&mut e, &with(typed("v"), &[Key::Char('\t')]), "/provider ", 10);
+        check(
+            &mut e,
+            &with(typed("v"), &[Key::Char('\t')]),
+            "/provider ",
+            10,
+        );
         e.clear();
         // No fit, a second word, or the cursor inside: Tab is a tab.
         check(&mut e, &with(typed("/zz"), &[Key::Char('\t')]), "/zz\t", 4);
         e.clear();
-        check(&mut e, &with(typed("/image a"), &[Key::Char('\t')]), "/image a\t", 9);
+        check(
+            &mut e,
+            &with(typed("/image a"), &[Key::Char('\t')]),
+            "/image a\t",
+            9,
+        );
         e.clear();
-        check(&mut e, &with(typed("/he"), &[Key::Left, Key::Char('\t')]), "/h\te", 3);
+        check(
+            &mut e,
+            &with(typed("/he"), &[Key::Left, Key::Char('\t')]),
+            "/h\te",
+            3,
+        );
         let mut plain = Editor::new();
-        check(&mut plain, &with(typed("/he"), &[Key::Char('\t')]), "/he\t", 4);
+        check(
+            &mut plain,
+            &with(typed("/he"), &[Key::Char('\t')]),
+            "/he\t",
+            4,
+        );
     }
 
     #[test]

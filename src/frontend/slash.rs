@@ -48,8 +48,18 @@ Keys: Esc or Ctrl-C cancels a reply, Esc Esc clears the line, Up/Down recall, Ct
 /// Every command's name, for Tab completion (the editor completes a line's
 /// first word from these).
 pub const NAMES: [&str; 12] = [
-    "/help", "/clear", "/provider", "/model", "/tools", "/config", "/save", "/load",
-    "/sessions", "/profile", "/image", "/quit",
+    "/help",
+    "/clear",
+    "/provider",
+    "/model",
+    "/tools",
+    "/config",
+    "/save",
+    "/load",
+    "/sessions",
+    "/profile",
+    "/image",
+    "/quit",
 ];
 
 /// A parsed slash command.
@@ -124,10 +134,7 @@ fn image_argument(rest: &str) -> Option<ImageCommand> {
 /// `'a b.png'`, `"a b.png"` and `a\ b.png` all name `a b.png`.
 fn unquote(path: &str) -> String {
     for quote in ['\'', '"'] {
-        if let Some(inner) = path
-            .strip_prefix(quote)
-            .and_then(|p| p.strip_suffix(quote))
-        {
+        if let Some(inner) = path.strip_prefix(quote).and_then(|p| p.strip_suffix(quote)) {
             return inner.to_string();
         }
     }
@@ -570,14 +577,20 @@ mod tests {
         let attach = |path: &str| Some(Ok(Command::Image(ImageCommand::Attach(path.into()))));
         check("/image", Some(Ok(Command::Image(ImageCommand::List))));
         check(" /image  ", Some(Ok(Command::Image(ImageCommand::List))));
-        check("/image clear", Some(Ok(Command::Image(ImageCommand::Clear))));
+        check(
+            "/image clear",
+            Some(Ok(Command::Image(ImageCommand::Clear))),
+        );
         check("/image cat.png", attach("cat.png"));
         check("/image  my pics/a b.png ", attach("my pics/a b.png"));
         check("/image 'my pics/a b.png'", attach("my pics/a b.png"));
         check("/image \"a b.png\"", attach("a b.png"));
         check("/image a\\ b.png", attach("a b.png"));
         check("/image ./clear", attach("./clear"));
-        check("/image https://example.com/x.png", attach("https://example.com/x.png"));
+        check(
+            "/image https://example.com/x.png",
+            attach("https://example.com/x.png"),
+        );
         assert!(matches!(parse("/images"), Some(Err(m)) if m.contains("/images")));
         check("look at /image x", None);
     }
@@ -590,7 +603,10 @@ mod tests {
                 .iter()
                 .any(|line| matches!(parse(line), Some(Ok(_))));
             assert!(known, "{name} does not parse");
-            assert!(HELP.contains(&format!("  {name}")), "{name} missing from /help");
+            assert!(
+                HELP.contains(&format!("  {name}")),
+                "{name} missing from /help"
+            );
         }
     }
 
@@ -598,18 +614,30 @@ mod tests {
     fn image_attaches_lists_and_clears() {
         let dir = crate::util::fs::test_support::TempDir::new("slash-image");
         let path = dir.0.join("a.png");
-        std::fs::write(&path, crate::frontend::attach::tests::png_bytes(4, 3)).unwrap();
+        std::fs::write(&path, crate::core::image::test_support::png_bytes(4, 3)).unwrap();
         let path = path.to_string_lossy().into_owned();
         let mut pending = Attachments::default();
         let shown = image(&mut pending, ImageCommand::Attach(path.clone()));
         assert_eq!(shown, vec![format!("attached: {path} (4x3, image/png)")]);
         let listed = image(&mut pending, ImageCommand::List);
         assert_eq!(listed, vec![format!("1. {path} (4x3, image/png)")]);
-        let missing = image(&mut pending, ImageCommand::Attach("/nonexistent/b.png".into()));
-        assert!(missing[0].starts_with("error: cannot read the image"), "{missing:?}");
-        assert_eq!(image(&mut pending, ImageCommand::Clear), vec!["[1 attachment dropped]"]);
+        let missing = image(
+            &mut pending,
+            ImageCommand::Attach("/nonexistent/b.png".into()),
+        );
+        assert!(
+            missing[0].starts_with("error: cannot read the image"),
+            "{missing:?}"
+        );
+        assert_eq!(
+            image(&mut pending, ImageCommand::Clear),
+            vec!["[1 attachment dropped]"]
+        );
         assert!(image(&mut pending, ImageCommand::List)[0].starts_with("no images attached"));
-        assert_eq!(image(&mut pending, ImageCommand::Clear), vec!["[0 attachments dropped]"]);
+        assert_eq!(
+            image(&mut pending, ImageCommand::Clear),
+            vec!["[0 attachments dropped]"]
+        );
     }
 
     #[test]

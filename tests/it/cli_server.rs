@@ -840,7 +840,10 @@ fn an_image_given_to_the_cli_client_reaches_the_server_s_session() {
     assert_eq!(images.len(), 1, "{user}");
     assert_eq!(images[0]["at"], 0);
     assert_eq!(images[0]["mime"], "image/png");
-    assert_eq!((&images[0]["width"], &images[0]["height"]), (&json!(4), &json!(3)));
+    assert_eq!(
+        (&images[0]["width"], &images[0]["height"]),
+        (&json!(4), &json!(3))
+    );
     assert_eq!(images[0]["sha256"], crate::harness::sha256_of(&png));
 }
 
@@ -853,8 +856,14 @@ fn the_cliserver_refuses_a_bad_image_with_a_json_400() {
     let truncated = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAQAAAAD";
     for (images, expect) in [
         (json!([truncated]), "images[0]: the image does not decode"),
-        (json!(["data:text/plain;base64,aGk="]), "images[0]: unsupported image type"),
-        (json!(["https://example.com/cat.png"]), "images[0]: the image is not valid"),
+        (
+            json!(["data:text/plain;base64,aGk="]),
+            "images[0]: unsupported image type",
+        ),
+        (
+            json!(["https://example.com/cat.png"]),
+            "images[0]: the image is not valid",
+        ),
     ] {
         let body = json!({"prompt": "look", "images": images}).to_string();
         let (status, answer) = post(&server, "/request", &body);
@@ -863,7 +872,10 @@ fn the_cliserver_refuses_a_bad_image_with_a_json_400() {
         let message = answer["error"]["message"].as_str().unwrap_or_default();
         assert!(message.starts_with(expect), "{message}");
     }
-    assert!(fake.requests().is_empty(), "no model call for a refused image");
+    assert!(
+        fake.requests().is_empty(),
+        "no model call for a refused image"
+    );
     let (status, answer) = post(&server, "/request", r#"{"prompt": "hi"}"#);
     assert_eq!((status, &answer["response"]), (200, &json!("fine")));
 }

@@ -149,8 +149,11 @@ fn prompt_bodies() {
 
 #[test]
 fn prompt_images_are_decoded_or_refused() {
-    let png = crate::frontend::attach::tests::png_bytes(2, 3);
-    let url = format!("data:image/png;base64,{}", crate::util::base64::encode(&png));
+    let png = crate::core::image::test_support::png_bytes(2, 3);
+    let url = format!(
+        "data:image/png;base64,{}",
+        crate::util::base64::encode(&png)
+    );
     let body = serde_json::json!({"prompt": "what is it?", "images": [url, url]}).to_string();
     let parsed = parse_prompt(&post(&body, None)).expect("accepted");
     assert_eq!(parsed.message.content, "what is it?");
@@ -160,15 +163,28 @@ fn prompt_images_are_decoded_or_refused() {
     assert_eq!(part.image.mime, "image/png");
     // An image alone is a prompt.
     let alone = serde_json::json!({"images": [url]}).to_string();
-    assert_eq!(parse_prompt(&post(&alone, None)).unwrap().message.images.len(), 1);
+    assert_eq!(
+        parse_prompt(&post(&alone, None))
+            .unwrap()
+            .message
+            .images
+            .len(),
+        1
+    );
 
     let err = |images: serde_json::Value| {
         let body = serde_json::json!({"prompt": "p", "images": images}).to_string();
         parse_prompt(&post(&body, None)).err().expect("refused")
     };
-    let text = format!("data:text/plain;base64,{}", crate::util::base64::encode(b"hi"));
+    let text = format!(
+        "data:text/plain;base64,{}",
+        crate::util::base64::encode(b"hi")
+    );
     assert!(err(serde_json::json!([url, text])).starts_with("images[1]: unsupported image type"));
-    let truncated = format!("data:image/png;base64,{}", crate::util::base64::encode(&png[..30]));
+    let truncated = format!(
+        "data:image/png;base64,{}",
+        crate::util::base64::encode(&png[..30])
+    );
     assert!(err(serde_json::json!([truncated])).contains("does not decode"));
     assert!(err(serde_json::json!(["/etc/passwd"])).contains("data:image/"));
     assert!(err(serde_json::json!("not a list")).starts_with("invalid JSON"));
