@@ -879,3 +879,47 @@ fn the_cliserver_refuses_a_bad_image_with_a_json_400() {
     let (status, answer) = post(&server, "/request", r#"{"prompt": "hi"}"#);
     assert_eq!((status, &answer["response"]), (200, &json!("fine")));
 }
+
+/// `/image` in the REPL of a `--backend cli` client: Tab completes the
+/// command, the attachment is shown and listed, goes with the next message
+/// into the server's session, and is gone afterwards.
+#[test]
+fn repl_image_attaches_to_the_next_message_of_a_cli_client() {
+    let fake = FakeOpenAi::start(vec![Canned::sse(&text_stream(&["A red square."]))]);
+    let server = CliServer::start(&fake, &[]);
+    let png = server.sandbox.work().join("red.png");
+    crate::harness::write_png(&png, 4, 3);
+    let args = [
+        "--backend",
+        "cli",
+        "--api-base",
+        &server.base,
+        "--api-key",
+        TOKEN,
+    ];
+    let tmux = crate::terminal::Tmux::start(&server.sandbox, &args);
+    tmux.wait_for("the prompt", |s| s.trim_end().ends_with('>'));
+    tmux.type_text("/im");
+    tmux.key("Tab");
+    // tmux trims the trailing space; typing on shows it was there.
+    tmux.wait_text("> /image");
+    for (line, expected) in [
+        ("red.png", "attached: red.png (4x3, image/png)"),
+        (
+            "/image missing.png",
+            "error: cannot read the image missing.png",
+        ),
+        ("/image", "1. red.png (4x3, image/png)"),
+        ("what is it?", "A red square."),
+        ("/image clear", "[0 attachments dropped]"),
+    ] {
+        tmux.type_text(line);
+        tmux.key("Enter");
+        tmux.wait_text(expected);
+    }
+    let (_, session) = get(&server, "/session");
+    let user = &session["messages"][0];
+    assert_eq!(user["content"], "what is it?");
+    assert_eq!(user["images"][0]["sha256"], crate::harness::sha256_of(&png));
+    assert_eq!(user["images"].as_array().map(Vec::len), Some(1));
+}
