@@ -36,8 +36,9 @@ use turn::{Outcome, Toolbox, Turn, TurnConfig};
 
 /// What a front-end can ask of the agent. Operations run in the order sent.
 pub enum Op {
-    /// Run one user prompt to completion (tool rounds included).
-    Prompt(String),
+    /// Run one user message to completion (tool rounds included): its text,
+    /// and any images the user attached, which enter the session as they are.
+    Prompt(Message),
     /// Forget the conversation, keep the system prompt.
     Clear,
     /// Send a copy of the session (for display, `/session`, saving).
@@ -160,7 +161,7 @@ impl AgentHandle {
     }
 
     /// The event stream, for front-ends that `select!` over it together with
-    /// their own input instead of calling [`AgentHandle::run_prompt`].
+    /// their own input instead of calling [`AgentHandle::run_message`].
     pub fn events(&self) -> &Receiver<Event> {
         &self.events
     }
@@ -180,14 +181,15 @@ impl AgentHandle {
         self.busy.clone()
     }
 
-    /// Runs one prompt, handing every event to `on_event` until the turn's
-    /// [`Event::Stop`]. A failing handler (a closed pipe) cancels the turn.
-    pub fn run_prompt(
+    /// Runs one user message (its text and any images), handing every event to
+    /// `on_event` until the turn's [`Event::Stop`]. A failing handler (a closed
+    /// pipe) cancels the turn.
+    pub fn run_message(
         &self,
-        prompt: String,
+        message: Message,
         mut on_event: impl FnMut(&Event) -> std::io::Result<()>,
     ) -> FinishReason {
-        if !self.send(Op::Prompt(prompt)) {
+        if !self.send(Op::Prompt(message)) {
             return FinishReason::Error;
         }
         let mut handler_ok = true;
@@ -277,10 +279,10 @@ impl Agent {
             // starts with (conversation, system prompt, tools, backend).
             let changes_prompt = !matches!(op, Op::Prompt(_) | Op::Snapshot(_));
             match op {
-                Op::Prompt(prompt) => {
+                Op::Prompt(message) => {
                     self.busy.store(true, Ordering::SeqCst);
                     self.cancel.store(false, Ordering::SeqCst);
-                    let reason = self.run_turn(prompt);
+                    let reason = self.run_turn(message);
                     self.busy.store(false, Ordering::SeqCst);
                     self.emit(Event::Stop(reason));
                 }
@@ -349,11 +351,11 @@ impl Agent {
         self.session.total_tokens = self.session.estimated_tokens();
     }
 
-    /// Runs one prompt through the loop ([`Turn`]) and says how it finished;
-    /// a failure is also an [`Event::Error`].
-    fn run_turn(&mut self, prompt: String) -> FinishReason {
-        self.emit(Event::UserPrompt(prompt.clone()));
-        turn::push_message(&mut self.session, &*self.backend, Message::user(prompt));
+    /// Runs one user message through the loop ([`Turn`]) and says how it
+    /// finished; a failure is also an [`Event::Error`].
+    fn run_turn(&mut self, message: Message) -> FinishReason {
+        self.emit(Event::UserPrompt(message.content.clone()));
+        turn::push_message(&mut self.session, &*self.backend, message);
         let mut toolbox = AgentToolbox::of(&mut self.tools, &self.config);
         let mut sink = ChannelSink {
             out: &self.events,

@@ -257,6 +257,8 @@ pub const FLAGS: &[Flag] = &[
         .value(|low, flag, raw| { low.reasoning = Some(choice(flag, raw, &REASONING_LEVELS)?); Ok(()) }),
     flag("prompt", Some('e'), Val("TEXT"), S::Prompting, "Answer TEXT once, then exit")
         .text(|low, raw| low.prompt = Some(raw)),
+    flag("image", None, Val("FILE|URL"), S::Prompting, "Attach an image (PNG, JPEG, WebP, GIF) to the -e prompt, before its text (repeatable)")
+        .path(|low, path| low.images.push(path)),
     flag("system-prompt", None, Val("TEXT"), S::Prompting, "System prompt text")
         .text(|low, raw| low.system_prompt = Some(raw)),
     flag("system-prompt-file", None, Val("FILE"), S::Prompting, "Read the system prompt from FILE")
@@ -484,6 +486,8 @@ pub struct LowArgs {
     pub api_base: Option<String>,
     pub api_key: Option<String>,
     pub prompt: Option<String>,
+    /// `--image`: files or URLs attached to the `-e` prompt, in order.
+    pub images: Vec<PathBuf>,
     pub system_prompt: Option<String>,
     pub system_prompt_file: Option<PathBuf>,
     pub max_tokens: Option<i64>,
@@ -755,6 +759,11 @@ fn check_combinations(low: &LowArgs) -> Result<(), UsageError> {
     ];
     if let Some((_, a, b)) = conflicts.iter().find(|(clash, _, _)| *clash) {
         return Err(UsageError(format!("{a} and {b} cannot be used together")));
+    }
+    if !low.images.is_empty() && low.prompt.is_none() {
+        return Err(UsageError(
+            "--image attaches to the -e prompt; in the REPL and the TUI use /image PATH".into(),
+        ));
     }
     check_rpc_worker(low)
 }

@@ -7,7 +7,7 @@ use crate::backend::tensorrt::tests::{
     backend, contents, engine, field, ids, line, log, sampling, tokenizer,
 };
 use crate::backend::ToolChoice;
-use crate::core::{Event, FinishReason};
+use crate::core::{Event, FinishReason, Message};
 use crate::tools::ToolRegistry;
 
 #[test]
@@ -45,7 +45,7 @@ fn the_agent_runs_a_tool_call_and_answers() {
     let agent = AgentHandle::spawn(Box::new(backend(&dir)), tools, std::env::temp_dir(), config)
         .expect("agent");
     let mut events = Vec::new();
-    let reason = agent.run_prompt("What time is it?".into(), |e| {
+    let reason = agent.run_message(Message::user("What time is it?"), |e| {
         events.push(e.clone());
         Ok(())
     });

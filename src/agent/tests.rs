@@ -128,7 +128,7 @@ fn spawn_with(backend: Scripted, tools: ToolRegistry, max_rounds: u32) -> AgentH
 
 fn run(agent: &AgentHandle, prompt: &str) -> (Vec<Event>, FinishReason) {
     let mut events = Vec::new();
-    let reason = agent.run_prompt(prompt.into(), |e| {
+    let reason = agent.run_message(Message::user(prompt), |e| {
         events.push(e.clone());
         Ok(())
     });
@@ -415,7 +415,7 @@ fn adversarial_run(root: &std::path::Path, count: usize, deny: bool) -> (usize, 
     let approvals = agent.approvals().expect("channel approver").clone();
     let mut asked = 0;
     for n in 0..count {
-        agent.run_prompt(format!("transcript {n}"), |event| {
+        agent.run_message(Message::user(format!("transcript {n}")), |event| {
             if let Event::ApprovalRequired(request) = event {
                 asked += 1;
                 if deny {
@@ -525,7 +525,7 @@ fn an_allowed_call_runs() {
     );
     let agent = spawn_with_gate(backend, root.clone(), gate);
     let approvals = agent.approvals().unwrap().clone();
-    agent.run_prompt("go".into(), |event| {
+    agent.run_message(Message::user("go"), |event| {
         if let Event::ApprovalRequired(request) = event {
             approvals
                 .answer(&request.id, crate::approval::Answer::Allow)
@@ -606,7 +606,7 @@ fn the_agent_runs_a_grammar_forced_call() {
     let agent =
         AgentHandle::spawn(Box::new(backend), tools, std::env::temp_dir(), config).expect("agent");
     let mut events = Vec::new();
-    let reason = agent.run_prompt("What time is it?".into(), |e| {
+    let reason = agent.run_message(Message::user("What time is it?"), |e| {
         events.push(e.clone());
         Ok(())
     });
@@ -721,4 +721,34 @@ fn read_of_an_image_file_gives_the_image_only_to_a_model_that_reads_images() {
         text_only.content
     );
     std::fs::remove_file(path).unwrap();
+}
+
+/// A user message's images enter the session as they are, and the backend
+/// sees them on the message (front-ends send whole messages, `Op::Prompt`).
+#[test]
+fn a_user_message_s_images_reach_the_session_and_the_backend() {
+    use crate::core::image::{test_png, Image, ImagePart};
+    let (backend, seen) = scripted(vec![text("a picture")]);
+    let agent = spawn(backend, 5);
+    let image = Image::from_bytes(test_png(3, 2, [7, 14, 21])).expect("a png");
+    let mut message = Message::user("what is this?");
+    message.images = vec![ImagePart {
+        at: 0,
+        image: image.clone(),
+    }];
+    let mut prompts = Vec::new();
+    let reason = agent.run_message(message.clone(), |event| {
+        if let Event::UserPrompt(text) = event {
+            prompts.push(text.clone());
+        }
+        Ok(())
+    });
+    assert_eq!(reason, FinishReason::Stop);
+    assert_eq!(prompts, ["what is this?"]);
+    let sent = &seen.lock().unwrap()[0].messages[0];
+    assert_eq!(sent.images, message.images);
+    assert_eq!(sent.images[0].image.bytes, image.bytes);
+    let kept = snapshot(&agent);
+    assert_eq!(kept.messages[0].images, message.images);
+    assert_eq!(roles(&kept), [Role::User, Role::Assistant]);
 }

@@ -5,7 +5,8 @@
 //! stream open, reconnecting with backoff, and passes every typed event it
 //! decodes (through the one SSE decoder, [`crate::stream::sse`]) over a
 //! channel. [`CliBackend::generate`] queues the prompt with
-//! `POST /request {"async": true}`, then turns the events of that request id
+//! `POST /request {"async": true}` (its images as data URLs in `images`,
+//! docs/CLISERVER.md), then turns the events of that request id
 //! back into [`Event`]s for the sink until `response_complete`. The reply
 //! never carries tool calls: they already ran on the server, and their
 //! `tool_call`/`tool_result` events were shown as they happened.
@@ -152,11 +153,16 @@ impl CliBackend {
         Ok(text)
     }
 
-    fn queue_prompt(&self, prompt: &str) -> Result<u64, BackendError> {
+    fn queue_prompt(&self, message: &Message) -> Result<u64, BackendError> {
         let text = self.post(
             "/request",
             &PromptBody {
-                prompt,
+                prompt: &message.content,
+                images: message
+                    .images
+                    .iter()
+                    .map(|part| part.image.data_url())
+                    .collect(),
                 queue: true,
             },
         )?;
@@ -314,6 +320,12 @@ impl Backend for CliBackend {
         }
     }
 
+    /// The server's model decides: images are sent on, and a server whose
+    /// model takes none answers that itself.
+    fn takes_images(&self) -> bool {
+        true
+    }
+
     fn generate(
         &mut self,
         session: &Session,
@@ -321,7 +333,7 @@ impl Backend for CliBackend {
         sink: &mut dyn EventSink,
     ) -> Result<Reply, BackendError> {
         let prompt = match session.messages.last() {
-            Some(message) if message.role == Role::User => message.content.clone(),
+            Some(message) if message.role == Role::User => message,
             _ => {
                 return Err(BackendError::Protocol(
                     "the cli backend sends user prompts only".into(),
@@ -334,7 +346,7 @@ impl Backend for CliBackend {
             self.post("/clear", &Empty {})?;
         }
         self.drain_idle();
-        let id = self.queue_prompt(&prompt)?;
+        let id = self.queue_prompt(prompt)?;
         self.turns += 1;
         self.follow(id, sink)
     }
@@ -452,6 +464,9 @@ fn decode_feed(data: &str) -> Option<Feed> {
 #[derive(Serialize)]
 struct PromptBody<'a> {
     prompt: &'a str,
+    /// The message's images as `data:` URLs; the server puts them before the text.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    images: Vec<String>,
     #[serde(rename = "async")]
     queue: bool,
 }

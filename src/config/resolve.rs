@@ -326,6 +326,8 @@ pub struct Settings {
     pub disable_tools: Vec<String>,
     pub max_rounds: u32,
     pub prompt: Option<String>,
+    /// `--image`: attached to `prompt`, before its text.
+    pub images: Vec<PathBuf>,
     pub show_thinking: bool,
     pub stats: bool,
     pub timeout_secs: u64,
@@ -560,6 +562,7 @@ pub fn resolve_with(
             .or(file.max_rounds)
             .unwrap_or(DEFAULT_MAX_ROUNDS),
         prompt: low.prompt.clone(),
+        images: low.images.clone(),
         show_thinking: low.thinking || file.thinking.unwrap_or(false),
         stats: low.stats || file.stats.unwrap_or(false),
         timeout_secs: file.timeout.unwrap_or(DEFAULT_TIMEOUT_SECS),

@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-pub use decode::{Rgb, MAX_IMAGE_BYTES, MAX_PIXELS, MAX_SIDE};
+pub use decode::{Rgb, MAX_IMAGE_BYTES};
 
 /// At most this many images in one request (every message together).
 pub const MAX_IMAGES: usize = 64;
@@ -29,7 +29,7 @@ pub const MAX_IMAGES: usize = 64;
 /// An image file, checked: it decodes, within the limits.
 ///
 /// Serialised (sessions) as its type, size and hash only: the bytes live beside
-/// the session, stored by hash, and are put back with [`Image::with_bytes`].
+/// the session, stored by hash, and are read back and checked by the store.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Image {
     /// `image/png`, `image/jpeg`, `image/webp` or `image/gif`.
@@ -171,12 +171,6 @@ impl Image {
         }
         let bytes = crate::util::base64::decode(payload).map_err(ImageError::BadEncoding)?;
         Image::from_bytes(bytes)
-    }
-
-    /// The same image with its bytes put back (a session loaded from disk).
-    pub fn with_bytes(mut self, bytes: Vec<u8>) -> Image {
-        self.bytes = Arc::new(bytes);
-        self
     }
 
     /// The file as standard base64.

@@ -255,10 +255,8 @@ mod tests {
         // Inside the two-byte "é": before it.
         assert_eq!(shown(&tagged("é!", &[1])), ["[0]", "é!"]);
         // Out of order: the second stands where the first did.
-        assert_eq!(
-            shown(&tagged("abcd", &[3, 1])),
-            ["abc", "[0]", "[1]", "d"]
-        );
+        assert_eq!(shown(&tagged("abcd", &[3, 1])), ["abc", "[0]", "[1]", "d"]);
+    }
 
     #[test]
     fn map_text_moves_the_images_with_their_text() {

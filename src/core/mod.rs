@@ -17,7 +17,7 @@ pub use event::{
     Answer, ApprovalRequest, ChannelSink, Event, EventSink, FinishReason, Flow, Progress,
     PromptProgress, Stats, TokenLogprobs, TokenProb, ToolResultEvent,
 };
-pub use image::{Image, ImageError, ImagePart};
+pub use image::{Image, ImagePart};
 pub use message::{Artefact, ContentPart, Message, Role, ToolCall, ToolSpec};
 pub use session::Session;
 pub use spec::SpecMode;

@@ -67,6 +67,8 @@ pub struct Editor {
     chars: Vec<char>,
     cursor: usize,
     history: History,
+    /// Words Tab completes a line's first word from (the slash commands).
+    completions: &'static [&'static str],
     /// The previous key was a lone Esc: a second one clears the line.
     after_escape: bool,
 }
@@ -81,6 +83,12 @@ impl Editor {
         let mut editor = Editor::new();
         editor.history.entries = entries;
         editor
+    }
+
+    /// Tab completes the line's first word from `words` (e.g. `/im` to `/image `).
+    pub fn with_completions(mut self, words: &'static [&'static str]) -> Editor {
+        self.completions = words;
+        self
     }
 
     /// The buffer as text.
@@ -121,6 +129,7 @@ impl Editor {
             Key::PageDown => Action::Scroll(1),
             Key::Up => self.recall_older(),
             Key::Down => self.recall_newer(),
+            Key::Char('\t') if self.complete() => Action::Edited,
             other => {
                 self.edit(other);
                 Action::Edited
@@ -143,6 +152,42 @@ impl Editor {
             Key::Ctrl('w') => self.delete_before(self.word_start_distance()),
             _ => {}
         }
+    }
+
+    /// Completes the first word when the cursor ends it and it starts like
+    /// some of the completion words: to the one that fits (and a space), or
+    /// as far as all that fit agree. Returns false when Tab should be a tab.
+    fn complete(&mut self) -> bool {
+        let typed: String = self.chars.iter().collect();
+        if self.cursor != self.chars.len()
+            || typed.is_empty()
+            || typed.contains(char::is_whitespace)
+        {
+            return false;
+        }
+        let fits: Vec<&str> = self
+            .completions
+            .iter()
+            .copied()
+            .filter(|word| word.starts_with(&typed))
+            .collect();
+        let Some(first) = fits.first() else {
+            return false;
+        };
+        let common = fits.iter().fold(first.len(), |len, word| {
+            first
+                .chars()
+                .zip(word.chars())
+                .take_while(|(a, b)| a == b)
+                .count()
+                .min(len)
+        });
+        let mut completed: String = first.chars().take(common).collect();
+        if fits.len() == 1 {
+            completed.push(' ');
+        }
+        self.set_text(&completed);
+        true
     }
 
     fn insert(&mut self, new: &[char]) {
@@ -314,6 +359,52 @@ mod tests {
     fn with(mut keys: Vec<Key>, more: &[Key]) -> Vec<Key> {
         keys.extend_from_slice(more);
         keys
+    }
+
+    #[test]
+    fn tab_completes_slash_commands() {
+        let words: &'static [&'static str] = &["/image", "/help", "/provider", "/profile"];
+        let mut e = Editor::new().with_completions(words);
+        check(
+            &mut e,
+            &with(typed("/im"), &[Key::Char('\t')]),
+            "/image ",
+            7,
+        );
+        e.clear();
+        // Several fit: as far as they agree, then nothing more.
+        check(&mut e, &with(typed("/p"), &[Key::Char('\t')]), "/pro", 4);
+        check(&mut e, &[Key::Char('\t')], "/pro", 4);
+        check(
+            &mut e,
+            &with(typed("v"), &[Key::Char('\t')]),
+            "/provider ",
+            10,
+        );
+        e.clear();
+        // No fit, a second word, or the cursor inside: Tab is a tab.
+        check(&mut e, &with(typed("/zz"), &[Key::Char('\t')]), "/zz\t", 4);
+        e.clear();
+        check(
+            &mut e,
+            &with(typed("/image a"), &[Key::Char('\t')]),
+            "/image a\t",
+            9,
+        );
+        e.clear();
+        check(
+            &mut e,
+            &with(typed("/he"), &[Key::Left, Key::Char('\t')]),
+            "/h\te",
+            3,
+        );
+        let mut plain = Editor::new();
+        check(
+            &mut plain,
+            &with(typed("/he"), &[Key::Char('\t')]),
+            "/he\t",
+            4,
+        );
     }
 
     #[test]

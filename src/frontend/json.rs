@@ -26,7 +26,7 @@ use serde_json::Value;
 use super::stats_line::StatsLine;
 use crate::agent::{AgentHandle, Op};
 use crate::approval::Answer;
-use crate::core::{Event, FinishReason};
+use crate::core::{Event, FinishReason, Message};
 
 /// One output line.
 #[derive(Serialize)]
@@ -244,8 +244,8 @@ enum Queued {
 }
 
 impl<W: Write> Protocol<'_, W> {
-    fn start(&mut self, prompt: String) {
-        self.busy = self.agent.send(Op::Prompt(prompt));
+    fn start(&mut self, message: Message) {
+        self.busy = self.agent.send(Op::Prompt(message));
         self.ok &= self.busy;
     }
 
@@ -264,7 +264,7 @@ impl<W: Write> Protocol<'_, W> {
         }
         match parse_input(line) {
             Ok(Input::Prompt(prompt)) if self.busy => self.queue.push_back(Queued::Prompt(prompt)),
-            Ok(Input::Prompt(prompt)) => self.start(prompt),
+            Ok(Input::Prompt(prompt)) => self.start(Message::user(prompt)),
             Ok(Input::Approval { id, answer }) => {
                 let answered = self
                     .agent
@@ -291,7 +291,7 @@ impl<W: Write> Protocol<'_, W> {
                 match queued {
                     Queued::McpStatus => self.mcp_status()?,
                     Queued::Prompt(prompt) => {
-                        self.start(prompt);
+                        self.start(Message::user(prompt));
                         break;
                     }
                 }
@@ -306,11 +306,12 @@ impl<W: Write> Protocol<'_, W> {
     }
 }
 
-/// Runs the JSON protocol over `lines` (or the single `prompt`, still taking
-/// approval lines from `lines`). Returns whether every turn succeeded.
+/// Runs the JSON protocol over `lines` (or the single `prompt` of `-e`, with
+/// its `--image`s, still taking approval lines from `lines`). Returns whether
+/// every turn succeeded.
 pub fn run(
     agent: &AgentHandle,
-    prompt: Option<String>,
+    prompt: Option<Message>,
     lines: Receiver<String>,
     stop: &AtomicBool,
 ) -> bool {

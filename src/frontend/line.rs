@@ -1,4 +1,5 @@
-//! The plain front-end: one prompt from `-e`, or one prompt per input line.
+//! The plain front-end: one prompt from `-e` (with its `--image`s), or one
+//! prompt per input line.
 //!
 //! Used for scripting (`-e`, piped stdin) and, until the full-screen terminal
 //! front-end takes over, for interactive use with a `> ` prompt. Answers go to
@@ -11,22 +12,22 @@ use std::io::{self, BufRead, IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::agent::{AgentHandle, Op};
-use crate::core::FinishReason;
+use crate::core::{FinishReason, Message};
 
 use super::render::{ExactText, RenderOptions, Renderer};
 
 /// Words that end an interactive session.
 const EXIT_WORDS: [&str; 2] = ["exit", "quit"];
 
-fn run_prompt(agent: &AgentHandle, prompt: String, options: RenderOptions) -> FinishReason {
+fn run_message(agent: &AgentHandle, message: Message, options: RenderOptions) -> FinishReason {
     let mut renderer = Renderer::new(io::stdout().lock(), io::stderr(), options)
         .with_exact_text(ExactText::for_stdio());
-    agent.run_prompt(prompt, |event| renderer.render(event))
+    agent.run_message(message, |event| renderer.render(event))
 }
 
-/// Runs a single prompt. Returns whether it succeeded.
-pub fn run_once(agent: &AgentHandle, prompt: String, options: RenderOptions) -> bool {
-    run_prompt(agent, prompt, options) != FinishReason::Error
+/// Runs a single message (`-e` and its `--image`s). Returns whether it succeeded.
+pub fn run_once(agent: &AgentHandle, message: Message, options: RenderOptions) -> bool {
+    run_message(agent, message, options) != FinishReason::Error
 }
 
 /// Runs one prompt per line of `input` until EOF, `exit`, or `stop` is set
@@ -60,7 +61,7 @@ pub fn run_lines(
             agent.send(Op::Clear);
             continue;
         }
-        ok &= run_prompt(agent, prompt, options) != FinishReason::Error;
+        ok &= run_message(agent, Message::user(prompt), options) != FinishReason::Error;
         if stop.load(Ordering::SeqCst) {
             break;
         }

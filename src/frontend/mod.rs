@@ -11,6 +11,7 @@ mod access;
 mod agent_api;
 mod api_server;
 mod approve;
+mod attach;
 mod bench;
 mod cli_server;
 mod connect;
@@ -46,6 +47,7 @@ use crate::backend::{BackendInfo, ToolChoice};
 use crate::commands;
 use crate::config::resolve::{self, Mode, Settings};
 use crate::config::{self};
+use crate::core::Message;
 use crate::log;
 
 use access::{Access, ServerKind};
@@ -277,6 +279,11 @@ const COMPILED_FEATURES: [(&str, bool); 2] = [
 
 /// Runs the chat front-ends: `-e`, piped lines, or `--json`.
 fn chat(settings: &Settings) -> i32 {
+    // `--image` files are read before anything starts: a bad one is a usage error.
+    let first = match one_shot_message(settings) {
+        Ok(first) => first,
+        Err(code) => return code,
+    };
     let (agent, provider, info) = match start_agent(settings) {
         Ok(started) => started,
         Err(code) => return code,
@@ -285,7 +292,7 @@ fn chat(settings: &Settings) -> i32 {
         return run_interactive(&agent, settings, provider, &info);
     }
     let interrupted = watch_signals(&agent);
-    let ok = run_front_end(&agent, settings, &interrupted.stop);
+    let ok = run_front_end(&agent, settings, first, &interrupted.stop);
     agent.shutdown();
     match interrupted.signal.load(Ordering::SeqCst) {
         0 if ok => EXIT_OK,
@@ -458,18 +465,37 @@ fn watch_signals(agent: &AgentHandle) -> Interrupted {
     Interrupted { stop, signal }
 }
 
-fn run_front_end(agent: &AgentHandle, settings: &Settings, stop: &AtomicBool) -> bool {
+/// The `-e` prompt as a user message, its `--image`s in front of the text.
+fn one_shot_message(settings: &Settings) -> Result<Option<Message>, i32> {
+    let Some(prompt) = &settings.prompt else {
+        return Ok(None);
+    };
+    match attach::load_args(&settings.images) {
+        Ok(images) => Ok(Some(attach::user_message(prompt.clone(), images))),
+        Err(error) => {
+            eprintln!("shepherd: --image: {error}");
+            Err(EXIT_USAGE)
+        }
+    }
+}
+
+fn run_front_end(
+    agent: &AgentHandle,
+    settings: &Settings,
+    first: Option<Message>,
+    stop: &AtomicBool,
+) -> bool {
     let stdin = io::stdin();
     if settings.mode == Mode::JsonLines {
-        return json::run(agent, settings.prompt.clone(), json::stdin_lines(), stop);
+        return json::run(agent, first, json::stdin_lines(), stop);
     }
     let options = RenderOptions {
         colors: render::colors_wanted(io::stdout().is_terminal(), !settings.colors),
         show_thinking: settings.show_thinking,
         stats: settings.stats,
     };
-    match &settings.prompt {
-        Some(prompt) => line::run_once(agent, prompt.clone(), options),
+    match first {
+        Some(message) => line::run_once(agent, message, options),
         None => line::run_lines(agent, stdin.lock(), options, stop),
     }
 }

@@ -50,7 +50,8 @@ impl Interactive {
         settings: &Settings,
     ) -> (Interactive, Editor, Option<String>) {
         let history_path = crate::util::dirs::state_dir().join("history");
-        let editor = Editor::with_history(editor::load_history(&history_path));
+        let editor = Editor::with_history(editor::load_history(&history_path))
+            .with_completions(&slash::NAMES);
         let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
         let (continue_id, notice) = if settings.continue_session {
             let prompt = settings.profile.system_prompt(&settings.system_prompt);

@@ -5,7 +5,9 @@
 //! queue of text typed while the model answers) and runs commands, prompts
 //! and queued input the same way for both. Commands talk to the agent only
 //! through [`Op`]s; provider switches build the new backend with
-//! `connect.rs`. Saved sessions and the `--continue` session live in the
+//! `connect.rs`. `/image` keeps images for the next prompt ([`Attachments`],
+//! `attach.rs`), which then goes to the agent as one user message carrying
+//! them. Saved sessions and the `--continue` session live in the
 //! session store (`crate::store`, under the XDG data directory), written
 //! atomically; profiles come from config.json (`crate::config::profile`).
 
@@ -21,6 +23,7 @@ use crate::config::{self, ProviderConfig};
 use crate::core::Session;
 use crate::store::{self, Store};
 
+use super::attach::Attachments;
 use super::connect::{self, OpenError};
 
 /// How long a command waits for the agent to answer a query.
@@ -38,8 +41,26 @@ Commands:
   /load ID                      load a saved conversation
   /sessions [list|delete ID]    list or delete saved conversations
   /profile [list|use NAME]      list profiles or switch (for this session)
+  /image [PATH|URL|clear]       attach an image to your next message; alone: list them
   /quit, exit, quit             leave
 Keys: Esc or Ctrl-C cancels a reply, Esc Esc clears the line, Up/Down recall, Ctrl-D exits.";
+
+/// Every command's name, for Tab completion (the editor completes a line's
+/// first word from these).
+pub const NAMES: [&str; 12] = [
+    "/help",
+    "/clear",
+    "/provider",
+    "/model",
+    "/tools",
+    "/config",
+    "/save",
+    "/load",
+    "/sessions",
+    "/profile",
+    "/image",
+    "/quit",
+];
 
 /// A parsed slash command.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,7 +80,19 @@ pub enum Command {
     DeleteSession(String),
     Profiles,
     UseProfile(String),
+    Image(ImageCommand),
     Quit,
+}
+
+/// `/image` arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ImageCommand {
+    /// `/image`: the pending attachments.
+    List,
+    /// `/image clear`: drop them.
+    Clear,
+    /// `/image PATH` or `/image URL`: attach one to the next message.
+    Attach(String),
 }
 
 /// `/tools` arguments, kept apart from the agent's [`ToolsOp`] so parsing stays pure.
@@ -77,8 +110,35 @@ pub fn parse(line: &str) -> Option<Result<Command, String>> {
         return Some(Ok(Command::Quit));
     }
     let rest = line.strip_prefix('/')?;
+    if let Some(argument) = image_argument(rest) {
+        return Some(Ok(Command::Image(argument)));
+    }
     let words: Vec<&str> = rest.split_whitespace().collect();
     Some(parse_words(&words))
+}
+
+/// `/image`'s argument: the rest of the line is one path (spaces and all), as
+/// typed or as a terminal pastes a dropped file (quoted, or spaces escaped).
+fn image_argument(rest: &str) -> Option<ImageCommand> {
+    let argument = rest.strip_prefix("image")?;
+    if !argument.is_empty() && !argument.starts_with(char::is_whitespace) {
+        return None;
+    }
+    Some(match argument.trim() {
+        "" => ImageCommand::List,
+        "clear" => ImageCommand::Clear,
+        path => ImageCommand::Attach(unquote(path)),
+    })
+}
+
+/// `'a b.png'`, `"a b.png"` and `a\ b.png` all name `a b.png`.
+fn unquote(path: &str) -> String {
+    for quote in ['\'', '"'] {
+        if let Some(inner) = path.strip_prefix(quote).and_then(|p| p.strip_suffix(quote)) {
+            return inner.to_string();
+        }
+    }
+    path.replace("\\ ", " ")
 }
 
 fn parse_words(words: &[&str]) -> Result<Command, String> {
@@ -137,6 +197,8 @@ pub struct Conversation<'a> {
     pub session_id: Option<String>,
     pub profile: Profile,
     pub store: Store,
+    /// Images `/image` attached, sent with the next prompt.
+    pub attachments: Attachments,
 }
 
 impl<'a> Conversation<'a> {
@@ -150,17 +212,20 @@ impl<'a> Conversation<'a> {
             session_id: None,
             profile: settings.profile.clone(),
             store: Store::user(),
+            attachments: Attachments::default(),
         }
     }
 
-    /// Starts a line now (the agent is idle): a command, or a prompt.
+    /// Starts a line now (the agent is idle): a command, or a prompt (with
+    /// the images attached since the last one).
     pub fn start(&mut self, line: &str) -> Started {
         match parse(line) {
             Some(Ok(Command::Quit)) => Started::Quit,
             Some(Ok(command)) => Started::Output(self.run(command)),
             Some(Err(message)) => Started::Output(vec![message]),
             None => {
-                self.busy = self.agent.send(Op::Prompt(line.to_string()));
+                let message = self.attachments.take_into(line.to_string());
+                self.busy = self.agent.send(Op::Prompt(message));
                 Started::Prompt
             }
         }
@@ -195,6 +260,7 @@ impl<'a> Conversation<'a> {
             Command::DeleteSession(id) => self.delete_session(&id),
             Command::Profiles => self.profiles(),
             Command::UseProfile(name) => self.use_profile(&name),
+            Command::Image(command) => Ok(image(&mut self.attachments, command)),
             Command::Quit => Ok(Vec::new()),
         };
         result.unwrap_or_else(|message| vec![format!("error: {message}")])
@@ -408,6 +474,24 @@ impl<'a> Conversation<'a> {
     }
 }
 
+/// Runs `/image`: attach, list or clear; every outcome is a line to show.
+fn image(attachments: &mut Attachments, command: ImageCommand) -> Vec<String> {
+    match command {
+        ImageCommand::List => attachments.list(),
+        ImageCommand::Clear => {
+            let dropped = attachments.clear();
+            vec![format!(
+                "[{dropped} attachment{} dropped]",
+                if dropped == 1 { "" } else { "s" }
+            )]
+        }
+        ImageCommand::Attach(source) => match attachments.attach(&source) {
+            Ok(line) => vec![line],
+            Err(error) => vec![format!("error: {error}")],
+        },
+    }
+}
+
 /// A copy of the agent's session, once the queued operations before it ran.
 pub fn snapshot(agent: &AgentHandle) -> Option<Session> {
     let (tx, rx) = crossbeam_channel::bounded(1);
@@ -486,6 +570,74 @@ mod tests {
         assert!(matches!(parse("/bogus"), Some(Err(m)) if m.contains("/bogus")));
         assert!(matches!(parse("/provider use"), Some(Err(_))));
         assert!(matches!(parse("/"), Some(Err(_))));
+    }
+
+    #[test]
+    fn image_commands_parse() {
+        let attach = |path: &str| Some(Ok(Command::Image(ImageCommand::Attach(path.into()))));
+        check("/image", Some(Ok(Command::Image(ImageCommand::List))));
+        check(" /image  ", Some(Ok(Command::Image(ImageCommand::List))));
+        check(
+            "/image clear",
+            Some(Ok(Command::Image(ImageCommand::Clear))),
+        );
+        check("/image cat.png", attach("cat.png"));
+        check("/image  my pics/a b.png ", attach("my pics/a b.png"));
+        check("/image 'my pics/a b.png'", attach("my pics/a b.png"));
+        check("/image \"a b.png\"", attach("a b.png"));
+        check("/image a\\ b.png", attach("a b.png"));
+        check("/image ./clear", attach("./clear"));
+        check(
+            "/image https://example.com/x.png",
+            attach("https://example.com/x.png"),
+        );
+        assert!(matches!(parse("/images"), Some(Err(m)) if m.contains("/images")));
+        check("look at /image x", None);
+    }
+
+    #[test]
+    fn every_command_name_is_known_and_in_the_help() {
+        for name in NAMES {
+            // Alone, or with the one argument it needs (`/load ID`).
+            let known = [name.to_string(), format!("{name} x")]
+                .iter()
+                .any(|line| matches!(parse(line), Some(Ok(_))));
+            assert!(known, "{name} does not parse");
+            assert!(
+                HELP.contains(&format!("  {name}")),
+                "{name} missing from /help"
+            );
+        }
+    }
+
+    #[test]
+    fn image_attaches_lists_and_clears() {
+        let dir = crate::util::fs::test_support::TempDir::new("slash-image");
+        let path = dir.0.join("a.png");
+        std::fs::write(&path, crate::core::image::test_png(4, 3, [7, 14, 21])).unwrap();
+        let path = path.to_string_lossy().into_owned();
+        let mut pending = Attachments::default();
+        let shown = image(&mut pending, ImageCommand::Attach(path.clone()));
+        assert_eq!(shown, vec![format!("attached: {path} (4x3, image/png)")]);
+        let listed = image(&mut pending, ImageCommand::List);
+        assert_eq!(listed, vec![format!("1. {path} (4x3, image/png)")]);
+        let missing = image(
+            &mut pending,
+            ImageCommand::Attach("/nonexistent/b.png".into()),
+        );
+        assert!(
+            missing[0].starts_with("error: cannot read the image"),
+            "{missing:?}"
+        );
+        assert_eq!(
+            image(&mut pending, ImageCommand::Clear),
+            vec!["[1 attachment dropped]"]
+        );
+        assert!(image(&mut pending, ImageCommand::List)[0].starts_with("no images attached"));
+        assert_eq!(
+            image(&mut pending, ImageCommand::Clear),
+            vec!["[0 attachments dropped]"]
+        );
     }
 
     #[test]

@@ -16,6 +16,10 @@
 //! styles and connections only, no framing), so even a model reply that
 //! slipped into the DOM as markup could not run script; the page itself only
 //! ever sets `textContent`.
+//!
+//! Its Image button attaches PNG, JPEG, WebP or GIF files to the next message
+//! (thumbnails shown until it is sent): `data:` URLs in the cliserver's
+//! `/request` `images`, OpenAI `image_url` parts on the API server.
 
 use super::http::{Request, Responder};
 
@@ -26,9 +30,10 @@ const INDEX_HTML: &str = include_str!("ui/index.html");
 const APP_JS: &str = include_str!("ui/app.js");
 const APP_CSS: &str = include_str!("ui/app.css");
 
-/// Same-origin everything, no inline script or style, no plugins, no framing.
+/// Same-origin everything, no inline script or style, no plugins, no framing;
+/// images also from `data:` URLs, the thumbnails of the user's own attachments.
 const CSP: &str = "default-src 'self'; connect-src 'self'; script-src 'self'; \
-                   style-src 'self'; img-src 'self'; object-src 'none'; base-uri 'none'; \
+                   style-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; \
                    form-action 'self'; frame-ancestors 'none'";
 
 /// The content type and body of a UI path.
@@ -92,5 +97,21 @@ mod tests {
             !APP_JS.contains("innerHTML"),
             "model text only as textContent"
         );
+    }
+
+    /// The attach control: a file input for the four image types behind a
+    /// button, and the request shapes the two servers take.
+    #[test]
+    fn the_page_attaches_images() {
+        assert!(INDEX_HTML.contains(
+            "<input id=\"image-file\" type=\"file\" accept=\"image/png,image/jpeg,image/webp,image/gif\" multiple"
+        ));
+        assert!(INDEX_HTML.contains("<button id=\"attach\" type=\"button\""));
+        assert!(INDEX_HTML.contains("<div id=\"attachments\" hidden>"));
+        assert!(APP_JS.contains("type: \"image_url\", image_url: { url }"));
+        assert!(APP_JS.contains("body.images = images"));
+        assert!(APP_JS.contains("readAsDataURL"));
+        assert!(CSP.contains("img-src 'self' data:;"));
+        assert!(APP_CSS.contains("#attachments"));
     }
 }

@@ -68,7 +68,6 @@ pub enum Piece {
 pub struct ImageChunk {
     raw: NonNull<sys::mtmd_input_chunk>,
     n_tokens: usize,
-    n_pos: usize,
 }
 
 impl Drop for ImageChunk {
@@ -82,11 +81,6 @@ impl ImageChunk {
     /// The positions' worth of embeddings the image takes in the prompt.
     pub fn n_tokens(&self) -> usize {
         self.n_tokens
-    }
-
-    /// The positions it advances (fewer than its tokens for M-RoPE models).
-    pub fn n_pos(&self) -> usize {
-        self.n_pos
     }
 }
 
@@ -249,17 +243,8 @@ impl<'m> Vision<'m> {
                     let raw = NonNull::new(copy)
                         .ok_or_else(|| VisionError::Image("out of memory".into()))?;
                     // SAFETY: a live chunk (our copy).
-                    let (n_tokens, n_pos) = unsafe {
-                        (
-                            sys::mtmd_input_chunk_get_n_tokens(raw.as_ptr()),
-                            sys::mtmd_input_chunk_get_n_pos(raw.as_ptr()),
-                        )
-                    };
-                    pieces.push(Piece::Image(ImageChunk {
-                        raw,
-                        n_tokens,
-                        n_pos: n_pos.max(0) as usize,
-                    }));
+                    let n_tokens = unsafe { sys::mtmd_input_chunk_get_n_tokens(raw.as_ptr()) };
+                    pieces.push(Piece::Image(ImageChunk { raw, n_tokens }));
                 }
                 _ => return Err(VisionError::Image("an audio chunk for an image".into())),
             }

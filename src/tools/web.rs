@@ -204,6 +204,27 @@ pub fn fetch_capped(
     Err(format!("Error: more than {MAX_REDIRECTS} redirects"))
 }
 
+/// The image file at `url` (what `--allow-image-urls` and a front-end's image
+/// URL fetch): a 2xx answer's body, at most `max` bytes, under `check`'s rules.
+/// Errors are plain text for a person, not the model's "Error: ..." form.
+pub fn fetch_image(url: &str, check: AddressCheck, max: usize) -> Result<Vec<u8>, String> {
+    let call = HttpCall {
+        method: "GET".into(),
+        url: url.to_string(),
+        headers: vec![("Accept".into(), "image/*".into())],
+        body: Vec::new(),
+    };
+    let fetched = fetch_capped(call, check, max)
+        .map_err(|e| e.strip_prefix("Error: ").map_or(e.clone(), str::to_string))?;
+    if !(200..300).contains(&fetched.status) {
+        return Err(format!("{url} answered HTTP {}", fetched.status));
+    }
+    if fetched.truncated {
+        return Err(format!("{url} is over {max} bytes"));
+    }
+    Ok(fetched.body)
+}
+
 fn checked_uri(url: &str) -> Result<Uri, String> {
     let uri: Uri = url
         .trim()

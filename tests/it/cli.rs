@@ -588,3 +588,32 @@ fn version_names_revision_features_and_llama_build() {
     // that has AMX: the Makefile builds llama.cpp without them (NO_AMX).
     assert!(!run.stdout.contains("AMX_INT8 = 1"), "{}", run.stdout);
 }
+
+/// `--image` is read before anything starts: a missing file, a file that is
+/// not an image, and `--image` without `-e` are usage errors (exit 2) that
+/// name the problem, and no request is made.
+#[test]
+fn bad_image_flags_are_usage_errors() {
+    let fake = FakeOpenAi::start(Vec::new());
+    let sandbox = Sandbox::new("image-flags");
+    std::fs::write(sandbox.work().join("notes.txt"), "not an image\n").unwrap();
+    for (flags, expect) in [
+        (
+            vec!["--image", "missing.png", "-e", "hi"],
+            "--image: cannot read the image missing.png",
+        ),
+        (
+            vec!["--image", "notes.txt", "-e", "hi"],
+            "--image: notes.txt: unsupported image type",
+        ),
+        (
+            vec!["--image", "notes.txt"],
+            "--image attaches to the -e prompt",
+        ),
+    ] {
+        let run = sandbox.run(&args(&fake, &flags), "");
+        assert_eq!(run.status, Some(2), "{flags:?}: {}", run.stderr);
+        assert!(run.stderr.contains(expect), "{flags:?}: {}", run.stderr);
+    }
+    assert!(fake.requests().is_empty());
+}

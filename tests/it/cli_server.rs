@@ -808,3 +808,118 @@ fn last_user_text(body: &Value) -> String {
         .unwrap_or_default()
         .to_string()
 }
+
+/// `--image` on a `--backend cli` client: the file goes to the cliserver as a
+/// data URL, and its session's user message carries it, before the text.
+#[test]
+fn an_image_given_to_the_cli_client_reaches_the_server_s_session() {
+    let fake = FakeOpenAi::start(vec![Canned::sse(&text_stream(&["A red ", "square."]))]);
+    let server = CliServer::start(&fake, &[]);
+    let png = server.sandbox.work().join("red.png");
+    crate::harness::write_png(&png, 4, 3);
+    let run = server.sandbox.run(
+        &[
+            "--backend",
+            "cli",
+            "--api-base",
+            &server.base,
+            "--image",
+            "red.png",
+            "-e",
+            "what is this?",
+        ],
+        "",
+    );
+    assert_eq!(run.status, Some(0), "{}", run.stderr);
+    assert_eq!(run.stdout, "A red square.\n");
+    let (_, session) = get(&server, "/session");
+    let user = &session["messages"][0];
+    assert_eq!(user["role"], "user");
+    assert_eq!(user["content"], "what is this?");
+    let images = user["images"].as_array().expect("the message's images");
+    assert_eq!(images.len(), 1, "{user}");
+    assert_eq!(images[0]["at"], 0);
+    assert_eq!(images[0]["mime"], "image/png");
+    assert_eq!(
+        (&images[0]["width"], &images[0]["height"]),
+        (&json!(4), &json!(3))
+    );
+    assert_eq!(images[0]["sha256"], crate::harness::sha256_of(&png));
+}
+
+/// A bad image in `POST /request` is the client's 400 with a JSON body, before
+/// any model call; the server goes on serving.
+#[test]
+fn the_cliserver_refuses_a_bad_image_with_a_json_400() {
+    let fake = FakeOpenAi::start(vec![Canned::sse(&text_stream(&["fine"]))]);
+    let server = CliServer::start(&fake, &[]);
+    let truncated = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAQAAAAD";
+    for (images, expect) in [
+        (json!([truncated]), "images[0]: the image does not decode"),
+        (
+            json!(["data:text/plain;base64,aGk="]),
+            "images[0]: unsupported image type",
+        ),
+        (
+            json!(["https://example.com/cat.png"]),
+            "images[0]: the image is not valid",
+        ),
+    ] {
+        let body = json!({"prompt": "look", "images": images}).to_string();
+        let (status, answer) = post(&server, "/request", &body);
+        assert_eq!(status, 400, "{answer}");
+        assert_eq!(answer["error"]["type"], "invalid_request_error");
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.starts_with(expect), "{message}");
+    }
+    assert!(
+        fake.requests().is_empty(),
+        "no model call for a refused image"
+    );
+    let (status, answer) = post(&server, "/request", r#"{"prompt": "hi"}"#);
+    assert_eq!((status, &answer["response"]), (200, &json!("fine")));
+}
+
+/// `/image` in the REPL of a `--backend cli` client: Tab completes the
+/// command, the attachment is shown and listed, goes with the next message
+/// into the server's session, and is gone afterwards.
+#[test]
+fn repl_image_attaches_to_the_next_message_of_a_cli_client() {
+    let fake = FakeOpenAi::start(vec![Canned::sse(&text_stream(&["A red square."]))]);
+    let server = CliServer::start(&fake, &[]);
+    let png = server.sandbox.work().join("red.png");
+    crate::harness::write_png(&png, 4, 3);
+    let args = [
+        "--backend",
+        "cli",
+        "--api-base",
+        &server.base,
+        "--api-key",
+        TOKEN,
+    ];
+    let tmux = crate::terminal::Tmux::start(&server.sandbox, &args);
+    tmux.wait_for("the prompt", |s| s.trim_end().ends_with('>'));
+    tmux.type_text("/im");
+    tmux.key("Tab");
+    // tmux trims the trailing space; typing on shows it was there.
+    tmux.wait_text("> /image");
+    for (line, expected) in [
+        ("red.png", "attached: red.png (4x3, image/png)"),
+        (
+            "/image missing.png",
+            "error: cannot read the image missing.png",
+        ),
+        ("/image", "1. red.png (4x3, image/png)"),
+        ("what is it?", "A red square."),
+        ("/image clear", "[0 attachments dropped]"),
+    ] {
+        tmux.type_text(line);
+        tmux.key("Enter");
+        tmux.wait_text(expected);
+    }
+    let (_, session) = get(&server, "/session");
+    let user = &session["messages"][0];
+    assert_eq!(user["content"], "what is it?");
+    assert_eq!(user["images"][0]["sha256"], crate::harness::sha256_of(&png));
+    assert_eq!(user["images"].as_array().map(Vec::len), Some(1));
+}

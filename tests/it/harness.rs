@@ -264,3 +264,32 @@ pub fn runtime_dir() -> &'static Path {
         dir
     })
 }
+
+/// Writes a real RGB PNG of `width` x `height` pixels to `path` (the image
+/// tests' attachment); returns its bytes.
+pub fn write_png(path: &Path, width: u32, height: u32) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    {
+        let mut encoder = png::Encoder::new(&mut bytes, width, height);
+        encoder.set_color(png::ColorType::Rgb);
+        encoder.set_depth(png::BitDepth::Eight);
+        let mut writer = encoder.write_header().expect("png header");
+        let pixels: Vec<u8> = (0..width * height * 3).map(|i| (i * 37) as u8).collect();
+        writer.write_image_data(&pixels).expect("png data");
+    }
+    std::fs::write(path, &bytes).expect("write the png");
+    bytes
+}
+
+/// Lower-case hex SHA-256 of `path`, by `sha256sum`.
+pub fn sha256_of(path: &Path) -> String {
+    let out = Command::new("sha256sum")
+        .arg(path)
+        .output()
+        .expect("run sha256sum");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::fake_openai::{chunk, tool_call_stream, usage_chunk, Canned, FakeOpenAi};
+use crate::fake_openai::{chunk, text_stream, tool_call_stream, usage_chunk, Canned, FakeOpenAi};
 use crate::harness::{Sandbox, TOKEN};
 use crate::terminal::{Paced, PacedFake};
 
@@ -135,7 +135,8 @@ fn both_servers_serve_the_page_public_with_strict_headers() {
 }
 
 /// The upstream of the browser test: a `write` call (asks for approval), an
-/// answer with thinking, markup and usage, then text that never ends.
+/// answer with thinking, markup and usage, text that never ends, then the
+/// answer to a message with an attached image.
 fn browser_script() -> Vec<Paced> {
     let call = tool_call_stream(
         "call_ui",
@@ -154,10 +155,12 @@ fn browser_script() -> Vec<Paced> {
         timed(usage_chunk(21, 7)),
     ];
     let story = format!("data: {}\n\n", chunk(json!({"content": "story "}), None));
+    let picture = text_stream(&["I see a small ", "picture."]);
     vec![
         Paced::Whole(Canned::sse(&call).body),
         Paced::Whole(Canned::sse(&answer).body),
         Paced::Drip(story.into_bytes()),
+        Paced::Whole(Canned::sse(&picture).body),
     ]
 }
 

@@ -2,19 +2,21 @@
 
 Run by tests/it/ui.rs against a `shepherd --cliserver` whose upstream is a
 fake OpenAI server that replays, in order: a `write` tool call (which needs
-approval), an answer with thinking, markup and usage, and an endless drip of
-text (to cancel). With `api`, against `shepherd --server` instead, whose
+approval), an answer with thinking, markup and usage, an endless drip of
+text (to cancel), and the answer to a message with an attached image. With `api`, against `shepherd --server` instead, whose
 upstream replays the answer and the drip. Usage:
 
     chat_page.py [cli|api] BASE_URL TOKEN OUT_DIR
 
-Leaves screenshots in OUT_DIR (chat.png, observer.png, api.png; failure.png
+Leaves screenshots in OUT_DIR (chat.png, observer.png, attach.png, api.png; failure.png
 when it fails). Every wait is a WebDriverWait on a condition, never a sleep.
 """
 
 import os
+import struct
 import sys
 import tempfile
+import zlib
 
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
@@ -156,6 +158,36 @@ def reload_keeps_token_and_session(driver):
     log("a reload keeps the token and shows the session")
 
 
+def write_png(path, width=2, height=2):
+    """A real RGB PNG, written with zlib alone."""
+
+    def chunk(kind, data):
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    rows = b"".join(b"\x00" + bytes([200, 40, 40]) * width for _ in range(height))
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    with open(path, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+def attach_an_image(driver, out_dir):
+    path = os.path.join(out_dir, "attached.png")
+    write_png(path)
+    driver.find_element(By.ID, "image-file").send_keys(path)
+    wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#attachments .thumb img"), "the thumbnail")
+    assert driver.find_element(By.ID, "attachments").is_displayed()
+    driver.save_screenshot(os.path.join(out_dir, "attach.png"))
+    send(driver, "What is in the picture?")
+    wait(driver, lambda d: not d.find_elements(By.CSS_SELECTOR, "#attachments .thumb"), "the attachment to go")
+    wait_text(driver, ".msg.assistant .text", "I see a small picture.")
+    wait(driver, lambda d: not enabled(d, "cancel"), "the request to finish")
+    driver.refresh()
+    wait(driver, lambda d: d.find_element(By.ID, "status").text == "live", "live after a reload")
+    wait_text(driver, ".msg.user .image", "[image: image/png 2x2]")
+    log("an attached image went with the message into the session")
+
+
 def api_server(driver, base, token, out_dir):
     """`--server`: the page keeps the conversation and streams chat completions."""
     sign_in(driver, base, token, ready="ready")
@@ -182,6 +214,7 @@ def cliserver(driver, base, token, out_dir):
     cancel_a_long_answer(driver)
     driver.save_screenshot(os.path.join(out_dir, "chat.png"))
     reload_keeps_token_and_session(driver)
+    attach_an_image(driver, out_dir)
 
 
 def main():

@@ -24,7 +24,7 @@ use super::error::ApiError;
 use crate::core::image::decode::Format;
 use crate::core::image::{Image, ImageError, ImagePart, MAX_IMAGES, MAX_IMAGE_BYTES};
 use crate::core::Message;
-use crate::tools::web::{self, AddressCheck, HttpCall};
+use crate::tools::web::{self, AddressCheck};
 
 /// What the server does with an image part that names an http(s) URL.
 #[derive(Clone, Default)]
@@ -153,32 +153,11 @@ impl Images {
                 ),
             ));
         };
-        let bytes = fetch_image(url, check.clone()).map_err(|why| {
+        let bytes = web::fetch_image(url, check.clone(), MAX_IMAGE_BYTES).map_err(|why| {
             ApiError::invalid(field, format!("'{field}': cannot fetch the image: {why}"))
         })?;
         Image::from_bytes(bytes).map_err(|e| image_error(field, &e))
     }
-}
-
-/// The image at `url`: a 2xx answer's body, at most [`MAX_IMAGE_BYTES`].
-fn fetch_image(url: &str, check: AddressCheck) -> Result<Vec<u8>, String> {
-    let call = HttpCall {
-        method: "GET".into(),
-        url: url.to_string(),
-        headers: vec![("Accept".into(), "image/*".into())],
-        body: Vec::new(),
-    };
-    let fetched = web::fetch_capped(call, check, MAX_IMAGE_BYTES).map_err(|e| {
-        // The web tools' messages are written for the model ("Error: ...").
-        e.strip_prefix("Error: ").map_or(e.clone(), str::to_string)
-    })?;
-    if !(200..300).contains(&fetched.status) {
-        return Err(format!("{url} answered HTTP {}", fetched.status));
-    }
-    if fetched.truncated {
-        return Err(format!("{url} is over {MAX_IMAGE_BYTES} bytes"));
-    }
-    Ok(fetched.body)
 }
 
 /// An image refused: a 400 naming the field, with the error's own words.
@@ -251,17 +230,9 @@ pub(super) mod tests {
     use std::io::Cursor;
     use std::thread;
 
-    /// A valid `width` x `height` grey PNG.
+    /// A valid `width` x `height` PNG.
     pub fn png(width: u32, height: u32) -> Vec<u8> {
-        let mut bytes = Vec::new();
-        let mut encoder = png::Encoder::new(&mut bytes, width, height);
-        encoder.set_color(png::ColorType::Grayscale);
-        encoder.set_depth(png::BitDepth::Eight);
-        let mut writer = encoder.write_header().expect("png header");
-        let pixels = vec![128u8; (width * height) as usize];
-        writer.write_image_data(&pixels).expect("png data");
-        writer.finish().expect("png end");
-        bytes
+        crate::core::image::test_png(width, height, [128, 128, 128])
     }
 
     /// A 2x3 PNG as base64.

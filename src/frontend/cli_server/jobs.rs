@@ -9,7 +9,7 @@ use std::time::Instant;
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::agent::{AgentHandle, Op};
-use crate::core::{Event, FinishReason, Role, Session};
+use crate::core::{Event, FinishReason, Message, Role, Session};
 use crate::frontend::agent_api::AgentApi;
 use crate::stop::StopGuard;
 
@@ -28,7 +28,8 @@ pub(super) enum JobReply {
 
 pub(super) struct Job {
     id: u64,
-    prompt: String,
+    /// The user message: the prompt and the images sent with it.
+    message: Message,
     cancelled: Arc<AtomicBool>,
     reply: JobReply,
 }
@@ -149,7 +150,7 @@ impl CliServer {
             cancelled: job.cancelled.clone(),
         });
         let mut error = None;
-        let finish = self.agent.run_prompt(job.prompt.clone(), |event| {
+        let finish = self.agent.run_message(job.message.clone(), |event| {
             // A cancel that raced with the start of the turn is applied here.
             if job.cancelled.load(Ordering::SeqCst) {
                 self.agent.cancel();
@@ -165,7 +166,7 @@ impl CliServer {
                 return Ok(());
             };
             match &job.reply {
-                // The streaming client is gone: `run_prompt` cancels the turn.
+                // The streaming client is gone: `run_message` cancels the turn.
                 JobReply::Stream(tx) => tx.send(line).map_err(|_| io::ErrorKind::BrokenPipe)?,
                 JobReply::Whole(_) | JobReply::Queued => {}
             }
@@ -223,14 +224,14 @@ impl CliServer {
     /// Queues a job; `None` when the queue is full.
     pub(super) fn enqueue(
         &self,
-        prompt: String,
+        message: Message,
         reply: JobReply,
     ) -> Option<(u64, Arc<AtomicBool>)> {
         let id = self.next_id.fetch_add(1, Ordering::SeqCst);
         let cancelled = Arc::new(AtomicBool::new(false));
         let job = Job {
             id,
-            prompt,
+            message,
             cancelled: cancelled.clone(),
             reply,
         };

@@ -12,8 +12,10 @@ use serde_json::Value;
 
 use crate::agent::Op;
 use crate::approval::Answer;
+use crate::core::image::{Image, MAX_IMAGES};
 use crate::core::{Event, FinishReason, Message, Session, ToolCall};
 use crate::frontend::agent_api;
+use crate::frontend::attach;
 use crate::frontend::http::{Handler, Request, Responder, SseStream};
 use crate::frontend::ui;
 
@@ -117,6 +119,19 @@ struct SessionMessage<'a> {
     tool_calls: Vec<WireToolCall<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     thinking: Option<&'a str>,
+    /// The images the message carries, described (the bytes stay on the server).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    images: Vec<SessionImage<'a>>,
+}
+
+#[derive(Serialize)]
+struct SessionImage<'a> {
+    /// Byte offset in `content` where the image stands.
+    at: usize,
+    mime: &'a str,
+    width: u32,
+    height: u32,
+    sha256: &'a str,
 }
 
 #[derive(Serialize)]
@@ -147,6 +162,17 @@ fn session_message(message: &Message) -> SessionMessage<'_> {
         tool_call_id: message.tool_call_id.as_deref(),
         tool_calls: message.tool_calls.iter().map(wire_tool_call).collect(),
         thinking: message.thinking.as_deref(),
+        images: message
+            .images
+            .iter()
+            .map(|part| SessionImage {
+                at: part.at,
+                mime: &part.image.mime,
+                width: part.image.width,
+                height: part.image.height,
+                sha256: &part.image.sha256,
+            })
+            .collect(),
     }
 }
 
@@ -163,17 +189,29 @@ fn wire_tool_call(call: &ToolCall) -> WireToolCall<'_> {
 /// applied yet: a per-request length needs a per-prompt sampling override in
 /// the agent.
 #[derive(Deserialize)]
-pub(super) struct PromptBody {
-    pub(super) prompt: Option<String>,
+struct PromptBody {
+    prompt: Option<String>,
+    /// Images as `data:image/...;base64,...` URLs, placed before the text.
     #[serde(default)]
-    pub(super) stream: bool,
+    images: Vec<String>,
+    #[serde(default)]
+    stream: bool,
     #[serde(default, rename = "async")]
+    queue: bool,
+}
+
+/// A `POST /request` as the job queue takes it.
+pub(super) struct PromptRequest {
+    /// The user message: the prompt and its images.
+    pub(super) message: Message,
+    pub(super) stream: bool,
     pub(super) queue: bool,
 }
 
 /// Reads the prompt: a JSON body, or (for non-JSON content types) the body
-/// itself when it is not a JSON object.
-pub(super) fn parse_prompt(request: &Request) -> Result<PromptBody, String> {
+/// itself when it is not a JSON object. Every image is decoded here, so a bad
+/// one is the client's `400` and never reaches the agent.
+pub(super) fn parse_prompt(request: &Request) -> Result<PromptRequest, String> {
     let text = std::str::from_utf8(&request.body).map_err(|_| "body is not UTF-8".to_string())?;
     let is_json = request
         .header("content-type")
@@ -185,14 +223,39 @@ pub(super) fn parse_prompt(request: &Request) -> Result<PromptBody, String> {
     } else {
         PromptBody {
             prompt: Some(text.to_string()),
+            images: Vec::new(),
             stream: false,
             queue: false,
         }
     };
-    match &body.prompt {
-        Some(prompt) if !prompt.trim().is_empty() => Ok(body),
-        _ => Err("missing prompt".into()),
+    let images = decode_images(&body.images)?;
+    let prompt = body.prompt.unwrap_or_default();
+    if prompt.trim().is_empty() && images.is_empty() {
+        return Err("missing prompt".into());
     }
+    Ok(PromptRequest {
+        message: attach::user_message(prompt, images),
+        stream: body.stream,
+        queue: body.queue,
+    })
+}
+
+/// The request's `images`, each a checked [`Image`]; the first bad one is named.
+fn decode_images(urls: &[String]) -> Result<Vec<Image>, String> {
+    if urls.len() > MAX_IMAGES {
+        return Err(format!(
+            "{} images; a request carries at most {MAX_IMAGES}",
+            urls.len()
+        ));
+    }
+    urls.iter()
+        .enumerate()
+        .map(|(n, url)| {
+            Image::from_data_url(url).map_err(|error| {
+                format!("images[{n}]: {error} (images are data:image/...;base64,... URLs)")
+            })
+        })
+        .collect()
 }
 
 #[derive(Serialize)]
@@ -345,7 +408,7 @@ impl CliServer {
             Ok(body) => body,
             Err(message) => return responder.error(400, &message),
         };
-        let prompt = body.prompt.unwrap_or_default();
+        let prompt = body.message;
         if body.stream {
             let (tx, rx) = crossbeam_channel::unbounded();
             match self.enqueue(prompt, JobReply::Stream(tx)) {

@@ -126,7 +126,7 @@ fn post(body: &str, content_type: Option<&str>) -> Request {
 
 #[test]
 fn prompt_bodies() {
-    let ok = |body, t| parse_prompt(&post(body, t)).map(|b| (b.prompt.unwrap(), b.stream, b.queue));
+    let ok = |body, t| parse_prompt(&post(body, t)).map(|b| (b.message.content, b.stream, b.queue));
     assert_eq!(
         ok("just text", None),
         Ok(("just text".into(), false, false))
@@ -145,6 +145,51 @@ fn prompt_bodies() {
     assert!(err(r#"{"prompt": 5}"#, None).starts_with("invalid JSON"));
     assert_eq!(err(r#"{"stream": true}"#, None), "missing prompt");
     assert_eq!(err("   ", None), "missing prompt");
+}
+
+#[test]
+fn prompt_images_are_decoded_or_refused() {
+    let png = crate::core::image::test_png(2, 3, [7, 14, 21]);
+    let url = format!(
+        "data:image/png;base64,{}",
+        crate::util::base64::encode(&png)
+    );
+    let body = serde_json::json!({"prompt": "what is it?", "images": [url, url]}).to_string();
+    let parsed = parse_prompt(&post(&body, None)).expect("accepted");
+    assert_eq!(parsed.message.content, "what is it?");
+    assert_eq!(parsed.message.images.len(), 2);
+    let part = &parsed.message.images[0];
+    assert_eq!((part.at, part.image.width, part.image.height), (0, 2, 3));
+    assert_eq!(part.image.mime, "image/png");
+    // An image alone is a prompt.
+    let alone = serde_json::json!({"images": [url]}).to_string();
+    assert_eq!(
+        parse_prompt(&post(&alone, None))
+            .unwrap()
+            .message
+            .images
+            .len(),
+        1
+    );
+
+    let err = |images: serde_json::Value| {
+        let body = serde_json::json!({"prompt": "p", "images": images}).to_string();
+        parse_prompt(&post(&body, None)).err().expect("refused")
+    };
+    let text = format!(
+        "data:text/plain;base64,{}",
+        crate::util::base64::encode(b"hi")
+    );
+    assert!(err(serde_json::json!([url, text])).starts_with("images[1]: unsupported image type"));
+    let truncated = format!(
+        "data:image/png;base64,{}",
+        crate::util::base64::encode(&png[..30])
+    );
+    assert!(err(serde_json::json!([truncated])).contains("does not decode"));
+    assert!(err(serde_json::json!(["/etc/passwd"])).contains("data:image/"));
+    assert!(err(serde_json::json!("not a list")).starts_with("invalid JSON"));
+    let many = vec![url.clone(); crate::core::image::MAX_IMAGES + 1];
+    assert!(err(serde_json::json!(many)).contains("at most 64"));
 }
 
 #[test]

@@ -24,6 +24,7 @@ const state = {
   approvals: new Map(), // cli: tool call id -> its approval box
   pending: 0, // requests this tab has in flight
   history: [], // api: the conversation sent with each request
+  images: [], // attached for the next message: { name, url } (a data: URL)
   abort: null, // api: the running request's AbortController
 };
 
@@ -166,6 +167,56 @@ function showError(text) {
   append($("log"), el("div", "error", text));
 }
 
+// --- image attachments -------------------------------------------------------
+// Sent with the next message as data: URLs: on the cliserver in /request's
+// `images`, on the API server as OpenAI `image_url` parts.
+
+const IMAGE_TYPES = ["image/png", "image/jpeg", "image/webp", "image/gif"];
+const MAX_IMAGE_BYTES = 20 * 1024 * 1024; // the servers' cap (src/core/image/decode.rs)
+
+function readDataUrl(file) {
+  return new Promise((resolve, reject) => {
+    const reader = new FileReader();
+    reader.onload = () => resolve(reader.result);
+    reader.onerror = () => reject(reader.error);
+    reader.readAsDataURL(file);
+  });
+}
+
+async function addImages(files) {
+  for (const file of files) {
+    if (!IMAGE_TYPES.includes(file.type)) showError(file.name + ": not a PNG, JPEG, WebP or GIF image");
+    else if (file.size > MAX_IMAGE_BYTES) showError(file.name + ": larger than 20 MiB");
+    else state.images.push({ name: file.name, url: await readDataUrl(file) });
+  }
+  showAttachments();
+}
+
+function thumbnail(url, name) {
+  const img = el("img");
+  img.src = url;
+  img.alt = img.title = name || "image";
+  return img;
+}
+
+function showAttachments() {
+  const box = $("attachments");
+  box.replaceChildren();
+  state.images.forEach((image, index) => {
+    const remove = el("button", null, "×");
+    remove.type = "button";
+    remove.title = "Remove " + image.name;
+    remove.addEventListener("click", () => {
+      state.images.splice(index, 1);
+      showAttachments();
+    });
+    const thumb = el("div", "thumb");
+    thumb.append(thumbnail(image.url, image.name), remove);
+    box.appendChild(thumb);
+  });
+  box.hidden = state.images.length === 0;
+}
+
 function statsText(prompt, completion, decodeTps, prefillTps, context) {
   const parts = [prompt + " prompt tokens", completion + " generated"];
   if (decodeTps) parts.push(decodeTps.toFixed(1) + " tok/s");
@@ -287,7 +338,9 @@ function renderSession(session) {
   state.running.clear();
   for (const m of session.messages || []) {
     if (m.role === "user") {
-      newMessage("user").box.appendChild(el("div", "text", m.content));
+      const box = newMessage("user").box;
+      for (const i of m.images || []) box.appendChild(el("div", "image", "[image: " + i.mime + " " + i.width + "x" + i.height + "]"));
+      box.appendChild(el("div", "text", m.content));
     } else if (m.role === "assistant") {
       const message = newMessage("assistant");
       if (m.thinking) addPiece(message, "thinking", m.thinking);
@@ -331,8 +384,10 @@ async function follow() {
   }
 }
 
-async function sendCli(prompt) {
-  const response = await call("/request", { method: "POST", body: { prompt, stream: true } });
+async function sendCli(prompt, images) {
+  const body = { prompt, stream: true };
+  if (images.length) body.images = images;
+  const response = await call("/request", { method: "POST", body });
   if (!response.ok) return showError(await errorText(response));
   // Read to the end: leaving early would cancel the request. /updates shows
   // it; only when that stream is down are this stream's events shown.
@@ -341,9 +396,14 @@ async function sendCli(prompt) {
 
 // --- the API server: /v1/chat/completions -------------------------------------
 
-async function sendApi(prompt) {
-  state.history.push({ role: "user", content: prompt });
-  newMessage("user").box.appendChild(el("div", "text", prompt));
+async function sendApi(prompt, images) {
+  // With images, OpenAI content parts: the images, then the text.
+  const parts = images.map((url) => ({ type: "image_url", image_url: { url } }));
+  if (prompt) parts.push({ type: "text", text: prompt });
+  state.history.push({ role: "user", content: images.length ? parts : prompt });
+  const box = newMessage("user").box;
+  if (images.length) box.appendChild(el("div", "images")).append(...images.map((url) => thumbnail(url)));
+  box.appendChild(el("div", "text", prompt));
   const message = newMessage("assistant");
   const reply = { text: "", calls: [], finish: null, usage: null, timings: null };
   state.abort = new AbortController();
@@ -417,6 +477,7 @@ function updateButtons() {
   const ready = state.mode !== null && $("token-form").hidden;
   $("prompt").disabled = !ready;
   $("send").disabled = !ready;
+  $("attach").disabled = !ready;
   const busy = state.pending > 0 || state.running.size > 0;
   $("cancel").disabled = !ready || !busy;
 }
@@ -431,13 +492,16 @@ function askToken(message) {
 async function submitPrompt(event) {
   event.preventDefault();
   const prompt = $("prompt").value;
-  if (!prompt.trim()) return;
+  const images = state.images.map((image) => image.url);
+  if (!prompt.trim() && !images.length) return;
   $("prompt").value = "";
+  state.images = [];
+  showAttachments();
   state.pending++;
   updateButtons();
   try {
-    if (state.mode === "cli") await sendCli(prompt);
-    else await sendApi(prompt);
+    if (state.mode === "cli") await sendCli(prompt, images);
+    else await sendApi(prompt, images);
   } catch (error) {
     if (!(error instanceof Unauthorized)) showError(error.message);
   } finally {
@@ -509,6 +573,11 @@ function init() {
     }
   });
   $("cancel").addEventListener("click", cancel);
+  $("attach").addEventListener("click", () => $("image-file").click());
+  $("image-file").addEventListener("change", (event) => {
+    addImages([...event.target.files]).catch((error) => showError(error.message));
+    event.target.value = "";
+  });
   start();
 }
 
