@@ -35,3 +35,4 @@ mod synthetic;
 mod terminal;
 mod tool_server;
 mod ui;
+mod vision;

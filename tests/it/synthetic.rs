@@ -9,7 +9,7 @@ use crate::harness::{Sandbox, TempDir};
 use crate::models::smollm2;
 
 /// Runs the writer (standard library only: any python3) with `args`.
-fn writer(args: &[&std::ffi::OsStr]) {
+pub(crate) fn writer(args: &[&std::ffi::OsStr]) {
     let python = std::env::var("SHEPHERD_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/synthetic_gguf.py");
     let status = Command::new(python)

@@ -15,6 +15,9 @@ pub const MAX_IMAGE_BYTES: usize = 20 * 1024 * 1024;
 pub const MAX_SIDE: u32 = 16_384;
 /// The most pixels (a 48 MP phone photo, 8000 x 6000, fits); 150 MB as RGB.
 pub const MAX_PIXELS: u64 = 50_331_648;
+/// The most frames a GIF may have: only the first is read, but a file of
+/// thousands is an attack on whatever reads it next, not a picture.
+pub const MAX_GIF_FRAMES: usize = 1_000;
 
 /// An image decoded to 8-bit RGB, row by row, three bytes a pixel.
 pub struct Rgb {
@@ -122,7 +125,12 @@ fn png_rgb(bytes: &[u8]) -> Result<Rgb, ImageError> {
     };
     let mut decoder = png::Decoder::new_with_limits(Cursor::new(bytes), limits);
     decoder.set_transformations(png::Transformations::EXPAND | png::Transformations::STRIP_16);
-    let mut reader = decoder.read_info().map_err(malformed)?;
+    let mut reader = decoder.read_info().map_err(|e| match e {
+        png::DecodingError::LimitsExceeded => {
+            ImageError::TooLarge("over the decoder's memory limit".into())
+        }
+        e => malformed(e),
+    })?;
     let (width, height) = reader.info().size();
     check_size(width, height)?;
     let size = reader
@@ -206,7 +214,52 @@ fn webp_rgb(bytes: &[u8]) -> Result<Rgb, ImageError> {
     })
 }
 
+/// How many frames a GIF holds, counted by walking its blocks without decoding
+/// any: the header, the global colour table, then extensions and images, each
+/// a run of sub-blocks, to the trailer. `None` where the structure breaks.
+fn gif_frames(bytes: &[u8]) -> Option<usize> {
+    // The sub-blocks from `at` to their empty terminator: the offset after it.
+    let skip_blocks = |mut at: usize| -> Option<usize> {
+        loop {
+            let len = usize::from(*bytes.get(at)?);
+            at += 1 + len;
+            if len == 0 {
+                return Some(at);
+            }
+        }
+    };
+    let table = |flags: u8| {
+        if flags & 0x80 != 0 {
+            3 << ((flags & 7) + 1)
+        } else {
+            0
+        }
+    };
+    let mut at = 13 + table(*bytes.get(10)?);
+    let mut frames = 0;
+    loop {
+        match *bytes.get(at)? {
+            0x21 => at = skip_blocks(at + 2)?,
+            0x2c => {
+                frames += 1;
+                if frames > MAX_GIF_FRAMES {
+                    return Some(frames);
+                }
+                // The descriptor, its local table, the LZW code size, the data.
+                at = skip_blocks(at + 10 + table(*bytes.get(at + 9)?) + 1)?;
+            }
+            0x3b => return Some(frames),
+            _ => return None,
+        }
+    }
+}
+
 fn gif_rgb(bytes: &[u8]) -> Result<Rgb, ImageError> {
+    if let Some(frames) = gif_frames(bytes).filter(|&n| n > MAX_GIF_FRAMES) {
+        return Err(ImageError::TooLarge(format!(
+            "a GIF of more than {MAX_GIF_FRAMES} frames ({frames} counted so far)"
+        )));
+    }
     let mut options = gif::DecodeOptions::new();
     options.set_color_output(gif::ColorOutput::RGBA);
     options.set_memory_limit(gif::MemoryLimit::Bytes(
@@ -245,4 +298,76 @@ fn gif_rgb(bytes: &[u8]) -> Result<Rgb, ImageError> {
         height,
         data,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A GIF of `frames` one-pixel frames, written byte by byte.
+    pub(crate) fn gif(frames: usize) -> Vec<u8> {
+        let mut out = b"GIF89a\x01\x00\x01\x00\x80\x00\x00\x00\x00\x00\xff\xff\xff".to_vec();
+        for _ in 0..frames {
+            // One pixel of colour 0: clear, 0, end (LZW, 3-bit codes).
+            out.extend_from_slice(b"\x2c\x00\x00\x00\x00\x01\x00\x01\x00\x00\x02\x02\x44\x01\x00");
+        }
+        out.push(0x3b);
+        out
+    }
+
+    #[test]
+    fn a_gif_gives_its_first_frame_and_one_of_thousands_of_frames_is_refused() {
+        let rgb = decode(Format::Gif, &gif(3)).unwrap();
+        assert_eq!((rgb.width, rgb.height, rgb.data), (1, 1, vec![0, 0, 0]));
+        assert_eq!(gif_frames(&gif(MAX_GIF_FRAMES)), Some(MAX_GIF_FRAMES));
+        let many = decode(Format::Gif, &gif(10_000));
+        assert!(
+            matches!(many, Err(ImageError::TooLarge(_))),
+            "{:?}",
+            many.err()
+        );
+    }
+
+    #[test]
+    fn a_huge_header_over_a_tiny_body_is_refused_before_any_allocation() {
+        // A PNG that claims 10,000 x 10,000 pixels: its IHDR, then nothing.
+        let mut png = b"\x89PNG\r\n\x1a\n\x00\x00\x00\x0dIHDR".to_vec();
+        png.extend_from_slice(&10_000u32.to_be_bytes());
+        png.extend_from_slice(&10_000u32.to_be_bytes());
+        png.extend_from_slice(&[8, 2, 0, 0, 0]);
+        let crc = png_crc(&png[12..]);
+        png.extend_from_slice(&crc.to_be_bytes());
+        // A first data chunk of a few bytes, as a hostile file would send.
+        png.extend_from_slice(b"\x00\x00\x00\x08IDATx\x9c\x03\x00\x00\x00\x00\x01");
+        let crc = png_crc(&png[png.len() - 12..]);
+        png.extend_from_slice(&crc.to_be_bytes());
+        let refused = decode(Format::Png, &png);
+        assert!(
+            matches!(refused, Err(ImageError::TooLarge(_))),
+            "{:?}",
+            refused.err()
+        );
+        // A JPEG cut after its first marker.
+        let jpeg = b"\xff\xd8\xff\xe0\x00\x10JFIF\x00\x01".to_vec();
+        assert!(matches!(
+            decode(Format::Jpeg, &jpeg),
+            Err(ImageError::Malformed(_))
+        ));
+    }
+
+    /// The CRC-32 of a PNG chunk (type and data).
+    fn png_crc(bytes: &[u8]) -> u32 {
+        let mut crc = !0u32;
+        for &byte in bytes {
+            crc ^= u32::from(byte);
+            for _ in 0..8 {
+                crc = if crc & 1 != 0 {
+                    (crc >> 1) ^ 0xedb8_8320
+                } else {
+                    crc >> 1
+                };
+            }
+        }
+        !crc
+    }
 }
