@@ -197,7 +197,10 @@ impl Turn<'_> {
             gate: &mut *self.gate,
             cancel: &self.tool_ctx.cancel,
         };
-        let text_only = if self.backend.takes_images() {
+        // Asked only of a session that holds images: the answer can cost a
+        // request (Ollama's `/api/show`).
+        let holds_images = self.session.messages.iter().any(|m| !m.images.is_empty());
+        let text_only = if !holds_images || self.backend.takes_images() {
             None
         } else {
             tool_images_as_text(self.session)
@@ -294,9 +297,10 @@ impl Turn<'_> {
         let side_effecting = registry
             .get(&call.name)
             .map(|tool| tool.side_effecting(&call.arguments));
-        // Asked at each call: a provider switch mid-session changes the answer.
+        // Asked at each call that reads a file (a provider switch mid-session
+        // changes the answer), and only then: it can cost a request.
         let ctx = &ToolContext {
-            takes_images: self.backend.takes_images(),
+            takes_images: call.name == "read" && self.backend.takes_images(),
             ..self.tool_ctx.clone()
         };
         let sink = &mut *self.sink;
