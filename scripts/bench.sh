@@ -452,8 +452,14 @@ if runs 6 && [ -n "$PROJECTOR" ]; then
   [ -f "$VISION_MODEL" ] || $PYTHON scripts/synthetic_gguf.py --like smollm2-135m --tokenizer-from "$MODEL" \
     --special '<fake_token_around_image>' --special '<global-img>' "$VISION_MODEL" >&2
   PIDS=() SPEC_SERVERS=()
-  start_server llama-server "$(free_port)" "$SERVER" -m "$VISION_MODEL" --mmproj "$MMPROJ" -t "$THREADS" \
-    -tb "$THREADS" -ngl "$NGL" --parallel 1 -c "$SERVER_CTX"
+  VISION_LLAMA=(-m "$VISION_MODEL" --mmproj "$MMPROJ" -t "$THREADS" -tb "$THREADS" -ngl "$NGL" --parallel 1
+    -c "$SERVER_CTX")
+  start_server llama-server "$(free_port)" "$SERVER" "${VISION_LLAMA[@]}"
+  # llama-server's flash attention is its auto (on, the CPU included); shepherd's text
+  # model's is off on the CPU for small heads: llama-server without it as well, so
+  # that one row holds the text model's kernels equal (-fa off turns it off in
+  # llama-server's projector too, where shepherd leaves the projector at libmtmd's auto).
+  start_server llama-server-fa-off "$(free_port)" "$SERVER" "${VISION_LLAMA[@]}" -fa off
   start_server shepherd "$(free_port)" "$SHEPHERD" --server -m "$VISION_MODEL" --mmproj "$MMPROJ" \
     --threads "$THREADS" --gpu-layers "$NGL" --context-size "$SERVER_CTX" --no-prompt-cache
   echo "image prefill on $(basename "$VISION_MODEL") with a random $PROJECTOR projector" >&2

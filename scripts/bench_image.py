@@ -117,9 +117,10 @@ def report(servers, fresh, cached):
         return run[0] / run[1] * 1000 if run[1] else 0.0
 
     base = servers[0][0]
+    w = max(len(name) for name, _ in servers)
     print(f"image prefill: one {SIDE}x{SIDE} PNG and a question, max_tokens 1, medians of "
           f"{ROUNDS} interleaved rounds; a fresh picture each round, then the same request again")
-    print(f"  {'server':<14} {'tokens':>6} {'prompt t/s':>10} {'ratio':>6} {'paired':>7} "
+    print(f"  {'server':<{w}} {'tokens':>6} {'prompt t/s':>10} {'ratio':>6} {'paired':>7} "
           f"{'wall ms':>8} {'ratio':>6} {'cached ms':>9} {'cached/fresh':>12} {'cached wall':>11}")
     for name, _ in servers:
         mine, first = fresh[name], fresh[base]
@@ -134,7 +135,7 @@ def report(servers, fresh, cached):
         share = med(c[1] / f[1] for c, f in zip(cached[name], mine) if f[1])
         cached_wall = med(c[3] / f[3] for c, f in zip(cached[name], mine))
         tokens = "-".join(str(t) for t in sorted({min(r[0] for r in mine), max(r[0] for r in mine)}))
-        print(f"  {name:<14} {tokens:>6} {tps:10.1f} {ratio:5.2f}x {paired:6.2f}x {wall:8.0f} "
+        print(f"  {name:<{w}} {tokens:>6} {tps:10.1f} {ratio:5.2f}x {paired:6.2f}x {wall:8.0f} "
               f"{wall_ratio:5.2f}x {cached_ms:9.1f} {100 * share:11.1f}% {100 * cached_wall:10.1f}%")
     cached_n = {name: med(r[2] for r in cached[name]) for name, _ in servers}
     print("  (tokens: the fresh request's prompt_n, the cached text before the image left out; "
