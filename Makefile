@@ -68,7 +68,7 @@ TENSORRT ?=
 CARGO_FEATURES += $(if $(TENSORRT),--features tensorrt,)
 export TRTLLM_ROOT
 
-.PHONY: compat compat-suite fuzz soak all build deps test chat-templates test-tensorrt check-trtllm-shim vendor-trtllm-headers fmt clippy clean no-async-runtime check-layers model swa-model run bench jinja2 mcp-servers valgrind bench-cliserver bench-llama bench-server openai-py test-tools
+.PHONY: compat compat-suite fuzz soak all build deps test chat-templates test-tensorrt check-trtllm-shim vendor-trtllm-headers fmt clippy clean no-async-runtime check-layers model swa-model run bench jinja2 mcp-servers valgrind bench-cliserver bench-llama bench-server bench-image openai-py test-tools
 .PHONY: static vendor dist install uninstall check-static check-install offline-static release-deps
 .PHONY: cuda-toolkit cuda-link-dynamic cuda-link-static check-cuda check-cuda-build check-cuda-if-changed check-cuda-inputs gpu-carry
 
@@ -234,6 +234,10 @@ bench-llama: deps model swa-model
 
 bench-server: deps model swa-model
 	$(BENCH_ENV) scripts/bench.sh --servers-only
+
+# Image prefill alone (part six): shepherd and llama-server with the same projector.
+bench-image: deps model swa-model
+	$(BENCH_ENV) scripts/bench.sh --image-only
 
 # llama-server and `shepherd --server` side by side on the same 50 requests on SmolLM2
 # (scripts/compat_llama_server.py): statuses, shapes, the keys each API documents, and

@@ -8,7 +8,9 @@
 # tokens/s, and the same scripted conversation's time to first token over HTTP; and
 # the cold one-shot's time to first token with the prompt cache empty and warm
 # against --notools (scripts/bench_oneshot.py); then speculative decoding against
-# llama-server's draftless drafters (scripts/bench_spec.py).
+# llama-server's draftless drafters (scripts/bench_spec.py); the agent's own requests
+# (scripts/bench_agent.py); and image prefill with a vision projector, a new picture and
+# the same one again (scripts/bench_image.py).
 # llama-bench is built once from the llama-cpp-python==0.3.36 sdist (it vendors the
 # full llama.cpp tree) and cached under $CACHE/llama-bench; a second llama-bench, the
 # same source built against the llama.cpp that shepherd links, takes the version
@@ -104,7 +106,19 @@ CMAKE
 }
 # --build-only (`make compat`): the tools built, llama-server's path printed.
 if [ "${1:-}" = "--build-only" ]; then echo "$SERVER"; exit 0; fi
-PART=${1:-all}  # all | --servers-only (parts two to four) | --llama-only | --spec-only | --agent-only (part four or five alone)
+PART=${1:-all}  # all | --llama-only (part one) | --servers-only (parts two to four, and six) | --spec-only | --agent-only | --image-only (part four, five or six alone)
+# Whether this run measures part $1 (a number).
+runs() {
+  case $PART in
+    all) true ;;
+    --llama-only) [ "$1" = 1 ] ;;
+    --servers-only) [ "$1" != 1 ] && [ "$1" != 5 ] ;;
+    --spec-only) [ "$1" = 4 ] ;;
+    --agent-only) [ "$1" = 5 ] ;;
+    --image-only) [ "$1" = 6 ] ;;
+    *) echo "bench.sh: no part $PART" >&2; exit 2 ;;
+  esac
+}
 
 # What the numbers were measured on: the CPU, and the instruction sets the builds
 # use (a native build everything the CPU has, as llama.cpp's GGML_NATIVE; a portable
@@ -128,7 +142,7 @@ ROUNDS=${ROUNDS:-5}
 # The depth of the deep generation test: about an agent's opening (system prompt and
 # tool descriptions).
 DEPTH=${DEPTH:-1536}
-if [ "$PART" != "--servers-only" ] && [ "$PART" != "--spec-only" ] && [ "$PART" != "--agent-only" ]; then
+if runs 1; then
 # SHEPHERD_TEST_BIN: a release test binary built elsewhere (a GPU box with no Rust
 # toolchain); by default cargo builds it here.
 if [ -n "${SHEPHERD_TEST_BIN:-}" ]; then
@@ -324,7 +338,7 @@ server_pair() {
     "llama-server=http://127.0.0.1:$LLAMA_PORT" "shepherd=http://127.0.0.1:$SHEPHERD_PORT"
   cleanup
 }
-if [ "$PART" != "--spec-only" ] && [ "$PART" != "--agent-only" ]; then
+if runs 2; then
 server_pair "$SERVER_CTX"
 # The same streams, each opening with one long system prompt (about 1,500 tokens: an
 # agent's instructions and tools), as a front-end's requests do; each slot has room
@@ -358,7 +372,7 @@ if [ -n "${DRAFT_MAX:-}" ]; then
   MOD_DRAFT=(--spec-ngram-mod-n-max "$DRAFT_MAX" --spec-ngram-mod-n-min "$(( DRAFT_MAX < 48 ? DRAFT_MAX : 48 ))")
   SIMPLE_DRAFT=(--spec-ngram-simple-size-m "$DRAFT_MAX")
 fi
-if [ "$PART" != "--agent-only" ]; then
+if runs 4; then
 SHEPHERD_ARGS=(--server --threads "$THREADS" --gpu-layers "$NGL" --context-size "$SERVER_CTX" -m "$MODEL" --no-prompt-cache)
 LLAMA_ARGS=(-m "$MODEL" -t "$THREADS" -tb "$THREADS" -ngl "$NGL" --parallel 1 -c "$SERVER_CTX")
 start_server shepherd-off "$(free_port)" "$SHEPHERD" "${SHEPHERD_ARGS[@]}" --spec off
@@ -386,8 +400,8 @@ fi
 # tokens; and for SmolLM2, also its shape with random weights and the marker as one
 # control token (scripts/synthetic_gguf.py), where llama-server triggers its grammar on
 # the token itself, its fastest path.
-# Only with the whole bench or --agent-only (--servers-only and --spec-only stop before).
-[ "$PART" = all ] || [ "$PART" = --agent-only ] || exit 0
+# Only with the whole bench or --agent-only.
+if runs 5; then
 TEMPLATE="$(PYTHON=$PYTHON scripts/llama-sdist.sh "$DIR")/models/templates/Qwen-Qwen2.5-7B-Instruct.jinja"
 AGENT_REQUEST="$DIR/agent-request.json"
 $PYTHON scripts/bench_agent.py --record "$SHEPHERD" "$AGENT_REQUEST"
@@ -416,3 +430,39 @@ case ${AGENT_SYNTHETIC:-1}:$(basename "$MODEL") in
     agent_servers "$SYNTHETIC"
     ;;
 esac
+fi
+
+# Part six: image prefill (scripts/bench_image.py): a vision model (a text model and
+# its projector, `--mmproj`) in both servers with the same threads and context, the
+# same chat request with one picture, a new one each round and then the same again.
+# For SmolLM2, its shape with random weights and SmolVLM's image markers and a random
+# idefics3 projector (SmolVLM's); for Gemma 3 270M, the model itself and a random
+# gemma3 projector (scripts/synthetic_gguf.py). Written once into $DIR/vision, where
+# no other model lies: shepherd loads an mmproj-*.gguf it finds beside a model.
+VISION="$DIR/vision"
+case $(basename "$MODEL") in
+  SmolLM2*) VISION_MODEL="$VISION/smollm2-shape-vision.gguf" PROJECTOR=idefics3 ;;
+  gemma-3*) VISION_MODEL="$MODEL" PROJECTOR=gemma3 ;;
+  *) VISION_MODEL="" PROJECTOR="" ;;
+esac
+if runs 6 && [ -n "$PROJECTOR" ]; then
+  mkdir -p "$VISION"
+  MMPROJ="$VISION/mmproj-$PROJECTOR.gguf"
+  [ -f "$MMPROJ" ] || $PYTHON scripts/synthetic_gguf.py --projector "$PROJECTOR" "$MMPROJ" >&2
+  [ -f "$VISION_MODEL" ] || $PYTHON scripts/synthetic_gguf.py --like smollm2-135m --tokenizer-from "$MODEL" \
+    --special '<fake_token_around_image>' --special '<global-img>' "$VISION_MODEL" >&2
+  PIDS=() SPEC_SERVERS=()
+  VISION_LLAMA=(-m "$VISION_MODEL" --mmproj "$MMPROJ" -t "$THREADS" -tb "$THREADS" -ngl "$NGL" --parallel 1
+    -c "$SERVER_CTX")
+  start_server llama-server "$(free_port)" "$SERVER" "${VISION_LLAMA[@]}"
+  # llama-server's flash attention is its auto (on, the CPU included); shepherd's text
+  # model's is off on the CPU for small heads: llama-server without it as well, so
+  # that one row holds the text model's kernels equal (-fa off turns it off in
+  # llama-server's projector too, where shepherd leaves the projector at libmtmd's auto).
+  start_server llama-server-fa-off "$(free_port)" "$SERVER" "${VISION_LLAMA[@]}" -fa off
+  start_server shepherd "$(free_port)" "$SHEPHERD" --server -m "$VISION_MODEL" --mmproj "$MMPROJ" \
+    --threads "$THREADS" --gpu-layers "$NGL" --context-size "$SERVER_CTX" --no-prompt-cache
+  echo "image prefill on $(basename "$VISION_MODEL") with a random $PROJECTOR projector" >&2
+  ROUNDS=${IMAGE_ROUNDS:-8} $PYTHON scripts/bench_image.py "${SPEC_SERVERS[@]}"
+  cleanup
+fi

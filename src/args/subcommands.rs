@@ -247,7 +247,7 @@ const COMPLETIONS_ACTIONS: &[Action] = &[
 
 #[rustfmt::skip]
 const MODELS_ACTIONS: &[Action] = &[
-    action("list", &["[list]"], ActionFirst, &[], "List the GGUF files in models_dir and the model cache: size, architecture, parameters, quantisation, context, template (the default action)"),
+    action("list", &["[list]"], ActionFirst, &[], "List the GGUF files in models_dir and the model cache: size, architecture, parameters, quantisation, context, template, the vision projector beside each; projectors listed apart (the default action)"),
 ];
 
 #[rustfmt::skip]

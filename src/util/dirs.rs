@@ -81,4 +81,19 @@ pub mod test_models {
         );
         path
     }
+
+    /// Runs `scripts/synthetic_gguf.py` (standard library only) with `args`
+    /// under `SHEPHERD_TEST_PYTHON` (default `python3`); panics, failing the
+    /// test, when it does not succeed.
+    pub fn synthetic_gguf(args: &[&std::ffi::OsStr]) {
+        let python = std::env::var("SHEPHERD_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/synthetic_gguf.py");
+        let status = std::process::Command::new(&python)
+            .arg(script)
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("run synthetic_gguf.py");
+        assert!(status.success(), "synthetic_gguf.py {args:?}");
+    }
 }

@@ -77,10 +77,11 @@ fn models_lists_both_test_models_with_their_header_fields() {
         .collect();
     assert_eq!(
         rows[0],
-        ["NAME", "SIZE", "ARCH", "PARAMS", "QUANT", "CONTEXT", "TEMPLATE"]
+        ["NAME", "SIZE", "ARCH", "PARAMS", "QUANT", "CONTEXT", "TEMPLATE", "VISION"]
     );
     // Sizes, architectures, parameter counts, file types, context lengths and
-    // templates as an independent GGUF reader finds them in these files.
+    // templates as an independent GGUF reader finds them in these files; no
+    // projector lies beside either.
     assert_eq!(
         rows[1],
         [
@@ -91,6 +92,7 @@ fn models_lists_both_test_models_with_their_header_fields() {
             "268M",
             "Q4_K_M",
             "32768",
+            "no",
             "no"
         ]
     );
@@ -104,7 +106,8 @@ fn models_lists_both_test_models_with_their_header_fields() {
             "135M",
             "Q4_1",
             "8192",
-            "yes"
+            "yes",
+            "no"
         ]
     );
     assert_eq!(rows.len(), 3, "{}", run.stdout);

@@ -1547,8 +1547,6 @@ fn vision_backend() -> (LlamaBackend, PathBuf) {
             .as_nanos()
     ));
     std::fs::create_dir_all(&dir).unwrap();
-    let python = std::env::var("SHEPHERD_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/synthetic_gguf.py");
     let model = dir.join("smol-vision.gguf");
     let mmproj = dir.join("mmproj-smol-vision.gguf");
     let tokenizer = test_model_path();
@@ -1571,13 +1569,7 @@ fn vision_backend() -> (LlamaBackend, PathBuf) {
         ],
     ];
     for args in runs {
-        let status = std::process::Command::new(&python)
-            .arg(script)
-            .args(&args)
-            .stdout(std::process::Stdio::null())
-            .status()
-            .expect("run synthetic_gguf.py");
-        assert!(status.success(), "synthetic_gguf.py {args:?}");
+        crate::util::dirs::test_models::synthetic_gguf(&args);
     }
     let mut config = LlamaConfig::new(model);
     config.context_size = Some(2048);
