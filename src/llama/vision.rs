@@ -158,7 +158,8 @@ impl<'m> Vision<'m> {
 
     /// The pieces an RGB image (`width` x `height`, 3 bytes a pixel) becomes:
     /// the projector's text tokens around it and the image chunk, which libmtmd
-    /// caches under `id` (the file's SHA-256).
+    /// caches under `id` (the file's SHA-256). Long because each C object it
+    /// makes (bitmap, chunk list, copied chunks) is wrapped and checked in turn.
     pub fn pieces(
         &self,
         rgb: &[u8],
