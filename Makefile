@@ -510,9 +510,10 @@ STATIC_BIN ?= dist/shepherd
 STATIC_RUSTFLAGS := $(if $(CUDA),,-C target-feature=+crt-static)
 COMMA := ,
 STATIC_FEATURES := --features $(if $(CUDA),static$(COMMA)cuda,static)
-# The CPU binary was 18.09 MB on 2026-11-29 (llama.cpp and every route of the servers):
-# the cap keeps growth visible, not a target.
-MAX_STATIC_MB ?= 20
+# The CPU binary was 18.09 MB on 2026-11-29 (llama.cpp and every route of the servers),
+# 20.01 MB once vision joined it (libmtmd's projectors and the PNG, JPEG, WebP and GIF
+# decoders, 2026-11-29): the cap keeps growth visible, not a target.
+MAX_STATIC_MB ?= 22
 DIST_NAME := shepherd-$(VERSION)-x86_64-linux$(if $(CUDA),-cuda,)
 PREFIX ?= /usr/local
 DESTDIR ?=
