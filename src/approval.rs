@@ -20,7 +20,7 @@
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
@@ -29,6 +29,7 @@ use crate::audit::{AuditLog, AuditRecord, DecidedBy, Verdict};
 pub use crate::core::Answer;
 use crate::core::{ApprovalRequest, Event, ToolCall};
 use crate::tools::{pattern, ToolOutput};
+use crate::util::sync::lock;
 
 /// What the policy says about one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -204,10 +205,6 @@ impl Approvals {
     pub fn is_pending(&self, id: &str) -> bool {
         lock(&self.pending).contains(id)
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Asks through the event stream and waits for the front-end's answer.

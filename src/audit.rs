@@ -121,7 +121,7 @@ impl AuditLog {
         };
         let mut line = crate::redact::value(&record).to_string();
         line.push('\n');
-        let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        let mut file = crate::util::sync::lock(&self.file);
         if let Err(error) = file.write_all(line.as_bytes()) {
             crate::log::debug(crate::log::Category::Tools, || {
                 format!("audit log write failed: {error}")

@@ -73,7 +73,7 @@ fn add_secret(secret: &str) {
     if secret.chars().count() < MIN_SECRET_CHARS || REDACTED.contains(secret) {
         return;
     }
-    let mut secrets = registry().write().unwrap_or_else(|e| e.into_inner());
+    let mut secrets = crate::util::sync::write(registry());
     if !secrets.iter().any(|known| known == secret) {
         secrets.push(secret.to_string());
         // Longest first, so a secret that contains another is replaced whole.
@@ -84,7 +84,7 @@ fn add_secret(secret: &str) {
 /// `text` with every registered secret replaced and shapes left alone: for
 /// prose, where shape rules would blank ordinary words.
 pub fn known_secrets(text: &str) -> String {
-    let secrets = registry().read().unwrap_or_else(|e| e.into_inner());
+    let secrets = crate::util::sync::read(registry());
     let mut out = text.to_string();
     for secret in secrets.iter() {
         if out.contains(secret.as_str()) {

@@ -37,7 +37,7 @@ impl StopRegistry {
     /// Registers an action run on every stop.
     pub fn register(&self, stop: impl Fn() + Send + Sync + 'static) -> StopGuard {
         let stopper: Arc<Stopper> = Arc::new(stop);
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let mut entries = crate::util::sync::lock(&self.entries);
         entries.retain(|w| w.strong_count() > 0);
         entries.push(Arc::downgrade(&stopper));
         StopGuard { _stopper: stopper }
@@ -47,7 +47,7 @@ impl StopRegistry {
     pub fn stop_all(&self) -> usize {
         // Collect first so a stopper may itself use the registry.
         let live: Vec<Arc<Stopper>> = {
-            let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+            let mut entries = crate::util::sync::lock(&self.entries);
             entries.retain(|w| w.strong_count() > 0);
             entries.iter().filter_map(Weak::upgrade).collect()
         };
@@ -60,7 +60,7 @@ impl StopRegistry {
     /// Entries currently registered (tests watch a call register itself).
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let entries = crate::util::sync::lock(&self.entries);
         entries.iter().filter(|w| w.strong_count() > 0).count()
     }
 }

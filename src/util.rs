@@ -12,4 +12,5 @@ pub mod net;
 #[cfg(test)]
 pub mod rng;
 pub mod sha256;
+pub mod sync;
 pub mod time;

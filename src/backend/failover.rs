@@ -56,7 +56,7 @@ struct BoardState {
 impl Board {
     fn state(&self) -> MutexGuard<'_, BoardState> {
         // The counters stay consistent even if a holder panicked.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        crate::util::sync::lock(&self.state)
     }
 
     /// Chooses among `candidates` (indices into `chain`, one tier) and counts

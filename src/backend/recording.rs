@@ -230,7 +230,7 @@ impl Tape {
         let Some(shared) = &self.shared else {
             return Ok(());
         };
-        let mut state = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = crate::util::sync::lock(&shared.state);
         if state.prepared {
             return Ok(());
         }
@@ -254,7 +254,7 @@ impl Tape {
         };
         self.prepare("unknown", "unknown")?;
         let index = {
-            let mut state = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+            let mut state = crate::util::sync::lock(&shared.state);
             state.last += 1;
             state.last
         };

@@ -18,7 +18,7 @@ use std::collections::VecDeque;
 use std::io::{self, Read};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Accepts connections on `listener` forever: each one within the cap of `max`
@@ -127,7 +127,7 @@ impl Gate {
     }
 
     fn lock_readers(&self) -> std::sync::MutexGuard<'_, Readers> {
-        self.readers.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::util::sync::lock(&self.readers)
     }
 }
 

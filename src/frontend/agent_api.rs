@@ -35,6 +35,7 @@ use crate::config::profile::{self, EditError, Profile};
 use crate::core::ToolCall;
 use crate::stop::StopRegistry;
 use crate::tools::{self, ToolContext, ToolRegistry};
+use crate::util::sync::{lock, read};
 
 use super::http::{Request, Responder};
 
@@ -119,7 +120,7 @@ impl AgentApi {
     /// The active profile's registry built again (with the MCP servers' tools as
     /// they are now), kept for the next calls.
     fn rebuild(&self) -> Arc<ToolRegistry> {
-        let mut active = self.active.write().unwrap_or_else(|e| e.into_inner());
+        let mut active = crate::util::sync::write(&self.active);
         active.registry = restricted(&self.make_registry, &active.profile);
         active.registry.clone()
     }
@@ -131,7 +132,7 @@ impl AgentApi {
         if let Some(hook) = lock(&self.hook).as_ref() {
             hook(&profile, &prompt);
         }
-        let mut active = self.active.write().unwrap_or_else(|e| e.into_inner());
+        let mut active = crate::util::sync::write(&self.active);
         *active = Active { profile, registry };
     }
 }
@@ -140,14 +141,6 @@ fn restricted(make: &RegistryFactory, profile: &Profile) -> Arc<ToolRegistry> {
     let mut registry = make();
     profile.apply_tools(&mut registry);
     Arc::new(registry)
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn read(lock: &RwLock<Active>) -> std::sync::RwLockReadGuard<'_, Active> {
-    lock.read().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Without an MCP manager: the servers config.json names, as configured.

@@ -284,7 +284,7 @@ pub fn connect(workers: &[Worker]) -> Result<(), RpcError> {
     install_abort_callback();
     for worker in workers {
         {
-            let mut registered = WORKERS.lock().unwrap_or_else(|e| e.into_inner());
+            let mut registered = crate::util::sync::lock(&WORKERS);
             if registered.contains(worker) {
                 continue;
             }
@@ -326,9 +326,7 @@ const KEEPALIVE: sys_tcp::KeepAlive = sys_tcp::KeepAlive {
 /// made: ggml connects for good while loading (the probe in [`connect`] and the
 /// device count ask on connections of their own, closed at once).
 pub fn keep_connections_alive() -> usize {
-    let workers: Vec<SocketAddrV4> = WORKERS
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
+    let workers: Vec<SocketAddrV4> = crate::util::sync::lock(&WORKERS)
         .iter()
         .map(|w| w.addr)
         .collect();

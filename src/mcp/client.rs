@@ -22,6 +22,7 @@ use serde_json::{json, Map, Value};
 use crate::core::image::MAX_IMAGES;
 use crate::core::{Image, ImagePart};
 use crate::tools::rpc;
+use crate::util::sync::lock;
 
 /// The protocol versions shepherd speaks, newest first; the first is offered.
 pub const PROTOCOL_VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
@@ -181,14 +182,6 @@ impl Router {
     fn forget(&self, id: u64) {
         lock(&self.pending).remove(&id);
     }
-}
-
-/// Locks a mutex, ignoring poisoning: every critical section here leaves the
-/// data consistent even if a panic interrupted it.
-pub fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn response_result(message: &Value) -> Result<Value, McpError> {

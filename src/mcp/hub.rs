@@ -19,13 +19,14 @@ use crossbeam_channel::{select, Receiver, Sender};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::client::{lock, Client, McpError, Router, ToolInfo, Transport};
+use super::client::{Client, McpError, Router, ToolInfo, Transport};
 use super::http::HttpTransport;
 use super::stdio::StdioTransport;
 use super::tool::{McpTool, ResourceTool};
 use crate::config::mcp::{McpServerConfig, McpServers};
 use crate::log::{self, Category};
 use crate::tools::{Tool, ToolSource};
+use crate::util::sync::lock;
 
 /// Quick failures in a row after which a server is given up.
 pub const MAX_FAILURES: u32 = 5;
@@ -200,11 +201,7 @@ impl Server {
                 });
             }
             let wait = (deadline - now).min(Duration::from_millis(50));
-            state = self
-                .changed
-                .wait_timeout(state, wait)
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .0;
+            state = crate::util::sync::wait_timeout(&self.changed, state, wait).0;
         }
     }
 }
@@ -278,11 +275,7 @@ impl McpHub {
             let mut state = lock(&server.state);
             while state.phase == Phase::Starting && Instant::now() < deadline {
                 let wait = deadline.saturating_duration_since(Instant::now());
-                state = server
-                    .changed
-                    .wait_timeout(state, wait)
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .0;
+                state = crate::util::sync::wait_timeout(&server.changed, state, wait).0;
             }
         }
     }

@@ -23,11 +23,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::client::{lock, McpError, Router, Transport};
+use super::client::{McpError, Router, Transport};
 use super::reaper;
 use crate::config::mcp::{expand_vars, McpServerConfig};
 use crate::log::{self, Category};
 use crate::stream::{read_capped_line, CappedLine};
+use crate::util::sync::lock;
 
 /// The largest message accepted from a server; longer lines are skipped.
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;

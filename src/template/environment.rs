@@ -161,9 +161,7 @@ struct MutableList(Mutex<Vec<JinjaValue>>);
 
 impl MutableList {
     fn items(&self) -> std::sync::MutexGuard<'_, Vec<JinjaValue>> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        crate::util::sync::lock(&self.0)
     }
 }
 

@@ -123,7 +123,7 @@ impl Preempt {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, bool> {
-        self.warming.lock().unwrap_or_else(|e| e.into_inner())
+        crate::util::sync::lock(&self.warming)
     }
 
     /// A request was queued: stop the warm-up decode if one is running.

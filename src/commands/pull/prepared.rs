@@ -42,7 +42,7 @@ struct Claim(PathBuf);
 
 impl Claim {
     fn take(target: &Path) -> Option<Claim> {
-        let mut pulling = PULLING.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pulling = crate::util::sync::lock(&PULLING);
         if pulling.iter().any(|t| t == target) {
             return None;
         }
@@ -53,7 +53,7 @@ impl Claim {
 
 impl Drop for Claim {
     fn drop(&mut self) {
-        let mut pulling = PULLING.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pulling = crate::util::sync::lock(&PULLING);
         pulling.retain(|t| *t != self.0);
     }
 }

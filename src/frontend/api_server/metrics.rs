@@ -101,7 +101,7 @@ impl Metrics {
         }
         self.tokens_max
             .fetch_max(usage.prompt + usage.completion, Ordering::Relaxed);
-        let mut timing = self.timing.lock().unwrap_or_else(|e| e.into_inner());
+        let mut timing = crate::util::sync::lock(&self.timing);
         if let Some(secs) = usage.prompt_secs() {
             timing.prompt_secs += secs;
             timing.window.prompt_tokens += usage.decoded();
@@ -265,7 +265,7 @@ impl Metrics {
     fn render_llamacpp(&self, out: &mut String, pool: Option<&Pool>, decode: DecodeFigures) {
         let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed) as f64;
         let (timing, window) = {
-            let mut timing = self.timing.lock().unwrap_or_else(|e| e.into_inner());
+            let mut timing = crate::util::sync::lock(&self.timing);
             let window = std::mem::take(&mut timing.window);
             ((timing.prompt_secs, timing.predicted_secs), window)
         };

@@ -127,7 +127,7 @@ impl Pool {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        crate::util::sync::lock(&self.state)
     }
 
     /// Starts one worker thread owning `backend`.
@@ -190,7 +190,7 @@ impl Pool {
                 state.idle -= 1;
                 return Some(job);
             }
-            state = self.ready.wait(state).unwrap_or_else(|e| e.into_inner());
+            state = crate::util::sync::wait(&self.ready, state);
         }
     }
 

@@ -70,7 +70,7 @@ impl Store {
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // A panic elsewhere while holding it leaves a consistent map: each
         // change below is whole before the next begins.
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        crate::util::sync::lock(&self.inner)
     }
 
     /// Keeps an answer, dropping the oldest past either bound; one larger than

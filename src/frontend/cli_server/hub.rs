@@ -35,7 +35,7 @@ impl Hub {
     }
 
     fn lock(&self) -> MutexGuard<'_, HubState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        crate::util::sync::lock(&self.state)
     }
 
     /// A new observer: its id, the last sequence number so far, and its feed.

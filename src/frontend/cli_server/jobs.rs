@@ -3,7 +3,7 @@
 
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender};
@@ -12,6 +12,7 @@ use crate::agent::{AgentHandle, Op};
 use crate::core::{Event, FinishReason, Message, Role, Session};
 use crate::frontend::agent_api::AgentApi;
 use crate::stop::StopGuard;
+use crate::util::sync::lock;
 
 use super::hub::Hub;
 use super::{CliServerConfig, SNAPSHOT_WAIT};
@@ -246,10 +247,6 @@ impl CliServer {
             self.agent.cancel();
         }
     }
-}
-
-pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The last assistant text of the last turn.

@@ -19,9 +19,10 @@ use crate::frontend::attach;
 use crate::frontend::http::{Handler, Request, Responder, SseStream};
 use crate::frontend::ui;
 
-use super::jobs::{lock, CliServer, JobReply, Outcome};
+use super::jobs::{CliServer, JobReply, Outcome};
 use super::wire::Connected;
 use super::{CliServerConfig, TICK};
+use crate::util::sync::lock;
 
 impl Handler for CliServer {
     fn handle(&self, request: Request, responder: Responder) {
