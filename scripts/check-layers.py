@@ -5,11 +5,16 @@ Reads every `.rs` file under `src/`, drops comments and string literals, and
 collects the module paths each file names: `crate::a::...`, `use crate::{a,
 b}` and, inside `frontend/`, `super::x`. Each file belongs to a node: its
 top-level module (`src/store.rs`, `src/backend/*` -> `store`, `backend`), or
-`frontend/x` for a front-end submodule (`frontend` itself is `frontend/mod.rs`).
+`frontend/x` for a front-end submodule (`frontend` itself is `frontend.rs`).
 
 It fails, printing the offending edges, when
-  * the graph has a cycle (any strongly connected group of two or more nodes), or
-  * an edge runs from a lower layer to a higher one in LAYERS below.
+  * the graph has a cycle (any strongly connected group of two or more nodes),
+  * an edge runs from a lower layer to a higher one in LAYERS below, or
+  * modules of one folder form a circle: inside every module, its child modules
+    (`a/b.rs`, `a/c.rs`, ...) are the nodes, and `b -> c` when code in `b` (or
+    below it) names a path into `c`, through `crate::`, `super::`, `self::` or a
+    child's bare name. A module and its own children are not a circle: a parent
+    declares its children and they use the parent's items.
 Nodes in the same layer may depend on each other as long as there is no cycle.
 
 Test code (`#[cfg(test)]` or `#[cfg(all(test, ...))]` items, and the files
@@ -256,6 +261,108 @@ def report_cycles(graph, label):
     return bool(groups)
 
 
+def module_of(rel):
+    """A file's module path: `a/b.rs` -> [a, b], `main.rs` -> [], `a/mod.rs` -> [a]."""
+    parts = rel[:-3].split("/")
+    if parts[-1] in ("mod", "main"):
+        parts = parts[:-1]
+    return parts
+
+
+def paths_named(module, code, children):
+    """The absolute module paths (lists of names) that `code`, in `module`, names."""
+    found = []
+
+    def add(base, rest):
+        names = [n for n in re.split(r"\s*::\s*", rest.strip()) if n]
+        if names and names[0] not in ("self", "*"):
+            found.append(base + names)
+
+    def expand(base, rest):
+        # `{a, b::c, d::{e}}`: the first name of each item is enough.
+        rest = rest.strip()
+        if rest.startswith("{"):
+            depth, item = 0, ""
+            for ch in rest[1:]:
+                if ch in "{" :
+                    depth += 1
+                if ch == "}":
+                    if depth == 0:
+                        break
+                    depth -= 1
+                if ch == "," and depth == 0:
+                    add(base, item.split("{")[0])
+                    item = ""
+                else:
+                    item += ch
+            add(base, item.split("{")[0])
+        else:
+            add(base, rest)
+
+    path = r"((?:\w+\s*::\s*)*(?:\w+|\{[^;]*?\}))"
+    for m in re.finditer(r"(?<![\w:])crate\s*::\s*" + path, code):
+        expand([], m.group(1))
+    for m in re.finditer(r"(?<![\w:])((?:super\s*::\s*)+)" + path, code):
+        ups = m.group(1).count("super")
+        if ups <= len(module):
+            expand(module[: len(module) - ups], m.group(2))
+    for m in re.finditer(r"(?<![\w:])self\s*::\s*" + path, code):
+        expand(module, m.group(1))
+    for child in children:
+        for m in re.finditer(rf"(?<![\w:]){child}\s*::\s*(\w+)", code):
+            found.append(module + [child, m.group(1)])
+    return found
+
+
+def sibling_circles():
+    """Circles between the child modules of one module (production code only)."""
+    files = {}
+    for dirpath, _, names in os.walk(SRC):
+        for name in sorted(names):
+            if name.endswith(".rs"):
+                path = os.path.join(dirpath, name)
+                with open(path, encoding="utf-8") as f:
+                    files[os.path.relpath(path, SRC)] = code_only(f.read())
+    modules = {tuple(module_of(rel)) for rel in files}
+    test_files = set()
+    for rel, code in files.items():
+        for name in split_tests(code)[2]:
+            test_files.update(child_files(rel, name))
+    graphs = {}
+    for rel, code in sorted(files.items()):
+        if rel in test_files:
+            continue
+        module = module_of(rel)
+        prod = split_tests(code)[0]
+        children = [m[-1] for m in modules if len(m) == len(module) + 1 and list(m[:-1]) == module]
+        for target_path in paths_named(module, prod, children):
+            # The deepest common parent of the two modules, and the child of it each lies in.
+            common = 0
+            while (
+                common < min(len(module), len(target_path))
+                and module[common] == target_path[common]
+            ):
+                common += 1
+            if common >= len(module) or common >= len(target_path):
+                continue  # a module naming itself, a parent or its own child
+            parent = tuple(module[:common])
+            src_child, dst_child = module[common], target_path[common]
+            if parent + (dst_child,) not in modules or src_child == dst_child:
+                continue  # an item of the parent, not a sibling module
+            graphs.setdefault(parent, {}).setdefault(src_child, set()).add(dst_child)
+    found = []
+    for parent, graph in sorted(graphs.items()):
+        for node in list(graph):
+            for w in list(graph[node]):
+                graph.setdefault(w, set())
+        for group in cycles(graph):
+            members = set(group)
+            inner = [f"{v} -> {w}" for v in group for w in sorted(graph[v]) if w in members]
+            folder = "/".join(parent) or "src"
+            found.append(f"circle in {folder}/: {'; '.join(inner)}")
+    return found
+
+
 def main():
     graph, test_graph = collect()
     if "--graph" in sys.argv:
@@ -289,9 +396,12 @@ def main():
         elif w in graph.get(v, ()):
             failed = True
             print(f"excepted edge {v} -> {w} is now made by non-test code")
+    for line in sibling_circles():
+        failed = True
+        print(line)
     if failed:
         sys.exit(1)
-    print(f"check-layers: {len(graph)} modules, no cycles, no upward edges")
+    print(f"check-layers: {len(graph)} modules, no cycles, no upward edges, no circle inside a folder")
 
 
 if __name__ == "__main__":

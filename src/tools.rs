@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::core::image::{self, ImagePart};
+use crate::core::image::{self, Image, ImagePart};
 use crate::core::ToolCall;
 use crate::core::ToolSpec;
 
@@ -76,6 +76,17 @@ pub struct ToolOutput {
 }
 
 impl ToolOutput {
+    /// The result for an image file: one line naming it, then the image.
+    pub fn image_file(requested: &str, image: Image) -> ToolOutput {
+        let content = format!(
+            "{requested}, {}x{}, {}",
+            image.width, image.height, image.mime
+        );
+        let summary = format!("image, {}x{}", image.width, image.height);
+        let at = content.len();
+        ToolOutput::ok(content, summary).with_images(vec![ImagePart { at, image }])
+    }
+
     pub fn ok(content: impl Into<String>, summary: impl Into<String>) -> Self {
         ToolOutput {
             content: content.into(),

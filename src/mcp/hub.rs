@@ -22,10 +22,8 @@ use serde_json::Value;
 use super::client::{Client, McpError, Router, ToolInfo, Transport};
 use super::http::HttpTransport;
 use super::stdio::StdioTransport;
-use super::tool::{McpTool, ResourceTool};
 use crate::config::mcp::{McpServerConfig, McpServers};
 use crate::log::{self, Category};
-use crate::tools::{Tool, ToolSource};
 use crate::util::sync::lock;
 
 /// Quick failures in a row after which a server is given up.
@@ -157,7 +155,7 @@ impl Server {
         lock(&self.state).tools.clone()
     }
 
-    fn has_resources(&self) -> bool {
+    pub(super) fn has_resources(&self) -> bool {
         let state = lock(&self.state);
         state
             .client
@@ -229,8 +227,8 @@ pub fn connect(
 
 /// Every configured MCP server and their supervisors.
 pub struct McpHub {
-    servers: Vec<Arc<Server>>,
-    generation: Arc<AtomicU64>,
+    pub(super) servers: Vec<Arc<Server>>,
+    pub(super) generation: Arc<AtomicU64>,
     /// Dropped to tell every supervisor to stop.
     stop: Option<Sender<()>>,
 }
@@ -310,31 +308,6 @@ impl Drop for McpHub {
     fn drop(&mut self) {
         self.stop.take();
         self.shutdown();
-    }
-}
-
-impl ToolSource for McpHub {
-    fn generation(&self) -> u64 {
-        self.generation.load(Ordering::SeqCst)
-    }
-
-    fn tools(&self) -> Vec<Box<dyn Tool>> {
-        let mut tools: Vec<Box<dyn Tool>> = Vec::new();
-        for server in &self.servers {
-            for info in server.tools() {
-                tools.push(Box::new(McpTool::new(server.clone(), info)));
-            }
-        }
-        let with_resources: Vec<Arc<Server>> = self
-            .servers
-            .iter()
-            .filter(|s| s.has_resources())
-            .cloned()
-            .collect();
-        if !with_resources.is_empty() {
-            tools.extend(ResourceTool::pair(with_resources));
-        }
-        tools
     }
 }
 
@@ -470,7 +443,8 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::tools::ToolContext;
+    use crate::mcp::tool::McpTool;
+    use crate::tools::{Tool, ToolContext, ToolSource};
 
     const RAW: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp/raw_server.py");
 

@@ -8,13 +8,14 @@
 //! [`ToolOutput`]: the text content and images for the model, `isError` results and
 //! every protocol or transport fault as failed outputs the model can read.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use serde_json::{json, Value};
 
 use super::client::{Content, McpError, ToolInfo};
-use super::hub::Server;
-use crate::tools::{args, Tool, ToolContext, ToolOutput};
+use super::hub::{McpHub, Server};
+use crate::tools::{args, Tool, ToolContext, ToolOutput, ToolSource};
 
 /// Longest wait after a call for the server's notifications (a changed tool list) to be applied.
 const SETTLE_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -260,6 +261,33 @@ impl Tool for ResourceTool {
 
     fn side_effecting(&self, _args: &Value) -> bool {
         false
+    }
+}
+
+/// The hub's tools: one per tool of a ready server, and the resource pair when
+/// any server has resources.
+impl ToolSource for McpHub {
+    fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
+    }
+
+    fn tools(&self) -> Vec<Box<dyn Tool>> {
+        let mut tools: Vec<Box<dyn Tool>> = Vec::new();
+        for server in &self.servers {
+            for info in server.tools() {
+                tools.push(Box::new(McpTool::new(server.clone(), info)));
+            }
+        }
+        let with_resources: Vec<Arc<Server>> = self
+            .servers
+            .iter()
+            .filter(|s| s.has_resources())
+            .cloned()
+            .collect();
+        if !with_resources.is_empty() {
+            tools.extend(ResourceTool::pair(with_resources));
+        }
+        tools
     }
 }
 

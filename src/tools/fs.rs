@@ -98,7 +98,7 @@ impl Tool for Read {
             // An image file goes to a model that reads images as one; one that
             // does not decode comes back as base64 below, as other binaries do.
             if let Ok(image) = Image::from_bytes(bytes.clone()) {
-                return super::image_file::output(requested, image);
+                return ToolOutput::image_file(requested, image);
             }
         }
         match String::from_utf8(bytes) {

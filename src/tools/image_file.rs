@@ -15,7 +15,7 @@ use super::fs::{read_capped, resolve};
 use super::paths::Missing;
 use super::{args, Tool, ToolContext, ToolOutput};
 use crate::core::image::MAX_IMAGE_BYTES;
-use crate::core::{Image, ImagePart};
+use crate::core::Image;
 
 pub struct ReadImage;
 
@@ -55,21 +55,10 @@ impl Tool for ReadImage {
             Err(e) => return ToolOutput::fail(format!("Error: cannot read {requested}: {e}")),
         };
         match Image::from_bytes(bytes) {
-            Ok(image) => output(requested, image),
+            Ok(image) => ToolOutput::image_file(requested, image),
             Err(e) => ToolOutput::fail(format!("Error: {requested} is not a readable image: {e}")),
         }
     }
-}
-
-/// The result for an image file: one line naming it, then the image.
-pub(super) fn output(requested: &str, image: Image) -> ToolOutput {
-    let content = format!(
-        "{requested}, {}x{}, {}",
-        image.width, image.height, image.mime
-    );
-    let summary = format!("image, {}x{}", image.width, image.height);
-    let at = content.len();
-    ToolOutput::ok(content, summary).with_images(vec![ImagePart { at, image }])
 }
 
 #[cfg(test)]
