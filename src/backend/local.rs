@@ -46,12 +46,6 @@ pub fn resolve_model_path(
     models::find(model, &dirs)
 }
 
-/// Whether a file is named as a vision projector is: `mmproj*.gguf`, any case.
-pub fn is_mmproj_name(file_name: &str) -> bool {
-    let file = file_name.to_lowercase();
-    file.starts_with("mmproj") && file.ends_with(".gguf")
-}
-
 /// The vision projector beside `model`, as llama-server finds one with its model:
 /// the `mmproj*.gguf` in the model's folder, and where there are several, the one
 /// whose name after `mmproj-` shares the longest start with the model's name.
@@ -63,7 +57,7 @@ pub fn find_mmproj(model: &Path) -> Option<PathBuf> {
         .filter_map(Result::ok)
         .filter_map(|entry| {
             let file = entry.file_name().to_string_lossy().to_lowercase();
-            let projector = is_mmproj_name(&file) && file != name;
+            let projector = models::is_mmproj_name(&file) && file != name;
             projector.then(|| {
                 let rest = file
                     .trim_start_matches("mmproj")

@@ -89,9 +89,27 @@ pub fn model_dirs(configured: Option<&Path>) -> Vec<PathBuf> {
     found
 }
 
-/// The GGUF files in `dirs` (missing directories are skipped), sorted by name;
+/// The models in `dirs`: their GGUF files (missing directories are skipped) less
+/// those named as vision projectors (`mmproj*.gguf`), sorted by name;
 /// a name found in two directories is the first directory's.
 pub fn scan(dirs: &[PathBuf]) -> Vec<LocalModel> {
+    let mut models = scan_with_projectors(dirs);
+    models.retain(|m| {
+        let file = m.path.file_name().map(|f| f.to_string_lossy());
+        !file.is_some_and(|f| is_mmproj_name(&f))
+    });
+    models
+}
+
+/// Whether a file is named as a vision projector is: `mmproj*.gguf`, any case.
+pub fn is_mmproj_name(file_name: &str) -> bool {
+    let file = file_name.to_lowercase();
+    file.starts_with("mmproj") && file.ends_with(".gguf")
+}
+
+/// Every `.gguf` file of `dirs` as [`scan`] finds models, the files named as
+/// vision projectors included (`shepherd models` lists those apart).
+pub fn scan_with_projectors(dirs: &[PathBuf]) -> Vec<LocalModel> {
     let mut models: Vec<LocalModel> = Vec::new();
     for dir in dirs {
         let Ok(entries) = std::fs::read_dir(dir) else {
@@ -291,7 +309,9 @@ mod tests {
     #[test]
     fn the_first_directory_wins_a_name_and_listings_are_sorted() {
         let a = dir_with("first", &["b.gguf", "Same.gguf"]);
-        let b = dir_with("second", &["a.gguf", "Same.gguf"]);
+        let b = dir_with("second", &["a.gguf", "Same.gguf", "mmproj-a.gguf"]);
+        let with_projector = scan_with_projectors(&[a.clone(), b.clone()]);
+        assert_eq!(with_projector.len(), 4, "{with_projector:?}");
         let models = scan(&[a.clone(), b.clone()]);
         let names: Vec<&str> = models.iter().map(|m| m.name.as_str()).collect();
         assert_eq!(names, ["a", "b", "Same"]);

@@ -483,6 +483,12 @@ impl Backend for TensorRtBackend {
         request: &GenerateRequest<'_>,
         sink: &mut dyn EventSink,
     ) -> Result<Reply, BackendError> {
+        // The executor is fed token ids alone: an image would be dropped unseen.
+        if session.messages.iter().any(|m| !m.images.is_empty()) {
+            return Err(BackendError::Invalid(
+                "the TensorRT-LLM backend takes no images; send text only, or run a vision model in process (--mmproj)".into(),
+            ));
+        }
         let prepared = self.prepare(session, request)?;
         self.generate_prepared(prepared, sink)
     }

@@ -11,7 +11,8 @@
 use std::path::{Path, PathBuf};
 
 use super::{CommandError, Output};
-use crate::backend::local::{find_mmproj, is_mmproj_name};
+use crate::backend::local::find_mmproj;
+use crate::backend::models::is_mmproj_name;
 use crate::backend::models::{self, Described};
 use crate::config::{self, resolve};
 
@@ -34,7 +35,7 @@ pub fn run(args: &[String], path: &Path, out: &mut Output<'_>) -> Result<(), Com
 /// Prints the table of the models in `dirs`, then the vision projectors among
 /// them and the models each would be loaded with, or where none was found.
 pub fn list(dirs: &[PathBuf], out: &mut Output<'_>) -> Result<(), CommandError> {
-    let found = models::describe(models::scan(dirs));
+    let found = models::describe(models::scan_with_projectors(dirs));
     if found.is_empty() {
         let searched: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
         let searched = (out.visible)(&searched.join(", ")).into_owned();

@@ -91,7 +91,8 @@ fn mcp_hub(settings: &Settings) -> Option<Arc<mcp::McpHub>> {
         if !interactive(settings) && settings.mode != Mode::CliServer {
             mcp::wait_started(&hub);
             for line in mcp::not_ready_lines(&hub) {
-                eprintln!("shepherd: MCP server {line}");
+                // The line holds the server's own words (its stderr, its errors).
+                eprintln!("shepherd: MCP server {}", super::sanitize::visible(&line));
             }
         }
         Some(hub)

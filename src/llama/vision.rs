@@ -263,6 +263,18 @@ impl<'m> Vision<'m> {
         seq: i32,
     ) -> Result<usize, VisionError> {
         let n_batch = ctx.n_batch().max(1) as i32;
+        // SAFETY: a live projector and a live image chunk.
+        let whole = unsafe { sys::mtmd_decode_use_non_causal(self.raw.as_ptr(), chunk.raw.as_ptr()) };
+        // SAFETY: a live context.
+        let n_ubatch = unsafe { sys::llama_n_ubatch(ctx.as_ptr()) } as usize;
+        if whole && chunk.n_tokens > n_ubatch {
+            // libmtmd would fail with a bare code: attention over an image that
+            // sees both ways (Gemma 3) needs the whole image in one physical batch.
+            return Err(VisionError::Eval(format!(
+                "this projector decodes an image's {} tokens in one physical batch: --ubatch-size must be at least {} (it is {n_ubatch})",
+                chunk.n_tokens, chunk.n_tokens
+            )));
+        }
         let mut new_n_past: sys::llama_pos = 0;
         let n_past = i32::try_from(n_past).map_err(|_| VisionError::Eval("position".into()))?;
         // SAFETY: a live projector and context (the context's model is the one the

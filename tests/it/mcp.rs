@@ -511,6 +511,32 @@ fn a_server_that_dies_at_start_is_reported_at_once_with_its_last_words() {
 }
 
 #[test]
+fn a_dying_servers_last_words_reach_the_terminal_with_escapes_spelled_out() {
+    let sandbox = Sandbox::new("mcp-dies-escapes");
+    write_config(
+        &sandbox,
+        json!({
+            "dead": {
+                "command": "sh",
+                // A title change, a screen clear and a bell in the server's own words.
+                "args": ["-c", "printf 'bad \\033]0;pwned\\007 \\033[2J end\\n' >&2; exit 3"],
+                "startup_timeout": 600,
+            },
+        }),
+    );
+    let fake = FakeOpenAi::start(vec![Canned::sse(&text_stream(&["Fine."]))]);
+    let run = sandbox.run(&args(&fake, &["-e", "go"]), "");
+    assert_eq!(run.status, Some(0), "stderr: {}", run.stderr);
+    assert!(run.stderr.contains("MCP server dead"), "{}", run.stderr);
+    assert!(
+        !run.stderr.contains('\x1b') && !run.stderr.contains('\x07'),
+        "a control character reached the terminal: {:?}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("\\x1b]0;pwned"), "{:?}", run.stderr);
+}
+
+#[test]
 fn sigterm_during_a_call_cancels_it_and_leaves_no_server_behind() {
     let Some(python) = python() else { return };
     let server_marker = marker("sigterm");

@@ -356,6 +356,30 @@ fn end_of_turn_token_inside_a_chunk_ends_the_reply() {
 }
 
 #[test]
+fn a_session_with_an_image_is_refused_before_the_executor_sees_it() {
+    let probe = engine("probe", "");
+    let reply_ids = ids(&probe, "A cat");
+    // The executor would answer: only the refusal keeps it from being asked.
+    let dir = engine("image", &format!("request\n{}", line("final end_id", &reply_ids)));
+    let mut llm = backend(&dir);
+    let mut session = question("What is this?");
+    let image = crate::core::Image::from_bytes(crate::core::image::test_png(4, 4, [1, 2, 3])).unwrap();
+    session.messages[1].images.push(crate::core::ImagePart { at: 0, image });
+    let request = GenerateRequest {
+        tools: &[],
+        tool_choice: &ToolChoice::Auto,
+        sampling: &sampling(4, &[]),
+        stream: true,
+    };
+    let mut events = Vec::new();
+    match llm.generate(&session, &request, &mut events) {
+        Err(BackendError::Invalid(message)) => assert!(message.contains("takes no images"), "{message}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(events.is_empty(), "{events:?}");
+}
+
+#[test]
 fn max_tokens_cuts_the_reply_with_length() {
     let probe = engine("probe", "");
     let reply_ids = ids(&probe, "Hello world how are you");
