@@ -339,9 +339,9 @@ impl OutputFilter {
                 self.visible.push_str(FENCE);
                 flow
             }
-            Opener::Markup(close) => {
+            Opener::Markup(call) => {
                 self.mode = Mode::Markup {
-                    close,
+                    close: call.close,
                     scanned: tag_len,
                 };
                 self.emit_prefix(at, at, sink)

@@ -22,10 +22,10 @@ mod typed;
 use serde_json::{Map, Value};
 
 use crate::core::ToolCall;
-use python::{parse_gemma4, parse_python_tag, python_calls};
-use tags::{
-    parse_functions, parse_invokes, parse_named_functions, parse_open_calls, parse_tool_call_body,
-    MINIMAX_M3,
+pub use python::{parse_gemma4, parse_python_tag, python_calls};
+pub use tags::{
+    parse_dsml, parse_functions, parse_invokes, parse_minimax_m3, parse_named_functions,
+    parse_open_calls, parse_tool_call_body,
 };
 
 /// A tool the model may call: its name and, where known, its parameters' JSON schema,
@@ -48,76 +48,10 @@ impl Offered {
     }
 }
 
-/// Parses one stretch of tool-call markup. `None` when it is not a well-formed
-/// call to a registered tool (then the filter shows it as plain text).
-pub fn parse_markup(text: &str, tools: &[Offered]) -> Option<Vec<ToolCall>> {
-    let text = text.trim();
-    let after = |open: &str, close: &str| text.strip_prefix(open).map(|rest| inner(rest, close));
-    let calls = if text.starts_with("<function_calls>") || text.starts_with("<minimax:tool_call>") {
-        parse_invokes(text, "", tools)
-    } else if text.starts_with("<｜DSML｜") {
-        parse_invokes(
-            &text.replace("<｜DSML｜", "<").replace("</｜DSML｜", "</"),
-            "",
-            tools,
-        )
-    } else if text.starts_with("]<]minimax[>[") {
-        parse_invokes(text, MINIMAX_M3, tools)
-    } else if let Some(body) = after("<|open|>tools<|sep|>", "<|close|>tools<|sep|>") {
-        parse_open_calls(body, tools)
-    } else if let Some(body) = after("Action:", "\n```\n") {
-        json_calls(body.trim().trim_start_matches("```json"))
-    } else if let Some(body) = after("<tool_calls>", "</tool_calls>") {
-        json_calls(body)
-    } else if let Some(body) = after("<tool_call>", "</tool_call>") {
-        parse_tool_call_body(body, tools)
-    } else if let Some(body) = after("<tool>", "</tool>") {
-        parse_json_object(body).map(|c| vec![c])
-    } else if text.starts_with("<function=") {
-        parse_functions(text, tools)
-    } else if text.starts_with("<function name=") {
-        parse_named_functions(text, tools)
-    } else if let Some(body) = after("<seed:tool_call>", "</seed:tool_call>") {
-        parse_functions(body, tools)
-    } else if let Some(rest) = text.strip_prefix("[TOOL_CALLS]") {
-        parse_mistral(rest)
-    } else if let Some(rest) = text.strip_prefix("<|python_tag|>") {
-        parse_python_tag(rest)
-    } else if let Some(body) = after("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>") {
-        parse_deepseek(body)
-    } else if let Some(body) = after("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>") {
-        parse_kimi(body)
-    } else if text.starts_with("<|tool_call_begin|>") {
-        parse_kimi(text)
-    } else if let Some(body) = text.strip_prefix("<|tool_call|>") {
-        json_calls(body)
-    } else if let Some(body) = after("<|START_ACTION|>", "<|END_ACTION|>") {
-        json_calls(body)
-    } else if let Some(body) = after("<TOOLCALL>", "</TOOLCALL>") {
-        json_calls(body)
-    } else if let Some(body) = after("<|tools_prefix|>", "<|tools_suffix|>") {
-        json_calls(body)
-    } else if let Some(body) = after("<|tool_call_start|>", "<|tool_call_end|>") {
-        python_calls(body)
-    } else if let Some(body) = after("<|tool_call>", "<tool_call|>") {
-        parse_gemma4(body)
-    } else if let Some(body) = text.strip_prefix("functools") {
-        json_calls(body)
-    } else {
-        parse_json_object(text).map(|c| vec![c])
-    }?;
-    validate(calls, tools)
-}
-
-/// The body of a message addressed to tool `name` (gpt-oss harmony): its JSON
-/// arguments, up to the message's end marker.
+/// The body of a message addressed to tool `name` (gpt-oss harmony, up to the
+/// message's end marker; Functionary): its JSON arguments.
 pub fn parse_addressed(name: &str, body: &str, tools: &[Offered]) -> Option<Vec<ToolCall>> {
-    let end = super::format::HARMONY_END
-        .iter()
-        .filter_map(|m| body.find(m))
-        .min()
-        .unwrap_or(body.len());
-    let body = body[..end].trim();
+    let body = body.trim();
     // Muse Glimmer writes its calls as `<atem:function_calls><atem:invoke …>`.
     if body.starts_with("<atem:function_calls>") {
         let plain = body.replace("<atem:", "<").replace("</atem:", "</");
@@ -131,7 +65,7 @@ pub fn parse_addressed(name: &str, body: &str, tools: &[Offered]) -> Option<Vec<
     validate(vec![call(name, arguments)], tools)
 }
 
-/// Calls read by a learnt syntax ([`super::format::LearntCall::read`]), kept when every
+/// Calls read by a learnt syntax (`format::LearntCall::read`), kept when every
 /// one names an offered tool.
 pub fn named_calls(calls: Vec<(String, Value)>, tools: &[Offered]) -> Option<Vec<ToolCall>> {
     let calls = calls
@@ -192,7 +126,7 @@ pub fn parse_json_call(text: &str, tools: &[Offered]) -> Option<ToolCall> {
 
 /// Keeps the calls only when every one names a registered tool (matched
 /// case-insensitively, reported with the registered spelling).
-fn validate(calls: Vec<ToolCall>, tools: &[Offered]) -> Option<Vec<ToolCall>> {
+pub fn validate(calls: Vec<ToolCall>, tools: &[Offered]) -> Option<Vec<ToolCall>> {
     if calls.is_empty() {
         return None;
     }
@@ -228,7 +162,7 @@ fn call(name: &str, arguments: Value) -> ToolCall {
 }
 
 /// `{"name", "arguments"|"parameters"}`, also the OpenAI `{"function": {…}}` shape.
-fn parse_json_object(text: &str) -> Option<ToolCall> {
+pub fn parse_json_object(text: &str) -> Option<ToolCall> {
     let value: Value = serde_json::from_str(text.trim()).ok()?;
     let object = value.as_object()?;
     if let Some(function) = object.get("function").and_then(Value::as_object) {
@@ -270,7 +204,7 @@ fn leading_json(text: &str) -> Option<(Value, &str)> {
 }
 
 /// A JSON array of call objects, or one call object.
-fn json_calls(text: &str) -> Option<Vec<ToolCall>> {
+pub fn json_calls(text: &str) -> Option<Vec<ToolCall>> {
     match leading_json(text)?.0 {
         Value::Array(items) => items
             .iter()
@@ -281,10 +215,15 @@ fn json_calls(text: &str) -> Option<Vec<ToolCall>> {
     }
 }
 
+/// Firefunction's `functools[…]`: the JSON calls after the word.
+pub fn json_after_word(text: &str) -> Option<Vec<ToolCall>> {
+    json_calls(text.trim_start_matches(|c: char| c.is_ascii_alphabetic()))
+}
+
 /// Mistral: `[{"name", "arguments", "id"}]` (Nemo), or `NAME[ARGS]{…}` with an
 /// optional `[CALL_ID]ID` before `[ARGS]` (Small 3.2, Magistral, Devstral), each
 /// further call after another `[TOOL_CALLS]`.
-fn parse_mistral(rest: &str) -> Option<Vec<ToolCall>> {
+pub fn parse_mistral(rest: &str) -> Option<Vec<ToolCall>> {
     if rest.trim_start().starts_with('[') {
         return json_calls(rest);
     }
@@ -305,7 +244,7 @@ fn parse_mistral(rest: &str) -> Option<Vec<ToolCall>> {
 /// DeepSeek R1 (`function<｜tool▁sep｜>NAME\n```json\n{…}\n````) and V3.1
 /// (`NAME<｜tool▁sep｜>{…}`) calls, each between `<｜tool▁call▁begin｜>` and
 /// `<｜tool▁call▁end｜>`.
-fn parse_deepseek(body: &str) -> Option<Vec<ToolCall>> {
+pub fn parse_deepseek(body: &str) -> Option<Vec<ToolCall>> {
     let mut calls = Vec::new();
     for part in body.split("<｜tool▁call▁begin｜>").skip(1) {
         let part = inner(part, "<｜tool▁call▁end｜>");
@@ -327,7 +266,7 @@ fn parse_deepseek(body: &str) -> Option<Vec<ToolCall>> {
 
 /// Kimi K2: `<|tool_call_begin|>functions.NAME:N<|tool_call_argument_begin|>{…}<|tool_call_end|>`;
 /// `functions.NAME:N` is the call's id.
-fn parse_kimi(body: &str) -> Option<Vec<ToolCall>> {
+pub fn parse_kimi(body: &str) -> Option<Vec<ToolCall>> {
     let mut calls = Vec::new();
     for part in body.split("<|tool_call_begin|>").skip(1) {
         let part = inner(part, "<|tool_call_end|>");
@@ -345,133 +284,7 @@ fn parse_kimi(body: &str) -> Option<Vec<ToolCall>> {
 #[cfg(test)]
 mod tests {
     use super::typed::param_value;
-    use super::*;
     use serde_json::json;
-
-    fn names() -> Vec<String> {
-        ["read", "write", "bash"].map(String::from).to_vec()
-    }
-
-    fn check(text: &str, expected: Option<Vec<(&str, Value)>>) {
-        let got = parse_markup(text, &Offered::names(names())).map(|calls| {
-            calls
-                .into_iter()
-                .map(|c| (c.name, c.arguments))
-                .collect::<Vec<_>>()
-        });
-        let expected = expected.map(|calls| {
-            calls
-                .into_iter()
-                .map(|(n, a)| (n.to_string(), a))
-                .collect::<Vec<_>>()
-        });
-        assert_eq!(got, expected, "text {text:?}");
-    }
-
-    #[test]
-    fn json_forms() {
-        check(
-            r#"{"name":"read","arguments":{"path":"a"}}"#,
-            Some(vec![("read", json!({"path":"a"}))]),
-        );
-        check(
-            r#"{"name":"read","parameters":{"n":1}}"#,
-            Some(vec![("read", json!({"n":1}))]),
-        );
-        check(
-            r#"{"name":"read","arguments":"{\"p\":2}"}"#,
-            Some(vec![("read", json!({"p":2}))]),
-        );
-        check(r#"{"name":"READ"}"#, Some(vec![("read", json!({}))]));
-        check(
-            r#"{"function":{"name":"bash","arguments":{}}}"#,
-            Some(vec![("bash", json!({}))]),
-        );
-        check(r#"{"name":"unknown","arguments":{}}"#, None);
-        check(r#"{"title":"read"}"#, None);
-        check(r#"{"name":"read""#, None);
-    }
-
-    #[test]
-    fn hermes_and_tool_tags() {
-        check(
-            "<tool_call>\n{\"name\": \"write\", \"arguments\": {\"x\": true}}\n</tool_call>",
-            Some(vec![("write", json!({"x":true}))]),
-        );
-        check(
-            "<tool_call>{\"name\":\"write\"}",
-            Some(vec![("write", json!({}))]),
-        );
-        check(
-            "<tool>{\"name\":\"bash\",\"arguments\":{\"command\":\"ls\"}}</tool>",
-            Some(vec![("bash", json!({"command":"ls"}))]),
-        );
-        check("<tool_call>{\"name\":\"nope\"}</tool_call>", None);
-    }
-
-    #[test]
-    fn qwen3_coder() {
-        check(
-            "<tool_call>\n<function=write>\n<parameter=path>\na.txt\n</parameter>\n<parameter=n>\n3\n</parameter>\n</function>\n</tool_call>",
-            Some(vec![("write", json!({"path":"a.txt","n":3}))]),
-        );
-        check(
-            "<function=bash><parameter=command>echo \"hi\"\n</parameter></function>",
-            Some(vec![("bash", json!({"command":"echo \"hi\"\n"}))]),
-        );
-        check("<tool_call><function=bogus></function></tool_call>", None);
-    }
-
-    #[test]
-    fn glm() {
-        check(
-            "<tool_call>read\n<arg_key>path</arg_key>\n<arg_value>/tmp/x</arg_value>\n<arg_key>limit</arg_key><arg_value>10</arg_value></tool_call>",
-            Some(vec![("read", json!({"path":"/tmp/x","limit":10}))]),
-        );
-        check("<tool_call>just some words here</tool_call>", None);
-    }
-
-    #[test]
-    fn anthropic_invokes() {
-        check(
-            "<function_calls>\n<invoke name=\"read\">\n<parameter name=\"path\">b.rs</parameter>\n</invoke>\n<invoke name='bash'><parameter name=\"command\">ls -l</parameter></invoke>\n</function_calls>",
-            Some(vec![("read", json!({"path":"b.rs"})), ("bash", json!({"command":"ls -l"}))]),
-        );
-        check(
-            "<function_calls><invoke name=\"read\"><parameter name=\"o\">{\"a\":[1]}</parameter>",
-            Some(vec![("read", json!({"o":{"a":[1]}}))]),
-        );
-        check(
-            "<function_calls><invoke name=\"rm\"></invoke></function_calls>",
-            None,
-        );
-        check("<function_calls></function_calls>", None);
-    }
-
-    /// Formats that write every value as text: the tool's schema says which are strings.
-    #[test]
-    fn text_values_are_typed_by_the_schema() {
-        let schema = json!({"type": "object", "properties": {
-            "path": {"type": "string"}, "n": {"type": "integer"},
-            "note": {"type": ["string", "null"]}}});
-        let tools = [Offered {
-            name: "write".into(),
-            parameters: Some(schema),
-        }];
-        let parse = |text: &str| parse_markup(text, &tools).expect(text)[0].arguments.clone();
-        let qwen = "<tool_call>\n<function=write>\n<parameter=path>\n2024\n</parameter>\n<parameter=n>\n7\n</parameter>\n<parameter=note>\ntrue\n</parameter>\n</function>\n</tool_call>";
-        assert_eq!(parse(qwen), json!({"path": "2024", "n": 7, "note": "true"}));
-        let glm = "<tool_call>write<arg_key>path</arg_key><arg_value>[1]</arg_value><arg_key>n</arg_key><arg_value>3</arg_value></tool_call>";
-        assert_eq!(parse(glm), json!({"path": "[1]", "n": 3}));
-        let minimax = "<minimax:tool_call><invoke name=\"write\"><parameter name=\"path\">007</parameter></invoke></minimax:tool_call>";
-        assert_eq!(parse(minimax), json!({"path": "007"}));
-        // Known by name only: values are typed by how they read.
-        let untyped = parse_markup(qwen, &Offered::names(vec!["write".into()])).unwrap();
-        assert_eq!(
-            untyped[0].arguments,
-            json!({"path": 2024, "n": 7, "note": true})
-        );
-    }
 
     #[test]
     fn param_values() {

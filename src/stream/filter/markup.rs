@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::{cut_notice, OutputFilter};
 use crate::core::{Event, EventSink, Flow, ToolCall};
-use crate::stream::textcalls;
+use crate::stream::{format, textcalls};
 
 impl OutputFilter {
     /// The calls held `markup` writes, read as if it were whole.
@@ -15,11 +15,13 @@ impl OutputFilter {
             .learnt
             .filter(|l| markup.trim_start().starts_with(l.marker));
         match (self.recipient.take(), learnt) {
-            (Some(name), _) => textcalls::parse_addressed(&name, markup, &self.tools),
+            (Some(name), _) => {
+                textcalls::parse_addressed(&name, format::message_body(markup), &self.tools)
+            }
             (None, Some(learnt)) => learnt
                 .read(markup)
                 .and_then(|calls| textcalls::named_calls(calls, &self.tools)),
-            (None, None) => textcalls::parse_markup(markup, &self.tools),
+            (None, None) => format::parse_markup(markup, &self.tools),
         }
     }
 

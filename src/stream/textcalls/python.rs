@@ -9,7 +9,7 @@ use crate::core::ToolCall;
 
 /// Llama 3.x after `<|python_tag|>`: JSON calls (`;`-separated), a built-in tool's
 /// `NAME.call(k=v)`, or code for the `python` tool.
-pub(super) fn parse_python_tag(rest: &str) -> Option<Vec<ToolCall>> {
+pub fn parse_python_tag(rest: &str) -> Option<Vec<ToolCall>> {
     let rest = rest.trim();
     if rest.starts_with('{') {
         return rest
@@ -27,7 +27,7 @@ pub(super) fn parse_python_tag(rest: &str) -> Option<Vec<ToolCall>> {
 }
 
 /// Gemma 4: `call:NAME{key:VALUE,…}`, keys bare, strings quoted by `<|"|>`.
-pub(super) fn parse_gemma4(body: &str) -> Option<Vec<ToolCall>> {
+pub fn parse_gemma4(body: &str) -> Option<Vec<ToolCall>> {
     let rest = body.trim().strip_prefix("call:")?;
     let open = rest.find('{')?;
     let mut parser = PyParser {
@@ -46,7 +46,7 @@ fn is_identifier(text: &str) -> bool {
 }
 
 /// Python-style calls, `[NAME(k=v, …), …]` or one `NAME(k=v)` (LFM2, Llama's built-in tools).
-pub(super) fn python_calls(text: &str) -> Option<Vec<ToolCall>> {
+pub fn python_calls(text: &str) -> Option<Vec<ToolCall>> {
     let mut parser = PyParser {
         text: text.trim(),
         at: 0,

@@ -10,7 +10,7 @@ use super::{call, inner, parse_json_object, resolve, Offered};
 use crate::core::ToolCall;
 
 /// The inside of `<tool_call>`: JSON, Qwen3-Coder functions, or GLM argument pairs.
-pub(super) fn parse_tool_call_body(body: &str, tools: &[Offered]) -> Option<Vec<ToolCall>> {
+pub fn parse_tool_call_body(body: &str, tools: &[Offered]) -> Option<Vec<ToolCall>> {
     let body = body.trim();
     if body.starts_with('{') {
         return parse_json_object(body).map(|c| vec![c]);
@@ -23,7 +23,7 @@ pub(super) fn parse_tool_call_body(body: &str, tools: &[Offered]) -> Option<Vec<
 
 /// Qwen3-Coder and Seed-OSS `<function=NAME><parameter=K>V</parameter>…</function>`,
 /// or Llama 3.1 and Functionary v3.1 `<function=NAME>{…}</function>`, one or more.
-pub(super) fn parse_functions(text: &str, tools: &[Offered]) -> Option<Vec<ToolCall>> {
+pub fn parse_functions(text: &str, tools: &[Offered]) -> Option<Vec<ToolCall>> {
     let mut calls = Vec::new();
     let mut rest = text;
     while let Some(start) = rest.find("<function=") {
@@ -45,7 +45,7 @@ pub(super) fn parse_functions(text: &str, tools: &[Offered]) -> Option<Vec<ToolC
 
 /// MiniCPM 5: `<function name="NAME"><param name="K">V</param>…</function>`, a value
 /// possibly in `<![CDATA[…]]>` (then taken exactly).
-pub(super) fn parse_named_functions(text: &str, tools: &[Offered]) -> Option<Vec<ToolCall>> {
+pub fn parse_named_functions(text: &str, tools: &[Offered]) -> Option<Vec<ToolCall>> {
     const CDATA: &str = "<![CDATA[";
     let mut calls = Vec::new();
     let mut rest = text;
@@ -106,11 +106,23 @@ fn parse_glm(body: &str, tools: &[Offered]) -> Option<ToolCall> {
 }
 
 /// MiniMax M3 writes this before every tag of its calls.
-pub(super) const MINIMAX_M3: &str = "]<]minimax[>[";
+const MINIMAX_M3: &str = "]<]minimax[>[";
+
+/// DeepSeek V3.2's DSML: Anthropic-style invokes with every tag's name after
+/// `｜DSML｜`.
+pub fn parse_dsml(text: &str, tools: &[Offered]) -> Option<Vec<ToolCall>> {
+    let plain = text.replace("<｜DSML｜", "<").replace("</｜DSML｜", "</");
+    parse_invokes(&plain, "", tools)
+}
+
+/// MiniMax M3's invokes, each tag after [`MINIMAX_M3`].
+pub fn parse_minimax_m3(text: &str, tools: &[Offered]) -> Option<Vec<ToolCall>> {
+    parse_invokes(text, MINIMAX_M3, tools)
+}
 
 /// Anthropic style: `<invoke name="X"><parameter name="K">V</parameter></invoke>`,
 /// or MiniMax M3's `<invoke name="X"><K>V</K></invoke>`, each tag after `prefix`.
-pub(super) fn parse_invokes(text: &str, prefix: &str, tools: &[Offered]) -> Option<Vec<ToolCall>> {
+pub fn parse_invokes(text: &str, prefix: &str, tools: &[Offered]) -> Option<Vec<ToolCall>> {
     let mut calls = Vec::new();
     let mut rest = text;
     while let Some(start) = rest.find("<invoke") {
@@ -240,7 +252,7 @@ fn union_member<'a>(schema: &'a Value, kind: &str) -> Option<&'a Value> {
 
 /// Kimi K3: `<|open|>call tool="NAME" index="N"<|sep|>` with arguments
 /// `<|open|>argument key="K" type="T"<|sep|>V<|close|>argument<|sep|>`.
-pub(super) fn parse_open_calls(body: &str, tools: &[Offered]) -> Option<Vec<ToolCall>> {
+pub fn parse_open_calls(body: &str, tools: &[Offered]) -> Option<Vec<ToolCall>> {
     let mut calls = Vec::new();
     for part in body.split("<|open|>call").skip(1) {
         let (attributes, rest) = part.split_once("<|sep|>")?;
