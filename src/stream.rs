@@ -11,6 +11,7 @@ pub mod filter;
 pub mod format;
 pub mod ndjson;
 pub mod sse;
+pub mod syntax;
 pub mod textcalls;
 pub mod toolcall;
 

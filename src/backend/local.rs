@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 
 use super::models::{self, FindError};
 use crate::core::{BackendError, Message, Role, ToolCall, ToolSpec};
-use crate::stream::format::{self, CallSyntax};
+use crate::stream::syntax::{self, CallSyntax};
 use crate::template::{self, ChatTemplate, Prepared, TemplateMessage};
 
 /// The model file for `-m NAME`, the one place `-m` becomes a path: an
@@ -182,7 +182,7 @@ fn prepare_turn<'a>(
 }
 
 /// How a tool call is written in prompts rendered with `template`, learnt by rendering
-/// a probe call the way [`render`] renders every prompt ([`format::call_syntax`]): the
+/// a probe call the way [`render`] renders every prompt ([`syntax::call_syntax`]): the
 /// template's own syntax where it renders tools, else the `<tool_call>` form the tool
 /// instructions ask for. `None` where the call's arguments are not JSON. `turn_end`
 /// finds the end-of-turn token in the text after the arguments.
@@ -191,7 +191,7 @@ pub(crate) fn call_syntax(
     turn_end: impl Fn(&str) -> usize,
 ) -> Option<CallSyntax> {
     let probe = ToolSpec {
-        name: format::PROBE_TOOL.into(),
+        name: syntax::PROBE_TOOL.into(),
         description: "A probe.".into(),
         parameters: serde_json::json!({"type": "object",
             "properties": {"probe_arg": {"type": "string"}}}),
@@ -199,9 +199,9 @@ pub(crate) fn call_syntax(
     let user = Message::user("Call the probe.");
     let mut call = Message::assistant("");
     call.tool_calls = vec![ToolCall {
-        id: format::PROBE_ID.into(),
-        name: format::PROBE_TOOL.into(),
-        arguments: format::probe_arguments(),
+        id: syntax::PROBE_ID.into(),
+        name: syntax::PROBE_TOOL.into(),
+        arguments: syntax::probe_arguments(),
     }];
     let tools = [probe];
     let render = |messages: &[Message], generation_prompt: bool| {
@@ -217,8 +217,8 @@ pub(crate) fn call_syntax(
     };
     let plain = render(std::slice::from_ref(&user), true)?;
     let with_call = render(&[user, call], false)?;
-    let short_id = template::nine_alphanumerics(format::PROBE_ID);
-    let syntax = format::call_syntax(&plain, &with_call, &short_id, turn_end);
+    let short_id = template::nine_alphanumerics(syntax::PROBE_ID);
+    let syntax = syntax::call_syntax(&plain, &with_call, &short_id, turn_end);
     if syntax.is_none() {
         crate::log::debug(crate::log::Category::Llm, || {
             format!("no tool-call syntax in the probe: {plain:?} then {with_call:?}")

@@ -8,19 +8,21 @@
 //! wrote it: they are unambiguous (`[TOOL_CALLS]`, `<|python_tag|>`,
 //! DeepSeek's `<｜tool▁calls▁begin｜>`), so text an OpenAI-compatible upstream
 //! returns as plain content is read the same way as the in-process model's.
-//! Which stretch belongs to which family's parser is decided by its opening
-//! marker in [`super::textcalls`].
+//! Each family's row names its tool-call parser (in [`super::textcalls`]):
+//! [`parse_markup`] reads a stretch of markup by the row of its opening marker.
+
+use super::textcalls::{self, Offered};
+use crate::core::ToolCall;
 
 /// What an opening marker switches the filter to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub enum Opener {
     /// Reasoning, until one of these closing markers.
     Think(&'static [&'static str]),
     /// A fenced code block (only at the start of a line).
     Fence,
-    /// Tool-call markup, held until one of these closing markers (none: until the
-    /// text ends, for formats whose calls end at the end-of-generation token).
-    Markup(&'static [&'static str]),
+    /// Tool-call markup: held until its closing marker, then read as its row says.
+    Markup(Call),
     /// A harmony (gpt-oss) message header, up to `<|message|>`: its channel and
     /// recipient decide what the message is.
     Header,
@@ -28,6 +30,30 @@ pub enum Opener {
     Drop,
     /// Functionary v3.2's `>>>`: a recipient line follows (`all` or a tool's name).
     Recipient,
+}
+
+/// How one family's tool-call markup ends and who reads it.
+#[derive(Debug, Clone, Copy)]
+pub struct Call {
+    /// The markup is held until one of these closing markers (none: until the text
+    /// ends, for formats whose calls end at the end-of-generation token).
+    pub close: &'static [&'static str],
+    pub read: Read,
+}
+
+/// A family's parser: the calls its markup writes, `None` when it writes none.
+pub type Parse = fn(&str, &[Offered]) -> Option<Vec<ToolCall>>;
+
+/// Which text of the markup a family's parser reads.
+#[derive(Debug, Clone, Copy)]
+pub enum Read {
+    /// The body: the text between the opening marker and the first closing one.
+    Body(Parse),
+    /// The markup whole, opening marker included: the marker starts every call
+    /// (`<function=NAME>`, `<invoke`) and the parser finds each by it.
+    Whole(Parse),
+    /// A syntax learnt from the template ([`LearntCall::read`]), not a row of the table.
+    Learnt,
 }
 
 /// An opening marker: its text, what it opens, whether it counts only at the start
@@ -52,17 +78,29 @@ const fn marker(tag: &'static str, opener: Opener) -> Marker {
     }
 }
 
-const fn at_line_start(tag: &'static str, opener: Opener) -> Marker {
+/// A family's tool-call marker whose parser reads the body.
+const fn body(tag: &'static str, close: &'static [&'static str], parse: Parse) -> Marker {
+    let read = Read::Body(parse);
+    marker(tag, Opener::Markup(Call { close, read }))
+}
+
+/// A family's tool-call marker whose parser reads the markup whole.
+const fn whole(tag: &'static str, close: &'static [&'static str], parse: Parse) -> Marker {
+    let read = Read::Whole(parse);
+    marker(tag, Opener::Markup(Call { close, read }))
+}
+
+const fn at_line_start(marker: Marker) -> Marker {
     Marker {
         line_start: true,
-        ..marker(tag, opener)
+        ..marker
     }
 }
 
-const fn in_reasoning(tag: &'static str, opener: Opener) -> Marker {
+const fn in_reasoning(marker: Marker) -> Marker {
     Marker {
         ends_reasoning: true,
-        ..marker(tag, opener)
+        ..marker
     }
 }
 
@@ -75,8 +113,11 @@ pub const HARMONY_MESSAGE: &str = "<|message|>";
 /// Longest harmony header accepted; a longer "header" is shown as text.
 pub const MAX_HEADER_BYTES: usize = 512;
 
-/// Every opening marker. Two markers never share a full prefix (each pair differs
-/// before the shorter one ends), so the first full match is the right one.
+/// Every opening marker, and for each family's tool calls the closing marker and
+/// the parser ([`parse_markup`] reads by the row). Two markers never share a full
+/// prefix (each pair differs before the shorter one ends), so the first full match
+/// is the right one. A new family is one row here and its case in
+/// `format_cases.json`.
 pub const MARKERS: &[Marker] = &[
     // Reasoning.
     marker("<think>", Opener::Think(&["</think>"])),
@@ -91,61 +132,107 @@ pub const MARKERS: &[Marker] = &[
         "<|open|>think<|sep|>",
         Opener::Think(&["<|close|>think<|sep|>"]),
     ),
-    at_line_start(FENCE, Opener::Fence),
+    at_line_start(marker(FENCE, Opener::Fence)),
     // Tool calls.
-    marker("<tool_call>", Opener::Markup(&["</tool_call>"])),
-    marker("<tool_calls>", Opener::Markup(&["</tool_calls>"])),
-    marker("<function_calls>", Opener::Markup(&["</function_calls>"])),
-    marker("<tool>", Opener::Markup(&["</tool>"])),
+    body(
+        "<tool_call>",
+        &["</tool_call>"],
+        textcalls::parse_tool_call_body,
+    ),
+    body("<tool_calls>", &["</tool_calls>"], |text, _| {
+        textcalls::json_calls(text)
+    }),
+    whole("<function_calls>", &["</function_calls>"], |text, tools| {
+        textcalls::parse_invokes(text, "", tools)
+    }),
+    body("<tool>", &["</tool>"], |text, _| {
+        textcalls::parse_json_object(text).map(|c| vec![c])
+    }),
     // Plain words that prose quotes ("write <function=get_time> then…"): only at
     // the start of a line.
-    at_line_start("<function=", Opener::Markup(&["</function>"])),
-    at_line_start("<function name=", Opener::Markup(&["</function>"])),
-    marker("[TOOL_CALLS]", Opener::Markup(&[])),
-    marker("<|python_tag|>", Opener::Markup(&[])),
-    marker(
+    at_line_start(whole(
+        "<function=",
+        &["</function>"],
+        textcalls::parse_functions,
+    )),
+    at_line_start(whole(
+        "<function name=",
+        &["</function>"],
+        textcalls::parse_named_functions,
+    )),
+    body("[TOOL_CALLS]", &[], |text, _| {
+        textcalls::parse_mistral(text)
+    }),
+    body("<|python_tag|>", &[], |text, _| {
+        textcalls::parse_python_tag(text)
+    }),
+    body(
         "<｜tool▁calls▁begin｜>",
-        Opener::Markup(&["<｜tool▁calls▁end｜>"]),
+        &["<｜tool▁calls▁end｜>"],
+        |text, _| textcalls::parse_deepseek(text),
     ),
-    marker(
+    whole(
         "<｜DSML｜function_calls>",
-        Opener::Markup(&["</｜DSML｜function_calls>"]),
+        &["</｜DSML｜function_calls>"],
+        textcalls::parse_dsml,
     ),
-    marker(
+    whole(
         "<｜DSML｜tool_calls>",
-        Opener::Markup(&["</｜DSML｜tool_calls>"]),
+        &["</｜DSML｜tool_calls>"],
+        textcalls::parse_dsml,
     ),
-    marker(
+    whole(
         "]<]minimax[>[<tool_call>",
-        Opener::Markup(&["]<]minimax[>[</tool_call>"]),
+        &["]<]minimax[>[</tool_call>"],
+        textcalls::parse_minimax_m3,
     ),
     // Kimi K3's message sections end its reasoning.
-    in_reasoning(
+    in_reasoning(body(
         "<|open|>tools<|sep|>",
-        Opener::Markup(&["<|close|>tools<|sep|>"]),
-    ),
-    in_reasoning(
+        &["<|close|>tools<|sep|>"],
+        textcalls::parse_open_calls,
+    )),
+    in_reasoning(body(
         "<|tool_calls_section_begin|>",
-        Opener::Markup(&["<|tool_calls_section_end|>"]),
-    ),
+        &["<|tool_calls_section_end|>"],
+        |text, _| textcalls::parse_kimi(text),
+    )),
     // Kimi K2 Thinking's call without its section: its calls end the turn.
-    in_reasoning("<|tool_call_begin|>", Opener::Markup(&[])),
-    marker("<|tool_call|>", Opener::Markup(&[])),
-    marker("<|START_ACTION|>", Opener::Markup(&["<|END_ACTION|>"])),
-    marker(
+    in_reasoning(whole("<|tool_call_begin|>", &[], |text, _| {
+        textcalls::parse_kimi(text)
+    })),
+    body("<|tool_call|>", &[], |text, _| textcalls::json_calls(text)),
+    body("<|START_ACTION|>", &["<|END_ACTION|>"], |text, _| {
+        textcalls::json_calls(text)
+    }),
+    whole(
         "<minimax:tool_call>",
-        Opener::Markup(&["</minimax:tool_call>"]),
+        &["</minimax:tool_call>"],
+        |text, tools| textcalls::parse_invokes(text, "", tools),
     ),
-    marker("<seed:tool_call>", Opener::Markup(&["</seed:tool_call>"])),
-    marker("<TOOLCALL>", Opener::Markup(&["</TOOLCALL>"])),
-    marker("<|tools_prefix|>", Opener::Markup(&["<|tools_suffix|>"])),
-    marker(
-        "<|tool_call_start|>",
-        Opener::Markup(&["<|tool_call_end|>"]),
+    body(
+        "<seed:tool_call>",
+        &["</seed:tool_call>"],
+        textcalls::parse_functions,
     ),
-    marker("<|tool_call>", Opener::Markup(&["<tool_call|>"])),
-    at_line_start("functools[", Opener::Markup(&[])),
-    at_line_start("Action:\n```json", Opener::Markup(&["\n```"])),
+    body("<TOOLCALL>", &["</TOOLCALL>"], |text, _| {
+        textcalls::json_calls(text)
+    }),
+    body("<|tools_prefix|>", &["<|tools_suffix|>"], |text, _| {
+        textcalls::json_calls(text)
+    }),
+    body("<|tool_call_start|>", &["<|tool_call_end|>"], |text, _| {
+        textcalls::python_calls(text)
+    }),
+    body("<|tool_call>", &["<tool_call|>"], |text, _| {
+        textcalls::parse_gemma4(text)
+    }),
+    at_line_start(whole("functools[", &[], |text, _| {
+        textcalls::json_after_word(text)
+    })),
+    at_line_start(body("Action:\n```json", &["\n```"], |text, _| {
+        textcalls::json_calls(text)
+    })),
     // gpt-oss harmony headers.
     marker("<|start|>", Opener::Header),
     marker("<|channel|>", Opener::Header),
@@ -157,7 +244,7 @@ pub const MARKERS: &[Marker] = &[
     marker("<|END_RESPONSE|>", Opener::Drop),
     marker("<|END_THINKING|>", Opener::Drop),
     marker("</tool_call>", Opener::Drop),
-    in_reasoning("<|open|>response<|sep|>", Opener::Drop),
+    in_reasoning(marker("<|open|>response<|sep|>", Opener::Drop)),
     marker("<|close|>response<|sep|>", Opener::Drop),
     marker("<|close|>message<|sep|>", Opener::Drop),
     marker("<|eom|>", Opener::Drop),
@@ -169,6 +256,38 @@ pub const MARKERS: &[Marker] = &[
     marker("<|CHATBOT_TOKEN|>", Opener::Drop),
     marker("<|role_end|>", Opener::Drop),
 ];
+
+/// Parses one stretch of tool-call markup (it starts with its opening marker) by
+/// its marker's row; text that starts with no call marker is read as a bare JSON
+/// call. `None` when it is not a well-formed call to an offered tool (then the
+/// filter shows it as plain text).
+pub fn parse_markup(text: &str, tools: &[Offered]) -> Option<Vec<ToolCall>> {
+    let text = text.trim();
+    let row = MARKERS.iter().find_map(|m| match m.opener {
+        Opener::Markup(call) if text.starts_with(m.tag) => Some((m.tag, call)),
+        _ => None,
+    });
+    let calls = match row.map(|(tag, call)| (tag, call.close, call.read)) {
+        Some((tag, close, Read::Body(parse))) => {
+            parse(before_any(&text[tag.len()..], close), tools)
+        }
+        Some((_, _, Read::Whole(parse))) => parse(text, tools),
+        Some((_, _, Read::Learnt)) | None => textcalls::parse_json_object(text).map(|c| vec![c]),
+    }?;
+    textcalls::validate(calls, tools)
+}
+
+/// A harmony message's body: the text before its end marker (all of it when the
+/// marker never came).
+pub fn message_body(text: &str) -> &str {
+    before_any(text, HARMONY_END)
+}
+
+/// The text before the first of `close`, or all of it when none came.
+fn before_any<'a>(text: &'a str, close: &[&str]) -> &'a str {
+    let end = close.iter().filter_map(|c| text.find(c)).min();
+    end.map_or(text, |end| &text[..end])
+}
 
 /// Reasoning blocks that only a prompt opens, with words rather than a marker (so
 /// they are not markers in the model's text): Apriel 1.6 prefills its reasoning
@@ -209,7 +328,7 @@ pub fn is_marker(text: &str) -> bool {
         return false;
     }
     let closers = MARKERS.iter().flat_map(|m| match m.opener {
-        Opener::Think(close) | Opener::Markup(close) => close,
+        Opener::Think(close) | Opener::Markup(Call { close, .. }) => close,
         _ => &[],
     });
     let whole = MARKERS
@@ -306,102 +425,6 @@ pub fn harmony_header(header: &str) -> HarmonyMessage {
     }
 }
 
-/// The tool a template is asked to render a call of, to learn its call syntax.
-pub const PROBE_TOOL: &str = "probe_tool";
-/// The probe call's id, as shepherd writes ids.
-pub const PROBE_ID: &str = "call_0";
-
-/// The probe call's arguments, and the ways a template may write them.
-pub fn probe_arguments() -> serde_json::Value {
-    serde_json::json!({"probe_arg": "probe_value"})
-}
-const PROBE_ARGUMENT_TEXTS: [&str; 2] = [
-    r#"{"probe_arg": "probe_value"}"#,
-    r#"{"probe_arg":"probe_value"}"#,
-];
-
-/// How a template writes one tool call, learnt from a probe (see [`call_syntax`]):
-/// `before` NAME `between` ARGUMENTS (JSON) `after`, up to the end of the turn.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CallSyntax {
-    pub before: String,
-    pub between: String,
-    pub after: String,
-    /// The id as the template wrote it into the text, when it did (a grammar lets
-    /// the model write one of the same shape).
-    pub id: Option<String>,
-    /// The tool-call marker a call's text holds, when it holds one: a grammar may
-    /// wait for it (lazily) and leave the text before it free, reasoning included.
-    /// (Not a harmony header: its reasoning starts with the same marker.)
-    pub trigger: Option<&'static str>,
-    /// How the prompt ends (the filter must know to read the call back).
-    pub prompt_end: Option<PromptEnd>,
-}
-
-impl CallSyntax {
-    /// The text of a call to `name` with `arguments` (JSON text) in this syntax.
-    pub fn write(&self, name: &str, arguments: &str) -> String {
-        format!(
-            "{}{name}{}{arguments}{}",
-            self.before, self.between, self.after
-        )
-    }
-
-    /// `before` from the trigger on: what a lazy grammar constrains once the
-    /// trigger appears (an empty reasoning block before it, say, is the model's).
-    pub fn trigger_onward(&self) -> Option<&str> {
-        let at = self.before.find(self.trigger?)?;
-        Some(&self.before[at..])
-    }
-}
-
-/// Learns a template's call syntax from two renderings: `plain`, a user message
-/// and the generation prompt, and `with_call`, the same user message followed by
-/// the assistant's call to [`PROBE_TOOL`] with [`probe_arguments`] and id
-/// [`PROBE_ID`] (or `short_id`, where the template demands ids of its own shape).
-/// `turn_end` gives the length of the text after the arguments that comes before
-/// the end of the turn (the end-of-turn token is the model's to write, not the
-/// grammar's). `None` when the call does not follow the prompt, its arguments are
-/// not JSON, or the output filter would not read the call back.
-pub fn call_syntax(
-    plain: &str,
-    with_call: &str,
-    short_id: &str,
-    turn_end: impl Fn(&str) -> usize,
-) -> Option<CallSyntax> {
-    let call = with_call.strip_prefix(plain)?;
-    let name_at = call.find(PROBE_TOOL)?;
-    let rest = &call[name_at + PROBE_TOOL.len()..];
-    let (args_at, args_len) = PROBE_ARGUMENT_TEXTS
-        .iter()
-        .filter_map(|text| rest.find(text).map(|at| (at, text.len())))
-        .min()?;
-    let tail = &rest[args_at + args_len..];
-    let after = &tail[..turn_end(tail).min(tail.len())];
-    let before = &call[..name_at];
-    let between = &rest[..args_at];
-    let written = [before, between, after];
-    let id = [PROBE_ID, short_id]
-        .into_iter()
-        .find(|id| written.iter().any(|part| part.contains(id)))
-        .map(str::to_string);
-    let trigger = MARKERS
-        .iter()
-        .filter(|m| matches!(m.opener, Opener::Markup(_)) && !m.line_start)
-        .filter_map(|m| before.find(m.tag).map(|at| (at, m.tag)))
-        .min()
-        .map(|(_, tag)| tag);
-    let syntax = CallSyntax {
-        before: before.to_string(),
-        between: between.to_string(),
-        after: after.to_string(),
-        id,
-        trigger,
-        prompt_end: prompt_end(plain),
-    };
-    reads_back(&syntax).then_some(syntax)
-}
-
 /// The call syntax of a template whose markers the table does not know, learnt from
 /// its probe: the opening text of a call becomes a marker of its own, and calls are
 /// read by the syntax itself (`before NAME between JSON after`, one or more). The
@@ -417,45 +440,17 @@ pub struct LearntCall {
     pub after: &'static str,
 }
 
-impl CallSyntax {
-    /// The syntax as a [`LearntCall`], for a template whose calls start with a tag the
-    /// marker table does not know (`<|fn|>{"name": …}` of some new family). `None`
-    /// where a known marker, bare JSON or a harmony header starts the call.
-    pub fn learnt(&self) -> Option<LearntCall> {
-        if self.trigger.is_some() || self.prompt_end.is_some() {
-            return None;
-        }
-        let before = self.before.trim_start();
-        let open_end = before.find(['{', '"', '\n']).unwrap_or(before.len());
-        let marker = before[..open_end].trim_end();
-        let tag_like = marker.starts_with(['<', '[']) && marker.chars().count() >= 3;
-        let known = MARKERS
-            .iter()
-            .any(|m| m.tag.starts_with(marker) || marker.starts_with(m.tag));
-        if !tag_like || known || !self.between.chars().any(|c| !c.is_whitespace()) {
-            return None;
-        }
-        let after = self.after.trim();
-        let close = after.find(['<', '[']).map(|at| after[at..].trim());
-        let leak = |text: &str| -> &'static str { Box::leak(text.to_string().into_boxed_str()) };
-        let close: &'static [&'static str] = match close.filter(|c| !c.is_empty()) {
-            Some(close) => Box::leak(vec![leak(close)].into_boxed_slice()),
-            None => &[],
-        };
-        Some(LearntCall {
-            marker: leak(marker),
-            close,
-            before: leak(before),
-            between: leak(&self.between),
-            after: leak(after),
-        })
-    }
-}
-
 impl LearntCall {
     /// The opening marker, as the filter scans for it.
     pub fn opener(&self) -> Marker {
-        marker(self.marker, Opener::Markup(self.close))
+        let read = Read::Learnt;
+        marker(
+            self.marker,
+            Opener::Markup(Call {
+                close: self.close,
+                read,
+            }),
+        )
     }
 
     /// The calls (name, arguments) in `text`, one or more written in this syntax.
@@ -489,152 +484,5 @@ impl LearntCall {
     }
 }
 
-/// Whether the output filter reads the probe call written in `syntax` back.
-fn reads_back(syntax: &CallSyntax) -> bool {
-    let mut filter = super::filter::OutputFilter::new(vec![PROBE_TOOL.to_string()]);
-    if let Some(end) = syntax.prompt_end {
-        filter.after_prompt(end);
-    }
-    if let Some(learnt) = syntax.learnt() {
-        filter.learn(learnt);
-    }
-    let mut ignore = |_: crate::core::Event| crate::core::Flow::Continue;
-    filter.push(
-        &syntax.write(PROBE_TOOL, PROBE_ARGUMENT_TEXTS[0]),
-        &mut ignore,
-    );
-    filter.finish(&mut ignore);
-    let calls = filter.take_tool_calls();
-    calls.len() == 1 && calls[0].name == PROBE_TOOL && calls[0].arguments == probe_arguments()
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn no_marker_is_a_prefix_of_another() {
-        for a in MARKERS {
-            for b in MARKERS {
-                if a.tag != b.tag {
-                    assert!(!b.tag.starts_with(a.tag), "{} prefixes {}", a.tag, b.tag);
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn markers_include_closers_and_framing() {
-        for text in ["<think>", "</think>", "<|end|>", "[ARGS]", "<|message|>"] {
-            assert!(is_marker(text), "{text}");
-        }
-        assert!(!is_marker("<|im_start|>"));
-        assert!(!is_marker("think"));
-    }
-
-    #[test]
-    fn the_end_of_a_prompt_says_how_the_answer_starts() {
-        let qwen = "<|im_start|>assistant\n<think>\n";
-        assert_eq!(prompt_end(qwen), Some(PromptEnd::Reasoning(&["</think>"])));
-        let closed = "<|im_start|>assistant\n<think>\n\n</think>\n\n";
-        assert_eq!(prompt_end(closed), None);
-        assert_eq!(prompt_end("[INST]hi[/INST]"), None);
-        let oss = "<|start|>assistant<|channel|>analysis<|message|>";
-        assert_eq!(prompt_end(oss), Some(PromptEnd::Reasoning(HARMONY_END)));
-        assert_eq!(prompt_end("<|start|>assistant"), Some(PromptEnd::Header));
-        assert_eq!(
-            prompt_end("<|from|>assistant\n>>>"),
-            Some(PromptEnd::Recipient)
-        );
-    }
-
-    /// Renderings of a probe call as three families' templates write them.
-    #[test]
-    fn a_call_syntax_is_learnt_from_a_probe() {
-        let plain = "<|im_start|>user\nCall.<|im_end|>\n<|im_start|>assistant\n";
-        let hermes = format!(
-            "<|im_start|>user\nCall.<|im_end|>\n<|im_start|>assistant\n<tool_call>\n{{\"name\": \"probe_tool\", \"arguments\": {}}}\n</tool_call><|im_end|>\n",
-            PROBE_ARGUMENT_TEXTS[0]
-        );
-        let end = |tail: &str| tail.find("<|im_end|>").unwrap_or(tail.len());
-        let syntax = call_syntax(plain, &hermes, "x", end).expect("hermes");
-        assert_eq!(syntax.before, "<tool_call>\n{\"name\": \"");
-        assert_eq!(syntax.between, "\", \"arguments\": ");
-        assert_eq!(syntax.after, "}\n</tool_call>");
-        assert_eq!(syntax.trigger, Some("<tool_call>"));
-        assert_eq!(syntax.id, None);
-
-        let nemo_plain = "[INST]Call.[/INST]";
-        let nemo = "[INST]Call.[/INST][TOOL_CALLS][{\"name\": \"probe_tool\", \"arguments\": {\"probe_arg\": \"probe_value\"}, \"id\": \"Ab3dEf9hI\"}]</s>";
-        let end = |tail: &str| tail.find("</s>").unwrap_or(tail.len());
-        let syntax = call_syntax(nemo_plain, nemo, "Ab3dEf9hI", end).expect("nemo");
-        assert_eq!(syntax.after, ", \"id\": \"Ab3dEf9hI\"}]");
-        assert_eq!(syntax.id.as_deref(), Some("Ab3dEf9hI"));
-
-        let oss_plain = "<|start|>user<|message|>Call.<|end|><|start|>assistant";
-        let oss = "<|start|>user<|message|>Call.<|end|><|start|>assistant<|channel|>commentary to=functions.probe_tool <|constrain|>json<|message|>{\"probe_arg\":\"probe_value\"}<|call|>";
-        let end = |tail: &str| tail.find("<|call|>").unwrap_or(tail.len());
-        let syntax = call_syntax(oss_plain, oss, "x", end).expect("gpt-oss");
-        assert_eq!(syntax.before, "<|channel|>commentary to=functions.");
-        assert_eq!(syntax.prompt_end, Some(PromptEnd::Header));
-        assert_eq!(syntax.trigger, None);
-
-        // A call after an empty reasoning block: a lazy grammar starts at the call.
-        let qwen = format!("{plain}<think>\n\n</think>\n\n<tool_call>\n{{\"name\": \"probe_tool\", \"arguments\": {}}}\n</tool_call>", PROBE_ARGUMENT_TEXTS[0]);
-        let syntax = call_syntax(plain, &qwen, "x", |t: &str| t.len()).expect("qwen3");
-        assert_eq!(syntax.trigger, Some("<tool_call>"));
-        assert_eq!(syntax.trigger_onward(), Some("<tool_call>\n{\"name\": \""));
-
-        // Arguments the template does not write as JSON: no syntax to force.
-        let xml = format!("{plain}<tool_call>\n<function=probe_tool>\n<parameter=probe_arg>\nprobe_value\n</parameter>\n</function>\n</tool_call>");
-        assert_eq!(call_syntax(plain, &xml, "x", |t: &str| t.len()), None);
-    }
-
-    /// A family the table does not know: its call's opening tag is learnt.
-    #[test]
-    fn an_unknown_familys_call_syntax_is_learnt() {
-        let plain = "<|user|>Call.<|end_user|><|bot|>";
-        let call = format!(
-            "{plain}<|fn|>{{\"name\": \"probe_tool\", \"arguments\": {}}}<|/fn|><|end_bot|>",
-            PROBE_ARGUMENT_TEXTS[0]
-        );
-        let end = |tail: &str| tail.find("<|end_bot|>").unwrap_or(tail.len());
-        let syntax =
-            call_syntax(plain, &call, "x", end).expect("read back through the learnt marker");
-        let learnt = syntax.learnt().expect("learnt");
-        assert_eq!((learnt.marker, learnt.close), ("<|fn|>", &["<|/fn|>"][..]));
-        assert!(learnt.holds("<|fn|>") && learnt.holds("<|/fn|>") && !learnt.holds("<|end_bot|>"));
-        let two = "<|fn|>{\"name\": \"a\", \"arguments\": {\"x\": 1}}<|/fn|>\n<|fn|>{\"name\": \"b\", \"arguments\": {}}<|/fn|>";
-        let calls = learnt.read(two).expect("two calls");
-        assert_eq!(
-            calls,
-            vec![
-                ("a".into(), serde_json::json!({"x": 1})),
-                ("b".into(), serde_json::json!({}))
-            ]
-        );
-        assert_eq!(learnt.read("<|fn|>not a call"), None);
-        // Known markers are never learnt again.
-        let hermes = format!(
-            "{plain}<tool_call>\n{{\"name\": \"probe_tool\", \"arguments\": {}}}\n</tool_call>",
-            PROBE_ARGUMENT_TEXTS[0]
-        );
-        let known = call_syntax(plain, &hermes, "x", |t: &str| t.len()).expect("hermes");
-        assert_eq!(known.learnt(), None);
-    }
-
-    #[test]
-    fn harmony_headers() {
-        let call = "<|channel|>commentary to=functions.get_weather <|constrain|>json";
-        assert_eq!(
-            harmony_header(call),
-            HarmonyMessage::Call("get_weather".into())
-        );
-        let before = "<|start|>assistant to=functions.read<|channel|>commentary json";
-        assert_eq!(harmony_header(before), HarmonyMessage::Call("read".into()));
-        let analysis = "<|channel|>analysis";
-        assert_eq!(harmony_header(analysis), HarmonyMessage::Reasoning);
-        let fin = "<|start|>assistant<|channel|>final";
-        assert_eq!(harmony_header(fin), HarmonyMessage::Answer);
-    }
-}
+mod tests;

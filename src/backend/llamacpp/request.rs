@@ -15,7 +15,7 @@ use std::borrow::Cow;
 use crate::core::{Image, Message};
 use crate::llama::vision::{ImageChunk, Piece, Vision};
 use crate::llama::{self, Model, SamplerParams, Token};
-use crate::stream::format::CallSyntax;
+use crate::stream::syntax::CallSyntax;
 use crate::stream::textcalls;
 
 /// Why an image part is refused by a model without a vision projector.

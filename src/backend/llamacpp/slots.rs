@@ -72,6 +72,7 @@ use crate::llama::vision::Vision;
 use crate::llama::{self, utf8::Utf8Stream, Batch, Context, ContextParams, Model, Sampler, Token};
 use crate::stream::filter::{OutputFilter, TextEnd};
 use crate::stream::format;
+use crate::stream::syntax;
 use crate::template::{self, ChatTemplate, TemplateMessage};
 
 /// Where an embedding request's answer goes.
@@ -154,7 +155,7 @@ pub(super) struct Worker<'m> {
     /// output filter in a chat (sorted; see [`crate::stream::format::is_marker`]).
     markers: Vec<Token>,
     /// How the template writes a tool call, for grammars in the family's own syntax.
-    call_syntax: Option<format::CallSyntax>,
+    call_syntax: Option<syntax::CallSyntax>,
     /// That syntax as a marker of its own, where the table knows none of its markers.
     learnt_call: Option<format::LearntCall>,
     batch: Batch,
@@ -486,7 +487,7 @@ impl<'m> Worker<'m> {
         let template = load_template(model, config.chat_template.as_deref())?
             .with_kwargs(config.chat_template_kwargs.clone());
         let call_syntax = local::call_syntax(&template, |tail| end_of_turn(model, tail));
-        let learnt = call_syntax.as_ref().and_then(format::CallSyntax::learnt);
+        let learnt = call_syntax.as_ref().and_then(syntax::CallSyntax::learnt);
         crate::log::debug(crate::log::Category::Llm, || {
             format!("the template's tool-call syntax: {call_syntax:?}")
         });

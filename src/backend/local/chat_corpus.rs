@@ -26,6 +26,7 @@ use super::{call_syntax, prepare, template_corpus};
 use crate::core::{Event, Flow, Message, Role, ToolCall, ToolSpec};
 use crate::stream::filter::OutputFilter;
 use crate::stream::format;
+use crate::stream::syntax;
 use crate::template;
 
 #[derive(Deserialize)]
@@ -274,7 +275,7 @@ fn outcome(case: &Case, template: &template::ChatTemplate) -> Outcome {
     let prompt = generation_prompt(template, case, &tools);
     let learnt = call_syntax(template, turn_end)
         .as_ref()
-        .and_then(format::CallSyntax::learnt);
+        .and_then(syntax::CallSyntax::learnt);
     let text = case.input.as_str();
     let whole = read(&[text], &prompt, &tools, learnt);
     let want = expected(case);
