@@ -414,10 +414,10 @@ fn speculation<'m>(
     let spec = match config.spec.mode {
         SpecMode::Draft if drafter.is_none() => SpecMode::Off,
         _ if !model.can_rewind() => SpecMode::Off,
-        // Measured on Gemma 3 with 4 slots and short chats: 71 t/s in all with
-        // speculation against 88 without (one slot gains: an edit 1.2x llama-server's
-        // best drafter). Until the cost of drafting beside other slots in a
-        // sliding-window cache is understood, such a model speculates alone only.
+        // A sliding-window model with several slots lost speed in all by speculating
+        // (docs/LLAMA.md, "Why the defaults"), while one slot gains. Until the cost of
+        // drafting beside other slots in a sliding-window cache is understood, such a
+        // model speculates alone only.
         _ if model.n_swa() > 0 && config.parallel > 1 => SpecMode::Off,
         mode => mode,
     };

@@ -142,12 +142,11 @@ pub fn copy_len(run: usize, learnt: usize, max: usize) -> usize {
 const START_LEN: usize = 2;
 const MIN_LEN: usize = 2;
 /// What one drafted token adds to a decode step, relative to decoding a lone token,
-/// on the CPU. Measured with llama-bench on an Intel Xeon VM, SmolLM2-135M, 2 threads,
-/// without flash attention (auto on the CPU): a batch of 1 + k tokens costs 0.36 to
-/// 0.38 lone steps per added token at depth 100 (k = 4, 16) and 0.32 to 0.35 at depth
-/// 1,500, with logits for the last token only; a verified draft has logits at every
-/// token, and the output layer is about a fifth of SmolLM2's weights, so about 0.08
-/// more. On a GPU a token costs less, and the rule is only cautious there.
+/// on the CPU: a batch of 1 + k tokens was measured to cost about a third of a lone
+/// step per added token with logits for the last token only, and a verified draft has
+/// logits at every token (the output layer is about a fifth of SmolLM2's weights), so
+/// a little more (docs/LLAMA.md, "Why the defaults"). On a GPU a token costs less, and
+/// the rule is only cautious there.
 pub const DRAFT_TOKEN_COST: f64 = 0.45;
 
 /// [`DRAFT_TOKEN_COST`] in units of one slot's share of a plain step, when `slots`

@@ -1,6 +1,6 @@
 //! How the context is tuned for where the model runs: threads, flash attention,
-//! physical batch and the default context size, each with the measurements
-//! behind it.
+//! physical batch and the default context size, each with the reason behind it
+//! (the measurements: docs/LLAMA.md, "Why the defaults").
 
 use crate::llama::CacheType;
 
@@ -37,9 +37,8 @@ pub const GPU_ONLY_THREADS: i32 = 2;
 ///
 /// With the whole model on a GPU, the CPU's pool only gathers the token embeddings, and
 /// its spinning workers take cores from the thread that launches the GPU's work and
-/// waits for it. On an H100 with 16 cores, SmolLM2 generated (tg128, medians of 4
-/// interleaved rounds) at 870, 864, 846 and 781 tokens/s with 1, 2, 8 and 16 threads;
-/// llama-bench on the same llama.cpp showed the same order (880, 879, 862, 834).
+/// waits for it: fewer threads generate faster there (docs/LLAMA.md, "Why the
+/// defaults").
 pub fn threads_for(requested: Option<i32>, all_on_gpu: bool, cores: i32) -> i32 {
     match requested {
         Some(n) => n,
@@ -55,36 +54,19 @@ pub fn threads_for(requested: Option<i32>, all_on_gpu: bool, cores: i32) -> i32 
 /// CPU kernel walks the cache cell by cell for a small batch, with a fixed cost per cell
 /// and head on top of the head's vector work, and takes each query of a batch on its
 /// own, so a speculative step's drafted tokens cost about twice what they do without it.
-/// Measured with 2 threads, generating at depth 0 and 1,536 tokens deep (an agent's
-/// opening alone is about 1,500 tokens):
-/// - Intel Xeon VM (AVX-512, 2026-11-25; random-weight models of equal width that
-///   differ only in head size, and two real ones): heads of 64 (SmolLM2, Llama 3.2 1B,
-///   Qwen2.5 0.5B, TinyLlama) 57–63 t/s with it against 89–91 without 1,536 deep,
-///   40 against 72 at 3,000; SmolLM2 in llama-bench tg64 40.8/84.1 768 deep; an
-///   1,800-token-deep agent edit 41.2 against 78.1 t/s. Heads of 128: about 10% slower
-///   deep with it, 5–14% faster on prompts. Heads of 256 (Gemma 3): even deep, faster
-///   on prompts.
-/// - AMD EPYC VM (AVX-512, 2026-11-26, shepherd's own loop with `lone`): SmolLM2
-///   (64) tg128 162.8/164.3 t/s without/with it, 87.3/85.2 1,536 deep: even. Gemma 3
-///   270M (256): tg128 78.9/74.9 and 79.3/75.9 (two rounds), 1,536 deep 64.0/56.0 and
-///   71.1/71.4; its server with four streams and a 1,500-token system prompt 75.3/75.6.
-///
-/// - The same AMD VM with AVX2 kernels (a `PORTABLE=1` build, 2026-11-26, shepherd's
-///   loop, two rounds, off/on): SmolLM2 tg128 149.4/177.9 and 152.5/182.5, 1,536
-///   deep 88.2/65.8 and 88.7/65.8; Gemma 3 270M tg128 82.2/81.9 and 80.6/89.2, 1,536
-///   deep 72.5/73.6 and 68.9/72.2. llama-bench on the same kernels, tg64: Gemma
-///   64.3/66.3, deep 57.3/56.8; SmolLM2 109.4/130.3, deep 77.6/60.7.
-///
-/// So on AVX2 kernels heads of 256 or more ([`AVX2_FLASH_ATTN_MIN_HEAD_DIM`]) get it:
-/// there it is level or ahead at both depths. Elsewhere auto is off whenever every
-/// layer runs on the CPU and the V cache is not quantized (llama.cpp needs flash
-/// attention for a quantized V cache), whatever the CPU and head size: on every measurement above it is at most a few percent behind
-/// the better setting at either depth, where turning it on is up to 45% behind (and
-/// `lone`'s exact verification needs it off). What it gives up: prompts on wide heads on
-/// the Intel CPU (5–14%), and on AVX2 kernels SmolLM2's generation near depth 0
-/// (about 17%), where turning it on costs a quarter of the speed 1,536 deep: no fixed
-/// choice is within 5% at both depths there, and an agent is always deep. Wherever layers go to a GPU llama.cpp's auto decides (on CUDA
-/// flash attention is the faster one: tg 891 against 781 t/s on an H100).
+/// Measured at depth 0 and 1,536 tokens deep (an agent's opening alone is about 1,500
+/// tokens) on two CPUs, both kernel sets and three head sizes (docs/LLAMA.md, "Why the
+/// defaults"), the rule is:
+/// - on AVX2 kernels, heads of 256 or more ([`AVX2_FLASH_ATTN_MIN_HEAD_DIM`]) get it:
+///   there it is level or ahead at both depths;
+/// - elsewhere auto is off whenever every layer runs on the CPU and the V cache is not
+///   quantized (llama.cpp needs flash attention for a quantized V cache), whatever the
+///   CPU and head size: it is at most a few percent behind the better setting at either
+///   depth, where turning it on is far behind deep (and `lone`'s exact verification
+///   needs it off). No fixed choice is best at both depths everywhere, and an agent is
+///   always deep;
+/// - wherever layers go to a GPU llama.cpp's auto decides (on CUDA flash attention is
+///   the faster one).
 pub fn flash_attn_for(
     requested: Option<bool>,
     gpu_layers: i32,
@@ -131,11 +113,10 @@ pub const CPU_NO_FLASH_ATTN_UBATCH: u32 = 256;
 /// runs on the CPU without flash attention, else [`DEFAULT_UBATCH`].
 ///
 /// Without flash attention a prompt batch computes its whole score matrix, the masked
-/// half of the causal triangle included; halving the batch halves that waste. With the
-/// llama-bench built on our llama.cpp, 256 against 512 prefilled SmolLM2 3–13% faster
-/// at 512 tokens (median 7%, 6 paired rounds), 1–8% at 1,536, and no slower 1,536
-/// tokens deep; random-weight models with 128- and 256-wide heads gained 2–6%. A GPU
-/// wants its batches large, and flash attention masks by blocks, so both keep 512.
+/// half of the causal triangle included; halving the batch halves that waste, and
+/// prefills faster on the CPU at every depth measured (docs/LLAMA.md, "Why the
+/// defaults"). A GPU wants its batches large, and flash attention masks by blocks, so
+/// both keep 512.
 pub fn ubatch_for(requested: Option<u32>, flash_attn: Option<bool>, gpu_layers: i32) -> u32 {
     match requested {
         Some(n) => n,
