@@ -8,30 +8,34 @@ use std::ffi::c_void;
 use super::cpu::{build, Build};
 use super::ggml::{compute_params, for_each_chunk, GGML_TYPE_F16, GGML_TYPE_F32};
 
-#[cfg(target_arch = "x86_64")]
-extern "C" {
-    /// `ffi/lone.c`: rows `from..to` of `c = a · b` for F16 rows `a` (`lda` apart, `k`
-    /// long) and the F16 column `b`, each element as sgemm's AVX-512 kernel computes
-    /// it, `k` a multiple of 16.
-    fn shepherd_lone_f16_avx512(
-        k: i64,
-        a: *const c_void,
-        lda: i64,
-        b: *const c_void,
-        c: *mut f32,
-        from: i64,
-        to: i64,
-    );
-    /// The same as sgemm's AVX2 kernel computes it, `k` a multiple of 8.
-    fn shepherd_lone_f16(
-        k: i64,
-        a: *const c_void,
-        lda: i64,
-        b: *const c_void,
-        c: *mut f32,
-        from: i64,
-        to: i64,
-    );
+/// Declares F16 column kernels of `ffi/lone.c` (each a [`ColumnKernel`]), their one
+/// signature spelled here once: rows `from..to` of `c = a · b` for F16 rows `a` (`lda`
+/// apart, `k` long) and the F16 column `b`.
+macro_rules! column_kernels {
+    ($($(#[$doc:meta])* $name:ident;)*) => {
+        #[cfg(target_arch = "x86_64")]
+        extern "C" {
+            $(
+                $(#[$doc])*
+                fn $name(
+                    k: i64,
+                    a: *const c_void,
+                    lda: i64,
+                    b: *const c_void,
+                    c: *mut f32,
+                    from: i64,
+                    to: i64,
+                );
+            )*
+        }
+    };
+}
+
+column_kernels! {
+    /// Each element as sgemm's AVX-512 kernel computes it, `k` a multiple of 16.
+    shepherd_lone_f16_avx512;
+    /// Each element as sgemm's AVX2 kernel computes it, `k` a multiple of 8.
+    shepherd_lone_f16;
 }
 
 /// Computes `c = a · b` for one column `b` as sgemm computes a column, if there is a
