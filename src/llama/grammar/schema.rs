@@ -14,6 +14,7 @@ use std::collections::{HashMap, HashSet};
 use serde_json::{Map, Value};
 
 use super::combine::{check_left_recursion, merge, Part};
+pub(super) use super::error::Mode;
 use super::error::{invalid, unsupported, SchemaError, SchemaErrorKind};
 use super::keywords::{declared_types, is_annotation, keyword_types, Types};
 use super::node::{Document, Format, Node, Object, Property, RefTarget, StringNode};
@@ -21,7 +22,6 @@ use super::pattern::{self, PatternError};
 
 mod values;
 
-pub(super) use values::MAX_REPEAT;
 use values::{check_order, count, escape_pointer, integer, required_names, resolve_pointer, Used};
 
 /// How deep subschemas (`$ref` targets included) may nest.
@@ -30,15 +30,6 @@ const MAX_DEPTH: usize = 64;
 /// nests one group per character of each name, and llama.cpp parses groups
 /// recursively.
 const MAX_NAME_CHARS: usize = 256;
-
-/// What a keyword the converter cannot honour does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Mode {
-    /// It is a [`SchemaError`] (response formats).
-    Strict,
-    /// Its subschema accepts any JSON value (tool schemas).
-    Lenient,
-}
 
 /// Parses `schema`; in [`Mode::Lenient`] it never fails.
 pub(super) fn parse(schema: &Value, mode: Mode) -> Result<Document, SchemaError> {

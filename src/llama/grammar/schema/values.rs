@@ -5,11 +5,8 @@
 use serde_json::{Map, Value};
 
 use super::super::error::{invalid, unsupported, SchemaError};
+use super::super::limits::MAX_REPEAT;
 use super::super::node::Node;
-
-/// The most repetitions llama.cpp's grammar engine expands
-/// (`MAX_REPETITION_THRESHOLD`); past it `{m,n}` silently loses its maximum.
-pub(in crate::llama::grammar) const MAX_REPEAT: u32 = 2000;
 
 /// Integer bounds are clamped to this magnitude (a narrowing: no 20-digit output).
 const BOUND_LIMIT: i64 = 1_000_000_000_000_000_000;
