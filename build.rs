@@ -55,9 +55,9 @@ fn main() {
     println!("cargo::rustc-check-cfg=cfg(cublas_dlopen)");
 
     // `src/llama/context.rs` finds each context's CPU backend through the first
-    // wrapper, to turn ggml's reference kernels on for generation steps, and makes
-    // llamafile's sgemm take a lone token's products through the second, so that a
-    // token's numbers do not depend on the batch it is in.
+    // wrapper, to turn ggml's reference kernels on for generation steps, and
+    // `src/llama/lone/sgemm.rs` makes llamafile's sgemm take a lone token's products
+    // through the second, so that a token's numbers do not depend on the batch it is in.
     println!("cargo:rustc-link-arg=-Wl,--wrap=ggml_backend_init_by_type");
     println!("cargo:rustc-link-arg=-Wl,--wrap=llamafile_sgemm");
     lone();

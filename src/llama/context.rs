@@ -10,13 +10,14 @@ use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_void};
 use std::marker::PhantomData;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use llama_cpp_sys_2 as sys;
 
 use super::batch::Batch;
 use super::error::{DecodeError, InitError, InvalidParam};
+use super::lone::EXACT_COLUMNS;
 use super::model::Model;
 
 /// ggml's `GGML_BACKEND_DEVICE_TYPE_CPU`.
@@ -58,95 +59,9 @@ pub unsafe extern "C" fn __wrap_ggml_backend_init_by_type(
     backend
 }
 
-/// How many live contexts compute a lone token as sgemm computes a batch's column
-/// ([`fast_kernels_batch_invariant`]). While none does (a model with K-quants or
-/// other repacked weights, flash attention on, a quantized cache), nothing can make
-/// a lone token agree with a batch, and [`__wrap_llamafile_sgemm`] leaves single
-/// columns to ggml's own dot products, but for Q8_0 and Q5_0 weights, whose
-/// [`super::lone`] kernel is that dot product, prefetching: sgemm taking a column as
-/// two, or sgemm's F16 kernel, would only cost speed there (Gemma 3 270M Q4_K_M, tg128
-/// on an Intel Xeon: 36.1 t/s diverted against llama-bench's 43.4; docs/LLAMA.md).
-static EXACT_COLUMNS: AtomicUsize = AtomicUsize::new(0);
-
-/// Every matrix product ggml's CPU backend offers llamafile's sgemm comes here
-/// (build.rs links with `--wrap`). llamafile refuses a single column (`n < 2`), so
-/// a lone token's products fell to ggml's dot products, which round differently
-/// from sgemm: the same token decoded alone and as a column of a batch (a verified
-/// draft, several slots in one step) got different logits. Where [`super::lone`]
-/// mirrors sgemm's kernels, a single column is computed there, exactly as sgemm
-/// computes each column; any other single column sgemm would take in a batch goes
-/// to sgemm as a batch of two equal columns (`ldb` and `ldc` 0: both read the one
-/// input column and write the one output column, and each tile of two columns is
-/// computed by one thread, so each result is written twice, with the same value, by
-/// that thread). Q4_1 weights, which sgemm refuses, go to [`super::lone::batch`] for
-/// every column count: ggml's dot product per element, a row unpacked once for four
-/// columns. Q8_0 and Q5_0 products of up to four columns go there too whether or not
-/// a context needs them exact (the kernel is sgemm's per element, and ggml's dot
-/// product, with the weights asked for ahead). While no
-/// live context needs a lone column exact ([`EXACT_COLUMNS`]), other single columns
-/// of ggml's dot-product types go to [`super::lone::dot_rows`]: ggml's own dot
-/// product per row, the row ahead prefetched. Where `lone` does not apply, single
-/// columns go through unchanged.
-///
-/// # Safety
-/// As llamafile's `llamafile_sgemm`: the arguments describe valid matrices.
-#[no_mangle]
-pub unsafe extern "C" fn __wrap_llamafile_sgemm(
-    params: *const c_void,
-    m: i64,
-    n: i64,
-    k: i64,
-    a: *const c_void,
-    lda: i64,
-    b: *const c_void,
-    ldb: i64,
-    c: *mut c_void,
-    ldc: i64,
-    a_type: c_int,
-    b_type: c_int,
-    c_type: c_int,
-) -> bool {
-    let enabled = super::lone::enabled();
-    let types = (a_type, b_type, c_type);
-    // Q4_1 weights, every column count, and Q8_0 and Q5_0 weights, a few columns:
-    // through `lone`'s kernels, as llama.cpp computes each element.
-    if enabled {
-        // SAFETY: the caller's matrices, as `batch` requires; `enabled` returned true.
-        let done =
-            unsafe { super::lone::batch(params, (m, n, k), (a, lda), (b, ldb), (c, ldc), types) };
-        if done {
-            return true;
-        }
-    }
-    let exact = EXACT_COLUMNS.load(Ordering::SeqCst) > 0;
-    if n == 1 && enabled {
-        // SAFETY: the caller's matrices, one column, as `column` requires; `enabled`.
-        let done = unsafe { super::lone::column(params, m, k, a, lda, b, c, types, exact) };
-        if let Some(done) = done {
-            return done;
-        }
-        // Any other single column not needed exact: ggml's own dot products, the row
-        // ahead prefetched.
-        // SAFETY: the caller's matrices, one column, as `dot_rows` requires.
-        if !exact && unsafe { super::lone::dot_rows(params, m, k, a, lda, b, c, types) } {
-            return true;
-        }
-    }
-    let lone = n == 1 && enabled && exact;
-    let (n, ldb, ldc) = if lone { (2, 0, 0) } else { (n, ldb, ldc) };
-    // SAFETY: the caller's matrices, unchanged but for a single column read and
-    // written as two: `ldb` 0 reads only the column `b` holds and `ldc` 0 writes only
-    // the column `c` holds, so no access goes past either.
-    unsafe {
-        super::lone::__real_llamafile_sgemm(
-            params, m, n, k, a, lda, b, ldb, c, ldc, a_type, b_type, c_type,
-        )
-    }
-}
-
 /// Whether this model, in a context made with `params`, computes a token on the CPU
 /// exactly as it would compute it in any batch with llama.cpp's fast kernels (and the
-/// [`__wrap_llamafile_sgemm`] above): ggml built with the kernels [`super::lone`]
+/// wrap of sgemm, `lone::sgemm`): ggml built with the kernels [`super::lone`]
 /// mirrors, every weight matrix of a type whose products go the same way for any
 /// number of columns, F16 cache, no flash attention. The types: F16, Q8_0 and Q5_0
 /// ([`super::lone`]), F32 and BF16 (sgemm, a lone column as two), Q4_1
@@ -516,7 +431,7 @@ impl<'m> Context<'m> {
     /// path by the number of columns. Where the fast kernels compute every column
     /// alike anyway ([`fast_kernels_batch_invariant`]: SmolLM2's Q4_1 and Q8_0, say,
     /// with llamafile's sgemm taking single columns too, see
-    /// [`__wrap_llamafile_sgemm`]) this is [`Context::decode`]. Elsewhere it decodes
+    /// `lone::sgemm`) this is [`Context::decode`]. Elsewhere it decodes
     /// with ggml's reference CPU kernels (`ggml_backend_cpu_set_use_ref`: no sgemm,
     /// no tiled or split flash attention, no fused ops), which compute every column
     /// as a lone token's dot products, and a batch loses sgemm's speed by it. Those

@@ -49,6 +49,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Select, TryRecvError};
 mod cache;
 mod decode;
 mod embed;
+mod emit;
 pub(super) mod files;
 mod sampling;
 

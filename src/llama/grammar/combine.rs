@@ -5,9 +5,8 @@ use std::collections::HashSet;
 
 use serde_json::Value;
 
-use super::error::{invalid, unsupported, SchemaError};
+use super::error::{invalid, unsupported, Mode, SchemaError};
 use super::node::{Document, Node, Object, Property};
-use super::schema::Mode;
 
 /// One `allOf` part: a subschema, or an alternative of an `anyOf` in it.
 pub(super) struct Part {

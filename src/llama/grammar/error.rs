@@ -88,3 +88,12 @@ pub(super) fn invalid<T>(
         SchemaErrorKind::Invalid(why.into()),
     ))
 }
+
+/// What a keyword the converter cannot honour does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Mode {
+    /// It is a [`SchemaError`] (response formats).
+    Strict,
+    /// Its subschema accepts any JSON value (tool schemas).
+    Lenient,
+}

@@ -39,6 +39,11 @@ pub struct Limits {
     pub symbols: u64,
 }
 
+/// The most repetitions llama.cpp's grammar engine expands
+/// (`MAX_REPETITION_THRESHOLD`); past it `{m,n}` silently loses its maximum. The
+/// schema converter refuses counts past it, and a grammar's `{m,n}` too ([`LIMITS`]).
+pub(super) const MAX_REPEAT: u32 = 2000;
+
 /// The limits: generous for any grammar a schema or a tool list yields (llama.cpp's
 /// and shepherd's converters stay far below), small enough that parsing stays well
 /// under a second and llama.cpp's recursion fits the generation thread's stack (a
@@ -49,7 +54,7 @@ pub const LIMITS: Limits = Limits {
     rules: 32 * 1024,
     alternatives: 8192,
     depth: 100,
-    repeat: super::schema::MAX_REPEAT as u64,
+    repeat: MAX_REPEAT as u64,
     symbols: 1 << 20,
 };
 

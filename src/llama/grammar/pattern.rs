@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 
 use super::emit::{build_repetition, class_char, literal, Rules};
-use super::schema::MAX_REPEAT;
+use super::limits::MAX_REPEAT;
 
 /// How deep groups may nest.
 const MAX_NESTING: usize = 64;

@@ -14,33 +14,22 @@ use std::collections::{HashMap, HashSet};
 use serde_json::{Map, Value};
 
 use super::combine::{check_left_recursion, merge, Part};
+pub(super) use super::error::Mode;
 use super::error::{invalid, unsupported, SchemaError, SchemaErrorKind};
 use super::keywords::{declared_types, is_annotation, keyword_types, Types};
 use super::node::{Document, Format, Node, Object, Property, RefTarget, StringNode};
 use super::pattern::{self, PatternError};
 
+mod values;
+
+use values::{check_order, count, escape_pointer, integer, required_names, resolve_pointer, Used};
+
 /// How deep subschemas (`$ref` targets included) may nest.
 const MAX_DEPTH: usize = 64;
-/// The most repetitions llama.cpp's grammar engine expands
-/// (`MAX_REPETITION_THRESHOLD`); past it `{m,n}` silently loses its maximum.
-pub(super) const MAX_REPEAT: u32 = 2000;
 /// The longest property name beside other members: the grammar of their keys
 /// nests one group per character of each name, and llama.cpp parses groups
 /// recursively.
 const MAX_NAME_CHARS: usize = 256;
-/// Integer bounds are clamped to this magnitude (a narrowing: no 20-digit output).
-const BOUND_LIMIT: i64 = 1_000_000_000_000_000_000;
-/// Unbounded integers have at most 16 digits (llama.cpp's `integral-part`).
-const MAX_16_DIGITS: i64 = 9_999_999_999_999_999;
-
-/// What a keyword the converter cannot honour does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Mode {
-    /// It is a [`SchemaError`] (response formats).
-    Strict,
-    /// Its subschema accepts any JSON value (tool schemas).
-    Lenient,
-}
 
 /// Parses `schema`; in [`Mode::Lenient`] it never fails.
 pub(super) fn parse(schema: &Value, mode: Mode) -> Result<Document, SchemaError> {
@@ -63,24 +52,6 @@ pub(super) fn parse(schema: &Value, mode: Mode) -> Result<Document, SchemaError>
     let mut doc = Document { root, refs };
     check_left_recursion(&mut doc, mode)?;
     Ok(doc)
-}
-
-/// The keywords a node honours.
-#[derive(Default)]
-struct Used {
-    keywords: Vec<&'static str>,
-    /// Every keyword was checked already (by the alternatives of a `type` array).
-    all: bool,
-}
-
-impl Used {
-    fn add(&mut self, keyword: &'static str) {
-        self.keywords.push(keyword);
-    }
-
-    fn has(&self, keyword: &str) -> bool {
-        self.all || self.keywords.contains(&keyword)
-    }
 }
 
 struct Parser<'a> {
@@ -626,129 +597,4 @@ fn any_object() -> Object {
         additional: Some(Box::new(Node::Any)),
         closed: false,
     }
-}
-
-/// The `required` names, in their order.
-fn required_names<'v>(
-    object: &'v Map<String, Value>,
-    path: &str,
-) -> Result<Vec<&'v str>, SchemaError> {
-    let Some(value) = object.get("required") else {
-        return Ok(Vec::new());
-    };
-    let names = value
-        .as_array()
-        .and_then(|names| names.iter().map(Value::as_str).collect::<Option<_>>());
-    match names {
-        Some(names) => Ok(names),
-        None => invalid("required", path, "must be an array of strings"),
-    }
-}
-
-/// A count keyword (`minItems`, `maxLength`, ...), within llama.cpp's repetition limit.
-fn count(object: &Map<String, Value>, key: &str, path: &str) -> Result<Option<u32>, SchemaError> {
-    let Some(value) = object.get(key) else {
-        return Ok(None);
-    };
-    match value.as_u64() {
-        Some(n) if n <= u64::from(MAX_REPEAT) => Ok(u32::try_from(n).ok()),
-        Some(n) => {
-            let why = format!(
-                "{n} is over the {MAX_REPEAT} repetitions that llama.cpp's grammars expand"
-            );
-            unsupported(key, path, why)
-        }
-        None => invalid(key, path, "must be a non-negative integer"),
-    }
-}
-
-fn check_order(
-    min: Option<u32>,
-    max: Option<u32>,
-    key: &str,
-    path: &str,
-) -> Result<(), SchemaError> {
-    match (min, max) {
-        (Some(min), Some(max)) if min > max => {
-            invalid(key, path, format!("{min} is over the maximum {max}"))
-        }
-        _ => Ok(()),
-    }
-}
-
-/// `minimum`, `maximum` and their exclusive forms (the tighter bound wins);
-/// fractional bounds round inwards, as in llama.cpp.
-fn integer(object: &Map<String, Value>, path: &str, used: &mut Used) -> Result<Node, SchemaError> {
-    for key in ["minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"] {
-        used.add(key);
-    }
-    let lower = [
-        bound(object, "minimum", path, f64::ceil, 0)?,
-        bound(object, "exclusiveMinimum", path, f64::floor, 1)?,
-    ];
-    let upper = [
-        bound(object, "maximum", path, f64::floor, 0)?,
-        bound(object, "exclusiveMaximum", path, f64::ceil, -1)?,
-    ];
-    let mut min = lower.into_iter().flatten().max();
-    let mut max = upper.into_iter().flatten().min();
-    // llama.cpp's one-sided ranges stop at 16 digits: bound the other side there.
-    match (min, max) {
-        (Some(low), None) if low > MAX_16_DIGITS / 10 => max = Some(MAX_16_DIGITS),
-        (None, Some(high)) if high < -(MAX_16_DIGITS / 10) => min = Some(-MAX_16_DIGITS),
-        _ => {}
-    }
-    if let (Some(low), Some(high)) = (min, max) {
-        if low > high {
-            let key = if object.contains_key("minimum") {
-                "minimum"
-            } else {
-                "exclusiveMinimum"
-            };
-            let why = "no integer lies within the bounds (a lone bound admits 16 digits at most)";
-            return invalid(key, path, why);
-        }
-    }
-    Ok(Node::Integer { min, max })
-}
-
-/// A bound as an integer: `round` for fractions, then `shift` (exclusive bounds).
-fn bound(
-    object: &Map<String, Value>,
-    key: &str,
-    path: &str,
-    round: fn(f64) -> f64,
-    shift: i128,
-) -> Result<Option<i64>, SchemaError> {
-    let Some(value) = object.get(key) else {
-        return Ok(None);
-    };
-    let limit = i128::from(BOUND_LIMIT);
-    let whole = match (value.as_i64(), value.as_u64(), value.as_f64()) {
-        (Some(n), _, _) => i128::from(n),
-        (None, Some(n), _) => i128::from(n),
-        (None, None, Some(f)) => round(f).clamp(-1e18, 1e18) as i128,
-        _ => return invalid(key, path, "must be a number"),
-    };
-    let clamped = (whole + shift).clamp(-limit, limit);
-    Ok(i64::try_from(clamped).ok())
-}
-
-/// The value a local JSON pointer (`/$defs/a`, RFC 6901) points at in `root`.
-fn resolve_pointer<'v>(root: &'v Value, pointer: &str) -> Option<&'v Value> {
-    let mut target = root;
-    for token in pointer.split('/').skip(1) {
-        let token = token.replace("~1", "/").replace("~0", "~");
-        target = match target {
-            Value::Object(members) => members.get(&token)?,
-            Value::Array(items) => items.get(token.parse::<usize>().ok()?)?,
-            _ => return None,
-        };
-    }
-    Some(target)
-}
-
-/// `name` as one JSON pointer token.
-fn escape_pointer(name: &str) -> String {
-    name.replace('~', "~0").replace('/', "~1")
 }
