@@ -13,6 +13,8 @@ use serde_json::Value;
 use super::node::{Document, Format, Node, Object, Property, StringNode};
 use super::range;
 
+mod regex;
+
 /// llama.cpp's optional whitespace between tokens.
 const SPACE_RULE: &str = r#"| " " | "\n"{1,2} [ \t]{0,20}"#;
 
@@ -340,7 +342,7 @@ impl Emitter<'_, '_> {
 
     fn string(&mut self, string: &StringNode, rule: &str) -> String {
         match string {
-            StringNode::Pattern(pattern) => super::pattern::emit(pattern, rule, self.rules),
+            StringNode::Pattern(pattern) => regex::emit(pattern, rule, self.rules),
             StringNode::Format(Format::Uuid) => self.primitive(rule, "uuid"),
             StringNode::Format(format) => {
                 let kind = match format {
