@@ -28,9 +28,8 @@ use std::io::BufRead;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::estimate::TokenEstimator;
-use super::hosted::{self, Dialect};
-use super::http::{self, ApiSettings};
+use super::hosted::{self, Body, Call, Client, Dialect, ReplyStart, SseReply};
+use super::http::{self, ApiSettings, BodyReader};
 use super::{GenerateRequest, Reply, ToolChoice, Usage};
 use crate::core::ToolSpec;
 use crate::core::{
@@ -39,7 +38,6 @@ use crate::core::{
 };
 use crate::log::{self, Category};
 use crate::stream::filter::OutputFilter;
-use crate::stream::sse::SseDecoder;
 use crate::stream::toolcall::{ToolCallAccumulator, ToolCallDelta};
 
 /// The backend kind, also the origin tag of the artefacts it stores.
@@ -71,122 +69,71 @@ pub fn thinking_budget(level: Option<&str>) -> Option<u32> {
 /// A Messages endpoint.
 pub struct AnthropicBackend {
     config: AnthropicConfig,
-    agent: ureq::Agent,
-    estimator: TokenEstimator,
+    client: Client,
 }
 
 impl AnthropicBackend {
     pub fn new(config: AnthropicConfig) -> Self {
-        let agent = http::build_agent(&config.api.base_url, &config.api.limits);
-        AnthropicBackend {
-            config,
-            agent,
-            estimator: TokenEstimator::default(),
-        }
+        let client = Client::new(&config.api);
+        AnthropicBackend { config, client }
     }
 
     /// `{base}/v1/<path>`, whether or not the base already ends in `/v1`.
-    fn url(&self, path: &str) -> String {
+    fn url_of(&self, path: &str) -> String {
         let base = self.config.api.base();
         match base.strip_suffix("/v1") {
             Some(root) => format!("{root}/v1/{path}"),
             None => format!("{base}/v1/{path}"),
         }
     }
-
-    /// Adds the key (OAuth tokens as bearer, API keys as `x-api-key`) and the version.
-    fn authorised<B>(&self, builder: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
-        let builder = builder.header("anthropic-version", API_VERSION);
-        let builder = match self.config.api.api_key.as_deref() {
-            Some(key) if key.starts_with("sk-ant-oat") => {
-                builder.header("Authorization", format!("Bearer {key}"))
-            }
-            Some(key) => builder.header("x-api-key", key),
-            None => builder,
-        };
-        self.config.api.with_headers(builder)
-    }
-
-    fn attempt(
-        &self,
-        url: &str,
-        body: &[u8],
-        request: &GenerateRequest<'_>,
-        sink: &mut dyn EventSink,
-    ) -> Result<Reply, BackendError> {
-        let builder = self
-            .authorised(self.agent.post(url))
-            .header("Content-Type", "application/json");
-        let response = http::send(builder, body, url, &self.config.api.tape)?;
-        let turn = Turn::new(
-            OutputFilter::for_tools(request.tools),
-            self.config.api.context_size,
-        );
-        let reader = http::body_reader(response, &self.config.api.limits, request.stream);
-        if request.stream {
-            read_stream(reader, turn, sink, url)
-        } else {
-            read_whole(reader, turn, sink, url)
-        }
-    }
 }
-
-/// The string field `key` of every object in `list`.
-pub(super) fn ids_in(list: &Value, key: &str) -> Vec<String> {
-    list.as_array()
-        .map(|items| {
-            items
-                .iter()
-                .filter_map(|m| m[key].as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-impl AnthropicBackend {}
 
 impl Dialect for AnthropicBackend {
     const KIND: &'static str = KIND;
+    const ENTRIES: &'static str = "turns";
+    type Reader = ReplyStream;
 
-    fn model(&self) -> (String, u64) {
-        (self.config.api.model.clone(), self.config.api.context_size)
+    fn client(&self) -> (&ApiSettings, &Client) {
+        (&self.config.api, &self.client)
     }
 
-    /// Builds, sends and reads one request (with retries), names already in wire form.
-    fn send(
+    fn client_mut(&mut self) -> &mut Client {
+        &mut self.client
+    }
+
+    fn url(&self, _: &GenerateRequest<'_>) -> String {
+        self.url_of("messages")
+    }
+
+    /// The version, then the key (OAuth tokens as bearer, API keys as `x-api-key`).
+    fn headers(&self, _: Call) -> Vec<(&'static str, String)> {
+        let mut headers = vec![("anthropic-version", API_VERSION.to_string())];
+        match self.config.api.api_key.as_deref() {
+            Some(key) if key.starts_with("sk-ant-oat") => {
+                headers.push(("Authorization", format!("Bearer {key}")))
+            }
+            Some(key) => headers.push(("x-api-key", key.to_string())),
+            None => {}
+        }
+        headers
+    }
+
+    fn body(
         &mut self,
         session: &Session,
         request: &GenerateRequest<'_>,
-        sink: &mut dyn EventSink,
-    ) -> Result<Reply, BackendError> {
+    ) -> Result<Body, BackendError> {
         let wire = build_request(&self.config, session, request)?;
-        let body = http::encode(&wire)?;
-        let url = self.url("messages");
-        log::debug(Category::Llm, || {
-            format!(
-                "request: {} turns, {} bytes",
-                wire.messages.len(),
-                body.len()
-            )
-        });
-        http::with_retries(&self.config.api.policy(), sink, |sink| {
-            self.attempt(&url, &body, request, sink)
-        })
+        Body::encode(&wire, wire.messages.len())
     }
 
-    /// The model ids `/v1/models` lists.
-    fn models(&self) -> Result<Vec<String>, BackendError> {
-        let url = self.url("models");
-        let value = http::get_json(self.authorised(self.agent.get(&url)), &url)?;
-        Ok(ids_in(&value["data"], "id"))
+    /// `/v1/models`.
+    fn models_url(&self) -> Result<String, BackendError> {
+        Ok(self.url_of("models"))
     }
 
-    fn estimator(&self) -> &TokenEstimator {
-        &self.estimator
-    }
-
-    fn estimator_mut(&mut self) -> &mut TokenEstimator {
-        &mut self.estimator
+    fn model_ids(&self, list: &Value) -> Vec<String> {
+        hosted::ids_in(&list["data"], "id")
     }
 }
 
@@ -553,7 +500,7 @@ struct OpenThinking {
 }
 
 /// What one generation has produced so far.
-struct Turn {
+struct ReplyStream {
     filter: OutputFilter,
     calls: ToolCallAccumulator,
     thinking: String,
@@ -566,44 +513,7 @@ struct Turn {
     context_size: u64,
 }
 
-impl Turn {
-    fn new(filter: OutputFilter, context_size: u64) -> Self {
-        Turn {
-            filter,
-            calls: ToolCallAccumulator::new(),
-            thinking: String::new(),
-            open: Vec::new(),
-            artefacts: Vec::new(),
-            finish: None,
-            prompt_tokens: None,
-            completion_tokens: None,
-            stopped: false,
-            context_size,
-        }
-    }
-
-    fn apply(&mut self, event: StreamEvent, sink: &mut dyn EventSink) -> Flow {
-        match event {
-            StreamEvent::MessageStart { message } => self.usage(message.usage),
-            StreamEvent::ContentBlockStart {
-                index,
-                content_block,
-            } => return self.start_block(index, content_block, sink),
-            StreamEvent::ContentBlockDelta { index, delta } => {
-                return self.delta(index, delta, sink)
-            }
-            StreamEvent::ContentBlockStop { index } => self.stop_block(index),
-            StreamEvent::MessageDelta { delta, usage } => {
-                self.usage(usage);
-                if let Some(reason) = delta.stop_reason {
-                    self.finish = Some(map_stop(&reason, sink));
-                }
-            }
-            StreamEvent::MessageStop => self.stopped = true,
-            StreamEvent::Ignored => {}
-        }
-        Flow::Continue
-    }
+impl ReplyStream {
 
     fn usage(&mut self, usage: Option<WireUsage>) {
         let Some(usage) = usage else { return };
@@ -716,19 +626,76 @@ impl Turn {
         })
     }
 
-    fn cancelled(self) -> Reply {
-        Reply {
-            content: self.filter.content().to_string(),
-            thinking: self.thinking + self.filter.thinking(),
-            tool_calls: Vec::new(),
-            finish: FinishReason::Cancelled,
-            usage: None,
+}
+
+/// Read until `message_stop`, which must come; `ping` and unknown events are ignored.
+impl SseReply for ReplyStream {
+    type Event = StreamEvent;
+
+    fn new(filter: OutputFilter, context_size: u64) -> Self {
+        ReplyStream {
+            filter,
+            calls: ToolCallAccumulator::new(),
+            thinking: String::new(),
+            open: Vec::new(),
             artefacts: Vec::new(),
-            stop_sequence: None,
+            finish: None,
+            prompt_tokens: None,
+            completion_tokens: None,
+            stopped: false,
+            context_size,
         }
     }
 
-    /// Flushes the filter, emits `Stats` and builds the reply.
+    /// One event's data: an `error` event becomes its typed error.
+    fn parse(data: &str) -> Result<StreamEvent, BackendError> {
+        let value = http::parse_json(data)?;
+        if value["type"] == "error" {
+            return Err(http::error_from_value(&value));
+        }
+        serde_json::from_value(value)
+            .map_err(|e| BackendError::Protocol(format!("bad event from the server ({e})")))
+    }
+
+    fn apply(
+        &mut self,
+        event: StreamEvent,
+        sink: &mut dyn EventSink,
+    ) -> Result<Flow, BackendError> {
+        match event {
+            StreamEvent::MessageStart { message } => self.usage(message.usage),
+            StreamEvent::ContentBlockStart {
+                index,
+                content_block,
+            } => return Ok(self.start_block(index, content_block, sink)),
+            StreamEvent::ContentBlockDelta { index, delta } => {
+                return Ok(self.delta(index, delta, sink))
+            }
+            StreamEvent::ContentBlockStop { index } => self.stop_block(index),
+            StreamEvent::MessageDelta { delta, usage } => {
+                self.usage(usage);
+                if let Some(reason) = delta.stop_reason {
+                    self.finish = Some(map_stop(&reason, sink));
+                }
+            }
+            StreamEvent::MessageStop => self.stopped = true,
+            StreamEvent::Ignored => {}
+        }
+        Ok(Flow::Continue)
+    }
+
+    fn ended(&self) -> bool {
+        self.stopped
+    }
+
+    fn missing(&self, _: bool) -> Option<&'static str> {
+        (!self.stopped).then_some("message_stop")
+    }
+
+    fn cancelled(self) -> Reply {
+        hosted::cancelled_reply(&self.filter, self.thinking)
+    }
+
     fn complete(mut self, sink: &mut dyn EventSink) -> Reply {
         let usage = self.reply_usage();
         let ending = Ending {
@@ -744,6 +711,42 @@ impl Turn {
             Some(reply) => reply,
             None => self.cancelled(),
         }
+    }
+
+    /// Reads a whole message by replaying it as the events a stream would have carried.
+    fn read_whole(
+        mut self,
+        body: impl std::io::Read,
+        sink: &mut dyn EventSink,
+        url: &str,
+    ) -> Result<Reply, BackendError> {
+        let text = http::read_text(body, url)?;
+        let message: WireMessage = serde_json::from_value(http::parse_json(&text)?)
+            .map_err(|e| BackendError::Protocol(format!("{url}: bad message ({e})")))?;
+        let stop_reason = message.stop_reason.clone();
+        let mut events = vec![StreamEvent::MessageStart {
+            message: WireMessage {
+                usage: message.usage,
+                ..WireMessage::default()
+            },
+        }];
+        for (index, block) in message.content.into_iter().enumerate() {
+            events.push(StreamEvent::ContentBlockStart {
+                index,
+                content_block: block,
+            });
+            events.push(StreamEvent::ContentBlockStop { index });
+        }
+        events.push(StreamEvent::MessageDelta {
+            delta: WireMessageDelta { stop_reason },
+            usage: None,
+        });
+        for event in events {
+            if self.apply(event, sink)? == Flow::Cancel {
+                return Ok(self.cancelled());
+            }
+        }
+        Ok(self.complete(sink))
     }
 }
 
@@ -768,86 +771,10 @@ fn map_stop(reason: &str, sink: &mut dyn EventSink) -> FinishReason {
     }
 }
 
-/// One event's data: an `error` event becomes its typed error.
-fn parse_event(data: &str) -> Result<StreamEvent, BackendError> {
-    let value = http::parse_json(data)?;
-    if value["type"] == "error" {
-        return Err(http::error_from_value(&value));
-    }
-    serde_json::from_value(value)
-        .map_err(|e| BackendError::Protocol(format!("bad event from the server ({e})")))
-}
-
-/// Reads an SSE stream until `message_stop`.
-fn read_stream(
-    reader: impl BufRead,
-    mut turn: Turn,
-    sink: &mut dyn EventSink,
-    url: &str,
-) -> Result<Reply, BackendError> {
-    for event in SseDecoder::new(reader) {
-        let event = event.map_err(|e| http::io_error(e, url))?;
-        let data = event.data.trim();
-        if data.is_empty() {
-            continue;
-        }
-        if turn.apply(parse_event(data)?, sink) == Flow::Cancel || sink.cancelled() {
-            return Ok(turn.cancelled());
-        }
-        if turn.stopped {
-            break;
-        }
-    }
-    if !turn.stopped {
-        return Err(BackendError::Protocol(format!(
-            "{url}: the stream ended before message_stop"
-        )));
-    }
-    Ok(turn.complete(sink))
-}
-
-/// The fuzzer's entry (`crate::fuzz`): a body read as a stream and as a whole message.
+/// The fuzzer's entry (`crate::fuzz`).
 #[cfg(test)]
 pub(crate) fn fuzz_reply(bytes: &[u8]) {
-    let turn = || Turn::new(OutputFilter::new(vec!["read".into()]), 0);
-    let _ = read_stream(bytes, turn(), &mut Vec::new(), "fuzz");
-    let _ = read_whole(bytes, turn(), &mut Vec::new(), "fuzz");
-}
-
-/// Reads a whole message by replaying it as the events a stream would have carried.
-fn read_whole(
-    reader: impl std::io::Read,
-    mut turn: Turn,
-    sink: &mut dyn EventSink,
-    url: &str,
-) -> Result<Reply, BackendError> {
-    let text = http::read_text(reader, url)?;
-    let message: WireMessage = serde_json::from_value(http::parse_json(&text)?)
-        .map_err(|e| BackendError::Protocol(format!("{url}: bad message ({e})")))?;
-    let stop_reason = message.stop_reason.clone();
-    let mut events = vec![StreamEvent::MessageStart {
-        message: WireMessage {
-            usage: message.usage,
-            ..WireMessage::default()
-        },
-    }];
-    for (index, block) in message.content.into_iter().enumerate() {
-        events.push(StreamEvent::ContentBlockStart {
-            index,
-            content_block: block,
-        });
-        events.push(StreamEvent::ContentBlockStop { index });
-    }
-    events.push(StreamEvent::MessageDelta {
-        delta: WireMessageDelta { stop_reason },
-        usage: None,
-    });
-    for event in events {
-        if turn.apply(event, sink) == Flow::Cancel {
-            return Ok(turn.cancelled());
-        }
-    }
-    Ok(turn.complete(sink))
+    hosted::fuzz_sse::<ReplyStream>(bytes);
 }
 
 #[cfg(test)]
@@ -923,8 +850,8 @@ mod tests {
     #[test]
     fn every_fixture_decodes_the_same_split_at_every_offset() {
         fake::check_splits("anthropic", "sse", |reader, sink| {
-            let turn = Turn::new(OutputFilter::new(vec!["read".into()]), 0);
-            read_stream(reader, turn, sink, "test")
+            let state = ReplyStream::new(OutputFilter::new(vec!["read".into()]), 0);
+            hosted::read_sse(reader, state, sink, "test")
         });
     }
 

@@ -3,9 +3,9 @@
 //! mapping of transport failures and provider error bodies to
 //! [`BackendError`], the one context-overflow classifier, and the retry loop.
 //!
-//! Backends (`openai`, later `anthropic`, `gemini`, `ollama`) build their
-//! requests and parse their streams themselves; everything about failing and
-//! retrying lives here so it behaves the same for every provider.
+//! The hosted backends (`super::hosted`) build their requests and parse their
+//! streams themselves; everything about failing and retrying lives here so it
+//! behaves the same for every provider.
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
@@ -69,8 +69,7 @@ impl Limits {
     }
 }
 
-/// What every remote API backend but OpenAI's (which has its own, older
-/// struct) needs to reach its provider.
+/// What every remote API backend needs to reach its provider.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApiSettings {
     pub base_url: String,
@@ -259,10 +258,13 @@ pub fn body_reader(
     response: ureq::http::Response<ureq::Body>,
     limits: &Limits,
     stream: bool,
-) -> io::BufReader<Capped<impl Read>> {
+) -> BodyReader {
     let cap = limits.body_bytes(stream);
     io::BufReader::new(Capped::new(response.into_body().into_reader(), cap))
 }
+
+/// A response body as [`body_reader`] gives it.
+pub type BodyReader = io::BufReader<Capped<ureq::BodyReader<'static>>>;
 
 /// A reader that fails once more than `cap` bytes came through, rather than
 /// cutting the body short (a cut JSON document would read as a bad one).
@@ -598,22 +600,7 @@ fn parse_http_date(value: &str) -> Option<u64> {
     let year: u64 = year.parse().ok()?;
     let mut hms = time.split(':').map(|p| p.parse::<u64>().ok());
     let (h, m, s) = (hms.next()??, hms.next()??, hms.next()??);
-    Some(days_from_civil(year, month, day)? * 86_400 + h * 3600 + m * 60 + s)
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(year: u64, month: u64, day: u64) -> Option<u64> {
-    let y = if month <= 2 {
-        year.checked_sub(1)?
-    } else {
-        year
-    };
-    let era = y / 400;
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day.checked_sub(1)?;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    (era * 146_097 + doe).checked_sub(719_468)
+    Some(crate::util::time::days_from_civil(year, month, day)? * 86_400 + h * 3600 + m * 60 + s)
 }
 
 /// How often and how long to retry.

@@ -27,10 +27,8 @@ use std::io::Read;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::estimate::TokenEstimator;
-use super::hosted::{self, Dialect};
-use super::http::{self, Limits, RetryPolicy};
-use super::recording::Tape;
+use super::hosted::{self, Body, Call, Client, Dialect, ReplyStart, SseReply};
+use super::http::{self, ApiSettings, BodyReader};
 use super::{GenerateRequest, Reply, ResponseFormat, ToolChoice, Usage};
 use crate::core::{
     BackendError, ContentPart, Event, EventSink, FinishReason, Flow, Message, Role, Session, Stats,
@@ -38,7 +36,6 @@ use crate::core::{
 };
 use crate::log::{self, Category};
 use crate::stream::filter::OutputFilter;
-use crate::stream::sse::SseDecoder;
 use crate::stream::toolcall::{ToolCallAccumulator, ToolCallDelta};
 
 /// Which request field carries the answer's length limit (newer OpenAI models
@@ -60,34 +57,18 @@ pub struct AzureDeployment {
 /// Everything the backend needs, passed as a value.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OpenAiConfig {
-    /// Conventionally ends in `/v1`; `/chat/completions` is appended.
-    pub base_url: String,
-    pub api_key: Option<String>,
-    pub model: String,
-    /// Context window in tokens, 0 when unknown.
-    pub context_size: u64,
-    pub extra_headers: Vec<(String, String)>,
-    pub limits: Limits,
-    pub max_retries: u32,
+    /// `base_url` conventionally ends in `/v1`; `/chat/completions` is appended.
+    pub api: ApiSettings,
     pub azure: Option<AzureDeployment>,
     pub max_tokens_param: MaxTokensParam,
-    /// Where exchanges are recorded to or replayed from (`--record`, `--replay`).
-    pub tape: Tape,
 }
 
 impl OpenAiConfig {
     pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> Self {
         OpenAiConfig {
-            base_url: base_url.into(),
-            api_key: None,
-            model: model.into(),
-            context_size: 0,
-            extra_headers: Vec::new(),
-            limits: Limits::default(),
-            max_retries: RetryPolicy::default().max_retries,
+            api: ApiSettings::new(base_url, model),
             azure: None,
             max_tokens_param: MaxTokensParam::default(),
-            tape: Tape::off(),
         }
     }
 }
@@ -95,23 +76,18 @@ impl OpenAiConfig {
 /// A Chat Completions endpoint.
 pub struct OpenAiBackend {
     config: OpenAiConfig,
-    agent: ureq::Agent,
-    estimator: TokenEstimator,
+    client: Client,
 }
 
 impl OpenAiBackend {
     pub fn new(config: OpenAiConfig) -> Self {
-        let agent = http::build_agent(&config.base_url, &config.limits);
-        OpenAiBackend {
-            config,
-            agent,
-            estimator: TokenEstimator::default(),
-        }
+        let client = Client::new(&config.api);
+        OpenAiBackend { config, client }
     }
 
     /// The URL requests go to.
     pub fn endpoint(&self) -> String {
-        let base = self.config.base_url.trim_end_matches('/');
+        let base = self.config.api.base();
         match &self.config.azure {
             Some(azure) => format!(
                 "{base}/openai/deployments/{}/chat/completions?api-version={}",
@@ -124,120 +100,62 @@ impl OpenAiBackend {
     /// Hosted OpenAI (and Azure) reject parameters other servers accept.
     fn strict_host(&self) -> bool {
         self.config.azure.is_some()
-            || crate::util::net::url_host(&self.config.base_url).ends_with("openai.com")
-    }
-
-    fn attempt(
-        &self,
-        url: &str,
-        body: &[u8],
-        request: &GenerateRequest<'_>,
-        sink: &mut dyn EventSink,
-    ) -> Result<Reply, BackendError> {
-        let response = http::send(self.post(url, request.stream), body, url, &self.config.tape)?;
-        let turn = Turn::new(
-            OutputFilter::for_tools(request.tools),
-            self.config.context_size,
-        );
-        let reader = http::body_reader(response, &self.config.limits, request.stream);
-        if request.stream {
-            read_stream(reader, turn, sink, url)
-        } else {
-            read_whole(reader, turn, sink, url)
-        }
-    }
-
-    fn post(&self, url: &str, stream: bool) -> ureq::RequestBuilder<ureq::typestate::WithBody> {
-        let mut builder = self
-            .agent
-            .post(url)
-            .header("Content-Type", "application/json")
-            .header(
-                "Accept",
-                if stream {
-                    "text/event-stream"
-                } else {
-                    "application/json"
-                },
-            );
-        if let Some(key) = &self.config.api_key {
-            builder = match self.config.azure {
-                Some(_) => builder.header("api-key", key),
-                None => builder.header("Authorization", format!("Bearer {key}")),
-            };
-        }
-        for (name, value) in &self.config.extra_headers {
-            builder = builder.header(name, value);
-        }
-        builder
+            || crate::util::net::url_host(&self.config.api.base_url).ends_with("openai.com")
     }
 }
 
 impl Dialect for OpenAiBackend {
     const KIND: &'static str = "openai";
+    type Reader = ReplyStream;
 
-    fn model(&self) -> (String, u64) {
-        (self.config.model.clone(), self.config.context_size)
+    fn client(&self) -> (&ApiSettings, &Client) {
+        (&self.config.api, &self.client)
     }
 
-    /// Builds, sends and reads one request (with retries), names already in wire form.
-    fn send(
+    fn client_mut(&mut self) -> &mut Client {
+        &mut self.client
+    }
+
+    fn url(&self, _: &GenerateRequest<'_>) -> String {
+        self.endpoint()
+    }
+
+    /// SSE or JSON out; the key as a bearer token, or Azure's `api-key`.
+    fn headers(&self, call: Call) -> Vec<(&'static str, String)> {
+        let accept = match call {
+            Call::Post { stream: true } => "text/event-stream",
+            Call::Post { stream: false } | Call::ModelList => "application/json",
+        };
+        let mut headers = vec![("Accept", accept.to_string())];
+        match (&self.config.api.api_key, &self.config.azure) {
+            (Some(key), Some(_)) => headers.push(("api-key", key.clone())),
+            (Some(key), None) => headers.push(("Authorization", format!("Bearer {key}"))),
+            (None, _) => {}
+        }
+        headers
+    }
+
+    fn body(
         &mut self,
         session: &Session,
         request: &GenerateRequest<'_>,
-        sink: &mut dyn EventSink,
-    ) -> Result<Reply, BackendError> {
+    ) -> Result<Body, BackendError> {
         let wire = build_request(&self.config, self.strict_host(), session, request)?;
-        let body = http::encode(&wire)?;
-        let url = self.endpoint();
-        log::debug(Category::Llm, || {
-            format!(
-                "request: {} messages, {} bytes",
-                wire.messages.len(),
-                body.len()
-            )
-        });
-        if let Some(key) = &self.config.api_key {
-            log::debug(Category::Http, || {
-                format!("POST {url} with key {}", log::redact(key))
-            });
-        }
-        let policy = RetryPolicy {
-            max_retries: self.config.max_retries,
-            reply_bytes: self.config.limits.reply_bytes,
-            ..RetryPolicy::default()
-        };
-        http::with_retries(&policy, sink, |sink| {
-            self.attempt(&url, &body, request, sink)
-        })
+        Body::encode(&wire, wire.messages.len())
     }
 
-    /// The model ids `GET /models` lists (vLLM, llama-server and shepherd's
-    /// own `--server` answer it too).
-    fn models(&self) -> Result<Vec<String>, BackendError> {
-        if self.config.azure.is_some() {
-            return Err(BackendError::Config(
+    /// `GET /models` (vLLM, llama-server and shepherd's own `--server` answer it too).
+    fn models_url(&self) -> Result<String, BackendError> {
+        match self.config.azure {
+            Some(_) => Err(BackendError::Config(
                 "an Azure deployment serves one model; list them in the Azure portal".into(),
-            ));
+            )),
+            None => Ok(format!("{}/models", self.config.api.base())),
         }
-        let url = format!("{}/models", self.config.base_url.trim_end_matches('/'));
-        let mut builder = self.agent.get(&url).header("Accept", "application/json");
-        if let Some(key) = &self.config.api_key {
-            builder = builder.header("Authorization", format!("Bearer {key}"));
-        }
-        for (name, value) in &self.config.extra_headers {
-            builder = builder.header(name, value);
-        }
-        let value = http::get_json(builder, &url)?;
-        Ok(super::anthropic::ids_in(&value["data"], "id"))
     }
 
-    fn estimator(&self) -> &TokenEstimator {
-        &self.estimator
-    }
-
-    fn estimator_mut(&mut self) -> &mut TokenEstimator {
-        &mut self.estimator
+    fn model_ids(&self, list: &Value) -> Vec<String> {
+        hosted::ids_in(&list["data"], "id")
     }
 }
 
@@ -386,7 +304,7 @@ fn build_request<'a>(
         MaxTokensParam::MaxCompletionTokens => (None, sampling.max_tokens),
     };
     Ok(ChatRequest {
-        model: &config.model,
+        model: &config.api.model,
         messages: wire_messages(session)?,
         tools: request.tools.iter().map(wire_tool).collect(),
         tool_choice: (!request.tools.is_empty()).then(|| wire_tool_choice(request.tool_choice)),
@@ -655,7 +573,7 @@ struct WireTimings {
 }
 
 /// What one generation has produced so far.
-struct Turn {
+struct ReplyStream {
     filter: OutputFilter,
     calls: ToolCallAccumulator,
     /// Reasoning that arrived in its own field (not as `<think>` text).
@@ -666,45 +584,7 @@ struct Turn {
     context_size: u64,
 }
 
-impl Turn {
-    fn new(filter: OutputFilter, context_size: u64) -> Self {
-        Turn {
-            filter,
-            calls: ToolCallAccumulator::new(),
-            reasoning: String::new(),
-            finish: None,
-            usage: None,
-            timings: None,
-            context_size,
-        }
-    }
-
-    /// Applies one chunk (or a whole completion).
-    fn apply(
-        &mut self,
-        response: WireResponse,
-        sink: &mut dyn EventSink,
-    ) -> Result<Flow, BackendError> {
-        if let Some(error) = response.error.filter(|e| !e.is_null()) {
-            return Err(http::error_from_value(
-                &serde_json::json!({ "error": error }),
-            ));
-        }
-        self.usage = response.usage.or(self.usage);
-        self.timings = response.timings.or(self.timings);
-        for choice in response.choices.unwrap_or_default() {
-            if let Some(reason) = choice.finish_reason.as_deref() {
-                self.finish = Some(self.map_finish(reason, sink));
-            }
-            if let Some(delta) = choice.delta {
-                if self.apply_delta(delta, sink) == Flow::Cancel {
-                    return Ok(Flow::Cancel);
-                }
-            }
-        }
-        Ok(Flow::Continue)
-    }
-
+impl ReplyStream {
     fn apply_delta(&mut self, delta: WireDelta, sink: &mut dyn EventSink) -> Flow {
         for reasoning in [delta.reasoning_content, delta.reasoning]
             .into_iter()
@@ -757,39 +637,6 @@ impl Turn {
         }
     }
 
-    /// The partial reply after a cancel: what was shown so far.
-    fn cancelled(self) -> Reply {
-        let thinking = self.reasoning + self.filter.thinking();
-        Reply {
-            content: self.filter.content().to_string(),
-            thinking,
-            tool_calls: Vec::new(),
-            finish: FinishReason::Cancelled,
-            usage: None,
-            artefacts: Vec::new(),
-            stop_sequence: None,
-        }
-    }
-
-    /// Flushes the filter, emits `Stats` and builds the reply.
-    fn complete(mut self, sink: &mut dyn EventSink) -> Reply {
-        let ending = Ending {
-            calls: std::mem::take(&mut self.calls).finish(),
-            thinking: self.reasoning.clone(),
-            finish: self.finish,
-            usage: self.usage().map(|u| Usage {
-                prompt_tokens: u.prompt_tokens,
-                completion_tokens: u.completion_tokens,
-            }),
-            stats: self.stats(),
-            ..Ending::default()
-        };
-        match assemble(&mut self.filter, ending, sink) {
-            Some(reply) => reply,
-            None => self.cancelled(),
-        }
-    }
-
     /// Usage as reported, or as llama-server's timings count it.
     fn usage(&self) -> Option<WireUsage> {
         self.usage.or_else(|| {
@@ -819,6 +666,81 @@ impl Turn {
     }
 }
 
+/// Read until `[DONE]`; a stream without it is accepted when a finish reason
+/// arrived (see the module docs).
+impl SseReply for ReplyStream {
+    type Event = WireResponse;
+    const END: Option<&'static str> = Some("[DONE]");
+
+    fn new(filter: OutputFilter, context_size: u64) -> Self {
+        ReplyStream {
+            filter,
+            calls: ToolCallAccumulator::new(),
+            reasoning: String::new(),
+            finish: None,
+            usage: None,
+            timings: None,
+            context_size,
+        }
+    }
+
+    fn parse(data: &str) -> Result<WireResponse, BackendError> {
+        parse_json(data)
+    }
+
+    /// Applies one chunk (or a whole completion).
+    fn apply(
+        &mut self,
+        response: WireResponse,
+        sink: &mut dyn EventSink,
+    ) -> Result<Flow, BackendError> {
+        if let Some(error) = response.error.filter(|e| !e.is_null()) {
+            return Err(http::error_from_value(
+                &serde_json::json!({ "error": error }),
+            ));
+        }
+        self.usage = response.usage.or(self.usage);
+        self.timings = response.timings.or(self.timings);
+        for choice in response.choices.unwrap_or_default() {
+            if let Some(reason) = choice.finish_reason.as_deref() {
+                self.finish = Some(self.map_finish(reason, sink));
+            }
+            if let Some(delta) = choice.delta {
+                if self.apply_delta(delta, sink) == Flow::Cancel {
+                    return Ok(Flow::Cancel);
+                }
+            }
+        }
+        Ok(Flow::Continue)
+    }
+
+    fn missing(&self, closed: bool) -> Option<&'static str> {
+        (!closed && self.finish.is_none()).then_some("the reply was complete")
+    }
+
+    fn cancelled(self) -> Reply {
+        hosted::cancelled_reply(&self.filter, self.reasoning)
+    }
+
+    fn complete(mut self, sink: &mut dyn EventSink) -> Reply {
+        let ending = Ending {
+            calls: std::mem::take(&mut self.calls).finish(),
+            thinking: self.reasoning.clone(),
+            finish: self.finish,
+            usage: self.usage().map(|u| Usage {
+                prompt_tokens: u.prompt_tokens,
+                completion_tokens: u.completion_tokens,
+            }),
+            stats: self.stats(),
+            ..Ending::default()
+        };
+        match assemble(&mut self.filter, ending, sink) {
+            Some(reply) => reply,
+            None => self.cancelled(),
+        }
+    }
+}
+
 fn parse_json(text: &str) -> Result<WireResponse, BackendError> {
     serde_json::from_str(text).map_err(|e| {
         let start: String = text.chars().take(200).collect();
@@ -826,56 +748,10 @@ fn parse_json(text: &str) -> Result<WireResponse, BackendError> {
     })
 }
 
-/// Reads an SSE stream until `[DONE]` (see the module docs for a missing one).
-fn read_stream(
-    reader: impl std::io::BufRead,
-    mut turn: Turn,
-    sink: &mut dyn EventSink,
-    url: &str,
-) -> Result<Reply, BackendError> {
-    let mut done = false;
-    for event in SseDecoder::new(reader) {
-        let event = event.map_err(|e| http::io_error(e, url))?;
-        let data = event.data.trim();
-        if data == "[DONE]" {
-            done = true;
-            break;
-        }
-        if data.is_empty() {
-            continue;
-        }
-        if turn.apply(parse_json(data)?, sink)? == Flow::Cancel || sink.cancelled() {
-            return Ok(turn.cancelled());
-        }
-    }
-    if !done && turn.finish.is_none() {
-        return Err(BackendError::Protocol(format!(
-            "{url}: the stream ended before the reply was complete"
-        )));
-    }
-    Ok(turn.complete(sink))
-}
-
-/// The fuzzer's entry (`crate::fuzz`): a body read as a stream and as a whole reply.
+/// The fuzzer's entry (`crate::fuzz`).
 #[cfg(test)]
 pub(crate) fn fuzz_reply(bytes: &[u8]) {
-    let turn = || Turn::new(OutputFilter::new(vec!["read".into()]), 0);
-    let _ = read_stream(bytes, turn(), &mut Vec::new(), "fuzz");
-    let _ = read_whole(bytes, turn(), &mut Vec::new(), "fuzz");
-}
-
-/// Reads a whole `chat.completion` body.
-fn read_whole(
-    reader: impl Read,
-    mut turn: Turn,
-    sink: &mut dyn EventSink,
-    url: &str,
-) -> Result<Reply, BackendError> {
-    let text = http::read_text(reader, url)?;
-    if turn.apply(parse_json(&text)?, sink)? == Flow::Cancel {
-        return Ok(turn.cancelled());
-    }
-    Ok(turn.complete(sink))
+    hosted::fuzz_sse::<ReplyStream>(bytes);
 }
 
 #[cfg(test)]

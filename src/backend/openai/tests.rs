@@ -117,8 +117,8 @@ fn serve(server: tiny_http::Server, responses: Vec<Canned>, tx: Sender<Recorded>
 
 fn backend(base_url: &str) -> OpenAiBackend {
     let mut config = OpenAiConfig::new(base_url, "test-model");
-    config.api_key = Some("sk-test-123".into());
-    config.context_size = 4096;
+    config.api.api_key = Some("sk-test-123".into());
+    config.api.context_size = 4096;
     OpenAiBackend::new(config)
 }
 
@@ -290,8 +290,8 @@ fn parallel_tool_calls_split_across_chunks() {
 fn every_fixture_decodes_the_same_split_at_every_offset() {
     fake::check_splits("openai", "sse", |reader, sink| {
         let names = fake::tools().into_iter().map(|t| t.name).collect();
-        let turn = Turn::new(OutputFilter::new(names), 0);
-        read_stream(reader, turn, sink, "test")
+        let state = ReplyStream::new(OutputFilter::new(names), 0);
+        hosted::read_sse(reader, state, sink, "test")
     });
 }
 
@@ -387,7 +387,7 @@ fn closed_port_is_a_connect_error_naming_the_url() {
     let port = listener.local_addr().expect("address").port();
     drop(listener);
     let mut config = OpenAiConfig::new(format!("http://127.0.0.1:{port}/v1"), "m");
-    config.max_retries = 0;
+    config.api.max_retries = 0;
     let tools = tools();
     let request = GenerateRequest {
         tools: &tools,
@@ -539,7 +539,7 @@ fn generate_with(
     session: &Session,
 ) -> Result<Reply, BackendError> {
     let mut config = OpenAiConfig::new(&server.base_url, model);
-    config.api_key = Some("sk-test-123".into());
+    config.api.api_key = Some("sk-test-123".into());
     let sampling = Sampling::default();
     let request = fake::request(&[], &sampling, true);
     OpenAiBackend::new(config).generate(session, &request, &mut Vec::new())
