@@ -20,20 +20,17 @@
 //! - Thought-summary parts (`thought: true`) become thinking, and are not sent back.
 
 use super::ending::{assemble, counted_stats, Ending};
-use std::io::Read;
-
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::hosted::{self, Body, Call, Client, Dialect, ReplyStart, SseReply};
-use super::http::{self, ApiSettings, BodyReader};
+use super::hosted::{self, Body, Call, Client, Dialect, SseReply};
+use super::http::{self, ApiSettings};
 use super::{GenerateRequest, Reply, ToolChoice, Usage};
 use crate::core::ToolSpec;
 use crate::core::{
     Artefact, BackendError, ContentPart, Event, EventSink, FinishReason, Flow, Image, Message,
     Role, Session,
 };
-use crate::log::{self, Category};
 use crate::stream::filter::OutputFilter;
 use crate::stream::toolcall::ToolCallAccumulator;
 
@@ -80,10 +77,6 @@ impl Dialect for GeminiBackend {
 
     fn client(&self) -> (&ApiSettings, &Client) {
         (&self.config.api, &self.client)
-    }
-
-    fn client_mut(&mut self) -> &mut Client {
-        &mut self.client
     }
 
     fn url(&self, request: &GenerateRequest<'_>) -> String {
@@ -421,7 +414,7 @@ fn function_response(message: &Message) -> WirePart<'_> {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct WireResponse {
+pub struct WireResponse {
     #[serde(default)]
     candidates: Vec<WireCandidate>,
     #[serde(default)]
@@ -486,7 +479,7 @@ struct WirePromptFeedback {
 }
 
 /// What one generation has produced so far.
-struct ReplyStream {
+pub struct ReplyStream {
     filter: OutputFilter,
     calls: ToolCallAccumulator,
     /// Signatures by call position (in arrival order), resolved to ids at the end.
@@ -500,7 +493,6 @@ struct ReplyStream {
 }
 
 impl ReplyStream {
-
     fn part(&mut self, part: WireReplyPart, sink: &mut dyn EventSink) -> Flow {
         if let Some(call) = part.function_call {
             if let Some(signature) = part.thought_signature {

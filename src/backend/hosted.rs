@@ -16,6 +16,7 @@
 //! [`wire_image`] gives each dialect an image in a type its API takes.
 
 use std::borrow::Cow;
+use std::cell::Cell;
 use std::io::{BufRead, Read};
 
 use serde_json::Value;
@@ -76,20 +77,28 @@ pub fn known_text_only(model: &str) -> bool {
 }
 
 /// What every hosted backend holds besides its settings: its HTTP agent
-/// (built once, with the settings' timeouts) and its token estimate.
+/// (built once, with the settings' timeouts) and its token estimate (a
+/// `Cell`, so that calibrating it after a reply needs no `&mut` way in).
 pub struct Client {
     agent: ureq::Agent,
-    estimator: TokenEstimator,
+    estimator: Cell<TokenEstimator>,
 }
 
 impl Client {
     pub fn new(api: &ApiSettings) -> Self {
         Client {
             agent: http::build_agent(&api.base_url, &api.limits),
-            estimator: TokenEstimator::default(),
+            estimator: Cell::new(TokenEstimator::default()),
         }
     }
 
+    /// Runs `f` on the token estimate, taken out of its cell and put back.
+    fn estimate<T>(&self, f: impl FnOnce(&mut TokenEstimator) -> T) -> T {
+        let mut estimator = self.estimator.take();
+        let out = f(&mut estimator);
+        self.estimator.set(estimator);
+        out
+    }
 }
 
 /// Which request a dialect's headers are for.
@@ -139,7 +148,6 @@ pub trait Dialect: Send {
 
     /// The settings and the client.
     fn client(&self) -> (&ApiSettings, &Client);
-    fn client_mut(&mut self) -> &mut Client;
 
     /// The context size in tokens (0 when unknown): the configured one, unless
     /// the dialect learns it from the server.
@@ -413,7 +421,11 @@ pub fn post<D: Dialect>(
     call: Call,
 ) -> ureq::RequestBuilder<ureq::typestate::WithBody> {
     let builder = dialect.client().1.agent.post(url);
-    with_headers(dialect, builder.header("Content-Type", "application/json"), call)
+    with_headers(
+        dialect,
+        builder.header("Content-Type", "application/json"),
+        call,
+    )
 }
 
 /// The dialect's headers for `call`, then the configured extra ones.
@@ -456,12 +468,16 @@ impl<D: Dialect> Backend for D {
         } else {
             send(self, session, request, sink)?
         };
-        self.client_mut().estimator.observe(session, &reply);
+        self.client()
+            .1
+            .estimate(|estimator| estimator.observe(session, &reply));
         Ok(reply)
     }
 
     fn count_tokens(&self, message: &Message) -> u32 {
-        self.client().1.estimator.count_message(message)
+        self.client()
+            .1
+            .estimate(|estimator| estimator.count_message(message))
     }
 
     /// The model list's `GET`, with the dialect's headers.

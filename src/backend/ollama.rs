@@ -168,10 +168,6 @@ impl Dialect for OllamaBackend {
         (&self.config.api, &self.client)
     }
 
-    fn client_mut(&mut self) -> &mut Client {
-        &mut self.client
-    }
-
     /// The `num_ctx` in use, once known.
     fn context_size(&self) -> u64 {
         self.num_ctx.unwrap_or(0)
@@ -435,7 +431,7 @@ struct WireReplyFunction {
 }
 
 /// What one generation has produced so far.
-struct ReplyStream {
+pub struct ReplyStream {
     filter: OutputFilter,
     calls: ToolCallAccumulator,
     thinking: String,

@@ -2,8 +2,12 @@
 //! wire, streamed and whole replies, tool calls, retries, caps and cancels.
 
 use super::*;
+use crate::backend::hosted::SseReply;
 use crate::backend::{fake, Backend, Sampling};
+use crate::backend::{Reply, Usage};
 use crate::core::ToolSpec;
+use crate::core::{Event, FinishReason, Flow, Stats};
+use crate::stream::filter::OutputFilter;
 use crate::stream::tests_support::sse_fixture;
 use crossbeam_channel::{Receiver, Sender};
 use serde_json::json;
@@ -115,8 +119,16 @@ fn serve(server: tiny_http::Server, responses: Vec<Canned>, tx: Sender<Recorded>
     }
 }
 
+fn config(base_url: impl Into<String>, model: impl Into<String>) -> OpenAiConfig {
+    OpenAiConfig {
+        api: ApiSettings::new(base_url, model),
+        azure: None,
+        max_tokens_param: MaxTokensParam::default(),
+    }
+}
+
 fn backend(base_url: &str) -> OpenAiBackend {
-    let mut config = OpenAiConfig::new(base_url, "test-model");
+    let mut config = config(base_url, "test-model");
     config.api.api_key = Some("sk-test-123".into());
     config.api.context_size = 4096;
     OpenAiBackend::new(config)
@@ -188,7 +200,8 @@ fn stats(events: &[Event]) -> Vec<&Stats> {
 
 #[test]
 fn models_are_listed_with_the_key() {
-    let body = json!({"object": "list", "data": [{"id": "gpt-a", "object": "model"}, {"id": "gpt-b"}]});
+    let body =
+        json!({"object": "list", "data": [{"id": "gpt-a", "object": "model"}, {"id": "gpt-b"}]});
     let server = FakeServer::start(vec![json_response(200, body)]);
     let models = backend(&format!("{}/", server.base_url)).list_models();
     assert_eq!(models.expect("models"), ["gpt-a", "gpt-b"]);
@@ -323,8 +336,7 @@ fn truncated_stream_is_a_protocol_error() {
     let truncated = Canned {
         status: 200,
         headers: vec![("Content-Type", "text/event-stream")],
-        body: b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"cut\"}}]}\n\n"
-            .to_vec(),
+        body: b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"cut\"}}]}\n\n".to_vec(),
     };
     let server = FakeServer::start(vec![truncated]);
     let error = generate(&server, true, &mut Vec::new()).expect_err("an error");
@@ -337,8 +349,7 @@ fn rate_limit_is_retried_after_retry_after_with_the_same_request() {
     let limited = Canned {
         status: 429,
         headers: vec![("Content-Type", "application/json"), ("Retry-After", "1")],
-        body: br#"{"error":{"message":"Rate limit reached","type":"rate_limit_error"}}"#
-            .to_vec(),
+        body: br#"{"error":{"message":"Rate limit reached","type":"rate_limit_error"}}"#.to_vec(),
     };
     let server = FakeServer::start(vec![limited, sse("text.sse")]);
     let mut events = Vec::new();
@@ -386,7 +397,7 @@ fn closed_port_is_a_connect_error_naming_the_url() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = listener.local_addr().expect("address").port();
     drop(listener);
-    let mut config = OpenAiConfig::new(format!("http://127.0.0.1:{port}/v1"), "m");
+    let mut config = config(format!("http://127.0.0.1:{port}/v1"), "m");
     config.api.max_retries = 0;
     let tools = tools();
     let request = GenerateRequest {
@@ -465,7 +476,7 @@ fn history_with_tool_calls_and_results_on_the_wire() {
     session
         .messages
         .push(Message::tool_result(&call, "contents"));
-    let config = OpenAiConfig::new("https://api.openai.com/v1", "gpt");
+    let config = config("https://api.openai.com/v1", "gpt");
     let sampling = Sampling {
         top_k: Some(5),
         stop: vec!["END".into()],
@@ -477,10 +488,9 @@ fn history_with_tool_calls_and_results_on_the_wire() {
         sampling: &sampling,
         stream: false,
     };
-    let wire = serde_json::to_value(
-        build_request(&config, true, &session, &request).expect("request"),
-    )
-    .expect("serialisable");
+    let wire =
+        serde_json::to_value(build_request(&config, true, &session, &request).expect("request"))
+            .expect("serialisable");
     assert_eq!(
         wire["messages"][2],
         json!({"role": "assistant", "content": null,
@@ -505,7 +515,7 @@ fn history_with_tool_calls_and_results_on_the_wire() {
 
 #[test]
 fn azure_endpoint_and_key_header() {
-    let mut config = OpenAiConfig::new("https://res.openai.azure.com/", "gpt");
+    let mut config = config("https://res.openai.azure.com/", "gpt");
     config.azure = Some(AzureDeployment {
         deployment: "dep1".into(),
         api_version: "2024-06-01".into(),
@@ -523,10 +533,9 @@ fn azure_endpoint_and_key_header() {
         sampling: &sampling,
         stream: true,
     };
-    let wire = serde_json::to_value(
-        build_request(&config, true, &session(), &request).expect("request"),
-    )
-    .expect("serialisable");
+    let wire =
+        serde_json::to_value(build_request(&config, true, &session(), &request).expect("request"))
+            .expect("serialisable");
     assert_eq!(
         (wire.get("max_tokens"), &wire["max_completion_tokens"]),
         (None, &json!(7))
@@ -538,7 +547,7 @@ fn generate_with(
     model: &str,
     session: &Session,
 ) -> Result<Reply, BackendError> {
-    let mut config = OpenAiConfig::new(&server.base_url, model);
+    let mut config = config(&server.base_url, model);
     config.api.api_key = Some("sk-test-123".into());
     let sampling = Sampling::default();
     let request = fake::request(&[], &sampling, true);
@@ -628,7 +637,7 @@ fn a_text_only_model_refuses_images_before_sending() {
 }
 
 fn backend_for(model: &str) -> OpenAiBackend {
-    OpenAiBackend::new(OpenAiConfig::new("http://127.0.0.1:9", model))
+    OpenAiBackend::new(config("http://127.0.0.1:9", model))
 }
 
 #[test]
