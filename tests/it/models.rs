@@ -258,7 +258,11 @@ fn list_models_error_body_with_an_escape_sequence_is_printed_visibly() {
     assert_eq!(run.status, Some(1), "{}", run.stderr);
     assert!(!run.stderr.contains('\u{1b}'), "{:?}", run.stderr);
     assert!(!run.stderr.contains('\u{7}'), "{:?}", run.stderr);
-    assert!(run.stderr.contains("denied \\x1b]0;owned"), "{:?}", run.stderr);
+    assert!(
+        run.stderr.contains("denied \\x1b]0;owned"),
+        "{:?}",
+        run.stderr
+    );
 }
 
 #[test]
