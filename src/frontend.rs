@@ -207,9 +207,11 @@ fn list_models(settings: &Settings) -> i32 {
             print_out(&lines.iter().map(|l| format!("{l}\n")).collect::<String>())
         }
         Err(message) => {
+            // The message may quote the provider's error body, escapes included.
             eprintln!(
-                "shepherd: cannot list the models of provider '{}': {message}",
-                provider.name
+                "shepherd: cannot list the models of provider '{}': {}",
+                provider.name,
+                sanitize::visible(&message)
             );
             EXIT_FAILURE
         }

@@ -22,28 +22,20 @@
 //!   the window after output was shown: it ends the reply as `Length` with a
 //!   notice rather than an overflow error, which would re-run shown text.
 
-use super::ending::{assemble, counted_stats, Ending};
-use std::io::BufRead;
+mod reply;
 
-use serde::{Deserialize, Serialize};
+use reply::ReplyStream;
+
+use serde::Serialize;
 use serde_json::Value;
 
-use super::estimate::TokenEstimator;
-use super::hosted::{self, Dialect};
-use super::http::{self, ApiSettings};
-use super::{GenerateRequest, Reply, ToolChoice, Usage};
+use super::hosted::{self, Body, Call, Client, Dialect};
+use super::http::ApiSettings;
+use super::{GenerateRequest, ToolChoice};
 use crate::core::ToolSpec;
-use crate::core::{
-    Artefact, BackendError, ContentPart, Event, EventSink, FinishReason, Flow, Message, Role,
-    Session,
-};
-use crate::log::{self, Category};
-use crate::stream::filter::OutputFilter;
-use crate::stream::sse::SseDecoder;
-use crate::stream::toolcall::{ToolCallAccumulator, ToolCallDelta};
+use crate::core::{Artefact, BackendError, ContentPart, Message, Role, Session};
 
-/// The backend kind, also the origin tag of the artefacts it stores.
-pub const KIND: &str = "anthropic";
+pub use reply::KIND;
 /// The API version header every request carries.
 const API_VERSION: &str = "2023-06-01";
 /// `max_tokens` is required; this is used when nothing else was asked for.
@@ -71,122 +63,67 @@ pub fn thinking_budget(level: Option<&str>) -> Option<u32> {
 /// A Messages endpoint.
 pub struct AnthropicBackend {
     config: AnthropicConfig,
-    agent: ureq::Agent,
-    estimator: TokenEstimator,
+    client: Client,
 }
 
 impl AnthropicBackend {
     pub fn new(config: AnthropicConfig) -> Self {
-        let agent = http::build_agent(&config.api.base_url, &config.api.limits);
-        AnthropicBackend {
-            config,
-            agent,
-            estimator: TokenEstimator::default(),
-        }
+        let client = Client::new(&config.api);
+        AnthropicBackend { config, client }
     }
 
     /// `{base}/v1/<path>`, whether or not the base already ends in `/v1`.
-    fn url(&self, path: &str) -> String {
+    fn url_of(&self, path: &str) -> String {
         let base = self.config.api.base();
         match base.strip_suffix("/v1") {
             Some(root) => format!("{root}/v1/{path}"),
             None => format!("{base}/v1/{path}"),
         }
     }
-
-    /// Adds the key (OAuth tokens as bearer, API keys as `x-api-key`) and the version.
-    fn authorised<B>(&self, builder: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
-        let builder = builder.header("anthropic-version", API_VERSION);
-        let builder = match self.config.api.api_key.as_deref() {
-            Some(key) if key.starts_with("sk-ant-oat") => {
-                builder.header("Authorization", format!("Bearer {key}"))
-            }
-            Some(key) => builder.header("x-api-key", key),
-            None => builder,
-        };
-        self.config.api.with_headers(builder)
-    }
-
-    fn attempt(
-        &self,
-        url: &str,
-        body: &[u8],
-        request: &GenerateRequest<'_>,
-        sink: &mut dyn EventSink,
-    ) -> Result<Reply, BackendError> {
-        let builder = self
-            .authorised(self.agent.post(url))
-            .header("Content-Type", "application/json");
-        let response = http::send(builder, body, url, &self.config.api.tape)?;
-        let turn = Turn::new(
-            OutputFilter::for_tools(request.tools),
-            self.config.api.context_size,
-        );
-        let reader = http::body_reader(response, &self.config.api.limits, request.stream);
-        if request.stream {
-            read_stream(reader, turn, sink, url)
-        } else {
-            read_whole(reader, turn, sink, url)
-        }
-    }
 }
-
-/// The string field `key` of every object in `list`.
-pub(super) fn ids_in(list: &Value, key: &str) -> Vec<String> {
-    list.as_array()
-        .map(|items| {
-            items
-                .iter()
-                .filter_map(|m| m[key].as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-impl AnthropicBackend {}
 
 impl Dialect for AnthropicBackend {
     const KIND: &'static str = KIND;
+    const ENTRIES: &'static str = "turns";
+    type Reader = ReplyStream;
 
-    fn model(&self) -> (String, u64) {
-        (self.config.api.model.clone(), self.config.api.context_size)
+    fn client(&self) -> (&ApiSettings, &Client) {
+        (&self.config.api, &self.client)
     }
 
-    /// Builds, sends and reads one request (with retries), names already in wire form.
-    fn send(
+    fn url(&self, _: &GenerateRequest<'_>) -> String {
+        self.url_of("messages")
+    }
+
+    /// The version, then the key (OAuth tokens as bearer, API keys as `x-api-key`).
+    fn headers(&self, _: Call) -> Vec<(&'static str, String)> {
+        let mut headers = vec![("anthropic-version", API_VERSION.to_string())];
+        match self.config.api.api_key.as_deref() {
+            Some(key) if key.starts_with("sk-ant-oat") => {
+                headers.push(("Authorization", format!("Bearer {key}")))
+            }
+            Some(key) => headers.push(("x-api-key", key.to_string())),
+            None => {}
+        }
+        headers
+    }
+
+    fn body(
         &mut self,
         session: &Session,
         request: &GenerateRequest<'_>,
-        sink: &mut dyn EventSink,
-    ) -> Result<Reply, BackendError> {
+    ) -> Result<Body, BackendError> {
         let wire = build_request(&self.config, session, request)?;
-        let body = http::encode(&wire)?;
-        let url = self.url("messages");
-        log::debug(Category::Llm, || {
-            format!(
-                "request: {} turns, {} bytes",
-                wire.messages.len(),
-                body.len()
-            )
-        });
-        http::with_retries(&self.config.api.policy(), sink, |sink| {
-            self.attempt(&url, &body, request, sink)
-        })
+        Body::encode(&wire, wire.messages.len())
     }
 
-    /// The model ids `/v1/models` lists.
-    fn models(&self) -> Result<Vec<String>, BackendError> {
-        let url = self.url("models");
-        let value = http::get_json(self.authorised(self.agent.get(&url)), &url)?;
-        Ok(ids_in(&value["data"], "id"))
+    /// `/v1/models`.
+    fn models_url(&self) -> Result<String, BackendError> {
+        Ok(self.url_of("models"))
     }
 
-    fn estimator(&self) -> &TokenEstimator {
-        &self.estimator
-    }
-
-    fn estimator_mut(&mut self) -> &mut TokenEstimator {
-        &mut self.estimator
+    fn model_ids(&self, list: &Value) -> Vec<String> {
+        hosted::ids_in(&list["data"], "id")
     }
 }
 
@@ -440,422 +377,19 @@ fn wire_tool_choice(choice: &ToolChoice) -> WireToolChoice<'_> {
     WireToolChoice { kind, name }
 }
 
-// ---- response wire structs ----
-
-/// One streamed event, by its `type`.
-#[derive(Debug, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-enum StreamEvent {
-    MessageStart {
-        message: WireMessage,
-    },
-    ContentBlockStart {
-        index: usize,
-        content_block: WireBlockStart,
-    },
-    ContentBlockDelta {
-        index: usize,
-        delta: WireDelta,
-    },
-    ContentBlockStop {
-        index: usize,
-    },
-    MessageDelta {
-        delta: WireMessageDelta,
-        #[serde(default)]
-        usage: Option<WireUsage>,
-    },
-    MessageStop,
-    #[serde(other)]
-    Ignored,
-}
-
-/// `message_start`'s message, and a whole non-streamed reply.
-#[derive(Debug, Default, Deserialize)]
-struct WireMessage {
-    #[serde(default)]
-    content: Vec<WireBlockStart>,
-    #[serde(default)]
-    stop_reason: Option<String>,
-    #[serde(default)]
-    usage: Option<WireUsage>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-enum WireBlockStart {
-    Text {
-        #[serde(default)]
-        text: String,
-    },
-    ToolUse {
-        id: String,
-        name: String,
-        #[serde(default)]
-        input: Value,
-    },
-    Thinking {
-        #[serde(default)]
-        thinking: String,
-        #[serde(default)]
-        signature: String,
-    },
-    RedactedThinking {
-        data: String,
-    },
-    #[serde(other)]
-    Other,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-enum WireDelta {
-    TextDelta {
-        text: String,
-    },
-    InputJsonDelta {
-        partial_json: String,
-    },
-    ThinkingDelta {
-        thinking: String,
-    },
-    SignatureDelta {
-        signature: String,
-    },
-    #[serde(other)]
-    Other,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct WireMessageDelta {
-    #[serde(default)]
-    stop_reason: Option<String>,
-}
-
-#[derive(Debug, Default, Clone, Copy, Deserialize)]
-struct WireUsage {
-    #[serde(default)]
-    input_tokens: Option<u64>,
-    #[serde(default)]
-    cache_creation_input_tokens: Option<u64>,
-    #[serde(default)]
-    cache_read_input_tokens: Option<u64>,
-    #[serde(default)]
-    output_tokens: Option<u64>,
-}
-
-/// A thinking block being streamed.
-#[derive(Debug, Default)]
-struct OpenThinking {
-    index: usize,
-    text: String,
-    signature: String,
-}
-
-/// What one generation has produced so far.
-struct Turn {
-    filter: OutputFilter,
-    calls: ToolCallAccumulator,
-    thinking: String,
-    open: Vec<OpenThinking>,
-    artefacts: Vec<Artefact>,
-    finish: Option<FinishReason>,
-    prompt_tokens: Option<u64>,
-    completion_tokens: Option<u64>,
-    stopped: bool,
-    context_size: u64,
-}
-
-impl Turn {
-    fn new(filter: OutputFilter, context_size: u64) -> Self {
-        Turn {
-            filter,
-            calls: ToolCallAccumulator::new(),
-            thinking: String::new(),
-            open: Vec::new(),
-            artefacts: Vec::new(),
-            finish: None,
-            prompt_tokens: None,
-            completion_tokens: None,
-            stopped: false,
-            context_size,
-        }
-    }
-
-    fn apply(&mut self, event: StreamEvent, sink: &mut dyn EventSink) -> Flow {
-        match event {
-            StreamEvent::MessageStart { message } => self.usage(message.usage),
-            StreamEvent::ContentBlockStart {
-                index,
-                content_block,
-            } => return self.start_block(index, content_block, sink),
-            StreamEvent::ContentBlockDelta { index, delta } => {
-                return self.delta(index, delta, sink)
-            }
-            StreamEvent::ContentBlockStop { index } => self.stop_block(index),
-            StreamEvent::MessageDelta { delta, usage } => {
-                self.usage(usage);
-                if let Some(reason) = delta.stop_reason {
-                    self.finish = Some(map_stop(&reason, sink));
-                }
-            }
-            StreamEvent::MessageStop => self.stopped = true,
-            StreamEvent::Ignored => {}
-        }
-        Flow::Continue
-    }
-
-    fn usage(&mut self, usage: Option<WireUsage>) {
-        let Some(usage) = usage else { return };
-        if let Some(input) = usage.input_tokens {
-            let cached = usage.cache_creation_input_tokens.unwrap_or(0)
-                + usage.cache_read_input_tokens.unwrap_or(0);
-            self.prompt_tokens = Some(input + cached);
-        }
-        // `output_tokens` is cumulative, so the last one counts.
-        self.completion_tokens = usage.output_tokens.or(self.completion_tokens);
-    }
-
-    fn start_block(
-        &mut self,
-        index: usize,
-        block: WireBlockStart,
-        sink: &mut dyn EventSink,
-    ) -> Flow {
-        match block {
-            WireBlockStart::Text { text } => return self.text(&text, sink),
-            WireBlockStart::ToolUse { id, name, input } => {
-                // Streamed calls start with `input: {}` and send the JSON as deltas.
-                let whole = input.as_object().is_some_and(|o| !o.is_empty());
-                let arguments = whole.then(|| input.to_string());
-                self.calls.push(ToolCallDelta {
-                    index: Some(index),
-                    id: Some(&id),
-                    name: Some(&name),
-                    arguments: arguments.as_deref(),
-                });
-            }
-            WireBlockStart::Thinking {
-                thinking,
-                signature,
-            } => {
-                self.open.push(OpenThinking {
-                    index,
-                    text: String::new(),
-                    signature,
-                });
-                return self.think(index, thinking, sink);
-            }
-            WireBlockStart::RedactedThinking { data } => {
-                self.artefacts.push(Artefact::RedactedThinking {
-                    origin: KIND.into(),
-                    data,
-                })
-            }
-            WireBlockStart::Other => {}
-        }
-        Flow::Continue
-    }
-
-    fn delta(&mut self, index: usize, delta: WireDelta, sink: &mut dyn EventSink) -> Flow {
-        match delta {
-            WireDelta::TextDelta { text } => return self.text(&text, sink),
-            WireDelta::InputJsonDelta { partial_json } => self.calls.push(ToolCallDelta {
-                index: Some(index),
-                arguments: Some(&partial_json),
-                ..ToolCallDelta::default()
-            }),
-            WireDelta::ThinkingDelta { thinking } => return self.think(index, thinking, sink),
-            WireDelta::SignatureDelta { signature } => {
-                if let Some(open) = self.open.iter_mut().find(|o| o.index == index) {
-                    open.signature.push_str(&signature);
-                }
-            }
-            WireDelta::Other => {}
-        }
-        Flow::Continue
-    }
-
-    fn text(&mut self, text: &str, sink: &mut dyn EventSink) -> Flow {
-        if text.is_empty() {
-            return Flow::Continue;
-        }
-        self.filter.push(text, sink)
-    }
-
-    fn think(&mut self, index: usize, text: String, sink: &mut dyn EventSink) -> Flow {
-        if text.is_empty() {
-            return Flow::Continue;
-        }
-        if let Some(open) = self.open.iter_mut().find(|o| o.index == index) {
-            open.text.push_str(&text);
-        }
-        self.thinking.push_str(&text);
-        sink.emit(Event::Thinking(text))
-    }
-
-    /// A finished thinking block becomes an artefact; other blocks need nothing.
-    fn stop_block(&mut self, index: usize) {
-        if let Some(at) = self.open.iter().position(|o| o.index == index) {
-            let open = self.open.remove(at);
-            self.artefacts.push(Artefact::Thinking {
-                origin: KIND.into(),
-                text: open.text,
-                signature: open.signature,
-            });
-        }
-    }
-
-    fn reply_usage(&self) -> Option<Usage> {
-        if self.prompt_tokens.is_none() && self.completion_tokens.is_none() {
-            return None;
-        }
-        Some(Usage {
-            prompt_tokens: self.prompt_tokens.unwrap_or(0),
-            completion_tokens: self.completion_tokens.unwrap_or(0),
-        })
-    }
-
-    fn cancelled(self) -> Reply {
-        Reply {
-            content: self.filter.content().to_string(),
-            thinking: self.thinking + self.filter.thinking(),
-            tool_calls: Vec::new(),
-            finish: FinishReason::Cancelled,
-            usage: None,
-            artefacts: Vec::new(),
-            stop_sequence: None,
-        }
-    }
-
-    /// Flushes the filter, emits `Stats` and builds the reply.
-    fn complete(mut self, sink: &mut dyn EventSink) -> Reply {
-        let usage = self.reply_usage();
-        let ending = Ending {
-            calls: std::mem::take(&mut self.calls).finish(),
-            thinking: self.thinking.clone(),
-            finish: self.finish,
-            usage,
-            stats: counted_stats(usage, self.context_size),
-            artefacts: std::mem::take(&mut self.artefacts),
-            notice: None,
-        };
-        match assemble(&mut self.filter, ending, sink) {
-            Some(reply) => reply,
-            None => self.cancelled(),
-        }
-    }
-}
-
-/// Maps `stop_reason`, telling the user about the unusual ones.
-fn map_stop(reason: &str, sink: &mut dyn EventSink) -> FinishReason {
-    let note = match reason {
-        "end_turn" | "stop_sequence" | "pause_turn" => return FinishReason::Stop,
-        "tool_use" => return FinishReason::ToolCalls,
-        "max_tokens" => return FinishReason::Length,
-        "model_context_window_exceeded" => "the reply filled the model's context window",
-        "refusal" => "the model declined to answer",
-        other => {
-            log::debug(Category::Llm, || format!("unknown stop_reason {other}"));
-            return FinishReason::Stop;
-        }
-    };
-    sink.emit(Event::System(note.into()));
-    if reason == "refusal" {
-        FinishReason::Stop
-    } else {
-        FinishReason::Length
-    }
-}
-
-/// One event's data: an `error` event becomes its typed error.
-fn parse_event(data: &str) -> Result<StreamEvent, BackendError> {
-    let value = http::parse_json(data)?;
-    if value["type"] == "error" {
-        return Err(http::error_from_value(&value));
-    }
-    serde_json::from_value(value)
-        .map_err(|e| BackendError::Protocol(format!("bad event from the server ({e})")))
-}
-
-/// Reads an SSE stream until `message_stop`.
-fn read_stream(
-    reader: impl BufRead,
-    mut turn: Turn,
-    sink: &mut dyn EventSink,
-    url: &str,
-) -> Result<Reply, BackendError> {
-    for event in SseDecoder::new(reader) {
-        let event = event.map_err(|e| http::io_error(e, url))?;
-        let data = event.data.trim();
-        if data.is_empty() {
-            continue;
-        }
-        if turn.apply(parse_event(data)?, sink) == Flow::Cancel || sink.cancelled() {
-            return Ok(turn.cancelled());
-        }
-        if turn.stopped {
-            break;
-        }
-    }
-    if !turn.stopped {
-        return Err(BackendError::Protocol(format!(
-            "{url}: the stream ended before message_stop"
-        )));
-    }
-    Ok(turn.complete(sink))
-}
-
-/// The fuzzer's entry (`crate::fuzz`): a body read as a stream and as a whole message.
 #[cfg(test)]
-pub(crate) fn fuzz_reply(bytes: &[u8]) {
-    let turn = || Turn::new(OutputFilter::new(vec!["read".into()]), 0);
-    let _ = read_stream(bytes, turn(), &mut Vec::new(), "fuzz");
-    let _ = read_whole(bytes, turn(), &mut Vec::new(), "fuzz");
-}
-
-/// Reads a whole message by replaying it as the events a stream would have carried.
-fn read_whole(
-    reader: impl std::io::Read,
-    mut turn: Turn,
-    sink: &mut dyn EventSink,
-    url: &str,
-) -> Result<Reply, BackendError> {
-    let text = http::read_text(reader, url)?;
-    let message: WireMessage = serde_json::from_value(http::parse_json(&text)?)
-        .map_err(|e| BackendError::Protocol(format!("{url}: bad message ({e})")))?;
-    let stop_reason = message.stop_reason.clone();
-    let mut events = vec![StreamEvent::MessageStart {
-        message: WireMessage {
-            usage: message.usage,
-            ..WireMessage::default()
-        },
-    }];
-    for (index, block) in message.content.into_iter().enumerate() {
-        events.push(StreamEvent::ContentBlockStart {
-            index,
-            content_block: block,
-        });
-        events.push(StreamEvent::ContentBlockStop { index });
-    }
-    events.push(StreamEvent::MessageDelta {
-        delta: WireMessageDelta { stop_reason },
-        usage: None,
-    });
-    for event in events {
-        if turn.apply(event, sink) == Flow::Cancel {
-            return Ok(turn.cancelled());
-        }
-    }
-    Ok(turn.complete(sink))
-}
+pub(crate) use reply::fuzz_reply;
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::backend::fake::{self, Canned, FakeServer};
+    use crate::backend::hosted::SseReply;
     use crate::backend::{Backend, Sampling};
+    use crate::backend::{Reply, Usage};
     use crate::core::ToolCall;
+    use crate::core::{Event, FinishReason, Flow};
+    use crate::stream::filter::OutputFilter;
     use serde_json::json;
 
     fn backend(server: &FakeServer, budget: Option<u32>) -> AnthropicBackend {
@@ -923,8 +457,8 @@ mod tests {
     #[test]
     fn every_fixture_decodes_the_same_split_at_every_offset() {
         fake::check_splits("anthropic", "sse", |reader, sink| {
-            let turn = Turn::new(OutputFilter::new(vec!["read".into()]), 0);
-            read_stream(reader, turn, sink, "test")
+            let state = ReplyStream::new(OutputFilter::new(vec!["read".into()]), 0);
+            hosted::read_sse(reader, state, sink, "test")
         });
     }
 

@@ -20,22 +20,24 @@
 //! defined in `frontend::cli_server`, and the two are kept in step by the
 //! end-to-end tests.
 
+mod wire;
+
 use std::io::{self, BufReader};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde::Serialize;
 
 use super::estimate::TokenEstimator;
 use super::http::{self, Limits};
 use super::{Backend, BackendInfo, GenerateRequest, Reply, Usage};
-use crate::core::error::ErrorKind;
 use crate::core::{
-    BackendError, Event, EventSink, FinishReason, Flow, Message, Role, Session, Stats, ToolCall,
-    ToolResultEvent,
+    BackendError, Event, EventSink, FinishReason, Flow, Message, Role, Session, ToolCall,
 };
 use crate::stream::sse::SseDecoder;
+use wire::{
+    finish_from, to_event, ApproveBody, Empty, PromptBody, QueuedBody, WireEvent, WireLine,
+};
 
 /// Where the server is and how to reach it.
 #[derive(Debug, Clone)]
@@ -458,198 +460,6 @@ fn decode_feed(data: &str) -> Option<Feed> {
     }
 }
 
-// ---------------------------------------------------------------------------
-// Wire structs (this backend's twin of the server's shapes).
-
-#[derive(Serialize)]
-struct PromptBody<'a> {
-    prompt: &'a str,
-    /// The message's images as `data:` URLs; the server puts them before the text.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    images: Vec<String>,
-    #[serde(rename = "async")]
-    queue: bool,
-}
-
-#[derive(Serialize)]
-struct Empty {}
-
-#[derive(Serialize)]
-struct ApproveBody<'a> {
-    decision: &'a str,
-}
-
-#[derive(Deserialize)]
-struct QueuedBody {
-    request_id: u64,
-}
-
-#[derive(Deserialize)]
-struct WireLine {
-    #[serde(default)]
-    seq: Option<u64>,
-    #[serde(default)]
-    request_id: Option<u64>,
-    #[serde(flatten)]
-    event: WireEvent,
-}
-
-#[derive(Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-enum WireEvent {
-    Connected {},
-    UserPrompt {},
-    Delta {
-        content: String,
-    },
-    Thinking {
-        content: String,
-    },
-    Codeblock {
-        content: String,
-    },
-    ToolCall {
-        name: String,
-        #[serde(default)]
-        args: Value,
-        id: String,
-    },
-    ToolResult {
-        name: String,
-        id: String,
-        success: bool,
-        #[serde(default)]
-        summary: String,
-        #[serde(default)]
-        content: String,
-    },
-    System {
-        content: String,
-    },
-    Stats(WireStats),
-    Error {
-        message: String,
-        #[serde(default)]
-        error_type: String,
-    },
-    ResponseComplete {
-        finish_reason: String,
-    },
-    /// The server's tool call waits for someone to `POST /approve/{id}`.
-    ApprovalRequired {
-        id: String,
-        name: String,
-        #[serde(default)]
-        args: Value,
-        #[serde(default)]
-        tool_call_id: String,
-    },
-    #[serde(other)]
-    Unknown,
-}
-
-#[derive(Deserialize)]
-struct WireStats {
-    #[serde(default)]
-    prompt_tokens: u64,
-    #[serde(default)]
-    completion_tokens: u64,
-    prefill_tps: Option<f64>,
-    decode_tps: Option<f64>,
-    #[serde(default)]
-    context_used: u64,
-    #[serde(default)]
-    context_size: u64,
-    #[serde(default)]
-    cached_tokens: u64,
-    #[serde(default)]
-    draft_tokens: u64,
-    #[serde(default)]
-    draft_accepted: u64,
-    provider: Option<String>,
-}
-
-/// The event a wire event stands for; `None` for ones the local agent makes itself.
-fn to_event(event: WireEvent) -> Option<Event> {
-    Some(match event {
-        WireEvent::Delta { content } => Event::Content(content),
-        WireEvent::Thinking { content } => Event::Thinking(content),
-        WireEvent::Codeblock { content } => Event::CodeBlock(content),
-        WireEvent::ToolCall { name, args, id } => Event::ToolCall(ToolCall {
-            id,
-            name,
-            arguments: args,
-        }),
-        WireEvent::ToolResult {
-            name,
-            id,
-            success,
-            summary,
-            content,
-        } => Event::ToolResult(ToolResultEvent {
-            id,
-            name,
-            success,
-            summary,
-            content,
-        }),
-        WireEvent::System { content } => Event::System(content),
-        WireEvent::Stats(s) => Event::Stats(Stats {
-            prompt_tokens: s.prompt_tokens,
-            completion_tokens: s.completion_tokens,
-            prefill_tps: s.prefill_tps,
-            decode_tps: s.decode_tps,
-            context_used: s.context_used,
-            context_size: s.context_size,
-            cached_tokens: s.cached_tokens,
-            draft_tokens: s.draft_tokens,
-            draft_accepted: s.draft_accepted,
-            provider: s.provider,
-        }),
-        WireEvent::Error {
-            message,
-            error_type,
-        } => Event::Error {
-            kind: error_kind(&error_type),
-            message,
-        },
-        // `follow` answers approval requests through the local gate.
-        WireEvent::Connected {}
-        | WireEvent::UserPrompt {}
-        | WireEvent::ResponseComplete { .. }
-        | WireEvent::ApprovalRequired { .. }
-        | WireEvent::Unknown => return None,
-    })
-}
-
-fn error_kind(name: &str) -> ErrorKind {
-    const KINDS: [ErrorKind; 8] = [
-        ErrorKind::ContextOverflow,
-        ErrorKind::Http,
-        ErrorKind::Auth,
-        ErrorKind::Connect,
-        ErrorKind::Timeout,
-        ErrorKind::Protocol,
-        ErrorKind::Config,
-        ErrorKind::Cancelled,
-    ];
-    KINDS
-        .into_iter()
-        .find(|k| k.as_str() == name)
-        .unwrap_or(ErrorKind::Http)
-}
-
-fn finish_from(reason: &str) -> FinishReason {
-    match reason {
-        "stop" => FinishReason::Stop,
-        "length" => FinishReason::Length,
-        "cancelled" => FinishReason::Cancelled,
-        // The server's tool rounds are over when it says so; here that is a stop.
-        "tool_calls" => FinishReason::Stop,
-        _ => FinishReason::Error,
-    }
-}
-
 /// The reply text gathered from a request's events.
 #[derive(Default)]
 struct TurnText {
@@ -716,7 +526,10 @@ impl TurnText {
 
 #[cfg(test)]
 mod tests {
+    use super::wire::error_kind;
     use super::*;
+    use crate::core::error::ErrorKind;
+    use crate::core::Stats;
     use crate::stream::ChunkReader;
 
     /// A recorded `/updates` stream of a tool-using request.

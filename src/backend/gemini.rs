@@ -20,13 +20,10 @@
 //! - Thought-summary parts (`thought: true`) become thinking, and are not sent back.
 
 use super::ending::{assemble, counted_stats, Ending};
-use std::io::BufRead;
-
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::estimate::TokenEstimator;
-use super::hosted::{self, Dialect};
+use super::hosted::{self, Body, Call, Client, Dialect, SseReply};
 use super::http::{self, ApiSettings};
 use super::{GenerateRequest, Reply, ToolChoice, Usage};
 use crate::core::ToolSpec;
@@ -34,9 +31,7 @@ use crate::core::{
     Artefact, BackendError, ContentPart, Event, EventSink, FinishReason, Flow, Image, Message,
     Role, Session,
 };
-use crate::log::{self, Category};
 use crate::stream::filter::OutputFilter;
-use crate::stream::sse::SseDecoder;
 use crate::stream::toolcall::ToolCallAccumulator;
 
 /// The backend kind, also the origin tag of the artefacts it stores.
@@ -65,111 +60,61 @@ pub fn thinking_budget(level: Option<&str>) -> Option<u32> {
 /// A Gemini API endpoint.
 pub struct GeminiBackend {
     config: GeminiConfig,
-    agent: ureq::Agent,
-    estimator: TokenEstimator,
+    client: Client,
 }
 
 impl GeminiBackend {
     pub fn new(config: GeminiConfig) -> Self {
-        let agent = http::build_agent(&config.api.base_url, &config.api.limits);
-        GeminiBackend {
-            config,
-            agent,
-            estimator: TokenEstimator::default(),
-        }
+        let client = Client::new(&config.api);
+        GeminiBackend { config, client }
+    }
+}
+
+impl Dialect for GeminiBackend {
+    const KIND: &'static str = KIND;
+    const ENTRIES: &'static str = "contents";
+    type Reader = ReplyStream;
+
+    fn client(&self) -> (&ApiSettings, &Client) {
+        (&self.config.api, &self.client)
     }
 
-    fn url(&self, stream: bool) -> String {
+    fn url(&self, request: &GenerateRequest<'_>) -> String {
         let base = self.config.api.base();
         let model = http::path_segment(self.config.api.model.trim_start_matches("models/"));
-        if stream {
+        if request.stream {
             format!("{base}/models/{model}:streamGenerateContent?alt=sse")
         } else {
             format!("{base}/models/{model}:generateContent")
         }
     }
 
-    fn authorised<B>(&self, builder: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
-        let builder = match self.config.api.api_key.as_deref() {
-            Some(key) => builder.header("x-goog-api-key", key),
-            None => builder,
-        };
-        self.config.api.with_headers(builder)
+    /// The key as `x-goog-api-key`.
+    fn headers(&self, _: Call) -> Vec<(&'static str, String)> {
+        let key = self.config.api.api_key.clone();
+        key.map(|key| ("x-goog-api-key", key)).into_iter().collect()
     }
 
-    fn attempt(
-        &self,
-        url: &str,
-        body: &[u8],
-        request: &GenerateRequest<'_>,
-        sink: &mut dyn EventSink,
-    ) -> Result<Reply, BackendError> {
-        let builder = self
-            .authorised(self.agent.post(url))
-            .header("Content-Type", "application/json");
-        let response = http::send(builder, body, url, &self.config.api.tape)?;
-        let turn = Turn::new(
-            OutputFilter::for_tools(request.tools),
-            self.config.api.context_size,
-        );
-        let reader = http::body_reader(response, &self.config.api.limits, request.stream);
-        if request.stream {
-            read_stream(reader, turn, sink, url)
-        } else {
-            let text = http::read_text(reader, url)?;
-            read_whole(&text, turn, sink)
-        }
-    }
-}
-
-impl GeminiBackend {}
-
-impl Dialect for GeminiBackend {
-    const KIND: &'static str = KIND;
-
-    fn model(&self) -> (String, u64) {
-        (self.config.api.model.clone(), self.config.api.context_size)
-    }
-
-    /// Builds, sends and reads one request (with retries), names already in wire form.
-    fn send(
+    fn body(
         &mut self,
         session: &Session,
         request: &GenerateRequest<'_>,
-        sink: &mut dyn EventSink,
-    ) -> Result<Reply, BackendError> {
+    ) -> Result<Body, BackendError> {
         let wire = build_request(&self.config, session, request)?;
-        let body = http::encode(&wire)?;
-        let url = self.url(request.stream);
-        log::debug(Category::Llm, || {
-            format!(
-                "request: {} contents, {} bytes",
-                wire.contents.len(),
-                body.len()
-            )
-        });
-        http::with_retries(&self.config.api.policy(), sink, |sink| {
-            self.attempt(&url, &body, request, sink)
-        })
+        Body::encode(&wire, wire.contents.len())
     }
 
-    /// The model names `models` lists, without their `models/` prefix.
-    fn models(&self) -> Result<Vec<String>, BackendError> {
-        let url = format!("{}/models", self.config.api.base());
-        let value = http::get_json(self.authorised(self.agent.get(&url)), &url)?;
-        let names = super::anthropic::ids_in(&value["models"], "name");
-        Ok(names
+    fn models_url(&self) -> Result<String, BackendError> {
+        Ok(format!("{}/models", self.config.api.base()))
+    }
+
+    /// The model names, without their `models/` prefix.
+    fn model_ids(&self, list: &Value) -> Vec<String> {
+        let names = hosted::ids_in(&list["models"], "name");
+        names
             .into_iter()
             .map(|n| n.trim_start_matches("models/").to_string())
-            .collect())
-    }
-
-    fn estimator(&self) -> &TokenEstimator {
-        &self.estimator
-    }
-
-    fn estimator_mut(&mut self) -> &mut TokenEstimator {
-        &mut self.estimator
+            .collect()
     }
 }
 
@@ -469,7 +414,7 @@ fn function_response(message: &Message) -> WirePart<'_> {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct WireResponse {
+pub struct WireResponse {
     #[serde(default)]
     candidates: Vec<WireCandidate>,
     #[serde(default)]
@@ -534,7 +479,7 @@ struct WirePromptFeedback {
 }
 
 /// What one generation has produced so far.
-struct Turn {
+pub struct ReplyStream {
     filter: OutputFilter,
     calls: ToolCallAccumulator,
     /// Signatures by call position (in arrival order), resolved to ids at the end.
@@ -547,40 +492,7 @@ struct Turn {
     context_size: u64,
 }
 
-impl Turn {
-    fn new(filter: OutputFilter, context_size: u64) -> Self {
-        Turn {
-            filter,
-            calls: ToolCallAccumulator::new(),
-            call_signatures: Vec::new(),
-            call_count: 0,
-            text_signature: None,
-            thinking: String::new(),
-            finish: None,
-            usage: None,
-            context_size,
-        }
-    }
-
-    fn apply(&mut self, response: WireResponse, sink: &mut dyn EventSink) -> Flow {
-        self.usage = response.usage_metadata.or(self.usage);
-        if let Some(reason) = response.prompt_feedback.and_then(|f| f.block_reason) {
-            sink.emit(Event::System(format!("the prompt was blocked ({reason})")));
-            self.finish = Some(FinishReason::Stop);
-        }
-        for candidate in response.candidates.into_iter().take(1) {
-            if let Some(reason) = candidate.finish_reason.as_deref() {
-                self.finish = Some(map_finish(reason, sink));
-            }
-            for part in candidate.content.map(|c| c.parts).unwrap_or_default() {
-                if self.part(part, sink) == Flow::Cancel {
-                    return Flow::Cancel;
-                }
-            }
-        }
-        Flow::Continue
-    }
-
+impl ReplyStream {
     fn part(&mut self, part: WireReplyPart, sink: &mut dyn EventSink) -> Flow {
         if let Some(call) = part.function_call {
             if let Some(signature) = part.thought_signature {
@@ -607,20 +519,68 @@ impl Turn {
         }
         self.filter.push(&text, sink)
     }
+}
 
-    fn cancelled(self) -> Reply {
-        Reply {
-            content: self.filter.content().to_string(),
-            thinking: self.thinking + self.filter.thinking(),
-            tool_calls: Vec::new(),
-            finish: FinishReason::Cancelled,
+/// Read to the body's end (Gemini sends no terminator); a stream without any
+/// `finishReason` was cut off.
+impl SseReply for ReplyStream {
+    type Event = WireResponse;
+
+    fn new(filter: OutputFilter, context_size: u64) -> Self {
+        ReplyStream {
+            filter,
+            calls: ToolCallAccumulator::new(),
+            call_signatures: Vec::new(),
+            call_count: 0,
+            text_signature: None,
+            thinking: String::new(),
+            finish: None,
             usage: None,
-            artefacts: Vec::new(),
-            stop_sequence: None,
+            context_size,
         }
     }
 
-    /// Flushes the filter, emits `Stats` and builds the reply.
+    /// One payload: an error object becomes its typed error.
+    fn parse(data: &str) -> Result<WireResponse, BackendError> {
+        let value = http::parse_json(data)?;
+        if value.get("error").is_some_and(|e| !e.is_null()) {
+            return Err(http::error_from_value(&value));
+        }
+        serde_json::from_value(value)
+            .map_err(|e| BackendError::Protocol(format!("bad response from the server ({e})")))
+    }
+
+    fn apply(
+        &mut self,
+        response: WireResponse,
+        sink: &mut dyn EventSink,
+    ) -> Result<Flow, BackendError> {
+        self.usage = response.usage_metadata.or(self.usage);
+        if let Some(reason) = response.prompt_feedback.and_then(|f| f.block_reason) {
+            sink.emit(Event::System(format!("the prompt was blocked ({reason})")));
+            self.finish = Some(FinishReason::Stop);
+        }
+        for candidate in response.candidates.into_iter().take(1) {
+            if let Some(reason) = candidate.finish_reason.as_deref() {
+                self.finish = Some(map_finish(reason, sink));
+            }
+            for part in candidate.content.map(|c| c.parts).unwrap_or_default() {
+                if self.part(part, sink) == Flow::Cancel {
+                    return Ok(Flow::Cancel);
+                }
+            }
+        }
+        Ok(Flow::Continue)
+    }
+
+    fn missing(&self, _: bool) -> Option<&'static str> {
+        self.finish.is_none().then_some("a finishReason")
+    }
+
+    fn cancelled(self) -> Reply {
+        hosted::cancelled_reply(&self.filter, self.thinking)
+    }
+
     fn complete(mut self, sink: &mut dyn EventSink) -> Reply {
         let calls = std::mem::take(&mut self.calls).finish();
         // Signatures name the native calls they belong to, before text-parsed
@@ -678,55 +638,10 @@ fn map_finish(reason: &str, sink: &mut dyn EventSink) -> FinishReason {
     }
 }
 
-/// One payload: an error object becomes its typed error.
-fn parse_response(data: &str) -> Result<WireResponse, BackendError> {
-    let value = http::parse_json(data)?;
-    if value.get("error").is_some_and(|e| !e.is_null()) {
-        return Err(http::error_from_value(&value));
-    }
-    serde_json::from_value(value)
-        .map_err(|e| BackendError::Protocol(format!("bad response from the server ({e})")))
-}
-
-/// Reads an SSE stream to its end (Gemini sends no terminator).
-fn read_stream(
-    reader: impl BufRead,
-    mut turn: Turn,
-    sink: &mut dyn EventSink,
-    url: &str,
-) -> Result<Reply, BackendError> {
-    for event in SseDecoder::new(reader) {
-        let event = event.map_err(|e| http::io_error(e, url))?;
-        let data = event.data.trim();
-        if data.is_empty() {
-            continue;
-        }
-        if turn.apply(parse_response(data)?, sink) == Flow::Cancel || sink.cancelled() {
-            return Ok(turn.cancelled());
-        }
-    }
-    if turn.finish.is_none() {
-        return Err(BackendError::Protocol(format!(
-            "{url}: the stream ended before a finishReason"
-        )));
-    }
-    Ok(turn.complete(sink))
-}
-
-/// The fuzzer's entry (`crate::fuzz`): a body read as a stream and as a whole reply.
+/// The fuzzer's entry (`crate::fuzz`).
 #[cfg(test)]
 pub(crate) fn fuzz_reply(bytes: &[u8]) {
-    let turn = || Turn::new(OutputFilter::new(vec!["read".into()]), 0);
-    let _ = read_stream(bytes, turn(), &mut Vec::new(), "fuzz");
-    let _ = read_whole(&String::from_utf8_lossy(bytes), turn(), &mut Vec::new());
-}
-
-/// Reads a whole `generateContent` response.
-fn read_whole(text: &str, mut turn: Turn, sink: &mut dyn EventSink) -> Result<Reply, BackendError> {
-    if turn.apply(parse_response(text)?, sink) == Flow::Cancel {
-        return Ok(turn.cancelled());
-    }
-    Ok(turn.complete(sink))
+    hosted::fuzz_sse::<ReplyStream>(bytes);
 }
 
 #[cfg(test)]
@@ -769,8 +684,8 @@ mod tests {
     #[test]
     fn every_fixture_decodes_the_same_split_at_every_offset() {
         fake::check_splits("gemini", "sse", |reader, sink| {
-            let turn = Turn::new(OutputFilter::new(vec!["read".into()]), 0);
-            read_stream(reader, turn, sink, "test")
+            let state = ReplyStream::new(OutputFilter::new(vec!["read".into()]), 0);
+            hosted::read_sse(reader, state, sink, "test")
         });
     }
 

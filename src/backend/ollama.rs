@@ -31,9 +31,8 @@ use std::sync::OnceLock;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::estimate::TokenEstimator;
-use super::hosted::{self, Dialect};
-use super::http::{self, ApiSettings};
+use super::hosted::{self, Body, Call, Client, Dialect, ReadReply, ReplyStart};
+use super::http::{self, ApiSettings, BodyReader};
 use super::{GenerateRequest, Reply, Sampling, Usage};
 use crate::core::ToolSpec;
 use crate::core::{
@@ -67,8 +66,7 @@ pub fn think(level: Option<&str>) -> Option<bool> {
 /// An Ollama server.
 pub struct OllamaBackend {
     config: OllamaConfig,
-    agent: ureq::Agent,
-    estimator: TokenEstimator,
+    client: Client,
     /// The `num_ctx` in use, once known.
     num_ctx: Option<u64>,
     /// What `/api/show` said of the model, asked once when first needed.
@@ -85,33 +83,20 @@ struct Shown {
 
 impl OllamaBackend {
     pub fn new(config: OllamaConfig) -> Self {
-        let agent = http::build_agent(&config.api.base_url, &config.api.limits);
+        let client = Client::new(&config.api);
         let num_ctx = Some(config.api.context_size).filter(|n| *n > 0);
         OllamaBackend {
             config,
-            agent,
-            estimator: TokenEstimator::default(),
+            client,
             num_ctx,
             shown: OnceLock::new(),
         }
     }
 
-    fn url(&self, path: &str) -> String {
+    fn url_of(&self, path: &str) -> String {
         let base = self.config.api.base();
         let root = base.strip_suffix("/v1").unwrap_or(base);
         format!("{root}/api/{path}")
-    }
-
-    fn post(&self, url: &str) -> ureq::RequestBuilder<ureq::typestate::WithBody> {
-        let builder = self
-            .agent
-            .post(url)
-            .header("Content-Type", "application/json");
-        let builder = match self.config.api.api_key.as_deref() {
-            Some(key) => builder.header("Authorization", format!("Bearer {key}")),
-            None => builder,
-        };
-        self.config.api.with_headers(builder)
     }
 
     /// The context window: configured, else what `/api/show` said.
@@ -138,12 +123,13 @@ impl OllamaBackend {
     }
 
     fn show(&self) -> Result<Shown, BackendError> {
-        let url = self.url("show");
+        let url = self.url_of("show");
         let body = serde_json::to_vec(&ShowRequest {
             model: &self.config.api.model,
         })
         .map_err(|e| BackendError::Protocol(e.to_string()))?;
-        let response = http::send(self.post(&url), &body, &url, &self.config.api.tape)?;
+        let builder = hosted::post(self, &url, Call::Post { stream: false });
+        let response = http::send(builder, &body, &url, &self.config.api.tape)?;
         let text = http::read_text(response.into_body().into_reader(), &url)?;
         let show: ShowResponse = serde_json::from_value(http::parse_json(&text)?)
             .map_err(|e| BackendError::Protocol(format!("{url}: {e}")))?;
@@ -155,22 +141,6 @@ impl OllamaBackend {
                 .and_then(|(_, value)| value.as_u64()),
             capabilities: show.capabilities,
         })
-    }
-
-    fn attempt(
-        &self,
-        url: &str,
-        body: &[u8],
-        request: &GenerateRequest<'_>,
-        sink: &mut dyn EventSink,
-    ) -> Result<Reply, BackendError> {
-        let response = http::send(self.post(url), body, url, &self.config.api.tape)?;
-        let turn = Turn::new(
-            OutputFilter::for_tools(request.tools),
-            self.num_ctx.unwrap_or(0),
-        );
-        let reader = http::body_reader(response, &self.config.api.limits, true);
-        read_stream(reader, turn, sink, url)
     }
 }
 
@@ -192,47 +162,53 @@ fn check_fits(session: &Session, num_ctx: u64, sampling: &Sampling) -> Result<()
 impl Dialect for OllamaBackend {
     const KIND: &'static str = KIND;
     const WIRE_NAMES: bool = false;
+    type Reader = ReplyStream;
 
-    fn model(&self) -> (String, u64) {
-        (self.config.api.model.clone(), self.num_ctx.unwrap_or(0))
+    fn client(&self) -> (&ApiSettings, &Client) {
+        (&self.config.api, &self.client)
     }
 
-    fn send(
+    /// The `num_ctx` in use, once known.
+    fn context_size(&self) -> u64 {
+        self.num_ctx.unwrap_or(0)
+    }
+
+    fn url(&self, _: &GenerateRequest<'_>) -> String {
+        self.url_of("chat")
+    }
+
+    /// The key as a bearer token on a `POST`; the model list goes without it.
+    fn headers(&self, call: Call) -> Vec<(&'static str, String)> {
+        match (call, &self.config.api.api_key) {
+            (Call::Post { .. }, Some(key)) => vec![("Authorization", format!("Bearer {key}"))],
+            _ => Vec::new(),
+        }
+    }
+
+    /// Refuses a session that cannot fit `num_ctx` before building the body.
+    fn body(
         &mut self,
         session: &Session,
         request: &GenerateRequest<'_>,
-        sink: &mut dyn EventSink,
-    ) -> Result<Reply, BackendError> {
+    ) -> Result<Body, BackendError> {
         let num_ctx = self.num_ctx();
         check_fits(session, num_ctx, request.sampling)?;
         let wire = build_request(&self.config, num_ctx, session, request)?;
-        let body = http::encode(&wire)?;
-        let url = self.url("chat");
-        log::debug(Category::Llm, || {
-            format!(
-                "request: {} messages, {} bytes",
-                wire.messages.len(),
-                body.len()
-            )
-        });
-        http::with_retries(&self.config.api.policy(), sink, |sink| {
-            self.attempt(&url, &body, request, sink)
-        })
+        Body::encode(&wire, wire.messages.len())
     }
 
-    /// The model names `/api/tags` lists.
-    fn models(&self) -> Result<Vec<String>, BackendError> {
-        let url = self.url("tags");
-        let value = http::get_json(self.config.api.with_headers(self.agent.get(&url)), &url)?;
-        Ok(super::anthropic::ids_in(&value["models"], "name"))
+    /// NDJSON either way, so always held to the stream's cap.
+    fn streamed(&self, _: &GenerateRequest<'_>) -> bool {
+        true
     }
 
-    fn estimator(&self) -> &TokenEstimator {
-        &self.estimator
+    /// `/api/tags`.
+    fn models_url(&self) -> Result<String, BackendError> {
+        Ok(self.url_of("tags"))
     }
 
-    fn estimator_mut(&mut self) -> &mut TokenEstimator {
-        &mut self.estimator
+    fn model_ids(&self, list: &Value) -> Vec<String> {
+        hosted::ids_in(&list["models"], "name")
     }
 
     /// What `/api/show`'s `capabilities` say; the table where it says nothing.
@@ -455,7 +431,7 @@ struct WireReplyFunction {
 }
 
 /// What one generation has produced so far.
-struct Turn {
+pub struct ReplyStream {
     filter: OutputFilter,
     calls: ToolCallAccumulator,
     thinking: String,
@@ -463,9 +439,9 @@ struct Turn {
     num_ctx: u64,
 }
 
-impl Turn {
+impl ReplyStream {
     fn new(filter: OutputFilter, num_ctx: u64) -> Self {
-        Turn {
+        ReplyStream {
             filter,
             calls: ToolCallAccumulator::new(),
             thinking: String::new(),
@@ -500,15 +476,7 @@ impl Turn {
     }
 
     fn cancelled(self) -> Reply {
-        Reply {
-            content: self.filter.content().to_string(),
-            thinking: self.thinking + self.filter.thinking(),
-            tool_calls: Vec::new(),
-            finish: FinishReason::Cancelled,
-            usage: None,
-            artefacts: Vec::new(),
-            stop_sequence: None,
-        }
+        hosted::cancelled_reply(&self.filter, self.thinking)
     }
 
     /// Flushes the filter, warns about truncation, emits `Stats` and builds the reply.
@@ -572,14 +540,27 @@ fn parse_line(value: Value) -> Result<WireLine, BackendError> {
 /// The fuzzer's entry (`crate::fuzz`): a body read as an NDJSON stream.
 #[cfg(test)]
 pub(crate) fn fuzz_reply(bytes: &[u8]) {
-    let turn = Turn::new(OutputFilter::new(vec!["read".into()]), 64);
-    let _ = read_stream(bytes, turn, &mut Vec::new(), "fuzz");
+    let state = ReplyStream::new(OutputFilter::new(vec!["read".into()]), 64);
+    let _ = read_stream(bytes, state, &mut Vec::new(), "fuzz");
+}
+
+/// NDJSON, streamed or not.
+impl ReadReply for ReplyStream {
+    fn read(
+        body: BodyReader,
+        start: ReplyStart,
+        sink: &mut dyn EventSink,
+        url: &str,
+    ) -> Result<Reply, BackendError> {
+        let state = ReplyStream::new(start.filter, start.context_size);
+        read_stream(body, state, sink, url)
+    }
 }
 
 /// Reads NDJSON lines until `done: true` (a whole reply is the same, one line).
 fn read_stream(
     reader: impl BufRead,
-    mut turn: Turn,
+    mut state: ReplyStream,
     sink: &mut dyn EventSink,
     url: &str,
 ) -> Result<Reply, BackendError> {
@@ -588,11 +569,11 @@ fn read_stream(
             std::io::ErrorKind::InvalidData => BackendError::Protocol(format!("{url}: {e}")),
             _ => http::io_error(e, url),
         })?;
-        if turn.apply(parse_line(value)?, sink) == Flow::Cancel || sink.cancelled() {
-            return Ok(turn.cancelled());
+        if state.apply(parse_line(value)?, sink) == Flow::Cancel || sink.cancelled() {
+            return Ok(state.cancelled());
         }
-        if let Some(done) = turn.last.take() {
-            return Ok(turn.complete(done, sink));
+        if let Some(done) = state.last.take() {
+            return Ok(state.complete(done, sink));
         }
     }
     Err(BackendError::Protocol(format!(
@@ -640,8 +621,8 @@ mod tests {
     #[test]
     fn every_fixture_decodes_the_same_split_at_every_offset() {
         fake::check_splits("ollama", "ndjson", |reader, sink| {
-            let turn = Turn::new(OutputFilter::new(vec!["read".into()]), 64);
-            read_stream(reader, turn, sink, "test")
+            let state = ReplyStream::new(OutputFilter::new(vec!["read".into()]), 64);
+            read_stream(reader, state, sink, "test")
         });
     }
 

@@ -254,33 +254,33 @@ impl TensorRtBackend {
             .executor
             .enqueue(&prepared.tokens, &prepared.options)
             .map_err(ffi_error)?;
-        let mut turn = Turn::new(&prepared);
-        let result = self.stream(id, &mut turn, sink);
+        let mut state = ReplyStream::new(&prepared);
+        let result = self.stream(id, &mut state, sink);
         if let Some(stats) = self.executor.iteration_stats() {
             crate::log::debug(crate::log::Category::Llm, || format!("executor: {stats:?}"));
         }
         result?;
-        Ok(turn.into_reply(&self.tokenizer, prepared.tokens.len(), self.n_ctx, sink))
+        Ok(state.into_reply(&self.tokenizer, prepared.tokens.len(), self.n_ctx, sink))
     }
 
-    /// Awaits responses until the request ends, handing text to `turn`.
+    /// Awaits responses until the request ends, handing text to `state`.
     fn stream(
         &mut self,
         id: RequestId,
-        turn: &mut Turn,
+        state: &mut ReplyStream,
         sink: &mut dyn EventSink,
     ) -> Result<(), BackendError> {
         loop {
             if sink.cancelled() {
-                turn.finish = FinishReason::Cancelled;
+                state.finish = FinishReason::Cancelled;
                 return self.stop_request(id);
             }
             let response = match self.executor.await_response(id, POLL).map_err(ffi_error)? {
                 Awaited::Timeout => continue,
                 Awaited::Response(response) => response,
             };
-            turn.first_response.get_or_insert_with(Instant::now);
-            let ended = turn.take(&self.tokenizer, &response.tokens, sink);
+            state.first_response.get_or_insert_with(Instant::now);
+            let ended = state.take(&self.tokenizer, &response.tokens, sink);
             if ended {
                 return match response.finish {
                     Some(_) => Ok(()),
@@ -288,7 +288,7 @@ impl TensorRtBackend {
                 };
             }
             if let Some(finish) = response.finish {
-                turn.finish = finish_reason(finish);
+                state.finish = finish_reason(finish);
                 return Ok(());
             }
         }
@@ -332,7 +332,7 @@ fn load_template(tokenizer: &EngineTokenizer) -> ChatTemplate {
 }
 
 /// One generation's state between responses.
-struct Turn {
+struct ReplyStream {
     detokenizer: Detokenizer,
     stops: StopMatcher,
     filter: OutputFilter,
@@ -347,13 +347,13 @@ struct Turn {
     first_response: Option<Instant>,
 }
 
-impl Turn {
-    fn new(prepared: &Prepared) -> Turn {
+impl ReplyStream {
+    fn new(prepared: &Prepared) -> ReplyStream {
         let mut filter = OutputFilter::for_tools(&prepared.tools);
         if let Some(end) = prepared.prompt_end {
             filter.after_prompt(end);
         }
-        Turn {
+        ReplyStream {
             detokenizer: Detokenizer::default(),
             stops: StopMatcher::new(prepared.stops.clone()),
             filter,

@@ -494,7 +494,7 @@ fn limits(settings: &Settings) -> Limits {
     }
 }
 
-/// The settings every non-OpenAI API backend shares.
+/// The settings every API backend shares.
 fn api_settings(
     settings: &Settings,
     provider: &ProviderConfig,
@@ -519,11 +519,6 @@ fn openai_config(
     settings: &Settings,
     provider: &ProviderConfig,
 ) -> Result<OpenAiConfig, OpenError> {
-    let model = model_of(provider)?;
-    let base_url = provider
-        .base_url
-        .clone()
-        .unwrap_or_else(|| OPENAI_BASE.to_string());
     let azure = provider
         .deployment_name
         .clone()
@@ -539,19 +534,9 @@ fn openai_config(
         _ => MaxTokensParam::MaxTokens,
     };
     Ok(OpenAiConfig {
-        api_key: provider.api_key.clone(),
-        context_size: settings.context_size_for(provider).unwrap_or(0),
-        extra_headers: provider
-            .extra_headers
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect(),
-        limits: limits(settings),
-        max_retries: 3,
+        api: api_settings(settings, provider, OPENAI_BASE)?,
         azure,
         max_tokens_param,
-        tape: settings.tape.clone(),
-        ..OpenAiConfig::new(base_url, model)
     })
 }
 

@@ -1,8 +1,10 @@
-//! UTC calendar dates and a strftime subset, computed by hand (no chrono).
+//! UTC calendar dates both ways (Unix seconds to a date, a date to days) and a
+//! strftime subset, computed by hand (no chrono).
 //!
 //! Times are always UTC: reading the local zone would mean parsing tzdata,
 //! which shepherd does not do. The `get_time` tool, session ids and the audit
-//! log format through [`strftime`].
+//! log format through [`strftime`]; the HTTP client reads `Retry-After`
+//! dates through [`days_from_civil`].
 
 /// A UTC calendar date and time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +38,22 @@ pub fn civil(unix: i64) -> Civil {
         minute: secs / 60 % 60,
         second: secs % 60,
     }
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's
+/// `days_from_civil`, the inverse of [`civil`]); `None` before the epoch.
+pub fn days_from_civil(year: u64, month: u64, day: u64) -> Option<u64> {
+    let y = if month <= 2 {
+        year.checked_sub(1)?
+    } else {
+        year
+    };
+    let era = y / 400;
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day.checked_sub(1)?;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    (era * 146_097 + doe).checked_sub(719_468)
 }
 
 fn is_leap(year: i64) -> bool {
@@ -111,6 +129,16 @@ mod tests {
             expected,
             "{unix}"
         );
+    }
+
+    #[test]
+    fn days_from_civil_inverts_civil() {
+        for unix in [0, 86_399, 951_782_400, 1_709_164_800, 4_102_444_800] {
+            let c = civil(unix);
+            let days = days_from_civil(c.year as u64, u64::from(c.month), u64::from(c.day));
+            assert_eq!(days, Some(unix as u64 / 86_400), "{c:?}");
+        }
+        assert_eq!(days_from_civil(1969, 12, 31), None);
     }
 
     #[test]

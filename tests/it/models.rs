@@ -240,6 +240,31 @@ fn list_models_lists_what_the_openai_upstream_offers() {
     );
 }
 
+/// A provider's error body reaches the terminal only through `sanitize::visible`:
+/// an escape sequence in it is shown, not obeyed.
+#[test]
+fn list_models_error_body_with_an_escape_sequence_is_printed_visibly() {
+    let body = json!({"error": {"message": "denied \u{1b}]0;owned\u{7}\u{1b}[31mred", "type": "permission_error"}});
+    let fake = FakeOpenAi::start(vec![Canned::json(403, body)]);
+    let sandbox = Sandbox::new("list-models-escape");
+    let args = [
+        "--backend",
+        "openai",
+        "--api-base",
+        &fake.base_url,
+        "--list-models",
+    ];
+    let run = sandbox.run(&args, "");
+    assert_eq!(run.status, Some(1), "{}", run.stderr);
+    assert!(!run.stderr.contains('\u{1b}'), "{:?}", run.stderr);
+    assert!(!run.stderr.contains('\u{7}'), "{:?}", run.stderr);
+    assert!(
+        run.stderr.contains("denied \\x1b]0;owned"),
+        "{:?}",
+        run.stderr
+    );
+}
+
 #[test]
 fn list_models_for_the_in_process_model_lists_the_models_directory() {
     let sandbox = with_models("list-models-local", &[gemma3()]);
