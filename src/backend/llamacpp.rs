@@ -72,10 +72,10 @@ use crate::llama::{CacheType, GpuSplit, LoadProgress, Model, ModelParams, Poolin
 use crate::stream::filter::{OutputFilter, TextEnd};
 use crate::template::{self, ChatTemplate, TemplateMessage};
 use crate::util::dirs::{model_cache_dir, DEFAULT_MODEL_FILE};
+pub use model::jobs::SlotReport;
 pub use model::{DecodeFigures, EmbedInput, LocalModel, ModelError, ModelProps, NOT_RERANKING};
 pub use residency::Residency;
 use residency::{IdleTimer, Served};
-pub use slots::files::SlotReport;
 
 /// How often a handle waiting for the generation thread asks its caller about a cancel.
 const POLL: Duration = Duration::from_millis(50);

@@ -264,7 +264,8 @@ impl<'m> Vision<'m> {
     ) -> Result<usize, VisionError> {
         let n_batch = ctx.n_batch().max(1) as i32;
         // SAFETY: a live projector and a live image chunk.
-        let whole = unsafe { sys::mtmd_decode_use_non_causal(self.raw.as_ptr(), chunk.raw.as_ptr()) };
+        let whole =
+            unsafe { sys::mtmd_decode_use_non_causal(self.raw.as_ptr(), chunk.raw.as_ptr()) };
         // SAFETY: a live context.
         let n_ubatch = unsafe { sys::llama_n_ubatch(ctx.as_ptr()) } as usize;
         if whole && chunk.n_tokens > n_ubatch {

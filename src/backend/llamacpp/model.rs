@@ -32,10 +32,12 @@ use std::sync::Arc;
 
 use crossbeam_channel::{bounded, Sender};
 
-use super::slots::files::{self, SlotInfo, SlotJob, SlotReport};
 use super::{worker_gone, Job, Shared};
 use crate::core::BackendError;
 use crate::llama::{Batch, Context, Model, Pooling, Token};
+
+pub mod jobs;
+use jobs::{SlotInfo, SlotJob, SlotReport};
 
 /// One input of an embedding request.
 #[derive(Debug, Clone, PartialEq)]
@@ -338,7 +340,7 @@ impl LocalModel {
         action: &str,
         filename: Option<&str>,
     ) -> Result<SlotReport, ModelError> {
-        let action = files::action(self.props.slot_save_path.as_deref(), action, filename)?;
+        let action = jobs::action(self.props.slot_save_path.as_deref(), action, filename)?;
         if slot >= self.props.slots as usize {
             return Err(ModelError::NotFound(format!(
                 "no slot {slot}: this server has {} (0 to {})",

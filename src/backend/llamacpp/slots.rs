@@ -195,7 +195,7 @@ pub(super) struct Worker<'m> {
     /// under another key is not restored.
     state_key: String,
     /// Slot saves and restores waiting for their slot to finish its request.
-    slot_actions: VecDeque<files::SlotJob>,
+    slot_actions: VecDeque<model::jobs::SlotJob>,
     /// The thread that samples while a grammar constrains ([`sampling`]).
     helper: sampling::Helper,
     /// The last request's serial ([`Task::serial`]).
@@ -221,7 +221,7 @@ struct Slot {
     last_used: u64,
     task: Option<Task>,
     /// The last request it served, as `GET /slots` shows an idle slot.
-    served: Option<files::SlotTask>,
+    served: Option<model::jobs::SlotTask>,
     /// The conversation this slot just answered, to warm up its next turn.
     next_turn: Option<NextTurn>,
 }

@@ -360,11 +360,17 @@ fn a_session_with_an_image_is_refused_before_the_executor_sees_it() {
     let probe = engine("probe", "");
     let reply_ids = ids(&probe, "A cat");
     // The executor would answer: only the refusal keeps it from being asked.
-    let dir = engine("image", &format!("request\n{}", line("final end_id", &reply_ids)));
+    let dir = engine(
+        "image",
+        &format!("request\n{}", line("final end_id", &reply_ids)),
+    );
     let mut llm = backend(&dir);
     let mut session = question("What is this?");
-    let image = crate::core::Image::from_bytes(crate::core::image::test_png(4, 4, [1, 2, 3])).unwrap();
-    session.messages[1].images.push(crate::core::ImagePart { at: 0, image });
+    let image =
+        crate::core::Image::from_bytes(crate::core::image::test_png(4, 4, [1, 2, 3])).unwrap();
+    session.messages[1]
+        .images
+        .push(crate::core::ImagePart { at: 0, image });
     let request = GenerateRequest {
         tools: &[],
         tool_choice: &ToolChoice::Auto,
@@ -373,7 +379,9 @@ fn a_session_with_an_image_is_refused_before_the_executor_sees_it() {
     };
     let mut events = Vec::new();
     match llm.generate(&session, &request, &mut events) {
-        Err(BackendError::Invalid(message)) => assert!(message.contains("takes no images"), "{message}"),
+        Err(BackendError::Invalid(message)) => {
+            assert!(message.contains("takes no images"), "{message}")
+        }
         other => panic!("{other:?}"),
     }
     assert!(events.is_empty(), "{events:?}");

@@ -85,7 +85,10 @@ impl Worker<'_> {
                 let _ = task.job.events.send(WorkerMsg::Text(rest));
             }
         }
-        slot.served = Some(files::SlotTask::idle(&task, slot.mirror.len()));
+        slot.served = Some(super::super::model::jobs::SlotTask::idle(
+            &task,
+            slot.mirror.len(),
+        ));
         // A whole answer (or one cut at its length): the user's turn comes next.
         let answered = matches!(reason, FinishReason::Stop | FinishReason::Length);
         // The model ended its text itself (its end of turn, or the template's own
@@ -172,7 +175,10 @@ impl Worker<'_> {
         self.finished_at = Instant::now();
         let slot = &mut self.slots[index];
         if let Some(task) = slot.task.take() {
-            slot.served = Some(files::SlotTask::idle(&task, slot.mirror.len()));
+            slot.served = Some(super::super::model::jobs::SlotTask::idle(
+                &task,
+                slot.mirror.len(),
+            ));
         }
         slot.last_used = self.clock;
     }
