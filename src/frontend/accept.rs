@@ -22,24 +22,24 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Accepts connections on `listener` forever: each one within the cap of `max`
-/// goes to `admitted` with its place (held until the [`Slot`] is dropped) and the
-/// gate it may register with ([`Gate::reading`]); one over it to `busy`.
+/// goes to `admitted` with its place (held until the [`Place`] is dropped) and the
+/// cap it may register with ([`ConnectionCap::reading`]); one over it to `busy`.
 pub(super) fn run(
     listener: &TcpListener,
     max: usize,
-    admitted: impl FnMut(TcpStream, SocketAddr, Slot, &Arc<Gate>),
+    admitted: impl FnMut(TcpStream, SocketAddr, Place, &Arc<ConnectionCap>),
     busy: impl FnMut(TcpStream),
 ) {
-    run_gated(listener, &Arc::new(Gate::default()), max, admitted, busy);
+    run_capped(listener, &Arc::new(ConnectionCap::default()), max, admitted, busy);
 }
 
-/// [`run`] under a `gate` shared with other listeners of the same server, so
+/// [`run`] under a `cap` shared with other listeners of the same server, so
 /// that the cap holds for them together.
-pub(super) fn run_gated(
+pub(super) fn run_capped(
     listener: &TcpListener,
-    gate: &Arc<Gate>,
+    cap: &Arc<ConnectionCap>,
     max: usize,
-    mut admitted: impl FnMut(TcpStream, SocketAddr, Slot, &Arc<Gate>),
+    mut admitted: impl FnMut(TcpStream, SocketAddr, Place, &Arc<ConnectionCap>),
     mut busy: impl FnMut(TcpStream),
 ) {
     let mut backoff = AcceptBackoff::default();
@@ -49,8 +49,8 @@ pub(super) fn run_gated(
                 backoff.reset();
                 // Best effort: a socket that refuses it still works, only slower.
                 let _ = stream.set_nodelay(true);
-                match gate.admit(max) {
-                    Some(slot) => admitted(stream, peer, slot, gate),
+                match cap.admit(max) {
+                    Some(place) => admitted(stream, peer, place, cap),
                     None => busy(stream),
                 }
             }
@@ -84,7 +84,7 @@ impl Read for DeadlineReader<'_> {
 /// idle half-sent requests (slow-loris) cannot lock out a client that sends
 /// its request at once, and a connection past its head never gives way.
 #[derive(Default)]
-pub(super) struct Gate {
+pub(super) struct ConnectionCap {
     active: AtomicUsize,
     readers: Mutex<Readers>,
 }
@@ -95,15 +95,15 @@ struct Readers {
     queue: VecDeque<(u64, Arc<TcpStream>)>,
 }
 
-impl Gate {
-    /// A slot for a new connection: a free one, or one an evicted reader is
+impl ConnectionCap {
+    /// A place for a new connection: a free one, or one an evicted reader is
     /// giving back. At most `max / 8 + 1` evicted threads may still be
     /// winding down; past that (or with no reader to evict) the answer is no.
-    pub(super) fn admit(self: &Arc<Self>, max: usize) -> Option<Slot> {
+    pub(super) fn admit(self: &Arc<Self>, max: usize) -> Option<Place> {
         let count = self.active.fetch_add(1, Ordering::SeqCst);
-        let slot = Slot(self.clone());
+        let place = Place(self.clone());
         let admitted = count < max || (count < max + max / 8 + 1 && self.evict_oldest());
-        admitted.then_some(slot)
+        admitted.then_some(place)
     }
 
     fn evict_oldest(&self) -> bool {
@@ -121,7 +121,7 @@ impl Gate {
         readers.next_id += 1;
         readers.queue.push_back((id, stream));
         Reading {
-            gate: self.clone(),
+            cap: self.clone(),
             id,
         }
     }
@@ -132,9 +132,9 @@ impl Gate {
 }
 
 /// One place of the connection cap, given back when dropped.
-pub(super) struct Slot(Arc<Gate>);
+pub(super) struct Place(Arc<ConnectionCap>);
 
-impl Drop for Slot {
+impl Drop for Place {
     fn drop(&mut self) {
         self.0.active.fetch_sub(1, Ordering::SeqCst);
     }
@@ -143,14 +143,14 @@ impl Drop for Slot {
 /// A connection still reading its request (evictable); dropped once the
 /// request is read.
 pub(super) struct Reading {
-    gate: Arc<Gate>,
+    cap: Arc<ConnectionCap>,
     id: u64,
 }
 
 impl Drop for Reading {
     fn drop(&mut self) {
         let id = self.id;
-        self.gate
+        self.cap
             .lock_readers()
             .queue
             .retain(|(other, _)| *other != id);

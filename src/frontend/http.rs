@@ -66,7 +66,7 @@ mod respond;
 pub(crate) use parse::fuzz_head;
 pub use respond::{Captured, Responder, SseStream};
 
-use super::accept::{self, DeadlineReader, Gate, Reading, Slot};
+use super::accept::{self, DeadlineReader, ConnectionCap, Reading, Place};
 use crate::auth;
 use crate::util::net;
 use parse::*;
@@ -225,7 +225,7 @@ impl Server {
     /// Accepts connections forever: on this thread for the first address, on
     /// one thread each for the others, all within one connection cap.
     pub fn run(self, handler: Arc<dyn Handler>) {
-        let gate = Arc::new(accept::Gate::default());
+        let cap = Arc::new(accept::ConnectionCap::default());
         let Server {
             mut listeners,
             limits,
@@ -233,31 +233,31 @@ impl Server {
         } = self;
         let first = listeners.remove(0);
         for listener in listeners {
-            let (gate, handler, policy) = (gate.clone(), handler.clone(), policy.clone());
+            let (cap, handler, policy) = (cap.clone(), handler.clone(), policy.clone());
             let spawned = std::thread::Builder::new()
                 .name("shepherd-accept".into())
-                .spawn(move || serve_listener(&listener, &gate, limits, &policy, &handler));
+                .spawn(move || serve_listener(&listener, &cap, limits, &policy, &handler));
             if let Err(error) = spawned {
                 eprintln!("shepherd: cannot start an accept thread: {error}");
             }
         }
-        serve_listener(&first, &gate, limits, &policy, &handler);
+        serve_listener(&first, &cap, limits, &policy, &handler);
     }
 }
 
-/// One listener's accept loop ([`accept::run`]) under the shared `gate`.
+/// One listener's accept loop ([`accept::run`]) under the shared `cap`.
 fn serve_listener(
     listener: &TcpListener,
-    gate: &Arc<Gate>,
+    cap: &Arc<ConnectionCap>,
     limits: Limits,
     policy: &Arc<Policy>,
     handler: &Arc<dyn Handler>,
 ) {
-    accept::run_gated(
+    accept::run_capped(
         listener,
-        gate,
+        cap,
         limits.max_connections,
-        |stream, peer, slot, gate| dispatch(stream, peer, slot, gate, limits, policy, handler),
+        |stream, peer, place, cap| dispatch(stream, peer, place, cap, limits, policy, handler),
         refuse_busy,
     );
 }
@@ -267,8 +267,8 @@ fn serve_listener(
 fn dispatch(
     stream: TcpStream,
     peer: SocketAddr,
-    slot: Slot,
-    gate: &Arc<Gate>,
+    place: Place,
+    cap: &Arc<ConnectionCap>,
     limits: Limits,
     policy: &Arc<Policy>,
     handler: &Arc<dyn Handler>,
@@ -278,21 +278,21 @@ fn dispatch(
         .is_ok_and(|addr| addr.ip().is_loopback());
     let stream = Arc::new(stream);
     // Registered here, in the accept loop, so the cap sees it before the next accept.
-    let reading = gate.reading(stream.clone());
+    let reading = cap.reading(stream.clone());
     let connection = Connection {
         stream,
         peer,
         limits,
         policy: policy.clone(),
         loopback,
-        gate: gate.clone(),
+        cap: cap.clone(),
     };
     let handler = handler.clone();
     let spawned = std::thread::Builder::new()
         .name("shepherd-http".into())
         .stack_size(512 * 1024)
         .spawn(move || {
-            let _slot = slot;
+            let _place = place;
             connection.serve(&*handler, reading);
         });
     if let Err(error) = spawned {
@@ -320,7 +320,7 @@ struct Connection {
     policy: Arc<Policy>,
     loopback: bool,
     /// Where a connection waiting for its next request registers as evictable.
-    gate: Arc<Gate>,
+    cap: Arc<ConnectionCap>,
 }
 
 /// Most requests one kept-alive connection serves before it closes.
@@ -346,7 +346,7 @@ impl Connection {
             reader.get_mut().deadline = Some(started + self.limits.request_deadline);
             let reading = first
                 .take()
-                .unwrap_or_else(|| self.gate.reading(stream.clone()));
+                .unwrap_or_else(|| self.cap.reading(stream.clone()));
             let last = served == MAX_REQUESTS_PER_CONNECTION;
             if !self.serve_one(handler, &mut reader, reading, started, last) {
                 return;

@@ -51,7 +51,7 @@ use crate::stream::{read_capped_line, CappedLine};
 use crate::tools::rpc::{self, Frame, Response, RpcError, ToolEntry};
 use crate::tools::{args, ToolContext, ToolOutput, ToolRegistry};
 
-use super::accept::{self, DeadlineReader, Gate, Reading, Slot};
+use super::accept::{self, DeadlineReader, ConnectionCap, Reading, Place};
 use super::access::Access;
 use super::signals;
 
@@ -152,7 +152,7 @@ fn serve(listener: &TcpListener, shared: &Arc<Shared>) {
     accept::run(
         listener,
         shared.config.max_connections,
-        |stream, peer, slot, gate| start_connection(stream, peer, slot, gate, shared),
+        |stream, peer, place, cap| start_connection(stream, peer, place, cap, shared),
         refuse_busy,
     );
 }
@@ -165,13 +165,13 @@ fn refuse_busy(stream: TcpStream) {
 fn start_connection(
     stream: TcpStream,
     peer: SocketAddr,
-    slot: Slot,
-    gate: &Arc<Gate>,
+    place: Place,
+    cap: &Arc<ConnectionCap>,
     shared: &Arc<Shared>,
 ) {
     // Until it has authenticated (and sent a request), the connection may be
     // evicted to make room: see `accept`.
-    let reading = stream.try_clone().ok().map(|s| gate.reading(Arc::new(s)));
+    let reading = stream.try_clone().ok().map(|s| cap.reading(Arc::new(s)));
     let shared = shared.clone();
     let spawned = std::thread::Builder::new()
         .name("shepherd-toolconn".into())
@@ -181,7 +181,7 @@ fn start_connection(
                     format!("toolserver connection {peer}: {error}")
                 });
             }
-            drop(slot);
+            drop(place);
         });
     if let Err(error) = spawned {
         eprintln!("shepherd: cannot start a toolserver connection thread: {error}");

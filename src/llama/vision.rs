@@ -272,7 +272,7 @@ impl<'m> Vision<'m> {
             // libmtmd would fail with a bare code: attention over an image that
             // sees both ways (Gemma 3) needs the whole image in one physical batch.
             return Err(VisionError::Eval(format!(
-                "this projector decodes an image's {} tokens in one physical batch: --ubatch-size must be at least {} (it is {n_ubatch})",
+                "this projector decodes an image's {} tokens in one physical batch: --ubatch must be at least {} (it is {n_ubatch})",
                 chunk.n_tokens, chunk.n_tokens
             )));
         }

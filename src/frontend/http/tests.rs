@@ -477,7 +477,7 @@ fn at_the_cap_the_oldest_reader_gives_way_and_busy_handlers_get_503() {
     // The other one hangs up; once its socket is closed it is no reader any more.
     idle[1].shutdown(Shutdown::Write).unwrap();
     assert!(read_to_close(&mut idle[1]).is_some());
-    // Two streams past their head hold the cap (the slot of a closing
+    // Two streams past their head hold the cap (the place of a closing
     // connection may still be taken for a moment: try again until both stream).
     let hold = || {
         let end = Instant::now() + Duration::from_secs(5);
