@@ -254,7 +254,11 @@ fn an_image_to_a_model_without_a_projector_says_how_to_add_one() {
 /// attend to each other both ways, so the whole image goes in one physical batch.
 fn gemma_vision_server(dir: &TempDir, extra: &[&str]) -> ApiServer {
     let mmproj = dir.path().join("mmproj-gemma3.gguf");
-    writer(&["--projector".as_ref(), "gemma3".as_ref(), mmproj.as_os_str()]);
+    writer(&[
+        "--projector".as_ref(),
+        "gemma3".as_ref(),
+        mmproj.as_os_str(),
+    ]);
     let mmproj = mmproj.to_string_lossy().into_owned();
     let mut args = vec!["--context-size", "2048", "--mmproj", mmproj.as_str()];
     args.extend_from_slice(extra);
@@ -267,8 +271,11 @@ fn gemmas_projector_reads_an_image_and_a_small_physical_batch_is_named() {
     let image = crate::harness::write_png(&dir.path().join("g.png"), 32, 32);
     let request = with_image(&data_url(&image));
     let server = gemma_vision_server(&dir, &[]);
-    let (status, text) = server.post("/v1/chat/completions", &json!({"messages": [
-        {"role": "user", "content": "Describe it."}], "max_tokens": 1}));
+    let (status, text) = server.post(
+        "/v1/chat/completions",
+        &json!({"messages": [
+        {"role": "user", "content": "Describe it."}], "max_tokens": 1}),
+    );
     assert_eq!(status, 200, "{text}");
     let plain = text["usage"]["prompt_tokens"].as_u64().expect("usage");
     let (status, body) = server.post("/v1/chat/completions", &request);
@@ -278,13 +285,19 @@ fn gemmas_projector_reads_an_image_and_a_small_physical_batch_is_named() {
     assert!(with >= plain + 256, "{plain} -> {with}: {body}");
     drop(server);
 
-    let server = gemma_vision_server(&dir, &["--ubatch-size", "64"]);
+    let server = gemma_vision_server(&dir, &["--ubatch", "64"]);
     let (status, body) = server.post("/v1/chat/completions", &request);
     assert!(status >= 400, "{status} {body}");
     let message = body["error"]["message"].as_str().unwrap_or_default();
-    assert!(message.contains("--ubatch-size must be at least 256"), "{body}");
+    assert!(
+        message.contains("--ubatch must be at least 256"),
+        "{body}"
+    );
     // The server serves on.
-    let (status, _) = server.post("/v1/chat/completions", &json!({"messages": [
-        {"role": "user", "content": "Hi"}], "max_tokens": 1}));
+    let (status, _) = server.post(
+        "/v1/chat/completions",
+        &json!({"messages": [
+        {"role": "user", "content": "Hi"}], "max_tokens": 1}),
+    );
     assert_eq!(status, 200);
 }
