@@ -359,7 +359,7 @@ pub const FLAGS: &[Flag] = &[
         .value(|low, flag, raw| { low.gpu_layers = Some(gpu_layers(flag, raw)?); Ok(()) }),
     flag("split-mode", None, Val("MODE"), S::Local, "Several GPUs: none (all on --main-gpu), layer (default) or row")
         .values(Values::Choices(&SPLIT_MODES))
-        .value(|low, flag, raw| { low.split_mode = Some(choice(flag, raw, &SPLIT_MODES)?); Ok(()) }),
+        .text(|low, raw| low.split_mode = Some(raw)),
     flag("tensor-split", None, Val("A,B,..."), S::Local, "Several GPUs: each GPU's share of the layers, e.g. 3,1 (default: by free memory)")
         .value(|low, flag, raw| { low.tensor_split = Some(tensor_split(flag, raw)?); Ok(()) }),
     flag("main-gpu", None, Val("N"), S::Local, "The GPU for the whole model with --split-mode none, else for its small tensors (default 0)")
@@ -394,7 +394,7 @@ pub const FLAGS: &[Flag] = &[
         .value(|low, flag, raw| { low.sleep_idle_seconds = sleep_idle(flag, raw)?; Ok(()) }),
     flag("pooling", None, Val("TYPE"), S::Local, "--server: how /v1/embeddings pools a sequence: mean|cls|last (default mean), or rank: a reranker's scores for /rerank")
         .values(Values::Choices(&POOLING_MODES))
-        .value(|low, flag, raw| { low.pooling = Some(choice(flag, raw, &POOLING_MODES)?); Ok(()) }),
+        .text(|low, raw| low.pooling = Some(raw)),
     flag("reranking", None, Nothing, S::Local, "--server: serve /rerank with a reranker model (the same as --pooling rank)")
         .aliases(&["rerank"])
         .switch(|low| low.pooling = Some("rank".into())),
@@ -402,7 +402,7 @@ pub const FLAGS: &[Flag] = &[
         .switch(|low| low.no_prompt_cache = true),
     flag("spec", None, Val("MODE"), S::Local, "Speculative decoding: off, ngram (default: drafts from the context itself) or draft (--model-draft)")
         .values(Values::Choices(&SPEC_MODES))
-        .value(|low, flag, raw| { low.spec = Some(choice(flag, raw, &SPEC_MODES)?); Ok(()) }),
+        .text(|low, raw| low.spec = Some(raw)),
     flag("draft-max", None, Val("N"), S::Local, "Speculative decoding: most tokens drafted at once, 1 to 64 (default 64)")
         .value(|low, flag, raw| { low.draft_max = Some(ranged(flag, raw, 1, 64)? as u32); Ok(()) }),
     flag("model-draft", None, Val("FILE"), S::Local, "A small GGUF model with the model's vocabulary that drafts for it (implies --spec draft)")
@@ -983,12 +983,12 @@ mod tests {
     fn choices_are_checked() {
         check_err(&["--backend", "grok"], &["--backend", "grok", "openai"]);
         check_err(&["--reasoning", "max"], &["--reasoning", "max", "high"]);
-        check_err(&["--cache-type", "q2"], &["--cache-type", "q2"]);
+        // The llama.cpp words (--cache-type, --pooling, --split-mode, --spec)
+        // are kept as typed here and read once in stage two (config::resolve).
         assert_eq!(
             ok(&["--cache-type", "q8_0"]).cache_type.as_deref(),
             Some("q8_0")
         );
-        check_err(&["--pooling", "none"], &["--pooling", "none", "mean"]);
         assert_eq!(ok(&["--pooling", "cls"]).pooling.as_deref(), Some("cls"));
         assert_eq!(ok(&["--reranking"]).pooling.as_deref(), Some("rank"));
         assert_eq!(ok(&["--rerank"]).pooling.as_deref(), Some("rank"));

@@ -23,6 +23,8 @@ use crate::backend::http::DEFAULT_MAX_REPLY_BYTES;
 use crate::backend::models::FindError;
 use crate::backend::recording::Tape;
 use crate::backend::Sampling;
+use crate::core::SpecMode;
+use crate::llama::{CacheType, Pooling, SplitMode};
 use crate::log::Category;
 use crate::redact;
 
@@ -203,7 +205,7 @@ pub struct LocalSettings {
     pub model_path: Option<PathBuf>,
     pub gpu_layers: Option<i32>,
     /// `--split-mode`, `--tensor-split`, `--main-gpu`: several GPUs.
-    pub split_mode: Option<String>,
+    pub split_mode: SplitMode,
     pub tensor_split: Vec<f32>,
     pub main_gpu: u32,
     /// `--rpc`: the `shepherd --rpc-worker`s the layers are spread over.
@@ -213,15 +215,16 @@ pub struct LocalSettings {
     pub threads: Option<u32>,
     pub n_batch: Option<u32>,
     pub ubatch: Option<u32>,
-    pub cache_type: Option<String>,
+    /// `--cache-type`: the K and V caches' element type.
+    pub cache_type: CacheType,
     /// Forced on or off; `None` leaves the choice to the backend.
     pub flash_attn: Option<bool>,
     /// `--parallel`: slots decoded together; `None` means one.
     pub parallel: Option<u32>,
     /// Where `-m NAME` looks for GGUF files by name: `models_dir`, then the model cache.
     pub models_dirs: Vec<PathBuf>,
-    /// `--pooling`: how embeddings pool a sequence; `None` means mean.
-    pub pooling: Option<String>,
+    /// `--pooling` (`--reranking`: rank): how embeddings pool a sequence.
+    pub pooling: Pooling,
     /// `--slot-save-path`: where the API server saves and restores slot caches.
     pub slot_save_path: Option<PathBuf>,
     /// `--sleep-idle-seconds`: idle seconds before the model leaves memory; `None`: never.
@@ -236,8 +239,9 @@ pub struct LocalSettings {
     /// The prompt cache's cap on disk in bytes; 0 with `--no-prompt-cache`
     /// (or `kv_cache_max_mb` 0): no cache.
     pub prompt_cache_bytes: u64,
-    /// `--spec`, `--draft-max`, `--model-draft`, as typed.
-    pub spec: Option<String>,
+    /// `--spec`, `--draft-max`, `--model-draft`; `spec` is `None` when not given
+    /// (the backend then decides, from `--model-draft`).
+    pub spec: Option<SpecMode>,
     pub draft_max: Option<u32>,
     pub model_draft: Option<PathBuf>,
     /// `--mmproj`: the vision projector; `--no-mmproj`: none, not even one
@@ -315,10 +319,6 @@ pub struct Settings {
     /// The failover chain, first choice first. Empty when nothing is configured.
     pub providers: Vec<ProviderConfig>,
     pub system_prompt: String,
-    /// Sampling from config.json, environment and flags; see [`Settings::sampling_for`].
-    pub sampling: Sampling,
-    pub max_tokens: MaxTokens,
-    pub context_size: Option<u64>,
     pub stream: bool,
     pub tools_enabled: bool,
     pub enable_tools: Vec<String>,
@@ -367,15 +367,6 @@ impl Settings {
     /// Sampling for one provider: config.json < the provider's own values < environment < flags.
     pub fn sampling_for(&self, provider: &ProviderConfig) -> Sampling {
         self.layers_for(provider).to_sampling()
-    }
-
-    #[cfg(test)]
-    pub fn max_tokens_for(&self, provider: &ProviderConfig) -> MaxTokens {
-        let layer = self.layers_for(provider);
-        layer
-            .max_tokens
-            .map(MaxTokens::from_count)
-            .unwrap_or_default()
     }
 
     /// The context size to use with `provider`; `None` means the model's own.
@@ -542,17 +533,10 @@ pub fn resolve_with(
     let key_as_token = llama_server_key(low, &mode, &providers);
     let file_layer = SamplingLayer::of_file(file);
     let override_layer = overrides(low, &env_layer);
-    let merged = file_layer.under(override_layer);
     let interactive = mode == Mode::Chat;
     Ok(Settings {
         providers,
         system_prompt: system_prompt(low, &env_layer, file)?,
-        sampling: merged.to_sampling(),
-        max_tokens: merged
-            .max_tokens
-            .map(MaxTokens::from_count)
-            .unwrap_or_default(),
-        context_size: merged.context_size.filter(|n| *n > 0),
         stream: !low.no_stream && file.streaming.unwrap_or(true),
         tools_enabled: !low.no_tools && file.tools_enabled.unwrap_or(true),
         enable_tools: low.enable_tools.clone(),
@@ -581,7 +565,7 @@ pub fn resolve_with(
         queue_size: low.queue_size.map_or(DEFAULT_QUEUE_SIZE, |n| n as usize),
         local: LocalSettings {
             chat_template: chat_template(low)?,
-            ..local(low, file)
+            ..local(low, file)?
         },
         tui: if interactive { low.tui } else { Some(false) },
         colors: !low.no_colors && env("NO_COLOR").is_none_or(|v| v.is_empty()),
@@ -834,9 +818,35 @@ fn template_kwargs(low: &LowArgs) -> serde_json::Map<String, serde_json::Value> 
     kwargs
 }
 
-fn local(low: &LowArgs, file: &ConfigFile) -> LocalSettings {
+/// A llama.cpp word flag's value as its type, read here once: `None` when the
+/// flag was not given; an unknown word is an error naming the flag and the
+/// type's own words.
+fn word<T>(
+    flag: &str,
+    raw: Option<&str>,
+    names: &[&str],
+    parse: fn(&str) -> Option<T>,
+) -> Result<Option<T>, ConfigError> {
+    let Some(raw) = raw else {
+        return Ok(None);
+    };
+    parse(raw).map(Some).ok_or_else(|| {
+        ConfigError::invalid(
+            flag,
+            format!(
+                "invalid value '{raw}': expected one of {}",
+                names.join(", ")
+            ),
+        )
+    })
+}
+
+fn local(low: &LowArgs, file: &ConfigFile) -> Result<LocalSettings, ConfigError> {
     let cap_mb = file.kv_cache_max_mb.unwrap_or(DEFAULT_KV_CACHE_MAX_MB);
-    LocalSettings {
+    let split_mode = low.split_mode.as_deref();
+    let cache_type = low.cache_type.as_deref();
+    let pooling = low.pooling.as_deref();
+    Ok(LocalSettings {
         models_dirs: models_dirs(file),
         prompt_cache_bytes: if low.no_prompt_cache {
             0
@@ -845,7 +855,13 @@ fn local(low: &LowArgs, file: &ConfigFile) -> LocalSettings {
         },
         model_path: low.model_path.clone(),
         gpu_layers: low.gpu_layers,
-        split_mode: low.split_mode.clone(),
+        split_mode: word(
+            "--split-mode",
+            split_mode,
+            &SplitMode::NAMES,
+            SplitMode::parse,
+        )?
+        .unwrap_or_default(),
         tensor_split: low.tensor_split.clone().unwrap_or_default(),
         main_gpu: low.main_gpu.unwrap_or(0),
         rpc_workers: low.rpc.clone(),
@@ -853,20 +869,31 @@ fn local(low: &LowArgs, file: &ConfigFile) -> LocalSettings {
         threads: low.threads,
         n_batch: low.n_batch,
         ubatch: low.ubatch,
-        cache_type: low.cache_type.clone(),
+        cache_type: word(
+            "--cache-type",
+            cache_type,
+            &CacheType::NAMES,
+            CacheType::parse,
+        )?
+        .unwrap_or_default(),
         flash_attn: low.flash_attn,
         parallel: low.parallel,
-        pooling: low.pooling.clone(),
+        pooling: word("--pooling", pooling, &Pooling::NAMES, Pooling::parse)?.unwrap_or_default(),
         slot_save_path: low.slot_save_path.clone(),
         sleep_idle_seconds: low.sleep_idle_seconds,
         chat_template: None,
         chat_template_kwargs: template_kwargs(low),
-        spec: low.spec.clone(),
+        spec: word(
+            "--spec",
+            low.spec.as_deref(),
+            &SpecMode::NAMES,
+            SpecMode::parse,
+        )?,
         draft_max: low.draft_max,
         model_draft: low.model_draft.clone(),
         mmproj: low.mmproj.clone(),
         no_mmproj: low.no_mmproj,
-    }
+    })
 }
 
 #[cfg(test)]
@@ -923,6 +950,12 @@ mod tests {
         s.providers.iter().map(|p| p.name.as_str()).collect()
     }
 
+    /// The fixture's `local` provider, which sets no sampling of its own: what
+    /// the product reads for it shows the file, environment and flag layers.
+    fn plain_provider() -> ProviderConfig {
+        file().provider("local").expect("in fixture").clone()
+    }
+
     #[test]
     fn defaults_without_file_env_or_flags() {
         let s = settings(&[], &[], &ConfigFile::default());
@@ -930,8 +963,8 @@ mod tests {
         assert!(s.providers.is_empty());
         assert_eq!(s.system_prompt, DEFAULT_SYSTEM_PROMPT);
         assert!(s.system_prompt.contains("working directory"));
-        assert_eq!(s.sampling, Sampling::default());
-        assert_eq!(s.max_tokens, MaxTokens::Auto);
+        assert_eq!(s.sampling_for(&plain_provider()), Sampling::default());
+        assert_eq!(s.context_size_for(&plain_provider()), None);
         assert!(s.stream && s.tools_enabled && s.colors && !s.stats && !s.show_thinking);
         assert_eq!((s.max_rounds, s.timeout_secs), (50, 300));
         assert_eq!(
@@ -990,10 +1023,11 @@ mod tests {
     fn file_values_beat_defaults() {
         let s = settings(&[], &[], &file());
         assert_eq!(names(&s), ["local", "cloud", "claude"]);
-        assert_eq!(s.sampling.temperature, Some(0.5));
-        assert_eq!(s.sampling.top_p, Some(0.8));
-        assert_eq!(s.sampling.max_tokens, Some(1000));
-        assert_eq!(s.context_size, Some(8192));
+        let sampling = s.sampling_for(&s.providers[0]);
+        assert_eq!(sampling.temperature, Some(0.5));
+        assert_eq!(sampling.top_p, Some(0.8));
+        assert_eq!(sampling.max_tokens, Some(1000));
+        assert_eq!(s.context_size_for(&s.providers[0]), Some(8192));
         assert_eq!((s.max_rounds, s.timeout_secs), (20, 60));
         assert!(!s.stream && s.show_thinking);
         assert_eq!(s.system_prompt, "from file");
@@ -1010,12 +1044,10 @@ mod tests {
             ("SHEPHERD_DEBUG", "tools"),
         ];
         let s = settings(&[], &env, &file());
-        assert_eq!(s.sampling.temperature, Some(1.5));
-        assert_eq!(
-            (s.max_tokens, s.sampling.max_tokens),
-            (MaxTokens::Max, None)
-        );
-        assert_eq!(s.context_size, Some(4096));
+        let plain = plain_provider();
+        assert_eq!(s.sampling_for(&plain).temperature, Some(1.5));
+        assert_eq!(s.sampling_for(&plain).max_tokens, None);
+        assert_eq!(s.context_size_for(&plain), Some(4096));
         assert_eq!(s.system_prompt, "from env");
         assert_eq!(s.debug, [Category::Tools]);
 
@@ -1034,12 +1066,9 @@ mod tests {
             "--nostream",
         ];
         let s = settings(&argv, &env, &file());
-        assert_eq!(s.sampling.temperature, Some(0.1));
-        assert_eq!(
-            (s.max_tokens, s.sampling.max_tokens),
-            (MaxTokens::Limit(77), Some(77))
-        );
-        assert_eq!(s.context_size, Some(2048));
+        assert_eq!(s.sampling_for(&plain).temperature, Some(0.1));
+        assert_eq!(s.sampling_for(&plain).max_tokens, Some(77));
+        assert_eq!(s.context_size_for(&plain), Some(2048));
         assert_eq!(s.system_prompt, "from flag");
         assert_eq!(s.debug, Category::ALL);
         assert_eq!(s.max_rounds, 3);
@@ -1057,7 +1086,7 @@ mod tests {
             Some(0.8),
             "file value shows through"
         );
-        assert_eq!(s.max_tokens_for(cloud), MaxTokens::Limit(4000));
+        assert_eq!(s.sampling_for(cloud).max_tokens, Some(4000));
         let s = settings(&[], &[("SHEPHERD_TEMPERATURE", "0.3")], &f);
         assert_eq!(s.sampling_for(cloud).temperature, Some(0.3));
         let s = settings(
@@ -1067,7 +1096,7 @@ mod tests {
         );
         assert_eq!(s.sampling_for(cloud).temperature, Some(0.0));
         assert_eq!(s.sampling_for(cloud).top_k, Some(5));
-        assert_eq!(s.max_tokens_for(cloud), MaxTokens::Auto);
+        assert_eq!(s.sampling_for(cloud).max_tokens, None);
         assert_eq!(s.context_size_for(cloud), Some(8192));
     }
 
@@ -1292,6 +1321,77 @@ mod tests {
     }
 
     #[test]
+    fn llama_words_are_read_once_into_their_types() {
+        let s = settings(&[], &[], &file());
+        assert_eq!(
+            (
+                s.local.cache_type,
+                s.local.pooling,
+                s.local.split_mode,
+                s.local.spec
+            ),
+            (CacheType::F16, Pooling::Mean, SplitMode::Layer, None)
+        );
+        let argv = [
+            "--cache-type-k",
+            "q8_0",
+            "--pooling",
+            "cls",
+            "--split-mode",
+            "row",
+            "--spec",
+            "off",
+        ];
+        let s = settings(&argv, &[], &file());
+        assert_eq!(
+            (
+                s.local.cache_type,
+                s.local.pooling,
+                s.local.split_mode,
+                s.local.spec
+            ),
+            (
+                CacheType::Q8_0,
+                Pooling::Cls,
+                SplitMode::Row,
+                Some(SpecMode::Off)
+            )
+        );
+        assert_eq!(
+            settings(&["--rerank"], &[], &file()).local.pooling,
+            Pooling::Rank
+        );
+        // A word the type does not know: the flag and every word it has.
+        let cases: [(&str, &[&str]); 4] = [
+            ("--cache-type", &CacheType::NAMES),
+            ("--pooling", &Pooling::NAMES),
+            ("--split-mode", &SplitMode::NAMES),
+            ("--spec", &SpecMode::NAMES),
+        ];
+        for (flag, names) in cases {
+            let error = resolve_err(&[flag, "bogus"], &[]);
+            let listed = format!("expected one of {}", names.join(", "));
+            assert!(error.starts_with(flag), "{error}");
+            assert!(
+                error.contains("'bogus'") && error.contains(&listed),
+                "{error}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_listed_word_parses() {
+        assert!(CacheType::NAMES
+            .iter()
+            .all(|n| CacheType::parse(n).is_some()));
+        assert!(Pooling::NAMES.iter().all(|n| Pooling::parse(n).is_some()));
+        assert!(SplitMode::NAMES
+            .iter()
+            .all(|n| SplitMode::parse(n).is_some()));
+        assert!(SpecMode::NAMES.iter().all(|n| SpecMode::parse(n).is_some()));
+    }
+
+    #[test]
     fn api_keys_come_from_the_usual_variables() {
         let env = [
             ("OPENAI_API_KEY", "sk-env"),
@@ -1368,7 +1468,7 @@ mod tests {
             s.local.chat_template.as_deref(),
             Some("{{ messages[0].content }}")
         );
-        assert_eq!(s.sampling.seed, Some(9));
+        assert_eq!(s.sampling_for(&plain_provider()).seed, Some(9));
         assert_eq!(s.server.aliases, ["m"]);
         let many = settings(
             &["--alias", "tiny,fim,code", "--tags", "b,a,b"],
