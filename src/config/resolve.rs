@@ -6,11 +6,17 @@
 //! passed in as a lookup function so tests never touch the process environment.
 
 mod env;
+mod in_process;
 mod providers;
+mod servers;
 
 use env::*;
+use in_process::local;
+pub use in_process::LocalSettings;
 pub use providers::models_dirs;
 use providers::*;
+use servers::{llama_server_key, server, server_auth, DEFAULT_QUEUE_SIZE};
+pub use servers::{ServerAuth, ServerSettings, VertexRoutes};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -112,68 +118,6 @@ impl MaxTokens {
     }
 }
 
-/// Where the servers listen.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServerSettings {
-    pub host: String,
-    pub port: u16,
-    /// `--alias`: the model's names, sorted, without repeats (llama-server's
-    /// set); the first is the id the API server reports instead of the model's name.
-    pub aliases: Vec<String>,
-    /// `--tags`: listed with the model, sorted, without repeats.
-    pub tags: Vec<String>,
-    /// `--responses-store`: `/v1/responses` answers kept for `previous_response_id`.
-    pub responses_store: usize,
-    /// `--verbose`: answers carry llama-server's `__verbose` object (the rendered prompt).
-    pub verbose: bool,
-    /// `GET /slots` is served (`--slots`, the default; `--no-slots` makes it a 501).
-    pub slots: bool,
-    /// `--allow-image-urls`: image parts may be http(s) URLs, fetched through the
-    /// web tools' address checks; without it only inline images are read.
-    pub allow_image_urls: bool,
-    /// Vertex AI's prediction routes, where `AIP_MODE=PREDICTION` asks for them.
-    pub vertex: Option<VertexRoutes>,
-}
-
-/// The routes Vertex AI's custom containers are called on, from its environment
-/// (`AIP_PREDICT_ROUTE`, `AIP_HEALTH_ROUTE`), as llama-server reads them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VertexRoutes {
-    /// Where `POST {"instances": [...]}` is answered (`/predict` by default).
-    pub predict: String,
-    /// A second spelling of `/health`, where one is named.
-    pub health: Option<String>,
-}
-
-impl ServerSettings {
-    /// The addresses to listen on: `--host` may name several, comma-separated,
-    /// as llama-server's does.
-    pub fn hosts(&self) -> Vec<&str> {
-        self.host.split(',').map(str::trim).collect()
-    }
-}
-
-/// Who may use the servers: the token (flag, flag file, `SHEPHERD_AUTH_TOKEN`,
-/// config.json, in that order) and the web origins that get CORS headers.
-#[derive(Clone, PartialEq, Eq, Default)]
-pub struct ServerAuth {
-    pub token: Option<String>,
-    /// `--no-auth`: no generated token for servers that run tools (loopback only).
-    pub no_auth: bool,
-    pub cors_origins: Vec<String>,
-}
-
-/// Never prints the token.
-impl std::fmt::Debug for ServerAuth {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ServerAuth")
-            .field("token", &self.token.as_ref().map(|_| "***"))
-            .field("no_auth", &self.no_auth)
-            .field("cors_origins", &self.cors_origins)
-            .finish()
-    }
-}
-
 /// Which tool calls run without asking, and how long asking may take.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApprovalSettings {
@@ -197,57 +141,6 @@ impl std::fmt::Debug for ToolBackendSettings {
             .field("token", &self.token.as_ref().map(|_| "***"))
             .finish()
     }
-}
-
-/// Knobs for the in-process llama.cpp backend, as typed.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct LocalSettings {
-    pub model_path: Option<PathBuf>,
-    pub gpu_layers: Option<i32>,
-    /// `--split-mode`, `--tensor-split`, `--main-gpu`: several GPUs.
-    pub split_mode: SplitMode,
-    pub tensor_split: Vec<f32>,
-    pub main_gpu: u32,
-    /// `--rpc`: the `shepherd --rpc-worker`s the layers are spread over.
-    pub rpc_workers: Vec<String>,
-    /// `--rpc-allow-remote`: a `--rpc-worker` may listen on a non-loopback address.
-    pub rpc_allow_remote: bool,
-    pub threads: Option<u32>,
-    pub n_batch: Option<u32>,
-    pub ubatch: Option<u32>,
-    /// `--cache-type`: the K and V caches' element type.
-    pub cache_type: CacheType,
-    /// Forced on or off; `None` leaves the choice to the backend.
-    pub flash_attn: Option<bool>,
-    /// `--parallel`: slots decoded together; `None` means one.
-    pub parallel: Option<u32>,
-    /// Where `-m NAME` looks for GGUF files by name: `models_dir`, then the model cache.
-    pub models_dirs: Vec<PathBuf>,
-    /// `--pooling` (`--reranking`: rank): how embeddings pool a sequence.
-    pub pooling: Pooling,
-    /// `--slot-save-path`: where the API server saves and restores slot caches.
-    pub slot_save_path: Option<PathBuf>,
-    /// `--sleep-idle-seconds`: idle seconds before the model leaves memory; `None`: never.
-    pub sleep_idle_seconds: Option<u32>,
-    /// `--chat-template` or the text of `--chat-template-file`: the template to
-    /// use instead of the model's own (`chatml`: the built-in ChatML).
-    pub chat_template: Option<String>,
-    /// The variables every chat template render gets: `--chat-template-kwargs`,
-    /// with `--reasoning` as `enable_thinking` (and `reasoning_effort` for a level),
-    /// as llama-server's `--reasoning on|off` sets it.
-    pub chat_template_kwargs: serde_json::Map<String, serde_json::Value>,
-    /// The prompt cache's cap on disk in bytes; 0 with `--no-prompt-cache`
-    /// (or `kv_cache_max_mb` 0): no cache.
-    pub prompt_cache_bytes: u64,
-    /// `--spec`, `--draft-max`, `--model-draft`; `spec` is `None` when not given
-    /// (the backend then decides, from `--model-draft`).
-    pub spec: Option<SpecMode>,
-    pub draft_max: Option<u32>,
-    pub model_draft: Option<PathBuf>,
-    /// `--mmproj`: the vision projector; `--no-mmproj`: none, not even one
-    /// found beside the model.
-    pub mmproj: Option<PathBuf>,
-    pub no_mmproj: bool,
 }
 
 /// Sampling values from one layer; `None` means "this layer says nothing".
@@ -621,84 +514,6 @@ fn overrides(low: &LowArgs, env: &EnvLayer) -> SamplingLayer {
     }
 }
 
-/// API-server requests that may wait for a slot when `--queue-size` is not given.
-const DEFAULT_QUEUE_SIZE: usize = 16;
-/// `/v1/responses` answers kept when `--responses-store` is not given.
-const DEFAULT_RESPONSES_STORE: usize = 100;
-
-fn server(low: &LowArgs, mode: &Mode, env: EnvLookup) -> Result<ServerSettings, ConfigError> {
-    let default_port = match mode {
-        Mode::ToolServer => DEFAULT_TOOLSERVER_PORT,
-        Mode::RpcWorker => crate::llama::rpc::DEFAULT_PORT,
-        _ => DEFAULT_PORT,
-    };
-    let vertex = (matches!(mode, Mode::ApiServer))
-        .then(|| vertex_routes(env))
-        .flatten();
-    Ok(ServerSettings {
-        host: low.host.clone().unwrap_or_else(|| DEFAULT_HOST.to_string()),
-        port: match vertex {
-            Some(_) => vertex_port(env)?,
-            None => None,
-        }
-        .or(low.port)
-        .unwrap_or(default_port),
-        aliases: sorted_set(&low.alias),
-        tags: sorted_set(&low.tags),
-        responses_store: low
-            .responses_store
-            .map_or(DEFAULT_RESPONSES_STORE, |n| n as usize),
-        verbose: low.verbose,
-        slots: low.slots.unwrap_or(true),
-        allow_image_urls: low.allow_image_urls,
-        vertex,
-    })
-}
-
-/// Vertex AI's routes where `AIP_MODE` is `PREDICTION`; a route named without
-/// its leading slash gets one, as llama-server adds it.
-fn vertex_routes(env: EnvLookup) -> Option<VertexRoutes> {
-    if env("AIP_MODE").as_deref() != Some("PREDICTION") {
-        return None;
-    }
-    let route = |name: &str| {
-        env(name)
-            .filter(|v| !v.is_empty())
-            .map(|v| match v.starts_with('/') {
-                true => v,
-                false => format!("/{v}"),
-            })
-    };
-    Some(VertexRoutes {
-        predict: route("AIP_PREDICT_ROUTE").unwrap_or_else(|| "/predict".into()),
-        health: route("AIP_HEALTH_ROUTE"),
-    })
-}
-
-/// `AIP_HTTP_PORT`, which Vertex AI sets and llama-server listens on in its
-/// prediction mode (over `--port`); unset, `--port` holds.
-fn vertex_port(env: EnvLookup) -> Result<Option<u16>, ConfigError> {
-    match env("AIP_HTTP_PORT").filter(|v| !v.is_empty()) {
-        None => Ok(None),
-        Some(text) => (text.parse().ok().filter(|&p: &u16| p > 0))
-            .map(Some)
-            .ok_or_else(|| {
-                ConfigError::invalid(
-                    "AIP_HTTP_PORT",
-                    format!("'{text}' is not a port (1 to 65535)"),
-                )
-            }),
-    }
-}
-
-/// `names` sorted, each once (llama-server keeps its aliases and tags in a set).
-fn sorted_set(names: &[String]) -> Vec<String> {
-    let mut names = names.to_vec();
-    names.sort();
-    names.dedup();
-    names
-}
-
 /// config.json's rules, then the flags' (`--approve` is an allow rule, `--deny` a deny rule).
 /// The tape is only named here; the directory is touched when a backend is opened.
 fn tape(low: &LowArgs) -> Tape {
@@ -739,161 +554,6 @@ fn tool_backend(low: &LowArgs, env: &EnvLayer, file: &ConfigFile) -> Option<Tool
         .or_else(|| file.tool_backend_token.clone())
         .filter(|t| !t.trim().is_empty());
     Some(ToolBackendSettings { address, token })
-}
-
-/// llama-server's `--api-key` is the key its clients must send. With the model in
-/// process there is no provider to give a key to, so `--server --api-key KEY` means
-/// that here too: the server's token (unless `--auth-token` names one).
-fn llama_server_key(low: &LowArgs, mode: &Mode, providers: &[ProviderConfig]) -> Option<String> {
-    let in_process = providers
-        .first()
-        .is_some_and(|p| matches!(p.kind, ProviderKind::Llamacpp | ProviderKind::Tensorrt));
-    (*mode == Mode::ApiServer && in_process)
-        .then(|| low.api_key.clone())
-        .flatten()
-}
-
-fn server_auth(
-    low: &LowArgs,
-    env: EnvLookup,
-    file: &ConfigFile,
-    llama_server_key: Option<String>,
-) -> Result<ServerAuth, ConfigError> {
-    let from_file = match &low.auth_token_file {
-        Some(path) => Some(read_token_file(path)?),
-        None => None,
-    };
-    let token = low
-        .auth_token
-        .clone()
-        .or(from_file)
-        .or(llama_server_key)
-        .or_else(|| env("SHEPHERD_AUTH_TOKEN"))
-        .or_else(|| file.auth_token.clone())
-        .filter(|t| !t.trim().is_empty());
-    let mut cors_origins = file.cors_origins.clone();
-    cors_origins.extend(low.cors_origins.iter().cloned());
-    Ok(ServerAuth {
-        token,
-        no_auth: low.no_auth,
-        cors_origins,
-    })
-}
-
-/// The first line of a token file, trimmed.
-fn read_token_file(path: &Path) -> Result<String, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
-        path: path.to_path_buf(),
-        message: e.to_string(),
-    })?;
-    let token = text.lines().next().unwrap_or("").trim().to_string();
-    if token.is_empty() {
-        return Err(ConfigError::invalid(
-            format!("--auth-token-file {}", path.display()),
-            "the file holds no token",
-        ));
-    }
-    Ok(token)
-}
-
-/// The prompt cache's default cap on disk (`kv_cache_max_mb`).
-const DEFAULT_KV_CACHE_MAX_MB: u64 = 1024;
-
-/// `--chat-template-kwargs` with `--reasoning` over it ([`LocalSettings::chat_template_kwargs`]).
-fn template_kwargs(low: &LowArgs) -> serde_json::Map<String, serde_json::Value> {
-    use serde_json::Value;
-    let mut kwargs = low.chat_template_kwargs.clone().unwrap_or_default();
-    match low.reasoning.as_deref() {
-        None | Some("auto") => {}
-        Some("off") => {
-            kwargs.insert("enable_thinking".into(), Value::Bool(false));
-        }
-        Some(level) => {
-            kwargs.insert("enable_thinking".into(), Value::Bool(true));
-            if level != "on" {
-                kwargs.insert("reasoning_effort".into(), Value::String(level.into()));
-            }
-        }
-    }
-    kwargs
-}
-
-/// A llama.cpp word flag's value as its type, read here once: `None` when the
-/// flag was not given; an unknown word is an error naming the flag and the
-/// type's own words.
-fn word<T>(
-    flag: &str,
-    raw: Option<&str>,
-    names: &[&str],
-    parse: fn(&str) -> Option<T>,
-) -> Result<Option<T>, ConfigError> {
-    let Some(raw) = raw else {
-        return Ok(None);
-    };
-    parse(raw).map(Some).ok_or_else(|| {
-        ConfigError::invalid(
-            flag,
-            format!(
-                "invalid value '{raw}': expected one of {}",
-                names.join(", ")
-            ),
-        )
-    })
-}
-
-fn local(low: &LowArgs, file: &ConfigFile) -> Result<LocalSettings, ConfigError> {
-    let cap_mb = file.kv_cache_max_mb.unwrap_or(DEFAULT_KV_CACHE_MAX_MB);
-    let split_mode = low.split_mode.as_deref();
-    let cache_type = low.cache_type.as_deref();
-    let pooling = low.pooling.as_deref();
-    Ok(LocalSettings {
-        models_dirs: models_dirs(file),
-        prompt_cache_bytes: if low.no_prompt_cache {
-            0
-        } else {
-            cap_mb.saturating_mul(1024 * 1024)
-        },
-        model_path: low.model_path.clone(),
-        gpu_layers: low.gpu_layers,
-        split_mode: word(
-            "--split-mode",
-            split_mode,
-            &SplitMode::NAMES,
-            SplitMode::parse,
-        )?
-        .unwrap_or_default(),
-        tensor_split: low.tensor_split.clone().unwrap_or_default(),
-        main_gpu: low.main_gpu.unwrap_or(0),
-        rpc_workers: low.rpc.clone(),
-        rpc_allow_remote: low.rpc_allow_remote,
-        threads: low.threads,
-        n_batch: low.n_batch,
-        ubatch: low.ubatch,
-        cache_type: word(
-            "--cache-type",
-            cache_type,
-            &CacheType::NAMES,
-            CacheType::parse,
-        )?
-        .unwrap_or_default(),
-        flash_attn: low.flash_attn,
-        parallel: low.parallel,
-        pooling: word("--pooling", pooling, &Pooling::NAMES, Pooling::parse)?.unwrap_or_default(),
-        slot_save_path: low.slot_save_path.clone(),
-        sleep_idle_seconds: low.sleep_idle_seconds,
-        chat_template: None,
-        chat_template_kwargs: template_kwargs(low),
-        spec: word(
-            "--spec",
-            low.spec.as_deref(),
-            &SpecMode::NAMES,
-            SpecMode::parse,
-        )?,
-        draft_max: low.draft_max,
-        model_draft: low.model_draft.clone(),
-        mmproj: low.mmproj.clone(),
-        no_mmproj: low.no_mmproj,
-    })
 }
 
 #[cfg(test)]
