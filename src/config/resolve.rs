@@ -143,9 +143,10 @@ impl std::fmt::Debug for ToolBackendSettings {
     }
 }
 
-/// Sampling values from one layer; `None` means "this layer says nothing".
+/// One layer's generation settings: sampling, reply length and context size
+/// (config.json, a provider, environment and flags); `None` means "this layer says nothing".
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
-struct SamplingLayer {
+struct GenerationLayer {
     temperature: Option<f32>,
     top_p: Option<f32>,
     top_k: Option<u32>,
@@ -155,10 +156,10 @@ struct SamplingLayer {
     seed: Option<u64>,
 }
 
-impl SamplingLayer {
+impl GenerationLayer {
     /// `self` with every value that `top` sets replaced by `top`'s.
-    fn under(self, top: SamplingLayer) -> SamplingLayer {
-        SamplingLayer {
+    fn under(self, top: GenerationLayer) -> GenerationLayer {
+        GenerationLayer {
             temperature: top.temperature.or(self.temperature),
             top_p: top.top_p.or(self.top_p),
             top_k: top.top_k.or(self.top_k),
@@ -168,8 +169,8 @@ impl SamplingLayer {
         }
     }
 
-    fn of_file(file: &ConfigFile) -> SamplingLayer {
-        SamplingLayer {
+    fn of_file(file: &ConfigFile) -> GenerationLayer {
+        GenerationLayer {
             temperature: file.temperature,
             top_p: file.top_p,
             top_k: file.top_k,
@@ -179,8 +180,8 @@ impl SamplingLayer {
         }
     }
 
-    fn of_provider(p: &ProviderConfig) -> SamplingLayer {
-        SamplingLayer {
+    fn of_provider(p: &ProviderConfig) -> GenerationLayer {
+        GenerationLayer {
             temperature: p.temperature,
             top_p: p.top_p,
             top_k: p.top_k,
@@ -252,8 +253,8 @@ pub struct Settings {
     pub tool_backend: Option<ToolBackendSettings>,
     /// config.json's `mcp_servers` (empty with `--nomcp`).
     pub mcp_servers: crate::config::mcp::McpServers,
-    file_layer: SamplingLayer,
-    override_layer: SamplingLayer,
+    file_layer: GenerationLayer,
+    override_layer: GenerationLayer,
 }
 
 impl Settings {
@@ -267,9 +268,9 @@ impl Settings {
         self.layers_for(provider).context_size.filter(|n| *n > 0)
     }
 
-    fn layers_for(&self, provider: &ProviderConfig) -> SamplingLayer {
+    fn layers_for(&self, provider: &ProviderConfig) -> GenerationLayer {
         self.file_layer
-            .under(SamplingLayer::of_provider(provider))
+            .under(GenerationLayer::of_provider(provider))
             .under(self.override_layer)
     }
 }
@@ -424,7 +425,7 @@ pub fn resolve_with(
     let mode = mode(low);
     let providers = provider_chain(file, &selection(low, &env_layer), env)?;
     let key_as_token = llama_server_key(low, &mode, &providers);
-    let file_layer = SamplingLayer::of_file(file);
+    let file_layer = GenerationLayer::of_file(file);
     let override_layer = overrides(low, &env_layer);
     let interactive = mode == Mode::Chat;
     Ok(Settings {
@@ -503,8 +504,8 @@ fn profile(
 }
 
 /// The environment's sampling values with the flags laid over them.
-fn overrides(low: &LowArgs, env: &EnvLayer) -> SamplingLayer {
-    SamplingLayer {
+fn overrides(low: &LowArgs, env: &EnvLayer) -> GenerationLayer {
+    GenerationLayer {
         temperature: low.temperature.or(env.temperature),
         top_p: low.top_p,
         top_k: low.top_k,
