@@ -17,9 +17,12 @@
 //! shell completion scripts and the man page.
 
 pub mod complete;
+mod flag;
 pub mod subcommands;
 mod values;
 
+use flag::flag;
+pub use flag::{Apply, Flag, Section, Takes};
 pub use values::*;
 
 use std::ffi::OsString;
@@ -46,176 +49,6 @@ impl fmt::Display for UsageError {
 }
 
 impl std::error::Error for UsageError {}
-
-/// Which part of `--help` a flag is listed under, in display order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Section {
-    Provider,
-    Generation,
-    Prompting,
-    Tools,
-    Output,
-    Modes,
-    Local,
-    General,
-}
-
-impl Section {
-    pub const ALL: [Section; 8] = [
-        Section::Provider,
-        Section::Generation,
-        Section::Prompting,
-        Section::Tools,
-        Section::Output,
-        Section::Modes,
-        Section::Local,
-        Section::General,
-    ];
-
-    pub fn title(self) -> &'static str {
-        match self {
-            Section::Provider => "Provider and model",
-            Section::Generation => "Generation and sampling",
-            Section::Prompting => "Prompting",
-            Section::Tools => "Tools",
-            Section::Output => "Output",
-            Section::Modes => "Front-end modes and servers",
-            Section::Local => "Local models (llama.cpp)",
-            Section::General => "General",
-        }
-    }
-}
-
-/// Whether a flag takes a value, and how the value is named in `--help`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Takes {
-    Nothing,
-    Value(&'static str),
-    /// Only as `--flag=VALUE` or `-fVALUE`; a following separate word is not taken.
-    OptionalValue(&'static str),
-}
-
-/// How a flag updates [`LowArgs`]: the one place its meaning is written.
-#[derive(Debug, Clone, Copy)]
-pub enum Apply {
-    /// A flag given alone.
-    Switch(fn(&mut LowArgs)),
-    /// A value taken as typed.
-    Text(fn(&mut LowArgs, String)),
-    /// A value checked (and converted); the error names the flag.
-    Value(fn(&mut LowArgs, &Flag, &str) -> Result<(), UsageError>),
-    /// A file or directory, any bytes.
-    Path(fn(&mut LowArgs, PathBuf)),
-    /// Alone (the first) or with `=VALUE` (the second).
-    Optional(
-        fn(&mut LowArgs),
-        fn(&mut LowArgs, &Flag, &str) -> Result<(), UsageError>,
-    ),
-}
-
-/// One flag, defined once: its spellings, its value, its help, what its value
-/// completes from, and how it updates the arguments. The parser, `--help`, the
-/// completion scripts and the man page all read [`FLAGS`].
-#[derive(Debug, Clone, Copy)]
-pub struct Flag {
-    pub long: &'static str,
-    /// Other accepted long spellings (llama-server's among them), shown beside
-    /// the flag in `--help`, not on lines of their own.
-    pub aliases: &'static [&'static str],
-    pub short: Option<char>,
-    pub takes: Takes,
-    pub help: &'static str,
-    pub section: Section,
-    /// What the value is completed from.
-    pub values: subcommands::Values,
-    pub apply: Apply,
-}
-
-/// A flag's description, before its [`Apply`] makes it a [`Flag`].
-pub struct FlagDef {
-    long: &'static str,
-    aliases: &'static [&'static str],
-    short: Option<char>,
-    takes: Takes,
-    help: &'static str,
-    section: Section,
-    values: subcommands::Values,
-}
-
-const fn flag(
-    long: &'static str,
-    short: Option<char>,
-    takes: Takes,
-    section: Section,
-    help: &'static str,
-) -> FlagDef {
-    FlagDef {
-        long,
-        aliases: &[],
-        short,
-        takes,
-        help,
-        section,
-        values: subcommands::Values::Any,
-    }
-}
-
-impl FlagDef {
-    const fn aliases(self, aliases: &'static [&'static str]) -> FlagDef {
-        FlagDef { aliases, ..self }
-    }
-
-    const fn values(self, values: subcommands::Values) -> FlagDef {
-        FlagDef { values, ..self }
-    }
-
-    const fn with(self, apply: Apply) -> Flag {
-        Flag {
-            long: self.long,
-            aliases: self.aliases,
-            short: self.short,
-            takes: self.takes,
-            help: self.help,
-            section: self.section,
-            values: self.values,
-            apply,
-        }
-    }
-
-    const fn switch(self, set: fn(&mut LowArgs)) -> Flag {
-        self.with(Apply::Switch(set))
-    }
-
-    const fn text(self, set: fn(&mut LowArgs, String)) -> Flag {
-        self.with(Apply::Text(set))
-    }
-
-    const fn value(self, set: fn(&mut LowArgs, &Flag, &str) -> Result<(), UsageError>) -> Flag {
-        self.with(Apply::Value(set))
-    }
-
-    /// A file or directory: completed from the file system.
-    const fn path(self, set: fn(&mut LowArgs, PathBuf)) -> Flag {
-        FlagDef {
-            values: subcommands::Values::File,
-            ..self
-        }
-        .with(Apply::Path(set))
-    }
-}
-
-impl Flag {
-    /// A switch that also takes `=VALUE`.
-    const fn value(self, set: fn(&mut LowArgs, &Flag, &str) -> Result<(), UsageError>) -> Flag {
-        let Apply::Switch(alone) = self.apply else {
-            panic!("only a switch takes an optional value");
-        };
-        Flag {
-            apply: Apply::Optional(alone, set),
-            ..self
-        }
-    }
-}
 
 use subcommands::{NameKind, Values};
 use Section as S;
@@ -359,7 +192,7 @@ pub const FLAGS: &[Flag] = &[
         .value(|low, flag, raw| { low.gpu_layers = Some(gpu_layers(flag, raw)?); Ok(()) }),
     flag("split-mode", None, Val("MODE"), S::Local, "Several GPUs: none (all on --main-gpu), layer (default) or row")
         .values(Values::Choices(&SPLIT_MODES))
-        .value(|low, flag, raw| { low.split_mode = Some(choice(flag, raw, &SPLIT_MODES)?); Ok(()) }),
+        .text(|low, raw| low.split_mode = Some(raw)),
     flag("tensor-split", None, Val("A,B,..."), S::Local, "Several GPUs: each GPU's share of the layers, e.g. 3,1 (default: by free memory)")
         .value(|low, flag, raw| { low.tensor_split = Some(tensor_split(flag, raw)?); Ok(()) }),
     flag("main-gpu", None, Val("N"), S::Local, "The GPU for the whole model with --split-mode none, else for its small tensors (default 0)")
@@ -394,7 +227,7 @@ pub const FLAGS: &[Flag] = &[
         .value(|low, flag, raw| { low.sleep_idle_seconds = sleep_idle(flag, raw)?; Ok(()) }),
     flag("pooling", None, Val("TYPE"), S::Local, "--server: how /v1/embeddings pools a sequence: mean|cls|last (default mean), or rank: a reranker's scores for /rerank")
         .values(Values::Choices(&POOLING_MODES))
-        .value(|low, flag, raw| { low.pooling = Some(choice(flag, raw, &POOLING_MODES)?); Ok(()) }),
+        .text(|low, raw| low.pooling = Some(raw)),
     flag("reranking", None, Nothing, S::Local, "--server: serve /rerank with a reranker model (the same as --pooling rank)")
         .aliases(&["rerank"])
         .switch(|low| low.pooling = Some("rank".into())),
@@ -402,7 +235,7 @@ pub const FLAGS: &[Flag] = &[
         .switch(|low| low.no_prompt_cache = true),
     flag("spec", None, Val("MODE"), S::Local, "Speculative decoding: off, ngram (default: drafts from the context itself) or draft (--model-draft)")
         .values(Values::Choices(&SPEC_MODES))
-        .value(|low, flag, raw| { low.spec = Some(choice(flag, raw, &SPEC_MODES)?); Ok(()) }),
+        .text(|low, raw| low.spec = Some(raw)),
     flag("draft-max", None, Val("N"), S::Local, "Speculative decoding: most tokens drafted at once, 1 to 64 (default 64)")
         .value(|low, flag, raw| { low.draft_max = Some(ranged(flag, raw, 1, 64)? as u32); Ok(()) }),
     flag("model-draft", None, Val("FILE"), S::Local, "A small GGUF model with the model's vocabulary that drafts for it (implies --spec draft)")
@@ -983,12 +816,12 @@ mod tests {
     fn choices_are_checked() {
         check_err(&["--backend", "grok"], &["--backend", "grok", "openai"]);
         check_err(&["--reasoning", "max"], &["--reasoning", "max", "high"]);
-        check_err(&["--cache-type", "q2"], &["--cache-type", "q2"]);
+        // The llama.cpp words (--cache-type, --pooling, --split-mode, --spec)
+        // are kept as typed here and read once in stage two (config::resolve).
         assert_eq!(
             ok(&["--cache-type", "q8_0"]).cache_type.as_deref(),
             Some("q8_0")
         );
-        check_err(&["--pooling", "none"], &["--pooling", "none", "mean"]);
         assert_eq!(ok(&["--pooling", "cls"]).pooling.as_deref(), Some("cls"));
         assert_eq!(ok(&["--reranking"]).pooling.as_deref(), Some("rank"));
         assert_eq!(ok(&["--rerank"]).pooling.as_deref(), Some("rank"));

@@ -313,7 +313,7 @@ fn cli_server_mode(settings: &Settings) -> i32 {
             return EXIT_USAGE;
         }
     };
-    let (agent, provider, _) = match start_agent(settings) {
+    let (agent, provider, info) = match start_agent(settings) {
         Ok(started) => started,
         Err(code) => return code,
     };
@@ -321,8 +321,9 @@ fn cli_server_mode(settings: &Settings) -> i32 {
         .model
         .clone()
         .unwrap_or_else(|| provider.name.clone());
-    let context_size = settings.context_size_for(&provider).unwrap_or(0);
-    let mut config = cli_server::CliServerConfig::new(model, context_size);
+    // The backend's own context size: the in-process model's real window once
+    // loaded, not the configured one (0 when `--context-size` is left to the model).
+    let mut config = cli_server::CliServerConfig::new(model, info.context_size);
     let persist = cli_server::Persist::for_port(settings.server.port);
     let prompt = settings.profile.system_prompt(&settings.system_prompt);
     match persist.restore(&agent, &prompt, settings.fresh_session) {

@@ -5,20 +5,15 @@
 use super::*;
 
 /// `--cache-type` (and llama-server's `--cache-type-k`/`-v`, which name one
-/// type here: both given must agree).
+/// type here: both given must agree), as typed: stage two reads the word.
 pub(super) fn cache_type(low: &mut LowArgs, flag: &Flag, raw: &str) -> Result<(), UsageError> {
-    let chosen = choice(flag, raw, &CACHE_TYPES)?;
-    if low
-        .cache_type
-        .as_ref()
-        .is_some_and(|before| *before != chosen)
-    {
+    if low.cache_type.as_ref().is_some_and(|before| before != raw) {
         return Err(UsageError(format!(
             "--{}: shepherd keeps K and V in one cache type; give one --cache-type",
             flag.long
         )));
     }
-    low.cache_type = Some(chosen);
+    low.cache_type = Some(raw.to_string());
     Ok(())
 }
 
@@ -165,8 +160,9 @@ pub const SPLIT_MODES: [&str; 3] = crate::llama::SplitMode::NAMES;
 /// `--spec`: speculative decoding's drafter.
 pub const SPEC_MODES: [&str; 3] = crate::core::SpecMode::NAMES;
 /// How `/v1/embeddings` pools a sequence (`--pooling`); `rank` scores pairs for `/rerank`.
-pub const POOLING_MODES: [&str; 4] = ["mean", "cls", "last", "rank"];
-pub const CACHE_TYPES: [&str; 4] = ["f16", "f32", "q8_0", "q4_0"];
+pub const POOLING_MODES: [&str; 4] = crate::llama::Pooling::NAMES;
+/// `--cache-type`: the KV cache's element type.
+pub const CACHE_TYPES: [&str; 4] = crate::llama::CacheType::NAMES;
 pub const FLASH_ATTN_MODES: [&str; 3] = ["on", "off", "auto"];
 /// What `--approve` accepts besides tool-name globs.
 pub const APPROVE_WORDS: [&str; 1] = ["all"];

@@ -6,11 +6,17 @@
 //! passed in as a lookup function so tests never touch the process environment.
 
 mod env;
+mod in_process;
 mod providers;
+mod servers;
 
 use env::*;
+use in_process::local;
+pub use in_process::LocalSettings;
 pub use providers::models_dirs;
 use providers::*;
+use servers::{llama_server_key, server, server_auth, DEFAULT_QUEUE_SIZE};
+pub use servers::{ServerAuth, ServerSettings, VertexRoutes};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -23,6 +29,8 @@ use crate::backend::http::DEFAULT_MAX_REPLY_BYTES;
 use crate::backend::models::FindError;
 use crate::backend::recording::Tape;
 use crate::backend::Sampling;
+use crate::core::SpecMode;
+use crate::llama::{CacheType, Pooling, SplitMode};
 use crate::log::Category;
 use crate::redact;
 
@@ -110,68 +118,6 @@ impl MaxTokens {
     }
 }
 
-/// Where the servers listen.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServerSettings {
-    pub host: String,
-    pub port: u16,
-    /// `--alias`: the model's names, sorted, without repeats (llama-server's
-    /// set); the first is the id the API server reports instead of the model's name.
-    pub aliases: Vec<String>,
-    /// `--tags`: listed with the model, sorted, without repeats.
-    pub tags: Vec<String>,
-    /// `--responses-store`: `/v1/responses` answers kept for `previous_response_id`.
-    pub responses_store: usize,
-    /// `--verbose`: answers carry llama-server's `__verbose` object (the rendered prompt).
-    pub verbose: bool,
-    /// `GET /slots` is served (`--slots`, the default; `--no-slots` makes it a 501).
-    pub slots: bool,
-    /// `--allow-image-urls`: image parts may be http(s) URLs, fetched through the
-    /// web tools' address checks; without it only inline images are read.
-    pub allow_image_urls: bool,
-    /// Vertex AI's prediction routes, where `AIP_MODE=PREDICTION` asks for them.
-    pub vertex: Option<VertexRoutes>,
-}
-
-/// The routes Vertex AI's custom containers are called on, from its environment
-/// (`AIP_PREDICT_ROUTE`, `AIP_HEALTH_ROUTE`), as llama-server reads them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VertexRoutes {
-    /// Where `POST {"instances": [...]}` is answered (`/predict` by default).
-    pub predict: String,
-    /// A second spelling of `/health`, where one is named.
-    pub health: Option<String>,
-}
-
-impl ServerSettings {
-    /// The addresses to listen on: `--host` may name several, comma-separated,
-    /// as llama-server's does.
-    pub fn hosts(&self) -> Vec<&str> {
-        self.host.split(',').map(str::trim).collect()
-    }
-}
-
-/// Who may use the servers: the token (flag, flag file, `SHEPHERD_AUTH_TOKEN`,
-/// config.json, in that order) and the web origins that get CORS headers.
-#[derive(Clone, PartialEq, Eq, Default)]
-pub struct ServerAuth {
-    pub token: Option<String>,
-    /// `--no-auth`: no generated token for servers that run tools (loopback only).
-    pub no_auth: bool,
-    pub cors_origins: Vec<String>,
-}
-
-/// Never prints the token.
-impl std::fmt::Debug for ServerAuth {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ServerAuth")
-            .field("token", &self.token.as_ref().map(|_| "***"))
-            .field("no_auth", &self.no_auth)
-            .field("cors_origins", &self.cors_origins)
-            .finish()
-    }
-}
-
 /// Which tool calls run without asking, and how long asking may take.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApprovalSettings {
@@ -197,58 +143,10 @@ impl std::fmt::Debug for ToolBackendSettings {
     }
 }
 
-/// Knobs for the in-process llama.cpp backend, as typed.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct LocalSettings {
-    pub model_path: Option<PathBuf>,
-    pub gpu_layers: Option<i32>,
-    /// `--split-mode`, `--tensor-split`, `--main-gpu`: several GPUs.
-    pub split_mode: Option<String>,
-    pub tensor_split: Vec<f32>,
-    pub main_gpu: u32,
-    /// `--rpc`: the `shepherd --rpc-worker`s the layers are spread over.
-    pub rpc_workers: Vec<String>,
-    /// `--rpc-allow-remote`: a `--rpc-worker` may listen on a non-loopback address.
-    pub rpc_allow_remote: bool,
-    pub threads: Option<u32>,
-    pub n_batch: Option<u32>,
-    pub ubatch: Option<u32>,
-    pub cache_type: Option<String>,
-    /// Forced on or off; `None` leaves the choice to the backend.
-    pub flash_attn: Option<bool>,
-    /// `--parallel`: slots decoded together; `None` means one.
-    pub parallel: Option<u32>,
-    /// Where `-m NAME` looks for GGUF files by name: `models_dir`, then the model cache.
-    pub models_dirs: Vec<PathBuf>,
-    /// `--pooling`: how embeddings pool a sequence; `None` means mean.
-    pub pooling: Option<String>,
-    /// `--slot-save-path`: where the API server saves and restores slot caches.
-    pub slot_save_path: Option<PathBuf>,
-    /// `--sleep-idle-seconds`: idle seconds before the model leaves memory; `None`: never.
-    pub sleep_idle_seconds: Option<u32>,
-    /// `--chat-template` or the text of `--chat-template-file`: the template to
-    /// use instead of the model's own (`chatml`: the built-in ChatML).
-    pub chat_template: Option<String>,
-    /// The variables every chat template render gets: `--chat-template-kwargs`,
-    /// with `--reasoning` as `enable_thinking` (and `reasoning_effort` for a level),
-    /// as llama-server's `--reasoning on|off` sets it.
-    pub chat_template_kwargs: serde_json::Map<String, serde_json::Value>,
-    /// The prompt cache's cap on disk in bytes; 0 with `--no-prompt-cache`
-    /// (or `kv_cache_max_mb` 0): no cache.
-    pub prompt_cache_bytes: u64,
-    /// `--spec`, `--draft-max`, `--model-draft`, as typed.
-    pub spec: Option<String>,
-    pub draft_max: Option<u32>,
-    pub model_draft: Option<PathBuf>,
-    /// `--mmproj`: the vision projector; `--no-mmproj`: none, not even one
-    /// found beside the model.
-    pub mmproj: Option<PathBuf>,
-    pub no_mmproj: bool,
-}
-
-/// Sampling values from one layer; `None` means "this layer says nothing".
+/// One layer's generation settings: sampling, reply length and context size
+/// (config.json, a provider, environment and flags); `None` means "this layer says nothing".
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
-struct SamplingLayer {
+struct GenerationLayer {
     temperature: Option<f32>,
     top_p: Option<f32>,
     top_k: Option<u32>,
@@ -258,10 +156,10 @@ struct SamplingLayer {
     seed: Option<u64>,
 }
 
-impl SamplingLayer {
+impl GenerationLayer {
     /// `self` with every value that `top` sets replaced by `top`'s.
-    fn under(self, top: SamplingLayer) -> SamplingLayer {
-        SamplingLayer {
+    fn under(self, top: GenerationLayer) -> GenerationLayer {
+        GenerationLayer {
             temperature: top.temperature.or(self.temperature),
             top_p: top.top_p.or(self.top_p),
             top_k: top.top_k.or(self.top_k),
@@ -271,8 +169,8 @@ impl SamplingLayer {
         }
     }
 
-    fn of_file(file: &ConfigFile) -> SamplingLayer {
-        SamplingLayer {
+    fn of_file(file: &ConfigFile) -> GenerationLayer {
+        GenerationLayer {
             temperature: file.temperature,
             top_p: file.top_p,
             top_k: file.top_k,
@@ -282,8 +180,8 @@ impl SamplingLayer {
         }
     }
 
-    fn of_provider(p: &ProviderConfig) -> SamplingLayer {
-        SamplingLayer {
+    fn of_provider(p: &ProviderConfig) -> GenerationLayer {
+        GenerationLayer {
             temperature: p.temperature,
             top_p: p.top_p,
             top_k: p.top_k,
@@ -315,10 +213,6 @@ pub struct Settings {
     /// The failover chain, first choice first. Empty when nothing is configured.
     pub providers: Vec<ProviderConfig>,
     pub system_prompt: String,
-    /// Sampling from config.json, environment and flags; see [`Settings::sampling_for`].
-    pub sampling: Sampling,
-    pub max_tokens: MaxTokens,
-    pub context_size: Option<u64>,
     pub stream: bool,
     pub tools_enabled: bool,
     pub enable_tools: Vec<String>,
@@ -359,8 +253,8 @@ pub struct Settings {
     pub tool_backend: Option<ToolBackendSettings>,
     /// config.json's `mcp_servers` (empty with `--nomcp`).
     pub mcp_servers: crate::config::mcp::McpServers,
-    file_layer: SamplingLayer,
-    override_layer: SamplingLayer,
+    file_layer: GenerationLayer,
+    override_layer: GenerationLayer,
 }
 
 impl Settings {
@@ -369,23 +263,14 @@ impl Settings {
         self.layers_for(provider).to_sampling()
     }
 
-    #[cfg(test)]
-    pub fn max_tokens_for(&self, provider: &ProviderConfig) -> MaxTokens {
-        let layer = self.layers_for(provider);
-        layer
-            .max_tokens
-            .map(MaxTokens::from_count)
-            .unwrap_or_default()
-    }
-
     /// The context size to use with `provider`; `None` means the model's own.
     pub fn context_size_for(&self, provider: &ProviderConfig) -> Option<u64> {
         self.layers_for(provider).context_size.filter(|n| *n > 0)
     }
 
-    fn layers_for(&self, provider: &ProviderConfig) -> SamplingLayer {
+    fn layers_for(&self, provider: &ProviderConfig) -> GenerationLayer {
         self.file_layer
-            .under(SamplingLayer::of_provider(provider))
+            .under(GenerationLayer::of_provider(provider))
             .under(self.override_layer)
     }
 }
@@ -540,19 +425,12 @@ pub fn resolve_with(
     let mode = mode(low);
     let providers = provider_chain(file, &selection(low, &env_layer), env)?;
     let key_as_token = llama_server_key(low, &mode, &providers);
-    let file_layer = SamplingLayer::of_file(file);
+    let file_layer = GenerationLayer::of_file(file);
     let override_layer = overrides(low, &env_layer);
-    let merged = file_layer.under(override_layer);
     let interactive = mode == Mode::Chat;
     Ok(Settings {
         providers,
         system_prompt: system_prompt(low, &env_layer, file)?,
-        sampling: merged.to_sampling(),
-        max_tokens: merged
-            .max_tokens
-            .map(MaxTokens::from_count)
-            .unwrap_or_default(),
-        context_size: merged.context_size.filter(|n| *n > 0),
         stream: !low.no_stream && file.streaming.unwrap_or(true),
         tools_enabled: !low.no_tools && file.tools_enabled.unwrap_or(true),
         enable_tools: low.enable_tools.clone(),
@@ -581,7 +459,7 @@ pub fn resolve_with(
         queue_size: low.queue_size.map_or(DEFAULT_QUEUE_SIZE, |n| n as usize),
         local: LocalSettings {
             chat_template: chat_template(low)?,
-            ..local(low, file)
+            ..local(low, file)?
         },
         tui: if interactive { low.tui } else { Some(false) },
         colors: !low.no_colors && env("NO_COLOR").is_none_or(|v| v.is_empty()),
@@ -626,8 +504,8 @@ fn profile(
 }
 
 /// The environment's sampling values with the flags laid over them.
-fn overrides(low: &LowArgs, env: &EnvLayer) -> SamplingLayer {
-    SamplingLayer {
+fn overrides(low: &LowArgs, env: &EnvLayer) -> GenerationLayer {
+    GenerationLayer {
         temperature: low.temperature.or(env.temperature),
         top_p: low.top_p,
         top_k: low.top_k,
@@ -635,84 +513,6 @@ fn overrides(low: &LowArgs, env: &EnvLayer) -> SamplingLayer {
         context_size: low.context_size.or(env.context_size),
         seed: low.seed,
     }
-}
-
-/// API-server requests that may wait for a slot when `--queue-size` is not given.
-const DEFAULT_QUEUE_SIZE: usize = 16;
-/// `/v1/responses` answers kept when `--responses-store` is not given.
-const DEFAULT_RESPONSES_STORE: usize = 100;
-
-fn server(low: &LowArgs, mode: &Mode, env: EnvLookup) -> Result<ServerSettings, ConfigError> {
-    let default_port = match mode {
-        Mode::ToolServer => DEFAULT_TOOLSERVER_PORT,
-        Mode::RpcWorker => crate::llama::rpc::DEFAULT_PORT,
-        _ => DEFAULT_PORT,
-    };
-    let vertex = (matches!(mode, Mode::ApiServer))
-        .then(|| vertex_routes(env))
-        .flatten();
-    Ok(ServerSettings {
-        host: low.host.clone().unwrap_or_else(|| DEFAULT_HOST.to_string()),
-        port: match vertex {
-            Some(_) => vertex_port(env)?,
-            None => None,
-        }
-        .or(low.port)
-        .unwrap_or(default_port),
-        aliases: sorted_set(&low.alias),
-        tags: sorted_set(&low.tags),
-        responses_store: low
-            .responses_store
-            .map_or(DEFAULT_RESPONSES_STORE, |n| n as usize),
-        verbose: low.verbose,
-        slots: low.slots.unwrap_or(true),
-        allow_image_urls: low.allow_image_urls,
-        vertex,
-    })
-}
-
-/// Vertex AI's routes where `AIP_MODE` is `PREDICTION`; a route named without
-/// its leading slash gets one, as llama-server adds it.
-fn vertex_routes(env: EnvLookup) -> Option<VertexRoutes> {
-    if env("AIP_MODE").as_deref() != Some("PREDICTION") {
-        return None;
-    }
-    let route = |name: &str| {
-        env(name)
-            .filter(|v| !v.is_empty())
-            .map(|v| match v.starts_with('/') {
-                true => v,
-                false => format!("/{v}"),
-            })
-    };
-    Some(VertexRoutes {
-        predict: route("AIP_PREDICT_ROUTE").unwrap_or_else(|| "/predict".into()),
-        health: route("AIP_HEALTH_ROUTE"),
-    })
-}
-
-/// `AIP_HTTP_PORT`, which Vertex AI sets and llama-server listens on in its
-/// prediction mode (over `--port`); unset, `--port` holds.
-fn vertex_port(env: EnvLookup) -> Result<Option<u16>, ConfigError> {
-    match env("AIP_HTTP_PORT").filter(|v| !v.is_empty()) {
-        None => Ok(None),
-        Some(text) => (text.parse().ok().filter(|&p: &u16| p > 0))
-            .map(Some)
-            .ok_or_else(|| {
-                ConfigError::invalid(
-                    "AIP_HTTP_PORT",
-                    format!("'{text}' is not a port (1 to 65535)"),
-                )
-            }),
-    }
-}
-
-/// `names` sorted, each once (llama-server keeps its aliases and tags in a set).
-fn sorted_set(names: &[String]) -> Vec<String> {
-    let mut names = names.to_vec();
-    names.sort();
-    names.dedup();
-    names
 }
 
 /// config.json's rules, then the flags' (`--approve` is an allow rule, `--deny` a deny rule).
@@ -755,118 +555,6 @@ fn tool_backend(low: &LowArgs, env: &EnvLayer, file: &ConfigFile) -> Option<Tool
         .or_else(|| file.tool_backend_token.clone())
         .filter(|t| !t.trim().is_empty());
     Some(ToolBackendSettings { address, token })
-}
-
-/// llama-server's `--api-key` is the key its clients must send. With the model in
-/// process there is no provider to give a key to, so `--server --api-key KEY` means
-/// that here too: the server's token (unless `--auth-token` names one).
-fn llama_server_key(low: &LowArgs, mode: &Mode, providers: &[ProviderConfig]) -> Option<String> {
-    let in_process = providers
-        .first()
-        .is_some_and(|p| matches!(p.kind, ProviderKind::Llamacpp | ProviderKind::Tensorrt));
-    (*mode == Mode::ApiServer && in_process)
-        .then(|| low.api_key.clone())
-        .flatten()
-}
-
-fn server_auth(
-    low: &LowArgs,
-    env: EnvLookup,
-    file: &ConfigFile,
-    llama_server_key: Option<String>,
-) -> Result<ServerAuth, ConfigError> {
-    let from_file = match &low.auth_token_file {
-        Some(path) => Some(read_token_file(path)?),
-        None => None,
-    };
-    let token = low
-        .auth_token
-        .clone()
-        .or(from_file)
-        .or(llama_server_key)
-        .or_else(|| env("SHEPHERD_AUTH_TOKEN"))
-        .or_else(|| file.auth_token.clone())
-        .filter(|t| !t.trim().is_empty());
-    let mut cors_origins = file.cors_origins.clone();
-    cors_origins.extend(low.cors_origins.iter().cloned());
-    Ok(ServerAuth {
-        token,
-        no_auth: low.no_auth,
-        cors_origins,
-    })
-}
-
-/// The first line of a token file, trimmed.
-fn read_token_file(path: &Path) -> Result<String, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
-        path: path.to_path_buf(),
-        message: e.to_string(),
-    })?;
-    let token = text.lines().next().unwrap_or("").trim().to_string();
-    if token.is_empty() {
-        return Err(ConfigError::invalid(
-            format!("--auth-token-file {}", path.display()),
-            "the file holds no token",
-        ));
-    }
-    Ok(token)
-}
-
-/// The prompt cache's default cap on disk (`kv_cache_max_mb`).
-const DEFAULT_KV_CACHE_MAX_MB: u64 = 1024;
-
-/// `--chat-template-kwargs` with `--reasoning` over it ([`LocalSettings::chat_template_kwargs`]).
-fn template_kwargs(low: &LowArgs) -> serde_json::Map<String, serde_json::Value> {
-    use serde_json::Value;
-    let mut kwargs = low.chat_template_kwargs.clone().unwrap_or_default();
-    match low.reasoning.as_deref() {
-        None | Some("auto") => {}
-        Some("off") => {
-            kwargs.insert("enable_thinking".into(), Value::Bool(false));
-        }
-        Some(level) => {
-            kwargs.insert("enable_thinking".into(), Value::Bool(true));
-            if level != "on" {
-                kwargs.insert("reasoning_effort".into(), Value::String(level.into()));
-            }
-        }
-    }
-    kwargs
-}
-
-fn local(low: &LowArgs, file: &ConfigFile) -> LocalSettings {
-    let cap_mb = file.kv_cache_max_mb.unwrap_or(DEFAULT_KV_CACHE_MAX_MB);
-    LocalSettings {
-        models_dirs: models_dirs(file),
-        prompt_cache_bytes: if low.no_prompt_cache {
-            0
-        } else {
-            cap_mb.saturating_mul(1024 * 1024)
-        },
-        model_path: low.model_path.clone(),
-        gpu_layers: low.gpu_layers,
-        split_mode: low.split_mode.clone(),
-        tensor_split: low.tensor_split.clone().unwrap_or_default(),
-        main_gpu: low.main_gpu.unwrap_or(0),
-        rpc_workers: low.rpc.clone(),
-        rpc_allow_remote: low.rpc_allow_remote,
-        threads: low.threads,
-        n_batch: low.n_batch,
-        ubatch: low.ubatch,
-        cache_type: low.cache_type.clone(),
-        flash_attn: low.flash_attn,
-        parallel: low.parallel,
-        pooling: low.pooling.clone(),
-        slot_save_path: low.slot_save_path.clone(),
-        sleep_idle_seconds: low.sleep_idle_seconds,
-        chat_template: None,
-        chat_template_kwargs: template_kwargs(low),
-        spec: low.spec.clone(),
-        draft_max: low.draft_max,
-        model_draft: low.model_draft.clone(),
-        mmproj: low.mmproj.clone(),
-        no_mmproj: low.no_mmproj,
-    }
 }
 
 #[cfg(test)]
@@ -923,6 +611,12 @@ mod tests {
         s.providers.iter().map(|p| p.name.as_str()).collect()
     }
 
+    /// The fixture's `local` provider, which sets no sampling of its own: what
+    /// the product reads for it shows the file, environment and flag layers.
+    fn plain_provider() -> ProviderConfig {
+        file().provider("local").expect("in fixture").clone()
+    }
+
     #[test]
     fn defaults_without_file_env_or_flags() {
         let s = settings(&[], &[], &ConfigFile::default());
@@ -930,8 +624,8 @@ mod tests {
         assert!(s.providers.is_empty());
         assert_eq!(s.system_prompt, DEFAULT_SYSTEM_PROMPT);
         assert!(s.system_prompt.contains("working directory"));
-        assert_eq!(s.sampling, Sampling::default());
-        assert_eq!(s.max_tokens, MaxTokens::Auto);
+        assert_eq!(s.sampling_for(&plain_provider()), Sampling::default());
+        assert_eq!(s.context_size_for(&plain_provider()), None);
         assert!(s.stream && s.tools_enabled && s.colors && !s.stats && !s.show_thinking);
         assert_eq!((s.max_rounds, s.timeout_secs), (50, 300));
         assert_eq!(
@@ -990,10 +684,11 @@ mod tests {
     fn file_values_beat_defaults() {
         let s = settings(&[], &[], &file());
         assert_eq!(names(&s), ["local", "cloud", "claude"]);
-        assert_eq!(s.sampling.temperature, Some(0.5));
-        assert_eq!(s.sampling.top_p, Some(0.8));
-        assert_eq!(s.sampling.max_tokens, Some(1000));
-        assert_eq!(s.context_size, Some(8192));
+        let sampling = s.sampling_for(&s.providers[0]);
+        assert_eq!(sampling.temperature, Some(0.5));
+        assert_eq!(sampling.top_p, Some(0.8));
+        assert_eq!(sampling.max_tokens, Some(1000));
+        assert_eq!(s.context_size_for(&s.providers[0]), Some(8192));
         assert_eq!((s.max_rounds, s.timeout_secs), (20, 60));
         assert!(!s.stream && s.show_thinking);
         assert_eq!(s.system_prompt, "from file");
@@ -1010,12 +705,10 @@ mod tests {
             ("SHEPHERD_DEBUG", "tools"),
         ];
         let s = settings(&[], &env, &file());
-        assert_eq!(s.sampling.temperature, Some(1.5));
-        assert_eq!(
-            (s.max_tokens, s.sampling.max_tokens),
-            (MaxTokens::Max, None)
-        );
-        assert_eq!(s.context_size, Some(4096));
+        let plain = plain_provider();
+        assert_eq!(s.sampling_for(&plain).temperature, Some(1.5));
+        assert_eq!(s.sampling_for(&plain).max_tokens, None);
+        assert_eq!(s.context_size_for(&plain), Some(4096));
         assert_eq!(s.system_prompt, "from env");
         assert_eq!(s.debug, [Category::Tools]);
 
@@ -1034,12 +727,9 @@ mod tests {
             "--nostream",
         ];
         let s = settings(&argv, &env, &file());
-        assert_eq!(s.sampling.temperature, Some(0.1));
-        assert_eq!(
-            (s.max_tokens, s.sampling.max_tokens),
-            (MaxTokens::Limit(77), Some(77))
-        );
-        assert_eq!(s.context_size, Some(2048));
+        assert_eq!(s.sampling_for(&plain).temperature, Some(0.1));
+        assert_eq!(s.sampling_for(&plain).max_tokens, Some(77));
+        assert_eq!(s.context_size_for(&plain), Some(2048));
         assert_eq!(s.system_prompt, "from flag");
         assert_eq!(s.debug, Category::ALL);
         assert_eq!(s.max_rounds, 3);
@@ -1057,7 +747,7 @@ mod tests {
             Some(0.8),
             "file value shows through"
         );
-        assert_eq!(s.max_tokens_for(cloud), MaxTokens::Limit(4000));
+        assert_eq!(s.sampling_for(cloud).max_tokens, Some(4000));
         let s = settings(&[], &[("SHEPHERD_TEMPERATURE", "0.3")], &f);
         assert_eq!(s.sampling_for(cloud).temperature, Some(0.3));
         let s = settings(
@@ -1067,7 +757,7 @@ mod tests {
         );
         assert_eq!(s.sampling_for(cloud).temperature, Some(0.0));
         assert_eq!(s.sampling_for(cloud).top_k, Some(5));
-        assert_eq!(s.max_tokens_for(cloud), MaxTokens::Auto);
+        assert_eq!(s.sampling_for(cloud).max_tokens, None);
         assert_eq!(s.context_size_for(cloud), Some(8192));
     }
 
@@ -1292,6 +982,77 @@ mod tests {
     }
 
     #[test]
+    fn llama_words_are_read_once_into_their_types() {
+        let s = settings(&[], &[], &file());
+        assert_eq!(
+            (
+                s.local.cache_type,
+                s.local.pooling,
+                s.local.split_mode,
+                s.local.spec
+            ),
+            (CacheType::F16, Pooling::Mean, SplitMode::Layer, None)
+        );
+        let argv = [
+            "--cache-type-k",
+            "q8_0",
+            "--pooling",
+            "cls",
+            "--split-mode",
+            "row",
+            "--spec",
+            "off",
+        ];
+        let s = settings(&argv, &[], &file());
+        assert_eq!(
+            (
+                s.local.cache_type,
+                s.local.pooling,
+                s.local.split_mode,
+                s.local.spec
+            ),
+            (
+                CacheType::Q8_0,
+                Pooling::Cls,
+                SplitMode::Row,
+                Some(SpecMode::Off)
+            )
+        );
+        assert_eq!(
+            settings(&["--rerank"], &[], &file()).local.pooling,
+            Pooling::Rank
+        );
+        // A word the type does not know: the flag and every word it has.
+        let cases: [(&str, &[&str]); 4] = [
+            ("--cache-type", &CacheType::NAMES),
+            ("--pooling", &Pooling::NAMES),
+            ("--split-mode", &SplitMode::NAMES),
+            ("--spec", &SpecMode::NAMES),
+        ];
+        for (flag, names) in cases {
+            let error = resolve_err(&[flag, "bogus"], &[]);
+            let listed = format!("expected one of {}", names.join(", "));
+            assert!(error.starts_with(flag), "{error}");
+            assert!(
+                error.contains("'bogus'") && error.contains(&listed),
+                "{error}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_listed_word_parses() {
+        assert!(CacheType::NAMES
+            .iter()
+            .all(|n| CacheType::parse(n).is_some()));
+        assert!(Pooling::NAMES.iter().all(|n| Pooling::parse(n).is_some()));
+        assert!(SplitMode::NAMES
+            .iter()
+            .all(|n| SplitMode::parse(n).is_some()));
+        assert!(SpecMode::NAMES.iter().all(|n| SpecMode::parse(n).is_some()));
+    }
+
+    #[test]
     fn api_keys_come_from_the_usual_variables() {
         let env = [
             ("OPENAI_API_KEY", "sk-env"),
@@ -1368,7 +1129,7 @@ mod tests {
             s.local.chat_template.as_deref(),
             Some("{{ messages[0].content }}")
         );
-        assert_eq!(s.sampling.seed, Some(9));
+        assert_eq!(s.sampling_for(&plain_provider()).seed, Some(9));
         assert_eq!(s.server.aliases, ["m"]);
         let many = settings(
             &["--alias", "tiny,fim,code", "--tags", "b,a,b"],

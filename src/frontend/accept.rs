@@ -30,7 +30,13 @@ pub(super) fn run(
     admitted: impl FnMut(TcpStream, SocketAddr, Place, &Arc<ConnectionCap>),
     busy: impl FnMut(TcpStream),
 ) {
-    run_capped(listener, &Arc::new(ConnectionCap::default()), max, admitted, busy);
+    run_capped(
+        listener,
+        &Arc::new(ConnectionCap::default()),
+        max,
+        admitted,
+        busy,
+    );
 }
 
 /// [`run`] under a `cap` shared with other listeners of the same server, so

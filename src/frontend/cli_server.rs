@@ -55,6 +55,8 @@ pub use start::run;
 #[derive(Debug, Clone)]
 pub struct CliServerConfig {
     pub model: String,
+    /// The backend's context window in tokens ([`crate::backend::BackendInfo`]),
+    /// reported by `/status` and `/session`; 0 when unknown.
     pub context_size: u64,
     /// Jobs waiting behind the running one; more get `503`.
     pub queue_limit: usize,

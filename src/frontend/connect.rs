@@ -28,7 +28,7 @@ use crate::backend::tensorrt::{TensorRtBackend, TensorRtConfig};
 use crate::backend::Backend;
 use crate::config::resolve::Settings;
 use crate::config::{ProviderConfig, ProviderKind};
-use crate::llama::{rpc, CacheType, GpuSplit, Pooling, SplitMode};
+use crate::llama::{rpc, GpuSplit};
 use crate::log;
 
 /// Why no backend could be built. All of these are configuration problems (exit 2).
@@ -280,12 +280,10 @@ pub fn local_config(settings: &Settings) -> Result<LlamaConfig, OpenError> {
 /// Speculative decoding: `--model-draft` implies `--spec draft`, which needs it.
 fn spec_config(local: &crate::config::resolve::LocalSettings) -> Result<SpecConfig, OpenError> {
     let defaults = SpecConfig::default();
-    let mode = match (local.spec.as_deref(), &local.model_draft) {
+    let mode = match (local.spec, &local.model_draft) {
         (None, Some(_)) => SpecMode::Draft,
         (None, None) => defaults.mode,
-        (Some(name), _) => SpecMode::parse(name).ok_or_else(|| {
-            OpenError::Usage(format!("--spec {name}: expected one of off, ngram, draft"))
-        })?,
+        (Some(mode), _) => mode,
     };
     if mode == SpecMode::Draft && local.model_draft.is_none() {
         return Err(OpenError::Usage(
@@ -309,22 +307,6 @@ fn llama_config(settings: &Settings, provider: &ProviderConfig) -> Result<LlamaC
         .or(local.model_path.as_deref());
     let model = local::resolve_model_path(&model_of(provider)?, dir, &local.models_dirs)
         .map_err(|e| OpenError::Usage(e.to_string()))?;
-    let cache_type = match local.cache_type.as_deref() {
-        None => CacheType::F16,
-        Some(name) => CacheType::parse(name).ok_or_else(|| {
-            OpenError::Usage(format!(
-                "--cache-type {name}: expected one of f16, f32, q8_0, q4_0"
-            ))
-        })?,
-    };
-    let pooling = match local.pooling.as_deref() {
-        None => Pooling::Mean,
-        Some(name) => Pooling::parse(name).ok_or_else(|| {
-            OpenError::Usage(format!(
-                "--pooling {name}: expected one of mean, cls, last, rank"
-            ))
-        })?,
-    };
     connect_rpc_workers(&local.rpc_workers)?;
     let defaults = LlamaConfig::new(model.clone());
     let spec = spec_config(local)?;
@@ -341,10 +323,10 @@ fn llama_config(settings: &Settings, provider: &ProviderConfig) -> Result<LlamaC
         threads: local.threads.map(|t| i32::try_from(t).unwrap_or(i32::MAX)),
         n_batch: local.n_batch.unwrap_or(defaults.n_batch),
         ubatch: local.ubatch,
-        cache_type,
+        cache_type: local.cache_type,
         flash_attn: local.flash_attn,
         parallel: local.parallel.unwrap_or(defaults.parallel),
-        pooling,
+        pooling: local.pooling,
         progress: super::progress::for_mode(&settings.mode),
         prompt_cache: (local.prompt_cache_bytes > 0).then(|| PromptCacheConfig {
             dir: crate::util::dirs::kv_cache_dir(),
@@ -408,11 +390,7 @@ fn keep_rpc_connections_alive(settings: &Settings) {
 /// GPUs when the model loads).
 fn gpu_split(local: &crate::config::resolve::LocalSettings) -> GpuSplit {
     GpuSplit {
-        mode: local
-            .split_mode
-            .as_deref()
-            .and_then(SplitMode::parse)
-            .unwrap_or_default(),
+        mode: local.split_mode,
         main_gpu: local.main_gpu as usize,
         tensor_split: local.tensor_split.clone(),
     }

@@ -66,7 +66,7 @@ mod respond;
 pub(crate) use parse::fuzz_head;
 pub use respond::{Captured, Responder, SseStream};
 
-use super::accept::{self, DeadlineReader, ConnectionCap, Reading, Place};
+use super::accept::{self, ConnectionCap, DeadlineReader, Place, Reading};
 use crate::auth;
 use crate::util::net;
 use parse::*;

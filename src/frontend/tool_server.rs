@@ -51,7 +51,7 @@ use crate::stream::{read_capped_line, CappedLine};
 use crate::tools::rpc::{self, Frame, Response, RpcError, ToolEntry};
 use crate::tools::{args, ToolContext, ToolOutput, ToolRegistry};
 
-use super::accept::{self, DeadlineReader, ConnectionCap, Reading, Place};
+use super::accept::{self, ConnectionCap, DeadlineReader, Place, Reading};
 use super::access::Access;
 use super::signals;
 

@@ -109,6 +109,9 @@ pub enum CacheType {
 }
 
 impl CacheType {
+    /// The `--cache-type` words, in [`CacheType::parse`]'s order.
+    pub const NAMES: [&'static str; 4] = ["f16", "f32", "q8_0", "q4_0"];
+
     pub fn parse(name: &str) -> Option<CacheType> {
         match name {
             "f16" => Some(CacheType::F16),
@@ -148,6 +151,9 @@ pub enum Pooling {
 }
 
 impl Pooling {
+    /// The `--pooling` words, in [`Pooling::parse`]'s order.
+    pub const NAMES: [&'static str; 4] = ["mean", "cls", "last", "rank"];
+
     pub fn parse(name: &str) -> Option<Pooling> {
         match name {
             "mean" => Some(Pooling::Mean),

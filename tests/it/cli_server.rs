@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use crate::api_server::test_model;
 use crate::approvals::JsonSession;
 use crate::fake_openai::{text_stream, tool_call_stream, Canned, FakeOpenAi};
 use crate::harness::{collect, finish, http_agent, poll_until, process_running, Sandbox, TOKEN};
@@ -25,11 +26,7 @@ struct CliServer {
 
 impl CliServer {
     fn start(fake: &FakeOpenAi, extra: &[&str]) -> CliServer {
-        let sandbox = Sandbox::new("cliserver");
-        let mut args = vec![
-            "--cliserver",
-            "--port",
-            "0",
+        let backend = [
             "--backend",
             "openai",
             "--api-base",
@@ -37,6 +34,19 @@ impl CliServer {
             "-m",
             "test",
         ];
+        CliServer::spawn(&backend, extra)
+    }
+
+    /// With the in-process test model instead of the fake upstream.
+    fn start_local(extra: &[&str]) -> CliServer {
+        let model = test_model();
+        CliServer::spawn(&["-m", model.to_str().expect("UTF-8 path")], extra)
+    }
+
+    fn spawn(backend: &[&str], extra: &[&str]) -> CliServer {
+        let sandbox = Sandbox::new("cliserver");
+        let mut args = vec!["--cliserver", "--port", "0"];
+        args.extend_from_slice(backend);
         if !extra
             .iter()
             .any(|a| a.starts_with("--auth-token") || *a == "--no-auth")
@@ -248,6 +258,21 @@ fn tool_call_markup_never_reaches_delta() {
     assert!(events
         .iter()
         .any(|e| e["type"] == "tool_call" && e["name"] == "get_time"));
+}
+
+/// Regression: `/status` and `/session` reported the configured context size,
+/// 0 when it is left to the model, instead of the loaded model's window.
+#[test]
+fn status_and_session_report_the_backend_s_context_size() {
+    let server = CliServer::start_local(&["--notools"]);
+    let (_, status) = get(&server, "/status");
+    let size = status["context_size"].as_u64().expect("context_size");
+    assert!(
+        size > 0,
+        "the model's window, not the unset setting: {status}"
+    );
+    let (_, session) = get(&server, "/session");
+    assert_eq!(session["context_size"], size, "{session}");
 }
 
 #[test]
