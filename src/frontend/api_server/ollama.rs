@@ -43,13 +43,15 @@ use super::error::ApiError;
 use super::fields::{json_body, unknown_fields, Fields};
 use super::images::{Content, Images};
 use super::pool::Work;
-use super::serve::Answer as Served;
+use super::sampling_fields;
 use super::text::{Assembler, Piece};
 use super::wire::encode;
+use super::wire::openai::Timings;
+use super::writer::ReplyWriter;
 use super::{local, openai, ApiServer, Defaults, Loaded, Usage};
 use crate::backend::llamacpp::EmbedInput;
 use crate::backend::{PromptPart, Reply, ResponseFormat, Sampling, ToolChoice};
-use crate::core::{FinishReason, Image, Message, Role, Session, ToolCall};
+use crate::core::{FinishReason, Image, Message, Role, Session, TokenLogprobs, ToolCall};
 use crate::frontend::http::{Request, Responder, SseStream};
 use keep_alive::KeepAlive;
 
@@ -271,7 +273,7 @@ fn think(f: &Fields<'_>) -> Result<bool, ApiError> {
 fn sampling(f: &Fields<'_>, defaults: &Defaults) -> Result<Sampling, ApiError> {
     let mut sampling = match f.object("options")? {
         Some(options) => {
-            let mut sampling = openai::sampling(&options, defaults)?;
+            let mut sampling = sampling_fields::sampling(&options, defaults)?;
             // -1 (no cap) and -2 (fill the context) both end at the context's end.
             let limit = defaults.max_tokens_limit();
             if let Some(n) = options.integer("num_predict", -2, limit)? {
@@ -300,7 +302,9 @@ fn format(f: &Fields<'_>) -> Result<Option<ResponseFormat>, ApiError> {
         None => Ok(None),
         Some(Value::String(s)) if s.is_empty() => Ok(None),
         Some(Value::String(s)) if s == "json" => Ok(Some(ResponseFormat::JsonObject)),
-        Some(schema @ Value::Object(_)) => openai::schema_format("format", schema).map(Some),
+        Some(schema @ Value::Object(_)) => {
+            sampling_fields::schema_format("format", schema).map(Some)
+        }
         Some(_) => Err(ApiError::invalid(
             "format",
             "'format' must be \"json\" or a JSON schema object",
@@ -427,7 +431,7 @@ fn answered_call<'a>(m: &Fields<'_>, earlier: &'a [Message]) -> Result<&'a ToolC
 // Answers.
 
 /// Writes one generation's answer in Ollama's shape.
-pub struct Answer {
+pub struct OllamaWriter {
     pub model: String,
     pub route: Route,
     pub hide_thinking: bool,
@@ -469,7 +473,7 @@ fn wire_calls(calls: &[ToolCall]) -> Vec<wire::ToolCall<'_>> {
         .collect()
 }
 
-impl Answer {
+impl OllamaWriter {
     /// A line with `text` (or `thinking`) and, for chat, `calls`.
     fn line<'a>(
         &'a self,
@@ -523,33 +527,6 @@ impl Answer {
         }
     }
 
-    pub fn piece(&self, sse: &mut SseStream, piece: Piece) -> io::Result<()> {
-        let line = match &piece {
-            Piece::Text(text) => self.line(text, None, Vec::new()),
-            Piece::Reasoning(_) if self.hide_thinking => return Ok(()),
-            Piece::Reasoning(text) => self.line("", Some(text), Vec::new()),
-        };
-        sse.send(&encode(&line))
-    }
-
-    /// The tool calls (one line, whole), then the last line with the figures.
-    pub fn finish(&self, sse: &mut SseStream, reply: &Reply, usage: &Usage) -> io::Result<()> {
-        if self.route == Route::Chat && !reply.tool_calls.is_empty() {
-            sse.send(&encode(&self.line("", None, wire_calls(&reply.tool_calls))))?;
-        }
-        let last = wire::Line {
-            done: true,
-            figures: Some(self.figures(reply, usage)),
-            ..self.line("", None, Vec::new())
-        };
-        sse.send(&encode(&last))
-    }
-
-    /// An error after the stream started: a line `{"error": "..."}`.
-    pub fn fail(&self, sse: &mut SseStream, error: &ApiError) -> io::Result<()> {
-        sse.send(&encode(&error.ollama_body()))
-    }
-
     pub fn whole<'a>(
         &'a self,
         text: &'a Assembler,
@@ -578,6 +555,64 @@ impl Answer {
             }),
             ..self.line("", None, Vec::new())
         }
+    }
+}
+
+impl ReplyWriter for OllamaWriter {
+    fn piece(
+        &mut self,
+        sse: &mut SseStream,
+        _choice: u32,
+        piece: Piece,
+        _logprobs: &[TokenLogprobs],
+        _timings: Option<Timings>,
+    ) -> io::Result<()> {
+        let line = match &piece {
+            Piece::Text(text) => self.line(text, None, Vec::new()),
+            Piece::Reasoning(_) if self.hide_thinking => return Ok(()),
+            Piece::Reasoning(text) => self.line("", Some(text), Vec::new()),
+        };
+        sse.send(&encode(&line))
+    }
+    /// The tool calls (one line, whole), then the last line with the figures.
+    fn finish(
+        &mut self,
+        sse: &mut SseStream,
+        _choice: u32,
+        reply: &Reply,
+        usage: &Usage,
+    ) -> io::Result<()> {
+        if self.route == Route::Chat && !reply.tool_calls.is_empty() {
+            sse.send(&encode(&self.line("", None, wire_calls(&reply.tool_calls))))?;
+        }
+        let last = wire::Line {
+            done: true,
+            figures: Some(self.figures(reply, usage)),
+            ..self.line("", None, Vec::new())
+        };
+        sse.send(&encode(&last))
+    }
+    /// An error after the stream started: a line `{"error": "..."}`.
+    fn fail(&mut self, sse: &mut SseStream, error: &ApiError) -> io::Result<()> {
+        sse.send(&encode(&error.ollama_body()))
+    }
+
+    fn ndjson(&self) -> bool {
+        true
+    }
+
+    fn error(&self, responder: Responder, error: &ApiError) {
+        responder.json_with(error.status, &error.ollama_body(), &error.headers());
+    }
+
+    fn respond(
+        &self,
+        responder: Responder,
+        (text, reply): (&Assembler, &Reply),
+        _choices: &[(Assembler, Reply)],
+        usage: &Usage,
+    ) {
+        responder.json(200, &self.whole(text, reply, usage));
     }
 }
 
@@ -707,7 +742,7 @@ impl ApiServer {
         if parsed.work.raw_prompt.is_some() && loaded.local.is_none() {
             return self.refuse_ollama(responder, &local::unsupported("raw: true"));
         }
-        let answer = Answer {
+        let answer = OllamaWriter {
             model: parsed.model,
             route,
             hide_thinking: parsed.hide_thinking,
@@ -728,7 +763,6 @@ impl ApiServer {
             Route::Generate => &self.metrics.completions_requests,
         };
         counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let answer = Served::Ollama(answer);
         self.serve(loaded, answer, parsed.work, 1, parsed.stream, responder);
         keep_alive(loaded, parsed.keep_alive);
     }
@@ -968,6 +1002,15 @@ pub fn wrong_method(responder: Responder) {
     responder.json(405, &error.ollama_body());
 }
 
+impl ApiError {
+    /// Ollama's `{"error": "message"}`.
+    pub fn ollama_body(&self) -> wire::Error<'_> {
+        wire::Error {
+            error: &self.message,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::images::tests as pictures;
@@ -1164,7 +1207,7 @@ mod tests {
 
     #[test]
     fn lines_are_chat_or_generate_shaped_and_the_last_has_the_figures() {
-        let answer = |route| Answer {
+        let answer = |route| OllamaWriter {
             model: "m".into(),
             route,
             hide_thinking: false,

@@ -36,15 +36,17 @@ use super::fields::{json_body, unknown_fields, Fields};
 use super::images::{Content, Images};
 use super::openai;
 use super::pool::Work;
+use super::sampling_fields;
 use super::stored::{self, Store};
 use super::text::{Assembler, Piece};
 use super::tool_types::{self, ToolKinds};
 use super::wire::encode;
 use super::wire::openai::Timings;
 use super::wire::responses as wire;
+use super::writer::ReplyWriter;
 use super::{Defaults, Usage};
 use crate::backend::{Reply, ResponseFormat};
-use crate::core::{FinishReason, Image, Message, PromptProgress, Session, ToolCall};
+use crate::core::{FinishReason, Image, Message, PromptProgress, Session, TokenLogprobs, ToolCall};
 use crate::frontend::http::{Request, Responder, SseStream};
 
 /// A checked `/v1/responses` request.
@@ -134,8 +136,8 @@ pub fn parse(
     let (mut tools, mut kinds) = openai::tools(&f)?;
     let tool_choice = openai::tool_choice(&f, &mut tools, &mut kinds)?;
     let stream = f.bool("stream")?.unwrap_or(false);
-    let mut sampling = openai::sampling(&f, defaults)?;
-    sampling.telemetry = openai::telemetry(&f, stream)?;
+    let mut sampling = sampling_fields::sampling(&f, defaults)?;
+    sampling.telemetry = sampling_fields::telemetry(&f, stream)?;
     if let Some(n) = f.integer("max_output_tokens", 1, defaults.max_tokens_limit())? {
         sampling.max_tokens = u32::try_from(n).ok();
     }
@@ -209,7 +211,7 @@ fn text_format(f: &Fields<'_>) -> Result<Option<ResponseFormat>, ApiError> {
         return Ok(None);
     };
     match text.object("format")? {
-        Some(format) => openai::format_of(&format, &format),
+        Some(format) => sampling_fields::format_of(&format, &format),
         None => Ok(None),
     }
 }
@@ -405,7 +407,7 @@ struct Streamed {
 }
 
 /// Writes one response, whole or as events.
-pub struct Answer {
+pub struct ResponsesWriter {
     pub id: String,
     pub created: u64,
     pub model: String,
@@ -420,9 +422,14 @@ pub struct Answer {
     keep: Option<(Arc<Store>, Vec<Value>)>,
 }
 
-impl Answer {
-    pub fn new(id: String, created: u64, model: String, echo: Map<String, Value>) -> Answer {
-        Answer {
+impl ResponsesWriter {
+    pub fn new(
+        id: String,
+        created: u64,
+        model: String,
+        echo: Map<String, Value>,
+    ) -> ResponsesWriter {
+        ResponsesWriter {
             id,
             created,
             model,
@@ -437,9 +444,9 @@ impl Answer {
 
     /// The answer of a request whose response is kept in `store`, with the
     /// input items it read (`None`: not kept).
-    pub fn kept_in(self, store: &Arc<Store>, items: Option<Vec<Value>>) -> Answer {
+    pub fn kept_in(self, store: &Arc<Store>, items: Option<Vec<Value>>) -> ResponsesWriter {
         let keep = items.map(|items| (store.clone(), items));
-        Answer { keep, ..self }
+        ResponsesWriter { keep, ..self }
     }
 
     /// Stores a finished response, when its request is to be kept.
@@ -450,8 +457,8 @@ impl Answer {
     }
 
     /// The answer of a request whose tools were of `kinds`.
-    pub fn with_kinds(self, kinds: ToolKinds) -> Answer {
-        Answer { kinds, ..self }
+    pub fn with_kinds(self, kinds: ToolKinds) -> ResponsesWriter {
+        ResponsesWriter { kinds, ..self }
     }
 
     /// A call's item id (`fc_`, `ctc_` or `lsc_`), its text as streamed
@@ -550,85 +557,6 @@ impl Answer {
         }
     }
 
-    pub fn start(&mut self, sse: &mut SseStream) -> io::Result<()> {
-        let created = wire::Event::Created {
-            response: self.response(Vec::new(), None),
-        };
-        let created = encode(&wire::Sequenced {
-            event: created,
-            sequence_number: 0,
-            timings: None,
-            prompt_progress: None,
-        });
-        let in_progress = encode(&wire::Sequenced {
-            event: wire::Event::InProgress {
-                response: self.response(Vec::new(), None),
-            },
-            sequence_number: 1,
-            timings: None,
-            prompt_progress: None,
-        });
-        self.sequence = 2;
-        sse.send_event("response.created", &created)?;
-        sse.send_event("response.in_progress", &in_progress)
-    }
-
-    /// How far the prompt is: `response.in_progress` with `prompt_progress`, as
-    /// llama-server sends it.
-    pub fn progress(
-        &mut self,
-        sse: &mut SseStream,
-        prompt: &PromptProgress,
-        timings: Option<Timings>,
-    ) -> io::Result<()> {
-        // The response borrows `self`: written before the count moves on.
-        let sequenced = wire::Sequenced {
-            event: wire::Event::InProgress {
-                response: self.response(Vec::new(), None),
-            },
-            sequence_number: self.sequence,
-            timings,
-            prompt_progress: Some(openai::wire_progress(prompt)),
-        };
-        let text = encode(&sequenced);
-        self.sequence += 1;
-        sse.send_event("response.in_progress", &text)
-    }
-
-    pub fn piece(
-        &mut self,
-        sse: &mut SseStream,
-        piece: Piece,
-        timings: Option<Timings>,
-    ) -> io::Result<()> {
-        let (kind, delta) = match piece {
-            Piece::Text(text) => (Kind::Message, text),
-            Piece::Reasoning(text) => (Kind::Reasoning, text),
-        };
-        if !self.open || self.items.last().map(|i| i.kind) != Some(kind) {
-            self.close(sse)?;
-            self.open_item(sse, kind)?;
-        }
-        let index = self.items.len() - 1;
-        let id = self.items[index].id.clone();
-        self.items[index].text.push_str(&delta);
-        let event = match kind {
-            Kind::Message => wire::Event::TextDelta {
-                item_id: &id,
-                output_index: index,
-                content_index: 0,
-                delta: &delta,
-            },
-            Kind::Reasoning => wire::Event::ReasoningDelta {
-                item_id: &id,
-                output_index: index,
-                content_index: 0,
-                delta: &delta,
-            },
-        };
-        self.send_with(sse, event, timings)
-    }
-
     fn open_item(&mut self, sse: &mut SseStream, kind: Kind) -> io::Result<()> {
         let index = self.items.len();
         let prefix = if kind == Kind::Message { "msg" } else { "rs" };
@@ -713,8 +641,129 @@ impl Answer {
         )
     }
 
+    fn calls<'a>(&self, reply: &'a Reply, first: usize) -> Vec<wire::Item<'a>> {
+        let items = reply.tool_calls.iter().enumerate();
+        items
+            .map(|(k, call)| self.call_item(first + k, call, true).2)
+            .collect()
+    }
+
+    /// The whole `response`.
+    pub fn whole<'a>(
+        &'a self,
+        text: &'a Assembler,
+        reply: &'a Reply,
+        usage: &Usage,
+    ) -> wire::Response<'a> {
+        let mut output = Vec::new();
+        if !text.reasoning.is_empty() {
+            let content = vec![reasoning_text(&text.reasoning)];
+            output.push(reasoning_item(self.item_id("rs", output.len()), content));
+        }
+        if !text.text.is_empty() || reply.tool_calls.is_empty() {
+            let content = vec![output_text(&text.text)];
+            let id = self.item_id("msg", output.len());
+            output.push(message_item(id, "completed", content));
+        }
+        let first = output.len();
+        output.extend(self.calls(reply, first));
+        self.response(output, Some((reply, usage)))
+    }
+}
+
+impl ReplyWriter for ResponsesWriter {
+    fn start(
+        &mut self,
+        sse: &mut SseStream,
+        _choice: u32,
+        _prefilled: Option<(u64, u64)>,
+    ) -> io::Result<()> {
+        let created = wire::Event::Created {
+            response: self.response(Vec::new(), None),
+        };
+        let created = encode(&wire::Sequenced {
+            event: created,
+            sequence_number: 0,
+            timings: None,
+            prompt_progress: None,
+        });
+        let in_progress = encode(&wire::Sequenced {
+            event: wire::Event::InProgress {
+                response: self.response(Vec::new(), None),
+            },
+            sequence_number: 1,
+            timings: None,
+            prompt_progress: None,
+        });
+        self.sequence = 2;
+        sse.send_event("response.created", &created)?;
+        sse.send_event("response.in_progress", &in_progress)
+    }
+    /// How far the prompt is: `response.in_progress` with `prompt_progress`, as
+    /// llama-server sends it.
+    fn progress(
+        &mut self,
+        sse: &mut SseStream,
+        _choice: u32,
+        prompt: &PromptProgress,
+        timings: Option<Timings>,
+    ) -> io::Result<()> {
+        // The response borrows `self`: written before the count moves on.
+        let sequenced = wire::Sequenced {
+            event: wire::Event::InProgress {
+                response: self.response(Vec::new(), None),
+            },
+            sequence_number: self.sequence,
+            timings,
+            prompt_progress: Some(super::wire::openai::wire_progress(prompt)),
+        };
+        let text = encode(&sequenced);
+        self.sequence += 1;
+        sse.send_event("response.in_progress", &text)
+    }
+    fn piece(
+        &mut self,
+        sse: &mut SseStream,
+        _choice: u32,
+        piece: Piece,
+        _logprobs: &[TokenLogprobs],
+        timings: Option<Timings>,
+    ) -> io::Result<()> {
+        let (kind, delta) = match piece {
+            Piece::Text(text) => (Kind::Message, text),
+            Piece::Reasoning(text) => (Kind::Reasoning, text),
+        };
+        if !self.open || self.items.last().map(|i| i.kind) != Some(kind) {
+            self.close(sse)?;
+            self.open_item(sse, kind)?;
+        }
+        let index = self.items.len() - 1;
+        let id = self.items[index].id.clone();
+        self.items[index].text.push_str(&delta);
+        let event = match kind {
+            Kind::Message => wire::Event::TextDelta {
+                item_id: &id,
+                output_index: index,
+                content_index: 0,
+                delta: &delta,
+            },
+            Kind::Reasoning => wire::Event::ReasoningDelta {
+                item_id: &id,
+                output_index: index,
+                content_index: 0,
+                delta: &delta,
+            },
+        };
+        self.send_with(sse, event, timings)
+    }
     /// The tool calls as items, then `response.completed` (or `.incomplete`).
-    pub fn finish(&mut self, sse: &mut SseStream, reply: &Reply, usage: &Usage) -> io::Result<()> {
+    fn finish(
+        &mut self,
+        sse: &mut SseStream,
+        _choice: u32,
+        reply: &Reply,
+        usage: &Usage,
+    ) -> io::Result<()> {
         self.close(sse)?;
         let first = self.items.len();
         for (k, call) in reply.tool_calls.iter().enumerate() {
@@ -781,21 +830,13 @@ impl Answer {
         let sequenced = wire::Sequenced {
             event,
             sequence_number: self.sequence,
-            timings: openai::wire_timings(usage),
+            timings: super::wire::openai::wire_timings(usage),
             prompt_progress: None,
         };
         sse.send_event(name, &encode(&sequenced))
     }
-
-    fn calls<'a>(&self, reply: &'a Reply, first: usize) -> Vec<wire::Item<'a>> {
-        let items = reply.tool_calls.iter().enumerate();
-        items
-            .map(|(k, call)| self.call_item(first + k, call, true).2)
-            .collect()
-    }
-
     /// An error after the stream started: the `error` event.
-    pub fn fail(&mut self, sse: &mut SseStream, error: &ApiError) -> io::Result<()> {
+    fn fail(&mut self, sse: &mut SseStream, error: &ApiError) -> io::Result<()> {
         let event = wire::Event::Error {
             code: error.code.as_deref(),
             message: &error.message,
@@ -804,26 +845,16 @@ impl Answer {
         self.send(sse, event)
     }
 
-    /// The whole `response`.
-    pub fn whole<'a>(
-        &'a self,
-        text: &'a Assembler,
-        reply: &'a Reply,
+    fn respond(
+        &self,
+        responder: Responder,
+        (text, reply): (&Assembler, &Reply),
+        _choices: &[(Assembler, Reply)],
         usage: &Usage,
-    ) -> wire::Response<'a> {
-        let mut output = Vec::new();
-        if !text.reasoning.is_empty() {
-            let content = vec![reasoning_text(&text.reasoning)];
-            output.push(reasoning_item(self.item_id("rs", output.len()), content));
-        }
-        if !text.text.is_empty() || reply.tool_calls.is_empty() {
-            let content = vec![output_text(&text.text)];
-            let id = self.item_id("msg", output.len());
-            output.push(message_item(id, "completed", content));
-        }
-        let first = output.len();
-        output.extend(self.calls(reply, first));
-        self.response(output, Some((reply, usage)))
+    ) {
+        let response = self.whole(text, reply, usage);
+        self.keep(&response);
+        responder.json(200, &response);
     }
 }
 
@@ -909,10 +940,9 @@ impl super::ApiServer {
         super::log_ignored("/v1/responses", &parsed.ignored);
         super::warn_dropped("/v1/responses", &parsed.kinds.dropped, &mut responder);
         let id = self.new_id("resp_");
-        let answer =
-            Answer::new(id, super::now_secs(), parsed.model, parsed.echo).with_kinds(parsed.kinds);
+        let answer = ResponsesWriter::new(id, super::now_secs(), parsed.model, parsed.echo)
+            .with_kinds(parsed.kinds);
         let answer = answer.kept_in(&self.responses, parsed.keep);
-        let answer = super::serve::Answer::Responses(answer);
         self.serve(loaded, answer, parsed.work, 1, parsed.stream, responder);
     }
 }
@@ -1021,8 +1051,8 @@ mod tests {
             artefacts: Vec::new(),
             stop_sequence: None,
         };
-        let answer =
-            Answer::new("resp_1".into(), 7, "m".into(), first.echo).kept_in(&store, first.keep);
+        let answer = ResponsesWriter::new("resp_1".into(), 7, "m".into(), first.echo)
+            .kept_in(&store, first.keep);
         let text = Assembler::new();
         answer.keep(&answer.whole(&text, &reply, &Usage::default()));
         let stored = store.get("resp_1").expect("stored");
@@ -1145,7 +1175,7 @@ mod tests {
 
     #[test]
     fn a_whole_response_has_its_items_in_order() {
-        let answer = Answer::new("resp_x".into(), 7, "m".into(), Map::new());
+        let answer = ResponsesWriter::new("resp_x".into(), 7, "m".into(), Map::new());
         let mut text = Assembler::new();
         text.reasoning = "hmm".into();
         let call = ToolCall {
@@ -1240,7 +1270,8 @@ mod tests {
         let mut kinds = ToolKinds::default();
         kinds.custom.insert("apply_patch".into());
         kinds.local_shell = true;
-        let answer = Answer::new("resp_x".into(), 7, "m".into(), Map::new()).with_kinds(kinds);
+        let answer =
+            ResponsesWriter::new("resp_x".into(), 7, "m".into(), Map::new()).with_kinds(kinds);
         let calls = vec![
             ToolCall {
                 id: "p1".into(),
