@@ -4,7 +4,7 @@
 //! The prompt is continued as it is: no chat template, no system prompt, no
 //! tools, no output filter (the backend's raw-prompt path,
 //! [`Backend::complete`](crate::backend::Backend::complete)). Sampling fields
-//! are chat completions' ([`openai::sampling`]), `logprobs` (0 to 20
+//! are chat completions' ([`sampling_fields::sampling`]), `logprobs` (0 to 20
 //! alternatives) is reported in the legacy shape (`tokens`, `token_logprobs`,
 //! `top_logprobs`, `text_offset`); what this server cannot do (`echo`,
 //! `suffix`, `best_of` above `n`) is a 400
@@ -22,7 +22,6 @@ use serde_json::{Map, Value};
 use super::error::ApiError;
 use super::fields::{json_body, unknown_fields, Fields};
 use super::images::Images;
-use super::openai;
 use super::pool::Work;
 use super::sampling_fields;
 use super::text::{Assembler, Piece};
@@ -95,10 +94,12 @@ pub fn parse(
     let prompt = prompt(&f, n_vocab, &mut Images::new(&defaults.image_urls))?;
     let stream = f.bool("stream")?.unwrap_or(false);
     let include_usage = sampling_fields::stream_options(&f, stream)?;
-    let n = f.integer("n", 1, openai::MAX_CHOICES)?.unwrap_or(1);
+    let n = f
+        .integer("n", 1, sampling_fields::MAX_CHOICES)?
+        .unwrap_or(1);
     // `best_of` generates more and returns the `n` likeliest; only all of them
     // (the same number) is what this server does.
-    if f.integer("best_of", 1, openai::MAX_CHOICES)?
+    if f.integer("best_of", 1, sampling_fields::MAX_CHOICES)?
         .is_some_and(|b| b != n)
     {
         return Err(ApiError::invalid(

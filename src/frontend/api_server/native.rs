@@ -36,7 +36,6 @@ use super::completions::prompts;
 use super::error::ApiError;
 use super::fields::{json_body, unknown_fields, Fields};
 use super::images::Images;
-use super::local;
 use super::sampling_fields;
 
 use super::pool::Work;
@@ -284,7 +283,7 @@ impl NativeWriter {
             model: &self.model,
             tokens_predicted: usage.completion,
             tokens_evaluated: usage.prompt,
-            generation_settings: local::params(&self.sampling),
+            generation_settings: wire::params(&self.sampling),
             prompt,
             has_new_line: content.contains('\n'),
             truncated: false,

@@ -24,7 +24,7 @@ use super::images::{Content, Images};
 use super::native;
 use super::pool::Work;
 use super::sampling_fields::{
-    response_format, sampling, stream_options, telemetry, template_kwargs,
+    response_format, sampling, stream_options, telemetry, template_kwargs, MAX_CHOICES,
 };
 use super::tool_types::{self, ToolKinds};
 use super::Defaults;
@@ -50,9 +50,6 @@ pub struct ChatRequest {
     /// What the offered tools were, for the answer's shape and warnings.
     pub kinds: ToolKinds,
 }
-
-/// The most choices one request may ask for.
-pub const MAX_CHOICES: i64 = 16;
 
 /// Fields accepted but with no effect here (documented as such): llama-server's
 /// `cache_prompt` (shepherd always reuses the cache) and `id_slot` (the slot is the

@@ -12,6 +12,9 @@ use super::fields::{stop_list, Fields};
 use super::Defaults;
 use crate::backend::{ResponseFormat, Sampling, Telemetry};
 
+/// The most choices one request may ask for.
+pub const MAX_CHOICES: i64 = 16;
+
 /// llama-server's reports a streamed answer may ask for: the prompt's progress
 /// (`return_progress`) and the figures with every chunk (`timings_per_token`);
 /// a whole answer has its figures at the end, so it asks for neither.

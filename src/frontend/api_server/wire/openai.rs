@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 
+pub use super::llama::{PromptProgress, Timings, TokenLogprob};
 use super::Null;
 use crate::backend::Reply;
 use crate::core::{FinishReason, PromptProgress as Progress, TokenLogprobs, TokenProb};
@@ -40,19 +41,6 @@ pub struct Choice<'a> {
 pub struct Logprobs<'a> {
     pub content: Vec<TokenLogprob<'a>>,
     pub refusal: Null,
-}
-
-/// One token's log-probability, in chat's shape with llama-server's `id`
-/// (its `/completion` reports the same entries as `completion_probabilities`).
-#[derive(Debug, Serialize)]
-pub struct TokenLogprob<'a> {
-    pub id: i32,
-    pub token: String,
-    pub bytes: &'a [u8],
-    pub logprob: f32,
-    /// The likeliest tokens at this place; absent inside that list.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub top_logprobs: Option<Vec<TokenLogprob<'a>>>,
 }
 
 /// Text completions' (legacy) `logprobs`: parallel lists per token.
@@ -130,16 +118,6 @@ pub struct Chunk<'a> {
     pub prompt_progress: Option<PromptProgress>,
 }
 
-/// llama-server's `prompt_progress`: the prompt's tokens, those reused from
-/// the cache, those in the cache now, and the milliseconds since it started.
-#[derive(Debug, Serialize)]
-pub struct PromptProgress {
-    pub total: u64,
-    pub cache: u64,
-    pub processed: u64,
-    pub time_ms: u64,
-}
-
 #[derive(Debug, Serialize)]
 pub struct ChunkChoice<'a> {
     pub index: u32,
@@ -196,27 +174,6 @@ pub struct Usage {
 #[derive(Debug, Serialize)]
 pub struct TokenDetails {
     pub cached_tokens: u64,
-}
-
-/// llama.cpp's `timings`, for clients that show speed.
-#[derive(Debug, Serialize)]
-pub struct Timings {
-    /// Prompt tokens decoded (not those read from the cache), as llama-server counts.
-    pub prompt_n: u64,
-    pub cache_n: u64,
-    /// 0 where not measured (yet), as llama-server writes it.
-    pub prompt_ms: f64,
-    pub prompt_per_token_ms: f64,
-    pub prompt_per_second: f64,
-    pub predicted_n: u64,
-    pub predicted_ms: f64,
-    pub predicted_per_token_ms: f64,
-    pub predicted_per_second: f64,
-    /// Speculative decoding's drafted and accepted tokens (as llama-server).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub draft_n: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub draft_n_accepted: Option<u64>,
 }
 
 /// `text_completion` (`/v1/completions`): a whole answer, or one streamed

@@ -222,8 +222,8 @@ pub struct Sequenced<'a> {
     /// llama-server's figures: on `response.completed`, and on each delta
     /// with `timings_per_token`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub timings: Option<super::openai::Timings>,
+    pub timings: Option<super::llama::Timings>,
     /// How far the prompt is, on `response.in_progress` with `return_progress`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub prompt_progress: Option<super::openai::PromptProgress>,
+    pub prompt_progress: Option<super::llama::PromptProgress>,
 }
