@@ -53,6 +53,7 @@ mod fields;
 mod images;
 mod local;
 mod metrics;
+mod model_routes;
 mod native;
 mod ollama;
 mod openai;
@@ -60,20 +61,23 @@ mod pool;
 mod predict;
 mod rerank;
 mod responses;
+mod sampling_fields;
 mod serve;
 mod stored;
 mod text;
 mod tool_types;
+mod usage;
 mod wire;
+mod writer;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::backend::llamacpp::LocalModel;
-use crate::backend::{BackendInfo, Reply, Sampling};
+use crate::backend::{BackendInfo, Sampling};
 use crate::config::resolve::Settings;
-use crate::core::{Message, Role, Stats, ToolCall};
+use crate::core::{Message, Role, ToolCall};
 
 use super::access::{Access, ServerKind};
 use super::agent_api::{self, AgentApi};
@@ -82,8 +86,9 @@ use super::http::{Handler, Request, Responder};
 use super::ui;
 use error::ApiError;
 use metrics::Metrics;
+use model_routes::CountRoute;
 use pool::{Pool, ServerTools};
-use serve::Answer;
+pub use usage::Usage;
 
 /// How often a waiting connection checks whether its client is still there.
 const TICK: Duration = Duration::from_millis(100);
@@ -114,64 +119,6 @@ impl Defaults {
     /// that reaches the end of the context stops there with `finish_reason: length`.
     fn max_tokens_limit(&self) -> i64 {
         i64::from(u32::MAX)
-    }
-}
-
-/// A finished generation's token figures.
-#[derive(Debug, Clone, Default)]
-pub struct Usage {
-    pub prompt: u64,
-    pub completion: u64,
-    /// Prompt tokens reused from the KV cache, when the backend knows.
-    pub cached: Option<u64>,
-    pub stats: Option<Stats>,
-}
-
-/// Seconds `n` tokens took at `rate` tokens a second (none without a rate).
-fn secs_at(n: u64, rate: Option<f64>) -> Option<f64> {
-    rate.filter(|r| *r > 0.0).map(|r| n as f64 / r)
-}
-
-impl Usage {
-    /// Prompt tokens decoded, not reused from the cache.
-    fn decoded(&self) -> u64 {
-        self.prompt.saturating_sub(self.cached.unwrap_or(0))
-    }
-
-    /// Seconds the prompt's decode took, from the speed the backend measured.
-    fn prompt_secs(&self) -> Option<f64> {
-        secs_at(self.decoded(), self.stats.as_ref()?.prefill_tps)
-    }
-
-    /// Seconds the answer's generation took, from the speed the backend measured
-    /// over its decode steps: one fewer than its tokens ([`Stats::decode_tps`]).
-    fn generation_secs(&self) -> Option<f64> {
-        let steps = self.completion.saturating_sub(1);
-        secs_at(steps, self.stats.as_ref()?.decode_tps)
-    }
-
-    /// The figures of a generation still running ([`crate::core::Progress`]).
-    fn so_far(stats: &Stats) -> Usage {
-        Usage {
-            prompt: stats.prompt_tokens,
-            completion: stats.completion_tokens,
-            cached: Some(stats.cached_tokens),
-            stats: Some(stats.clone()),
-        }
-    }
-
-    fn of(reply: &Reply, stats: Option<&Stats>) -> Usage {
-        let (prompt, completion) = match (reply.usage, stats) {
-            (Some(usage), _) => (usage.prompt_tokens, usage.completion_tokens),
-            (None, Some(stats)) => (stats.prompt_tokens, stats.completion_tokens),
-            (None, None) => (0, 0),
-        };
-        Usage {
-            prompt,
-            completion,
-            cached: stats.map(|s| s.cached_tokens),
-            stats: stats.cloned(),
-        }
     }
 }
 
@@ -377,85 +324,6 @@ impl ApiServer {
         }
     }
 
-    fn chat(&self, request: &Request, responder: Responder) {
-        self.metrics.chat_requests.fetch_add(1, Ordering::Relaxed);
-        let Some((loaded, mut responder)) = self.loaded(responder) else {
-            return;
-        };
-        let mut parsed = match openai::parse(&request.body, &loaded.defaults) {
-            Ok(parsed) => parsed,
-            Err(error) => {
-                self.metrics
-                    .rejected_invalid
-                    .fetch_add(1, Ordering::Relaxed);
-                return responder.json_with(error.status, &error.openai_body(), &error.headers());
-            }
-        };
-        log_ignored("/v1/chat/completions", &parsed.ignored);
-        warn_dropped(
-            "/v1/chat/completions",
-            &parsed.kinds.dropped,
-            &mut responder,
-        );
-        if let Err(error) = local_sampling(loaded, &mut parsed.work.sampling) {
-            return self.refuse(responder, &error);
-        }
-        let verbose = (parsed.work.sampling.telemetry.prompt)
-            .then(|| native::Answer::verbose(parsed.model.clone(), parsed.work.sampling.clone()));
-        let answer = Answer::OpenAi(openai::Answer {
-            id: self.new_id("chatcmpl-"),
-            created: now_secs(),
-            model: parsed.model,
-            include_usage: parsed.include_usage,
-            logprobs: parsed.work.sampling.logprobs.is_some(),
-            kinds: parsed.kinds,
-            verbose,
-        });
-        self.serve(
-            loaded,
-            answer,
-            parsed.work,
-            parsed.n,
-            parsed.stream,
-            responder,
-        );
-    }
-
-    fn completions(&self, request: &Request, responder: Responder) {
-        self.metrics
-            .completions_requests
-            .fetch_add(1, Ordering::Relaxed);
-        let Some((loaded, model, responder)) = self.local_model("/v1/completions", responder)
-        else {
-            return;
-        };
-        let n_vocab = model.props().n_vocab;
-        let mut parsed = match completions::parse(&request.body, &loaded.defaults, n_vocab) {
-            Ok(parsed) => parsed,
-            Err(error) => return self.refuse(responder, &error),
-        };
-        log_ignored("/v1/completions", &parsed.ignored);
-        if let Err(error) = local_sampling(loaded, &mut parsed.work.sampling) {
-            return self.refuse(responder, &error);
-        }
-        let answer = Answer::Text(completions::Answer {
-            id: self.new_id("cmpl-"),
-            created: now_secs(),
-            model: parsed.model,
-            include_usage: parsed.include_usage,
-            logprobs: parsed.work.sampling.logprobs.is_some(),
-            offsets: std::cell::RefCell::new(Vec::new()),
-        });
-        self.serve(
-            loaded,
-            answer,
-            parsed.work,
-            parsed.n,
-            parsed.stream,
-            responder,
-        );
-    }
-
     /// A request refused before any work: counted, answered in OpenAI's shape.
     fn refuse(&self, responder: Responder, error: &ApiError) {
         self.metrics
@@ -479,137 +347,6 @@ impl ApiServer {
                 None
             }
         }
-    }
-
-    fn tokenize(&self, request: &Request, responder: Responder) {
-        self.metrics
-            .tokenize_requests
-            .fetch_add(1, Ordering::Relaxed);
-        let Some((_, model, responder)) = self.local_model("/tokenize", responder) else {
-            return;
-        };
-        match local::tokenize(model, &request.body) {
-            Ok(tokens) => responder.json(200, &tokens),
-            Err(error) => self.refuse(responder, &error),
-        }
-    }
-
-    /// Anthropic's `POST /v1/messages/count_tokens` and llama-server's
-    /// `POST /v1/chat/completions/input_tokens` and `/v1/responses/input_tokens` (a
-    /// chat completion or Responses request): the request's prompt as the model
-    /// would read it (template and tools included), `{"input_tokens": N}` (with
-    /// llama-server's `object` on the OpenAI routes); errors in the route's dialect.
-    fn count_tokens(&self, request: &Request, responder: Responder, route: CountRoute) {
-        self.metrics
-            .tokenize_requests
-            .fetch_add(1, Ordering::Relaxed);
-        let path = match route {
-            CountRoute::Messages => "/v1/messages/count_tokens",
-            CountRoute::Chat => "/v1/chat/completions/input_tokens",
-            CountRoute::Responses => "/v1/responses/input_tokens",
-        };
-        let Some((loaded, model, responder)) = self.local_model(path, responder) else {
-            return;
-        };
-        let work = match route {
-            CountRoute::Messages => anthropic::parse_count(&request.body, &loaded.defaults),
-            CountRoute::Chat => {
-                openai::parse(&request.body, &loaded.defaults).map(|parsed| parsed.work)
-            }
-            CountRoute::Responses => {
-                responses::parse(&request.body, &loaded.defaults, &self.responses)
-                    .map(|parsed| parsed.work)
-            }
-        };
-        let counted = work.and_then(|work| {
-            model
-                .count_chat(&work.session, work.tools)
-                .map_err(|e| local::from_model(e, "messages"))
-        });
-        match (counted, route) {
-            (Ok(n), CountRoute::Messages) => {
-                responder.json(200, &serde_json::json!({ "input_tokens": n }))
-            }
-            (Ok(n), _) => responder.json(
-                200,
-                &serde_json::json!({ "object": "response.input_tokens", "input_tokens": n }),
-            ),
-            (Err(error), CountRoute::Messages) => {
-                responder.json_with(error.status, &error.anthropic_body(), &error.headers())
-            }
-            (Err(error), _) => self.refuse(responder, &error),
-        }
-    }
-
-    fn detokenize(&self, request: &Request, responder: Responder) {
-        self.metrics
-            .tokenize_requests
-            .fetch_add(1, Ordering::Relaxed);
-        let Some((_, model, responder)) = self.local_model("/detokenize", responder) else {
-            return;
-        };
-        match local::detokenize(model, &request.body) {
-            Ok(content) => responder.json(200, &content),
-            Err(error) => self.refuse(responder, &error),
-        }
-    }
-
-    /// `GET /slots` (a 501 with `--no-slots`, llama-server's words), and
-    /// `POST /slots/{id}?action=...` (see [`local::slot_action`]).
-    fn slots(&self, request: &Request, responder: Responder) {
-        if request.method == "GET" && !self.slots {
-            let message = "This server does not support slots endpoint. Start it with `--slots`";
-            return self.refuse(
-                responder,
-                &ApiError::new(501, "not_supported_error", message),
-            );
-        }
-        let Some((_, model, responder)) = self.local_model("/slots", responder) else {
-            return;
-        };
-        let answer = match request.method.as_str() {
-            "GET" => local::slots(model),
-            _ => {
-                let id = request.path.trim_start_matches("/slots/");
-                local::slot_action(model, id, request)
-            }
-        };
-        match answer {
-            Ok(body) => responder.json(200, &body),
-            Err(error) => self.refuse(responder, &error),
-        }
-    }
-
-    fn props(&self, responder: Responder) {
-        let Some((loaded, model, responder)) = self.local_model("/props", responder) else {
-            return;
-        };
-        responder.json(200, &local::props(model, &loaded.defaults));
-    }
-
-    fn messages(&self, request: &Request, responder: Responder) {
-        self.metrics
-            .messages_requests
-            .fetch_add(1, Ordering::Relaxed);
-        let Some((loaded, mut responder)) = self.loaded(responder) else {
-            return;
-        };
-        let parsed = match anthropic::parse(&request.body, &loaded.defaults) {
-            Ok(parsed) => parsed,
-            Err(error) => {
-                self.metrics
-                    .rejected_invalid
-                    .fetch_add(1, Ordering::Relaxed);
-                return responder.json_with(
-                    error.status,
-                    &error.anthropic_body(),
-                    &error.headers(),
-                );
-            }
-        };
-        warn_dropped("/v1/messages", &parsed.dropped, &mut responder);
-        let answer = Answer::Anthropic(anthropic::Answer::new(self.new_id("msg_"), parsed.model));
-        self.serve(loaded, answer, parsed.work, 1, parsed.stream, responder);
     }
 }
 
@@ -735,14 +472,6 @@ impl Handler for ApiServer {
             }
         }
     }
-}
-
-/// Which route counts a prompt's tokens: their requests and answers differ.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum CountRoute {
-    Chat,
-    Messages,
-    Responses,
 }
 
 impl ApiServer {

@@ -14,6 +14,7 @@
 //! `message_stop`.
 
 use std::io;
+use std::sync::atomic::Ordering;
 
 use serde_json::{Map, Value};
 
@@ -24,12 +25,14 @@ use super::pool::Work;
 use super::text::{Assembler, Piece};
 use super::tool_types::{self, ToolKinds};
 use super::wire::anthropic as wire;
+use super::wire::openai::Timings;
 use super::wire::{encode, Null};
-use super::{Defaults, Usage};
+use super::writer::ReplyWriter;
+use super::{warn_dropped, ApiServer, Defaults, Usage};
 use crate::backend::{Reply, ToolChoice};
-use crate::core::{FinishReason, Message, Session, ToolCall};
+use crate::core::{FinishReason, Message, Session, TokenLogprobs, ToolCall};
 use crate::core::{Image, ToolSpec};
-use crate::frontend::http::SseStream;
+use crate::frontend::http::{Request, Responder, SseStream};
 
 #[derive(Debug)]
 pub struct MessagesRequest {
@@ -339,7 +342,7 @@ fn tool_choice(f: &Fields<'_>, tools: &[ToolSpec]) -> Result<ToolChoice, ApiErro
 // ---------------------------------------------------------------------------
 // Answers.
 
-pub struct Answer {
+pub struct MessagesWriter {
     pub id: String,
     pub model: String,
     /// Index of the open content block and its type.
@@ -358,9 +361,9 @@ fn stop_reason(reply: &Reply) -> &'static str {
     }
 }
 
-impl Answer {
-    pub fn new(id: String, model: String) -> Answer {
-        Answer {
+impl MessagesWriter {
+    pub fn new(id: String, model: String) -> MessagesWriter {
+        MessagesWriter {
             id,
             model,
             open: None,
@@ -370,12 +373,6 @@ impl Answer {
 
     fn send(sse: &mut SseStream, event: &wire::Event<'_>) -> io::Result<()> {
         sse.send_event(event.name(), &encode(event))
-    }
-
-    /// `message_start`, with the prompt's tokens when the backend said them
-    /// before its first output (`prefilled`: the prompt and its cached part).
-    pub fn start(&self, sse: &mut SseStream, prefilled: Option<(u64, u64)>) -> io::Result<()> {
-        Self::send(sse, &self.opening(prefilled))
     }
 
     /// `message_start`: the message, empty; the input as far as known.
@@ -433,58 +430,6 @@ impl Answer {
         Ok(())
     }
 
-    pub fn piece(&mut self, sse: &mut SseStream, piece: Piece) -> io::Result<()> {
-        let (kind, delta) = match &piece {
-            Piece::Text(text) => ("text", wire::BlockDelta::Text { text }),
-            Piece::Reasoning(text) => ("thinking", wire::BlockDelta::Thinking { thinking: text }),
-        };
-        let index = self.block(sse, kind)?;
-        Self::send(sse, &wire::Event::ContentBlockDelta { index, delta })
-    }
-
-    pub fn finish(&mut self, sse: &mut SseStream, reply: &Reply, usage: &Usage) -> io::Result<()> {
-        self.close(sse)?;
-        let no_input = Value::Object(Map::new());
-        for call in &reply.tool_calls {
-            let index = self.next_index;
-            self.next_index += 1;
-            let content_block = wire::Block::ToolUse {
-                id: self.tool_use_id(&call.id),
-                name: &call.name,
-                input: &no_input,
-            };
-            Self::send(
-                sse,
-                &wire::Event::ContentBlockStart {
-                    index,
-                    content_block,
-                },
-            )?;
-            let delta = wire::BlockDelta::InputJson {
-                partial_json: call.arguments.to_string(),
-            };
-            Self::send(sse, &wire::Event::ContentBlockDelta { index, delta })?;
-            Self::send(sse, &wire::Event::ContentBlockStop { index })?;
-        }
-        Self::send(
-            sse,
-            &wire::Event::MessageDelta {
-                delta: wire::StopDelta {
-                    stop_reason: stop_reason(reply),
-                    stop_sequence: reply.stop_sequence.as_deref(),
-                },
-                // Cumulative, as Anthropic's are: the input is known only now (the
-                // `message_start` went out before the prompt was read).
-                usage: wire::Usage {
-                    input_tokens: Some(uncached_input(usage)),
-                    output_tokens: usage.completion,
-                    cache_read_input_tokens: Some(usage.cached.unwrap_or(0)),
-                },
-            },
-        )?;
-        Self::send(sse, &wire::Event::MessageStop)
-    }
-
     /// The `tool_use` id of a call: a provider's own id as it came; one shepherd
     /// made up for the reply (`call_N`, the same in every turn) made unique to
     /// this message (`toolu_<message>_N`), as Anthropic's ids are, so that no two
@@ -497,10 +442,6 @@ impl Answer {
             }
             _ => std::borrow::Cow::Borrowed(id),
         }
-    }
-
-    pub fn fail(&self, sse: &mut SseStream, error: &ApiError) -> io::Result<()> {
-        sse.send_event("error", &encode(&error.anthropic_body()))
     }
 
     pub fn whole<'a>(
@@ -543,10 +484,131 @@ impl Answer {
     }
 }
 
+impl ReplyWriter for MessagesWriter {
+    /// `message_start`, with the prompt's tokens when the backend said them
+    /// before its first output (`prefilled`: the prompt and its cached part).
+    fn start(
+        &mut self,
+        sse: &mut SseStream,
+        _choice: u32,
+        prefilled: Option<(u64, u64)>,
+    ) -> io::Result<()> {
+        Self::send(sse, &self.opening(prefilled))
+    }
+    fn piece(
+        &mut self,
+        sse: &mut SseStream,
+        _choice: u32,
+        piece: Piece,
+        _logprobs: &[TokenLogprobs],
+        _timings: Option<Timings>,
+    ) -> io::Result<()> {
+        let (kind, delta) = match &piece {
+            Piece::Text(text) => ("text", wire::BlockDelta::Text { text }),
+            Piece::Reasoning(text) => ("thinking", wire::BlockDelta::Thinking { thinking: text }),
+        };
+        let index = self.block(sse, kind)?;
+        Self::send(sse, &wire::Event::ContentBlockDelta { index, delta })
+    }
+    fn finish(
+        &mut self,
+        sse: &mut SseStream,
+        _choice: u32,
+        reply: &Reply,
+        usage: &Usage,
+    ) -> io::Result<()> {
+        self.close(sse)?;
+        let no_input = Value::Object(Map::new());
+        for call in &reply.tool_calls {
+            let index = self.next_index;
+            self.next_index += 1;
+            let content_block = wire::Block::ToolUse {
+                id: self.tool_use_id(&call.id),
+                name: &call.name,
+                input: &no_input,
+            };
+            Self::send(
+                sse,
+                &wire::Event::ContentBlockStart {
+                    index,
+                    content_block,
+                },
+            )?;
+            let delta = wire::BlockDelta::InputJson {
+                partial_json: call.arguments.to_string(),
+            };
+            Self::send(sse, &wire::Event::ContentBlockDelta { index, delta })?;
+            Self::send(sse, &wire::Event::ContentBlockStop { index })?;
+        }
+        Self::send(
+            sse,
+            &wire::Event::MessageDelta {
+                delta: wire::StopDelta {
+                    stop_reason: stop_reason(reply),
+                    stop_sequence: reply.stop_sequence.as_deref(),
+                },
+                // Cumulative, as Anthropic's are: the input is known only now (the
+                // `message_start` went out before the prompt was read).
+                usage: wire::Usage {
+                    input_tokens: Some(uncached_input(usage)),
+                    output_tokens: usage.completion,
+                    cache_read_input_tokens: Some(usage.cached.unwrap_or(0)),
+                },
+            },
+        )?;
+        Self::send(sse, &wire::Event::MessageStop)
+    }
+    fn fail(&mut self, sse: &mut SseStream, error: &ApiError) -> io::Result<()> {
+        sse.send_event("error", &encode(&error.anthropic_body()))
+    }
+
+    fn error(&self, responder: Responder, error: &ApiError) {
+        responder.json_with(error.status, &error.anthropic_body(), &error.headers());
+    }
+
+    fn respond(
+        &self,
+        responder: Responder,
+        (text, reply): (&Assembler, &Reply),
+        _choices: &[(Assembler, Reply)],
+        usage: &Usage,
+    ) {
+        responder.json(200, &self.whole(text, reply, usage));
+    }
+}
+
 /// Anthropic counts the input read from the cache apart: `input_tokens` plus
 /// `cache_read_input_tokens` is the whole prompt, so neither counts it twice.
 fn uncached_input(usage: &Usage) -> u64 {
     usage.prompt.saturating_sub(usage.cached.unwrap_or(0))
+}
+
+impl ApiServer {
+    /// `POST /v1/messages`.
+    pub(super) fn messages(&self, request: &Request, responder: Responder) {
+        self.metrics
+            .messages_requests
+            .fetch_add(1, Ordering::Relaxed);
+        let Some((loaded, mut responder)) = self.loaded(responder) else {
+            return;
+        };
+        let parsed = match parse(&request.body, &loaded.defaults) {
+            Ok(parsed) => parsed,
+            Err(error) => {
+                self.metrics
+                    .rejected_invalid
+                    .fetch_add(1, Ordering::Relaxed);
+                return responder.json_with(
+                    error.status,
+                    &error.anthropic_body(),
+                    &error.headers(),
+                );
+            }
+        };
+        warn_dropped("/v1/messages", &parsed.dropped, &mut responder);
+        let answer = MessagesWriter::new(self.new_id("msg_"), parsed.model);
+        self.serve(loaded, answer, parsed.work, 1, parsed.stream, responder);
+    }
 }
 
 #[cfg(test)]
@@ -765,7 +827,7 @@ mod tests {
 
     #[test]
     fn a_whole_message_has_its_blocks_in_order() {
-        let a = Answer::new("msg_1".into(), "m".into());
+        let a = MessagesWriter::new("msg_1".into(), "m".into());
         let mut text = Assembler::new();
         text.reasoning = "hmm".into();
         text.text = "checking".into();
@@ -817,7 +879,7 @@ mod tests {
 
     #[test]
     fn stream_events_are_typed_by_their_name() {
-        let a = Answer::new("msg_1".into(), "m".into());
+        let a = MessagesWriter::new("msg_1".into(), "m".into());
         let start = a.opening(None);
         assert_eq!(start.name(), "message_start");
         assert_eq!(
@@ -938,8 +1000,8 @@ mod tests {
 
     #[test]
     fn made_up_call_ids_are_unique_to_their_message_and_provider_ids_kept() {
-        let first = Answer::new("msg_7".into(), "m".into());
-        let second = Answer::new("msg_8".into(), "m".into());
+        let first = MessagesWriter::new("msg_7".into(), "m".into());
+        let second = MessagesWriter::new("msg_8".into(), "m".into());
         assert_eq!(first.tool_use_id("call_0"), "toolu_7_0");
         assert_eq!(second.tool_use_id("call_0"), "toolu_8_0");
         assert_eq!(first.tool_use_id("toolu_01AbC"), "toolu_01AbC");

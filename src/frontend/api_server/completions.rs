@@ -4,7 +4,7 @@
 //! The prompt is continued as it is: no chat template, no system prompt, no
 //! tools, no output filter (the backend's raw-prompt path,
 //! [`Backend::complete`](crate::backend::Backend::complete)). Sampling fields
-//! are chat completions' ([`openai::sampling`]), `logprobs` (0 to 20
+//! are chat completions' ([`sampling_fields::sampling`]), `logprobs` (0 to 20
 //! alternatives) is reported in the legacy shape (`tokens`, `token_logprobs`,
 //! `top_logprobs`, `text_offset`); what this server cannot do (`echo`,
 //! `suffix`, `best_of` above `n`) is a 400
@@ -15,21 +15,24 @@
 
 use std::cell::RefCell;
 use std::io;
+use std::sync::atomic::Ordering;
 
 use serde_json::{Map, Value};
 
 use super::error::ApiError;
 use super::fields::{json_body, unknown_fields, Fields};
 use super::images::Images;
-use super::openai::{self, finish_reason, wire_timings, wire_usage};
 use super::pool::Work;
+use super::sampling_fields;
 use super::text::{Assembler, Piece};
 use super::wire::encode;
 use super::wire::openai as wire;
-use super::{Defaults, Usage};
+use super::wire::openai::{finish_reason, wire_timings, wire_usage};
+use super::writer::ReplyWriter;
+use super::{local_sampling, log_ignored, now_secs, ApiServer, Defaults, Usage};
 use crate::backend::{PromptPart, Reply, ToolChoice, MEDIA_MARKER};
 use crate::core::{Session, TokenLogprobs};
-use crate::frontend::http::SseStream;
+use crate::frontend::http::{Request, Responder, SseStream};
 
 /// A checked `/v1/completions` request.
 #[derive(Debug)]
@@ -90,11 +93,13 @@ pub fn parse(
     let model = f.str("model")?.unwrap_or(&defaults.model).to_string();
     let prompt = prompt(&f, n_vocab, &mut Images::new(&defaults.image_urls))?;
     let stream = f.bool("stream")?.unwrap_or(false);
-    let include_usage = openai::stream_options(&f, stream)?;
-    let n = f.integer("n", 1, openai::MAX_CHOICES)?.unwrap_or(1);
+    let include_usage = sampling_fields::stream_options(&f, stream)?;
+    let n = f
+        .integer("n", 1, sampling_fields::MAX_CHOICES)?
+        .unwrap_or(1);
     // `best_of` generates more and returns the `n` likeliest; only all of them
     // (the same number) is what this server does.
-    if f.integer("best_of", 1, openai::MAX_CHOICES)?
+    if f.integer("best_of", 1, sampling_fields::MAX_CHOICES)?
         .is_some_and(|b| b != n)
     {
         return Err(ApiError::invalid(
@@ -107,7 +112,7 @@ pub fn parse(
     f.unsupported("suffix", &[Value::String(String::new())])?;
     f.unsupported("use_tools", &[Value::Bool(false)])?;
     f.unsupported("response_format", &[])?;
-    let mut sampling = openai::sampling(&f, defaults)?;
+    let mut sampling = sampling_fields::sampling(&f, defaults)?;
     sampling.logprobs = logprobs.map(|n| n as u32);
     Ok(CompletionRequest {
         work: Work {
@@ -300,7 +305,7 @@ fn mixed(items: &[Value], n_vocab: i32) -> Option<Result<Vec<PromptPart>, ApiErr
 
 /// How one text completion is answered, whole or streamed.
 #[derive(Debug)]
-pub struct Answer {
+pub struct TextWriter {
     pub id: String,
     pub created: u64,
     pub model: String,
@@ -336,7 +341,7 @@ fn text_logprobs(probs: &[TokenLogprobs], mut offset: usize) -> (wire::TextLogpr
     (out, offset)
 }
 
-impl Answer {
+impl TextWriter {
     /// `logprobs` for the tokens `probs` of choice `index`, whose text so far
     /// (`offset` is where the next token starts) came in streamed chunks;
     /// `None` unless asked for.
@@ -377,60 +382,6 @@ impl Answer {
         }
     }
 
-    /// Text completions have no opening chunk (no role).
-    pub fn start(&self, _sse: &mut SseStream, _index: u32) -> io::Result<()> {
-        Ok(())
-    }
-
-    pub fn piece(
-        &self,
-        sse: &mut SseStream,
-        index: u32,
-        piece: Piece,
-        logprobs: &[TokenLogprobs],
-    ) -> io::Result<()> {
-        match piece {
-            Piece::Text(text) => {
-                let mut chunk = self.chunk(index, &text, None);
-                chunk.choices[0].logprobs = self.logprobs(index, logprobs);
-                sse.send(&encode(&chunk))
-            }
-            // The raw path has no output filter, so no reasoning is ever split off.
-            Piece::Reasoning(_) => Ok(()),
-        }
-    }
-
-    /// Choice `index`'s finish reason, with the generation's `timings`.
-    pub fn finish_choice(
-        &self,
-        sse: &mut SseStream,
-        index: u32,
-        reply: &Reply,
-        usage: &Usage,
-    ) -> io::Result<()> {
-        let last = wire::TextCompletion {
-            timings: wire_timings(usage),
-            ..self.chunk(index, "", Some(finish_reason(reply)))
-        };
-        sse.send(&encode(&last))
-    }
-
-    /// The usage chunk when asked for (every choice's), and `[DONE]`.
-    pub fn end(&self, sse: &mut SseStream, usage: &Usage) -> io::Result<()> {
-        if self.include_usage {
-            let chunk = wire::TextUsageChunk {
-                id: &self.id,
-                object: "text_completion",
-                created: self.created,
-                model: &self.model,
-                choices: [],
-                usage: wire_usage(usage),
-            };
-            sse.send(&encode(&chunk))?;
-        }
-        sse.send("[DONE]")
-    }
-
     /// The whole `text_completion` of `choices`, in order.
     pub fn whole<'a>(
         &'a self,
@@ -452,6 +403,104 @@ impl Answer {
             choices,
             ..self.chunk(0, "", None)
         }
+    }
+}
+
+impl ReplyWriter for TextWriter {
+    fn piece(
+        &mut self,
+        sse: &mut SseStream,
+        index: u32,
+        piece: Piece,
+        logprobs: &[TokenLogprobs],
+        _timings: Option<wire::Timings>,
+    ) -> io::Result<()> {
+        match piece {
+            Piece::Text(text) => {
+                let mut chunk = self.chunk(index, &text, None);
+                chunk.choices[0].logprobs = self.logprobs(index, logprobs);
+                sse.send(&encode(&chunk))
+            }
+            // The raw path has no output filter, so no reasoning is ever split off.
+            Piece::Reasoning(_) => Ok(()),
+        }
+    }
+    /// Choice `index`'s finish reason, with the generation's `timings`.
+    fn finish(
+        &mut self,
+        sse: &mut SseStream,
+        index: u32,
+        reply: &Reply,
+        usage: &Usage,
+    ) -> io::Result<()> {
+        let last = wire::TextCompletion {
+            timings: wire_timings(usage),
+            ..self.chunk(index, "", Some(finish_reason(reply)))
+        };
+        sse.send(&encode(&last))
+    }
+    /// The usage chunk when asked for (every choice's), and `[DONE]`.
+    fn end(&mut self, sse: &mut SseStream, usage: &Usage) -> io::Result<()> {
+        if self.include_usage {
+            let chunk = wire::TextUsageChunk {
+                id: &self.id,
+                object: "text_completion",
+                created: self.created,
+                model: &self.model,
+                choices: [],
+                usage: wire_usage(usage),
+            };
+            sse.send(&encode(&chunk))?;
+        }
+        sse.send("[DONE]")
+    }
+
+    fn respond(
+        &self,
+        responder: Responder,
+        _first: (&Assembler, &Reply),
+        choices: &[(Assembler, Reply)],
+        usage: &Usage,
+    ) {
+        responder.json(200, &self.whole(choices, usage));
+    }
+}
+
+impl ApiServer {
+    /// `POST /v1/completions`.
+    pub(super) fn completions(&self, request: &Request, responder: Responder) {
+        self.metrics
+            .completions_requests
+            .fetch_add(1, Ordering::Relaxed);
+        let Some((loaded, model, responder)) = self.local_model("/v1/completions", responder)
+        else {
+            return;
+        };
+        let n_vocab = model.props().n_vocab;
+        let mut parsed = match parse(&request.body, &loaded.defaults, n_vocab) {
+            Ok(parsed) => parsed,
+            Err(error) => return self.refuse(responder, &error),
+        };
+        log_ignored("/v1/completions", &parsed.ignored);
+        if let Err(error) = local_sampling(loaded, &mut parsed.work.sampling) {
+            return self.refuse(responder, &error);
+        }
+        let answer = TextWriter {
+            id: self.new_id("cmpl-"),
+            created: now_secs(),
+            model: parsed.model,
+            include_usage: parsed.include_usage,
+            logprobs: parsed.work.sampling.logprobs.is_some(),
+            offsets: std::cell::RefCell::new(Vec::new()),
+        };
+        self.serve(
+            loaded,
+            answer,
+            parsed.work,
+            parsed.n,
+            parsed.stream,
+            responder,
+        );
     }
 }
 

@@ -88,13 +88,6 @@ impl ApiError {
         }
     }
 
-    /// Ollama's `{"error": "message"}`.
-    pub fn ollama_body(&self) -> super::ollama::wire::Error<'_> {
-        super::ollama::wire::Error {
-            error: &self.message,
-        }
-    }
-
     /// Extra headers of the answer.
     pub fn headers(&self) -> Vec<(&'static str, String)> {
         self.retry_after

@@ -19,9 +19,8 @@ use super::fields::{json_body, only_known, Fields};
 use super::wire::{llama as lwire, openai as owire};
 use super::Defaults;
 use crate::backend::llamacpp::{EmbedInput, LocalModel, ModelError, SlotReport};
-use crate::backend::Sampling;
 use crate::frontend::http::{Request, Responder};
-use crate::llama::{SamplerParams, Token};
+use crate::llama::Token;
 
 /// Most inputs one embeddings request may carry (OpenAI's limit).
 pub(super) const MAX_INPUTS: usize = 2048;
@@ -329,7 +328,7 @@ pub fn props<'a>(model: &'a LocalModel, defaults: &'a Defaults) -> lwire::Props<
     lwire::Props {
         default_generation_settings: lwire::GenerationSettings {
             n_ctx: props.n_ctx_slot,
-            params: params(&defaults.sampling),
+            params: lwire::params(&defaults.sampling),
         },
         total_slots: props.slots,
         model_alias: &defaults.model,
@@ -364,7 +363,7 @@ pub fn slots(model: &LocalModel) -> Result<Value, ApiError> {
                 n_prompt_tokens: s.n_cached,
                 n_prompt_tokens_processed: t.n_prompt_processed,
                 n_prompt_tokens_cache: t.n_prompt_cached,
-                params: params(&t.sampling),
+                params: lwire::params(&t.sampling),
                 next_token: [lwire::NextToken {
                     has_next_token: t.has_next_token,
                     has_new_line: t.has_new_line,
@@ -430,32 +429,6 @@ pub fn slot_action(model: &LocalModel, id: &str, request: &Request) -> Result<Va
         },
     };
     Ok(serde_json::to_value(&done).unwrap_or_default())
-}
-
-/// The sampling `sampling` comes to, llama.cpp's defaults filled in for what it
-/// leaves out (`/props`, and `/completion`'s `generation_settings`).
-pub fn params(sampling: &Sampling) -> lwire::Params<'_> {
-    let fallback = SamplerParams::default();
-    lwire::Params {
-        temperature: sampling.temperature.unwrap_or(fallback.temperature),
-        top_k: sampling
-            .top_k
-            .map_or(fallback.top_k, |k| i32::try_from(k).unwrap_or(i32::MAX)),
-        top_p: sampling.top_p.unwrap_or(fallback.top_p),
-        min_p: sampling.min_p.unwrap_or(fallback.min_p),
-        repeat_penalty: sampling.repeat_penalty.unwrap_or(fallback.repeat_penalty),
-        repeat_last_n: sampling.repeat_last_n.unwrap_or(fallback.penalty_last_n),
-        presence_penalty: (sampling.presence_penalty).unwrap_or(fallback.presence_penalty),
-        frequency_penalty: (sampling.frequency_penalty).unwrap_or(fallback.frequency_penalty),
-        n_predict: sampling.max_tokens.map_or(-1, i64::from),
-        max_tokens: sampling.max_tokens.map_or(-1, i64::from),
-        n_probs: sampling.logprobs.unwrap_or(0),
-        seed: sampling.seed.unwrap_or(u64::from(fallback.seed)),
-        stop: &sampling.stop,
-        logit_bias: (sampling.logit_bias.iter())
-            .map(|&(token, bias)| lwire::Bias { bias, token })
-            .collect(),
-    }
 }
 
 impl super::ApiServer {

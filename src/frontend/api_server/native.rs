@@ -36,13 +36,15 @@ use super::completions::prompts;
 use super::error::ApiError;
 use super::fields::{json_body, unknown_fields, Fields};
 use super::images::Images;
-use super::local;
-use super::openai::{self, wire_logprobs, wire_timings};
+use super::sampling_fields;
+
 use super::pool::Work;
 use super::text::{Assembler, Piece};
 use super::wire::encode;
 use super::wire::llama as wire;
 use super::wire::openai::Timings;
+use super::wire::openai::{wire_logprobs, wire_progress, wire_timings};
+use super::writer::ReplyWriter;
 use super::{Defaults, Usage};
 use crate::backend::llamacpp::LocalModel;
 use crate::backend::{Infill, PromptPart, Reply, Sampling, ToolChoice};
@@ -154,8 +156,8 @@ fn parse_with(
     let stream = f.bool("stream")?.unwrap_or(false);
     let n_probs = f.integer("n_probs", 0, 100)?.filter(|&n| n > 0);
     let return_tokens = f.bool("return_tokens")?.unwrap_or(false);
-    let mut sampling = openai::sampling(&f, defaults)?;
-    sampling.telemetry = openai::telemetry(&f, stream)?;
+    let mut sampling = sampling_fields::sampling(&f, defaults)?;
+    sampling.telemetry = sampling_fields::telemetry(&f, stream)?;
     // The ids come with the probabilities; with `return_tokens` alone no
     // alternatives are looked up.
     sampling.logprobs = n_probs.map(|n| n as u32).or(return_tokens.then_some(0));
@@ -180,7 +182,7 @@ fn parse_with(
 
 /// How one `/completion` is answered, whole or streamed.
 #[derive(Debug)]
-pub struct Answer {
+pub struct NativeWriter {
     pub model: String,
     /// Each prompt as text (token ids written out), as llama-server echoes it.
     pub prompts: Vec<String>,
@@ -223,10 +225,10 @@ fn stop_type(reply: &Reply) -> (&'static str, &str) {
     }
 }
 
-impl Answer {
+impl NativeWriter {
     /// The native answer chat's `__verbose` repeats (its prompt given with it).
-    pub fn verbose(model: String, sampling: Sampling) -> Answer {
-        Answer {
+    pub fn verbose(model: String, sampling: Sampling) -> NativeWriter {
+        NativeWriter {
             model,
             prompts: Vec::new(),
             sampling,
@@ -234,11 +236,6 @@ impl Answer {
             post_sampling: false,
             return_tokens: false,
         }
-    }
-
-    /// Nothing opens a llama-server stream.
-    pub fn start(&self, _sse: &mut SseStream) -> io::Result<()> {
-        Ok(())
     }
 
     /// The ids of `probs` with `return_tokens`, else none.
@@ -258,70 +255,6 @@ impl Answer {
             false => wire::Probabilities::Log(wire_logprobs(probs)),
             true => wire::Probabilities::Post(post_probs(probs)),
         })
-    }
-
-    pub fn piece(
-        &self,
-        sse: &mut SseStream,
-        index: u32,
-        piece: Piece,
-        logprobs: &[TokenLogprobs],
-        timings: Option<Timings>,
-    ) -> io::Result<()> {
-        match piece {
-            Piece::Text(content) => sse.send(&encode(&wire::CompletionChunk {
-                index,
-                content: &content,
-                tokens: self.tokens(logprobs),
-                stop: false,
-                id_slot: -1,
-                completion_probabilities: self.probabilities(logprobs),
-                timings,
-                prompt_progress: None,
-            })),
-            // The raw path has no output filter, so no reasoning is ever split off.
-            Piece::Reasoning(_) => Ok(()),
-        }
-    }
-
-    /// How far prompt `index` is: a chunk with no content and `prompt_progress`.
-    pub fn progress(
-        &self,
-        sse: &mut SseStream,
-        index: u32,
-        prompt: &PromptProgress,
-        timings: Option<Timings>,
-    ) -> io::Result<()> {
-        sse.send(&encode(&wire::CompletionChunk {
-            index,
-            content: "",
-            tokens: Vec::new(),
-            stop: false,
-            id_slot: -1,
-            completion_probabilities: None,
-            timings,
-            prompt_progress: Some(openai::wire_progress(prompt)),
-        }))
-    }
-
-    /// Prompt `index`'s last chunk: `"stop": true`, empty content (it was
-    /// streamed), the figures.
-    pub fn finish(
-        &self,
-        sse: &mut SseStream,
-        index: u32,
-        reply: &Reply,
-        usage: &Usage,
-    ) -> io::Result<()> {
-        let prompt = self.prompt(index);
-        sse.send(&encode(&self.completion(
-            index,
-            prompt,
-            "",
-            &[],
-            reply,
-            usage,
-        )))
     }
 
     /// Prompt `index` as llama-server echoes it.
@@ -350,7 +283,7 @@ impl Answer {
             model: &self.model,
             tokens_predicted: usage.completion,
             tokens_evaluated: usage.prompt,
-            generation_settings: local::params(&self.sampling),
+            generation_settings: wire::params(&self.sampling),
             prompt,
             has_new_line: content.contains('\n'),
             truncated: false,
@@ -379,6 +312,80 @@ impl Answer {
             1 if all.len() == 1 => wire::Completions::One(Box::new(all.remove(0))),
             _ => wire::Completions::Many(all),
         }
+    }
+}
+
+impl ReplyWriter for NativeWriter {
+    fn piece(
+        &mut self,
+        sse: &mut SseStream,
+        index: u32,
+        piece: Piece,
+        logprobs: &[TokenLogprobs],
+        timings: Option<Timings>,
+    ) -> io::Result<()> {
+        match piece {
+            Piece::Text(content) => sse.send(&encode(&wire::CompletionChunk {
+                index,
+                content: &content,
+                tokens: self.tokens(logprobs),
+                stop: false,
+                id_slot: -1,
+                completion_probabilities: self.probabilities(logprobs),
+                timings,
+                prompt_progress: None,
+            })),
+            // The raw path has no output filter, so no reasoning is ever split off.
+            Piece::Reasoning(_) => Ok(()),
+        }
+    }
+    /// How far prompt `index` is: a chunk with no content and `prompt_progress`.
+    fn progress(
+        &mut self,
+        sse: &mut SseStream,
+        index: u32,
+        prompt: &PromptProgress,
+        timings: Option<Timings>,
+    ) -> io::Result<()> {
+        sse.send(&encode(&wire::CompletionChunk {
+            index,
+            content: "",
+            tokens: Vec::new(),
+            stop: false,
+            id_slot: -1,
+            completion_probabilities: None,
+            timings,
+            prompt_progress: Some(wire_progress(prompt)),
+        }))
+    }
+    /// Prompt `index`'s last chunk: `"stop": true`, empty content (it was
+    /// streamed), the figures.
+    fn finish(
+        &mut self,
+        sse: &mut SseStream,
+        index: u32,
+        reply: &Reply,
+        usage: &Usage,
+    ) -> io::Result<()> {
+        let prompt = self.prompt(index);
+        sse.send(&encode(&self.completion(
+            index,
+            prompt,
+            "",
+            &[],
+            reply,
+            usage,
+        )))
+    }
+
+    fn respond(
+        &self,
+        responder: Responder,
+        _first: (&Assembler, &Reply),
+        choices: &[(Assembler, Reply)],
+        _usage: &Usage,
+    ) {
+        responder.json(200, &self.whole(choices));
     }
 }
 
@@ -470,14 +477,14 @@ impl super::ApiServer {
                 })
             })
             .collect();
-        let answer = super::serve::Answer::Native(Answer {
+        let answer = NativeWriter {
             model: loaded.defaults.model.clone(),
             prompts,
             sampling: parsed.work.sampling.clone(),
             n_probs: parsed.n_probs,
             post_sampling: parsed.post_sampling,
             return_tokens: parsed.return_tokens,
-        });
+        };
         let works = (parsed.prompts.into_iter())
             .map(|parts| Work {
                 raw_prompt: Some(parts),
@@ -485,40 +492,6 @@ impl super::ApiServer {
             })
             .collect();
         self.serve_each(loaded, answer, works, "prompt", parsed.stream, responder);
-    }
-
-    /// `POST /apply-template`.
-    pub(super) fn apply_template(&self, request: &Request, responder: Responder) {
-        self.metrics
-            .tokenize_requests
-            .fetch_add(1, Ordering::Relaxed);
-        let Some((loaded, model, responder)) = self.local_model("/apply-template", responder)
-        else {
-            return;
-        };
-        let rendered = openai::parse(&request.body, &loaded.defaults).and_then(|parsed| {
-            // llama-server's `add_generation_prompt`: true unless false.
-            let body: serde_json::Value = serde_json::from_slice(&request.body).unwrap_or_default();
-            let generation_prompt = match body.get("add_generation_prompt") {
-                None => true,
-                Some(serde_json::Value::Bool(add)) => *add,
-                Some(_) => {
-                    return Err(ApiError::invalid(
-                        "add_generation_prompt",
-                        "'add_generation_prompt' must be true or false",
-                    ))
-                }
-            };
-            let work = parsed.work;
-            let kwargs = work.sampling.chat_template_kwargs;
-            model
-                .render_chat(&work.session, work.tools, kwargs, generation_prompt)
-                .map_err(|e| local::from_model(e, "messages"))
-        });
-        match rendered {
-            Ok(prompt) => responder.json(200, &wire::Applied { prompt }),
-            Err(error) => self.refuse(responder, &error),
-        }
     }
 }
 

@@ -34,8 +34,7 @@
 //! naming a model other than the served one gets Ollama's 404; an empty name
 //! means the served one. Errors are Ollama's `{"error": "..."}`.
 
-use std::io;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use serde_json::{Map, Value};
 
@@ -43,19 +42,21 @@ use super::error::ApiError;
 use super::fields::{json_body, unknown_fields, Fields};
 use super::images::{Content, Images};
 use super::pool::Work;
-use super::serve::Answer as Served;
-use super::text::{Assembler, Piece};
-use super::wire::encode;
-use super::{local, openai, ApiServer, Defaults, Loaded, Usage};
+use super::sampling_fields;
+use super::{local, openai, ApiServer, Defaults, Loaded};
 use crate::backend::llamacpp::EmbedInput;
-use crate::backend::{PromptPart, Reply, ResponseFormat, Sampling, ToolChoice};
-use crate::core::{FinishReason, Image, Message, Role, Session, ToolCall};
-use crate::frontend::http::{Request, Responder, SseStream};
+use crate::backend::{PromptPart, ResponseFormat, Sampling, ToolChoice};
+use crate::core::{Image, Message, Role, Session, ToolCall};
+use crate::frontend::http::{Request, Responder};
 use keep_alive::KeepAlive;
+use models::{digest, facts};
+pub use reply::OllamaWriter;
 
 mod files;
 mod keep_alive;
+mod models;
 mod pull;
+mod reply;
 pub mod wire;
 
 /// The Ollama API level `GET /api/version` reports: clients that compare
@@ -271,7 +272,7 @@ fn think(f: &Fields<'_>) -> Result<bool, ApiError> {
 fn sampling(f: &Fields<'_>, defaults: &Defaults) -> Result<Sampling, ApiError> {
     let mut sampling = match f.object("options")? {
         Some(options) => {
-            let mut sampling = openai::sampling(&options, defaults)?;
+            let mut sampling = sampling_fields::sampling(&options, defaults)?;
             // -1 (no cap) and -2 (fill the context) both end at the context's end.
             let limit = defaults.max_tokens_limit();
             if let Some(n) = options.integer("num_predict", -2, limit)? {
@@ -300,7 +301,9 @@ fn format(f: &Fields<'_>) -> Result<Option<ResponseFormat>, ApiError> {
         None => Ok(None),
         Some(Value::String(s)) if s.is_empty() => Ok(None),
         Some(Value::String(s)) if s == "json" => Ok(Some(ResponseFormat::JsonObject)),
-        Some(schema @ Value::Object(_)) => openai::schema_format("format", schema).map(Some),
+        Some(schema @ Value::Object(_)) => {
+            sampling_fields::schema_format("format", schema).map(Some)
+        }
         Some(_) => Err(ApiError::invalid(
             "format",
             "'format' must be \"json\" or a JSON schema object",
@@ -426,257 +429,6 @@ fn answered_call<'a>(m: &Fields<'_>, earlier: &'a [Message]) -> Result<&'a ToolC
 // ---------------------------------------------------------------------------
 // Answers.
 
-/// Writes one generation's answer in Ollama's shape.
-pub struct Answer {
-    pub model: String,
-    pub route: Route,
-    pub hide_thinking: bool,
-    /// When the request arrived (`total_duration`).
-    pub started: Instant,
-}
-
-fn done_reason(reply: &Reply) -> &'static str {
-    match reply.finish {
-        FinishReason::Length => "length",
-        _ => "stop",
-    }
-}
-
-/// RFC 3339 in UTC with nanoseconds, as Ollama writes `created_at`.
-fn timestamp(at: SystemTime) -> String {
-    let since = at.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let seconds = crate::util::time::strftime("%Y-%m-%dT%H:%M:%S", since.as_secs() as i64);
-    format!("{seconds}.{:09}Z", since.subsec_nanos())
-}
-
-fn wire_calls(calls: &[ToolCall]) -> Vec<wire::ToolCall<'_>> {
-    calls
-        .iter()
-        .enumerate()
-        .map(|(index, call)| wire::ToolCall {
-            id: &call.id,
-            function: wire::Function {
-                index,
-                name: &call.name,
-                arguments: match &call.arguments {
-                    Value::String(raw) => {
-                        serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.clone()))
-                    }
-                    other => other.clone(),
-                },
-            },
-        })
-        .collect()
-}
-
-impl Answer {
-    /// A line with `text` (or `thinking`) and, for chat, `calls`.
-    fn line<'a>(
-        &'a self,
-        text: &'a str,
-        thinking: Option<&'a str>,
-        calls: Vec<wire::ToolCall<'a>>,
-    ) -> wire::Line<'a> {
-        let thinking = thinking.filter(|t| !t.is_empty() && !self.hide_thinking);
-        let (message, response, top_thinking) = match self.route {
-            Route::Chat => (
-                Some(wire::OutMessage {
-                    role: "assistant",
-                    content: text,
-                    thinking,
-                    tool_calls: calls,
-                }),
-                None,
-                None,
-            ),
-            Route::Generate => (None, Some(text), thinking),
-        };
-        wire::Line {
-            model: &self.model,
-            created_at: timestamp(SystemTime::now()),
-            message,
-            response,
-            thinking: top_thinking,
-            done: false,
-            figures: None,
-        }
-    }
-
-    /// The figures of the last line, in nanoseconds. Speeds the backend
-    /// measured give the prompt's and the answer's durations; without them the
-    /// answer is given the whole time.
-    fn figures(&self, reply: &Reply, usage: &Usage) -> wire::Figures {
-        let total = self.started.elapsed().as_nanos() as u64;
-        let nanos = |secs: Option<f64>| secs.map(|s| (s * 1e9) as u64);
-        let prompt_eval_duration = nanos(usage.prompt_secs()).unwrap_or(0);
-        let eval_duration = nanos(usage.generation_secs())
-            .unwrap_or_else(|| total.saturating_sub(prompt_eval_duration))
-            .max(1);
-        wire::Figures {
-            done_reason: done_reason(reply),
-            total_duration: total,
-            load_duration: 0,
-            prompt_eval_count: usage.prompt,
-            prompt_eval_duration,
-            eval_count: usage.completion,
-            eval_duration,
-        }
-    }
-
-    pub fn piece(&self, sse: &mut SseStream, piece: Piece) -> io::Result<()> {
-        let line = match &piece {
-            Piece::Text(text) => self.line(text, None, Vec::new()),
-            Piece::Reasoning(_) if self.hide_thinking => return Ok(()),
-            Piece::Reasoning(text) => self.line("", Some(text), Vec::new()),
-        };
-        sse.send(&encode(&line))
-    }
-
-    /// The tool calls (one line, whole), then the last line with the figures.
-    pub fn finish(&self, sse: &mut SseStream, reply: &Reply, usage: &Usage) -> io::Result<()> {
-        if self.route == Route::Chat && !reply.tool_calls.is_empty() {
-            sse.send(&encode(&self.line("", None, wire_calls(&reply.tool_calls))))?;
-        }
-        let last = wire::Line {
-            done: true,
-            figures: Some(self.figures(reply, usage)),
-            ..self.line("", None, Vec::new())
-        };
-        sse.send(&encode(&last))
-    }
-
-    /// An error after the stream started: a line `{"error": "..."}`.
-    pub fn fail(&self, sse: &mut SseStream, error: &ApiError) -> io::Result<()> {
-        sse.send(&encode(&error.ollama_body()))
-    }
-
-    pub fn whole<'a>(
-        &'a self,
-        text: &'a Assembler,
-        reply: &'a Reply,
-        usage: &Usage,
-    ) -> wire::Line<'a> {
-        let calls = match self.route {
-            Route::Chat => wire_calls(&reply.tool_calls),
-            Route::Generate => Vec::new(),
-        };
-        wire::Line {
-            done: true,
-            figures: Some(self.figures(reply, usage)),
-            ..self.line(&text.text, Some(&text.reasoning), calls)
-        }
-    }
-
-    /// The answer to a request with nothing to generate: the model is loaded,
-    /// or with `keep_alive: 0` unloaded.
-    fn loaded(&self, unloaded: bool) -> wire::Line<'_> {
-        wire::Line {
-            done: true,
-            figures: Some(wire::Figures {
-                done_reason: if unloaded { "unload" } else { "load" },
-                ..wire::Figures::default()
-            }),
-            ..self.line("", None, Vec::new())
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------
-// The model routes.
-
-/// What the model routes say of the served model.
-struct Facts {
-    size: u64,
-    modified_at: String,
-    details: wire::Details,
-    architecture: String,
-    parameters: u64,
-    /// The context the model was trained for (`model_info`), else the server's.
-    trained_context: u64,
-}
-
-/// Reads the served GGUF file's header (cheap: the header only) for its
-/// family, size and quantisation; an API backend's model has none of these.
-fn facts(loaded: &Loaded) -> Facts {
-    let path = loaded
-        .local
-        .as_ref()
-        .map(|m| std::path::PathBuf::from(&m.props().model_path));
-    file_facts(path.as_deref(), loaded.info.context_size)
-}
-
-/// What the header of the GGUF file at `path` says; `context` is the context
-/// when the file names none.
-fn file_facts(path: Option<&std::path::Path>, context: u64) -> Facts {
-    let meta = path.and_then(|p| std::fs::metadata(p).ok());
-    let info = path.and_then(|p| crate::llama::gguf::read_file(p).ok());
-    let modified = meta
-        .as_ref()
-        .and_then(|m| m.modified().ok())
-        .unwrap_or_else(SystemTime::now);
-    let architecture = info
-        .as_ref()
-        .and_then(|i| i.architecture.clone())
-        .unwrap_or_default();
-    let parameters = info.as_ref().map_or(0, |i| i.parameters);
-    Facts {
-        size: meta.map_or(0, |m| m.len()),
-        modified_at: timestamp(modified),
-        details: wire::Details {
-            parent_model: String::new(),
-            format: if info.is_some() { "gguf" } else { "" }.to_string(),
-            family: architecture.clone(),
-            families: vec![architecture.clone()],
-            parameter_size: if parameters > 0 {
-                crate::backend::models::human_count(parameters)
-            } else {
-                String::new()
-            },
-            quantization_level: info.as_ref().map(|i| i.quantisation()).unwrap_or_default(),
-        },
-        trained_context: info
-            .as_ref()
-            .and_then(|i| i.context_length)
-            .unwrap_or(context),
-        architecture,
-        parameters,
-    }
-}
-
-/// The digest clients show: the SHA-256 of the served model's id (cheap and
-/// stable while the id is; it is not the file's digest).
-fn digest(model: &str) -> String {
-    let mut sha = crate::util::sha256::Sha256::default();
-    sha.update(model.as_bytes());
-    sha.hex()
-}
-
-/// `parameters` of `/api/show`: the sampling a request gets by default, in a
-/// Modelfile's `name value` lines.
-fn parameter_lines(sampling: &Sampling, n_ctx: Option<u32>) -> String {
-    let mut lines = Vec::new();
-    let mut add = |name: &str, value: Option<String>| {
-        if let Some(value) = value {
-            lines.push(format!("{name:<24}{value}"));
-        }
-    };
-    add("num_ctx", n_ctx.map(|n| n.to_string()));
-    add("num_predict", sampling.max_tokens.map(|n| n.to_string()));
-    add("temperature", sampling.temperature.map(|n| n.to_string()));
-    add("top_k", sampling.top_k.map(|n| n.to_string()));
-    add("top_p", sampling.top_p.map(|n| n.to_string()));
-    add("min_p", sampling.min_p.map(|n| n.to_string()));
-    add(
-        "repeat_penalty",
-        sampling.repeat_penalty.map(|n| n.to_string()),
-    );
-    add("seed", sampling.seed.map(|n| n.to_string()));
-    for stop in &sampling.stop {
-        add("stop", Some(format!("\"{stop}\"")));
-    }
-    lines.join("\n")
-}
-
 impl ApiServer {
     /// A request refused before any work, in Ollama's shape.
     fn refuse_ollama(&self, responder: Responder, error: &ApiError) {
@@ -707,7 +459,7 @@ impl ApiServer {
         if parsed.work.raw_prompt.is_some() && loaded.local.is_none() {
             return self.refuse_ollama(responder, &local::unsupported("raw: true"));
         }
-        let answer = Answer {
+        let answer = OllamaWriter {
             model: parsed.model,
             route,
             hide_thinking: parsed.hide_thinking,
@@ -728,118 +480,8 @@ impl ApiServer {
             Route::Generate => &self.metrics.completions_requests,
         };
         counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let answer = Served::Ollama(answer);
         self.serve(loaded, answer, parsed.work, 1, parsed.stream, responder);
         keep_alive(loaded, parsed.keep_alive);
-    }
-
-    pub(super) fn ollama_tags(&self, responder: Responder) {
-        let Some((loaded, responder)) = self.loaded(responder) else {
-            return;
-        };
-        let facts = facts(loaded);
-        let model = &loaded.defaults.model;
-        let files = files::listed(loaded, &self.models_dirs);
-        let mut models = vec![wire::TagEntry {
-            name: model,
-            model,
-            modified_at: facts.modified_at,
-            size: facts.size,
-            digest: digest(model),
-            details: facts.details,
-        }];
-        models.extend(files.iter().map(files::tag_entry));
-        responder.json(200, &wire::Tags { models });
-    }
-
-    pub(super) fn ollama_show(&self, request: &Request, responder: Responder) {
-        let Some((loaded, responder)) = self.loaded(responder) else {
-            return;
-        };
-        let named = json_body(&request.body).and_then(|value| {
-            let f = Fields::of(&value, "")?;
-            // `name` is the older spelling.
-            let name = f.str("model")?.or(f.str("name")?);
-            served_model(name, &loaded.defaults)
-        });
-        if let Err(error) = named {
-            return self.refuse_ollama(responder, &error);
-        }
-        let facts = facts(loaded);
-        let props = loaded.local.as_ref().map(|m| m.props());
-        let renders_tools = props.is_some_and(|p| {
-            p.template_caps
-                .iter()
-                .any(|&(name, on)| name == "supports_tools" && on)
-        });
-        let mut capabilities = vec!["completion"];
-        if renders_tools {
-            capabilities.push("tools");
-        }
-        let mut model_info = Map::new();
-        model_info.insert(
-            "general.architecture".into(),
-            facts.architecture.clone().into(),
-        );
-        model_info.insert("general.parameter_count".into(), facts.parameters.into());
-        if !facts.architecture.is_empty() {
-            model_info.insert(
-                format!("{}.context_length", facts.architecture),
-                facts.trained_context.into(),
-            );
-        }
-        responder.json(
-            200,
-            &wire::Show {
-                modified_at: facts.modified_at,
-                template: props.map_or("", |p| p.chat_template.as_str()),
-                modelfile: "",
-                license: "",
-                parameters: parameter_lines(&loaded.defaults.sampling, props.map(|p| p.n_ctx_slot)),
-                details: facts.details,
-                model_info,
-                capabilities,
-            },
-        );
-    }
-
-    pub(super) fn ollama_ps(&self, responder: Responder) {
-        let Some((loaded, responder)) = self.loaded(responder) else {
-            return;
-        };
-        // The in-process model asleep (`--sleep-idle-seconds`, `keep_alive`) is
-        // not in memory: Ollama lists only the models loaded.
-        let expires_at = match &loaded.local {
-            Some(model) if model.is_sleeping() => {
-                return responder.json(200, &wire::Ps { models: Vec::new() })
-            }
-            Some(model) => model.expires_at(),
-            None => None,
-        };
-        let facts = facts(loaded);
-        let model = &loaded.defaults.model;
-        // A model that stays has no expiry; a year on says so to clients that
-        // show a countdown.
-        let year = std::time::Duration::from_secs(365 * 24 * 3600);
-        let expires_at = expires_at.unwrap_or_else(|| SystemTime::now() + year);
-        let context_length = loaded.local.as_ref().map_or(loaded.info.context_size, |m| {
-            u64::from(m.props().n_ctx_slot)
-        });
-        responder.json(
-            200,
-            &wire::Ps {
-                models: vec![wire::PsEntry {
-                    name: model,
-                    model,
-                    size: facts.size,
-                    digest: digest(model),
-                    details: facts.details,
-                    expires_at: timestamp(expires_at),
-                    size_vram: 0,
-                    context_length,
-                }],
-            },
-        );
     }
 
     /// `POST /api/embed` (`input`: a string or strings → `embeddings`) and the
@@ -902,6 +544,25 @@ impl ApiServer {
                 prompt_eval_count,
             },
         );
+    }
+
+    pub(super) fn ollama_tags(&self, responder: Responder) {
+        let Some((loaded, responder)) = self.loaded(responder) else {
+            return;
+        };
+        let facts = facts(loaded);
+        let model = &loaded.defaults.model;
+        let files = files::listed(loaded, &self.models_dirs);
+        let mut models = vec![wire::TagEntry {
+            name: model,
+            model,
+            modified_at: facts.modified_at,
+            size: facts.size,
+            digest: digest(model),
+            details: facts.details,
+        }];
+        models.extend(files.iter().map(files::tag_entry));
+        responder.json(200, &wire::Tags { models });
     }
 }
 
@@ -968,10 +629,27 @@ pub fn wrong_method(responder: Responder) {
     responder.json(405, &error.ollama_body());
 }
 
+impl ApiError {
+    /// Ollama's `{"error": "message"}`.
+    pub fn ollama_body(&self) -> wire::Error<'_> {
+        wire::Error {
+            error: &self.message,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use std::time::UNIX_EPOCH;
+
     use super::super::images::tests as pictures;
+    use super::super::text::Assembler;
+    use super::super::wire::encode;
+    use super::super::Usage;
+    use super::reply::timestamp;
     use super::*;
+    use crate::backend::Reply;
+    use crate::core::FinishReason;
     use serde_json::json;
 
     fn defaults() -> Defaults {
@@ -1164,7 +842,7 @@ mod tests {
 
     #[test]
     fn lines_are_chat_or_generate_shaped_and_the_last_has_the_figures() {
-        let answer = |route| Answer {
+        let answer = |route| OllamaWriter {
             model: "m".into(),
             route,
             hide_thinking: false,

@@ -11,27 +11,29 @@
 //! Responses API shares (custom, local_shell, hosted ones dropped: see
 //! [`super::tool_types`]); legacy `functions`/`function_call` too.
 
-use std::collections::HashSet;
-use std::io;
+mod reply;
+mod tools;
 
-use serde_json::{json, Map, Value};
+use std::sync::atomic::Ordering;
+
+use serde_json::{Map, Value};
 
 use super::error::ApiError;
-use super::fields::{json_body, stop_list, unknown_fields, valid_tool_name, Fields};
+use super::fields::{json_body, unknown_fields, Fields};
 use super::images::{Content, Images};
 use super::native;
 use super::pool::Work;
-use super::text::{Assembler, Piece};
-use super::tool_types::{self, ToolKinds};
-use super::wire::openai as wire;
-use super::wire::{encode, Null};
-use super::{Defaults, Usage};
-use crate::backend::{Reply, ResponseFormat, Sampling, Telemetry, ToolChoice};
-use crate::core::{
-    FinishReason, Message, PromptProgress, Session, TokenLogprobs, TokenProb, ToolCall,
+use super::sampling_fields::{
+    response_format, sampling, stream_options, telemetry, template_kwargs, MAX_CHOICES,
 };
-use crate::core::{Image, ToolSpec};
-use crate::frontend::http::SseStream;
+use super::tool_types::{self, ToolKinds};
+use super::Defaults;
+use super::{local_sampling, log_ignored, now_secs, warn_dropped, ApiServer};
+use crate::core::Image;
+use crate::core::{Message, Session, ToolCall};
+use crate::frontend::http::{Request, Responder};
+pub use reply::ChatWriter;
+pub use tools::{tool_choice, tools};
 
 /// A checked chat-completions request.
 #[derive(Debug)]
@@ -48,9 +50,6 @@ pub struct ChatRequest {
     /// What the offered tools were, for the answer's shape and warnings.
     pub kinds: ToolKinds,
 }
-
-/// The most choices one request may ask for.
-pub const MAX_CHOICES: i64 = 16;
 
 /// Fields accepted but with no effect here (documented as such): llama-server's
 /// `cache_prompt` (shepherd always reuses the cache) and `id_slot` (the slot is the
@@ -166,191 +165,6 @@ pub fn parse(body: &[u8], defaults: &Defaults) -> Result<ChatRequest, ApiError> 
         ignored,
         n,
         kinds,
-    })
-}
-
-/// llama-server's reports a streamed answer may ask for: the prompt's progress
-/// (`return_progress`) and the figures with every chunk (`timings_per_token`);
-/// a whole answer has its figures at the end, so it asks for neither.
-pub(super) fn telemetry(f: &Fields<'_>, stream: bool) -> Result<Telemetry, ApiError> {
-    Ok(Telemetry {
-        progress: f.bool("return_progress")?.unwrap_or(false) && stream,
-        timings: f.bool("timings_per_token")?.unwrap_or(false) && stream,
-        prompt: false,
-    })
-}
-
-/// The chat template's variables a request gives, as llama-server reads them:
-/// `chat_template_kwargs` (an object; `enable_thinking` in it a boolean), and
-/// OpenAI's `reasoning_effort`, where `none` turns thinking off and a level is
-/// passed on as `reasoning_effort` (gpt-oss's template reads it).
-pub(super) fn template_kwargs(f: &Fields<'_>) -> Result<Map<String, Value>, ApiError> {
-    let mut kwargs = match f.get("chat_template_kwargs") {
-        None | Some(Value::Null) => Map::new(),
-        Some(Value::Object(map)) => map.clone(),
-        Some(_) => {
-            return Err(ApiError::invalid(
-                "chat_template_kwargs",
-                "'chat_template_kwargs' must be an object",
-            ))
-        }
-    };
-    if kwargs
-        .get("enable_thinking")
-        .is_some_and(|v| !v.is_boolean())
-    {
-        return Err(ApiError::invalid(
-            "chat_template_kwargs",
-            "'chat_template_kwargs.enable_thinking' must be true or false",
-        ));
-    }
-    match f.str("reasoning_effort")? {
-        None | Some("") => {}
-        Some("none") => {
-            kwargs.insert("enable_thinking".into(), Value::Bool(false));
-        }
-        Some(level) => {
-            kwargs.insert("reasoning_effort".into(), Value::String(level.into()));
-        }
-    }
-    Ok(kwargs)
-}
-
-/// The sampling and length fields chat and text completions share, over the
-/// server's defaults.
-pub(super) fn sampling(f: &Fields<'_>, defaults: &Defaults) -> Result<Sampling, ApiError> {
-    let mut sampling = defaults.sampling.clone();
-    let max_len = defaults.max_tokens_limit();
-    // llama-server's `n_predict` too, where -1 (or 0) means no cap but the context.
-    let length = f
-        .integer("max_completion_tokens", 1, max_len)?
-        .or(f.integer("max_tokens", 1, max_len)?)
-        .or(f.integer("n_predict", -1, max_len)?.filter(|&n| n > 0));
-    if let Some(n) = length {
-        sampling.max_tokens = u32::try_from(n).ok();
-    }
-    if let Some(t) = f.number("temperature", 0.0, 2.0)? {
-        sampling.temperature = Some(t);
-    }
-    if let Some(p) = f.number("top_p", 0.0, 1.0)? {
-        sampling.top_p = Some(p);
-    }
-    if let Some(k) = f.integer("top_k", 0, 1_000_000)? {
-        sampling.top_k = u32::try_from(k).ok();
-    }
-    sampling.min_p = f.number("min_p", 0.0, 1.0)?.or(sampling.min_p);
-    sampling.repeat_penalty = f
-        .number("repeat_penalty", 0.0, 10.0)?
-        .or(sampling.repeat_penalty);
-    sampling.repeat_last_n = f
-        .integer("repeat_last_n", -1, 1 << 20)?
-        .map(|n| n as i32)
-        .or(sampling.repeat_last_n);
-    sampling.frequency_penalty = f
-        .number("frequency_penalty", -2.0, 2.0)?
-        .or(sampling.frequency_penalty);
-    sampling.presence_penalty = f
-        .number("presence_penalty", -2.0, 2.0)?
-        .or(sampling.presence_penalty);
-    if let Some(seed) = f.unsigned("seed")? {
-        sampling.seed = Some(seed);
-    }
-    if f.has("stop") {
-        sampling.stop = stop_list(f, "stop", 4)?;
-    }
-    sampling.response_format = llama_server_format(f)?.or(sampling.response_format);
-    (sampling.logit_bias, sampling.logit_bias_text) = logit_bias(f)?;
-    Ok(sampling)
-}
-
-/// Biases by token id, and by text.
-type Biases = (Vec<(i32, f32)>, Vec<(String, f32)>);
-/// A `logit_bias` key: a token id, or text to tokenize.
-type BiasKey = Result<i32, String>;
-
-/// `logit_bias`: OpenAI's object of token id to bias (-100 to 100), or
-/// llama-server's array of `[id, bias]` pairs, where a bias of `false` bans the
-/// token; as in llama-server, a key that is text and not an id (or a pair's
-/// first that is a string) biases each token of that text (tokenized by
-/// [`super::local_sampling`], which also checks ids against the vocabulary).
-/// The id-keyed biases, then the text-keyed ones.
-fn logit_bias(f: &Fields<'_>) -> Result<Biases, ApiError> {
-    let wrong = || {
-        ApiError::invalid(
-            "logit_bias",
-            "'logit_bias' maps token ids or text to a bias from -100 to 100 (or false to ban it)",
-        )
-    };
-    let bias = |value: &Value| match value {
-        Value::Bool(false) => Some(f32::NEG_INFINITY),
-        value => value
-            .as_f64()
-            .filter(|b| (-100.0..=100.0).contains(b))
-            .map(|b| b as f32),
-    };
-    // A key that reads as a whole number is an id (a negative one is no id);
-    // other text is tokenized, empty text is nothing to bias.
-    let key = |text: &str| match text.trim().parse::<i64>() {
-        Ok(n) => i32::try_from(n).ok().filter(|&n| n >= 0).map(Ok),
-        Err(_) => (!text.is_empty()).then(|| Err(text.to_string())),
-    };
-    let pairs: Vec<(Option<BiasKey>, Option<f32>)> = match f.get("logit_bias") {
-        None => return Ok((Vec::new(), Vec::new())),
-        Some(Value::Object(map)) => map.iter().map(|(k, v)| (key(k), bias(v))).collect(),
-        Some(Value::Array(items)) => items
-            .iter()
-            .map(|item| match item.as_array().map(Vec::as_slice) {
-                // A pair's string is text, even one that reads as a number.
-                Some([Value::String(text), b]) => {
-                    ((!text.is_empty()).then(|| Err(text.clone())), bias(b))
-                }
-                Some([token, b]) => (token.as_i64().and_then(|n| key(&n.to_string())), bias(b)),
-                _ => (None, None),
-            })
-            .collect(),
-        Some(_) => return Err(wrong()),
-    };
-    let (mut ids, mut texts) = (Vec::new(), Vec::new());
-    for pair in pairs {
-        match pair {
-            (Some(Ok(token)), Some(bias)) => ids.push((token, bias)),
-            (Some(Err(text)), Some(bias)) => texts.push((text, bias)),
-            _ => return Err(wrong()),
-        }
-    }
-    Ok((ids, texts))
-}
-
-/// llama-server's own constraints: a GBNF `grammar`, or a top-level
-/// `json_schema` (checked as `response_format`'s is).
-fn llama_server_format(f: &Fields<'_>) -> Result<Option<ResponseFormat>, ApiError> {
-    if let Some(grammar) = f.str("grammar")?.filter(|g| !g.trim().is_empty()) {
-        return Ok(Some(ResponseFormat::Grammar(grammar.to_string())));
-    }
-    let Some(schema) = f.get("json_schema") else {
-        return Ok(None);
-    };
-    schema_format("json_schema", schema).map(Some)
-}
-
-/// A bare JSON schema as a strict constraint (llama-server's `json_schema`,
-/// Ollama's `format`), checked as `response_format`'s is; `param` names the field.
-pub(super) fn schema_format(param: &str, schema: &Value) -> Result<ResponseFormat, ApiError> {
-    if !schema.is_object() {
-        return Err(ApiError::invalid(
-            param,
-            format!("'{param}' must be a JSON schema object"),
-        ));
-    }
-    crate::llama::grammar::check_schema(schema).map_err(|e| {
-        let mut error = ApiError::invalid(param, e.to_string());
-        error.code = Some("unsupported_schema".into());
-        error
-    })?;
-    Ok(ResponseFormat::JsonSchema {
-        name: param.into(),
-        schema: schema.clone(),
-        strict: true,
     })
 }
 
@@ -600,647 +414,68 @@ fn tool_result(
     Ok(content.into_message(|text| Message::tool_result(call, text)))
 }
 
-/// `tools` in chat's shape (`{type, function: {name, ...}}`, `{type: custom,
-/// custom: {...}}`) or the Responses API's flat one (`{type, name, ...}`):
-/// `function` and `custom` tools, `local_shell`, and hosted tools (dropped, in
-/// the kinds' `dropped`). Chat's legacy `functions` when `tools` is absent.
-pub(super) fn tools(f: &Fields<'_>) -> Result<(Vec<ToolSpec>, ToolKinds), ApiError> {
-    let mut specs = Vec::new();
-    let mut kinds = ToolKinds::default();
-    if f.has("functions") {
-        if f.has("tools") {
-            return Err(ApiError::invalid(
-                "functions",
-                "'functions' is the legacy form of 'tools': send one of them",
-            ));
-        }
-        kinds.legacy = true;
-    }
-    let key = if kinds.legacy { "functions" } else { "tools" };
-    let mut seen = HashSet::new();
-    for (i, item) in f.array(key)?.into_iter().flatten().enumerate() {
-        let t = Fields::of(item, &format!("{key}[{i}]"))?;
-        let kind = if kinds.legacy {
-            "function"
-        } else {
-            t.required_str("type")?
+impl ApiServer {
+    /// `POST /v1/chat/completions`.
+    pub(super) fn chat(&self, request: &Request, responder: Responder) {
+        self.metrics.chat_requests.fetch_add(1, Ordering::Relaxed);
+        let Some((loaded, mut responder)) = self.loaded(responder) else {
+            return;
         };
-        let spec = match kind {
-            "function" => match t.object("function")? {
-                Some(function) => tool_spec(&function)?,
-                None => tool_spec(&t)?,
-            },
-            "custom" => {
-                let c = t.object("custom")?.unwrap_or_else(|| t.clone());
-                let name = checked_name(&c)?;
-                kinds.custom.insert(name.to_string());
-                tool_types::custom_spec(name, c.str("description")?.unwrap_or(""), c.get("format"))
-            }
-            "local_shell" => {
-                kinds.local_shell = true;
-                tool_types::local_shell_spec()
-            }
-            hosted if tool_types::hosted_openai(hosted) => {
-                kinds.drop_hosted(hosted);
-                continue;
-            }
-            other => {
-                return Err(ApiError::invalid(
-                    &t.name("type"),
-                    format!("tools of type '{other}' are not supported: send function, custom or local_shell tools"),
-                ))
+        let mut parsed = match parse(&request.body, &loaded.defaults) {
+            Ok(parsed) => parsed,
+            Err(error) => {
+                self.metrics
+                    .rejected_invalid
+                    .fetch_add(1, Ordering::Relaxed);
+                return responder.json_with(error.status, &error.openai_body(), &error.headers());
             }
         };
-        if !seen.insert(spec.name.clone()) {
-            return Err(ApiError::invalid(
-                &t.name("function.name"),
-                format!("tool '{}' is defined twice", spec.name),
-            ));
+        log_ignored("/v1/chat/completions", &parsed.ignored);
+        warn_dropped(
+            "/v1/chat/completions",
+            &parsed.kinds.dropped,
+            &mut responder,
+        );
+        if let Err(error) = local_sampling(loaded, &mut parsed.work.sampling) {
+            return self.refuse(responder, &error);
         }
-        specs.push(spec);
-    }
-    Ok((specs, kinds))
-}
-
-/// A tool's `name`, checked.
-fn checked_name<'a>(f: &Fields<'a>) -> Result<&'a str, ApiError> {
-    let name = f.required_str("name")?;
-    if !valid_tool_name(name) {
-        return Err(ApiError::invalid(
-            &f.name("name"),
-            "tool names are 1 to 64 of a-z, A-Z, 0-9, '_', '-', '.'",
-        ));
-    }
-    Ok(name)
-}
-
-fn tool_spec(f: &Fields<'_>) -> Result<ToolSpec, ApiError> {
-    let name = checked_name(f)?;
-    let parameters = match f.get("parameters") {
-        None => json!({"type": "object", "properties": {}}),
-        Some(schema @ Value::Object(_)) => schema.clone(),
-        Some(_) => {
-            return Err(ApiError::invalid(
-                &f.name("parameters"),
-                "'parameters' must be a JSON schema object",
-            ))
-        }
-    };
-    f.bool("strict")?;
-    Ok(ToolSpec {
-        name: name.to_string(),
-        description: f.str("description")?.unwrap_or("").to_string(),
-        parameters,
-    })
-}
-
-/// The tool a `tool_choice` object (or an `allowed_tools` entry) names: `None`
-/// for a hosted tool, which was dropped.
-fn named_tool<'a>(c: &Fields<'a>, kinds: &mut ToolKinds) -> Result<Option<&'a str>, ApiError> {
-    let kind = c.required_str("type").or_else(|e| {
-        if c.has("name") {
-            Ok("function")
-        } else {
-            Err(e)
-        }
-    })?;
-    match kind {
-        "function" | "custom" => Ok(Some(match c.object(kind)? {
-            Some(inner) => inner.required_str("name")?,
-            None if c.has("name") => c.required_str("name")?,
-            None => return Err(c.missing(kind, "an object")),
-        })),
-        "local_shell" => Ok(Some(tool_types::LOCAL_SHELL)),
-        hosted if tool_types::hosted_openai(hosted) => {
-            kinds.drop_hosted(hosted);
-            Ok(None)
-        }
-        _ => Err(ApiError::invalid(
-            &c.name("type"),
-            "the tool named must be of type function, custom or local_shell",
-        )),
-    }
-}
-
-/// `tool_choice`: a mode; one tool named in chat's shape (`{type, function:
-/// {name}}`, `{type: custom, custom: {name}}`) or the Responses API's (`{type,
-/// name}`, `{type: local_shell}`); or `allowed_tools`, which narrows `tools` to
-/// its list. Naming a hosted tool is `auto` (the tool was dropped). Chat's
-/// legacy `function_call` (`none`, `auto` or `{name}`) where `tool_choice` is
-/// absent.
-pub(super) fn tool_choice(
-    f: &Fields<'_>,
-    tools: &mut Vec<ToolSpec>,
-    kinds: &mut ToolKinds,
-) -> Result<ToolChoice, ApiError> {
-    let key = if f.has("function_call") {
-        if f.has("tool_choice") {
-            return Err(ApiError::invalid(
-                "function_call",
-                "'function_call' is the legacy form of 'tool_choice': send one of them",
-            ));
-        }
-        "function_call"
-    } else {
-        "tool_choice"
-    };
-    let choice = match f.get(key) {
-        None => return Ok(ToolChoice::Auto),
-        Some(Value::String(mode)) => match mode.as_str() {
-            "auto" => ToolChoice::Auto,
-            "none" => ToolChoice::None,
-            "required" if key == "tool_choice" => ToolChoice::Required,
-            _ => return Err(ApiError::invalid(
-                key,
-                format!("'{key}' must be auto, none, required or name one tool, as {{type: function, function: {{name}}}}"),
-            )),
-        },
-        Some(_) => {
-            let Some(c) = f.object(key)? else {
-                return Ok(ToolChoice::Auto);
-            };
-            if c.str("type")? == Some("allowed_tools") {
-                return allowed_tools(&c, tools, kinds);
-            }
-            match named_tool(&c, kinds)? {
-                Some(name) => ToolChoice::Named(name.to_string()),
-                None => ToolChoice::Auto,
-            }
-        }
-    };
-    let offered = |name: &str| tools.iter().any(|t| t.name == name);
-    match &choice {
-        ToolChoice::Required if tools.is_empty() => Err(ApiError::invalid(
-            key,
-            format!("'{key}' is 'required' but no tools were given"),
-        )),
-        ToolChoice::Named(name) if !offered(name) => Err(ApiError::invalid(
-            key,
-            format!("'{key}' names '{name}', which is not in 'tools'"),
-        )),
-        _ => Ok(choice),
-    }
-}
-
-/// `{type: allowed_tools, mode, tools: [...]}` (the Responses API's shape, or
-/// chat's with them in `allowed_tools`): `tools` narrowed to those listed.
-fn allowed_tools(
-    c: &Fields<'_>,
-    tools: &mut Vec<ToolSpec>,
-    kinds: &mut ToolKinds,
-) -> Result<ToolChoice, ApiError> {
-    let a = c.object("allowed_tools")?.unwrap_or_else(|| c.clone());
-    let mode = a.choice("mode", &["auto", "required"])?.unwrap_or("auto");
-    let list = a
-        .array("tools")?
-        .ok_or_else(|| a.missing("tools", "an array of tools"))?;
-    let mut allowed = HashSet::new();
-    for (i, item) in list.iter().enumerate() {
-        let t = Fields::of(item, &format!("{}[{i}]", a.name("tools")))?;
-        let Some(name) = named_tool(&t, kinds)? else {
-            continue;
+        let verbose = (parsed.work.sampling.telemetry.prompt).then(|| {
+            native::NativeWriter::verbose(parsed.model.clone(), parsed.work.sampling.clone())
+        });
+        let answer = ChatWriter {
+            id: self.new_id("chatcmpl-"),
+            created: now_secs(),
+            model: parsed.model,
+            include_usage: parsed.include_usage,
+            logprobs: parsed.work.sampling.logprobs.is_some(),
+            kinds: parsed.kinds,
+            verbose,
         };
-        if !tools.iter().any(|s| s.name == name) {
-            return Err(ApiError::invalid(
-                &t.name("name"),
-                format!("'{name}' is not in 'tools'"),
-            ));
-        }
-        allowed.insert(name.to_string());
+        self.serve(
+            loaded,
+            answer,
+            parsed.work,
+            parsed.n,
+            parsed.stream,
+            responder,
+        );
     }
-    tools.retain(|t| allowed.contains(&t.name));
-    match mode {
-        "required" if tools.is_empty() => Err(ApiError::invalid(
-            &a.name("mode"),
-            "'required' needs at least one allowed tool",
-        )),
-        "required" => Ok(ToolChoice::Required),
-        _ => Ok(ToolChoice::Auto),
-    }
-}
-
-/// `stream_options.include_usage`; the options need `stream`.
-pub(super) fn stream_options(f: &Fields<'_>, stream: bool) -> Result<bool, ApiError> {
-    let Some(options) = f.object("stream_options")? else {
-        return Ok(false);
-    };
-    if !stream {
-        return Err(ApiError::invalid(
-            "stream_options",
-            "'stream_options' is only allowed when 'stream' is true",
-        ));
-    }
-    Ok(options.bool("include_usage")?.unwrap_or(false))
-}
-
-fn response_format(f: &Fields<'_>) -> Result<Option<ResponseFormat>, ApiError> {
-    let Some(format) = f.object("response_format")? else {
-        return Ok(None);
-    };
-    match format.object("json_schema")? {
-        Some(spec) => format_of(&format, &spec),
-        None => format_of(&format, &format),
-    }
-}
-
-/// A response format from its `type` in `format` and, for `json_schema`, the
-/// `name`, `schema` and `strict` in `spec` (chat nests them in `json_schema`,
-/// the Responses API puts them beside the type). `name` may be left out, as
-/// OpenAI allows (`response` then); a `json_object` with a `schema` beside its
-/// type is that schema, as in llama-server. A schema is checked here: a keyword
-/// the grammar cannot enforce is a 400 naming it, never ignored.
-pub(super) fn format_of(
-    format: &Fields<'_>,
-    spec: &Fields<'_>,
-) -> Result<Option<ResponseFormat>, ApiError> {
-    let kind = format
-        .choice("type", &["text", "json_object", "json_schema"])?
-        .ok_or_else(|| format.missing("type", "text, json_object or json_schema"))?;
-    Ok(match kind {
-        "text" => None,
-        "json_object" if !format.has("schema") => Some(ResponseFormat::JsonObject),
-        _ => {
-            let spec = if kind == "json_object" { format } else { spec };
-            if !spec.has("name") && !format.has("json_schema") && !format.has("schema") {
-                return Err(format.missing("json_schema", "an object"));
-            }
-            let name = spec.str("name")?.unwrap_or("response").to_string();
-            let schema = match spec.get("schema") {
-                Some(schema @ Value::Object(_)) => schema.clone(),
-                None => json!({"type": "object"}),
-                Some(_) => {
-                    return Err(ApiError::invalid(
-                        &spec.name("schema"),
-                        "'schema' must be a JSON schema object",
-                    ))
-                }
-            };
-            crate::llama::grammar::check_schema(&schema).map_err(|e| {
-                let mut error = ApiError::invalid(&spec.name("schema"), e.to_string());
-                error.code = Some("unsupported_schema".into());
-                error
-            })?;
-            let strict = spec.bool("strict")?.unwrap_or(false);
-            Some(ResponseFormat::JsonSchema {
-                name,
-                schema,
-                strict,
-            })
-        }
-    })
-}
-
-// ---------------------------------------------------------------------------
-// Answers.
-
-/// Writes one request's answer; `id`, `created` and `model` are shared by
-/// every chunk.
-pub struct Answer {
-    pub id: String,
-    pub created: u64,
-    pub model: String,
-    pub include_usage: bool,
-    /// The request asked for `logprobs`.
-    pub logprobs: bool,
-    /// What the offered tools were: custom calls and legacy `functions`
-    /// answer in their own shape.
-    pub kinds: ToolKinds,
-    /// With `verbose` (or `--verbose`): the native answer a whole answer
-    /// repeats as `__verbose`, its prompt the rendered one.
-    pub verbose: Option<native::Answer>,
-}
-
-/// OpenAI's name for how the reply ended: `length` wins over calls (the last
-/// one is then cut, its arguments as far as the model wrote them).
-pub fn finish_reason(reply: &Reply) -> &'static str {
-    if reply.finish == FinishReason::Length {
-        return "length";
-    }
-    if !reply.tool_calls.is_empty() {
-        return "tool_calls";
-    }
-    match reply.finish {
-        FinishReason::ToolCalls => "tool_calls",
-        _ => "stop",
-    }
-}
-
-fn wire_function(call: &ToolCall) -> wire::FunctionCall<'_> {
-    wire::FunctionCall {
-        name: &call.name,
-        arguments: match &call.arguments {
-            Value::String(raw) => raw.clone(),
-            other => other.to_string(),
-        },
-    }
-}
-
-/// The calls as `tool_calls` (custom tools' as `custom`), or, for a request
-/// that sent legacy `functions`, the first as `function_call`.
-fn wire_calls<'a>(
-    calls: &'a [ToolCall],
-    streamed: bool,
-    kinds: &ToolKinds,
-) -> (Vec<wire::ToolCall<'a>>, Option<wire::FunctionCall<'a>>) {
-    if kinds.legacy {
-        return (Vec::new(), calls.first().map(wire_function));
-    }
-    let calls = calls
-        .iter()
-        .enumerate()
-        .map(|(i, call)| {
-            let custom = kinds.is_custom(&call.name);
-            wire::ToolCall {
-                id: &call.id,
-                kind: if custom { "custom" } else { "function" },
-                function: (!custom).then(|| wire_function(call)),
-                custom: custom.then(|| wire::CustomCall {
-                    name: &call.name,
-                    input: tool_types::custom_input(call),
-                }),
-                index: streamed.then_some(i),
-            }
-        })
-        .collect();
-    (calls, None)
-}
-
-/// Token probabilities in chat's shape (and llama-server's).
-pub(super) fn wire_logprobs(probs: &[TokenLogprobs]) -> Vec<wire::TokenLogprob<'_>> {
-    fn entry(p: &TokenProb) -> wire::TokenLogprob<'_> {
-        wire::TokenLogprob {
-            id: p.id,
-            token: String::from_utf8_lossy(&p.bytes).into_owned(),
-            bytes: &p.bytes,
-            logprob: p.logprob,
-            top_logprobs: None,
-        }
-    }
-    probs
-        .iter()
-        .map(|t| wire::TokenLogprob {
-            top_logprobs: Some(t.top.iter().map(entry).collect()),
-            ..entry(&t.chosen)
-        })
-        .collect()
-}
-
-pub(super) fn wire_usage(usage: &Usage) -> wire::Usage {
-    wire::Usage {
-        prompt_tokens: usage.prompt,
-        completion_tokens: usage.completion,
-        total_tokens: usage.prompt + usage.completion,
-        prompt_tokens_details: usage
-            .cached
-            .map(|cached_tokens| wire::TokenDetails { cached_tokens }),
-    }
-}
-
-/// llama-server's `prompt_progress`.
-pub(super) fn wire_progress(progress: &PromptProgress) -> wire::PromptProgress {
-    wire::PromptProgress {
-        total: progress.total,
-        cache: progress.cached,
-        processed: progress.processed,
-        time_ms: u64::try_from(progress.elapsed.as_millis()).unwrap_or(u64::MAX),
-    }
-}
-
-/// llama.cpp's `timings`, for clients that show speed.
-pub(super) fn wire_timings(usage: &Usage) -> Option<wire::Timings> {
-    let stats = usage.stats.as_ref()?;
-    let ms = |secs: Option<f64>| secs.map_or(0.0, |s| 1000.0 * s);
-    let per_token = |rate: Option<f64>| super::secs_at(1000, rate).unwrap_or(0.0);
-    Some(wire::Timings {
-        prompt_n: usage.decoded(),
-        cache_n: usage.cached.unwrap_or(0),
-        prompt_ms: ms(usage.prompt_secs()),
-        prompt_per_token_ms: per_token(stats.prefill_tps),
-        prompt_per_second: stats.prefill_tps.unwrap_or(0.0),
-        predicted_n: usage.completion,
-        predicted_ms: ms(usage.generation_secs()),
-        predicted_per_token_ms: per_token(stats.decode_tps),
-        predicted_per_second: stats.decode_tps.unwrap_or(0.0),
-        draft_n: (stats.draft_tokens > 0).then_some(stats.draft_tokens),
-        draft_n_accepted: (stats.draft_tokens > 0).then_some(stats.draft_accepted),
-    })
-}
-
-impl Answer {
-    /// [`finish_reason`], legacy `function_call` for a request that sent
-    /// `functions`.
-    fn finish_reason(&self, reply: &Reply) -> &'static str {
-        match finish_reason(reply) {
-            "tool_calls" if self.kinds.legacy => "function_call",
-            reason => reason,
-        }
-    }
-
-    fn chunk<'a>(
-        &'a self,
-        index: u32,
-        delta: wire::Delta<'a>,
-        finish: Option<&'static str>,
-    ) -> wire::Chunk<'a> {
-        wire::Chunk {
-            id: &self.id,
-            object: "chat.completion.chunk",
-            created: self.created,
-            model: &self.model,
-            system_fingerprint: super::FINGERPRINT,
-            choices: [wire::ChunkChoice {
-                index,
-                delta,
-                logprobs: None,
-                finish_reason: finish,
-            }],
-            timings: None,
-            prompt_progress: None,
-        }
-    }
-
-    /// `logprobs` for `probs`: `None` (null) unless the request asked for them.
-    fn logprobs<'a>(&self, probs: &'a [TokenLogprobs]) -> Option<wire::Logprobs<'a>> {
-        self.logprobs.then(|| wire::Logprobs {
-            content: wire_logprobs(probs),
-            refusal: Null,
-        })
-    }
-
-    /// The chunk after the finish reason when `include_usage` asked for it.
-    fn usage_chunk(&self, usage: &Usage) -> wire::UsageChunk<'_> {
-        wire::UsageChunk {
-            id: &self.id,
-            object: "chat.completion.chunk",
-            created: self.created,
-            model: &self.model,
-            choices: [],
-            usage: wire_usage(usage),
-            timings: wire_timings(usage),
-        }
-    }
-
-    /// Choice `index`'s opening chunk: the role and a `null` content, as
-    /// OpenAI and llama-server open (a reply that goes straight to tool calls
-    /// never shows an empty text).
-    pub fn start(&self, sse: &mut SseStream, index: u32) -> io::Result<()> {
-        sse.send(&encode(&self.chunk(index, opening(), None)))
-    }
-
-    /// How far choice `index`'s prompt is: an opening delta with
-    /// `prompt_progress`, as llama-server sends it.
-    pub fn progress(
-        &self,
-        sse: &mut SseStream,
-        index: u32,
-        prompt: &PromptProgress,
-        timings: Option<wire::Timings>,
-    ) -> io::Result<()> {
-        let chunk = wire::Chunk {
-            timings,
-            prompt_progress: Some(wire_progress(prompt)),
-            ..self.chunk(index, opening(), None)
-        };
-        sse.send(&encode(&chunk))
-    }
-
-    pub fn piece(
-        &self,
-        sse: &mut SseStream,
-        index: u32,
-        piece: Piece,
-        logprobs: &[TokenLogprobs],
-        timings: Option<wire::Timings>,
-    ) -> io::Result<()> {
-        let delta = match &piece {
-            Piece::Text(text) => wire::Delta {
-                content: Some(Some(text)),
-                ..wire::Delta::default()
-            },
-            Piece::Reasoning(text) => wire::Delta {
-                reasoning_content: Some(text),
-                ..wire::Delta::default()
-            },
-        };
-        let mut chunk = self.chunk(index, delta, None);
-        chunk.choices[0].logprobs = self.logprobs(logprobs);
-        chunk.timings = timings;
-        sse.send(&encode(&chunk))
-    }
-
-    /// Choice `index`'s tool calls (one chunk, whole arguments) and finish
-    /// reason, with the generation's `timings`.
-    pub fn finish_choice(
-        &self,
-        sse: &mut SseStream,
-        index: u32,
-        reply: &Reply,
-        usage: &Usage,
-    ) -> io::Result<()> {
-        if !reply.tool_calls.is_empty() {
-            let (tool_calls, function_call) = wire_calls(&reply.tool_calls, true, &self.kinds);
-            let delta = wire::Delta {
-                tool_calls,
-                function_call,
-                ..wire::Delta::default()
-            };
-            sse.send(&encode(&self.chunk(index, delta, None)))?;
-        }
-        let last = wire::Chunk {
-            timings: wire_timings(usage),
-            ..self.chunk(
-                index,
-                wire::Delta::default(),
-                Some(self.finish_reason(reply)),
-            )
-        };
-        sse.send(&encode(&last))
-    }
-
-    /// The usage chunk when asked for (the usage of every choice), and `[DONE]`.
-    pub fn end(&self, sse: &mut SseStream, usage: &Usage) -> io::Result<()> {
-        if self.include_usage {
-            sse.send(&encode(&self.usage_chunk(usage)))?;
-        }
-        sse.send("[DONE]")
-    }
-
-    /// Choice `index` of a whole answer.
-    fn choice<'a>(&'a self, index: u32, text: &'a Assembler, reply: &'a Reply) -> wire::Choice<'a> {
-        let (tool_calls, function_call) = wire_calls(&reply.tool_calls, false, &self.kinds);
-        let content = (tool_calls.is_empty() && function_call.is_none() || !text.text.is_empty())
-            .then_some(text.text.as_str());
-        wire::Choice {
-            index,
-            message: wire::AssistantMessage {
-                role: "assistant",
-                content,
-                reasoning_content: (!text.reasoning.is_empty()).then_some(text.reasoning.as_str()),
-                tool_calls,
-                function_call,
-            },
-            logprobs: self.logprobs(&text.logprobs),
-            finish_reason: self.finish_reason(reply),
-        }
-    }
-
-    /// The whole `chat.completion` of `choices`, in order.
-    pub fn whole<'a>(
-        &'a self,
-        choices: &'a [(Assembler, Reply)],
-        usage: &Usage,
-    ) -> wire::Completion<'a> {
-        wire::Completion {
-            id: &self.id,
-            object: "chat.completion",
-            created: self.created,
-            model: &self.model,
-            system_fingerprint: super::FINGERPRINT,
-            choices: (0u32..)
-                .zip(choices)
-                .map(|(i, (text, reply))| self.choice(i, text, reply))
-                .collect(),
-            usage: wire_usage(usage),
-            timings: wire_timings(usage),
-            verbose: self.verbose(choices, usage),
-        }
-    }
-
-    /// `__verbose` with `verbose`: the first choice as llama-server's native
-    /// answer, its prompt the rendered one.
-    fn verbose<'a>(
-        &'a self,
-        choices: &'a [(Assembler, Reply)],
-        usage: &Usage,
-    ) -> Option<Box<super::wire::llama::Completion<'a>>> {
-        let native = self.verbose.as_ref()?;
-        let (text, reply) = choices.first()?;
-        let prompt = text.rendered.as_deref().unwrap_or_default();
-        let completion = native.completion(0, prompt, &text.text, &[], reply, usage);
-        Some(Box::new(completion))
-    }
-}
-
-/// A chunk's delta that opens an answer: the role, and `null` content.
-fn opening<'a>() -> wire::Delta<'a> {
-    wire::Delta {
-        role: Some("assistant"),
-        content: Some(None),
-        ..wire::Delta::default()
-    }
-}
-
-/// An error after an OpenAI stream (chat or text completions) started: the
-/// error object as an event, then `[DONE]`.
-pub fn fail(sse: &mut SseStream, error: &ApiError) -> io::Result<()> {
-    sse.send(&encode(&error.openai_body()))?;
-    sse.send("[DONE]")
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::super::images::tests as pictures;
+    use super::super::text::Assembler;
+    use super::super::tool_types::ToolKinds;
+    use super::super::wire::encode;
+    use super::super::wire::openai as wire;
+    use super::super::Usage;
+    use super::reply::{opening, wire_calls};
     use super::*;
+    use crate::backend::{Reply, ResponseFormat, ToolChoice};
+    use crate::core::{FinishReason, ToolSpec};
 
     fn defaults() -> Defaults {
         Defaults {
@@ -1678,8 +913,8 @@ mod tests {
         assert_eq!(nan.status, 400);
     }
 
-    fn answer() -> Answer {
-        Answer {
+    fn answer() -> ChatWriter {
+        ChatWriter {
             id: "chatcmpl-1".into(),
             created: 7,
             model: "m".into(),

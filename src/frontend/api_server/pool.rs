@@ -139,7 +139,7 @@ impl Pool {
         let pool = self.clone();
         let n = self.workers.fetch_add(1, Ordering::SeqCst);
         let spawned = std::thread::Builder::new()
-            .name(format!("shepherd-slot-{n}"))
+            .name(format!("shepherd-api-{n}"))
             .spawn(move || {
                 let mut worker = Worker { backend, tools };
                 while let Some(job) = pool.next_job() {

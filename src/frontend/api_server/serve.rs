@@ -3,7 +3,7 @@
 //! llama-server's `/completion`; one elsewhere), the response
 //! head written when every job has its first output (so an error before any
 //! output is a proper status), then the answer whole or streamed in the
-//! protocol it was asked in ([`Answer`]).
+//! protocol it was asked in, through that protocol's [`ReplyWriter`].
 //!
 //! Several choices run side by side on the pool's workers (each its own slot,
 //! choice `i` seeded `seed + i` so a seeded request stays reproducible yet its
@@ -18,152 +18,13 @@ use crossbeam_channel::{RecvTimeoutError, Select};
 
 use super::error::{from_backend, ApiError};
 use super::pool::{Out, Pool, Ticket, Work};
-use super::text::{Assembler, Piece};
-use super::wire::openai::Timings;
-use super::{anthropic, completions, native, ollama, openai, responses};
+use super::text::Assembler;
+use super::wire::openai::{wire_timings, Timings};
+use super::writer::ReplyWriter;
 use super::{ApiServer, Loaded, Usage, KEEPALIVE, TICK};
 use crate::backend::Reply;
-use crate::core::{Event, PromptProgress, Stats, TokenLogprobs};
+use crate::core::{Event, Stats};
 use crate::frontend::http::{Responder, SseStream};
-
-/// One answer in the protocol it was asked in.
-pub(super) enum Answer {
-    OpenAi(openai::Answer),
-    Anthropic(anthropic::Answer),
-    Text(completions::Answer),
-    Native(native::Answer),
-    Responses(responses::Answer),
-    /// Ollama's `/api/chat` and `/api/generate`: streamed as NDJSON, not SSE.
-    Ollama(ollama::Answer),
-}
-
-impl Answer {
-    fn error(&self, responder: Responder, error: &ApiError) {
-        let headers = error.headers();
-        match self {
-            Answer::OpenAi(_) | Answer::Text(_) | Answer::Native(_) | Answer::Responses(_) => {
-                responder.json_with(error.status, &error.openai_body(), &headers)
-            }
-            Answer::Anthropic(_) => {
-                responder.json_with(error.status, &error.anthropic_body(), &headers)
-            }
-            Answer::Ollama(_) => responder.json_with(error.status, &error.ollama_body(), &headers),
-        }
-    }
-
-    /// Choice `index`'s opening (the protocols without choices have one, 0), with
-    /// the prompt's figures when the backend said them first.
-    fn start(&mut self, sse: &mut SseStream, index: u32, text: &Assembler) -> io::Result<()> {
-        match self {
-            Answer::OpenAi(a) => a.start(sse, index),
-            Answer::Anthropic(a) => a.start(sse, text.prefilled),
-            Answer::Text(a) => a.start(sse, index),
-            Answer::Native(a) => a.start(sse),
-            Answer::Responses(a) => a.start(sse),
-            Answer::Ollama(_) => Ok(()),
-        }
-    }
-
-    /// A piece of choice `index`, with the probabilities of the tokens generated
-    /// since its last piece (empty unless the request asked for them, which only
-    /// the OpenAI and llama-server routes can), and the figures so far where the
-    /// request asked for them with every chunk (`timings_per_token`).
-    fn piece(
-        &mut self,
-        sse: &mut SseStream,
-        index: u32,
-        piece: Piece,
-        logprobs: &[TokenLogprobs],
-        timings: Option<Timings>,
-    ) -> io::Result<()> {
-        match self {
-            Answer::OpenAi(a) => a.piece(sse, index, piece, logprobs, timings),
-            Answer::Anthropic(a) => a.piece(sse, piece),
-            Answer::Text(a) => a.piece(sse, index, piece, logprobs),
-            Answer::Native(a) => a.piece(sse, index, piece, logprobs, timings),
-            Answer::Responses(a) => a.piece(sse, piece, timings),
-            Answer::Ollama(a) => a.piece(sse, piece),
-        }
-    }
-
-    /// How far choice `index`'s prompt is (`return_progress`), on the routes
-    /// where llama-server reports it.
-    fn progress(
-        &mut self,
-        sse: &mut SseStream,
-        index: u32,
-        prompt: &PromptProgress,
-        timings: Option<Timings>,
-    ) -> io::Result<()> {
-        match self {
-            Answer::OpenAi(a) => a.progress(sse, index, prompt, timings),
-            Answer::Native(a) => a.progress(sse, index, prompt, timings),
-            Answer::Responses(a) => a.progress(sse, prompt, timings),
-            Answer::Anthropic(_) | Answer::Text(_) | Answer::Ollama(_) => Ok(()),
-        }
-    }
-
-    /// Choice `index`'s end; for a protocol without choices, the stream's.
-    fn finish(
-        &mut self,
-        sse: &mut SseStream,
-        index: u32,
-        reply: &Reply,
-        usage: &Usage,
-    ) -> io::Result<()> {
-        match self {
-            Answer::OpenAi(a) => a.finish_choice(sse, index, reply, usage),
-            Answer::Anthropic(a) => a.finish(sse, reply, usage),
-            Answer::Text(a) => a.finish_choice(sse, index, reply, usage),
-            Answer::Native(a) => a.finish(sse, index, reply, usage),
-            Answer::Responses(a) => a.finish(sse, reply, usage),
-            Answer::Ollama(a) => a.finish(sse, reply, usage),
-        }
-    }
-
-    /// The stream's end after every choice's: the usage of all, `[DONE]`.
-    fn end(&mut self, sse: &mut SseStream, usage: &Usage) -> io::Result<()> {
-        match self {
-            Answer::OpenAi(a) => a.end(sse, usage),
-            Answer::Text(a) => a.end(sse, usage),
-            Answer::Anthropic(_) | Answer::Native(_) | Answer::Responses(_) | Answer::Ollama(_) => {
-                Ok(())
-            }
-        }
-    }
-
-    fn fail(&mut self, sse: &mut SseStream, error: &ApiError) -> io::Result<()> {
-        match self {
-            // Chat and text completions end a failed stream alike (and
-            // llama-server ends its own the same way).
-            Answer::OpenAi(_) | Answer::Text(_) | Answer::Native(_) => openai::fail(sse, error),
-            Answer::Anthropic(a) => a.fail(sse, error),
-            Answer::Responses(a) => a.fail(sse, error),
-            Answer::Ollama(a) => a.fail(sse, error),
-        }
-    }
-
-    /// The whole answer, `200`: every choice where the protocol has several
-    /// (`n`, or `/completion`'s prompts), else the one.
-    fn whole(&self, responder: Responder, choices: &[(Assembler, Reply)], usage: &Usage) {
-        let Some((text, reply)) = choices.first() else {
-            let error = ApiError::new(500, "server_error", "no choice was generated");
-            return self.error(responder, &error);
-        };
-        match self {
-            Answer::OpenAi(a) => responder.json(200, &a.whole(choices, usage)),
-            Answer::Anthropic(a) => responder.json(200, &a.whole(text, reply, usage)),
-            Answer::Text(a) => responder.json(200, &a.whole(choices, usage)),
-            Answer::Native(a) => responder.json(200, &a.whole(choices)),
-            Answer::Responses(a) => {
-                let response = a.whole(text, reply, usage);
-                a.keep(&response);
-                responder.json(200, &response)
-            }
-            Answer::Ollama(a) => responder.json(200, &a.whole(text, reply, usage)),
-        }
-    }
-}
 
 /// Cancels its ticket when the connection is done with it, however it ends
 /// (a no-op for a finished job).
@@ -196,7 +57,7 @@ fn total(usages: &[Usage]) -> Usage {
 /// The figures a chunk carries: the latest, with `timings_per_token`.
 fn chunk_timings(per_token: bool, stats: Option<&Stats>) -> Option<Timings> {
     let stats = stats.filter(|_| per_token)?;
-    openai::wire_timings(&Usage::so_far(stats))
+    wire_timings(&Usage::so_far(stats))
 }
 
 /// A streamed choice's state.
@@ -213,7 +74,7 @@ impl ApiServer {
     pub(super) fn serve(
         &self,
         loaded: &Loaded,
-        answer: Answer,
+        answer: impl ReplyWriter,
         work: Work,
         n: u32,
         stream: bool,
@@ -235,7 +96,7 @@ impl ApiServer {
     pub(super) fn serve_each(
         &self,
         loaded: &Loaded,
-        answer: Answer,
+        answer: impl ReplyWriter,
         works: Vec<Work>,
         param: &str,
         stream: bool,
@@ -308,15 +169,16 @@ impl ApiServer {
 
     fn stream(
         &self,
-        mut answer: Answer,
+        mut answer: impl ReplyWriter,
         firsts: Vec<Out>,
         held: &[Held],
         responder: Responder,
         per_token: bool,
     ) {
-        let opened = match answer {
-            Answer::Ollama(_) => responder.ndjson(),
-            _ => responder.sse(),
+        let opened = if answer.ndjson() {
+            responder.ndjson()
+        } else {
+            responder.sse()
         };
         let Ok(mut sse) = opened else {
             self.metrics.cancelled.fetch_add(1, Ordering::Relaxed);
@@ -344,7 +206,7 @@ impl ApiServer {
     /// chunk carries the figures so far.
     fn stream_choices(
         &self,
-        answer: &mut Answer,
+        answer: &mut impl ReplyWriter,
         sse: &mut SseStream,
         choices: &mut [Choice],
         held: &[Held],
@@ -357,7 +219,7 @@ impl ApiServer {
                     choice.text.push(event);
                 }
             }
-            answer.start(sse, index as u32, &choice.text)?;
+            answer.start(sse, index as u32, choice.text.prefilled)?;
         }
         loop {
             let open: Vec<usize> = (0..choices.len())
@@ -442,7 +304,13 @@ impl ApiServer {
         }
     }
 
-    fn whole(&self, answer: Answer, firsts: Vec<Out>, held: &[Held], responder: Responder) {
+    fn whole(
+        &self,
+        answer: impl ReplyWriter,
+        firsts: Vec<Out>,
+        held: &[Held],
+        responder: Responder,
+    ) {
         let mut choices = Vec::with_capacity(held.len());
         for (first, h) in firsts.into_iter().zip(held) {
             match self.collect(first, &h.ticket, &responder) {
@@ -455,7 +323,11 @@ impl ApiServer {
             .iter()
             .map(|(text, reply)| Usage::of(reply, text.stats.as_ref()))
             .collect();
-        answer.whole(responder, &choices, &total(&usages));
+        let Some((text, reply)) = choices.first() else {
+            let error = ApiError::new(500, "server_error", "no choice was generated");
+            return answer.error(responder, &error);
+        };
+        answer.respond(responder, (text, reply), &choices, &total(&usages));
     }
 
     /// A job's whole output from its `first` on, counted in the metrics; `None`

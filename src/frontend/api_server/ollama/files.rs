@@ -18,14 +18,15 @@ use std::path::{Path, PathBuf};
 use super::super::error::ApiError;
 use super::super::fields::{json_body, Fields};
 use super::super::{ApiServer, Loaded};
-use super::{digest, file_facts, wire};
+use super::models::{digest, file_facts};
+use super::wire;
 use crate::commands::pull;
 use crate::frontend::http::{Request, Responder};
 
 /// A listed model file: its name and what its header says.
 pub(super) struct Listed {
     name: String,
-    facts: super::Facts,
+    facts: super::models::Facts,
 }
 
 /// The served model's file, when it is the in-process model.

@@ -26,7 +26,8 @@ use super::super::error::ApiError;
 use super::super::fields::{json_body, Fields};
 use super::super::wire::encode;
 use super::super::ApiServer;
-use super::{digest, wire};
+use super::models::digest;
+use super::wire;
 use crate::commands::pull::{self, Refused, Step};
 use crate::frontend::http::{Request, Responder, SseStream};
 

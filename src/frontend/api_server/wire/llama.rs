@@ -1,9 +1,14 @@
 //! llama-server's own shapes: `/tokenize`, `/detokenize`, `/props`, `/slots`
 //! and its slot actions, `/completion` and its stream, `/embedding` and
 //! `/apply-template`, `/rerank` (Jina's and TEI's shapes, as llama-server
-//! answers them) and Vertex AI's `/predict`.
+//! answers them) and Vertex AI's `/predict`; and the extensions llama-server
+//! adds to OpenAI's shapes too: `timings`, `prompt_progress`, and the token
+//! probabilities in chat's shape, which its `/completion` shares.
 
 use serde::Serialize;
+
+use crate::backend::Sampling;
+use crate::llama::SamplerParams;
 
 /// One entry of `GET /slots`, llama-server's fields and two of shepherd's
 /// own (`n_cached`, `n_decoded`).
@@ -184,7 +189,7 @@ pub struct Completion<'a> {
     pub stopping_word: &'a str,
     pub tokens_cached: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub timings: Option<super::openai::Timings>,
+    pub timings: Option<Timings>,
     /// With `n_probs`: each token's probability and the likeliest others.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub completion_probabilities: Option<Probabilities<'a>>,
@@ -195,7 +200,7 @@ pub struct Completion<'a> {
 #[derive(Debug, Serialize)]
 #[serde(untagged)]
 pub enum Probabilities<'a> {
-    Log(Vec<super::openai::TokenLogprob<'a>>),
+    Log(Vec<TokenLogprob<'a>>),
     Post(Vec<TokenProb<'a>>),
 }
 
@@ -241,10 +246,10 @@ pub struct CompletionChunk<'a> {
     pub completion_probabilities: Option<Probabilities<'a>>,
     /// The figures so far, with `timings_per_token`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub timings: Option<super::openai::Timings>,
+    pub timings: Option<Timings>,
     /// How far the prompt is, with `return_progress`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub prompt_progress: Option<super::openai::PromptProgress>,
+    pub prompt_progress: Option<PromptProgress>,
 }
 
 /// One input's entry in llama-server's `/embedding` answer: the pooled
@@ -307,4 +312,74 @@ pub struct TeiRanked<'a> {
 #[derive(Debug, Serialize)]
 pub struct Predictions {
     pub predictions: Vec<serde_json::Value>,
+}
+
+/// One token's log-probability, in chat's shape with llama-server's `id`
+/// (its `/completion` reports the same entries as `completion_probabilities`).
+#[derive(Debug, Serialize)]
+pub struct TokenLogprob<'a> {
+    pub id: i32,
+    pub token: String,
+    pub bytes: &'a [u8],
+    pub logprob: f32,
+    /// The likeliest tokens at this place; absent inside that list.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub top_logprobs: Option<Vec<TokenLogprob<'a>>>,
+}
+
+/// llama-server's `prompt_progress`: the prompt's tokens, those reused from
+/// the cache, those in the cache now, and the milliseconds since it started.
+#[derive(Debug, Serialize)]
+pub struct PromptProgress {
+    pub total: u64,
+    pub cache: u64,
+    pub processed: u64,
+    pub time_ms: u64,
+}
+
+/// llama.cpp's `timings`, for clients that show speed.
+#[derive(Debug, Serialize)]
+pub struct Timings {
+    /// Prompt tokens decoded (not those read from the cache), as llama-server counts.
+    pub prompt_n: u64,
+    pub cache_n: u64,
+    /// 0 where not measured (yet), as llama-server writes it.
+    pub prompt_ms: f64,
+    pub prompt_per_token_ms: f64,
+    pub prompt_per_second: f64,
+    pub predicted_n: u64,
+    pub predicted_ms: f64,
+    pub predicted_per_token_ms: f64,
+    pub predicted_per_second: f64,
+    /// Speculative decoding's drafted and accepted tokens (as llama-server).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub draft_n: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub draft_n_accepted: Option<u64>,
+}
+
+/// The sampling `sampling` comes to, llama.cpp's defaults filled in for what it
+/// leaves out (`/props`, and `/completion`'s `generation_settings`).
+pub fn params(sampling: &Sampling) -> Params<'_> {
+    let fallback = SamplerParams::default();
+    Params {
+        temperature: sampling.temperature.unwrap_or(fallback.temperature),
+        top_k: sampling
+            .top_k
+            .map_or(fallback.top_k, |k| i32::try_from(k).unwrap_or(i32::MAX)),
+        top_p: sampling.top_p.unwrap_or(fallback.top_p),
+        min_p: sampling.min_p.unwrap_or(fallback.min_p),
+        repeat_penalty: sampling.repeat_penalty.unwrap_or(fallback.repeat_penalty),
+        repeat_last_n: sampling.repeat_last_n.unwrap_or(fallback.penalty_last_n),
+        presence_penalty: (sampling.presence_penalty).unwrap_or(fallback.presence_penalty),
+        frequency_penalty: (sampling.frequency_penalty).unwrap_or(fallback.frequency_penalty),
+        n_predict: sampling.max_tokens.map_or(-1, i64::from),
+        max_tokens: sampling.max_tokens.map_or(-1, i64::from),
+        n_probs: sampling.logprobs.unwrap_or(0),
+        seed: sampling.seed.unwrap_or(u64::from(fallback.seed)),
+        stop: &sampling.stop,
+        logit_bias: (sampling.logit_bias.iter())
+            .map(|&(token, bias)| Bias { bias, token })
+            .collect(),
+    }
 }
