@@ -68,7 +68,8 @@ def code_only(text):
             out.append(" " if not tok.startswith("//") else "")
         else:
             out.append(tok)
-    return "".join(out)
+    # `pub(in crate::a)` limits who sees an item; it names no dependency.
+    return re.sub(r"\bpub\s*\(\s*in\s+[^)]*\)", "pub", "".join(out))
 
 
 CFG_TEST = re.compile(r"#\[cfg\((?:test|all\(\s*test\b[^\]]*\))\)\]")

@@ -289,10 +289,7 @@ fn gemmas_projector_reads_an_image_and_a_small_physical_batch_is_named() {
     let (status, body) = server.post("/v1/chat/completions", &request);
     assert!(status >= 400, "{status} {body}");
     let message = body["error"]["message"].as_str().unwrap_or_default();
-    assert!(
-        message.contains("--ubatch must be at least 256"),
-        "{body}"
-    );
+    assert!(message.contains("--ubatch must be at least 256"), "{body}");
     // The server serves on.
     let (status, _) = server.post(
         "/v1/chat/completions",
