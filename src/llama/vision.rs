@@ -128,7 +128,10 @@ impl<'m> Vision<'m> {
         params.use_gpu = use_gpu;
         params.print_timings = false;
         params.n_threads = threads.max(1);
-        params.warmup = false;
+        // libmtmd's default and llama-server's: the warm-up reserves the encoder's
+        // graph (no image is encoded) and is where flash attention's auto is
+        // decided; without it the projector never uses flash attention.
+        params.warmup = true;
         // SAFETY: `c_path` is NUL-terminated and outlives the call; `model` is a live
         // model that outlives the context (`'m`); `params` is a valid struct by value.
         let raw = unsafe { sys::mtmd_init_from_file(c_path.as_ptr(), model.as_ptr(), params) };
