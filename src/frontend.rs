@@ -6,32 +6,13 @@
 //! server mode (and the signal watcher) its own ending. Everything below returns
 //! typed errors.
 
-mod accept;
-mod access;
-mod agent_api;
-mod api_server;
-mod approve;
-mod attach;
 mod bench;
-mod cli_server;
+mod chat;
 mod connect;
-mod editor;
 mod exit;
-pub(crate) mod http;
-mod json;
-mod line;
 mod progress;
-mod render;
-mod repl;
-mod rpc_worker;
-mod sanitize;
+pub(crate) mod serve;
 mod signals;
-mod slash;
-mod stats_line;
-mod terminal;
-mod tool_server;
-mod tui;
-mod ui;
 mod wiring;
 
 use std::io::{self, IsTerminal};
@@ -50,10 +31,10 @@ use crate::config::{self};
 use crate::core::Message;
 use crate::log;
 
-use access::{Access, ServerKind};
+use chat::render::RenderOptions;
 use exit::{EXIT_FAILURE, EXIT_OK, EXIT_USAGE};
-use render::RenderOptions;
-use wiring::{agent_api_for, interactive, tool_registry};
+use serve::access::{Access, ServerKind};
+use wiring::{interactive, tool_registry};
 
 /// Parses the command line and runs the chosen front-end; returns the exit code.
 /// No MCP server outlives it, whichever way the front-end ended.
@@ -140,9 +121,9 @@ fn run_mode() -> i32 {
         Mode::Man(words) => subcommand(commands::completions::run_man(words, &mut io::stdout())),
         Mode::Bench(words) => bench::run(&settings, words),
         Mode::CliServer => cli_server_mode(&settings),
-        Mode::ApiServer => api_server::run(&settings),
+        Mode::ApiServer => serve::api_server::run(&settings),
         Mode::ToolServer => tool_server_mode(&settings),
-        Mode::RpcWorker => rpc_worker::run(&settings),
+        Mode::RpcWorker => serve::rpc_worker::run(&settings),
         Mode::Chat | Mode::JsonLines => chat(&settings),
     }
 }
@@ -176,7 +157,7 @@ fn subcommand(result: Result<(), commands::CommandError>) -> i32 {
 fn command_output(out: &mut dyn io::Write) -> commands::Output<'_> {
     commands::Output {
         out,
-        visible: sanitize::visible,
+        visible: chat::sanitize::visible,
         terminal: io::stdout().is_terminal(),
     }
 }
@@ -202,7 +183,7 @@ fn list_models(settings: &Settings) -> i32 {
         Ok(models) => {
             let lines: Vec<String> = models
                 .iter()
-                .map(|m| sanitize::visible(m).into_owned())
+                .map(|m| chat::sanitize::visible(m).into_owned())
                 .collect();
             print_out(&lines.iter().map(|l| format!("{l}\n")).collect::<String>())
         }
@@ -211,7 +192,7 @@ fn list_models(settings: &Settings) -> i32 {
             eprintln!(
                 "shepherd: cannot list the models of provider '{}': {}",
                 provider.name,
-                sanitize::visible(&message)
+                chat::sanitize::visible(&message)
             );
             EXIT_FAILURE
         }
@@ -323,8 +304,8 @@ fn cli_server_mode(settings: &Settings) -> i32 {
         .unwrap_or_else(|| provider.name.clone());
     // The backend's own context size: the in-process model's real window once
     // loaded, not the configured one (0 when `--context-size` is left to the model).
-    let mut config = cli_server::CliServerConfig::new(model, info.context_size);
-    let persist = cli_server::Persist::for_port(settings.server.port);
+    let mut config = serve::cli_server::CliServerConfig::new(model, info.context_size);
+    let persist = serve::cli_server::Persist::for_port(settings.server.port);
     let prompt = settings.profile.system_prompt(&settings.system_prompt);
     match persist.restore(&agent, &prompt, settings.fresh_session) {
         Ok(line) => eprintln!("shepherd: {line}"),
@@ -335,8 +316,8 @@ fn cli_server_mode(settings: &Settings) -> i32 {
     }
     config.persist = Some(persist);
     // The cliserver registers itself with the API's emergency stop.
-    let api = agent_api_for(settings);
-    cli_server::run(&settings.server, &access, agent, config, Some(api))
+    let api = serve::agent_api::for_settings(settings);
+    serve::cli_server::run(&settings.server, &access, agent, config, Some(api))
 }
 
 /// `--toolserver`: the same tools the agent would get, served over TCP.
@@ -352,13 +333,13 @@ fn tool_server_mode(settings: &Settings) -> i32 {
         Ok(tools) => tools,
         Err(code) => return code,
     };
-    let config = tool_server::ToolServerConfig::new(
+    let config = serve::tool_server::ToolServerConfig::new(
         settings.server.host.clone(),
         settings.server.port,
         access.token().map(str::to_string),
         settings.approvals.policy.clone(),
     );
-    tool_server::run(tools, config, &access, AuditLog::open_default())
+    serve::tool_server::run(tools, config, &access, AuditLog::open_default())
 }
 
 /// The approval gate for this mode: front-ends that can ask the user get a
@@ -427,9 +408,9 @@ fn run_interactive(
     info: &BackendInfo,
 ) -> i32 {
     let result = if settings.tui == Some(true) {
-        tui::run(agent, settings, provider, info)
+        chat::tui::run(agent, settings, provider, info)
     } else {
-        repl::run(agent, settings, provider, info)
+        chat::repl::run(agent, settings, provider, info)
     };
     match result {
         Ok(true) => EXIT_OK,
@@ -473,8 +454,8 @@ fn one_shot_message(settings: &Settings) -> Result<Option<Message>, i32> {
     let Some(prompt) = &settings.prompt else {
         return Ok(None);
     };
-    match attach::load_args(&settings.images) {
-        Ok(images) => Ok(Some(attach::user_message(prompt.clone(), images))),
+    match chat::attach::load_args(&settings.images) {
+        Ok(images) => Ok(Some(chat::attach::user_message(prompt.clone(), images))),
         Err(error) => {
             eprintln!("shepherd: --image: {error}");
             Err(EXIT_USAGE)
@@ -490,15 +471,15 @@ fn run_front_end(
 ) -> bool {
     let stdin = io::stdin();
     if settings.mode == Mode::JsonLines {
-        return json::run(agent, first, json::stdin_lines(), stop);
+        return chat::json::run(agent, first, chat::json::stdin_lines(), stop);
     }
     let options = RenderOptions {
-        colors: render::colors_wanted(io::stdout().is_terminal(), !settings.colors),
+        colors: chat::render::colors_wanted(io::stdout().is_terminal(), !settings.colors),
         show_thinking: settings.show_thinking,
         stats: settings.stats,
     };
     match first {
-        Some(message) => line::run_once(agent, message, options),
-        None => line::run_lines(agent, stdin.lock(), options, stop),
+        Some(message) => chat::line::run_once(agent, message, options),
+        None => chat::line::run_lines(agent, stdin.lock(), options, stop),
     }
 }

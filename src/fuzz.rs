@@ -116,7 +116,7 @@ fn targets() -> Vec<Target> {
                 text("\r\nGET / HTTP/1.0\r\nA: b\r\n c\r\n\r\n"),
             ],
             tokens: HTTP_TOKENS,
-            run: crate::frontend::http::fuzz_head,
+            run: crate::frontend::serve::http::fuzz_head,
         },
         Target {
             name: "openai-reply",

@@ -57,9 +57,31 @@ fn json_lines() -> LoadProgress {
     LoadProgress::new(move |progress| {
         let step = (progress * 100.0) as u32 / JSON_STEP * JSON_STEP;
         if shown.swap(step, Ordering::Relaxed) != step {
-            super::json::loading_line(step as f32 / 100.0);
+            loading_line(step as f32 / 100.0);
         }
     })
+}
+
+/// `--json`'s `loading` line: how far loading the in-process model has got,
+/// 0.0 to 1.0. Written here, before the session (and `json.rs`'s other lines)
+/// exists.
+#[derive(serde::Serialize)]
+struct LoadingLine {
+    r#type: &'static str,
+    progress: f32,
+}
+
+/// Writes a `loading` line to stdout.
+fn loading_line(progress: f32) {
+    let line = LoadingLine {
+        r#type: "loading",
+        progress,
+    };
+    if let Ok(text) = serde_json::to_string(&line) {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{text}");
+        let _ = out.flush();
+    }
 }
 
 #[cfg(test)]

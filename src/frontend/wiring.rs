@@ -4,41 +4,13 @@
 //! builds these here, so no front-end reaches into `frontend/mod.rs` for them.
 
 use std::io::{self, IsTerminal};
-use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
-use super::agent_api;
 use super::exit::EXIT_FAILURE;
-use crate::approval::{DirectRequest, Gate};
-use crate::audit::AuditLog;
 use crate::config::resolve::{Mode, Settings};
 use crate::config::{self};
 use crate::mcp;
 use crate::tools::{remote, ToolRegistry};
-
-/// The agent management endpoints ([`agent_api`]) over the configured tools and the active profile.
-pub(super) fn agent_api_for(settings: &Settings) -> agent_api::AgentApi {
-    let tool_settings = settings.clone();
-    let api = agent_api::AgentApi::new(
-        settings.config_path.clone(),
-        settings.system_prompt.clone(),
-        std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
-        settings.profile.clone(),
-        // An unreachable tool backend offers no tools (never the local ones instead).
-        Box::new(move || tool_registry(&tool_settings).unwrap_or_else(|_| ToolRegistry::empty())),
-    );
-    api.set_mcp_status(Box::new(|| {
-        serde_json::to_value(mcp::statuses()).unwrap_or(serde_json::Value::Array(Vec::new()))
-    }));
-    // A direct `POST /v1/tools/call` is the authenticated user's own request, so it
-    // counts as their approval; only the configured deny rules refuse it.
-    let policy = settings.approvals.policy.clone();
-    let audit = AuditLog::open_default();
-    api.set_gate(Box::new(move || {
-        Gate::new(policy.clone(), Box::new(DirectRequest), "api").with_audit(audit.clone())
-    }));
-    api
-}
 
 /// Every tool shepherd offers, with the enable/disable globs applied: the
 /// built-ins, or the tool server's tools with `--tool-backend`. The agent and
@@ -92,7 +64,10 @@ fn mcp_hub(settings: &Settings) -> Option<Arc<mcp::McpHub>> {
             mcp::wait_started(&hub);
             for line in mcp::not_ready_lines(&hub) {
                 // The line holds the server's own words (its stderr, its errors).
-                eprintln!("shepherd: MCP server {}", super::sanitize::visible(&line));
+                eprintln!(
+                    "shepherd: MCP server {}",
+                    crate::frontend::chat::sanitize::visible(&line)
+                );
             }
         }
         Some(hub)
