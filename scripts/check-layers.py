@@ -32,11 +32,13 @@ import sys
 
 # Lowest first. A module may use modules in its own layer or below.
 LAYERS = [
+    # util holds the process-wide services too (log, redact, sys, stop, auth).
     ["util"],
-    ["core", "log", "sys", "redact", "stop"],
+    ["core"],
     ["stream", "llama", "template", "args"],
-    ["tools", "backend", "auth"],
-    ["approval", "audit", "store", "config"],
+    # tools holds the tool-run gate and its audit log (approval, audit).
+    ["tools", "backend"],
+    ["store", "config"],
     # MCP reads its servers' settings from config::mcp, so it sits above config.
     ["mcp"],
     ["agent"],

@@ -24,10 +24,10 @@ use std::thread::JoinHandle;
 
 use crossbeam_channel::{Receiver, Sender};
 
-use crate::approval::{Approvals, Gate};
 use crate::backend::{Backend, Sampling, ToolChoice};
 use crate::core::ToolSpec;
 use crate::core::{BackendError, ChannelSink, Event, FinishReason, Message, Session};
+use crate::tools::approval::{Approvals, Gate};
 use crate::tools::{ToolContext, ToolRegistry};
 
 pub mod turn;
@@ -385,7 +385,7 @@ impl Agent {
                 // Upstream error bodies can echo a key or a token back.
                 self.emit(Event::Error {
                     kind: error.kind(),
-                    message: crate::redact::text(&error.to_string()),
+                    message: crate::util::redact::text(&error.to_string()),
                 });
                 FinishReason::Error
             }

@@ -29,7 +29,7 @@ use std::ffi::OsString;
 use std::fmt;
 use std::path::PathBuf;
 
-use crate::log::Category;
+use crate::util::log::Category;
 
 /// The one-line usage shown with every usage error and at the top of `--help`.
 pub const USAGE: &str = "Usage: shepherd [FLAGS] [COMMAND [ACTION] [ARGS...]]";

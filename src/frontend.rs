@@ -21,15 +21,15 @@ use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
 
 use crate::agent::{AgentConfig, AgentHandle};
-use crate::approval::{Approver, ChannelApprover, Gate, Headless};
 use crate::args::{self, USAGE};
-use crate::audit::AuditLog;
 use crate::backend::{BackendInfo, ToolChoice};
 use crate::commands;
 use crate::config::resolve::{self, Mode, Settings};
 use crate::config::{self};
 use crate::core::Message;
-use crate::log;
+use crate::tools::approval::{Approver, ChannelApprover, Gate, Headless};
+use crate::tools::audit::AuditLog;
+use crate::util::log;
 
 use chat::render::RenderOptions;
 use exit::{EXIT_FAILURE, EXIT_OK, EXIT_USAGE};

@@ -79,14 +79,16 @@ unsafe extern "C" fn forward_log(_level: sys::ggml_log_level, text: *const c_cha
             let _ = CUDA_INIT_ERROR.set(why.trim().to_string());
         }
     }
-    if !crate::log::enabled(crate::log::Category::Llm) {
+    if !crate::util::log::enabled(crate::util::log::Category::Llm) {
         return;
     }
     // SAFETY: llama.cpp passes a NUL-terminated string that lives for the duration of the call.
     let line = unsafe { CStr::from_ptr(text) }.to_string_lossy();
     let line = line.trim_end();
     if !line.is_empty() {
-        crate::log::debug(crate::log::Category::Llm, || format!("llama.cpp: {line}"));
+        crate::util::log::debug(crate::util::log::Category::Llm, || {
+            format!("llama.cpp: {line}")
+        });
     }
 }
 

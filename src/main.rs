@@ -10,10 +10,7 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 mod agent;
-mod approval;
 mod args;
-mod audit;
-mod auth;
 mod backend;
 mod commands;
 mod config;
@@ -22,13 +19,9 @@ mod frontend;
 #[cfg(test)]
 mod fuzz;
 mod llama;
-mod log;
 mod mcp;
-mod redact;
-mod stop;
 mod store;
 mod stream;
-mod sys;
 mod template;
 mod tools;
 mod util;

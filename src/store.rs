@@ -14,7 +14,7 @@
 //!
 //! What is written is a redacted copy ([`on_disk`]); the live session the
 //! model sees is never changed. Tool calls and tool results are machine text
-//! and go through [`crate::redact`] whole, as in the audit log (an
+//! and go through [`crate::util::redact`] whole, as in the audit log (an
 //! `Authorization` header, a URL's `?api_key=`, a token in a command line or a
 //! `Set-Cookie` in a fetched response become `[REDACTED]`); user and assistant
 //! prose and thinking lose only the configured secrets
@@ -47,8 +47,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::core::image::{decode::Format, MAX_IMAGE_BYTES};
 use crate::core::{Image, Message, Role, Session};
-use crate::redact;
 use crate::util::names::check_name;
+use crate::util::redact;
 
 /// The format version this build writes; it reads this one and older.
 pub const FORMAT_VERSION: u32 = 1;

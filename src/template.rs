@@ -237,7 +237,7 @@ impl ChatTemplate {
         let tool_use = tool_use.and_then(|s| match parse(s) {
             Ok(jinja) => Some(jinja),
             Err(err) => {
-                crate::log::debug(crate::log::Category::Llm, || {
+                crate::util::log::debug(crate::util::log::Category::Llm, || {
                     format!("tool_use template left out: {err}")
                 });
                 None

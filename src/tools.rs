@@ -5,7 +5,8 @@
 //! [`ToolRegistry::run`]. The registry checks the call against the tool's
 //! JSON schema in one place, so each tool can assume its required arguments
 //! exist with the right types. Results are [`ToolOutput`]s; the agent shortens
-//! them with [`truncate`] before they enter the session.
+//! them with [`truncate`] before they enter the session. Every run passes
+//! `approval::Gate` (the policy, the approvers) and is written to `audit`'s log.
 //!
 //! **Architecture Invariant:** a tool never panics on model input and never
 //! reaches outside [`ToolContext::root`] (files) or onto private networks
@@ -22,7 +23,9 @@ use crate::core::image::{self, Image, ImagePart};
 use crate::core::ToolCall;
 use crate::core::ToolSpec;
 
+pub mod approval;
 pub mod args;
+pub mod audit;
 pub mod bash;
 pub mod fs;
 pub mod grep;
@@ -330,7 +333,7 @@ impl ToolRegistry {
                 tool.name()
             ));
         }
-        crate::log::debug(crate::log::Category::Tools, || {
+        crate::util::log::debug(crate::util::log::Category::Tools, || {
             format!("run {} {}", tool.name(), call.arguments)
         });
         tool.run(&call.arguments, ctx)

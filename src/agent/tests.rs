@@ -223,7 +223,7 @@ fn overflow_evicts_old_turns_and_retries_once() {
 
 #[test]
 fn an_upstream_error_that_echoes_a_secret_reaches_no_front_end_with_it() {
-    crate::redact::register_secret("sk-agent-echo-51f0c2d9");
+    crate::util::redact::register_secret("sk-agent-echo-51f0c2d9");
     let echoed = BackendError::Http {
         status: 401,
         code: "invalid_api_key".into(),
@@ -407,8 +407,8 @@ fn adversarial_run(root: &std::path::Path, count: usize, deny: bool) -> (usize, 
         Duration::from_millis(1)
     };
     let gate = Gate::new(
-        crate::approval::Policy::default(),
-        Box::new(crate::approval::ChannelApprover::new(timeout)),
+        crate::tools::approval::Policy::default(),
+        Box::new(crate::tools::approval::ChannelApprover::new(timeout)),
         "test",
     );
     let agent = spawn_with_gate(backend, root.to_path_buf(), gate);
@@ -419,7 +419,7 @@ fn adversarial_run(root: &std::path::Path, count: usize, deny: bool) -> (usize, 
             if let Event::ApprovalRequired(request) = event {
                 asked += 1;
                 if deny {
-                    let _ = approvals.answer(&request.id, crate::approval::Answer::Deny);
+                    let _ = approvals.answer(&request.id, crate::tools::approval::Answer::Deny);
                 }
             }
             Ok(())
@@ -474,8 +474,8 @@ fn unanswered_approvals_time_out_as_denials() {
         text("ok"),
     ]);
     let gate = Gate::new(
-        crate::approval::Policy::default(),
-        Box::new(crate::approval::ChannelApprover::new(
+        crate::tools::approval::Policy::default(),
+        Box::new(crate::tools::approval::ChannelApprover::new(
             Duration::from_millis(20),
         )),
         "test",
@@ -492,7 +492,7 @@ fn unanswered_approvals_time_out_as_denials() {
     // Too late: the wait is over and the answer is refused.
     let approvals = agent.approvals().unwrap();
     assert!(approvals
-        .answer(&id, crate::approval::Answer::Allow)
+        .answer(&id, crate::tools::approval::Answer::Allow)
         .is_err());
     assert!(!root.join("late.txt").exists());
     let result = &seen.lock().unwrap()[1].messages[2];
@@ -517,10 +517,10 @@ fn an_allowed_call_runs() {
         text("done"),
     ]);
     let gate = Gate::new(
-        crate::approval::Policy::default(),
-        Box::new(crate::approval::ChannelApprover::new(Duration::from_secs(
-            30,
-        ))),
+        crate::tools::approval::Policy::default(),
+        Box::new(crate::tools::approval::ChannelApprover::new(
+            Duration::from_secs(30),
+        )),
         "test",
     );
     let agent = spawn_with_gate(backend, root.clone(), gate);
@@ -528,7 +528,7 @@ fn an_allowed_call_runs() {
     agent.run_message(Message::user("go"), |event| {
         if let Event::ApprovalRequired(request) = event {
             approvals
-                .answer(&request.id, crate::approval::Answer::Allow)
+                .answer(&request.id, crate::tools::approval::Answer::Allow)
                 .unwrap();
         }
         Ok(())

@@ -21,15 +21,15 @@
 
 use std::sync::atomic::AtomicBool;
 
-use crate::approval::Gate;
 use crate::backend::{Backend, GenerateRequest, Reply, Sampling, ToolChoice, Usage};
 use crate::core::ToolSpec;
 use crate::core::{
     Answer, BackendError, Event, EventSink, FinishReason, Flow, Message, Role, Session, ToolCall,
     ToolResultEvent,
 };
-use crate::log::{self, Category};
+use crate::tools::approval::Gate;
 use crate::tools::{truncate, ToolContext, ToolOutput, ToolRegistry};
+use crate::util::log::{self, Category};
 
 /// Context assumed for truncation when a backend cannot tell its window.
 const DEFAULT_CONTEXT_ASSUMED: u64 = 32_768;

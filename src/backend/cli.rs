@@ -374,7 +374,7 @@ enum Feed {
 fn server_key(configured: Option<&str>, base_url: &str) -> Option<String> {
     configured
         .map(str::to_string)
-        .or_else(|| crate::auth::find_for_url(base_url))
+        .or_else(|| crate::util::auth::find_for_url(base_url))
 }
 
 fn spawn_listener(

@@ -25,9 +25,9 @@ use super::estimate::TokenEstimator;
 use super::http::{self, ApiSettings};
 use super::{toolnames, Backend, BackendInfo, GenerateRequest, Reply};
 use crate::core::{BackendError, EventSink, FinishReason, Flow, Image, Message, Session};
-use crate::log::{self, Category};
 use crate::stream::filter::OutputFilter;
 use crate::stream::sse::SseDecoder;
+use crate::util::log::{self, Category};
 
 /// Hosted models known to read no images, as name patterns (a trailing `*`
 /// matches any rest), compared case-insensitively with the model name after

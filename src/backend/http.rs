@@ -21,7 +21,7 @@ pub use errors::{error_from_body, error_from_value};
 
 use super::recording::{RequestHead, Tape};
 use crate::core::{Answer, BackendError, Event, EventSink, Flow, ToolCall};
-use crate::log::{self, Category};
+use crate::util::log::{self, Category};
 use crate::util::net::is_loopback_url;
 
 /// Largest error or non-streamed body read into memory, after decompression.

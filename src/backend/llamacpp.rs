@@ -784,7 +784,7 @@ impl Start {
                 Served::Closed
             }
             Start::Wake(job) => {
-                crate::log::debug(crate::log::Category::Llm, || {
+                crate::util::log::debug(crate::util::log::Category::Llm, || {
                     format!("cannot wake: {error}")
                 });
                 job.refuse(BackendError::Config(format!(
@@ -807,7 +807,7 @@ fn run_worker(thread: Thread, ready: Ready, jobs: Receiver<Job>) {
             Served::Idle => {
                 // Marked only now: the model, its contexts and the draft are freed.
                 thread.residency.set_asleep(true);
-                crate::log::debug(crate::log::Category::Llm, || {
+                crate::util::log::debug(crate::util::log::Category::Llm, || {
                     "idle: the model left memory until the next request".into()
                 });
             }
@@ -840,7 +840,7 @@ fn serve_loaded(thread: &Thread, start: Start, jobs: &Receiver<Job>) -> Served {
         Ok(model) => model,
         Err(err) => return start.failed(BackendError::Config(err.to_string())),
     };
-    crate::log::debug(crate::log::Category::Llm, || {
+    crate::util::log::debug(crate::util::log::Category::Llm, || {
         format!(
             "loaded {} ({})",
             config.model_path.display(),

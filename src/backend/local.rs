@@ -103,7 +103,9 @@ pub(crate) fn load_templates(
     eos: &str,
 ) -> ChatTemplate {
     ChatTemplate::with_tool_use(source, tool_use, bos, eos).unwrap_or_else(|err| {
-        crate::log::debug(crate::log::Category::Llm, || format!("{err}; using ChatML"));
+        crate::util::log::debug(crate::util::log::Category::Llm, || {
+            format!("{err}; using ChatML")
+        });
         ChatTemplate::new(None, bos, eos).expect("the ChatML fallback needs no parsing")
     })
 }
@@ -220,7 +222,7 @@ pub(crate) fn call_syntax(
     let short_id = template::nine_alphanumerics(syntax::PROBE_ID);
     let syntax = syntax::call_syntax(&plain, &with_call, &short_id, turn_end);
     if syntax.is_none() {
-        crate::log::debug(crate::log::Category::Llm, || {
+        crate::util::log::debug(crate::util::log::Category::Llm, || {
             format!("no tool-call syntax in the probe: {plain:?} then {with_call:?}")
         });
     }

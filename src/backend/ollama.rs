@@ -38,10 +38,10 @@ use crate::core::ToolSpec;
 use crate::core::{
     BackendError, Event, EventSink, FinishReason, Flow, Message, Role, Session, Stats,
 };
-use crate::log::{self, Category};
 use crate::stream::filter::OutputFilter;
 use crate::stream::ndjson::NdjsonReader;
 use crate::stream::toolcall::ToolCallAccumulator;
+use crate::util::log::{self, Category};
 
 pub const KIND: &str = "ollama";
 /// Largest `num_ctx` chosen on the user's behalf from the model's own context length.

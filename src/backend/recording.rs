@@ -4,7 +4,7 @@
 //! exchange to a [`Tape`]. Recording writes, per exchange `N` (from 0001):
 //!
 //! - `N-request.json`: method, URL, headers and JSON body, every secret
-//!   redacted ([`crate::redact::value`]: header names such as
+//!   redacted ([`crate::util::redact::value`]: header names such as
 //!   `Authorization`/`x-api-key`, URL parameters such as Gemini's `?key=`,
 //!   and every registered key wherever it stands);
 //! - `N-response.json`: the status and headers (redacted the same way), or
@@ -39,8 +39,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::core::BackendError;
-use crate::redact;
 use crate::util::fs::write_atomic;
+use crate::util::redact;
 
 /// The version of the directory layout, checked on replay.
 const FORMAT: u32 = 1;

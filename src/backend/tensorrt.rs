@@ -257,7 +257,9 @@ impl TensorRtBackend {
         let mut state = ReplyStream::new(&prepared);
         let result = self.stream(id, &mut state, sink);
         if let Some(stats) = self.executor.iteration_stats() {
-            crate::log::debug(crate::log::Category::Llm, || format!("executor: {stats:?}"));
+            crate::util::log::debug(crate::util::log::Category::Llm, || {
+                format!("executor: {stats:?}")
+            });
         }
         result?;
         Ok(state.into_reply(&self.tokenizer, prepared.tokens.len(), self.n_ctx, sink))
@@ -306,7 +308,7 @@ impl TensorRtBackend {
                 Err(_) => return Ok(()),
             }
         }
-        crate::log::debug(crate::log::Category::Llm, || {
+        crate::util::log::debug(crate::util::log::Category::Llm, || {
             format!("request {id:?} did not end within {DRAIN_LIMIT:?} of its cancel")
         });
         Ok(())

@@ -1,5 +1,5 @@
 //! `shepherd ps`: this user's running shepherd servers, from the token files
-//! each publishes at start ([`crate::auth::running`]): kind, address and pid,
+//! each publishes at start ([`crate::util::auth::running`]): kind, address and pid,
 //! never the token. Only servers whose file still names the live process that
 //! wrote it (same start time, same executable) are listed; files of servers
 //! that were killed, or whose pid went to another process, are removed on the
@@ -13,7 +13,7 @@
 use std::borrow::Cow;
 
 use super::{CommandError, Output};
-use crate::auth;
+use crate::util::auth;
 
 /// Runs `shepherd ps ARGS...`.
 pub fn run(args: &[String], out: &mut Output<'_>) -> Result<(), CommandError> {

@@ -142,15 +142,15 @@ pub fn expand_vars(text: &str, env: &dyn Fn(&str) -> Option<String>) -> String {
     out
 }
 
-/// Registers the servers' credentials with [`crate::redact`]: bearer tokens and
+/// Registers the servers' credentials with [`crate::util::redact`]: bearer tokens and
 /// the values of secret-named headers and environment variables, `${VAR}`
 /// expanded as at start-up.
 pub fn register_secrets(servers: &McpServers, env: &dyn Fn(&str) -> Option<String>) {
     for server in servers.values() {
         let named = server.headers.iter().chain(&server.env);
-        let secret = named.filter(|(name, _)| crate::redact::is_secret_name(name));
+        let secret = named.filter(|(name, _)| crate::util::redact::is_secret_name(name));
         let values = secret.map(|(_, value)| value).chain(&server.bearer_token);
-        values.for_each(|value| crate::redact::register_secret(&expand_vars(value, env)));
+        values.for_each(|value| crate::util::redact::register_secret(&expand_vars(value, env)));
     }
 }
 

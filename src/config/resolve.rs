@@ -23,7 +23,6 @@ use std::time::Duration;
 use super::{
     load, locate, ConfigError, ConfigFile, EnvLookup, ProviderConfig, ProviderKind, SYSTEM_CONFIG,
 };
-use crate::approval::Policy;
 use crate::args::{self, LowArgs, Subcommand, MAX_TOKEN_COUNT};
 use crate::backend::http::DEFAULT_MAX_REPLY_BYTES;
 use crate::backend::models::FindError;
@@ -31,8 +30,9 @@ use crate::backend::recording::Tape;
 use crate::backend::Sampling;
 use crate::core::SpecMode;
 use crate::llama::{CacheType, Pooling, SplitMode};
-use crate::log::Category;
-use crate::redact;
+use crate::tools::approval::Policy;
+use crate::util::log::Category;
+use crate::util::redact;
 
 /// Used when no flag, variable or config key gives a system prompt.
 pub const DEFAULT_SYSTEM_PROMPT: &str = "You are shepherd, a capable assistant running on the \
@@ -342,7 +342,7 @@ fn mode(low: &LowArgs) -> Mode {
 ///
 /// Help, version and the `provider`/`config` commands do not read the file here:
 /// help must work with a broken config, and the commands load it themselves.
-/// The credentials it resolves are registered with [`crate::redact`] here.
+/// The credentials it resolves are registered with [`crate::util::redact`] here.
 pub fn resolve(low: &LowArgs, env: EnvLookup) -> Result<Settings, ConfigError> {
     let location = locate(low.config.as_deref(), env, Path::new(SYSTEM_CONFIG));
     match mode(low) {
@@ -385,7 +385,7 @@ fn check_explicit_config(path: &Path) -> Result<(), ConfigError> {
     ))
 }
 
-/// Registers every credential shepherd was given with [`crate::redact`], so
+/// Registers every credential shepherd was given with [`crate::util::redact`], so
 /// debug output, the audit log and saved sessions never show one: the
 /// provider keys (the chain's, every configured provider's and the usual
 /// `*_API_KEY` variables, for a later provider switch), secret-named provider

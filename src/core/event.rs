@@ -147,7 +147,7 @@ impl Answer {
 }
 
 /// A tool call waiting for the user's decision. Front-ends answer it through
-/// [`crate::approval::Approvals`] with the same `id`; nothing the model or a
+/// [`crate::tools::approval::Approvals`] with the same `id`; nothing the model or a
 /// tool produces can answer it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApprovalRequest {

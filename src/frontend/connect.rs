@@ -29,7 +29,7 @@ use crate::backend::Backend;
 use crate::config::resolve::Settings;
 use crate::config::{ProviderConfig, ProviderKind};
 use crate::llama::{rpc, GpuSplit};
-use crate::log;
+use crate::util::log;
 
 /// Why no backend could be built. All of these are configuration problems (exit 2).
 pub enum OpenError {

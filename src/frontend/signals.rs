@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::{auth, log, mcp, sys};
+use crate::{mcp, util::auth, util::log, util::sys};
 
 /// How long a server waits for cancelled work to wind down before it exits.
 const SERVER_GRACE: Duration = Duration::from_secs(2);

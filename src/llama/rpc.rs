@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use llama_cpp_sys_2 as sys;
 
-use crate::sys::tcp as sys_tcp;
+use crate::util::sys::tcp as sys_tcp;
 
 /// The RPC protocol's major version in the pinned ggml (`RPC_PROTO_MAJOR_VERSION`
 /// in ggml-rpc.h of llama-cpp-sys-2); ggml refuses a worker with another one.

@@ -133,7 +133,7 @@ impl Router {
             return;
         }
         let Some(id) = message.get("id").and_then(Value::as_u64) else {
-            crate::log::debug(crate::log::Category::Tools, || {
+            crate::util::log::debug(crate::util::log::Category::Tools, || {
                 format!("mcp: response with an id we never sent: {}", message["id"])
             });
             return;

@@ -22,8 +22,8 @@ use super::client::{McpError, Router, Transport};
 use super::stdio::MAX_MESSAGE_BYTES;
 use crate::backend::http::{build_agent, Limits};
 use crate::config::mcp::{expand_vars, McpServerConfig};
-use crate::log::{self, Category};
 use crate::stream::sse::SseDecoder;
+use crate::util::log::{self, Category};
 use crate::util::sync::lock;
 
 /// A connection to one streamable HTTP server.

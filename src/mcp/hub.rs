@@ -23,7 +23,7 @@ use super::client::{Client, McpError, Router, ToolInfo, Transport};
 use super::http::HttpTransport;
 use super::stdio::StdioTransport;
 use crate::config::mcp::{McpServerConfig, McpServers};
-use crate::log::{self, Category};
+use crate::util::log::{self, Category};
 use crate::util::sync::lock;
 
 /// Quick failures in a row after which a server is given up.

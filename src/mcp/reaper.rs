@@ -23,7 +23,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::sys;
+use crate::util::sys;
 
 /// The first argument that makes this binary a reaper.
 const ARG: &str = "__mcp-reaper";

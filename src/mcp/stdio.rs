@@ -3,7 +3,7 @@
 //!
 //! The child runs under a [`reaper`] (which ends everything the server starts),
 //! in its own process group, and gets SIGTERM if the thread that spawned it
-//! dies ([`crate::sys::term_with_parent`]). One reader thread
+//! dies ([`crate::util::sys::term_with_parent`]). One reader thread
 //! per server turns stdout lines into messages for the [`Router`] (oversized
 //! and malformed lines are logged and skipped, never fatal); another drains
 //! stderr into the debug log, so a chatty server never blocks on a full pipe.
@@ -26,8 +26,8 @@ use serde_json::Value;
 use super::client::{McpError, Router, Transport};
 use super::reaper;
 use crate::config::mcp::{expand_vars, McpServerConfig};
-use crate::log::{self, Category};
 use crate::stream::{read_capped_line, CappedLine};
+use crate::util::log::{self, Category};
 use crate::util::sync::lock;
 
 /// The largest message accepted from a server; longer lines are skipped.
@@ -56,8 +56,8 @@ impl Started {
     /// to do so, so SIGTERM, not SIGKILL); a server without one loses its group.
     fn end(self) {
         let _ = match self.reaped {
-            true => crate::sys::signal_process(self.pid, crate::sys::SIGTERM),
-            false => crate::sys::kill_process_group(self.pid),
+            true => crate::util::sys::signal_process(self.pid, crate::util::sys::SIGTERM),
+            false => crate::util::sys::kill_process_group(self.pid),
         };
     }
 }
@@ -108,7 +108,7 @@ impl StdioTransport {
         for (key, value) in &config.env {
             command.env(key, expand_vars(value, &crate::config::process_env));
         }
-        crate::sys::term_with_parent(&mut command);
+        crate::util::sys::term_with_parent(&mut command);
         let mut child = command
             .spawn()
             .map_err(|e| McpError::Spawn(format!("{program}: {e}")))?;
@@ -158,12 +158,12 @@ impl Transport for StdioTransport {
         if !exited_within(&mut child, EXIT_GRACE) {
             self.started.end();
             if self.started.reaped && !exited_within(&mut child, REAPER_GRACE) {
-                let _ = crate::sys::kill_process_group(self.started.pid);
+                let _ = crate::util::sys::kill_process_group(self.started.pid);
             }
         }
         // Without a reaper, the whole group, also when the server exited: its children must not stay.
         if !self.started.reaped {
-            let _ = crate::sys::kill_process_group(self.started.pid);
+            let _ = crate::util::sys::kill_process_group(self.started.pid);
         }
         let _ = child.wait();
         lock(&LIVE).retain(|s| *s != self.started);

@@ -2,7 +2,7 @@
 //! an output cap and cancellation.
 //!
 //! The command runs in its own process group. When it times out, is cancelled,
-//! or simply finishes, the whole group is killed through [`crate::sys`], so
+//! or simply finishes, the whole group is killed through [`crate::util::sys`], so
 //! anything it left in the background (`sleep 100 &`) dies with it: this tool
 //! has no background mode, and nothing it starts outlives the call. Pipes are
 //! read on helper threads that feed one channel, so output arrives merged in
@@ -131,7 +131,7 @@ fn run_command(command: &str, ctx: &ToolContext, timeout: Duration) -> std::io::
     let ending = wait(&mut child, &rx, &mut collector, ctx, timeout);
     // The group dies in every case: on timeout and cancel by design, and after
     // a normal exit so that background children do not outlive the call.
-    let _ = crate::sys::kill_process_group(child.id());
+    let _ = crate::util::sys::kill_process_group(child.id());
     let ending = match ending {
         Some(ending) => ending,
         None => Ending::Exited(child.wait()?),
@@ -158,7 +158,7 @@ fn pipe_reader(name: &str, mut pipe: impl Read + Send + 'static, tx: Sender<Vec<
         }
     });
     if let Err(e) = spawned {
-        crate::log::debug(crate::log::Category::Tools, || {
+        crate::util::log::debug(crate::util::log::Category::Tools, || {
             format!("cannot start {name} reader: {e}")
         });
     }

@@ -20,7 +20,7 @@ use super::paths::{Missing, ResolveError, Resolved, Root};
 use super::{args, pattern, walk, Tool, ToolContext, ToolOutput};
 use crate::core::image::decode::Format;
 use crate::core::Image;
-use crate::sys::at::{self, OpenAs};
+use crate::util::sys::at::{self, OpenAs};
 
 /// Lines `read` returns when the call gives no limit.
 pub const DEFAULT_READ_LINES: usize = 2000;
@@ -884,7 +884,7 @@ mod tests {
         while !stop.load(std::sync::atomic::Ordering::Relaxed) {
             for name in ["d", "f"] {
                 let swap = root.join(format!("{name}.swap"));
-                flips += u64::from(crate::sys::at::exchange(&root.join(name), &swap).is_ok());
+                flips += u64::from(crate::util::sys::at::exchange(&root.join(name), &swap).is_ok());
             }
             let is_link = |p: &Path| fs::symlink_metadata(p).is_ok_and(|m| m.is_symlink());
             if !is_link(&root.join("f")) && !is_link(&root.join("f.swap")) {

@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 use super::paths::{Resolved, Root};
 use super::walk::{self, Kind};
 use super::{args, fs as file_tools, pattern, Tool, ToolContext, ToolOutput};
-use crate::sys::at::{self, OpenAs};
+use crate::util::sys::at::{self, OpenAs};
 
 const MAX_FILE_BYTES: u64 = 10 * 1024 * 1024;
 /// Most bytes a compiled pattern may take (its NFA; the lazy DFA's cache is

@@ -28,7 +28,7 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Component, Path, PathBuf};
 
-use crate::sys::at::{self, OpenAs};
+use crate::util::sys::at::{self, OpenAs};
 
 /// Symlinks one resolution follows at most, as the kernel's `ELOOP` limit.
 const MAX_SYMLINKS: usize = 40;

@@ -2,7 +2,7 @@
 //!
 //! [`ToolBackend`] speaks the line protocol of [`super::rpc`]: one TCP
 //! connection per call (with `auth` first when a token is set or this user's
-//! own tool server published one, see `crate::auth`), a connect
+//! own tool server published one, see `crate::util::auth`), a connect
 //! timeout, and a deadline for the answer; while waiting it checks the
 //! agent's cancel flag, so a cancelled turn stops waiting at once (the
 //! server's own timeouts bound the tool). [`registry`] lists the server's
@@ -153,7 +153,7 @@ impl ToolBackend {
             .config
             .token
             .clone()
-            .or_else(|| crate::auth::find_for_address(&self.config.address));
+            .or_else(|| crate::util::auth::find_for_address(&self.config.address));
         if let Some(token) = token {
             let params = json!({"token": token});
             self.exchange(&mut conn, "auth", params, deadline, cancel)?;

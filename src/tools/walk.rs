@@ -29,7 +29,7 @@ use ignore::Match;
 
 use super::paths::{Missing, Resolved, Root};
 use super::ToolContext;
-use crate::sys::at::{self, EntryType, OpenAs};
+use crate::util::sys::at::{self, EntryType, OpenAs};
 
 /// The files in one directory that hold ignore rules, the stronger last.
 const IGNORE_FILES: [&str; 2] = [".gitignore", ".ignore"];

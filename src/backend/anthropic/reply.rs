@@ -11,9 +11,9 @@ use crate::backend::hosted::{self, SseReply};
 use crate::backend::http;
 use crate::backend::{Reply, Usage};
 use crate::core::{Artefact, BackendError, Event, EventSink, FinishReason, Flow};
-use crate::log::{self, Category};
 use crate::stream::filter::OutputFilter;
 use crate::stream::toolcall::{ToolCallAccumulator, ToolCallDelta};
+use crate::util::log::{self, Category};
 
 /// The backend kind, also the origin tag of the artefacts a reply stores
 /// (only these are sent back, and only to an `anthropic` backend).

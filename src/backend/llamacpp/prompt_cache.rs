@@ -147,7 +147,7 @@ impl PromptCache {
                 let written = create_private_dir(&dir).and_then(|()| write_atomic(&path, &bytes));
                 match written {
                     Ok(()) => trim(&dir, max_bytes),
-                    Err(err) => crate::log::debug(crate::log::Category::Llm, || {
+                    Err(err) => crate::util::log::debug(crate::util::log::Category::Llm, || {
                         format!("prompt cache: cannot write {}: {err}", path.display())
                     }),
                 }
@@ -344,7 +344,7 @@ fn read_u32(reader: &mut impl Read) -> io::Result<u32> {
 }
 
 /// Opens `path` to read it as untrusted input: a symlink is refused (not
-/// followed: `O_NOFOLLOW`, through [`crate::sys::at`]), a FIFO or device does
+/// followed: `O_NOFOLLOW`, through [`crate::util::sys::at`]), a FIFO or device does
 /// not block the open (`O_NONBLOCK`), and only a regular file passes the
 /// `fstat` that follows. The file and its size; a missing file is `NotFound`.
 pub(super) fn open_untrusted(path: &Path) -> io::Result<(fs::File, u64)> {
@@ -357,14 +357,13 @@ pub(super) fn open_untrusted(path: &Path) -> io::Result<(fs::File, u64)> {
         _ => Path::new("."),
     };
     let dir = fs::File::open(dir)?;
-    let file = crate::sys::at::open(dir.as_fd(), name, crate::sys::at::OpenAs::Read).map_err(
-        |e| match e.kind() {
+    let file = crate::util::sys::at::open(dir.as_fd(), name, crate::util::sys::at::OpenAs::Read)
+        .map_err(|e| match e.kind() {
             io::ErrorKind::NotFound => e,
             // ELOOP: the name is a symlink.
             _ if e.raw_os_error() == Some(40) => bad("a symbolic link, not a file"),
             _ => e,
-        },
-    )?;
+        })?;
     let meta = file.metadata()?;
     if !meta.file_type().is_file() {
         return Err(bad(

@@ -357,7 +357,7 @@ fn load_vision<'m>(
             path.display()
         )));
     }
-    crate::log::debug(crate::log::Category::Llm, || {
+    crate::util::log::debug(crate::util::log::Category::Llm, || {
         format!("vision projector: {}", path.display())
     });
     Ok(Some(vision))
@@ -448,7 +448,7 @@ impl<'m> Worker<'m> {
         let params = context_params(model, config, &preempt);
         let flash_attn = params.flash_attn;
         let ctx = Context::new(model, &params).map_err(|e| BackendError::Config(e.to_string()))?;
-        crate::log::debug(crate::log::Category::Llm, || {
+        crate::util::log::debug(crate::util::log::Category::Llm, || {
             format!(
                 "context: {} tokens, {} slot(s) of {}, flash attention {} (heads of {:?}), ubatch {}, {} thread(s)",
                 ctx.n_ctx(),
@@ -489,7 +489,7 @@ impl<'m> Worker<'m> {
             .with_kwargs(config.chat_template_kwargs.clone());
         let call_syntax = local::call_syntax(&template, |tail| end_of_turn(model, tail));
         let learnt = call_syntax.as_ref().and_then(syntax::CallSyntax::learnt);
-        crate::log::debug(crate::log::Category::Llm, || {
+        crate::util::log::debug(crate::util::log::Category::Llm, || {
             format!("the template's tool-call syntax: {call_syntax:?}")
         });
         Ok(Worker {
@@ -751,7 +751,7 @@ impl<'m> Worker<'m> {
             learnt_call: self.learnt_call,
             rendered,
         };
-        crate::log::debug(crate::log::Category::Llm, || {
+        crate::util::log::debug(crate::util::log::Category::Llm, || {
             format!(
                 "slot {}: {} prompt tokens, {keep} reused, {} to decode",
                 slot.seq,

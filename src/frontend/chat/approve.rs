@@ -3,13 +3,13 @@
 //! When the agent sends [`Event::ApprovalRequired`], the renderer shows the
 //! question and [`PendingApproval`] remembers its id; the next `y`, `n` or `a`
 //! key answers it (allow, deny, always for this tool this session) through the
-//! agent's [`crate::approval::Approvals`]. Every other key goes to the line
+//! agent's [`crate::tools::approval::Approvals`]. Every other key goes to the line
 //! editor as usual, so typing ahead keeps working, and Esc / Ctrl-C cancel the
 //! turn, which the waiting agent sees as a denial.
 
 use crate::agent::AgentHandle;
-use crate::approval::Answer;
 use crate::core::Event;
+use crate::tools::approval::Answer;
 
 use super::editor::Key;
 

@@ -25,8 +25,8 @@ use serde_json::Value;
 
 use super::stats_line::StatsLine;
 use crate::agent::{AgentHandle, Op};
-use crate::approval::Answer;
 use crate::core::{Event, FinishReason, Message};
+use crate::tools::approval::Answer;
 
 /// One output line.
 #[derive(Serialize)]

@@ -21,7 +21,7 @@ use crate::config::resolve::Settings;
 use crate::config::ProviderConfig;
 use crate::core::Event;
 use crate::store::{self, Store, StoreError};
-use crate::sys;
+use crate::util::sys;
 
 use super::approve::PendingApproval;
 use super::editor::{self, Action, Editor, Key};

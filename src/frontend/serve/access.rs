@@ -13,13 +13,13 @@
 //! - Any bind that is not loopback needs a token.
 //!
 //! Once bound, [`Access::announce`] publishes the token for this user's own
-//! clients (`crate::auth`) and says on stderr how to get in; a generated token
+//! clients (`crate::util::auth`) and says on stderr how to get in; a generated token
 //! is printed there once, as Jupyter prints its URL.
 
 use std::net::SocketAddr;
 
-use crate::auth;
 use crate::config::resolve::{ServerAuth, ServerSettings};
+use crate::util::auth;
 use crate::util::net;
 
 use super::http::{self, Limits, Policy};
@@ -120,7 +120,7 @@ impl Access {
             let token = auth::generate()
                 .map_err(|e| format!("cannot generate a token (/dev/urandom: {e})"))?;
             // Never into a debug line, the audit log or a saved session.
-            crate::redact::register_secret(&token);
+            crate::util::redact::register_secret(&token);
             (Some(token), Source::Generated)
         } else {
             (None, Source::None)

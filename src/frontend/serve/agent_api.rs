@@ -30,14 +30,14 @@ use std::sync::{Arc, Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::approval::{DirectRequest, Gate, Policy};
-use crate::audit::AuditLog;
 use crate::config::profile::{self, EditError, Profile};
 use crate::config::resolve::Settings;
 use crate::core::ToolCall;
 use crate::mcp;
-use crate::stop::StopRegistry;
+use crate::tools::approval::{DirectRequest, Gate, Policy};
+use crate::tools::audit::AuditLog;
 use crate::tools::{self, ToolContext, ToolRegistry};
+use crate::util::stop::StopRegistry;
 use crate::util::sync::{lock, read};
 
 use super::http::{Request, Responder};
@@ -795,9 +795,9 @@ mod tests {
         assert!(!fx.dir.join("x.txt").exists());
         call(&fx, "POST", "/v1/profiles/default/activate", "");
         fx.api.set_gate(Box::new(|| {
-            let policy = crate::approval::Policy {
+            let policy = crate::tools::approval::Policy {
                 deny: vec!["write".into()],
-                ..crate::approval::Policy::default()
+                ..crate::tools::approval::Policy::default()
             };
             Gate::new(policy, Box::new(DirectRequest), "api")
         }));

@@ -162,7 +162,7 @@ fn warn_dropped(route: &str, dropped: &[String], responder: &mut Responder) {
     if dropped.is_empty() {
         return;
     }
-    crate::log::debug(crate::log::Category::Http, || {
+    crate::util::log::debug(crate::util::log::Category::Http, || {
         format!("{route}: dropped hosted tools: {}", dropped.join(", "))
     });
     for (name, value) in tool_types::warnings(dropped) {
@@ -174,7 +174,7 @@ fn warn_dropped(route: &str, dropped: &[String], responder: &mut Responder) {
 /// llama-server ignores a field it does not know.
 fn log_ignored(route: &str, ignored: &[String]) {
     if !ignored.is_empty() {
-        crate::log::debug(crate::log::Category::Http, || {
+        crate::util::log::debug(crate::util::log::Category::Http, || {
             format!("{route}: ignored request fields: {}", ignored.join(", "))
         });
     }

@@ -67,7 +67,7 @@ pub(crate) use parse::fuzz_head;
 pub use respond::{Captured, Responder, SseStream};
 
 use super::accept::{self, ConnectionCap, DeadlineReader, Place, Reading};
-use crate::auth;
+use crate::util::auth;
 use crate::util::net;
 use parse::*;
 use respond::*;

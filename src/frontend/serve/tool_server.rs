@@ -44,10 +44,10 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::approval::{self, Headless, Policy};
-use crate::audit::AuditLog;
 use crate::core::ToolCall;
 use crate::stream::{read_capped_line, CappedLine};
+use crate::tools::approval::{self, Headless, Policy};
+use crate::tools::audit::AuditLog;
 use crate::tools::rpc::{self, Frame, Response, RpcError, ToolEntry};
 use crate::tools::{args, ToolContext, ToolOutput, ToolRegistry};
 
@@ -177,7 +177,7 @@ fn start_connection(
         .name("shepherd-toolconn".into())
         .spawn(move || {
             if let Err(error) = serve_connection(stream, &shared, reading) {
-                crate::log::debug(crate::log::Category::Tools, || {
+                crate::util::log::debug(crate::util::log::Category::Tools, || {
                     format!("toolserver connection {peer}: {error}")
                 });
             }
@@ -433,7 +433,7 @@ impl Connection<'_> {
             return Ok(Value::Bool(true));
         };
         let given = params.get("token").and_then(Value::as_str).unwrap_or("");
-        if crate::auth::token_matches(given, expected) {
+        if crate::util::auth::token_matches(given, expected) {
             self.authenticated = true;
             Ok(Value::Bool(true))
         } else {

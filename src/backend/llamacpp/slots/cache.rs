@@ -30,7 +30,7 @@ impl Worker<'_> {
                     0
                 }
             };
-            crate::log::debug(crate::log::Category::Llm, || {
+            crate::util::log::debug(crate::util::log::Category::Llm, || {
                 format!(
                     "slot {}: {shared} tokens shared, past the sliding window: {keep} kept",
                     slot.seq
@@ -111,7 +111,7 @@ impl Worker<'_> {
         } else {
             Vec::new()
         };
-        crate::log::debug(crate::log::Category::Llm, || {
+        crate::util::log::debug(crate::util::log::Category::Llm, || {
             format!("slot {dst}: {shared} prompt tokens from slot {src}'s cache: copied {copied}")
         });
         self.slots[index].mirror = mirror;
@@ -166,7 +166,7 @@ impl Worker<'_> {
         };
         // Checked as a slot file is: a state that disagrees with its tokens is not kept.
         let restored = self.load_state(seq, &entry);
-        crate::log::debug(crate::log::Category::Llm, || {
+        crate::util::log::debug(crate::util::log::Category::Llm, || {
             let n = entry.tokens.len();
             format!("slot {seq}: restored {n} cached tokens from disk: {restored:?}")
         });
@@ -228,7 +228,7 @@ impl Worker<'_> {
                 }
             }
             let decoded = preempt.run(|| ctx.decode(batch));
-            crate::log::debug(crate::log::Category::Llm, || {
+            crate::util::log::debug(crate::util::log::Category::Llm, || {
                 let n = chunk.len();
                 format!(
                     "slot {}: warm-up of {n} tokens at {at}: {decoded:?}",
@@ -270,7 +270,7 @@ impl Worker<'_> {
     pub(super) fn checkpoint(&mut self, index: usize, decoded: usize) {
         let slot = &self.slots[index];
         if let Some(state) = self.ctx.window_state(slot.seq) {
-            crate::log::debug(crate::log::Category::Llm, || {
+            crate::util::log::debug(crate::util::log::Category::Llm, || {
                 let (n, kb) = (slot.mirror.len(), state.len() >> 10);
                 format!(
                     "slot {}: checkpoint of the sliding window at {n} ({kb} KiB)",

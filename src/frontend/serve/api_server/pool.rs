@@ -26,11 +26,11 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::agent::turn::{Outcome, Toolbox, Turn, TurnConfig};
-use crate::approval::{Gate, Headless, Policy};
-use crate::audit::AuditLog;
 use crate::backend::{Backend, GenerateRequest, PromptPart, Reply, Sampling, ToolChoice};
 use crate::core::ToolSpec;
 use crate::core::{BackendError, ChannelSink, Event, FinishReason, Session, ToolCall};
+use crate::tools::approval::{Gate, Headless, Policy};
+use crate::tools::audit::AuditLog;
 use crate::tools::{ToolContext, ToolRegistry};
 
 /// One generation request, stateless: the conversation comes with it.

@@ -11,7 +11,7 @@ use crossbeam_channel::{Receiver, Sender};
 use crate::agent::{AgentHandle, Op};
 use crate::core::{Event, FinishReason, Message, Role, Session};
 use crate::frontend::serve::agent_api::AgentApi;
-use crate::stop::StopGuard;
+use crate::util::stop::StopGuard;
 use crate::util::sync::lock;
 
 use super::hub::Hub;

@@ -11,13 +11,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::agent::Op;
-use crate::approval::Answer;
 use crate::core::image::{Image, MAX_IMAGES};
 use crate::core::{Event, FinishReason, Message, Session, ToolCall};
 use crate::frontend::chat::attach;
 use crate::frontend::serve::agent_api;
 use crate::frontend::serve::http::{Handler, Request, Responder, SseStream};
 use crate::frontend::serve::ui;
+use crate::tools::approval::Answer;
 
 use super::jobs::{CliServer, JobReply, Outcome};
 use super::wire::Connected;

@@ -1,6 +1,6 @@
 //! Secret redaction: the one place that knows what a secret looks like. It is
 //! applied wherever text is kept for people to read later: the audit log
-//! ([`crate::audit`]), `-d` debug output ([`crate::log::debug`]) and the
+//! ([`crate::tools::audit`]), `-d` debug output ([`crate::util::log::debug`]) and the
 //! tool calls of saved sessions ([`crate::store`]).
 //!
 //! Two kinds of secret become [`REDACTED`]:

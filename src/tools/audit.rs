@@ -7,7 +7,7 @@
 //! `O_APPEND` and each record is one `write` of a whole line, so records from
 //! several shepherd processes interleave without tearing. Records hold the
 //! tool's arguments and one-line summary, never its output. [`AuditLog::append`]
-//! passes the whole record through [`crate::redact::value`] first, so
+//! passes the whole record through [`crate::util::redact::value`] first, so
 //! configured keys and secret-shaped values in the arguments (an
 //! `Authorization` header, `?api_key=`, `GITHUB_TOKEN=` in a command line)
 //! are written as `[REDACTED]`.
@@ -119,11 +119,11 @@ impl AuditLog {
         let Ok(record) = serde_json::to_value(record) else {
             return;
         };
-        let mut line = crate::redact::value(&record).to_string();
+        let mut line = crate::util::redact::value(&record).to_string();
         line.push('\n');
         let mut file = crate::util::sync::lock(&self.file);
         if let Err(error) = file.write_all(line.as_bytes()) {
-            crate::log::debug(crate::log::Category::Tools, || {
+            crate::util::log::debug(crate::util::log::Category::Tools, || {
                 format!("audit log write failed: {error}")
             });
         }
@@ -246,7 +246,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("shepherd-audit-r-{}", std::process::id()));
         let path = dir.join("audit.jsonl");
         let _ = std::fs::remove_dir_all(&dir);
-        crate::redact::register_secret("audit-test-key-0123456789");
+        crate::util::redact::register_secret("audit-test-key-0123456789");
         let call = ToolCall {
             id: "c1".into(),
             name: "http_request".into(),

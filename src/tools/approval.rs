@@ -25,9 +25,9 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
-use crate::audit::{AuditLog, AuditRecord, DecidedBy, Verdict};
 pub use crate::core::Answer;
 use crate::core::{ApprovalRequest, Event, ToolCall};
+use crate::tools::audit::{AuditLog, AuditRecord, DecidedBy, Verdict};
 use crate::tools::{pattern, ToolOutput};
 use crate::util::sync::lock;
 

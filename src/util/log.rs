@@ -1,7 +1,7 @@
 //! Debug logging to stderr, switched on per category by `-d/--debug[=llm,tools,http]`.
 //!
 //! Logging is process-wide state set once at start-up. [`debug`] is the one
-//! way out and passes every line through [`crate::redact::text`], so no
+//! way out and passes every line through [`crate::util::redact::text`], so no
 //! category prints a configured key or a secret-shaped value (a header, a
 //! `Bearer` token, `?api_key=`); callers may still show a secret as its
 //! length with [`redact`].
@@ -61,7 +61,7 @@ fn line(category: Category, message: &str) -> String {
     format!(
         "[debug {}] {}",
         category.name(),
-        crate::redact::text(message)
+        crate::util::redact::text(message)
     )
 }
 
@@ -80,7 +80,7 @@ mod tests {
 
     #[test]
     fn debug_lines_are_redacted() {
-        crate::redact::register_secret("log-test-key-0123456789");
+        crate::util::redact::register_secret("log-test-key-0123456789");
         let message = "POST /v1 key log-test-key-0123456789 Authorization: Bearer abc";
         assert_eq!(
             line(Category::Http, message),

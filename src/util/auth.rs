@@ -225,7 +225,7 @@ fn find_in(dir: &Path, port: u16) -> Option<String> {
         Ok(read) => read,
         Err(error) => {
             if error.kind() != io::ErrorKind::NotFound {
-                crate::log::debug(crate::log::Category::Http, || {
+                crate::util::log::debug(crate::util::log::Category::Http, || {
                     format!("ignoring the token file {}: {error}", path.display())
                 });
             }
@@ -237,11 +237,11 @@ fn find_in(dir: &Path, port: u16) -> Option<String> {
     }
     match verify(&read.record) {
         Ok(()) => {
-            crate::redact::register_secret(&read.record.token);
+            crate::util::redact::register_secret(&read.record.token);
             Some(read.record.token)
         }
         Err(why) => {
-            crate::log::debug(crate::log::Category::Http, || {
+            crate::util::log::debug(crate::util::log::Category::Http, || {
                 format!("not using the token file {}: {why}", path.display())
             });
             if why.is_stale() {
@@ -389,7 +389,7 @@ fn verify(record: &TokenRecord) -> Result<(), Unverified> {
     let owner = fs::metadata(Path::new("/proc").join(record.pid.to_string()))
         .map_err(unavailable)?
         .uid();
-    if owner != crate::sys::effective_uid() {
+    if owner != crate::util::sys::effective_uid() {
         return Err(Unverified::Other);
     }
     let now = identity(record.pid).map_err(unavailable)?;
@@ -424,7 +424,7 @@ fn remove_stale(dir: &Path) {
 fn remove_stale_file(path: &Path, file: (u64, u64)) {
     let private = path.parent().is_some_and(|dir| {
         fs::symlink_metadata(dir).is_ok_and(|m| {
-            m.is_dir() && m.uid() == crate::sys::effective_uid() && m.mode() & 0o077 == 0
+            m.is_dir() && m.uid() == crate::util::sys::effective_uid() && m.mode() & 0o077 == 0
         })
     });
     if private {
@@ -489,7 +489,7 @@ fn ensure_private_dir(dir: &Path) -> io::Result<()> {
             dir.display()
         )));
     }
-    if meta.uid() != crate::sys::effective_uid() {
+    if meta.uid() != crate::util::sys::effective_uid() {
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
             format!("{} belongs to another user", dir.display()),
@@ -502,7 +502,7 @@ fn ensure_private_dir(dir: &Path) -> io::Result<()> {
 }
 
 fn check_private(path: &Path, meta: &fs::Metadata, forbidden: u32) -> io::Result<()> {
-    if meta.uid() != crate::sys::effective_uid() {
+    if meta.uid() != crate::util::sys::effective_uid() {
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
             format!("{} belongs to another user", path.display()),
