@@ -72,7 +72,7 @@ pub const FLAGS: &[Flag] = &[
         .text(|low, raw| low.api_base = Some(raw)),
     flag("api-key", None, Val("KEY"), S::Provider, "API key (prefer the config file or *_API_KEY: argv is visible in ps)")
         .text(|low, raw| low.api_key = Some(raw)),
-    flag("max-tokens", None, Val("N"), S::Generation, "Reply length: -1 = model maximum, 0 = automatic, N = at most N tokens")
+    flag("max-tokens", None, Val("N"), S::Generation, "Reply length: N = at most N tokens; 0, or -1 as llama-server spells it, = no cap (in process: until the context is full; an API: its default)")
         .value(|low, flag, raw| { low.max_tokens = Some(max_tokens(raw).map_err(|e| bad(flag, raw, &e))?); Ok(()) }),
     flag("temperature", None, Val("T"), S::Generation, "Sampling temperature, 0 to 2")
         .value(|low, flag, raw| { low.temperature = Some(ranged_f32(flag, raw, 2.0)?); Ok(()) }),
@@ -663,6 +663,22 @@ fn flag_label(f: &Flag) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn max_tokens_help_promises_only_what_minus_one_does() {
+        // -1 and 0 both leave the reply uncapped by shepherd: no "model maximum"
+        // that an API could not honour.
+        let flag = FLAGS
+            .iter()
+            .find(|f| f.long == "max-tokens")
+            .expect("the flag");
+        assert!(!flag.help.contains("model maximum"), "{}", flag.help);
+        assert!(
+            flag.help.contains("-1") && flag.help.contains("no cap"),
+            "{}",
+            flag.help
+        );
+    }
 
     #[test]
     fn each_flag_updates_the_arguments_as_its_value_says() {

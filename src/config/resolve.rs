@@ -90,23 +90,21 @@ pub enum Mode {
     Help,
 }
 
-/// The reply-length request: `--max-tokens -1`, `0` or a count.
+/// The reply-length request: a count, or `0` (and llama-server's `-1`) for
+/// no cap of shepherd's: the in-process model stops when the context is full,
+/// an API applies its own default.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum MaxTokens {
-    /// Let the backend choose (usually what fits in the context).
     #[default]
-    Auto,
-    /// As many as the model allows.
-    Max,
+    Uncapped,
     Limit(u32),
 }
 
 impl MaxTokens {
     fn from_count(n: i64) -> MaxTokens {
         match n {
-            -1 => MaxTokens::Max,
             n if n > 0 => MaxTokens::Limit(n.min(MAX_TOKEN_COUNT as i64) as u32),
-            _ => MaxTokens::Auto,
+            _ => MaxTokens::Uncapped,
         }
     }
 
