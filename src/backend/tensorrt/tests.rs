@@ -368,7 +368,7 @@ fn a_session_with_an_image_is_refused_before_the_executor_sees_it() {
     let mut session = question("What is this?");
     let image =
         crate::core::Image::from_bytes(crate::core::image::test_png(4, 4, [1, 2, 3])).unwrap();
-    session.messages[1]
+    session.messages[0]
         .images
         .push(crate::core::ImagePart { at: 0, image });
     let request = GenerateRequest {
