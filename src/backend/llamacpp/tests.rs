@@ -144,7 +144,7 @@ fn backend_with_spec(n_ctx: u32, parallel: u32, spec: speculative::SpecMode) -> 
 
 /// A meeting point for `n` threads that fails (instead of hanging) when the others
 /// do not arrive: proof that requests were in their slots at the same time.
-struct Gate {
+struct Rendezvous {
     arrived: crossbeam_channel::Sender<()>,
     arrivals: crossbeam_channel::Receiver<()>,
     released: std::sync::Mutex<bool>,
@@ -152,10 +152,10 @@ struct Gate {
     n: usize,
 }
 
-impl Gate {
-    fn new(n: usize) -> Gate {
+impl Rendezvous {
+    fn new(n: usize) -> Rendezvous {
         let (arrived, arrivals) = unbounded();
-        Gate {
+        Rendezvous {
             arrived,
             arrivals,
             released: std::sync::Mutex::new(false),
@@ -187,13 +187,13 @@ impl Gate {
     }
 }
 
-/// Asks `session` and meets `gate` at the first text, so that it runs alongside the
-/// other requests at that gate; returns the reply and the stats.
+/// Asks `session` and meets `rendezvous` at the first text, so that it runs alongside the
+/// other requests there; returns the reply and the stats.
 fn ask_meeting(
     llm: &LlamaBackend,
     session: &Session,
     max_tokens: u32,
-    gate: &Gate,
+    gate: &Rendezvous,
 ) -> (Reply, Stats) {
     let mut llm = llm.clone();
     let mut met = false;
@@ -476,7 +476,7 @@ fn requests_decoded_together_give_the_same_text_as_each_alone() {
         .iter()
         .map(|s| ask(&mut llm.clone(), s, &greedy(16)).0.unwrap().content)
         .collect();
-    let gate = Gate::new(2);
+    let gate = Rendezvous::new(2);
     let together: Vec<String> = std::thread::scope(|scope| {
         let runs: Vec<_> = sessions
             .iter()
@@ -502,7 +502,7 @@ fn a_cancelled_request_frees_its_slot_while_the_other_goes_on() {
         .0
         .unwrap()
         .content;
-    let (first, second) = (Gate::new(2), Gate::new(2));
+    let (first, second) = (Rendezvous::new(2), Rendezvous::new(2));
     let (cancelled_tx, cancelled_rx) = bounded(1);
     std::thread::scope(|scope| {
         let (llm_ref, first_ref, second_ref) = (&llm, &first, &second);
@@ -668,7 +668,7 @@ impl EventSink for GivesUp {
 #[test]
 fn a_waiting_request_gives_up_its_queue_place_when_cancelled() {
     let llm = backend_with(1024, 1);
-    let gate = Gate::new(2);
+    let gate = Rendezvous::new(2);
     let (holding_tx, holding) = unbounded();
     std::thread::scope(|scope| {
         let (llm_ref, gate_ref) = (&llm, &gate);
@@ -1414,7 +1414,7 @@ fn slots_speculating_in_one_batch_each_sample_their_own_drafts() {
     // The same story in both slots makes them draft, and reject, at the same steps.
     let llm = backend_with(2048, 2);
     let story = question("Write a long story about a dragon who learns to cook.");
-    let gate = Gate::new(2);
+    let gate = Rendezvous::new(2);
     let stats: Vec<Stats> = std::thread::scope(|scope| {
         let runs: Vec<_> = (0..2)
             .map(|_| {

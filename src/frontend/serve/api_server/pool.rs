@@ -351,11 +351,11 @@ mod tests {
     use std::time::Duration;
 
     /// Emits one event, then waits until released (or cancelled).
-    struct Gate {
+    struct HeldBackend {
         release: Receiver<()>,
     }
 
-    impl Backend for Gate {
+    impl Backend for HeldBackend {
         fn info(&self) -> BackendInfo {
             BackendInfo {
                 kind: "gate",
@@ -418,7 +418,7 @@ mod tests {
     fn admits_workers_plus_queue_then_refuses_and_cancel_frees_an_entry() {
         let pool = Pool::new(1);
         let (release, gate) = crossbeam_channel::unbounded();
-        pool.start_worker(Box::new(Gate { release: gate }), None)
+        pool.start_worker(Box::new(HeldBackend { release: gate }), None)
             .unwrap();
         let running = pool.submit(work()).expect("a worker is idle");
         assert!(matches!(first_event(&running), Out::Event(_)));
