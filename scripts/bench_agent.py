@@ -45,7 +45,7 @@ import tempfile
 import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_spec import SETTINGS, STORIES, edit, request  # noqa: E402
+from bench_spec import SETTINGS, STORIES, edit, quiet, request  # noqa: E402
 from synthetic_gguf import array_header, decode_scalar, read_metadata  # noqa: E402
 
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
@@ -194,6 +194,7 @@ def main():
                 # baseline on each side.
                 if not with_tools and "ngram" in name:
                     continue
+                quiet()
                 n, ms, (taken, made), depth = generate(url, body,
                                                        agent["tools"] if with_tools else None)
                 depths[(name, workload)] = depth

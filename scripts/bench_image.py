@@ -8,7 +8,8 @@ Every server runs the same vision model (a text model and its projector,
 through POST /v1/chat/completions: one user message holding a PNG (a data URL,
 SIDE x SIDE pixels, 384 by default) and a short question, temperature 0,
 max_tokens 1, not streamed. Per round (ROUNDS, 8; servers interleaved, the first
-of a round rotating) each server is sent
+of a round rotating, each turn starting once the machine is quiet: `quiet`) each
+server is sent
 
   fresh:  a picture no request has sent before (every round's pixels differ, so
           no cache holds its embeddings): the projector encodes it and the
@@ -35,7 +36,7 @@ import time
 import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_spec import request  # noqa: E402
+from bench_spec import quiet, request  # noqa: E402
 
 ROUNDS = int(os.environ.get("ROUNDS", "8"))
 SIDE = int(os.environ.get("SIDE", "384"))
@@ -101,6 +102,7 @@ def main():
     for round_no in range(ROUNDS):
         order = servers[round_no % len(servers):] + servers[:round_no % len(servers)]
         for name, url in order:
+            quiet()
             fresh[name].append(ask(url, pictures[round_no + 1]))
             cached[name].append(ask(url, pictures[round_no + 1]))
         print(f"round {round_no + 1}/{ROUNDS}: " + ", ".join(

@@ -42,6 +42,7 @@ import json
 import os
 import statistics
 import sys
+import time
 import urllib.parse
 
 ROUNDS = int(os.environ.get("ROUNDS", "6"))
@@ -198,6 +199,34 @@ def raw_prose(round_no):
     return [f"A story set {setting}.\n\n{opening}" for opening in RAW_OPENINGS]
 
 
+def cpu_times():
+    """The machine's (busy, total) CPU time so far, in clock ticks (/proc/stat)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return sum(fields) - idle, sum(fields)
+
+
+def quiet(limit=3.0, window=0.05, busy_most=0.1):
+    """Returns once the machine's CPUs were at most `busy_most` busy over one
+    `window`, or after `limit` seconds. Called before each server's turn: a server
+    that just answered may still spin its thread pool (ggml's workers poll for new
+    work up to ~100 ms after a decode unless put to sleep), and the next server
+    measured would share its cores with that. Without /proc it returns at once."""
+    deadline = time.monotonic() + limit
+    try:
+        before = cpu_times()
+    except OSError:
+        return
+    while time.monotonic() < deadline:
+        time.sleep(window)
+        after = cpu_times()
+        busy, total = after[0] - before[0], after[1] - before[1]
+        if total and busy / total <= busy_most:
+            return
+        before = after
+
+
 def request(url, path, body):
     """POSTs `body` (JSON) to `path`; the answer's JSON."""
     parts = urllib.parse.urlsplit(url)
@@ -261,6 +290,7 @@ def main():
                 # time (each answer's `predicted_ms`, or its tokens/s where a server
                 # reports no time).
                 tokens = ms = 0.0
+                quiet()
                 for k, prompt in enumerate(prompts):
                     tps, timings, text = chat(url, prompt, max_tokens)
                     n = timings.get("predicted_n") or 0

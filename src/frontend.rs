@@ -36,12 +36,11 @@ use exit::{EXIT_FAILURE, EXIT_OK, EXIT_USAGE};
 use serve::access::{Access, ServerKind};
 use wiring::{interactive, tool_registry};
 
-/// Parses the command line and runs the chosen front-end; returns the exit code.
-/// No MCP server outlives it, whichever way the front-end ended.
-pub fn run_main() -> i32 {
-    let code = run_mode();
-    signals::cleanup();
-    code
+/// Parses the command line, runs the chosen front-end and ends the process with
+/// its exit code ([`signals::exit`]: no MCP server outlives it, whichever way the
+/// front-end ended).
+pub fn run_main() -> ! {
+    signals::exit(run_mode())
 }
 
 /// Runs the mode the arguments chose: long because it is one arm per mode.

@@ -29,5 +29,5 @@ mod util;
 fn main() {
     // `shepherd __mcp-reaper ...` is the process around each MCP server.
     mcp::reaper::run_if_asked();
-    std::process::exit(frontend::run_main());
+    frontend::run_main()
 }

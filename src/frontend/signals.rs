@@ -8,8 +8,9 @@
 //! exit once the cancelled work wound down, bounded by a grace period; the
 //! chat front-ends instead keep running, so the cancelled turn is shown and
 //! input ends on its own. Every exit goes through [`exit`], which runs
-//! [`cleanup`]: `process::exit` runs no destructors, so MCP servers would
-//! outlive shepherd and token files would stay behind otherwise.
+//! [`cleanup`] (no destructor runs at an exit, so MCP servers would outlive
+//! shepherd and token files would stay behind otherwise) and ends the process
+//! without the C++ static destructors.
 
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
@@ -28,10 +29,28 @@ pub fn cleanup() {
     auth::remove_published();
 }
 
-/// Cleans up and exits.
+/// How long the exit waits for standard output to take what is buffered (a
+/// writer blocked on a full pipe holds it).
+const FLUSH_LIMIT: Duration = Duration::from_millis(200);
+
+/// Cleans up, flushes standard output and exits, without the C++ static
+/// destructors `std::process::exit` runs: they destroy llama.cpp's tables (its
+/// Unicode flags among them) under the generation thread still inside it, and a
+/// SIGTERM that came while it tokenized ended in SIGSEGV.
 pub fn exit(code: i32) -> ! {
     cleanup();
-    std::process::exit(code)
+    let (done, flushed) = crossbeam_channel::bounded(1);
+    let flusher = std::thread::Builder::new()
+        .name("shepherd-exit".into())
+        .spawn(move || {
+            use std::io::Write;
+            let _ = std::io::stdout().flush();
+            let _ = done.send(());
+        });
+    if flusher.is_ok() {
+        let _ = flushed.recv_timeout(FLUSH_LIMIT);
+    }
+    sys::exit_now(code)
 }
 
 /// Ends the process when an RPC worker was lost (called from ggml's abort

@@ -265,6 +265,21 @@ impl<'m> Context<'m> {
         unsafe { sys::llama_set_n_threads(self.raw.as_ptr(), n, n) };
     }
 
+    /// Puts the thread pool's workers to sleep until the next decode (whose
+    /// kick-off wakes them). After a decode they poll for new work for a while
+    /// (ggml's `poll`, up to 100 ms or so), spinning on cores that whatever runs
+    /// next wants: libmtmd's image encoder, which computes on threads of its own,
+    /// took 7 times as long beside them on 2 cores; an idle server's tools and
+    /// HTTP workers the same.
+    pub fn rest_threads(&self) {
+        if let Some(pool) = self.threadpool {
+            // SAFETY: `pool` is the live pool attached to this context; pausing
+            // takes its mutex and only flags the workers, which finish any graph
+            // first (no decode runs now: `&self` and the context is not `Sync`).
+            unsafe { sys::ggml_threadpool_pause(pool.as_ptr()) };
+        }
+    }
+
     /// The physical batch: the most tokens one embedding input may have, since
     /// llama.cpp pools a sequence's outputs within one physical batch.
     pub fn n_ubatch(&self) -> u32 {

@@ -281,6 +281,9 @@ impl<'m> Vision<'m> {
         }
         let mut new_n_past: sys::llama_pos = 0;
         let n_past = i32::try_from(n_past).map_err(|_| VisionError::Eval("position".into()))?;
+        // The encoder computes on threads of its own: the context's must not spin
+        // beside them (the embeddings' decode wakes them).
+        ctx.rest_threads();
         // SAFETY: a live projector and context (the context's model is the one the
         // projector was made for: both belong to the same generation thread's
         // worker); `chunk` is a live image chunk; `new_n_past` outlives the call.

@@ -586,6 +586,91 @@ fn context_overflow_is_a_400_before_any_output() {
     assert_eq!(server.get("/health").0, 200);
 }
 
+/// The CPU time (user and system, in clock ticks) of the threads of `pid`
+/// named `name`; 0 where /proc cannot tell.
+fn thread_cpu(pid: u32, name: &str) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter(|task| {
+            std::fs::read_to_string(task.path().join("comm")).is_ok_and(|comm| comm.trim() == name)
+        })
+        .filter_map(|task| std::fs::read_to_string(task.path().join("stat")).ok())
+        .map(|stat| {
+            // After the name in parentheses: state is field 3, utime 14, stime 15.
+            let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            let tick = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
+            tick(11).unwrap_or(0) + tick(12).unwrap_or(0)
+        })
+        .sum()
+}
+
+/// SIGTERM while the generation thread is deep inside llama.cpp (tokenizing a
+/// 9 MB prompt, which outlasts the 2 s a server waits for cancelled work) ends
+/// the process with 143, never with SIGSEGV: the exit runs no C++ static
+/// destructors under it. It did: llama.cpp's Unicode tables were freed under
+/// the tokenizer's byte-pair split, and such an exit crashed.
+#[test]
+fn sigterm_while_llama_cpp_tokenizes_ends_with_143_not_a_crash() {
+    let words: String = (0..320_000)
+        .map(|i| format!("alpha{i} beta gamma, delta! "))
+        .collect();
+    let body = json!({"messages": user(&words), "max_tokens": 1}).to_string();
+    let post = |server: &ApiServer| {
+        let url = server.url("/v1/chat/completions");
+        let sent = body.clone();
+        std::thread::spawn(move || {
+            let _ = agent()
+                .post(&url)
+                .header("Content-Type", "application/json")
+                .send(sent);
+        })
+    };
+    // What the whole prompt costs the generation thread here (it is refused:
+    // far over the context), so that each round below signals a quarter of the
+    // way in, on a fast machine or a slow one: within the pre-tokenizer's
+    // split, which reads the Unicode tables for every character (measured:
+    // from about a tenth to a half of the whole).
+    let whole = {
+        let server = ApiServer::with_model_unprompted(&["--context-size", "1024"]);
+        let idle = thread_cpu(server.child.id(), "llama-gen");
+        post(&server).join().expect("the request");
+        thread_cpu(server.child.id(), "llama-gen") - idle
+    };
+    assert!(whole >= 20, "tokenizing took {whole} ticks: too short to interrupt");
+    for round in 0..3 {
+        let mut server = ApiServer::with_model_unprompted(&["--context-size", "1024"]);
+        let pid = server.child.id();
+        let idle = thread_cpu(pid, "llama-gen");
+        let client = post(&server);
+        let inside = poll_until(Duration::from_secs(60), || {
+            thread_cpu(pid, "llama-gen") >= idle + whole / 4
+        });
+        assert!(inside, "round {round}: the prompt never reached llama.cpp");
+        Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .expect("kill -TERM");
+        let mut status = None;
+        let ended = poll_until(Duration::from_secs(30), || {
+            status = server.child.try_wait().ok().flatten();
+            status.is_some()
+        });
+        assert!(ended, "round {round}: no exit after SIGTERM");
+        let status = status.expect("an exit status");
+        assert_eq!(
+            status.code(),
+            Some(143),
+            "round {round}: {status:?}; log: {}",
+            server.log()
+        );
+        let _ = client.join();
+    }
+}
+
 #[test]
 fn a_non_loopback_bind_without_a_token_is_refused() {
     let sandbox = Sandbox::new("apiserver-refuse");

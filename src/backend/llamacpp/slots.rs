@@ -386,6 +386,12 @@ impl<'m> Worker<'m> {
     fn receive(&mut self, jobs: &Receiver<Job>) -> Option<Served> {
         if self.idle() {
             self.timer.idle();
+            // Nothing to decode: the pools' workers sleep rather than spin on the
+            // cores the HTTP workers, tools and clients want.
+            self.ctx.rest_threads();
+            if let Some(drafter) = &self.drafter {
+                drafter.rest_threads();
+            }
         }
         while self.idle() {
             let warm = self.waiting.is_some() || self.slots.iter().any(|s| s.next_turn.is_some());

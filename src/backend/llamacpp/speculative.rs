@@ -293,6 +293,11 @@ pub struct DraftModel<'d> {
 }
 
 impl<'d> DraftModel<'d> {
+    /// Puts the draft context's workers to sleep ([`Context::rest_threads`]).
+    pub fn rest_threads(&self) {
+        self.ctx.rest_threads();
+    }
+
     pub fn new(model: &'d Model, params: &ContextParams) -> Result<DraftModel<'d>, String> {
         let ctx = Context::new(model, params).map_err(|e| format!("draft model: {e}"))?;
         let batch = Batch::new(ctx.n_batch() as usize).map_err(|e| format!("draft model: {e}"))?;
