@@ -10,6 +10,7 @@ use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_void};
 use std::marker::PhantomData;
 use std::ptr::NonNull;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -101,21 +102,43 @@ fn reference_kernels_batch_invariant(model: &Model) -> bool {
         .is_some_and(|types| !types.iter().any(|t| REPACKED.contains(t)))
 }
 
-/// Creates a polling CPU thread pool of `n_threads` and attaches it to `ctx` for
-/// both generation and batch work. `None` (ggml's per-call threads) if it cannot.
-fn attach_threadpool(
-    ctx: NonNull<sys::llama_context>,
+/// A polling CPU thread pool (as llama-bench and llama-server attach one;
+/// without it ggml starts and joins its worker threads on every decode), owned
+/// by the contexts it is attached to: a model's and its draft model's share
+/// one, since one generation thread drives both and never both at once, so no
+/// second set of workers spins beside the other's decodes.
+#[derive(Debug)]
+pub struct ThreadPool {
+    raw: NonNull<sys::ggml_threadpool>,
     n_threads: i32,
-) -> Option<NonNull<sys::ggml_threadpool>> {
-    // SAFETY: returns a plain struct of defaults for a valid thread count (validated
-    // by `ContextParams::validate` before this is reached).
-    let mut params = unsafe { sys::ggml_threadpool_params_default(n_threads) };
-    // SAFETY: `params` is a valid, initialised struct that outlives the call.
-    let pool = NonNull::new(unsafe { sys::ggml_threadpool_new(&mut params) })?;
-    // SAFETY: `ctx` is a live context and `pool` a live pool; the `Context` that owns
-    // both frees the context before the pool (see `Drop`).
-    unsafe { sys::llama_attach_threadpool(ctx.as_ptr(), pool.as_ptr(), pool.as_ptr()) };
-    Some(pool)
+}
+
+impl ThreadPool {
+    /// A pool of `n_threads`, `None` (ggml's per-call threads) if it cannot be made.
+    fn new(n_threads: i32) -> Option<Rc<ThreadPool>> {
+        // SAFETY: returns a plain struct of defaults for a valid thread count
+        // (validated by `ContextParams::validate` before this is reached).
+        let mut params = unsafe { sys::ggml_threadpool_params_default(n_threads) };
+        // SAFETY: `params` is a valid, initialised struct that outlives the call.
+        let raw = NonNull::new(unsafe { sys::ggml_threadpool_new(&mut params) })?;
+        Some(Rc::new(ThreadPool { raw, n_threads }))
+    }
+
+    /// Attaches the pool to `ctx` for both generation and batch work.
+    fn attach(&self, ctx: NonNull<sys::llama_context>) {
+        // SAFETY: `ctx` is a live context and the pool is live; every `Context` it is
+        // attached to holds an `Rc` of it and frees its context before dropping that
+        // (`Drop for Context`), so the pool outlives each context that uses it.
+        unsafe { sys::llama_attach_threadpool(ctx.as_ptr(), self.raw.as_ptr(), self.raw.as_ptr()) };
+    }
+}
+
+impl Drop for ThreadPool {
+    fn drop(&mut self) {
+        // SAFETY: the pool came from `ggml_threadpool_new` and is freed once, here,
+        // when the last context attached to it has been freed.
+        unsafe { sys::ggml_threadpool_free(self.raw.as_ptr()) };
+    }
 }
 
 /// An owned `llama_context` borrowing its model.
@@ -125,9 +148,9 @@ pub struct Context<'m> {
     model: &'m Model,
     /// Kept alive here because llama.cpp holds a raw pointer to it.
     _abort: Arc<AtomicBool>,
-    /// A persistent CPU thread pool (as llama-bench and llama-server attach one);
-    /// without it ggml starts and joins its worker threads on every decode.
-    threadpool: Option<NonNull<sys::ggml_threadpool>>,
+    /// The CPU thread pool the context computes on ([`ThreadPool`]); dropped
+    /// after the context is freed.
+    threadpool: Option<Rc<ThreadPool>>,
     n_ctx: u32,
     /// Positions each sequence may use (`n_ctx / n_seq_max`, padded by llama.cpp).
     n_ctx_seq: u32,
@@ -161,16 +184,35 @@ impl Drop for Context<'_> {
         if self.fast_kernels_invariant {
             EXACT_COLUMNS.fetch_sub(1, Ordering::SeqCst);
         }
-        if let Some(pool) = self.threadpool.take() {
-            // SAFETY: the pool came from `ggml_threadpool_new`; the context that used it
-            // was freed just above, so nothing references it any more.
-            unsafe { sys::ggml_threadpool_free(pool.as_ptr()) };
-        }
     }
 }
 
 impl<'m> Context<'m> {
+    /// A context on `model` with a thread pool of its own.
     pub fn new(model: &'m Model, params: &ContextParams) -> Result<Context<'m>, InitError> {
+        Context::with_pool(model, params, None)
+    }
+
+    /// A context on `model` computing on `other`'s thread pool where it has one
+    /// of as many threads (a draft model's context beside its model's: the one
+    /// thread that drives both never runs two decodes at once), else its own.
+    pub fn sharing_threads(
+        model: &'m Model,
+        params: &ContextParams,
+        other: &Context<'_>,
+    ) -> Result<Context<'m>, InitError> {
+        let pool = other
+            .threadpool
+            .as_ref()
+            .filter(|pool| pool.n_threads == params.n_threads);
+        Context::with_pool(model, params, pool.cloned())
+    }
+
+    fn with_pool(
+        model: &'m Model,
+        params: &ContextParams,
+        pool: Option<Rc<ThreadPool>>,
+    ) -> Result<Context<'m>, InitError> {
         params.validate().map_err(InitError::Param)?;
         // SAFETY: returns a plain struct of defaults.
         let mut raw_params = unsafe { sys::llama_context_default_params() };
@@ -216,7 +258,10 @@ impl<'m> Context<'m> {
                 sys::llama_n_ubatch(raw.as_ptr()),
             )
         };
-        let threadpool = attach_threadpool(raw, params.n_threads);
+        let threadpool = pool.or_else(|| ThreadPool::new(params.n_threads));
+        if let Some(pool) = &threadpool {
+            pool.attach(raw);
+        }
         let fast_kernels_invariant = fast_kernels_batch_invariant(model, params);
         if fast_kernels_invariant {
             EXACT_COLUMNS.fetch_add(1, Ordering::SeqCst);
@@ -272,11 +317,12 @@ impl<'m> Context<'m> {
     /// took 7 times as long beside them on 2 cores; an idle server's tools and
     /// HTTP workers the same.
     pub fn rest_threads(&self) {
-        if let Some(pool) = self.threadpool {
+        if let Some(pool) = &self.threadpool {
             // SAFETY: `pool` is the live pool attached to this context; pausing
             // takes its mutex and only flags the workers, which finish any graph
-            // first (no decode runs now: `&self` and the context is not `Sync`).
-            unsafe { sys::ggml_threadpool_pause(pool.as_ptr()) };
+            // first (no decode runs now: the contexts sharing a pool belong to the
+            // one thread that drives them, and a context is neither `Send` nor `Sync`).
+            unsafe { sys::ggml_threadpool_pause(pool.raw.as_ptr()) };
         }
     }
 

@@ -640,7 +640,10 @@ fn sigterm_while_llama_cpp_tokenizes_ends_with_143_not_a_crash() {
         post(&server).join().expect("the request");
         thread_cpu(server.child.id(), "llama-gen") - idle
     };
-    assert!(whole >= 20, "tokenizing took {whole} ticks: too short to interrupt");
+    assert!(
+        whole >= 20,
+        "tokenizing took {whole} ticks: too short to interrupt"
+    );
     for round in 0..3 {
         let mut server = ApiServer::with_model_unprompted(&["--context-size", "1024"]);
         let pid = server.child.id();

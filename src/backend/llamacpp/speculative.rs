@@ -298,8 +298,14 @@ impl<'d> DraftModel<'d> {
         self.ctx.rest_threads();
     }
 
-    pub fn new(model: &'d Model, params: &ContextParams) -> Result<DraftModel<'d>, String> {
-        let ctx = Context::new(model, params).map_err(|e| format!("draft model: {e}"))?;
+    /// The draft model's context, computing on `main`'s thread pool.
+    pub fn new(
+        model: &'d Model,
+        params: &ContextParams,
+        main: &Context<'_>,
+    ) -> Result<DraftModel<'d>, String> {
+        let ctx = Context::sharing_threads(model, params, main)
+            .map_err(|e| format!("draft model: {e}"))?;
         let batch = Batch::new(ctx.n_batch() as usize).map_err(|e| format!("draft model: {e}"))?;
         let greedy = SamplerParams {
             temperature: 0.0,

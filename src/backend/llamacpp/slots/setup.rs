@@ -92,7 +92,8 @@ pub(super) fn context_params(
     }
 }
 
-/// The drafter the worker speculates with, and the draft model's context: none
+/// The drafter the worker speculates with, and the draft model's context (on
+/// `ctx`'s thread pool): none
 /// where the model cannot rewind its cache (see [`Model::can_rewind`]), nor for a
 /// sliding-window model with several slots.
 pub(super) fn speculation<'m>(
@@ -100,9 +101,10 @@ pub(super) fn speculation<'m>(
     draft: Option<&'m Model>,
     config: &LlamaConfig,
     params: &ContextParams,
+    ctx: &Context<'_>,
 ) -> Result<(SpecMode, Option<DraftModel<'m>>), BackendError> {
     let drafter = match draft {
-        Some(draft) => Some(DraftModel::new(draft, params).map_err(BackendError::Config)?),
+        Some(draft) => Some(DraftModel::new(draft, params, ctx).map_err(BackendError::Config)?),
         None => None,
     };
     let spec = match config.spec.mode {
@@ -176,7 +178,7 @@ impl<'m> Worker<'m> {
                 cache
             }
         });
-        let (spec, drafter) = speculation(model, draft, config, &params)?;
+        let (spec, drafter) = speculation(model, draft, config, &params, &ctx)?;
         let vision = load_vision(model, config, &params)?;
         let template = load_template(model, config.chat_template.as_deref())?
             .with_kwargs(config.chat_template_kwargs.clone());
