@@ -314,7 +314,7 @@ pub fn base64_of(value: &Value) -> Vec<u8> {
 /// Asserts `result` is the refusal, before sending, of a model that takes no images.
 pub fn assert_refused_for_images(result: Result<Reply, BackendError>, model: &str) {
     match result {
-        Err(BackendError::Invalid(message)) => assert!(
+        Err(BackendError::Invalid { message, .. }) => assert!(
             message.contains(model) && message.contains("takes no images"),
             "{message}"
         ),

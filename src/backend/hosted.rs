@@ -333,7 +333,7 @@ fn check_images<D: Dialect>(dialect: &D, session: &Session) -> Result<(), Backen
         return Ok(());
     }
     if !dialect.reads_images() {
-        return Err(BackendError::Invalid(format!(
+        return Err(BackendError::invalid(format!(
             "the {} model {} takes no images; send text only, or choose a model that reads images",
             D::KIND,
             dialect.client().0.model
@@ -341,7 +341,7 @@ fn check_images<D: Dialect>(dialect: &D, session: &Session) -> Result<(), Backen
     }
     match images.iter().find(|image| image.bytes.is_empty()) {
         // `get`, not slicing: a hand-edited session may hold any text there.
-        Some(image) => Err(BackendError::Invalid(format!(
+        Some(image) => Err(BackendError::invalid(format!(
             "image {} ({}) has no bytes: the session's image store was not loaded",
             image.sha256.get(..12).unwrap_or(&image.sha256),
             image.mime
@@ -357,7 +357,7 @@ pub fn wire_image<'a>(image: &'a Image, accepted: &[&str]) -> Result<Cow<'a, Ima
         return Ok(Cow::Borrowed(image));
     }
     image.to_png().map(Cow::Owned).map_err(|e| {
-        BackendError::Invalid(format!("cannot convert a {} image to PNG: {e}", image.mime))
+        BackendError::invalid(format!("cannot convert a {} image to PNG: {e}", image.mime))
     })
 }
 

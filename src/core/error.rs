@@ -69,11 +69,24 @@ pub enum BackendError {
     /// The backend is misconfigured (no API key, no model).
     Config(String),
     /// The request asks for what cannot be done with it as given (a GBNF
-    /// grammar that does not parse): the client's fault, never retried.
-    Invalid(String),
+    /// grammar that does not parse, an image for a model without vision): the
+    /// client's fault, never retried. `param` names the request's field where
+    /// one field alone is at fault (an API error's `param`).
+    Invalid {
+        param: Option<&'static str>,
+        message: String,
+    },
 }
 
 impl BackendError {
+    /// [`BackendError::Invalid`] with no one field at fault.
+    pub fn invalid(message: impl Into<String>) -> BackendError {
+        BackendError::Invalid {
+            param: None,
+            message: message.into(),
+        }
+    }
+
     /// Whether retrying the same request may succeed. Only meaningful before any output was shown.
     pub fn is_retryable(&self) -> bool {
         match self {
@@ -94,7 +107,7 @@ impl BackendError {
             BackendError::Timeout(_) => ErrorKind::Timeout,
             BackendError::Protocol(_) | BackendError::TooLarge(_) => ErrorKind::Protocol,
             BackendError::Cancelled => ErrorKind::Cancelled,
-            BackendError::Config(_) | BackendError::Invalid(_) => ErrorKind::Config,
+            BackendError::Config(_) | BackendError::Invalid { .. } => ErrorKind::Config,
         }
     }
 
@@ -134,7 +147,7 @@ impl fmt::Display for BackendError {
             BackendError::Protocol(m) => write!(f, "unexpected response: {m}"),
             BackendError::TooLarge(m) => write!(f, "too large: {m}"),
             BackendError::Cancelled => write!(f, "cancelled"),
-            BackendError::Config(m) | BackendError::Invalid(m) => write!(f, "{m}"),
+            BackendError::Config(m) | BackendError::Invalid { message: m, .. } => write!(f, "{m}"),
         }
     }
 }

@@ -76,6 +76,8 @@ fn completion_answers_several_prompts_and_prompt_objects_as_llama_server_does() 
     assert_eq!(status, 400, "{error}");
     let message = error["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("no vision projector"), "{error}");
+    // No one field is at fault (it once named "grammar").
+    assert_eq!(error["error"]["param"], Value::Null, "{error}");
 
     if !have_curl() {
         eprintln!("skipped the streamed half: no curl");

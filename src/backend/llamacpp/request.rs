@@ -175,10 +175,16 @@ fn infill_tokens(
 pub(super) fn sampler_error(error: llama::SamplerError, sampling: &Sampling) -> BackendError {
     match (&error, &sampling.response_format) {
         (llama::SamplerError::Grammar(_), Some(ResponseFormat::Grammar(_))) => {
-            BackendError::Invalid(format!("'grammar' is not valid GBNF: {error}"))
+            BackendError::Invalid {
+                param: Some("grammar"),
+                message: format!("'grammar' is not valid GBNF: {error}"),
+            }
         }
         // A grammar too costly to sample: the client's, its schema's or its tools'.
-        (llama::SamplerError::Limit(message), _) => BackendError::Invalid(message.clone()),
+        (llama::SamplerError::Limit(message), format) => BackendError::Invalid {
+            param: matches!(format, Some(ResponseFormat::Grammar(_))).then_some("grammar"),
+            message: message.clone(),
+        },
         _ => BackendError::Config(error.to_string()),
     }
 }
@@ -259,13 +265,13 @@ fn push_image(
     image: &Image,
     (tokens, images): &mut Tokens,
 ) -> Result<(), BackendError> {
-    let vision = vision.ok_or_else(|| BackendError::Invalid(NO_VISION.into()))?;
+    let vision = vision.ok_or_else(|| BackendError::invalid(NO_VISION))?;
     let rgb = image
         .rgb()
-        .map_err(|e| BackendError::Invalid(e.to_string()))?;
+        .map_err(|e| BackendError::invalid(e.to_string()))?;
     let pieces = vision
         .pieces(&rgb.data, rgb.width, rgb.height, &image.sha256)
-        .map_err(|e| BackendError::Invalid(e.to_string()))?;
+        .map_err(|e| BackendError::invalid(e.to_string()))?;
     for piece in pieces {
         match piece {
             Piece::Text(text) => tokens.extend(text),
@@ -293,7 +299,7 @@ pub(super) fn chat_tokens(
     }
     let texts: Vec<&str> = prompt.split(image_marker()).collect();
     if texts.len() != images.len() + 1 {
-        return Err(BackendError::Invalid(format!(
+        return Err(BackendError::invalid(format!(
             "the chat template kept {} of the conversation's {} images: this model's template does not show images in every kind of message",
             texts.len() - 1,
             images.len()
@@ -315,8 +321,8 @@ pub(super) fn chat_tokens(
 /// the answer starts from, and only a token's do.
 fn ends_in_text(out: Tokens) -> Result<Tokens, BackendError> {
     match out.0.last() {
-        Some(&last) if last < 0 => Err(BackendError::Invalid(
-            "the prompt ends with an image: put text after it".into(),
+        Some(&last) if last < 0 => Err(BackendError::invalid(
+            "the prompt ends with an image: put text after it",
         )),
         _ => Ok(out),
     }

@@ -1648,6 +1648,6 @@ fn a_model_without_a_projector_refuses_an_image_as_the_clients_fault() {
     let png = crate::core::image::test_png(8, 8, [1, 2, 3]);
     let (reply, _) = ask(&mut llm, &with_image("Describe it.", png), &greedy(4));
     let err = reply.unwrap_err();
-    assert!(matches!(err, BackendError::Invalid(_)), "{err:?}");
+    assert!(matches!(err, BackendError::Invalid { .. }), "{err:?}");
     assert!(err.to_string().contains("--mmproj"), "{err}");
 }

@@ -648,7 +648,7 @@ fn an_image_without_its_bytes_is_refused_before_sending() {
     let error =
         generate_with(&server, "gpt-4o", &fake::image_session(&image)).expect_err("refused");
     assert!(
-        matches!(&error, BackendError::Invalid(m) if m.contains("has no bytes")),
+        matches!(&error, BackendError::Invalid { message, .. } if message.contains("has no bytes")),
         "{error:?}"
     );
     assert_eq!(server.finish(), Vec::new());

@@ -379,7 +379,7 @@ fn a_session_with_an_image_is_refused_before_the_executor_sees_it() {
     };
     let mut events = Vec::new();
     match llm.generate(&session, &request, &mut events) {
-        Err(BackendError::Invalid(message)) => {
+        Err(BackendError::Invalid { message, .. }) => {
             assert!(message.contains("takes no images"), "{message}")
         }
         other => panic!("{other:?}"),

@@ -136,7 +136,9 @@ pub fn from_backend(error: &BackendError) -> ApiError {
         }
         BackendError::Cancelled => ApiError::new(499, "cancelled", "cancelled"),
         BackendError::Config(message) => ApiError::new(500, "server_error", message.clone()),
-        BackendError::Invalid(message) => ApiError::invalid("grammar", message.clone()),
+        BackendError::Invalid { param, message } => {
+            ApiError::invalid(param.unwrap_or_default(), message.clone())
+        }
     }
 }
 
@@ -184,9 +186,11 @@ mod tests {
     fn a_request_the_model_cannot_take_is_a_400_in_the_backends_words() {
         // The in-process model without a projector refuses an image part so.
         let words = "this model takes no images: it has no vision projector";
-        let api = from_backend(&BackendError::Invalid(words.into()));
+        let api = from_backend(&BackendError::invalid(words));
         assert_eq!((api.status, api.kind), (400, "invalid_request_error"));
         assert_eq!(api.message, words);
+        // No one field is at fault: no `param` (it said "grammar" here once).
+        assert_eq!(api.param, None);
         assert_eq!(api.anthropic_body().error.kind, "invalid_request_error");
         assert_eq!(api.ollama_body().error, words);
     }
