@@ -380,18 +380,22 @@ impl<'m> Worker<'m> {
             && self.slots.iter().all(|s| s.task.is_none())
     }
 
+    /// Nothing to decode: the pools' workers sleep rather than spin on the cores
+    /// the HTTP workers, tools and clients want ([`Context::rest_threads`]).
+    fn rest_threads(&self) {
+        self.ctx.rest_threads();
+        if let Some(drafter) = &self.drafter {
+            drafter.rest_threads();
+        }
+    }
+
     /// Takes the jobs that arrived, blocking while there is nothing to do (up to
     /// the warm-up's quiet time and the idle limit); `Some` when serving ends:
     /// the channel is closed (the last handle is gone) or the idle limit passed.
     fn receive(&mut self, jobs: &Receiver<Job>) -> Option<Served> {
         if self.idle() {
             self.timer.idle();
-            // Nothing to decode: the pools' workers sleep rather than spin on the
-            // cores the HTTP workers, tools and clients want.
-            self.ctx.rest_threads();
-            if let Some(drafter) = &self.drafter {
-                drafter.rest_threads();
-            }
+            self.rest_threads();
         }
         while self.idle() {
             let warm = self.waiting.is_some() || self.slots.iter().any(|s| s.next_turn.is_some());
@@ -415,7 +419,10 @@ impl<'m> Worker<'m> {
                 Err(RecvTimeoutError::Timeout) if self.timer.due(Instant::now()) => {
                     return Some(Served::Idle)
                 }
-                Err(RecvTimeoutError::Timeout) => self.warm_up(),
+                Err(RecvTimeoutError::Timeout) => {
+                    self.warm_up();
+                    self.rest_threads();
+                }
                 Err(RecvTimeoutError::Disconnected) => return Some(Served::Closed),
             }
         }
