@@ -488,7 +488,7 @@ impl Backend for TensorRtBackend {
         // The executor is fed token ids alone: an image would be dropped unseen.
         if session.messages.iter().any(|m| !m.images.is_empty()) {
             return Err(BackendError::invalid(
-                "the TensorRT-LLM backend takes no images; send text only, or run a vision model in process (--mmproj)".into(),
+                "the TensorRT-LLM backend takes no images; send text only, or run a vision model in process (--mmproj)",
             ));
         }
         let prepared = self.prepare(session, request)?;

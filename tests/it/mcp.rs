@@ -133,25 +133,45 @@ struct HttpServer {
 }
 
 impl HttpServer {
+    /// Starts the fixture on a free port. Python's imports can take long on a
+    /// loaded 2-core machine (they once took more than 30 s), so it waits up to
+    /// two minutes, but not for a process that already ended: the port may have
+    /// been taken between choosing it and binding it, and the next try picks
+    /// another.
     fn start(python: &str, marker: &str) -> HttpServer {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let child = Command::new(python)
-            .args([FIXTURE, "http", &port.to_string(), marker])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start the HTTP fixture server");
-        let up = poll_until(Duration::from_secs(30), || {
-            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-        });
-        assert!(up, "the HTTP fixture server did not start");
-        HttpServer {
-            child,
-            url: format!("http://127.0.0.1:{port}/mcp"),
+        let mut ended = Vec::new();
+        for _ in 0..3 {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("a free port")
+                .port();
+            let mut child = Command::new(python)
+                .args([FIXTURE, "http", &port.to_string(), marker])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start the HTTP fixture server");
+            let mut status = None;
+            let up = poll_until(Duration::from_secs(120), || {
+                status = child.try_wait().ok().flatten();
+                status.is_some() || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+            });
+            match status {
+                None if up => {
+                    return HttpServer {
+                        child,
+                        url: format!("http://127.0.0.1:{port}/mcp"),
+                    }
+                }
+                None => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!("the HTTP fixture server did not listen within 2 minutes");
+                }
+                Some(status) => ended.push(status),
+            }
         }
+        panic!("the HTTP fixture server ended before listening, 3 times: {ended:?}");
     }
 }
 
