@@ -21,9 +21,10 @@
 //!   request line that is no HTTP/1.x one (`GET /` of HTTP/0.9) or a first byte
 //!   no method starts with gets `400` without waiting for more; a TLS or SSLv2
 //!   hello is closed unanswered; a head or body that stops arriving gets `408`.
-//! - An absolute deadline for the request head and body (slow-loris), a cap on
-//!   the head (`431`) and on the body (`413`, decided from `Content-Length`
-//!   before reading it).
+//! - An absolute deadline for the request head and body (slow-loris), longer
+//!   by a second for each MiB the body announces; a cap on the head (`431`)
+//!   and on the body (32 MiB: `413`, decided from `Content-Length` before
+//!   reading it).
 //! - A strict head: token method and header names, no control characters,
 //!   one `Host`, `HTTP/1.0` or `1.1`, origin- or absolute-form targets. The
 //!   body is framed by `Content-Length` alone (digits, all agreeing); any
@@ -82,10 +83,24 @@ pub struct Limits {
     pub max_headers: usize,
     /// Largest accepted body.
     pub max_body_bytes: usize,
-    /// From accepting the connection to having the whole request.
+    /// From accepting the connection to having the whole request, plus
+    /// [`BODY_TIME_PER_MIB`] for each MiB its `Content-Length` announces.
     pub request_deadline: Duration,
     /// Longest a single write may block (a client that stopped reading).
     pub write_timeout: Duration,
+}
+
+/// The time a request's deadline grows by for each MiB of body it announces:
+/// a large upload (an image) over a slow link still arrives, and a client that
+/// sends less than 1 MiB a second still gets its `408`.
+pub const BODY_TIME_PER_MIB: Duration = Duration::from_secs(1);
+
+impl Limits {
+    /// The deadline for a request begun at `started` whose body is `length` bytes.
+    fn deadline(&self, started: Instant, length: u64) -> Instant {
+        let mib = u32::try_from(length.div_ceil(1024 * 1024)).unwrap_or(u32::MAX);
+        started + self.request_deadline + BODY_TIME_PER_MIB.saturating_mul(mib)
+    }
 }
 
 impl Default for Limits {
@@ -94,7 +109,9 @@ impl Default for Limits {
             max_connections: 512,
             max_head_bytes: 16 * 1024,
             max_headers: 100,
-            max_body_bytes: 10 * 1024 * 1024,
+            // One image at OpenAI's own limit per image (20 MB, `MAX_IMAGE_BYTES`)
+            // as a base64 data URL (27 MB), and the conversation around it.
+            max_body_bytes: 32 * 1024 * 1024,
             request_deadline: Duration::from_secs(10),
             write_timeout: Duration::from_secs(10),
         }
@@ -343,7 +360,7 @@ impl Connection {
         let mut first = Some(first);
         for served in 1..=MAX_REQUESTS_PER_CONNECTION {
             let started = Instant::now();
-            reader.get_mut().deadline = Some(started + self.limits.request_deadline);
+            reader.get_mut().deadline = Some(self.limits.deadline(started, 0));
             let reading = first
                 .take()
                 .unwrap_or_else(|| self.cap.reading(stream.clone()));
@@ -381,6 +398,7 @@ impl Connection {
             self.responder(log, cors, None).error(status, &message);
             return false;
         }
+        reader.get_mut().deadline = Some(self.limits.deadline(started, framing.length));
         let body = match read_body(reader, &self.stream, &framing) {
             Ok(body) => body,
             Err(error) => {

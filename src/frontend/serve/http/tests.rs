@@ -439,6 +439,49 @@ fn slow_client_is_dropped_at_the_deadline() {
     assert!(started.elapsed() < Duration::from_secs(5));
 }
 
+/// A large body over a slow link still arrives: the deadline grows by a second
+/// for each MiB the body announces (the head alone keeps the bare deadline).
+#[test]
+fn a_large_body_gets_a_second_per_mib_beyond_the_deadline() {
+    let limits = Limits {
+        request_deadline: Duration::from_millis(200),
+        ..Limits::default()
+    };
+    let started = Instant::now();
+    let mib = 1024 * 1024;
+    assert_eq!(
+        limits.deadline(started, 0),
+        started + Duration::from_millis(200)
+    );
+    for (length, seconds) in [(1, 1), (mib, 1), (mib + 1, 2), (32 * mib, 32)] {
+        assert_eq!(
+            limits.deadline(started, length),
+            started + Duration::from_millis(200) + Duration::from_secs(seconds),
+            "{length} bytes"
+        );
+    }
+    let (addr, _) = start(limits, Policy::default());
+    let body = vec![b'x'; 2 * mib as usize];
+    let mut stream = TcpStream::connect(addr).unwrap();
+    let head = format!(
+        "POST /x HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    let (first, rest) = body.split_at(mib as usize);
+    stream.write_all(first).unwrap();
+    // The link is slow: the rest comes well after the bare deadline.
+    std::thread::sleep(Duration::from_millis(600));
+    stream.write_all(rest).unwrap();
+    let answer =
+        String::from_utf8_lossy(&read_to_close(&mut stream).expect("an answer")).to_string();
+    assert_eq!(status(&answer), 200, "{answer}");
+    assert!(
+        answer.ends_with(&format!("{{\"len\":{}}}", body.len())),
+        "{answer}"
+    );
+}
+
 /// Reads until the server closes the connection; `None` if it does not within 5 s.
 fn read_to_close(stream: &mut TcpStream) -> Option<Vec<u8>> {
     stream
