@@ -380,13 +380,12 @@ impl<'m> Worker<'m> {
             && self.slots.iter().all(|s| s.task.is_none())
     }
 
-    /// Nothing to decode: the pools' workers sleep rather than spin on the cores
-    /// the HTTP workers, tools and clients want ([`Context::rest_threads`]).
+    /// Nothing to decode: the pool's workers sleep rather than spin on the cores
+    /// the HTTP workers, tools and clients want ([`Context::rest_threads`]; the
+    /// draft model's context computes on the same pool, made with the same
+    /// threads: [`Context::sharing_threads`]).
     fn rest_threads(&self) {
         self.ctx.rest_threads();
-        if let Some(drafter) = &self.drafter {
-            drafter.rest_threads();
-        }
     }
 
     /// Takes the jobs that arrived, blocking while there is nothing to do (up to

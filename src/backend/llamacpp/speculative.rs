@@ -293,11 +293,6 @@ pub struct DraftModel<'d> {
 }
 
 impl<'d> DraftModel<'d> {
-    /// Puts the draft context's workers to sleep ([`Context::rest_threads`]).
-    pub fn rest_threads(&self) {
-        self.ctx.rest_threads();
-    }
-
     /// The draft model's context, computing on `main`'s thread pool.
     pub fn new(
         model: &'d Model,
